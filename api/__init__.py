@@ -1,0 +1,1 @@
+"""accord api: the HTTP service and the `accord` command line."""

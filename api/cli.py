@@ -1,0 +1,393 @@
+"""The `accord` command line: a thin shell over the same services the API uses.
+
+Every command that shows data takes `--json`; exit status 0 means success, 1 a failure the
+message explains (a verification that fails, a chain that is down), 2 bad usage or input.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated, Any, NoReturn
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from ledger.anchoring import AnchorOutcome
+from ledger.chain import AnchorChain
+from ledger.errors import ChainError, DevnetError, LedgerError, MalformedError
+from ledger.events import Entry
+from ledger.runtime import connect_chain, devnet_for, open_ledger, open_store, operator_signer
+from ledger.settings import Settings
+from ledger.signing import read_keyfile
+from ledger.verify import VerificationReport, verify_log
+
+app = typer.Typer(
+    name="accord",
+    help="accord: trust and money for an Internet of Agents.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+devnet_app = typer.Typer(help="The managed local anvil devnet.", no_args_is_help=True)
+ledger_app = typer.Typer(help="The signed Merkle log and its anchors.", no_args_is_help=True)
+app.add_typer(devnet_app, name="devnet")
+app.add_typer(ledger_app, name="ledger")
+
+out = Console(emoji=False, highlight=False)
+err = Console(stderr=True, emoji=False, highlight=False)
+
+JsonFlag = Annotated[bool, typer.Option("--json", help="Print data as JSON.")]
+
+
+def main() -> None:
+    app()
+
+
+def _settings() -> Settings:
+    try:
+        return Settings.from_env()
+    except ValueError as exc:
+        _fail(str(exc), code=2)
+
+
+def _fail(message: str, code: int = 1) -> NoReturn:
+    err.print(f"[bold red]error:[/] {message}", highlight=False)
+    raise typer.Exit(code)
+
+
+def _emit(data: Any) -> None:
+    sys.stdout.write(json.dumps(data, indent=2, sort_keys=True) + "\n")
+
+
+@contextmanager
+def _errors() -> Iterator[None]:
+    """Turn expected failures into one clear line and an exit status."""
+    try:
+        yield
+    except MalformedError as exc:
+        _fail(str(exc), code=2)
+    except LedgerError as exc:
+        _fail(str(exc))
+
+
+# -- devnet ------------------------------------------------------------------------------------
+
+
+@devnet_app.command("up")
+def devnet_up(as_json: JsonFlag = False) -> None:
+    """Start the devnet (or reuse the running one) and deploy the registry once."""
+    settings = _settings()
+    with _errors():
+        if settings.rpc_url is not None:
+            _fail("ACCORD_RPC_URL is set: accord uses that chain and manages no devnet", code=2)
+        info = devnet_for(settings).up()
+        chain = connect_chain(settings, start_devnet=False)
+        data = {
+            "running": True,
+            "reused": info.reused,
+            "pid": info.pid,
+            "rpc_url": info.rpc_url,
+            "chain_id": chain.chain_id(),
+            "registry": chain.registry_address(),
+        }
+    if as_json:
+        _emit(data)
+        return
+    verb = "reused the running" if info.reused else "started a"
+    out.print(f"[green]✓[/] {verb} devnet at {info.rpc_url} (pid {info.pid})")
+    out.print(f"  AnchorRegistry at {data['registry']} on chain {data['chain_id']}")
+
+
+@devnet_app.command("down")
+def devnet_down(as_json: JsonFlag = False) -> None:
+    """Stop the devnet; its state is kept for the next `up`."""
+    settings = _settings()
+    with _errors():
+        stopped = devnet_for(settings).down()
+    if as_json:
+        _emit({"stopped": stopped})
+    else:
+        out.print("[green]✓[/] devnet stopped" if stopped else "the devnet was not running")
+
+
+@devnet_app.command("status")
+def devnet_status(as_json: JsonFlag = False) -> None:
+    """Whether the devnet runs, where, and at which block."""
+    settings = _settings()
+    with _errors():
+        status = devnet_for(settings).status()
+    data = {
+        "running": status.running,
+        "pid": status.pid,
+        "rpc_url": status.rpc_url,
+        "block_number": status.block_number,
+    }
+    if as_json:
+        _emit(data)
+    elif status.running:
+        out.print(f"running at {status.rpc_url} (pid {status.pid}), block {status.block_number}")
+    else:
+        out.print(f"not running (would listen at {status.rpc_url}); start it: accord devnet up")
+
+
+# -- ledger ------------------------------------------------------------------------------------
+
+
+def _optional_chain(settings: Settings) -> tuple[AnchorChain | None, str | None]:
+    """The chain if it is up; appends never wait for it."""
+    try:
+        return connect_chain(settings, start_devnet=False), None
+    except (ChainError, DevnetError) as exc:
+        return None, str(exc)
+
+
+def _entry_json(index: int, entry: Entry) -> dict[str, Any]:
+    return {"index": index, **entry.to_json()}
+
+
+@ledger_app.command("append")
+def ledger_append(
+    kind: Annotated[str, typer.Option(help="Event kind, dotted lower-case: 'note.added'.")],
+    body: Annotated[str, typer.Option(help="Event body, a JSON object.")] = "{}",
+    subject: Annotated[str, typer.Option(help="What the event is about.")] = "",
+    as_key: Annotated[
+        Path | None, typer.Option("--as", help="Sign with this key file, not the operator's.")
+    ] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Sign an event and append it to the log."""
+    settings = _settings()
+    try:
+        parsed = json.loads(body)
+    except json.JSONDecodeError as exc:
+        _fail(f"--body is not JSON: {exc}", code=2)
+    if not isinstance(parsed, dict):
+        _fail('--body must be a JSON object, like \'{"note": "hello"}\'', code=2)
+    with _errors():
+        signer = read_keyfile(as_key) if as_key is not None else operator_signer(settings)
+        chain, chain_problem = _optional_chain(settings)
+        ledger = open_ledger(settings, chain)
+        index, entry = ledger.append(signer, kind, subject=subject, body=parsed)
+    problem = chain_problem or (str(ledger.last_anchor_error) if ledger.last_anchor_error else None)
+    if as_json:
+        _emit({**_entry_json(index, entry), "anchor_pending_reason": problem})
+        return
+    out.print(
+        f"[green]✓[/] appended entry {index}: {kind} by {entry.event.actor} (seq "
+        f"{entry.event.seq})",
+        highlight=False,
+    )
+    if problem:
+        err.print(f"[yellow]note:[/] not anchored yet: {problem}", highlight=False)
+
+
+@ledger_app.command("show")
+def ledger_show(
+    start: Annotated[int, typer.Option("--from", min=0, help="First index.")] = 0,
+    limit: Annotated[int, typer.Option(min=1, max=10000, help="At most this many.")] = 20,
+    kind: Annotated[str | None, typer.Option(help="Only this kind.")] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """List entries of the log."""
+    settings = _settings()
+    with _errors():
+        store = open_store(settings)
+        size = store.size()
+        found = store.find(kind=kind, limit=limit, after=start - 1)
+        entries = [(stored.index, Entry.from_bytes(stored.data)) for stored in found]
+        latest = store.latest_checkpoint()
+    if as_json:
+        _emit(
+            {
+                "log_id": store.log_id,
+                "size": size,
+                "root": store.root(size).hex(),
+                "entries": [_entry_json(index, entry) for index, entry in entries],
+            }
+        )
+        return
+    table = Table(title=f"log {store.log_id}: {size} entries", title_justify="left")
+    for column in ("#", "kind", "actor", "seq", "at", "subject"):
+        table.add_column(column, overflow="fold")
+    for index, entry in entries:
+        event = entry.event
+        actor = event.actor if len(event.actor) < 24 else event.actor[:16] + "…" + event.actor[-6:]
+        table.add_row(str(index), event.kind, actor, str(event.seq), event.at, event.subject)
+    out.print(table)
+    out.print(f"root {store.root(size).hex()}")
+    if latest is not None:
+        out.print(f"latest checkpoint: size {latest.size}, signed at {latest.at}")
+
+
+@ledger_app.command("proof")
+def ledger_proof(
+    index: Annotated[int, typer.Argument(min=0, help="Log index of the entry.")],
+    size: Annotated[int | None, typer.Option(min=1, help="Tree size (default: now).")] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """The RFC 9162 inclusion proof of one entry, checked before it is printed."""
+    from ledger import merkle
+
+    settings = _settings()
+    with _errors():
+        store = open_store(settings)
+        tree_size = store.size() if size is None else size
+        if not 0 <= index < tree_size:
+            _fail(f"entry {index} is not in a tree of {tree_size} entries", code=2)
+        try:
+            proof = store.inclusion_proof(index, tree_size)
+        except ValueError as exc:
+            _fail(str(exc), code=2)
+        root = store.root(tree_size)
+        leaf = store.entry(index).leaf_hash
+        merkle.verify_inclusion(leaf, index, tree_size, proof, root)
+    data = {
+        "index": index,
+        "tree_size": tree_size,
+        "leaf_hash": leaf.hex(),
+        "root": root.hex(),
+        "proof": [element.hex() for element in proof],
+    }
+    if as_json:
+        _emit(data)
+        return
+    out.print(f"entry {index} in a tree of {tree_size}: leaf {leaf.hex()}")
+    out.print(f"root {root.hex()}")
+    for position, element in enumerate(proof):
+        out.print(f"  {position:2d}  {element.hex()}")
+    out.print("[green]✓[/] the proof verifies")
+
+
+def _outcome_json(outcome: AnchorOutcome) -> dict[str, Any]:
+    return {
+        "status": outcome.status,
+        "size": outcome.size,
+        "root": None if outcome.root is None else outcome.root.hex(),
+        "tx_hash": None if outcome.tx_hash is None else "0x" + outcome.tx_hash.hex(),
+        "block_number": outcome.block_number,
+    }
+
+
+@ledger_app.command("anchor")
+def ledger_anchor(
+    watch: Annotated[
+        bool, typer.Option(help="Keep anchoring every ACCORD_ANCHOR_INTERVAL seconds.")
+    ] = False,
+    rounds: Annotated[
+        int | None, typer.Option(min=1, help="With --watch, stop after this many rounds.")
+    ] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Checkpoint the log and anchor it on the chain (reconciling pending anchors first)."""
+    settings = _settings()
+    with _errors():
+        chain = connect_chain(settings)
+        ledger = open_ledger(settings, chain)
+        assert ledger.anchorer is not None
+        anchorer = ledger.anchorer
+        done = 0
+        while True:
+            outcome = anchorer.anchor_latest()
+            _report_outcome(outcome, as_json)
+            done += 1
+            if not watch or (rounds is not None and done >= rounds):
+                break
+            time.sleep(settings.anchor_every_seconds)
+
+
+def _report_outcome(outcome: AnchorOutcome, as_json: bool) -> None:
+    if as_json:
+        _emit(_outcome_json(outcome))
+        return
+    match outcome.status:
+        case "confirmed":
+            out.print(
+                f"[green]✓[/] anchored size {outcome.size} in block {outcome.block_number} "
+                f"(tx 0x{outcome.tx_hash.hex() if outcome.tx_hash else ''})"
+            )
+        case "already-anchored":
+            out.print(f"size {outcome.size} is already anchored")
+        case "empty":
+            out.print("the log is empty: nothing to anchor")
+        case "pending":
+            out.print(
+                f"[yellow]…[/] anchor of size {outcome.size} sent but not mined yet; "
+                "run `accord ledger anchor` again to reconcile it"
+            )
+
+
+@ledger_app.command("verify")
+def ledger_verify(
+    offline: Annotated[
+        bool, typer.Option(help="Skip the chain steps (5 and 6); verify the log alone.")
+    ] = False,
+    as_json: JsonFlag = False,
+) -> None:
+    """Verify the log as a numbered checklist; exit 1 naming the first failing step."""
+    settings = _settings()
+    with _errors():
+        store = open_store(settings)
+        operator = operator_signer(settings)
+        chain: AnchorChain | None = None
+        if not offline:
+            chain = connect_chain(settings, start_devnet=False)
+        report = _with_progress(
+            as_json, lambda progress: verify_log(store, operator.did, chain, progress)
+        )
+    if as_json:
+        _emit(report.to_json())
+    else:
+        _print_report(report)
+    if not report.ok:
+        raise typer.Exit(1)
+
+
+def _with_progress(
+    quiet: bool, run: Callable[[Callable[[int, int], None] | None], VerificationReport]
+) -> VerificationReport:
+    if quiet or not err.is_terminal:
+        return run(None)
+    with Progress(
+        TextColumn("reading the log"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=err,
+        transient=True,
+    ) as progress:
+        task = progress.add_task("verify", total=None)
+
+        def update(done: int, total: int) -> None:
+            progress.update(task, completed=done, total=total)
+
+        return run(update)
+
+
+def _print_report(report: VerificationReport) -> None:
+    marks = {"pass": "[green]✓[/]", "fail": "[red]✗[/]", "skipped": "[dim]-[/]", "not-run": " "}
+    out.print(f"verifying log {report.log_id} ({report.size} entries)")
+    for step in report.steps:
+        where = f" [entry {step.entry}]" if step.entry is not None else ""
+        out.print(
+            f" {marks[step.status]} ({step.number}) {step.title}: {step.detail}{where}",
+            highlight=False,
+        )
+    failure = report.first_failure
+    if failure is None:
+        out.print("[bold green]PASS[/]")
+    else:
+        where = f", entry {failure.entry}" if failure.entry is not None else ""
+        out.print(
+            f"[bold red]FAIL[/] at step {failure.number}{where}: {failure.detail}", highlight=False
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""accord coordinator: IoA-style team conversations (not built yet)."""

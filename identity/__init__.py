@@ -1,0 +1,1 @@
+"""accord identity: DIDs, keys, verifiable credentials and capability exams (not built yet)."""

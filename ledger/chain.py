@@ -1,0 +1,777 @@
+"""The one seam between the ledger and an EVM chain: anchoring checkpoints in AnchorRegistry.
+
+Everything that talks to a node lives here, and every web3 failure is mapped onto the ledger
+error tree before it leaves this module:
+
+    connection refused, timeouts, HTTP errors  -> ChainUnavailableError (nothing was done)
+    the registry reverts (NotOperator, SizeNotGrowing)
+                                                -> AnchorRefusedError (an AnchorError)
+    a transaction the node rejects              -> AnchorError
+    a missing or foreign registry contract      -> DeploymentError
+    any other node or web3 failure              -> ChainError
+
+Two implementations of `AnchorChain`: `Web3AnchorChain` (any JSON-RPC node, anvil by
+default) and `MemoryAnchorChain` (in-process, same rules, for unit tests of the anchoring
+service). On chain, a log is keyed by `log_id_hash(log_id)` = keccak256 of its UTF-8 id.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Literal, NoReturn, Protocol
+
+from eth_abi.abi import decode as abi_decode
+from eth_account import Account
+from eth_utils.address import to_checksum_address
+from eth_utils.crypto import keccak
+from hexbytes import HexBytes
+from web3 import Web3
+from web3.contract import Contract
+from web3.exceptions import (
+    ContractLogicError,
+    ProviderConnectionError,
+    RequestTimedOut,
+    TimeExhausted,
+    TransactionNotFound,
+    Web3Exception,
+    Web3RPCError,
+)
+from web3.providers.rpc import HTTPProvider
+from web3.types import TxParams, Wei
+
+from ledger.contracts import ContractArtifact, load_artifact
+from ledger.errors import (
+    AnchorError,
+    ChainError,
+    ChainUnavailableError,
+    DeploymentError,
+)
+
+REGISTRY_CONTRACT = "AnchorRegistry"
+
+#: anvil's default account 0 (mnemonic "test test ... junk"): the managed devnet's operator.
+#: Public knowledge; never use it on a chain where its ether is worth anything.
+DEVNET_OPERATOR_KEY = "0xac0974bec39a17e36ba4a6b4d238ff944bacb478cbed5efcae784d7bf4f2ff80"
+
+RPC_TIMEOUT_S = 5.0
+DEPLOY_TIMEOUT_S = 60.0
+GAS_MARGIN_NUMERATOR = 12  # gas limit = estimate * 12 / 10
+GAS_MARGIN_DENOMINATOR = 10
+_RECEIPT_POLL_S = 0.1
+_UINT64_MAX = 2**64 - 1
+_ZERO_ROOT = bytes(32)
+
+
+# -- values ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SignedAnchorTx:
+    """An `anchor(logId, size, root)` call signed by the operator, not yet (known) sent."""
+
+    log_id: str
+    size: int
+    root: bytes
+    nonce: int
+    tx_hash: bytes
+    raw: bytes
+
+
+@dataclass(frozen=True)
+class AnchorReceipt:
+    """A mined anchor transaction. `status_ok` is False when it reverted (nonce spent)."""
+
+    tx_hash: bytes
+    block_number: int
+    status_ok: bool
+    gas_used: int
+
+
+@dataclass(frozen=True)
+class OnChainAnchor:
+    """One `Anchored` event."""
+
+    log_id_hash: bytes
+    size: int
+    root: bytes
+    block_number: int
+    tx_hash: bytes
+
+
+DeploymentAction = Literal["deployed", "reused", "redeployed"]
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """Where the registry lives. `code_hash` = keccak256 of its runtime code on chain.
+
+    `action` says what `ensure_registry` did (not recorded in deployment.json).
+    """
+
+    address: str
+    chain_id: int
+    tx_hash: bytes
+    code_hash: bytes
+    block_number: int
+    action: DeploymentAction = field(default="deployed", compare=False)
+
+    def to_json(self) -> str:
+        """The deployment.json text (sorted keys, trailing newline)."""
+        record = {
+            "contract": REGISTRY_CONTRACT,
+            "address": self.address,
+            "chainId": self.chain_id,
+            "txHash": "0x" + self.tx_hash.hex(),
+            "codeHash": "0x" + self.code_hash.hex(),
+            "blockNumber": self.block_number,
+        }
+        return json.dumps(record, indent=2, sort_keys=True) + "\n"
+
+    @classmethod
+    def from_json(cls, text: str) -> Deployment:
+        """Parse deployment.json; raises DeploymentError when it is malformed."""
+        try:
+            record = json.loads(text)
+            return cls(
+                address=to_checksum_address(record["address"]),
+                chain_id=int(record["chainId"]),
+                tx_hash=_hex_bytes(record["txHash"]),
+                code_hash=_hex_bytes(record["codeHash"]),
+                block_number=int(record["blockNumber"]),
+                action="reused",
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise DeploymentError(f"deployment record is malformed: {exc!r}") from exc
+
+
+class AnchorRefusedError(AnchorError):
+    """The registry refused an anchor.
+
+    `reason` is the contract's custom error name ("NotOperator", "SizeNotGrowing") or the
+    node's revert message; for SizeNotGrowing, `latest_size` and `proposed_size` are set.
+    """
+
+    def __init__(
+        self,
+        log_id: str,
+        reason: str,
+        latest_size: int | None = None,
+        proposed_size: int | None = None,
+    ) -> None:
+        detail = (
+            f"{reason}(latest={latest_size}, proposed={proposed_size})"
+            if latest_size is not None
+            else reason
+        )
+        super().__init__(f"the registry refused the anchor for log {log_id!r}: {detail}")
+        self.log_id = log_id
+        self.reason = reason
+        self.latest_size = latest_size
+        self.proposed_size = proposed_size
+
+
+def log_id_hash(log_id: str) -> bytes:
+    """The on-chain key of a log: keccak256 of its UTF-8 id (= Web3.keccak(text=log_id))."""
+    return keccak(text=log_id)
+
+
+def validate_anchor(size: int, root: bytes) -> None:
+    """Raises ValueError unless `size` fits uint64 and is positive and `root` is 32 bytes."""
+    if not 0 < size <= _UINT64_MAX:
+        raise ValueError(f"anchor size must be in 1..2**64-1, got {size}")
+    if len(root) != 32:
+        raise ValueError(f"anchor root must be 32 bytes, got {len(root)}")
+
+
+# -- the interface -----------------------------------------------------------------------
+
+
+class AnchorChain(Protocol):
+    """What the anchoring service needs from a chain. Every method may raise
+    ChainUnavailableError (nothing happened; retry later) or ChainError."""
+
+    def chain_id(self) -> int: ...
+
+    def registry_address(self) -> str: ...
+
+    def latest_size(self, log_id: str) -> int:
+        """The largest anchored size of the log (0 when never anchored)."""
+        ...
+
+    def root_at(self, log_id: str, size: int) -> bytes | None:
+        """The root anchored at exactly `size`, or None when that size was never anchored."""
+        ...
+
+    def build_anchor_tx(self, log_id: str, size: int, root: bytes) -> SignedAnchorTx:
+        """Sign (not send) an anchor at the operator's pending nonce.
+
+        Raises AnchorRefusedError when the registry would revert it (e.g. size not growing).
+        """
+        ...
+
+    def broadcast(self, tx: SignedAnchorTx) -> None:
+        """Send `tx`; sending one the node already knows or mined is not an error.
+
+        Raises AnchorError when the node rejects it for good (e.g. its nonce went to
+        another transaction).
+        """
+        ...
+
+    def receipt(self, tx_hash: bytes) -> AnchorReceipt | None:
+        """The receipt, or None when the transaction is not mined (or unknown)."""
+        ...
+
+    def wait_for_receipt(self, tx_hash: bytes, timeout_s: float) -> AnchorReceipt | None:
+        """Poll `receipt` until mined or `timeout_s` passes (then None)."""
+        ...
+
+    def account_nonce(self, latest: bool) -> int:
+        """The operator's nonce: mined transactions only (latest) or with pending ones."""
+        ...
+
+    def anchors(self, log_id: str) -> list[OnChainAnchor]:
+        """Every `Anchored` event of the log, oldest first."""
+        ...
+
+
+# -- web3 --------------------------------------------------------------------------------
+
+
+def make_web3(rpc_url: str, timeout_s: float = RPC_TIMEOUT_S) -> Web3:
+    """A Web3 on an HTTP endpoint with a short timeout and no retries (no I/O here).
+
+    web3's default retries connection errors five times with backoff (~2 s): a down node
+    must be reported at once, the anchoring service does its own retrying.
+    """
+    provider = HTTPProvider(
+        rpc_url,
+        request_kwargs={"timeout": timeout_s},
+        exception_retry_configuration=None,
+    )
+    return Web3(provider)
+
+
+@contextlib.contextmanager
+def _mapped_errors(rpc_url: str, doing: str) -> Iterator[None]:
+    """Turn transport and web3 failures inside the block into ledger ChainErrors."""
+    try:
+        yield
+    except ChainError:
+        raise
+    except (OSError, ProviderConnectionError, TimeExhausted, RequestTimedOut) as exc:
+        # requests' ConnectionError, Timeout and HTTPError are OSErrors.
+        raise ChainUnavailableError(rpc_url, f"{doing}: {type(exc).__name__}") from exc
+    except Web3Exception as exc:
+        raise ChainError(f"{doing} failed on {rpc_url}: {exc}") from exc
+
+
+def revert_data(exc: ContractLogicError) -> bytes:
+    """The raw revert bytes of a ContractLogicError (empty when the node gave none)."""
+    data = exc.data
+    if isinstance(data, dict):
+        data = data.get("data") or data.get("result")
+    if isinstance(data, str) and data.startswith("0x"):
+        try:
+            return bytes.fromhex(data[2:])
+        except ValueError:
+            return b""
+    return b""
+
+
+def decode_custom_error(abi: list[dict[str, Any]], data: bytes) -> tuple[str, tuple[Any, ...]]:
+    """Name and arguments of the ABI custom error `data` encodes; ("", ()) when none (pure)."""
+    for entry in abi:
+        if entry.get("type") != "error":
+            continue
+        types = [param["type"] for param in entry.get("inputs", [])]
+        selector = keccak(text=f"{entry['name']}({','.join(types)})")[:4]
+        if data[:4] == selector:
+            try:
+                return str(entry["name"]), tuple(abi_decode(types, data[4:]))
+            except Exception:  # malformed arguments: report the name alone
+                return str(entry["name"]), ()
+    return "", ()
+
+
+def refusal_from_revert(
+    abi: list[dict[str, Any]], log_id: str, exc: ContractLogicError
+) -> AnchorRefusedError:
+    """The AnchorRefusedError a registry revert means."""
+    name, args = decode_custom_error(abi, revert_data(exc))
+    if name == "SizeNotGrowing" and len(args) == 2:
+        return AnchorRefusedError(log_id, name, int(args[0]), int(args[1]))
+    return AnchorRefusedError(log_id, name or (exc.message or "execution reverted"))
+
+
+def eip1559_fees(w3: Web3) -> tuple[int, int]:
+    """(maxFeePerGas, maxPriorityFeePerGas): twice the latest base fee plus the tip."""
+    block = w3.eth.get_block("latest")
+    base_fee = int(block.get("baseFeePerGas", 0))
+    tip = int(w3.eth.max_priority_fee)
+    return 2 * base_fee + tip, tip
+
+
+def _with_margin(gas_estimate: int) -> int:
+    return gas_estimate * GAS_MARGIN_NUMERATOR // GAS_MARGIN_DENOMINATOR
+
+
+class Web3AnchorChain:
+    """AnchorChain over JSON-RPC (web3 HTTPProvider). Constructing it does no I/O."""
+
+    def __init__(
+        self,
+        rpc_url: str,
+        operator_key_hex: str,
+        registry_address: str,
+        *,
+        timeout_s: float = RPC_TIMEOUT_S,
+        artifact: ContractArtifact | None = None,
+    ) -> None:
+        self._rpc_url = rpc_url
+        self._w3 = make_web3(rpc_url, timeout_s)
+        self._account = Account.from_key(operator_key_hex)
+        self._artifact = artifact or load_artifact(REGISTRY_CONTRACT)
+        self._address = to_checksum_address(registry_address)
+        self._registry: Contract = self._w3.eth.contract(
+            address=self._address, abi=self._artifact.abi
+        )
+        self._chain_id: int | None = None
+
+    @property
+    def operator_address(self) -> str:
+        return str(self._account.address)
+
+    def chain_id(self) -> int:
+        if self._chain_id is None:
+            with _mapped_errors(self._rpc_url, "eth_chainId"):
+                self._chain_id = int(self._w3.eth.chain_id)
+        return self._chain_id
+
+    def registry_address(self) -> str:
+        return self._address
+
+    def latest_size(self, log_id: str) -> int:
+        with _mapped_errors(self._rpc_url, "latestSize"):
+            return int(self._registry.functions.latestSize(log_id_hash(log_id)).call())
+
+    def root_at(self, log_id: str, size: int) -> bytes | None:
+        with _mapped_errors(self._rpc_url, "rootAt"):
+            root = bytes(self._registry.functions.rootAt(log_id_hash(log_id), size).call())
+        return None if root == _ZERO_ROOT else root
+
+    def build_anchor_tx(self, log_id: str, size: int, root: bytes) -> SignedAnchorTx:
+        """Sign an anchor at the pending nonce, with EIP-1559 fees and an estimated gas limit.
+
+        Raises ValueError for a size or root that cannot be anchored, AnchorRefusedError when
+        the registry would revert (NotOperator, SizeNotGrowing), ChainUnavailableError.
+        """
+        validate_anchor(size, root)
+        call = self._registry.functions.anchor(log_id_hash(log_id), size, root)
+        with _mapped_errors(self._rpc_url, "preparing an anchor"):
+            try:
+                gas = call.estimate_gas({"from": self._account.address})
+            except ContractLogicError as exc:
+                raise refusal_from_revert(self._artifact.abi, log_id, exc) from exc
+            nonce = self._w3.eth.get_transaction_count(self._account.address, "pending")
+            max_fee, tip = eip1559_fees(self._w3)
+            params: TxParams = {
+                "from": self._account.address,
+                "chainId": self.chain_id(),
+                "nonce": nonce,
+                "gas": _with_margin(gas),
+                "maxFeePerGas": Wei(max_fee),
+                "maxPriorityFeePerGas": Wei(tip),
+            }
+            tx = call.build_transaction(params)
+        signed = self._account.sign_transaction(tx)
+        return SignedAnchorTx(
+            log_id=log_id,
+            size=size,
+            root=bytes(root),
+            nonce=nonce,
+            tx_hash=bytes(signed.hash),
+            raw=bytes(signed.raw_transaction),
+        )
+
+    def broadcast(self, tx: SignedAnchorTx) -> None:
+        """Send the raw transaction. Idempotent: if the node refuses it but knows it (pending
+        or mined: "already known", "nonce too low" for this very tx), that is success.
+
+        Raises AnchorError when the node refuses a transaction it does not know,
+        ChainUnavailableError when it does not answer.
+        """
+        with _mapped_errors(self._rpc_url, "eth_sendRawTransaction"):
+            try:
+                self._w3.eth.send_raw_transaction(tx.raw)
+            except (Web3RPCError, ValueError) as exc:
+                if self._node_knows(tx.tx_hash):
+                    return
+                raise AnchorError(
+                    f"the node refused anchor tx 0x{tx.tx_hash.hex()} "
+                    f"(log {tx.log_id!r}, size {tx.size}, nonce {tx.nonce}): {exc}"
+                ) from exc
+
+    def _node_knows(self, tx_hash: bytes) -> bool:
+        try:
+            self._w3.eth.get_transaction(HexBytes(tx_hash))
+        except TransactionNotFound:
+            return False
+        return True
+
+    def receipt(self, tx_hash: bytes) -> AnchorReceipt | None:
+        with _mapped_errors(self._rpc_url, "eth_getTransactionReceipt"):
+            try:
+                found = self._w3.eth.get_transaction_receipt(HexBytes(tx_hash))
+            except TransactionNotFound:
+                return None
+        if found.get("blockNumber") is None:
+            return None
+        return AnchorReceipt(
+            tx_hash=bytes(found["transactionHash"]),
+            block_number=int(found["blockNumber"]),
+            status_ok=int(found["status"]) == 1,
+            gas_used=int(found["gasUsed"]),
+        )
+
+    def wait_for_receipt(self, tx_hash: bytes, timeout_s: float) -> AnchorReceipt | None:
+        return _poll_receipt(self, tx_hash, timeout_s)
+
+    def account_nonce(self, latest: bool) -> int:
+        with _mapped_errors(self._rpc_url, "eth_getTransactionCount"):
+            address = self._account.address
+            if latest:
+                return int(self._w3.eth.get_transaction_count(address, "latest"))
+            return int(self._w3.eth.get_transaction_count(address, "pending"))
+
+    def anchors(self, log_id: str) -> list[OnChainAnchor]:
+        with _mapped_errors(self._rpc_url, "eth_getLogs"):
+            logs = self._registry.events.Anchored.get_logs(
+                from_block=0,
+                to_block="latest",
+                argument_filters={"logId": log_id_hash(log_id)},
+            )
+        ordered = sorted(logs, key=lambda log: (log["blockNumber"], log["logIndex"]))
+        return [
+            OnChainAnchor(
+                log_id_hash=bytes(log["args"]["logId"]),
+                size=int(log["args"]["size"]),
+                root=bytes(log["args"]["root"]),
+                block_number=int(log["blockNumber"]),
+                tx_hash=bytes(log["transactionHash"]),
+            )
+            for log in ordered
+        ]
+
+    def operator(self) -> str:
+        """The registry's operator address as the contract reports it."""
+        with _mapped_errors(self._rpc_url, "operator"):
+            return str(to_checksum_address(self._registry.functions.operator().call()))
+
+
+def _poll_receipt(chain: AnchorChain, tx_hash: bytes, timeout_s: float) -> AnchorReceipt | None:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        found = chain.receipt(tx_hash)
+        if found is not None or time.monotonic() >= deadline:
+            return found
+        time.sleep(min(_RECEIPT_POLL_S, max(0.0, deadline - time.monotonic())))
+
+
+# -- deployment --------------------------------------------------------------------------
+
+
+def deploy_registry(
+    rpc_url: str,
+    operator_key_hex: str,
+    *,
+    artifact: ContractArtifact | None = None,
+    timeout_s: float = DEPLOY_TIMEOUT_S,
+) -> Deployment:
+    """Deploy a fresh AnchorRegistry whose operator is the key's account; wait until mined.
+
+    Raises ChainUnavailableError, DeploymentError when the deployment reverts, is not mined
+    within `timeout_s`, or leaves code other than the artifact's.
+    """
+    artifact = artifact or load_artifact(REGISTRY_CONTRACT)
+    w3 = make_web3(rpc_url)
+    account = Account.from_key(operator_key_hex)
+    factory = w3.eth.contract(abi=artifact.abi, bytecode=artifact.bytecode)
+    with _mapped_errors(rpc_url, "deploying the registry"):
+        chain_id = int(w3.eth.chain_id)
+        constructor = factory.constructor()
+        gas = constructor.estimate_gas({"from": account.address})
+        max_fee, tip = eip1559_fees(w3)
+        tx = constructor.build_transaction(
+            {
+                "from": account.address,
+                "chainId": chain_id,
+                "nonce": w3.eth.get_transaction_count(account.address, "pending"),
+                "gas": _with_margin(gas),
+                "maxFeePerGas": max_fee,
+                "maxPriorityFeePerGas": tip,
+            }
+        )
+        signed = account.sign_transaction(tx)
+        w3.eth.send_raw_transaction(signed.raw_transaction)
+        try:
+            receipt = w3.eth.wait_for_transaction_receipt(
+                signed.hash, timeout=timeout_s, poll_latency=_RECEIPT_POLL_S
+            )
+        except TimeExhausted as exc:
+            raise DeploymentError(
+                f"registry deployment 0x{bytes(signed.hash).hex()} not mined in {timeout_s} s"
+            ) from exc
+        created = receipt.get("contractAddress")
+        if int(receipt["status"]) != 1 or created is None:
+            raise DeploymentError(f"registry deployment 0x{bytes(signed.hash).hex()} reverted")
+        address = to_checksum_address(created)
+        code = bytes(w3.eth.get_code(address))
+    if not artifact.runtime_code_matches(code):
+        raise DeploymentError(f"the code deployed at {address} is not {artifact.name}'s")
+    return Deployment(
+        address=address,
+        chain_id=chain_id,
+        tx_hash=bytes(signed.hash),
+        code_hash=keccak(code),
+        block_number=int(receipt["blockNumber"]),
+        action="deployed",
+    )
+
+
+def ensure_registry(
+    rpc_url: str,
+    operator_key_hex: str,
+    deployment_file: Path,
+    *,
+    artifact: ContractArtifact | None = None,
+) -> Deployment:
+    """The registry recorded in `deployment_file`, checked on chain; deploys when needed.
+
+    - no record: deploy, record, action="deployed";
+    - recorded and on chain with the recorded code hash, the artifact's runtime code (up to
+      the immutables) and this operator: action="reused";
+    - recorded but no code at the address (the chain was reset): deploy again, record,
+      action="redeployed".
+
+    Raises DeploymentError when the record is malformed, names another chain id, or the
+    address holds other code (or another operator's registry); ChainUnavailableError.
+    """
+    artifact = artifact or load_artifact(REGISTRY_CONTRACT)
+    try:
+        text = deployment_file.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        deployment = deploy_registry(rpc_url, operator_key_hex, artifact=artifact)
+        _write_deployment(deployment_file, deployment)
+        return deployment
+    except OSError as exc:
+        raise DeploymentError(f"cannot read {deployment_file}: {exc}") from exc
+    recorded = Deployment.from_json(text)
+    w3 = make_web3(rpc_url)
+    with _mapped_errors(rpc_url, "checking the registry"):
+        chain_id = int(w3.eth.chain_id)
+        if chain_id != recorded.chain_id:
+            _refuse(
+                deployment_file,
+                f"it records chain id {recorded.chain_id} but {rpc_url} is chain {chain_id}",
+            )
+        code = bytes(w3.eth.get_code(to_checksum_address(recorded.address)))
+    if not code:
+        deployment = deploy_registry(rpc_url, operator_key_hex, artifact=artifact)
+        deployment = replace(deployment, action="redeployed")
+        _write_deployment(deployment_file, deployment)
+        return deployment
+    if keccak(code) != recorded.code_hash:
+        _refuse(deployment_file, f"the code at {recorded.address} has another hash")
+    if not artifact.runtime_code_matches(code):
+        _refuse(
+            deployment_file,
+            f"the code at {recorded.address} is not the current {artifact.name} artifact "
+            "(the contract changed since it was deployed)",
+        )
+    chain = Web3AnchorChain(rpc_url, operator_key_hex, recorded.address, artifact=artifact)
+    if chain.operator() != chain.operator_address:
+        _refuse(
+            deployment_file,
+            f"the registry at {recorded.address} belongs to operator {chain.operator()}, "
+            f"not {chain.operator_address}",
+        )
+    return recorded
+
+
+def _refuse(deployment_file: Path, why: str) -> NoReturn:
+    raise DeploymentError(f"the deployment recorded in {deployment_file} does not hold: {why}")
+
+
+def _write_deployment(path: Path, deployment: Deployment) -> None:
+    """Write deployment.json atomically (temp file + rename)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(path.name + ".tmp")
+    temporary.write_text(deployment.to_json(), encoding="utf-8")
+    os.replace(temporary, path)
+
+
+def _hex_bytes(value: str) -> bytes:
+    return bytes.fromhex(value[2:] if value.startswith("0x") else value)
+
+
+# -- in memory ---------------------------------------------------------------------------
+
+MEMORY_RPC_URL = "memory://anchor-chain"
+MEMORY_REGISTRY_ADDRESS = "0x000000000000000000000000000000000000A4C0"
+#: Execution gas of the real AnchorRegistry.anchor beyond the intrinsic 21000 and calldata
+#: (measured on anvil 1.7.1, solc 0.8.28 -O200 cancun; tests/integration/test_chain.py keeps
+#: these honest). The first anchor of a log fills two empty storage slots; later ones fill
+#: one and overwrite latestSize. A SizeNotGrowing revert that is mined anyway (signed before
+#: a competing anchor landed) still costs gas.
+MEMORY_EXEC_GAS_FIRST_ANCHOR = 46_747
+MEMORY_EXEC_GAS_LATER_ANCHOR = 29_647
+MEMORY_EXEC_GAS_REVERTED = 2_677
+_TX_BASE_GAS = 21_000
+_ANCHOR_SELECTOR = keccak(text="anchor(bytes32,uint64,bytes32)")[:4]
+
+
+def anchor_calldata(log_id: str, size: int, root: bytes) -> bytes:
+    """The ABI-encoded `anchor(logId, size, root)` call data (pure)."""
+    return _ANCHOR_SELECTOR + log_id_hash(log_id) + size.to_bytes(32, "big") + root
+
+
+def intrinsic_gas(calldata: bytes) -> int:
+    """21000 plus 4 gas per zero and 16 per non-zero calldata byte (pure)."""
+    return _TX_BASE_GAS + sum(4 if byte == 0 else 16 for byte in calldata)
+
+
+class MemoryAnchorChain:
+    """An in-process AnchorChain with the registry's rules, for unit tests.
+
+    Test switches:
+      available = False      every call raises ChainUnavailableError
+      auto_mine = False      broadcasts wait in the mempool until `mine()`
+      lose_broadcast_replies = n
+                             the next n broadcasts reach the mempool but then raise
+                             ChainUnavailableError, like a reply lost to a timeout
+    """
+
+    def __init__(self, chain_id: int = 31337) -> None:
+        self.available = True
+        self.auto_mine = True
+        self.lose_broadcast_replies = 0
+        self._chain_id = chain_id
+        self._block_number = 0
+        self._latest: dict[bytes, int] = {}
+        self._roots: dict[tuple[bytes, int], bytes] = {}
+        self._events: list[OnChainAnchor] = []
+        self._mempool: dict[bytes, SignedAnchorTx] = {}
+        self._receipts: dict[bytes, AnchorReceipt] = {}
+        self._mined_nonce = 0
+
+    def _check_available(self, doing: str) -> None:
+        if not self.available:
+            raise ChainUnavailableError(MEMORY_RPC_URL, f"{doing}: simulated outage")
+
+    def chain_id(self) -> int:
+        self._check_available("eth_chainId")
+        return self._chain_id
+
+    def registry_address(self) -> str:
+        return MEMORY_REGISTRY_ADDRESS
+
+    def latest_size(self, log_id: str) -> int:
+        self._check_available("latestSize")
+        return self._latest.get(log_id_hash(log_id), 0)
+
+    def root_at(self, log_id: str, size: int) -> bytes | None:
+        self._check_available("rootAt")
+        return self._roots.get((log_id_hash(log_id), size))
+
+    def build_anchor_tx(self, log_id: str, size: int, root: bytes) -> SignedAnchorTx:
+        """Raises ValueError, AnchorRefusedError (size not growing), ChainUnavailableError."""
+        self._check_available("preparing an anchor")
+        validate_anchor(size, root)
+        latest = self._latest.get(log_id_hash(log_id), 0)
+        if size <= latest:
+            raise AnchorRefusedError(log_id, "SizeNotGrowing", latest, size)
+        nonce = self.account_nonce(latest=False)
+        raw = json.dumps(
+            {"logId": log_id, "size": size, "root": root.hex(), "nonce": nonce},
+            sort_keys=True,
+        ).encode()
+        return SignedAnchorTx(
+            log_id=log_id, size=size, root=bytes(root), nonce=nonce, tx_hash=keccak(raw), raw=raw
+        )
+
+    def broadcast(self, tx: SignedAnchorTx) -> None:
+        """Raises AnchorError when the nonce is spent by (or queued for) another
+        transaction, ChainUnavailableError when down or a reply is "lost"."""
+        self._check_available("eth_sendRawTransaction")
+        known = tx.tx_hash in self._receipts or tx.tx_hash in self._mempool
+        if not known:
+            taken = tx.nonce < self._mined_nonce or any(
+                queued.nonce == tx.nonce for queued in self._mempool.values()
+            )
+            if taken:
+                raise AnchorError(
+                    f"the node refused anchor tx 0x{tx.tx_hash.hex()}: nonce {tx.nonce} "
+                    "is already used by another transaction"
+                )
+            self._mempool[tx.tx_hash] = tx
+        if self.auto_mine:
+            self.mine()
+        if not known and self.lose_broadcast_replies > 0:
+            self.lose_broadcast_replies -= 1
+            raise ChainUnavailableError(MEMORY_RPC_URL, "eth_sendRawTransaction: timed out")
+
+    def mine(self) -> list[AnchorReceipt]:
+        """Mine every queued transaction whose nonce is next, one block each."""
+        mined: list[AnchorReceipt] = []
+        while True:
+            ready = [tx for tx in self._mempool.values() if tx.nonce == self._mined_nonce]
+            if not ready:
+                return mined
+            mined.append(self._execute(ready[0]))
+
+    def _execute(self, tx: SignedAnchorTx) -> AnchorReceipt:
+        del self._mempool[tx.tx_hash]
+        self._block_number += 1
+        self._mined_nonce += 1
+        key = log_id_hash(tx.log_id)
+        latest = self._latest.get(key, 0)
+        ok = tx.size > latest
+        if ok:
+            self._latest[key] = tx.size
+            self._roots[(key, tx.size)] = tx.root
+            self._events.append(
+                OnChainAnchor(key, tx.size, tx.root, self._block_number, tx.tx_hash)
+            )
+        execution = (
+            MEMORY_EXEC_GAS_REVERTED
+            if not ok
+            else MEMORY_EXEC_GAS_FIRST_ANCHOR
+            if latest == 0
+            else MEMORY_EXEC_GAS_LATER_ANCHOR
+        )
+        gas = intrinsic_gas(anchor_calldata(tx.log_id, tx.size, tx.root)) + execution
+        receipt = AnchorReceipt(tx.tx_hash, self._block_number, ok, gas)
+        self._receipts[tx.tx_hash] = receipt
+        return receipt
+
+    def receipt(self, tx_hash: bytes) -> AnchorReceipt | None:
+        self._check_available("eth_getTransactionReceipt")
+        return self._receipts.get(tx_hash)
+
+    def wait_for_receipt(self, tx_hash: bytes, timeout_s: float) -> AnchorReceipt | None:
+        return _poll_receipt(self, tx_hash, timeout_s)
+
+    def account_nonce(self, latest: bool) -> int:
+        self._check_available("eth_getTransactionCount")
+        return self._mined_nonce if latest else self._mined_nonce + len(self._mempool)
+
+    def anchors(self, log_id: str) -> list[OnChainAnchor]:
+        self._check_available("eth_getLogs")
+        key = log_id_hash(log_id)
+        return [event for event in self._events if event.log_id_hash == key]

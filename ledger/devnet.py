@@ -1,0 +1,399 @@
+"""The managed local chain: one anvil process per accord home, its state persisted on disk.
+
+Layout under the devnet folder (`<ACCORD_HOME>/devnet/`):
+
+    state.json   chain state; anvil loads it at start, dumps it every few seconds and on SIGTERM
+    anvil.log    anvil's stdout and stderr
+    anvil.pid    the pid of the running anvil (absent when stopped)
+
+anvil runs detached (its own session) so it outlives the command that started it; a later
+`up()` for the same home reuses it. It listens on 127.0.0.1 only, with chain id 31337 and the
+well-known test mnemonic, so account 0 (the operator) is always the same.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import platform
+import shutil
+import signal
+import socket
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+from ledger.errors import DevnetError
+
+DEVNET_CHAIN_ID = 31337
+DEVNET_HOST = "127.0.0.1"
+DEVNET_MNEMONIC = "test test test test test test test test test test test junk"
+STATE_DUMP_INTERVAL_S = 5
+START_TIMEOUT_S = 30.0
+STOP_TIMEOUT_S = 10.0
+_POLL_INTERVAL_S = 0.05
+_RPC_PROBE_TIMEOUT_S = 1.0
+_LOG_TAIL_LINES = 20
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+NODE_MODULES = REPO_ROOT / "node_modules"
+
+
+@dataclass(frozen=True)
+class DevnetInfo:
+    """A running devnet. `reused` is True when `up()` found it already running."""
+
+    pid: int
+    port: int
+    rpc_url: str
+    chain_id: int
+    reused: bool
+    state_file: Path
+    log_file: Path
+
+
+@dataclass(frozen=True)
+class DevnetStatus:
+    """What `status()` sees: `pid` and `block_number` are None when not running."""
+
+    running: bool
+    pid: int | None
+    port: int
+    rpc_url: str
+    block_number: int | None
+
+
+def find_free_port(host: str = DEVNET_HOST) -> int:
+    """A TCP port on `host` that nothing listens on right now (for tests)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def platform_package_name(system: str, machine: str) -> str | None:
+    """The `@foundry-rs/anvil-*` package holding the binary for this platform (pure)."""
+    systems = {"linux": "linux", "darwin": "darwin", "windows": "win32"}
+    machines = {"x86_64": "amd64", "amd64": "amd64", "aarch64": "arm64", "arm64": "arm64"}
+    os_part = systems.get(system.lower())
+    arch_part = machines.get(machine.lower())
+    if os_part is None or arch_part is None:
+        return None
+    return f"@foundry-rs/anvil-{os_part}-{arch_part}"
+
+
+def find_anvil(node_modules: Path = NODE_MODULES) -> Path:
+    """The anvil executable: the platform package's binary, else `node_modules/.bin/anvil`,
+    else `anvil` on PATH.
+
+    Raises DevnetError when none exists (run `npm ci` in the repository).
+    """
+    exe = "anvil.exe" if sys.platform == "win32" else "anvil"
+    candidates: list[Path] = []
+    package = platform_package_name(platform.system(), platform.machine())
+    if package is not None:
+        candidates.append(node_modules / package / "bin" / exe)
+    candidates.append(node_modules / ".bin" / "anvil")
+    on_path = shutil.which("anvil")
+    if on_path is not None:
+        candidates.append(Path(on_path))
+    for candidate in candidates:
+        if candidate.is_file() and os.access(candidate, os.X_OK):
+            return candidate
+    raise DevnetError(
+        "anvil not found (looked at "
+        + ", ".join(str(c) for c in candidates)
+        + "); run `npm ci` in the repository"
+    )
+
+
+def anvil_command(anvil: Path, port: int, state_file: Path) -> list[str]:
+    """The argv that starts the devnet (pure)."""
+    return [
+        str(anvil),
+        "--host",
+        DEVNET_HOST,
+        "--port",
+        str(port),
+        "--chain-id",
+        str(DEVNET_CHAIN_ID),
+        "--mnemonic",
+        DEVNET_MNEMONIC,
+        # --state = --load-state + --dump-state: load if present, dump on SIGTERM/SIGINT.
+        "--state",
+        str(state_file),
+        # Also dump periodically, so a crash or SIGKILL loses at most a few seconds.
+        "--state-interval",
+        str(STATE_DUMP_INTERVAL_S),
+    ]
+
+
+def rpc_call(rpc_url: str, method: str, timeout_s: float = _RPC_PROBE_TIMEOUT_S) -> object:
+    """One JSON-RPC call with no parameters; returns `result`.
+
+    Raises OSError (connection refused, timeout...) or ValueError (not a JSON-RPC answer).
+    """
+    body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": method, "params": []}).encode()
+    request = urllib.request.Request(
+        rpc_url, data=body, headers={"Content-Type": "application/json"}, method="POST"
+    )
+    with urllib.request.urlopen(request, timeout=timeout_s) as response:
+        answer = json.loads(response.read())
+    if not isinstance(answer, dict) or "result" not in answer:
+        raise ValueError(f"{method} got no result from {rpc_url}: {answer!r}")
+    return answer["result"]
+
+
+def _rpc_int(rpc_url: str, method: str) -> int | None:
+    """`method`'s hex quantity answer as an int, or None if the node does not answer."""
+    try:
+        result = rpc_call(rpc_url, method)
+    except (OSError, ValueError):
+        return None
+    if not isinstance(result, str):
+        return None
+    try:
+        return int(result, 16)
+    except ValueError:
+        return None
+
+
+def _reaped_or_gone(pid: int) -> bool:
+    """True when `pid` no longer runs (reaping it if it is our exited child)."""
+    try:
+        reaped, _ = os.waitpid(pid, os.WNOHANG)
+        if reaped == pid:
+            return True
+    except ChildProcessError:
+        pass  # not our child: fall through to a signal-0 probe
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return _is_zombie(pid)
+
+
+def _is_zombie(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    # "pid (comm) S ...": the state letter follows the last ')'.
+    return stat[stat.rfind(")") + 2 : stat.rfind(")") + 3] == "Z"
+
+
+def _looks_like_anvil(pid: int) -> bool:
+    """Guard against a recycled pid: the command line mentions anvil (True if unknowable)."""
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except FileNotFoundError:
+        return not Path("/proc/self").exists()
+    except OSError:
+        return True
+    return b"anvil" in cmdline
+
+
+def _port_is_free(port: int) -> bool:
+    """True unless something listens on the port (TIME_WAIT leftovers do not count: anvil
+    binds with SO_REUSEADDR too, and a restart right after `down()` must work)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((DEVNET_HOST, port))
+        except OSError:
+            return False
+    return True
+
+
+class Devnet:
+    """A managed anvil for one accord home.
+
+    `home_devnet_dir` is `<ACCORD_HOME>/devnet`; `anvil_path` overrides `find_anvil()`.
+    """
+
+    def __init__(self, home_devnet_dir: Path, port: int, anvil_path: Path | None = None) -> None:
+        self.dir = home_devnet_dir
+        self.port = port
+        self._anvil_path = anvil_path
+
+    @property
+    def rpc_url(self) -> str:
+        return f"http://{DEVNET_HOST}:{self.port}"
+
+    @property
+    def state_file(self) -> Path:
+        return self.dir / "state.json"
+
+    @property
+    def log_file(self) -> Path:
+        return self.dir / "anvil.log"
+
+    @property
+    def pid_file(self) -> Path:
+        return self.dir / "anvil.pid"
+
+    def up(self, timeout_s: float = START_TIMEOUT_S) -> DevnetInfo:
+        """Start anvil, or reuse the one already running for this home.
+
+        Raises DevnetError when anvil cannot be found, the port is taken by something else,
+        the running one does not answer on this port, or anvil does not answer
+        `eth_chainId` within `timeout_s` (the message carries the tail of anvil.log).
+        """
+        self.dir.mkdir(parents=True, exist_ok=True)
+        running = self._running_pid()
+        if running is not None:
+            chain_id = _rpc_int(self.rpc_url, "eth_chainId")
+            if chain_id is None:
+                raise DevnetError(
+                    f"the devnet of {self.dir} runs as pid {running} but does not answer on "
+                    f"{self.rpc_url}; stop it with `accord devnet down` and start it again"
+                )
+            return self._info(running, chain_id, reused=True)
+        if not _port_is_free(self.port):
+            raise DevnetError(
+                f"port {self.port} on {DEVNET_HOST} is already in use by another process; "
+                "choose another with ACCORD_DEVNET_PORT"
+            )
+        anvil = self._anvil_path or find_anvil()
+        pid = self._spawn(anvil_command(anvil, self.port, self.state_file))
+        self.pid_file.write_text(f"{pid}\n")
+        chain_id = self._wait_until_answering(pid, timeout_s)
+        return self._info(pid, chain_id, reused=False)
+
+    def down(self, timeout_s: float = STOP_TIMEOUT_S) -> bool:
+        """Stop the devnet: SIGTERM (anvil then dumps its state), SIGKILL after `timeout_s`.
+
+        Returns False when nothing was running. Removes the pid file either way.
+        Raises DevnetError if the process survives SIGKILL or cannot be signalled.
+        """
+        pid = self._running_pid()
+        if pid is None:
+            return False
+        try:
+            self._signal(pid, signal.SIGTERM)
+            if not self._wait_gone(pid, timeout_s):
+                self._signal(pid, signal.SIGKILL)
+                if not self._wait_gone(pid, STOP_TIMEOUT_S):
+                    raise DevnetError(f"anvil (pid {pid}) survived SIGKILL")
+        finally:
+            if _reaped_or_gone(pid):
+                self.pid_file.unlink(missing_ok=True)
+        return True
+
+    def status(self) -> DevnetStatus:
+        """Whether this home's anvil runs, its pid, and the block number it answers with."""
+        pid = self._running_pid()
+        block = _rpc_int(self.rpc_url, "eth_blockNumber") if pid is not None else None
+        return DevnetStatus(
+            running=pid is not None,
+            pid=pid,
+            port=self.port,
+            rpc_url=self.rpc_url,
+            block_number=block,
+        )
+
+    # -- internals ---------------------------------------------------------------------
+
+    def _info(self, pid: int, chain_id: int, *, reused: bool) -> DevnetInfo:
+        return DevnetInfo(
+            pid=pid,
+            port=self.port,
+            rpc_url=self.rpc_url,
+            chain_id=chain_id,
+            reused=reused,
+            state_file=self.state_file,
+            log_file=self.log_file,
+        )
+
+    def _running_pid(self) -> int | None:
+        """The pid in the pid file if that process still runs anvil; clears a stale file."""
+        try:
+            pid = int(self.pid_file.read_text().strip())
+        except (FileNotFoundError, ValueError):
+            self.pid_file.unlink(missing_ok=True)
+            return None
+        if _reaped_or_gone(pid) or not _looks_like_anvil(pid):
+            self.pid_file.unlink(missing_ok=True)
+            return None
+        return pid
+
+    def _spawn(self, argv: list[str]) -> int:
+        """Start `argv` in its own session, output appended to anvil.log; returns the pid.
+
+        os.posix_spawn rather than subprocess.Popen: the devnet must outlive this process,
+        and an abandoned Popen object warns (ResourceWarning) when it is collected.
+        """
+        with self.log_file.open("a") as log:
+            log.write(f"--- {time.strftime('%Y-%m-%dT%H:%M:%S')} starting: {' '.join(argv)}\n")
+        try:
+            return os.posix_spawn(
+                argv[0],
+                argv,
+                dict(os.environ),
+                file_actions=[
+                    (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+                    (
+                        os.POSIX_SPAWN_OPEN,
+                        1,
+                        str(self.log_file),
+                        os.O_WRONLY | os.O_APPEND | os.O_CREAT,
+                        0o644,
+                    ),
+                    (os.POSIX_SPAWN_DUP2, 1, 2),
+                ],
+                setsid=True,
+                setsigdef=(signal.SIGPIPE, signal.SIGINT, signal.SIGTERM, signal.SIGXFSZ),
+            )
+        except OSError as exc:
+            raise DevnetError(f"cannot start {argv[0]}: {exc}") from exc
+
+    def _wait_until_answering(self, pid: int, timeout_s: float) -> int:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if _reaped_or_gone(pid):
+                self.pid_file.unlink(missing_ok=True)
+                raise DevnetError(
+                    f"anvil exited during start-up; last lines of {self.log_file}:\n"
+                    + self._log_tail()
+                )
+            chain_id = _rpc_int(self.rpc_url, "eth_chainId")
+            if chain_id is not None:
+                return chain_id
+            time.sleep(_POLL_INTERVAL_S)
+        with contextlib.suppress(DevnetError):
+            self.down()
+        raise DevnetError(
+            f"anvil did not answer on {self.rpc_url} within {timeout_s:.0f} s; "
+            f"last lines of {self.log_file}:\n" + self._log_tail()
+        )
+
+    def _log_tail(self) -> str:
+        try:
+            lines = self.log_file.read_text(errors="replace").splitlines()
+        except OSError:
+            return "(no log)"
+        return "\n".join(lines[-_LOG_TAIL_LINES:])
+
+    @staticmethod
+    def _signal(pid: int, signum: signal.Signals) -> None:
+        try:
+            os.kill(pid, signum)
+        except ProcessLookupError:
+            return
+        except PermissionError as exc:
+            raise DevnetError(f"not allowed to signal anvil (pid {pid}): {exc}") from exc
+
+    @staticmethod
+    def _wait_gone(pid: int, timeout_s: float) -> bool:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if _reaped_or_gone(pid):
+                return True
+            time.sleep(_POLL_INTERVAL_S)
+        return _reaped_or_gone(pid)

@@ -1,0 +1,96 @@
+"""Every expected failure of the ledger, under one root.
+
+    LedgerError
+    ├── CanonicalizationError   a value cannot be put into RFC 8785 canonical JSON
+    ├── MalformedError          bytes or JSON that do not parse into an event, entry or checkpoint
+    ├── SignatureError          a signature does not verify, or a key id does not match its actor
+    ├── SequenceError           an actor's seq does not grow
+    ├── ProofError              an inclusion or consistency proof does not hold
+    ├── StoreError              the log database refused or lost a write
+    ├── ChainError              anything on the chain side
+    │   ├── ChainUnavailableError   the RPC endpoint does not answer
+    │   ├── DeploymentError         a recorded contract is missing or has other code
+    │   └── AnchorError             the registry refused an anchor, or a pending one is unresolved
+    ├── DevnetError             the managed anvil could not be started, found or stopped
+    └── VerificationError       `ledger verify` found a step that does not hold
+
+Each subclass carries the offending value where there is one, so a caller can report it
+without parsing the message.
+"""
+
+from __future__ import annotations
+
+
+class LedgerError(Exception):
+    """Root of every expected ledger failure."""
+
+
+class CanonicalizationError(LedgerError):
+    """A value has no RFC 8785 form (a float, a non-string key, an out-of-range integer...)."""
+
+
+class MalformedError(LedgerError):
+    """Input does not parse into the structure it claims to be."""
+
+
+class SignatureError(LedgerError):
+    """A signature is invalid, or its key id does not belong to the event's actor."""
+
+
+class SequenceError(LedgerError):
+    """An actor's `seq` did not strictly grow."""
+
+    def __init__(self, actor: str, seq: int, last_seq: int) -> None:
+        super().__init__(f"seq {seq} for {actor} does not grow: the last one logged is {last_seq}")
+        self.actor = actor
+        self.seq = seq
+        self.last_seq = last_seq
+
+
+class ProofError(LedgerError):
+    """A Merkle inclusion or consistency proof does not hold."""
+
+
+class StoreError(LedgerError):
+    """The log database refused a write or holds data the ledger cannot read."""
+
+
+class ChainError(LedgerError):
+    """Root of chain-side failures."""
+
+
+class ChainUnavailableError(ChainError):
+    """The RPC endpoint does not answer; nothing was sent, retry once it is back."""
+
+    def __init__(self, rpc_url: str, reason: str) -> None:
+        super().__init__(
+            f"the chain at {rpc_url} does not answer ({reason}); "
+            "start it with `accord devnet up` or check ACCORD_RPC_URL"
+        )
+        self.rpc_url = rpc_url
+
+
+class DeploymentError(ChainError):
+    """A recorded deployment is missing on the chain or has different code."""
+
+
+class AnchorError(ChainError):
+    """The registry refused an anchor, or a pending anchor could not be reconciled."""
+
+
+class DevnetError(LedgerError):
+    """The managed anvil devnet could not be started, found or stopped."""
+
+
+class VerificationError(LedgerError):
+    """A verification checklist step failed.
+
+    `step` is the checklist number, `entry` the log index it failed on (or None).
+    """
+
+    def __init__(self, step: int, message: str, entry: int | None = None) -> None:
+        where = f" at entry {entry}" if entry is not None else ""
+        super().__init__(f"step {step}{where}: {message}")
+        self.step = step
+        self.entry = entry
+        self.reason = message

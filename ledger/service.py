@@ -1,0 +1,97 @@
+"""The ledger as the rest of accord uses it: append signed events, checkpoint, anchor."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime
+
+from ledger.anchoring import Anchorer, AnchorOutcome
+from ledger.canonical import JSONValue
+from ledger.checkpoint import SignedCheckpoint, take_checkpoint
+from ledger.errors import ChainError, SequenceError
+from ledger.events import Entry, make_entry
+from ledger.signing import Signer
+from ledger.store import LogStore
+
+_SEQ_RETRIES = 5
+
+
+class Ledger:
+    """Appends go to the store at once; anchoring follows when due and never blocks an append.
+
+    `last_anchor_error` holds the chain error of the latest automatic attempt, if it failed;
+    the entries are kept and the next attempt anchors them.
+    """
+
+    def __init__(
+        self,
+        store: LogStore,
+        operator: Signer,
+        clock: Callable[[], datetime],
+        anchorer: Anchorer | None = None,
+    ) -> None:
+        self.store = store
+        self.operator = operator
+        self.clock = clock
+        self.anchorer = anchorer
+        self.last_anchor_error: ChainError | None = None
+
+    @property
+    def log_id(self) -> str:
+        return self.store.log_id
+
+    def next_seq(self, actor: str) -> int:
+        last = self.store.last_seq(actor)
+        return 1 if last is None else last + 1
+
+    def append(
+        self,
+        signer: Signer,
+        kind: str,
+        *,
+        subject: str = "",
+        body: Mapping[str, JSONValue] | None = None,
+    ) -> tuple[int, Entry]:
+        """Sign an event as `signer` with its next seq and append it; returns (index, entry).
+
+        Raises MalformedError or CanonicalizationError for a bad event, StoreError when the
+        database fails, SequenceError when other writers keep taking the seq.
+        """
+        for attempt in range(_SEQ_RETRIES):
+            entry = make_entry(
+                signer,
+                kind=kind,
+                seq=self.next_seq(signer.did),
+                at=self.clock(),
+                subject=subject,
+                body=body,
+            )
+            try:
+                (index,) = self.append_entries([entry])
+                return index, entry
+            except SequenceError:
+                if attempt == _SEQ_RETRIES - 1:
+                    raise
+        raise AssertionError("unreachable")
+
+    def append_entries(self, entries: Sequence[Entry]) -> list[int]:
+        """Append already signed entries in one transaction, then anchor if due."""
+        indices = self.store.append_batch(entries)
+        self.auto_anchor()
+        return indices
+
+    def checkpoint(self) -> SignedCheckpoint:
+        """A signed, stored checkpoint of the current log."""
+        return take_checkpoint(self.store, self.operator, self.clock())
+
+    def auto_anchor(self) -> AnchorOutcome | None:
+        """Anchor when N entries or T seconds have passed; a chain error is kept, not raised."""
+        if self.anchorer is None or not self.anchorer.due(self.clock()):
+            return None
+        try:
+            outcome = self.anchorer.anchor_latest()
+        except ChainError as exc:
+            self.last_anchor_error = exc
+            return None
+        self.last_anchor_error = None
+        return outcome

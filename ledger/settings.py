@@ -1,0 +1,98 @@
+"""Where accord keeps its state and which chain it talks to, read once from the environment.
+
+Nothing here does I/O at import; `Settings.from_env()` reads variables, it creates no files.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+DEFAULT_HOME = ".accord"
+DEFAULT_LOG_ID = "accord-main"
+DEFAULT_DEVNET_PORT = 8545
+DEFAULT_ANCHOR_EVERY_ENTRIES = 1000
+DEFAULT_ANCHOR_EVERY_SECONDS = 60.0
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Resolved configuration.
+
+    home: the folder for the SQLite database, keys, devnet state and deployment record.
+    db_url: SQLAlchemy URL of the log database (SQLite under `home` unless ACCORD_DB_URL).
+    rpc_url: an external EVM chain; None means accord manages a local anvil devnet.
+    operator_eth_key: hex private key that pays for anchors on an external chain.
+    """
+
+    home: Path
+    db_url: str
+    rpc_url: str | None
+    operator_eth_key: str | None
+    log_id: str
+    devnet_port: int
+    anchor_every_entries: int
+    anchor_every_seconds: float
+
+    @property
+    def keys_dir(self) -> Path:
+        return self.home / "keys"
+
+    @property
+    def devnet_dir(self) -> Path:
+        return self.home / "devnet"
+
+    @property
+    def deployment_file(self) -> Path:
+        return self.home / "deployment.json"
+
+    @property
+    def managed_devnet(self) -> bool:
+        return self.rpc_url is None
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
+        """Read ACCORD_* variables; raises ValueError naming the variable that does not parse."""
+        env = os.environ if environ is None else environ
+        home = Path(env.get("ACCORD_HOME", DEFAULT_HOME)).expanduser().absolute()
+        db_url = env.get("ACCORD_DB_URL") or f"sqlite:///{home / 'accord.db'}"
+        return cls(
+            home=home,
+            db_url=db_url,
+            rpc_url=env.get("ACCORD_RPC_URL") or None,
+            operator_eth_key=env.get("ACCORD_OPERATOR_ETH_KEY") or None,
+            log_id=env.get("ACCORD_LOG_ID", DEFAULT_LOG_ID),
+            devnet_port=_int(env, "ACCORD_DEVNET_PORT", DEFAULT_DEVNET_PORT),
+            anchor_every_entries=_int(env, "ACCORD_ANCHOR_EVERY", DEFAULT_ANCHOR_EVERY_ENTRIES),
+            anchor_every_seconds=_float(
+                env, "ACCORD_ANCHOR_INTERVAL", DEFAULT_ANCHOR_EVERY_SECONDS
+            ),
+        )
+
+
+def _int(env: Mapping[str, str], name: str, default: int) -> int:
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ValueError(f"{name} must be a whole number, got {raw!r}") from None
+    if value <= 0:
+        raise ValueError(f"{name} must be positive, got {value}")
+    return value
+
+
+def _float(env: Mapping[str, str], name: str, default: float) -> float:
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ValueError(f"{name} must be a number of seconds, got {raw!r}") from None
+    if value <= 0:
+        raise ValueError(f"{name} must be positive, got {value}")
+    return value

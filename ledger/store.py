@@ -1,0 +1,543 @@
+"""The persistent Merkle log: SQLModel tables on SQLite (default) or PostgreSQL.
+
+Tables
+    ledger_head         one row: the log id and its size; every append locks it
+    ledger_entries      index, actor, seq, kind, subject, time, leaf data (JCS of the entry)
+    ledger_nodes        perfect-subtree hashes keyed by `level << 48 | index` (leaves at level 0)
+    ledger_checkpoints  signed tree heads
+    ledger_anchors      each checkpoint sent to the chain: pending until reconciled
+
+An append computes its leaf and the interior nodes it completes from the log's *frontier* (the
+at most log2(n) perfect subtrees that make up the current tree), inserts them with the entries
+in one transaction, and so costs O(log n). Proofs read the O(log n) nodes they need in one query.
+A batch is one transaction: durable or absent, never half there.
+
+Writers serialise on the head row (`BEGIN IMMEDIATE` on SQLite, `SELECT … FOR UPDATE` on
+PostgreSQL), so several processes may append to one log safely.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import (
+    BigInteger,
+    Engine,
+    LargeBinary,
+    event,
+    func,
+    insert,
+    select,
+    update,
+)
+from sqlalchemy.exc import IntegrityError, OperationalError, SQLAlchemyError
+from sqlmodel import Column, Field, SQLModel, create_engine
+
+from ledger import merkle
+from ledger.errors import SequenceError, StoreError
+from ledger.events import Entry
+from ledger.merkle import NodeId
+
+NODE_INDEX_BITS = 48
+
+
+def _reason(exc: BaseException) -> str:
+    """The driver's message without SQLAlchemy's statement and parameter dump."""
+    original = getattr(exc, "orig", None)
+    return str(original if original is not None else exc).strip().splitlines()[0]
+
+
+def node_key(node: NodeId) -> int:
+    """The integer primary key of a perfect subtree."""
+    return (node.level << NODE_INDEX_BITS) | node.position
+
+
+class LedgerHead(SQLModel, table=True):
+    __tablename__ = "ledger_head"
+
+    id: int = Field(default=1, primary_key=True)
+    log_id: str
+    size: int = Field(default=0, sa_column=Column(BigInteger, nullable=False))
+
+
+class LedgerEntry(SQLModel, table=True):
+    __tablename__ = "ledger_entries"
+
+    idx: int = Field(sa_column=Column(BigInteger, primary_key=True, autoincrement=False))
+    actor: str = Field(index=True)
+    seq: int = Field(sa_column=Column(BigInteger, nullable=False))
+    kind: str = Field(index=True)
+    subject: str = Field(index=True)
+    at: str
+    data: bytes = Field(sa_column=Column(LargeBinary, nullable=False))
+
+
+class LedgerNode(SQLModel, table=True):
+    __tablename__ = "ledger_nodes"
+
+    id: int = Field(sa_column=Column(BigInteger, primary_key=True, autoincrement=False))
+    hash: bytes = Field(sa_column=Column(LargeBinary, nullable=False))
+
+
+class LedgerCheckpoint(SQLModel, table=True):
+    __tablename__ = "ledger_checkpoints"
+
+    size: int = Field(sa_column=Column(BigInteger, primary_key=True, autoincrement=False))
+    root: bytes = Field(sa_column=Column(LargeBinary, nullable=False))
+    at: str
+    data: bytes = Field(sa_column=Column(LargeBinary, nullable=False))
+
+
+class LedgerAnchor(SQLModel, table=True):
+    __tablename__ = "ledger_anchors"
+
+    size: int = Field(sa_column=Column(BigInteger, primary_key=True, autoincrement=False))
+    root: bytes = Field(sa_column=Column(LargeBinary, nullable=False))
+    status: str = Field(index=True)  # pending | confirmed
+    chain_id: int
+    registry_address: str
+    nonce: int
+    tx_hash: bytes = Field(sa_column=Column(LargeBinary, nullable=False))
+    raw_tx: bytes = Field(sa_column=Column(LargeBinary, nullable=False))
+    block_number: int | None = None
+    sent_at: str
+
+
+_ENTRIES = LedgerEntry.__table__  # type: ignore[attr-defined]
+_NODES = LedgerNode.__table__  # type: ignore[attr-defined]
+_HEAD = LedgerHead.__table__  # type: ignore[attr-defined]
+_CHECKPOINTS = LedgerCheckpoint.__table__  # type: ignore[attr-defined]
+_ANCHORS = LedgerAnchor.__table__  # type: ignore[attr-defined]
+_LEDGER_TABLES = [_HEAD, _ENTRIES, _NODES, _CHECKPOINTS, _ANCHORS]
+
+
+def make_engine(db_url: str) -> Engine:
+    """An engine for `db_url`; SQLite gets WAL, full sync and writer-serialising BEGIN IMMEDIATE.
+
+    Raises StoreError when the URL names no database accord can open.
+    """
+    try:
+        if db_url.startswith("sqlite"):
+            engine = create_engine(db_url, connect_args={"timeout": 30})
+
+            @event.listens_for(engine, "connect")
+            def _sqlite_connect(dbapi_connection: Any, _record: Any) -> None:
+                dbapi_connection.isolation_level = None  # we issue BEGIN ourselves
+                cursor = dbapi_connection.cursor()
+                cursor.execute("PRAGMA journal_mode=WAL")
+                cursor.execute("PRAGMA synchronous=FULL")
+                cursor.execute("PRAGMA busy_timeout=30000")
+                cursor.close()
+
+            @event.listens_for(engine, "begin")
+            def _sqlite_begin(connection: Any) -> None:
+                connection.exec_driver_sql("BEGIN IMMEDIATE")
+
+            return engine
+        return create_engine(db_url, pool_pre_ping=True)
+    except (SQLAlchemyError, ValueError, ModuleNotFoundError) as exc:
+        raise StoreError(f"cannot open the log database {db_url!r}: {_reason(exc)}") from exc
+
+
+@dataclass(frozen=True)
+class StoredEntry:
+    """An entry as read back: its index in the log and its leaf data."""
+
+    index: int
+    data: bytes
+
+    @property
+    def leaf_hash(self) -> bytes:
+        return merkle.leaf_hash(self.data)
+
+
+@dataclass(frozen=True)
+class StoredCheckpoint:
+    size: int
+    root: bytes
+    at: str
+    data: bytes
+
+
+@dataclass(frozen=True)
+class StoredAnchor:
+    size: int
+    root: bytes
+    status: str
+    chain_id: int
+    registry_address: str
+    nonce: int
+    tx_hash: bytes
+    raw_tx: bytes
+    block_number: int | None
+    sent_at: str
+
+
+class LogStore:
+    """One Merkle log in one database.
+
+    Raises StoreError for database failures and SequenceError when an actor's seq would not
+    grow; either way nothing of the failed batch is written.
+    """
+
+    def __init__(self, engine: Engine, log_id: str) -> None:
+        self.engine = engine
+        self.log_id = log_id
+        self._frontier: list[tuple[NodeId, bytes]] = []
+        self._frontier_size = -1
+        self._last_seq: dict[str, int] = {}
+        self._postgres = engine.dialect.name == "postgresql"
+        try:
+            SQLModel.metadata.create_all(engine, tables=_LEDGER_TABLES)
+            with engine.begin() as connection:
+                head = connection.execute(select(_HEAD.c.log_id)).scalar_one_or_none()
+                if head is None:
+                    connection.execute(insert(_HEAD).values(id=1, log_id=log_id, size=0))
+                elif head != log_id:
+                    raise StoreError(
+                        f"this database holds log {head!r}, not {log_id!r} (check ACCORD_LOG_ID)"
+                    )
+        except IntegrityError:
+            pass  # another process created the head row first
+        except SQLAlchemyError as exc:
+            raise StoreError(f"cannot prepare the log tables: {_reason(exc)}") from exc
+
+    # -- reading -----------------------------------------------------------------------------
+
+    def size(self) -> int:
+        with self._read() as connection:
+            return int(connection.execute(select(_HEAD.c.size)).scalar_one())
+
+    def root(self, size: int | None = None) -> bytes:
+        """The tree hash at `size` (default: now). Raises ValueError beyond the log's size."""
+        with self._read() as connection:
+            current = int(connection.execute(select(_HEAD.c.size)).scalar_one())
+            size = current if size is None else size
+            if not 0 <= size <= current:
+                raise ValueError(f"the log has {current} entries, not {size}")
+            pieces = merkle.perfect_subtrees(0, size)
+            nodes = self._nodes(connection, pieces)
+        return merkle.fold_right([nodes[piece] for piece in pieces])
+
+    def entry(self, index: int) -> StoredEntry:
+        """Raises IndexError when there is no entry `index`."""
+        with self._read() as connection:
+            data = connection.execute(
+                select(_ENTRIES.c.data).where(_ENTRIES.c.idx == index)
+            ).scalar_one_or_none()
+        if data is None:
+            raise IndexError(f"the log has no entry {index}")
+        return StoredEntry(index, bytes(data))
+
+    def entries(
+        self, start: int = 0, end: int | None = None, *, chunk: int = 5000
+    ) -> Iterator[StoredEntry]:
+        """Entries with start <= index < end, in index order, read in chunks."""
+        position = start
+        while end is None or position < end:
+            stop = position + chunk if end is None else min(end, position + chunk)
+            with self._read() as connection:
+                rows = connection.execute(
+                    select(_ENTRIES.c.idx, _ENTRIES.c.data)
+                    .where(_ENTRIES.c.idx >= position, _ENTRIES.c.idx < stop)
+                    .order_by(_ENTRIES.c.idx)
+                ).all()
+            if not rows:
+                return
+            for idx, data in rows:
+                yield StoredEntry(int(idx), bytes(data))
+            position = int(rows[-1][0]) + 1
+
+    def find(
+        self,
+        *,
+        kind: str | None = None,
+        subject: str | None = None,
+        actor: str | None = None,
+        limit: int = 100,
+        after: int = -1,
+    ) -> list[StoredEntry]:
+        """Entries matching every given field, oldest first, after index `after`."""
+        query = select(_ENTRIES.c.idx, _ENTRIES.c.data).where(_ENTRIES.c.idx > after)
+        if kind is not None:
+            query = query.where(_ENTRIES.c.kind == kind)
+        if subject is not None:
+            query = query.where(_ENTRIES.c.subject == subject)
+        if actor is not None:
+            query = query.where(_ENTRIES.c.actor == actor)
+        with self._read() as connection:
+            rows = connection.execute(query.order_by(_ENTRIES.c.idx).limit(limit)).all()
+        return [StoredEntry(int(idx), bytes(data)) for idx, data in rows]
+
+    def last_seq(self, actor: str) -> int | None:
+        """The highest seq `actor` has logged, or None."""
+        with self._read() as connection:
+            value = connection.execute(
+                select(func.max(_ENTRIES.c.seq)).where(_ENTRIES.c.actor == actor)
+            ).scalar_one()
+        return None if value is None else int(value)
+
+    def inclusion_proof(self, index: int, size: int | None = None) -> list[bytes]:
+        """The RFC 9162 inclusion proof of entry `index` in the tree of `size` (default: now).
+
+        Raises ValueError when index or size are out of range.
+        """
+        with self._read() as connection:
+            current = int(connection.execute(select(_HEAD.c.size)).scalar_one())
+            size = current if size is None else size
+            if size > current:
+                raise ValueError(f"the log has {current} entries, not {size}")
+            needed = merkle.nodes_for_inclusion(index, size)
+            nodes = self._nodes(connection, needed)
+        return merkle.inclusion_proof_by(index, size, merkle.subtree_from_nodes(nodes))
+
+    def consistency_proof(self, old_size: int, new_size: int | None = None) -> list[bytes]:
+        """The RFC 9162 consistency proof between two sizes. Raises ValueError out of range."""
+        with self._read() as connection:
+            current = int(connection.execute(select(_HEAD.c.size)).scalar_one())
+            new_size = current if new_size is None else new_size
+            if new_size > current:
+                raise ValueError(f"the log has {current} entries, not {new_size}")
+            needed = merkle.nodes_for_consistency(old_size, new_size)
+            nodes = self._nodes(connection, needed)
+        return merkle.consistency_proof_by(old_size, new_size, merkle.subtree_from_nodes(nodes))
+
+    def stored_nodes(self, start_key: int = 0, chunk: int = 20000) -> Iterator[tuple[int, bytes]]:
+        """Every stored node as (key, hash), by key (for verification)."""
+        position = start_key
+        while True:
+            with self._read() as connection:
+                rows = connection.execute(
+                    select(_NODES.c.id, _NODES.c.hash)
+                    .where(_NODES.c.id >= position)
+                    .order_by(_NODES.c.id)
+                    .limit(chunk)
+                ).all()
+            if not rows:
+                return
+            for key, value in rows:
+                yield int(key), bytes(value)
+            position = int(rows[-1][0]) + 1
+
+    # -- appending ---------------------------------------------------------------------------
+
+    def append(self, entry: Entry) -> int:
+        """Append one signed entry; returns its index."""
+        return self.append_batch([entry])[0]
+
+    def append_batch(self, entries: Sequence[Entry]) -> list[int]:
+        """Append entries in one transaction; returns their indices.
+
+        Raises SequenceError (nothing written) when an actor's seq does not grow, StoreError
+        when the database fails (nothing written).
+        """
+        if not entries:
+            return []
+        try:
+            with self.engine.begin() as connection:
+                size = self._lock_head(connection)
+                self._sync_caches(connection, size)
+                self._check_sequences(connection, entries)
+                entry_rows: list[dict[str, Any]] = []
+                node_rows: list[dict[str, Any]] = []
+                frontier = list(self._frontier)
+                for offset, entry in enumerate(entries):
+                    index = size + offset
+                    leaf = merkle.leaf_hash(entry.data)
+                    event_ = entry.event
+                    entry_rows.append(
+                        {
+                            "idx": index,
+                            "actor": event_.actor,
+                            "seq": event_.seq,
+                            "kind": event_.kind,
+                            "subject": event_.subject,
+                            "at": event_.at,
+                            "data": entry.data,
+                        }
+                    )
+                    completed = merkle.completed_nodes(index, leaf, dict(frontier).__getitem__)
+                    for node, value in completed:
+                        node_rows.append({"id": node_key(node), "hash": value})
+                    frontier = _advance_frontier(frontier, completed)
+                connection.execute(insert(_ENTRIES), entry_rows)
+                connection.execute(insert(_NODES), node_rows)
+                new_size = size + len(entries)
+                connection.execute(update(_HEAD).values(size=new_size))
+        except IntegrityError as exc:
+            self._frontier_size = -1
+            raise StoreError(
+                f"the log refused the batch (a concurrent writer?): {_reason(exc)}"
+            ) from exc
+        except SequenceError:
+            raise
+        except SQLAlchemyError as exc:
+            self._frontier_size = -1
+            raise StoreError(f"the log database failed during an append: {_reason(exc)}") from exc
+        self._frontier = frontier
+        self._frontier_size = new_size
+        for entry in entries:
+            self._last_seq[entry.event.actor] = entry.event.seq
+        return list(range(size, new_size))
+
+    # -- checkpoints and anchors -------------------------------------------------------------
+
+    def save_checkpoint(self, size: int, root: bytes, at: str, data: bytes) -> None:
+        """Store a signed checkpoint (idempotent for the same size and root).
+
+        Raises StoreError when another root is stored for that size.
+        """
+        existing = self.checkpoint(size)
+        if existing is not None:
+            if existing.root != root:
+                raise StoreError(f"a different checkpoint is stored for size {size}")
+            return
+        try:
+            with self.engine.begin() as connection:
+                connection.execute(
+                    insert(_CHECKPOINTS).values(size=size, root=root, at=at, data=data)
+                )
+        except SQLAlchemyError as exc:
+            raise StoreError(f"cannot store checkpoint {size}: {_reason(exc)}") from exc
+
+    def checkpoint(self, size: int) -> StoredCheckpoint | None:
+        with self._read() as connection:
+            row = connection.execute(
+                select(_CHECKPOINTS).where(_CHECKPOINTS.c.size == size)
+            ).one_or_none()
+        return None if row is None else _checkpoint(row)
+
+    def checkpoints(self) -> list[StoredCheckpoint]:
+        with self._read() as connection:
+            rows = connection.execute(select(_CHECKPOINTS).order_by(_CHECKPOINTS.c.size)).all()
+        return [_checkpoint(row) for row in rows]
+
+    def latest_checkpoint(self) -> StoredCheckpoint | None:
+        with self._read() as connection:
+            row = connection.execute(
+                select(_CHECKPOINTS).order_by(_CHECKPOINTS.c.size.desc()).limit(1)
+            ).one_or_none()
+        return None if row is None else _checkpoint(row)
+
+    def record_anchor(self, anchor: StoredAnchor) -> None:
+        """Record a signed anchor transaction before it is sent. Raises StoreError."""
+        try:
+            with self.engine.begin() as connection:
+                connection.execute(insert(_ANCHORS).values(**anchor.__dict__))
+        except SQLAlchemyError as exc:
+            raise StoreError(
+                f"cannot record the anchor of size {anchor.size}: {_reason(exc)}"
+            ) from exc
+
+    def confirm_anchor(self, size: int, block_number: int, tx_hash: bytes) -> None:
+        try:
+            with self.engine.begin() as connection:
+                connection.execute(
+                    update(_ANCHORS)
+                    .where(_ANCHORS.c.size == size)
+                    .values(status="confirmed", block_number=block_number, tx_hash=tx_hash)
+                )
+        except SQLAlchemyError as exc:
+            raise StoreError(f"cannot confirm the anchor of size {size}: {_reason(exc)}") from exc
+
+    def forget_anchor(self, size: int) -> None:
+        """Drop a pending anchor that the chain proved was never mined (it is re-sent anew)."""
+        try:
+            with self.engine.begin() as connection:
+                connection.execute(
+                    _ANCHORS.delete().where(_ANCHORS.c.size == size, _ANCHORS.c.status == "pending")
+                )
+        except SQLAlchemyError as exc:
+            raise StoreError(f"cannot drop the anchor of size {size}: {_reason(exc)}") from exc
+
+    def anchors(self, status: str | None = None) -> list[StoredAnchor]:
+        query = select(_ANCHORS).order_by(_ANCHORS.c.size)
+        if status is not None:
+            query = query.where(_ANCHORS.c.status == status)
+        with self._read() as connection:
+            rows = connection.execute(query).all()
+        return [
+            StoredAnchor(
+                size=int(row.size),
+                root=bytes(row.root),
+                status=row.status,
+                chain_id=int(row.chain_id),
+                registry_address=row.registry_address,
+                nonce=int(row.nonce),
+                tx_hash=bytes(row.tx_hash),
+                raw_tx=bytes(row.raw_tx),
+                block_number=None if row.block_number is None else int(row.block_number),
+                sent_at=row.sent_at,
+            )
+            for row in rows
+        ]
+
+    # -- internals ---------------------------------------------------------------------------
+
+    def _read(self) -> Any:
+        try:
+            return self.engine.connect()
+        except OperationalError as exc:
+            raise StoreError(f"cannot reach the log database: {_reason(exc)}") from exc
+
+    def _lock_head(self, connection: Any) -> int:
+        query = select(_HEAD.c.size).where(_HEAD.c.id == 1)
+        if self._postgres:
+            query = query.with_for_update()
+        return int(connection.execute(query).scalar_one())
+
+    def _sync_caches(self, connection: Any, size: int) -> None:
+        if size == self._frontier_size:
+            return
+        pieces = merkle.perfect_subtrees(0, size)
+        nodes = self._nodes(connection, pieces)
+        self._frontier = [(piece, nodes[piece]) for piece in pieces]
+        self._frontier_size = size
+        self._last_seq.clear()
+
+    def _check_sequences(self, connection: Any, entries: Sequence[Entry]) -> None:
+        actors = {entry.event.actor for entry in entries} - self._last_seq.keys()
+        if actors:
+            rows = connection.execute(
+                select(_ENTRIES.c.actor, func.max(_ENTRIES.c.seq))
+                .where(_ENTRIES.c.actor.in_(actors))
+                .group_by(_ENTRIES.c.actor)
+            ).all()
+            found = {actor: int(seq) for actor, seq in rows}
+            for actor in actors:
+                self._last_seq[actor] = found.get(actor, -1)
+        last = dict(self._last_seq)
+        for entry in entries:
+            actor, seq = entry.event.actor, entry.event.seq
+            if seq <= last[actor]:
+                raise SequenceError(actor, seq, last[actor])
+            last[actor] = seq
+
+    def _nodes(self, connection: Any, needed: Iterable[NodeId]) -> dict[NodeId, bytes]:
+        wanted = {node_key(node): node for node in needed}
+        if not wanted:
+            return {}
+        rows = connection.execute(
+            select(_NODES.c.id, _NODES.c.hash).where(_NODES.c.id.in_(list(wanted)))
+        ).all()
+        found = {wanted[int(key)]: bytes(value) for key, value in rows}
+        if len(found) != len(wanted):
+            missing = sorted(set(wanted.values()) - found.keys())
+            raise StoreError(f"the log is missing stored tree nodes {missing[:3]}")
+        return found
+
+
+def _advance_frontier(
+    frontier: list[tuple[NodeId, bytes]], completed: list[tuple[NodeId, bytes]]
+) -> list[tuple[NodeId, bytes]]:
+    """The frontier after an append: completed subtrees replace the ones they cover."""
+    top, top_hash = completed[-1]
+    kept = [(node, value) for node, value in frontier if node.end <= top.start]
+    kept.append((top, top_hash))
+    return kept
+
+
+def _checkpoint(row: Any) -> StoredCheckpoint:
+    return StoredCheckpoint(int(row.size), bytes(row.root), row.at, bytes(row.data))

@@ -1,0 +1,315 @@
+"""`ledger verify`: a numbered checklist over the stored log, its checkpoints and the chain.
+
+    (1) every entry parses as one canonical signed entry, and its signature and key id hold
+    (2) every actor's seq strictly grows
+    (3) the entries are contiguous, every stored tree node recomputes, and the tree recomputes
+        to each stored checkpoint's root
+    (4) each checkpoint is signed by the operator, for this log, as stored
+    (5) each anchor the chain holds for this log equals the log's root at that size, and each
+        anchor the log recorded as confirmed is on the chain
+    (6) successive on-chain anchors are consistent (RFC 9162 consistency proofs)
+
+Steps run in order and stop at the first failure, which names the entry (log index) it failed
+on where there is one. Steps 5 and 6 are skipped, and say so, when no chain is given.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from ledger import merkle
+from ledger.chain import AnchorChain, OnChainAnchor
+from ledger.checkpoint import SignedCheckpoint
+from ledger.errors import (
+    ChainError,
+    LedgerError,
+    MalformedError,
+    ProofError,
+    SignatureError,
+    VerificationError,
+)
+from ledger.events import Entry
+from ledger.merkle import NodeId
+from ledger.store import NODE_INDEX_BITS, LogStore
+
+STEP_TITLES = {
+    1: "every entry's signature",
+    2: "every actor's seq grows",
+    3: "the tree recomputes to each stored checkpoint",
+    4: "each checkpoint's signature",
+    5: "each anchor equals what the chain holds",
+    6: "consistency between successive anchors",
+}
+
+StepStatus = Literal["pass", "fail", "skipped", "not-run"]
+Progress = Callable[[int, int], None]
+"""Called with (entries done, entries in all) while the log is read."""
+
+
+@dataclass(frozen=True)
+class StepResult:
+    number: int
+    title: str
+    status: StepStatus
+    detail: str
+    entry: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "step": self.number,
+            "title": self.title,
+            "status": self.status,
+            "detail": self.detail,
+            "entry": self.entry,
+        }
+
+
+@dataclass(frozen=True)
+class VerificationReport:
+    log_id: str
+    size: int
+    steps: tuple[StepResult, ...] = field(default_factory=tuple)
+
+    @property
+    def ok(self) -> bool:
+        return all(step.status in ("pass", "skipped") for step in self.steps)
+
+    @property
+    def first_failure(self) -> StepResult | None:
+        return next((step for step in self.steps if step.status == "fail"), None)
+
+    def to_json(self) -> dict[str, Any]:
+        failure = self.first_failure
+        return {
+            "log_id": self.log_id,
+            "size": self.size,
+            "verdict": "PASS" if self.ok else "FAIL",
+            "steps": [step.to_json() for step in self.steps],
+            "failed_step": None if failure is None else failure.number,
+            "failed_entry": None if failure is None else failure.entry,
+        }
+
+
+@dataclass
+class _LogScan:
+    """What one pass over the entries learned; failures are kept per step."""
+
+    leaves: list[bytes] = field(default_factory=list)
+    levels: dict[int, list[bytes]] = field(default_factory=dict)
+    signatures: VerificationError | None = None
+    sequences: VerificationError | None = None
+    contiguity: VerificationError | None = None
+
+    def root_at(self, size: int) -> bytes:
+        """The tree hash at `size`, from the recomputed levels (after step 3)."""
+        pieces = merkle.perfect_subtrees(0, size)
+        return merkle.fold_right([self.levels[p.level][p.position] for p in pieces])
+
+
+def verify_log(
+    store: LogStore,
+    operator_did: str,
+    chain: AnchorChain | None,
+    progress: Progress | None = None,
+) -> VerificationReport:
+    """Run the checklist. Never raises for what it finds; it reports it.
+
+    Raises StoreError only when the database cannot be read at all.
+    """
+    size = store.size()
+    scan = _scan_entries(store, size, progress)
+    on_chain: list[OnChainAnchor] = []
+    checks: list[tuple[int, Callable[[], str]]] = [
+        (
+            1,
+            lambda: _raise_or(
+                scan.signatures, f"{len(scan.leaves)} entries signed by their actors"
+            ),
+        ),
+        (2, lambda: _raise_or(scan.sequences, "every actor's seq grows")),
+        (3, lambda: _check_tree(store, size, scan)),
+        (4, lambda: _check_checkpoints(store, operator_did)),
+    ]
+    if chain is not None:
+        checks.append((5, lambda: _check_chain(store, chain, scan, on_chain)))
+        checks.append((6, lambda: _check_consistency(store, on_chain)))
+
+    results: list[StepResult] = []
+    failed = False
+    for number, check in checks:
+        title = STEP_TITLES[number]
+        if failed:
+            results.append(StepResult(number, title, "not-run", "an earlier step failed"))
+            continue
+        try:
+            results.append(StepResult(number, title, "pass", check()))
+        except VerificationError as exc:
+            failed = True
+            results.append(StepResult(number, title, "fail", exc.reason, exc.entry))
+    if chain is None:
+        for number in (5, 6):
+            results.append(
+                StepResult(number, STEP_TITLES[number], "skipped", "no chain given (offline)")
+            )
+    return VerificationReport(store.log_id, size, tuple(results))
+
+
+def _raise_or(failure: VerificationError | None, detail: str) -> str:
+    if failure is not None:
+        raise failure
+    return detail
+
+
+def _scan_entries(store: LogStore, size: int, progress: Progress | None) -> _LogScan:
+    scan = _LogScan()
+    last_seq: dict[str, int] = {}
+    expected = 0
+    for stored in store.entries():
+        if stored.index != expected and scan.contiguity is None:
+            scan.contiguity = VerificationError(
+                3, f"entry {expected} is missing (next stored is {stored.index})", expected
+            )
+        expected = stored.index + 1
+        scan.leaves.append(merkle.leaf_hash(stored.data))
+        if scan.signatures is not None:
+            continue
+        try:
+            entry = Entry.from_bytes(stored.data)
+            entry.verify()
+        except (MalformedError, SignatureError) as exc:
+            scan.signatures = VerificationError(1, str(exc), stored.index)
+            continue
+        actor, seq = entry.event.actor, entry.event.seq
+        previous = last_seq.get(actor, -1)
+        if seq <= previous and scan.sequences is None:
+            scan.sequences = VerificationError(
+                2, f"seq {seq} of {actor} does not grow past {previous}", stored.index
+            )
+        last_seq[actor] = max(seq, previous)
+        if progress is not None and stored.index % 1000 == 0:
+            progress(stored.index, size)
+    if progress is not None:
+        progress(size, size)
+    return scan
+
+
+def _expected_nodes(leaves: list[bytes]) -> Iterator[tuple[int, NodeId, bytes]]:
+    """Every perfect subtree of the tree over `leaves`, in stored key order (level-major)."""
+    level_hashes = leaves
+    level = 0
+    while level_hashes:
+        for index, value in enumerate(level_hashes):
+            yield (level << NODE_INDEX_BITS) | index, NodeId(level, index), value
+        level_hashes = [
+            merkle.node_hash(level_hashes[i], level_hashes[i + 1])
+            for i in range(0, len(level_hashes) - 1, 2)
+        ]
+        level += 1
+
+
+def _check_tree(store: LogStore, size: int, scan: _LogScan) -> str:
+    if scan.contiguity is not None:
+        raise scan.contiguity
+    if len(scan.leaves) != size:
+        raise VerificationError(
+            3,
+            f"the log says it has {size} entries but {len(scan.leaves)} are stored",
+            min(size, len(scan.leaves)),
+        )
+    expected = _expected_nodes(scan.leaves)
+    levels = scan.levels
+    for key, stored_hash in store.stored_nodes():
+        want = next(expected, None)
+        if want is None:
+            raise VerificationError(3, f"an unexpected tree node {key:#x} is stored")
+        want_key, node, value = want
+        if key != want_key:
+            missing = NodeId(want_key >> NODE_INDEX_BITS, want_key & ((1 << NODE_INDEX_BITS) - 1))
+            raise VerificationError(3, f"tree node {missing} is missing", missing.start)
+        if stored_hash != value:
+            what = "leaf hash" if node.level == 0 else f"tree node {tuple(node)}"
+            raise VerificationError(3, f"the stored {what} does not match the entries", node.start)
+        levels.setdefault(node.level, []).append(value)
+    leftover = next(expected, None)
+    if leftover is not None:
+        raise VerificationError(3, f"tree node {tuple(leftover[1])} is missing", leftover[1].start)
+
+    checkpoints = store.checkpoints()
+    for checkpoint in checkpoints:
+        if checkpoint.size > size:
+            raise VerificationError(
+                3, f"checkpoint {checkpoint.size} is beyond the log's {size} entries", size
+            )
+        if scan.root_at(checkpoint.size) != checkpoint.root:
+            raise VerificationError(
+                3,
+                f"the entries do not hash to checkpoint {checkpoint.size}'s root",
+                max(checkpoint.size - 1, 0),
+            )
+    return f"{size} leaves and their tree nodes recompute; {len(checkpoints)} checkpoints match"
+
+
+def _check_checkpoints(store: LogStore, operator_did: str) -> str:
+    checkpoints = store.checkpoints()
+    for stored in checkpoints:
+        try:
+            signed = SignedCheckpoint.from_bytes(stored.data)
+            signed.verify(operator_did)
+        except (MalformedError, SignatureError) as exc:
+            raise VerificationError(4, f"checkpoint {stored.size}: {exc}") from exc
+        checkpoint = signed.checkpoint
+        if checkpoint.log_id != store.log_id:
+            raise VerificationError(
+                4, f"checkpoint {stored.size} is for log {checkpoint.log_id!r}, not this one"
+            )
+        if (checkpoint.size, checkpoint.root) != (stored.size, stored.root):
+            raise VerificationError(4, f"checkpoint {stored.size} differs from what it signs")
+    return f"{len(checkpoints)} checkpoints signed by {operator_did}"
+
+
+def _check_chain(
+    store: LogStore, chain: AnchorChain, scan: _LogScan, on_chain: list[OnChainAnchor]
+) -> str:
+    leaves = scan.leaves
+    log_id = store.log_id
+    try:
+        on_chain.extend(sorted(chain.anchors(log_id), key=lambda anchor: anchor.size))
+        for anchor in on_chain:
+            if anchor.size > len(leaves):
+                raise VerificationError(
+                    5,
+                    f"the chain anchors size {anchor.size} but the log has {len(leaves)} entries",
+                    len(leaves),
+                )
+            if scan.root_at(anchor.size) != anchor.root:
+                raise VerificationError(
+                    5,
+                    f"the log's root at size {anchor.size} differs from the one anchored in "
+                    f"block {anchor.block_number}",
+                    anchor.size - 1,
+                )
+        anchored_sizes = {anchor.size for anchor in on_chain}
+        for recorded in store.anchors(status="confirmed"):
+            if recorded.size not in anchored_sizes:
+                raise VerificationError(
+                    5, f"the log recorded an anchor of size {recorded.size} the chain lacks"
+                )
+    except ChainError as exc:
+        raise VerificationError(5, f"cannot read the chain: {exc}") from exc
+    return f"{len(on_chain)} anchors on chain {chain.chain_id()} match the log"
+
+
+def _check_consistency(store: LogStore, on_chain: list[OnChainAnchor]) -> str:
+    for older, newer in itertools.pairwise(on_chain):
+        try:
+            proof = store.consistency_proof(older.size, newer.size)
+            merkle.verify_consistency(older.size, newer.size, older.root, newer.root, proof)
+        except (ProofError, ValueError, LedgerError) as exc:
+            raise VerificationError(
+                6, f"anchors {older.size} and {newer.size} are not consistent: {exc}"
+            ) from exc
+    pairs = max(len(on_chain) - 1, 0)
+    return f"{pairs} successive anchor pairs are consistent"

@@ -1,0 +1,1 @@
+"""accord market: tasks, escrow, sealed bids, auctions and settlement (not built yet)."""
