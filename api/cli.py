@@ -21,7 +21,13 @@ from rich.table import Table
 
 from ledger.anchoring import AnchorOutcome
 from ledger.chain import AnchorChain
-from ledger.errors import ChainError, DevnetError, LedgerError, MalformedError
+from ledger.errors import (
+    CanonicalizationError,
+    ChainError,
+    DevnetError,
+    LedgerError,
+    MalformedError,
+)
 from ledger.events import Entry
 from ledger.runtime import connect_chain, devnet_for, open_ledger, open_store, operator_signer
 from ledger.settings import Settings
@@ -71,7 +77,7 @@ def _errors() -> Iterator[None]:
     """Turn expected failures into one clear line and an exit status."""
     try:
         yield
-    except MalformedError as exc:
+    except (MalformedError, CanonicalizationError) as exc:
         _fail(str(exc), code=2)
     except LedgerError as exc:
         _fail(str(exc))

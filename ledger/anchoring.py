@@ -28,7 +28,8 @@ from ledger.events import Entry, format_time, parse_time
 from ledger.signing import Signer
 from ledger.store import LogStore, StoredAnchor
 
-AnchorStatus = Literal["confirmed", "pending", "already-anchored", "empty"]
+AnchorStatus = Literal["confirmed", "pending", "already-anchored", "dropped", "empty"]
+"""`dropped`: a pending record the chain proved can never be mined (it is forgotten)."""
 
 
 @dataclass(frozen=True)
@@ -78,7 +79,8 @@ class Anchorer:
 
     def anchor_latest(self) -> AnchorOutcome:
         """Reconcile pending anchors, then anchor the current checkpoint if the chain lacks it."""
-        for outcome in self.reconcile():
+        reconciled = self.reconcile()
+        for outcome in reconciled:
             if outcome.status == "pending":
                 return outcome  # one unresolved transaction at a time: nonces stay in order
         size = self.store.size()
@@ -86,6 +88,9 @@ class Anchorer:
             return AnchorOutcome("empty", 0)
         log_id = self.store.log_id
         if self.chain.latest_size(log_id) >= size:
+            for outcome in reconciled:
+                if outcome.status == "confirmed" and outcome.size == size:
+                    return outcome
             return AnchorOutcome("already-anchored", size, self.store.root(size))
         signed = self.checkpoint()
         root = signed.checkpoint.root
@@ -137,7 +142,7 @@ class Anchorer:
         if receipt is not None:  # mined but reverted, and the root is not there
             if self.chain.latest_size(log_id) > pending.size:
                 self.store.forget_anchor(pending.size)  # a larger anchor covers it
-                return AnchorOutcome("already-anchored", pending.size, pending.root)
+                return AnchorOutcome("dropped", pending.size, pending.root, pending.tx_hash)
             raise AnchorError(
                 f"the anchor of size {pending.size} was reverted on chain "
                 f"(transaction {pending.tx_hash.hex()})"
@@ -145,7 +150,7 @@ class Anchorer:
         if self.chain.account_nonce(latest=True) > pending.nonce:
             # Its nonce was spent by another transaction: this one can never be mined.
             self.store.forget_anchor(pending.size)
-            return AnchorOutcome("already-anchored", pending.size, pending.root)
+            return AnchorOutcome("dropped", pending.size, pending.root, pending.tx_hash)
         tx = SignedAnchorTx(
             log_id, pending.size, pending.root, pending.nonce, pending.tx_hash, pending.raw_tx
         )

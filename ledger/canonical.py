@@ -65,11 +65,13 @@ def canonical_json(value: JSONValue) -> bytes:
         raise CanonicalizationError(f"cannot canonicalize: {exc}") from exc
 
 
-def _safe_int(text: str) -> int:
+def _number(text: str) -> int | float:
+    """JSON numbers are IEEE doubles (RFC 8785): integers beyond 2**53 parse as floats, so
+    only those a double holds exactly can be canonical."""
     value = int(text)
-    if not -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER:
-        raise MalformedError(f"integer {text} is beyond the I-JSON range")
-    return value
+    if -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER:
+        return value
+    return float(value)
 
 
 def parse_canonical(data: bytes) -> JSONValue:
@@ -80,7 +82,7 @@ def parse_canonical(data: bytes) -> JSONValue:
     """
     try:
         text = data.decode("utf-8")
-        value = json.loads(text, parse_int=_safe_int)
+        value = json.loads(text, parse_int=_number)
     except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
         raise MalformedError(f"not UTF-8 JSON: {exc}") from exc
     try:

@@ -1,0 +1,134 @@
+"""The `accord` command line against a real anvil devnet, as a person or a script uses it."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from ledger.devnet import find_free_port
+
+pytestmark = pytest.mark.devnet
+
+
+class Accord:
+    """Runs `accord` in a subprocess with its own ACCORD_HOME and devnet port."""
+
+    def __init__(self, home: Path, port: int) -> None:
+        self.env = {
+            **os.environ,
+            "ACCORD_HOME": str(home),
+            "ACCORD_DEVNET_PORT": str(port),
+            "ACCORD_ANCHOR_EVERY": "1000",
+            "COLUMNS": "200",
+        }
+        self.env.pop("ACCORD_RPC_URL", None)
+        self.env.pop("ACCORD_DB_URL", None)
+
+    def run(self, *args: str, check: int | None = 0) -> subprocess.CompletedProcess[str]:
+        result = subprocess.run(
+            [sys.executable, "-m", "api.cli", *args],
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        if check is not None:
+            assert result.returncode == check, (args, result.stdout, result.stderr)
+        return result
+
+    def json(self, *args: str, check: int = 0) -> dict:  # type: ignore[type-arg]
+        return json.loads(self.run(*args, "--json", check=check).stdout)
+
+
+@pytest.fixture
+def accord(tmp_path: Path) -> Iterator[Accord]:
+    cli = Accord(tmp_path / "home", find_free_port())
+    try:
+        yield cli
+    finally:
+        cli.run("devnet", "down", check=None)
+
+
+def test_append_anchor_verify_survive_a_devnet_restart(accord: Accord) -> None:
+    first = accord.json("devnet", "up")
+    again = accord.json("devnet", "up")
+    assert first["reused"] is False and again["reused"] is True
+    assert again["pid"] == first["pid"] and again["registry"] == first["registry"]
+
+    for n in range(3):
+        accord.run("ledger", "append", "--kind", "note.added", "--body", json.dumps({"n": n}))
+    anchored = accord.json("ledger", "anchor")
+    assert anchored["status"] == "confirmed" and anchored["size"] == 3
+
+    accord.run("devnet", "down")
+    accord.json("devnet", "up")  # from the persisted state
+    report = accord.json("ledger", "verify")
+    assert report["verdict"] == "PASS", report
+    assert [step["status"] for step in report["steps"]] == ["pass"] * 6
+
+
+def test_devnet_down_loses_nothing_and_anchors_later(accord: Accord) -> None:
+    accord.json("devnet", "up")
+    accord.run("ledger", "append", "--kind", "note.added")
+    accord.json("ledger", "anchor")
+    accord.run("devnet", "down")
+
+    appended = accord.json("ledger", "append", "--kind", "note.added", "--body", '{"late": true}')
+    assert appended["index"] == 1
+    assert "devnet is not running" in appended["anchor_pending_reason"]
+
+    verify = accord.run("ledger", "verify", check=1)
+    assert "devnet is not running" in verify.stderr
+    offline = accord.json("ledger", "verify", "--offline")
+    assert offline["verdict"] == "PASS"
+
+    accord.json("devnet", "up")
+    anchored = accord.json("ledger", "anchor")
+    assert (anchored["status"], anchored["size"]) == ("confirmed", 2)
+    assert accord.json("ledger", "verify")["verdict"] == "PASS"
+
+
+def test_external_chain_that_is_down_gives_a_clear_error(accord: Accord) -> None:
+    accord.env["ACCORD_RPC_URL"] = f"http://127.0.0.1:{find_free_port()}"
+    accord.env["ACCORD_OPERATOR_ETH_KEY"] = "0x" + "11" * 32
+    result = accord.run("ledger", "anchor", check=1)
+    assert "does not answer" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_show_proof_and_bad_input(accord: Accord) -> None:
+    for n in range(5):
+        accord.run("ledger", "append", "--kind", "note.added", "--body", json.dumps({"n": n}))
+    shown = accord.json("ledger", "show", "--from", "1", "--limit", "2")
+    assert shown["size"] == 5 and [e["index"] for e in shown["entries"]] == [1, 2]
+    proof = accord.json("ledger", "proof", "3")
+    assert proof["tree_size"] == 5 and len(proof["proof"]) == 3
+    assert "the proof verifies" in accord.run("ledger", "proof", "3").stdout
+
+    for args, message in [
+        (["ledger", "append", "--kind", "Bad Kind"], "dotted lower-case"),
+        (["ledger", "append", "--kind", "a.b", "--body", "[1]"], "JSON object"),
+        (["ledger", "append", "--kind", "a.b", "--body", "{nope"], "not JSON"),
+        (["ledger", "append", "--kind", "a.b", "--body", '{"wei": 500000000000000000}'], "wei"),
+        (["ledger", "proof", "9"], "not in a tree of 5"),
+    ]:
+        result = accord.run(*args, check=2)
+        assert message in result.stderr, (args, result.stderr)
+        assert "Traceback" not in result.stderr
+    assert accord.json("ledger", "show")["size"] == 5  # nothing was written by bad input
+
+
+def test_append_as_another_key(accord: Accord, tmp_path: Path) -> None:
+    from ledger.signing import Ed25519Signer, write_keyfile
+
+    agent = Ed25519Signer.generate()
+    keyfile = tmp_path / "agent.json"
+    write_keyfile(keyfile, agent)
+    entry = accord.json("ledger", "append", "--kind", "agent.joined", "--as", str(keyfile))
+    assert entry["event"]["actor"] == agent.did and entry["event"]["seq"] == 1

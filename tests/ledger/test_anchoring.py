@@ -1,0 +1,180 @@
+"""Anchoring through the in-memory chain: record, send, reconcile, never twice."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from ledger.anchoring import Anchorer
+from ledger.chain import MemoryAnchorChain
+from ledger.errors import ChainUnavailableError
+from ledger.events import make_entry
+from ledger.service import Ledger
+from ledger.signing import Ed25519Signer
+from ledger.store import LogStore, make_engine
+from ledger.verify import verify_log
+
+START = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = START
+
+    def __call__(self) -> datetime:
+        return self.now
+
+
+@pytest.fixture
+def setup(tmp_path: Path) -> tuple[LogStore, MemoryAnchorChain, Anchorer, Ed25519Signer, Clock]:
+    store = LogStore(make_engine(f"sqlite:///{tmp_path / 'log.db'}"), "test-log")
+    chain = MemoryAnchorChain()
+    operator = Ed25519Signer(bytes(range(32)))
+    clock = Clock()
+    anchorer = Anchorer(
+        store, chain, operator, clock, every_entries=10, every_seconds=60, receipt_timeout=0.05
+    )
+    return store, chain, anchorer, operator, clock
+
+
+def _append(store: LogStore, signer: Ed25519Signer, count: int) -> None:
+    first = (store.last_seq(signer.did) or 0) + 1
+    store.append_batch(
+        [make_entry(signer, kind="note.added", seq=first + i, at=START) for i in range(count)]
+    )
+
+
+def test_anchor_confirms_and_is_not_repeated(setup) -> None:
+    store, chain, anchorer, operator, _ = setup
+    assert anchorer.anchor_latest().status == "empty"
+    _append(store, operator, 3)
+    outcome = anchorer.anchor_latest()
+    assert outcome.status == "confirmed" and outcome.size == 3
+    assert chain.root_at("test-log", 3) == store.root(3)
+    assert anchorer.anchor_latest().status == "already-anchored"
+    assert len(chain.anchors("test-log")) == 1
+    assert [a.status for a in store.anchors()] == ["confirmed"]
+
+
+def test_chain_down_loses_nothing_and_anchors_later(setup) -> None:
+    store, chain, anchorer, operator, _ = setup
+    _append(store, operator, 4)
+    chain.available = False
+    with pytest.raises(ChainUnavailableError, match="does not answer"):
+        anchorer.anchor_latest()
+    _append(store, operator, 2)  # appends never need the chain
+    assert store.size() == 6
+    chain.available = True
+    outcome = anchorer.anchor_latest()
+    assert (outcome.status, outcome.size) == ("confirmed", 6)
+    assert verify_log(store, operator.did, chain).ok
+
+
+def test_lost_broadcast_reply_is_reconciled_not_resent_with_new_nonce(setup) -> None:
+    store, chain, anchorer, operator, _ = setup
+    _append(store, operator, 5)
+    chain.lose_broadcast_replies = 1  # the tx reaches the node, the reply is lost
+    with pytest.raises(ChainUnavailableError):
+        anchorer.anchor_latest()
+    [pending] = store.anchors(status="pending")
+    outcome = anchorer.anchor_latest()
+    assert outcome.status == "confirmed"
+    assert outcome.tx_hash == pending.tx_hash  # the same signed transaction, not a new one
+    assert len(chain.anchors("test-log")) == 1
+
+
+def test_unmined_transaction_is_rebroadcast_byte_for_byte(setup) -> None:
+    store, chain, anchorer, operator, _ = setup
+    _append(store, operator, 5)
+    chain.auto_mine = False
+    outcome = anchorer.anchor_latest()
+    assert outcome.status == "pending"
+    # A crash here, then a restart: a new Anchorer over the same store.
+    restarted = Anchorer(store, chain, operator, anchorer.clock, receipt_timeout=0.05)
+    chain.auto_mine = True
+    again = restarted.anchor_latest()
+    assert again.status == "confirmed" and again.tx_hash == outcome.tx_hash
+    assert chain.account_nonce(latest=True) == 1  # exactly one transaction was ever mined
+
+
+def test_crash_before_broadcast_sends_the_recorded_transaction(setup) -> None:
+    store, chain, anchorer, operator, _ = setup
+    _append(store, operator, 7)
+    chain.available = True
+    # Simulate a crash right after the record step: build and record, never send.
+    tx = chain.build_anchor_tx("test-log", 7, store.root(7))
+    from ledger.store import StoredAnchor
+
+    store.record_anchor(
+        StoredAnchor(
+            7,
+            store.root(7),
+            "pending",
+            31337,
+            chain.registry_address(),
+            tx.nonce,
+            tx.tx_hash,
+            tx.raw,
+            None,
+            "2026-11-29T12:00:00.000Z",
+        )
+    )
+    outcome = anchorer.anchor_latest()
+    assert outcome.status == "confirmed" and outcome.tx_hash == tx.tx_hash
+    assert [a.size for a in chain.anchors("test-log")] == [7]
+
+
+def test_pending_whose_nonce_was_spent_elsewhere_is_dropped_then_anchored_fresh(setup) -> None:
+    store, chain, anchorer, operator, _ = setup
+    _append(store, operator, 3)
+    chain.auto_mine = False
+    pending = anchorer.anchor_latest()
+    assert pending.status == "pending"
+    # Another transaction of the operator's account takes the nonce (e.g. a manual anchor
+    # of another log); ours can never be mined now.
+    chain._mempool.clear()  # the node dropped ours...
+    other = chain.build_anchor_tx("other-log", 1, b"\x01" * 32)  # ...and the nonce went here
+    assert other.nonce == pending_nonce(store)
+    chain.broadcast(other)
+    chain.mine()
+    chain.auto_mine = True
+    [dropped] = anchorer.reconcile()
+    assert dropped.status == "dropped"  # the dead record is forgotten...
+    final = anchorer.anchor_latest()  # ...and only then a fresh transaction is signed
+    assert final.status == "confirmed" and final.tx_hash != pending.tx_hash
+    assert [a.size for a in chain.anchors("test-log")] == [3]
+
+
+def pending_nonce(store: LogStore) -> int:
+    [record] = store.anchors(status="pending")
+    return record.nonce
+
+
+def test_due_by_entries_and_by_time(setup) -> None:
+    store, _chain, anchorer, operator, clock = setup
+    assert not anchorer.due(clock())
+    _append(store, operator, 3)
+    assert not anchorer.due(clock())
+    clock.now = START + timedelta(seconds=61)
+    assert anchorer.due(clock())
+    anchorer.anchor_latest()
+    _append(store, operator, 9)
+    assert not anchorer.due(clock())
+    _append(store, operator, 1)
+    assert anchorer.due(clock())  # 10 entries since the last anchor
+
+
+def test_ledger_appends_through_a_chain_outage_and_records_why(setup) -> None:
+    store, chain, anchorer, operator, clock = setup
+    ledger = Ledger(store, operator, clock, anchorer)
+    chain.available = False
+    for _ in range(12):
+        ledger.append(operator, "note.added", body={"text": "hi"})
+    assert store.size() == 12
+    assert isinstance(ledger.last_anchor_error, ChainUnavailableError)
+    chain.available = True
+    ledger.append(operator, "note.added")
+    assert ledger.last_anchor_error is None
+    assert chain.latest_size("test-log") == 13
