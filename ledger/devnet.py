@@ -17,6 +17,7 @@ import contextlib
 import json
 import os
 import platform
+import random
 import shutil
 import signal
 import socket
@@ -67,12 +68,22 @@ class DevnetStatus:
     block_number: int | None
 
 
+#: Ports handed out for devnets and test servers: below Linux's ephemeral range (32768+), so
+#: an outgoing connection of another process cannot take one between a `down()` and an `up()`.
+FREE_PORT_RANGE = range(20000, 32000)
+
+
 def find_free_port(host: str = DEVNET_HOST) -> int:
-    """A TCP port on `host` that nothing listens on right now (for tests)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        port: int = sock.getsockname()[1]
-        return port
+    """A TCP port on `host` that nothing listens on right now (for tests and benchmarks).
+
+    Raises DevnetError when none of a few hundred random tries is free.
+    """
+    rng = random.SystemRandom()
+    for _ in range(500):
+        port = rng.choice(FREE_PORT_RANGE)
+        if _port_is_free(port, host):
+            return port
+    raise DevnetError(f"no free port in {FREE_PORT_RANGE} on {host}")
 
 
 def platform_package_name(system: str, machine: str) -> str | None:
@@ -199,13 +210,13 @@ def _looks_like_anvil(pid: int) -> bool:
     return b"anvil" in cmdline
 
 
-def _port_is_free(port: int) -> bool:
+def _port_is_free(port: int, host: str = DEVNET_HOST) -> bool:
     """True unless something listens on the port (TIME_WAIT leftovers do not count: anvil
     binds with SO_REUSEADDR too, and a restart right after `down()` must work)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
-            sock.bind((DEVNET_HOST, port))
+            sock.bind((host, port))
         except OSError:
             return False
     return True

@@ -1,0 +1,60 @@
+"""Every expected failure of identity, under one root.
+
+    IdentityError
+    ├── KeyStoreError           a key file is missing, unreadable or not private
+    ├── CredentialError         a credential or presentation fails a verification step
+    │                           (`step` names the checklist step, `reason` says why)
+    ├── ProofFormatError        a document or proof is malformed before any check can run
+    ├── NonceError              a DID-auth challenge nonce is unknown, expired or used
+    ├── BindingError            a payout-address binding lacks or fails one of its signatures
+    └── ExamError               an exam cannot be started, answered or graded
+        ├── RateLimitedError    too many attempts; `retry_after` seconds
+        └── DeadlineError       an answer came after its item's deadline
+"""
+
+from __future__ import annotations
+
+
+class IdentityError(Exception):
+    """Root of every expected identity failure."""
+
+
+class KeyStoreError(IdentityError):
+    """A key file is missing, unreadable, or readable by others."""
+
+
+class CredentialError(IdentityError):
+    """A verification checklist step failed; `step` is its name, `reason` the detail."""
+
+    def __init__(self, step: str, reason: str) -> None:
+        super().__init__(f"{step}: {reason}")
+        self.step = step
+        self.reason = reason
+
+
+class ProofFormatError(IdentityError):
+    """A document or proof is malformed (missing fields, bad encodings)."""
+
+
+class NonceError(IdentityError):
+    """A challenge nonce is unknown, expired, for another domain, or already used."""
+
+
+class BindingError(IdentityError):
+    """A payout-address binding is missing a signature or one does not verify."""
+
+
+class ExamError(IdentityError):
+    """An exam cannot be started, answered or graded."""
+
+
+class RateLimitedError(ExamError):
+    """Too many exam attempts; try again after `retry_after` seconds."""
+
+    def __init__(self, message: str, retry_after: float) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class DeadlineError(ExamError):
+    """An answer arrived after its item's deadline."""
