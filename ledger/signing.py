@@ -11,6 +11,7 @@ import base64
 import contextlib
 import json
 import os
+import re
 from functools import lru_cache
 from pathlib import Path
 from typing import Protocol
@@ -97,13 +98,21 @@ def b64url(data: bytes) -> str:
 
 
 def from_b64url(text: str) -> bytes:
-    """Inverse of `b64url`; raises MalformedError on bad input."""
-    if not isinstance(text, str) or "=" in text:
+    """Inverse of `b64url`, strictly: only the one canonical spelling of each byte string is
+    accepted (no padding, no '+' or '/', no stray bits in the last character), so a signed
+    value has exactly one text form. Raises MalformedError otherwise."""
+    if not isinstance(text, str) or not _B64URL.match(text):
         raise MalformedError("expected unpadded base64url text")
     try:
-        return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+        data = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
     except ValueError as exc:
         raise MalformedError(f"not base64url: {exc}") from exc
+    if b64url(data) != text:
+        raise MalformedError("base64url text is not in its canonical form")
+    return data
+
+
+_B64URL = re.compile(r"^[A-Za-z0-9_-]*$")
 
 
 class Ed25519Signer:

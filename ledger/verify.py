@@ -210,25 +210,28 @@ def _expected_nodes(leaves: list[bytes]) -> Iterator[tuple[int, NodeId, bytes]]:
         level += 1
 
 
+def _node_id(key: int) -> NodeId:
+    return NodeId(key >> NODE_INDEX_BITS, key & ((1 << NODE_INDEX_BITS) - 1))
+
+
 def _check_tree(store: LogStore, size: int, scan: _LogScan) -> str:
     if scan.contiguity is not None:
         raise scan.contiguity
-    if len(scan.leaves) != size:
-        raise VerificationError(
-            3,
-            f"the log says it has {size} entries but {len(scan.leaves)} are stored",
-            min(size, len(scan.leaves)),
-        )
+    # Stored nodes first, in key order (all leaves, then each level up): the first mismatch
+    # names the first entry that differs, which a count comparison could not.
     expected = _expected_nodes(scan.leaves)
     levels = scan.levels
     for key, stored_hash in store.stored_nodes():
         want = next(expected, None)
-        if want is None:
-            raise VerificationError(3, f"an unexpected tree node {key:#x} is stored")
+        if want is None or key < want[0]:
+            extra = _node_id(key)
+            what = f"leaf hash {extra.start}" if extra.level == 0 else f"tree node {tuple(extra)}"
+            raise VerificationError(
+                3, f"the stored {what} has no entry behind it", min(extra.start, len(scan.leaves))
+            )
         want_key, node, value = want
-        if key != want_key:
-            missing = NodeId(want_key >> NODE_INDEX_BITS, want_key & ((1 << NODE_INDEX_BITS) - 1))
-            raise VerificationError(3, f"tree node {missing} is missing", missing.start)
+        if key > want_key:
+            raise VerificationError(3, f"tree node {tuple(node)} is missing", node.start)
         if stored_hash != value:
             what = "leaf hash" if node.level == 0 else f"tree node {tuple(node)}"
             raise VerificationError(3, f"the stored {what} does not match the entries", node.start)
@@ -236,6 +239,12 @@ def _check_tree(store: LogStore, size: int, scan: _LogScan) -> str:
     leftover = next(expected, None)
     if leftover is not None:
         raise VerificationError(3, f"tree node {tuple(leftover[1])} is missing", leftover[1].start)
+    if len(scan.leaves) != size:
+        raise VerificationError(
+            3,
+            f"the log says it has {size} entries but {len(scan.leaves)} are stored",
+            min(size, len(scan.leaves)),
+        )
 
     checkpoints = store.checkpoints()
     for checkpoint in checkpoints:

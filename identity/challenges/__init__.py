@@ -1,0 +1,42 @@
+"""Capability exams: seeded item generators and deterministic graders.
+
+An exam for one agent and one capability:
+
+    seed = item_seed(exam_seed, agent_did, server_nonce)
+    items = REGISTRY["arithmetic"].generate(seed, capability.item_count)
+    grades = [capability.grade(item, answer) for item, answer in ...]
+    passed = passes(capability, *score(grades))
+
+The operator publishes `seed_commitment(exam_seed)` before the exam and reveals the seed after,
+so anyone can regenerate the items and re-grade the logged answers. Only the `python` grader does
+I/O (it runs answers in `sandbox`); everything else is pure.
+"""
+
+from identity.challenges.base import (
+    JSON,
+    Capability,
+    ExamItem,
+    Grade,
+    JSONObject,
+    grade_before_deadline,
+    item_seed,
+    passes,
+    score,
+    seed_commitment,
+)
+from identity.challenges.registry import REGISTRY, get_capability
+
+__all__ = [
+    "JSON",
+    "REGISTRY",
+    "Capability",
+    "ExamItem",
+    "Grade",
+    "JSONObject",
+    "get_capability",
+    "grade_before_deadline",
+    "item_seed",
+    "passes",
+    "score",
+    "seed_commitment",
+]

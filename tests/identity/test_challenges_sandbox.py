@@ -1,0 +1,202 @@
+"""The python capability's sandbox: every way an answer can misbehave earns 0 with a reason,
+and nothing it does outlives its run or escapes its temporary directory."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from identity.challenges.base import ExamItem
+from identity.challenges.python_tasks import PythonCapability
+from identity.challenges.reference import solve
+from identity.challenges.sandbox import (
+    DEFAULT_LIMITS,
+    MiB,
+    SandboxLimits,
+    run_function_cases,
+)
+from identity.errors import ExamError
+
+FAST = SandboxLimits(cpu_seconds=1, wall_seconds=2.0)
+CAPABILITY = PythonCapability(limits=FAST)
+SEED = b"sandbox-test-seed-0001"
+
+
+@pytest.fixture(scope="module")
+def item() -> ExamItem:
+    return CAPABILITY.generate(SEED, 1)[0]
+
+
+def answer(item: ExamItem, body: str, preamble: str = "") -> str:
+    """Source defining the item's function with `body` (already indented)."""
+    return f"{preamble}\ndef {item.payload['function_name']}(*args):\n{body}\n"
+
+
+def assert_zero(item: ExamItem, source: str, reason: str) -> str:
+    grade = CAPABILITY.grade(item, source)
+    assert (grade.earned, grade.possible) == (0, 1)
+    assert reason in grade.reason, grade.reason
+    return grade.reason
+
+
+def test_the_reference_answer_passes_in_the_sandbox(item: ExamItem) -> None:
+    grade = CAPABILITY.grade(item, solve(item))
+    assert grade.full_marks and "passed all" in grade.reason
+
+
+def test_the_default_limits_are_those_documented() -> None:
+    assert DEFAULT_LIMITS.cpu_seconds == 2
+    assert DEFAULT_LIMITS.memory_bytes == 256 * MiB
+
+
+def test_an_infinite_loop_is_killed_by_the_cpu_limit(item: ExamItem) -> None:
+    started = time.monotonic()
+    assert_zero(item, answer(item, "    while True:\n        pass"), "CPU time limit of 1 s")
+    assert time.monotonic() - started < FAST.wall_seconds + 1
+
+
+def test_a_loop_that_ignores_sigxcpu_is_killed_anyway(item: ExamItem) -> None:
+    preamble = "import signal\nsignal.signal(signal.SIGXCPU, signal.SIG_IGN)"
+    body = "    while True:\n        pass"
+    patient = PythonCapability(limits=SandboxLimits(cpu_seconds=1, wall_seconds=5.0))
+    started = time.monotonic()
+    grade = patient.grade(item, answer(item, body, preamble))
+    assert grade.earned == 0 and "CPU time limit" in grade.reason, grade.reason
+    assert time.monotonic() - started < 4, "the hard limit (SIGKILL) comes a second later"
+
+
+def test_sleeping_is_cut_by_the_wall_clock(item: ExamItem) -> None:
+    started = time.monotonic()
+    body = "    import time\n    time.sleep(60)"
+    assert_zero(item, answer(item, body), "wall-clock limit of 2 s")
+    assert time.monotonic() - started < FAST.wall_seconds + 1
+
+
+def test_a_memory_bomb_is_refused(item: ExamItem) -> None:
+    assert_zero(item, answer(item, "    return len(bytearray(10**10))"), "memory limit of 256 MiB")
+    growing = "    blocks = []\n    while True:\n        blocks.append(bytearray(10**7))"
+    assert_zero(item, answer(item, growing), "memory limit")
+    assert_zero(item, "data = 'x' * 10**10\n", "memory limit")
+
+
+def test_a_syntax_error_is_reported_with_its_line(item: ExamItem) -> None:
+    assert_zero(item, "def f(:\n    return 1\n", "syntax error: line 1")
+
+
+def test_an_exception_is_reported(item: ExamItem) -> None:
+    assert_zero(item, answer(item, "    return 1 // 0"), "raised ZeroDivisionError")
+    assert_zero(item, "raise SystemExit(3)\n", "raised while loading: SystemExit")
+
+
+def test_a_wrong_result_is_reported_without_the_expected_value(item: ExamItem) -> None:
+    reason = assert_zero(item, answer(item, "    return 'nonsense'"), "wrong result 'nonsense'")
+    assert "expected" not in reason
+
+
+def test_non_json_results_are_reported(item: ExamItem) -> None:
+    assert_zero(item, answer(item, "    return {1, 2}"), "returned a set, which is not JSON")
+
+
+def test_print_spam_earns_nothing(item: ExamItem) -> None:
+    source = solve(item)
+    assert isinstance(source, str)
+    assert_zero(item, "print('x' * 100_000)\n" + source, "printed more than 65536 characters")
+    catching = "    while True:\n        try:\n            print('spam')\n        except BaseException:\n            pass"  # noqa: E501
+    assert_zero(item, answer(item, catching), "CPU time limit")
+
+
+def test_huge_output_is_truncated_at_the_file_size_limit(item: ExamItem) -> None:
+    body = "    import os\n    while True:\n        os.write(1, b'x' * 65536)"
+    assert_zero(item, answer(item, body), "output limit of 1048576 bytes")
+    assert_zero(item, answer(item, "    return list(range(10**6))"), "return values too large")
+
+
+def test_leaving_early_gives_no_results(item: ExamItem) -> None:
+    assert_zero(item, "import os\nos._exit(0)\n", "ended without results")
+
+
+def test_os_system_runs_in_a_temporary_directory_and_dies_with_the_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    source = (
+        "import os\n"
+        "def where():\n"
+        "    os.system('touch planted; sleep 30 & echo $! > sleeper.pid')\n"
+        "    with open('sleeper.pid') as f:\n"
+        "        return [os.getcwd(), int(f.read())]\n"
+    )
+    run = run_function_cases(source, "where", [[]], FAST)
+    assert run.failure is None, run.failure
+    value = run.results[0].value
+    assert isinstance(value, list)
+    workdir, sleeper = value
+    assert isinstance(workdir, str) and isinstance(sleeper, int)
+    assert os.path.basename(os.path.dirname(workdir)).startswith("accord-sandbox-")
+    assert not os.path.exists(workdir), "the temporary directory outlived the run"
+    assert not (tmp_path / "planted").exists()
+    time.sleep(0.2)
+    assert not _alive(sleeper), "a process the answer started outlived the run"
+
+
+def test_a_blocking_os_system_is_time_limited() -> None:
+    started = time.monotonic()
+    run = run_function_cases("import os\nos.system('sleep 30')\n", "f", [[]], FAST)
+    assert run.failure is not None and "wall-clock" in run.failure
+    assert time.monotonic() - started < FAST.wall_seconds + 1
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().split(")")[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_the_child_sees_no_expected_values_no_stdin_and_a_clean_environment() -> None:
+    source = (
+        "import __main__, os, sys\n"
+        "def peek():\n"
+        "    return [__main__.request, sys.stdin.read(), sorted(os.environ), hash('accord')]\n"
+    )
+    first = run_function_cases(source, "peek", [[]], FAST)
+    second = run_function_cases(source, "peek", [[]], FAST)
+    assert first.failure is None, first.failure
+    value = first.results[0].value
+    assert isinstance(value, list)
+    request, stdin_text, environment, string_hash = value
+    assert isinstance(request, dict) and set(request) == {"source", "function", "cases"}
+    assert "expected" not in json.dumps(request)
+    assert stdin_text == ""
+    assert isinstance(environment, list)
+    assert all(isinstance(key, str) for key in environment)
+    assert not [k for k in environment if str(k).startswith("ACCORD") or "TOKEN" in str(k)]
+    assert isinstance(string_hash, int)
+    assert second.results[0].value == value, "str hashing must not vary between runs"
+
+
+def test_each_case_gets_its_own_result_or_error() -> None:
+    source = "def half(n):\n    return 10 // n\n"
+    run = run_function_cases(source, "half", [[2], [0], [5]], FAST)
+    assert run.failure is None
+    assert [r.value for r in run.results] == [5, None, 2]
+    assert run.results[1].error is not None and "ZeroDivisionError" in run.results[1].error
+
+
+def test_limits_refuse_nonsense_and_inputs_must_be_json() -> None:
+    bad_limits: list[dict[str, float]] = [
+        {"cpu_seconds": 0},
+        {"wall_seconds": 0},
+        {"memory_bytes": MiB},
+        {"output_bytes": 10},
+    ]
+    for bad in bad_limits:
+        with pytest.raises(ExamError):
+            SandboxLimits(**bad)  # type: ignore[arg-type]
+    with pytest.raises(ExamError):
+        run_function_cases("def f(x): return x", "f", [[{1, 2}]], FAST)  # type: ignore[list-item]

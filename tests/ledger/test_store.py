@@ -1,0 +1,354 @@
+"""LogStore on both backends (SQLite file, PostgreSQL schema): see tests/ledger/conftest.py.
+
+* appends hand back their indices, and what is read back is what was appended;
+* every root, inclusion proof and consistency proof the store serves from its stored nodes
+  equals `ledger.merkle` over the same leaves, and verifies (every size 0..300 for roots, every
+  index / every old size for a spread of sizes up to 300);
+* a batch is atomic: a seq that does not grow, or a database failure on its last rows, leaves
+  size, root, entries and nodes exactly as they were, and the store keeps working;
+* the seq check of one LogStore notices what another LogStore appended to the same database;
+* checkpoints are stored idempotently, a different root for a stored size is refused;
+* a database holding another log id is refused;
+* two threads, each with its own LogStore on the same database, interleave appends safely.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from sqlalchemy import delete, insert
+
+from ledger import merkle
+from ledger.checkpoint import SignedCheckpoint, take_checkpoint
+from ledger.errors import SequenceError, StoreError
+from ledger.merkle import NodeId
+from ledger.signing import Ed25519Signer
+from ledger.store import LedgerNode, LogStore, node_key
+from ledger.verify import verify_log
+from tests.ledger.conftest import LOG_ID, START, EntryMaker, append_signed
+
+LOG_SIZE = 300
+# Sizes whose every inclusion proof / every consistency proof is compared with the reference:
+# powers of two, their neighbours, and a few others, up to the log's size.
+FULL_SIZES = (1, 2, 3, 4, 5, 6, 7, 8, 9, 13, 16, 17, 31, 32, 33, 63, 64, 65, 100, 127, 128, 129)
+FULL_SIZES_LARGE = (255, 256, 257, 299, 300)
+
+_NODES = LedgerNode.__table__  # type: ignore[attr-defined]
+
+
+def leaves_of(store: LogStore) -> list[bytes]:
+    return [stored.leaf_hash for stored in store.entries()]
+
+
+def assert_serves_reference(store: LogStore, leaves: list[bytes]) -> None:
+    """Root, every inclusion proof and every consistency proof at the current size."""
+    assert store.size() == len(leaves)
+    assert store.root() == merkle.root(leaves)
+    for index in range(len(leaves)):
+        assert store.inclusion_proof(index) == merkle.inclusion_proof(leaves, index)
+    for old_size in range(1, len(leaves) + 1):
+        assert store.consistency_proof(old_size) == merkle.consistency_proof(leaves, old_size)
+
+
+def snapshot(store: LogStore, actors: list[Ed25519Signer]) -> dict[str, Any]:
+    """Everything an append could change, read back from the database."""
+    return {
+        "size": store.size(),
+        "root": store.root(),
+        "entries": [(stored.index, stored.data) for stored in store.entries()],
+        "nodes": list(store.stored_nodes()),
+        "last_seq": {signer.did: store.last_seq(signer.did) for signer in actors},
+    }
+
+
+# -- appending and reading back ------------------------------------------------------------
+
+
+def test_empty_log(store: LogStore) -> None:
+    assert store.size() == 0
+    assert store.root() == merkle.EMPTY_ROOT == store.root(0)
+    assert list(store.entries()) == []
+    assert list(store.stored_nodes()) == []
+    assert store.latest_checkpoint() is None
+    assert store.checkpoints() == []
+    with pytest.raises(IndexError):
+        store.entry(0)
+    with pytest.raises(ValueError):
+        store.root(1)
+
+
+def test_append_and_append_batch_return_indices(
+    store: LogStore, maker: EntryMaker, actors: list[Ed25519Signer]
+) -> None:
+    first = maker.one(actors[0])
+    assert store.append(first) == 0
+    batch = maker.many(3)
+    assert store.append_batch(batch) == [1, 2, 3]
+    assert store.append_batch([]) == []
+    assert store.append(maker.one(actors[4])) == 4
+    assert store.size() == 5
+    appended = [first, *batch]
+    for index, entry in enumerate(appended):
+        assert store.entry(index).data == entry.data
+    assert [stored.index for stored in store.entries()] == [0, 1, 2, 3, 4]
+    assert [stored.data for stored in store.entries(1, 3)] == [e.data for e in batch[:2]]
+    # chunked reading gives the same
+    assert list(store.entries(chunk=2)) == list(store.entries())
+    by_actor = store.find(actor=actors[0].did)
+    assert [stored.data for stored in by_actor] == [
+        e.data for e in appended if e.event.actor == actors[0].did
+    ]
+    assert store.last_seq(actors[0].did) == max(
+        e.event.seq for e in appended if e.event.actor == actors[0].did
+    )
+    assert store.last_seq("did:key:z6MkNobodyHere") is None
+    with pytest.raises(IndexError):
+        store.entry(5)
+
+
+def test_roots_and_proofs_equal_the_reference_and_verify(
+    store: LogStore, maker: EntryMaker
+) -> None:
+    rng = random.Random(9162)
+    leaves: list[bytes] = []
+    while len(leaves) < LOG_SIZE:
+        count = min(rng.choice((1, 1, 1, 2, 3, 5, 8, 13)), LOG_SIZE - len(leaves))
+        entries = maker.many(count, lambda _i: rng.randrange(5))
+        assert store.append_batch(entries) == list(range(len(leaves), len(leaves) + count))
+        leaves.extend(merkle.leaf_hash(entry.data) for entry in entries)
+        # the root served while growing, from the frontier just written
+        assert store.root() == merkle.root(leaves)
+    assert leaves_of(store) == leaves
+
+    roots = [merkle.root(leaves[:size]) for size in range(LOG_SIZE + 1)]
+    for size in range(LOG_SIZE + 1):
+        assert store.root(size) == roots[size], size
+
+    for size in FULL_SIZES + FULL_SIZES_LARGE:
+        prefix = leaves[:size]
+        for index in range(size):
+            proof = store.inclusion_proof(index, size)
+            assert proof == merkle.inclusion_proof(prefix, index), (index, size)
+            merkle.verify_inclusion(leaves[index], index, size, proof, roots[size])
+    # the default size is the current one
+    assert store.inclusion_proof(7) == merkle.inclusion_proof(leaves, 7)
+
+    for new_size in FULL_SIZES + FULL_SIZES_LARGE:
+        prefix = leaves[:new_size]
+        for old_size in range(1, new_size + 1):
+            proof = store.consistency_proof(old_size, new_size)
+            assert proof == merkle.consistency_proof(prefix, old_size), (old_size, new_size)
+            merkle.verify_consistency(old_size, new_size, roots[old_size], roots[new_size], proof)
+    assert store.consistency_proof(10) == merkle.consistency_proof(leaves, 10)
+
+    with pytest.raises(ValueError):
+        store.root(LOG_SIZE + 1)
+    with pytest.raises(ValueError):
+        store.inclusion_proof(LOG_SIZE, LOG_SIZE)
+    with pytest.raises(ValueError):
+        store.inclusion_proof(0, LOG_SIZE + 1)
+    with pytest.raises(ValueError):
+        store.consistency_proof(0, 10)
+    with pytest.raises(ValueError):
+        store.consistency_proof(11, 10)
+    with pytest.raises(ValueError):
+        store.consistency_proof(1, LOG_SIZE + 1)
+
+
+# -- atomicity -------------------------------------------------------------------------------
+
+
+def test_batch_whose_last_seq_does_not_grow_writes_nothing(
+    store: LogStore, maker: EntryMaker, actors: list[Ed25519Signer]
+) -> None:
+    append_signed(store, maker, 10, batch=3)
+    alice, bob = actors[0], actors[1]
+    alice_last = store.last_seq(alice.did)
+    assert alice_last is not None
+    before = snapshot(store, actors)
+
+    # the last entry repeats a seq already in the log
+    bad = [maker.one(bob), maker.one(actors[2]), maker.one(alice, seq=alice_last)]
+    with pytest.raises(SequenceError) as caught:
+        store.append_batch(bad)
+    assert (caught.value.actor, caught.value.seq, caught.value.last_seq) == (
+        alice.did,
+        alice_last,
+        alice_last,
+    )
+    assert snapshot(store, actors) == before
+
+    # the last entry repeats a seq taken earlier in the same batch
+    first = maker.one(alice)
+    bad = [first, maker.one(bob), maker.one(alice, seq=first.event.seq)]
+    with pytest.raises(SequenceError):
+        store.append_batch(bad)
+    assert snapshot(store, actors) == before
+
+    # a seq that goes backwards
+    with pytest.raises(SequenceError):
+        store.append(maker.one(bob, seq=0))
+    assert snapshot(store, actors) == before
+
+    # the store still works, and the refused batches left no trace in its seq cache
+    good = [first, maker.one(bob)]
+    assert store.append_batch(good) == [10, 11]
+    leaves = leaves_of(store)
+    assert store.root() == merkle.root(leaves)
+    assert store.last_seq(alice.did) == first.event.seq
+
+
+def test_seq_check_notices_appends_by_another_store(
+    open_store: Callable[..., LogStore], maker: EntryMaker, actors: list[Ed25519Signer]
+) -> None:
+    one, two = open_store(), open_store()
+    alice, bob = actors[0], actors[1]
+    assert two.append(maker.one(alice, seq=1)) == 0  # `two` now caches alice's seq 1
+    assert one.append_batch([maker.one(alice, seq=2), maker.one(bob, seq=1)]) == [1, 2]
+
+    with pytest.raises(SequenceError) as caught:
+        two.append(maker.one(alice, seq=2))
+    assert caught.value.last_seq == 2
+    with pytest.raises(SequenceError):
+        two.append(maker.one(bob, seq=1))
+    assert two.append(maker.one(alice, seq=3)) == 3
+    with pytest.raises(SequenceError):
+        one.append(maker.one(alice, seq=3))
+    assert one.append(maker.one(bob, seq=2)) == 4
+
+    # both stores' frontiers (and whatever they cache for reads) followed the other's writes
+    leaves = leaves_of(one)
+    assert len(leaves) == 5
+    assert_serves_reference(one, leaves)
+    assert_serves_reference(two, leaves)
+    assert two.append(maker.one(alice, seq=4)) == 5
+    assert one.append(maker.one(bob, seq=3)) == 6
+    leaves = leaves_of(two)
+    assert_serves_reference(one, leaves)
+    assert_serves_reference(two, leaves)
+    assert verify_log(one, "did:key:unused", None).ok
+
+
+def test_database_failure_mid_batch_leaves_nothing_half_written(
+    store: LogStore, maker: EntryMaker, actors: list[Ed25519Signer]
+) -> None:
+    appended = append_signed(store, maker, 4)
+    # Leaf 5 completes the interior node (1, 2); a row already holding its key makes the node
+    # insert of a 3-entry batch (leaves 4, 5, 6) fail after its entries were inserted.
+    conflict = node_key(NodeId(1, 2))
+    with store.engine.begin() as connection:
+        connection.execute(insert(_NODES).values(id=conflict, hash=b"\xee" * 32))
+    before = snapshot(store, actors)
+
+    batch = maker.many(3)
+    with pytest.raises(StoreError):
+        store.append_batch(batch)
+    assert snapshot(store, actors) == before
+
+    # an append that does not reach the bad row works, from a correctly rebuilt frontier
+    assert store.append(batch[0]) == 4
+    with store.engine.begin() as connection:
+        connection.execute(delete(_NODES).where(_NODES.c.id == conflict))
+    assert store.append_batch(batch[1:]) == [5, 6]
+    leaves = leaves_of(store)
+    assert leaves == [merkle.leaf_hash(e.data) for e in [*appended, *batch]]
+    assert store.root() == merkle.root(leaves)
+    assert store.inclusion_proof(5) == merkle.inclusion_proof(leaves, 5)
+    assert verify_log(store, "did:key:unused", None).ok
+
+
+# -- checkpoints and log identity ------------------------------------------------------------
+
+
+def test_checkpoints_are_idempotent_and_a_different_root_is_refused(
+    store: LogStore, maker: EntryMaker, operator: Ed25519Signer
+) -> None:
+    append_signed(store, maker, 5)
+    signed = take_checkpoint(store, operator, START)
+    stored = store.checkpoint(5)
+    assert stored is not None
+    assert (stored.size, stored.root, stored.data) == (5, store.root(5), signed.data)
+    assert stored.at == signed.checkpoint.at
+    SignedCheckpoint.from_bytes(stored.data).verify(operator.did)
+
+    # taking it again reuses it; saving the same again is a no-op
+    assert take_checkpoint(store, operator, START.replace(year=2030)).data == signed.data
+    store.save_checkpoint(5, stored.root, stored.at, stored.data)
+    assert store.checkpoints() == [stored]
+
+    with pytest.raises(StoreError, match="different checkpoint"):
+        store.save_checkpoint(5, b"\x01" * 32, stored.at, stored.data)
+    assert store.checkpoints() == [stored]
+
+    append_signed(store, maker, 3)
+    later = take_checkpoint(store, operator, START)
+    assert later.checkpoint.size == 8
+    assert [c.size for c in store.checkpoints()] == [5, 8]
+    latest = store.latest_checkpoint()
+    assert latest is not None and latest.data == later.data
+    assert store.checkpoint(6) is None
+
+
+def test_a_database_holding_another_log_is_refused(
+    store: LogStore, open_store: Callable[..., LogStore], maker: EntryMaker
+) -> None:
+    append_signed(store, maker, 2)
+    with pytest.raises(StoreError, match="test-log"):
+        open_store("another-log")
+    again = open_store(LOG_ID)
+    assert again.size() == 2 and again.root() == store.root()
+
+
+# -- concurrency -----------------------------------------------------------------------------
+
+
+def test_concurrent_appends_from_two_stores_all_land(
+    open_store: Callable[..., LogStore], maker: EntryMaker, actors: list[Ed25519Signer]
+) -> None:
+    rng = random.Random(2)
+    # thread t signs as actors[2t] and actors[2t + 1]: no seq conflicts between threads
+    plans: list[list[list[Any]]] = []
+    for thread in range(2):
+        batches = []
+        for _ in range(40):
+            count = rng.choice((1, 1, 2, 3))
+            batches.append(maker.many(count, lambda _i, t=thread: 2 * t + rng.randrange(2)))
+        plans.append(batches)
+    stores = [open_store(), open_store()]
+    results: list[list[list[int]]] = [[], []]
+    errors: list[BaseException] = []
+    barrier = threading.Barrier(2)
+
+    def run(thread: int) -> None:
+        try:
+            barrier.wait()
+            for batch in plans[thread]:
+                results[thread].append(stores[thread].append_batch(batch))
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    workers = [threading.Thread(target=run, args=(t,)) for t in range(2)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(timeout=120)
+    assert not errors, errors
+    assert not any(worker.is_alive() for worker in workers)
+
+    total = sum(len(batch) for plan in plans for batch in plan)
+    indices = [index for result in results for got in result for index in got]
+    assert sorted(indices) == list(range(total))
+    check = open_store()
+    assert check.size() == total
+    for thread in range(2):
+        for batch, got in zip(plans[thread], results[thread], strict=True):
+            assert got == list(range(got[0], got[0] + len(batch)))  # contiguous per batch
+            assert [check.entry(index).data for index in got] == [e.data for e in batch]
+    leaves = leaves_of(check)
+    for each in (check, *stores):
+        assert_serves_reference(each, leaves)
+    assert verify_log(check, "did:key:unused", None).ok
