@@ -1,6 +1,8 @@
 """accord identity: DIDs, keys, verifiable credentials and capability exams.
 
-Built so far: Data Integrity eddsa-jcs-2022 proofs (`identity.dataintegrity`) and the pure core
-of capability exams (`identity.challenges`). Credentials, status lists, DID-auth and payout
-bindings are being added.
+Built so far, as pure cores with their tests: Data Integrity eddsa-jcs-2022 proofs
+(`dataintegrity`), capability credentials with a numbered verification checklist
+(`credentials`), Bitstring Status Lists (`status`), DID-auth presentations and single-use
+nonces (`presentations`), payout-address bindings (`payout`), and capability exams
+(`challenges`). The exam service that ties them to the ledger, and the CLI, come next.
 """

@@ -1,15 +1,15 @@
 """Every expected failure of identity, under one root.
 
-    IdentityError
-    ├── KeyStoreError           a key file is missing, unreadable or not private
-    ├── CredentialError         a credential or presentation fails a verification step
-    │                           (`step` names the checklist step, `reason` says why)
-    ├── ProofFormatError        a document or proof is malformed before any check can run
-    ├── NonceError              a DID-auth challenge nonce is unknown, expired or used
-    ├── BindingError            a payout-address binding lacks or fails one of its signatures
-    └── ExamError               an exam cannot be started, answered or graded
-        ├── RateLimitedError    too many attempts; `retry_after` seconds
-        └── DeadlineError       an answer came after its item's deadline
+IdentityError
+├── KeyStoreError           a key file is missing, unreadable or not private
+├── CredentialError         a credential or presentation fails a verification step
+│                           (`step` names the checklist step, `reason` says why)
+├── ProofFormatError        a document or proof is malformed before any check can run
+├── NonceError              a DID-auth challenge nonce is unknown, expired or used
+├── BindingError            a payout-address binding lacks or fails one of its signatures
+└── ExamError               an exam cannot be started, answered or graded
+    ├── RateLimitedError    too many attempts; `retry_after` seconds
+    └── DeadlineError       an answer came after its item's deadline
 """
 
 from __future__ import annotations
