@@ -19,6 +19,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from api.identity_cli import agent_app, capability_app, credential_app
 from ledger.anchoring import AnchorOutcome
 from ledger.chain import AnchorChain
 from ledger.errors import (
@@ -45,6 +46,9 @@ devnet_app = typer.Typer(help="The managed local anvil devnet.", no_args_is_help
 ledger_app = typer.Typer(help="The signed Merkle log and its anchors.", no_args_is_help=True)
 app.add_typer(devnet_app, name="devnet")
 app.add_typer(ledger_app, name="ledger")
+app.add_typer(capability_app, name="capability")
+app.add_typer(agent_app, name="agent")
+app.add_typer(credential_app, name="credential")
 
 out = Console(emoji=False, highlight=False)
 err = Console(stderr=True, emoji=False, highlight=False)

@@ -7,9 +7,10 @@ IdentityError
 ├── ProofFormatError        a document or proof is malformed before any check can run
 ├── NonceError              a DID-auth challenge nonce is unknown, expired or used
 ├── BindingError            a payout-address binding lacks or fails one of its signatures
-└── ExamError               an exam cannot be started, answered or graded
-    ├── RateLimitedError    too many attempts; `retry_after` seconds
-    └── DeadlineError       an answer came after its item's deadline
+├── ExamError               an exam cannot be started, answered or graded
+│   ├── RateLimitedError    too many attempts; `retry_after` seconds
+│   └── DeadlineError       an answer came after its item's deadline
+└── RegistryError           an agent or credential name/id is invalid, taken or unknown
 """
 
 from __future__ import annotations
@@ -58,3 +59,7 @@ class RateLimitedError(ExamError):
 
 class DeadlineError(ExamError):
     """An answer arrived after its item's deadline."""
+
+
+class RegistryError(IdentityError):
+    """An agent or credential name or id is invalid, already taken, or unknown."""

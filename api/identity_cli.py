@@ -1,0 +1,292 @@
+"""`accord capability|agent|credential …`: identity commands over `identity.onboarding`.
+
+None of them needs the chain: the ledger is opened without one (anchoring catches up later
+through `accord ledger anchor`). Exit status 0 success, 1 a failure the message explains
+(a credential that does not verify, a rate limit), 2 bad input (nothing is changed).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated, Any, NoReturn
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+from rich.table import Table
+
+from identity.challenges import REGISTRY, get_capability
+from identity.errors import (
+    CredentialError,
+    ExamError,
+    IdentityError,
+    ProofFormatError,
+    RateLimitedError,
+    RegistryError,
+)
+from identity.onboarding import Onboarding, open_onboarding
+from ledger.errors import LedgerError, MalformedError
+from ledger.runtime import utc_now
+from ledger.settings import Settings
+
+capability_app = typer.Typer(help="Capabilities with exams.", no_args_is_help=True)
+agent_app = typer.Typer(help="Agents: keys, runtimes, onboarding.", no_args_is_help=True)
+credential_app = typer.Typer(help="Capability credentials.", no_args_is_help=True)
+
+out = Console(emoji=False, highlight=False)
+err = Console(stderr=True, emoji=False, highlight=False)
+JsonFlag = Annotated[bool, typer.Option("--json", help="Print data as JSON.")]
+
+
+def _fail(message: str, code: int = 1) -> NoReturn:
+    err.print(f"[bold red]error:[/] {message}", highlight=False, markup=True)
+    raise typer.Exit(code)
+
+
+def _emit(data: Any) -> None:
+    sys.stdout.write(json.dumps(data, indent=2, sort_keys=True) + "\n")
+
+
+@contextmanager
+def _errors() -> Iterator[None]:
+    """Bad input exits 2, every other expected failure 1, each with one clear line."""
+    try:
+        yield
+    except (RegistryError, ProofFormatError, MalformedError) as exc:
+        _fail(str(exc), code=2)
+    except RateLimitedError as exc:
+        _fail(str(exc))
+    except (IdentityError, LedgerError) as exc:
+        _fail(str(exc))
+
+
+def _onboarding() -> Onboarding:
+    try:
+        settings = Settings.from_env()
+    except ValueError as exc:
+        _fail(str(exc), code=2)
+    with _errors():
+        return open_onboarding(settings)
+
+
+# -- capability --------------------------------------------------------------------------------
+
+
+@capability_app.command("list")
+def capability_list(as_json: JsonFlag = False) -> None:
+    """The capabilities with exams, their item counts and pass thresholds."""
+    rows = [
+        {
+            "name": c.name,
+            "description": c.description,
+            "items": c.item_count,
+            "threshold": str(c.threshold),
+            "version": c.version,
+        }
+        for c in REGISTRY.values()
+    ]
+    if as_json:
+        _emit(rows)
+        return
+    table = Table(title="capabilities", title_justify="left")
+    for column in ("name", "items", "threshold", "description"):
+        table.add_column(column, overflow="fold")
+    for row in rows:
+        table.add_row(row["name"], str(row["items"]), row["threshold"], row["description"])
+    out.print(table)
+
+
+# -- agent -------------------------------------------------------------------------------------
+
+
+@agent_app.command("new")
+def agent_new(
+    name: Annotated[str, typer.Argument(help="A unique name: lower-case letters, digits, -, _.")],
+    runtime: Annotated[
+        str, typer.Option(help="What answers for it: reference, random or command.")
+    ] = "reference",
+    command: Annotated[
+        str | None, typer.Option(help="For --runtime command: item JSON on stdin, answer out.")
+    ] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Create an agent: a did:key under keys/agents/NAME.json (mode 0600) and a registry row."""
+    onboarding = _onboarding()
+    with _errors():
+        record = onboarding.registry.new_agent(
+            name, now=utc_now(), runtime=runtime, command=command
+        )
+    if as_json:
+        _emit(record.to_json())
+        return
+    out.print(f"[green]✓[/] agent {record.name}: {record.did} (runtime {record.runtime})")
+
+
+@agent_app.command("list")
+def agent_list(as_json: JsonFlag = False) -> None:
+    """Every registered agent."""
+    onboarding = _onboarding()
+    with _errors():
+        records = onboarding.registry.list()
+    if as_json:
+        _emit([record.to_json() for record in records])
+        return
+    table = Table(title=f"{len(records)} agents", title_justify="left")
+    for column in ("name", "did", "runtime", "created"):
+        table.add_column(column, overflow="fold")
+    for record in records:
+        table.add_row(record.name, record.did, record.runtime, record.created_at)
+    out.print(table)
+
+
+@agent_app.command("show")
+def agent_show(
+    agent: Annotated[str, typer.Argument(help="The agent's name or DID.")],
+    as_json: JsonFlag = False,
+) -> None:
+    """One agent and its credentials."""
+    onboarding = _onboarding()
+    with _errors():
+        record = onboarding.registry.get(agent)
+        credentials = onboarding.credentials_of(record.did)
+    summary = [
+        {key: row[key] for key in ("id", "capability", "issued_at", "revoked_at")}
+        for row in credentials
+    ]
+    if as_json:
+        _emit({**record.to_json(), "credentials": summary})
+        return
+    out.print(f"{record.name}  {record.did}")
+    out.print(f"  runtime {record.runtime}" + (f": {record.command}" if record.command else ""))
+    for row in summary:
+        state = f"revoked {row['revoked_at']}" if row["revoked_at"] else "valid"
+        out.print(f"  {row['capability']}: {row['id']} ({state})")
+    if not summary:
+        out.print("  no credentials yet: accord agent onboard " + record.name + " --capability …")
+
+
+@agent_app.command("onboard")
+def agent_onboard(
+    agent: Annotated[str, typer.Argument(help="The agent's name or DID.")],
+    capability: Annotated[
+        list[str], typer.Option("--capability", "-c", help="A capability to be examined in.")
+    ],
+    items: Annotated[
+        int | None, typer.Option(min=1, max=1000, help="Items per exam (default: per capability).")
+    ] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Exam the agent in each capability and issue a credential for each one it passes."""
+    onboarding = _onboarding()
+    with _errors():
+        record = onboarding.registry.get(agent)
+        for name in capability:
+            try:
+                get_capability(name)
+            except ExamError as exc:
+                _fail(str(exc), code=2)
+        if as_json:
+            outcomes = onboarding.onboard(record, capability, item_count=items)
+        else:
+            with Progress(
+                TextColumn("{task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                console=err,
+            ) as progress:
+                tasks: dict[str, Any] = {}
+
+                def update(name: str, done: int, total: int) -> None:
+                    if name not in tasks:
+                        tasks[name] = progress.add_task(f"exam {name}", total=total)
+                    progress.update(tasks[name], completed=done)
+
+                outcomes = onboarding.onboard(record, capability, update, item_count=items)
+    if as_json:
+        _emit({"agent": record.to_json(), "results": [o.to_json() for o in outcomes]})
+    for outcome in [] if as_json else outcomes:
+        exam = outcome.exam
+        score = f"{exam.earned}/{exam.possible}"
+        if outcome.credential_id:
+            out.print(f"[green]✓[/] {exam.capability}: passed {score}, credential")
+            out.print(f"  {outcome.credential_id}")
+            out.print(f"  {outcome.credential_path}")
+        else:
+            out.print(f"[red]✗[/] {exam.capability}: failed {score}, no credential")
+    if not all(outcome.exam.passed for outcome in outcomes):
+        raise typer.Exit(1)
+
+
+# -- credential --------------------------------------------------------------------------------
+
+
+@credential_app.command("show")
+def credential_show(
+    credential_id: Annotated[str, typer.Argument(help="urn:uuid:… (or the bare uuid).")],
+    as_json: JsonFlag = False,
+) -> None:
+    """One issued credential, with its revocation state."""
+    onboarding = _onboarding()
+    with _errors():
+        row = onboarding.credential(credential_id)
+    if as_json:
+        _emit(row)
+        return
+    out.print(json.dumps(row["document"], indent=2, sort_keys=True), markup=False)
+    state = f"revoked {row['revoked_at']}: {row['revocation_reason']}" if row["revoked_at"] else ""
+    out.print(state or "not revoked", markup=False)
+
+
+@credential_app.command("verify")
+def credential_verify(
+    file: Annotated[Path, typer.Argument(help="A credential JSON file.")],
+    holder: Annotated[str | None, typer.Option(help="Require this subject DID.")] = None,
+    capability: Annotated[str | None, typer.Option(help="Require this capability.")] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Run the verification checklist; exit 1 naming the first step that fails."""
+    try:
+        document = json.loads(file.read_text())
+    except (OSError, ValueError) as exc:
+        _fail(f"cannot read a JSON credential from {file}: {exc}", code=2)
+    onboarding = _onboarding()
+    try:
+        verified = onboarding.verify(document, holder_did=holder, capability=capability)
+    except CredentialError as exc:
+        if as_json:
+            _emit({"valid": False, "step": exc.step, "reason": exc.reason})
+            raise typer.Exit(1) from None
+        _fail(f"not valid at step {exc.step}: {exc.reason}")
+    data = {
+        "valid": True,
+        "id": verified.id,
+        "subject": verified.subject,
+        "capability": verified.capability,
+        "score": {"earned": verified.earned, "possible": verified.possible},
+        "valid_until": verified.document["validUntil"],
+    }
+    if as_json:
+        _emit(data)
+        return
+    out.print(f"[green]✓[/] valid: {verified.capability} for {verified.subject}")
+
+
+@credential_app.command("revoke")
+def credential_revoke(
+    credential_id: Annotated[str, typer.Argument(help="urn:uuid:… (or the bare uuid).")],
+    reason: Annotated[str, typer.Option(help="Why it is revoked (logged).")],
+    as_json: JsonFlag = False,
+) -> None:
+    """Revoke: flip its status bit, re-sign the status list, log `credential.revoked`."""
+    onboarding = _onboarding()
+    with _errors():
+        index = onboarding.revoke(credential_id, reason)
+        row = onboarding.credential(credential_id)
+    if as_json:
+        _emit({"id": row["id"], "revoked_at": row["revoked_at"], "log_index": index})
+        return
+    out.print(f"[green]✓[/] revoked {row['id']} (log entry {index})")

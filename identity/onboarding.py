@@ -1,0 +1,387 @@
+"""Onboarding: exam an agent in each capability and issue a credential for each one it passes.
+
+    onboard(agent, ["arithmetic", …], progress)
+        for each capability: start an exam (operator commits), let the agent's runtime answer
+        every item (each answer signed by the agent's key), grade and reveal; on a pass,
+        allocate the next status-list index, issue a `CapabilityCredential` (operator =
+        issuer), log `credential.issued`, keep it in `identity_credentials` and as
+        `$ACCORD_HOME/credentials/<uuid>.json`.
+
+    revoke(credential_id, reason)
+        set its status bit, re-sign and publish the status list credential, log
+        `credential.revoked`.
+
+The status list credential is kept in `identity_status_lists` and published as
+`$ACCORD_HOME/credentials/status-list.json`; `verify` reads it from there.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import BigInteger, Engine, func, insert, select, update
+from sqlalchemy.exc import SQLAlchemyError
+from sqlmodel import Column, Field, SQLModel
+
+from identity.agents import AgentRecord, AgentRegistry, AgentRuntime, runtime_for
+from identity.challenges import JSON, get_capability
+from identity.credentials import (
+    REVOCATION_EVENT_KIND,
+    VerifiedCredential,
+    issue_capability_credential,
+    revocation_event_body,
+    transcript_reference,
+    verify_credential,
+)
+from identity.errors import ExamError, RegistryError
+from identity.exams import ExamResult, ExamService
+from identity.status import StatusList, status_entry, status_list_credential
+from ledger.events import format_time
+from ledger.runtime import open_ledger
+from ledger.service import Ledger
+from ledger.settings import Settings
+from ledger.signing import Ed25519Signer
+
+ISSUED_EVENT_KIND = "credential.issued"
+DEFAULT_VALIDITY = timedelta(days=180)
+STATUS_LIST_FILE = "status-list.json"
+
+Progress = Callable[[str, int, int], None]
+"""progress(capability, items answered, items in the exam)."""
+
+
+class IssuedCredential(SQLModel, table=True):
+    """A credential the operator issued; `document` is its JSON."""
+
+    __tablename__ = "identity_credentials"
+
+    id: str = Field(primary_key=True)
+    agent_did: str = Field(index=True)
+    capability: str
+    status_index: int = Field(sa_column=Column(BigInteger, nullable=False, unique=True))
+    exam_id: str
+    issued_at: str
+    revoked_at: str | None = None
+    revocation_reason: str | None = None
+    document: str
+
+
+class PublishedStatusList(SQLModel, table=True):
+    """The current signed status list credential at `url`."""
+
+    __tablename__ = "identity_status_lists"
+
+    url: str = Field(primary_key=True)
+    document: str
+
+
+_CREDENTIALS = IssuedCredential.__table__  # type: ignore[attr-defined]
+_STATUS_LISTS = PublishedStatusList.__table__  # type: ignore[attr-defined]
+
+
+@dataclass(frozen=True)
+class CapabilityOutcome:
+    """The result of one capability's exam, and the credential when it passed."""
+
+    exam: ExamResult
+    credential_id: str | None
+    credential_path: Path | None
+    answer_failures: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "capability": self.exam.capability,
+            "exam_id": self.exam.exam_id,
+            "earned": self.exam.earned,
+            "possible": self.exam.possible,
+            "items": self.exam.item_count,
+            "passed": self.exam.passed,
+            "credential_id": self.credential_id,
+            "credential_file": None if self.credential_path is None else str(self.credential_path),
+            "answer_failures": self.answer_failures,
+        }
+
+
+class Onboarding:
+    """Exams, credentials and revocation over one ledger and one credentials folder.
+
+    Raises RegistryError when its tables cannot be prepared.
+    """
+
+    def __init__(
+        self,
+        ledger: Ledger,
+        registry: AgentRegistry,
+        exams: ExamService,
+        credentials_dir: Path,
+        *,
+        valid_for: timedelta = DEFAULT_VALIDITY,
+    ) -> None:
+        self.ledger = ledger
+        self.registry = registry
+        self.exams = exams
+        self.credentials_dir = credentials_dir
+        self.valid_for = valid_for
+        self.engine: Engine = ledger.store.engine
+        self.status_list_url = f"urn:accord:status:{ledger.log_id}:revocation"
+        try:
+            SQLModel.metadata.create_all(self.engine, tables=[_CREDENTIALS, _STATUS_LISTS])
+        except SQLAlchemyError as exc:
+            raise RegistryError(f"cannot prepare the credential tables: {exc}") from exc
+
+    @property
+    def operator_did(self) -> str:
+        return self.ledger.operator.did
+
+    def _operator_key(self) -> Ed25519Signer:
+        operator = self.ledger.operator
+        if not isinstance(operator, Ed25519Signer):
+            raise RegistryError("issuing credentials needs the operator's Ed25519 key")
+        return operator
+
+    # -- onboarding --
+
+    def onboard(
+        self,
+        agent: AgentRecord,
+        capabilities: Sequence[str],
+        progress: Progress | None = None,
+        *,
+        runtime: AgentRuntime | None = None,
+        item_count: int | None = None,
+    ) -> list[CapabilityOutcome]:
+        """Exam `agent` in each capability, in order, with its runtime (or `runtime`).
+
+        An item the runtime cannot answer (it raises ExamError) is left unanswered. Raises
+        ExamError for an unknown capability (checked for all before anything starts),
+        RateLimitedError, KeyStoreError for the agent's key, and what the ledger raises.
+        """
+        if not capabilities:
+            raise ExamError("name at least one capability")
+        for name in capabilities:
+            get_capability(name)
+        signer = self.registry.signer(agent)
+        answer_with = runtime or runtime_for(agent)
+        outcomes = []
+        for name in capabilities:
+            session = self.exams.start(agent.did, name, item_count)
+            total = len(session.items)
+            failures = 0
+            if progress is not None:
+                progress(name, 0, total)
+            for done, item in enumerate(session.items, start=1):
+                try:
+                    answer: JSON = answer_with(item)
+                    self.exams.answer(signer, session.exam_id, str(item["item_id"]), answer)
+                except ExamError:
+                    failures += 1
+                if progress is not None:
+                    progress(name, done, total)
+            result = self.exams.grade(session.exam_id)
+            credential_id, path = (None, None)
+            if result.passed:
+                credential_id, path = self._issue(result)
+            outcomes.append(CapabilityOutcome(result, credential_id, path, failures))
+        return outcomes
+
+    def _issue(self, result: ExamResult) -> tuple[str, Path]:
+        """Issue, log and store the credential for a passed exam."""
+        now = self.ledger.clock()
+        credential_id = uuid.uuid4().urn
+        self._ensure_status_list(now)
+        with self.engine.begin() as connection:
+            index = int(
+                connection.execute(
+                    select(func.coalesce(func.max(_CREDENTIALS.c.status_index), -1))
+                ).scalar_one()
+                + 1
+            )
+            document = issue_capability_credential(
+                self._operator_key(),
+                result.agent_did,
+                result.capability,
+                result.earned,
+                result.possible,
+                result.item_count,
+                transcript_reference(self.ledger.log_id, result.graded_index),
+                result.seed_commitment,
+                status_entry(self.status_list_url, index),
+                now,
+                self.valid_for,
+                credential_id=credential_id,
+            )
+            connection.execute(
+                insert(_CREDENTIALS).values(
+                    id=credential_id,
+                    agent_did=result.agent_did,
+                    capability=result.capability,
+                    status_index=index,
+                    exam_id=result.exam_id,
+                    issued_at=document["validFrom"],
+                    document=json.dumps(document, sort_keys=True),
+                )
+            )
+        self.ledger.append(
+            self.ledger.operator,
+            ISSUED_EVENT_KIND,
+            subject=credential_id,
+            body={
+                "credentialId": credential_id,
+                "agent": result.agent_did,
+                "capability": result.capability,
+                "examId": result.exam_id,
+                "statusListIndex": index,
+                "validUntil": document["validUntil"],
+            },
+        )
+        path = self._write(f"{credential_id.removeprefix('urn:uuid:')}.json", document)
+        return credential_id, path
+
+    # -- credentials --
+
+    def credential(self, credential_id: str) -> dict[str, Any]:
+        """The stored credential row as JSON. Raises RegistryError when there is none."""
+        with self.engine.begin() as connection:
+            row = connection.execute(
+                select(_CREDENTIALS).where(
+                    _CREDENTIALS.c.id.in_([credential_id, f"urn:uuid:{credential_id}"])
+                )
+            ).first()
+        if row is None:
+            raise RegistryError(f"no credential {credential_id!r}")
+        return {
+            "id": row.id,
+            "agent": row.agent_did,
+            "capability": row.capability,
+            "status_index": row.status_index,
+            "exam_id": row.exam_id,
+            "issued_at": row.issued_at,
+            "revoked_at": row.revoked_at,
+            "revocation_reason": row.revocation_reason,
+            "document": json.loads(row.document),
+        }
+
+    def credentials_of(self, agent_did: str) -> list[dict[str, Any]]:
+        with self.engine.begin() as connection:
+            ids = connection.execute(
+                select(_CREDENTIALS.c.id)
+                .where(_CREDENTIALS.c.agent_did == agent_did)
+                .order_by(_CREDENTIALS.c.issued_at)
+            ).scalars()
+            found = list(ids)
+        return [self.credential(credential_id) for credential_id in found]
+
+    def revoke(self, credential_id: str, reason: str) -> int:
+        """Revoke: set the status bit, re-sign and publish the list, log `credential.revoked`.
+
+        Returns the log index of the revocation event. Raises RegistryError for an unknown or
+        already revoked credential or an empty reason; and what the ledger raises.
+        """
+        if not reason.strip():
+            raise RegistryError("a revocation needs a --reason")
+        row = self.credential(credential_id)
+        if row["revoked_at"] is not None:
+            raise RegistryError(f"credential {row['id']} is already revoked")
+        now = self.ledger.clock()
+        index: int = row["status_index"]
+        status_list = self._status_list(now).set(index, True)
+        body = revocation_event_body(
+            row["id"], index, reason, status_list_credential=self.status_list_url
+        )
+        log_index, _ = self.ledger.append(
+            self.ledger.operator, REVOCATION_EVENT_KIND, subject=row["id"], body=body
+        )
+        self._publish(status_list, now)
+        with self.engine.begin() as connection:
+            connection.execute(
+                update(_CREDENTIALS)
+                .where(_CREDENTIALS.c.id == row["id"])
+                .values(revoked_at=format_time(now), revocation_reason=reason)
+            )
+        return log_index
+
+    def verify(
+        self,
+        document: Any,
+        *,
+        now: datetime | None = None,
+        holder_did: str | None = None,
+        capability: str | None = None,
+    ) -> VerifiedCredential:
+        """Run the credential checklist with this operator as the only trusted issuer and the
+        published status list. Raises CredentialError naming the failed step."""
+        return verify_credential(
+            document,
+            trusted_issuers={self.operator_did},
+            holder_did=holder_did,
+            now=self.ledger.clock() if now is None else now,
+            status_lookup=self.status_lookup,
+            capability=capability,
+        )
+
+    def status_lookup(self, url: str) -> dict[str, Any]:
+        """The published status list credential at `url`. Raises KeyError when there is none."""
+        with self.engine.begin() as connection:
+            text = connection.execute(
+                select(_STATUS_LISTS.c.document).where(_STATUS_LISTS.c.url == url)
+            ).scalar_one_or_none()
+        if text is None:
+            raise KeyError(f"no status list {url}")
+        value: dict[str, Any] = json.loads(text)
+        return value
+
+    # -- the status list --
+
+    def _status_list(self, now: datetime) -> StatusList:
+        self._ensure_status_list(now)
+        document = self.status_lookup(self.status_list_url)
+        return StatusList.decode(document["credentialSubject"]["encodedList"])
+
+    def _ensure_status_list(self, now: datetime) -> None:
+        try:
+            self.status_lookup(self.status_list_url)
+        except KeyError:
+            self._publish(StatusList.empty(), now)
+
+    def _publish(self, status_list: StatusList, now: datetime) -> None:
+        document = status_list_credential(
+            self._operator_key(),
+            self.status_list_url,
+            status_list,
+            now=now,
+        )
+        text = json.dumps(document, sort_keys=True)
+        with self.engine.begin() as connection:
+            changed = connection.execute(
+                update(_STATUS_LISTS)
+                .where(_STATUS_LISTS.c.url == self.status_list_url)
+                .values(document=text)
+            ).rowcount
+            if changed == 0:
+                connection.execute(
+                    insert(_STATUS_LISTS).values(url=self.status_list_url, document=text)
+                )
+        self._write(STATUS_LIST_FILE, document)
+
+    def _write(self, name: str, document: dict[str, Any]) -> Path:
+        self.credentials_dir.mkdir(parents=True, exist_ok=True)
+        path = self.credentials_dir / name
+        temporary = path.with_suffix(f".tmp{os.getpid()}")
+        temporary.write_text(json.dumps(document, indent=2, sort_keys=True) + "\n")
+        temporary.replace(path)
+        return path
+
+
+def open_onboarding(settings: Settings, ledger: Ledger | None = None) -> Onboarding:
+    """Onboarding over the configured store and keys; the ledger is opened without a chain
+    unless one is given. Raises StoreError, RegistryError, ExamError."""
+    ledger = open_ledger(settings) if ledger is None else ledger
+    registry = AgentRegistry(ledger.store.engine, settings.keys_dir)
+    return Onboarding(ledger, registry, ExamService(ledger), settings.home / "credentials")

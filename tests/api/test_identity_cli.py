@@ -1,0 +1,110 @@
+"""`accord capability|agent|credential` in a subprocess with its own ACCORD_HOME (no chain)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+
+class Accord:
+    def __init__(self, home: Path) -> None:
+        self.home = home
+        self.env = {**os.environ, "ACCORD_HOME": str(home), "COLUMNS": "200"}
+        for name in ("ACCORD_RPC_URL", "ACCORD_DB_URL"):
+            self.env.pop(name, None)
+
+    def run(self, *args: str, check: int | None = 0) -> subprocess.CompletedProcess[str]:
+        result = subprocess.run(
+            [sys.executable, "-m", "api.cli", *args],
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        if check is not None:
+            assert result.returncode == check, (args, result.stdout, result.stderr)
+        return result
+
+    def json(self, *args: str, check: int = 0) -> Any:
+        return json.loads(self.run(*args, "--json", check=check).stdout)
+
+    def state(self) -> str:
+        """A digest of everything under ACCORD_HOME except SQLite's WAL bookkeeping."""
+        digest = hashlib.sha256()
+        with sqlite3.connect(self.home / "accord.db") as db:
+            for table in ("identity_agents", "identity_credentials", "ledger_entries"):
+                digest.update(repr(db.execute(f"SELECT * FROM {table}").fetchall()).encode())
+        for path in sorted(self.home.rglob("*")):
+            if path.is_file() and not path.name.startswith("accord.db"):
+                digest.update(str(path).encode() + path.read_bytes())
+        return digest.hexdigest()
+
+
+@pytest.fixture
+def accord(tmp_path: Path) -> Accord:
+    return Accord(tmp_path / "home")
+
+
+def test_capability_list(accord: Accord) -> None:
+    names = {row["name"] for row in accord.json("capability", "list")}
+    assert names == {"arithmetic", "python", "extraction", "retrieval"}
+
+
+def test_onboard_show_verify_revoke(accord: Accord, tmp_path: Path) -> None:
+    agent = accord.json("agent", "new", "alice")
+    assert agent["did"].startswith("did:key:z6Mk")
+    done = accord.json("agent", "onboard", "alice", "--capability", "arithmetic", "--items", "5")
+    (result,) = done["results"]
+    assert result["passed"] and result["credential_id"].startswith("urn:uuid:")
+    shown = accord.json("agent", "show", agent["did"])
+    assert [c["capability"] for c in shown["credentials"]] == ["arithmetic"]
+    assert accord.json("credential", "show", result["credential_id"])["revoked_at"] is None
+    file = result["credential_file"]
+    assert accord.json("credential", "verify", file)["valid"] is True
+    accord.json("credential", "revoke", result["credential_id"], "--reason", "test")
+    verdict = accord.json("credential", "verify", file, check=1)
+    assert verdict == {"valid": False, "step": "revocation", "reason": "revoked"}
+    human = accord.run("agent", "onboard", "alice", "-c", "retrieval", "--items", "3")
+    assert "retrieval: passed" in human.stdout
+
+
+def test_a_random_agent_fails_onboarding(accord: Accord) -> None:
+    accord.json("agent", "new", "guess", "--runtime", "random")
+    done = accord.json("agent", "onboard", "guess", "-c", "arithmetic", check=1)
+    assert done["results"][0]["passed"] is False
+    assert done["results"][0]["credential_id"] is None
+
+
+def test_bad_input_is_refused_clearly_and_changes_nothing(accord: Accord, tmp_path: Path) -> None:
+    accord.json("agent", "new", "alice")
+    before = accord.state()
+    bad_file = tmp_path / "bad.json"
+    bad_file.write_text("{not json")
+    cases = [
+        (("agent", "new", "alice"), "already exists"),
+        (("agent", "new", "Bad Name"), "agent name"),
+        (("agent", "new", "bob", "--runtime", "telepathy"), "unknown runtime"),
+        (("agent", "new", "bob", "--runtime", "command"), "needs --command"),
+        (("agent", "new", "bob", "--runtime", "command", "--command", "nope-xyz"), "not found"),
+        (("agent", "show", "nobody"), "no agent"),
+        (("agent", "onboard", "nobody", "-c", "arithmetic"), "no agent"),
+        (("agent", "onboard", "alice", "-c", "juggling"), "unknown capability"),
+        (("agent", "onboard", "alice", "-c", "arithmetic", "--items", "0"), "--items"),
+        (("credential", "show", "urn:uuid:nope"), "no credential"),
+        (("credential", "revoke", "urn:uuid:nope", "--reason", "x"), "no credential"),
+        (("credential", "verify", str(bad_file)), "cannot read"),
+        (("credential", "verify", str(tmp_path / "missing.json")), "cannot read"),
+    ]
+    for args, message in cases:
+        result = accord.run(*args, check=2)
+        assert message in " ".join(result.stderr.split()), (args, result.stderr)
+        assert "Traceback" not in result.stderr
+    assert accord.state() == before

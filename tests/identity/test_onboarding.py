@@ -1,0 +1,152 @@
+"""Onboarding: agents with keys, exams answered by their runtimes, credentials, revocation."""
+
+from __future__ import annotations
+
+import json
+import stat
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from identity.agents import AgentRegistry, command_runtime, random_runtime
+from identity.credentials import REVOCATION_EVENT_KIND
+from identity.errors import CredentialError, ExamError, RegistryError
+from identity.exams import regrade_from_ledger
+from identity.onboarding import ISSUED_EVENT_KIND, Onboarding, open_onboarding
+from ledger.events import Entry
+from ledger.settings import Settings
+
+NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+
+
+@pytest.fixture
+def onboarding(tmp_path: Path) -> Onboarding:
+    return open_onboarding(Settings.from_env({"ACCORD_HOME": str(tmp_path / "home")}))
+
+
+def test_a_new_agent_has_a_private_key_and_a_unique_name(
+    onboarding: Onboarding, tmp_path: Path
+) -> None:
+    record = onboarding.registry.new_agent("alice", now=NOW)
+    path = onboarding.registry.key_path("alice")
+    assert path == tmp_path / "home" / "keys" / "agents" / "alice.json"
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert onboarding.registry.signer(record).did == record.did
+    assert onboarding.registry.get(record.did) == record
+    with pytest.raises(RegistryError, match="already exists"):
+        onboarding.registry.new_agent("alice", now=NOW)
+    for name, runtime, command in [
+        ("Bad Name", "reference", None),
+        ("bob", "telepathy", None),
+        ("bob", "command", None),
+        ("bob", "command", "no-such-program-here --x"),
+        ("bob", "reference", "echo 1"),
+    ]:
+        with pytest.raises(RegistryError):
+            onboarding.registry.new_agent(name, now=NOW, runtime=runtime, command=command)
+    assert [agent.name for agent in onboarding.registry.list()] == ["alice"]
+    assert not onboarding.registry.key_path("bob").exists()
+
+
+def test_the_reference_agent_passes_and_its_credential_verifies(onboarding: Onboarding) -> None:
+    agent = onboarding.registry.new_agent("ref", now=NOW)
+    seen: list[tuple[str, int, int]] = []
+    outcomes = onboarding.onboard(
+        agent,
+        ["arithmetic", "extraction", "retrieval"],
+        lambda capability, done, total: seen.append((capability, done, total)),
+        item_count=5,
+    )
+    assert [outcome.exam.passed for outcome in outcomes] == [True, True, True]
+    assert seen[0] == ("arithmetic", 0, 5) and seen[-1] == ("retrieval", 5, 5)
+    store = onboarding.ledger.store
+    for outcome in outcomes:
+        assert outcome.credential_id is not None and outcome.credential_path is not None
+        document = json.loads(outcome.credential_path.read_text())
+        verified = onboarding.verify(document, holder_did=agent.did)
+        assert verified.capability == outcome.exam.capability
+        assert verified.issuer == onboarding.operator_did
+        exam = regrade_from_ledger(store, outcome.exam.exam_id, onboarding.operator_did)
+        assert exam == (verified.earned, verified.possible)
+    indices = [onboarding.credential(o.credential_id or "")["status_index"] for o in outcomes]
+    assert indices == [0, 1, 2]
+    assert len(store.find(kind=ISSUED_EVENT_KIND)) == 3
+
+
+def test_python_exam_with_a_small_item_count(onboarding: Onboarding) -> None:
+    agent = onboarding.registry.new_agent("coder", now=NOW)
+    (outcome,) = onboarding.onboard(agent, ["python"], item_count=2)
+    assert outcome.exam.passed and outcome.credential_id is not None
+
+
+def test_a_random_agent_fails_and_gets_no_credential(onboarding: Onboarding) -> None:
+    agent = onboarding.registry.new_agent("guesser", now=NOW, runtime="random")
+    import random
+
+    outcomes = onboarding.onboard(
+        agent, ["arithmetic", "retrieval"], runtime=random_runtime(random.Random(7))
+    )
+    assert [outcome.exam.passed for outcome in outcomes] == [False, False]
+    assert all(outcome.credential_id is None for outcome in outcomes)
+    assert onboarding.credentials_of(agent.did) == []
+    assert onboarding.ledger.store.find(kind=ISSUED_EVENT_KIND) == []
+
+
+def test_a_command_agent_answers_through_stdin_and_stdout(
+    onboarding: Onboarding, tmp_path: Path
+) -> None:
+    script = tmp_path / "agent.py"
+    script.write_text(
+        "import json, sys\n"
+        "from identity.agents import reference_runtime\n"
+        "print(json.dumps(reference_runtime(json.load(sys.stdin))))\n"
+    )
+    agent = onboarding.registry.new_agent(
+        "cmd", now=NOW, runtime="command", command=f"{sys.executable} {script}"
+    )
+    (outcome,) = onboarding.onboard(agent, ["arithmetic"], item_count=3)
+    assert outcome.exam.passed and outcome.answer_failures == 0
+
+
+def test_a_command_that_hangs_or_prints_garbage_answers_nothing(tmp_path: Path) -> None:
+    slow = command_runtime([sys.executable, "-c", "import time; time.sleep(5)"], timeout=0.3)
+    with pytest.raises(ExamError, match="longer than"):
+        slow({"item_id": "x"})
+    garbage = command_runtime([sys.executable, "-c", "print('not json')"])
+    with pytest.raises(ExamError, match="did not print JSON"):
+        garbage({"item_id": "x"})
+
+
+def test_a_revoked_credential_fails_verification_at_revocation(onboarding: Onboarding) -> None:
+    agent = onboarding.registry.new_agent("ref", now=NOW)
+    (outcome,) = onboarding.onboard(agent, ["arithmetic"], item_count=4)
+    assert outcome.credential_id is not None and outcome.credential_path is not None
+    document = json.loads(outcome.credential_path.read_text())
+    onboarding.verify(document)
+    onboarding.revoke(outcome.credential_id, "key compromised")
+    with pytest.raises(CredentialError) as raised:
+        onboarding.verify(document)
+    assert raised.value.step == "revocation"
+    (revoked,) = onboarding.ledger.store.find(kind=REVOCATION_EVENT_KIND)
+    body = Entry.from_bytes(revoked.data).event.body
+    assert body["credentialId"] == outcome.credential_id and body["reason"] == "key compromised"
+    with pytest.raises(RegistryError, match="already revoked"):
+        onboarding.revoke(outcome.credential_id, "again")
+    with pytest.raises(RegistryError, match="no credential"):
+        onboarding.revoke("urn:uuid:nope", "x")
+
+
+def test_unknown_capabilities_are_refused_before_any_exam(onboarding: Onboarding) -> None:
+    agent = onboarding.registry.new_agent("ref", now=NOW)
+    size = onboarding.ledger.store.size()
+    with pytest.raises(ExamError, match="unknown capability"):
+        onboarding.onboard(agent, ["arithmetic", "juggling"])
+    assert onboarding.ledger.store.size() == size
+
+
+def test_registry_survives_reopening(onboarding: Onboarding, tmp_path: Path) -> None:
+    record = onboarding.registry.new_agent("ref", now=NOW)
+    again = AgentRegistry(onboarding.engine, tmp_path / "home" / "keys")
+    assert again.get("ref") == record
