@@ -9,7 +9,8 @@ Tables
 
 An append computes its leaf and the interior nodes it completes from the log's *frontier* (the
 at most log2(n) perfect subtrees that make up the current tree), inserts them with the entries
-in one transaction, and so costs O(log n). Proofs read the O(log n) nodes they need in one query.
+in one transaction, and so costs O(log n). Proofs read the O(log n) nodes they need in one query;
+nodes never change once written, so the upper levels are also kept in a small in-memory cache.
 A batch is one transaction: durable or absent, never half there.
 
 Writers serialise on the head row (`BEGIN IMMEDIATE` on SQLite, `SELECT … FOR UPDATE` on
@@ -143,10 +144,15 @@ def make_engine(db_url: str) -> Engine:
 
 @dataclass(frozen=True)
 class StoredEntry:
-    """An entry as read back: its index in the log and its leaf data."""
+    """An entry as read back: its index in the log and its leaf data.
+
+    `columns` are the indexed copies (actor, seq, kind, subject, at) that queries answer
+    from, when they were read; verification checks them against the signed data.
+    """
 
     index: int
     data: bytes
+    columns: tuple[Any, ...] | None = None
 
     @property
     def leaf_hash(self) -> bytes:
@@ -189,6 +195,12 @@ class LogStore:
         self._frontier_size = -1
         self._last_seq: dict[str, int] = {}
         self._postgres = engine.dialect.name == "postgresql"
+        # Read path of proofs and roots (see `_read_nodes`): a size the log is known to have
+        # reached (it only grows), and stored nodes of the upper levels (never rewritten).
+        self._known_size = 0
+        self._node_cache: dict[int, bytes] = {}
+        self._raw_sqlite = engine.dialect.name == "sqlite"
+        self._dbapi_error: type[Exception] = getattr(engine.dialect.dbapi, "Error", Exception)
         try:
             SQLModel.metadata.create_all(engine, tables=_LEDGER_TABLES)
             with engine.begin() as connection:
@@ -212,13 +224,13 @@ class LogStore:
 
     def root(self, size: int | None = None) -> bytes:
         """The tree hash at `size` (default: now). Raises ValueError beyond the log's size."""
-        with self._read() as connection:
-            current = int(connection.execute(select(_HEAD.c.size)).scalar_one())
+        if size is None or not 0 <= size <= self._known_size:
+            current = self._head_size()
             size = current if size is None else size
             if not 0 <= size <= current:
                 raise ValueError(f"the log has {current} entries, not {size}")
-            pieces = merkle.perfect_subtrees(0, size)
-            nodes = self._nodes(connection, pieces)
+        pieces = merkle.perfect_subtrees(0, size)
+        nodes = self._read_nodes(pieces, size)
         return merkle.fold_right([nodes[piece] for piece in pieces])
 
     def entry(self, index: int) -> StoredEntry:
@@ -240,14 +252,22 @@ class LogStore:
             stop = position + chunk if end is None else min(end, position + chunk)
             with self._read() as connection:
                 rows = connection.execute(
-                    select(_ENTRIES.c.idx, _ENTRIES.c.data)
+                    select(
+                        _ENTRIES.c.idx,
+                        _ENTRIES.c.data,
+                        _ENTRIES.c.actor,
+                        _ENTRIES.c.seq,
+                        _ENTRIES.c.kind,
+                        _ENTRIES.c.subject,
+                        _ENTRIES.c.at,
+                    )
                     .where(_ENTRIES.c.idx >= position, _ENTRIES.c.idx < stop)
                     .order_by(_ENTRIES.c.idx)
                 ).all()
             if not rows:
                 return
-            for idx, data in rows:
-                yield StoredEntry(int(idx), bytes(data))
+            for idx, data, *columns in rows:
+                yield StoredEntry(int(idx), _as_bytes(data), tuple(columns))
             position = int(rows[-1][0]) + 1
 
     def find(
@@ -284,24 +304,27 @@ class LogStore:
 
         Raises ValueError when index or size are out of range.
         """
-        with self._read() as connection:
-            current = int(connection.execute(select(_HEAD.c.size)).scalar_one())
+        if size is None or not 0 <= size <= self._known_size:
+            current = self._head_size()
             size = current if size is None else size
             if size > current:
                 raise ValueError(f"the log has {current} entries, not {size}")
-            needed = merkle.nodes_for_inclusion(index, size)
-            nodes = self._nodes(connection, needed)
-        return merkle.inclusion_proof_by(index, size, merkle.subtree_from_nodes(nodes))
+        groups = _inclusion_groups(index, size)
+        nodes = self._read_keys([key for group in groups for key in group], size)
+        return [
+            nodes[group[0]] if len(group) == 1 else merkle.fold_right([nodes[k] for k in group])
+            for group in groups
+        ]
 
     def consistency_proof(self, old_size: int, new_size: int | None = None) -> list[bytes]:
         """The RFC 9162 consistency proof between two sizes. Raises ValueError out of range."""
-        with self._read() as connection:
-            current = int(connection.execute(select(_HEAD.c.size)).scalar_one())
+        if new_size is None or not 0 <= new_size <= self._known_size:
+            current = self._head_size()
             new_size = current if new_size is None else new_size
             if new_size > current:
                 raise ValueError(f"the log has {current} entries, not {new_size}")
-            needed = merkle.nodes_for_consistency(old_size, new_size)
-            nodes = self._nodes(connection, needed)
+        needed = merkle.nodes_for_consistency(old_size, new_size)
+        nodes = self._read_nodes(needed, new_size)
         return merkle.consistency_proof_by(old_size, new_size, merkle.subtree_from_nodes(nodes))
 
     def stored_nodes(self, start_key: int = 0, chunk: int = 20000) -> Iterator[tuple[int, bytes]]:
@@ -515,6 +538,93 @@ class LogStore:
                 raise SequenceError(actor, seq, last[actor])
             last[actor] = seq
 
+    def _head_size(self) -> int:
+        """The log's size now (read path); remembers it as reached."""
+        if self._raw_sqlite:
+            rows = self._raw_select(_HEAD_QUERY, ())
+            current = int(rows[0][0])
+        else:
+            current = self.size()
+        if current > self._known_size:
+            self._known_size = current
+        return current
+
+    def _read_nodes(self, needed: Iterable[NodeId], size: int) -> dict[NodeId, bytes]:
+        """`_read_keys` by NodeId."""
+        wanted = {node_key(node): node for node in needed}
+        return {wanted[key]: value for key, value in self._read_keys(wanted, size).items()}
+
+    def _read_keys(self, keys: Iterable[int], size: int) -> dict[int, bytes]:
+        """Stored nodes (by key) for a proof or root within the tree of `size`, outside writes.
+
+        Nodes are immutable once written, so those of the upper levels (at most about
+        2**(_CACHE_SPAN_LEVELS + 1) of them for any size) are kept in memory; the rest are
+        read in one query, on SQLite through the raw driver cursor in autocommit (one
+        statement, no BEGIN IMMEDIATE), on a memory-mapped connection.
+
+        Raises StoreError when a node is missing or the database cannot be read.
+        """
+        cache = self._node_cache
+        found: dict[int, bytes] = {}
+        wanted: list[int] = []
+        for key in keys:
+            value = cache.get(key)
+            if value is None:
+                wanted.append(key)
+            else:
+                found[key] = value
+        if not wanted:
+            return found
+        wanted = list(dict.fromkeys(wanted))
+        if self._raw_sqlite:
+            query = _NODE_QUERIES.get(len(wanted))
+            if query is None:
+                query = _NODE_QUERIES.setdefault(len(wanted), _node_query(len(wanted)))
+            rows = self._raw_select(query, wanted)
+        else:
+            with self._read() as connection:
+                rows = connection.execute(
+                    select(_NODES.c.id, _NODES.c.hash).where(_NODES.c.id.in_(wanted))
+                ).all()
+        cached_from = max(_CACHE_MIN_LEVEL, size.bit_length() - _CACHE_SPAN_LEVELS)
+        cached_from <<= NODE_INDEX_BITS
+        room = _CACHE_MAX_NODES - len(cache)
+        for key, value in rows:
+            key, hashed = int(key), bytes(value)
+            found[key] = hashed
+            if key >= cached_from and room > 0:
+                cache[key] = hashed
+                room -= 1
+        if len(rows) != len(wanted):
+            missing = sorted(_node_id(key) for key in set(wanted) - found.keys())
+            raise StoreError(f"the log is missing stored tree nodes {missing[:3]}")
+        return found
+
+    def _raw_select(self, query: str, params: Sequence[Any]) -> list[Any]:
+        """Run one SELECT on a pooled SQLite connection's driver cursor (autocommit)."""
+        try:
+            raw = self.engine.raw_connection()
+        except SQLAlchemyError as exc:
+            raise StoreError(f"cannot reach the log database: {_reason(exc)}") from exc
+        try:
+            if not raw.info.get(_MMAP_DONE):
+                setup = raw.cursor()
+                try:
+                    setup.execute(f"PRAGMA mmap_size={_SQLITE_MMAP_BYTES}")
+                finally:
+                    setup.close()
+                raw.info[_MMAP_DONE] = True
+            cursor = raw.cursor()
+            try:
+                cursor.execute(query, params)
+                return list(cursor.fetchall())
+            finally:
+                cursor.close()
+        except self._dbapi_error as exc:
+            raise StoreError(f"cannot read the log database: {_reason(exc)}") from exc
+        finally:
+            raw.close()
+
     def _nodes(self, connection: Any, needed: Iterable[NodeId]) -> dict[NodeId, bytes]:
         wanted = {node_key(node): node for node in needed}
         if not wanted:
@@ -527,6 +637,64 @@ class LogStore:
             missing = sorted(set(wanted.values()) - found.keys())
             raise StoreError(f"the log is missing stored tree nodes {missing[:3]}")
         return found
+
+
+# The read path caches stored nodes of level >= 8 (subtrees of 256 leaves and more) that lie
+# in the top 16 levels of the tree asked about: about 2**17 nodes at most, whatever the size.
+_CACHE_MIN_LEVEL = 8
+_CACHE_SPAN_LEVELS = 16
+_CACHE_MAX_NODES = 1 << 18
+# Proof reads memory-map the SQLite file (up to SQLite's own compile-time cap).
+_SQLITE_MMAP_BYTES = 1 << 31
+_MMAP_DONE = "accord_mmap"
+_HEAD_QUERY = "SELECT size FROM ledger_head"
+_NODE_QUERIES: dict[int, str] = {}
+
+
+def _node_query(count: int) -> str:
+    marks = ",".join("?" * count)
+    return f"SELECT id, hash FROM ledger_nodes WHERE id IN ({marks})"
+
+
+def _node_id(key: int) -> NodeId:
+    return NodeId(key >> NODE_INDEX_BITS, key & ((1 << NODE_INDEX_BITS) - 1))
+
+
+def _inclusion_groups(index: int, size: int) -> list[list[int]]:
+    """The node keys behind each element of PATH(index, D[0:size]), leaf side first.
+
+    The ranges `merkle.inclusion_proof_by` asks for, in its order, each split into perfect
+    subtrees as `merkle.perfect_subtrees` does; an element is the right fold of its group.
+    Raises ValueError as it does.
+    """
+    if not 0 <= index < size:
+        raise ValueError(f"leaf index {index} is outside a tree of size {size}")
+    groups: list[list[int]] = []
+    start, end = 0, size
+    while end - start > 1:
+        k = 1 << ((end - start - 1).bit_length() - 1)
+        if index < start + k:
+            low, width = start + k, end - start - k
+            if width & (width - 1):  # not a power of two: only on the tree's right edge
+                groups.append([node_key(node) for node in merkle.perfect_subtrees(low, end)])
+            else:  # one perfect subtree (low is a multiple of k, so of width)
+                level = width.bit_length() - 1
+                groups.append([(level << NODE_INDEX_BITS) | (low >> level)])
+            end = low
+        else:
+            level = k.bit_length() - 1
+            groups.append([(level << NODE_INDEX_BITS) | (start >> level)])
+            start += k
+    groups.reverse()
+    return groups
+
+
+def _as_bytes(value: Any) -> bytes:
+    """A stored blob as bytes; SQLite's dynamic typing may hand back text, which is encoded
+    (and then fails verification) rather than crashing the reader."""
+    if isinstance(value, bytes | bytearray | memoryview):
+        return bytes(value)
+    return str(value).encode("utf-8", "surrogateescape")
 
 
 def _advance_frontier(

@@ -182,7 +182,22 @@ def _scan_entries(store: LogStore, size: int, progress: Progress | None) -> _Log
         except (MalformedError, SignatureError) as exc:
             scan.signatures = VerificationError(1, str(exc), stored.index)
             continue
-        actor, seq = entry.event.actor, entry.event.seq
+        event = entry.event
+        if stored.columns is not None and tuple(stored.columns) != (
+            event.actor,
+            event.seq,
+            event.kind,
+            event.subject,
+            event.at,
+        ):
+            scan.signatures = VerificationError(
+                1,
+                "the stored actor, seq, kind, subject or time columns disagree with the "
+                "signed entry",
+                stored.index,
+            )
+            continue
+        actor, seq = event.actor, event.seq
         previous = last_seq.get(actor, -1)
         if seq <= previous and scan.sequences is None:
             scan.sequences = VerificationError(
@@ -274,7 +289,11 @@ def _check_checkpoints(store: LogStore, operator_did: str) -> str:
             raise VerificationError(
                 4, f"checkpoint {stored.size} is for log {checkpoint.log_id!r}, not this one"
             )
-        if (checkpoint.size, checkpoint.root) != (stored.size, stored.root):
+        if (checkpoint.size, checkpoint.root, checkpoint.at) != (
+            stored.size,
+            stored.root,
+            stored.at,
+        ):
             raise VerificationError(4, f"checkpoint {stored.size} differs from what it signs")
     return f"{len(checkpoints)} checkpoints signed by {operator_did}"
 
