@@ -40,8 +40,9 @@ from identity.credentials import (
     transcript_reference,
     verify_credential,
 )
-from identity.errors import ExamError, RegistryError
+from identity.errors import CredentialError, ExamError, RegistryError
 from identity.exams import ExamResult, ExamService
+from identity.presentations import SqlNonceStore, create_presentation, verify_presentation
 from identity.status import StatusList, status_entry, status_list_credential
 from ledger.events import format_time
 from ledger.runtime import open_ledger
@@ -50,6 +51,8 @@ from ledger.settings import Settings
 from ledger.signing import Ed25519Signer
 
 ISSUED_EVENT_KIND = "credential.issued"
+REGISTERED_KIND = "agent.registered"
+REGISTRATION_CHALLENGE_TTL = timedelta(minutes=5)
 DEFAULT_VALIDITY = timedelta(days=180)
 STATUS_LIST_FILE = "status-list.json"
 
@@ -131,6 +134,8 @@ class Onboarding:
         self.valid_for = valid_for
         self.engine: Engine = ledger.store.engine
         self.status_list_url = f"urn:accord:status:{ledger.log_id}:revocation"
+        self.domain = f"urn:accord:network:{ledger.log_id}"
+        self.nonces = SqlNonceStore(ledger.store.engine)
         try:
             SQLModel.metadata.create_all(self.engine, tables=[_CREDENTIALS, _STATUS_LISTS])
         except SQLAlchemyError as exc:
@@ -145,6 +150,63 @@ class Onboarding:
         if not isinstance(operator, Ed25519Signer):
             raise RegistryError("issuing credentials needs the operator's Ed25519 key")
         return operator
+
+    # -- registration (DID-auth) --
+
+    def registration_index(self, agent: AgentRecord) -> int | None:
+        """The ledger index of the agent's `agent.registered` event, if it registered."""
+        found = self.ledger.store.find(kind=REGISTERED_KIND, actor=agent.did, limit=1)
+        return found[0].index if found else None
+
+    def register(self, agent: AgentRecord, *, holder: Ed25519Signer | None = None) -> int:
+        """DID-auth: the operator issues a fresh challenge for the network's domain, the agent
+        answers with a presentation signed by its did:key over that challenge and domain, the
+        operator verifies it (the challenge works once), and the agent's signed
+        `agent.registered` event is logged. Returns its ledger index; an agent already
+        registered is not registered twice.
+
+        `holder` signs the presentation (default: the agent's own key; tests pass another).
+        Raises CredentialError when the presentation does not authenticate the agent,
+        NonceError when the challenge was used or expired.
+        """
+        existing = self.registration_index(agent)
+        if existing is not None:
+            return existing
+        signer = self.registry.signer(agent)
+        now = self.ledger.clock()
+        challenge = self.nonces.issue(self.domain, now, REGISTRATION_CHALLENGE_TTL)
+        presentation = create_presentation(holder or signer, [], challenge, self.domain, now)
+        return self.admit(agent, presentation, challenge)
+
+    def admit(self, agent: AgentRecord, presentation: dict[str, Any], challenge: str) -> int:
+        """Verify a registration presentation for `challenge` and log the agent's event.
+
+        Raises CredentialError (step authentication) when it is not the agent's, NonceError
+        when the challenge is unknown, expired or used.
+        """
+        verify_presentation(
+            presentation,
+            challenge=challenge,
+            domain=self.domain,
+            now=self.ledger.clock(),
+            trusted_issuers={self.operator_did},
+            status_lookup=self.status_lookup,
+            nonces=self.nonces,
+        )
+        if presentation.get("holder") != agent.did:
+            raise CredentialError("authentication", f"the presentation is not {agent.did}'s")
+        index, _ = self.ledger.append(
+            self.registry.signer(agent),
+            REGISTERED_KIND,
+            subject=agent.did,
+            body={
+                "name": agent.name,
+                "domain": self.domain,
+                "challenge": challenge,
+                "proof": presentation["proof"],
+            },
+        )
+        return index
 
     # -- onboarding --
 
@@ -161,7 +223,8 @@ class Onboarding:
 
         An item the runtime cannot answer (it raises ExamError) is left unanswered. Raises
         ExamError for an unknown capability (checked for all before anything starts),
-        RateLimitedError, KeyStoreError for the agent's key, and what the ledger raises.
+        RateLimitedError, KeyStoreError for the agent's key, and what the ledger raises. An
+        agent that has not registered is registered first (DID-auth, see `register`).
         """
         if not capabilities:
             raise ExamError("name at least one capability")
@@ -169,6 +232,7 @@ class Onboarding:
             get_capability(name)
         signer = self.registry.signer(agent)
         answer_with = runtime or runtime_for(agent)
+        self.register(agent)
         outcomes = []
         for name in capabilities:
             session = self.exams.start(agent.did, name, item_count)
