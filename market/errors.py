@@ -1,0 +1,54 @@
+"""Every expected failure of the market, under one root.
+
+MarketError
+├── AmountError             an amount is not a whole number of wei, negative, or unparseable
+├── TaskError               a task is malformed, unknown, or not in the state an action needs
+│   └── TransitionError     a lifecycle transition the state machine does not allow
+├── BidRejected             a commitment or reveal is refused; `reason` is a stable code
+├── AuctionError            an auction cannot be cleared (windows still open, nothing to clear)
+└── EscrowError             the escrow contract refused or contradicts the market's record
+"""
+
+from __future__ import annotations
+
+
+class MarketError(Exception):
+    """Root of every expected market failure."""
+
+
+class AmountError(MarketError):
+    """An amount is not a whole, non-negative number of wei, or cannot be parsed."""
+
+
+class TaskError(MarketError):
+    """A task is malformed, unknown, or not in the state the action needs."""
+
+
+class TransitionError(TaskError):
+    """The task lifecycle does not allow this transition."""
+
+    def __init__(self, task_id: str, state: str, action: str) -> None:
+        super().__init__(f"task {task_id} is {state}: it cannot be {action}")
+        self.task_id = task_id
+        self.state = state
+        self.action = action
+
+
+class BidRejected(MarketError):
+    """A commitment or reveal is refused.
+
+    `reason` is one of: not-eligible, second-bid, late, early, over-budget, mismatch,
+    wrong-task, bad-signature, unknown-commitment, malformed.
+    """
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(f"{reason}: {message}")
+        self.reason = reason
+
+
+class AuctionError(MarketError):
+    """An auction cannot be cleared now."""
+
+
+class EscrowError(MarketError):
+    """The escrow contract refused an action or holds something the market did not expect."""

@@ -1,0 +1,56 @@
+"""Money as integers of wei: never floats.
+
+`Wei` is a distinct integer type; `parse_amount("0.5eth")` reads what people type.
+"""
+
+from __future__ import annotations
+
+import re
+from decimal import Decimal, InvalidOperation
+from typing import NewType
+
+from market.errors import AmountError
+
+Wei = NewType("Wei", int)
+
+WEI_PER_ETH = 10**18
+WEI_PER_GWEI = 10**9
+_UNITS = {"eth": WEI_PER_ETH, "ether": WEI_PER_ETH, "gwei": WEI_PER_GWEI, "wei": 1}
+_AMOUNT = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([a-zA-Z]*)\s*$")
+
+
+def wei(value: int) -> Wei:
+    """`value` as Wei; raises AmountError for a negative number or a non-integer."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise AmountError(f"an amount in wei must be a whole number, not {value!r}")
+    if value < 0:
+        raise AmountError(f"an amount cannot be negative: {value}")
+    return Wei(value)
+
+
+def parse_amount(text: str) -> Wei:
+    """Read `0.5eth`, `12 gwei`, `1000wei` or a bare integer of wei.
+
+    Raises AmountError for anything else, or a fraction of a wei.
+    """
+    match = _AMOUNT.match(text)
+    if match is None:
+        raise AmountError(f"{text!r} is not an amount: write e.g. 0.5eth, 20gwei or 1000wei")
+    number, unit = match.group(1), match.group(2).lower() or "wei"
+    if unit not in _UNITS:
+        raise AmountError(f"unknown unit {unit!r} in {text!r} (use eth, gwei or wei)")
+    try:
+        scaled = Decimal(number) * _UNITS[unit]
+    except InvalidOperation as exc:
+        raise AmountError(f"{text!r} is not a number") from exc
+    if scaled != scaled.to_integral_value():
+        raise AmountError(f"{text!r} is not a whole number of wei")
+    return wei(int(scaled))
+
+
+def format_eth(amount: int) -> str:
+    """`500000000000000000` → `0.5 ETH` (exact, no float)."""
+    whole, fraction = divmod(amount, WEI_PER_ETH)
+    if fraction == 0:
+        return f"{whole} ETH"
+    return f"{whole}.{str(fraction).rjust(18, '0').rstrip('0')} ETH"
