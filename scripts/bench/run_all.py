@@ -19,6 +19,7 @@ from pathlib import Path
 
 import bench_append
 import bench_gas
+import bench_identity
 import bench_proofs
 import bench_verify
 from _common import (
@@ -39,6 +40,7 @@ BENCHES: dict[str, tuple[str, Callable[[bool, int], Section]]] = {
     "verify": ("verify throughput", bench_verify.run),
     "proofs": ("inclusion proofs", bench_proofs.run),
     "gas": ("anchoring gas", bench_gas.run),
+    "identity": ("identity credentials and onboarding", bench_identity.run),
 }
 
 
