@@ -107,10 +107,25 @@ def capability_list(as_json: JsonFlag = False) -> None:
 def agent_new(
     name: Annotated[str, typer.Argument(help="A unique name: lower-case letters, digits, -, _.")],
     runtime: Annotated[
-        str, typer.Option(help="What answers for it: reference, random or command.")
+        str,
+        typer.Option(
+            help="What answers for it: reference (built in), random, command, http (an agent "
+            "service) or openai (an OpenAI-compatible model)."
+        ),
     ] = "reference",
     command: Annotated[
         str | None, typer.Option(help="For --runtime command: item JSON on stdin, answer out.")
+    ] = None,
+    endpoint: Annotated[
+        str | None,
+        typer.Option(
+            help='For --runtime http: the URL items are POSTed to as {"item": …}, answered '
+            'with {"answer": …}. For --runtime openai: the base URL (default OPENAI_BASE_URL).'
+        ),
+    ] = None,
+    model: Annotated[
+        str | None,
+        typer.Option(help="For --runtime openai: the model (key from OPENAI_API_KEY)."),
     ] = None,
     as_json: JsonFlag = False,
 ) -> None:
@@ -118,7 +133,7 @@ def agent_new(
     onboarding = _onboarding()
     with _errors():
         record = onboarding.registry.new_agent(
-            name, now=utc_now(), runtime=runtime, command=command
+            name, now=utc_now(), runtime=runtime, command=command, endpoint=endpoint, model=model
         )
     if as_json:
         _emit(record.to_json())
