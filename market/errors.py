@@ -6,6 +6,8 @@ MarketError
 │   └── TransitionError     a lifecycle transition the state machine does not allow
 ├── BidRejected             a commitment or reveal is refused; `reason` is a stable code
 ├── AuctionError            an auction cannot be cleared (windows still open, nothing to clear)
+│   └── InvalidBidError     a bid the auction must refuse (over budget, a second bid, malformed)
+├── ReputationError         reputation inputs out of range
 └── EscrowError             the escrow contract refused or contradicts the market's record
 """
 
@@ -52,3 +54,17 @@ class AuctionError(MarketError):
 
 class EscrowError(MarketError):
     """The escrow contract refused an action or holds something the market did not expect."""
+
+
+class InvalidBidError(AuctionError):
+    """A revealed bid handed to the auction is not admissible (`reason`: over-budget,
+    malformed, second-bid); the reveal checks should have refused it earlier."""
+
+    def __init__(self, bidder: str, reason: str, message: str) -> None:
+        super().__init__(f"{reason}: bid of {bidder}: {message}")
+        self.bidder = bidder
+        self.reason = reason
+
+
+class ReputationError(MarketError):
+    """Reputation inputs are out of range (a quality outside [0, 1], a non-positive prior)."""

@@ -6,7 +6,6 @@
 from __future__ import annotations
 
 import re
-from decimal import Decimal, InvalidOperation
 from typing import NewType
 
 from market.errors import AmountError
@@ -15,7 +14,7 @@ Wei = NewType("Wei", int)
 
 WEI_PER_ETH = 10**18
 WEI_PER_GWEI = 10**9
-_UNITS = {"eth": WEI_PER_ETH, "ether": WEI_PER_ETH, "gwei": WEI_PER_GWEI, "wei": 1}
+_UNIT_DECIMALS = {"eth": 18, "ether": 18, "gwei": 9, "wei": 0}
 _AMOUNT = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([a-zA-Z]*)\s*$")
 
 
@@ -37,15 +36,14 @@ def parse_amount(text: str) -> Wei:
     if match is None:
         raise AmountError(f"{text!r} is not an amount: write e.g. 0.5eth, 20gwei or 1000wei")
     number, unit = match.group(1), match.group(2).lower() or "wei"
-    if unit not in _UNITS:
+    if unit not in _UNIT_DECIMALS:
         raise AmountError(f"unknown unit {unit!r} in {text!r} (use eth, gwei or wei)")
-    try:
-        scaled = Decimal(number) * _UNITS[unit]
-    except InvalidOperation as exc:
-        raise AmountError(f"{text!r} is not a number") from exc
-    if scaled != scaled.to_integral_value():
+    decimals = _UNIT_DECIMALS[unit]
+    whole, _, fraction = number.partition(".")
+    fraction = fraction.rstrip("0")
+    if len(fraction) > decimals:
         raise AmountError(f"{text!r} is not a whole number of wei")
-    return wei(int(scaled))
+    return wei(int(whole) * 10**decimals + int(fraction.ljust(decimals, "0") or "0"))
 
 
 def format_eth(amount: int) -> str:
