@@ -1,0 +1,168 @@
+// SPDX-License-Identifier: Apache-2.0
+pragma solidity 0.8.28;
+
+/// @title TaskEscrow
+/// @notice Holds each task's budget between posting and settlement, with pull payments.
+/// @dev A requester `open`s a task with its deposit and a deadline. Before it is refunded, the
+///      operator (the deployer) may `settle` it once, crediting payees with amounts summing to at
+///      most the deposit and the requester with the rest. If the task is never settled, its
+///      requester may `refund` it once the deadline has passed. Money only leaves the contract
+///      through `withdraw`, which pays the caller's accumulated credit. Every state change
+///      happens before the one external call (checks-effects-interactions), so the contract's
+///      balance always equals the open deposits plus the credits not yet withdrawn.
+///      `taskId` is `keccak256(bytes(taskIdString))` of the UTF-8 task id.
+contract TaskEscrow {
+    /// @notice Lifecycle of one task's escrow.
+    enum State {
+        None,
+        Open,
+        Settled,
+        Refunded
+    }
+
+    struct Escrow {
+        address requester;
+        uint64 deadline;
+        State state;
+        uint256 deposit;
+    }
+
+    /// @notice The only account allowed to settle; fixed at deployment.
+    address public immutable operator;
+
+    /// @notice Wei each account may withdraw.
+    mapping(address account => uint256 amount) public credit;
+
+    mapping(bytes32 taskId => Escrow) private _escrows;
+
+    /// @notice `requester` deposited `deposit` wei for `taskId`, refundable after `deadline`.
+    event Opened(bytes32 indexed taskId, address indexed requester, uint256 deposit, uint64 deadline);
+
+    /// @notice `taskId` was settled: `amounts[i]` credited to `payees[i]`, `remainder` to its
+    ///         requester.
+    event Settled(bytes32 indexed taskId, address[] payees, uint256[] amounts, uint256 remainder);
+
+    /// @notice The deposit of `taskId` (`amount` wei) was credited back to `requester`.
+    event Refunded(bytes32 indexed taskId, address indexed requester, uint256 amount);
+
+    /// @notice `account` withdrew its credit of `amount` wei.
+    event Withdrawn(address indexed account, uint256 amount);
+
+    /// @notice The caller is not the operator.
+    error NotOperator();
+
+    /// @notice The caller is not the task's requester.
+    error NotRequester();
+
+    /// @notice The task id was opened before (whatever its state now).
+    error AlreadyOpened(bytes32 taskId);
+
+    /// @notice `open` was called without a deposit.
+    error ZeroDeposit();
+
+    /// @notice The deadline is not after the current block's timestamp.
+    error DeadlineNotInFuture(uint64 deadline, uint256 timestamp);
+
+    /// @notice The task is not open (`state`: 0 none, 2 settled, 3 refunded).
+    error NotOpen(bytes32 taskId, uint8 state);
+
+    /// @notice `payees` and `amounts` have different lengths.
+    error LengthMismatch(uint256 payees, uint256 amounts);
+
+    /// @notice A payee is the zero address (its credit could never be withdrawn).
+    error ZeroPayee();
+
+    /// @notice The amounts sum to `total`, more than the task's `deposit`.
+    error OverDeposit(uint256 total, uint256 deposit);
+
+    /// @notice A refund before the task's deadline.
+    error DeadlineNotReached(uint64 deadline, uint256 timestamp);
+
+    /// @notice The caller has no credit to withdraw.
+    error NothingToWithdraw();
+
+    /// @notice Sending `amount` wei to `account` failed (its credit is restored by the revert).
+    error TransferFailed(address account, uint256 amount);
+
+    constructor() {
+        operator = msg.sender;
+    }
+
+    /// @notice Open the escrow of `taskId` with `msg.value` as its deposit.
+    /// @dev Reverts with `AlreadyOpened`, `ZeroDeposit` or `DeadlineNotInFuture`.
+    /// @param taskId keccak256 of the UTF-8 task id.
+    /// @param deadline Unix time after which an unsettled task may be refunded.
+    function open(bytes32 taskId, uint64 deadline) external payable {
+        if (_escrows[taskId].state != State.None) revert AlreadyOpened(taskId);
+        if (msg.value == 0) revert ZeroDeposit();
+        if (deadline <= block.timestamp) revert DeadlineNotInFuture(deadline, block.timestamp);
+        _escrows[taskId] =
+            Escrow({requester: msg.sender, deadline: deadline, state: State.Open, deposit: msg.value});
+        emit Opened(taskId, msg.sender, msg.value, deadline);
+    }
+
+    /// @notice Settle `taskId` once: credit `amounts[i]` to `payees[i]`, the rest to the requester.
+    /// @dev Operator only. Reverts with `NotOperator`, `NotOpen`, `LengthMismatch`, `ZeroPayee`
+    ///      or `OverDeposit`. No transfer happens here (pull payments).
+    function settle(bytes32 taskId, address[] calldata payees, uint256[] calldata amounts)
+        external
+    {
+        if (msg.sender != operator) revert NotOperator();
+        Escrow storage escrow = _escrows[taskId];
+        if (escrow.state != State.Open) revert NotOpen(taskId, uint8(escrow.state));
+        if (payees.length != amounts.length) revert LengthMismatch(payees.length, amounts.length);
+        uint256 deposit = escrow.deposit;
+        uint256 total = 0;
+        for (uint256 i = 0; i < payees.length; ++i) {
+            if (payees[i] == address(0)) revert ZeroPayee();
+            total += amounts[i];
+        }
+        if (total > deposit) revert OverDeposit(total, deposit);
+        escrow.state = State.Settled;
+        for (uint256 i = 0; i < payees.length; ++i) {
+            credit[payees[i]] += amounts[i];
+        }
+        uint256 remainder = deposit - total;
+        if (remainder > 0) credit[escrow.requester] += remainder;
+        emit Settled(taskId, payees, amounts, remainder);
+    }
+
+    /// @notice Credit the whole deposit of an unsettled `taskId` back to its requester.
+    /// @dev Requester only, after the deadline. Reverts with `NotOpen`, `NotRequester` or
+    ///      `DeadlineNotReached`.
+    function refund(bytes32 taskId) external {
+        Escrow storage escrow = _escrows[taskId];
+        if (escrow.state != State.Open) revert NotOpen(taskId, uint8(escrow.state));
+        if (msg.sender != escrow.requester) revert NotRequester();
+        if (block.timestamp <= escrow.deadline) {
+            revert DeadlineNotReached(escrow.deadline, block.timestamp);
+        }
+        escrow.state = State.Refunded;
+        uint256 amount = escrow.deposit;
+        credit[msg.sender] += amount;
+        emit Refunded(taskId, msg.sender, amount);
+    }
+
+    /// @notice Pay the caller its whole credit.
+    /// @dev The credit is zeroed before the transfer; reverts with `NothingToWithdraw` or
+    ///      `TransferFailed`.
+    function withdraw() external {
+        uint256 amount = credit[msg.sender];
+        if (amount == 0) revert NothingToWithdraw();
+        credit[msg.sender] = 0;
+        emit Withdrawn(msg.sender, amount);
+        (bool ok,) = msg.sender.call{value: amount}("");
+        if (!ok) revert TransferFailed(msg.sender, amount);
+    }
+
+    /// @notice The escrow of `taskId`: its requester, deposit, deadline and state
+    ///         (0 none, 1 open, 2 settled, 3 refunded).
+    function escrows(bytes32 taskId)
+        external
+        view
+        returns (address requester, uint256 deposit, uint64 deadline, uint8 state)
+    {
+        Escrow storage escrow = _escrows[taskId];
+        return (escrow.requester, escrow.deposit, escrow.deadline, uint8(escrow.state));
+    }
+}

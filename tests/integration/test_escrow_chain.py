@@ -1,0 +1,522 @@
+"""TaskEscrow on a real anvil: every function, every revert, and a state-machine test of random
+open/settle/refund/withdraw sequences with crashes between recording and recording the outcome.
+
+One anvil (on a free 127.0.0.1 port in a tmp dir, always stopped) and one deployment serve the
+whole module; every test uses fresh task ids and compares balances and credits as deltas.
+`run_state_machine` is also run on MemoryEscrowChain by tests/market/test_escrow.py.
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from eth_account import Account
+from hexbytes import HexBytes
+from web3 import Web3
+
+from ledger.chain import DEVNET_OPERATOR_KEY, eip1559_fees, make_web3
+from ledger.devnet import Devnet, DevnetInfo, find_free_port
+from ledger.errors import DeploymentError
+from market.errors import EscrowError
+from market.escrow import (
+    EscrowActions,
+    EscrowChain,
+    EscrowDeployment,
+    EscrowIntent,
+    EscrowOutcome,
+    EscrowRefusedError,
+    EscrowState,
+    MemoryEscrowJournal,
+    Web3EscrowChain,
+    address_of,
+    deploy_escrow,
+    ensure_escrow,
+    open_intent,
+    refund_intent,
+    settle_intent,
+    task_id_hash,
+    withdraw_intent,
+)
+
+# anvil's default accounts 1-4 (account 0 is the operator).
+KEYS = [
+    DEVNET_OPERATOR_KEY,
+    "0x59c6995e998f97a5a0044966f0945389dc9e86dae88c7a8412f4603b6b78690d",
+    "0x5de4111afa1a4b94908f83103eb1f1706367c2e68ca870fc3fb9a804cdab365a",
+    "0x7c852118294e51e653712a81e05800f419141751be58f605c371e15141b007a6",
+    "0x47e179ec197488593b187f80a00eb0da91f1b9d0b13f8733639f19c30a34926a",
+]
+OPERATOR, REQUESTER, OTHER, PAYEE_A, PAYEE_B = KEYS
+ADDR = [address_of(k) for k in KEYS]
+DEADLINE_AHEAD = 1_000
+STATE_MACHINE_RUNS = 200
+_ids = itertools.count()
+
+
+def fresh_task() -> str:
+    return f"task-{time.time_ns()}-{next(_ids)}"
+
+
+# -- fixtures ----------------------------------------------------------------------------
+
+
+@dataclass
+class Anvil:
+    info: DevnetInfo
+    home: Path
+    deployment: EscrowDeployment
+    w3: Web3
+
+    @property
+    def chain(self) -> Web3EscrowChain:
+        return Web3EscrowChain(self.info.rpc_url, self.deployment.address)
+
+    def now(self) -> int:
+        return int(self.w3.eth.get_block("latest")["timestamp"])
+
+    def pass_time(self, seconds: int = 2 * DEADLINE_AHEAD) -> None:
+        self.w3.provider.make_request("evm_increaseTime", [seconds])  # type: ignore[arg-type]
+        self.w3.provider.make_request("evm_mine", [])  # type: ignore[arg-type]
+
+    def steal_nonce(self, key: str, nonce: int) -> None:
+        """Mine a plain self-transfer at `nonce`, as another program holding the key would."""
+        account = Account.from_key(key)
+        max_fee, tip = eip1559_fees(self.w3)
+        signed = account.sign_transaction(
+            {
+                "to": account.address,
+                "value": 0,
+                "gas": 21_000,
+                "nonce": nonce,
+                "chainId": 31337,
+                "maxFeePerGas": max_fee,
+                "maxPriorityFeePerGas": tip,
+            }
+        )
+        self.w3.eth.send_raw_transaction(signed.raw_transaction)
+        self.w3.eth.wait_for_transaction_receipt(signed.hash, timeout=5)
+
+
+@pytest.fixture(scope="module")
+def anvil(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Anvil]:
+    home = tmp_path_factory.mktemp("escrow")
+    net = Devnet(home / "devnet", find_free_port())
+    info = net.up()
+    try:
+        deployment = ensure_escrow(info.rpc_url, OPERATOR, home / "escrow.json")
+        yield Anvil(info, home, deployment, make_web3(info.rpc_url))
+    finally:
+        net.down()
+
+
+def act(chain: EscrowChain, key: str, intent: EscrowIntent) -> int:
+    """Sign, send and wait; returns the gas used (the transaction must succeed)."""
+    tx = chain.build_tx(key, intent)
+    chain.broadcast(tx)
+    receipt = chain.wait_for_receipt(tx.tx_hash, 5)
+    assert receipt is not None and receipt.status_ok
+    return receipt.gas_used
+
+
+def refused(chain: EscrowChain, key: str, intent: EscrowIntent) -> EscrowRefusedError:
+    with pytest.raises(EscrowRefusedError) as caught:
+        chain.build_tx(key, intent)
+    assert isinstance(caught.value, EscrowError)
+    return caught.value
+
+
+# -- deployment --------------------------------------------------------------------------
+
+
+@pytest.mark.devnet
+def test_ensure_escrow_reuses_the_recorded_deployment(anvil: Anvil) -> None:
+    path = anvil.home / "escrow.json"
+    again = ensure_escrow(anvil.info.rpc_url, OPERATOR, path)
+    assert again == anvil.deployment and again.action == "reused"
+    assert '"contract": "TaskEscrow"' in path.read_text()
+    assert anvil.chain.operator() == ADDR[0]
+    with pytest.raises(DeploymentError):
+        ensure_escrow(anvil.info.rpc_url, OTHER, path)  # another operator's escrow
+    other = deploy_escrow(anvil.info.rpc_url, OTHER)
+    assert Web3EscrowChain(anvil.info.rpc_url, other).operator() == ADDR[2]
+
+
+# -- each function -----------------------------------------------------------------------
+
+
+@pytest.mark.devnet
+def test_open_settle_withdraw_and_refund(anvil: Anvil, capsys: pytest.CaptureFixture[str]) -> None:
+    chain = anvil.chain
+    task, other_task = fresh_task(), fresh_task()
+    start_block = anvil.w3.eth.block_number + 1
+    balance0 = chain.balance()
+    credits0 = {a: chain.credit(a) for a in ADDR}
+    deadline = anvil.now() + DEADLINE_AHEAD
+    assert chain.escrow(task) is None
+
+    gas = {"open": act(chain, REQUESTER, open_intent(task, 1_000, deadline))}
+    record = chain.escrow(task)
+    assert record is not None
+    assert (record.requester, record.deposit, record.deadline, record.state) == (
+        ADDR[1],
+        1_000,
+        deadline,
+        EscrowState.OPEN,
+    )
+    assert record.task_id_hash == task_id_hash(task) == bytes(Web3.keccak(text=task))
+    assert chain.balance() == balance0 + 1_000
+
+    gas["settle"] = act(chain, OPERATOR, settle_intent(task, [ADDR[3], ADDR[4]], [600, 300]))
+    record = chain.escrow(task)
+    assert record is not None and record.state == EscrowState.SETTLED
+    assert chain.credit(ADDR[3]) == credits0[ADDR[3]] + 600
+    assert chain.credit(ADDR[4]) == credits0[ADDR[4]] + 300
+    assert chain.credit(ADDR[1]) == credits0[ADDR[1]] + 100  # the remainder
+
+    payee = Web3.to_checksum_address(ADDR[3])
+    before = anvil.w3.eth.get_balance(payee)
+    tx = chain.build_tx(PAYEE_A, withdraw_intent())
+    chain.broadcast(tx)
+    receipt = chain.wait_for_receipt(tx.tx_hash, 5)
+    assert receipt is not None and receipt.status_ok
+    gas["withdraw"] = receipt.gas_used
+    mined = anvil.w3.eth.get_transaction_receipt(HexBytes(tx.tx_hash))
+    fee = mined["gasUsed"] * mined["effectiveGasPrice"]
+    assert anvil.w3.eth.get_balance(payee) == before + credits0[ADDR[3]] + 600 - fee
+    assert chain.credit(ADDR[3]) == 0
+
+    act(chain, REQUESTER, open_intent(other_task, 500, anvil.now() + DEADLINE_AHEAD))
+    anvil.pass_time()
+    gas["refund"] = act(chain, REQUESTER, refund_intent(other_task))
+    assert chain.credit(ADDR[1]) == credits0[ADDR[1]] + 100 + 500
+    refunded = chain.escrow(other_task)
+    assert refunded is not None and refunded.state == EscrowState.REFUNDED
+
+    events = chain.events(from_block=start_block)
+    assert [e.name for e in events] == ["Opened", "Settled", "Withdrawn", "Opened", "Refunded"]
+    opened, settled, withdrawn, _, refund = events
+    assert (opened.account, opened.amount, opened.deadline) == (ADDR[1], 1_000, deadline)
+    assert settled.payees == (ADDR[3], ADDR[4]) and settled.amounts == (600, 300)
+    assert settled.amount == 100 and settled.task_id_hash == task_id_hash(task)
+    assert (withdrawn.account, withdrawn.amount) == (ADDR[3], credits0[ADDR[3]] + 600)
+    assert (refund.account, refund.amount) == (ADDR[1], 500)
+    assert [e.name for e in chain.events(task)] == ["Opened", "Settled"]
+    with capsys.disabled():
+        print(f"\nTaskEscrow gas used: {gas}")
+    assert all(21_000 < used < 150_000 for used in gas.values())
+
+
+@pytest.mark.devnet
+def test_every_revert_has_its_custom_error(anvil: Anvil) -> None:
+    chain = anvil.chain
+    task = fresh_task()
+    deadline = anvil.now() + DEADLINE_AHEAD
+    assert refused(chain, REQUESTER, open_intent(task, 0, deadline)).reason == "ZeroDeposit"
+    late = refused(chain, REQUESTER, open_intent(task, 10, anvil.now() - 1))
+    assert late.reason == "DeadlineNotInFuture"
+    act(chain, REQUESTER, open_intent(task, 1_000, deadline))
+    double = refused(chain, OTHER, open_intent(task, 5, deadline))
+    assert double.reason == "AlreadyOpened" and double.reason_args == (task_id_hash(task),)
+    assert refused(chain, OTHER, settle_intent(task, [], [])).reason == "NotOperator"
+    assert refused(chain, REQUESTER, settle_intent(task, [], [])).reason == "NotOperator"
+    over = refused(chain, OPERATOR, settle_intent(task, [ADDR[3], ADDR[4]], [600, 401]))
+    assert over.reason == "OverDeposit" and over.reason_args == (1_001, 1_000)
+    mismatch = refused(chain, OPERATOR, EscrowIntent("settle", task, payees=(ADDR[3],)))
+    assert mismatch.reason == "LengthMismatch"
+    zero = "0x0000000000000000000000000000000000000000"
+    assert refused(chain, OPERATOR, settle_intent(task, [zero], [1])).reason == "ZeroPayee"
+    early = refused(chain, REQUESTER, refund_intent(task))
+    assert early.reason == "DeadlineNotReached"
+    anvil.pass_time()
+    assert refused(chain, OTHER, refund_intent(task)).reason == "NotRequester"
+    act(chain, REQUESTER, refund_intent(task))
+    twice = refused(chain, REQUESTER, refund_intent(task))
+    assert twice.reason == "NotOpen" and twice.reason_args == (task_id_hash(task), 3)
+    assert refused(chain, OPERATOR, settle_intent(task, [], [])).reason == "NotOpen"
+
+    settled = fresh_task()
+    act(chain, REQUESTER, open_intent(settled, 100, anvil.now() + DEADLINE_AHEAD))
+    act(chain, OPERATOR, settle_intent(settled, [ADDR[4]], [100]))
+    again = refused(chain, OPERATOR, settle_intent(settled, [ADDR[4]], [1]))
+    assert again.reason == "NotOpen" and again.reason_args == (task_id_hash(settled), 2)
+    anvil.pass_time()
+    assert refused(chain, REQUESTER, refund_intent(settled)).reason == "NotOpen"
+    assert refused(chain, REQUESTER, refund_intent(fresh_task())).reason == "NotOpen"
+
+    act(chain, PAYEE_B, withdraw_intent())
+    assert refused(chain, PAYEE_B, withdraw_intent()).reason == "NothingToWithdraw"
+
+
+@pytest.mark.devnet
+def test_a_mined_revert_is_reconciled_as_reverted(anvil: Anvil) -> None:
+    chain = anvil.chain
+    task = fresh_task()
+    actions = EscrowActions(chain, MemoryEscrowJournal(), receipt_timeout=5)
+    assert actions.open(REQUESTER, task, 100, anvil.now() + DEADLINE_AHEAD).status == "confirmed"
+    credit_b = chain.credit(ADDR[4])
+    first = actions.record(OPERATOR, settle_intent(task, [ADDR[3]], [10]))
+    # A second settle signed while the first is unmined passes the estimate, reverts when mined.
+    nonce = chain.account_nonce(ADDR[0], latest=False) + 1
+    second = chain.build_tx(OPERATOR, settle_intent(task, [ADDR[4]], [20]), nonce=nonce)
+    assert actions.send(first).status == "confirmed"
+    chain.broadcast(second)
+    receipt = chain.wait_for_receipt(second.tx_hash, 5)
+    assert receipt is not None and not receipt.status_ok
+    assert chain.credit(ADDR[4]) == credit_b  # unchanged by the revert
+    [event] = [e for e in chain.events(task) if e.name == "Settled"]
+    assert event.payees == (ADDR[3],)
+
+
+# -- crashes -----------------------------------------------------------------------------
+
+
+@pytest.mark.devnet
+@pytest.mark.parametrize("crash", ["after-record", "after-broadcast"])
+def test_a_crash_is_reconciled_without_paying_twice(anvil: Anvil, crash: str) -> None:
+    chain = anvil.chain
+    journal = MemoryEscrowJournal()
+    task = fresh_task()
+    EscrowActions(chain, journal).open(REQUESTER, task, 700, anvil.now() + DEADLINE_AHEAD)
+    credit0 = chain.credit(ADDR[3])
+    record = EscrowActions(chain, journal).record(OPERATOR, settle_intent(task, [ADDR[3]], [700]))
+    if crash == "after-broadcast":
+        chain.broadcast(record.signed())
+    restarted = EscrowActions(chain, journal)
+    [outcome] = restarted.reconcile()
+    assert outcome.status == "confirmed" and outcome.tx_hash == record.tx_hash
+    again = restarted.settle(OPERATOR, task, [ADDR[3]], [700])
+    assert again.status == "already-done"
+    assert chain.credit(ADDR[3]) == credit0 + 700
+    assert [e.name for e in chain.events(task)] == ["Opened", "Settled"]
+
+
+@pytest.mark.devnet
+def test_a_nonce_spent_elsewhere_drops_the_record_then_it_is_signed_again(anvil: Anvil) -> None:
+    chain = anvil.chain
+    journal = MemoryEscrowJournal()
+    task = fresh_task()
+    record = EscrowActions(chain, journal).record(
+        REQUESTER, open_intent(task, 300, anvil.now() + DEADLINE_AHEAD)
+    )
+    anvil.steal_nonce(REQUESTER, record.nonce)
+    restarted = EscrowActions(chain, journal)
+    [dropped] = restarted.reconcile()
+    assert dropped.status == "dropped" and chain.escrow(task) is None
+    outcome = restarted.perform(REQUESTER, record.intent)
+    assert outcome.status == "confirmed" and outcome.tx_hash != record.tx_hash
+    assert [r.status for r in journal.records(task)] == ["dropped", "confirmed"]
+    assert [e.name for e in chain.events(task)] == ["Opened"]
+
+
+# -- the state machine -------------------------------------------------------------------
+
+
+@dataclass
+class ModelEscrow:
+    requester: str
+    deposit: int
+    state: EscrowState
+    deadline_passed: bool = False
+
+
+@dataclass
+class Harness:
+    """What `run_state_machine` needs from a backend."""
+
+    chain: EscrowChain
+    pass_time: Callable[[], None]
+    steal_nonce: Callable[[str, int], None]
+    now: Callable[[], int]
+    block_number: Callable[[], int]
+
+
+@dataclass
+class Model:
+    tasks: dict[str, ModelEscrow] = field(default_factory=dict)
+    credit: dict[str, int] = field(default_factory=dict)
+    balance: int = 0
+
+    def refusal(self, sender: str, intent: EscrowIntent) -> str | None:
+        """The custom error the contract must answer with (None: it must accept)."""
+        escrow = self.tasks.get(intent.task_id)
+        if intent.kind == "open":
+            return "AlreadyOpened" if escrow is not None else None
+        if intent.kind == "settle":
+            if sender != ADDR[0]:
+                return "NotOperator"
+            if escrow is None or escrow.state != EscrowState.OPEN:
+                return "NotOpen"
+            return "OverDeposit" if sum(intent.amounts) > escrow.deposit else None
+        if intent.kind == "refund":
+            if escrow is None or escrow.state != EscrowState.OPEN:
+                return "NotOpen"
+            if sender != escrow.requester:
+                return "NotRequester"
+            return None if escrow.deadline_passed else "DeadlineNotReached"
+        return None if self.credit[sender] > 0 else "NothingToWithdraw"
+
+    def apply(self, sender: str, intent: EscrowIntent) -> None:
+        if intent.kind == "open":
+            self.tasks[intent.task_id] = ModelEscrow(sender, intent.deposit, EscrowState.OPEN)
+            self.balance += intent.deposit
+        elif intent.kind == "settle":
+            escrow = self.tasks[intent.task_id]
+            escrow.state = EscrowState.SETTLED
+            for payee, amount in zip(intent.payees, intent.amounts, strict=True):
+                self.credit[payee] += amount
+            self.credit[escrow.requester] += escrow.deposit - sum(intent.amounts)
+        elif intent.kind == "refund":
+            escrow = self.tasks[intent.task_id]
+            escrow.state = EscrowState.REFUNDED
+            self.credit[sender] += escrow.deposit
+        else:
+            self.balance -= self.credit[sender]
+            self.credit[sender] = 0
+
+
+def _random_intent(rng: random.Random, tasks: list[str], now: int) -> tuple[str, EscrowIntent]:
+    kind = rng.choice(["open", "open", "settle", "settle", "refund", "withdraw"])
+    task = rng.choice(tasks)
+    if kind == "open":
+        return rng.choice(KEYS[1:3]), open_intent(task, rng.randint(1, 1_000), now + DEADLINE_AHEAD)
+    if kind == "settle":
+        key = OPERATOR if rng.random() < 0.85 else rng.choice(KEYS[1:])
+        payees = rng.sample(ADDR[1:], rng.randint(0, 3))
+        amounts = [rng.randint(0, 400) for _ in payees]
+        return key, settle_intent(task, payees, amounts)
+    if kind == "refund":
+        return rng.choice(KEYS[1:3]), refund_intent(task)
+    return rng.choice(KEYS[1:]), withdraw_intent()
+
+
+def _check_invariants(
+    harness: Harness,
+    model: Model,
+    balance0: int,
+    from_block: int,
+    journal: MemoryEscrowJournal,
+) -> None:
+    chain = harness.chain
+    events = chain.events(from_block=from_block)
+    deposits = sum(e.amount for e in events if e.name == "Opened")
+    withdrawals = sum(e.amount for e in events if e.name == "Withdrawn")
+    balance = chain.balance()
+    assert balance == balance0 + deposits - withdrawals == balance0 + model.balance
+    per_task: dict[bytes | None, list[str]] = {}
+    for event in events:
+        per_task.setdefault(event.task_id_hash, []).append(event.name)
+    for names in per_task.values():
+        assert names.count("Settled") + names.count("Refunded") <= 1  # never both, never twice
+        assert names.count("Opened") <= 1
+    for task, expected in model.tasks.items():
+        record = chain.escrow(task)
+        assert record is not None
+        assert (record.requester, record.deposit, record.state) == (
+            expected.requester,
+            expected.deposit,
+            expected.state,
+        )
+    for address, expected_credit in model.credit.items():
+        assert chain.credit(address) == expected_credit
+    done = [
+        f"{r.intent.kind}:{r.intent.task_id}"
+        for r in journal.records()
+        if r.intent.kind != "withdraw" and r.status in ("confirmed", "superseded")
+    ]
+    assert len(done) == len(set(done))
+
+
+def run_state_machine(harness: Harness, runs: int, seed: int, steps: int = 5) -> dict[str, int]:
+    """Random open/settle/refund/withdraw sequences with crashes; returns counts per outcome."""
+    chain = harness.chain
+    rng = random.Random(seed)
+    stats: dict[str, int] = {}
+    for run in range(runs):
+        tasks = [f"sm-{seed}-{run}-{i}-{time.time_ns()}" for i in range(2)]
+        journal = MemoryEscrowJournal()
+        actions = EscrowActions(chain, journal, receipt_timeout=5)
+        from_block = harness.block_number() + 1
+        balance0 = chain.balance()
+        model = Model(credit={a: chain.credit(a) for a in ADDR})
+        model.balance = 0
+        for _ in range(steps):
+            if rng.random() < 0.12:
+                harness.pass_time()
+                for escrow in model.tasks.values():
+                    escrow.deadline_passed = True
+                stats["time"] = stats.get("time", 0) + 1
+                continue
+            key, intent = _random_intent(rng, tasks, harness.now())
+            sender = address_of(key)
+            expected = model.refusal(sender, intent)
+            crash = rng.choice(["none", "none", "after-record", "after-broadcast", "stolen"])
+            repeated = intent.kind != "withdraw" and any(
+                r.intent == intent and r.sender == sender and r.status == "confirmed"
+                for r in journal.records(intent.task_id)
+            )
+            if crash == "none" and repeated:  # actions are idempotent: nothing is sent again
+                outcome = actions.perform(key, intent)
+                assert outcome.status == "already-done", outcome
+                stats["already-done"] = stats.get("already-done", 0) + 1
+                _check_invariants(harness, model, balance0, from_block, journal)
+                continue
+            try:
+                if crash == "none":
+                    outcomes = [actions.perform(key, intent)]
+                else:
+                    record = actions.record(key, intent)
+                    if crash == "after-broadcast":
+                        chain.broadcast(record.signed())
+                    elif crash == "stolen":
+                        harness.steal_nonce(key, record.nonce)
+                    actions = EscrowActions(chain, journal, receipt_timeout=5)  # restarted
+                    outcomes = actions.reconcile()
+            except EscrowRefusedError as exc:
+                assert exc.reason == expected, (intent, exc)
+                stats["refused"] = stats.get("refused", 0) + 1
+            else:
+                assert expected is None, (intent, outcomes)
+                [outcome] = outcomes
+                _apply_outcome(model, sender, intent, outcome, crash)
+                if outcome.status == "dropped":  # signed anew after the nonce was lost
+                    again = actions.perform(key, intent)
+                    _apply_outcome(model, sender, intent, again, "none")
+                stats[outcome.status] = stats.get(outcome.status, 0) + 1
+            _check_invariants(harness, model, balance0, from_block, journal)
+        assert journal.pending() == []
+    return stats
+
+
+def _apply_outcome(
+    model: Model, sender: str, intent: EscrowIntent, outcome: EscrowOutcome, crash: str
+) -> None:
+    assert outcome.intent == intent and outcome.sender == sender
+    if crash == "stolen":
+        assert outcome.status == "dropped"
+        return
+    assert outcome.status == "confirmed", outcome
+    model.apply(sender, intent)
+
+
+def anvil_harness(anvil: Anvil) -> Harness:
+    def block_number() -> int:
+        return int(anvil.w3.eth.block_number)
+
+    return Harness(anvil.chain, anvil.pass_time, anvil.steal_nonce, anvil.now, block_number)
+
+
+@pytest.mark.devnet
+def test_state_machine_with_crashes(anvil: Anvil, capsys: pytest.CaptureFixture[str]) -> None:
+    started = time.monotonic()
+    stats = run_state_machine(anvil_harness(anvil), STATE_MACHINE_RUNS, seed=4)
+    elapsed = time.monotonic() - started
+    with capsys.disabled():
+        print(f"\nstate machine: {STATE_MACHINE_RUNS} runs in {elapsed:.1f} s, {stats}")
+    assert stats.get("confirmed", 0) > 100 and stats.get("dropped", 0) > 10
+    assert stats.get("refused", 0) > 50

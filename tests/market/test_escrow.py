@@ -1,0 +1,193 @@
+"""The escrow seam and its crash-safe actions on MemoryEscrowChain (same rules as TaskEscrow).
+
+The same state machine as on anvil (tests/integration/test_escrow_chain.py) runs here too.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from sqlalchemy import create_engine
+from web3 import Web3
+
+from ledger.errors import ChainUnavailableError
+from market.escrow import (
+    EscrowActions,
+    EscrowIntent,
+    EscrowPendingError,
+    EscrowRefusedError,
+    EscrowState,
+    EscrowTxRejectedError,
+    MemoryEscrowChain,
+    MemoryEscrowJournal,
+    SqlEscrowJournal,
+    address_of,
+    open_intent,
+    refund_intent,
+    settle_intent,
+    task_id_hash,
+    withdraw_intent,
+)
+from tests.integration.test_escrow_chain import (
+    ADDR,
+    OPERATOR,
+    OTHER,
+    PAYEE_A,
+    REQUESTER,
+    Harness,
+    run_state_machine,
+)
+
+DAY = 86_400
+
+
+@pytest.fixture
+def chain() -> MemoryEscrowChain:
+    return MemoryEscrowChain(ADDR[0])
+
+
+def do(chain: MemoryEscrowChain, key: str, intent: EscrowIntent) -> None:
+    tx = chain.build_tx(key, intent)
+    chain.broadcast(tx)
+    receipt = chain.receipt(tx.tx_hash)
+    assert receipt is not None and receipt.status_ok
+
+
+def reason(chain: MemoryEscrowChain, key: str, intent: EscrowIntent) -> str:
+    with pytest.raises(EscrowRefusedError) as caught:
+        chain.build_tx(key, intent)
+    return caught.value.reason
+
+
+def test_task_id_hash_is_keccak_of_the_utf8_id() -> None:
+    assert task_id_hash("t-1") == bytes(Web3.keccak(text="t-1"))
+
+
+def test_intent_json_round_trips_big_amounts() -> None:
+    intent = settle_intent("t", [ADDR[3]], [2**200])
+    assert EscrowIntent.from_json(intent.to_json()) == intent
+
+
+def test_happy_path_and_events(chain: MemoryEscrowChain) -> None:
+    deadline = chain.timestamp + DAY
+    do(chain, REQUESTER, open_intent("t", 1_000, deadline))
+    do(chain, OPERATOR, settle_intent("t", [ADDR[3]], [700]))
+    assert (chain.credit(ADDR[3]), chain.credit(ADDR[1]), chain.balance()) == (700, 300, 1_000)
+    do(chain, PAYEE_A, withdraw_intent())
+    assert (chain.credit(ADDR[3]), chain.balance()) == (0, 300)
+    do(chain, REQUESTER, open_intent("u", 50, deadline))
+    chain.advance_time(2 * DAY)
+    do(chain, REQUESTER, refund_intent("u"))
+    record = chain.escrow("u")
+    assert record is not None and record.state == EscrowState.REFUNDED
+    assert chain.credit(ADDR[1]) == 350
+    assert [e.name for e in chain.events()] == [
+        "Opened",
+        "Settled",
+        "Withdrawn",
+        "Opened",
+        "Refunded",
+    ]
+    assert [e.name for e in chain.events("t")] == ["Opened", "Settled"]
+
+
+def test_every_rule(chain: MemoryEscrowChain) -> None:
+    deadline = chain.timestamp + DAY
+    assert reason(chain, REQUESTER, open_intent("t", 0, deadline)) == "ZeroDeposit"
+    assert reason(chain, REQUESTER, open_intent("t", 1, chain.timestamp)) == "DeadlineNotInFuture"
+    do(chain, REQUESTER, open_intent("t", 100, deadline))
+    assert reason(chain, OTHER, open_intent("t", 1, deadline)) == "AlreadyOpened"
+    assert reason(chain, REQUESTER, settle_intent("t", [], [])) == "NotOperator"
+    assert reason(chain, OPERATOR, settle_intent("t", [ADDR[3]], [101])) == "OverDeposit"
+    assert reason(chain, OPERATOR, EscrowIntent("settle", "t", payees=(ADDR[3],))) == (
+        "LengthMismatch"
+    )
+    assert reason(chain, REQUESTER, refund_intent("t")) == "DeadlineNotReached"
+    chain.advance_time(DAY)
+    assert reason(chain, OTHER, refund_intent("t")) == "NotRequester"
+    do(chain, REQUESTER, refund_intent("t"))
+    assert reason(chain, REQUESTER, refund_intent("t")) == "NotOpen"
+    assert reason(chain, OPERATOR, settle_intent("t", [], [])) == "NotOpen"
+    do(chain, REQUESTER, open_intent("s", 100, chain.timestamp + DAY))
+    do(chain, OPERATOR, settle_intent("s", [], []))
+    assert reason(chain, OPERATOR, settle_intent("s", [], [])) == "NotOpen"
+    chain.advance_time(2 * DAY)
+    assert reason(chain, REQUESTER, refund_intent("s")) == "NotOpen"
+    assert reason(chain, PAYEE_A, withdraw_intent()) == "NothingToWithdraw"
+
+
+def test_a_lost_broadcast_reply_is_reconciled(chain: MemoryEscrowChain) -> None:
+    journal = MemoryEscrowJournal()
+    chain.lose_broadcast_replies = 1
+    with pytest.raises(ChainUnavailableError):
+        EscrowActions(chain, journal).open(REQUESTER, "t", 10, chain.timestamp + DAY)
+    [record] = journal.pending()
+    [outcome] = EscrowActions(chain, journal).reconcile()
+    assert outcome.status == "confirmed" and outcome.tx_hash == record.tx_hash
+    assert chain.balance() == 10 and journal.pending() == []
+
+
+def test_one_unresolved_transaction_per_account(chain: MemoryEscrowChain) -> None:
+    journal = MemoryEscrowJournal()
+    actions = EscrowActions(chain, journal, receipt_timeout=0)
+    chain.auto_mine = False
+    first = actions.open(REQUESTER, "t", 10, chain.timestamp + DAY)
+    assert first.status == "pending"
+    assert actions.open(REQUESTER, "t", 10, chain.timestamp + DAY).status == "pending"
+    with pytest.raises(EscrowPendingError):
+        actions.open(REQUESTER, "u", 10, chain.timestamp + DAY)
+    chain.mine()
+    chain.auto_mine = True
+    assert [o.status for o in actions.reconcile()] == ["confirmed"]
+    assert actions.open(REQUESTER, "t", 10, first.intent.deadline).status == "already-done"
+    assert chain.balance() == 10
+
+
+def test_a_taken_nonce_is_rejected_by_the_node(chain: MemoryEscrowChain) -> None:
+    chain.auto_mine = False
+    a = chain.build_tx(REQUESTER, open_intent("a", 1, chain.timestamp + DAY))
+    b = chain.build_tx(REQUESTER, open_intent("b", 1, chain.timestamp + DAY))
+    chain.broadcast(a)
+    chain.broadcast(a)  # idempotent
+    with pytest.raises(EscrowTxRejectedError):
+        chain.broadcast(b)
+
+
+def test_a_down_chain_raises_unavailable(chain: MemoryEscrowChain) -> None:
+    chain.available = False
+    with pytest.raises(ChainUnavailableError):
+        EscrowActions(chain, MemoryEscrowJournal()).withdraw(PAYEE_A)
+
+
+def test_sql_journal_survives_a_restart(chain: MemoryEscrowChain, tmp_path: Path) -> None:
+    engine = create_engine(f"sqlite:///{tmp_path / 'market.db'}")
+    actions = EscrowActions(chain, SqlEscrowJournal(engine))
+    actions.open(REQUESTER, "t", 500, chain.timestamp + DAY)
+    record = actions.record(OPERATOR, settle_intent("t", [ADDR[3]], [400]))  # then "crash"
+    restarted = EscrowActions(chain, SqlEscrowJournal(engine))
+    [outcome] = restarted.reconcile()
+    assert outcome.status == "confirmed" and outcome.tx_hash == record.tx_hash
+    assert restarted.settle(OPERATOR, "t", [ADDR[3]], [400]).status == "already-done"
+    statuses = [(r.intent.kind, r.status) for r in restarted.journal.records("t")]
+    assert statuses == [("open", "confirmed"), ("settle", "confirmed")]
+    assert (chain.credit(ADDR[3]), chain.credit(ADDR[1])) == (400, 100)
+
+
+def test_state_machine_with_crashes_in_memory(chain: MemoryEscrowChain) -> None:
+    def pass_time() -> None:
+        chain.advance_time(10_000)
+
+    def steal(key: str, nonce: int) -> None:
+        assert chain.account_nonce(address_of(key), latest=True) == nonce
+        chain.spend_nonce(address_of(key))
+
+    def now() -> int:
+        return chain.timestamp
+
+    def block_number() -> int:
+        return max((e.block_number for e in chain.events()), default=0)
+
+    harness = Harness(chain, pass_time, steal, now, block_number)
+    stats = run_state_machine(harness, runs=300, seed=11)
+    assert stats.get("confirmed", 0) > 100 and stats.get("dropped", 0) > 10
