@@ -20,6 +20,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from api.identity_cli import agent_app, capability_app, credential_app
+from api.market_cli import bid_app, task_app
 from ledger.anchoring import AnchorOutcome
 from ledger.chain import AnchorChain
 from ledger.errors import (
@@ -49,6 +50,8 @@ app.add_typer(ledger_app, name="ledger")
 app.add_typer(capability_app, name="capability")
 app.add_typer(agent_app, name="agent")
 app.add_typer(credential_app, name="credential")
+app.add_typer(task_app, name="task")
+app.add_typer(bid_app, name="bid")
 
 out = Console(emoji=False, highlight=False)
 err = Console(stderr=True, emoji=False, highlight=False)

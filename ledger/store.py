@@ -19,7 +19,7 @@ PostgreSQL), so several processes may append to one log safely.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -274,15 +274,19 @@ class LogStore:
         self,
         *,
         kind: str | None = None,
+        kinds: Collection[str] | None = None,
         subject: str | None = None,
         actor: str | None = None,
         limit: int = 100,
         after: int = -1,
     ) -> list[StoredEntry]:
-        """Entries matching every given field, oldest first, after index `after`."""
+        """Entries matching every given field (`kinds`: any of them), oldest first, after
+        index `after`."""
         query = select(_ENTRIES.c.idx, _ENTRIES.c.data).where(_ENTRIES.c.idx > after)
         if kind is not None:
             query = query.where(_ENTRIES.c.kind == kind)
+        if kinds is not None:
+            query = query.where(_ENTRIES.c.kind.in_(list(kinds)))
         if subject is not None:
             query = query.where(_ENTRIES.c.subject == subject)
         if actor is not None:

@@ -302,6 +302,16 @@ def _check_signature(bidder: str, message: bytes, signature: bytes, what: str) -
         raise _malformed(f"the bidder {bidder!r} is not a did:key: {exc}") from exc
 
 
+def verify_commitment_signature(commitment: Commitment) -> None:
+    """Raises BidRejected (``bad-signature``) unless the bidder signed the commitment."""
+    _check_signature(commitment.bidder, commitment.message(), commitment.signature, "commitment")
+
+
+def verify_reveal_signature(reveal: Reveal) -> None:
+    """Raises BidRejected (``bad-signature``) unless the bidder signed the reveal."""
+    _check_signature(reveal.bidder, reveal.message(), reveal.signature, "reveal")
+
+
 def check_commitment(
     commitment: Commitment,
     *,

@@ -1,0 +1,136 @@
+"""Wiring at the edge: settings in, a working `Market` (ledger, credentials, escrow) out."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from identity.onboarding import Onboarding, open_onboarding
+from ledger.chain import DEVNET_OPERATOR_KEY
+from ledger.errors import ChainError
+from ledger.runtime import connect_chain, devnet_for, open_ledger
+from ledger.settings import Settings
+from ledger.signing import Signer
+from market.errors import EscrowError
+from market.escrow import (
+    EscrowActions,
+    EscrowChain,
+    EscrowOutcome,
+    EscrowState,
+    SqlEscrowJournal,
+    Web3EscrowChain,
+    address_of,
+    ensure_escrow,
+)
+from market.money import Wei
+from market.service import EscrowReceipt, Market
+
+ESCROW_DEPLOYMENT_FILE = "escrow-deployment.json"
+
+#: anvil's second default account: a funded requester on the managed devnet.
+DEVNET_REQUESTER_KEY = "0x59c6995e998f97a5a0044966f0945389dc9e86dae88c7a8412f4603b6b78690d"
+
+
+class ChainEscrow:
+    """The market's `EscrowPort` over the TaskEscrow contract, every transaction journalled."""
+
+    def __init__(self, chain: EscrowChain, actions: EscrowActions, operator_key: str) -> None:
+        self.chain = chain
+        self.actions = actions
+        self.operator_key = operator_key
+
+    def open(
+        self, task_id: str, deadline: datetime, deposit: Wei, requester_key: str
+    ) -> EscrowReceipt:
+        outcome = self.actions.open(requester_key, task_id, deposit, int(deadline.timestamp()))
+        return _receipt(outcome)
+
+    def refund_to_requester(self, task_id: str) -> EscrowReceipt:
+        return _receipt(self.actions.settle(self.operator_key, task_id, [], []))
+
+    def requester_address(self, requester_key: str) -> str:
+        try:
+            return address_of(requester_key)
+        except (ValueError, TypeError) as exc:
+            raise EscrowError(f"the requester key is not a hex private key: {exc}") from exc
+
+    def deposit_of(self, task_id: str) -> tuple[Wei, bool] | None:
+        """The escrowed deposit of `task_id` and whether it is still open, or None."""
+        record = self.chain.escrow(task_id)
+        if record is None or record.state == EscrowState.NONE:
+            return None
+        return record.deposit, record.state == EscrowState.OPEN
+
+
+def _receipt(outcome: EscrowOutcome) -> EscrowReceipt:
+    if outcome.status in ("confirmed", "already-done", "superseded"):
+        return EscrowReceipt(
+            "0x" + outcome.tx_hash.hex() if outcome.tx_hash else "",
+            outcome.block_number or 0,
+        )
+    if outcome.status == "pending":
+        raise EscrowError(
+            f"the escrow transaction for {outcome.intent.task_id} is sent but not mined yet; "
+            "run the command again to reconcile it"
+        )
+    raise EscrowError(
+        f"the escrow {outcome.intent.kind} of {outcome.intent.task_id} ended {outcome.status}"
+    )
+
+
+@dataclass
+class MarketContext:
+    """Everything a market command needs, opened once."""
+
+    settings: Settings
+    onboarding: Onboarding
+    market: Market
+    escrow: ChainEscrow
+
+    def signer_for(self, agent: str | None) -> Signer:
+        """The operator (None) or a registered agent's key, by name or DID."""
+        if agent is None:
+            return self.market.ledger.operator
+        registry = self.onboarding.registry
+        return registry.signer(registry.get(agent))
+
+    def default_requester_key(self) -> str:
+        """A funded account on the managed devnet. Raises EscrowError on any other chain."""
+        if not self.settings.managed_devnet:
+            raise EscrowError(
+                "give the requester's funded account with --eth-key or ACCORD_REQUESTER_ETH_KEY"
+            )
+        return DEVNET_REQUESTER_KEY
+
+
+def connect_escrow(settings: Settings, *, start_devnet: bool = True) -> tuple[EscrowChain, str]:
+    """TaskEscrow on the configured chain, deployed once; returns it and the operator key.
+
+    Raises ChainError, DevnetError.
+    """
+    if settings.rpc_url is not None:
+        if settings.operator_eth_key is None:
+            raise ChainError("ACCORD_RPC_URL is set but ACCORD_OPERATOR_ETH_KEY is not")
+        rpc_url, key = settings.rpc_url, settings.operator_eth_key
+    else:
+        devnet = devnet_for(settings)
+        if start_devnet:
+            devnet.up()
+        rpc_url, key = devnet.rpc_url, DEVNET_OPERATOR_KEY
+    deployment = ensure_escrow(rpc_url, key, settings.home / ESCROW_DEPLOYMENT_FILE)
+    return Web3EscrowChain(rpc_url, deployment.address), key
+
+
+def open_market(settings: Settings) -> MarketContext:
+    """The market over the configured ledger, credentials and chain; reconciles escrow
+    transactions left pending by a crash, then the task records that lag behind the chain."""
+    anchor_chain = connect_chain(settings)
+    ledger = open_ledger(settings, anchor_chain)
+    onboarding = open_onboarding(settings, ledger)
+    chain, operator_key = connect_escrow(settings, start_devnet=False)
+    actions = EscrowActions(chain, SqlEscrowJournal(ledger.store.engine))
+    actions.reconcile()
+    escrow = ChainEscrow(chain, actions, operator_key)
+    market = Market(ledger, onboarding, escrow)
+    market.recover()
+    return MarketContext(settings, onboarding, market, escrow)

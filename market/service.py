@@ -1,0 +1,539 @@
+"""The market as users drive it: post a task with its budget escrowed, take sealed bids from
+credentialed agents, clear the auction.
+
+Every action is a signed ledger event whose subject is the task id, and a task is always
+`tasks.replay` of its events: the ledger is the only store, queried through its subject index.
+
+    task.posted      requester   the spec, and the chain account that escrows the budget
+    escrow.opened    operator    the escrow transaction is mined: bidding opens
+    bid.committed    operator    an admitted sealed commitment (signed inside by its bidder)
+                                 and the bidder's exam score when it committed
+    bid.revealed     operator    an admitted reveal, signed inside by its bidder
+    task.awarded     operator    the auction's winner, price and ranking, and forfeits
+    task.expired     operator    no valid bid; followed by escrow.refunded
+    escrow.refunded  operator    the deposit is credited back to the requester on chain
+
+Rejected commitments and reveals are not logged; they raise `BidRejected` with the reason.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from fractions import Fraction
+from typing import Any, Protocol
+
+from identity.errors import IdentityError
+from identity.onboarding import Onboarding
+from ledger.events import Entry, Event, parse_time
+from ledger.service import Ledger
+from ledger.signing import Signer
+from ledger.store import StoredEntry
+from market import sealed
+from market.auction import AuctionOutcome, RevealedBid, clear_auction
+from market.errors import AuctionError, BidRejected, TaskError, TransitionError
+from market.money import Wei
+from market.reputation import reputation
+from market.tasks import (
+    BID_COMMITTED,
+    BID_REVEALED,
+    ESCROW_OPENED,
+    ESCROW_REFUNDED,
+    TASK_AWARDED,
+    TASK_EXPIRED,
+    TASK_KINDS,
+    TASK_POSTED,
+    TASK_SETTLED,
+    Task,
+    TaskEvent,
+    TaskSpec,
+    clock_state,
+    replay,
+)
+
+MAX_TASK_EVENTS = 100_000
+LIFECYCLE_KINDS = tuple(kind for kind in TASK_KINDS if kind not in (BID_COMMITTED, BID_REVEALED))
+
+
+@dataclass(frozen=True)
+class EscrowReceipt:
+    """A mined escrow transaction."""
+
+    tx_hash: str
+    block_number: int
+
+
+class EscrowPort(Protocol):
+    """What the market needs of the escrow contract (see `market.escrow`)."""
+
+    def open(
+        self, task_id: str, deadline: datetime, deposit: Wei, requester_key: str
+    ) -> EscrowReceipt:
+        """Deposit the budget for `task_id` from the requester's account; wait until mined.
+
+        Raises EscrowError when the contract refuses, ChainError when the chain is away.
+        """
+        ...
+
+    def refund_to_requester(self, task_id: str) -> EscrowReceipt:
+        """Settle `task_id` with no payees, crediting the whole deposit to the requester."""
+        ...
+
+    def requester_address(self, requester_key: str) -> str:
+        """The chain account of a requester key."""
+        ...
+
+    def deposit_of(self, task_id: str) -> tuple[Wei, bool] | None:
+        """The deposit escrowed for `task_id` and whether it is still open, or None."""
+        ...
+
+
+@dataclass(frozen=True)
+class BidView:
+    """One bidder's bid as the market shows it: sealed until revealed."""
+
+    bidder: str
+    committed_index: int
+    commitment: str
+    revealed: bool
+    price: Wei | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "bidder": self.bidder,
+            "committed_index": self.committed_index,
+            "commitment": self.commitment,
+            "revealed": self.revealed,
+            "price": None if self.price is None else str(self.price),
+        }
+
+
+@dataclass(frozen=True)
+class AdmittedCommitment:
+    """A commitment the operator admitted: its ledger index and the bidder's exam score then."""
+
+    index: int
+    commitment: sealed.Commitment
+    exam_score: Fraction
+
+
+@dataclass(frozen=True)
+class AdmittedReveal:
+    index: int
+    reveal: sealed.Reveal
+
+
+@dataclass
+class BidBook:
+    """The admitted bids of one task, keyed by bidder, in log order."""
+
+    commitments: dict[str, AdmittedCommitment] = field(default_factory=dict)
+    reveals: dict[str, AdmittedReveal] = field(default_factory=dict)
+    last_index: int = -1
+
+    def add(self, index: int, event: Event) -> None:
+        """Take one bid event. Raises BidRejected (malformed) for a body that is not a bid."""
+        if event.kind == BID_COMMITTED:
+            commitment = sealed.Commitment.from_json(event.body["commitment"])
+            self.commitments[commitment.bidder] = AdmittedCommitment(
+                index, commitment, Fraction(event.body["exam_score"])
+            )
+        elif event.kind == BID_REVEALED:
+            reveal = sealed.Reveal.from_json(event.body["reveal"])
+            self.reveals[reveal.bidder] = AdmittedReveal(index, reveal)
+        self.last_index = index
+
+
+def replay_award(
+    task: Task,
+    commitments: Sequence[AdmittedCommitment],
+    reveals: Sequence[AdmittedReveal],
+    reputations: Mapping[str, Fraction],
+) -> tuple[AuctionOutcome, list[str]]:
+    """Clear `task`'s auction from its logged bids, checking again what admission checked:
+    each commitment and reveal is signed by its bidder for this task, each reveal opens its
+    commitment and is within the budget. Pure: an auditor runs exactly this.
+
+    Raises BidRejected when a logged bid does not hold (a log that was tampered with).
+    """
+    committed = {admitted.commitment.bidder: admitted for admitted in commitments}
+    for admitted in commitments:
+        commitment = admitted.commitment
+        if commitment.task_id != task.task_id:
+            raise BidRejected("wrong-task", f"entry {admitted.index} commits to another task")
+        sealed.verify_commitment_signature(commitment)
+    bids = []
+    for shown in reveals:
+        reveal = shown.reveal
+        commitment_of = committed.get(reveal.bidder)
+        if commitment_of is None:
+            raise BidRejected("unknown-commitment", f"entry {shown.index} reveals no commitment")
+        if reveal.task_id != task.task_id:
+            raise BidRejected("wrong-task", f"entry {shown.index} reveals for another task")
+        sealed.verify_reveal_signature(reveal)
+        opened = sealed.commitment_hash(task.task_id, reveal.bidder, reveal.price, reveal.salt)
+        if opened != commitment_of.commitment.digest:
+            raise BidRejected("mismatch", f"entry {shown.index} does not open its commitment")
+        bids.append(
+            RevealedBid(
+                bidder=reveal.bidder,
+                price=reveal.price,
+                reputation=reputations[reveal.bidder],
+                exam_score=commitment_of.exam_score,
+                committed_at_index=commitment_of.index,
+            )
+        )
+    outcome = clear_auction(
+        bids, budget=task.spec.budget, weights=task.spec.weights, rule=task.spec.rule
+    )
+    forfeits = sealed.forfeited((c.commitment for c in commitments), (r.reveal for r in reveals))
+    return outcome, forfeits
+
+
+class Market:
+    """Tasks, sealed bids and auctions over one ledger.
+
+    `onboarding` answers which agents hold valid credentials; `escrow` moves the budgets.
+    """
+
+    def __init__(
+        self,
+        ledger: Ledger,
+        onboarding: Onboarding,
+        escrow: EscrowPort,
+        clock: Callable[[], datetime] | None = None,
+    ) -> None:
+        self.ledger = ledger
+        self.onboarding = onboarding
+        self.escrow = escrow
+        self.clock = clock or ledger.clock
+        self._books: dict[str, BidBook] = {}
+
+    # -- reading -------------------------------------------------------------------------
+
+    def task(self, task_id: str) -> Task:
+        """The task replayed from its events. Raises TaskError when there is none."""
+        events = [_task_event(stored) for stored in self._task_entries(task_id)]
+        if not events:
+            raise TaskError(f"no task {task_id!r} (see `accord task list`)")
+        task = replay(event for event in events if event.kind in TASK_KINDS)
+        return task
+
+    def state(self, task: Task) -> str:
+        """The task's state now (the clock ends bidding and revealing)."""
+        return clock_state(task, self.clock())
+
+    def tasks(self) -> list[Task]:
+        posted = self.ledger.store.find(kind=TASK_POSTED, limit=MAX_TASK_EVENTS)
+        return [self.task(Entry.from_bytes(stored.data).event.subject) for stored in posted]
+
+    def commitments(self, task_id: str) -> list[AdmittedCommitment]:
+        """Admitted commitments, in log order."""
+        return list(self._book(task_id).commitments.values())
+
+    def reveals(self, task_id: str) -> list[AdmittedReveal]:
+        """Admitted reveals, in log order."""
+        return list(self._book(task_id).reveals.values())
+
+    def bids(self, task_id: str) -> list[BidView]:
+        """Commitments while sealed; prices appear once revealed."""
+        self.task(task_id)
+        book = self._book(task_id)
+        views = []
+        for admitted in book.commitments.values():
+            bidder = admitted.commitment.bidder
+            revealed = book.reveals.get(bidder)
+            views.append(
+                BidView(
+                    bidder,
+                    admitted.index,
+                    admitted.commitment.digest.hex(),
+                    revealed is not None,
+                    None if revealed is None else revealed.reveal.price,
+                )
+            )
+        return views
+
+    def open_tasks_for(self, did: str) -> list[Task]:
+        """Calls for bids: tasks taking bids now whose every capability `did` holds."""
+        now = self.clock()
+        return [
+            task
+            for task in self.tasks()
+            if clock_state(task, now) == "bidding" and self.eligible(did, task.spec.capabilities)
+        ]
+
+    # -- eligibility and quality ---------------------------------------------------------
+
+    def eligible(self, did: str, capabilities: Iterable[str]) -> bool:
+        """Whether `did` holds a valid, unrevoked credential for every capability, now."""
+        return all(self._exam_score(did, capability) is not None for capability in capabilities)
+
+    def _exam_score(self, did: str, capability: str) -> Fraction | None:
+        """The best verified exam score of `did` for `capability`, or None."""
+        best: Fraction | None = None
+        for record in self.onboarding.credentials_of(did):
+            if record["capability"] != capability or record["revoked_at"] is not None:
+                continue
+            try:
+                verified = self.onboarding.verify(
+                    record["document"], holder_did=did, capability=capability
+                )
+            except IdentityError:
+                continue
+            score = Fraction(verified.earned, verified.possible)
+            best = score if best is None else max(best, score)
+        return best
+
+    def exam_score(self, did: str, capabilities: Sequence[str]) -> Fraction:
+        """The mean of the bidder's best exam scores over the required capabilities (0 if any
+        is missing)."""
+        scores = [self._exam_score(did, capability) for capability in capabilities]
+        if not scores or any(score is None for score in scores):
+            return Fraction(0)
+        return sum((s for s in scores if s is not None), Fraction(0)) / len(scores)
+
+    def reputation_of(self, did: str) -> Fraction:
+        """Bayesian average of the quality `did` delivered on settled tasks, forfeits as 0."""
+        return self.reputations([did])[did]
+
+    def reputations(self, dids: Iterable[str]) -> dict[str, Fraction]:
+        """`reputation_of` for many bidders from one pass over the settled and awarded tasks."""
+        wanted = set(dids)
+        deliveries: dict[str, list[Fraction]] = {did: [] for did in wanted}
+        forfeits = dict.fromkeys(wanted, 0)
+        for stored in self.ledger.store.find(kind=TASK_SETTLED, limit=MAX_TASK_EVENTS):
+            quality = Entry.from_bytes(stored.data).event.body.get("quality", {})
+            for did, value in quality.items():
+                if did in wanted:
+                    deliveries[did].append(Fraction(value))
+        for kind in (TASK_AWARDED, TASK_EXPIRED):
+            for stored in self.ledger.store.find(kind=kind, limit=MAX_TASK_EVENTS):
+                for did in Entry.from_bytes(stored.data).event.body.get("forfeited", []):
+                    if did in wanted:
+                        forfeits[did] += 1
+        return {did: reputation(deliveries[did], forfeits=forfeits[did]) for did in sorted(wanted)}
+
+    # -- acting --------------------------------------------------------------------------
+
+    def post(self, requester: Signer, spec: TaskSpec, *, requester_key: str) -> Task:
+        """Post a task and escrow its budget from the requester's chain account.
+
+        The posting is logged first, then the deposit is made and `escrow.opened` logged: a
+        task whose deposit failed stays `posted` (no bids) and can be re-escrowed with
+        `escrow_task`. Raises TaskError, EscrowError, ChainError.
+        """
+        task_id = f"task-{uuid.uuid4().hex[:16]}"
+        address = self.escrow.requester_address(requester_key)
+        self.ledger.append(
+            requester,
+            TASK_POSTED,
+            subject=task_id,
+            body={"task_id": task_id, "spec": spec.to_json(), "escrow_from": address},
+        )
+        return self.escrow_task(task_id, requester_key=requester_key)
+
+    def escrow_task(self, task_id: str, *, requester_key: str) -> Task:
+        """Deposit a posted task's budget (idempotent: an escrowed task is returned as is)."""
+        task = self.task(task_id)
+        if task.escrowed:
+            return task
+        receipt = self.escrow.open(task_id, task.delivery_deadline, task.spec.budget, requester_key)
+        self._log_escrow_opened(task, receipt)
+        return self.task(task_id)
+
+    def _log_escrow_opened(self, task: Task, receipt: EscrowReceipt) -> None:
+        self.ledger.append(
+            self.ledger.operator,
+            ESCROW_OPENED,
+            subject=task.task_id,
+            body={
+                "task_id": task.task_id,
+                "deposit": str(task.spec.budget),
+                "tx_hash": receipt.tx_hash,
+                "block_number": receipt.block_number,
+            },
+        )
+
+    def _refund(self, task: Task) -> None:
+        deposit = self.escrow.deposit_of(task.task_id)
+        if deposit is not None and deposit[1]:
+            receipt = self.escrow.refund_to_requester(task.task_id)
+        else:
+            receipt = EscrowReceipt("recovered", 0)
+        self.ledger.append(
+            self.ledger.operator,
+            ESCROW_REFUNDED,
+            subject=task.task_id,
+            body={
+                "task_id": task.task_id,
+                "amount": str(task.spec.budget),
+                "tx_hash": receipt.tx_hash,
+                "block_number": receipt.block_number,
+            },
+        )
+
+    def recover(self) -> list[str]:
+        """Bring task records level with the chain after a crash between the two: a posted
+        task whose deposit is on chain gets its `escrow.opened`; an expired task gets its
+        refund made (at most once: the escrow refuses a second settle) and logged. Returns
+        the ids of the tasks it moved on."""
+        moved = []
+        for task in self.tasks():
+            if task.state == "posted":
+                deposit = self.escrow.deposit_of(task.task_id)
+                if deposit is not None and deposit[0] == task.spec.budget:
+                    self._log_escrow_opened(task, EscrowReceipt("recovered", 0))
+                    moved.append(task.task_id)
+            elif task.state == "expired":
+                self._refund(task)
+                moved.append(task.task_id)
+        return moved
+
+    def commit(self, commitment: sealed.Commitment) -> int:
+        """Admit and log a signed commitment, with the bidder's exam score at commit time.
+
+        Raises BidRejected with its reason (an unknown task is `wrong-task`).
+        """
+        task = self._task_for_bid(commitment.task_id)
+        now = self.clock()
+        book = self._book(task.task_id)
+        exam_score = self.exam_score(commitment.bidder, task.spec.capabilities)
+        sealed.check_commitment(
+            commitment,
+            terms=self._terms(task),
+            committed=book.commitments.keys(),
+            eligible=self.eligible(commitment.bidder, task.spec.capabilities),
+            now=now,
+        )
+        body = {"commitment": commitment.to_json(), "exam_score": str(exam_score)}
+        index, _ = self.ledger.append(
+            self.ledger.operator, BID_COMMITTED, subject=task.task_id, body=body
+        )
+        return index
+
+    def reveal(self, reveal: sealed.Reveal) -> int:
+        """Admit and log a signed reveal. Raises BidRejected with its reason."""
+        task = self._task_for_bid(reveal.task_id)
+        book = self._book(task.task_id)
+        sealed.check_reveal(
+            reveal,
+            terms=self._terms(task),
+            commitments={bidder: c.commitment for bidder, c in book.commitments.items()},
+            revealed=book.reveals.keys(),
+            now=self.clock(),
+        )
+        index, _ = self.ledger.append(
+            self.ledger.operator,
+            BID_REVEALED,
+            subject=task.task_id,
+            body={"reveal": reveal.to_json()},
+        )
+        return index
+
+    def award(self, task_id: str) -> AuctionOutcome:
+        """Clear the auction once both windows are over; log the award, or the expiry and the
+        refund when no valid bid was revealed.
+
+        Raises AuctionError while the windows are open, TransitionError when already cleared.
+        """
+        task = self.task(task_id)
+        now = self.clock()
+        if task.state != "bidding":
+            raise TransitionError(task_id, task.state, "awarded")
+        if now < task.reveal_ends:
+            raise AuctionError(
+                f"task {task_id} reveals bids until {task.reveal_ends.isoformat()}; "
+                "award it after that"
+            )
+        outcome, forfeits = self.replay_auction(task)
+        if outcome.winner is None:
+            self.ledger.append(
+                self.ledger.operator,
+                TASK_EXPIRED,
+                subject=task_id,
+                body={"task_id": task_id, "forfeited": forfeits},
+            )
+            self._refund(self.task(task_id))
+            return outcome
+        self.ledger.append(
+            self.ledger.operator,
+            TASK_AWARDED,
+            subject=task_id,
+            body=award_body(task_id, outcome, forfeits),
+        )
+        return outcome
+
+    def replay_auction(self, task: Task) -> tuple[AuctionOutcome, list[str]]:
+        """The auction as the log determines it (see `replay_award`)."""
+        book = self._book(task.task_id)
+        reputations = self.reputations(book.reveals.keys())
+        return replay_award(
+            task, list(book.commitments.values()), list(book.reveals.values()), reputations
+        )
+
+    # -- internals -----------------------------------------------------------------------
+
+    def _task_entries(self, task_id: str) -> list[StoredEntry]:
+        return self.ledger.store.find(subject=task_id, kinds=LIFECYCLE_KINDS, limit=MAX_TASK_EVENTS)
+
+    def _book(self, task_id: str) -> BidBook:
+        """The task's admitted bids, read incrementally from the log (append-only)."""
+        book = self._books.setdefault(task_id, BidBook())
+        while True:
+            found = self.ledger.store.find(
+                kinds=(BID_COMMITTED, BID_REVEALED),
+                subject=task_id,
+                after=book.last_index,
+                limit=5000,
+            )
+            if not found:
+                return book
+            for stored in found:
+                book.add(stored.index, Entry.from_bytes(stored.data).event)
+
+    def _task_for_bid(self, task_id: str) -> Task:
+        try:
+            return self.task(task_id)
+        except TaskError as exc:
+            raise BidRejected("wrong-task", str(exc)) from exc
+
+    def _terms(self, task: Task) -> sealed.SealedTerms:
+        return sealed.SealedTerms(
+            task_id=task.task_id,
+            budget=task.spec.budget,
+            state=task.state,
+            bidding_opens=task.posted_at,
+            bidding_closes=task.bidding_ends,
+            reveal_closes=task.reveal_ends,
+        )
+
+
+def award_body(task_id: str, outcome: AuctionOutcome, forfeits: list[str]) -> dict[str, Any]:
+    """What `task.awarded` records: enough for an auditor to replay the auction."""
+    assert outcome.winner is not None
+    return {
+        "task_id": task_id,
+        "winner": outcome.winner.bidder,
+        "price": str(outcome.price),
+        "rule": outcome.rule,
+        "runner_up": None if outcome.runner_up is None else outcome.runner_up.bidder,
+        "ranking": [
+            {
+                "bidder": scored.bid.bidder,
+                "price": str(scored.bid.price),
+                "reputation": str(scored.bid.reputation),
+                "exam_score": str(scored.bid.exam_score),
+                "score": str(scored.score),
+            }
+            for scored in outcome.ranking
+        ],
+        "forfeited": forfeits,
+    }
+
+
+def _task_event(stored: StoredEntry) -> TaskEvent:
+    event = Entry.from_bytes(stored.data).event
+    return TaskEvent(stored.index, event.kind, event.actor, parse_time(event.at), event.body)
