@@ -9,6 +9,7 @@ from identity.onboarding import Onboarding, open_onboarding
 from ledger.chain import DEVNET_OPERATOR_KEY
 from ledger.errors import ChainError
 from ledger.runtime import connect_chain, devnet_for, open_ledger
+from ledger.service import Ledger
 from ledger.settings import Settings
 from ledger.signing import Signer
 from market.errors import EscrowError
@@ -121,12 +122,15 @@ def connect_escrow(settings: Settings, *, start_devnet: bool = True) -> tuple[Es
     return Web3EscrowChain(rpc_url, deployment.address), key
 
 
-def open_market(settings: Settings) -> MarketContext:
+def open_market(
+    settings: Settings, ledger: Ledger | None = None, onboarding: Onboarding | None = None
+) -> MarketContext:
     """The market over the configured ledger, credentials and chain; reconciles escrow
     transactions left pending by a crash, then the task records that lag behind the chain."""
-    anchor_chain = connect_chain(settings)
-    ledger = open_ledger(settings, anchor_chain)
-    onboarding = open_onboarding(settings, ledger)
+    if ledger is None:
+        ledger = open_ledger(settings, connect_chain(settings))
+    if onboarding is None:
+        onboarding = open_onboarding(settings, ledger)
     chain, operator_key = connect_escrow(settings, start_devnet=False)
     actions = EscrowActions(chain, SqlEscrowJournal(ledger.store.engine))
     actions.reconcile()

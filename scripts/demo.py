@@ -4,17 +4,23 @@ the built-in reference agents).
 1. start (or reuse) the devnet and deploy the anchor registry once;
 2. issue credentials: reference agents register by DID-auth, sit capability exams and receive
    verifiable credentials; an agent answering at random fails and gets none;
-3. the log is checkpointed and anchored on chain;
-4. an exam is re-graded from the log alone, and one entry's inclusion proof is checked against
+3. post a paid task with its budget escrowed on chain; credentialed agents send sealed bids
+   (cost plus margin), the uncredentialed one is refused; reveal; the auction awards it;
+4. the log is checkpointed and anchored on chain;
+5. an exam is re-graded from the log alone, and one entry's inclusion proof is checked against
    the on-chain root;
-5. the whole log is verified as a numbered checklist, chain included.
+6. the whole log is verified as a numbered checklist, chain included.
 
 Runs in $ACCORD_HOME (default ./.accord); run it again and it appends to the same log.
 """
 
 from __future__ import annotations
 
+import secrets
 import sys
+import time
+from datetime import UTC, datetime, timedelta
+from fractions import Fraction
 
 from rich.console import Console
 
@@ -27,7 +33,14 @@ from ledger.errors import LedgerError
 from ledger.events import Entry
 from ledger.runtime import connect_chain, devnet_for, open_ledger
 from ledger.settings import Settings
+from ledger.signing import load_or_create_keyfile
 from ledger.verify import verify_log
+from market.errors import BidRejected, MarketError
+from market.money import Wei, format_eth, parse_amount
+from market.runtime import open_market
+from market.sealed import commit_bid, reveal_bid
+from market.strategies import cost_plus_margin
+from market.tasks import TaskSpec
 
 console = Console(emoji=False, highlight=False)
 
@@ -39,6 +52,16 @@ DEMO_AGENTS = (
     ("mallory", "random", ("arithmetic",)),
 )
 DEMO_ITEMS = 5
+#: What each agent's work costs it; reference agents bid cost plus a 20% margin.
+DEMO_COSTS = {"ada": "0.12eth", "linus": "0.10eth", "mallory": "0.01eth"}
+DEMO_MARGIN = Fraction(1, 5)
+DEMO_WINDOW_SECONDS = 4
+
+
+def _sleep_until(moment: datetime) -> None:
+    delay = (moment - datetime.now(UTC)).total_seconds()
+    if delay > 0:
+        time.sleep(delay + 0.05)
 
 
 def _agent(onboarding: Onboarding, name: str, runtime: str) -> AgentRecord:
@@ -50,7 +73,7 @@ def _agent(onboarding: Onboarding, name: str, runtime: str) -> AgentRecord:
 
 def main() -> int:
     settings = Settings.from_env()
-    console.rule("[bold]accord demo: credentials, a signed log, anchors on a local chain")
+    console.rule("[bold]accord demo: credentials, a paid task, a log anchored on chain")
     console.print(f"home: {settings.home}")
 
     started_devnet = False
@@ -98,9 +121,58 @@ def main() -> int:
                     f"           [red]✗[/] {exam.capability}: {exam.earned}/{exam.possible} "
                     "→ below the threshold, no credential"
                 )
-    proven_index = ledger.store.size() - 1
 
-    console.print("\n[bold]2. Checkpoint and anchor the log on chain[/]")
+    console.print("\n[bold]2. Post a paid task and collect sealed bids[/]")
+    context = open_market(settings, ledger, onboarding)
+    market = context.market
+    requester = load_or_create_keyfile(settings.keys_dir / "demo-requester.json")
+    spec = TaskSpec(
+        title="Check the quarterly figures",
+        description="Recompute every figure of the report and flag the wrong ones.",
+        capabilities=("arithmetic",),
+        budget=parse_amount("0.5eth"),
+        bidding=timedelta(seconds=DEMO_WINDOW_SECONDS),
+        reveal=timedelta(seconds=DEMO_WINDOW_SECONDS),
+        delivery=timedelta(minutes=30),
+    )
+    task = market.post(requester, spec, requester_key=context.default_requester_key())
+    deposit = context.escrow.deposit_of(task.task_id)
+    console.print(
+        f"  {task.task_id}: {spec.title!r}, budget {format_eth(spec.budget)} "
+        f"escrowed on chain ({format_eth(deposit[0]) if deposit else 'missing!'})"
+    )
+    salts: dict[str, tuple[Wei, bytes]] = {}
+    for name, cost in DEMO_COSTS.items():
+        agent = onboarding.registry.get(name)
+        signer = onboarding.registry.signer(agent)
+        price = cost_plus_margin(parse_amount(cost), DEMO_MARGIN, spec.budget)
+        if price is None:
+            continue
+        salt = secrets.token_bytes(32)
+        try:
+            market.commit(commit_bid(signer, task.task_id, price, salt))
+        except BidRejected as exc:
+            console.print(f"  [red]✗[/] {name:<8} refused: {exc.reason} (no arithmetic credential)")
+            continue
+        salts[name] = (price, salt)
+        console.print(f"  [green]✓[/] {name:<8} sealed bid committed (price hidden)")
+    _sleep_until(task.bidding_ends)
+    for name, (price, salt) in salts.items():
+        signer = onboarding.registry.signer(onboarding.registry.get(name))
+        market.reveal(reveal_bid(signer, task.task_id, price, salt))
+        console.print(f"  {name:<8} reveals {format_eth(price)}")
+    _sleep_until(task.reveal_ends)
+    outcome = market.award(task.task_id)
+    if outcome.winner is not None:
+        winner = onboarding.registry.get(outcome.winner.bidder).name
+        console.print(
+            f"  [green]✓[/] awarded to {winner} at {format_eth(outcome.price)} "
+            f"({outcome.rule} rule: the price at which its score ties the runner-up)"
+        )
+
+    proven_index = ledger.store.size() - 1  # the award (or the last event)
+
+    console.print("\n[bold]3. Checkpoint and anchor the log on chain[/]")
     assert ledger.anchorer is not None
     outcome = ledger.anchorer.anchor_latest()
     size = ledger.store.size()
@@ -111,7 +183,7 @@ def main() -> int:
         + (f" in block {outcome.block_number}" if outcome.block_number is not None else "")
     )
 
-    console.print("\n[bold]3. Audit from the log alone[/]")
+    console.print("\n[bold]4. Audit from the log alone[/]")
     if last_exam_index is not None:
         graded = Entry.from_bytes(ledger.store.entry(last_exam_index).data)
         exam_id = graded.event.subject
@@ -129,7 +201,7 @@ def main() -> int:
         f"  [green]✓[/] entry {proven_index} is in the anchored tree ({len(proof)} hashes)"
     )
 
-    console.print("\n[bold]4. Verify everything[/]")
+    console.print("\n[bold]5. Verify everything[/]")
     report = verify_log(ledger.store, ledger.operator.did, chain)
     for step in report.steps:
         mark = "[green]✓[/]" if step.status == "pass" else "[red]✗[/]"
@@ -148,6 +220,6 @@ def main() -> int:
 if __name__ == "__main__":
     try:
         sys.exit(main())
-    except (LedgerError, IdentityError) as exc:
+    except (LedgerError, IdentityError, MarketError) as exc:
         console.print(f"[bold red]error:[/] {exc}")
         sys.exit(1)
