@@ -1,0 +1,501 @@
+"""The team conversation as a pure state machine (IoA-style), one speaker at a time.
+
+States: `discussion`, `sync_task_assign`, `async_task_assign`, `pause_trigger`, `conclusion`,
+and `closed` once the deliverable is out. Every message is one of a few small kinds, names the
+next state and the next speaker, and `step(conversation, message)` either returns the next
+conversation or raises `IllegalMove` with the rule it broke:
+
+    state              speaker                  message       next states allowed
+    discussion         the named speaker        Discuss       discussion, sync/async assign,
+                                                              conclusion, pause_trigger
+                                                              (while triggers are pending)
+    sync_task_assign   the named speaker        AssignSync    sync_task_assign, blocked: the
+                                                              assignee speaks next
+                       the blocked assignee     Report        any but pause_trigger
+                       the leader               Abandon       any but pause_trigger
+    async_task_assign  the named speaker        AssignAsync   discussion, sync/async assign,
+                                                              pause_trigger
+    pause_trigger      a member with a trigger  Report        pause_trigger while triggers
+                       the leader               Abandon       remain, then any but it
+    conclusion         the leader               Conclude      closed (no speaker)
+
+Bounds: at most `max_turns` messages (only `Conclude` may use the last turn); sub-task ids are
+unique; an assignee must be a member; nothing concludes while an assignment is outstanding; the
+deliverable's contributions are exactly the successful results, each tagged with its agent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
+
+from coordinator.errors import IllegalMove
+from coordinator.work import JSON, SubTask
+
+ConversationState = Literal[
+    "discussion",
+    "sync_task_assign",
+    "async_task_assign",
+    "pause_trigger",
+    "conclusion",
+    "closed",
+]
+STATES: tuple[ConversationState, ...] = (
+    "discussion",
+    "sync_task_assign",
+    "async_task_assign",
+    "pause_trigger",
+    "conclusion",
+    "closed",
+)
+OPEN_STATES = STATES[:-1]
+DEFAULT_MAX_TURNS = 64
+
+
+# -- results and the deliverable -------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Contribution:
+    """One agent's part of the deliverable: the answer it gave to one sub-task."""
+
+    agent: str
+    sub_id: str
+    capability: str
+    output: JSON = field(hash=False)
+
+    def to_json(self) -> dict[str, JSON]:
+        return {
+            "agent": self.agent,
+            "sub_id": self.sub_id,
+            "capability": self.capability,
+            "output": self.output,
+        }
+
+    @classmethod
+    def from_json(cls, value: Mapping[str, JSON]) -> Contribution:
+        return cls(
+            str(value["agent"]), str(value["sub_id"]), str(value["capability"]), value["output"]
+        )
+
+
+@dataclass(frozen=True)
+class Result:
+    """What came back for a sub-task: the contributions (one, or a sub-team's several)."""
+
+    sub_id: str
+    ok: bool
+    contributions: tuple[Contribution, ...] = ()
+    error: str | None = None
+
+    def to_json(self) -> dict[str, JSON]:
+        return {
+            "sub_id": self.sub_id,
+            "ok": self.ok,
+            "contributions": [c.to_json() for c in self.contributions],
+            "error": self.error,
+        }
+
+    @classmethod
+    def from_json(cls, value: Mapping[str, JSON]) -> Result:
+        return cls(
+            str(value["sub_id"]),
+            bool(value["ok"]),
+            tuple(Contribution.from_json(c) for c in value["contributions"]),
+            value.get("error"),
+        )
+
+
+@dataclass(frozen=True)
+class Deliverable:
+    summary: str
+    contributions: tuple[Contribution, ...]
+
+    def to_json(self) -> dict[str, JSON]:
+        return {
+            "summary": self.summary,
+            "contributions": [c.to_json() for c in self.contributions],
+        }
+
+    @classmethod
+    def from_json(cls, value: Mapping[str, JSON]) -> Deliverable:
+        return cls(
+            str(value["summary"]),
+            tuple(Contribution.from_json(c) for c in value["contributions"]),
+        )
+
+
+# -- messages ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Discuss:
+    speaker: str
+    text: str
+    next_state: ConversationState
+    next_speaker: str | None
+
+
+@dataclass(frozen=True)
+class AssignSync:
+    speaker: str
+    assignee: str
+    task: SubTask
+    next_state: ConversationState = "sync_task_assign"
+    next_speaker: str | None = None  # always the assignee; filled in by `assign_sync`
+
+
+@dataclass(frozen=True)
+class AssignAsync:
+    speaker: str
+    assignments: tuple[tuple[str, SubTask], ...]
+    next_state: ConversationState
+    next_speaker: str | None
+
+
+@dataclass(frozen=True)
+class Report:
+    speaker: str
+    result: Result
+    next_state: ConversationState
+    next_speaker: str | None
+
+
+@dataclass(frozen=True)
+class Abandon:
+    """The leader gives up on an outstanding assignment (its member failed or timed out)."""
+
+    speaker: str
+    sub_id: str
+    reason: str
+    next_state: ConversationState
+    next_speaker: str | None
+
+
+@dataclass(frozen=True)
+class Conclude:
+    speaker: str
+    deliverable: Deliverable
+    next_state: ConversationState = "closed"
+    next_speaker: str | None = None
+
+
+Message = Discuss | AssignSync | AssignAsync | Report | Abandon | Conclude
+MESSAGE_KINDS = ("discuss", "assign_sync", "assign_async", "report", "abandon", "conclude")
+
+
+def assign_sync(speaker: str, assignee: str, task: SubTask) -> AssignSync:
+    """A sync assignment: the conversation blocks until `assignee` reports."""
+    return AssignSync(speaker, assignee, task, "sync_task_assign", assignee)
+
+
+# -- the conversation ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Conversation:
+    """A conversation's whole state. Build the first one with `open_conversation`."""
+
+    conv_id: str
+    task_id: str
+    parent: str | None
+    depth: int
+    leader: str
+    members: tuple[str, ...]
+    state: ConversationState
+    speaker: str | None
+    turn: int = 0
+    max_turns: int = DEFAULT_MAX_TURNS
+    blocked_on: tuple[str, str] | None = None  # (sub_id, assignee) of a sync assignment
+    triggers: Mapping[str, str] = field(default_factory=dict, hash=False)  # sub_id -> assignee
+    assigned: Mapping[str, SubTask] = field(default_factory=dict, hash=False)
+    results: tuple[Result, ...] = ()
+    deliverable: Deliverable | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.conv_id,
+            "task": self.task_id,
+            "parent": self.parent,
+            "depth": self.depth,
+            "leader": self.leader,
+            "members": list(self.members),
+            "state": self.state,
+            "speaker": self.speaker,
+            "turn": self.turn,
+            "results": [r.to_json() for r in self.results],
+        }
+
+
+def open_conversation(
+    conv_id: str,
+    task_id: str,
+    leader: str,
+    members: tuple[str, ...],
+    *,
+    parent: str | None = None,
+    depth: int = 0,
+    max_depth: int = 2,
+    max_turns: int = DEFAULT_MAX_TURNS,
+) -> Conversation:
+    """A new conversation in `discussion` with the leader speaking first.
+
+    Raises IllegalMove when the leader is not a member, members repeat, or depth exceeds
+    `max_depth`.
+    """
+    if leader not in members:
+        raise IllegalMove("the leader must be a member of its conversation")
+    if len(set(members)) != len(members):
+        raise IllegalMove("a member is listed twice")
+    if not 0 <= depth <= max_depth:
+        raise IllegalMove(f"nested depth {depth} is beyond the limit of {max_depth}")
+    if max_turns < 2:
+        raise IllegalMove("a conversation needs at least two turns")
+    return Conversation(
+        conv_id, task_id, parent, depth, leader, members, "discussion", leader, 0, max_turns
+    )
+
+
+def step(conversation: Conversation, message: Message) -> Conversation:
+    """Apply one message. Raises IllegalMove naming the rule it breaks."""
+    c = conversation
+    if c.state == "closed":
+        raise IllegalMove("the conversation is closed")
+    if message.speaker not in c.members:
+        raise IllegalMove(f"{message.speaker} is not a member of {c.conv_id}")
+    if c.turn >= c.max_turns or (c.turn == c.max_turns - 1 and not isinstance(message, Conclude)):
+        raise IllegalMove(f"the turn limit of {c.max_turns} is reached: conclude")
+    match message:
+        case Discuss():
+            nxt = _discuss(c, message)
+        case AssignSync():
+            nxt = _assign_sync(c, message)
+        case AssignAsync():
+            nxt = _assign_async(c, message)
+        case Report():
+            nxt = _report(c, message)
+        case Abandon():
+            nxt = _abandon(c, message)
+        case Conclude():
+            nxt = _conclude(c, message)
+    return replace(nxt, turn=c.turn + 1)
+
+
+def _expect_speaker(c: Conversation, message: Message) -> None:
+    if message.speaker != c.speaker:
+        raise IllegalMove(f"it is {c.speaker}'s turn, not {message.speaker}'s")
+
+
+def _expect_state(c: Conversation, kind: str, *states: ConversationState) -> None:
+    if c.state not in states:
+        raise IllegalMove(f"{kind} is not allowed in {c.state}")
+
+
+def _next(
+    c: Conversation,
+    message: Message,
+    allowed: tuple[ConversationState, ...],
+    **changes: Any,
+) -> Conversation:
+    """Move to the message's next state and speaker, if allowed and well-formed."""
+    after = replace(c, **changes)
+    state, speaker = message.next_state, message.next_speaker
+    if state not in allowed:
+        raise IllegalMove(f"{type(message).__name__} cannot lead from {c.state} to {state}")
+    if state == "pause_trigger":
+        if not after.triggers:
+            raise IllegalMove("pause_trigger needs a pending trigger")
+        if speaker not in after.triggers.values():
+            raise IllegalMove("in pause_trigger the next speaker must have a pending trigger")
+    elif state == "conclusion":
+        if after.triggers or after.blocked_on:
+            raise IllegalMove("cannot conclude while assignments are outstanding")
+        if speaker != c.leader:
+            raise IllegalMove("only the leader concludes")
+    elif state == "closed":
+        if speaker is not None:
+            raise IllegalMove("a closed conversation has no next speaker")
+    elif speaker not in c.members:
+        raise IllegalMove(f"the next speaker {speaker} is not a member")
+    return replace(after, state=state, speaker=speaker)
+
+
+_AFTER_RESULT: tuple[ConversationState, ...] = (
+    "discussion",
+    "sync_task_assign",
+    "async_task_assign",
+    "conclusion",
+)
+
+
+def _discuss(c: Conversation, m: Discuss) -> Conversation:
+    _expect_state(c, "discuss", "discussion")
+    _expect_speaker(c, m)
+    return _next(c, m, (*_AFTER_RESULT, "pause_trigger"))
+
+
+def _check_assignment(c: Conversation, assignee: str, task: SubTask, seen: set[str]) -> None:
+    if assignee not in c.members:
+        raise IllegalMove(f"{assignee} is not a member and cannot be assigned")
+    if task.sub_id in c.assigned or task.sub_id in seen:
+        raise IllegalMove(f"sub-task {task.sub_id} is already assigned")
+    seen.add(task.sub_id)
+
+
+def _assign_sync(c: Conversation, m: AssignSync) -> Conversation:
+    _expect_state(c, "a sync assignment", "sync_task_assign")
+    _expect_speaker(c, m)
+    if c.blocked_on is not None:
+        raise IllegalMove("a sync assignment is already outstanding")
+    _check_assignment(c, m.assignee, m.task, set())
+    if m.next_state != "sync_task_assign" or m.next_speaker != m.assignee:
+        raise IllegalMove("a sync assignment blocks: the assignee speaks next, in sync_task_assign")
+    return replace(
+        c,
+        speaker=m.assignee,
+        blocked_on=(m.task.sub_id, m.assignee),
+        assigned={**c.assigned, m.task.sub_id: m.task},
+    )
+
+
+def _assign_async(c: Conversation, m: AssignAsync) -> Conversation:
+    _expect_state(c, "an async assignment", "async_task_assign")
+    _expect_speaker(c, m)
+    if not m.assignments:
+        raise IllegalMove("an async assignment names at least one sub-task")
+    seen: set[str] = set()
+    for assignee, task in m.assignments:
+        _check_assignment(c, assignee, task, seen)
+    triggers = {**c.triggers, **{task.sub_id: who for who, task in m.assignments}}
+    assigned = {**c.assigned, **{task.sub_id: task for _, task in m.assignments}}
+    allowed: tuple[ConversationState, ...] = (
+        "discussion",
+        "sync_task_assign",
+        "async_task_assign",
+        "pause_trigger",
+    )
+    return _next(c, m, allowed, triggers=triggers, assigned=assigned)
+
+
+def _check_result(c: Conversation, result: Result, reporter: str) -> None:
+    task = c.assigned.get(result.sub_id)
+    if task is None:
+        raise IllegalMove(f"no sub-task {result.sub_id} was assigned")
+    if result.ok != bool(result.contributions):
+        raise IllegalMove("a successful result carries contributions, a failed one none")
+    for contribution in result.contributions:
+        if contribution.sub_id != result.sub_id:
+            raise IllegalMove("a contribution names another sub-task")
+    if result.ok and reporter not in {x.agent for x in result.contributions}:
+        # A member may bring a sub-team's work, but its own name must be on it.
+        raise IllegalMove(f"{reporter} reports work it did not take part in")
+
+
+def _report(c: Conversation, m: Report) -> Conversation:
+    if c.state == "sync_task_assign":
+        if c.blocked_on is None:
+            raise IllegalMove("no sync assignment is outstanding")
+        sub_id, assignee = c.blocked_on
+        if m.speaker != assignee or m.result.sub_id != sub_id:
+            raise IllegalMove(f"the conversation waits for {assignee}'s result for {sub_id}")
+        _check_result(c, m.result, m.speaker)
+        return _next(c, m, _AFTER_RESULT, blocked_on=None, results=(*c.results, m.result))
+    if c.state == "pause_trigger":
+        _expect_speaker(c, m)
+        if c.triggers.get(m.result.sub_id) != m.speaker:
+            raise IllegalMove(f"{m.speaker} has no pending trigger for {m.result.sub_id}")
+        _check_result(c, m.result, m.speaker)
+        remaining = {k: v for k, v in c.triggers.items() if k != m.result.sub_id}
+        allowed: tuple[ConversationState, ...] = ("pause_trigger",) if remaining else _AFTER_RESULT
+        return _next(c, m, allowed, triggers=remaining, results=(*c.results, m.result))
+    raise IllegalMove(f"a report is not expected in {c.state}")
+
+
+def _abandon(c: Conversation, m: Abandon) -> Conversation:
+    if m.speaker != c.leader:
+        raise IllegalMove("only the leader abandons an assignment")
+    failed = Result(m.sub_id, False, (), m.reason)
+    if c.state == "sync_task_assign" and c.blocked_on and c.blocked_on[0] == m.sub_id:
+        return _next(c, m, _AFTER_RESULT, blocked_on=None, results=(*c.results, failed))
+    if c.state == "pause_trigger" and m.sub_id in c.triggers:
+        remaining = {k: v for k, v in c.triggers.items() if k != m.sub_id}
+        allowed: tuple[ConversationState, ...] = ("pause_trigger",) if remaining else _AFTER_RESULT
+        return _next(c, m, allowed, triggers=remaining, results=(*c.results, failed))
+    raise IllegalMove(f"nothing outstanding to abandon for {m.sub_id} in {c.state}")
+
+
+def _conclude(c: Conversation, m: Conclude) -> Conversation:
+    _expect_state(c, "a conclusion", "conclusion")
+    if m.speaker != c.leader:
+        raise IllegalMove("only the leader concludes")
+    _expect_speaker(c, m)
+    expected = sorted(
+        (x.agent, x.sub_id) for result in c.results if result.ok for x in result.contributions
+    )
+    given = sorted((x.agent, x.sub_id) for x in m.deliverable.contributions)
+    if given != expected:
+        raise IllegalMove("the deliverable must hold exactly the contributions reported")
+    return _next(c, m, ("closed",), deliverable=m.deliverable)
+
+
+# -- wire form -------------------------------------------------------------------------------
+
+
+def message_to_json(message: Message) -> dict[str, JSON]:
+    """The JSON body of a `conversation.message` event."""
+    head: dict[str, JSON] = {
+        "speaker": message.speaker,
+        "next_state": message.next_state,
+        "next_speaker": message.next_speaker,
+    }
+    match message:
+        case Discuss(text=text):
+            return {"kind": "discuss", **head, "text": text}
+        case AssignSync(assignee=assignee, task=task):
+            return {"kind": "assign_sync", **head, "assignee": assignee, "task": task.to_json()}
+        case AssignAsync(assignments=assignments):
+            return {
+                "kind": "assign_async",
+                **head,
+                "assignments": [{"assignee": a, "task": t.to_json()} for a, t in assignments],
+            }
+        case Report(result=result):
+            return {"kind": "report", **head, "result": result.to_json()}
+        case Abandon(sub_id=sub_id, reason=reason):
+            return {"kind": "abandon", **head, "sub_id": sub_id, "reason": reason}
+        case Conclude(deliverable=deliverable):
+            return {"kind": "conclude", **head, "deliverable": deliverable.to_json()}
+
+
+def message_from_json(value: Mapping[str, JSON]) -> Message:
+    """Parse a message body. Raises IllegalMove for anything that is not a message."""
+    try:
+        kind = value["kind"]
+        speaker = str(value["speaker"])
+        state = value["next_state"]
+        if state not in STATES:
+            raise IllegalMove(f"unknown state {state!r}")
+        nxt = value["next_speaker"]
+        match kind:
+            case "discuss":
+                return Discuss(speaker, str(value["text"]), state, nxt)
+            case "assign_sync":
+                return AssignSync(
+                    speaker, str(value["assignee"]), SubTask.from_json(value["task"]), state, nxt
+                )
+            case "assign_async":
+                pairs = tuple(
+                    (str(a["assignee"]), SubTask.from_json(a["task"])) for a in value["assignments"]
+                )
+                return AssignAsync(speaker, pairs, state, nxt)
+            case "report":
+                return Report(speaker, Result.from_json(value["result"]), state, nxt)
+            case "abandon":
+                return Abandon(speaker, str(value["sub_id"]), str(value["reason"]), state, nxt)
+            case "conclude":
+                return Conclude(speaker, Deliverable.from_json(value["deliverable"]), state, nxt)
+            case _:
+                raise IllegalMove(f"unknown message kind {kind!r}")
+    except (KeyError, TypeError, ValueError) as exc:
+        raise IllegalMove(f"not a message: {exc!r}") from exc
