@@ -20,6 +20,7 @@ from pathlib import Path
 import bench_append
 import bench_gas
 import bench_identity
+import bench_market
 import bench_proofs
 import bench_verify
 from _common import (
@@ -41,6 +42,7 @@ BENCHES: dict[str, tuple[str, Callable[[bool, int], Section]]] = {
     "proofs": ("inclusion proofs", bench_proofs.run),
     "gas": ("anchoring gas", bench_gas.run),
     "identity": ("identity credentials and onboarding", bench_identity.run),
+    "market": ("market: sealed-bid clearing and task posting", bench_market.run),
 }
 
 
