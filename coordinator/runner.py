@@ -1,0 +1,356 @@
+"""Running a team conversation: the I/O around the pure state machine.
+
+The runner asks the policy for the leader's messages, runs assigned sub-tasks through the
+members' adapters (in worker threads, each with a deadline), speaks each member's report, lets
+the leader abandon and reassign work whose member failed or hung, and opens a nested
+conversation when a member teams up for a batch it was given. Every message goes through
+`conversation.step` first and is then logged as a `conversation.message` event signed by its
+speaker, so the whole tree of conversations replays from the ledger.
+
+    conversation.opened   leader    id, task, parent, depth, leader, members, turn limit
+    conversation.message  speaker   id, turn, the typed message
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from coordinator.conversation import (
+    Abandon,
+    AssignAsync,
+    AssignSync,
+    Contribution,
+    Conversation,
+    ConversationState,
+    Message,
+    Report,
+    Result,
+    message_to_json,
+    open_conversation,
+    step,
+)
+from coordinator.errors import AgentFailure, CoordinatorError
+from coordinator.policy import MAX_ATTEMPTS, Member, Policy, TeamView, base_id
+from coordinator.team import form_team, helpers_for, plan_work, split_batch
+from coordinator.work import AgentAdapter, SubTask
+from ledger.service import Ledger
+from ledger.signing import Signer
+
+CONVERSATION_OPENED = "conversation.opened"
+CONVERSATION_MESSAGE = "conversation.message"
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """Bounds of a run: per-assignment deadline, nesting depth, turns, work size."""
+
+    timeout_s: float = 30.0
+    max_depth: int = 1
+    max_turns: int = 64
+    work_items: int = 2
+    team_up_min_items: int = 2
+
+
+class Observer(Protocol):
+    def __call__(self, conversation: Conversation, message: Message) -> None: ...
+
+
+@dataclass
+class _Assignment:
+    task: SubTask
+    assignee: str
+    future: Future[Result]
+    deadline: float
+
+
+class TeamRunner:
+    """Runs conversations for tasks over one ledger.
+
+    `signer_of(did)` signs for a member, `adapter_of(did)` does its work, `directory` lists
+    the agents discovery may pick from. Raises CoordinatorError (TeamError, PolicyError,
+    IllegalMove from a policy's bad message) and what the ledger raises.
+    """
+
+    def __init__(
+        self,
+        ledger: Ledger,
+        signer_of: Callable[[str], Signer],
+        adapter_of: Callable[[str], AgentAdapter],
+        directory: Sequence[Member],
+        policy: Policy,
+        settings: RunSettings | None = None,
+        observer: Observer | None = None,
+    ) -> None:
+        self.ledger = ledger
+        self.signer_of = signer_of
+        self.adapter_of = adapter_of
+        self.directory = tuple(directory)
+        self.policy = policy
+        self.settings = settings or RunSettings()
+        self.observer = observer
+        self._busy: set[str] = set()
+        self.conversations: list[Conversation] = []
+
+    def run_task(
+        self, task_id: str, leader: Member, capabilities: Sequence[str], title: str, need: str
+    ) -> Conversation:
+        """Form the leader's team, plan the task's work, and run the conversation to its
+        conclusion. Returns the closed top-level conversation."""
+        team = form_team(leader, capabilities, need or title, self.directory)
+        work = plan_work(task_id, capabilities, self.settings.work_items)
+        return self.run_conversation(task_id, leader, team, work, title=title, need=need)
+
+    def run_conversation(
+        self,
+        task_id: str,
+        leader: Member,
+        team: Sequence[Member],
+        work: Sequence[SubTask],
+        *,
+        title: str,
+        need: str,
+        parent: str | None = None,
+        depth: int = 0,
+    ) -> Conversation:
+        conversation = open_conversation(
+            f"conv-{uuid.uuid4().hex[:12]}",
+            task_id,
+            leader.did,
+            tuple(m.did for m in team),
+            parent=parent,
+            depth=depth,
+            max_depth=self.settings.max_depth,
+            max_turns=self.settings.max_turns,
+        )
+        self._busy.update(m.did for m in team)
+        self.ledger.append(
+            self.signer_of(leader.did),
+            CONVERSATION_OPENED,
+            subject=conversation.conv_id,
+            body={**_opened_body(conversation), "title": title},
+        )
+        run = _Run(self, conversation, tuple(team), list(work), title, need)
+        try:
+            return run.to_the_end()
+        finally:
+            self.conversations.append(run.conversation)
+
+    # -- doing one assignment ---------------------------------------------------------------
+
+    def perform(self, conversation: Conversation, assignee: str, task: SubTask) -> Result:
+        """`assignee` does `task`: alone, item by item, or with a sub-team it forms for a
+        batch (a nested conversation one level deeper). Failures become a failed result."""
+        items = split_batch(task)
+        member = next((m for m in self.directory if m.did == assignee), None)
+        if (
+            member is not None
+            and len(items) >= self.settings.team_up_min_items
+            and conversation.depth < self.settings.max_depth
+        ):
+            helpers = helpers_for(task, member, self.directory, self._busy.__contains__)
+            if helpers:
+                child = self.run_conversation(
+                    conversation.task_id,
+                    member,
+                    (member, *helpers),
+                    items,
+                    title=task.instruction,
+                    need=task.instruction,
+                    parent=conversation.conv_id,
+                    depth=conversation.depth + 1,
+                )
+                contributions = child.deliverable.contributions if child.deliverable else ()
+                return Result(
+                    task.sub_id,
+                    bool(contributions),
+                    contributions,
+                    None if contributions else "the sub-team delivered nothing",
+                )
+        done: list[Contribution] = []
+        adapter = self.adapter_of(assignee)
+        for item_task in items:
+            try:
+                answer = adapter.run(item_task)
+            except AgentFailure as exc:
+                return Result(task.sub_id, False, (), f"{assignee}: {exc.reason}")
+            item_id = item_task.item.get("item_id")
+            done.append(
+                Contribution(
+                    assignee,
+                    item_task.sub_id,
+                    task.capability,
+                    {"item_id": item_id, "answer": answer},
+                )
+            )
+        return Result(task.sub_id, True, tuple(done))
+
+    def say(self, conversation: Conversation, message: Message) -> Conversation:
+        """Check the move, log it signed by its speaker, tell the observer."""
+        after = step(conversation, message)
+        self.ledger.append(
+            self.signer_of(message.speaker),
+            CONVERSATION_MESSAGE,
+            subject=conversation.conv_id,
+            body={
+                "conversation": conversation.conv_id,
+                "turn": conversation.turn,
+                "message": message_to_json(message),
+            },
+        )
+        if self.observer is not None:
+            self.observer(after, message)
+        return after
+
+
+class _Run:
+    """One conversation's loop: whose turn it is decides what happens next."""
+
+    def __init__(
+        self,
+        runner: TeamRunner,
+        conversation: Conversation,
+        team: tuple[Member, ...],
+        work: list[SubTask],
+        title: str,
+        need: str,
+    ) -> None:
+        self.runner = runner
+        self.conversation = conversation
+        self.team = team
+        self.unassigned = work
+        self.title = title
+        self.need = need
+        self.outstanding: dict[str, _Assignment] = {}
+        self.failed_by: dict[str, list[str]] = {}
+        self.abandon: list[str] = []
+        self.pool = ThreadPoolExecutor(max_workers=max(2, len(team)))
+
+    def to_the_end(self) -> Conversation:
+        try:
+            while self.conversation.state != "closed":
+                if self._leader_speaks():
+                    self._leader_turn()
+                else:
+                    self._member_turn()
+            return self.conversation
+        finally:
+            # A hung adapter must not hang the team: stop waiting for it.
+            self.pool.shutdown(wait=False, cancel_futures=True)
+
+    def _leader_speaks(self) -> bool:
+        c = self.conversation
+        if self.abandon:
+            return True
+        if c.speaker != c.leader:
+            return False
+        return not (c.state == "sync_task_assign" and c.blocked_on is not None) and not (
+            c.state == "pause_trigger"
+            and c.leader in {a.assignee for a in self.outstanding.values()}
+        )
+
+    def _view(self) -> TeamView:
+        return TeamView(
+            conversation=self.conversation,
+            title=self.title,
+            description=self.need,
+            team=self.team,
+            unassigned=tuple(self.unassigned),
+            failed_by={k: tuple(v) for k, v in self.failed_by.items()},
+            abandon=tuple(self.abandon),
+        )
+
+    def _leader_turn(self) -> None:
+        message = self.runner.policy.decide(self._view())
+        if message.speaker != self.conversation.leader:
+            raise CoordinatorError("a policy may only speak for the leader")
+        self.conversation = self.runner.say(self.conversation, message)
+        match message:
+            case AssignSync(assignee=assignee, task=task):
+                self._start(assignee, task)
+            case AssignAsync(assignments=assignments):
+                for assignee, task in assignments:
+                    self._start(assignee, task)
+            case Abandon(sub_id=sub_id):
+                self.abandon.remove(sub_id)
+                del self.outstanding[sub_id]
+            case _:
+                pass
+
+    def _start(self, assignee: str, task: SubTask) -> None:
+        self.unassigned = [t for t in self.unassigned if t.sub_id != task.sub_id]
+        future = self.pool.submit(self.runner.perform, self.conversation, assignee, task)
+        deadline = time.monotonic() + self.runner.settings.timeout_s
+        self.outstanding[task.sub_id] = _Assignment(task, assignee, future, deadline)
+
+    def _member_turn(self) -> None:
+        c = self.conversation
+        if c.state == "sync_task_assign" and c.blocked_on is not None:
+            sub_id = c.blocked_on[0]
+        else:  # pause_trigger: the speaker's pending trigger
+            sub_id = next(k for k, who in c.triggers.items() if who == c.speaker)
+        assignment = self.outstanding[sub_id]
+        try:
+            result = assignment.future.result(
+                timeout=max(0.0, assignment.deadline - time.monotonic())
+            )
+        except FutureTimeout:
+            # The member hangs: the leader abandons the work next, and it may go to another.
+            self.abandon.append(sub_id)
+            self._failed(assignment)
+            return
+        del self.outstanding[sub_id]
+        if not result.ok:
+            self._failed(assignment)
+        state, speaker = self._after(excluding=sub_id)
+        self.conversation = self.runner.say(
+            self.conversation, Report(assignment.assignee, result, state, speaker)
+        )
+
+    def _failed(self, assignment: _Assignment) -> None:
+        """Remember who failed; put the work back once more if someone else can do it."""
+        base = base_id(assignment.task.sub_id)
+        failed = self.failed_by.setdefault(base, [])
+        failed.append(assignment.assignee)
+        able = [m for m in self.team if assignment.task.capability in m.capabilities]
+        if len(failed) < MAX_ATTEMPTS and any(m.did not in failed for m in able):
+            retry = SubTask(
+                f"{base}#{len(failed) + 1}",
+                assignment.task.capability,
+                assignment.task.instruction,
+                assignment.task.item,
+            )
+            self.unassigned.append(retry)
+
+    def _after(self, excluding: str) -> tuple[ConversationState, str]:
+        c = self.conversation
+        pending = {k: v for k, v in c.triggers.items() if k != excluding}
+        if pending:
+            done_first = sorted(pending, key=lambda k: (not self.outstanding[k].future.done(), k))
+            return "pause_trigger", pending[done_first[0]]
+        if self.unassigned:
+            return "async_task_assign", c.leader
+        return "conclusion", c.leader
+
+
+def _opened_body(conversation: Conversation) -> dict[str, Any]:
+    return {
+        "conversation": conversation.conv_id,
+        "task": conversation.task_id,
+        "parent": conversation.parent,
+        "depth": conversation.depth,
+        "leader": conversation.leader,
+        "members": list(conversation.members),
+        "max_turns": conversation.max_turns,
+    }
+
+
+def describe(members: Mapping[str, Member], did: str) -> str:
+    """A member's name for display, else a shortened DID."""
+    member = members.get(did)
+    return member.name if member is not None else did[:16] + "…"
