@@ -19,6 +19,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from api.coordinator_cli import conversation_app
 from api.identity_cli import agent_app, capability_app, credential_app
 from api.market_cli import bid_app, task_app
 from ledger.anchoring import AnchorOutcome
@@ -52,6 +53,7 @@ app.add_typer(agent_app, name="agent")
 app.add_typer(credential_app, name="credential")
 app.add_typer(task_app, name="task")
 app.add_typer(bid_app, name="bid")
+app.add_typer(conversation_app, name="conversation")
 
 out = Console(emoji=False, highlight=False)
 err = Console(stderr=True, emoji=False, highlight=False)

@@ -96,7 +96,9 @@ def capability_list(as_json: JsonFlag = False) -> None:
     for column in ("name", "items", "threshold", "description"):
         table.add_column(column, overflow="fold")
     for row in rows:
-        table.add_row(row["name"], str(row["items"]), row["threshold"], row["description"])
+        table.add_row(
+            str(row["name"]), str(row["items"]), str(row["threshold"]), str(row["description"])
+        )
     out.print(table)
 
 

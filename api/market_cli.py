@@ -26,10 +26,11 @@ from identity.errors import IdentityError
 from ledger.errors import LedgerError, MalformedError
 from ledger.settings import Settings
 from market import sealed
+from market.auction import PAYMENT_RULES
 from market.errors import BidRejected, MarketError
 from market.money import Wei, format_eth, parse_amount
 from market.runtime import MarketContext, open_market
-from market.tasks import PAYMENT_RULES, TaskSpec
+from market.tasks import TaskSpec
 
 task_app = typer.Typer(help="Paid tasks: post, show, list, bids, award.", no_args_is_help=True)
 bid_app = typer.Typer(help="Sealed bids by hand: commit, then reveal.", no_args_is_help=True)
@@ -120,7 +121,7 @@ def task_post(
             bidding=parse_duration(bidding),
             reveal=parse_duration(reveal),
             delivery=parse_duration(delivery),
-            rule=rule,  # type: ignore[arg-type]
+            rule=rule,  # checked against PAYMENT_RULES above
         )
         requester = market.signer_for(as_agent)
         key = (

@@ -42,10 +42,12 @@ from market.tasks import (
     ESCROW_OPENED,
     ESCROW_REFUNDED,
     TASK_AWARDED,
+    TASK_DELIVERED,
     TASK_EXPIRED,
     TASK_KINDS,
     TASK_POSTED,
     TASK_SETTLED,
+    TASK_STARTED,
     Task,
     TaskEvent,
     TaskSpec,
@@ -465,6 +467,39 @@ class Market:
             body=award_body(task_id, outcome, forfeits),
         )
         return outcome
+
+    def start(self, task_id: str, winner: Signer) -> Task:
+        """The winner starts the awarded work (`task.started`, signed by the winner).
+
+        Raises TransitionError unless the task is awarded, TaskError when `winner` did not win.
+        """
+        task = self.task(task_id)
+        if task.state != "awarded":
+            raise TransitionError(task_id, task.state, "started")
+        if winner.did != task.winner:
+            raise TaskError(f"{winner.did} did not win {task_id}; {task.winner} did")
+        self.ledger.append(winner, TASK_STARTED, subject=task_id, body={"task_id": task_id})
+        return self.task(task_id)
+
+    def deliver(
+        self, task_id: str, winner: Signer, conversation_id: str, deliverable: Mapping[str, Any]
+    ) -> Task:
+        """The winner hands in the deliverable its team concluded (`task.delivered`).
+
+        Raises TransitionError unless the task is running, TaskError when `winner` did not win.
+        """
+        task = self.task(task_id)
+        if task.state != "running":
+            raise TransitionError(task_id, task.state, "delivered")
+        if winner.did != task.winner:
+            raise TaskError(f"{winner.did} did not win {task_id}; {task.winner} did")
+        self.ledger.append(
+            winner,
+            TASK_DELIVERED,
+            subject=task_id,
+            body={"task_id": task_id, "conversation": conversation_id, "deliverable": deliverable},
+        )
+        return self.task(task_id)
 
     def replay_auction(self, task: Task) -> tuple[AuctionOutcome, list[str]]:
         """The auction as the log determines it (see `replay_award`)."""

@@ -1,0 +1,201 @@
+"""`accord task run` and `accord conversation …`: the team at work, live and replayed."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Annotated, Any, NoReturn
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from api.market_cli import task_app
+from coordinator.conversation import (
+    Abandon,
+    AssignAsync,
+    AssignSync,
+    Conclude,
+    Conversation,
+    Discuss,
+    Message,
+    Report,
+)
+from coordinator.errors import CoordinatorError
+from coordinator.runner import RunSettings
+from coordinator.service import (
+    conversation_ids,
+    directory_of,
+    replay_conversation,
+    run_awarded_task,
+)
+from identity.errors import IdentityError
+from ledger.errors import LedgerError
+from ledger.settings import Settings
+from market.errors import MarketError
+from market.runtime import MarketContext, open_market
+
+conversation_app = typer.Typer(
+    help="Team conversations: list them, replay one.", no_args_is_help=True
+)
+
+out = Console(emoji=False, highlight=False)
+err = Console(stderr=True, emoji=False, highlight=False)
+JsonFlag = Annotated[bool, typer.Option("--json", help="Print data as JSON.")]
+
+
+def _fail(message: str, code: int = 1) -> NoReturn:
+    err.print(f"[bold red]error:[/] {escape(message)}")
+    raise typer.Exit(code)
+
+
+@contextmanager
+def _market() -> Iterator[MarketContext]:
+    try:
+        settings = Settings.from_env()
+    except ValueError as exc:
+        _fail(str(exc), code=2)
+    try:
+        yield open_market(settings)
+    except (CoordinatorError, MarketError, LedgerError, IdentityError) as exc:
+        _fail(str(exc))
+
+
+def describe(message: Message, names: dict[str, str]) -> str:
+    """One line for a message, naming agents by their registered names."""
+
+    def who(did: str | None) -> str:
+        return "-" if did is None else names.get(did, did[:14] + "…")
+
+    match message:
+        case Discuss(text=text):
+            body = f"says {text!r}"
+        case AssignSync(assignee=assignee, task=task):
+            body = f"assigns {task.sub_id} to {who(assignee)} and waits"
+        case AssignAsync(assignments=assignments):
+            pairs = ", ".join(f"{t.sub_id}→{who(a)}" for a, t in assignments)
+            body = f"assigns {pairs} (async, triggers set)"
+        case Report(result=result):
+            if result.ok:
+                by = sorted({who(c.agent) for c in result.contributions})
+                count = len(result.contributions)
+                body = f"reports {result.sub_id}: {count} answers by {', '.join(by)}"
+            else:
+                body = f"reports {result.sub_id} failed: {result.error}"
+        case Abandon(sub_id=sub_id, reason=reason):
+            body = f"abandons {sub_id}: {reason}"
+        case Conclude(deliverable=deliverable):
+            body = f"concludes: {deliverable.summary}"
+    return f"{who(message.speaker)} {body}"
+
+
+@task_app.command("run")
+def task_run(
+    task_id: str,
+    timeout: Annotated[
+        float, typer.Option(min=0.1, help="Seconds a member has per assignment.")
+    ] = 30.0,
+    depth: Annotated[int, typer.Option(min=0, max=4, help="How deep teams may nest.")] = 1,
+    as_json: JsonFlag = False,
+) -> None:
+    """Run the awarded task's team, with a live view of the conversation."""
+    with _market() as context:
+        names = {m.did: m.name for m in directory_of(context)}
+
+        def show(conversation: Conversation, message: Message) -> None:
+            if as_json:
+                return
+            indent = "  " * conversation.depth
+            out.print(
+                f"{indent}[dim]{conversation.conv_id} t{conversation.turn:02d}[/] "
+                f"{escape(describe(message, names))} [dim]→ {conversation.state}[/]"
+            )
+
+        conversation = run_awarded_task(
+            context,
+            task_id,
+            settings=RunSettings(timeout_s=timeout, max_depth=depth),
+            observer=show,
+        )
+        deliverable = conversation.deliverable
+        assert deliverable is not None
+    data = {
+        "task": task_id,
+        "conversation": conversation.conv_id,
+        "state": "delivered",
+        "turns": conversation.turn,
+        "deliverable": deliverable.to_json(),
+    }
+    if as_json:
+        _emit(data)
+        return
+    counts: dict[str, int] = {}
+    for contribution in deliverable.contributions:
+        name = names.get(contribution.agent, contribution.agent)
+        counts[name] = counts.get(name, 0) + 1
+    parts = ", ".join(f"{name} {n}" for name, n in sorted(counts.items()))
+    out.print(f"[green]✓[/] {task_id} delivered: {deliverable.summary} (contributions: {parts})")
+
+
+def _emit(data: Any) -> None:
+    sys.stdout.write(json.dumps(data, indent=2, sort_keys=True) + "\n")
+
+
+@conversation_app.command("list")
+def conversation_list(
+    task: Annotated[str | None, typer.Option(help="Only this task's conversations.")] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Every logged conversation: id, task, parent, state and members."""
+    with _market() as context:
+        store = context.market.ledger.store
+        records = [replay_conversation(store, conv_id) for conv_id in conversation_ids(store, task)]
+    rows = [record.to_json() for record in records]
+    if as_json:
+        _emit(rows)
+        return
+    table = Table(title=f"{len(rows)} conversations", title_justify="left")
+    for column in ("id", "task", "parent", "depth", "state", "members", "turns"):
+        table.add_column(column, overflow="fold")
+    for row in rows:
+        table.add_row(
+            str(row["id"]),
+            str(row["task"]),
+            str(row["parent"] or "-"),
+            str(row["depth"]),
+            str(row["state"]),
+            str(len(row["members"])),  # type: ignore[arg-type]
+            str(row["turns"]),
+        )
+    out.print(table)
+
+
+@conversation_app.command("show")
+def conversation_show(conv_id: str, as_json: JsonFlag = False) -> None:
+    """Replay a conversation through the state machine, message by message."""
+    with _market() as context:
+        record = replay_conversation(context.market.ledger.store, conv_id)
+        names = {m.did: m.name for m in directory_of(context)}
+    if as_json:
+        from coordinator.conversation import message_to_json
+
+        _emit(
+            {
+                **record.to_json(),
+                "messages": [
+                    {"index": m.index, "turn": m.turn, "message": message_to_json(m.message)}
+                    for m in record.messages
+                ],
+            }
+        )
+        return
+    c = record.conversation
+    out.print(f"[bold]{c.conv_id}[/] for {c.task_id} (depth {c.depth}, parent {c.parent or '-'})")
+    for logged in record.messages:
+        out.print(
+            f"  t{logged.turn:02d} #{logged.index:<5} {escape(describe(logged.message, names))}"
+        )
+    out.print(f"state {c.state}; every move checked against the transition table")

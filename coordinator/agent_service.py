@@ -1,0 +1,308 @@
+"""A small HTTP agent service: the reference agent (the exam skills) behind `POST /run`.
+
+    python -m coordinator.agent_service --port P [--host 127.0.0.1] [--did DID]
+                                        [--fail-rate 0] [--delay 0] [--seed N]
+    python -m coordinator.agent_service --stdio      (one task on stdin, answer on stdout)
+
+Protocol (what `coordinator.adapters.HttpAdapter` speaks):
+
+    POST /run     {"task": SubTask.to_json()}  ->  200 {"answer": ..., "agent": DID}
+                  (also {"item": {...}}, the exam `http` runtime's request, so the service can
+                  sit an exam too); 400 for a malformed request, 413 for a body over 1 MiB,
+                  422 for an item the reference agent cannot solve, 500 for an injected
+                  failure (`--fail-rate`)
+    GET /health   200 {"status": "ok", "agent": DID}
+
+It binds 127.0.0.1 by default and refuses any non-loopback address unless `--host` names it
+explicitly. `--delay` seconds are slept before each answer (to test timeouts). SIGTERM and
+SIGINT stop it cleanly (exit 0). It prints `listening on http://HOST:PORT` once it is ready.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import json
+import random
+import signal
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import FrameType
+from typing import Any
+
+from coordinator.work import JSON, SubTask
+from identity.challenges import ExamItem, reference
+from identity.errors import ExamError
+
+# Not imported from coordinator.adapters / identity.agents: those pull in the openai client and
+# SQLAlchemy, which would triple the start-up time of every agent process.
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_DID = "did:example:reference-agent"
+MAX_REQUEST_BYTES = 1 << 20
+
+
+class TaskError(Exception):
+    """A request the service cannot answer: `status` says which HTTP status."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def solve_seen(seen: dict[str, Any]) -> JSON:
+    """The reference agent's answer to an item as an agent sees it (`ExamItem.for_agent()`).
+
+    Raises ExamError for an item it has no skill for or cannot parse.
+    """
+    payload = seen.get("payload")
+    item = ExamItem(
+        item_id=str(seen.get("item_id")),
+        capability=str(seen.get("capability")),
+        prompt=str(seen.get("prompt")),
+        payload=payload if isinstance(payload, dict) else {},
+        private={},
+    )
+    return reference.solve(item)
+
+
+def answer_request(request: Any) -> JSON:
+    """The reference agent's answer to one request body (`{"task": ...}` or `{"item": ...}`).
+
+    Raises TaskError (400) for a malformed request and (422) for an item it cannot solve.
+    """
+    if not isinstance(request, dict):
+        raise TaskError(400, 'the request must be a JSON object {"task": ...}')
+    try:
+        if "task" in request:
+            task = request["task"]
+            if not isinstance(task, dict) or not isinstance(task.get("item"), dict):
+                raise TaskError(400, "the task must be an object with an item object")
+            sub_task = SubTask.from_json(task)
+            return solve_seen({"capability": sub_task.capability, **sub_task.item})
+        if isinstance(request.get("item"), dict):
+            return solve_seen(request["item"])
+    except (KeyError, TypeError) as exc:
+        raise TaskError(400, f"malformed task: {exc!r}") from exc
+    except ExamError as exc:
+        raise TaskError(422, f"cannot solve the item: {exc}") from exc
+    raise TaskError(400, 'the request has no "task"')
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+class AgentServer(ThreadingHTTPServer):
+    """The service: a ThreadingHTTPServer with the agent's settings on it."""
+
+    daemon_threads = True
+
+    def __init__(
+        self,
+        address: tuple[str, int],
+        *,
+        did: str = DEFAULT_DID,
+        fail_rate: float = 0.0,
+        delay: float = 0.0,
+        seed: int | None = None,
+    ) -> None:
+        if not 0.0 <= fail_rate <= 1.0:
+            raise ValueError(f"fail_rate must be between 0 and 1, not {fail_rate}")
+        if not delay >= 0.0:
+            raise ValueError(f"delay must not be negative, not {delay}")
+        self.did = did
+        self.fail_rate = fail_rate
+        self.delay = delay
+        self.rng = random.Random(seed)
+        self.rng_lock = threading.Lock()
+        self.stopping = threading.Event()
+        super().__init__(address, _Handler)
+
+    @property
+    def url(self) -> str:
+        host, port = self.server_address[:2]
+        name = host.decode() if isinstance(host, bytes) else host
+        return f"http://{name}:{port}"
+
+    def should_fail(self) -> bool:
+        with self.rng_lock:
+            return self.fail_rate > 0 and self.rng.random() < self.fail_rate
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: AgentServer
+    protocol_version = "HTTP/1.1"
+
+    def _reply(self, status: int, value: JSON) -> None:
+        data = json.dumps(value).encode()
+        try:
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.send_header("Connection", "close")
+            self.end_headers()
+            self.wfile.write(data)
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+        self.close_connection = True
+
+    def do_GET(self) -> None:
+        if self.path != "/health":
+            self._reply(404, {"error": f"no route GET {self.path}"})
+            return
+        self._reply(200, {"status": "ok", "agent": self.server.did})
+
+    def do_POST(self) -> None:
+        if self.path != "/run":
+            self._reply(404, {"error": f"no route POST {self.path}"})
+            return
+        try:
+            length = int(self.headers.get("Content-Length", ""))
+        except ValueError:
+            self._reply(411, {"error": "a Content-Length is required"})
+            return
+        if length < 0 or length > MAX_REQUEST_BYTES:
+            self._reply(413, {"error": "the request is larger than 1 MiB"})
+            return
+        body = self.rfile.read(length)
+        if self.server.delay and self.server.stopping.wait(self.server.delay):
+            self._reply(503, {"error": "the agent service is stopping"})
+            return
+        if self.server.should_fail():
+            self._reply(500, {"error": "injected failure (--fail-rate)"})
+            return
+        try:
+            answer = answer_request(json.loads(body))
+        except json.JSONDecodeError as exc:
+            self._reply(400, {"error": f"the request is not JSON: {exc}"})
+            return
+        except TaskError as exc:
+            self._reply(exc.status, {"error": str(exc)})
+            return
+        self._reply(200, {"answer": answer, "agent": self.server.did})
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+def make_server(
+    port: int,
+    *,
+    host: str = DEFAULT_HOST,
+    allow_remote: bool = False,
+    did: str = DEFAULT_DID,
+    fail_rate: float = 0.0,
+    delay: float = 0.0,
+    seed: int | None = None,
+) -> AgentServer:
+    """A bound (not yet serving) agent service. Raises ValueError for a non-loopback `host`
+    without `allow_remote`, and OSError when the address cannot be bound."""
+    if not allow_remote and not is_loopback(host):
+        raise ValueError(
+            f"refusing to listen on the non-loopback address {host!r} (name it with --host)"
+        )
+    return AgentServer((host, port), did=did, fail_rate=fail_rate, delay=delay, seed=seed)
+
+
+def serve_in_thread(
+    port: int = 0,
+    *,
+    host: str = DEFAULT_HOST,
+    did: str = DEFAULT_DID,
+    fail_rate: float = 0.0,
+    delay: float = 0.0,
+    seed: int | None = None,
+) -> tuple[AgentServer, threading.Thread]:
+    """Start the service (loopback only) in a daemon thread; `port` 0 picks a free one.
+
+    Stop it with `stop(server, thread)`.
+    """
+    server = make_server(port, host=host, did=did, fail_rate=fail_rate, delay=delay, seed=seed)
+    thread = threading.Thread(
+        target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+    )
+    thread.start()
+    return server, thread
+
+
+def stop(server: AgentServer, thread: threading.Thread | None = None) -> None:
+    """Stop serving, wake delayed requests, close the socket and join the thread."""
+    server.stopping.set()
+    server.shutdown()
+    server.server_close()
+    if thread is not None:
+        thread.join(timeout=5)
+
+
+def run_stdio() -> int:
+    """Answer one task (or item) read as JSON from stdin; print the answer JSON."""
+    try:
+        request = json.loads(sys.stdin.read())
+        if isinstance(request, dict) and "task" not in request and "item" not in request:
+            request = {"task": request} if "sub_id" in request else {"item": request}
+        answer = answer_request(request)
+    except (json.JSONDecodeError, TaskError) as exc:
+        print(f"agent_service: {exc}", file=sys.stderr)
+        return 1
+    print(json.dumps(answer))
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m coordinator.agent_service",
+        description="Serve the reference agent over HTTP (POST /run, GET /health).",
+    )
+    parser.add_argument("--port", type=int, help="the port to listen on")
+    parser.add_argument("--host", help=f"the address to bind (default {DEFAULT_HOST})")
+    parser.add_argument("--did", default=DEFAULT_DID, help="the agent's DID, reported back")
+    parser.add_argument("--fail-rate", type=float, default=0.0, help="fraction answered 500")
+    parser.add_argument("--delay", type=float, default=0.0, help="seconds to wait per task")
+    parser.add_argument("--seed", type=int, default=None, help="seed for --fail-rate")
+    parser.add_argument("--stdio", action="store_true", help="answer one task on stdin")
+    args = parser.parse_args(argv)
+    if args.stdio:
+        return run_stdio()
+    if args.port is None:
+        parser.error("--port is required (or --stdio)")
+    try:
+        server = make_server(
+            args.port,
+            host=args.host or DEFAULT_HOST,
+            allow_remote=args.host is not None,
+            did=args.did,
+            fail_rate=args.fail_rate,
+            delay=args.delay,
+            seed=args.seed,
+        )
+    except (ValueError, OSError) as exc:
+        print(f"agent_service: {exc}", file=sys.stderr)
+        return 2
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        server.stopping.set()
+        threading.Thread(target=server.shutdown, daemon=True).start()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    print(f"listening on {server.url}", flush=True)
+    try:
+        server.serve_forever(poll_interval=0.05)
+    finally:
+        server.server_close()
+    # Give in-flight answers a moment to be written before the process exits.
+    time.sleep(0.05)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,237 @@
+"""Running the awarded task's team, and reading conversations back from the ledger.
+
+`run_awarded_task` is what `accord task run` does: the winner starts the task, leads a team of
+credentialed agents through the conversation, and delivers the concluded deliverable.
+`replay_conversation` re-checks a logged conversation move by move through the state machine,
+each message against the key that signed it; the audit does the same.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass
+from fractions import Fraction
+
+from coordinator.adapters import HttpAdapter, OpenAIAdapter, SubprocessAdapter, reference_adapter
+from coordinator.conversation import (
+    Conversation,
+    Message,
+    message_from_json,
+    open_conversation,
+    step,
+)
+from coordinator.errors import CoordinatorError, IllegalMove, TeamError
+from coordinator.policy import Member, Policy, RulePolicy
+from coordinator.runner import (
+    CONVERSATION_MESSAGE,
+    CONVERSATION_OPENED,
+    Observer,
+    RunSettings,
+    TeamRunner,
+)
+from coordinator.work import AgentAdapter
+from identity.agents import AgentRecord
+from ledger.events import Entry
+from ledger.signing import Signer
+from ledger.store import LogStore
+from market.runtime import MarketContext
+
+MAX_CONVERSATION_EVENTS = 100_000
+
+
+def directory_of(context: MarketContext) -> list[Member]:
+    """Every registered agent with the capabilities it holds valid credentials for, its
+    reputation, and a self-description."""
+    registry = context.onboarding.registry
+    agents = registry.list()
+    reputations = context.market.reputations(a.did for a in agents)
+    members = []
+    for agent in agents:
+        held = sorted(
+            {
+                record["capability"]
+                for record in context.onboarding.credentials_of(agent.did)
+                if record["revoked_at"] is None
+                and context.market.eligible(agent.did, (record["capability"],))
+            }
+        )
+        rep = reputations[agent.did]
+        members.append(
+            Member(
+                agent.did,
+                agent.name,
+                tuple(held),
+                f"{rep.numerator}/{rep.denominator}",
+                f"{agent.name}: {agent.runtime} agent for {', '.join(held) or 'nothing yet'}",
+            )
+        )
+    return members
+
+
+def adapter_for(record: AgentRecord, timeout: float) -> AgentAdapter:
+    """The adapter of an agent's runtime. Raises TeamError for a runtime that cannot work."""
+    match record.runtime:
+        case "reference":
+            return reference_adapter(record.did, timeout)
+        case "command" if record.command:
+            import shlex
+
+            return SubprocessAdapter(record.did, shlex.split(record.command), timeout)
+        case "http" if record.endpoint:
+            return HttpAdapter(record.did, record.endpoint, timeout)
+        case "openai" if record.model:
+            return OpenAIAdapter(
+                record.did,
+                record.model,
+                record.endpoint or os.environ.get("OPENAI_BASE_URL"),
+                os.environ.get("OPENAI_API_KEY"),
+                timeout,
+            )
+    raise TeamError(f"agent {record.name} ({record.runtime}) cannot take team work")
+
+
+def run_awarded_task(
+    context: MarketContext,
+    task_id: str,
+    *,
+    policy: Policy | None = None,
+    settings: RunSettings | None = None,
+    observer: Observer | None = None,
+) -> Conversation:
+    """Start, run and deliver an awarded task; returns the closed top-level conversation.
+
+    Raises TransitionError unless the task is awarded, TeamError when no team can be formed,
+    CoordinatorError from the conversation.
+    """
+    market = context.market
+    registry = context.onboarding.registry
+    task = market.task(task_id)
+    if task.winner is None:
+        raise TeamError(f"{task_id} has no winner yet (award it first)")
+    winner = registry.signer(registry.get(task.winner))
+    directory = directory_of(context)
+    leader = next((m for m in directory if m.did == task.winner), None)
+    if leader is None:
+        raise TeamError(f"the winner {task.winner} is not a registered agent")
+    run_settings = settings or RunSettings()
+
+    def adapter_of(did: str) -> AgentAdapter:
+        return adapter_for(registry.get(did), run_settings.timeout_s)
+
+    def signer_of(did: str) -> Signer:
+        return registry.signer(registry.get(did))
+
+    runner = TeamRunner(
+        market.ledger,
+        signer_of,
+        adapter_of,
+        directory,
+        policy or RulePolicy(),
+        run_settings,
+        observer,
+    )
+    market.start(task_id, winner)
+    conversation = runner.run_task(
+        task_id, leader, task.spec.capabilities, task.spec.title, task.spec.description
+    )
+    if conversation.deliverable is None:
+        raise CoordinatorError(f"the team of {task_id} concluded without a deliverable")
+    market.deliver(task_id, winner, conversation.conv_id, conversation.deliverable.to_json())
+    return conversation
+
+
+@dataclass(frozen=True)
+class LoggedMessage:
+    index: int
+    turn: int
+    message: Message
+
+
+@dataclass(frozen=True)
+class ConversationRecord:
+    """A conversation as replayed from the ledger."""
+
+    conversation: Conversation
+    messages: tuple[LoggedMessage, ...]
+    opened_index: int
+    title: str
+
+    def to_json(self) -> dict[str, object]:
+        c = self.conversation
+        return {
+            "id": c.conv_id,
+            "task": c.task_id,
+            "parent": c.parent,
+            "depth": c.depth,
+            "state": c.state,
+            "leader": c.leader,
+            "members": list(c.members),
+            "turns": c.turn,
+            "title": self.title,
+        }
+
+
+def conversation_ids(store: LogStore, task_id: str | None = None) -> list[str]:
+    """Ids of the logged conversations (of one task), in the order they were opened."""
+    ids = []
+    for stored in store.find(kind=CONVERSATION_OPENED, limit=MAX_CONVERSATION_EVENTS):
+        event = Entry.from_bytes(stored.data).event
+        if task_id is None or event.body.get("task") == task_id:
+            ids.append(event.subject)
+    return ids
+
+
+def replay_conversation(store: LogStore, conv_id: str, *, max_depth: int = 8) -> ConversationRecord:
+    """Replay a logged conversation through the state machine.
+
+    Raises IllegalMove naming the entry when a message breaks the transition table or was not
+    signed by its speaker, CoordinatorError when there is no such conversation.
+    """
+    entries = store.find(
+        subject=conv_id,
+        kinds=(CONVERSATION_OPENED, CONVERSATION_MESSAGE),
+        limit=MAX_CONVERSATION_EVENTS,
+    )
+    if not entries:
+        raise CoordinatorError(f"no conversation {conv_id!r} (see `accord conversation list`)")
+    opened = Entry.from_bytes(entries[0].data)
+    if opened.event.kind != CONVERSATION_OPENED:
+        raise IllegalMove(f"entry {entries[0].index}: {conv_id} does not start with its opening")
+    body = opened.event.body
+    conversation = open_conversation(
+        conv_id,
+        str(body["task"]),
+        str(body["leader"]),
+        tuple(body["members"]),
+        parent=body["parent"],
+        depth=int(body["depth"]),
+        max_depth=max_depth,
+        max_turns=int(body["max_turns"]),
+    )
+    if opened.event.actor != conversation.leader:
+        raise IllegalMove(f"entry {entries[0].index}: opened by someone else than its leader")
+    messages = []
+    for stored in entries[1:]:
+        event = Entry.from_bytes(stored.data).event
+        message = message_from_json(event.body["message"])
+        if event.actor != message.speaker:
+            raise IllegalMove(f"entry {stored.index}: signed by {event.actor}, not its speaker")
+        if int(event.body["turn"]) != conversation.turn:
+            raise IllegalMove(f"entry {stored.index}: turn {event.body['turn']} out of order")
+        try:
+            conversation = step(conversation, message)
+        except IllegalMove as exc:
+            raise IllegalMove(f"entry {stored.index}: {exc.reason}") from exc
+        messages.append(LoggedMessage(stored.index, int(event.body["turn"]), message))
+    return ConversationRecord(
+        conversation, tuple(messages), entries[0].index, str(body.get("title", ""))
+    )
+
+
+def reputation_text(value: Fraction) -> str:
+    return f"{value.numerator}/{value.denominator}"
+
+
+def members_by_did(members: Iterable[Member]) -> dict[str, Member]:
+    return {m.did: m for m in members}
