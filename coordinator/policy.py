@@ -102,7 +102,7 @@ class RulePolicy:
                 contributions = tuple(
                     x for result in c.results if result.ok for x in result.contributions
                 )
-                done = len({x.sub_id for x in contributions})
+                done = sum(1 for result in c.results if result.ok)
                 summary = f"{done} of {len(c.assigned)} sub-tasks done"
                 return Conclude(leader, Deliverable(summary, contributions))
         raise AssertionError(f"the leader does not speak in {c.state}")

@@ -6,10 +6,12 @@ the built-in reference agents).
    verifiable credentials; an agent answering at random fails and gets none;
 3. post a paid task with its budget escrowed on chain; credentialed agents send sealed bids
    (cost plus margin), the uncredentialed one is refused; reveal; the auction awards it;
-4. the log is checkpointed and anchored on chain;
-5. an exam is re-graded from the log alone, and one entry's inclusion proof is checked against
+4. the winner leads a team conversation (sync and async assignments, a nested sub-team) that
+   produces the deliverable, each contribution tagged with its agent;
+5. the log is checkpointed and anchored on chain;
+6. an exam is re-graded from the log alone, and one entry's inclusion proof is checked against
    the on-chain root;
-6. the whole log is verified as a numbered checklist, chain included.
+7. the whole log is verified as a numbered checklist, chain included.
 
 Runs in $ACCORD_HOME (default ./.accord); run it again and it appends to the same log.
 """
@@ -24,6 +26,10 @@ from fractions import Fraction
 
 from rich.console import Console
 
+from api.coordinator_cli import describe
+from coordinator.conversation import Conversation, Message
+from coordinator.errors import CoordinatorError
+from coordinator.service import directory_of, run_awarded_task
 from identity.agents import AgentRecord
 from identity.errors import IdentityError, RateLimitedError, RegistryError
 from identity.exams import regrade_from_ledger
@@ -46,9 +52,10 @@ console = Console(emoji=False, highlight=False)
 
 #: (name, runtime, capabilities): reference agents do the work; mallory answers at random.
 DEMO_AGENTS = (
-    ("ada", "reference", ("arithmetic", "retrieval")),
+    ("ada", "reference", ("arithmetic", "extraction")),
+    ("linus", "reference", ("arithmetic", "extraction")),
     ("grace", "reference", ("extraction", "python")),
-    ("linus", "reference", ("arithmetic", "python")),
+    ("hopper", "reference", ("arithmetic",)),
     ("mallory", "random", ("arithmetic",)),
 )
 DEMO_ITEMS = 5
@@ -129,7 +136,7 @@ def main() -> int:
     spec = TaskSpec(
         title="Check the quarterly figures",
         description="Recompute every figure of the report and flag the wrong ones.",
-        capabilities=("arithmetic",),
+        capabilities=("arithmetic", "extraction"),
         budget=parse_amount("0.5eth"),
         bidding=timedelta(seconds=DEMO_WINDOW_SECONDS),
         reveal=timedelta(seconds=DEMO_WINDOW_SECONDS),
@@ -152,7 +159,7 @@ def main() -> int:
         try:
             market.commit(commit_bid(signer, task.task_id, price, salt))
         except BidRejected as exc:
-            console.print(f"  [red]✗[/] {name:<8} refused: {exc.reason} (no arithmetic credential)")
+            console.print(f"  [red]✗[/] {name:<8} refused: {exc.reason} (lacks a credential)")
             continue
         salts[name] = (price, salt)
         console.print(f"  [green]✓[/] {name:<8} sealed bid committed (price hidden)")
@@ -170,9 +177,27 @@ def main() -> int:
             f"({outcome.rule} rule: the price at which its score ties the runner-up)"
         )
 
-    proven_index = ledger.store.size() - 1  # the award (or the last event)
+        console.print(f"\n[bold]3. {winner} leads a team through the work[/]")
+        names = {m.did: m.name for m in directory_of(context)}
 
-    console.print("\n[bold]3. Checkpoint and anchor the log on chain[/]")
+        def show(conversation: Conversation, message: Message) -> None:
+            indent = "  " * (conversation.depth + 1)
+            console.print(
+                f"{indent}[dim]t{conversation.turn:02d}[/] {describe(message, names)}"
+                f" [dim]→ {conversation.state}[/]"
+            )
+
+        team_run = run_awarded_task(context, task.task_id, observer=show)
+        delivered = team_run.deliverable
+        if delivered is not None:
+            by = sorted({names.get(c.agent, c.agent) for c in delivered.contributions})
+            console.print(
+                f"  [green]✓[/] delivered: {delivered.summary}; contributions by {', '.join(by)}"
+            )
+
+    proven_index = ledger.store.size() - 1  # the delivery (or the last event)
+
+    console.print("\n[bold]4. Checkpoint and anchor the log on chain[/]")
     assert ledger.anchorer is not None
     outcome = ledger.anchorer.anchor_latest()
     size = ledger.store.size()
@@ -183,7 +208,7 @@ def main() -> int:
         + (f" in block {outcome.block_number}" if outcome.block_number is not None else "")
     )
 
-    console.print("\n[bold]4. Audit from the log alone[/]")
+    console.print("\n[bold]5. Audit from the log alone[/]")
     if last_exam_index is not None:
         graded = Entry.from_bytes(ledger.store.entry(last_exam_index).data)
         exam_id = graded.event.subject
@@ -201,7 +226,7 @@ def main() -> int:
         f"  [green]✓[/] entry {proven_index} is in the anchored tree ({len(proof)} hashes)"
     )
 
-    console.print("\n[bold]5. Verify everything[/]")
+    console.print("\n[bold]6. Verify everything[/]")
     report = verify_log(ledger.store, ledger.operator.did, chain)
     for step in report.steps:
         mark = "[green]✓[/]" if step.status == "pass" else "[red]✗[/]"
@@ -220,6 +245,6 @@ def main() -> int:
 if __name__ == "__main__":
     try:
         sys.exit(main())
-    except (LedgerError, IdentityError, MarketError) as exc:
+    except (LedgerError, IdentityError, MarketError, CoordinatorError) as exc:
         console.print(f"[bold red]error:[/] {exc}")
         sys.exit(1)
