@@ -27,7 +27,7 @@ from ledger.errors import LedgerError, MalformedError
 from ledger.settings import Settings
 from market import sealed
 from market.auction import PAYMENT_RULES
-from market.errors import BidRejected, MarketError
+from market.errors import BidRejected, MarketError, TaskError
 from market.money import Wei, format_eth, parse_amount
 from market.runtime import MarketContext, open_market
 from market.tasks import TaskSpec
@@ -44,10 +44,10 @@ _SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
 def parse_duration(text: str) -> timedelta:
-    """`30s`, `5m`, `2h`, `1d` or bare seconds. Raises MarketError otherwise."""
+    """`30s`, `5m`, `2h`, `1d` or bare seconds. Raises TaskError otherwise."""
     match = _DURATION.match(text)
     if match is None:
-        raise MarketError(f"{text!r} is not a duration: write e.g. 30s, 5m, 2h or 1d")
+        raise TaskError(f"{text!r} is not a duration: write e.g. 30s, 5m, 2h or 1d")
     return timedelta(seconds=int(match.group(1)) * _SECONDS[match.group(2) or "s"])
 
 

@@ -26,6 +26,7 @@ deliverable's contributions are exactly the successful results, each tagged with
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
@@ -99,9 +100,11 @@ class Result:
 
     @classmethod
     def from_json(cls, value: Mapping[str, JSON]) -> Result:
+        if not isinstance(value["ok"], bool):
+            raise TypeError("ok must be true or false")
         return cls(
             str(value["sub_id"]),
-            bool(value["ok"]),
+            value["ok"],
             tuple(Contribution.from_json(c) for c in value["contributions"]),
             value.get("error"),
         )
@@ -427,15 +430,21 @@ def _abandon(c: Conversation, m: Abandon) -> Conversation:
     raise IllegalMove(f"nothing outstanding to abandon for {m.sub_id} in {c.state}")
 
 
+def _signature(contribution: Contribution) -> tuple[str, str, str, str]:
+    """A contribution compared whole: who, which piece, which capability, what it answered."""
+    output = json.dumps(contribution.output, sort_keys=True, separators=(",", ":"))
+    return (contribution.agent, contribution.sub_id, contribution.capability, output)
+
+
 def _conclude(c: Conversation, m: Conclude) -> Conversation:
     _expect_state(c, "a conclusion", "conclusion")
     if m.speaker != c.leader:
         raise IllegalMove("only the leader concludes")
     _expect_speaker(c, m)
     expected = sorted(
-        (x.agent, x.sub_id) for result in c.results if result.ok for x in result.contributions
+        _signature(x) for result in c.results if result.ok for x in result.contributions
     )
-    given = sorted((x.agent, x.sub_id) for x in m.deliverable.contributions)
+    given = sorted(_signature(x) for x in m.deliverable.contributions)
     if given != expected:
         raise IllegalMove("the deliverable must hold exactly the contributions reported")
     return _next(c, m, ("closed",), deliverable=m.deliverable)
@@ -474,11 +483,15 @@ def message_from_json(value: Mapping[str, JSON]) -> Message:
     """Parse a message body. Raises IllegalMove for anything that is not a message."""
     try:
         kind = value["kind"]
-        speaker = str(value["speaker"])
+        speaker = value["speaker"]
+        if not isinstance(speaker, str) or not speaker:
+            raise IllegalMove("a message names its speaker")
         state = value["next_state"]
         if state not in STATES:
             raise IllegalMove(f"unknown state {state!r}")
         nxt = value["next_speaker"]
+        if nxt is not None and not isinstance(nxt, str):
+            raise IllegalMove("the next speaker is a DID or null")
         match kind:
             case "discuss":
                 return Discuss(speaker, str(value["text"]), state, nxt)

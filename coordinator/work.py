@@ -34,6 +34,8 @@ class SubTask:
     @classmethod
     def from_json(cls, value: Mapping[str, JSON]) -> SubTask:
         """Raises KeyError/TypeError for anything else (callers map it to their error)."""
+        if not isinstance(value["item"], Mapping):
+            raise TypeError("a sub-task's item is a JSON object")
         return cls(
             str(value["sub_id"]), str(value["capability"]), str(value["instruction"]), value["item"]
         )

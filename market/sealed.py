@@ -58,7 +58,7 @@ LIFECYCLE = (
     "expired",
     "refunded",
 )
-COMMIT_STATES = frozenset({"posted", "bidding"})
+COMMIT_STATES = frozenset({"bidding"})  # a posted task has no escrow yet: no bids
 REVEAL_STATES = frozenset({"bidding", "revealing"})
 
 _DECIMAL = re.compile(r"^(0|[1-9][0-9]*)$")
@@ -333,7 +333,11 @@ def check_commitment(
         )
     # (2): signed by the bidder
     _check_signature(bidder, commitment.message(), commitment.signature, "commitment")
-    # (3): inside the bidding window
+    # (3): inside the bidding window (which opens once the budget is escrowed)
+    if terms.state == "posted":
+        raise BidRejected(
+            "early", f"task {terms.task_id} is not escrowed yet: bidding has not opened"
+        )
     if terms.state not in COMMIT_STATES or now >= terms.bidding_closes:
         raise BidRejected("late", f"bidding on task {terms.task_id} has closed")
     if now < terms.bidding_opens:

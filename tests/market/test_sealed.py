@@ -110,7 +110,8 @@ def test_negative_price_is_malformed() -> None:
 
 def test_valid_commitment_admitted() -> None:
     admit_commitment(commit_bid(ALICE, "task-1", Wei(500), SALT))
-    admit_commitment(commit_bid(ALICE, "task-1", Wei(500), SALT), terms=terms("posted"))
+    with rejected("early", "not escrowed yet"):  # a posted task has no escrow yet: no bids
+        admit_commitment(commit_bid(ALICE, "task-1", Wei(500), SALT), terms=terms("posted"))
     admit_commitment(commit_bid(ALICE, "task-1", Wei(500), SALT), now=T0)  # opens inclusive
 
 

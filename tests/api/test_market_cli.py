@@ -1,0 +1,161 @@
+"""`accord task|bid` in a subprocess against a real anvil devnet: one full auction, and bad
+input refused clearly without touching the ledger."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ledger.devnet import find_free_port
+
+pytestmark = pytest.mark.devnet
+
+ETH = 10**18
+
+
+class Accord:
+    """Runs `accord` in a subprocess with its own ACCORD_HOME and devnet port."""
+
+    def __init__(self, home: Path, port: int) -> None:
+        self.home = home
+        self.env = {
+            **os.environ,
+            "ACCORD_HOME": str(home),
+            "ACCORD_DEVNET_PORT": str(port),
+            "ACCORD_ANCHOR_EVERY": "1000",
+            "COLUMNS": "200",
+        }
+        for name in ("ACCORD_RPC_URL", "ACCORD_DB_URL", "ACCORD_REQUESTER_ETH_KEY"):
+            self.env.pop(name, None)
+
+    def run(self, *args: str, check: int | None = 0) -> subprocess.CompletedProcess[str]:
+        result = subprocess.run(
+            [sys.executable, "-m", "api.cli", *args],
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        if check is not None:
+            assert result.returncode == check, (args, result.stdout, result.stderr)
+        return result
+
+    def json(self, *args: str, check: int = 0) -> Any:
+        return json.loads(self.run(*args, "--json", check=check).stdout)
+
+    def ledger_size(self) -> int:
+        with sqlite3.connect(self.home / "accord.db") as db:
+            (count,) = db.execute("SELECT COUNT(*) FROM ledger_entries").fetchone()
+        return int(count)
+
+
+@pytest.fixture
+def accord(tmp_path: Path) -> Iterator[Accord]:
+    cli = Accord(tmp_path / "home", find_free_port())
+    try:
+        yield cli
+    finally:
+        cli.run("devnet", "down", check=None)
+
+
+def sleep_until(moment: str) -> None:
+    """Sleep until the ISO time `moment` (plus a little), as the CLI's clock sees it."""
+    left = (datetime.fromisoformat(moment) - datetime.now(UTC)).total_seconds()
+    if left > 0:
+        time.sleep(left + 0.5)
+
+
+def test_post_bid_reveal_award_and_bad_input(accord: Accord) -> None:
+    accord.json("devnet", "up")
+    dids = {}
+    for name in ("alice", "bob"):
+        dids[name] = accord.json("agent", "new", name)["did"]
+        done = accord.json("agent", "onboard", name, "--capability", "arithmetic", "--items", "5")
+        assert done["results"][0]["passed"] is True
+
+    task = accord.json(
+        "task",
+        "post",
+        "--title",
+        "Add numbers",
+        "--budget",
+        "0.5eth",
+        "--capability",
+        "arithmetic",
+        "--bidding",
+        "30s",
+        "--reveal",
+        "20s",
+    )
+    task_id = task["id"]
+    assert task["state"] == "bidding" and task["escrowed"] is True
+    assert task["spec"]["budget"] == str(ETH // 2)
+
+    accord.json("bid", "commit", task_id, "--agent", "alice", "--price", "0.1eth")
+    accord.json("bid", "commit", task_id, "--agent", "bob", "--price", "0.2eth")
+    sealed = accord.json("task", "bids", task_id)
+    assert isinstance(sealed, list) and len(sealed) == 2
+    assert {bid["bidder"] for bid in sealed} == {dids["alice"], dids["bob"]}
+    assert all(bid["price"] is None and bid["revealed"] is False for bid in sealed)
+
+    # bad input while bidding is open: each refused in one line, the ledger untouched
+    size = accord.ledger_size()
+    post = ("task", "post", "--title", "t", "--capability", "arithmetic")
+    cases = [
+        ((*post, "--budget", "0.5"), 2, "whole number of wei"),
+        ((*post, "--budget=-1eth"), 2, "not an amount"),
+        ((*post, "--budget", "1eth", "--bidding", "5x"), 1, "not a duration"),
+        (
+            ("task", "post", "--title", "t", "--budget", "1eth", "--capability", "Bad Cap"),
+            2,
+            "not a capability name",
+        ),
+        ((*post, "--budget", "1eth", "--rule", "nonsense"), 2, "--rule"),
+        (("task", "show", "nosuch"), 2, "no task"),
+        (("bid", "reveal", "task-nosuch", "--agent", "alice"), 1, "no commitment"),
+        (("bid", "commit", task_id, "--agent", "alice", "--price", "0.1eth"), 1, "second-bid"),
+    ]
+    for args, code, message in cases:
+        result = accord.run(*args, check=code)
+        assert message in " ".join(result.stderr.split()), (args, result.stderr)
+        assert "Traceback" not in result.stderr, (args, result.stderr)
+    assert accord.ledger_size() == size
+
+    sleep_until(task["bidding_ends"])
+    revealed = accord.json("bid", "reveal", task_id, "--agent", "alice")
+    assert revealed["price"] == str(ETH // 10)
+    accord.json("bid", "reveal", task_id, "--agent", "bob")
+    bids = accord.json("task", "bids", task_id)
+    assert sorted(int(bid["price"]) for bid in bids) == [ETH // 10, ETH // 5]
+
+    sleep_until(task["reveal_ends"])
+    award = accord.json("task", "award", task_id)
+    # both score quality 3/4 (prior reputation 1/2, exam 5/5): alice wins and, by the
+    # second-score rule, is paid where her score meets bob's: bob's price, 0.2 ETH
+    assert award["winner"] == dids["alice"] and award["expired"] is False
+    assert (award["rule"], award["price"], award["bids"]) == ("second-score", str(ETH // 5), 2)
+
+    listed = accord.json("task", "list")
+    assert [(row["id"], row["state"]) for row in listed] == [(task_id, "awarded")]
+    shown = accord.json("task", "show", task_id)
+    assert (shown["state"], shown["winner"], shown["price"]) == (
+        "awarded",
+        dids["alice"],
+        str(ETH // 5),
+    )
+    again = accord.run("task", "award", task_id, check=1)
+    assert "awarded" in again.stderr and "Traceback" not in again.stderr
+
+    accord.json("ledger", "anchor")
+    report = accord.json("ledger", "verify")
+    assert report["verdict"] == "PASS", report

@@ -1,0 +1,660 @@
+"""The conversation's transition table, checked exhaustively against an independent oracle.
+
+`_explore` walks every conversation state reachable by legal moves from `open_conversation`
+(breadth first, to a bounded depth, states deduplicated by what the table can see) and, at each
+state, tries every message over a finite universe: each kind x each speaker (members and an
+outsider) x each next state x each next speaker (members, an outsider, None) x payload variants
+(fresh / already-assigned / unknown sub-task ids; assignees inside and outside the team; results
+ok/failed, right/wrong sub_id, with/without the reporter's own contribution, inconsistent ok
+flags, contributions naming another sub-task; deliverables with exactly / not exactly the
+reported contributions). Each message is judged by `_oracle`, written here from the table in
+`coordinator.conversation`'s docstring (it never calls `step`): a legal move must be accepted
+with the predicted next state, speaker, turn and bookkeeping; an illegal one must raise
+`IllegalMove` with a reason.
+
+Coverage (measured when this was written; `test_transition_table_exhaustive` asserts lower
+bounds): three members (leader + 2), 64-turn limit, BFS depth 4 (states told apart without the
+turn) -> 321 states, 2,037,840 pairs, 6,847 legal; two members, a 4-turn limit, walked to
+exhaustion (every reachable state, turn included, so the turn limit bites) -> 199 states,
+654,912 pairs, 527 legal. About 2.7 million (state, message) pairs, ~15 s. (Depth 5 with three
+members is 15.4 million pairs, ~65 s: too slow for the suite.)
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from coordinator.conversation import (
+    STATES,
+    Abandon,
+    AssignAsync,
+    AssignSync,
+    Conclude,
+    Contribution,
+    Conversation,
+    Deliverable,
+    Discuss,
+    Message,
+    Report,
+    Result,
+    assign_sync,
+    message_from_json,
+    message_to_json,
+    open_conversation,
+    step,
+)
+from coordinator.errors import IllegalMove
+from coordinator.policy import Member, RulePolicy, TeamView
+from coordinator.work import SubTask
+
+LEADER = "did:L"
+OUTSIDER = "did:X"
+SUBTEAM = "did:sub"  # an agent of a member's sub-team: never a member of this conversation
+UNKNOWN_SUB = "zz"  # a sub-task id never assigned
+
+AFTER_RESULT = frozenset({"discussion", "sync_task_assign", "async_task_assign", "conclusion"})
+
+
+@functools.cache
+def _task(sub_id: str) -> SubTask:
+    return SubTask(sub_id, "cap", f"do {sub_id}", {"q": sub_id})
+
+
+@functools.cache
+def _contrib(agent: str, sub_id: str) -> Contribution:
+    return Contribution(agent, sub_id, "cap", {"a": f"{agent}/{sub_id}"})
+
+
+# -- the oracle --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Model:
+    """What the table can see of a conversation."""
+
+    members: tuple[str, ...]
+    max_turns: int
+    state: str
+    speaker: str | None
+    turn: int
+    blocked: tuple[str, str] | None
+    triggers: frozenset[tuple[str, str]]  # (sub_id, assignee)
+    assigned: frozenset[str]
+    tags: tuple[tuple[str, str], ...]  # sorted (agent, sub_id) of every successful contribution
+    n_results: int
+
+    @property
+    def leader(self) -> str:
+        return LEADER
+
+    def key(self, with_turn: bool) -> tuple[object, ...]:
+        return (
+            self.state,
+            self.speaker,
+            self.turn if with_turn else None,
+            self.blocked,
+            self.triggers,
+            self.assigned,
+            self.tags,
+            self.n_results,
+        )
+
+
+def _model_of(c: Conversation) -> Model:
+    return Model(
+        members=c.members,
+        max_turns=c.max_turns,
+        state=c.state,
+        speaker=c.speaker,
+        turn=c.turn,
+        blocked=c.blocked_on,
+        triggers=frozenset(c.triggers.items()),
+        assigned=frozenset(c.assigned),
+        tags=tuple(sorted((x.agent, x.sub_id) for r in c.results if r.ok for x in r.contributions)),
+        n_results=len(c.results),
+    )
+
+
+def _result_ok(m: Model, result: Result, reporter: str) -> bool:
+    """A result is well-formed: for an assigned sub-task, contributions iff ok, each naming that
+    sub-task or a part of it. (The reporter's own name need not be on it: since 4987d5b a member
+    may hand the whole piece to a sub-team.)"""
+    if result.sub_id not in m.assigned:
+        return False
+    if result.ok != bool(result.contributions):
+        return False
+    # A member may bring its sub-team's work: `s1/0` is part of `s1`, `s10` is not.
+    return all(
+        x.sub_id == result.sub_id or x.sub_id.startswith(result.sub_id + "/")
+        for x in result.contributions
+    )
+
+
+def _oracle(m: Model, msg: Message) -> Model | None:
+    """The next model if the table allows `msg` in `m`, else None."""
+    if m.state == "closed" or msg.speaker not in m.members:
+        return None
+    last_turn = m.turn == m.max_turns - 1
+    if m.turn >= m.max_turns or (last_turn and not isinstance(msg, Conclude)):
+        return None
+    nxt: dict[str, Any] = {}
+    allowed: frozenset[str]
+    triggers = m.triggers
+    blocked = m.blocked
+    if isinstance(msg, Discuss):
+        if m.state != "discussion" or msg.speaker != m.speaker:
+            return None
+        allowed = AFTER_RESULT | ({"pause_trigger"} if m.triggers else set())
+    elif isinstance(msg, AssignSync):
+        if m.state != "sync_task_assign" or msg.speaker != m.speaker or m.blocked:
+            return None
+        if msg.assignee not in m.members or msg.task.sub_id in m.assigned:
+            return None
+        # Blocked: the assignee speaks next, the state stays.
+        if msg.next_state != "sync_task_assign" or msg.next_speaker != msg.assignee:
+            return None
+        return _advance(
+            m,
+            speaker=msg.assignee,
+            blocked=(msg.task.sub_id, msg.assignee),
+            assigned=m.assigned | {msg.task.sub_id},
+        )
+    elif isinstance(msg, AssignAsync):
+        if m.state != "async_task_assign" or msg.speaker != m.speaker or not msg.assignments:
+            return None
+        ids = [t.sub_id for _, t in msg.assignments]
+        if len(set(ids)) != len(ids) or set(ids) & m.assigned:
+            return None
+        if any(a not in m.members for a, _ in msg.assignments):
+            return None
+        triggers = m.triggers | {(t.sub_id, a) for a, t in msg.assignments}
+        nxt["assigned"] = m.assigned | set(ids)
+        allowed = frozenset(
+            {"discussion", "sync_task_assign", "async_task_assign", "pause_trigger"}
+        )
+    elif isinstance(msg, Report):
+        r = msg.result
+        if m.state == "sync_task_assign":
+            if m.blocked is None or (r.sub_id, msg.speaker) != m.blocked:
+                return None
+            blocked = None
+            allowed = AFTER_RESULT
+        elif m.state == "pause_trigger":
+            if msg.speaker != m.speaker or (r.sub_id, msg.speaker) not in m.triggers:
+                return None
+            triggers = m.triggers - {(r.sub_id, msg.speaker)}
+            allowed = frozenset({"pause_trigger"}) if triggers else AFTER_RESULT
+        else:
+            return None
+        if not _result_ok(m, r, msg.speaker):
+            return None
+        new_tags = [(x.agent, x.sub_id) for x in r.contributions] if r.ok else []
+        nxt["tags"] = tuple(sorted([*m.tags, *new_tags]))
+        nxt["n_results"] = m.n_results + 1
+    elif isinstance(msg, Abandon):
+        if msg.speaker != m.leader:
+            return None
+        if m.state == "sync_task_assign" and m.blocked and m.blocked[0] == msg.sub_id:
+            blocked = None
+            allowed = AFTER_RESULT
+        elif m.state == "pause_trigger" and msg.sub_id in {s for s, _ in m.triggers}:
+            triggers = frozenset(t for t in m.triggers if t[0] != msg.sub_id)
+            allowed = frozenset({"pause_trigger"}) if triggers else AFTER_RESULT
+        else:
+            return None
+        nxt["n_results"] = m.n_results + 1
+    else:  # Conclude
+        if m.state != "conclusion" or msg.speaker != m.leader or msg.speaker != m.speaker:
+            return None
+        given_tags = tuple(sorted((x.agent, x.sub_id) for x in msg.deliverable.contributions))
+        if given_tags != m.tags:
+            return None
+        allowed = frozenset({"closed"})
+    # Where the message leads.
+    state, speaker = msg.next_state, msg.next_speaker
+    if state not in allowed:
+        return None
+    if state == "pause_trigger":
+        if speaker not in {a for _, a in triggers}:
+            return None
+    elif state == "conclusion":
+        if triggers or blocked or speaker != m.leader:
+            return None
+    elif state == "closed":
+        if speaker is not None:
+            return None
+    elif speaker not in m.members:
+        return None
+    return _advance(m, state=state, speaker=speaker, triggers=triggers, blocked=blocked, **nxt)
+
+
+def _advance(m: Model, **changes: Any) -> Model:
+    fields = {**m.__dict__, **changes, "turn": m.turn + 1}
+    return Model(**fields)
+
+
+# -- the message universe ----------------------------------------------------------------------
+
+
+def _universe(m: Model) -> Iterator[Message]:
+    speakers = (*m.members, OUTSIDER)
+    next_speakers: tuple[str | None, ...] = (*m.members, OUTSIDER, None)
+    n = len(m.assigned)
+    fresh, fresh2 = f"s{n}", f"s{n + 1}"
+    old = sorted(m.assigned)
+    old1 = old[:1]
+    report_ids = [*old, UNKNOWN_SUB]
+    others = [a for a in m.members if a != LEADER]
+
+    def targets() -> Iterator[tuple[Any, str | None]]:
+        for state in STATES:
+            for who in next_speakers:
+                yield state, who
+
+    async_variants: list[tuple[tuple[str, SubTask], ...]] = [()]
+    for assignee in speakers:
+        for sub in [fresh, *old1]:
+            async_variants.append(((assignee, _task(sub)),))
+    async_variants.append(((others[0], _task(fresh)), (LEADER, _task(fresh2))))
+    async_variants.append(((others[0], _task(fresh)), (LEADER, _task(fresh))))  # id twice
+    sync_variants = [(assignee, _task(sub)) for assignee in speakers for sub in [fresh, *old1]]
+    deliverables = _deliverables(m)
+    for speaker in speakers:
+        other = next(a for a in m.members if a != speaker)
+        results = [
+            variant
+            for sub in report_ids
+            for variant in (
+                Result(sub, True, (_contrib(speaker, sub),)),  # own work
+                Result(sub, True, (_contrib(speaker, sub), _contrib(SUBTEAM, sub))),  # + team
+                Result(sub, True, (_contrib(other, sub),)),  # without the reporter
+                Result(sub, True, ()),  # ok but empty
+                Result(sub, False, (), "boom"),  # failed
+                Result(sub, False, (_contrib(speaker, sub),), "boom"),  # failed, not empty
+                Result(sub, True, (_contrib(speaker, "elsewhere"),)),  # another sub-task
+                Result(sub, True, (_contrib(SUBTEAM, f"{sub}/0"),)),  # a part, by a sub-team
+                Result(sub, True, (_contrib(speaker, f"{sub}0"),)),  # a prefix, not a part
+            )
+        ]
+        for state, who in targets():
+            yield Discuss(speaker, "hello", state, who)
+            for assignee, task in sync_variants:
+                yield AssignSync(speaker, assignee, task, state, who)
+            for assignments in async_variants:
+                yield AssignAsync(speaker, assignments, state, who)
+            for result in results:
+                yield Report(speaker, result, state, who)
+            for sub in report_ids:
+                yield Abandon(speaker, sub, "timeout", state, who)
+            for deliverable in deliverables:
+                yield Conclude(speaker, deliverable, state, who)
+
+
+def _deliverables(m: Model) -> list[Deliverable]:
+    exact = [_contrib(a, s) for a, s in m.tags]
+    variants = [exact, exact[::-1], [*exact, _contrib(LEADER, "s0")]]
+    if exact:
+        first = exact[0]
+        variants += [
+            exact[1:],  # missing one
+            [*exact, first],  # one twice
+            [_contrib(OUTSIDER, first.sub_id), *exact[1:]],  # wrong agent
+        ]
+    else:
+        variants.append([_contrib(LEADER, UNKNOWN_SUB)])
+    return [Deliverable("done", tuple(v)) for v in variants]
+
+
+# -- the walk ----------------------------------------------------------------------------------
+
+
+def _agrees(c: Conversation, m: Model) -> bool:
+    return _model_of(c) == m
+
+
+def _explore(
+    members: tuple[str, ...], max_turns: int, depth: int
+) -> tuple[int, int, int, list[str]]:
+    """BFS over reachable states; returns (states, pairs checked, legal pairs, disagreements).
+
+    States are told apart by what the table sees; the turn counts only when the turn limit is
+    within reach of the walk."""
+    with_turn = max_turns <= depth + 1
+    start = open_conversation("c1", "t1", LEADER, members, max_turns=max_turns)
+    seen = {_model_of(start).key(with_turn)}
+    frontier: deque[tuple[Conversation, int]] = deque([(start, 0)])
+    states = pairs = legal = 0
+    wrong: list[str] = []
+    while frontier:
+        conv, d = frontier.popleft()
+        model = _model_of(conv)
+        states += 1
+        for msg in _universe(model):
+            pairs += 1
+            expected = _oracle(model, msg)
+            try:
+                after = step(conv, msg)
+            except IllegalMove as exc:
+                if expected is not None:
+                    wrong.append(f"refused a legal move in {model}: {msg}: {exc.reason}")
+                elif not exc.reason:
+                    wrong.append(f"refused without a reason in {model}: {msg}")
+                continue
+            if expected is None:
+                wrong.append(f"accepted an illegal move in {model}: {msg}")
+                continue
+            legal += 1
+            got = _model_of(after)
+            if got != expected:
+                wrong.append(f"wrong successor in {model}: {msg}: {got} != {expected}")
+            elif d + 1 < depth and got.key(with_turn) not in seen:
+                seen.add(got.key(with_turn))
+                frontier.append((after, d + 1))
+    return states, pairs, legal, wrong
+
+
+def test_transition_table_exhaustive() -> None:
+    states, pairs, legal, wrong = _explore((LEADER, "did:A", "did:B"), 64, 4)
+    assert not wrong, "\n".join(wrong[:20])
+    states2, pairs2, legal2, wrong2 = _explore((LEADER, "did:A"), 4, 99)
+    assert not wrong2, "\n".join(wrong2[:20])
+    assert states >= 300 and pairs >= 2_000_000 and legal >= 6_000
+    assert states2 >= 190 and pairs2 >= 650_000 and legal2 >= 500
+
+
+def test_walk_reaches_every_state() -> None:
+    """The BFS universe is rich enough to reach every state, closed included."""
+    start = open_conversation("c1", "t1", LEADER, (LEADER, "did:A"), max_turns=64)
+    reached = set()
+    frontier = [start]
+    for _ in range(7):
+        new = []
+        for conv in frontier:
+            reached.add(conv.state)
+            for msg in _universe(_model_of(conv)):
+                if _oracle(_model_of(conv), msg) is not None:
+                    new.append(step(conv, msg))
+        frontier = new[:200]
+    for conv in frontier:
+        reached.add(conv.state)
+    assert reached == set(STATES)
+
+
+# -- the turn limit and the depth limit --------------------------------------------------------
+
+
+def _to_conclusion(max_turns: int, turns: int) -> Conversation:
+    c = open_conversation("c", "t", LEADER, (LEADER, "did:A"), max_turns=max_turns)
+    for _ in range(turns):
+        c = step(c, Discuss(LEADER, "x", "discussion", LEADER))
+    return step(c, Discuss(LEADER, "x", "conclusion", LEADER))
+
+
+def test_only_conclude_may_use_the_last_turn() -> None:
+    c = _to_conclusion(4, 1)  # turn 2: one before the last
+    assert c.turn == 2
+    c = step(c, Conclude(LEADER, Deliverable("nothing", ())))
+    assert c.state == "closed" and c.turn == 3
+
+    c = open_conversation("c", "t", LEADER, (LEADER, "did:A"), max_turns=3)
+    c = step(c, Discuss(LEADER, "x", "discussion", LEADER))
+    c = step(c, Discuss(LEADER, "x", "discussion", LEADER))
+    assert c.turn == 2  # the last turn
+    with pytest.raises(IllegalMove, match="turn limit"):
+        step(c, Discuss(LEADER, "x", "conclusion", LEADER))
+    # Reaching conclusion on the turn before the last leaves the last one for Conclude.
+    c = _to_conclusion(3, 1)
+    assert c.turn == 2 and c.state == "conclusion"
+    assert step(c, Conclude(LEADER, Deliverable("-", ()))).state == "closed"
+
+
+def test_closed_refuses_everything() -> None:
+    c = step(_to_conclusion(10, 0), Conclude(LEADER, Deliverable("-", ())))
+    with pytest.raises(IllegalMove, match="closed"):
+        step(c, Discuss(LEADER, "x", "discussion", LEADER))
+
+
+@pytest.mark.parametrize("depth", [0, 1, 2])
+def test_depth_within_the_limit_opens(depth: int) -> None:
+    c = open_conversation("c", "t", LEADER, (LEADER,), depth=depth, max_depth=2, parent="p")
+    assert c.state == "discussion" and c.speaker == LEADER and c.depth == depth
+
+
+@pytest.mark.parametrize("depth", [-1, 3, 10])
+def test_depth_beyond_the_limit_is_refused(depth: int) -> None:
+    with pytest.raises(IllegalMove, match="depth"):
+        open_conversation("c", "t", LEADER, (LEADER,), depth=depth, max_depth=2)
+
+
+def test_open_conversation_checks_the_team() -> None:
+    with pytest.raises(IllegalMove, match="leader"):
+        open_conversation("c", "t", LEADER, ("did:A",))
+    with pytest.raises(IllegalMove, match="twice"):
+        open_conversation("c", "t", LEADER, (LEADER, "did:A", "did:A"))
+    with pytest.raises(IllegalMove, match="two turns"):
+        open_conversation("c", "t", LEADER, (LEADER,), max_turns=1)
+
+
+# -- the wire form -----------------------------------------------------------------------------
+
+_ids = st.text(st.characters(codec="utf-8"), min_size=1, max_size=8)
+_json: st.SearchStrategy[Any] = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**53), 2**53)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | _ids,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_ids, inner, max_size=3),
+    max_leaves=8,
+)
+_state = st.sampled_from(STATES)
+_who = st.none() | _ids
+_subtask = st.builds(SubTask, _ids, _ids, _ids, st.dictionaries(_ids, _json, max_size=3))
+_contribution = st.builds(Contribution, _ids, _ids, _ids, _json)
+_result = st.builds(
+    Result,
+    _ids,
+    st.booleans(),
+    st.tuples() | st.lists(_contribution, max_size=3).map(tuple),
+    st.none() | _ids,
+)
+_deliverable = st.builds(Deliverable, _ids, st.lists(_contribution, max_size=3).map(tuple))
+_message: st.SearchStrategy[Message] = st.one_of(
+    st.builds(Discuss, _ids, _ids, _state, _who),
+    st.builds(AssignSync, _ids, _ids, _subtask, _state, _who),
+    st.builds(assign_sync, _ids, _ids, _subtask),
+    st.builds(
+        AssignAsync, _ids, st.lists(st.tuples(_ids, _subtask), max_size=3).map(tuple), _state, _who
+    ),
+    st.builds(Report, _ids, _result, _state, _who),
+    st.builds(Abandon, _ids, _ids, _ids, _state, _who),
+    st.builds(Conclude, _ids, _deliverable, _state, _who),
+)
+
+
+@settings(max_examples=300)
+@given(_message)
+def test_wire_round_trip(message: Message) -> None:
+    body = message_to_json(message)
+    assert message_from_json(body) == message
+    # ...and through real JSON text, as the ledger stores it.
+    assert message_from_json(json.loads(json.dumps(body))) == message
+
+
+def test_round_trip_covers_every_kind() -> None:
+    kinds = {
+        message_to_json(m)["kind"]
+        for m in (
+            Discuss("a", "t", "discussion", "a"),
+            assign_sync("a", "b", _task("s")),
+            AssignAsync("a", (("b", _task("s")),), "pause_trigger", "b"),
+            Report("b", Result("s", True, (_contrib("b", "s"),)), "discussion", "a"),
+            Abandon("a", "s", "why", "discussion", "a"),
+            Conclude("a", Deliverable("d", ())),
+        )
+    }
+    assert kinds == {"discuss", "assign_sync", "assign_async", "report", "abandon", "conclude"}
+
+
+_GOOD = message_to_json(Discuss("a", "t", "discussion", "a"))
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {},
+        [],
+        "discuss",
+        None,
+        42,
+        {**_GOOD, "kind": "shout"},
+        {**_GOOD, "kind": None},
+        {**_GOOD, "next_state": "limbo"},
+        {**_GOOD, "next_state": ["discussion"]},
+        {k: v for k, v in _GOOD.items() if k != "next_speaker"},
+        {k: v for k, v in _GOOD.items() if k != "speaker"},
+        {k: v for k, v in _GOOD.items() if k != "text"},
+        {**_GOOD, "kind": "assign_sync", "assignee": "b"},
+        {**_GOOD, "kind": "assign_sync", "assignee": "b", "task": {"sub_id": "s"}},
+        {**_GOOD, "kind": "assign_sync", "assignee": "b", "task": "s"},
+        {**_GOOD, "kind": "assign_async", "assignments": "xy"},
+        {**_GOOD, "kind": "assign_async", "assignments": [{"assignee": "b"}]},
+        {**_GOOD, "kind": "assign_async", "assignments": 3},
+        {**_GOOD, "kind": "report", "result": {"sub_id": "s", "ok": True}},
+        {**_GOOD, "kind": "report", "result": {"sub_id": "s", "ok": True, "contributions": 1}},
+        {**_GOOD, "kind": "report", "result": {"sub_id": "s", "ok": 1, "contributions": [1]}},
+        {**_GOOD, "kind": "report", "result": []},
+        {**_GOOD, "kind": "abandon", "sub_id": "s"},
+        {**_GOOD, "kind": "conclude", "deliverable": {"summary": "x"}},
+        {**_GOOD, "kind": "conclude", "deliverable": {"summary": "x", "contributions": [{}]}},
+        {**_GOOD, "kind": "conclude", "deliverable": None},
+    ],
+)
+def test_garbage_bodies_are_refused(body: Any) -> None:
+    with pytest.raises(IllegalMove):
+        message_from_json(body)
+
+
+# -- a whole conversation driven by the rule policy --------------------------------------------
+
+TEAM = (
+    Member(LEADER, "lead", ("plan",)),
+    Member("did:A", "a", ("sum",), "3/4"),
+    Member("did:B", "b", ("sum", "sort"), "1/2"),
+    Member("did:C", "c", ("sort",), "1/4"),
+)
+WORK = (
+    SubTask("s1", "sum", "add", {"xs": [1, 2]}),
+    SubTask("s2", "sort", "sort", {"xs": [3, 1]}),
+    SubTask("s3", "sum", "add", {"xs": [5, 5]}),
+)
+
+
+def _answer(task: SubTask) -> Any:
+    xs = task.item["xs"]
+    return sum(xs) if task.capability == "sum" else sorted(xs)
+
+
+def _run(fail: frozenset[str] = frozenset()) -> tuple[Conversation, list[Message]]:
+    """Drive the conversation: the policy speaks for the leader, members report synthetic work;
+    a member in `fail` fails its first sub-task (the leader abandons it and reassigns)."""
+    policy = RulePolicy()
+    c = open_conversation("c1", "t1", LEADER, tuple(m.did for m in TEAM), max_turns=40)
+    unassigned = list(WORK)
+    failed_by: dict[str, tuple[str, ...]] = {}
+    abandon: list[str] = []
+    log: list[Message] = []
+    for _ in range(40):
+        if c.state == "closed":
+            break
+        member_turn = (c.blocked_on is not None and c.speaker == c.blocked_on[1]) or (
+            c.state == "pause_trigger"
+        )
+        if member_turn and not abandon:
+            if c.blocked_on is not None:
+                sub_id, who = c.blocked_on
+            else:
+                who = c.speaker
+                sub_id = next(k for k, v in c.triggers.items() if v == who)
+            if who in fail and sub_id not in failed_by.get(sub_id.split("#")[0], ()):
+                failed_by[sub_id.split("#")[0]] = (who,)
+                abandon.append(sub_id)
+                unassigned.append(SubTask(sub_id.split("#")[0] + "#2", *_fields(sub_id)))
+                continue
+            task = c.assigned[sub_id]
+            result = Result(
+                sub_id, True, (Contribution(who, sub_id, task.capability, _answer(task)),)
+            )
+            view = TeamView(c, "t", "d", TEAM, tuple(unassigned), failed_by, ())
+            state, nxt = RulePolicy()._after_result(view, exclude=sub_id)
+            if c.state == "sync_task_assign" and state == "pause_trigger":
+                state, nxt = "discussion", LEADER
+            msg: Message = Report(who, result, state, nxt)
+        else:
+            view = TeamView(c, "t", "d", TEAM, tuple(unassigned), failed_by, tuple(abandon))
+            msg = policy.decide(view)
+            if isinstance(msg, Abandon):
+                abandon.remove(msg.sub_id)
+            if isinstance(msg, AssignSync):
+                unassigned = [t for t in unassigned if t.sub_id != msg.task.sub_id]
+            if isinstance(msg, AssignAsync):
+                done = {t.sub_id for _, t in msg.assignments}
+                unassigned = [t for t in unassigned if t.sub_id not in done]
+        c = step(c, msg)
+        log.append(msg)
+    return c, log
+
+
+def _fields(sub_id: str) -> tuple[str, str, Any]:
+    task = next(t for t in WORK if t.sub_id == sub_id.split("#")[0])
+    return task.capability, task.instruction, task.item
+
+
+def test_rule_policy_conversation_closes_with_the_deliverable() -> None:
+    c, log = _run()
+    assert c.state == "closed" and c.speaker is None
+    assert c.deliverable is not None
+    got = {(x.agent, x.sub_id): x.output for x in c.deliverable.contributions}
+    # Every sub-task done once, by a member holding its capability, with the right answer.
+    assert {s: out for (_, s), out in got.items()} == {"s1": 3, "s2": [1, 3], "s3": 10}
+    able = {m.did: m.capabilities for m in TEAM}
+    work = {t.sub_id: t.capability for t in WORK}
+    assert all(work[s] in able[agent] for agent, s in got)
+    assert ("did:A", "s1") in got  # the sync one goes to the best-reputed summer
+    assert c.deliverable.summary == "3 of 3 sub-tasks done"
+    kinds = [type(m).__name__ for m in log]
+    assert kinds[0] == "Discuss" and kinds[-1] == "Conclude"
+    assert "AssignSync" in kinds and "AssignAsync" in kinds
+
+
+def test_rule_policy_recovers_from_a_failing_member() -> None:
+    c, log = _run(fail=frozenset({"did:A"}))
+    assert c.state == "closed" and c.deliverable is not None
+    tags = sorted((x.agent, x.sub_id) for x in c.deliverable.contributions)
+    assert any(isinstance(m, Abandon) for m in log)
+    # Every piece of work is done by somebody other than the member that failed it.
+    assert {s.split("#")[0] for _, s in tags} == {"s1", "s2", "s3"}
+    assert all(agent != "did:A" for agent, s in tags if "#" in s)
+
+
+# -- known defects (reported, not fixed here: conversation.py belongs to someone else) ---------
+
+
+def test_conclude_refuses_a_tampered_output() -> None:
+    c = open_conversation("c", "t", LEADER, (LEADER, "did:A"))
+    c = step(c, Discuss(LEADER, "x", "sync_task_assign", LEADER))
+    c = step(c, assign_sync(LEADER, "did:A", _task("s0")))
+    real = Contribution("did:A", "s0", "cap", {"answer": 42})
+    c = step(c, Report("did:A", Result("s0", True, (real,)), "conclusion", LEADER))
+    forged = Contribution("did:A", "s0", "cap", {"answer": 41})
+    with pytest.raises(IllegalMove):
+        step(c, Conclude(LEADER, Deliverable("done", (forged,))))
