@@ -19,9 +19,10 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from api.audit_cli import audit
 from api.coordinator_cli import conversation_app
 from api.identity_cli import agent_app, capability_app, credential_app
-from api.market_cli import bid_app, task_app
+from api.market_cli import agent_withdraw, bid_app, task_app
 from ledger.anchoring import AnchorOutcome
 from ledger.chain import AnchorChain
 from ledger.errors import (
@@ -51,9 +52,11 @@ app.add_typer(ledger_app, name="ledger")
 app.add_typer(capability_app, name="capability")
 app.add_typer(agent_app, name="agent")
 app.add_typer(credential_app, name="credential")
+agent_app.command("withdraw")(agent_withdraw)
 app.add_typer(task_app, name="task")
 app.add_typer(bid_app, name="bid")
 app.add_typer(conversation_app, name="conversation")
+app.command("audit")(audit)
 
 out = Console(emoji=False, highlight=False)
 err = Console(stderr=True, emoji=False, highlight=False)

@@ -289,3 +289,62 @@ def bid_reveal(
         out.print(
             f"[green]✓[/] revealed {format_eth(int(saved['price']))} on {task_id} (entry {index})"
         )
+
+
+@task_app.command("settle")
+def task_settle(task_id: str, as_json: JsonFlag = False) -> None:
+    """Pay a delivered task's team by Shapley value through the escrow (once; safe to rerun)."""
+    from market.settlement import settle_task
+
+    with _market() as context:
+        outcome = settle_task(context.market, context.onboarding, task_id)
+        names = {a.did: a.name for a in context.onboarding.registry.list()}
+    if as_json:
+        _emit(
+            {
+                "task": task_id,
+                "amount": str(outcome.amount),
+                "refund": str(outcome.refund),
+                "payouts": {p: str(w) for p, w in outcome.payouts.items()},
+                "payees": dict(outcome.payees),
+                "shapley": dict(outcome.values),
+                "tx_hash": outcome.tx_hash,
+                "already_settled": outcome.already,
+            }
+        )
+        return
+    verb = "was already settled" if outcome.already else "settled on chain"
+    out.print(f"[green]✓[/] {task_id} {verb}: {format_eth(outcome.amount)} to the team")
+    for player, payout in sorted(outcome.payouts.items(), key=lambda kv: -kv[1]):
+        share = outcome.values.get(player, "0/1")
+        out.print(f"  {names.get(player, player):<10} {format_eth(payout):>24}   Shapley {share}")
+    out.print(f"  back to the requester: {format_eth(outcome.refund)}")
+
+
+def agent_withdraw(
+    agent: Annotated[str, typer.Argument(help="The agent (name or DID) whose credit to take.")],
+    as_json: JsonFlag = False,
+) -> None:
+    """Withdraw an agent's credit from the escrow contract to its payout account."""
+    with _market() as context:
+        record = context.onboarding.registry.get(agent)
+        key = context.onboarding.payout_key(record)
+        from market.escrow import address_of
+
+        address = address_of(key)
+        credit = context.escrow.credit(address)
+        if credit == 0:
+            raise MarketError(f"{agent} has no credit to withdraw at {address}")
+        context.fund_gas(address, Wei(10**16))
+        receipt = context.escrow.withdraw(key)
+    if as_json:
+        _emit(
+            {
+                "agent": record.did,
+                "address": address,
+                "amount": str(credit),
+                "tx_hash": receipt.tx_hash,
+            }
+        )
+    else:
+        out.print(f"[green]✓[/] {agent} withdrew {format_eth(credit)} to {address}")

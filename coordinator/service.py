@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from fractions import Fraction
 
 from coordinator.adapters import HttpAdapter, OpenAIAdapter, SubprocessAdapter, reference_adapter
@@ -32,9 +32,11 @@ from coordinator.runner import (
 )
 from coordinator.work import AgentAdapter
 from identity.agents import AgentRecord
+from ledger.errors import LedgerError
 from ledger.events import Entry
 from ledger.signing import Signer
 from ledger.store import LogStore
+from market.evaluator import work_counts
 from market.runtime import MarketContext
 
 MAX_CONVERSATION_EVENTS = 100_000
@@ -114,7 +116,10 @@ def run_awarded_task(
     leader = next((m for m in directory if m.did == task.winner), None)
     if leader is None:
         raise TeamError(f"the winner {task.winner} is not a registered agent")
+    counts = work_counts(task.spec.evaluator)
     run_settings = settings or RunSettings()
+    if counts:
+        run_settings = replace(run_settings, work_items=max(counts.values()))
 
     def adapter_of(did: str) -> AgentAdapter:
         return adapter_for(registry.get(did), run_settings.timeout_s)
@@ -137,6 +142,10 @@ def run_awarded_task(
     )
     if conversation.deliverable is None:
         raise CoordinatorError(f"the team of {task_id} concluded without a deliverable")
+    # Contributors are paid at settlement to the address each bound to its DID.
+    chain_id = market.escrow.chain_id()
+    for did in sorted({c.agent for c in conversation.deliverable.contributions}):
+        context.onboarding.bind_payout(registry.get(did), chain_id)
     market.deliver(task_id, winner, conversation.conv_id, conversation.deliverable.to_json())
     return conversation
 
@@ -195,7 +204,7 @@ def replay_conversation(store: LogStore, conv_id: str, *, max_depth: int = 8) ->
     )
     if not entries:
         raise CoordinatorError(f"no conversation {conv_id!r} (see `accord conversation list`)")
-    opened = Entry.from_bytes(entries[0].data)
+    opened = _verified(entries[0].index, entries[0].data)
     if opened.event.kind != CONVERSATION_OPENED:
         raise IllegalMove(f"entry {entries[0].index}: {conv_id} does not start with its opening")
     body = opened.event.body
@@ -213,7 +222,7 @@ def replay_conversation(store: LogStore, conv_id: str, *, max_depth: int = 8) ->
         raise IllegalMove(f"entry {entries[0].index}: opened by someone else than its leader")
     messages = []
     for stored in entries[1:]:
-        event = Entry.from_bytes(stored.data).event
+        event = _verified(stored.index, stored.data).event
         message = message_from_json(event.body["message"])
         if event.actor != message.speaker:
             raise IllegalMove(f"entry {stored.index}: signed by {event.actor}, not its speaker")
@@ -227,6 +236,19 @@ def replay_conversation(store: LogStore, conv_id: str, *, max_depth: int = 8) ->
     return ConversationRecord(
         conversation, tuple(messages), entries[0].index, str(body.get("title", ""))
     )
+
+
+def _verified(index: int, data: bytes) -> Entry:
+    """The entry at `index`, its signature checked against its actor's key.
+
+    Raises IllegalMove naming the entry when it does not parse or is not signed by its actor.
+    """
+    try:
+        entry = Entry.from_bytes(data)
+        entry.verify()
+    except LedgerError as exc:
+        raise IllegalMove(f"entry {index}: {exc}") from exc
+    return entry
 
 
 def reputation_text(value: Fraction) -> str:

@@ -8,7 +8,6 @@ what settlement needs to value any coalition's contributions.
 
 from __future__ import annotations
 
-import hashlib
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -17,20 +16,10 @@ from fractions import Fraction
 from coordinator.errors import TeamError
 from coordinator.policy import Member
 from coordinator.work import SubTask
-from identity.challenges import REGISTRY, ExamItem, get_capability
+from identity.challenges import REGISTRY
+from market.evaluator import WORK_ITEMS, work_items
 
-WORK_ITEMS = 2
 _WORDS = re.compile(r"[a-z0-9]+")
-
-
-def work_seed(task_id: str, capability: str) -> bytes:
-    """The seed of a task's work items of one capability (anyone can regenerate them)."""
-    return hashlib.sha256(f"accord-work|{task_id}|{capability}".encode()).digest()
-
-
-def work_items(task_id: str, capability: str, count: int = WORK_ITEMS) -> list[ExamItem]:
-    """The task's items of `capability`, with their private grading data."""
-    return get_capability(capability).generate(work_seed(task_id, capability), count)
 
 
 def plan_work(task_id: str, capabilities: Sequence[str], count: int = WORK_ITEMS) -> list[SubTask]:

@@ -197,10 +197,13 @@ def verify_credential(
     trusted_issuers: set[str] | frozenset[str],
     holder_did: str | None = None,
     now: datetime,
-    status_lookup: StatusLookup,
+    status_lookup: StatusLookup | None,
     capability: str | None = None,
 ) -> VerifiedCredential:
     """Run the checklist of the module docstring over `credential`.
+
+    `status_lookup=None` skips the status-list read, for a caller that checks revocation
+    itself from the signed `credential.revoked` events of the log (the audit does).
 
     Raises CredentialError naming the first step that fails: "format" (not a CapabilityCredential
     of the documented shape), "proof" (no proof: reason starts "unsigned"; a verificationMethod
@@ -227,8 +230,9 @@ def verify_credential(
     if now >= claims.valid_until:
         _fail(STEP_VALIDITY, f"expired: validUntil was {credential['validUntil']}")
 
-    for entry in claims.status_entries:
-        check_status(entry, issuer=claims.issuer, now=now, status_lookup=status_lookup)
+    if status_lookup is not None:
+        for entry in claims.status_entries:
+            check_status(entry, issuer=claims.issuer, now=now, status_lookup=status_lookup)
 
     if capability is not None and claims.capability != capability:
         _fail(STEP_CAPABILITY, f"the credential is for {claims.capability!r}, not {capability!r}")

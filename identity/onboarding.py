@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -26,6 +27,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from eth_account import Account
 from sqlalchemy import BigInteger, Engine, func, insert, select, update
 from sqlalchemy.exc import SQLAlchemyError
 from sqlmodel import Column, Field, SQLModel
@@ -40,11 +42,18 @@ from identity.credentials import (
     transcript_reference,
     verify_credential,
 )
-from identity.errors import CredentialError, ExamError, RegistryError
+from identity.errors import (
+    BindingError,
+    CredentialError,
+    ExamError,
+    KeyStoreError,
+    RegistryError,
+)
 from identity.exams import ExamResult, ExamService
+from identity.payout import bind_payout_address, verify_binding
 from identity.presentations import SqlNonceStore, create_presentation, verify_presentation
 from identity.status import StatusList, status_entry, status_list_credential
-from ledger.events import format_time
+from ledger.events import Entry, format_time
 from ledger.runtime import open_ledger
 from ledger.service import Ledger
 from ledger.settings import Settings
@@ -52,6 +61,7 @@ from ledger.signing import Ed25519Signer
 
 ISSUED_EVENT_KIND = "credential.issued"
 REGISTERED_KIND = "agent.registered"
+PAYOUT_BOUND_KIND = "payout.bound"
 REGISTRATION_CHALLENGE_TTL = timedelta(minutes=5)
 DEFAULT_VALIDITY = timedelta(days=180)
 STATUS_LIST_FILE = "status-list.json"
@@ -208,6 +218,60 @@ class Onboarding:
         )
         return index
 
+    # -- payout address --
+
+    def payout_address(self, did: str, chain_id: int) -> str | None:
+        """The address `did` bound for payouts on `chain_id` (its latest valid binding)."""
+        found = self.ledger.store.find(kind=PAYOUT_BOUND_KIND, actor=did, limit=1000)
+        for stored in reversed(found):
+            binding = Entry.from_bytes(stored.data).event.body.get("binding")
+            try:
+                bound_did, address = verify_binding(binding or {}, chain_id=chain_id)
+            except BindingError:
+                continue
+            if bound_did == did:
+                return address
+        return None
+
+    def bind_payout(self, agent: AgentRecord, chain_id: int) -> str:
+        """Give the agent a secp256k1 payout account (a key file, mode 0600, made once) and
+        log its binding, signed by both keys, unless one is already bound. Returns the address.
+
+        Raises KeyStoreError when the key file is unreadable.
+        """
+        existing = self.payout_address(agent.did, chain_id)
+        if existing is not None:
+            return existing
+        account = Account.from_key(self._payout_key(agent))
+        signer = self.registry.signer(agent)
+        binding = bind_payout_address(
+            signer, account, chain_id, secrets.token_hex(16), self.ledger.clock()
+        )
+        self.ledger.append(signer, PAYOUT_BOUND_KIND, subject=agent.did, body={"binding": binding})
+        return str(account.address)
+
+    def payout_key(self, agent: AgentRecord) -> str:
+        """The agent's payout account key (hex), made on first use."""
+        return self._payout_key(agent)
+
+    def _payout_key(self, agent: AgentRecord) -> str:
+        path = self.registry.agent_keys_dir / f"{agent.name}.eth.json"
+        if not path.exists():
+            path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            key = "0x" + secrets.token_bytes(32).hex()
+            try:
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            except FileExistsError:
+                pass
+            else:
+                with os.fdopen(fd, "w") as handle:
+                    json.dump({"did": agent.did, "key": key}, handle)
+        try:
+            document = json.loads(path.read_text())
+            return str(document["key"])
+        except (OSError, ValueError, KeyError) as exc:
+            raise KeyStoreError(f"cannot read the payout key {path}: {exc}") from exc
+
     # -- onboarding --
 
     def onboard(
@@ -303,6 +367,7 @@ class Onboarding:
                 "examId": result.exam_id,
                 "statusListIndex": index,
                 "validUntil": document["validUntil"],
+                "credential": document,
             },
         )
         path = self._write(f"{credential_id.removeprefix('urn:uuid:')}.json", document)

@@ -143,12 +143,18 @@ def anvil_command(anvil: Path, port: int, state_file: Path) -> list[str]:
     ]
 
 
-def rpc_call(rpc_url: str, method: str, timeout_s: float = _RPC_PROBE_TIMEOUT_S) -> object:
-    """One JSON-RPC call with no parameters; returns `result`.
+def rpc_call(
+    rpc_url: str,
+    method: str,
+    timeout_s: float = _RPC_PROBE_TIMEOUT_S,
+    params: list[object] | None = None,
+) -> object:
+    """One JSON-RPC call; returns `result`.
 
     Raises OSError (connection refused, timeout...) or ValueError (not a JSON-RPC answer).
     """
-    body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": method, "params": []}).encode()
+    call = {"jsonrpc": "2.0", "id": 1, "method": method, "params": params or []}
+    body = json.dumps(call).encode()
     request = urllib.request.Request(
         rpc_url, data=body, headers={"Content-Type": "application/json"}, method="POST"
     )

@@ -8,7 +8,8 @@ MarketError
 ├── AuctionError            an auction cannot be cleared (windows still open, nothing to clear)
 │   └── InvalidBidError     a bid the auction must refuse (over budget, a second bid, malformed)
 ├── ReputationError         reputation inputs out of range
-└── EscrowError             the escrow contract refused or contradicts the market's record
+├── EscrowError             the escrow contract refused or contradicts the market's record
+└── SettlementError         Shapley values or a wei split cannot be computed from these inputs
 """
 
 from __future__ import annotations
@@ -68,3 +69,9 @@ class InvalidBidError(AuctionError):
 
 class ReputationError(MarketError):
     """Reputation inputs are out of range (a quality outside [0, 1], a non-positive prior)."""
+
+
+class SettlementError(MarketError):
+    """Shapley values or a wei split cannot be computed: no players, a duplicate player, a
+    coalition value that is not an exact number, a negative amount, or a sampling budget too
+    small to state a bound."""

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
 from identity.onboarding import Onboarding, open_onboarding
 from ledger.chain import DEVNET_OPERATOR_KEY
+from ledger.devnet import rpc_call
 from ledger.errors import ChainError
 from ledger.runtime import connect_chain, devnet_for, open_ledger
 from ledger.service import Ledger
@@ -49,11 +51,24 @@ class ChainEscrow:
     def refund_to_requester(self, task_id: str) -> EscrowReceipt:
         return _receipt(self.actions.settle(self.operator_key, task_id, [], []))
 
+    def settle(self, task_id: str, payees: Sequence[str], amounts: Sequence[Wei]) -> EscrowReceipt:
+        return _receipt(self.actions.settle(self.operator_key, task_id, payees, amounts))
+
+    def chain_id(self) -> int:
+        return self.chain.chain_id()
+
     def requester_address(self, requester_key: str) -> str:
         try:
             return address_of(requester_key)
         except (ValueError, TypeError) as exc:
             raise EscrowError(f"the requester key is not a hex private key: {exc}") from exc
+
+    def withdraw(self, payee_key: str) -> EscrowReceipt:
+        """Pull the payee's credit to its account (it pays the gas)."""
+        return _receipt(self.actions.withdraw(payee_key))
+
+    def credit(self, address: str) -> Wei:
+        return self.chain.credit(address)
 
     def deposit_of(self, task_id: str) -> tuple[Wei, bool] | None:
         """The escrowed deposit of `task_id` and whether it is still open, or None."""
@@ -94,6 +109,15 @@ class MarketContext:
             return self.market.ledger.operator
         registry = self.onboarding.registry
         return registry.signer(registry.get(agent))
+
+    def fund_gas(self, address: str, amount: Wei) -> None:
+        """On the managed devnet only: give an account gas money (anvil_setBalance), so a
+        fresh payout account can pay for its withdrawal. Elsewhere the payee funds itself."""
+        if not self.settings.managed_devnet:
+            return
+        rpc_call(
+            devnet_for(self.settings).rpc_url, "anvil_setBalance", params=[address, hex(amount)]
+        )
 
     def default_requester_key(self) -> str:
         """A funded account on the managed devnet. Raises EscrowError on any other chain."""

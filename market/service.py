@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from fractions import Fraction
 from typing import Any, Protocol
@@ -30,10 +30,11 @@ from identity.onboarding import Onboarding
 from ledger.events import Entry, Event, parse_time
 from ledger.service import Ledger
 from ledger.signing import Signer
-from ledger.store import StoredEntry
+from ledger.store import LogStore, StoredEntry
 from market import sealed
 from market.auction import AuctionOutcome, RevealedBid, clear_auction
 from market.errors import AuctionError, BidRejected, TaskError, TransitionError
+from market.evaluator import default_rubric
 from market.money import Wei
 from market.reputation import reputation
 from market.tasks import (
@@ -89,6 +90,17 @@ class EscrowPort(Protocol):
 
     def deposit_of(self, task_id: str) -> tuple[Wei, bool] | None:
         """The deposit escrowed for `task_id` and whether it is still open, or None."""
+        ...
+
+    def settle(self, task_id: str, payees: Sequence[str], amounts: Sequence[Wei]) -> EscrowReceipt:
+        """Pay `amounts` to `payees` from the deposit (the rest to the requester), once.
+
+        Raises EscrowError when the contract refuses (already settled, over the deposit).
+        """
+        ...
+
+    def chain_id(self) -> int:
+        """The chain the escrow lives on (payout bindings name it)."""
         ...
 
 
@@ -303,20 +315,7 @@ class Market:
 
     def reputations(self, dids: Iterable[str]) -> dict[str, Fraction]:
         """`reputation_of` for many bidders from one pass over the settled and awarded tasks."""
-        wanted = set(dids)
-        deliveries: dict[str, list[Fraction]] = {did: [] for did in wanted}
-        forfeits = dict.fromkeys(wanted, 0)
-        for stored in self.ledger.store.find(kind=TASK_SETTLED, limit=MAX_TASK_EVENTS):
-            quality = Entry.from_bytes(stored.data).event.body.get("quality", {})
-            for did, value in quality.items():
-                if did in wanted:
-                    deliveries[did].append(Fraction(value))
-        for kind in (TASK_AWARDED, TASK_EXPIRED):
-            for stored in self.ledger.store.find(kind=kind, limit=MAX_TASK_EVENTS):
-                for did in Entry.from_bytes(stored.data).event.body.get("forfeited", []):
-                    if did in wanted:
-                        forfeits[did] += 1
-        return {did: reputation(deliveries[did], forfeits=forfeits[did]) for did in sorted(wanted)}
+        return reputations_from_log(self.ledger.store, dids)
 
     # -- acting --------------------------------------------------------------------------
 
@@ -328,6 +327,8 @@ class Market:
         `escrow_task`. Raises TaskError, EscrowError, ChainError.
         """
         task_id = f"task-{uuid.uuid4().hex[:16]}"
+        if not spec.evaluator:
+            spec = replace(spec, evaluator=default_rubric(spec.capabilities))
         address = self.escrow.requester_address(requester_key)
         self.ledger.append(
             requester,
@@ -544,6 +545,31 @@ class Market:
             bidding_closes=task.bidding_ends,
             reveal_closes=task.reveal_ends,
         )
+
+
+def reputations_from_log(
+    store: LogStore, dids: Iterable[str], *, before: int | None = None
+) -> dict[str, Fraction]:
+    """Each DID's reputation from the settled and cleared tasks logged before index `before`
+    (all of the log when None): a pure fold anyone can redo, as the award did at its time."""
+    wanted = set(dids)
+    deliveries: dict[str, list[Fraction]] = {did: [] for did in wanted}
+    forfeits = dict.fromkeys(wanted, 0)
+    for stored in store.find(kind=TASK_SETTLED, limit=MAX_TASK_EVENTS):
+        if before is not None and stored.index >= before:
+            break
+        quality = Entry.from_bytes(stored.data).event.body.get("quality", {})
+        for did, value in quality.items():
+            if did in wanted:
+                deliveries[did].append(Fraction(value))
+    for kind in (TASK_AWARDED, TASK_EXPIRED):
+        for stored in store.find(kind=kind, limit=MAX_TASK_EVENTS):
+            if before is not None and stored.index >= before:
+                break
+            for did in Entry.from_bytes(stored.data).event.body.get("forfeited", []):
+                if did in wanted:
+                    forfeits[did] += 1
+    return {did: reputation(deliveries[did], forfeits=forfeits[did]) for did in sorted(wanted)}
 
 
 def award_body(task_id: str, outcome: AuctionOutcome, forfeits: list[str]) -> dict[str, Any]:

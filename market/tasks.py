@@ -100,6 +100,8 @@ class TaskSpec:
     rule: PaymentRule = "second-score"
     weights: ScoringWeights = DEFAULT_WEIGHTS
     evaluator: tuple[RubricCheck, ...] = ()
+    pay_by_quality: bool = False
+    """Scale the amount paid by the delivered quality v(N) (the rest returns to the requester)."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.title, str) or not self.title.strip():
@@ -146,6 +148,7 @@ class TaskSpec:
                 "exam": str(self.weights.exam),
             },
             "evaluator": [check.to_json() for check in self.evaluator],
+            "pay_by_quality": self.pay_by_quality,
         }
 
     @classmethod
@@ -167,6 +170,7 @@ class TaskSpec:
                     RubricCheck(c["id"], int(c["weight"]), c["description"], c.get("params", {}))
                     for c in value["evaluator"]
                 ),
+                pay_by_quality=bool(value.get("pay_by_quality", False)),
             )
         except (KeyError, TypeError, ValueError, ZeroDivisionError, AuctionError) as exc:
             raise TaskError(f"not a task spec: {exc!r}") from exc

@@ -19,32 +19,40 @@ Runs in $ACCORD_HOME (default ./.accord); run it again and it appends to the sam
 from __future__ import annotations
 
 import secrets
+import sqlite3
 import sys
+import tempfile
 import time
 from datetime import UTC, datetime, timedelta
 from fractions import Fraction
+from pathlib import Path
 
 from rich.console import Console
 
+from api.audit_cli import print_report
 from api.coordinator_cli import describe
+from audit.checks import audit_task
+from audit.html import render_html
 from coordinator.conversation import Conversation, Message
 from coordinator.errors import CoordinatorError
 from coordinator.service import directory_of, run_awarded_task
 from identity.agents import AgentRecord
 from identity.errors import IdentityError, RateLimitedError, RegistryError
-from identity.exams import regrade_from_ledger
 from identity.onboarding import Onboarding, open_onboarding
-from ledger import merkle
+from ledger.chain import AnchorChain
 from ledger.errors import LedgerError
-from ledger.events import Entry
 from ledger.runtime import connect_chain, devnet_for, open_ledger
+from ledger.service import Ledger
 from ledger.settings import Settings
 from ledger.signing import load_or_create_keyfile
+from ledger.store import LogStore, make_engine
 from ledger.verify import verify_log
 from market.errors import BidRejected, MarketError
+from market.escrow import address_of
 from market.money import Wei, format_eth, parse_amount
-from market.runtime import open_market
+from market.runtime import MarketContext, open_market
 from market.sealed import commit_bid, reveal_bid
+from market.settlement import settle_task
 from market.strategies import cost_plus_margin
 from market.tasks import TaskSpec
 
@@ -63,6 +71,45 @@ DEMO_ITEMS = 5
 DEMO_COSTS = {"ada": "0.12eth", "linus": "0.10eth", "mallory": "0.01eth"}
 DEMO_MARGIN = Fraction(1, 5)
 DEMO_WINDOW_SECONDS = 4
+
+
+def _tamper_copy_and_audit(
+    settings: Settings, ledger: Ledger, task_id: str, chain: AnchorChain, context: MarketContext
+) -> int | None:
+    """Copy the log, change one byte of one conversation message, and audit the copy."""
+    if not settings.db_url.startswith("sqlite:///"):
+        console.print("  (skipped: the tamper demonstration copies a SQLite log)")
+        return None
+    found = ledger.store.find(kind="conversation.message", limit=1_000_000)
+    target = next(e for e in found if b'"text":"plan: ' in e.data)
+    data = bytearray(target.data)
+    at = data.index(b'"text":"plan: ') + len(b'"text":"plan: ')
+    data[at] = ord("X") if data[at] != ord("X") else ord("Y")  # one letter of the plan
+    with tempfile.TemporaryDirectory() as scratch:
+        copy = Path(scratch) / "tampered.db"
+        source = sqlite3.connect(settings.db_url.removeprefix("sqlite:///"))
+        destination = sqlite3.connect(copy)
+        with destination:
+            source.backup(destination)
+        destination.execute(
+            "UPDATE ledger_entries SET data = ? WHERE idx = ?", (bytes(data), target.index)
+        )
+        destination.commit()
+        source.close()
+        destination.close()
+        store = LogStore(make_engine(f"sqlite:///{copy}"), ledger.log_id)
+        report = audit_task(store, task_id, anchors=chain, escrow=context.escrow.chain)
+        store.engine.dispose()
+    failure = report.first_failure
+    console.print(f"  changed one letter of entry {target.index} (the leader's plan) in a copy")
+    if failure is None:
+        console.print("  [bold red]the tampered copy passed the audit: this is a bug[/]")
+        return None
+    console.print(
+        f"  [green]✓[/] the audit of the copy fails at step {failure.number}, "
+        f"entry {failure.entry}: {failure.detail}"
+    )
+    return failure.entry
 
 
 def _sleep_until(moment: datetime) -> None:
@@ -89,6 +136,15 @@ def main() -> int:
         started_devnet = not info.reused
         verb = "reusing the running" if info.reused else "started an"
         console.print(f"[green]✓[/] {verb} anvil devnet at {info.rpc_url}")
+    try:
+        return _story(settings)
+    finally:
+        if started_devnet:
+            devnet_for(settings).down()
+            console.print(f"\nstopped the devnet; its state stays in {settings.devnet_dir}")
+
+
+def _story(settings: Settings) -> int:
     chain = connect_chain(settings)
     console.print(f"[green]✓[/] AnchorRegistry at {chain.registry_address()}")
 
@@ -97,7 +153,6 @@ def main() -> int:
     console.print(f"operator (credential issuer) {ledger.operator.did}")
 
     console.print("\n[bold]1. Issue credentials to new agents[/]")
-    last_exam_index = None
     for name, runtime, capabilities in DEMO_AGENTS:
         agent = _agent(onboarding, name, runtime)
         held = {
@@ -117,7 +172,6 @@ def main() -> int:
             continue
         for outcome in outcomes:
             exam = outcome.exam
-            last_exam_index = exam.graded_index
             if outcome.credential_id is not None:
                 console.print(
                     f"           [green]✓[/] {exam.capability}: {exam.earned}/{exam.possible} "
@@ -195,46 +249,49 @@ def main() -> int:
                 f"  [green]✓[/] delivered: {delivered.summary}; contributions by {', '.join(by)}"
             )
 
-    proven_index = ledger.store.size() - 1  # the delivery (or the last event)
+        console.print("\n[bold]4. Settle by Shapley value, on chain[/]")
+        settled = settle_task(market, onboarding, task.task_id)
+        for player, payout in sorted(settled.payouts.items(), key=lambda kv: -kv[1]):
+            console.print(
+                f"  {names.get(player, player):<8} {format_eth(payout):>24}  "
+                f"(Shapley value {settled.values.get(player)})"
+            )
+        console.print(f"  back to the requester: {format_eth(settled.refund)}")
+        for player, payout in settled.payouts.items():
+            if payout == 0:
+                continue
+            record = onboarding.registry.get(player)
+            key = onboarding.payout_key(record)
+            context.fund_gas(address_of(key), Wei(10**16))
+            context.escrow.withdraw(key)
+        console.print("  [green]✓[/] every payee withdrew its credit from the escrow")
 
-    console.print("\n[bold]4. Checkpoint and anchor the log on chain[/]")
+    console.print("\n[bold]5. Checkpoint and anchor the log on chain[/]")
     assert ledger.anchorer is not None
     outcome = ledger.anchorer.anchor_latest()
     size = ledger.store.size()
-    on_chain_root = chain.root_at(ledger.log_id, size)
     console.print(f"  checkpoint: {size} entries, root {ledger.store.root(size).hex()}")
     console.print(
         f"  anchor: {outcome.status}"
         + (f" in block {outcome.block_number}" if outcome.block_number is not None else "")
     )
 
-    console.print("\n[bold]5. Audit from the log alone[/]")
-    if last_exam_index is not None:
-        graded = Entry.from_bytes(ledger.store.entry(last_exam_index).data)
-        exam_id = graded.event.subject
-        earned, possible = regrade_from_ledger(ledger.store, exam_id, ledger.operator.did)
-        console.print(
-            f"  [green]✓[/] exam {exam_id} re-graded from its logged seed and signed answers: "
-            f"{earned}/{possible}, as logged"
-        )
-    proof = ledger.store.inclusion_proof(proven_index, size)
-    assert on_chain_root is not None
-    merkle.verify_inclusion(
-        ledger.store.entry(proven_index).leaf_hash, proven_index, size, proof, on_chain_root
-    )
-    console.print(
-        f"  [green]✓[/] entry {proven_index} is in the anchored tree ({len(proof)} hashes)"
-    )
+    console.print("\n[bold]6. Audit the collaboration from the log and the chain[/]")
+    audited = audit_task(ledger.store, task.task_id, anchors=chain, escrow=context.escrow.chain)
+    print_report(audited, console)
+    html_path = settings.home / f"audit-{task.task_id}.html"
+    html_path.write_text(render_html(audited))
+    console.print(f"  readable report: {html_path}")
 
-    console.print("\n[bold]6. Verify everything[/]")
+    console.print("\n[bold]7. Tampering is caught[/]")
+    _tamper_copy_and_audit(settings, ledger, task.task_id, chain, context)
+
+    console.print("\n[bold]8. Verify the whole log[/]")
     report = verify_log(ledger.store, ledger.operator.did, chain)
     for step in report.steps:
         mark = "[green]✓[/]" if step.status == "pass" else "[red]✗[/]"
         console.print(f"  {mark} ({step.number}) {step.title}: {step.detail}")
     console.print("[bold green]PASS[/]" if report.ok else "[bold red]FAIL[/]")
-    if started_devnet:
-        devnet_for(settings).down()
-        console.print(f"\nstopped the devnet; its state stays in {settings.devnet_dir}")
     console.print(
         "\nTry: .venv/bin/accord devnet up · ledger show · ledger proof 0 · "
         "ledger verify --json · devnet down"

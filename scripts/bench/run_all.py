@@ -22,6 +22,8 @@ import bench_gas
 import bench_identity
 import bench_market
 import bench_proofs
+import bench_shapley
+import bench_team
 import bench_verify
 from _common import (
     REPO_ROOT,
@@ -43,6 +45,8 @@ BENCHES: dict[str, tuple[str, Callable[[bool, int], Section]]] = {
     "gas": ("anchoring gas", bench_gas.run),
     "identity": ("identity credentials and onboarding", bench_identity.run),
     "market": ("market: sealed-bid clearing and task posting", bench_market.run),
+    "shapley": ("shapley: exact against shap, sampled evaluations", bench_shapley.run),
+    "team": ("team conversations: five agents, three sub-tasks", bench_team.run),
 }
 
 

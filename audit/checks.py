@@ -1,0 +1,594 @@
+"""`accord audit TASK`: re-check a finished collaboration from the log and the chain alone.
+
+    (1) every entry the task touched is signed by its actor, and each actor is the one the
+        event kind requires (requester, operator, winner, bidder, agent)
+    (2) each of those entries is included in a checkpoint anchored on chain (RFC 9162
+        inclusion proofs against the on-chain roots), and successive anchors are consistent
+    (3) every bidder held valid, unrevoked credentials for every required capability when it
+        bid, and each of those credentials' exams re-grades to its logged score
+    (4) the auction replays to the same winner and price
+    (5) every conversation of the task replays through the state machine, and the delivery is
+        the top conversation's conclusion
+    (6) the settlement recomputes: the same v(S), Shapley values and wei for each payee, paid to
+        the address each payee bound to its DID
+    (7) the chain's escrow events equal the deposit, the settlement and the refunds, and funds
+        are conserved
+
+Nothing here reads the operator's own tables (agents, credentials, journals): only ledger
+entries, signed checkpoints, and the chain. Steps stop at the first failure, which names the
+entry (log index) it failed on where there is one.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from fractions import Fraction
+from typing import Any
+
+from coordinator.errors import CoordinatorError
+from coordinator.runner import CONVERSATION_MESSAGE, CONVERSATION_OPENED
+from coordinator.service import ConversationRecord, conversation_ids, replay_conversation
+from identity.credentials import REVOCATION_EVENT_KIND, VerifiedCredential, verify_credential
+from identity.errors import BindingError, ExamError, IdentityError
+from identity.exams import ANSWERED, COMMITTED, GRADED, regrade_from_ledger
+from identity.onboarding import ISSUED_EVENT_KIND, PAYOUT_BOUND_KIND
+from identity.payout import verify_binding
+from ledger import merkle
+from ledger.chain import AnchorChain
+from ledger.checkpoint import SignedCheckpoint
+from ledger.errors import ChainError, LedgerError, MalformedError, ProofError, SignatureError
+from ledger.events import Entry, Event, parse_time
+from ledger.store import LogStore
+from ledger.verify import StepResult
+from market import sealed
+from market.errors import MarketError
+from market.escrow import EscrowChain
+from market.service import BidBook, replay_award, reputations_from_log
+from market.settlement import SETTLEMENT_COMPUTED, recompute_settlement
+from market.tasks import (
+    BID_COMMITTED,
+    BID_REVEALED,
+    ESCROW_OPENED,
+    ESCROW_REFUNDED,
+    TASK_AWARDED,
+    TASK_DELIVERED,
+    TASK_EXPIRED,
+    TASK_KINDS,
+    TASK_POSTED,
+    TASK_SETTLED,
+    TASK_STARTED,
+    Task,
+    TaskEvent,
+    replay,
+)
+
+STEP_TITLES = {
+    1: "every entry's signature and actor",
+    2: "inclusion in anchored checkpoints, consistency of the anchors",
+    3: "bidders held valid credentials; their exams re-grade",
+    4: "the auction replays to the same winner and price",
+    5: "the conversations replay through the state machine",
+    6: "the settlement recomputes to the same wei",
+    7: "the chain's escrow events match; funds are conserved",
+}
+MAX_EVENTS = 1_000_000
+_OPERATOR_KINDS = {
+    ESCROW_OPENED,
+    BID_COMMITTED,
+    BID_REVEALED,
+    TASK_AWARDED,
+    TASK_EXPIRED,
+    ESCROW_REFUNDED,
+    TASK_SETTLED,
+    SETTLEMENT_COMPUTED,
+    COMMITTED,
+    GRADED,
+    ISSUED_EVENT_KIND,
+    REVOCATION_EVENT_KIND,
+}
+
+
+class AuditFailure(Exception):
+    """One checklist step does not hold; `entry` is the log index it failed on, if any."""
+
+    def __init__(self, reason: str, entry: int | None = None) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.entry = entry
+
+
+@dataclass
+class AuditReport:
+    task_id: str
+    steps: list[StepResult] = field(default_factory=list)
+    facts: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.steps) and all(s.status == "pass" for s in self.steps)
+
+    @property
+    def first_failure(self) -> StepResult | None:
+        return next((s for s in self.steps if s.status == "fail"), None)
+
+    def to_json(self) -> dict[str, Any]:
+        failure = self.first_failure
+        return {
+            "task": self.task_id,
+            "verdict": "PASS" if self.ok else "FAIL",
+            "failed_step": None if failure is None else failure.number,
+            "failed_entry": None if failure is None else failure.entry,
+            "steps": [step.to_json() for step in self.steps],
+            "facts": self.facts,
+        }
+
+
+@dataclass
+class _Scope:
+    """What the task touched, read from the log once."""
+
+    task: Task
+    task_events: list[tuple[int, Event]]
+    conversations: list[ConversationRecord]
+    touched: dict[int, Entry]
+    operator: str
+    bidders: list[tuple[int, sealed.Commitment]]
+
+
+def audit_task(
+    store: LogStore,
+    task_id: str,
+    *,
+    anchors: AnchorChain,
+    escrow: EscrowChain,
+    operator_did: str | None = None,
+) -> AuditReport:
+    """Run the checklist. Never raises for what it finds; the report names it.
+
+    `operator_did` defaults to the signer of the log's checkpoints.
+    """
+    report = AuditReport(task_id)
+    checks: list[tuple[int, Callable[[_Scope], str]]] = [
+        (1, lambda s: _signatures(s)),
+        (2, lambda s: _anchored(store, s, anchors)),
+        (3, lambda s: _credentials(store, s)),
+        (4, lambda s: _auction(store, s)),
+        (5, lambda s: _conversations(s)),
+        (6, lambda s: _settlement(store, s, escrow)),
+        (7, lambda s: _escrow_events(s, escrow)),
+    ]
+    try:
+        scope = _scope(store, task_id, operator_did)
+    except AuditFailure as exc:
+        report.steps.append(StepResult(1, STEP_TITLES[1], "fail", exc.reason, exc.entry))
+        for number, _ in checks[1:]:
+            report.steps.append(StepResult(number, STEP_TITLES[number], "not-run", "-"))
+        return report
+    report.facts = _facts(scope)
+    failed = False
+    for number, check in checks:
+        title = STEP_TITLES[number]
+        if failed:
+            report.steps.append(StepResult(number, title, "not-run", "an earlier step failed"))
+            continue
+        try:
+            report.steps.append(StepResult(number, title, "pass", check(scope)))
+        except AuditFailure as exc:
+            failed = True
+            report.steps.append(StepResult(number, title, "fail", exc.reason, exc.entry))
+        except (LedgerError, IdentityError, MarketError, CoordinatorError) as exc:
+            failed = True
+            report.steps.append(StepResult(number, title, "fail", str(exc)))
+    return report
+
+
+# -- gathering -------------------------------------------------------------------------------
+
+
+def _entry(store: LogStore, index: int) -> Entry:
+    try:
+        return Entry.from_bytes(store.entry(index).data)
+    except (MalformedError, IndexError) as exc:
+        raise AuditFailure(f"entry {index} does not parse: {exc}", index) from exc
+
+
+def _scope(store: LogStore, task_id: str, operator_did: str | None) -> _Scope:
+    touched: dict[int, Entry] = {}
+
+    def take(found: Sequence[Any]) -> list[tuple[int, Event]]:
+        out = []
+        for stored in found:
+            entry = _entry(store, stored.index)
+            touched[stored.index] = entry
+            out.append((stored.index, entry.event))
+        return out
+
+    events = take(store.find(subject=task_id, limit=MAX_EVENTS))
+    lifecycle = [
+        TaskEvent(i, e.kind, e.actor, parse_time(e.at), e.body)
+        for i, e in events
+        if e.kind in TASK_KINDS
+    ]
+    if not lifecycle:
+        raise AuditFailure(f"the log holds no task {task_id!r}")
+    try:
+        task = replay(lifecycle)
+    except MarketError as exc:
+        raise AuditFailure(f"the task's events do not replay: {exc}") from exc
+    operator = operator_did or _checkpoint_signer(store)
+    book = BidBook()
+    for index, event in events:
+        if event.kind in (BID_COMMITTED, BID_REVEALED):
+            try:
+                book.add(index, event)
+            except (MarketError, KeyError, TypeError) as exc:
+                raise AuditFailure(f"a logged bid does not parse: {exc}", index) from exc
+    bidders = [(c.index, c.commitment) for c in book.commitments.values()]
+    conversations: list[ConversationRecord] = []
+    for conv_id in conversation_ids(store, task_id):
+        take(
+            store.find(
+                subject=conv_id, kinds=(CONVERSATION_OPENED, CONVERSATION_MESSAGE), limit=MAX_EVENTS
+            )
+        )
+        try:
+            conversations.append(replay_conversation(store, conv_id))
+        except CoordinatorError:
+            conversations.append(_unreplayed(conv_id))
+    agents = {c.bidder for _, c in bidders} | {
+        m for record in conversations for m in record.conversation.members
+    }
+    for agent in sorted(agents):
+        for kind in (ANSWERED, PAYOUT_BOUND_KIND):
+            take(store.find(kind=kind, actor=agent, limit=MAX_EVENTS))
+        take(store.find(kind=ISSUED_EVENT_KIND, limit=MAX_EVENTS))
+    take(store.find(kind=REVOCATION_EVENT_KIND, limit=MAX_EVENTS))
+    return _Scope(task, events, conversations, touched, operator, bidders)
+
+
+def _unreplayed(conv_id: str) -> ConversationRecord:
+    """A placeholder that makes step 5 fail (the replay error is raised there again)."""
+    from coordinator.conversation import open_conversation
+
+    conversation = open_conversation(conv_id, "?", "?", ("?",))
+    return ConversationRecord(conversation, (), -1, "unreplayable")
+
+
+def _checkpoint_signer(store: LogStore) -> str:
+    checkpoints = store.checkpoints()
+    if not checkpoints:
+        raise AuditFailure("the log has no signed checkpoint: nothing names the operator")
+    try:
+        return SignedCheckpoint.from_bytes(checkpoints[-1].data).signer_did
+    except MalformedError as exc:
+        raise AuditFailure(f"the latest checkpoint does not parse: {exc}") from exc
+
+
+def _facts(scope: _Scope) -> dict[str, Any]:
+    task = scope.task
+    return {
+        "title": task.spec.title,
+        "requester": task.requester,
+        "state": task.state,
+        "winner": task.winner,
+        "price": None if task.price is None else str(task.price),
+        "budget": str(task.spec.budget),
+        "operator": scope.operator,
+        "conversations": [r.to_json() for r in scope.conversations],
+        "timeline": [
+            {
+                "conversation": r.conversation.conv_id,
+                "depth": r.conversation.depth,
+                "turn": m.turn,
+                "index": m.index,
+                "kind": type(m.message).__name__,
+                "speaker": m.message.speaker,
+            }
+            for r in scope.conversations
+            for m in r.messages
+        ],
+        "bids": [
+            {"bidder": c.bidder, "index": i, "commitment": c.digest.hex()} for i, c in scope.bidders
+        ],
+    }
+
+
+# -- (1) signatures and actors ---------------------------------------------------------------
+
+
+def _signatures(scope: _Scope) -> str:
+    task = scope.task
+    for index in sorted(scope.touched):
+        entry = scope.touched[index]
+        try:
+            entry.verify()
+        except (SignatureError, MalformedError) as exc:
+            raise AuditFailure(str(exc), index) from exc
+        event = entry.event
+        required = _required_actor(event, task, scope.operator)
+        if required is not None and event.actor != required:
+            raise AuditFailure(
+                f"{event.kind} must be signed by {required}, not {event.actor}", index
+            )
+    return f"{len(scope.touched)} entries signed by the actors their kinds require"
+
+
+def _required_actor(event: Event, task: Task, operator: str) -> str | None:
+    if event.kind == TASK_POSTED:
+        return task.requester
+    if event.kind in (TASK_STARTED, TASK_DELIVERED):
+        return task.winner
+    if event.kind in _OPERATOR_KINDS:
+        return operator
+    return None  # answers, bindings, registrations, messages: checked where they are used
+
+
+# -- (2) anchored inclusion ------------------------------------------------------------------
+
+
+def _anchored(store: LogStore, scope: _Scope, chain: AnchorChain) -> str:
+    try:
+        anchors = sorted(chain.anchors(store.log_id), key=lambda a: a.size)
+    except ChainError as exc:
+        raise AuditFailure(f"cannot read the anchors on chain: {exc}") from exc
+    if not anchors:
+        raise AuditFailure("nothing of this log is anchored on chain")
+    last = max(scope.touched)
+    if anchors[-1].size <= last:
+        raise AuditFailure(
+            f"entries from {anchors[-1].size} on are not anchored (the tail up to {last})",
+            anchors[-1].size,
+        )
+    leaves = [merkle.leaf_hash(e.data) for e in store.entries(0, anchors[-1].size)]
+    if len(leaves) != anchors[-1].size:
+        raise AuditFailure(f"the log holds {len(leaves)} entries, the chain anchors more")
+    roots: dict[int, bytes] = {}
+    for anchor in anchors:
+        roots[anchor.size] = merkle.root(leaves[: anchor.size])
+        if roots[anchor.size] != anchor.root:
+            raise AuditFailure(
+                f"the log's root at size {anchor.size} is not the one anchored in block "
+                f"{anchor.block_number}",
+                anchor.size - 1,
+            )
+    for older, newer in itertools.pairwise(anchors):
+        proof = merkle.consistency_proof(leaves[: newer.size], older.size)
+        merkle.verify_consistency(older.size, newer.size, older.root, newer.root, proof)
+    for index in sorted(scope.touched):
+        covering = next(a for a in anchors if a.size > index)
+        proof = merkle.inclusion_proof(leaves[: covering.size], index)
+        try:
+            merkle.verify_inclusion(leaves[index], index, covering.size, proof, covering.root)
+        except ProofError as exc:
+            raise AuditFailure(f"not included in the anchored tree: {exc}", index) from exc
+    return (
+        f"{len(scope.touched)} entries proven in anchored trees; "
+        f"{len(anchors)} anchors consistent (latest size {anchors[-1].size})"
+    )
+
+
+# -- (3) credentials and exams ---------------------------------------------------------------
+
+
+def _credentials(store: LogStore, scope: _Scope) -> str:
+    issued: list[tuple[int, Mapping[str, Any]]] = []
+    revoked: dict[str, int] = {}
+    for index in sorted(scope.touched):
+        event = scope.touched[index].event
+        if event.kind == ISSUED_EVENT_KIND:
+            issued.append((index, event.body))
+        elif event.kind == REVOCATION_EVENT_KIND:
+            revoked.setdefault(str(event.body.get("credentialId")), index)
+    regraded: set[str] = set()
+    for bid_index, commitment in scope.bidders:
+        bid_time = parse_time(scope.touched[bid_index].event.at)
+        for capability in scope.task.spec.capabilities:
+            credential = _held_at(
+                issued, revoked, commitment.bidder, capability, bid_index, bid_time, scope.operator
+            )
+            if credential is None:
+                raise AuditFailure(
+                    f"{commitment.bidder} held no valid, unrevoked {capability} credential "
+                    "when it bid",
+                    bid_index,
+                )
+            exam_id = str(credential.get("examId"))
+            if exam_id not in regraded:
+                try:
+                    regrade_from_ledger(store, exam_id, scope.operator)  # raises unless it matches
+                except (ExamError, LedgerError) as exc:
+                    raise AuditFailure(
+                        f"exam {exam_id} does not re-grade: {exc}", bid_index
+                    ) from exc
+                regraded.add(exam_id)
+    return (
+        f"{len(scope.bidders)} bidders credentialed when they bid; {len(regraded)} exams re-grade"
+    )
+
+
+def _held_at(
+    issued: Sequence[tuple[int, Mapping[str, Any]]],
+    revoked: Mapping[str, int],
+    did: str,
+    capability: str,
+    before: int,
+    when: datetime,
+    operator: str,
+) -> Mapping[str, Any] | None:
+    for index, body in issued:
+        if index >= before or body.get("agent") != did or body.get("capability") != capability:
+            continue
+        credential_id = str(body.get("credentialId"))
+        if revoked.get(credential_id, before) < before:
+            continue
+        document = body.get("credential")
+        if not isinstance(document, Mapping):
+            continue
+        try:
+            verified: VerifiedCredential = verify_credential(
+                dict(document),
+                trusted_issuers={operator},
+                holder_did=did,
+                now=when,
+                status_lookup=None,  # revocation is read from the log above
+                capability=capability,
+            )
+        except IdentityError:
+            continue
+        del verified
+        return body
+    return None
+
+
+# -- (4) the auction -------------------------------------------------------------------------
+
+
+def _auction(store: LogStore, scope: _Scope) -> str:
+    task = scope.task
+    book = BidBook()
+    awarded: tuple[int, Mapping[str, Any]] | None = None
+    for index, event in scope.task_events:
+        if event.kind in (BID_COMMITTED, BID_REVEALED):
+            at = parse_time(event.at)
+            closes = task.bidding_ends if event.kind == BID_COMMITTED else task.reveal_ends
+            if at >= closes:
+                raise AuditFailure(f"{event.kind} logged after its window closed", index)
+            book.add(index, event)
+        elif event.kind == TASK_AWARDED:
+            awarded = (index, event.body)
+    if awarded is None:
+        raise AuditFailure("the task was never awarded")
+    reputations = reputations_from_log(store, book.reveals.keys(), before=awarded[0])
+    try:
+        outcome, forfeited = replay_award(
+            task, list(book.commitments.values()), list(book.reveals.values()), reputations
+        )
+    except MarketError as exc:
+        raise AuditFailure(f"the logged bids do not replay: {exc}", awarded[0]) from exc
+    index, body = awarded
+    winner = None if outcome.winner is None else outcome.winner.bidder
+    if winner != body.get("winner") or str(outcome.price) != body.get("price"):
+        raise AuditFailure(
+            f"the auction replays to {winner} at {outcome.price} wei, "
+            f"not {body.get('winner')} at {body.get('price')}",
+            index,
+        )
+    if forfeited != list(body.get("forfeited", [])):
+        raise AuditFailure(
+            f"the forfeits replay to {forfeited}, not {body.get('forfeited')}", index
+        )
+    return f"{len(book.reveals)} revealed bids replay to {winner} at {outcome.price} wei"
+
+
+# -- (5) conversations -----------------------------------------------------------------------
+
+
+def _conversations(scope: _Scope) -> str:
+    for record in scope.conversations:
+        if record.opened_index < 0:
+            raise AuditFailure(f"conversation {record.conversation.conv_id} does not replay")
+        if record.conversation.state != "closed":
+            raise AuditFailure(
+                f"conversation {record.conversation.conv_id} never concluded", record.opened_index
+            )
+    top = [r for r in scope.conversations if r.conversation.parent is None]
+    delivered = next(((i, e.body) for i, e in scope.task_events if e.kind == TASK_DELIVERED), None)
+    if delivered is None:
+        raise AuditFailure("the task was never delivered")
+    index, body = delivered
+    matching = [r for r in top if r.conversation.conv_id == body.get("conversation")]
+    if not matching:
+        raise AuditFailure("the delivery names no conversation of this task", index)
+    deliverable = matching[0].conversation.deliverable
+    if deliverable is None or deliverable.to_json() != body.get("deliverable"):
+        raise AuditFailure("the delivered deliverable is not the team's conclusion", index)
+    turns = sum(r.conversation.turn for r in scope.conversations)
+    return f"{len(scope.conversations)} conversations, {turns} moves, all legal and signed"
+
+
+# -- (6) settlement --------------------------------------------------------------------------
+
+
+def _settlement(store: LogStore, scope: _Scope, escrow: EscrowChain) -> str:
+    found = [(i, e.body) for i, e in scope.task_events if e.kind == SETTLEMENT_COMPUTED]
+    if not found:
+        raise AuditFailure("the task was never settled")
+    index, body = found[0]
+    delivered = next(e.body for _, e in scope.task_events if e.kind == TASK_DELIVERED)
+    contributions = delivered["deliverable"]["contributions"]
+    settlement, _, _ = recompute_settlement(scope.task, contributions, seed=int(body["seed"]))
+    logged_v = {frozenset(item["coalition"]): Fraction(item["value"]) for item in body["evaluated"]}
+    for coalition, value in settlement.evaluated.items():
+        if logged_v.get(coalition) != value:
+            raise AuditFailure(
+                f"v({sorted(coalition)}) recomputes to {value}, not {logged_v.get(coalition)}",
+                index,
+            )
+    payouts = {p: str(w) for p, w in settlement.payouts.items()}
+    if payouts != body["payouts"]:
+        raise AuditFailure(f"the payouts recompute to {payouts}, not {body['payouts']}", index)
+    chain_id = escrow.chain_id()
+    for player, address in body["payees"].items():
+        bound = _bound_address(scope, player, chain_id)
+        if bound != address:
+            raise AuditFailure(f"{player} bound {bound} for payouts, not {address}", index)
+    return (
+        f"{len(settlement.evaluated)} values of v(S), {settlement.method} Shapley values and "
+        f"{len(payouts)} payouts recompute exactly ({settlement.amount} wei)"
+    )
+
+
+def _bound_address(scope: _Scope, did: str, chain_id: int) -> str | None:
+    address = None
+    for index in sorted(scope.touched):
+        event = scope.touched[index].event
+        if event.kind == PAYOUT_BOUND_KIND and event.actor == did:
+            try:
+                bound_did, bound = verify_binding(event.body.get("binding", {}), chain_id=chain_id)
+            except BindingError:
+                continue
+            if bound_did == did:
+                address = bound
+    return address
+
+
+# -- (7) the escrow on chain -----------------------------------------------------------------
+
+
+def _escrow_events(scope: _Scope, escrow: EscrowChain) -> str:
+    task = scope.task
+    try:
+        events = escrow.events(task.task_id)
+    except ChainError as exc:
+        raise AuditFailure(f"cannot read the escrow events: {exc}") from exc
+    opened = [e for e in events if e.name == "Opened"]
+    settled = [e for e in events if e.name == "Settled"]
+    refunded = [e for e in events if e.name == "Refunded"]
+    if len(opened) != 1 or opened[0].amount != task.spec.budget:
+        raise AuditFailure(f"the chain holds {len(opened)} deposits, not one of the budget")
+    posted = next(e.body for _, e in scope.task_events if e.kind == TASK_POSTED)
+    if (opened[0].account or "").lower() != str(posted.get("escrow_from", "")).lower():
+        raise AuditFailure("the deposit came from another account than the posting names")
+    body = next(e.body for _, e in scope.task_events if e.kind == SETTLEMENT_COMPUTED)
+    expected = sorted(
+        (body["payees"][p].lower(), int(w)) for p, w in body["payouts"].items() if int(w) > 0
+    )
+    if len(settled) != 1 or refunded:
+        raise AuditFailure(
+            f"the chain holds {len(settled)} settlements and {len(refunded)} refunds"
+        )
+    paid = sorted(
+        (a.lower(), int(w)) for a, w in zip(settled[0].payees, settled[0].amounts, strict=True)
+    )
+    if paid != expected:
+        raise AuditFailure(f"the chain paid {paid}, the settlement says {expected}")
+    remainder = settled[0].amount
+    if sum(w for _, w in paid) + remainder != opened[0].amount:
+        raise AuditFailure("paid plus remainder does not equal the deposit: funds not conserved")
+    return (
+        f"deposit {opened[0].amount} wei = {sum(w for _, w in paid)} paid to "
+        f"{len(paid)} payees + {remainder} back to the requester"
+    )

@@ -1,0 +1,228 @@
+"""Settlement: pay the team of a delivered task by Shapley value, on chain, exactly once.
+
+    1. grade the deliverable against the task's rubric (`evaluator`): v(S) for every coalition
+    2. Shapley values over the contributors (exact up to 16; sampled with a logged seed beyond)
+    3. the amount paid (the auction price, times v(N) when the task says so) split into integer
+       wei by largest remainder: the parts sum exactly to the amount
+    4. `settlement.computed` logged with every v(S) used, the seed, payouts and payout addresses,
+       then the log is anchored
+    5. `TaskEscrow.settle(payees, amounts)` (journalled; the rest of the deposit is credited to
+       the requester), then `task.settled` with each contributor's delivered quality
+
+Every step first looks at what is already done (a logged computation is reused, never
+recomputed with another seed; a settled escrow is not paid again), so a crash anywhere and a
+second run pay each payee once. `recompute_settlement` is the pure part the audit replays.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
+
+from identity.onboarding import Onboarding
+from ledger.errors import ChainError
+from ledger.events import Entry
+from market.errors import EscrowError, SettlementError
+from market.evaluator import (
+    Outcome,
+    coalition_value,
+    delivered_quality,
+    grade_deliverable,
+)
+from market.money import Wei
+from market.service import EscrowReceipt, Market
+from market.shapley import ShapleyResult, shapley, split_wei
+from market.tasks import TASK_DELIVERED, TASK_SETTLED, Task
+
+SETTLEMENT_COMPUTED = "settlement.computed"
+
+
+@dataclass(frozen=True)
+class Settlement:
+    """What a settlement decided, as logged."""
+
+    task_id: str
+    players: tuple[str, ...]
+    method: str
+    seed: int
+    values: Mapping[str, Fraction]
+    evaluated: Mapping[frozenset[str], Fraction]
+    total_value: Fraction
+    amount: Wei
+    payouts: Mapping[str, Wei]
+    quality: Mapping[str, Fraction]
+
+    def to_json(self, payees: Mapping[str, str]) -> dict[str, Any]:
+        return {
+            "task_id": self.task_id,
+            "players": list(self.players),
+            "method": self.method,
+            "seed": self.seed,
+            "values": {p: _text(v) for p, v in self.values.items()},
+            "evaluated": [
+                {"coalition": sorted(coalition), "value": _text(value)}
+                for coalition, value in sorted(
+                    self.evaluated.items(), key=lambda kv: (len(kv[0]), sorted(kv[0]))
+                )
+            ],
+            "total_value": _text(self.total_value),
+            "amount": str(self.amount),
+            "payouts": {p: str(w) for p, w in self.payouts.items()},
+            "payees": dict(payees),
+            "quality": {p: _text(q) for p, q in self.quality.items()},
+        }
+
+
+def _text(value: Fraction) -> str:
+    return f"{value.numerator}/{value.denominator}"
+
+
+def settlement_seed(task_id: str) -> int:
+    """The sampling seed of a task's settlement (48 bits, so JSON carries it exactly)."""
+    return int.from_bytes(hashlib.sha256(f"accord-shapley|{task_id}".encode()).digest()[:6])
+
+
+def recompute_settlement(
+    task: Task, contributions: Sequence[Mapping[str, Any]], *, seed: int | None = None
+) -> tuple[Settlement, Outcome, ShapleyResult]:
+    """Pure: grade the deliverable, value every coalition, split the amount paid.
+
+    Raises SettlementError when there is no winner price, nobody contributed, or the rubric
+    cannot be graded.
+    """
+    if task.price is None:
+        raise SettlementError(f"{task.task_id} was never awarded: nothing to settle")
+    outcome = grade_deliverable(task.task_id, task.spec.evaluator, contributions)
+    players = outcome.agents
+    if not players:
+        raise SettlementError(f"the deliverable of {task.task_id} has no contributions")
+    run_seed = settlement_seed(task.task_id) if seed is None else seed
+    result = shapley(players, lambda s: coalition_value(outcome, s), seed=run_seed)
+    total = coalition_value(outcome, frozenset(players))
+    amount = task.price
+    if task.spec.pay_by_quality:
+        scaled = amount * total
+        amount = Wei(scaled.numerator // scaled.denominator)
+    payouts = split_wei(amount, result.values)
+    settlement = Settlement(
+        task_id=task.task_id,
+        players=players,
+        method=result.method,
+        seed=run_seed,
+        values=result.values,
+        evaluated=result.evaluated,
+        total_value=total,
+        amount=amount,
+        payouts=payouts,
+        quality={p: delivered_quality(outcome, p) for p in players},
+    )
+    return settlement, outcome, result
+
+
+def delivered_contributions(market: Market, task_id: str) -> list[Mapping[str, Any]]:
+    """The contributions of the task's `task.delivered` event. Raises SettlementError."""
+    found = market.ledger.store.find(kind=TASK_DELIVERED, subject=task_id, limit=1)
+    if not found:
+        raise SettlementError(f"{task_id} has no delivery to settle")
+    body = Entry.from_bytes(found[0].data).event.body
+    contributions = body.get("deliverable", {}).get("contributions", [])
+    if not isinstance(contributions, list):
+        raise SettlementError(f"the delivery of {task_id} is malformed")
+    return contributions
+
+
+def logged_settlement(market: Market, task_id: str) -> dict[str, Any] | None:
+    """The body of the task's `settlement.computed` event, if one is logged."""
+    found = market.ledger.store.find(kind=SETTLEMENT_COMPUTED, subject=task_id, limit=1)
+    return None if not found else dict(Entry.from_bytes(found[0].data).event.body)
+
+
+@dataclass(frozen=True)
+class SettleOutcome:
+    task_id: str
+    payouts: Mapping[str, Wei]
+    payees: Mapping[str, str]
+    values: Mapping[str, str]
+    amount: Wei
+    refund: Wei
+    tx_hash: str
+    already: bool
+
+
+def settle_task(market: Market, onboarding: Onboarding, task_id: str) -> SettleOutcome:
+    """Settle a delivered task (idempotent; see the module docstring).
+
+    Raises TransitionError/TaskError for a task that is not delivered, SettlementError when a
+    contributor has bound no payout address, EscrowError and ChainError from the chain.
+    """
+    task = market.task(task_id)
+    if task.state == "settled":
+        body = logged_settlement(market, task_id)
+        assert body is not None
+        return _outcome(task, body, tx_hash="", already=True)
+    if task.state != "delivered":
+        raise SettlementError(f"{task_id} is {task.state}: only a delivered task is settled")
+    chain_id = market.escrow.chain_id()
+
+    # (1)-(4): compute and log once; a logged computation is the one that is paid.
+    body = logged_settlement(market, task_id)
+    if body is None:
+        settlement, _, _ = recompute_settlement(task, delivered_contributions(market, task_id))
+        payees: dict[str, str] = {}
+        for player, payout in settlement.payouts.items():
+            if payout == 0:
+                continue
+            address = onboarding.payout_address(player, chain_id)
+            if address is None:
+                raise SettlementError(
+                    f"{player} has no payout address bound on chain {chain_id}; "
+                    "it must bind one before it can be paid"
+                )
+            payees[player] = address
+        body = settlement.to_json(payees)
+        market.ledger.append(
+            market.ledger.operator, SETTLEMENT_COMPUTED, subject=task_id, body=body
+        )
+        if market.ledger.anchorer is not None:
+            # Anchored before it is paid; if the chain is away, paying below says so.
+            with contextlib.suppress(ChainError):
+                market.ledger.anchorer.anchor_latest()
+
+    # (5): pay once. A settled escrow is not settled again.
+    payees = dict(body["payees"])
+    paid = [(payees[p], Wei(int(w))) for p, w in body["payouts"].items() if int(w) > 0]
+    deposit = market.escrow.deposit_of(task_id)
+    if deposit is None:
+        raise EscrowError(f"no escrow for {task_id} on chain")
+    tx_hash = ""
+    if deposit[1]:
+        receipt: EscrowReceipt = market.escrow.settle(
+            task_id, [a for a, _ in paid], [w for _, w in paid]
+        )
+        tx_hash = receipt.tx_hash
+    market.ledger.append(
+        market.ledger.operator,
+        TASK_SETTLED,
+        subject=task_id,
+        body={"task_id": task_id, "tx_hash": tx_hash, "quality": dict(body["quality"])},
+    )
+    return _outcome(task, body, tx_hash=tx_hash, already=False)
+
+
+def _outcome(task: Task, body: Mapping[str, Any], *, tx_hash: str, already: bool) -> SettleOutcome:
+    payouts = {p: Wei(int(w)) for p, w in body["payouts"].items()}
+    amount = Wei(int(body["amount"]))
+    return SettleOutcome(
+        task.task_id,
+        payouts,
+        dict(body["payees"]),
+        dict(body["values"]),
+        amount,
+        Wei(task.spec.budget - amount),
+        tx_hash,
+        already,
+    )

@@ -1,0 +1,417 @@
+"""Shapley values (exact and sampled) and the largest-remainder split of wei."""
+
+from __future__ import annotations
+
+import random
+import warnings
+from collections.abc import Callable
+from fractions import Fraction
+from itertools import compress
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from market.errors import MarketError, SettlementError
+from market.money import Wei
+from market.shapley import ShapleyResult, shapley, split_wei
+
+Game = Callable[[frozenset[str]], Fraction]
+
+
+def names(n: int) -> list[str]:
+    return [f"p{i:02d}" for i in range(n)]
+
+
+def table_game(players: list[str], table: list[Fraction]) -> Game:
+    """v(S) = table[mask of S] (bit i for players[i])."""
+    bit = {p: 1 << i for i, p in enumerate(players)}
+    return lambda s: table[sum(bit[p] for p in s)]
+
+
+# -- property tests (exact) ------------------------------------------------------------------
+
+fractions = st.fractions(min_value=-100, max_value=100, max_denominator=12)
+
+
+@st.composite
+def games(draw: st.DrawFn, min_players: int = 1) -> tuple[list[str], list[Fraction]]:
+    n = draw(st.integers(min_players, 6))
+    return names(n), draw(st.lists(fractions, min_size=1 << n, max_size=1 << n))
+
+
+@settings(max_examples=60, deadline=None)
+@given(games())
+def test_efficiency(game: tuple[list[str], list[Fraction]]) -> None:
+    players, table = game
+    result = shapley(players, table_game(players, table))
+    assert sum(result.values.values()) == table[-1] - table[0]
+    assert result.method == "exact" and result.half_width is None and result.seed is None
+    assert result.evaluations == len(result.evaluated) == 1 << len(players)
+
+
+@settings(max_examples=60, deadline=None)
+@given(games(min_players=2), st.data())
+def test_symmetry(game: tuple[list[str], list[Fraction]], data: st.DataObject) -> None:
+    players, table = game
+    i, j = data.draw(
+        st.lists(st.sampled_from(range(len(players))), min_size=2, max_size=2, unique=True)
+    )
+
+    def swap(mask: int) -> int:
+        bi, bj = (mask >> i) & 1, (mask >> j) & 1
+        return mask & ~((1 << i) | (1 << j)) | (bi << j) | (bj << i)
+
+    symmetric = [min(table[m], table[swap(m)]) for m in range(len(table))]
+    result = shapley(players, table_game(players, symmetric))
+    assert result.values[players[i]] == result.values[players[j]]
+
+
+@settings(max_examples=60, deadline=None)
+@given(games(), st.data())
+def test_null_player(game: tuple[list[str], list[Fraction]], data: st.DataObject) -> None:
+    players, table = game
+    k = data.draw(st.sampled_from(range(len(players))))
+    null = [table[m & ~(1 << k)] for m in range(len(table))]
+    result = shapley(players, table_game(players, null))
+    assert result.values[players[k]] == 0
+
+
+@settings(max_examples=60, deadline=None)
+@given(games(), st.data())
+def test_additivity(game: tuple[list[str], list[Fraction]], data: st.DataObject) -> None:
+    players, first = game
+    second = data.draw(st.lists(fractions, min_size=len(first), max_size=len(first)))
+    both = [a + b for a, b in zip(first, second, strict=True)]
+    phi_v = shapley(players, table_game(players, first)).values
+    phi_w = shapley(players, table_game(players, second)).values
+    phi_sum = shapley(players, table_game(players, both)).values
+    assert all(phi_sum[p] == phi_v[p] + phi_w[p] for p in players)
+
+
+# -- textbook games --------------------------------------------------------------------------
+
+
+def test_glove_game() -> None:
+    # The glove game (Wikipedia, "Shapley value"): players 1 and 2 hold a right glove, player 3
+    # a left one; a pair is worth 1. Published values: (1/6, 1/6, 2/3).
+    def v(s: frozenset[str]) -> Fraction:
+        return Fraction(int("3" in s and bool({"1", "2"} & s)))
+
+    assert shapley(["1", "2", "3"], v).values == {
+        "1": Fraction(1, 6),
+        "2": Fraction(1, 6),
+        "3": Fraction(2, 3),
+    }
+
+
+def test_weighted_majority_game() -> None:
+    # The weighted voting game [51; 50, 49, 1] (Shapley-Shubik, the classic textbook example):
+    # A is pivotal in 4 of the 6 orders, B and C in 1 each: (2/3, 1/6, 1/6).
+    weight = {"A": 50, "B": 49, "C": 1}
+
+    def v(s: frozenset[str]) -> Fraction:
+        return Fraction(int(sum(weight[p] for p in s) >= 51))
+
+    assert shapley(list(weight), v).values == {
+        "A": Fraction(2, 3),
+        "B": Fraction(1, 6),
+        "C": Fraction(1, 6),
+    }
+
+
+def test_un_security_council() -> None:
+    # UN Security Council (Shapley-Shubik power index, e.g. Straffin, "Game Theory and
+    # Strategy"): a motion passes with 9 of 15 votes including all 5 permanent members.
+    # Published values: permanent 421/2145 ≈ 0.1963, non-permanent 4/2145 ≈ 0.00186.
+    permanent = [f"P{i}" for i in range(5)]
+    others = [f"E{i}" for i in range(10)]
+
+    def v(s: frozenset[str]) -> Fraction:
+        return Fraction(int(len(s) >= 9 and all(p in s for p in permanent)))
+
+    values = shapley(permanent + others, v).values
+    assert {values[p] for p in permanent} == {Fraction(421, 2145)}
+    assert {values[p] for p in others} == {Fraction(4, 2145)}
+
+
+def test_airport_game() -> None:
+    # The airport game (Littlechild & Owen 1973): planes need runways costing 2, 4, 5, 9;
+    # v(S) = the largest cost in S. The Shapley value splits each runway segment equally
+    # among the planes that use it: 2/4, +2/3, +1/2, +4/1 → (1/2, 7/6, 5/3, 17/3).
+    cost = {"a": 2, "b": 4, "c": 5, "d": 9}
+
+    def v(s: frozenset[str]) -> Fraction:
+        return Fraction(max((cost[p] for p in s), default=0))
+
+    assert shapley(list(cost), v).values == {
+        "a": Fraction(1, 2),
+        "b": Fraction(7, 6),
+        "c": Fraction(5, 3),
+        "d": Fraction(17, 3),
+    }
+
+
+def test_owner_and_workers_game() -> None:
+    # The business game (Wikipedia, "Shapley value", Examples): an owner o and workers w1,
+    # w2; a coalition with the owner and m workers makes m·p (p = 1), nothing without the
+    # owner. Published values: owner m·p/2 = 1, each worker p/2 = 1/2.
+    def v(s: frozenset[str]) -> Fraction:
+        return Fraction(len(s - {"o"})) if "o" in s else Fraction(0)
+
+    assert shapley(["o", "w1", "w2"], v).values == {
+        "o": Fraction(1),
+        "w1": Fraction(1, 2),
+        "w2": Fraction(1, 2),
+    }
+
+
+def test_exact_accepts_int_values_and_memoises_each_coalition_once() -> None:
+    calls: list[frozenset[str]] = []
+
+    def v(s: frozenset[str]) -> Fraction:
+        calls.append(s)
+        return len(s) ** 2  # type: ignore[return-value]  # an int is accepted
+
+    result = shapley(names(5), v)
+    assert len(calls) == len(set(calls)) == 32
+    assert result.values == dict.fromkeys(names(5), Fraction(5))
+    assert result.evaluated == {s: Fraction(len(s) ** 2) for s in calls}
+
+
+def test_sixteen_players_exactly() -> None:
+    players = names(16)
+    result = shapley(players, lambda s: Fraction(len(s) * (len(s) - 1), 7))
+    assert result.method == "exact" and result.evaluations == 65_536
+    assert set(result.values.values()) == {Fraction(15, 7)}
+
+
+@pytest.mark.parametrize(
+    "players",
+    [[], ["a", "a"], ["a", 1]],
+)
+def test_bad_players_are_refused(players: list[str]) -> None:
+    with pytest.raises(SettlementError):
+        shapley(players, lambda s: Fraction(0))
+
+
+def test_a_float_value_is_refused() -> None:
+    with pytest.raises(SettlementError, match="int or a Fraction"):
+        shapley(["a", "b"], lambda s: 0.5)  # type: ignore[arg-type,return-value]
+
+
+def test_sampling_needs_a_seed_and_a_budget() -> None:
+    with pytest.raises(SettlementError, match="seed"):
+        shapley(names(3), lambda s: Fraction(len(s)), exact_limit=2)
+    with pytest.raises(SettlementError, match="max_evaluations"):
+        shapley(names(10), lambda s: Fraction(len(s)), exact_limit=2, seed=1, max_evaluations=20)
+    assert issubclass(SettlementError, MarketError)
+
+
+# -- sampled values within their stated bound ------------------------------------------------
+
+
+def unanimity_game(players: list[str], rng: random.Random) -> tuple[Game, dict[str, Fraction]]:
+    """A weighted sum plus unanimity games: v(S) = Σ_{i∈S} a_i + Σ_T c_T·[T ⊆ S].
+
+    Closed form (Harsanyi dividends): φ_i = a_i + Σ_{T∋i} c_T / |T|.
+    """
+    base = {p: Fraction(rng.randint(0, 20)) for p in players}
+    blocs = [
+        (frozenset(rng.sample(players, rng.randint(2, 6))), Fraction(rng.randint(5, 60)))
+        for _ in range(12)
+    ]
+
+    def v(s: frozenset[str]) -> Fraction:
+        return sum((base[p] for p in s), Fraction(0)) + sum(
+            (c for t, c in blocs if t <= s), Fraction(0)
+        )
+
+    phi = dict(base)
+    for t, c in blocs:
+        for p in t:
+            phi[p] += c / len(t)
+    return v, phi
+
+
+def majority_game(players: list[str], quota: int) -> tuple[Game, dict[str, Fraction]]:
+    """A symmetric majority game: worth 100 with at least `quota` members; φ_i = 100/n."""
+    return (
+        lambda s: Fraction(100 * (len(s) >= quota)),
+        dict.fromkeys(players, Fraction(100, len(players))),
+    )
+
+
+def check_sampled(result: ShapleyResult, exact: dict[str, Fraction]) -> tuple[int, int]:
+    assert result.method == "sampled" and result.half_widths is not None
+    assert result.half_width == max(result.half_widths.values())
+    covered = sum(abs(result.values[p] - exact[p]) <= result.half_widths[p] for p in exact)
+    return covered, len(exact)
+
+
+def test_sampled_values_are_within_their_stated_bound() -> None:
+    # 12 games of 20 to 30 players, each sampled with its own fixed seed: nominally 95% of the
+    # per-player intervals cover the exact value; ask for at least 90% over the ~600 intervals
+    # (a binomial 95%·600 = 570 ± 5.3 — 540 is over 5 standard deviations away).
+    rng = random.Random(2026)
+    covered = total = 0
+    for case in range(12):
+        players = names(rng.randint(20, 30))
+        if case % 3 == 2:
+            v, exact = majority_game(players, len(players) // 2 + 1)
+            bound = Fraction(1, 10)
+        else:
+            v, exact = unanimity_game(players, rng)
+            bound = Fraction(1, 100)
+        result = shapley(players, v, seed=1000 + case, half_width=bound)
+        assert result.converged and result.seed == 1000 + case
+        grand, empty = v(frozenset(players)), v(frozenset())
+        assert result.half_width is not None and result.half_width <= bound * (grand - empty)
+        assert sum(result.values.values()) == grand - empty  # efficiency holds exactly
+        hit, count = check_sampled(result, exact)
+        covered += hit
+        total += count
+    assert covered >= 0.90 * total, f"{covered}/{total} intervals cover the exact value"
+
+
+def test_additive_game_is_sampled_exactly() -> None:
+    players = names(25)
+    weight = {p: Fraction(i + 1, 3) for i, p in enumerate(players)}
+    result = shapley(players, lambda s: sum((weight[p] for p in s), Fraction(0)), seed=5)
+    assert result.values == weight and result.half_width == 0
+    assert result.samples == 64  # MIN_PAIRS antithetic pairs
+
+
+def test_sampling_is_reproducible_from_its_seed_and_its_log() -> None:
+    players = names(22)
+    v, _ = unanimity_game(players, random.Random(3))
+    first = shapley(players, v, seed=77, half_width=Fraction(2, 100))
+    again = shapley(players, first.evaluated.__getitem__, seed=77, half_width=Fraction(2, 100))
+    assert again == first
+    other = shapley(players, v, seed=78, half_width=Fraction(2, 100))
+    assert other.values != first.values
+
+
+def test_sampling_stops_at_max_evaluations() -> None:
+    players = names(30)
+    v, _ = majority_game(players, 16)
+    result = shapley(players, v, seed=1, half_width=Fraction(1, 10**6), max_evaluations=5_000)
+    assert not result.converged and result.evaluations <= 5_000
+
+
+# -- agreement with shap ---------------------------------------------------------------------
+
+
+def test_agreement_with_shap_exact_explainer() -> None:
+    np = pytest.importorskip("numpy")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        shap = pytest.importorskip("shap")
+    rng = random.Random(11)
+    for n in range(4, 11):
+        players = names(n)
+        table = [Fraction(rng.randint(-50, 200), rng.randint(1, 9)) for _ in range(1 << n)]
+        table[0] = Fraction(0)
+        v = table_game(players, table)
+
+        def model(x: object, v: Game = v, players: list[str] = players) -> object:
+            rows = np.asarray(x).astype(bool).tolist()
+            return np.array([float(v(frozenset(compress(players, row)))) for row in rows])
+
+        masker = shap.maskers.Independent(np.zeros((1, n)), max_samples=1)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            explained = shap.explainers.Exact(model, masker)(np.ones((1, n)), max_evals=2**n + 1)
+        ours = shapley(players, v).values
+        for i, p in enumerate(players):
+            assert abs(float(explained.values[0][i]) - float(ours[p])) <= 1e-9, (n, p)
+
+
+# -- split_wei -------------------------------------------------------------------------------
+
+player_ids = st.text("abcdefgh", min_size=1, max_size=4)
+share_maps = st.dictionaries(
+    player_ids,
+    st.fractions(min_value=-10, max_value=10, max_denominator=1000),
+    min_size=1,
+    max_size=12,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(0, 10**30), share_maps)
+def test_split_sums_exactly(amount: int, shares: dict[str, Fraction]) -> None:
+    parts = split_wei(Wei(amount), shares)
+    assert sum(parts.values()) == amount
+    assert list(parts) == list(shares)
+    assert all(isinstance(x, int) and x >= 0 for x in parts.values())
+    positive = {p: s for p, s in shares.items() if s > 0}
+    if positive:
+        total = sum(positive.values())
+        for p, s in shares.items():
+            quota = amount * max(s, Fraction(0)) / total
+            assert quota - 1 < parts[p] < quota + 1
+            if s <= 0:
+                assert parts[p] == 0
+
+
+def test_negative_shares_get_nothing() -> None:
+    assert split_wei(Wei(100), {"a": Fraction(-5), "b": Fraction(1), "c": Fraction(3)}) == {
+        "a": 0,
+        "b": 25,
+        "c": 75,
+    }
+
+
+def test_all_shares_non_positive_split_equally() -> None:
+    assert split_wei(Wei(10), {"a": Fraction(-1), "b": Fraction(0), "c": Fraction(-3)}) == {
+        "a": 4,
+        "b": 3,
+        "c": 3,
+    }
+
+
+def test_tie_break_is_larger_remainder_then_player_id() -> None:
+    # 10 wei in thirds: quotas 3⅓ each; the one wei left goes to the smallest id.
+    thirds = {"c": Fraction(1), "a": Fraction(1), "b": Fraction(1)}
+    assert split_wei(Wei(10), thirds) == {"c": 3, "a": 4, "b": 3}
+    # 11 wei as 1:2:2 → quotas 2.2, 4.4, 4.4: floors 2, 4, 4; the one wei left goes to a 0.4
+    # remainder, of y and z the smaller id.
+    assert split_wei(Wei(11), {"x": Fraction(1), "z": Fraction(2), "y": Fraction(2)}) == {
+        "x": 2,
+        "z": 4,
+        "y": 5,
+    }
+    # 7 wei as 1:1:5 → quotas 1, 1, 5: nothing left over, nobody gets an extra wei.
+    assert split_wei(Wei(7), {"b": Fraction(1), "a": Fraction(1), "c": Fraction(5)}) == {
+        "b": 1,
+        "a": 1,
+        "c": 5,
+    }
+    # The same inputs in any order give the same split.
+    assert split_wei(Wei(10), dict(reversed(thirds.items()))) == split_wei(Wei(10), thirds)
+
+
+def test_single_player_gets_everything() -> None:
+    assert split_wei(Wei(10**30 + 7), {"solo": Fraction(-2)}) == {"solo": 10**30 + 7}
+    assert split_wei(Wei(0), {"solo": Fraction(1)}) == {"solo": 0}
+
+
+@pytest.mark.parametrize(
+    ("amount", "shares"),
+    [(-1, {"a": Fraction(1)}), (5, {}), (1.5, {"a": Fraction(1)}), (5, {"a": 0.5})],
+)
+def test_split_refuses_bad_input(amount: int, shares: dict[str, Fraction]) -> None:
+    with pytest.raises(SettlementError):
+        split_wei(Wei(amount), shares)
+
+
+def test_closed_forms_of_the_sampled_games() -> None:
+    # The closed forms the sampled test relies on, checked exactly on 8 to 12 players.
+    rng = random.Random(9)
+    for n in (8, 10, 12):
+        players = names(n)
+        v, phi = unanimity_game(players, rng)
+        assert shapley(players, v).values == phi
+        v, phi = majority_game(players, n // 2 + 1)
+        assert shapley(players, v).values == phi
