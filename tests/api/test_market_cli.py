@@ -114,7 +114,7 @@ def test_post_bid_reveal_award_and_bad_input(accord: Accord) -> None:
     cases = [
         ((*post, "--budget", "0.5"), 2, "whole number of wei"),
         ((*post, "--budget=-1eth"), 2, "not an amount"),
-        ((*post, "--budget", "1eth", "--bidding", "5x"), 1, "not a duration"),
+        ((*post, "--budget", "1eth", "--bidding", "5x"), 2, "not a duration"),
         (
             ("task", "post", "--title", "t", "--budget", "1eth", "--capability", "Bad Cap"),
             2,
