@@ -88,7 +88,8 @@ def form_team(
     extra_per_capability: int = 1,
 ) -> tuple[Member, ...]:
     """The leader plus, for each capability, the best `extra_per_capability` other agents
-    holding it (so work can be reassigned when a member fails).
+    holding it, one more when the leader lacks it (so work can be reassigned when a member
+    fails).
 
     Raises TeamError when nobody (leader included) holds a needed capability.
     """
@@ -99,7 +100,9 @@ def form_team(
         ]
         if not candidates and capability not in leader.capabilities:
             raise TeamError(f"no credentialed agent holds {capability!r}")
-        for candidate in candidates[:extra_per_capability]:
+        # When the leader cannot do this work itself, take one more so a failure has a backup.
+        wanted = extra_per_capability + (capability not in leader.capabilities)
+        for candidate in candidates[:wanted]:
             team.setdefault(candidate.member.did, candidate.member)
     return tuple(team.values())
 
