@@ -21,7 +21,7 @@ import contextlib
 import json
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal, NoReturn, Protocol
@@ -84,13 +84,16 @@ class SignedAnchorTx:
 
 
 @dataclass(frozen=True)
-class AnchorReceipt:
-    """A mined anchor transaction. `status_ok` is False when it reverted (nonce spent)."""
+class TxReceipt:
+    """A mined transaction. `status_ok` is False when it reverted (its nonce is spent)."""
 
     tx_hash: bytes
     block_number: int
     status_ok: bool
     gas_used: int
+
+
+AnchorReceipt = TxReceipt
 
 
 @dataclass(frozen=True)
@@ -258,7 +261,7 @@ def make_web3(rpc_url: str, timeout_s: float = RPC_TIMEOUT_S) -> Web3:
 
 
 @contextlib.contextmanager
-def _mapped_errors(rpc_url: str, doing: str) -> Iterator[None]:
+def mapped_chain_errors(rpc_url: str, doing: str) -> Iterator[None]:
     """Turn transport and web3 failures inside the block into ledger ChainErrors."""
     try:
         yield
@@ -269,6 +272,38 @@ def _mapped_errors(rpc_url: str, doing: str) -> Iterator[None]:
         raise ChainUnavailableError(rpc_url, f"{doing}: {type(exc).__name__}") from exc
     except Web3Exception as exc:
         raise ChainError(f"{doing} failed on {rpc_url}: {exc}") from exc
+
+
+def send_raw_transaction(w3: Web3, rpc_url: str, raw: bytes, tx_hash: bytes) -> Exception | None:
+    """Broadcast signed bytes, idempotently: a refusal of a transaction the node already
+    knows (pending or mined) is success. Returns the node's refusal otherwise, for the caller
+    to raise as its own error. Raises ChainUnavailableError when the node does not answer."""
+    with mapped_chain_errors(rpc_url, "eth_sendRawTransaction"):
+        try:
+            w3.eth.send_raw_transaction(raw)
+        except (Web3RPCError, ValueError) as exc:
+            try:
+                w3.eth.get_transaction(HexBytes(tx_hash))
+            except TransactionNotFound:
+                return exc
+    return None
+
+
+def transaction_receipt(w3: Web3, rpc_url: str, tx_hash: bytes) -> TxReceipt | None:
+    """The receipt of a mined transaction, or None while it is unknown or pending."""
+    with mapped_chain_errors(rpc_url, "eth_getTransactionReceipt"):
+        try:
+            found = w3.eth.get_transaction_receipt(HexBytes(tx_hash))
+        except TransactionNotFound:
+            return None
+    if found.get("blockNumber") is None:
+        return None
+    return TxReceipt(
+        tx_hash=bytes(found["transactionHash"]),
+        block_number=int(found["blockNumber"]),
+        status_ok=int(found["status"]) == 1,
+        gas_used=int(found["gasUsed"]),
+    )
 
 
 def revert_data(exc: ContractLogicError) -> bytes:
@@ -317,7 +352,7 @@ def eip1559_fees(w3: Web3) -> tuple[int, int]:
     return 2 * base_fee + tip, tip
 
 
-def _with_margin(gas_estimate: int) -> int:
+def with_gas_margin(gas_estimate: int) -> int:
     return gas_estimate * GAS_MARGIN_NUMERATOR // GAS_MARGIN_DENOMINATOR
 
 
@@ -349,7 +384,7 @@ class Web3AnchorChain:
 
     def chain_id(self) -> int:
         if self._chain_id is None:
-            with _mapped_errors(self._rpc_url, "eth_chainId"):
+            with mapped_chain_errors(self._rpc_url, "eth_chainId"):
                 self._chain_id = int(self._w3.eth.chain_id)
         return self._chain_id
 
@@ -357,11 +392,11 @@ class Web3AnchorChain:
         return self._address
 
     def latest_size(self, log_id: str) -> int:
-        with _mapped_errors(self._rpc_url, "latestSize"):
+        with mapped_chain_errors(self._rpc_url, "latestSize"):
             return int(self._registry.functions.latestSize(log_id_hash(log_id)).call())
 
     def root_at(self, log_id: str, size: int) -> bytes | None:
-        with _mapped_errors(self._rpc_url, "rootAt"):
+        with mapped_chain_errors(self._rpc_url, "rootAt"):
             root = bytes(self._registry.functions.rootAt(log_id_hash(log_id), size).call())
         return None if root == _ZERO_ROOT else root
 
@@ -373,7 +408,7 @@ class Web3AnchorChain:
         """
         validate_anchor(size, root)
         call = self._registry.functions.anchor(log_id_hash(log_id), size, root)
-        with _mapped_errors(self._rpc_url, "preparing an anchor"):
+        with mapped_chain_errors(self._rpc_url, "preparing an anchor"):
             try:
                 gas = call.estimate_gas({"from": self._account.address})
             except ContractLogicError as exc:
@@ -384,7 +419,7 @@ class Web3AnchorChain:
                 "from": self._account.address,
                 "chainId": self.chain_id(),
                 "nonce": nonce,
-                "gas": _with_margin(gas),
+                "gas": with_gas_margin(gas),
                 "maxFeePerGas": Wei(max_fee),
                 "maxPriorityFeePerGas": Wei(tip),
             }
@@ -406,51 +441,28 @@ class Web3AnchorChain:
         Raises AnchorError when the node refuses a transaction it does not know,
         ChainUnavailableError when it does not answer.
         """
-        with _mapped_errors(self._rpc_url, "eth_sendRawTransaction"):
-            try:
-                self._w3.eth.send_raw_transaction(tx.raw)
-            except (Web3RPCError, ValueError) as exc:
-                if self._node_knows(tx.tx_hash):
-                    return
-                raise AnchorError(
-                    f"the node refused anchor tx 0x{tx.tx_hash.hex()} "
-                    f"(log {tx.log_id!r}, size {tx.size}, nonce {tx.nonce}): {exc}"
-                ) from exc
-
-    def _node_knows(self, tx_hash: bytes) -> bool:
-        try:
-            self._w3.eth.get_transaction(HexBytes(tx_hash))
-        except TransactionNotFound:
-            return False
-        return True
+        refusal = send_raw_transaction(self._w3, self._rpc_url, tx.raw, tx.tx_hash)
+        if refusal is not None:
+            raise AnchorError(
+                f"the node refused anchor tx 0x{tx.tx_hash.hex()} "
+                f"(log {tx.log_id!r}, size {tx.size}, nonce {tx.nonce}): {refusal}"
+            ) from refusal
 
     def receipt(self, tx_hash: bytes) -> AnchorReceipt | None:
-        with _mapped_errors(self._rpc_url, "eth_getTransactionReceipt"):
-            try:
-                found = self._w3.eth.get_transaction_receipt(HexBytes(tx_hash))
-            except TransactionNotFound:
-                return None
-        if found.get("blockNumber") is None:
-            return None
-        return AnchorReceipt(
-            tx_hash=bytes(found["transactionHash"]),
-            block_number=int(found["blockNumber"]),
-            status_ok=int(found["status"]) == 1,
-            gas_used=int(found["gasUsed"]),
-        )
+        return transaction_receipt(self._w3, self._rpc_url, tx_hash)
 
     def wait_for_receipt(self, tx_hash: bytes, timeout_s: float) -> AnchorReceipt | None:
-        return _poll_receipt(self, tx_hash, timeout_s)
+        return poll_receipt(self.receipt, tx_hash, timeout_s)
 
     def account_nonce(self, latest: bool) -> int:
-        with _mapped_errors(self._rpc_url, "eth_getTransactionCount"):
+        with mapped_chain_errors(self._rpc_url, "eth_getTransactionCount"):
             address = self._account.address
             if latest:
                 return int(self._w3.eth.get_transaction_count(address, "latest"))
             return int(self._w3.eth.get_transaction_count(address, "pending"))
 
     def anchors(self, log_id: str) -> list[OnChainAnchor]:
-        with _mapped_errors(self._rpc_url, "eth_getLogs"):
+        with mapped_chain_errors(self._rpc_url, "eth_getLogs"):
             logs = self._registry.events.Anchored.get_logs(
                 from_block=0,
                 to_block="latest",
@@ -470,14 +482,17 @@ class Web3AnchorChain:
 
     def operator(self) -> str:
         """The registry's operator address as the contract reports it."""
-        with _mapped_errors(self._rpc_url, "operator"):
+        with mapped_chain_errors(self._rpc_url, "operator"):
             return str(to_checksum_address(self._registry.functions.operator().call()))
 
 
-def _poll_receipt(chain: AnchorChain, tx_hash: bytes, timeout_s: float) -> AnchorReceipt | None:
+def poll_receipt(
+    receipt: Callable[[bytes], TxReceipt | None], tx_hash: bytes, timeout_s: float
+) -> TxReceipt | None:
+    """Ask `receipt(tx_hash)` until it answers or `timeout_s` passes (then None)."""
     deadline = time.monotonic() + timeout_s
     while True:
-        found = chain.receipt(tx_hash)
+        found = receipt(tx_hash)
         if found is not None or time.monotonic() >= deadline:
             return found
         time.sleep(min(_RECEIPT_POLL_S, max(0.0, deadline - time.monotonic())))
@@ -502,7 +517,7 @@ def deploy_registry(
     w3 = make_web3(rpc_url)
     account = Account.from_key(operator_key_hex)
     factory = w3.eth.contract(abi=artifact.abi, bytecode=artifact.bytecode)
-    with _mapped_errors(rpc_url, "deploying the registry"):
+    with mapped_chain_errors(rpc_url, "deploying the registry"):
         chain_id = int(w3.eth.chain_id)
         constructor = factory.constructor()
         gas = constructor.estimate_gas({"from": account.address})
@@ -512,7 +527,7 @@ def deploy_registry(
                 "from": account.address,
                 "chainId": chain_id,
                 "nonce": w3.eth.get_transaction_count(account.address, "pending"),
-                "gas": _with_margin(gas),
+                "gas": with_gas_margin(gas),
                 "maxFeePerGas": max_fee,
                 "maxPriorityFeePerGas": tip,
             }
@@ -573,7 +588,7 @@ def ensure_registry(
         raise DeploymentError(f"cannot read {deployment_file}: {exc}") from exc
     recorded = Deployment.from_json(text)
     w3 = make_web3(rpc_url)
-    with _mapped_errors(rpc_url, "checking the registry"):
+    with mapped_chain_errors(rpc_url, "checking the registry"):
         chain_id = int(w3.eth.chain_id)
         if chain_id != recorded.chain_id:
             _refuse(
@@ -765,7 +780,7 @@ class MemoryAnchorChain:
         return self._receipts.get(tx_hash)
 
     def wait_for_receipt(self, tx_hash: bytes, timeout_s: float) -> AnchorReceipt | None:
-        return _poll_receipt(self, tx_hash, timeout_s)
+        return poll_receipt(self.receipt, tx_hash, timeout_s)
 
     def account_nonce(self, latest: bool) -> int:
         self._check_available("eth_getTransactionCount")

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import json
 import os
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from enum import IntEnum
@@ -46,20 +45,24 @@ from sqlalchemy import BigInteger, Engine, Integer, LargeBinary, insert, select,
 from sqlalchemy.exc import SQLAlchemyError
 from sqlmodel import Column, Field, SQLModel
 from web3.contract import Contract
-from web3.exceptions import ContractLogicError, TransactionNotFound, Web3RPCError
+from web3.exceptions import ContractLogicError
 from web3.types import Nonce, TxParams
 from web3.types import Wei as Web3Wei
 
 from ledger.chain import (
     DEPLOY_TIMEOUT_S,
     RPC_TIMEOUT_S,
-    _mapped_errors,
-    _with_margin,
+    TxReceipt,
     decode_custom_error,
     deploy_registry,
     eip1559_fees,
     make_web3,
+    mapped_chain_errors,
+    poll_receipt,
     revert_data,
+    send_raw_transaction,
+    transaction_receipt,
+    with_gas_margin,
 )
 from ledger.contracts import ContractArtifact, load_artifact
 from ledger.errors import ChainUnavailableError, DeploymentError
@@ -67,7 +70,6 @@ from market.errors import EscrowError
 from market.money import Wei
 
 ESCROW_CONTRACT = "TaskEscrow"
-_RECEIPT_POLL_S = 0.05
 
 EscrowTxKind = Literal["open", "settle", "refund", "withdraw"]
 _ZERO_WEI = Wei(0)
@@ -206,14 +208,8 @@ class SignedEscrowTx:
     sender: str
 
 
-@dataclass(frozen=True)
-class EscrowReceipt:
-    """A mined escrow transaction. `status_ok` is False when it reverted (nonce spent)."""
-
-    tx_hash: bytes
-    block_number: int
-    status_ok: bool
-    gas_used: int
+EscrowReceipt = TxReceipt
+"""A mined escrow transaction (`status_ok` is False when it reverted)."""
 
 
 EscrowEventName = Literal["Opened", "Settled", "Refunded", "Withdrawn"]
@@ -318,15 +314,6 @@ def build_withdraw_tx(chain: EscrowChain, key_hex: str) -> SignedEscrowTx:
     return chain.build_tx(key_hex, withdraw_intent())
 
 
-def _poll_receipt(chain: EscrowChain, tx_hash: bytes, timeout_s: float) -> EscrowReceipt | None:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        found = chain.receipt(tx_hash)
-        if found is not None or time.monotonic() >= deadline:
-            return found
-        time.sleep(min(_RECEIPT_POLL_S, max(0.0, deadline - time.monotonic())))
-
-
 def _validate(intent: EscrowIntent) -> None:
     """Raises ValueError for an intent no contract call can express."""
     if intent.kind != "withdraw" and not intent.task_id:
@@ -362,7 +349,7 @@ class Web3EscrowChain:
 
     def chain_id(self) -> int:
         if self._chain_id is None:
-            with _mapped_errors(self._rpc_url, "eth_chainId"):
+            with mapped_chain_errors(self._rpc_url, "eth_chainId"):
                 self._chain_id = int(self._w3.eth.chain_id)
         return self._chain_id
 
@@ -370,12 +357,12 @@ class Web3EscrowChain:
         return self._address
 
     def operator(self) -> str:
-        with _mapped_errors(self._rpc_url, "operator"):
+        with mapped_chain_errors(self._rpc_url, "operator"):
             return str(to_checksum_address(self._contract.functions.operator().call()))
 
     def escrow(self, task_id: str) -> EscrowRecord | None:
         key = task_id_hash(task_id)
-        with _mapped_errors(self._rpc_url, "escrows"):
+        with mapped_chain_errors(self._rpc_url, "escrows"):
             requester, deposit, deadline, state = self._contract.functions.escrows(key).call()
         if int(state) == EscrowState.NONE:
             return None
@@ -388,11 +375,11 @@ class Web3EscrowChain:
         )
 
     def credit(self, address: str) -> Wei:
-        with _mapped_errors(self._rpc_url, "credit"):
+        with mapped_chain_errors(self._rpc_url, "credit"):
             return Wei(int(self._contract.functions.credit(to_checksum_address(address)).call()))
 
     def balance(self) -> Wei:
-        with _mapped_errors(self._rpc_url, "eth_getBalance"):
+        with mapped_chain_errors(self._rpc_url, "eth_getBalance"):
             return Wei(int(self._w3.eth.get_balance(self._address)))
 
     def build_tx(
@@ -417,7 +404,7 @@ class Web3EscrowChain:
             call = functions.refund(key)
         else:
             call = functions.withdraw()
-        with _mapped_errors(self._rpc_url, f"preparing an escrow {intent.kind}"):
+        with mapped_chain_errors(self._rpc_url, f"preparing an escrow {intent.kind}"):
             try:
                 gas = call.estimate_gas({"from": account.address, "value": Web3Wei(value)})
             except ContractLogicError as exc:
@@ -432,7 +419,7 @@ class Web3EscrowChain:
                 "from": account.address,
                 "chainId": self.chain_id(),
                 "nonce": Nonce(nonce),
-                "gas": _with_margin(gas),
+                "gas": with_gas_margin(gas),
                 "value": Web3Wei(value),
                 "maxFeePerGas": Web3Wei(max_fee),
                 "maxPriorityFeePerGas": Web3Wei(tip),
@@ -453,44 +440,21 @@ class Web3EscrowChain:
 
         Raises EscrowTxRejectedError, ChainUnavailableError.
         """
-        with _mapped_errors(self._rpc_url, "eth_sendRawTransaction"):
-            try:
-                self._w3.eth.send_raw_transaction(tx.raw)
-            except (Web3RPCError, ValueError) as exc:
-                if self._node_knows(tx.tx_hash):
-                    return
-                raise EscrowTxRejectedError(
-                    f"the node refused escrow {tx.kind} tx 0x{tx.tx_hash.hex()} "
-                    f"(task {tx.task_id!r}, sender {tx.sender}, nonce {tx.nonce}): {exc}"
-                ) from exc
-
-    def _node_knows(self, tx_hash: bytes) -> bool:
-        try:
-            self._w3.eth.get_transaction(HexBytes(tx_hash))
-        except TransactionNotFound:
-            return False
-        return True
+        refusal = send_raw_transaction(self._w3, self._rpc_url, tx.raw, tx.tx_hash)
+        if refusal is not None:
+            raise EscrowTxRejectedError(
+                f"the node refused escrow {tx.kind} tx 0x{tx.tx_hash.hex()} "
+                f"(task {tx.task_id!r}, sender {tx.sender}, nonce {tx.nonce}): {refusal}"
+            ) from refusal
 
     def receipt(self, tx_hash: bytes) -> EscrowReceipt | None:
-        with _mapped_errors(self._rpc_url, "eth_getTransactionReceipt"):
-            try:
-                found = self._w3.eth.get_transaction_receipt(HexBytes(tx_hash))
-            except TransactionNotFound:
-                return None
-        if found.get("blockNumber") is None:
-            return None
-        return EscrowReceipt(
-            tx_hash=bytes(found["transactionHash"]),
-            block_number=int(found["blockNumber"]),
-            status_ok=int(found["status"]) == 1,
-            gas_used=int(found["gasUsed"]),
-        )
+        return transaction_receipt(self._w3, self._rpc_url, tx_hash)
 
     def wait_for_receipt(self, tx_hash: bytes, timeout_s: float) -> EscrowReceipt | None:
-        return _poll_receipt(self, tx_hash, timeout_s)
+        return poll_receipt(self.receipt, tx_hash, timeout_s)
 
     def account_nonce(self, address: str, latest: bool) -> int:
-        with _mapped_errors(self._rpc_url, "eth_getTransactionCount"):
+        with mapped_chain_errors(self._rpc_url, "eth_getTransactionCount"):
             checksummed = to_checksum_address(address)
             if latest:
                 return int(self._w3.eth.get_transaction_count(checksummed, "latest"))
@@ -504,7 +468,7 @@ class Web3EscrowChain:
         else:
             filters = {"taskId": task_id_hash(task_id)}
         logs: list[Any] = []
-        with _mapped_errors(self._rpc_url, "eth_getLogs"):
+        with mapped_chain_errors(self._rpc_url, "eth_getLogs"):
             if from_block > 0 and from_block > int(self._w3.eth.block_number):
                 return []  # nodes refuse a range that starts after the head
             for name in names:
@@ -661,7 +625,7 @@ def ensure_escrow(
         raise DeploymentError(f"cannot read {deployment_file}: {exc}") from exc
     recorded = EscrowDeployment.from_json(text)
     w3 = make_web3(rpc_url)
-    with _mapped_errors(rpc_url, "checking the escrow"):
+    with mapped_chain_errors(rpc_url, "checking the escrow"):
         chain_id = int(w3.eth.chain_id)
         if chain_id != recorded.chain_id:
             _refuse(
@@ -934,7 +898,7 @@ class MemoryEscrowChain:
         return self._receipts.get(tx_hash)
 
     def wait_for_receipt(self, tx_hash: bytes, timeout_s: float) -> EscrowReceipt | None:
-        return _poll_receipt(self, tx_hash, timeout_s)
+        return poll_receipt(self.receipt, tx_hash, timeout_s)
 
     def account_nonce(self, address: str, latest: bool) -> int:
         self._check_available("eth_getTransactionCount")
