@@ -18,6 +18,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import bench_append
+import bench_audit
 import bench_gas
 import bench_identity
 import bench_market
@@ -47,6 +48,7 @@ BENCHES: dict[str, tuple[str, Callable[[bool, int], Section]]] = {
     "market": ("market: sealed-bid clearing and task posting", bench_market.run),
     "shapley": ("shapley: exact against shap, sampled evaluations", bench_shapley.run),
     "team": ("team conversations: five agents, three sub-tasks", bench_team.run),
+    "audit": ("audit of the demo task and `make demo` wall time", bench_audit.run),
 }
 
 
