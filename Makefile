@@ -29,6 +29,7 @@ lint: setup
 
 test: setup lint
 	$(PY) scripts/compile_contracts.py --check
+	scripts/install_browser.sh
 	scripts/with_postgres.sh $(VENV)/bin/pytest -q -p no:cacheprovider
 
 bench: setup

@@ -1,0 +1,343 @@
+"""The web audit explorer over the honest demo world, built in-process (SQLite ledger, in-memory
+anchor and escrow chains, reference agents), read by HTTP and by a real headless Chromium."""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from fractions import Fraction
+from pathlib import Path
+
+import pytest
+import uvicorn
+from fastapi import FastAPI
+from fastapi.testclient import TestClient
+
+from api.explorer import ExplorerContext, eth, explorer_router
+from coordinator.service import conversation_ids, run_awarded_task
+from identity.onboarding import open_onboarding
+from ledger import merkle
+from ledger.chain import DEVNET_OPERATOR_KEY, MemoryAnchorChain
+from ledger.runtime import open_ledger
+from ledger.settings import Settings
+from market.escrow import EscrowActions, MemoryEscrowChain, MemoryEscrowJournal, address_of
+from market.money import parse_amount
+from market.runtime import DEVNET_REQUESTER_KEY, ChainEscrow, MarketContext
+from market.sealed import commit_bid, reveal_bid
+from market.service import Market
+from market.settlement import settle_task
+from market.strategies import cost_plus_margin
+from market.tasks import TaskSpec
+
+ROOT = Path(__file__).resolve().parents[2]
+ARTIFACTS = ROOT / "test-artifacts"
+CHROMIUM = "/usr/bin/chromium"
+CHROMEDRIVER = "/usr/bin/chromedriver"
+CHROMIUM_FLAGS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-dev-shm-usage",
+)
+HOSTILE_TITLE = '<script>alert("x")</script> & figures'
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = datetime.now(UTC)
+
+    def __call__(self) -> datetime:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += timedelta(seconds=seconds)
+
+
+@dataclass
+class World:
+    context: ExplorerContext
+    task_id: str
+    other_task_id: str
+    names: dict[str, str]
+    payouts: dict[str, int]
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> World:
+    """The demo's honest flow: onboard, post, bid, reveal, award, run the team, settle, anchor."""
+    home = tmp_path_factory.mktemp("explorer") / "home"
+    settings = Settings.from_env({"ACCORD_HOME": str(home)})
+    clock = Clock()
+    anchors = MemoryAnchorChain()
+    ledger = open_ledger(settings, anchors)
+    ledger.clock = clock
+    assert ledger.anchorer is not None
+    ledger.anchorer.clock = clock
+    onboarding = open_onboarding(settings, ledger)
+    escrow_chain = MemoryEscrowChain(address_of(DEVNET_OPERATOR_KEY))
+    actions = EscrowActions(escrow_chain, MemoryEscrowJournal(), receipt_timeout=0)
+    escrow = ChainEscrow(escrow_chain, actions, DEVNET_OPERATOR_KEY)
+    market = Market(ledger, onboarding, escrow, clock=clock)
+    context = MarketContext(settings, onboarding, market, escrow)
+    registry = onboarding.registry
+    names = {}
+    for name, capabilities in (
+        ("ada", ["arithmetic", "extraction"]),
+        ("linus", ["arithmetic", "extraction"]),
+        ("grace", ["extraction", "python"]),
+        ("hopper", ["arithmetic"]),
+    ):
+        record = registry.new_agent(name, now=clock(), runtime="reference")
+        onboarding.onboard(record, capabilities, item_count=5)
+        names[record.did] = name
+    requester = registry.signer(registry.new_agent("requester", now=clock()))
+    spec = TaskSpec(
+        title="Check the quarterly figures",
+        description="Recompute every figure of the report and flag the wrong ones.",
+        capabilities=("arithmetic", "extraction"),
+        budget=parse_amount("0.5eth"),
+        bidding=timedelta(seconds=60),
+        reveal=timedelta(seconds=60),
+        delivery=timedelta(minutes=30),
+    )
+    task = market.post(requester, spec, requester_key=DEVNET_REQUESTER_KEY)
+    salts = {}
+    for name, cost in (("ada", "0.12eth"), ("linus", "0.10eth")):
+        signer = registry.signer(registry.get(name))
+        price = cost_plus_margin(parse_amount(cost), Fraction(1, 5), spec.budget)
+        assert price is not None
+        salt = secrets.token_bytes(32)
+        market.commit(commit_bid(signer, task.task_id, price, salt))
+        salts[name] = (price, salt)
+    clock.advance(61)
+    for name, (price, salt) in salts.items():
+        signer = registry.signer(registry.get(name))
+        market.reveal(reveal_bid(signer, task.task_id, price, salt))
+    clock.advance(61)
+    market.award(task.task_id)
+    run_awarded_task(context, task.task_id)
+    settled = settle_task(market, onboarding, task.task_id)
+    other = market.post(
+        requester,
+        TaskSpec(
+            title=HOSTILE_TITLE,
+            description="<b>not bold</b>",
+            capabilities=("arithmetic",),
+            budget=parse_amount("0.1eth"),
+            bidding=timedelta(seconds=60),
+            reveal=timedelta(seconds=60),
+            delivery=timedelta(minutes=30),
+        ),
+        requester_key=DEVNET_REQUESTER_KEY,
+    )
+    ledger.anchorer.anchor_latest()
+    return World(
+        ExplorerContext(ledger.store, anchors, escrow_chain),
+        task.task_id,
+        other.task_id,
+        names,
+        {did: int(w) for did, w in settled.payouts.items()},
+    )
+
+
+def make_app(world: World) -> FastAPI:
+    app = FastAPI()
+    app.include_router(explorer_router(lambda: world.context))
+    return app
+
+
+@pytest.fixture(scope="module")
+def client(world: World) -> Iterator[TestClient]:
+    with TestClient(make_app(world)) as test_client:
+        yield test_client
+
+
+# -- over HTTP -------------------------------------------------------------------------------
+
+
+def test_index_lists_the_tasks_escaped(client: TestClient, world: World) -> None:
+    page = client.get("/explorer")
+    assert page.status_code == 200
+    assert page.headers["content-type"].startswith("text/html")
+    assert f'href="/explorer/tasks/{world.task_id}"' in page.text
+    assert "Check the quarterly figures" in page.text
+    assert "<script>alert" not in page.text
+    assert "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt; &amp; figures" in page.text
+    # newest first
+    assert page.text.index(world.other_task_id) < page.text.index(world.task_id)
+
+
+def test_task_page_shows_verdict_checklist_team_bids_payouts(
+    client: TestClient, world: World
+) -> None:
+    page = client.get(f"/explorer/tasks/{world.task_id}")
+    assert page.status_code == 200
+    html = page.text
+    assert re.search(r'id="verdict">PASS<', html)
+    assert html.count('data-status="pass"') == 7
+    assert 'id="payouts-chart"' in html
+    for did, wei in world.payouts.items():
+        if wei:
+            assert f'data-did="{did}"' in html
+            assert eth(wei) in html
+    for name in ("ada", "linus"):  # both bidders, named from their registrations
+        assert f">{name}<" in html
+    assert 'id="bids"' in html and "winner" in html
+    assert 'id="timeline"' in html and "Conclude" in html
+    teams = conversation_ids(world.context.store, world.task_id)
+    assert len(teams) >= 2  # the team and at least one nested sub-team
+    assert html.count('class="conv"') == len(teams)
+    assert "/explorer/entries/" in html and "/proof" in html
+
+
+def test_unfinished_task_page_fails_and_is_escaped(client: TestClient, world: World) -> None:
+    page = client.get(f"/explorer/tasks/{world.other_task_id}")
+    assert page.status_code == 200
+    assert 'id="verdict">FAIL<' in page.text
+    assert "<script>alert" not in page.text
+
+
+def test_proof_page_shows_the_covering_anchor_and_a_proof_that_verifies(
+    client: TestClient, world: World
+) -> None:
+    store, chain = world.context.store, world.context.anchors
+    [anchor] = [a for a in chain.anchors(store.log_id) if a.size == store.size()]
+    index = store.find(subject=world.task_id, limit=1)[0].index
+    page = client.get(f"/explorer/entries/{index}/proof")
+    assert page.status_code == 200
+    covering = min((a for a in chain.anchors(store.log_id) if a.size > index), key=lambda a: a.size)
+    assert anchor.size >= covering.size
+    assert f"{covering.block_number}</div>" in page.text
+    assert covering.root.hex() in page.text
+    assert "✓ the proof recomputes the root anchored in block" in page.text
+    shown = re.findall(r'<td class="mono hash">([0-9a-f]{64})</td>', page.text)
+    proof = [bytes.fromhex(h) for h in shown]
+    assert proof == store.inclusion_proof(index, covering.size)
+    leaf = store.entry(index).leaf_hash
+    merkle.verify_inclusion(leaf, index, covering.size, proof, covering.root)
+
+
+def test_unknown_task_and_entry_are_404(client: TestClient, world: World) -> None:
+    assert client.get("/explorer/tasks/task-nope").status_code == 404
+    missing = client.get(f"/explorer/entries/{world.context.store.size() + 5}/proof")
+    assert missing.status_code == 404
+    assert "no entry" in missing.text
+
+
+# -- in a real headless Chromium -------------------------------------------------------------
+
+
+def _browser_available() -> str | None:
+    """None when Debian's chromium and chromedriver are there (installing them if need be),
+    else why not."""
+    if not (os.access(CHROMIUM, os.X_OK) and os.access(CHROMEDRIVER, os.X_OK)):
+        script = ROOT / "scripts" / "install_browser.sh"
+        done = subprocess.run(
+            ["bash", str(script)], capture_output=True, text=True, timeout=900, check=False
+        )
+        if done.returncode != 0:
+            return f"chromium cannot be installed here: {(done.stderr or done.stdout)[-300:]}"
+    try:
+        import selenium  # noqa: F401
+    except ImportError:
+        return "selenium is not installed (pip install -e '.[dev]')"
+    return None
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture
+def served(world: World) -> Iterator[str]:
+    port = _free_port()
+    config = uvicorn.Config(make_app(world), host="127.0.0.1", port=port, log_level="warning")
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not server.started:
+        assert thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
+        time.sleep(0.05)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+
+
+def test_explorer_in_headless_chromium(served: str, world: World, tmp_path: Path) -> None:
+    reason = _browser_available()
+    if reason is not None:
+        pytest.skip(reason)
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions
+    from selenium.webdriver.support.wait import WebDriverWait
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for flag in CHROMIUM_FLAGS:
+        options.add_argument(flag)
+    options.add_argument(f"--user-data-dir={tmp_path / 'chromium-profile'}")
+    options.add_argument("--window-size=1280,900")
+    driver = webdriver.Chrome(options=options, service=Service(executable_path=CHROMEDRIVER))
+    try:
+        driver.set_page_load_timeout(30)
+        driver.get(f"{served}/explorer")
+        link = driver.find_element(By.CSS_SELECTOR, f'a[href="/explorer/tasks/{world.task_id}"]')
+        link.click()
+        WebDriverWait(driver, 20).until(
+            expected_conditions.presence_of_element_located((By.ID, "verdict"))
+        )
+        assert driver.find_element(By.ID, "verdict").text == "PASS"
+        chart = driver.find_element(By.ID, "payouts-chart")
+        assert chart.is_displayed() and chart.size["height"] > 40
+        bars = chart.find_elements(By.CSS_SELECTOR, "g.bar")
+        assert len(bars) == len(world.payouts)
+        shown = chart.text
+        for did, wei in world.payouts.items():
+            assert world.names[did] in shown
+            assert eth(wei) in shown
+        # the little JavaScript: clicking the sub-team shows only its moves
+        rows = driver.find_elements(By.CSS_SELECTOR, "tr[data-row-conv]")
+        sub = driver.find_elements(By.CSS_SELECTOR, "ul.tree ul .conv")[0]
+        sub.click()
+        visible = [r for r in rows if r.is_displayed()]
+        assert 0 < len(visible) < len(rows)
+        sub.click()
+        assert all(r.is_displayed() for r in rows)
+
+        driver.execute_script("window.scrollTo(0, 0)")
+        height = driver.execute_script("return document.documentElement.scrollHeight")
+        driver.set_window_size(1280, int(height) + 100)
+        ARTIFACTS.mkdir(exist_ok=True)
+        shot = ARTIFACTS / "explorer.png"
+        assert driver.save_screenshot(str(shot))
+        assert shot.stat().st_size > 10_000
+
+        driver.find_element(By.CSS_SELECTOR, "#entries a").click()
+        WebDriverWait(driver, 20).until(
+            expected_conditions.presence_of_element_located((By.ID, "proof-result"))
+        )
+        assert "✓" in driver.find_element(By.ID, "proof-result").text
+        assert driver.find_element(By.ID, "anchor-block").text.strip().isdigit()
+        driver.save_screenshot(str(ARTIFACTS / "explorer-proof.png"))
+    finally:
+        driver.quit()
