@@ -1,0 +1,328 @@
+"""`audit_task` over a real collaboration: the honest run passes, and each tampering of a
+corpus fails at the checklist step (and entry) that should catch it."""
+
+from __future__ import annotations
+
+import copy
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from audit.checks import AuditReport, audit_task
+from coordinator.runner import CONVERSATION_MESSAGE
+from ledger.chain import MemoryAnchorChain
+from ledger.events import Entry, Event, entry_bytes, make_entry
+from ledger.store import LogStore
+from market.errors import BidRejected
+from market.escrow import EscrowActions, EscrowChain, MemoryEscrowJournal
+from market.sealed import commit_bid
+from market.settlement import SETTLEMENT_COMPUTED, logged_settlement
+from market.tasks import BID_COMMITTED, BID_REVEALED, TASK_AWARDED, TASK_DELIVERED, TASK_STARTED
+from tests.audit.conftest import (
+    OPERATOR_KEY,
+    World,
+    copy_db,
+    onboard_agents,
+    open_copy,
+    open_world,
+    post_task,
+    rebuild_log,
+    sealed_auction,
+    sql,
+    with_body,
+)
+
+# -- helpers ---------------------------------------------------------------------------------
+
+
+def audit(
+    world: World,
+    store: LogStore | None = None,
+    *,
+    anchors: MemoryAnchorChain | None = None,
+    escrow: EscrowChain | None = None,
+) -> AuditReport:
+    return audit_task(
+        store or world.ledger.store,
+        world.task_id,
+        anchors=anchors or world.anchors,
+        escrow=escrow or world.escrow_chain,
+    )
+
+
+def failure(report: AuditReport) -> tuple[int, int | None]:
+    """(step, entry) of the first failure; the steps before it passed, those after not run."""
+    found = report.first_failure
+    assert found is not None, [s.to_json() for s in report.steps]
+    assert not report.ok
+    assert report.to_json()["verdict"] == "FAIL"
+    assert [s.status for s in report.steps[: found.number - 1]] == ["pass"] * (found.number - 1)
+    assert all(s.status == "not-run" for s in report.steps[found.number :])
+    return found.number, found.entry
+
+
+def index_of(world: World, kind: str, *, actor: str | None = None, contains: bytes = b"") -> int:
+    found = world.ledger.store.find(kind=kind, subject=None, actor=actor, limit=100_000)
+    return next(s.index for s in found if contains in s.data)
+
+
+def entry_at(world: World, index: int) -> Entry:
+    return Entry.from_bytes(world.ledger.store.entry(index).data)
+
+
+# -- the honest run --------------------------------------------------------------------------
+
+
+def test_the_honest_collaboration_passes(world: World) -> None:
+    report = audit(world)
+    assert report.ok, [s.to_json() for s in report.steps]
+    assert [(s.number, s.status) for s in report.steps] == [(n, "pass") for n in range(1, 8)]
+    summary = report.to_json()
+    assert summary["verdict"] == "PASS"
+    assert summary["failed_step"] is None
+    # the story the audit saw: two bidders, a team with a nested sub-team, three payees
+    assert len(summary["facts"]["bids"]) == 2
+    depths = sorted(c["depth"] for c in summary["facts"]["conversations"])
+    assert depths[0] == 0 and depths[-1] >= 1
+    assert summary["facts"]["winner"] == world.agents["linus"].did
+
+
+def test_the_honest_copy_passes_too(world: World, tmp_path: Path) -> None:
+    """The copying itself changes nothing the audit sees (so the failures below are the
+    tamperings', not the copies')."""
+    store = open_copy(world, copy_db(world, tmp_path / "copy.db"))
+    assert audit(world, store).ok
+
+
+# -- tampering with bytes of the log (the anchors stay honest) -------------------------------
+
+
+def test_a_changed_conversation_message_fails_step_1_at_that_entry(
+    world: World, tmp_path: Path
+) -> None:
+    target = next(
+        s
+        for s in world.ledger.store.find(kind=CONVERSATION_MESSAGE, limit=100_000)
+        if b'"text":"plan: ' in s.data
+    )
+    data = bytearray(target.data)
+    at = data.index(b'"text":"plan: ') + len(b'"text":"plan: ')
+    data[at] = ord("X") if data[at] != ord("X") else ord("Y")  # one byte of the leader's plan
+    path = copy_db(world, tmp_path / "tampered.db")
+    sql(path, "UPDATE ledger_entries SET data = ? WHERE idx = ?", (bytes(data), target.index))
+    assert failure(audit(world, open_copy(world, path))) == (1, target.index)
+
+
+def test_a_forged_signature_fails_step_1_at_that_entry(world: World, tmp_path: Path) -> None:
+    """The award, signed over the very same event by another key (ada's) than its actor's."""
+    index = index_of(world, TASK_AWARDED)
+    original = entry_at(world, index)
+    forged_sig = world.signer("ada").sign(original.event_bytes)
+    forged = entry_bytes(original.event_bytes, original.kid, forged_sig)
+    assert forged != original.data
+    path = copy_db(world, tmp_path / "forged.db")
+    sql(path, "UPDATE ledger_entries SET data = ? WHERE idx = ?", (forged, index))
+    assert failure(audit(world, open_copy(world, path))) == (1, index)
+
+
+def test_a_removed_bid_fails_step_2(world: World, tmp_path: Path) -> None:
+    """The losing bidder's reveal deleted, the later entries renumbered so the log is
+    contiguous again. Every remaining entry is still signed by its actor, so step 1 holds;
+    what a removal breaks is the append-only history the chain anchored: the log no longer
+    holds the tree whose roots are on chain. That is step 2's to say (no single entry is at
+    fault, so it names none)."""
+    ada = world.agents["ada"].did
+    index = index_of(world, BID_REVEALED, contains=ada.encode())
+    size = world.ledger.store.size()
+    path = copy_db(world, tmp_path / "removed.db")
+    sql(path, "DELETE FROM ledger_entries WHERE idx = ?", (index,))
+    sql(path, "UPDATE ledger_entries SET idx = -idx WHERE idx > ?", (index,))
+    sql(path, "UPDATE ledger_entries SET idx = -idx - 1 WHERE idx < 0")
+    sql(path, "UPDATE ledger_head SET size = ?", (size - 1,))
+    store = open_copy(world, path)
+    assert store.size() == size - 1
+    report = audit(world, store)
+    assert failure(report)[0] == 2
+    assert "anchors more" in report.steps[1].detail
+
+
+def test_an_unanchored_tail_fails_step_2_at_the_first_unanchored_entry(
+    world: World, tmp_path: Path
+) -> None:
+    """Entries about the task appended after the last anchor: not (yet) provable."""
+    path = copy_db(world, tmp_path / "tail.db")
+    store = open_copy(world, path)
+    size = store.size()
+    requester = world.requester
+    last = store.last_seq(requester.did)
+    store.append(
+        make_entry(
+            requester,
+            kind="task.comment",
+            seq=(last or 0) + 1,
+            at=world.clock(),
+            subject=world.task_id,
+            body={"text": "the figures were late"},
+        )
+    )
+    assert failure(audit(world, store)) == (2, size)
+
+
+# -- a powerful operator rewriting history: re-signed, re-anchored ---------------------------
+
+
+def test_a_rewrite_that_is_not_re_anchored_fails_step_2(world: World, tmp_path: Path) -> None:
+    """The rewrites below re-anchor on a fresh chain; against the real chain they would not
+    even get past step 2."""
+    index = index_of(world, SETTLEMENT_COMPUTED)
+
+    def rewrite(i: int, event: Event) -> Event:
+        if i != index:
+            return event
+        body = copy.deepcopy(dict(event.body))
+        body["seed"] = int(body["seed"]) + 1
+        return with_body(event, body)
+
+    store, fresh = rebuild_log(world, tmp_path / "rewritten.db", rewrite)
+    assert audit(world, store, anchors=fresh).steps[1].status == "pass"
+    assert failure(audit(world, store))[0] == 2
+
+
+def test_a_removed_bid_re_anchored_fails_step_4_at_the_award(world: World, tmp_path: Path) -> None:
+    """The runner-up's bid erased altogether and the log re-anchored: the award's price was
+    set by that bid, so the auction no longer replays to it."""
+    ada = world.agents["ada"].did.encode()
+    award = index_of(world, TASK_AWARDED)
+    dropped = {
+        index_of(world, BID_COMMITTED, contains=ada),
+        index_of(world, BID_REVEALED, contains=ada),
+    }
+    store, fresh = rebuild_log(
+        world, tmp_path / "no-bid.db", lambda i, e: None if i in dropped else e
+    )
+    assert failure(audit(world, store, anchors=fresh)) == (4, award - len(dropped))
+
+
+def test_a_swapped_winner_re_signed_and_re_anchored_fails_step_4_at_the_award(
+    world: World, tmp_path: Path
+) -> None:
+    """The award names the loser (ada) instead of linus; ada re-signs the start and the
+    delivery (their actor must be the winner: step 1 would catch it otherwise), later seqs
+    renumbered. Signatures and anchors hold; only the auction's replay can catch it."""
+    linus, ada = world.agents["linus"].did, world.agents["ada"].did
+    award = index_of(world, TASK_AWARDED)
+
+    def rewrite(i: int, event: Event) -> Event:
+        if i == award:
+            body = copy.deepcopy(dict(event.body))
+            assert body["winner"] == linus
+            body["winner"] = ada
+            return with_body(event, body)
+        if event.subject == world.task_id and event.kind in (TASK_STARTED, TASK_DELIVERED):
+            return Event(event.kind, ada, event.seq, event.at, event.subject, event.body)
+        return event
+
+    store, fresh = rebuild_log(world, tmp_path / "swapped.db", rewrite)
+    report = audit(world, store, anchors=fresh)
+    assert report.facts["winner"] == ada
+    assert failure(report) == (4, award)
+    assert linus in report.steps[3].detail
+
+
+def _rewrite_settlement(world: World, path: Path, change: Any) -> tuple[AuditReport, int]:
+    index = index_of(world, SETTLEMENT_COMPUTED)
+
+    def rewrite(i: int, event: Event) -> Event:
+        if i != index:
+            return event
+        body = copy.deepcopy(dict(event.body))
+        change(body)
+        return with_body(event, body)
+
+    store, fresh = rebuild_log(world, path, rewrite)
+    return audit(world, store, anchors=fresh), index
+
+
+def test_an_altered_v_of_s_fails_step_6_at_the_settlement(world: World, tmp_path: Path) -> None:
+    def change(body: dict[str, Any]) -> None:
+        item = next(i for i in body["evaluated"] if len(i["coalition"]) == 1)
+        value = Fraction(item["value"]) + Fraction(1, 12)
+        item["value"] = f"{value.numerator}/{value.denominator}"
+
+    report, index = _rewrite_settlement(world, tmp_path / "v.db", change)
+    assert failure(report) == (6, index)
+    assert "recomputes to" in report.steps[5].detail
+
+
+def test_an_altered_payout_fails_step_6_at_the_settlement(world: World, tmp_path: Path) -> None:
+    """One wei moved from one payee to another: the sum, and so conservation, still hold."""
+
+    def change(body: dict[str, Any]) -> None:
+        payees = sorted(p for p, w in body["payouts"].items() if int(w) > 0)
+        body["payouts"][payees[0]] = str(int(body["payouts"][payees[0]]) - 1)
+        body["payouts"][payees[1]] = str(int(body["payouts"][payees[1]]) + 1)
+
+    report, index = _rewrite_settlement(world, tmp_path / "payout.db", change)
+    assert failure(report) == (6, index)
+    assert "payouts recompute" in report.steps[5].detail
+
+
+def test_a_redirected_payee_address_fails_step_6(world: World, tmp_path: Path) -> None:
+    def change(body: dict[str, Any]) -> None:
+        player = sorted(body["payees"])[0]
+        body["payees"][player] = "0x" + "77" * 20
+
+    report, index = _rewrite_settlement(world, tmp_path / "payee.db", change)
+    assert failure(report) == (6, index)
+
+
+# -- the chain disagrees ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("how", ["moved", "withheld"])
+def test_an_on_chain_payout_that_differs_fails_step_7(world: World, how: str) -> None:
+    """The escrow as it was before the settlement, settled with other amounts than logged
+    (one wei moved between payees; or one wei withheld, back to the requester)."""
+    body = logged_settlement(world.market, world.task_id)
+    assert body is not None and world.before_settlement is not None
+    chain = copy.deepcopy(world.before_settlement)
+    paid = [(body["payees"][p], int(w)) for p, w in body["payouts"].items() if int(w) > 0]
+    amounts = [w for _, w in paid]
+    amounts[0] -= 1
+    if how == "moved":
+        amounts[1] += 1
+    actions = EscrowActions(chain, MemoryEscrowJournal(), receipt_timeout=0)
+    outcome = actions.settle(OPERATOR_KEY, world.task_id, [a for a, _ in paid], amounts)
+    assert outcome.status == "confirmed"
+    report = audit(world, escrow=chain)
+    assert failure(report)[0] == 7
+    assert "the chain paid" in report.steps[6].detail
+
+
+# -- a revoked credential used to bid --------------------------------------------------------
+
+
+def test_a_bid_on_a_revoked_credential_fails_step_3_at_the_bid(tmp_path: Path) -> None:
+    """A fresh world: linus's arithmetic credential is revoked before the task is posted; the
+    market refuses its commitment, so the operator logs it directly (admission bypassed)."""
+    world = open_world(tmp_path / "home")
+    onboard_agents(world)
+    linus = world.agents["linus"]
+    credential = next(
+        c for c in world.onboarding.credentials_of(linus.did) if c["capability"] == "arithmetic"
+    )
+    revoked_at = world.onboarding.revoke(credential["id"], "exam leaked")
+    world.clock.advance(1)
+    task_id = post_task(world)
+    with pytest.raises(BidRejected):
+        world.market.commit(commit_bid(world.signer("linus"), task_id, 10**17, b"s" * 32))
+    sealed_auction(world, bypass={"linus": True})
+    assert world.ledger.anchorer is not None
+    world.ledger.anchorer.anchor_latest()
+    bid = index_of(world, BID_COMMITTED, contains=linus.did.encode())
+    assert revoked_at < bid
+    report = audit(world)
+    assert failure(report) == (3, bid)
+    assert linus.did in report.steps[2].detail

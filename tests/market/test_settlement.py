@@ -1,0 +1,398 @@
+"""`settle_task` over a real delivered task (SQLite ledger, in-memory anchor and escrow chains):
+Shapley shares paid through the escrow, the rest to the requester, every v(S) logged;
+idempotent; a crash between any two steps of settle-and-pay, then a restart, pays each payee
+exactly once."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from collections.abc import Callable
+from fractions import Fraction
+from math import factorial
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import coordinator.service
+from audit.checks import audit_task
+from coordinator.service import run_awarded_task
+from identity.agents import AgentRecord
+from identity.onboarding import open_onboarding
+from ledger.anchoring import Anchorer
+from ledger.errors import ChainUnavailableError
+from ledger.events import Entry
+from ledger.runtime import operator_signer
+from ledger.service import Ledger
+from ledger.store import LogStore, make_engine
+from market.errors import EscrowError, SettlementError
+from market.escrow import EscrowActions, address_of
+from market.evaluator import coalition_value, grade_deliverable
+from market.runtime import ChainEscrow, MarketContext
+from market.service import Market
+from market.settlement import (
+    SETTLEMENT_COMPUTED,
+    delivered_contributions,
+    settle_task,
+)
+from market.tasks import TASK_SETTLED
+from tests.audit.conftest import OPERATOR_KEY, REQUESTER_KEY, World, build_world
+
+REQUESTER_ADDRESS = address_of(REQUESTER_KEY)
+
+
+class Crash(Exception):
+    """The process dies here."""
+
+
+@pytest.fixture
+def delivered(tmp_path: Path) -> World:
+    return build_world(tmp_path / "home", until="delivered")
+
+
+def restart(world: World) -> World:
+    """A new process over the same database, chains and escrow journal: reconcile the escrow
+    journal, recover the market, as `open_market` does."""
+    settings = world.settings
+    store = LogStore(make_engine(settings.db_url), world.ledger.log_id)
+    operator = operator_signer(settings)
+    anchorer = Anchorer(
+        store,
+        world.anchors,
+        operator,
+        world.clock,
+        every_entries=10**9,
+        every_seconds=1e12,
+        receipt_timeout=0,
+    )
+    ledger = Ledger(store, operator, world.clock, anchorer)
+    onboarding = open_onboarding(settings, ledger)
+    actions = EscrowActions(world.escrow_chain, world.journal, receipt_timeout=0)
+    actions.reconcile()
+    escrow = ChainEscrow(world.escrow_chain, actions, OPERATOR_KEY)
+    market = Market(ledger, onboarding, escrow, clock=world.clock)
+    market.recover()
+    context = MarketContext(settings, onboarding, market, escrow)
+    return dataclasses.replace(
+        world, ledger=ledger, onboarding=onboarding, escrow=escrow, market=market, context=context
+    )
+
+
+def logged(world: World, kind: str) -> list[dict[str, Any]]:
+    found = world.ledger.store.find(kind=kind, subject=world.task_id, limit=1000)
+    return [dict(Entry.from_bytes(s.data).event.body) for s in found]
+
+
+def assert_paid_exactly_once(world: World) -> dict[str, Any]:
+    """One computation, one on-chain settlement equal to it, credits to match, one
+    `task.settled`; and the whole collaboration audits."""
+    [body] = logged(world, SETTLEMENT_COMPUTED)
+    assert len(logged(world, TASK_SETTLED)) == 1
+    events = world.escrow_chain.events(world.task_id)
+    settled = [e for e in events if e.name == "Settled"]
+    assert len(settled) == 1
+    assert not [e for e in events if e.name == "Refunded"]
+    expected = sorted(
+        (body["payees"][p].lower(), int(w)) for p, w in body["payouts"].items() if int(w) > 0
+    )
+    paid = sorted(
+        (a.lower(), int(w)) for a, w in zip(settled[0].payees, settled[0].amounts, strict=True)
+    )
+    assert paid == expected
+    for player, amount in body["payouts"].items():
+        if int(amount) > 0:
+            assert world.escrow_chain.credit(body["payees"][player]) == int(amount)
+    budget = world.market.task(world.task_id).spec.budget
+    assert world.escrow_chain.credit(REQUESTER_ADDRESS) == budget - int(body["amount"])
+    assert settled[0].amount == budget - int(body["amount"])
+    assert world.market.task(world.task_id).state == "settled"
+    again = settle_task(world.market, world.onboarding, world.task_id)
+    assert again.already
+    assert world.escrow_chain.events(world.task_id) == events
+    assert world.ledger.anchorer is not None
+    world.ledger.anchorer.anchor_latest()
+    report = audit_task(
+        world.ledger.store, world.task_id, anchors=world.anchors, escrow=world.escrow_chain
+    )
+    assert report.ok, [s.to_json() for s in report.steps]
+    return body
+
+
+# -- paying by Shapley value -----------------------------------------------------------------
+
+
+def brute_force_shapley(players: list[str], v: Callable[[frozenset[str]], Fraction]) -> dict:
+    """The textbook definition: the average marginal contribution over all orders."""
+    totals = dict.fromkeys(players, Fraction(0))
+    for order in itertools.permutations(players):
+        before: frozenset[str] = frozenset()
+        for player in order:
+            totals[player] += v(before | {player}) - v(before)
+            before = before | {player}
+    return {p: t / factorial(len(players)) for p, t in totals.items()}
+
+
+def test_settle_pays_each_contributor_its_shapley_share(delivered: World) -> None:
+    world = delivered
+    task = world.market.task(world.task_id)
+    outcome = settle_task(world.market, world.onboarding, world.task_id)
+    assert not outcome.already and outcome.tx_hash
+    body = assert_paid_exactly_once(world)
+
+    # v(S) logged for every coalition of the contributors, each as the rubric grades it
+    graded = grade_deliverable(
+        world.task_id, task.spec.evaluator, delivered_contributions(world.market, world.task_id)
+    )
+    players = sorted(graded.agents)
+    assert len(players) >= 3 and body["players"] == players
+    logged_v = {frozenset(i["coalition"]): Fraction(i["value"]) for i in body["evaluated"]}
+    every = {
+        frozenset(c) for r in range(len(players) + 1) for c in itertools.combinations(players, r)
+    }
+    assert set(logged_v) | {frozenset()} == every
+    for coalition, value in logged_v.items():
+        assert value == coalition_value(graded, coalition)
+
+    # the Shapley values, and the price split in proportion to them, exactly
+    values = brute_force_shapley(players, lambda s: coalition_value(graded, s))
+    assert {p: Fraction(v) for p, v in body["values"].items()} == values
+    assert outcome.amount == task.price and int(body["amount"]) == task.price
+    assert sum(outcome.payouts.values()) == task.price
+    total = sum(values.values())
+    for player in players:
+        share = Fraction(task.price) * values[player] / total
+        assert abs(outcome.payouts[player] - share) < 1
+        assert body["payees"][player] == world.onboarding.payout_address(player, 31337)
+    assert outcome.refund == task.spec.budget - task.price
+
+
+def test_settle_is_idempotent(delivered: World) -> None:
+    world = delivered
+    first = settle_task(world.market, world.onboarding, world.task_id)
+    credits = {a: world.escrow_chain.credit(a) for a in first.payees.values()}
+    second = settle_task(world.market, world.onboarding, world.task_id)
+    assert second.already and not first.already
+    assert second.payouts == first.payouts and second.amount == first.amount
+    assert {a: world.escrow_chain.credit(a) for a in first.payees.values()} == credits
+    assert_paid_exactly_once(world)
+
+
+def test_payees_withdraw_their_credit(delivered: World) -> None:
+    world = delivered
+    outcome = settle_task(world.market, world.onboarding, world.task_id)
+    for player, payout in outcome.payouts.items():
+        key = world.onboarding.payout_key(world.onboarding.registry.get(player))
+        before = world.escrow_chain.balance()
+        world.escrow.withdraw(key)
+        assert world.escrow_chain.balance() == before - payout
+        assert world.escrow_chain.credit(address_of(key)) == 0
+
+
+# -- crashes between the steps of settle-and-pay ---------------------------------------------
+
+
+def crash_after_logging(world: World, monkeypatch: pytest.MonkeyPatch) -> type[BaseException]:
+    """`settlement.computed` is logged; the process dies before anchoring it."""
+
+    def die() -> None:
+        raise Crash("after logging the settlement")
+
+    monkeypatch.setattr(world.ledger.anchorer, "anchor_latest", die)
+    return Crash
+
+
+def crash_after_anchoring(world: World, monkeypatch: pytest.MonkeyPatch) -> type[BaseException]:
+    anchorer = world.ledger.anchorer
+    assert anchorer is not None
+    real = anchorer.anchor_latest
+
+    def anchor_then_die() -> None:
+        real()
+        raise Crash("after anchoring")
+
+    monkeypatch.setattr(anchorer, "anchor_latest", anchor_then_die)
+    return Crash
+
+
+def crash_after_journalling(world: World, monkeypatch: pytest.MonkeyPatch) -> type[BaseException]:
+    """The settle transaction is signed and journalled as pending, never sent."""
+
+    def die(record: object) -> None:
+        raise Crash("after journalling the escrow transaction")
+
+    monkeypatch.setattr(world.escrow.actions, "send", die)
+    return Crash
+
+
+def crash_after_broadcast_unmined(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> type[BaseException]:
+    """Broadcast, the reply lost, not mined yet (the node mines after the restart)."""
+    world.escrow_chain.auto_mine = False
+    world.escrow_chain.lose_broadcast_replies = 1
+    return ChainUnavailableError
+
+
+def crash_after_broadcast_mined(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> type[BaseException]:
+    """Broadcast and mined, but the reply (and so the receipt) never came back."""
+    world.escrow_chain.lose_broadcast_replies = 1
+    return ChainUnavailableError
+
+
+def crash_while_pending(world: World, monkeypatch: pytest.MonkeyPatch) -> type[BaseException]:
+    """Sent, no receipt before the timeout: the settle raises, the record stays pending."""
+    world.escrow_chain.auto_mine = False
+    return EscrowError
+
+
+def crash_before_task_settled(world: World, monkeypatch: pytest.MonkeyPatch) -> type[BaseException]:
+    """The chain settled and the journal knows it; the process dies before `task.settled`."""
+    real = world.ledger.append
+
+    def append(signer: Any, kind: str, **kwargs: Any) -> Any:
+        if kind == TASK_SETTLED:
+            raise Crash("before logging task.settled")
+        return real(signer, kind, **kwargs)
+
+    monkeypatch.setattr(world.ledger, "append", append)
+    return Crash
+
+
+CRASHES = [
+    crash_after_logging,
+    crash_after_anchoring,
+    crash_after_journalling,
+    crash_after_broadcast_unmined,
+    crash_after_broadcast_mined,
+    crash_while_pending,
+    crash_before_task_settled,
+]
+
+#: Settled events on chain when the process died: the restart must neither repeat nor miss.
+ON_CHAIN_BEFORE_RESTART = {
+    "crash_after_logging": 0,
+    "crash_after_anchoring": 0,
+    "crash_after_journalling": 0,
+    "crash_after_broadcast_unmined": 0,
+    "crash_after_broadcast_mined": 1,
+    "crash_while_pending": 0,
+    "crash_before_task_settled": 1,
+}
+
+
+@pytest.mark.parametrize("crash", CRASHES, ids=lambda c: c.__name__.removeprefix("crash_"))
+def test_a_crash_anywhere_then_a_restart_pays_everyone_exactly_once(
+    delivered: World, crash: Callable[..., type[BaseException]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    world = delivered
+    raised = crash(world, monkeypatch)
+    with pytest.raises(raised):
+        settle_task(world.market, world.onboarding, world.task_id)
+    monkeypatch.undo()
+    assert len(logged(world, SETTLEMENT_COMPUTED)) == 1
+    assert not logged(world, TASK_SETTLED)
+    settled_on_chain = [e for e in world.escrow_chain.events(world.task_id) if e.name == "Settled"]
+    assert len(settled_on_chain) == ON_CHAIN_BEFORE_RESTART[crash.__name__]
+    world.escrow_chain.auto_mine = True  # the node is back and mining
+    world.clock.advance(5)
+    restarted = restart(world)
+    outcome = settle_task(restarted.market, restarted.onboarding, restarted.task_id)
+    assert not outcome.already
+    body = assert_paid_exactly_once(restarted)
+    assert {p: str(w) for p, w in outcome.payouts.items()} == body["payouts"]
+
+
+def test_a_transaction_still_unmined_after_a_restart_is_not_sent_twice(delivered: World) -> None:
+    world = delivered
+    world.escrow_chain.auto_mine = False
+    with pytest.raises(EscrowError):
+        settle_task(world.market, world.onboarding, world.task_id)
+    restarted = restart(world)  # reconciles: the same bytes again, still not mined
+    with pytest.raises(EscrowError, match="not mined yet"):
+        settle_task(restarted.market, restarted.onboarding, restarted.task_id)
+    assert not [e for e in world.escrow_chain.events(world.task_id) if e.name == "Settled"]
+    world.escrow_chain.mine()
+    world.escrow_chain.auto_mine = True
+    again = restart(restarted)
+    settle_task(again.market, again.onboarding, again.task_id)
+    assert_paid_exactly_once(again)
+    records = [r for r in world.journal.records(world.task_id) if r.intent.kind == "settle"]
+    assert len(records) == 1
+
+
+# -- refusals and options --------------------------------------------------------------------
+
+
+def test_a_contributor_without_a_payout_binding_is_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    world = build_world(tmp_path / "home", until="awarded")
+    onboarding = world.onboarding
+    real = onboarding.bind_payout
+    skipped: list[str] = []
+
+    def bind_payout(agent: AgentRecord, chain_id: int) -> str:
+        if not skipped:
+            skipped.append(agent.did)
+            return ""
+        return real(agent, chain_id)
+
+    monkeypatch.setattr(onboarding, "bind_payout", bind_payout)
+    run_awarded_task(world.context, world.task_id)
+    monkeypatch.undo()
+    [unbound] = skipped
+    with pytest.raises(SettlementError, match=unbound):
+        settle_task(world.market, world.onboarding, world.task_id)
+    assert not logged(world, SETTLEMENT_COMPUTED)
+    assert world.escrow.deposit_of(world.task_id) == (
+        world.market.task(world.task_id).spec.budget,
+        True,
+    )
+    # once it binds one, the task settles
+    onboarding.bind_payout(onboarding.registry.get(unbound), world.escrow.chain_id())
+    settle_task(world.market, world.onboarding, world.task_id)
+    assert_paid_exactly_once(world)
+
+
+class _FirstAnswerWrong:
+    """The agent's adapter, except that the very first item any agent works on is answered
+    with nonsense: exactly one check of the rubric fails, so 0 < v(N) < 1."""
+
+    def __init__(self, inner: Any, wrong: list[str], did: str) -> None:
+        self.inner, self.wrong, self.did = inner, wrong, did
+
+    def run(self, task: Any) -> Any:
+        if not self.wrong:
+            self.wrong.append(self.did)
+            return "not the answer"
+        return self.inner.run(task)
+
+
+def test_pay_by_quality_scales_the_amount_by_v_of_n(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    wrong: list[str] = []
+    real = coordinator.service.adapter_for
+
+    def adapter_for(record: AgentRecord, timeout: float) -> Any:
+        return _FirstAnswerWrong(real(record, timeout), wrong, record.did)
+
+    monkeypatch.setattr(coordinator.service, "adapter_for", adapter_for)
+    world = build_world(tmp_path / "home", until="delivered", pay_by_quality=True)
+    monkeypatch.undo()
+    assert len(wrong) == 1
+    task = world.market.task(world.task_id)
+    outcome = settle_task(world.market, world.onboarding, world.task_id)
+    body = assert_paid_exactly_once(world)
+    quality = Fraction(body["total_value"])
+    assert 0 < quality < 1
+    assert task.price is not None
+    assert outcome.amount == (task.price * quality).numerator // (task.price * quality).denominator
+    assert outcome.amount < task.price
+    assert sum(outcome.payouts.values()) == outcome.amount
+    assert outcome.refund == task.spec.budget - outcome.amount
+    [settled] = logged(world, TASK_SETTLED)
+    assert Fraction(settled["quality"][wrong[0]]) < 1
