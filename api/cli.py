@@ -23,6 +23,7 @@ from api.audit_cli import audit
 from api.coordinator_cli import conversation_app
 from api.identity_cli import agent_app, capability_app, credential_app
 from api.market_cli import agent_withdraw, bid_app, task_app
+from api.serve_cli import serve
 from ledger.anchoring import AnchorOutcome
 from ledger.chain import AnchorChain
 from ledger.errors import (
@@ -57,6 +58,7 @@ app.add_typer(task_app, name="task")
 app.add_typer(bid_app, name="bid")
 app.add_typer(conversation_app, name="conversation")
 app.command("audit")(audit)
+app.command("serve")(serve)
 
 out = Console(emoji=False, highlight=False)
 err = Console(stderr=True, emoji=False, highlight=False)

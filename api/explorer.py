@@ -23,9 +23,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from html import escape
-from typing import Any, Protocol
+from typing import Annotated, Any, Protocol
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Path
 from fastapi.responses import HTMLResponse
 
 from audit.checks import AuditReport, audit_task
@@ -109,7 +109,7 @@ def explorer_router(context_provider: Callable[[], ExplorerSources]) -> APIRoute
         summary="An entry's inclusion proof and the on-chain anchor that covers it",
         responses={404: {"description": "No such entry in the log"}},
     )
-    def explorer_proof(index: int) -> HTMLResponse:
+    def explorer_proof(index: Annotated[int, Path(ge=0, le=MAX_ENTRY_INDEX)]) -> HTMLResponse:
         sources = context_provider()
         try:
             stored = sources.store.entry(index)
@@ -202,6 +202,10 @@ def eth(wei: int | str) -> str:
     if rest == 0:
         return f"{whole} ETH"
     return f"{whole}.{rest:018d}".rstrip("0") + " ETH"
+
+
+MAX_ENTRY_INDEX = 2**62
+"""Larger indices cannot be a log position (SQLite integers are 64-bit)."""
 
 
 def _entry_link(index: int | None) -> str:

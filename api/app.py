@@ -1,0 +1,244 @@
+"""The accord HTTP service: `create_app(settings)` builds it; nothing is opened at import.
+
+The market (ledger, credentials, escrow, chain) is opened on the first request that needs it.
+Every mutating request is signed by its caller's DID (see `api.auth`); errors are problem+json
+(see `api.problems`); bodies above `ApiConfig.max_body` get 413, callers over their rate 429.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.openapi.utils import get_openapi
+from fastapi.routing import APIRoute
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from api.auth import DID_HEADER, NONCE_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER
+from api.problems import PROBLEM_MEDIA_TYPE, Problem, install_problem_handlers, problem_response
+from api.routes import identity, market, records
+from api.routes.deps import ApiConfig, ApiState
+from identity.challenges import REGISTRY
+from ledger.chain import AnchorChain
+from ledger.settings import Settings
+from ledger.store import LogStore
+from market.escrow import EscrowChain
+from market.runtime import MarketContext
+
+DESCRIPTION = (
+    "The trust and economics layer for an Internet of Agents: DID-auth onboarding, capability "
+    "credentials, sealed-bid task markets with on-chain escrow, coordinated teams, and audits "
+    "of every step against a signed Merkle ledger anchored on an EVM chain."
+)
+
+
+@dataclass(frozen=True)
+class _ExplorerSources:
+    """What the explorer reads, from the service's (lazily opened) market and chains."""
+
+    store: LogStore
+    anchors: AnchorChain
+    escrow: EscrowChain
+
+    @classmethod
+    def of(cls, state: ApiState) -> _ExplorerSources:
+        anchors, escrow = state.audit_chains()
+        return cls(state.context().market.ledger.store, anchors, escrow)
+
+
+class BodyLimit:
+    """Refuse request bodies larger than `limit` bytes with 413 (declared or streamed)."""
+
+    def __init__(self, app: ASGIApp, limit: int) -> None:
+        self.app = app
+        self.limit = limit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        too_large = problem_response(
+            413, f"the request body is larger than {self.limit} bytes", kind="too-large"
+        )
+        for name, value in scope.get("headers", []):
+            if name == b"content-length":
+                try:
+                    declared = int(value)
+                except ValueError:
+                    declared = 0
+                if declared > self.limit:
+                    await too_large(scope, receive, send)
+                    return
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                break
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.limit:
+                await too_large(scope, receive, send)
+                return
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        body = b"".join(chunks)
+        sent = False
+
+        async def replay() -> Message:
+            nonlocal sent
+            if not sent:
+                sent = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        await self.app(scope, replay, send)
+
+
+def create_app(
+    settings: Settings,
+    *,
+    config: ApiConfig | None = None,
+    context: MarketContext | None = None,
+    anchors: AnchorChain | None = None,
+    escrow_chain: EscrowChain | None = None,
+) -> FastAPI:
+    """The service over `settings`. Tests may pass an already-built market `context` and the
+    chains the audit reads; otherwise they are opened on first use."""
+    config = config or ApiConfig()
+    state = ApiState(settings, config, context_=context, anchors=anchors, escrow_chain=escrow_chain)
+    app = FastAPI(
+        title="accord",
+        version=config.version,
+        description=DESCRIPTION,
+        docs_url="/docs",
+        redoc_url=None,
+    )
+    app.state.accord = state
+    install_problem_handlers(app)
+    app.add_middleware(BodyLimit, limit=config.max_body)
+
+    @app.get("/health", tags=["meta"], summary="Liveness")
+    def health() -> dict[str, Any]:
+        return {"status": "ok", "service": config.service_name, "version": config.version}
+
+    @app.get("/.well-known/agent-card.json", tags=["meta"], summary="The service's A2A agent card")
+    def service_card(request: Request) -> dict[str, Any]:
+        base = str(request.base_url).rstrip("/")
+        return {
+            "protocolVersion": identity.A2A_PROTOCOL_VERSION,
+            "name": config.service_name,
+            "description": DESCRIPTION,
+            "url": base,
+            "version": config.version,
+            "capabilities": {"streaming": False, "pushNotifications": False},
+            "defaultInputModes": identity.JSON_MODES,
+            "defaultOutputModes": identity.JSON_MODES,
+            "skills": [
+                {
+                    "id": f"exam-{c.name}",
+                    "name": f"{c.name} exam and credential",
+                    "description": c.description,
+                    "tags": ["credential", c.name],
+                }
+                for c in REGISTRY.values()
+            ]
+            + [
+                {
+                    "id": "task-market",
+                    "name": "Sealed-bid task market",
+                    "description": "Post paid tasks escrowed on chain; commit and reveal bids.",
+                    "tags": ["market", "escrow"],
+                },
+                {
+                    "id": "audit",
+                    "name": "Audit a task",
+                    "description": "Re-check a finished collaboration from the log and chain.",
+                    "tags": ["audit"],
+                },
+            ],
+            "provider": {"organization": "accord", "url": base},
+            "authentication": {
+                "schemes": ["Accord-Signature"],
+                "headers": [DID_HEADER, NONCE_HEADER, TIMESTAMP_HEADER, SIGNATURE_HEADER],
+            },
+        }
+
+    for router in (identity.reads, identity.writes, market.reads, market.writes, records.reads):
+        app.include_router(router)
+
+    # -- the web explorer (api/explorer.py, built separately): included once it exists --
+    try:
+        from api.explorer import explorer_router  # type: ignore[import-not-found,unused-ignore]
+    except ImportError:
+        pass
+    else:
+        app.include_router(explorer_router(lambda: _ExplorerSources.of(state)))
+
+    app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
+    return app
+
+
+#: The routers whose every route needs a signed request.
+SIGNED_ROUTERS = (identity.writes, market.writes)
+
+_PROBLEMS = {
+    400: "Bad input: the detail says which field and why",
+    401: "Not signed, forged, outside the time window, or a replayed nonce",
+    403: "Signed, but the caller may not act on this object",
+    404: "No such object",
+    409: "Conflicts with the object's state (a refused bid says why in `reason`)",
+    413: "The request body is too large",
+    422: "The request does not validate",
+    429: "Too many requests: see Retry-After",
+    503: "The chain or the database is away",
+}
+
+
+def _openapi(app: FastAPI) -> dict[str, Any]:
+    """FastAPI's schema, with the problem responses and the request signature declared."""
+    if app.openapi_schema is not None:
+        return app.openapi_schema
+    schema = get_openapi(
+        title=app.title, version=app.version, description=app.description, routes=app.routes
+    )
+    components = schema.setdefault("components", {})
+    components.setdefault("schemas", {})["Problem"] = Problem.model_json_schema()
+    components["securitySchemes"] = {
+        "AccordSignature": {
+            "type": "apiKey",
+            "in": "header",
+            "name": SIGNATURE_HEADER,
+            "description": "Ed25519 over method, target, timestamp, nonce and the body's "
+            f"SHA-256, with {DID_HEADER}, {NONCE_HEADER} and {TIMESTAMP_HEADER} (api.auth)",
+        }
+    }
+    ref = {"$ref": "#/components/schemas/Problem"}
+    signed_ops = {
+        (route.path, method.lower())
+        for router in SIGNED_ROUTERS
+        for route in router.routes
+        if isinstance(route, APIRoute)
+        for method in route.methods or ()
+    }
+    for path, operations in schema.get("paths", {}).items():
+        for method, operation in operations.items():
+            responses = operation.setdefault("responses", {})
+            responses.pop("422", None)
+            codes = [400, 404, 413, 422, 429, 503]
+            if (path, method) in signed_ops:
+                codes += [401, 403, 409]
+                operation["security"] = [{"AccordSignature": []}]
+            for code in sorted(codes):
+                if str(code) in responses:
+                    continue
+                responses[str(code)] = {
+                    "description": _PROBLEMS[code],
+                    "content": {PROBLEM_MEDIA_TYPE: {"schema": ref}},
+                }
+    schema["components"]["schemas"].pop("HTTPValidationError", None)
+    schema["components"]["schemas"].pop("ValidationError", None)
+    app.openapi_schema = schema
+    return schema

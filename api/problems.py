@@ -1,0 +1,215 @@
+"""Errors as RFC 9457 problem details (`application/problem+json`).
+
+Every failure the API returns is a JSON object with `type`, `title`, `status` and `detail` (a
+sentence a person can act on), plus `reason` where the domain gives a stable code (a refused
+bid's `late`, `second-bid`...). Domain errors map to statuses by their place in the error trees:
+
+    bad input (malformed JSON, an invalid spec, a bid for another task)   400 / 422
+    unknown object (task, agent, credential, conversation, entry)        404 (raised by routes)
+    conflicts: a lifecycle transition, a refused bid, an auction not due  409
+    exam attempts exhausted                                               429 (Retry-After)
+    the chain or the database is away                                     503
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from coordinator.errors import CoordinatorError
+from identity.errors import (
+    CredentialError,
+    IdentityError,
+    KeyStoreError,
+    NonceError,
+    RateLimitedError,
+    RegistryError,
+)
+from ledger.errors import (
+    CanonicalizationError,
+    ChainError,
+    DevnetError,
+    LedgerError,
+    MalformedError,
+    ProofError,
+    SequenceError,
+    StoreError,
+)
+from market.errors import (
+    AmountError,
+    AuctionError,
+    BidRejected,
+    EscrowError,
+    MarketError,
+    TaskError,
+    TransitionError,
+)
+
+PROBLEM_MEDIA_TYPE = "application/problem+json"
+PROBLEM_BASE = "urn:accord:problem:"
+
+TITLES = {
+    400: "Bad request",
+    401: "Not authenticated",
+    403: "Forbidden",
+    404: "Not found",
+    405: "Method not allowed",
+    409: "Conflict",
+    413: "Request body too large",
+    415: "Unsupported media type",
+    422: "Unprocessable request",
+    429: "Too many requests",
+    500: "Internal error",
+    503: "Service unavailable",
+}
+
+#: Bid refusals that are the request's fault (400); every other reason is a conflict (409).
+_BAD_BID_REASONS = frozenset({"malformed", "bad-signature", "wrong-task"})
+
+
+class Problem(BaseModel):
+    """The OpenAPI schema of a problem detail."""
+
+    type: str
+    title: str
+    status: int
+    detail: str
+    reason: str | None = None
+
+
+class ProblemError(Exception):
+    """Raised by routes and middleware to answer with a problem detail."""
+
+    def __init__(
+        self,
+        status: int,
+        detail: str,
+        *,
+        kind: str | None = None,
+        reason: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(detail)
+        self.status = status
+        self.detail = detail
+        self.kind = kind or _kind(status)
+        self.reason = reason
+        self.headers = headers or {}
+
+
+def _kind(status: int) -> str:
+    return TITLES.get(status, "error").lower().replace(" ", "-")
+
+
+def problem_body(
+    status: int, detail: str, *, kind: str | None = None, reason: str | None = None
+) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "type": PROBLEM_BASE + (kind or _kind(status)),
+        "title": TITLES.get(status, "Error"),
+        "status": status,
+        "detail": detail,
+    }
+    if reason is not None:
+        body["reason"] = reason
+    return body
+
+
+def problem_response(
+    status: int,
+    detail: str,
+    *,
+    kind: str | None = None,
+    reason: str | None = None,
+    headers: Mapping[str, str] | None = None,
+) -> JSONResponse:
+    return JSONResponse(
+        problem_body(status, detail, kind=kind, reason=reason),
+        status_code=status,
+        media_type=PROBLEM_MEDIA_TYPE,
+        headers=headers,
+    )
+
+
+def domain_problem(exc: Exception) -> ProblemError:
+    """The problem detail of an expected failure of the domain."""
+    detail = str(exc) or type(exc).__name__
+    match exc:
+        case ChainError() | DevnetError() | StoreError():
+            return ProblemError(503, detail, kind="unavailable")
+        case BidRejected(reason=reason):
+            status = 400 if reason in _BAD_BID_REASONS else 409
+            message = detail.split(": ", 1)[-1]
+            return ProblemError(status, message, kind=f"bid-{reason}", reason=reason)
+        case TransitionError():
+            return ProblemError(409, detail, kind="transition")
+        case AuctionError() | EscrowError():
+            return ProblemError(409, detail)
+        case AmountError() | TaskError():
+            return ProblemError(400, detail)
+        case MarketError():
+            return ProblemError(400, detail)
+        case RateLimitedError(retry_after=after):
+            return ProblemError(429, detail, headers={"Retry-After": str(max(1, int(after + 1)))})
+        case CredentialError(step=step):
+            return ProblemError(422, detail, kind="credential", reason=step)
+        case NonceError():
+            return ProblemError(409, detail, kind="challenge")
+        case KeyStoreError():
+            return ProblemError(409, detail, kind="key")
+        case RegistryError() | IdentityError():
+            return ProblemError(400, detail)
+        case MalformedError() | CanonicalizationError() | ProofError():
+            return ProblemError(400, detail)
+        case SequenceError():
+            return ProblemError(409, detail)
+        case LedgerError():
+            return ProblemError(500, detail)
+        case CoordinatorError():
+            return ProblemError(409, detail)
+    return ProblemError(500, "an unexpected error; the operator's log has the details")
+
+
+DOMAIN_ERRORS: tuple[type[Exception], ...] = (
+    MarketError,
+    IdentityError,
+    LedgerError,
+    CoordinatorError,
+)
+
+
+def install_problem_handlers(app: FastAPI) -> None:
+    """Every error the app can raise answers as problem+json."""
+
+    async def on_problem(_: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, ProblemError)
+        return problem_response(
+            exc.status, exc.detail, kind=exc.kind, reason=exc.reason, headers=exc.headers
+        )
+
+    async def on_domain(_: Request, exc: Exception) -> JSONResponse:
+        return await on_problem(_, domain_problem(exc))
+
+    async def on_http(_: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, StarletteHTTPException)
+        return problem_response(exc.status_code, str(exc.detail), headers=exc.headers)
+
+    async def on_validation(_: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, RequestValidationError)
+        parts = []
+        for error in exc.errors()[:5]:
+            where = ".".join(str(part) for part in error.get("loc", ()))
+            parts.append(f"{where}: {error.get('msg', 'invalid')}")
+        return problem_response(422, "; ".join(parts) or "the request is not valid")
+
+    app.add_exception_handler(ProblemError, on_problem)
+    app.add_exception_handler(StarletteHTTPException, on_http)
+    app.add_exception_handler(RequestValidationError, on_validation)
+    for error in DOMAIN_ERRORS:
+        app.add_exception_handler(error, on_domain)

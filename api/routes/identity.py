@@ -1,0 +1,189 @@
+"""Agents and their A2A cards, capabilities, DID-auth registration, credentials."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Depends, Request
+from pydantic import BaseModel, Field
+
+from api.problems import ProblemError
+from api.routes.deps import Caller, Context, State, throttle_reads
+from identity.agents import AgentRecord
+from identity.challenges import REGISTRY
+from identity.errors import CredentialError, RegistryError
+from identity.onboarding import REGISTRATION_CHALLENGE_TTL
+from market.runtime import MarketContext
+
+reads = APIRouter(dependencies=[Depends(throttle_reads)])
+writes = APIRouter()
+
+A2A_PROTOCOL_VERSION = "0.3.0"
+JSON_MODES = ["application/json"]
+
+
+def _agent(context: MarketContext, name_or_did: str) -> AgentRecord:
+    try:
+        return context.onboarding.registry.get(name_or_did)
+    except RegistryError as exc:
+        raise ProblemError(404, str(exc)) from exc
+
+
+def _valid_capabilities(context: MarketContext, did: str) -> list[str]:
+    held = {
+        row["capability"]
+        for row in context.onboarding.credentials_of(did)
+        if row["revoked_at"] is None and context.market.eligible(did, (row["capability"],))
+    }
+    return sorted(held)
+
+
+def capability_rows() -> list[dict[str, Any]]:
+    return [
+        {
+            "name": c.name,
+            "description": c.description,
+            "items": c.item_count,
+            "threshold": str(c.threshold),
+            "version": c.version,
+        }
+        for c in REGISTRY.values()
+    ]
+
+
+@reads.get("/capabilities", tags=["identity"], summary="Capabilities with exams")
+def list_capabilities() -> list[dict[str, Any]]:
+    return capability_rows()
+
+
+@reads.get("/agents", tags=["identity"], summary="Registered agents")
+def list_agents(context: Context) -> list[dict[str, Any]]:
+    return [record.to_json() for record in context.onboarding.registry.list()]
+
+
+@reads.get("/agents/{agent}", tags=["identity"], summary="One agent and its credentials")
+def show_agent(agent: str, context: Context) -> dict[str, Any]:
+    record = _agent(context, agent)
+    credentials = [
+        {key: row[key] for key in ("id", "capability", "issued_at", "revoked_at")}
+        for row in context.onboarding.credentials_of(record.did)
+    ]
+    registered = context.onboarding.registration_index(record)
+    return {**record.to_json(), "registered_index": registered, "credentials": credentials}
+
+
+@reads.get("/agents/{agent}/card", tags=["identity"], summary="The agent's A2A agent card")
+def agent_card(agent: str, request: Request, context: Context) -> dict[str, Any]:
+    record = _agent(context, agent)
+    base = str(request.base_url).rstrip("/")
+    endpoint = record.endpoint if record.runtime == "http" and record.endpoint else None
+    skills: list[dict[str, Any]] = []
+    descriptions = {c.name: c.description for c in REGISTRY.values()}
+    for capability in _valid_capabilities(context, record.did):
+        skills.append(
+            {
+                "id": capability,
+                "name": capability,
+                "description": descriptions.get(capability, capability),
+                "tags": [capability, "credentialed"],
+                "inputModes": JSON_MODES,
+                "outputModes": JSON_MODES,
+            }
+        )
+    return {
+        "protocolVersion": A2A_PROTOCOL_VERSION,
+        "name": record.name,
+        "description": f"{record.name}: a {record.runtime} agent on accord, "
+        f"credentialed for {', '.join(str(s['id']) for s in skills) or 'nothing yet'}",
+        "url": endpoint or f"{base}/agents/{record.did}",
+        "version": "1",
+        "did": record.did,
+        "capabilities": {"streaming": False, "pushNotifications": False},
+        "defaultInputModes": JSON_MODES,
+        "defaultOutputModes": JSON_MODES,
+        "skills": skills,
+        "provider": {"organization": "accord", "url": base},
+    }
+
+
+# -- registration (DID-auth) ----------------------------------------------------------------
+
+
+class RegistrationBody(BaseModel):
+    challenge: str = Field(min_length=1, max_length=200)
+    presentation: dict[str, Any]
+
+
+@writes.post(
+    "/registration/challenge",
+    tags=["identity"],
+    summary="A single-use DID-auth challenge for the caller",
+)
+def registration_challenge(caller: Caller, context: Context, state: State) -> dict[str, Any]:
+    onboarding = context.onboarding
+    now = onboarding.ledger.clock()
+    with state.write_lock:
+        nonce = onboarding.nonces.issue(onboarding.domain, now, REGISTRATION_CHALLENGE_TTL)
+    return {
+        "challenge": nonce,
+        "domain": onboarding.domain,
+        "did": caller,
+        "expires_in": int(REGISTRATION_CHALLENGE_TTL.total_seconds()),
+    }
+
+
+@writes.post(
+    "/registration",
+    tags=["identity"],
+    summary="Register by DID-auth: a presentation over the challenge",
+)
+def register(body: RegistrationBody, caller: Caller, context: Context, state: State) -> Any:
+    holder = body.presentation.get("holder")
+    if holder != caller:
+        raise ProblemError(403, f"the presentation's holder is {holder!r}, not the caller {caller}")
+    record = _agent(context, caller)
+    with state.write_lock:
+        existing = context.onboarding.registration_index(record)
+        if existing is not None:
+            return {"did": caller, "index": existing, "already": True}
+        index = context.onboarding.admit(record, body.presentation, body.challenge)
+    return {"did": caller, "index": index, "already": False}
+
+
+# -- credentials ----------------------------------------------------------------------------
+
+
+class VerifyBody(BaseModel):
+    credential: dict[str, Any]
+    holder: str | None = None
+    capability: str | None = None
+
+
+@reads.get("/credentials/{credential_id}", tags=["identity"], summary="An issued credential")
+def show_credential(credential_id: str, context: Context) -> dict[str, Any]:
+    try:
+        return context.onboarding.credential(credential_id)
+    except RegistryError as exc:
+        raise ProblemError(404, str(exc)) from exc
+
+
+@reads.post(
+    "/credentials/verify",
+    tags=["identity"],
+    summary="Run the credential checklist (a pure check: unsigned)",
+)
+def verify_credential(body: VerifyBody, context: Context) -> dict[str, Any]:
+    try:
+        verified = context.onboarding.verify(
+            body.credential, holder_did=body.holder, capability=body.capability
+        )
+    except CredentialError as exc:
+        return {"valid": False, "step": exc.step, "reason": exc.reason}
+    return {
+        "valid": True,
+        "id": verified.id,
+        "subject": verified.subject,
+        "capability": verified.capability,
+        "score": {"earned": verified.earned, "possible": verified.possible},
+        "valid_until": verified.document.get("validUntil"),
+    }

@@ -1,0 +1,214 @@
+"""Tasks, sealed bids, the award, and the per-task audit.
+
+Who may act:
+- `POST /tasks`: any caller whose key the service holds (a registered agent, or the operator):
+  `task.posted` is signed by the requester, and the escrow is paid from the managed devnet's
+  funded requester account (`market.runtime.DEVNET_REQUESTER_KEY`) or ACCORD_REQUESTER_ETH_KEY.
+- commitments and reveals: only the bidder itself: the signed commitment's (reveal's) bidder
+  must be the caller, and it must be for the task of the path.
+- `POST /tasks/{id}/award`: the task's requester or the operator (the network clears auctions
+  its requesters leave open); anybody else gets 403.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Literal
+
+from fastapi import APIRouter, Depends
+from pydantic import BaseModel, Field
+
+from api.market_cli import parse_duration
+from api.problems import ProblemError
+from api.routes.deps import Caller, Context, State, throttle_reads
+from audit.checks import audit_task
+from identity.errors import RegistryError
+from ledger.signing import Signer
+from market import sealed
+from market.errors import TaskError
+from market.money import parse_amount
+from market.runtime import MarketContext
+from market.tasks import Task, TaskSpec
+
+reads = APIRouter(dependencies=[Depends(throttle_reads)])
+writes = APIRouter()
+
+
+def task_json(context: MarketContext, task: Task) -> dict[str, Any]:
+    data: dict[str, Any] = task.to_json()
+    data["state"] = context.market.state(task)
+    return data
+
+
+def _task(context: MarketContext, task_id: str) -> Task:
+    try:
+        return context.market.task(task_id)
+    except TaskError as exc:
+        raise ProblemError(404, str(exc)) from exc
+
+
+def _signer_of(context: MarketContext, did: str) -> Signer:
+    if did == context.market.ledger.operator.did:
+        return context.market.ledger.operator
+    try:
+        return context.onboarding.registry.signer(context.onboarding.registry.get(did))
+    except RegistryError as exc:
+        raise ProblemError(
+            403,
+            f"{did} is not an agent this service holds a key for: only registered agents and "
+            "the operator can post tasks here",
+        ) from exc
+
+
+class TaskPost(BaseModel):
+    title: str = Field(min_length=1, max_length=200)
+    description: str = Field(default="", max_length=10_000)
+    capabilities: list[str] = Field(min_length=1, max_length=16)
+    budget: str = Field(description="0.5eth, 20gwei, 1000wei or bare wei", max_length=100)
+    bidding: str = Field(default="30s", max_length=20)
+    reveal: str = Field(default="30s", max_length=20)
+    delivery: str = Field(default="10m", max_length=20)
+    rule: Literal["second-score", "first-score"] = "second-score"
+
+
+class CommitmentBody(BaseModel):
+    """A `market.sealed.Commitment` as JSON, signed by its bidder."""
+
+    task: str
+    bidder: str
+    commitment: str
+    signature: str
+
+
+class RevealBody(BaseModel):
+    """A `market.sealed.Reveal` as JSON, signed by its bidder."""
+
+    task: str
+    bidder: str
+    price: str
+    salt: str
+    signature: str
+
+
+@reads.get("/tasks", tags=["market"], summary="Every task with its state")
+def list_tasks(context: Context) -> list[dict[str, Any]]:
+    return [task_json(context, task) for task in context.market.tasks()]
+
+
+@reads.get("/tasks/{task_id}", tags=["market"], summary="One task")
+def show_task(task_id: str, context: Context) -> dict[str, Any]:
+    return task_json(context, _task(context, task_id))
+
+
+@reads.get("/tasks/{task_id}/bids", tags=["market"], summary="Bids: sealed until revealed")
+def task_bids(task_id: str, context: Context) -> list[dict[str, Any]]:
+    _task(context, task_id)
+    return [bid.to_json() for bid in context.market.bids(task_id)]
+
+
+@reads.get("/tasks/{task_id}/audit", tags=["audit"], summary="The audit checklist of a task")
+def task_audit(task_id: str, context: Context, state: State) -> dict[str, Any]:
+    _task(context, task_id)
+    anchors, escrow = state.audit_chains()
+    report = audit_task(context.market.ledger.store, task_id, anchors=anchors, escrow=escrow)
+    data: dict[str, Any] = report.to_json()
+    return data
+
+
+@writes.post(
+    "/tasks", tags=["market"], summary="Post a task; its budget is escrowed", status_code=201
+)
+def post_task(body: TaskPost, caller: Caller, context: Context, state: State) -> dict[str, Any]:
+    spec = TaskSpec(
+        title=body.title,
+        description=body.description,
+        capabilities=tuple(body.capabilities),
+        budget=parse_amount(body.budget),
+        bidding=parse_duration(body.bidding),
+        reveal=parse_duration(body.reveal),
+        delivery=parse_duration(body.delivery),
+        rule=body.rule,
+    )
+    requester = _signer_of(context, caller)
+    key = os.environ.get("ACCORD_REQUESTER_ETH_KEY") or context.default_requester_key()
+    with state.write_lock:
+        task = context.market.post(requester, spec, requester_key=key)
+    return task_json(context, task)
+
+
+def _own_bid(caller: str, task_id: str, bidder: str, what: str) -> None:
+    if bidder != caller:
+        raise ProblemError(
+            403,
+            f"the {what} is {bidder}'s, but the request is signed by {caller}: "
+            "an agent bids only for itself",
+        )
+    del task_id
+
+
+@writes.post(
+    "/tasks/{task_id}/commitments",
+    tags=["market"],
+    summary="Commit a sealed bid (signed by the bidder, who must be the caller)",
+    status_code=201,
+)
+def commit(
+    task_id: str, body: CommitmentBody, caller: Caller, context: Context, state: State
+) -> dict[str, Any]:
+    _own_bid(caller, task_id, body.bidder, "commitment")
+    _task(context, task_id)
+    commitment = sealed.Commitment.from_json(body.model_dump())
+    if commitment.task_id != task_id:
+        raise ProblemError(
+            400,
+            f"the commitment is signed for {commitment.task_id}, not {task_id}",
+            reason="wrong-task",
+        )
+    with state.write_lock:
+        index = context.market.commit(commitment)
+    return {"task": task_id, "bidder": caller, "index": index}
+
+
+@writes.post(
+    "/tasks/{task_id}/reveals",
+    tags=["market"],
+    summary="Reveal a sealed bid (signed by the bidder, who must be the caller)",
+    status_code=201,
+)
+def reveal(
+    task_id: str, body: RevealBody, caller: Caller, context: Context, state: State
+) -> dict[str, Any]:
+    _own_bid(caller, task_id, body.bidder, "reveal")
+    _task(context, task_id)
+    shown = sealed.Reveal.from_json(body.model_dump())
+    if shown.task_id != task_id:
+        raise ProblemError(
+            400, f"the reveal is signed for {shown.task_id}, not {task_id}", reason="wrong-task"
+        )
+    with state.write_lock:
+        index = context.market.reveal(shown)
+    return {"task": task_id, "bidder": caller, "price": str(shown.price), "index": index}
+
+
+@writes.post(
+    "/tasks/{task_id}/award",
+    tags=["market"],
+    summary="Clear the auction (the requester or the operator)",
+)
+def award(task_id: str, caller: Caller, context: Context, state: State) -> dict[str, Any]:
+    task = _task(context, task_id)
+    if caller not in (task.requester, context.market.ledger.operator.did):
+        raise ProblemError(
+            403, f"only the requester of {task_id} ({task.requester}) or the operator may award it"
+        )
+    with state.write_lock:
+        outcome = context.market.award(task_id)
+    winner = outcome.winner
+    return {
+        "task": task_id,
+        "winner": None if winner is None else winner.bidder,
+        "price": str(outcome.price),
+        "rule": outcome.rule,
+        "bids": len(outcome.ranking),
+        "expired": winner is None,
+    }

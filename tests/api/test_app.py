@@ -1,0 +1,414 @@
+"""The HTTP service end to end, in process: a real SQLite ledger anchored on a
+`MemoryAnchorChain`, real onboarding, a market escrowing on a `MemoryEscrowChain`, one clock
+the test moves; requests through `fastapi.testclient.TestClient`, signed with `AccordAuth`."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from api.app import create_app
+from api.auth import AccordAuth, sign_request
+from api.routes.deps import ApiConfig
+from identity.onboarding import Onboarding, open_onboarding
+from identity.presentations import create_presentation
+from ledger.anchoring import Anchorer
+from ledger.chain import DEVNET_OPERATOR_KEY, MemoryAnchorChain
+from ledger.runtime import open_store, operator_signer
+from ledger.service import Ledger
+from ledger.settings import Settings
+from ledger.signing import Ed25519Signer
+from market.escrow import EscrowActions, MemoryEscrowChain, MemoryEscrowJournal, address_of
+from market.money import Wei
+from market.runtime import ChainEscrow, MarketContext
+from market.sealed import commit_bid, reveal_bid
+from market.service import Market
+
+SALT = bytes(range(32))
+
+
+class Clock:
+    """The market's clock: starts at the real time (signatures use the real time too)."""
+
+    def __init__(self) -> None:
+        self.now = datetime.now(UTC).replace(microsecond=0)
+
+    def __call__(self) -> datetime:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += timedelta(seconds=seconds)
+
+
+@dataclass
+class World:
+    settings: Settings
+    clock: Clock
+    context: MarketContext
+    anchors: MemoryAnchorChain
+    escrow_chain: MemoryEscrowChain
+    operator: Ed25519Signer
+    signers: dict[str, Ed25519Signer]
+
+    @property
+    def onboarding(self) -> Onboarding:
+        return self.context.onboarding
+
+    def app(self, config: ApiConfig | None = None) -> Any:
+        return create_app(
+            self.settings,
+            config=config or ApiConfig(rate=1000.0, burst=10_000.0),
+            context=self.context,
+            anchors=self.anchors,
+            escrow_chain=self.escrow_chain,
+        )
+
+
+def build_world(home: Path, *, bidders: tuple[str, ...] = ("ada", "bob")) -> World:
+    """Requester `req` (registered, no credentials), bidders onboarded in arithmetic, `carol`
+    created but not registered."""
+    clock = Clock()
+    settings = Settings.from_env({"ACCORD_HOME": str(home)})
+    store = open_store(settings)
+    operator = operator_signer(settings)
+    anchors = MemoryAnchorChain()
+    anchorer = Anchorer(
+        store, anchors, operator, clock, every_entries=10**9, every_seconds=1e12, receipt_timeout=0
+    )
+    ledger = Ledger(store, operator, clock, anchorer)
+    onboarding = open_onboarding(settings, ledger)
+    escrow_chain = MemoryEscrowChain(address_of(DEVNET_OPERATOR_KEY))
+    actions = EscrowActions(escrow_chain, MemoryEscrowJournal(), receipt_timeout=0)
+    escrow = ChainEscrow(escrow_chain, actions, DEVNET_OPERATOR_KEY)
+    market = Market(ledger, onboarding, escrow, clock=clock)
+    context = MarketContext(settings, onboarding, market, escrow)
+    signers: dict[str, Ed25519Signer] = {}
+    registry = onboarding.registry
+    requester = registry.new_agent("req", now=clock())
+    onboarding.register(requester)
+    signers["req"] = registry.signer(requester)
+    for name in bidders:
+        record = registry.new_agent(name, now=clock())
+        [outcome] = onboarding.onboard(record, ["arithmetic"], item_count=5)
+        assert outcome.exam.passed
+        signers[name] = registry.signer(record)
+    signers["carol"] = registry.signer(registry.new_agent("carol", now=clock()))
+    return World(settings, clock, context, anchors, escrow_chain, operator, signers)
+
+
+def post_task(client: TestClient, signer: Ed25519Signer, **fields: Any) -> dict[str, Any]:
+    body = {
+        "title": "Check the figures",
+        "capabilities": ["arithmetic"],
+        "budget": "0.5eth",
+        "bidding": "30s",
+        "reveal": "30s",
+        **fields,
+    }
+    response = client.post("/tasks", json=body, auth=AccordAuth(signer))
+    assert response.status_code == 201, response.text
+    data: dict[str, Any] = response.json()
+    return data
+
+
+def commitment_json(signer: Ed25519Signer, task_id: str, price: int) -> dict[str, str]:
+    return commit_bid(signer, task_id, Wei(price), SALT).to_json()
+
+
+def reveal_json(signer: Ed25519Signer, task_id: str, price: int) -> dict[str, str]:
+    return reveal_bid(signer, task_id, Wei(price), SALT).to_json()
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> World:
+    return build_world(tmp_path_factory.mktemp("api-world") / "home")
+
+
+@pytest.fixture
+def client(world: World) -> TestClient:
+    return TestClient(world.app())
+
+
+def assert_problem(response: Any, status: int) -> dict[str, Any]:
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"].startswith("application/problem+json")
+    body: dict[str, Any] = response.json()
+    assert body["status"] == status
+    assert body["type"].startswith("urn:accord:problem:")
+    assert body["title"] and body["detail"]
+    return body
+
+
+# -- app creation ---------------------------------------------------------------------------
+
+
+def test_create_app_does_no_io(tmp_path: Path) -> None:
+    home = tmp_path / "untouched"
+    app = create_app(Settings.from_env({"ACCORD_HOME": str(home)}))
+    client = TestClient(app)
+    assert client.get("/health").json()["status"] == "ok"
+    assert client.get("/.well-known/agent-card.json").status_code == 200
+    assert client.get("/openapi.json").status_code == 200
+    assert not home.exists()
+
+
+def test_chain_down_is_503(tmp_path: Path) -> None:
+    """A chain that does not answer: opening the market fails with 503 problem+json."""
+    home = tmp_path / "home"
+    env = {
+        "ACCORD_HOME": str(home),
+        "ACCORD_RPC_URL": "http://127.0.0.1:9",
+        "ACCORD_OPERATOR_ETH_KEY": DEVNET_OPERATOR_KEY,
+    }
+    app = create_app(Settings.from_env(env))
+    response = TestClient(app).get("/tasks")
+    assert_problem(response, 503)
+
+
+# -- reads ----------------------------------------------------------------------------------
+
+
+def test_service_card(client: TestClient) -> None:
+    card = client.get("/.well-known/agent-card.json").json()
+    for key in (
+        "name",
+        "description",
+        "version",
+        "url",
+        "capabilities",
+        "skills",
+        "defaultInputModes",
+        "defaultOutputModes",
+    ):
+        assert key in card
+    assert card["url"] == "http://testserver"
+    assert any(skill["id"] == "exam-arithmetic" for skill in card["skills"])
+
+
+def test_agents_and_cards(client: TestClient, world: World) -> None:
+    agents = client.get("/agents").json()
+    assert {a["name"] for a in agents} >= {"req", "ada", "bob", "carol"}
+    ada = world.signers["ada"].did
+    shown = client.get(f"/agents/{ada}").json()
+    assert shown["name"] == "ada" and shown["credentials"][0]["capability"] == "arithmetic"
+    card = client.get(f"/agents/{ada}/card").json()
+    assert card["did"] == ada
+    assert [skill["id"] for skill in card["skills"]] == ["arithmetic"]
+    assert card["url"] == f"http://testserver/agents/{ada}"
+    assert card["defaultInputModes"] == ["application/json"]
+    assert client.get("/agents/carol/card").json()["skills"] == []
+    assert_problem(client.get("/agents/nobody"), 404)
+    assert_problem(client.get("/agents/nobody/card"), 404)
+
+
+def test_capabilities(client: TestClient) -> None:
+    names = {row["name"] for row in client.get("/capabilities").json()}
+    assert "arithmetic" in names
+
+
+def test_credentials_show_and_verify(client: TestClient, world: World) -> None:
+    ada = world.signers["ada"].did
+    [row] = world.onboarding.credentials_of(ada)
+    shown = client.get(f"/credentials/{row['id']}").json()
+    assert shown["agent"] == ada
+    verified = client.post("/credentials/verify", json={"credential": shown["document"]}).json()
+    assert verified == {**verified, "valid": True, "subject": ada, "capability": "arithmetic"}
+    wrong = client.post(
+        "/credentials/verify", json={"credential": shown["document"], "holder": "did:key:zX"}
+    ).json()
+    assert wrong["valid"] is False and wrong["step"]
+    assert_problem(client.get("/credentials/urn:uuid:nothing"), 404)
+
+
+# -- the market flow -----------------------------------------------------------------------
+
+
+def test_post_bid_reveal_award_audit(client: TestClient, world: World) -> None:
+    req, ada, bob = (world.signers[n] for n in ("req", "ada", "bob"))
+    task = post_task(client, req)
+    task_id = task["id"]
+    assert task["state"] == "bidding" and task["requester"] == req.did
+    assert any(t["id"] == task_id for t in client.get("/tasks").json())
+    assert client.get(f"/tasks/{task_id}").json()["escrowed"] is True
+
+    for signer, price in ((ada, 2 * 10**17), (bob, 3 * 10**17)):
+        response = client.post(
+            f"/tasks/{task_id}/commitments",
+            json=commitment_json(signer, task_id, price),
+            auth=AccordAuth(signer),
+        )
+        assert response.status_code == 201, response.text
+    bids = client.get(f"/tasks/{task_id}/bids").json()
+    assert {b["bidder"] for b in bids} == {ada.did, bob.did}
+    assert all(b["price"] is None for b in bids)
+
+    second = client.post(
+        f"/tasks/{task_id}/commitments",
+        json=commitment_json(ada, task_id, 10**17),
+        auth=AccordAuth(ada),
+    )
+    assert assert_problem(second, 409)["reason"] == "second-bid"
+    early = client.post(f"/tasks/{task_id}/award", auth=AccordAuth(req))
+    assert_problem(early, 409)
+
+    world.clock.advance(31)
+    for signer, price in ((ada, 2 * 10**17), (bob, 3 * 10**17)):
+        response = client.post(
+            f"/tasks/{task_id}/reveals",
+            json=reveal_json(signer, task_id, price),
+            auth=AccordAuth(signer),
+        )
+        assert response.status_code == 201, response.text
+    assert {b["price"] for b in client.get(f"/tasks/{task_id}/bids").json()} == {
+        str(2 * 10**17),
+        str(3 * 10**17),
+    }
+    world.clock.advance(31)
+    awarded = client.post(f"/tasks/{task_id}/award", auth=AccordAuth(req))
+    assert awarded.status_code == 200, awarded.text
+    assert awarded.json()["winner"] in (ada.did, bob.did)
+    assert client.get(f"/tasks/{task_id}").json()["state"] == "awarded"
+    again = client.post(f"/tasks/{task_id}/award", auth=AccordAuth(req))
+    assert_problem(again, 409)
+
+    report = client.get(f"/tasks/{task_id}/audit").json()
+    assert report["task"] == task_id
+    assert report["verdict"] in ("PASS", "FAIL") and len(report["steps"]) == 7
+
+
+def test_refused_bids_are_problems(client: TestClient, world: World) -> None:
+    req, ada, carol = (world.signers[n] for n in ("req", "ada", "carol"))
+    task_id = post_task(client, req)["id"]
+    other = post_task(client, req)["id"]
+    # signed for another task
+    wrong = client.post(
+        f"/tasks/{task_id}/commitments",
+        json=commitment_json(ada, other, 10**17),
+        auth=AccordAuth(ada),
+    )
+    assert assert_problem(wrong, 400)["reason"] == "wrong-task"
+    # not credentialed
+    uneligible = client.post(
+        f"/tasks/{task_id}/commitments",
+        json=commitment_json(carol, task_id, 10**17),
+        auth=AccordAuth(carol),
+    )
+    assert assert_problem(uneligible, 409)["reason"] == "not-eligible"
+    # malformed
+    bad = {**commitment_json(ada, task_id, 10**17), "commitment": "AAAA"}
+    assert_problem(
+        client.post(f"/tasks/{task_id}/commitments", json=bad, auth=AccordAuth(ada)), 400
+    )
+    # an unknown task
+    missing = client.post(
+        "/tasks/task-none/commitments",
+        json=commitment_json(ada, "task-none", 10**17),
+        auth=AccordAuth(ada),
+    )
+    assert_problem(missing, 404)
+    assert_problem(client.get("/tasks/task-none"), 404)
+    assert_problem(client.get("/tasks/task-none/audit"), 404)
+    # bad input to posting
+    response = client.post(
+        "/tasks",
+        json={"title": "x", "capabilities": ["arithmetic"], "budget": "lots"},
+        auth=AccordAuth(req),
+    )
+    assert_problem(response, 400)
+    response = client.post("/tasks", json={"title": "x"}, auth=AccordAuth(req))
+    assert_problem(response, 422)
+
+
+def test_a_remote_did_cannot_post(client: TestClient) -> None:
+    stranger = Ed25519Signer.generate()
+    body = {"title": "x", "capabilities": ["arithmetic"], "budget": "1eth"}
+    assert_problem(client.post("/tasks", json=body, auth=AccordAuth(stranger)), 403)
+
+
+# -- registration ---------------------------------------------------------------------------
+
+
+def test_registration_by_did_auth(client: TestClient, world: World) -> None:
+    carol = world.signers["carol"]
+    challenge = client.post("/registration/challenge", auth=AccordAuth(carol)).json()
+    presentation = create_presentation(
+        carol, [], challenge["challenge"], challenge["domain"], world.clock()
+    )
+    body = {"challenge": challenge["challenge"], "presentation": presentation}
+    first = client.post("/registration", json=body, auth=AccordAuth(carol))
+    assert first.status_code == 200, first.text
+    assert first.json()["already"] is False
+    again = client.post("/registration", json=body, auth=AccordAuth(carol))
+    assert again.json()["already"] is True
+    assert client.get(f"/agents/{carol.did}").json()["registered_index"] == first.json()["index"]
+
+
+def test_registration_of_an_unknown_did_is_404(client: TestClient, world: World) -> None:
+    stranger = Ed25519Signer.generate()
+    challenge = client.post("/registration/challenge", auth=AccordAuth(stranger)).json()
+    presentation = create_presentation(
+        stranger, [], challenge["challenge"], challenge["domain"], world.clock()
+    )
+    body = {"challenge": challenge["challenge"], "presentation": presentation}
+    assert_problem(client.post("/registration", json=body, auth=AccordAuth(stranger)), 404)
+
+
+# -- the ledger and conversations ----------------------------------------------------------
+
+
+def test_ledger_routes(client: TestClient, world: World) -> None:
+    page = client.get("/ledger/entries", params={"from": 1, "limit": 3}).json()
+    assert [e["index"] for e in page["entries"]] == [1, 2, 3]
+    assert page["size"] >= 4
+    proof = client.get("/ledger/entries/2/proof").json()
+    assert proof["index"] == 2 and proof["tree_size"] == page["size"]
+    assert_problem(client.get(f"/ledger/entries/{page['size'] + 5}/proof"), 404)
+    world.context.market.ledger.anchorer.anchor_latest()  # type: ignore[union-attr]
+    checkpoints = client.get("/ledger/checkpoints").json()["checkpoints"]
+    assert checkpoints and checkpoints[-1]["anchor"]["status"] == "confirmed"
+    assert client.get("/conversations").json() == []
+    assert_problem(client.get("/conversations/conv-none"), 404)
+    assert_problem(client.get("/ledger/entries", params={"limit": 0}), 422)
+
+
+# -- limits ---------------------------------------------------------------------------------
+
+
+def test_body_limit_is_413(world: World) -> None:
+    client = TestClient(world.app(ApiConfig(max_body=1000, rate=1000, burst=1000)))
+    signer = world.signers["req"]
+    body = b'{"title": "' + b"x" * 2000 + b'"}'
+    headers = {**sign_request(signer, "POST", "/tasks", body), "content-type": "application/json"}
+    assert_problem(client.post("/tasks", content=body, headers=headers), 413)
+
+    def chunks() -> Any:
+        yield body
+
+    streamed = client.post("/tasks", content=chunks(), headers=headers)
+    assert_problem(streamed, 413)
+
+
+def test_rate_limit_is_429_with_retry_after(world: World) -> None:
+    client = TestClient(world.app(ApiConfig(rate=0.5, burst=3)))
+    signer = world.signers["carol"]
+    statuses = [
+        client.post("/registration/challenge", auth=AccordAuth(signer)).status_code
+        for _ in range(4)
+    ]
+    assert statuses[:3] == [200, 200, 200]
+    response = client.post("/registration/challenge", auth=AccordAuth(signer))
+    assert_problem(response, 429)
+    assert int(response.headers["Retry-After"]) >= 1
+    # another DID has its own bucket
+    other = client.post("/registration/challenge", auth=AccordAuth(world.signers["ada"]))
+    assert other.status_code == 200
+    # unsigned reads are limited per client address
+    reads = [client.get("/tasks").status_code for _ in range(5)]
+    assert 429 in reads
+    assert time.time() > 0
