@@ -32,9 +32,12 @@ import threading
 import time
 from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import httpx
+from sqlalchemy import Engine, delete, insert
+from sqlalchemy.exc import IntegrityError
+from sqlmodel import Field, SQLModel
 
 from ledger.errors import MalformedError, SignatureError
 from ledger.signing import Signer, b64url, from_b64url, verify_signature
@@ -107,11 +110,16 @@ class AccordAuth(httpx.Auth):
         return request
 
 
+class RequestNonces(Protocol):
+    def use(self, did: str, nonce: str, timestamp: float, now: float) -> bool:
+        """Record the nonce; False when this DID already used it (a replay)."""
+        ...
+
+
 class NonceMemory:
     """Nonces seen per DID with their timestamps, forgotten once they fall out of the window.
 
-    In memory (one process): a service run with several workers keeps one per worker, so the
-    replay guard then holds per worker; run one worker, or put this behind a shared table.
+    In one process only; `SqlRequestNonces` is what a service with several workers uses.
     """
 
     def __init__(self, window: float = DEFAULT_WINDOW) -> None:
@@ -137,6 +145,45 @@ class NonceMemory:
         return len(self._seen)
 
 
+class ApiRequestNonce(SQLModel, table=True):
+    __tablename__ = "api_request_nonces"
+
+    did: str = Field(primary_key=True)
+    nonce: str = Field(primary_key=True)
+    timestamp: float = Field(index=True)
+
+
+_REQUEST_NONCES = ApiRequestNonce.__table__  # type: ignore[attr-defined]
+
+
+class SqlRequestNonces:
+    """Request nonces in the service's database, so every worker sees every nonce: the primary
+    key (did, nonce) makes a second use fail however the requests are spread."""
+
+    def __init__(self, engine: Engine, window: float = DEFAULT_WINDOW) -> None:
+        self.engine = engine
+        self.window = window
+        self._next_purge = 0.0
+        SQLModel.metadata.create_all(engine, tables=[_REQUEST_NONCES])
+
+    def use(self, did: str, nonce: str, timestamp: float, now: float) -> bool:
+        try:
+            with self.engine.begin() as connection:
+                if now >= self._next_purge:
+                    connection.execute(
+                        delete(_REQUEST_NONCES).where(
+                            _REQUEST_NONCES.c.timestamp < now - 2 * self.window
+                        )
+                    )
+                    self._next_purge = now + self.window / 10
+                connection.execute(
+                    insert(_REQUEST_NONCES).values(did=did, nonce=nonce, timestamp=timestamp)
+                )
+        except IntegrityError:
+            return False
+        return True
+
+
 def _header(headers: Mapping[str, str], name: str) -> str:
     value = headers.get(name)
     if not value:
@@ -153,7 +200,7 @@ def verify_request(
     headers: Mapping[str, str],
     body: bytes,
     *,
-    nonces: NonceMemory,
+    nonces: RequestNonces,
     now: float | None = None,
     window: float = DEFAULT_WINDOW,
 ) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -15,12 +16,17 @@ from api.auth import (
     AuthError,
     NonceMemory,
     RateLimiter,
+    RequestNonces,
+    SqlRequestNonces,
     verify_request,
 )
 from api.problems import ProblemError
+from identity.errors import IdentityError
 from ledger.chain import AnchorChain
+from ledger.errors import LedgerError
 from ledger.runtime import connect_chain
 from ledger.settings import Settings
+from market.errors import MarketError
 from market.escrow import EscrowChain
 from market.runtime import MarketContext, connect_escrow, open_market
 
@@ -54,14 +60,27 @@ class ApiState:
     context_: MarketContext | None = None
     anchors: AnchorChain | None = None
     escrow_chain: EscrowChain | None = None
-    nonces: NonceMemory = field(default_factory=NonceMemory)
+    nonces: RequestNonces | None = None
+    """Request nonces: in the service's database (shared by all workers) once it is open."""
     limiter: RateLimiter = field(init=False)
     write_lock: threading.RLock = field(default_factory=threading.RLock)
     _open_lock: threading.Lock = field(default_factory=threading.Lock)
 
     def __post_init__(self) -> None:
-        self.nonces.window = self.config.window
         self.limiter = RateLimiter(self.config.rate, self.config.burst)
+
+    def request_nonces(self) -> RequestNonces:
+        """The replay guard, in the database every worker shares (opened with the market)."""
+        if self.nonces is None:
+            with self._open_lock:
+                if self.nonces is None:
+                    engine = self.context_.market.ledger.store.engine if self.context_ else None
+                    self.nonces = (
+                        SqlRequestNonces(engine, self.config.window)
+                        if engine is not None
+                        else NonceMemory(self.config.window)
+                    )
+        return self.nonces
 
     def context(self) -> MarketContext:
         if self.context_ is None:
@@ -107,6 +126,10 @@ def throttle_reads(request: Request, state: Annotated[ApiState, Depends(get_stat
 async def signed_caller(request: Request, state: Annotated[ApiState, Depends(get_state)]) -> str:
     """The DID that signed this request (401 otherwise), rate-limited per DID (429)."""
     body = await request.body()
+    # The replay guard lives in the service's database; if it cannot open, the route reports
+    # the unavailable service itself (503) and the guard falls back to this process.
+    with contextlib.suppress(LedgerError, MarketError, IdentityError):
+        state.context()
     raw: Any = request.scope.get("raw_path") or request.url.path.encode()
     target = raw.decode("latin-1")
     query = request.scope.get("query_string", b"")
@@ -118,7 +141,7 @@ async def signed_caller(request: Request, state: Annotated[ApiState, Depends(get
             target,
             request.headers,
             body,
-            nonces=state.nonces,
+            nonces=state.request_nonces(),
             window=state.config.window,
         )
     except AuthError as exc:

@@ -203,3 +203,20 @@ def test_token_bucket() -> None:
     assert wait is not None and 0 < wait <= 1
     now[0] += 1.0
     assert limiter.take("k") is None
+
+
+def test_sql_nonces_refuse_a_replay_across_workers(tmp_path: Any) -> None:
+    """Two workers share the service's database: a nonce used at one is refused at the other."""
+    from api.auth import SqlRequestNonces
+    from ledger.store import make_engine
+
+    engine = make_engine(f"sqlite:///{tmp_path / 'shared.db'}")
+    worker_a, worker_b = SqlRequestNonces(engine, 300), SqlRequestNonces(engine, 300)
+    now = 1_000_000.0
+    assert worker_a.use("did:key:z6MkA", "n1", now, now)
+    assert not worker_b.use("did:key:z6MkA", "n1", now, now)
+    assert worker_b.use("did:key:z6MkB", "n1", now, now)  # nonces are per DID
+    later = now + 10 * 300
+    assert worker_a.use("did:key:z6MkA", "n2", later, later)  # old ones are purged
+    assert worker_b.use("did:key:z6MkA", "n1", later, later)
+    engine.dispose()
