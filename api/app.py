@@ -17,7 +17,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api.auth import DID_HEADER, NONCE_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER
 from api.problems import PROBLEM_MEDIA_TYPE, Problem, install_problem_handlers, problem_response
-from api.routes import identity, market, records
+from api.routes import identity, market, records, remote
 from api.routes.deps import ApiConfig, ApiState
 from identity.challenges import REGISTRY
 from ledger.chain import AnchorChain
@@ -168,6 +168,7 @@ def create_app(
 
     for router in (identity.reads, identity.writes, market.reads, market.writes, records.reads):
         app.include_router(router)
+    app.include_router(remote.router)
 
     # -- the web explorer (api/explorer.py, built separately): included once it exists --
     try:
@@ -182,7 +183,7 @@ def create_app(
 
 
 #: The routers whose every route needs a signed request.
-SIGNED_ROUTERS = (identity.writes, market.writes)
+SIGNED_ROUTERS = (identity.writes, market.writes, remote.writes)
 
 _PROBLEMS = {
     400: "Bad input: the detail says which field and why",

@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from api.market_cli import task_app
+from api.market_cli import ServerOption, remote, task_app
 from coordinator.conversation import (
     Abandon,
     AssignAsync,
@@ -23,8 +23,10 @@ from coordinator.conversation import (
     Discuss,
     Message,
     Report,
+    message_from_json,
+    message_to_json,
 )
-from coordinator.errors import CoordinatorError
+from coordinator.errors import CoordinatorError, IllegalMove
 from coordinator.runner import RunSettings
 from coordinator.service import (
     conversation_ids,
@@ -148,12 +150,23 @@ def _emit(data: Any) -> None:
 def conversation_list(
     task: Annotated[str | None, typer.Option(help="Only this task's conversations.")] = None,
     as_json: JsonFlag = False,
+    server: ServerOption = None,
 ) -> None:
     """Every logged conversation: id, task, parent, state and members."""
-    with _market() as context:
-        store = context.market.ledger.store
-        records = [replay_conversation(store, conv_id) for conv_id in conversation_ids(store, task)]
-    rows = [record.to_json() for record in records]
+    if server:
+        with remote(server) as client:
+            rows = []
+            for row in client.conversations(task):
+                if not row.pop("valid", True):
+                    _fail(str(IllegalMove(str(row.get("reason", "it does not replay")))))
+                rows.append(row)
+    else:
+        with _market() as context:
+            store = context.market.ledger.store
+            records = [
+                replay_conversation(store, conv_id) for conv_id in conversation_ids(store, task)
+            ]
+        rows = [record.to_json() for record in records]
     if as_json:
         _emit(rows)
         return
@@ -167,35 +180,39 @@ def conversation_list(
             str(row["parent"] or "-"),
             str(row["depth"]),
             str(row["state"]),
-            str(len(row["members"])),  # type: ignore[arg-type]
+            str(len(row["members"])),
             str(row["turns"]),
         )
     out.print(table)
 
 
 @conversation_app.command("show")
-def conversation_show(conv_id: str, as_json: JsonFlag = False) -> None:
+def conversation_show(conv_id: str, as_json: JsonFlag = False, server: ServerOption = None) -> None:
     """Replay a conversation through the state machine, message by message."""
-    with _market() as context:
-        record = replay_conversation(context.market.ledger.store, conv_id)
-        names = {m.did: m.name for m in directory_of(context)}
+    if server:
+        with remote(server) as client:
+            data = client.conversation(conv_id)
+            data.pop("opened_index", None)
+            names = {str(a["did"]): str(a["name"]) for a in client.agents()}
+    else:
+        with _market() as context:
+            record = replay_conversation(context.market.ledger.store, conv_id)
+            names = {m.did: m.name for m in directory_of(context)}
+        data = {
+            **record.to_json(),
+            "messages": [
+                {"index": m.index, "turn": m.turn, "message": message_to_json(m.message)}
+                for m in record.messages
+            ],
+        }
     if as_json:
-        from coordinator.conversation import message_to_json
-
-        _emit(
-            {
-                **record.to_json(),
-                "messages": [
-                    {"index": m.index, "turn": m.turn, "message": message_to_json(m.message)}
-                    for m in record.messages
-                ],
-            }
-        )
+        _emit(data)
         return
-    c = record.conversation
-    out.print(f"[bold]{c.conv_id}[/] for {c.task_id} (depth {c.depth}, parent {c.parent or '-'})")
-    for logged in record.messages:
+    parent = data["parent"] or "-"
+    out.print(f"[bold]{data['id']}[/] for {data['task']} (depth {data['depth']}, parent {parent})")
+    for logged in data["messages"]:
+        message = message_from_json(logged["message"])
         out.print(
-            f"  t{logged.turn:02d} #{logged.index:<5} {escape(describe(logged.message, names))}"
+            f"  t{logged['turn']:02d} #{logged['index']:<5} {escape(describe(message, names))}"
         )
-    out.print(f"state {c.state}; every move checked against the transition table")
+    out.print(f"state {data['state']}; every move checked against the transition table")

@@ -22,6 +22,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from api.client import SERVER_ENV, AccordClient, ApiError
 from identity.errors import IdentityError
 from ledger.errors import LedgerError, MalformedError
 from ledger.settings import Settings
@@ -39,6 +40,14 @@ out = Console(emoji=False, highlight=False)
 err = Console(stderr=True, emoji=False, highlight=False)
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print data as JSON.")]
+ServerOption = Annotated[
+    str | None,
+    typer.Option(
+        "--server",
+        envvar=SERVER_ENV,
+        help="Read from the accord service at this URL instead of the local store.",
+    ),
+]
 _DURATION = re.compile(r"^\s*([0-9]+)\s*(s|m|h|d)?\s*$")
 _SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
@@ -80,6 +89,20 @@ def _market() -> Iterator[MarketContext]:
 
 
 _INPUT_ERRORS = {"AmountError", "TaskError"}
+
+
+@contextmanager
+def remote(server: str) -> Iterator[AccordClient]:
+    """A client of the service at `server`; its failures become one line (exit 2 when the
+    request was at fault: an unknown object or bad input, else 1)."""
+    try:
+        with AccordClient(server) as client:
+            yield client
+    except ApiError as exc:
+        bad_url = not server.startswith(("http://", "https://"))
+        code = 2 if bad_url or exc.status in (400, 404, 422) else 1
+        err.print(f"[bold red]error:[/] {escape(str(exc))}")
+        raise typer.Exit(code) from None
 
 
 # -- tasks -------------------------------------------------------------------------------------
@@ -145,34 +168,41 @@ def _task_json(context: MarketContext, task: Any) -> dict[str, Any]:
 
 
 @task_app.command("show")
-def task_show(task_id: str, as_json: JsonFlag = False) -> None:
+def task_show(task_id: str, as_json: JsonFlag = False, server: ServerOption = None) -> None:
     """One task: its spec, windows, state, and the winner once awarded."""
-    with _market() as context:
-        task = context.market.task(task_id)
-        data = _task_json(context, task)
+    if server:
+        with remote(server) as client:
+            data = client.task(task_id)
+    else:
+        with _market() as context:
+            data = _task_json(context, context.market.task(task_id))
     if as_json:
         _emit(data)
         return
-    spec = task.spec
-    out.print(f"[bold]{task.task_id}[/]  {escape(spec.title)}  ({data['state']})")
-    out.print(f"  requester   {task.requester}")
+    spec = data["spec"]
+    out.print(f"[bold]{data['id']}[/]  {escape(spec['title'])}  ({data['state']})")
+    out.print(f"  requester   {data['requester']}")
     out.print(
-        f"  budget      {format_eth(spec.budget)} "
-        f"({'escrowed' if task.escrowed else 'not escrowed'})"
+        f"  budget      {format_eth(int(spec['budget']))} "
+        f"({'escrowed' if data['escrowed'] else 'not escrowed'})"
     )
-    out.print(f"  needs       {', '.join(spec.capabilities)}")
-    out.print(f"  rule        {spec.rule}")
-    out.print(f"  bidding     until {task.bidding_ends.isoformat()}")
-    out.print(f"  revealing   until {task.reveal_ends.isoformat()}")
-    if task.winner is not None and task.price is not None:
-        out.print(f"  winner      {task.winner} at {format_eth(task.price)}")
+    out.print(f"  needs       {', '.join(spec['capabilities'])}")
+    out.print(f"  rule        {spec['rule']}")
+    out.print(f"  bidding     until {data['bidding_ends']}")
+    out.print(f"  revealing   until {data['reveal_ends']}")
+    if data.get("winner") is not None and data.get("price") is not None:
+        out.print(f"  winner      {data['winner']} at {format_eth(int(data['price']))}")
 
 
 @task_app.command("list")
-def task_list(as_json: JsonFlag = False) -> None:
+def task_list(as_json: JsonFlag = False, server: ServerOption = None) -> None:
     """Every task with its state."""
-    with _market() as context:
-        rows = [_task_json(context, task) for task in context.market.tasks()]
+    if server:
+        with remote(server) as client:
+            rows = client.tasks()
+    else:
+        with _market() as context:
+            rows = [_task_json(context, task) for task in context.market.tasks()]
     if as_json:
         _emit(rows)
         return
@@ -192,19 +222,23 @@ def task_list(as_json: JsonFlag = False) -> None:
 
 
 @task_app.command("bids")
-def task_bids(task_id: str, as_json: JsonFlag = False) -> None:
+def task_bids(task_id: str, as_json: JsonFlag = False, server: ServerOption = None) -> None:
     """Commitments while sealed; prices once revealed."""
-    with _market() as context:
-        bids = context.market.bids(task_id)
+    if server:
+        with remote(server) as client:
+            bids = client.bids(task_id)
+    else:
+        with _market() as context:
+            bids = [bid.to_json() for bid in context.market.bids(task_id)]
     if as_json:
-        _emit([bid.to_json() for bid in bids])
+        _emit(bids)
         return
     table = Table(title=f"{len(bids)} bids on {task_id}", title_justify="left")
     for column in ("bidder", "commitment", "price"):
         table.add_column(column, overflow="fold")
     for bid in bids:
-        price = format_eth(bid.price) if bid.price is not None else "sealed"
-        table.add_row(bid.bidder, bid.commitment[:16] + "…", price)
+        price = format_eth(int(bid["price"])) if bid["price"] is not None else "sealed"
+        table.add_row(bid["bidder"], bid["commitment"][:16] + "…", price)
     out.print(table)
 
 

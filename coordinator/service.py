@@ -111,7 +111,7 @@ def run_awarded_task(
     task = market.task(task_id)
     if task.winner is None:
         raise TeamError(f"{task_id} has no winner yet (award it first)")
-    winner = registry.signer(registry.get(task.winner))
+    winner = context.onboarding.member_signer(registry.get(task.winner))
     directory = directory_of(context)
     leader = next((m for m in directory if m.did == task.winner), None)
     if leader is None:
@@ -125,7 +125,8 @@ def run_awarded_task(
         return adapter_for(registry.get(did), run_settings.timeout_s)
 
     def signer_of(did: str) -> Signer:
-        return registry.signer(registry.get(did))
+        # A local agent's key file, or a remote agent signing its own reports at its endpoint.
+        return context.onboarding.member_signer(registry.get(did))
 
     runner = TeamRunner(
         market.ledger,

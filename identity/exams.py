@@ -550,6 +550,50 @@ class ExamService:
             grades=tuple(grades),
         )
 
+    # -- entries the agent signed itself --
+
+    def answer_signed(self, entry: Entry) -> int:
+        """Log an `exam.answered` entry the examined agent signed itself; returns its index.
+
+        The entry's subject is the exam id and its body `{exam_id, item_id, answer}`. Raises
+        ExamError when the entry does not verify, is not an answer of this exam by its agent, the
+        exam is unknown or graded, or the item is not in it or already answered; DeadlineError
+        after the item's deadline (by the service's clock or the entry's time); and what
+        `Ledger.append_entries` raises (SequenceError for a seq that is not the agent's next).
+        """
+        event = entry.event
+        exam_id = event.subject
+        body = event.body
+        item_id = body.get("item_id")
+        if not isinstance(item_id, str) or "answer" not in body:
+            raise ExamError("an exam.answered body is {exam_id, item_id, answer}")
+        row = self._attempt(exam_id)
+        if row.graded:
+            raise ExamError(f"exam {exam_id} is already graded")
+        plan = read_plan(self.ledger.store, exam_id, self.operator_did)
+        now = self.clock()
+        check_agent_entry(
+            entry,
+            actor=plan.agent_did,
+            kind=ANSWERED,
+            subject=exam_id,
+            body=answer_body(exam_id, item_id, body["answer"]),
+            now=now,
+        )
+        check_answer(
+            plan,
+            answerer=event.actor,
+            item_id=item_id,
+            answered_at=max(now, parse_time(event.at)),
+            already_answered=list(read_answers(self.ledger.store, plan)),
+        )
+        (index,) = self.ledger.append_entries([entry])
+        return index
+
+    def exam_agent(self, exam_id: str) -> str:
+        """The DID of the agent `exam_id` examines. Raises ExamError for an unknown exam."""
+        return str(self._attempt(exam_id).agent_did)
+
     # -- the attempts table --
 
     def _record_attempt(self, plan: ExamPlan, exam_seed: bytes, now: datetime) -> None:
@@ -615,3 +659,52 @@ class ExamService:
                     )
                 ).scalar_one()
             )
+
+
+# --- entries the agent signed itself (a remote agent holds its own key) -------------------
+
+#: How far the time of an entry an agent signed itself may be from the service's clock.
+DEFAULT_ENTRY_SKEW = timedelta(seconds=120)
+
+
+def check_agent_entry(
+    entry: Entry,
+    *,
+    actor: str,
+    kind: str,
+    subject: str,
+    body: Mapping[str, Any],
+    now: datetime,
+    skew: timedelta = DEFAULT_ENTRY_SKEW,
+) -> None:
+    """Check an entry an agent signed itself before the service appends it: its signature, that
+    its actor is `actor` (the authenticated caller), its kind and subject are the expected ones,
+    its body is exactly `body` (what the service would have logged) and its time is within
+    `skew` of `now`.
+
+    Raises ExamError naming what does not hold (SignatureError, a LedgerError, is wrapped).
+    """
+    try:
+        entry.verify()
+    except LedgerError as exc:
+        raise ExamError(f"the entry's signature does not verify: {exc}") from exc
+    event = entry.event
+    if event.actor != actor:
+        raise ExamError(f"the entry is signed by {event.actor}, not by the caller {actor}")
+    if event.kind != kind:
+        raise ExamError(f"the entry is a {event.kind!r} event; this route logs {kind!r}")
+    if event.subject != subject:
+        raise ExamError(f"the entry's subject is {event.subject!r}, not {subject!r}")
+    if dict(event.body) != dict(body):
+        raise ExamError(f"the entry's body is not the {kind} body the service expects")
+    at = parse_time(event.at)
+    if abs(at - now) > skew:
+        raise ExamError(
+            f"the entry is dated {event.at}, more than {int(skew.total_seconds())} s from the "
+            f"service's clock ({format_time(now)}): sign it again with the current time"
+        )
+
+
+def answer_body(exam_id: str, item_id: str, answer: JSON) -> dict[str, JSONValue]:
+    """The body of an `exam.answered` event."""
+    return {"exam_id": exam_id, "item_id": item_id, "answer": answer}

@@ -26,13 +26,23 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
+import httpx
 from eth_account import Account
 from sqlalchemy import BigInteger, Engine, func, insert, select, update
 from sqlalchemy.exc import SQLAlchemyError
 from sqlmodel import Column, Field, SQLModel
 
-from identity.agents import AgentRecord, AgentRegistry, AgentRuntime, runtime_for
+from identity.agents import (
+    Agent,
+    AgentRecord,
+    AgentRegistry,
+    AgentRuntime,
+    check_agent_spec,
+    check_url,
+    runtime_for,
+)
 from identity.challenges import JSON, get_capability
 from identity.credentials import (
     REVOCATION_EVENT_KIND,
@@ -49,15 +59,16 @@ from identity.errors import (
     KeyStoreError,
     RegistryError,
 )
-from identity.exams import ExamResult, ExamService
+from identity.exams import ExamResult, ExamService, check_agent_entry
 from identity.payout import bind_payout_address, verify_binding
 from identity.presentations import SqlNonceStore, create_presentation, verify_presentation
 from identity.status import StatusList, status_entry, status_list_credential
+from ledger.errors import MalformedError
 from ledger.events import Entry, format_time
 from ledger.runtime import open_ledger
 from ledger.service import Ledger
 from ledger.settings import Settings
-from ledger.signing import Ed25519Signer
+from ledger.signing import Ed25519Signer, Signer, from_b64url, kid_for, verify_signature
 
 ISSUED_EVENT_KIND = "credential.issued"
 REGISTERED_KIND = "agent.registered"
@@ -97,6 +108,7 @@ class PublishedStatusList(SQLModel, table=True):
 
 _CREDENTIALS = IssuedCredential.__table__  # type: ignore[attr-defined]
 _STATUS_LISTS = PublishedStatusList.__table__  # type: ignore[attr-defined]
+_AGENTS = Agent.__table__  # type: ignore[attr-defined]
 
 
 @dataclass(frozen=True)
@@ -271,6 +283,124 @@ class Onboarding:
             return str(document["key"])
         except (OSError, ValueError, KeyError) as exc:
             raise KeyStoreError(f"cannot read the payout key {path}: {exc}") from exc
+
+    # -- remote agents: they hold their own keys and sign their own entries --
+
+    def admit_remote(
+        self,
+        name: str,
+        endpoint: str,
+        presentation: dict[str, Any],
+        challenge: str,
+        entry: Entry,
+    ) -> tuple[AgentRecord, int]:
+        """Register an agent whose key the service never sees: an `http` agent at `endpoint`
+        (teams reach it there) with no key file. `entry` is the agent's own signed
+        `agent.registered` event, exactly what `admit` would log; the presentation over
+        `challenge` authenticates the same DID. Returns the record and the event's log index
+        (an agent already registered is returned as it is, with its first index).
+
+        Raises RegistryError for a bad name or endpoint, a name or DID already taken by another
+        agent; ExamError when the entry is not the expected one; CredentialError and NonceError
+        as `admit`; SequenceError for a seq that is not the agent's next.
+        """
+        did = entry.event.actor
+        existing = self.registry._find(did)
+        if existing is not None:
+            index = self.registration_index(existing)
+            if index is not None:
+                return existing, index
+            raise RegistryError(f"{did} is already an agent here ({existing.name!r})")
+        check_agent_spec(name, "http", None, endpoint)
+        if self.registry._find(name) is not None:
+            raise RegistryError(f"an agent called {name!r} already exists")
+        if self.registry.key_path(name).exists():
+            raise RegistryError(f"a key file for {name!r} already exists: choose another name")
+        now = self.ledger.clock()
+        record = AgentRecord(name, did, "http", None, format_time(now), endpoint=endpoint)
+        check_agent_entry(
+            entry,
+            actor=did,
+            kind=REGISTERED_KIND,
+            subject=did,
+            body=self.registration_body(record, challenge, presentation),
+            now=now,
+        )
+        if presentation.get("holder") != did:
+            raise CredentialError("authentication", f"the presentation is not {did}'s")
+        verify_presentation(
+            presentation,
+            challenge=challenge,
+            domain=self.domain,
+            now=now,
+            trusted_issuers={self.operator_did},
+            status_lookup=self.status_lookup,
+            nonces=self.nonces,
+        )
+        try:
+            with self.engine.begin() as connection:
+                connection.execute(insert(_AGENTS).values(**record.to_json()))
+        except SQLAlchemyError as exc:
+            raise RegistryError(f"cannot register the agent: {exc}") from exc
+        (index,) = self.ledger.append_entries([entry])
+        return record, index
+
+    def registration_body(
+        self, agent: AgentRecord, challenge: str, presentation: dict[str, Any]
+    ) -> dict[str, Any]:
+        """The body of the agent's `agent.registered` event (as `admit` logs it)."""
+        return {
+            "name": agent.name,
+            "domain": self.domain,
+            "challenge": challenge,
+            "proof": presentation.get("proof"),
+        }
+
+    def bind_payout_signed(self, agent: AgentRecord, entry: Entry, chain_id: int) -> str:
+        """Log a `payout.bound` entry the agent signed itself, carrying its binding (signed by
+        its DID key and its payout account); returns the bound address.
+
+        Raises BindingError when the binding does not verify, is for another chain or another
+        DID; ExamError when the entry is not the agent's `payout.bound` event with exactly
+        `{"binding": ...}`; SequenceError for a seq that is not the agent's next.
+        """
+        binding = entry.event.body.get("binding")
+        if not isinstance(binding, dict):
+            raise BindingError("a payout.bound body is {binding}")
+        check_agent_entry(
+            entry,
+            actor=agent.did,
+            kind=PAYOUT_BOUND_KIND,
+            subject=agent.did,
+            body={"binding": binding},
+            now=self.ledger.clock(),
+        )
+        bound_did, address = verify_binding(binding, chain_id=chain_id)
+        if bound_did != agent.did:
+            raise BindingError(f"the binding is {bound_did}'s, not {agent.did}'s")
+        self.ledger.append_entries([entry])
+        return address
+
+    def grade_and_issue(self, exam_id: str) -> CapabilityOutcome:
+        """Grade an exam whose answers were logged (by the agent itself) and, on a pass, issue
+        the credential. Raises what `ExamService.grade` raises."""
+        result = self.exams.grade(exam_id)
+        credential_id, path = (None, None)
+        if result.passed:
+            credential_id, path = self._issue(result)
+        return CapabilityOutcome(result, credential_id, path, 0)
+
+    def member_signer(self, agent: AgentRecord) -> Signer:
+        """Who signs for `agent` in a team: its key file, or, for a remote `http` agent
+        without one, the agent itself at its endpoint (`EndpointSigner`).
+
+        Raises KeyStoreError when neither is available.
+        """
+        if self.registry.key_path(agent.name).exists() or agent.runtime != "http":
+            return self.registry.signer(agent)
+        if not agent.endpoint:
+            raise KeyStoreError(f"{agent.name!r} has neither a key file nor an endpoint")
+        return EndpointSigner(agent.did, agent.endpoint)
 
     # -- onboarding --
 
@@ -506,6 +636,54 @@ class Onboarding:
         temporary.write_text(json.dumps(document, indent=2, sort_keys=True) + "\n")
         temporary.replace(path)
         return path
+
+
+SIGN_PATH = "/sign"
+SIGN_TIMEOUT = 30.0
+
+
+def sign_url(endpoint: str) -> str:
+    """Where a remote agent signs its own events: its endpoint's origin + `/sign`."""
+    parts = urlsplit(check_url(endpoint, "the agent endpoint"))
+    return urlunsplit((parts.scheme, parts.netloc, SIGN_PATH, "", ""))
+
+
+class EndpointSigner:
+    """A `Signer` for a remote agent: the bytes to sign (JCS of an event whose actor is the
+    agent) are POSTed to the agent's `/sign` as `{"event": text}`; the agent decides whether
+    it signs (a team member signs only its own reports) and replies `{"sig": base64url}`.
+    The signature is checked before it is returned.
+
+    `sign` raises KeyStoreError when the agent cannot be reached or refuses, SignatureError
+    when its signature does not verify.
+    """
+
+    def __init__(self, did: str, endpoint: str, timeout: float = SIGN_TIMEOUT) -> None:
+        self.did = did
+        self.kid = kid_for(did)
+        self.url = sign_url(endpoint)
+        self.timeout = timeout
+
+    def sign(self, message: bytes) -> bytes:
+        try:
+            response = httpx.post(
+                self.url,
+                json={"event": message.decode()},
+                timeout=self.timeout,
+                follow_redirects=False,
+            )
+        except httpx.HTTPError as exc:
+            raise KeyStoreError(f"cannot reach {self.did} at {self.url}: {exc}") from exc
+        if response.status_code != 200:
+            raise KeyStoreError(
+                f"{self.did} refused to sign (HTTP {response.status_code}): {response.text[:200]}"
+            )
+        try:
+            signature = from_b64url(str(response.json()["sig"]))
+        except (ValueError, KeyError, TypeError, MalformedError) as exc:
+            raise KeyStoreError(f"{self.did} sent no signature: {exc}") from exc
+        verify_signature(self.did, message, signature)
+        return signature
 
 
 def open_onboarding(settings: Settings, ledger: Ledger | None = None) -> Onboarding:

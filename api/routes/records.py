@@ -1,19 +1,28 @@
-"""Conversations and the ledger: entries, inclusion proofs, checkpoints."""
+"""Conversations and the ledger: entries, inclusion proofs, checkpoints, and the live stream of
+a conversation as server-sent events."""
 
 from __future__ import annotations
 
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Path, Query
+from fastapi import APIRouter, Depends, Header, Path, Query, Request
+from fastapi.responses import StreamingResponse
+from starlette.concurrency import run_in_threadpool
 
 from api.problems import ProblemError
 from api.routes.deps import Context, throttle_reads
-from coordinator.conversation import message_to_json
+from coordinator.conversation import message_from_json, message_to_json
 from coordinator.errors import CoordinatorError, IllegalMove
+from coordinator.runner import CONVERSATION_MESSAGE, CONVERSATION_OPENED
 from coordinator.service import conversation_ids, replay_conversation
 from ledger import merkle
 from ledger.checkpoint import SignedCheckpoint
 from ledger.events import Entry
+from ledger.store import LogStore
 
 reads = APIRouter(dependencies=[Depends(throttle_reads)])
 
@@ -53,6 +62,169 @@ def show_conversation(conv_id: str, context: Context) -> dict[str, Any]:
             for m in record.messages
         ],
     }
+
+
+#: How often a live stream polls the log for new entries, and how long one stream may last.
+POLL_SECONDS = 0.2
+MAX_STREAM_SECONDS = 3600.0
+#: A comment line is sent after this many seconds without an event (keeps proxies open).
+KEEPALIVE_SECONDS = 15.0
+SSE_MEDIA_TYPE = "text/event-stream"
+
+
+class ConversationFollower:
+    """Reads a conversation and its nested children from the log incrementally.
+
+    Each `poll()` returns the `conversation.message` events logged since the last one (of the
+    conversation and of every conversation opened under it, at any depth), in log order.
+    `closed` turns true once the followed conversation's Conclude is seen.
+    """
+
+    def __init__(self, store: LogStore, conv_id: str, after: int = -1) -> None:
+        self.store = store
+        self.conv_id = conv_id
+        self.tracked = {conv_id}
+        self.depth = {conv_id: 0}
+        self.last = after
+        self.closed = False
+        self._scanned = -1
+        self._resume_after = after
+
+    def poll(self) -> list[dict[str, Any]]:
+        events: list[dict[str, Any]] = []
+        while True:
+            found = self.store.find(
+                kinds=(CONVERSATION_OPENED, CONVERSATION_MESSAGE), after=self._scanned, limit=1000
+            )
+            if not found:
+                return events
+            for stored in found:
+                self._scanned = stored.index
+                event = Entry.from_bytes(stored.data).event
+                if event.kind == CONVERSATION_OPENED:
+                    parent = event.body.get("parent")
+                    if parent in self.tracked:
+                        self.tracked.add(event.subject)
+                        self.depth[event.subject] = self.depth[str(parent)] + 1
+                    continue
+                if event.subject not in self.tracked:
+                    continue
+                data = self._message(stored.index, event.subject, event.body, event.actor)
+                if event.subject == self.conv_id and data["kind"] == "conclude":
+                    self.closed = True
+                if stored.index > self._resume_after:
+                    self.last = stored.index
+                    events.append(data)
+
+    def _message(self, index: int, conv_id: str, body: Any, actor: str) -> dict[str, Any]:
+        raw = body.get("message", {})
+        message = message_from_json(raw)
+        kind = str(raw.get("kind"))
+        return {
+            "index": index,
+            "conversation": conv_id,
+            "depth": self.depth.get(conv_id, 0),
+            "turn": int(body.get("turn", 0)),
+            "state": message.next_state,
+            "speaker": actor,
+            "kind": kind,
+            "text": _text(raw),
+            "message": message_to_json(message),
+        }
+
+
+def _text(raw: dict[str, Any]) -> str:
+    """A line a person can read for one message (agents named by DID)."""
+    match raw.get("kind"):
+        case "discuss":
+            return str(raw.get("text", ""))
+        case "assign_sync":
+            return f"assigns {raw['task'].get('sub_id')} to {raw.get('assignee')} and waits"
+        case "assign_async":
+            pairs = ", ".join(
+                f"{a['task'].get('sub_id')}→{a['assignee']}" for a in raw.get("assignments", [])
+            )
+            return f"assigns {pairs} (async)"
+        case "report":
+            result = raw.get("result", {})
+            if result.get("ok"):
+                count = len(result.get("contributions", []))
+                return f"reports {result.get('sub_id')}: {count} answers"
+            return f"reports {result.get('sub_id')} failed: {result.get('error')}"
+        case "abandon":
+            return f"abandons {raw.get('sub_id')}: {raw.get('reason')}"
+        case "conclude":
+            return f"concludes: {raw.get('deliverable', {}).get('summary', '')}"
+    return ""
+
+
+def sse(event: str, data: Any, event_id: int | None = None) -> str:
+    """One server-sent event (JSON data on one line)."""
+    head = f"id: {event_id}\n" if event_id is not None else ""
+    return f"{head}event: {event}\ndata: {json.dumps(data, sort_keys=True)}\n\n"
+
+
+@reads.get(
+    "/conversations/{conv_id}/events",
+    tags=["coordinator"],
+    summary="A live conversation as server-sent events",
+    response_class=StreamingResponse,
+    responses={
+        200: {
+            "description": "`message` events (JSON: index, conversation, depth, turn, state "
+            "after, speaker, kind, text, message) from the start (or after Last-Event-ID), "
+            "then each new one as it is logged, and a last `end` event once the "
+            "conversation is closed",
+            "content": {SSE_MEDIA_TYPE: {"schema": {"type": "string"}}},
+        }
+    },
+)
+async def conversation_events(
+    conv_id: str,
+    request: Request,
+    context: Context,
+    follow: Annotated[
+        bool, Query(description="Keep the stream open for new messages until it is closed")
+    ] = True,
+    last_event_id: Annotated[
+        str | None, Header(alias="Last-Event-ID", max_length=20, include_in_schema=False)
+    ] = None,
+) -> StreamingResponse:
+    store = context.market.ledger.store
+    opened = await run_in_threadpool(store.find, kind=CONVERSATION_OPENED, subject=conv_id, limit=1)
+    if not opened:
+        raise ProblemError(404, f"no conversation {conv_id!r} (see GET /conversations)")
+    after = int(last_event_id) if last_event_id and last_event_id.isdigit() else -1
+    follower = ConversationFollower(store, conv_id, after)
+
+    async def stream() -> AsyncIterator[str]:
+        started = quiet = time.monotonic()
+        while True:
+            try:
+                events = await run_in_threadpool(follower.poll)
+            except IllegalMove as exc:
+                yield sse("error", {"conversation": conv_id, "detail": exc.reason})
+                return
+            for data in events:
+                yield sse("message", data, data["index"])
+            now = time.monotonic()
+            if events:
+                quiet = now
+            if follower.closed or not follow:
+                yield sse("end", {"conversation": conv_id, "closed": follower.closed})
+                return
+            if now - started > MAX_STREAM_SECONDS or await request.is_disconnected():
+                return
+            if now - quiet > KEEPALIVE_SECONDS:
+                quiet = now
+                yield ": keep-alive\n\n"
+            await asyncio.sleep(POLL_SECONDS)
+
+    return StreamingResponse(
+        stream(),
+        media_type=SSE_MEDIA_TYPE,
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+    )
 
 
 @reads.get("/ledger/entries", tags=["ledger"], summary="Entries of the log")

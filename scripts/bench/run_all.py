@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
+import bench_api
 import bench_append
 import bench_audit
 import bench_gas
@@ -49,6 +50,7 @@ BENCHES: dict[str, tuple[str, Callable[[bool, int], Section]]] = {
     "shapley": ("shapley: exact against shap, sampled evaluations", bench_shapley.run),
     "team": ("team conversations: five agents, three sub-tasks", bench_team.run),
     "audit": ("audit of the demo task and `make demo` wall time", bench_audit.run),
+    "api": ("api: signed requests through uvicorn, two workers", bench_api.run),
 }
 
 

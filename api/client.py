@@ -1,0 +1,168 @@
+"""A small typed client of the accord service, for the CLI's `--server URL` and for scripts.
+
+    with AccordClient("http://127.0.0.1:8600") as client:
+        for task in client.tasks():
+            ...
+
+Reads are plain GETs; with a `signer`, every request is signed (`api.auth.AccordAuth`), as the
+mutating routes require. Every failure (the service unreachable, a problem+json answer, a body
+that is not JSON) is raised as one `ApiError` whose message a person can act on.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from types import TracebackType
+from typing import Any, cast
+from urllib.parse import quote
+
+import httpx
+
+from api.auth import AccordAuth
+from ledger.signing import Signer
+
+SERVER_ENV = "ACCORD_SERVER"
+DEFAULT_TIMEOUT = 30.0
+
+JsonObject = dict[str, Any]
+
+
+class ApiError(Exception):
+    """A call to the service failed; `status` is the HTTP status (None: no answer at all)."""
+
+    def __init__(self, message: str, status: int | None = None, reason: str | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.reason = reason
+
+
+def _segment(value: str) -> str:
+    return quote(value, safe="")
+
+
+class AccordClient:
+    """The service at `base_url`; with `signer`, each request is signed as that DID."""
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        signer: Signer | None = None,
+        timeout: float = DEFAULT_TIMEOUT,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        if not base_url.startswith(("http://", "https://")):
+            raise ApiError(f"the server URL {base_url!r} must start with http:// or https://")
+        self.base_url = base_url.rstrip("/")
+        self._http = httpx.Client(
+            base_url=self.base_url,
+            timeout=timeout,
+            auth=AccordAuth(signer) if signer is not None else None,
+            transport=transport,
+            headers={"Accept": "application/json"},
+        )
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> AccordClient | None:
+        """A client of `$ACCORD_SERVER`, or None when it is not set."""
+        url = (env if env is not None else os.environ).get(SERVER_ENV)
+        return cls(url) if url else None
+
+    def __enter__(self) -> AccordClient:
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        value: BaseException | None,
+        trace: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._http.close()
+
+    # -- the calls ------------------------------------------------------------------------
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Mapping[str, str | int] | None = None,
+        json: Any = None,
+    ) -> Any:
+        """The JSON answer of one call. Raises ApiError."""
+        where = f"{method} {self.base_url}{path}"
+        try:
+            response = self._http.request(method, path, params=params, json=json)
+        except httpx.TimeoutException as exc:
+            raise ApiError(f"{where}: the service did not answer in time ({exc})") from exc
+        except httpx.HTTPError as exc:
+            raise ApiError(
+                f"cannot reach the accord service at {self.base_url}: {exc} "
+                f"(is `accord serve` running there? check --server / ${SERVER_ENV})"
+            ) from exc
+        if response.is_error:
+            raise _problem(where, response)
+        try:
+            return response.json()
+        except ValueError as exc:
+            raise ApiError(
+                f"{where}: the answer is not JSON (is {self.base_url} an accord service?)",
+                response.status_code,
+            ) from exc
+
+    def get(self, path: str, params: Mapping[str, str | int] | None = None) -> Any:
+        return self.request("GET", path, params=params)
+
+    def health(self) -> JsonObject:
+        return cast(JsonObject, self.get("/health"))
+
+    def tasks(self) -> list[JsonObject]:
+        return cast(list[JsonObject], self.get("/tasks"))
+
+    def task(self, task_id: str) -> JsonObject:
+        return cast(JsonObject, self.get(f"/tasks/{_segment(task_id)}"))
+
+    def bids(self, task_id: str) -> list[JsonObject]:
+        return cast(list[JsonObject], self.get(f"/tasks/{_segment(task_id)}/bids"))
+
+    def agents(self) -> list[JsonObject]:
+        return cast(list[JsonObject], self.get("/agents"))
+
+    def conversations(self, task_id: str | None = None) -> list[JsonObject]:
+        params = {"task": task_id} if task_id is not None else None
+        return cast(list[JsonObject], self.get("/conversations", params))
+
+    def conversation(self, conv_id: str) -> JsonObject:
+        return cast(JsonObject, self.get(f"/conversations/{_segment(conv_id)}"))
+
+    def checkpoints(self) -> JsonObject:
+        return cast(JsonObject, self.get("/ledger/checkpoints"))
+
+    def commit(self, task_id: str, commitment: Mapping[str, str]) -> JsonObject:
+        """Send a signed sealed-bid commitment (the client's signer must be the bidder)."""
+        return cast(
+            JsonObject,
+            self.request("POST", f"/tasks/{_segment(task_id)}/commitments", json=dict(commitment)),
+        )
+
+
+def _problem(where: str, response: httpx.Response) -> ApiError:
+    """One message out of a problem+json answer (or of whatever else came back)."""
+    status = response.status_code
+    try:
+        body = response.json()
+    except ValueError:
+        body = None
+    if isinstance(body, dict) and "detail" in body:
+        title = body.get("title") or response.reason_phrase
+        reason = body.get("reason")
+        message = f"{title} ({status}): {body['detail']}"
+        if status == 429 and "Retry-After" in response.headers:
+            message += f" (retry after {response.headers['Retry-After']} s)"
+        return ApiError(message, status, reason if isinstance(reason, str) else None)
+    text = response.text.strip().replace("\n", " ")[:200]
+    return ApiError(f"{where}: HTTP {status} {response.reason_phrase}: {text}", status)

@@ -1,0 +1,318 @@
+"""A remote agent in another process on 127.0.0.1 onboards, bids and works through the API only.
+
+The service runs with uvicorn in a thread over an in-memory world (SQLite ledger anchored on a
+`MemoryAnchorChain`, escrow on a `MemoryEscrowChain`, the real clock). `scripts/remote_agent.py`
+runs as a separate process with its own key: it registers, sits its exams and binds a payout
+address with entries it signs itself, serves `POST /run`, and commits and reveals a bid. A local
+agent wins; the team it leads reaches the remote member at its endpoint, the remote signs its
+own report, and its answers are in the deliverable; settlement and the audit pass.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import uvicorn
+
+from api.app import create_app
+from api.auth import AccordAuth
+from api.routes.deps import ApiConfig
+from audit.checks import audit_task
+from coordinator.service import run_awarded_task
+from ledger.anchoring import Anchorer
+from ledger.chain import DEVNET_OPERATOR_KEY, MemoryAnchorChain
+from ledger.events import make_entry
+from ledger.runtime import open_store, operator_signer
+from ledger.service import Ledger
+from ledger.settings import Settings
+from ledger.signing import Ed25519Signer
+from market.escrow import EscrowActions, MemoryEscrowChain, MemoryEscrowJournal, address_of
+from market.money import Wei
+from market.runtime import ChainEscrow, MarketContext
+from market.sealed import commit_bid, reveal_bid
+from market.service import Market
+from market.settlement import settle_task
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "scripts" / "remote_agent.py"
+CAPABILITIES = ["arithmetic", "extraction"]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def real_clock() -> datetime:
+    return datetime.now(UTC)
+
+
+class Lines:
+    """The remote process's JSON lines, read in a thread."""
+
+    def __init__(self, process: subprocess.Popen[str]) -> None:
+        self.queue: queue.Queue[dict[str, Any]] = queue.Queue()
+        self.seen: list[dict[str, Any]] = []
+        assert process.stdout is not None
+        stream = process.stdout
+
+        def pump() -> None:
+            for line in stream:
+                try:
+                    self.queue.put(json.loads(line))
+                except json.JSONDecodeError:
+                    continue
+
+        threading.Thread(target=pump, daemon=True).start()
+
+    def wait_for(self, event: str, timeout: float) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                line = self.queue.get(timeout=0.1)
+            except queue.Empty:
+                continue
+            self.seen.append(line)
+            if line.get("event") == event:
+                return line
+        raise AssertionError(f"no {event!r} from the remote agent; saw {self.seen}")
+
+
+@pytest.fixture
+def world(tmp_path: Path) -> Iterator[dict[str, Any]]:
+    settings = Settings.from_env({"ACCORD_HOME": str(tmp_path / "home")})
+    store = open_store(settings)
+    operator = operator_signer(settings)
+    anchors = MemoryAnchorChain()
+    anchorer = Anchorer(
+        store,
+        anchors,
+        operator,
+        real_clock,
+        every_entries=10**9,
+        every_seconds=1e12,
+        receipt_timeout=0,
+    )
+    ledger = Ledger(store, operator, real_clock, anchorer)
+    from identity.onboarding import open_onboarding
+
+    onboarding = open_onboarding(settings, ledger)
+    escrow_chain = MemoryEscrowChain(address_of(DEVNET_OPERATOR_KEY))
+    actions = EscrowActions(escrow_chain, MemoryEscrowJournal(), receipt_timeout=0)
+    escrow = ChainEscrow(escrow_chain, actions, DEVNET_OPERATOR_KEY)
+    market = Market(ledger, onboarding, escrow)
+    context = MarketContext(settings, onboarding, market, escrow)
+    registry = onboarding.registry
+    requester = registry.new_agent("req", now=real_clock())
+    onboarding.register(requester)
+    ada = registry.new_agent("ada", now=real_clock())
+    outcomes = onboarding.onboard(ada, CAPABILITIES, item_count=5)
+    assert all(o.exam.passed for o in outcomes)
+    app = create_app(
+        settings,
+        config=ApiConfig(rate=1000.0, burst=10_000.0),
+        context=context,
+        anchors=anchors,
+        escrow_chain=escrow_chain,
+    )
+    port = free_port()
+    server = uvicorn.Server(
+        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off")
+    )
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not server.started:
+        assert time.monotonic() < deadline, "uvicorn did not start"
+        time.sleep(0.05)
+    try:
+        yield {
+            "url": f"http://127.0.0.1:{port}",
+            "context": context,
+            "anchors": anchors,
+            "escrow_chain": escrow_chain,
+            "req": registry.signer(requester),
+            "ada": registry.signer(ada),
+            "tmp": tmp_path,
+        }
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+
+
+@pytest.fixture
+def remote(world: dict[str, Any]) -> Iterator[tuple[subprocess.Popen[str], Lines, int]]:
+    port = free_port()
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            str(SCRIPT),
+            "--server",
+            world["url"],
+            "--key",
+            str(world["tmp"] / "remote-agent" / "key.json"),
+            "--port",
+            str(port),
+            "--name",
+            "remote",
+            "--items",
+            "5",
+            "--price",
+            "0.3eth",
+            *[arg for capability in CAPABILITIES for arg in ("--capability", capability)],
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=str(world["tmp"]),
+    )
+    try:
+        yield process, Lines(process), port
+    finally:
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(timeout=5)
+        if process.stdout is not None:
+            process.stdout.close()
+
+
+def sleep_until(moment: datetime, margin: float = 0.3) -> None:
+    wait = (moment - datetime.now(UTC)).total_seconds() + margin
+    if wait > 0:
+        time.sleep(wait)
+
+
+def test_remote_agent_onboards_bids_and_works_through_the_api(
+    world: dict[str, Any], remote: tuple[subprocess.Popen[str], Lines, int]
+) -> None:
+    process, lines, port = remote
+    context: MarketContext = world["context"]
+    onboarding = context.onboarding
+    registered = lines.wait_for("registered", 60)
+    did = registered["did"]
+    for _ in CAPABILITIES:
+        credential = lines.wait_for("credential", 60)
+        assert credential["passed"] and credential["credential"]
+    payout = lines.wait_for("payout", 30)
+    lines.wait_for("ready", 30)
+
+    # The service holds no key for it: an http agent at its endpoint, with its own entries.
+    record = onboarding.registry.get(did)
+    assert record.runtime == "http" and record.endpoint == f"http://127.0.0.1:{port}/run"
+    assert not onboarding.registry.key_path(record.name).exists()
+    assert onboarding.registration_index(record) is not None
+    assert context.market.eligible(did, CAPABILITIES)
+    chain_id = context.market.escrow.chain_id()
+    assert onboarding.payout_address(did, chain_id) == payout["address"]
+    store = context.market.ledger.store
+    own = store.find(actor=did, limit=100)
+    assert {"agent.registered", "exam.answered", "payout.bound"} <= {
+        json.loads(s.data)["event"]["kind"] for s in own
+    }
+
+    with httpx.Client(base_url=world["url"], timeout=30) as http:
+        # An entry signed by someone else than the caller is refused.
+        forged = make_entry(
+            world["ada"], kind="payout.bound", seq=99, at=real_clock(), subject=did, body={}
+        )
+        refused = http.post(
+            f"/agents/{did}/payout",
+            json={"entry": forged.to_json()},
+            auth=AccordAuth(world["ada"]),
+        )
+        assert refused.status_code == 403, refused.text
+
+        posted = http.post(
+            "/tasks",
+            json={
+                "title": "Check the quarterly figures",
+                "description": "Recompute the figures and extract the fields.",
+                "capabilities": CAPABILITIES,
+                "budget": "0.5eth",
+                "bidding": "4s",
+                "reveal": "4s",
+                "delivery": "10m",
+            },
+            auth=AccordAuth(world["req"]),
+        )
+        assert posted.status_code == 201, posted.text
+        task = posted.json()
+        task_id = task["id"]
+        ada: Ed25519Signer = world["ada"]
+        salt = secrets.token_bytes(32)
+        price = Wei(2 * 10**17)
+        committed = http.post(
+            f"/tasks/{task_id}/commitments",
+            json=commit_bid(ada, task_id, price, salt).to_json(),
+            auth=AccordAuth(ada),
+        )
+        assert committed.status_code == 201, committed.text
+        assert lines.wait_for("committed", 10)["task"] == task_id
+        sleep_until(datetime.fromisoformat(task["bidding_ends"]))
+        revealed = http.post(
+            f"/tasks/{task_id}/reveals",
+            json=reveal_bid(ada, task_id, price, salt).to_json(),
+            auth=AccordAuth(ada),
+        )
+        assert revealed.status_code == 201, revealed.text
+        remote_reveal = lines.wait_for("revealed", 10)
+        assert remote_reveal["task"] == task_id and remote_reveal["status"] == 201
+        bids = {b["bidder"]: b for b in http.get(f"/tasks/{task_id}/bids").json()}
+        assert bids[did]["revealed"] and bids[did]["price"] == str(3 * 10**17)
+        sleep_until(datetime.fromisoformat(task["reveal_ends"]))
+        awarded = http.post(f"/tasks/{task_id}/award", auth=AccordAuth(world["req"]))
+        assert awarded.status_code == 200, awarded.text
+        assert awarded.json()["winner"] == ada.did
+
+    # The winner's team reaches the remote member over HTTP; it signs its own report.
+    registry = onboarding.registry
+    original = registry.signer
+
+    def signer_of(agent: Any) -> Any:
+        if registry.key_path(agent.name).exists():
+            return original(agent)
+        return onboarding.member_signer(agent)
+
+    registry.signer = signer_of  # type: ignore[method-assign]
+    try:
+        conversation = run_awarded_task(context, task_id)
+    finally:
+        registry.signer = original  # type: ignore[method-assign]
+    assert conversation.deliverable is not None
+    by_remote = [c for c in conversation.deliverable.contributions if c.agent == did]
+    assert by_remote, conversation.deliverable
+    reports = [
+        json.loads(s.data)["event"]
+        for s in store.find(actor=did, kind="conversation.message", limit=100)
+    ]
+    assert reports and all(r["body"]["message"]["kind"] == "report" for r in reports)
+
+    settled = settle_task(context.market, onboarding, task_id)
+    assert settled.payouts.get(did, 0) > 0
+    assert context.market.ledger.anchorer is not None
+    context.market.ledger.anchorer.anchor_latest()
+    report = audit_task(store, task_id, anchors=world["anchors"], escrow=world["escrow_chain"])
+    assert report.ok, report.to_json()
+    assert process.poll() is None, "the remote agent stopped early"
