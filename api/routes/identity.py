@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Depends, Query, Request
 from pydantic import BaseModel, Field
 
 from api.problems import ProblemError
@@ -56,9 +56,33 @@ def list_capabilities() -> list[dict[str, Any]]:
     return capability_rows()
 
 
-@reads.get("/agents", tags=["identity"], summary="Registered agents")
-def list_agents(context: Context) -> list[dict[str, Any]]:
-    return [record.to_json() for record in context.onboarding.registry.list()]
+@reads.get("/agents", tags=["identity"], summary="Registered agents, or discovery for a need")
+def list_agents(
+    context: Context,
+    capability: Annotated[
+        str | None, Query(max_length=64, description="Only agents credentialed for this")
+    ] = None,
+    need: Annotated[
+        str, Query(max_length=500, description="Rank by relevance of their description")
+    ] = "",
+) -> list[dict[str, Any]]:
+    if capability is None:
+        return [record.to_json() for record in context.onboarding.registry.list()]
+    from coordinator.service import directory_of
+    from coordinator.team import rank_candidates
+
+    ranked = rank_candidates(need, capability, directory_of(context))
+    return [
+        {
+            "did": c.member.did,
+            "name": c.member.name,
+            "capabilities": list(c.member.capabilities),
+            "reputation": c.member.reputation,
+            "relevance": str(c.relevance),
+            "description": c.member.description,
+        }
+        for c in ranked
+    ]
 
 
 @reads.get("/agents/{agent}", tags=["identity"], summary="One agent and its credentials")
@@ -157,6 +181,28 @@ class VerifyBody(BaseModel):
     credential: dict[str, Any]
     holder: str | None = None
     capability: str | None = None
+
+
+class RevokeBody(BaseModel):
+    reason: str = Field(min_length=1, max_length=500)
+
+
+@writes.post(
+    "/credentials/{credential_id}/revoke",
+    tags=["identity"],
+    summary="Revoke a credential (the operator only): flips its status-list bit, logged",
+)
+def revoke_credential(
+    credential_id: str, body: RevokeBody, caller: Caller, context: Context, state: State
+) -> dict[str, Any]:
+    if caller != context.market.ledger.operator.did:
+        raise ProblemError(403, "only the operator, the issuer, revokes credentials")
+    with state.write_lock:
+        try:
+            index = context.onboarding.revoke(credential_id, body.reason)
+        except RegistryError as exc:
+            raise ProblemError(404, str(exc)) from exc
+    return {"credential": credential_id, "revoked": True, "index": index}
 
 
 @reads.get("/credentials/{credential_id}", tags=["identity"], summary="An issued credential")

@@ -212,3 +212,54 @@ def award(task_id: str, caller: Caller, context: Context, state: State) -> dict[
         "bids": len(outcome.ranking),
         "expired": winner is None,
     }
+
+
+@writes.post(
+    "/tasks/{task_id}/run",
+    tags=["coordinator"],
+    summary="Run the awarded task's team to its deliverable (the winner or the operator)",
+)
+def run_task(task_id: str, caller: Caller, context: Context, state: State) -> dict[str, Any]:
+    from coordinator.errors import CoordinatorError
+    from coordinator.service import run_awarded_task
+
+    task = _task(context, task_id)
+    if caller not in (task.winner, context.market.ledger.operator.did):
+        raise ProblemError(403, f"only the winner of {task_id} or the operator may run it")
+    with state.write_lock:
+        try:
+            conversation = run_awarded_task(context, task_id)
+        except CoordinatorError as exc:
+            raise ProblemError(409, str(exc)) from exc
+    deliverable = conversation.deliverable
+    return {
+        "task": task_id,
+        "conversation": conversation.conv_id,
+        "turns": conversation.turn,
+        "deliverable": None if deliverable is None else deliverable.to_json(),
+    }
+
+
+@writes.post(
+    "/tasks/{task_id}/settle",
+    tags=["market"],
+    summary="Pay the team by Shapley value through the escrow (requester or operator; once)",
+)
+def settle(task_id: str, caller: Caller, context: Context, state: State) -> dict[str, Any]:
+    from market.settlement import settle_task
+
+    task = _task(context, task_id)
+    if caller not in (task.requester, context.market.ledger.operator.did):
+        raise ProblemError(403, f"only the requester of {task_id} or the operator may settle it")
+    with state.write_lock:
+        outcome = settle_task(context.market, context.onboarding, task_id)
+    return {
+        "task": task_id,
+        "amount": str(outcome.amount),
+        "refund": str(outcome.refund),
+        "payouts": {p: str(w) for p, w in outcome.payouts.items()},
+        "payees": dict(outcome.payees),
+        "shapley": dict(outcome.values),
+        "tx_hash": outcome.tx_hash,
+        "already_settled": outcome.already,
+    }

@@ -277,9 +277,43 @@ def test_post_bid_reveal_award_audit(client: TestClient, world: World) -> None:
     again = client.post(f"/tasks/{task_id}/award", auth=AccordAuth(req))
     assert_problem(again, 409)
 
+    winner = ada if awarded.json()["winner"] == ada.did else bob
+    stranger = bob if winner is ada else ada
+    assert_problem(client.post(f"/tasks/{task_id}/run", auth=AccordAuth(stranger)), 403)
+    ran = client.post(f"/tasks/{task_id}/run", auth=AccordAuth(winner))
+    assert ran.status_code == 200, ran.text
+    assert ran.json()["deliverable"]["contributions"]
+    assert client.get(f"/tasks/{task_id}").json()["state"] == "delivered"
+    assert_problem(client.post(f"/tasks/{task_id}/settle", auth=AccordAuth(winner)), 403)
+    settled = client.post(f"/tasks/{task_id}/settle", auth=AccordAuth(req))
+    assert settled.status_code == 200, settled.text
+    payouts = settled.json()["payouts"]
+    assert sum(int(w) for w in payouts.values()) == int(settled.json()["amount"])
+    world.context.market.ledger.anchorer.anchor_latest()  # type: ignore[union-attr]
+
     report = client.get(f"/tasks/{task_id}/audit").json()
     assert report["task"] == task_id
-    assert report["verdict"] in ("PASS", "FAIL") and len(report["steps"]) == 7
+    assert report["verdict"] == "PASS", report
+    assert len(report["steps"]) == 7
+
+
+def test_discovery_and_revocation(client: TestClient, world: World) -> None:
+    found = client.get("/agents", params={"capability": "arithmetic", "need": "sum numbers"})
+    assert found.status_code == 200
+    assert {a["did"] for a in found.json()} >= {world.signers["ada"].did}
+    assert all("arithmetic" in a["capabilities"] for a in found.json())
+    ada = world.signers["ada"]
+    credential = client.get(f"/agents/{ada.did}").json()["credentials"][0]["id"]
+    refused = client.post(
+        f"/credentials/{credential}/revoke", json={"reason": "test"}, auth=AccordAuth(ada)
+    )
+    assert_problem(refused, 403)
+    unknown = client.post(
+        "/credentials/urn:uuid:nosuch/revoke",
+        json={"reason": "test"},
+        auth=AccordAuth(world.operator),
+    )
+    assert_problem(unknown, 404)
 
 
 def test_refused_bids_are_problems(client: TestClient, world: World) -> None:
@@ -372,7 +406,9 @@ def test_ledger_routes(client: TestClient, world: World) -> None:
     world.context.market.ledger.anchorer.anchor_latest()  # type: ignore[union-attr]
     checkpoints = client.get("/ledger/checkpoints").json()["checkpoints"]
     assert checkpoints and checkpoints[-1]["anchor"]["status"] == "confirmed"
-    assert client.get("/conversations").json() == []
+    for conversation in client.get("/conversations").json():
+        shown = client.get(f"/conversations/{conversation['id']}").json()
+        assert shown["id"] == conversation["id"] and shown["state"] == "closed"
     assert_problem(client.get("/conversations/conv-none"), 404)
     assert_problem(client.get("/ledger/entries", params={"limit": 0}), 422)
 
