@@ -16,7 +16,11 @@ on where there is one. Steps 5 and 6 are skipped, and say so, when no chain is g
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Iterator
+import multiprocessing
+import os
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -163,49 +167,98 @@ def _raise_or(failure: VerificationError | None, detail: str) -> str:
     return detail
 
 
-def _scan_entries(store: LogStore, size: int, progress: Progress | None) -> _LogScan:
-    scan = _LogScan()
-    last_seq: dict[str, int] = {}
-    expected = 0
-    for stored in store.entries():
-        if stored.index != expected and scan.contiguity is None:
-            scan.contiguity = VerificationError(
-                3, f"entry {expected} is missing (next stored is {stored.index})", expected
-            )
-        expected = stored.index + 1
-        scan.leaves.append(merkle.leaf_hash(stored.data))
-        if scan.signatures is not None:
-            continue
+PARALLEL_MIN_ENTRIES = 20_000
+"""Logs at least this long check their signatures in worker processes (one per core)."""
+_CHUNK = 4_000
+
+
+def check_entries(
+    rows: Sequence[tuple[int, bytes, tuple[Any, ...] | None]],
+) -> tuple[list[tuple[str, int]], tuple[int, str] | None]:
+    """Step 1 over a chunk of stored entries (pure, picklable for worker processes).
+
+    Returns each entry's (actor, seq) up to the first failure, and that failure as
+    (index, reason), or None.
+    """
+    checked: list[tuple[str, int]] = []
+    for index, data, columns in rows:
         try:
-            entry = Entry.from_bytes(stored.data)
+            entry = Entry.from_bytes(data)
             entry.verify()
         except (MalformedError, SignatureError) as exc:
-            scan.signatures = VerificationError(1, str(exc), stored.index)
-            continue
+            return checked, (index, str(exc))
         event = entry.event
-        if stored.columns is not None and tuple(stored.columns) != (
+        if columns is not None and tuple(columns) != (
             event.actor,
             event.seq,
             event.kind,
             event.subject,
             event.at,
         ):
-            scan.signatures = VerificationError(
-                1,
+            return checked, (
+                index,
                 "the stored actor, seq, kind, subject or time columns disagree with the "
                 "signed entry",
-                stored.index,
             )
-            continue
-        actor, seq = event.actor, event.seq
-        previous = last_seq.get(actor, -1)
-        if seq <= previous and scan.sequences is None:
-            scan.sequences = VerificationError(
-                2, f"seq {seq} of {actor} does not grow past {previous}", stored.index
-            )
-        last_seq[actor] = max(seq, previous)
-        if progress is not None and stored.index % 1000 == 0:
-            progress(stored.index, size)
+        checked.append((event.actor, event.seq))
+    return checked, None
+
+
+def _scan_entries(store: LogStore, size: int, progress: Progress | None) -> _LogScan:
+    scan = _LogScan()
+    last_seq: dict[str, int] = {}
+    expected = 0
+    workers = os.cpu_count() or 1
+    pool = (
+        ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("fork"))
+        if size >= PARALLEL_MIN_ENTRIES and workers > 1
+        else None
+    )
+    pending: deque[tuple[list[int], Future[Any] | None, list[Any]]] = deque()
+
+    def settle(indices: list[int], result: tuple[list[tuple[str, int]], Any]) -> None:
+        checked, failure = result
+        for index, (actor, seq) in zip(indices, checked, strict=False):
+            previous = last_seq.get(actor, -1)
+            if seq <= previous and scan.sequences is None:
+                scan.sequences = VerificationError(
+                    2, f"seq {seq} of {actor} does not grow past {previous}", index
+                )
+            last_seq[actor] = max(seq, previous)
+        if failure is not None and scan.signatures is None:
+            scan.signatures = VerificationError(1, failure[1], failure[0])
+
+    def drain(keep: int) -> None:
+        while len(pending) > keep:
+            indices, future, rows = pending.popleft()
+            if scan.signatures is None:
+                settle(indices, future.result() if future else check_entries(rows))
+            if progress is not None and indices:
+                progress(indices[-1] + 1, size)
+
+    try:
+        chunk: list[tuple[int, bytes, tuple[Any, ...] | None]] = []
+        for stored in store.entries():
+            if stored.index != expected and scan.contiguity is None:
+                scan.contiguity = VerificationError(
+                    3, f"entry {expected} is missing (next stored is {stored.index})", expected
+                )
+            expected = stored.index + 1
+            scan.leaves.append(merkle.leaf_hash(stored.data))
+            chunk.append((stored.index, stored.data, stored.columns))
+            if len(chunk) >= _CHUNK:
+                indices = [row[0] for row in chunk]
+                future = pool.submit(check_entries, chunk) if pool else None
+                pending.append((indices, future, [] if pool else chunk))
+                chunk = []
+                drain(keep=2 * workers if pool else 0)
+        if chunk:
+            future = pool.submit(check_entries, chunk) if pool else None
+            pending.append(([row[0] for row in chunk], future, [] if pool else chunk))
+        drain(keep=0)
+    finally:
+        if pool is not None:
+            pool.shutdown(cancel_futures=True)
     if progress is not None:
         progress(size, size)
     return scan

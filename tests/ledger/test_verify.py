@@ -318,3 +318,39 @@ def test_report_json_of_a_failure(log: Log) -> None:
         "skipped",
         "skipped",
     ]
+
+
+def test_a_long_log_is_checked_in_worker_processes_with_the_same_verdicts(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Above PARALLEL_MIN_ENTRIES step 1 runs in a process pool: verdicts stay the same."""
+    import sqlite3
+    from datetime import UTC, datetime
+
+    from ledger import verify as verify_module
+    from ledger.events import make_entry
+    from ledger.signing import Ed25519Signer
+    from ledger.store import LogStore, make_engine
+
+    path = tmp_path / "long.db"
+    store = LogStore(make_engine(f"sqlite:///{path}"), "long")
+    signers = [Ed25519Signer.generate() for _ in range(3)]
+    at = datetime(2026, 11, 29, tzinfo=UTC)
+    size = verify_module.PARALLEL_MIN_ENTRIES + 1_500
+    batch = []
+    for index in range(size):
+        signer = signers[index % 3]
+        batch.append(make_entry(signer, kind="note.added", seq=index // 3 + 1, at=at))
+        if len(batch) == 5_000:
+            store.append_batch(batch)
+            batch = []
+    store.append_batch(batch)
+    operator = Ed25519Signer.generate()
+    assert verify_log(store, operator.did, None).ok
+
+    target = size - 1_000  # in the last chunks, checked by a worker
+    with sqlite3.connect(path) as db:
+        (data,) = db.execute("SELECT data FROM ledger_entries WHERE idx = ?", (target,)).fetchone()
+        changed = bytes(data).replace(b'"note.added"', b'"note.addex"')
+        db.execute("UPDATE ledger_entries SET data = ? WHERE idx = ?", (changed, target))
+    reopened = LogStore(make_engine(f"sqlite:///{path}"), "long")
+    failure = verify_log(reopened, operator.did, None).first_failure
+    assert failure is not None and (failure.number, failure.entry) == (1, target)
