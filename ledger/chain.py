@@ -112,9 +112,9 @@ DeploymentAction = Literal["deployed", "reused", "redeployed"]
 
 @dataclass(frozen=True)
 class Deployment:
-    """Where the registry lives. `code_hash` = keccak256 of its runtime code on chain.
+    """Where a contract lives. `code_hash` = keccak256 of its runtime code on chain.
 
-    `action` says what `ensure_registry` did (not recorded in deployment.json).
+    `action` says what `ensure_registry` (or `ensure_escrow`) did; it is not recorded.
     """
 
     address: str
@@ -123,11 +123,12 @@ class Deployment:
     code_hash: bytes
     block_number: int
     action: DeploymentAction = field(default="deployed", compare=False)
+    contract: str = REGISTRY_CONTRACT
 
     def to_json(self) -> str:
-        """The deployment.json text (sorted keys, trailing newline)."""
+        """The deployment record's text (sorted keys, trailing newline)."""
         record = {
-            "contract": REGISTRY_CONTRACT,
+            "contract": self.contract,
             "address": self.address,
             "chainId": self.chain_id,
             "txHash": "0x" + self.tx_hash.hex(),
@@ -137,10 +138,13 @@ class Deployment:
         return json.dumps(record, indent=2, sort_keys=True) + "\n"
 
     @classmethod
-    def from_json(cls, text: str) -> Deployment:
-        """Parse deployment.json; raises DeploymentError when it is malformed."""
+    def from_json(cls, text: str, contract: str = REGISTRY_CONTRACT) -> Deployment:
+        """Parse a deployment record of `contract`; raises DeploymentError when it is
+        malformed or records another contract."""
         try:
             record = json.loads(text)
+            if record.get("contract", contract) != contract:
+                raise ValueError(f"it records {record.get('contract')!r}, not {contract}")
             return cls(
                 address=to_checksum_address(record["address"]),
                 chain_id=int(record["chainId"]),
@@ -148,9 +152,10 @@ class Deployment:
                 code_hash=_hex_bytes(record["codeHash"]),
                 block_number=int(record["blockNumber"]),
                 action="reused",
+                contract=contract,
             )
-        except (KeyError, TypeError, ValueError) as exc:
-            raise DeploymentError(f"deployment record is malformed: {exc!r}") from exc
+        except (AttributeError, KeyError, TypeError, ValueError) as exc:
+            raise DeploymentError(f"{contract} deployment record is malformed: {exc!r}") from exc
 
 
 class AnchorRefusedError(AnchorError):

@@ -32,7 +32,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from enum import IntEnum
 from pathlib import Path
 from typing import Any, Literal, NoReturn, Protocol, TypedDict
@@ -40,7 +40,6 @@ from typing import Any, Literal, NoReturn, Protocol, TypedDict
 from eth_account import Account
 from eth_utils.address import to_checksum_address
 from eth_utils.crypto import keccak
-from hexbytes import HexBytes
 from sqlalchemy import BigInteger, Engine, Integer, LargeBinary, insert, select, update
 from sqlalchemy.exc import SQLAlchemyError
 from sqlmodel import Column, Field, SQLModel
@@ -52,6 +51,7 @@ from web3.types import Wei as Web3Wei
 from ledger.chain import (
     DEPLOY_TIMEOUT_S,
     RPC_TIMEOUT_S,
+    Deployment,
     TxReceipt,
     decode_custom_error,
     deploy_registry,
@@ -529,61 +529,15 @@ def _decode_event(log: Any) -> EscrowEvent:
 
 # -- deployment --------------------------------------------------------------------------
 
-DeploymentAction = Literal["deployed", "reused", "redeployed"]
-
-
-@dataclass(frozen=True)
-class EscrowDeployment:
-    """Where TaskEscrow lives. `code_hash` = keccak256 of its runtime code on chain."""
-
-    address: str
-    chain_id: int
-    tx_hash: bytes
-    code_hash: bytes
-    block_number: int
-    action: DeploymentAction = field(default="deployed", compare=False)
-
-    def to_json(self) -> str:
-        record = {
-            "contract": ESCROW_CONTRACT,
-            "address": self.address,
-            "chainId": self.chain_id,
-            "txHash": "0x" + self.tx_hash.hex(),
-            "codeHash": "0x" + self.code_hash.hex(),
-            "blockNumber": self.block_number,
-        }
-        return json.dumps(record, indent=2, sort_keys=True) + "\n"
-
-    @classmethod
-    def from_json(cls, text: str) -> EscrowDeployment:
-        """Raises DeploymentError when malformed or not a TaskEscrow record."""
-        try:
-            record = json.loads(text)
-            if record.get("contract") != ESCROW_CONTRACT:
-                raise ValueError(f"it records {record.get('contract')!r}, not {ESCROW_CONTRACT}")
-            return cls(
-                address=to_checksum_address(record["address"]),
-                chain_id=int(record["chainId"]),
-                tx_hash=bytes(HexBytes(record["txHash"])),
-                code_hash=bytes(HexBytes(record["codeHash"])),
-                block_number=int(record["blockNumber"]),
-                action="reused",
-            )
-        except (AttributeError, KeyError, TypeError, ValueError) as exc:
-            raise DeploymentError(f"escrow deployment record is malformed: {exc!r}") from exc
+EscrowDeployment = Deployment
+"""Where TaskEscrow lives (a `Deployment` whose `contract` is TaskEscrow)."""
 
 
 def _deploy(
     rpc_url: str, operator_key_hex: str, artifact: ContractArtifact, timeout_s: float
 ) -> EscrowDeployment:
     deployed = deploy_registry(rpc_url, operator_key_hex, artifact=artifact, timeout_s=timeout_s)
-    return EscrowDeployment(
-        deployed.address,
-        deployed.chain_id,
-        deployed.tx_hash,
-        deployed.code_hash,
-        deployed.block_number,
-    )
+    return replace(deployed, contract=ESCROW_CONTRACT)
 
 
 def deploy_escrow(
@@ -623,7 +577,7 @@ def ensure_escrow(
         return deployment
     except OSError as exc:
         raise DeploymentError(f"cannot read {deployment_file}: {exc}") from exc
-    recorded = EscrowDeployment.from_json(text)
+    recorded = Deployment.from_json(text, ESCROW_CONTRACT)
     w3 = make_web3(rpc_url)
     with mapped_chain_errors(rpc_url, "checking the escrow"):
         chain_id = int(w3.eth.chain_id)
