@@ -228,6 +228,14 @@ def _port_is_free(port: int, host: str = DEVNET_HOST) -> bool:
     return True
 
 
+def _something_listens(port: int, host: str = DEVNET_HOST) -> bool:
+    """True when a server accepts connections on the port. (A bind test would also refuse
+    the port while connections to a devnet that just stopped are still closing.)"""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.settimeout(1.0)
+        return sock.connect_ex((host, port)) == 0
+
+
 class Devnet:
     """A managed anvil for one accord home.
 
@@ -272,7 +280,7 @@ class Devnet:
                     f"{self.rpc_url}; stop it with `accord devnet down` and start it again"
                 )
             return self._info(running, chain_id, reused=True)
-        if not _port_is_free(self.port):
+        if _something_listens(self.port):
             raise DevnetError(
                 f"port {self.port} on {DEVNET_HOST} is already in use by another process; "
                 "choose another with ACCORD_DEVNET_PORT"
