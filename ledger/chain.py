@@ -587,7 +587,7 @@ def ensure_registry(
         text = deployment_file.read_text(encoding="utf-8")
     except FileNotFoundError:
         deployment = deploy_registry(rpc_url, operator_key_hex, artifact=artifact)
-        _write_deployment(deployment_file, deployment)
+        write_deployment(deployment_file, deployment)
         return deployment
     except OSError as exc:
         raise DeploymentError(f"cannot read {deployment_file}: {exc}") from exc
@@ -604,7 +604,7 @@ def ensure_registry(
     if not code:
         deployment = deploy_registry(rpc_url, operator_key_hex, artifact=artifact)
         deployment = replace(deployment, action="redeployed")
-        _write_deployment(deployment_file, deployment)
+        write_deployment(deployment_file, deployment)
         return deployment
     if keccak(code) != recorded.code_hash:
         _refuse(deployment_file, f"the code at {recorded.address} has another hash")
@@ -628,7 +628,7 @@ def _refuse(deployment_file: Path, why: str) -> NoReturn:
     raise DeploymentError(f"the deployment recorded in {deployment_file} does not hold: {why}")
 
 
-def _write_deployment(path: Path, deployment: Deployment) -> None:
+def write_deployment(path: Path, deployment: Deployment) -> None:
     """Write deployment.json atomically (temp file + rename)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     temporary = path.with_name(path.name + ".tmp")

@@ -30,7 +30,6 @@ On chain a task is keyed by `task_id_hash(task_id)` = keccak256 of its UTF-8 id.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from enum import IntEnum
@@ -63,6 +62,7 @@ from ledger.chain import (
     send_raw_transaction,
     transaction_receipt,
     with_gas_margin,
+    write_deployment,
 )
 from ledger.contracts import ContractArtifact, load_artifact
 from ledger.errors import ChainUnavailableError, DeploymentError
@@ -573,7 +573,7 @@ def ensure_escrow(
         text = deployment_file.read_text(encoding="utf-8")
     except FileNotFoundError:
         deployment = _deploy(rpc_url, operator_key_hex, artifact, DEPLOY_TIMEOUT_S)
-        _write_deployment(deployment_file, deployment)
+        write_deployment(deployment_file, deployment)
         return deployment
     except OSError as exc:
         raise DeploymentError(f"cannot read {deployment_file}: {exc}") from exc
@@ -591,7 +591,7 @@ def ensure_escrow(
         deployment = replace(
             _deploy(rpc_url, operator_key_hex, artifact, DEPLOY_TIMEOUT_S), action="redeployed"
         )
-        _write_deployment(deployment_file, deployment)
+        write_deployment(deployment_file, deployment)
         return deployment
     if keccak(code) != recorded.code_hash:
         _refuse(deployment_file, f"the code at {recorded.address} has another hash")
@@ -605,13 +605,6 @@ def ensure_escrow(
 
 def _refuse(deployment_file: Path, why: str) -> NoReturn:
     raise DeploymentError(f"the escrow recorded in {deployment_file} does not hold: {why}")
-
-
-def _write_deployment(path: Path, deployment: EscrowDeployment) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(path.name + ".tmp")
-    temporary.write_text(deployment.to_json(), encoding="utf-8")
-    os.replace(temporary, path)
 
 
 # -- in memory ---------------------------------------------------------------------------
