@@ -228,6 +228,10 @@ def _port_is_free(port: int, host: str = DEVNET_HOST) -> bool:
     return True
 
 
+PORT_RELEASE_S = 5.0
+"""How long `up` waits for a port still held by a devnet that is shutting down."""
+
+
 def _something_listens(port: int, host: str = DEVNET_HOST) -> bool:
     """True when a server accepts connections on the port. (A bind test would also refuse
     the port while connections to a devnet that just stopped are still closing.)"""
@@ -280,6 +284,9 @@ class Devnet:
                     f"{self.rpc_url}; stop it with `accord devnet down` and start it again"
                 )
             return self._info(running, chain_id, reused=True)
+        deadline = time.monotonic() + PORT_RELEASE_S
+        while _something_listens(self.port) and time.monotonic() < deadline:
+            time.sleep(0.1)  # a devnet stopped a moment ago may still be closing its listener
         if _something_listens(self.port):
             raise DevnetError(
                 f"port {self.port} on {DEVNET_HOST} is already in use by another process; "
