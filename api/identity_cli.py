@@ -90,7 +90,12 @@ def capability_list(as_json: JsonFlag = False) -> None:
         for c in REGISTRY.values()
     ]
     if as_json:
-        _emit(rows)
+        _emit(
+            [
+                {**row, "input_schema": c.input_schema, "output_schema": c.output_schema}
+                for row, c in zip(rows, REGISTRY.values(), strict=True)
+            ]
+        )
         return
     table = Table(title="capabilities", title_justify="left")
     for column in ("name", "items", "threshold", "description"):
@@ -100,6 +105,40 @@ def capability_list(as_json: JsonFlag = False) -> None:
             str(row["name"]), str(row["items"]), str(row["threshold"]), str(row["description"])
         )
     out.print(table)
+
+
+@capability_app.command("show")
+def capability_show(
+    name: Annotated[str, typer.Argument(help="The capability, e.g. arithmetic.")],
+    as_json: JsonFlag = False,
+) -> None:
+    """A capability as a skill: its input and output schemas and an example of each."""
+    try:
+        skill = get_capability(name)
+    except ExamError as exc:
+        _fail(str(exc), code=2)
+    example_input, example_output = skill.example()
+    shown = {
+        "name": skill.name,
+        "description": skill.description,
+        "version": skill.version,
+        "input_schema": skill.input_schema,
+        "output_schema": skill.output_schema,
+        "example": {"input": example_input, "output": example_output},
+    }
+    if as_json:
+        _emit(shown)
+        return
+    out.print(f"[bold]{skill.name}[/] (version {skill.version})")
+    out.print(skill.description, markup=False)
+    for title, value in (
+        ("input schema", skill.input_schema),
+        ("output schema", skill.output_schema),
+        ("example input", example_input),
+        ("example output", example_output),
+    ):
+        out.print(f"\n[bold]{title}[/]")
+        out.print(json.dumps(value, indent=2, ensure_ascii=False), markup=False, soft_wrap=True)
 
 
 # -- agent -------------------------------------------------------------------------------------

@@ -9,7 +9,8 @@ IdentityError
 ├── BindingError            a payout-address binding lacks or fails one of its signatures
 ├── ExamError               an exam cannot be started, answered or graded
 │   ├── RateLimitedError    too many attempts; `retry_after` seconds
-│   └── DeadlineError       an answer came after its item's deadline
+│   ├── DeadlineError       an answer came after its item's deadline
+│   └── SchemaViolation     a skill's input or output breaks its JSON Schema (`path`, `reason`)
 └── RegistryError           an agent or credential name/id is invalid, taken or unknown
 """
 
@@ -59,6 +60,19 @@ class RateLimitedError(ExamError):
 
 class DeadlineError(ExamError):
     """An answer arrived after its item's deadline."""
+
+
+class SchemaViolation(ExamError):
+    """A capability's input or output does not validate against its JSON Schema.
+
+    `path` is the JSON path of the offending value (`$` for the whole document, `$.figures[2]`
+    inside it) and `reason` says what is wrong with it.
+    """
+
+    def __init__(self, path: str, reason: str) -> None:
+        super().__init__(f"{path}: {reason}")
+        self.path = path
+        self.reason = reason
 
 
 class RegistryError(IdentityError):

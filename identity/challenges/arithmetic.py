@@ -1,14 +1,16 @@
-"""Capability `arithmetic`: exact integer expressions and unit conversions.
+"""Capability `arithmetic`: exact integer expressions, unit conversions and figures.
 
-Items are either an expression over integers with plus, minus, times, divide (printed with the
-Unicode minus, multiplication and division signs) and parentheses, or a conversion between units
-of one dimension (length, mass, time). Every answer is an exact rational number; the grader
-accepts an integer, a decimal string ("-12.5") or a fraction string ("25/2") and compares with
-`Fraction`. Floats are refused: they are not exact.
+Exam items are either an expression over integers with plus, minus, times, divide (printed with
+the Unicode minus, multiplication and division signs) and parentheses, or a conversion between
+units of one dimension (length, mass, time). A requester may also give a list of decimal figures
+and an operation (sum, product, mean, min, max): "sum these invoice figures". Every answer is an
+exact rational number; the grader accepts an integer, a decimal string ("-12.5") or a fraction
+string ("25/2") and compares with `Fraction`. Floats are refused: they are not exact.
 """
 
 from __future__ import annotations
 
+import copy
 import random
 import re
 from dataclasses import dataclass
@@ -17,6 +19,7 @@ from fractions import Fraction
 
 from identity.challenges.base import (
     JSON,
+    JSON_SCHEMA_DIALECT,
     ExamItem,
     Grade,
     JSONObject,
@@ -24,6 +27,7 @@ from identity.challenges.base import (
     correct,
     generate_items,
     private_field,
+    render_instruction,
     wrong,
 )
 from identity.errors import ExamError
@@ -53,6 +57,13 @@ UNITS: dict[str, tuple[str, Fraction]] = {
 """Each unit's dimension and its size in the dimension's base unit (m, g, s)."""
 
 MAX_ANSWER_CHARS = 200
+MAX_EXPRESSION_CHARS = 1000
+MAX_FIGURES = 1000
+MAX_FIGURE_CHARS = 40
+FIGURE_OPERATIONS = ("sum", "product", "mean", "min", "max")
+DECIMAL_PATTERN = r"^-?\d+(\.\d+)?$"
+EXPRESSION_PATTERN = r"^[0-9+*/()\s\u2212\u00d7\u00f7-]+$"
+EXACT_NUMBER_PATTERN = r"^\s*[+\u2212-]?\d+(\.\d+|\s*/\s*\d*[1-9]\d*)?\s*$"
 _INTEGER = re.compile(r"[+-]?\d+")
 _DECIMAL = re.compile(r"[+-]?\d+\.\d+")
 _FRACTION = re.compile(r"([+-]?\d+)\s*/\s*(\d+)")
@@ -141,17 +152,50 @@ def format_fraction(value: Fraction) -> str:
     )
 
 
-ANSWER_RULES = (
-    "Answer with the exact value: a JSON integer, or a string holding an integer, a decimal "
-    'such as "-12.5", or a fraction such as "25/2". Floats are not accepted.'
-)
+FIGURE_TASKS = {
+    "sum": "Compute the exact sum of these figures: {figures}.",
+    "product": "Compute the exact product of these figures: {figures}.",
+    "mean": "Compute the exact mean (the sum divided by the count) of these figures: {figures}.",
+    "min": "Find the smallest of these figures: {figures}.",
+    "max": "Find the largest of these figures: {figures}.",
+}
+
+
+def _string(input: JSONObject, key: str) -> str:
+    value = input.get(key)
+    if not isinstance(value, str):
+        raise ExamError(f"an arithmetic input needs a string {key!r}")
+    return value
+
+
+def instruction(input: JSONObject) -> str:
+    """The instruction for an arithmetic input (template `arithmetic.txt`).
+
+    Raises ExamError for an input of no known kind or lacking a field its kind needs.
+    """
+    kind = input.get("kind")
+    if kind == "expression":
+        task = f"Compute the exact value of {_string(input, 'expression')}."
+    elif kind == "conversion":
+        value, source, target = (_string(input, key) for key in ("value", "from", "to"))
+        task = f"Convert {value} {source} to {target}."
+    elif kind == "figures":
+        figures = input.get("figures")
+        operation = input.get("operation")
+        if not isinstance(figures, list) or not all(isinstance(f, str) for f in figures):
+            raise ExamError("a figures input needs a list of decimal strings")
+        if not isinstance(operation, str) or operation not in FIGURE_TASKS:
+            raise ExamError(f"unknown figures operation {operation!r}")
+        task = FIGURE_TASKS[operation].format(figures=", ".join(str(f) for f in figures))
+    else:
+        raise ExamError(f"unknown arithmetic input kind {kind!r}")
+    return render_instruction(NAME, {"task": task})
 
 
 def _make_expression_item(rng: random.Random) -> tuple[str, JSONObject, JSONObject]:
     expression, value = random_expression(rng)
-    text = render(expression)
-    prompt = f"Compute the exact value of {text}. {ANSWER_RULES}"
-    return prompt, {"kind": "expression", "expression": text}, {"answer": format_fraction(value)}
+    payload: JSONObject = {"kind": "expression", "expression": render(expression)}
+    return instruction(payload), payload, {"answer": format_fraction(value)}
 
 
 def _make_conversion_item(rng: random.Random) -> tuple[str, JSONObject, JSONObject]:
@@ -160,9 +204,8 @@ def _make_conversion_item(rng: random.Random) -> tuple[str, JSONObject, JSONObje
     source, target = rng.sample(units, 2)
     amount = random_decimal(rng)
     value = Fraction(amount) * UNITS[source][1] / UNITS[target][1]
-    prompt = f"Convert {amount} {source} to {target}. {ANSWER_RULES}"
     payload: JSONObject = {"kind": "conversion", "value": str(amount), "from": source, "to": target}
-    return prompt, payload, {"answer": format_fraction(value)}
+    return instruction(payload), payload, {"answer": format_fraction(value)}
 
 
 def _make_item(rng: random.Random, item_id: str) -> tuple[str, JSONObject, JSONObject]:
@@ -198,18 +241,129 @@ def parse_exact_number(answer: JSON) -> Fraction | str:
     return f"not an integer, decimal or fraction: {answer[:40]!r}"
 
 
+def _kind_schema(kind: str, properties: JSONObject) -> JSONObject:
+    """The rule `kind == <kind>` implies the object has exactly `properties`, all required."""
+    required: list[JSON] = ["kind", *properties]
+    return {
+        "if": {"required": ["kind"], "properties": {"kind": {"const": kind}}},
+        "then": {
+            "required": required,
+            "properties": {"kind": {"const": kind}, **properties},
+            "additionalProperties": False,
+        },
+    }
+
+
+def _same_dimension(dimension: str) -> JSONObject:
+    units: list[JSON] = [unit for unit, (found, _) in UNITS.items() if found == dimension]
+    return {
+        "if": {"required": ["from"], "properties": {"from": {"enum": units}}},
+        "then": {"properties": {"to": {"enum": units}}},
+    }
+
+
+UNIT_NAMES: list[JSON] = list(UNITS)
+INPUT_SCHEMA: JSONObject = {
+    "$schema": JSON_SCHEMA_DIALECT,
+    "title": "arithmetic input",
+    "description": (
+        "An integer expression, a unit conversion, or decimal figures and an operation on them."
+    ),
+    "type": "object",
+    "required": ["kind"],
+    "properties": {"kind": {"enum": ["expression", "conversion", "figures"]}},
+    "allOf": [
+        _kind_schema(
+            "expression",
+            {
+                "expression": {
+                    "type": "string",
+                    "minLength": 1,
+                    "maxLength": MAX_EXPRESSION_CHARS,
+                    "pattern": EXPRESSION_PATTERN,
+                    "description": "integers, + - * / (or \u2212 \u00d7 \u00f7) and brackets",
+                }
+            },
+        ),
+        _kind_schema(
+            "conversion",
+            {
+                "value": {
+                    "type": "string",
+                    "maxLength": MAX_FIGURE_CHARS,
+                    "pattern": DECIMAL_PATTERN,
+                },
+                "from": {"enum": UNIT_NAMES},
+                "to": {"enum": UNIT_NAMES},
+            },
+        ),
+        _kind_schema(
+            "figures",
+            {
+                "figures": {
+                    "type": "array",
+                    "minItems": 1,
+                    "maxItems": MAX_FIGURES,
+                    "items": {
+                        "type": "string",
+                        "maxLength": MAX_FIGURE_CHARS,
+                        "pattern": DECIMAL_PATTERN,
+                    },
+                },
+                "operation": {"enum": list(FIGURE_OPERATIONS)},
+            },
+        ),
+        *(_same_dimension(dimension) for dimension in ("length", "mass", "time")),
+    ],
+}
+OUTPUT_SCHEMA: JSONObject = {
+    "$schema": JSON_SCHEMA_DIALECT,
+    "title": "arithmetic output",
+    "description": (
+        'The exact value: a JSON integer, or a string holding an integer, a decimal ("-12.5") '
+        'or a fraction ("25/2"). Floats are not exact and are refused.'
+    ),
+    "anyOf": [
+        {"type": "integer"},
+        {"type": "string", "maxLength": MAX_ANSWER_CHARS, "pattern": EXACT_NUMBER_PATTERN},
+    ],
+}
+EXAMPLE_INPUT: JSONObject = {
+    "kind": "figures",
+    "figures": ["120.50", "43.19"],
+    "operation": "sum",
+}
+EXAMPLE_OUTPUT: JSON = "163.69"
+
+
 @dataclass(frozen=True)
 class ArithmeticCapability:
     """Exact arithmetic and unit conversion, all-or-nothing per item."""
 
     name: str = NAME
     description: str = (
-        "Exact arithmetic on integer expressions with + - * / and parentheses, and unit "
-        "conversions (km/m/cm/mm, t/kg/g/mg, h/min/s), answered as exact numbers."
+        "Exact arithmetic on integer expressions with + - * / and parentheses, unit "
+        "conversions (km/m/cm/mm, t/kg/g/mg, h/min/s), and the sum, product, mean, minimum or "
+        "maximum of decimal figures, answered as exact numbers."
     )
     version: str = VERSION
     item_count: int = 20
     threshold: Fraction = Fraction(4, 5)
+
+    @property
+    def input_schema(self) -> JSONObject:
+        return copy.deepcopy(INPUT_SCHEMA)
+
+    @property
+    def output_schema(self) -> JSONObject:
+        return copy.deepcopy(OUTPUT_SCHEMA)
+
+    def instruction(self, input: JSONObject) -> str:
+        """Raises ExamError for an input of no known kind or lacking a field its kind needs."""
+        return instruction(input)
+
+    def example(self) -> tuple[JSONObject, JSON]:
+        return copy.deepcopy(EXAMPLE_INPUT), EXAMPLE_OUTPUT
 
     def generate(self, seed: bytes, n: int) -> list[ExamItem]:
         """Raises ExamError on a seed shorter than 16 bytes or `n` outside 0..1000."""

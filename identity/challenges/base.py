@@ -4,6 +4,10 @@ Everything here is pure. Randomness comes only from seeds: every item has its ow
 `random.Random` seeded from SHA-256 over (seed, capability, version, index), so an auditor who
 learns the revealed exam seed regenerates exactly the items the agent saw and re-grades them.
 Thresholds are `Fraction`s and scores are integer points, so nothing hashed or logged is a float.
+
+A capability is a typed skill: besides its exam it declares the JSON Schemas of the input it takes
+and the output it gives, and renders the instruction for an input from its template file
+`templates/<name>.txt` (the only file this module reads, once per template).
 """
 
 from __future__ import annotations
@@ -11,10 +15,13 @@ from __future__ import annotations
 import copy
 import hashlib
 import random
-from collections.abc import Callable, Iterable
+import string
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from fractions import Fraction
+from functools import cache
+from pathlib import Path
 from typing import Protocol, TypeAlias
 
 from identity.errors import DeadlineError, ExamError
@@ -27,6 +34,8 @@ MAX_ITEMS_PER_CALL = 1000
 ITEM_SEED_DOMAIN = b"accord/exam/item-seed/v1"
 ITEM_RNG_DOMAIN = b"accord/exam/item-rng/v1"
 ITEM_ID_DOMAIN = b"accord/exam/item-id/v1"
+TEMPLATES_DIR = Path(__file__).with_name("templates")
+JSON_SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
 
 
 @dataclass(frozen=True)
@@ -84,7 +93,12 @@ def wrong(item: ExamItem, reason: str) -> Grade:
 
 
 class Capability(Protocol):
-    """A testable skill: a seeded item generator and a deterministic grader."""
+    """A typed, testable skill: input and output schemas, an instruction template, a seeded
+    exam generator and a deterministic grader.
+
+    Exams exercise exactly the interface real work uses: every generated item's payload is a
+    valid input, its prompt is `instruction(payload)`, and a right answer is a valid output.
+    """
 
     @property
     def name(self) -> str: ...
@@ -107,6 +121,28 @@ class Capability(Protocol):
         """The fraction of points (0..1, exact) needed to pass."""
         ...
 
+    @property
+    def input_schema(self) -> JSONObject:
+        """The JSON Schema (draft 2020-12) of the inputs this skill takes (a fresh copy)."""
+        ...
+
+    @property
+    def output_schema(self) -> JSONObject:
+        """The JSON Schema (draft 2020-12) of the outputs it gives (a fresh copy)."""
+        ...
+
+    def instruction(self, input: JSONObject) -> str:
+        """The instruction an agent gets for `input`, rendered from `templates/<name>.txt`.
+
+        Expects an input valid against `input_schema`; raises ExamError if the template and the
+        values rendered into it do not match.
+        """
+        ...
+
+    def example(self) -> tuple[JSONObject, JSON]:
+        """One valid input and its right output (fresh copies)."""
+        ...
+
     def generate(self, seed: bytes, n: int) -> list[ExamItem]:
         """`n` fresh items from `seed`. Raises ExamError on a short seed or a bad `n`."""
         ...
@@ -114,6 +150,48 @@ class Capability(Protocol):
     def grade(self, item: ExamItem, answer: JSON) -> Grade:
         """Grade `answer`. Raises ExamError if `item` is not an item of this capability."""
         ...
+
+
+@cache
+def load_template(name: str) -> str:
+    """The text of `templates/<name>.txt` without its final newline.
+
+    Raises ExamError if there is no such template.
+    """
+    if not name.isidentifier():
+        raise ExamError(f"not a template name: {name!r}")
+    try:
+        text = (TEMPLATES_DIR / f"{name}.txt").read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ExamError(f"no instruction template {name!r}: {exc.strerror}") from exc
+    return text.removesuffix("\n")
+
+
+def render_template(template: str, values: Mapping[str, str], name: str = "template") -> str:
+    """`template` with `values` substituted by `string.Template.substitute`, strictly.
+
+    Raises ExamError for an invalid placeholder (write `$$` for a dollar sign), a placeholder
+    without a value, or a value without a placeholder.
+    """
+    parsed = string.Template(template)
+    if not parsed.is_valid():
+        raise ExamError(f"{name} has an invalid placeholder (write $$ for a dollar sign)")
+    placeholders = set(parsed.get_identifiers())
+    missing = sorted(placeholders - set(values))
+    if missing:
+        raise ExamError(f"{name} needs a value for {', '.join(missing)}")
+    unused = sorted(set(values) - placeholders)
+    if unused:
+        raise ExamError(f"{name} has no placeholder for {', '.join(unused)}")
+    return parsed.substitute(values)
+
+
+def render_instruction(name: str, values: Mapping[str, str]) -> str:
+    """The instruction template `templates/<name>.txt` rendered with `values`, strictly.
+
+    Raises ExamError if there is no such template or it does not match `values`.
+    """
+    return render_template(load_template(name), values, f"instruction template {name}")
 
 
 def _length_prefixed(*parts: bytes) -> bytes:

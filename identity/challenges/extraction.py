@@ -5,10 +5,14 @@ form or a letter) from invented fields, with distractors (an order date beside t
 subtotal beside the total, doors-open beside the start time). The agent returns one JSON object;
 the grader compares field by field under the normalisation rules the prompt states, and the item
 earns its point only when every field is right.
+
+Real work takes the same input, a requester's document and the fields wanted from it; `kind`
+(invoice, event, shipment) is optional there, and any subset or other set of fields may be asked.
 """
 
 from __future__ import annotations
 
+import copy
 import random
 import re
 import unicodedata
@@ -20,6 +24,7 @@ from fractions import Fraction
 from identity.challenges import names
 from identity.challenges.base import (
     JSON,
+    JSON_SCHEMA_DIALECT,
     ExamItem,
     Grade,
     JSONObject,
@@ -27,6 +32,7 @@ from identity.challenges.base import (
     correct,
     generate_items,
     private_field,
+    render_instruction,
     wrong,
 )
 from identity.errors import ExamError
@@ -34,18 +40,16 @@ from identity.errors import ExamError
 NAME = "extraction"
 VERSION = "1"
 MAX_VALUE_CHARS = 200
+MAX_DOCUMENT_CHARS = 100_000
+MAX_FIELDS = 50
+MAX_FIELD_DESCRIPTION_CHARS = 500
+FIELD_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]{0,63}$"
 
 CURRENCY_SYMBOLS = {"EUR": "€", "USD": "$", "GBP": "£", "CHF": ""}
 TAX_RATES = [5, 7, 10, 19, 20, 25]
 
 FIELD_TYPES = ("text", "date", "time", "amount", "currency")
-NORMALISATION_RULES = (
-    "Normalisation: text fields (names, ids, places, emails) are compared ignoring case and "
-    "surrounding or repeated whitespace; dates as YYYY-MM-DD; times as HH:MM on a 24-hour clock; "
-    'amounts as a decimal string without currency sign or thousands separators (e.g. "1234.50"; '
-    "its exact value is compared, floats are refused); currencies as the ISO 4217 code (EUR, "
-    "USD, GBP, CHF)."
-)
+DOCUMENT_KINDS = ("invoice", "event", "shipment")
 
 
 @dataclass(frozen=True)
@@ -258,17 +262,95 @@ def _make_item(rng: random.Random, item_id: str) -> tuple[str, JSONObject, JSONO
     kind = rng.choice(list(DOCUMENT_MAKERS))
     text, expected = DOCUMENT_MAKERS[kind](rng)
     fields = DOCUMENT_FIELDS[kind]
-    field_list = "; ".join(f"{f.name} ({f.type}): {f.description}" for f in fields)
-    prompt = (
-        f"Extract these fields from the {kind} document in the payload and answer with one JSON "
-        f"object with exactly these keys: {field_list}. {NORMALISATION_RULES}"
-    )
     payload: JSONObject = {
         "kind": kind,
         "document": text,
         "fields": {f.name: {"type": f.type, "description": f.description} for f in fields},
     }
-    return prompt, payload, {"expected": expected}
+    return instruction(payload), payload, {"expected": expected}
+
+
+def instruction(input: JSONObject) -> str:
+    """The instruction for a document and the fields wanted (template `extraction.txt`).
+
+    Raises ExamError if the fields are not an object of {type, description} specs.
+    """
+    kind, fields = input.get("kind"), input.get("fields")
+    if not isinstance(fields, dict):
+        raise ExamError("an extraction input needs an object of fields")
+    described = []
+    for name, spec in fields.items():
+        if not isinstance(spec, dict):
+            raise ExamError(f"field {name!r} needs a type and a description")
+        described.append(f"{name} ({spec.get('type')}): {spec.get('description')}")
+    source = f"{kind} document" if isinstance(kind, str) else "document"
+    return render_instruction(NAME, {"source": source, "fields": "; ".join(described)})
+
+
+INPUT_SCHEMA: JSONObject = {
+    "$schema": JSON_SCHEMA_DIALECT,
+    "title": "extraction input",
+    "description": "A document and the fields to extract from it, each with a type.",
+    "type": "object",
+    "required": ["document", "fields"],
+    "additionalProperties": False,
+    "properties": {
+        "kind": {"enum": list(DOCUMENT_KINDS), "description": "the kind of document, if known"},
+        "document": {"type": "string", "minLength": 1, "maxLength": MAX_DOCUMENT_CHARS},
+        "fields": {
+            "type": "object",
+            "minProperties": 1,
+            "maxProperties": MAX_FIELDS,
+            "propertyNames": {"pattern": FIELD_NAME_PATTERN},
+            "additionalProperties": {
+                "type": "object",
+                "required": ["type", "description"],
+                "additionalProperties": False,
+                "properties": {
+                    "type": {"enum": list(FIELD_TYPES)},
+                    "description": {
+                        "type": "string",
+                        "minLength": 1,
+                        "maxLength": MAX_FIELD_DESCRIPTION_CHARS,
+                    },
+                },
+            },
+        },
+    },
+}
+OUTPUT_SCHEMA: JSONObject = {
+    "$schema": JSON_SCHEMA_DIALECT,
+    "title": "extraction output",
+    "description": (
+        "One JSON object with exactly the fields asked for: text as written, dates as "
+        "YYYY-MM-DD, times as HH:MM, amounts as plain decimal strings, currencies as ISO codes."
+    ),
+    "type": "object",
+    "propertyNames": {"pattern": FIELD_NAME_PATTERN},
+    "additionalProperties": {
+        "anyOf": [{"type": "string", "maxLength": MAX_VALUE_CHARS}, {"type": "integer"}]
+    },
+}
+EXAMPLE_INPUT: JSONObject = {
+    "document": (
+        "Brelmor Works Ltd\n12 Quolven Lane, Kelvaholm\n\n"
+        "INVOICE No. KXQ-20493\n"
+        "Bill to: Druvex Instruments GmbH\n"
+        "Order date: 2 March 2031\n"
+        "Invoice date: March 14, 2031\n"
+        "Payment due: 2031-04-13\n"
+        "Purchase order: TR-004821\n\n"
+        "Subtotal: \u20ac1,000.00\n"
+        "Tax (19%): \u20ac190.00\n"
+        "Total due: \u20ac1,190.00\n"
+    ),
+    "fields": {
+        "issue_date": {"type": "date", "description": "the date the invoice was issued"},
+        "total": {"type": "amount", "description": "the total payable, tax included"},
+        "currency": {"type": "currency", "description": "the currency of the amounts"},
+    },
+}
+EXAMPLE_OUTPUT: JSON = {"issue_date": "2031-03-14", "total": "1190.00", "currency": "EUR"}
 
 
 def normalise_text(value: str) -> str:
@@ -328,6 +410,21 @@ class ExtractionCapability:
     version: str = VERSION
     item_count: int = 10
     threshold: Fraction = Fraction(4, 5)
+
+    @property
+    def input_schema(self) -> JSONObject:
+        return copy.deepcopy(INPUT_SCHEMA)
+
+    @property
+    def output_schema(self) -> JSONObject:
+        return copy.deepcopy(OUTPUT_SCHEMA)
+
+    def instruction(self, input: JSONObject) -> str:
+        """Raises ExamError if the fields are not an object of {type, description} specs."""
+        return instruction(input)
+
+    def example(self) -> tuple[JSONObject, JSON]:
+        return copy.deepcopy(EXAMPLE_INPUT), copy.deepcopy(EXAMPLE_OUTPUT)
 
     def generate(self, seed: bytes, n: int) -> list[ExamItem]:
         """Raises ExamError on a seed shorter than 16 bytes or `n` outside 0..1000."""

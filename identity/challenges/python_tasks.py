@@ -3,14 +3,19 @@
 Each item draws a task family (sum of multiples, rotation, Caesar shift, bracket balance, …) and
 its parameters, a function name bound to the item (so source copied from another item names the
 wrong function), two visible examples and hidden test cases with expected results computed by a
-trusted oracle here. The task spec (family, parameters, signature) is in the payload; the hidden
-cases are private. Grading runs the answer in `sandbox.run_function_cases` and compares each
-return value structurally (bool is not int; tuples arrive as lists). All values stay within
-I-JSON integers so items can be hashed with canonical JSON.
+trusted oracle here. The task spec (function name, signature, description, examples, and the
+family and parameters it was drawn from) is in the payload; the hidden cases are private.
+Grading runs the answer in `sandbox.run_function_cases` and compares each return value
+structurally (bool is not int; tuples arrive as lists). All values stay within I-JSON integers so
+items can be hashed with canonical JSON.
+
+Real work takes the same function spec from a requester, without `family` and `params` (they only
+say which generator family an exam task came from).
 """
 
 from __future__ import annotations
 
+import copy
 import random
 import string
 from collections import Counter
@@ -20,6 +25,7 @@ from fractions import Fraction
 
 from identity.challenges.base import (
     JSON,
+    JSON_SCHEMA_DIALECT,
     ExamItem,
     Grade,
     JSONObject,
@@ -28,16 +34,23 @@ from identity.challenges.base import (
     generate_items,
     json_equal,
     private_field,
+    render_instruction,
     wrong,
 )
 from identity.challenges.sandbox import DEFAULT_LIMITS, MiB, SandboxLimits, run_function_cases
 from identity.errors import ExamError
 
 NAME = "python"
-VERSION = "1"
+VERSION = "2"
+"""2: the payload carries the task's `description` (the instruction is rendered from it)."""
 HIDDEN_RANDOM_CASES = 10
 VISIBLE_EXAMPLES = 2
 MAX_SOURCE_CHARS = 20_000
+MAX_EXAMPLES = 100
+MAX_DESCRIPTION_CHARS = 10_000
+MAX_SIGNATURE_CHARS = 1000
+IDENTIFIER_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]{0,99}$"
+SIGNATURE_PATTERN = r"^def [A-Za-z_][A-Za-z0-9_]*\("
 ORDINALS = {2: "second", 3: "third", 4: "fourth"}
 BRACKET_PAIRS = ["()", "[]", "{}", "<>"]
 
@@ -516,35 +529,111 @@ def make_task(
     suffix = "".join(rng.choice(string.ascii_lowercase) for _ in range(5))
     function_name = f"{family.name}_{suffix}"
     examples: list[JSON] = []
-    example_texts: list[str] = []
     for _ in range(VISIBLE_EXAMPLES):
         args = family.make_args(rng, params)
-        result = family.oracle(params, args)
-        examples.append({"args": args, "result": result})
-        example_texts.append(f"{_call_text(function_name, args)} == {result!r}")
+        examples.append({"args": args, "result": family.oracle(params, args)})
     hidden_args = family.edge_args(params) + [
         family.make_args(rng, params) for _ in range(HIDDEN_RANDOM_CASES)
     ]
     cases: list[JSON] = [
         {"args": args, "expected": family.oracle(params, args)} for args in hidden_args
     ]
-    signature = f"def {function_name}{family.signature}"
-    example_text = "; ".join(example_texts)
-    prompt = (
-        f"Write a Python function `{signature}`. {family.describe(params)} "
-        f"Examples: {example_text}. Answer with the complete source code as one string "
-        "(standard library only). The function must return its result, not print it; it is "
-        f"run on hidden test cases in a sandbox limited to {limits.cpu_seconds} s of CPU and "
-        f"{limits.memory_bytes // MiB} MiB of memory."
-    )
     payload: JSONObject = {
         "family": family.name,
         "function_name": function_name,
-        "signature": signature,
+        "signature": f"def {function_name}{family.signature}",
+        "description": family.describe(params),
         "params": params,
         "examples": examples,
     }
-    return prompt, payload, {"cases": cases}
+    return instruction(payload, limits), payload, {"cases": cases}
+
+
+def instruction(input: JSONObject, limits: SandboxLimits = DEFAULT_LIMITS) -> str:
+    """The instruction for a function spec (template `python.txt`), stating the sandbox limits.
+
+    Raises ExamError if the spec lacks a string function name, signature or description, or its
+    examples are not {args: [...], result} objects.
+    """
+    function_name, signature, description = (
+        input.get(key) for key in ("function_name", "signature", "description")
+    )
+    if not all(isinstance(v, str) for v in (function_name, signature, description)):
+        raise ExamError("a function spec needs a function name, a signature and a description")
+    examples = input.get("examples", [])
+    if not isinstance(examples, list):
+        raise ExamError("a function spec's examples must be a list")
+    example_texts = []
+    for example in examples:
+        if not isinstance(example, dict) or not isinstance(example.get("args"), list):
+            raise ExamError("each example must be an object with a list of args and a result")
+        args = example["args"]
+        assert isinstance(args, list)
+        example_texts.append(f"{_call_text(str(function_name), args)} == {example['result']!r}")
+    return render_instruction(
+        NAME,
+        {
+            "signature": str(signature),
+            "description": str(description),
+            "examples": f"Examples: {'; '.join(example_texts)}. " if example_texts else "",
+            "cpu_seconds": str(limits.cpu_seconds),
+            "memory_mib": str(limits.memory_bytes // MiB),
+        },
+    )
+
+
+INPUT_SCHEMA: JSONObject = {
+    "$schema": JSON_SCHEMA_DIALECT,
+    "title": "python input",
+    "description": "The spec of one Python function: its name, signature, behaviour, examples.",
+    "type": "object",
+    "required": ["function_name", "signature", "description", "examples"],
+    "additionalProperties": False,
+    "properties": {
+        "function_name": {"type": "string", "pattern": IDENTIFIER_PATTERN},
+        "signature": {
+            "type": "string",
+            "maxLength": MAX_SIGNATURE_CHARS,
+            "pattern": SIGNATURE_PATTERN,
+            "description": "the def line without its colon, e.g. 'def total(xs: list[int]) -> int'",
+        },
+        "description": {"type": "string", "minLength": 1, "maxLength": MAX_DESCRIPTION_CHARS},
+        "examples": {
+            "type": "array",
+            "maxItems": MAX_EXAMPLES,
+            "items": {
+                "type": "object",
+                "required": ["args", "result"],
+                "additionalProperties": False,
+                "properties": {"args": {"type": "array"}, "result": {}},
+            },
+        },
+        "family": {
+            "type": "string",
+            "pattern": IDENTIFIER_PATTERN,
+            "description": "the exam task family the spec was drawn from, if any",
+        },
+        "params": {"type": "object", "description": "that family's parameters"},
+    },
+    "dependentRequired": {"family": ["params"], "params": ["family"]},
+}
+OUTPUT_SCHEMA: JSONObject = {
+    "$schema": JSON_SCHEMA_DIALECT,
+    "title": "python output",
+    "description": "The complete source code defining the function (standard library only).",
+    "type": "string",
+    "minLength": 1,
+    "maxLength": MAX_SOURCE_CHARS,
+}
+EXAMPLE_INPUT: JSONObject = {
+    "function_name": "sum_even",
+    "signature": "def sum_even(xs: list[int]) -> int",
+    "description": "Return the sum of the even elements of xs (an empty list gives 0).",
+    "examples": [{"args": [[1, 2, 3, 4]], "result": 6}, {"args": [[]], "result": 0}],
+}
+EXAMPLE_OUTPUT: JSON = (
+    "def sum_even(xs: list[int]) -> int:\n    return sum(x for x in xs if x % 2 == 0)\n"
+)
 
 
 @dataclass(frozen=True)
@@ -560,6 +649,22 @@ class PythonCapability:
     item_count: int = 5
     threshold: Fraction = Fraction(3, 5)
     limits: SandboxLimits = DEFAULT_LIMITS
+
+    @property
+    def input_schema(self) -> JSONObject:
+        return copy.deepcopy(INPUT_SCHEMA)
+
+    @property
+    def output_schema(self) -> JSONObject:
+        return copy.deepcopy(OUTPUT_SCHEMA)
+
+    def instruction(self, input: JSONObject) -> str:
+        """Raises ExamError if the spec lacks a name, signature or description, or has
+        malformed examples."""
+        return instruction(input, self.limits)
+
+    def example(self) -> tuple[JSONObject, JSON]:
+        return copy.deepcopy(EXAMPLE_INPUT), EXAMPLE_OUTPUT
 
     def generate(self, seed: bytes, n: int) -> list[ExamItem]:
         """Raises ExamError on a seed shorter than 16 bytes or `n` outside 0..1000."""

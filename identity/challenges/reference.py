@@ -1,10 +1,15 @@
 """Reference agents: a solver that does the work, and a guesser that must fail.
 
 `solve` reads only what an agent sees (`prompt` and `payload`, never `private`) and answers with
-deterministic skills of its own: an `ast` evaluator with a whitelist for arithmetic, a library of
-source templates driven by the task spec for python, label and sentence patterns for extraction,
-and a fact table parsed from the corpus for retrieval. Passing every threshold with it shows the
-exams are solvable as stated; `random_answer` shows they are not passed by guessing.
+deterministic skills of its own: an `ast` evaluator with a whitelist for arithmetic (and exact
+`Fraction` arithmetic over a requester's decimal figures), a library of source templates driven by
+the task family for python, label and sentence patterns for extraction, and a fact table parsed
+from the corpus for retrieval. Passing every threshold with it shows the exams are solvable as
+stated; `random_answer` shows they are not passed by guessing.
+
+It answers exam items and work items (`skills.work_item`) alike, since both are items with a
+payload valid against the capability's input schema. It is an offline agent, not a model: a
+python spec outside its task families, or a document outside its patterns, is an ExamError.
 """
 
 from __future__ import annotations
@@ -83,9 +88,78 @@ def _exact_answer(value: Fraction) -> JSON:
     return value.numerator if value.denominator == 1 else f"{value.numerator}/{value.denominator}"
 
 
+MAX_EXACT_ANSWER_CHARS = 200
+
+
+def decimal_places(text: str) -> int:
+    """How many digits `text` (a decimal such as "120.50") has after its point."""
+    return len(text.partition(".")[2])
+
+
+def exact_decimal_text(value: Fraction, places: int) -> str | None:
+    """`value` as a decimal string with at least `places` digits after the point ("163.69",
+    "101.00"), or None when it has no finite decimal expansion (such as 1/3)."""
+    denominator, twos, fives = value.denominator, 0, 0
+    while denominator % 2 == 0:
+        denominator, twos = denominator // 2, twos + 1
+    while denominator % 5 == 0:
+        denominator, fives = denominator // 5, fives + 1
+    if denominator != 1:
+        return None
+    places = max(places, twos, fives)
+    scaled = abs(value) * 10**places
+    assert scaled.denominator == 1
+    digits = str(scaled.numerator).rjust(places + 1, "0")
+    sign = "-" if value < 0 else ""
+    if places == 0:
+        return sign + digits
+    return f"{sign}{digits[:-places]}.{digits[-places:]}"
+
+
+def solve_figures(figures: list[str], operation: str) -> str:
+    """The exact result of `operation` over decimal `figures`, as a string: a decimal with at
+    least as many places as the most precise figure when the result has a finite decimal
+    expansion (a sum of "120.50" and "43.19" is "163.69"), otherwise a fraction "p/q".
+
+    Raises ExamError for no figures, a figure that is not a decimal, an unknown operation, or a
+    result longer than an answer may be.
+    """
+    if not figures:
+        raise ExamError("no figures to operate on")
+    try:
+        values = [Fraction(Decimal(figure)) for figure in figures]
+    except (ArithmeticError, ValueError) as exc:
+        raise ExamError(f"not decimal figures: {figures!r}") from exc
+    places = max(decimal_places(figure) for figure in figures)
+    if operation == "sum":
+        result = sum(values, Fraction(0))
+    elif operation == "product":
+        result = Fraction(1)
+        for value in values:
+            result *= value
+        places = 0
+    elif operation == "mean":
+        result = sum(values, Fraction(0)) / len(values)
+    elif operation == "min":
+        result = min(values)
+    elif operation == "max":
+        result = max(values)
+    else:
+        raise ExamError(f"unknown figures operation {operation!r}")
+    text = exact_decimal_text(result, places) or f"{result.numerator}/{result.denominator}"
+    if len(text) > MAX_EXACT_ANSWER_CHARS:
+        raise ExamError(f"the exact {operation} has more than {MAX_EXACT_ANSWER_CHARS} characters")
+    return text
+
+
 def solve_arithmetic(payload: JSONObject) -> JSON:
-    """Raises ExamError on an unknown kind, unit or expression."""
+    """Raises ExamError on an unknown kind, unit, operation or expression, or bad figures."""
     kind = payload.get("kind")
+    if kind == "figures":
+        figures, operation = payload.get("figures"), payload.get("operation")
+        if not isinstance(figures, list) or not all(isinstance(f, str) for f in figures):
+            raise ExamError("figures must be a list of decimal strings")
+        return solve_figures([str(f) for f in figures], str(operation))
     if kind == "expression":
         return _exact_answer(evaluate_expression(str(payload.get("expression"))))
     if kind == "conversion":
@@ -249,14 +323,24 @@ def _literal(value: JSON) -> str:
 
 
 def solve_python(payload: JSONObject) -> JSON:
-    """Source code for the task spec. Raises ExamError on an unknown family or a bad spec."""
+    """Source code for the function spec, from the template of its task family.
+
+    Raises ExamError for a spec that names no family it has a template for (it writes only the
+    functions of the exam's task families) and for a malformed spec.
+    """
     family, name, params = (
         payload.get("family"),
         payload.get("function_name"),
         payload.get("params"),
     )
+    if family is None:
+        raise ExamError(
+            "the reference solver writes only functions of its known task families, and this "
+            "spec names no family (it needs an agent that can program)"
+        )
     if not isinstance(family, str) or family not in TEMPLATES:
-        raise ExamError(f"no template for task family {family!r}")
+        known = ", ".join(sorted(TEMPLATES))
+        raise ExamError(f"no template for task family {family!r} (known: {known})")
     if not isinstance(name, str) or not _IDENTIFIER.fullmatch(name) or not isinstance(params, dict):
         raise ExamError("malformed task spec")
     values = {key: _literal(value) for key, value in params.items()}
@@ -331,80 +415,117 @@ def _first(document: str, *patterns: str) -> str:
     return _search(document, list(patterns)).group(1).strip()
 
 
-def _extract_invoice(doc: str) -> JSONObject:
-    total, currency = parse_money(
+FieldExtractor = Callable[[str], str]
+
+
+def _invoice_total(doc: str) -> tuple[str, str]:
+    return parse_money(
         _first(doc, rf"Total due: ({MONEY_PATTERN})", rf"gives a total of ({MONEY_PATTERN})")
     )
-    return {
-        "invoice_number": _first(doc, r"INVOICE No\. (\S+)", r"encloses invoice (\S+),"),
-        "vendor": _first(doc, r"\A(.+)\n.*\d.*\n\nINVOICE", r"\n.+? for (.+)\s*\Z"),
-        "customer": _first(doc, r"Bill to: (.+)", r"\ADear \S+ \S+ of (.+),\n"),
-        "issue_date": parse_date(
-            _first(doc, rf"Invoice date: ({DATE_PATTERN})", rf"dated ({DATE_PATTERN})\.")
-        ),
-        "due_date": parse_date(
-            _first(doc, rf"Payment due: ({DATE_PATTERN})", rf"payable by ({DATE_PATTERN})\.")
-        ),
-        "total": total,
-        "currency": currency,
-    }
 
 
-def _extract_event(doc: str) -> JSONObject:
-    price, currency = parse_money(
+def _ticket_price(doc: str) -> tuple[str, str]:
+    return parse_money(
         _first(doc, rf"Tickets: ({MONEY_PATTERN})", rf"Standard tickets cost ({MONEY_PATTERN})")
     )
-    place = _search(doc, [r"^Venue: (.+), ([^,\n]+)$", r"held at (.+?) in (\S+) on "])
-    return {
-        "event_name": _first(doc, r"\A(.+)\nOrganised by", r"invites you to (.+?), held at"),
-        "organiser": _first(doc, r"^Organised by (.+)$", r"\A(.+?) invites you to"),
-        "venue": place.group(1).strip(),
-        "city": place.group(2).strip(),
-        "date": parse_date(
-            _first(doc, rf"^Date: ({DATE_PATTERN})", rf" on ({DATE_PATTERN})\. Doors open")
-        ),
-        "start_time": parse_time(
-            _first(doc, rf"programme starts: ({TIME_PATTERN})", rf"begins at ({TIME_PATTERN})\.")
-        ),
-        "contact_email": _first(doc, rf"({EMAIL_PATTERN})"),
-        "ticket_price": price,
-        "currency": currency,
-    }
 
 
-def _extract_shipment(doc: str) -> JSONObject:
-    return {
-        "tracking_number": _first(doc, r"Tracking number: (\S+)", r"tracking number (\S+?)\.\s"),
-        "sender": _first(doc, r"^From: (.+), [^,\n]+$", r"from (.+?) left our"),
-        "recipient": _first(doc, r"^To: ([^,\n]+),", r"\AHello ([^,]+),"),
-        "ship_date": parse_date(
-            _first(doc, rf"Dispatched: ({DATE_PATTERN})", rf"depot on ({DATE_PATTERN}) and")
-        ),
-        "delivery_date": parse_date(
-            _first(
-                doc,
-                rf"Expected delivery: ({DATE_PATTERN})",
-                rf"by ({DATE_PATTERN})\. It travels",
-            )
-        ),
-        "weight_kg": _first(doc, r"total weight: ([\d.]+) kg", r"weighing ([\d.]+) kg"),
-        "destination_city": _first(doc, r"^To: .+, ([^,\n]+)$", r"should reach (\S+) by"),
-    }
+def _event_place(doc: str) -> re.Match[str]:
+    return _search(doc, [r"^Venue: (.+), ([^,\n]+)$", r"held at (.+?) in (\S+) on "])
 
 
-EXTRACTORS: dict[str, Callable[[str], JSONObject]] = {
-    "invoice": _extract_invoice,
-    "event": _extract_event,
-    "shipment": _extract_shipment,
+INVOICE_FIELDS: dict[str, FieldExtractor] = {
+    "invoice_number": lambda doc: _first(doc, r"INVOICE No\. (\S+)", r"encloses invoice (\S+),"),
+    "vendor": lambda doc: _first(doc, r"\A(.+)\n.*\d.*\n\nINVOICE", r"\n.+? for (.+)\s*\Z"),
+    "customer": lambda doc: _first(doc, r"Bill to: (.+)", r"\ADear \S+ \S+ of (.+),\n"),
+    "issue_date": lambda doc: parse_date(
+        _first(doc, rf"Invoice date: ({DATE_PATTERN})", rf"dated ({DATE_PATTERN})\.")
+    ),
+    "due_date": lambda doc: parse_date(
+        _first(doc, rf"Payment due: ({DATE_PATTERN})", rf"payable by ({DATE_PATTERN})\.")
+    ),
+    "total": lambda doc: _invoice_total(doc)[0],
+    "currency": lambda doc: _invoice_total(doc)[1],
+}
+EVENT_FIELDS: dict[str, FieldExtractor] = {
+    "event_name": lambda doc: _first(
+        doc, r"\A(.+)\nOrganised by", r"invites you to (.+?), held at"
+    ),
+    "organiser": lambda doc: _first(doc, r"^Organised by (.+)$", r"\A(.+?) invites you to"),
+    "venue": lambda doc: _event_place(doc).group(1).strip(),
+    "city": lambda doc: _event_place(doc).group(2).strip(),
+    "date": lambda doc: parse_date(
+        _first(doc, rf"^Date: ({DATE_PATTERN})", rf" on ({DATE_PATTERN})\. Doors open")
+    ),
+    "start_time": lambda doc: parse_time(
+        _first(doc, rf"programme starts: ({TIME_PATTERN})", rf"begins at ({TIME_PATTERN})\.")
+    ),
+    "contact_email": lambda doc: _first(doc, rf"({EMAIL_PATTERN})"),
+    "ticket_price": lambda doc: _ticket_price(doc)[0],
+    "currency": lambda doc: _ticket_price(doc)[1],
+}
+SHIPMENT_FIELDS: dict[str, FieldExtractor] = {
+    "tracking_number": lambda doc: _first(
+        doc, r"Tracking number: (\S+)", r"tracking number (\S+?)\.\s"
+    ),
+    "sender": lambda doc: _first(doc, r"^From: (.+), [^,\n]+$", r"from (.+?) left our"),
+    "recipient": lambda doc: _first(doc, r"^To: ([^,\n]+),", r"\AHello ([^,]+),"),
+    "ship_date": lambda doc: parse_date(
+        _first(doc, rf"Dispatched: ({DATE_PATTERN})", rf"depot on ({DATE_PATTERN}) and")
+    ),
+    "delivery_date": lambda doc: parse_date(
+        _first(doc, rf"Expected delivery: ({DATE_PATTERN})", rf"by ({DATE_PATTERN})\. It travels")
+    ),
+    "weight_kg": lambda doc: _first(doc, r"total weight: ([\d.]+) kg", r"weighing ([\d.]+) kg"),
+    "destination_city": lambda doc: _first(doc, r"^To: .+, ([^,\n]+)$", r"should reach (\S+) by"),
+}
+EXTRACTORS: dict[str, dict[str, FieldExtractor]] = {
+    "invoice": INVOICE_FIELDS,
+    "event": EVENT_FIELDS,
+    "shipment": SHIPMENT_FIELDS,
+}
+KIND_MARKERS: dict[str, re.Pattern[str]] = {
+    "invoice": re.compile(r"^INVOICE No\. |\bencloses invoice ", re.MULTILINE),
+    "event": re.compile(r"^Organised by |\binvites you to ", re.MULTILINE),
+    "shipment": re.compile(r"^SHIPPING NOTICE$|\bunder tracking number ", re.MULTILINE),
 }
 
 
+def detect_document_kind(document: str) -> str:
+    """Which of invoice, event or shipment `document` is, from the phrases each form uses.
+
+    Raises ExamError when no kind's phrases appear, or more than one kind's do.
+    """
+    kinds = [kind for kind, marker in KIND_MARKERS.items() if marker.search(document)]
+    if len(kinds) != 1:
+        found = " and ".join(kinds) if kinds else "no"
+        raise ExamError(f"cannot tell the kind of document: it reads as {found} known kind")
+    return kinds[0]
+
+
 def solve_extraction(payload: JSONObject) -> JSON:
-    """Raises ExamError on an unknown document kind or a document the patterns do not fit."""
-    kind, document = payload.get("kind"), payload.get("document")
-    if not isinstance(kind, str) or kind not in EXTRACTORS or not isinstance(document, str):
+    """The asked fields, and only those, extracted from the document.
+
+    The document's kind is the payload's `kind` or, when absent, detected from the document.
+    Raises ExamError for an unknown kind, a field the solver does not know for that kind, or a
+    document its patterns do not fit.
+    """
+    kind, document, fields = payload.get("kind"), payload.get("document"), payload.get("fields")
+    if not isinstance(document, str) or not isinstance(fields, dict):
+        raise ExamError("an extraction item needs a document and an object of fields")
+    if kind is None:
+        kind = detect_document_kind(document)
+    if not isinstance(kind, str) or kind not in EXTRACTORS:
         raise ExamError(f"cannot extract from a {kind!r} document")
-    return EXTRACTORS[kind](document)
+    extractors = EXTRACTORS[kind]
+    unknown = sorted(set(fields) - set(extractors))
+    if unknown:
+        known = ", ".join(extractors)
+        raise ExamError(
+            f"the reference solver cannot find {', '.join(unknown)} in a {kind} document "
+            f"(it knows {known})"
+        )
+    return {name: extractors[name](document) for name in fields}
 
 
 # --- retrieval ----------------------------------------------------------------------------------

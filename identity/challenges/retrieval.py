@@ -6,10 +6,14 @@ born. Since every entity is invented, outside knowledge cannot help; since every
 corpus, answers do not carry over. Questions are direct look-ups, reverse look-ups (which company
 has this code), two-hop (where was the founder of X born) and comparisons (which of X and Y is
 larger). The grader compares the normalised answer exactly.
+
+Real work takes the same input, a requester's corpus and question; `answer_format` is optional
+there (the exam states it so the grader knows how to normalise).
 """
 
 from __future__ import annotations
 
+import copy
 import random
 import re
 import unicodedata
@@ -21,6 +25,7 @@ from fractions import Fraction
 from identity.challenges import names
 from identity.challenges.base import (
     JSON,
+    JSON_SCHEMA_DIALECT,
     ExamItem,
     Grade,
     JSONObject,
@@ -28,20 +33,20 @@ from identity.challenges.base import (
     correct,
     generate_items,
     private_field,
+    render_instruction,
     wrong,
 )
 from identity.errors import ExamError
 
 NAME = "retrieval"
-VERSION = "1"
+VERSION = "2"
+"""2: the instruction no longer says the corpus is fictional (a requester's corpus need not be)."""
 COMPANIES_PER_CORPUS = 6
 MAX_ANSWER_CHARS = 200
+MAX_PASSAGES = 1000
+MAX_PASSAGE_CHARS = 20_000
+MAX_QUESTION_CHARS = 1000
 ANSWER_FORMATS = ("name", "integer", "date")
-ANSWER_RULES = (
-    "Answer with a JSON string (a name exactly as the corpus spells it, or a date as "
-    "YYYY-MM-DD) or, for a count, a JSON integer. Case, surrounding whitespace and a final "
-    "full stop are ignored."
-)
 
 
 @dataclass(frozen=True)
@@ -156,13 +161,64 @@ def _make_item(rng: random.Random, item_id: str) -> tuple[str, JSONObject, JSONO
     passages += [_founder_passage(rng, f) for f in founders]
     rng.shuffle(passages)
     question, answer_format, answer = _question(rng, companies, founders)
-    prompt = (
-        "Answer the question using only the corpus of passages in the payload; every entity in "
-        f"it is fictional. Question: {question} {ANSWER_RULES}"
-    )
     corpus: list[JSON] = list(passages)
     payload: JSONObject = {"corpus": corpus, "question": question, "answer_format": answer_format}
-    return prompt, payload, {"answer": answer}
+    return instruction(payload), payload, {"answer": answer}
+
+
+def instruction(input: JSONObject) -> str:
+    """The instruction for a corpus and a question (template `retrieval.txt`).
+
+    Raises ExamError if the input has no string question.
+    """
+    question = input.get("question")
+    if not isinstance(question, str):
+        raise ExamError("a retrieval input needs a string question")
+    return render_instruction(NAME, {"question": question})
+
+
+INPUT_SCHEMA: JSONObject = {
+    "$schema": JSON_SCHEMA_DIALECT,
+    "title": "retrieval input",
+    "description": "A corpus of passages and a question to answer from it alone.",
+    "type": "object",
+    "required": ["corpus", "question"],
+    "additionalProperties": False,
+    "properties": {
+        "corpus": {
+            "type": "array",
+            "minItems": 1,
+            "maxItems": MAX_PASSAGES,
+            "items": {"type": "string", "minLength": 1, "maxLength": MAX_PASSAGE_CHARS},
+        },
+        "question": {"type": "string", "minLength": 1, "maxLength": MAX_QUESTION_CHARS},
+        "answer_format": {
+            "enum": list(ANSWER_FORMATS),
+            "description": "what the answer is: a name, a count (integer) or a date",
+        },
+    },
+}
+OUTPUT_SCHEMA: JSONObject = {
+    "$schema": JSON_SCHEMA_DIALECT,
+    "title": "retrieval output",
+    "description": (
+        "A string (a name as the corpus spells it, or a date as YYYY-MM-DD) or, for a count, "
+        "a non-negative JSON integer."
+    ),
+    "anyOf": [
+        {"type": "string", "minLength": 1, "maxLength": MAX_ANSWER_CHARS},
+        {"type": "integer", "minimum": 0},
+    ],
+}
+EXAMPLE_INPUT: JSONObject = {
+    "corpus": [
+        "Brelmor Works Ltd is headquartered in Kelvaholm. It was founded on 14 March 1931 by "
+        "Thaeris Quolven and employs 2,400 people. Its registry code is KX-20493.",
+        "Thaeris Quolven was born in Vraelmouth on 2 June 1902.",
+    ],
+    "question": "In which city was the founder of Brelmor Works Ltd born?",
+}
+EXAMPLE_OUTPUT: JSON = "Vraelmouth"
 
 
 _INTEGER = re.compile(r"\d{1,3}(,\d{3})*|\d+")
@@ -209,6 +265,21 @@ class RetrievalCapability:
     version: str = VERSION
     item_count: int = 10
     threshold: Fraction = Fraction(4, 5)
+
+    @property
+    def input_schema(self) -> JSONObject:
+        return copy.deepcopy(INPUT_SCHEMA)
+
+    @property
+    def output_schema(self) -> JSONObject:
+        return copy.deepcopy(OUTPUT_SCHEMA)
+
+    def instruction(self, input: JSONObject) -> str:
+        """Raises ExamError if the input has no string question."""
+        return instruction(input)
+
+    def example(self) -> tuple[JSONObject, JSON]:
+        return copy.deepcopy(EXAMPLE_INPUT), EXAMPLE_OUTPUT
 
     def generate(self, seed: bytes, n: int) -> list[ExamItem]:
         """Raises ExamError on a seed shorter than 16 bytes or `n` outside 0..1000."""
