@@ -9,8 +9,9 @@
     (4) the auction replays to the same winner and price
     (5) every conversation of the task replays through the state machine, and the delivery is
         the top conversation's conclusion
-    (6) the settlement recomputes: the same v(S), Shapley values and wei for each payee, paid to
-        the address each payee bound to its DID
+    (6) the settlement recomputes: every check re-runs to its logged result (judge answers
+        and reviews held to their logged, signed records), then the same v(S), Shapley values
+        and wei for each payee, paid to the address each payee bound to its DID
     (7) the chain's escrow events equal the deposit, the settlement and the refunds, and funds
         are conserved
 
@@ -44,6 +45,8 @@ from ledger.events import Entry, Event, parse_time
 from ledger.store import LogStore
 from ledger.verify import StepResult
 from market import sealed
+from market.check_runtime import LogReviews, run_python_check
+from market.checks import CheckResult, RecheckEnvironment
 from market.errors import MarketError
 from market.escrow import EscrowChain
 from market.service import BidBook, replay_award, reputations_from_log
@@ -53,6 +56,7 @@ from market.tasks import (
     BID_REVEALED,
     ESCROW_OPENED,
     ESCROW_REFUNDED,
+    REVIEW_GIVEN,
     TASK_AWARDED,
     TASK_DELIVERED,
     TASK_EXPIRED,
@@ -269,7 +273,19 @@ def _checkpoint_signer(store: LogStore) -> str:
 
 def _facts(scope: _Scope) -> dict[str, Any]:
     task = scope.task
+    delivered = next((e.body for _, e in scope.task_events if e.kind == TASK_DELIVERED), None)
+    computed = next((e.body for _, e in scope.task_events if e.kind == SETTLEMENT_COMPUTED), None)
+    document = delivered.get("document") if isinstance(delivered, Mapping) else None
     return {
+        "deliverable": None
+        if not isinstance(document, Mapping) or delivered is None
+        else {
+            "sha256": delivered.get("sha256"),
+            "leader": document.get("leader"),
+            "plan": document.get("plan"),
+            "parts": document.get("parts", []),
+        },
+        "checks": [] if computed is None else list(computed.get("checks", [])),
         "title": task.spec.title,
         "requester": task.requester,
         "state": task.state,
@@ -317,7 +333,7 @@ def _signatures(scope: _Scope) -> str:
 
 
 def _required_actor(event: Event, task: Task, operator: str) -> str | None:
-    if event.kind == TASK_POSTED:
+    if event.kind in (TASK_POSTED, REVIEW_GIVEN):
         return task.requester
     if event.kind in (TASK_STARTED, TASK_DELIVERED):
         return task.winner
@@ -513,13 +529,40 @@ def _conversations(scope: _Scope) -> str:
 
 
 def _settlement(store: LogStore, scope: _Scope, escrow: EscrowChain) -> str:
-    found = [(i, e.body) for i, e in scope.task_events if e.kind == SETTLEMENT_COMPUTED]
+    found = [(i, e) for i, e in scope.task_events if e.kind == SETTLEMENT_COMPUTED]
     if not found:
         raise AuditFailure("the task was never settled")
-    index, body = found[0]
+    index, computed = found[0]
+    body = computed.body
     delivered = next(e.body for _, e in scope.task_events if e.kind == TASK_DELIVERED)
-    contributions = delivered["deliverable"]["contributions"]
-    settlement, _, _ = recompute_settlement(scope.task, contributions, seed=int(body["seed"]))
+    # (6a) every check re-runs to its logged result: expect, schema, python, plan and assembly
+    # from the delivered outputs; judge answers held to their logged prompts; reviews to the
+    # requester's signed verdicts and the window as it stood when the settlement was computed.
+    try:
+        logged = {r["id"]: CheckResult.from_json(r) for r in body.get("checks", [])}
+        reviews = LogReviews(
+            scope.task,
+            [
+                (i, TaskEvent(i, e.kind, e.actor, parse_time(e.at), e.body))
+                for i, e in scope.task_events
+                if e.kind == REVIEW_GIVEN and i < index
+            ],
+            parse_time(computed.at),
+        )
+        env = RecheckEnvironment(logged, run_python_check, reviews.review)
+        settlement, _, _ = recompute_settlement(scope.task, delivered, env, seed=int(body["seed"]))
+    except (MarketError, ExamError, KeyError, TypeError, ValueError) as exc:
+        raise AuditFailure(f"the settlement does not recompute: {exc}", index) from exc
+    for check_id, result in settlement.checks.items():
+        was = logged.get(check_id)
+        if was is None or was.passed != result.passed:
+            said = "nothing" if was is None else ("pass" if was.passed else "fail")
+            raise AuditFailure(
+                f"check {check_id} recomputes to {'pass' if result.passed else 'fail'} "
+                f"({result.detail}), the settlement logged {said}",
+                index,
+            )
+    # (6b) v(S), the Shapley values and the wei recompute exactly.
     logged_v = {frozenset(item["coalition"]): Fraction(item["value"]) for item in body["evaluated"]}
     for coalition, value in settlement.evaluated.items():
         if logged_v.get(coalition) != value:
@@ -535,7 +578,9 @@ def _settlement(store: LogStore, scope: _Scope, escrow: EscrowChain) -> str:
         bound = _bound_address(scope, player, chain_id)
         if bound != address:
             raise AuditFailure(f"{player} bound {bound} for payouts, not {address}", index)
+    passed = sum(1 for r in settlement.checks.values() if r.passed)
     return (
+        f"{passed} of {len(settlement.checks)} checks pass as logged; "
         f"{len(settlement.evaluated)} values of v(S), {settlement.method} Shapley values and "
         f"{len(payouts)} payouts recompute exactly ({settlement.amount} wei)"
     )

@@ -37,8 +37,10 @@ from coordinator.conversation import (
 )
 from coordinator.errors import AgentFailure, CoordinatorError
 from coordinator.policy import MAX_ATTEMPTS, Member, Policy, TeamView, base_id
-from coordinator.team import form_team, helpers_for, plan_work, split_batch
+from coordinator.team import form_team, helpers_for, parts_of, plan_work, split_batch
 from coordinator.work import AgentAdapter, SubTask
+from identity.challenges import validate_output, work_item
+from identity.errors import ExamError
 from ledger.service import Ledger
 from ledger.signing import Signer
 
@@ -53,7 +55,6 @@ class RunSettings:
     timeout_s: float = 30.0
     max_depth: int = 1
     max_turns: int = 64
-    work_items: int = 2
     team_up_min_items: int = 2
 
 
@@ -86,8 +87,12 @@ class TeamRunner:
         policy: Policy,
         settings: RunSettings | None = None,
         observer: Observer | None = None,
+        resolve_files: Callable[[Mapping[str, Any]], Mapping[str, Any]] | None = None,
     ) -> None:
         self.ledger = ledger
+        self.resolve_files = resolve_files or (lambda payload: payload)
+        self.plan: dict[str, str] = {}
+        """The leader's plan: each part of the top-level work and the member first given it."""
         self.signer_of = signer_of
         self.adapter_of = adapter_of
         self.directory = tuple(directory)
@@ -98,12 +103,20 @@ class TeamRunner:
         self.conversations: list[Conversation] = []
 
     def run_task(
-        self, task_id: str, leader: Member, capabilities: Sequence[str], title: str, need: str
+        self,
+        task_id: str,
+        leader: Member,
+        parts: Sequence[tuple[str, str, Mapping[str, Any]]],
+        title: str,
+        need: str,
     ) -> Conversation:
-        """Form the leader's team, plan the task's work, and run the conversation to its
-        conclusion. Returns the closed top-level conversation."""
+        """Form the leader's team for the parts `(id, capability, input)`, plan them, and run
+        the conversation to its conclusion. Returns the closed top-level conversation.
+
+        Raises TeamError when nobody holds a capability a part needs."""
+        capabilities = list(dict.fromkeys(capability for _, capability, _ in parts))
         team = form_team(leader, capabilities, need or title, self.directory)
-        work = plan_work(task_id, capabilities, self.settings.work_items)
+        work = plan_work(parts)
         return self.run_conversation(task_id, leader, team, work, title=title, need=need)
 
     def run_conversation(
@@ -175,11 +188,21 @@ class TeamRunner:
         done: list[Contribution] = []
         adapter = self.adapter_of(assignee)
         for item_task in items:
+            item_id = str(item_task.item.get("item_id", item_task.sub_id))
             try:
-                answer = adapter.run(item_task)
+                work = self._work_task(item_task)
+            except (ExamError, KeyError, TypeError) as exc:
+                return Result(task.sub_id, False, (), f"part {item_id} cannot be given: {exc}")
+            try:
+                answer = adapter.run(work)
             except AgentFailure as exc:
                 return Result(task.sub_id, False, (), f"{assignee}: {exc.reason}")
-            item_id = item_task.item.get("item_id")
+            try:
+                validate_output(item_task.capability, answer)
+            except ExamError as exc:
+                return Result(
+                    task.sub_id, False, (), f"{assignee}: part {item_id}: invalid output: {exc}"
+                )
             done.append(
                 Contribution(
                     assignee,
@@ -189,6 +212,14 @@ class TeamRunner:
                 )
             )
         return Result(task.sub_id, True, tuple(done))
+
+    def _work_task(self, task: SubTask) -> SubTask:
+        """What the member is given for a part: the capability's instruction for the input,
+        with the input's files resolved to their text (the exam-item shape every runtime
+        answers). Raises ExamError for an input the capability refuses."""
+        payload = self.resolve_files(task.item.get("payload", {}))
+        item = work_item(task.capability, str(task.item["item_id"]), dict(payload))
+        return SubTask(task.sub_id, task.capability, item.prompt, item.for_agent())
 
     def say(self, conversation: Conversation, message: Message) -> Conversation:
         """Check the move, log it signed by its speaker, tell the observer."""
@@ -283,6 +314,9 @@ class _Run:
                 pass
 
     def _start(self, assignee: str, task: SubTask) -> None:
+        if self.conversation.depth == 0:
+            for part_id in parts_of(task):
+                self.runner.plan.setdefault(part_id, assignee)
         self.unassigned = [t for t in self.unassigned if t.sub_id != task.sub_id]
         future = self.pool.submit(self.runner.perform, self.conversation, assignee, task)
         deadline = time.monotonic() + self.runner.settings.timeout_s

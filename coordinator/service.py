@@ -9,9 +9,10 @@ each message against the key that signed it; the audit does the same.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
-from dataclasses import dataclass, replace
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from fractions import Fraction
+from typing import Any
 
 from coordinator.adapters import HttpAdapter, OpenAIAdapter, SubprocessAdapter, reference_adapter
 from coordinator.conversation import (
@@ -36,8 +37,9 @@ from ledger.errors import LedgerError
 from ledger.events import Entry
 from ledger.signing import Signer
 from ledger.store import LogStore
-from market.evaluator import work_counts
 from market.runtime import MarketContext
+from market.tasks import Task
+from market.work import resolve_files
 
 MAX_CONVERSATION_EVENTS = 100_000
 
@@ -116,10 +118,7 @@ def run_awarded_task(
     leader = next((m for m in directory if m.did == task.winner), None)
     if leader is None:
         raise TeamError(f"the winner {task.winner} is not a registered agent")
-    counts = work_counts(task.spec.evaluator)
     run_settings = settings or RunSettings()
-    if counts:
-        run_settings = replace(run_settings, work_items=max(counts.values()))
 
     def adapter_of(did: str) -> AgentAdapter:
         return adapter_for(registry.get(did), run_settings.timeout_s)
@@ -136,19 +135,59 @@ def run_awarded_task(
         policy or RulePolicy(),
         run_settings,
         observer,
+        resolve_files=lambda payload: resolve_files(
+            payload, {sha: market.file_text(task, sha) for sha in task.spec.files}
+        ),
     )
     market.start(task_id, winner)
-    conversation = runner.run_task(
-        task_id, leader, task.spec.capabilities, task.spec.title, task.spec.description
-    )
+    parts = [(p.part_id, p.capability, p.input) for p in task.spec.parts]
+    conversation = runner.run_task(task_id, leader, parts, task.spec.title, task.spec.description)
     if conversation.deliverable is None:
         raise CoordinatorError(f"the team of {task_id} concluded without a deliverable")
+    document = assemble(task, conversation, runner.plan)
     # Contributors are paid at settlement to the address each bound to its DID.
     chain_id = market.escrow.chain_id()
     for did in sorted({c.agent for c in conversation.deliverable.contributions}):
         context.onboarding.bind_payout(registry.get(did), chain_id)
-    market.deliver(task_id, winner, conversation.conv_id, conversation.deliverable.to_json())
+    market.deliver(
+        task_id, winner, conversation.conv_id, conversation.deliverable.to_json(), document
+    )
     return conversation
+
+
+def assemble(task: Task, conversation: Conversation, plan: Mapping[str, str]) -> dict[str, Any]:
+    """The contract holder's deliverable: its plan (which member was given which part) and,
+    for every part its team did, the output and its producer, from the team's signed reports
+    (the first report of a part counts). A part nobody did is left out: the checks that read
+    it fail, and so does the assembly check."""
+    assert conversation.deliverable is not None
+    outputs: dict[str, tuple[str, Any]] = {}
+    for contribution in conversation.deliverable.contributions:
+        output = contribution.output
+        part_id = output.get("item_id") if isinstance(output, Mapping) else None
+        if isinstance(part_id, str) and part_id not in outputs:
+            outputs[part_id] = (contribution.agent, output.get("answer"))
+    return {
+        "task": task.task_id,
+        "title": task.spec.title,
+        "leader": conversation.leader,
+        "summary": conversation.deliverable.summary,
+        "plan": {
+            "assignments": {
+                p.part_id: plan[p.part_id] for p in task.spec.parts if p.part_id in plan
+            }
+        },
+        "parts": [
+            {
+                "part": part.part_id,
+                "capability": part.capability,
+                "producer": outputs[part.part_id][0],
+                "output": outputs[part.part_id][1],
+            }
+            for part in task.spec.parts
+            if part.part_id in outputs
+        ],
+    }
 
 
 @dataclass(frozen=True)

@@ -1,55 +1,84 @@
 """Teams: the work a task holds, discovery of agents for a need, and team formation.
 
-The work of a task is reproducible from the task alone: for each required capability,
-`WORK_ITEMS` fresh items of that capability's generator, seeded by the task id. The deliverable
-answers those items, and the capability's deterministic grader scores each answer, which is
-what settlement needs to value any coalition's contributions.
+The work of a task is the requester's parts (`market.work`): each a capability and an input.
+The leader plans them by capability; the member who does a part gets the capability's
+instruction for the input and answers with an output its output schema accepts.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
+from typing import Any
 
 from coordinator.errors import TeamError
 from coordinator.policy import Member
 from coordinator.work import SubTask
 from identity.challenges import REGISTRY
-from market.evaluator import WORK_ITEMS, work_items
 
 _WORDS = re.compile(r"[a-z0-9]+")
 
 
-def plan_work(task_id: str, capabilities: Sequence[str], count: int = WORK_ITEMS) -> list[SubTask]:
-    """One sub-task per required capability, holding that capability's batch of items.
+BATCH_PREFIX = "batch:"
 
-    Raises ExamError for an unknown capability.
-    """
+
+def part_task(part_id: str, capability: str, payload: Mapping[str, Any]) -> SubTask:
+    """The sub-task of one part of the requester's work. Its item holds the part's input as
+    posted (file references unresolved: the member is given the files' text when it works)."""
+    return SubTask(
+        sub_id=part_id,
+        capability=capability,
+        instruction=f"do part {part_id} ({capability})",
+        item={"item_id": part_id, "capability": capability, "payload": dict(payload)},
+    )
+
+
+def plan_work(parts: Sequence[tuple[str, str, Mapping[str, Any]]]) -> list[SubTask]:
+    """The leader's plan of the requester's parts `(part id, capability, input)`: one sub-task
+    per capability, holding its parts as a batch when there are several (a member given a
+    batch may team up for it), else the part itself."""
+    by_capability: dict[str, list[SubTask]] = {}
+    for part_id, capability, payload in parts:
+        by_capability.setdefault(capability, []).append(part_task(part_id, capability, payload))
     plan = []
-    for capability in capabilities:
-        items = [item.for_agent() for item in work_items(task_id, capability, count)]
+    for capability, tasks in by_capability.items():
+        if len(tasks) == 1:
+            plan.append(tasks[0])
+            continue
         plan.append(
             SubTask(
-                sub_id=capability,
+                sub_id=f"{BATCH_PREFIX}{capability}",
                 capability=capability,
-                instruction=f"answer the {len(items)} {capability} items",
-                item={"batch": items},
+                instruction=f"do the {len(tasks)} {capability} parts",
+                item={"batch": [t.to_json() for t in tasks]},
             )
         )
     return plan
 
 
 def split_batch(task: SubTask) -> list[SubTask]:
-    """A batch sub-task as one sub-task per item (`arithmetic/0`, `arithmetic/1`, …)."""
+    """A batch sub-task as its parts' sub-tasks (`batch:arithmetic/tax`, …); any other
+    sub-task as itself."""
     batch = task.item.get("batch")
     if not isinstance(batch, list):
         return [task]
+    parts = [SubTask.from_json(item) for item in batch]
     return [
-        SubTask(f"{task.sub_id}/{k}", task.capability, "answer this item", item)
-        for k, item in enumerate(batch)
+        SubTask(
+            f"{task.sub_id}/{part.item.get('item_id', part.sub_id)}",
+            part.capability,
+            part.instruction,
+            part.item,
+        )
+        for part in parts
     ]
+
+
+def parts_of(task: SubTask) -> list[str]:
+    """The part ids a sub-task covers."""
+    return [str(t.item.get("item_id", t.sub_id)) for t in split_batch(task)]
 
 
 def relevance(need: str, description: str) -> Fraction:

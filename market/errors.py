@@ -3,13 +3,15 @@
 MarketError
 ├── AmountError             an amount is not a whole number of wei, negative, or unparseable
 ├── TaskError               a task is malformed, unknown, or not in the state an action needs
-│   └── TransitionError     a lifecycle transition the state machine does not allow
+│   ├── TransitionError     a lifecycle transition the state machine does not allow
+│   └── WorkError           a part, a check or a file of a task spec is invalid (`path` names it)
 ├── BidRejected             a commitment or reveal is refused; `reason` is a stable code
 ├── AuctionError            an auction cannot be cleared (windows still open, nothing to clear)
 │   └── InvalidBidError     a bid the auction must refuse (over budget, a second bid, malformed)
 ├── ReputationError         reputation inputs out of range
 ├── EscrowError             the escrow contract refused or contradicts the market's record
 └── SettlementError         Shapley values or a wei split cannot be computed from these inputs
+    └── SettlementWaits     a check cannot be decided yet (a review window open, a judge down)
 """
 
 from __future__ import annotations
@@ -35,6 +37,15 @@ class TransitionError(TaskError):
         self.task_id = task_id
         self.state = state
         self.action = action
+
+
+class WorkError(TaskError):
+    """A part, check or file of a task spec is invalid; `path` is the JSON path that names it
+    (`$.parts[1].input.figures[0]`), or `$` when the problem is the spec as a whole."""
+
+    def __init__(self, message: str, *, path: str = "$") -> None:
+        super().__init__(message)
+        self.path = path
 
 
 class BidRejected(MarketError):
@@ -75,3 +86,8 @@ class SettlementError(MarketError):
     """Shapley values or a wei split cannot be computed: no players, a duplicate player, a
     coalition value that is not an exact number, a negative amount, or a sampling budget too
     small to state a bound."""
+
+
+class SettlementWaits(SettlementError):
+    """A check cannot be decided yet: a review window is still open, or the judge model could
+    not be reached. Nobody is paid on a guess; settling again later continues."""

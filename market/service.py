@@ -12,29 +12,37 @@ Every action is a signed ledger event whose subject is the task id, and a task i
     task.awarded     operator    the auction's winner, price and ranking, and forfeits
     task.expired     operator    no valid bid; followed by escrow.refunded
     escrow.refunded  operator    the deposit is credited back to the requester on chain
+    task.started     winner      the contract holder starts the work
+    task.delivered   winner      the team's signed reports and the assembled deliverable
+                                 (plan and parts, stored content-addressed; its sha256)
+    review.given     requester   accept or reject of one review check, in the review window
+
+A task's input files and its deliverable are blobs named by their SHA-256 (`market.blobs`).
 
 Rejected commitments and reveals are not logged; they raise `BidRejected` with the reason.
 """
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import datetime
 from fractions import Fraction
 from typing import Any, Protocol
 
 from identity.errors import IdentityError
 from identity.onboarding import Onboarding
+from ledger.canonical import canonical_json
 from ledger.events import Entry, Event, parse_time
 from ledger.service import Ledger
 from ledger.signing import Signer
 from ledger.store import LogStore, StoredEntry
 from market import sealed
 from market.auction import AuctionOutcome, RevealedBid, clear_auction
-from market.errors import AuctionError, BidRejected, TaskError, TransitionError
-from market.evaluator import default_rubric
+from market.blobs import BlobError, BlobStore, sha256_hex
+from market.errors import AuctionError, BidRejected, TaskError, TransitionError, WorkError
 from market.money import Wei
 from market.reputation import reputation
 from market.tasks import (
@@ -42,6 +50,7 @@ from market.tasks import (
     BID_REVEALED,
     ESCROW_OPENED,
     ESCROW_REFUNDED,
+    REVIEW_GIVEN,
     TASK_AWARDED,
     TASK_DELIVERED,
     TASK_EXPIRED,
@@ -54,7 +63,9 @@ from market.tasks import (
     TaskSpec,
     clock_state,
     replay,
+    spec_from_request,
 )
+from market.work import file_refs
 
 MAX_TASK_EVENTS = 100_000
 LIFECYCLE_KINDS = tuple(kind for kind in TASK_KINDS if kind not in (BID_COMMITTED, BID_REVEALED))
@@ -223,13 +234,14 @@ class Market:
         self.onboarding = onboarding
         self.escrow = escrow
         self.clock = clock or ledger.clock
+        self.blobs = BlobStore(ledger.store.engine)
         self._books: dict[str, BidBook] = {}
 
     # -- reading -------------------------------------------------------------------------
 
     def task(self, task_id: str) -> Task:
         """The task replayed from its events. Raises TaskError when there is none."""
-        events = [_task_event(stored) for stored in self._task_entries(task_id)]
+        events = [task_event(stored) for stored in self._task_entries(task_id)]
         if not events:
             raise TaskError(f"no task {task_id!r} (see `accord task list`)")
         task = replay(event for event in events if event.kind in TASK_KINDS)
@@ -327,8 +339,11 @@ class Market:
         `escrow_task`. Raises TaskError, EscrowError, ChainError.
         """
         task_id = f"task-{uuid.uuid4().hex[:16]}"
-        if not spec.evaluator:
-            spec = replace(spec, evaluator=default_rubric(spec.capabilities))
+        for sha in spec.files:
+            try:
+                self.blobs.get(sha)
+            except BlobError as exc:
+                raise WorkError(f"file {sha} of the spec is not stored: {exc}") from exc
         address = self.escrow.requester_address(requester_key)
         self.ledger.append(
             requester,
@@ -337,6 +352,29 @@ class Market:
             body={"task_id": task_id, "spec": spec.to_json(), "escrow_from": address},
         )
         return self.escrow_task(task_id, requester_key=requester_key)
+
+    def spec_from_request(self, data: Any, *, budget: Wei | None = None) -> TaskSpec:
+        """A spec from a requester's request, its `{"$file": sha256}` references read from the
+        blob store (stored first with `blobs.put`). Raises WorkError naming the JSON path,
+        TaskError or AmountError."""
+        files: dict[str, tuple[str, str]] = {}
+        parts = data.get("parts") if isinstance(data, Mapping) else None
+        for k, part in enumerate(parts if isinstance(parts, list) else []):
+            for sha in file_refs(part.get("input") if isinstance(part, Mapping) else None):
+                try:
+                    files[sha] = (sha[:12], self.blobs.text(sha))
+                except BlobError as exc:
+                    raise WorkError(
+                        f"$.parts[{k}].input: {exc} (store the file first)", path=f"$.parts[{k}]"
+                    ) from exc
+        return spec_from_request(data, files, budget=budget)
+
+    def file_text(self, task: Task, digest: str) -> str:
+        """The text of one of the task's input files. Raises TaskError when the task names no
+        such file, BlobError when it is missing or altered."""
+        if digest not in task.spec.files:
+            raise TaskError(f"{task.task_id} has no file {digest}")
+        return self.blobs.text(digest)
 
     def escrow_task(self, task_id: str, *, requester_key: str) -> Task:
         """Deposit a posted task's budget (idempotent: an escrowed task is returned as is)."""
@@ -483,24 +521,90 @@ class Market:
         return self.task(task_id)
 
     def deliver(
-        self, task_id: str, winner: Signer, conversation_id: str, deliverable: Mapping[str, Any]
+        self,
+        task_id: str,
+        winner: Signer,
+        conversation_id: str,
+        deliverable: Mapping[str, Any],
+        document: Mapping[str, Any],
     ) -> Task:
-        """The winner hands in the deliverable its team concluded (`task.delivered`).
+        """The winner hands in what its team concluded (`deliverable`: the members' signed
+        reports) and the deliverable it assembled from them (`document`: its plan and every
+        part's output and producer), stored content-addressed; `task.delivered` names its hash.
 
-        Raises TransitionError unless the task is running, TaskError when `winner` did not win.
+        Raises TransitionError unless the task is running, TaskError when `winner` did not win,
+        WorkError when the document is over the size limit.
         """
         task = self.task(task_id)
         if task.state != "running":
             raise TransitionError(task_id, task.state, "delivered")
         if winner.did != task.winner:
             raise TaskError(f"{winner.did} did not win {task_id}; {task.winner} did")
+        data = canonical_json(dict(document))
+        digest = self.blobs.put(data, name="the deliverable")
         self.ledger.append(
             winner,
             TASK_DELIVERED,
             subject=task_id,
-            body={"task_id": task_id, "conversation": conversation_id, "deliverable": deliverable},
+            body={
+                "task_id": task_id,
+                "conversation": conversation_id,
+                "deliverable": deliverable,
+                "document": dict(document),
+                "sha256": digest,
+            },
         )
         return self.task(task_id)
+
+    def delivered_document(self, task_id: str) -> dict[str, Any]:
+        """The deliverable the contract holder signed: its plan and each part's output and
+        producer, read from the content-addressed store and checked against the hash in
+        `task.delivered`. Raises TaskError before delivery, BlobError when it was altered."""
+        found = self.ledger.store.find(kind=TASK_DELIVERED, subject=task_id, limit=1)
+        if not found:
+            raise TaskError(f"{task_id} has not been delivered yet")
+        body = Entry.from_bytes(found[0].data).event.body
+        digest = str(body.get("sha256", ""))
+        data = self.blobs.get(digest)
+        if sha256_hex(canonical_json(dict(body.get("document", {})))) != digest:
+            raise BlobError(f"the delivery of {task_id} does not match its hash {digest}")
+        document: dict[str, Any] = dict(json.loads(data))
+        return document
+
+    def review(self, requester: Signer, task_id: str, check_id: str, verdict: str) -> int:
+        """The requester accepts or rejects one review check of a delivered task, within the
+        review window, once (`review.given`). Returns the entry's index.
+
+        Raises TaskError for someone else than the requester, a check that is not a review
+        check, a second review, or a window that has ended; TransitionError before delivery.
+        """
+        task = self.task(task_id)
+        if task.state != "delivered":
+            raise TransitionError(task_id, task.state, "reviewed")
+        if requester.did != task.requester:
+            raise TaskError(f"only the requester of {task_id} reviews its work")
+        if verdict not in ("accept", "reject"):
+            raise TaskError(f"a review is accept or reject, not {verdict!r}")
+        kinds = {c.check_id: c.kind for c in task.spec.requester_checks}
+        if kinds.get(check_id) != "review":
+            reviews = sorted(c for c, kind in kinds.items() if kind == "review")
+            raise TaskError(
+                f"{check_id!r} is not a review check of {task_id} (review checks: "
+                f"{', '.join(reviews) or 'none'})"
+            )
+        ends = task.review_ends
+        if ends is not None and self.clock() > ends:
+            raise TaskError(f"the review window of {task_id} ended at {ends.isoformat()}")
+        for stored in self.ledger.store.find(kind=REVIEW_GIVEN, subject=task_id, limit=1000):
+            if Entry.from_bytes(stored.data).event.body.get("check") == check_id:
+                raise TaskError(f"{check_id} of {task_id} is already reviewed")
+        index, _ = self.ledger.append(
+            requester,
+            REVIEW_GIVEN,
+            subject=task_id,
+            body={"task_id": task_id, "check": check_id, "verdict": verdict},
+        )
+        return index
 
     def replay_auction(self, task: Task) -> tuple[AuctionOutcome, list[str]]:
         """The auction as the log determines it (see `replay_award`)."""
@@ -595,6 +699,6 @@ def award_body(task_id: str, outcome: AuctionOutcome, forfeits: list[str]) -> di
     }
 
 
-def _task_event(stored: StoredEntry) -> TaskEvent:
+def task_event(stored: StoredEntry) -> TaskEvent:
     event = Entry.from_bytes(stored.data).event
     return TaskEvent(stored.index, event.kind, event.actor, parse_time(event.at), event.body)

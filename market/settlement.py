@@ -1,6 +1,7 @@
 """Settlement: pay the team of a delivered task by Shapley value, on chain, exactly once.
 
-    1. grade the deliverable against the task's rubric (`evaluator`): v(S) for every coalition
+    1. run the task's checks on the delivered parts once each (`market.checks`): v(S) for every
+       coalition is the share of the passed checks whose parts S made
     2. Shapley values over the contributors (exact up to 16; sampled with a logged seed beyond)
     3. the amount paid (the auction price, times v(N) when the task says so) split into integer
        wei by largest remainder: the parts sum exactly to the amount
@@ -18,7 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
@@ -26,17 +27,21 @@ from typing import Any
 from identity.onboarding import Onboarding
 from ledger.errors import ChainError
 from ledger.events import Entry
-from market.errors import EscrowError, SettlementError
-from market.evaluator import (
-    Outcome,
-    coalition_value,
-    delivered_quality,
-    grade_deliverable,
+from market.check_runtime import LogReviews, OpenAIJudge, SettleEnvironment, judge_from_env
+from market.checks import (
+    CheckEnvironment,
+    CheckResult,
+    Delivered,
+    Valuation,
+    evaluate_all,
+    valuation,
 )
+from market.errors import EscrowError, SettlementError
 from market.money import Wei
-from market.service import EscrowReceipt, Market
+from market.service import MAX_TASK_EVENTS, EscrowReceipt, Market, task_event
 from market.shapley import ShapleyResult, shapley, split_wei
-from market.tasks import TASK_DELIVERED, TASK_SETTLED, Task
+from market.tasks import REVIEW_GIVEN, TASK_DELIVERED, TASK_SETTLED, Task
+from market.work import ASSEMBLY_PART, CONTRACTOR_SHARE, PLAN_PART, check_shares
 
 SETTLEMENT_COMPUTED = "settlement.computed"
 
@@ -55,6 +60,8 @@ class Settlement:
     amount: Wei
     payouts: Mapping[str, Wei]
     quality: Mapping[str, Fraction]
+    checks: Mapping[str, CheckResult]
+    shares: Mapping[str, Fraction]
 
     def to_json(self, payees: Mapping[str, str]) -> dict[str, Any]:
         return {
@@ -62,6 +69,11 @@ class Settlement:
             "players": list(self.players),
             "method": self.method,
             "seed": self.seed,
+            "checks": [
+                {**result.to_json(), "share": _text(self.shares[check_id])}
+                for check_id, result in self.checks.items()
+            ],
+            "contractor_share": _text(CONTRACTOR_SHARE),
             "values": {p: _text(v) for p, v in self.values.items()},
             "evaluated": [
                 {"coalition": sorted(coalition), "value": _text(value)}
@@ -86,23 +98,60 @@ def settlement_seed(task_id: str) -> int:
     return int.from_bytes(hashlib.sha256(f"accord-shapley|{task_id}".encode()).digest()[:6])
 
 
-def recompute_settlement(
-    task: Task, contributions: Sequence[Mapping[str, Any]], *, seed: int | None = None
-) -> tuple[Settlement, Outcome, ShapleyResult]:
-    """Pure: grade the deliverable, value every coalition, split the amount paid.
+def delivered_work(task: Task, body: Mapping[str, Any]) -> Delivered:
+    """What `task.delivered` holds, as the checks read it: each part's output and producer
+    from the team's signed reports (the first report of a part counts), and the contract
+    holder's plan and assembly from the deliverable it signed.
 
-    Raises SettlementError when there is no winner price, nobody contributed, or the rubric
-    cannot be graded.
+    Raises SettlementError for a delivery that does not parse.
+    """
+    if task.winner is None:
+        raise SettlementError(f"{task.task_id} was never awarded: nothing was delivered")
+    wanted = {p.part_id for p in task.spec.parts}
+    outputs: dict[str, Any] = {}
+    producers: dict[str, str] = {}
+    try:
+        for contribution in body["deliverable"]["contributions"]:
+            output = contribution["output"]
+            part_id = output.get("item_id") if isinstance(output, Mapping) else None
+            if part_id in wanted and part_id not in outputs:
+                outputs[part_id] = output.get("answer")
+                producers[part_id] = str(contribution["agent"])
+        document = body.get("document")
+        if isinstance(document, Mapping):
+            outputs[PLAN_PART] = document.get("plan")
+            outputs[ASSEMBLY_PART] = document.get("parts")
+            producers[PLAN_PART] = producers[ASSEMBLY_PART] = task.winner
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise SettlementError(f"the delivery of {task.task_id} is malformed: {exc!r}") from exc
+    return Delivered(task.spec.parts, outputs, producers)
+
+
+def recompute_settlement(
+    task: Task,
+    delivered_body: Mapping[str, Any],
+    env: CheckEnvironment,
+    *,
+    seed: int | None = None,
+) -> tuple[Settlement, Valuation, ShapleyResult]:
+    """Run the rubric's checks on the delivery, value every coalition, split the amount paid.
+
+    Raises SettlementError when there is no winner price or nobody contributed, and
+    SettlementWaits (from `env`) when a check cannot be decided yet.
     """
     if task.price is None:
         raise SettlementError(f"{task.task_id} was never awarded: nothing to settle")
-    outcome = grade_deliverable(task.task_id, task.spec.evaluator, contributions)
-    players = outcome.agents
+    delivered = delivered_work(task, delivered_body)
+    checks = task.spec.rubric
+    shares = check_shares(checks)
+    results = evaluate_all(checks, delivered, env)
+    value = valuation(checks, shares, results, delivered)
+    players = value.players
     if not players:
         raise SettlementError(f"the deliverable of {task.task_id} has no contributions")
     run_seed = settlement_seed(task.task_id) if seed is None else seed
-    result = shapley(players, lambda s: coalition_value(outcome, s), seed=run_seed)
-    total = coalition_value(outcome, frozenset(players))
+    result = shapley(players, value.value, seed=run_seed)
+    total = value.value(frozenset(players))
     amount = task.price
     if task.spec.pay_by_quality:
         scaled = amount * total
@@ -118,21 +167,30 @@ def recompute_settlement(
         total_value=total,
         amount=amount,
         payouts=payouts,
-        quality={p: delivered_quality(outcome, p) for p in players},
+        quality={p: value.quality(p) for p in players},
+        checks=results,
+        shares=shares,
     )
-    return settlement, outcome, result
+    return settlement, value, result
 
 
-def delivered_contributions(market: Market, task_id: str) -> list[Mapping[str, Any]]:
-    """The contributions of the task's `task.delivered` event. Raises SettlementError."""
+def delivery_body(market: Market, task_id: str) -> dict[str, Any]:
+    """The body of the task's `task.delivered` event. Raises SettlementError."""
     found = market.ledger.store.find(kind=TASK_DELIVERED, subject=task_id, limit=1)
     if not found:
         raise SettlementError(f"{task_id} has no delivery to settle")
-    body = Entry.from_bytes(found[0].data).event.body
-    contributions = body.get("deliverable", {}).get("contributions", [])
-    if not isinstance(contributions, list):
-        raise SettlementError(f"the delivery of {task_id} is malformed")
-    return contributions
+    return dict(Entry.from_bytes(found[0].data).event.body)
+
+
+def settle_environment(market: Market, task: Task, judge: OpenAIJudge | None) -> SettleEnvironment:
+    """The sandbox, the judge, and the requester's reviews as the log holds them now."""
+    events = [
+        (stored.index, task_event(stored))
+        for stored in market.ledger.store.find(
+            subject=task.task_id, kind=REVIEW_GIVEN, limit=MAX_TASK_EVENTS
+        )
+    ]
+    return SettleEnvironment(LogReviews(task, events, market.clock()), judge)
 
 
 def logged_settlement(market: Market, task_id: str) -> dict[str, Any] | None:
@@ -153,11 +211,15 @@ class SettleOutcome:
     already: bool
 
 
-def settle_task(market: Market, onboarding: Onboarding, task_id: str) -> SettleOutcome:
-    """Settle a delivered task (idempotent; see the module docstring).
+def settle_task(
+    market: Market, onboarding: Onboarding, task_id: str, *, judge: OpenAIJudge | None = None
+) -> SettleOutcome:
+    """Settle a delivered task (idempotent; see the module docstring). Judge checks use
+    `judge`, else the judge configured by ACCORD_JUDGE_URL.
 
-    Raises TransitionError/TaskError for a task that is not delivered, SettlementError when a
-    contributor has bound no payout address, EscrowError and ChainError from the chain.
+    Raises TransitionError/TaskError for a task that is not delivered, SettlementWaits while a
+    review window is open or the judge cannot be reached, SettlementError when a contributor
+    has bound no payout address, EscrowError and ChainError from the chain.
     """
     task = market.task(task_id)
     if task.state == "settled":
@@ -171,7 +233,8 @@ def settle_task(market: Market, onboarding: Onboarding, task_id: str) -> SettleO
     # (1)-(4): compute and log once; a logged computation is the one that is paid.
     body = logged_settlement(market, task_id)
     if body is None:
-        settlement, _, _ = recompute_settlement(task, delivered_contributions(market, task_id))
+        env = settle_environment(market, task, judge_from_env() if judge is None else judge)
+        settlement, _, _ = recompute_settlement(task, delivery_body(market, task_id), env)
         payees: dict[str, str] = {}
         for player, payout in settlement.payouts.items():
             if payout == 0:

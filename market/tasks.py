@@ -21,8 +21,17 @@ from typing import Any, Literal
 
 from ledger.events import parse_time
 from market.auction import PAYMENT_RULES, PaymentRule, ScoringWeights
-from market.errors import AuctionError, TaskError, TransitionError
+from market.errors import AuctionError, TaskError, TransitionError, WorkError
 from market.money import Wei, wei
+from market.work import (
+    Check,
+    Part,
+    check_to_json,
+    default_checks,
+    file_refs,
+    parse_check,
+    rubric,
+)
 
 TaskState = Literal[
     "posted",
@@ -47,6 +56,7 @@ ESCROW_REFUNDED = "escrow.refunded"
 TASK_STARTED = "task.started"
 TASK_DELIVERED = "task.delivered"
 TASK_SETTLED = "task.settled"
+REVIEW_GIVEN = "review.given"
 TASK_KINDS = (
     TASK_POSTED,
     ESCROW_OPENED,
@@ -58,48 +68,43 @@ TASK_KINDS = (
     TASK_STARTED,
     TASK_DELIVERED,
     TASK_SETTLED,
+    REVIEW_GIVEN,
 )
 
 TITLE_MAX = 200
 DESCRIPTION_MAX = 10_000
 MIN_WINDOW = timedelta(seconds=1)
 MAX_WINDOW = timedelta(days=30)
+DEFAULT_REVIEW = timedelta(hours=1)
+MAX_BUDGET = 2**256 - 1
 DEFAULT_WEIGHTS = ScoringWeights(Fraction(1, 2), Fraction(1, 2))
 CAPABILITY_PATTERN = re.compile(r"^[a-z][a-z0-9_-]{0,63}$")
 
 
 @dataclass(frozen=True)
-class RubricCheck:
-    """One weighted check of the evaluator that scores a deliverable (used at settlement)."""
-
-    check_id: str
-    weight: int
-    description: str
-    params: Mapping[str, Any] = field(default_factory=dict, hash=False)
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "id": self.check_id,
-            "weight": self.weight,
-            "description": self.description,
-            "params": dict(self.params),
-        }
-
-
-@dataclass(frozen=True)
 class TaskSpec:
-    """What a requester posts. Validated on construction; raises TaskError naming the field."""
+    """What a requester posts: the terms, and the work (parts and checks, `market.work`).
+
+    Validated on construction; raises TaskError naming the field (WorkError naming the JSON
+    path for parts and checks). The parts' inputs are checked against their capabilities'
+    schemas when the spec is read from a request (`spec_from_request`), where the files are.
+    """
 
     title: str
     description: str
-    capabilities: tuple[str, ...]
+    parts: tuple[Part, ...]
     budget: Wei
     bidding: timedelta
     reveal: timedelta
     delivery: timedelta
+    checks: tuple[Check, ...] = ()
+    """The requester's checks; empty means each part's output-schema check plus a review."""
+    files: Mapping[str, Mapping[str, Any]] = field(default_factory=dict, hash=False)
+    """The files the inputs reference: sha256 → {name, size}."""
+    review: timedelta = DEFAULT_REVIEW
+    """How long after delivery the requester may review; an unreviewed check is then accepted."""
     rule: PaymentRule = "second-score"
     weights: ScoringWeights = DEFAULT_WEIGHTS
-    evaluator: tuple[RubricCheck, ...] = ()
     pay_by_quality: bool = False
     """Scale the amount paid by the delivered quality v(N) (the rest returns to the requester)."""
 
@@ -110,17 +115,19 @@ class TaskSpec:
             raise TaskError(f"the title is longer than {TITLE_MAX} characters")
         if not isinstance(self.description, str) or len(self.description) > DESCRIPTION_MAX:
             raise TaskError(f"the description must be text of at most {DESCRIPTION_MAX} characters")
-        if not self.capabilities:
-            raise TaskError("name at least one required capability (--capability)")
+        if not self.parts:
+            raise WorkError(
+                "a task needs at least one part: [{id, capability, input}]", path="$.parts"
+            )
         for capability in self.capabilities:
             if not CAPABILITY_PATTERN.match(capability):
                 raise TaskError(f"{capability!r} is not a capability name")
-        if len(set(self.capabilities)) != len(self.capabilities):
-            raise TaskError("a capability is named twice")
         wei(self.budget)
         if self.budget == 0:
             raise TaskError("the budget must be more than 0 wei")
-        for name in ("bidding", "reveal", "delivery"):
+        if self.budget > MAX_BUDGET:
+            raise TaskError("the budget is more than the chain can hold (2^256 - 1 wei)")
+        for name in ("bidding", "reveal", "delivery", "review"):
             window = getattr(self, name)
             if not MIN_WINDOW <= window <= MAX_WINDOW:
                 raise TaskError(f"the {name} window must be between 1 s and 30 days")
@@ -129,49 +136,97 @@ class TaskSpec:
         weights = (self.weights.reputation, self.weights.exam)
         if sum(weights) > 1 or any(w > 1 for w in weights):
             raise TaskError("scoring weights must lie in [0, 1] and sum to at most 1")
-        for check in self.evaluator:
+        part_ids = {p.part_id for p in self.parts}
+        for k, check in enumerate(self.checks):
             if check.weight <= 0:
-                raise TaskError(f"rubric check {check.check_id!r} needs a positive weight")
+                raise WorkError(
+                    f"check {check.check_id!r} needs a positive weight",
+                    path=f"$.checks[{k}].weight",
+                )
+            missing = [p for p in check.reads if p not in part_ids]
+            if missing:
+                raise WorkError(
+                    f"check {check.check_id!r} reads no part {missing[0]!r}",
+                    path=f"$.checks[{k}].reads",
+                )
+        for k, part in enumerate(self.parts):
+            for sha in file_refs(part.input):
+                if sha not in self.files:
+                    raise WorkError(
+                        f"part {part.part_id!r} names a file not stored with the task",
+                        path=f"$.parts[{k}].input",
+                    )
+
+    @property
+    def capabilities(self) -> tuple[str, ...]:
+        """The capabilities the parts need, each once, in the order the parts name them: a
+        bidder must hold every one."""
+        return tuple(dict.fromkeys(p.capability for p in self.parts))
+
+    @property
+    def requester_checks(self) -> tuple[Check, ...]:
+        """The checks the requester gave, or the defaults when it gave none."""
+        return self.checks or default_checks(self.parts)
+
+    @property
+    def rubric(self) -> tuple[Check, ...]:
+        """The requester's checks and the contract holder's plan and assembly checks."""
+        return rubric(self.parts, self.requester_checks)
 
     def to_json(self) -> dict[str, Any]:
         return {
             "title": self.title,
             "description": self.description,
             "capabilities": list(self.capabilities),
+            "parts": [part.to_json() for part in self.parts],
+            "checks": [check_to_json(check) for check in self.checks],
+            "files": {sha: dict(meta) for sha, meta in self.files.items()},
             "budget": str(self.budget),
             "bidding_seconds": int(self.bidding.total_seconds()),
             "reveal_seconds": int(self.reveal.total_seconds()),
             "delivery_seconds": int(self.delivery.total_seconds()),
+            "review_seconds": int(self.review.total_seconds()),
             "rule": self.rule,
             "weights": {
                 "reputation": str(self.weights.reputation),
                 "exam": str(self.weights.exam),
             },
-            "evaluator": [check.to_json() for check in self.evaluator],
             "pay_by_quality": self.pay_by_quality,
         }
 
     @classmethod
     def from_json(cls, value: Mapping[str, Any]) -> TaskSpec:
-        """Raises TaskError for anything that is not a task spec."""
+        """A spec as logged in `task.posted` (validated when it was posted; checks are not
+        compiled again here). Raises TaskError for anything that is not a task spec."""
         try:
             weights = value["weights"]
+            parts = tuple(
+                Part(str(p["id"]), str(p["capability"]), dict(p["input"])) for p in value["parts"]
+            )
+            part_ids = {p.part_id for p in parts}
+            checks = tuple(
+                parse_check(c, f"$.checks[{k}]", part_ids, compile_code=False)
+                for k, c in enumerate(value.get("checks", []))
+            )
             return cls(
                 title=value["title"],
                 description=value["description"],
-                capabilities=tuple(value["capabilities"]),
+                parts=parts,
+                checks=checks,
+                files={str(k): dict(v) for k, v in value.get("files", {}).items()},
                 budget=Wei(int(value["budget"])),
                 bidding=timedelta(seconds=int(value["bidding_seconds"])),
                 reveal=timedelta(seconds=int(value["reveal_seconds"])),
                 delivery=timedelta(seconds=int(value["delivery_seconds"])),
+                review=timedelta(
+                    seconds=int(value.get("review_seconds", DEFAULT_REVIEW.total_seconds()))
+                ),
                 rule=value["rule"],
                 weights=ScoringWeights(Fraction(weights["reputation"]), Fraction(weights["exam"])),
-                evaluator=tuple(
-                    RubricCheck(c["id"], int(c["weight"]), c["description"], c.get("params", {}))
-                    for c in value["evaluator"]
-                ),
                 pay_by_quality=bool(value.get("pay_by_quality", False)),
             )
+        except WorkError:
+            raise
         except (KeyError, TypeError, ValueError, ZeroDivisionError, AuctionError) as exc:
             raise TaskError(f"not a task spec: {exc!r}") from exc
 
@@ -200,6 +255,12 @@ class Task:
     winner: str | None = None
     price: Wei | None = None
     delivered_index: int | None = None
+    delivered_at: datetime | None = None
+
+    @property
+    def review_ends(self) -> datetime | None:
+        """When the requester's review window closes (None before delivery)."""
+        return None if self.delivered_at is None else self.delivered_at + self.spec.review
 
     @property
     def bidding_ends(self) -> datetime:
@@ -254,8 +315,9 @@ def step(task: Task | None, event: TaskEvent) -> Task:
         case "escrow.opened":
             _require(task, "posted", "escrowed")
             return replace(task, state="bidding", escrowed=True)
-        case "bid.committed" | "bid.revealed":
-            return task  # bids do not move the task; their windows are checked on admission
+        case "bid.committed" | "bid.revealed" | "review.given":
+            # Bids and reviews do not move the task; their windows are checked on admission.
+            return task
         case "task.awarded":
             _require(task, "bidding", "awarded")
             return replace(
@@ -275,7 +337,9 @@ def step(task: Task | None, event: TaskEvent) -> Task:
             return replace(task, state="running")
         case "task.delivered":
             _require(task, "running", "delivered")
-            return replace(task, state="delivered", delivered_index=event.index)
+            return replace(
+                task, state="delivered", delivered_index=event.index, delivered_at=event.at
+            )
         case "task.settled":
             _require(task, "delivered", "settled")
             return replace(task, state="settled")
@@ -302,3 +366,98 @@ def _require(task: Task, states: TaskState | tuple[TaskState, ...], action: str)
 def event_time(text: str) -> datetime:
     """The datetime of a ledger event's `at`."""
     return parse_time(text)
+
+
+_WINDOW = re.compile(r"^\s*([0-9]{1,9})\s*(s|m|h|d)?\s*$")
+_WINDOW_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_window(value: Any, what: str) -> timedelta:
+    """`30s`, `5m`, `2h`, `1d` or a whole number of seconds, within 1 s and 30 days.
+
+    Raises TaskError otherwise.
+    """
+    text = str(value) if isinstance(value, int) and not isinstance(value, bool) else value
+    match = _WINDOW.match(text) if isinstance(text, str) else None
+    if match is None:
+        raise TaskError(f"the {what} window {value!r} is not a duration: write e.g. 30s, 5m or 2h")
+    window = timedelta(seconds=int(match.group(1)) * _WINDOW_SECONDS[match.group(2) or "s"])
+    if not MIN_WINDOW <= window <= MAX_WINDOW:
+        raise TaskError(f"the {what} window must be between 1 s and 30 days, not {value!r}")
+    return window
+
+
+REQUEST_FIELDS = {
+    "title",
+    "description",
+    "budget",
+    "bidding",
+    "reveal",
+    "delivery",
+    "review",
+    "rule",
+    "pay_by_quality",
+    "parts",
+    "checks",
+}
+
+
+def spec_from_request(
+    data: Any, files: Mapping[str, tuple[str, str]], *, budget: Wei | None = None
+) -> TaskSpec:
+    """A spec from what a requester sends (a spec file, or the body of `POST /tasks`):
+
+        {"title", "description", "budget": "0.5eth", "bidding": "30s", "reveal": "30s",
+         "delivery": "10m", "review": "1h", "rule", "pay_by_quality", "parts", "checks"}
+
+    `files` maps the sha256 of every file the inputs reference to its (name, text). `budget`,
+    when given, is the budget already parsed by the caller. Raises WorkError naming the JSON
+    path of the first problem, TaskError or AmountError for the terms.
+    """
+    from market.money import parse_amount  # the market's own parser of amounts people type
+    from market.work import parse_checks, parse_parts
+
+    if not isinstance(data, Mapping):
+        raise WorkError("a task spec is a JSON object")
+    unknown = set(data) - REQUEST_FIELDS
+    if unknown:
+        name = sorted(unknown)[0]
+        raise WorkError(
+            f"$.{name}: unknown field (known: {', '.join(sorted(REQUEST_FIELDS))})",
+            path=f"$.{name}",
+        )
+    text_of = {sha: text for sha, (_, text) in files.items()}
+    parts = parse_parts(data.get("parts"), text_of)
+    checks = parse_checks(data.get("checks"), parts) if data.get("checks") else ()
+    referenced = {sha for part in parts for sha in file_refs(part.input)}
+    rule = data.get("rule", "second-score")
+    if rule not in PAYMENT_RULES:
+        raise TaskError(f"the payment rule must be one of {', '.join(PAYMENT_RULES)}")
+    amount = budget
+    if amount is None:
+        raw_budget = data.get("budget")
+        if not isinstance(raw_budget, str | int) or isinstance(raw_budget, bool):
+            raise WorkError(
+                '$.budget: write the most the task pays, e.g. "0.5eth"', path="$.budget"
+            )
+        amount = parse_amount(str(raw_budget))
+    pay_by_quality = data.get("pay_by_quality", False)
+    if not isinstance(pay_by_quality, bool):
+        raise WorkError("$.pay_by_quality: true or false", path="$.pay_by_quality")
+    return TaskSpec(
+        title=data.get("title", ""),
+        description=data.get("description", ""),
+        parts=parts,
+        checks=checks,
+        files={
+            sha: {"name": files[sha][0], "size": len(files[sha][1].encode())}
+            for sha in sorted(referenced)
+        },
+        budget=amount,
+        bidding=parse_window(data.get("bidding", "30s"), "bidding"),
+        reveal=parse_window(data.get("reveal", "30s"), "reveal"),
+        delivery=parse_window(data.get("delivery", "10m"), "delivery"),
+        review=parse_window(data.get("review", "1h"), "review"),
+        rule=rule,
+        pay_by_quality=pay_by_quality,
+    )

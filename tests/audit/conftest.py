@@ -42,7 +42,7 @@ from market.sealed import commit_bid, reveal_bid
 from market.service import Market
 from market.settlement import settle_task
 from market.strategies import cost_plus_margin
-from market.tasks import TaskSpec
+from tests.specs import invoice_spec
 
 START = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 OPERATOR_KEY = DEVNET_OPERATOR_KEY
@@ -159,16 +159,7 @@ def onboard_agents(world: World) -> None:
 
 
 def post_task(world: World, *, pay_by_quality: bool = False) -> str:
-    spec = TaskSpec(
-        title="Check the quarterly figures",
-        description="Recompute every figure of the report and flag the wrong ones.",
-        capabilities=("arithmetic", "extraction"),
-        budget=parse_amount("0.5eth"),
-        bidding=WINDOW,
-        reveal=WINDOW,
-        delivery=timedelta(minutes=30),
-        pay_by_quality=pay_by_quality,
-    )
+    spec = invoice_spec(pay_by_quality=pay_by_quality)
     task = world.market.post(world.requester, spec, requester_key=REQUESTER_KEY)
     world.task_id = task.task_id
     return task.task_id

@@ -1,0 +1,369 @@
+"""Running a task's checks on what its team delivered, and v(S) from their results.
+
+A check reads some parts. It passes for a coalition S when every part it reads was made by a
+member of S and the check passes on those outputs. A part has one output, whoever is in S, so
+a check's result does not depend on S beyond that: each check is evaluated exactly once, on the
+outputs of the parts it reads (a judge check calls the model once per (check, part set)), and
+v(S) is the sum of the shares (`market.work.check_shares`) of the passed checks whose parts S
+made. `Valuation.value` memoises by the set of parts S made.
+
+The deterministic kinds (expect, schema, plan, assembly) are evaluated here, purely. The others
+go through a `CheckEnvironment`: python (the sandbox), judge (a model), review (the requester's
+signed verdicts and the clock). The audit re-runs the deterministic kinds and python, and holds
+judge and review results to their logged, signed records (`recheck`).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Any, Protocol
+
+from jsonschema import Draft202012Validator
+
+from identity.challenges import validate_output
+from identity.challenges.base import json_equal
+from identity.errors import ExamError
+from market.errors import SettlementError
+from market.work import (
+    ASSEMBLY_PART,
+    MISSING,
+    PLAN_PART,
+    AssemblyCheck,
+    Check,
+    ExpectCheck,
+    JudgeCheck,
+    Part,
+    PlanCheck,
+    PythonCheck,
+    ReviewCheck,
+    SchemaCheck,
+    exact_number,
+    parse_path,
+    value_at,
+)
+
+MAX_MATCH_INPUT = 100_000
+JUDGE_PROMPT_VERSION = "accord-judge/1"
+
+
+@dataclass(frozen=True)
+class Delivered:
+    """What the team handed in, as the log holds it.
+
+    `outputs` maps each part id to its output (`_plan` to the plan, `_assembly` to the
+    assembled list of parts); `producers` maps each part id to the DID that made it.
+    """
+
+    parts: tuple[Part, ...]
+    outputs: Mapping[str, Any] = field(hash=False)
+    producers: Mapping[str, str] = field(hash=False)
+
+    def reads(self, check: Check) -> dict[str, Any]:
+        """The outputs of the parts `check` reads that were delivered."""
+        return {p: self.outputs[p] for p in check.reads if p in self.outputs}
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """One check's verdict; `record` keeps what the audit holds a judge or review to."""
+
+    check_id: str
+    passed: bool
+    detail: str
+    record: Mapping[str, Any] | None = field(default=None, hash=False)
+
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"id": self.check_id, "passed": self.passed, "detail": self.detail}
+        if self.record is not None:
+            data["record"] = dict(self.record)
+        return data
+
+    @classmethod
+    def from_json(cls, value: Mapping[str, Any]) -> CheckResult:
+        """Raises SettlementError for anything else."""
+        try:
+            record = value.get("record")
+            return cls(
+                str(value["id"]),
+                bool(value["passed"]),
+                str(value["detail"]),
+                None if record is None else dict(record),
+            )
+        except (KeyError, TypeError, AttributeError) as exc:
+            raise SettlementError(f"a logged check result does not parse: {exc!r}") from exc
+
+
+class CheckEnvironment(Protocol):
+    """The checks that need more than the outputs."""
+
+    def run_python(self, check: PythonCheck, outputs: Mapping[str, Any]) -> CheckResult:
+        """Run the requester's test code in the sandbox."""
+        ...
+
+    def ask_judge(self, check: JudgeCheck, prompt: str) -> tuple[str, str]:
+        """The model's raw answer to `prompt` and the model's name. Raises SettlementWaits when
+        the model cannot be reached (after retrying)."""
+        ...
+
+    def review(self, check: ReviewCheck) -> CheckResult:
+        """The requester's verdict, or acceptance when the window ended without one.
+        Raises SettlementWaits while the window is open and no verdict was given."""
+        ...
+
+
+# -- the deterministic kinds ---------------------------------------------------------------
+
+
+def _missing(check: Check, delivered: Delivered) -> list[str]:
+    return [p for p in check.reads if p not in delivered.outputs]
+
+
+def expect(check: ExpectCheck, output: Any) -> CheckResult:
+    """Pure: the value at the check's path equals / lies within / matches."""
+    found = value_at(output, parse_path(check.path))
+    if found is MISSING:
+        return CheckResult(check.check_id, False, f"no value at {check.path}")
+    shown = json.dumps(found, ensure_ascii=False)[:80]
+    match check.op:
+        case "equals":
+            ok = json_equal(found, check.value) or (
+                exact_number(found) is not None and exact_number(found) == exact_number(check.value)
+            )
+            return CheckResult(
+                check.check_id, ok, f"{check.path} is {shown}, expected {check.value!r}"
+            )
+        case "within":
+            number, target = exact_number(found), exact_number(check.value)
+            tolerance = exact_number(check.tolerance) or Fraction(0)
+            if number is None or target is None:
+                return CheckResult(check.check_id, False, f"{check.path} is {shown}: not a number")
+            ok = abs(number - target) <= tolerance
+            return CheckResult(
+                check.check_id,
+                ok,
+                f"{check.path} is {shown}, expected {check.value} ± {check.tolerance}",
+            )
+        case _:
+            if not isinstance(found, str) or len(found) > MAX_MATCH_INPUT:
+                return CheckResult(check.check_id, False, f"{check.path} is {shown}: not text")
+            ok = re.fullmatch(str(check.value), found) is not None
+            return CheckResult(
+                check.check_id, ok, f"{check.path} is {shown}, pattern {check.value!r}"
+            )
+
+
+def schema(check: SchemaCheck, output: Any) -> CheckResult:
+    """Pure: the output validates against the check's JSON Schema."""
+    error = next(iter(Draft202012Validator(check.schema).iter_errors(output)), None)
+    if error is None:
+        return CheckResult(check.check_id, True, "the output matches the schema")
+    where = "$" + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in error.path)
+    return CheckResult(check.check_id, False, f"{where}: {error.message[:200]}")
+
+
+def plan(check: PlanCheck, delivered: Delivered) -> CheckResult:
+    """Pure: the plan assigns every part, and nothing else, to a DID."""
+    value = delivered.outputs.get(PLAN_PART)
+    wanted = {p.part_id for p in delivered.parts}
+    if not isinstance(value, Mapping) or not isinstance(value.get("assignments"), Mapping):
+        return CheckResult(check.check_id, False, "the deliverable holds no plan")
+    assignments = value["assignments"]
+    if set(assignments) != wanted:
+        missing = sorted(wanted - set(assignments))
+        extra = sorted(set(assignments) - wanted)
+        return CheckResult(
+            check.check_id, False, f"the plan misses {missing} and names unknown {extra}"
+        )
+    if not all(isinstance(a, str) and a.startswith("did:") for a in assignments.values()):
+        return CheckResult(check.check_id, False, "the plan assigns a part to something not a DID")
+    return CheckResult(check.check_id, True, f"the plan assigns all {len(wanted)} parts")
+
+
+def assembly(check: AssemblyCheck, delivered: Delivered) -> CheckResult:
+    """Pure: the assembled deliverable holds every part once, each with the output its producer
+    reported and valid against its capability's output schema."""
+    value = delivered.outputs.get(ASSEMBLY_PART)
+    if not isinstance(value, list):
+        return CheckResult(check.check_id, False, "the deliverable holds no assembly")
+    by_part: dict[str, Mapping[str, Any]] = {}
+    for entry in value:
+        if not isinstance(entry, Mapping) or not isinstance(entry.get("part"), str):
+            return CheckResult(check.check_id, False, "an assembled entry names no part")
+        if entry["part"] in by_part:
+            return CheckResult(check.check_id, False, f"part {entry['part']} is assembled twice")
+        by_part[entry["part"]] = entry
+    for part in delivered.parts:
+        entry = by_part.get(part.part_id)
+        if entry is None or part.part_id not in delivered.outputs:
+            return CheckResult(check.check_id, False, f"part {part.part_id} is not delivered")
+        if entry.get("producer") != delivered.producers.get(part.part_id):
+            return CheckResult(check.check_id, False, f"part {part.part_id}: wrong producer")
+        if not json_equal(entry.get("output"), delivered.outputs[part.part_id]):
+            return CheckResult(
+                check.check_id, False, f"part {part.part_id}: not the output its producer gave"
+            )
+        try:
+            validate_output(part.capability, entry.get("output"))
+        except ExamError as exc:
+            return CheckResult(check.check_id, False, f"part {part.part_id}: {exc}")
+    extra = sorted(set(by_part) - {p.part_id for p in delivered.parts})
+    if extra:
+        return CheckResult(check.check_id, False, f"the assembly holds unknown parts {extra}")
+    return CheckResult(check.check_id, True, f"all {len(delivered.parts)} parts assembled")
+
+
+def judge_prompt(check: JudgeCheck, outputs: Mapping[str, Any]) -> str:
+    """The exact prompt a judge check sends: deterministic, so the audit rebuilds it."""
+    shown = json.dumps(outputs, sort_keys=True, ensure_ascii=False, indent=1)
+    return (
+        f"[{JUDGE_PROMPT_VERSION}] You grade work delivered for a task.\n"
+        f"Criterion: {check.criterion}\n"
+        f"The delivered parts (part id -> output):\n{shown}\n"
+        'Answer with one JSON object {"score": S, "reason": "..."} where S is an integer from '
+        "0 (fails the criterion) to 10 (fully meets it)."
+    )
+
+
+def judge_verdict(check: JudgeCheck, answer: str) -> tuple[bool, str]:
+    """Pure: the model's answer as (passed, detail). An answer without an integer score in
+    0..10 fails the check."""
+    text = answer.strip()
+    start, end = text.find("{"), text.rfind("}")
+    try:
+        data = json.loads(text[start : end + 1]) if 0 <= start < end else None
+    except ValueError:
+        data = None
+    score = data.get("score") if isinstance(data, dict) else None
+    if isinstance(score, bool) or not isinstance(score, int) or not 0 <= score <= 10:
+        return False, "the judge gave no score from 0 to 10"
+    reason = str(data.get("reason", ""))[:200] if isinstance(data, dict) else ""
+    return score >= check.pass_score, f"score {score}/10 (passes at {check.pass_score}): {reason}"
+
+
+# -- evaluating a rubric --------------------------------------------------------------------
+
+
+def evaluate(check: Check, delivered: Delivered, env: CheckEnvironment) -> CheckResult:
+    """One check on the delivered outputs. Raises SettlementWaits (from `env`)."""
+    missing = _missing(check, delivered)
+    if missing and check.kind not in ("plan",):
+        return CheckResult(check.check_id, False, f"parts not delivered: {', '.join(missing)}")
+    match check:
+        case ExpectCheck():
+            return expect(check, delivered.outputs[check.reads[0]])
+        case SchemaCheck():
+            return schema(check, delivered.outputs[check.reads[0]])
+        case PlanCheck():
+            return plan(check, delivered)
+        case AssemblyCheck():
+            return assembly(check, delivered)
+        case PythonCheck():
+            return env.run_python(check, delivered.reads(check))
+        case JudgeCheck():
+            prompt = judge_prompt(check, delivered.reads(check))
+            answer, model = env.ask_judge(check, prompt)
+            passed, detail = judge_verdict(check, answer)
+            record = {"model": model, "prompt": prompt, "answer": answer}
+            return CheckResult(check.check_id, passed, detail, record)
+        case ReviewCheck():
+            return env.review(check)
+
+
+def evaluate_all(
+    checks: Sequence[Check], delivered: Delivered, env: CheckEnvironment
+) -> dict[str, CheckResult]:
+    """Every check once, in order. Raises SettlementWaits."""
+    return {check.check_id: evaluate(check, delivered, env) for check in checks}
+
+
+@dataclass(frozen=True)
+class Valuation:
+    """v(S) from check results: the shares of the passed checks whose parts S made."""
+
+    shares: Mapping[str, Fraction]
+    reads: Mapping[str, tuple[str, ...]]
+    passed: Mapping[str, bool]
+    producers: Mapping[str, str]
+    _memo: dict[frozenset[str], Fraction] = field(default_factory=dict, hash=False, repr=False)
+
+    @property
+    def players(self) -> tuple[str, ...]:
+        return tuple(sorted(set(self.producers.values())))
+
+    def value(self, coalition: frozenset[str]) -> Fraction:
+        made = frozenset(p for p, who in self.producers.items() if who in coalition)
+        if made not in self._memo:
+            self._memo[made] = sum(
+                (
+                    share
+                    for check_id, share in self.shares.items()
+                    if self.passed.get(check_id) and all(p in made for p in self.reads[check_id])
+                ),
+                Fraction(0),
+            )
+        return self._memo[made]
+
+    def quality(self, agent: str) -> Fraction:
+        """The share of the checks reading an agent's parts that pass (its reputation input)."""
+        mine = {p for p, who in self.producers.items() if who == agent}
+        touched = [c for c, reads in self.reads.items() if mine & set(reads)]
+        if not touched:
+            return Fraction(0)
+        return Fraction(sum(1 for c in touched if self.passed.get(c)), len(touched))
+
+
+def valuation(
+    checks: Sequence[Check],
+    shares: Mapping[str, Fraction],
+    results: Mapping[str, CheckResult],
+    delivered: Delivered,
+) -> Valuation:
+    """Pure: the valuation of a delivery whose checks gave `results`."""
+    return Valuation(
+        shares=dict(shares),
+        reads={c.check_id: c.reads for c in checks},
+        passed={c.check_id: results[c.check_id].passed for c in checks},
+        producers=dict(delivered.producers),
+    )
+
+
+# -- what the audit does -------------------------------------------------------------------
+
+
+ReviewOf = Callable[[ReviewCheck], CheckResult]
+
+
+class RecheckEnvironment:
+    """The audit's environment: python re-run in the sandbox; judge answers taken from the
+    logged record (its prompt must be the one the check builds); reviews from the log."""
+
+    def __init__(
+        self,
+        logged: Mapping[str, CheckResult],
+        run_python: Callable[[PythonCheck, Mapping[str, Any]], CheckResult],
+        review_of: ReviewOf,
+    ) -> None:
+        self.logged = logged
+        self._run_python = run_python
+        self._review_of = review_of
+
+    def run_python(self, check: PythonCheck, outputs: Mapping[str, Any]) -> CheckResult:
+        return self._run_python(check, outputs)
+
+    def ask_judge(self, check: JudgeCheck, prompt: str) -> tuple[str, str]:
+        logged = self.logged.get(check.check_id)
+        record = logged.record if logged is not None else None
+        if record is None:
+            raise SettlementError(f"judge check {check.check_id} has no logged record")
+        if record.get("prompt") != prompt:
+            raise SettlementError(
+                f"judge check {check.check_id}: the logged prompt is not the one the check builds"
+            )
+        return str(record.get("answer", "")), str(record.get("model", ""))
+
+    def review(self, check: ReviewCheck) -> CheckResult:
+        return self._review_of(check)

@@ -1,0 +1,559 @@
+"""The requester's work: the parts a task is made of and the checks its deliverable must pass.
+
+A task spec names its **parts** (each an id, a capability, and an input valid against that
+capability's input schema) and its **checks** (each an id, a positive integer weight, the parts it
+reads, and a kind). Check kinds are small frozen dataclasses, one per kind:
+
+    expect    a value at a JSON path of one part's output equals a value, lies within a
+              tolerance of a number, or matches a pattern
+    schema    one part's output validates against a JSON Schema (the `jsonschema` library)
+    python    the requester's test code, `def check(outputs) -> bool`, run in the sandbox
+    judge     an OpenAI-compatible model scores the parts against a criterion (temperature 0)
+    review    the requester accepts or rejects within the review window (accepted when it ends)
+
+With no checks given, each part gets its capability's output-schema check and a review check.
+
+The contract holder's own work is part of the deliverable too: its **plan** (which member does
+which part) and its **assembly** (every part's output with its producer), made by the leader
+under the reserved part ids `_plan` and `_assembly`. `rubric(spec)` adds two integration checks
+that read them, and `check_shares` gives them a fixed share of v(N): `CONTRACTOR_SHARE` (1/5),
+half each; the requester's checks share the other 4/5 by weight.
+
+Everything here is pure: parsing raises WorkError naming the JSON path of the first problem.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from decimal import Decimal, InvalidOperation
+from fractions import Fraction
+from typing import Any, Literal, TypeAlias
+
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import SchemaError
+
+from identity.challenges import REGISTRY, validate_input
+from identity.errors import ExamError, SchemaViolation
+from market.errors import WorkError
+
+PART_ID = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
+CHECK_ID = PART_ID
+PLAN_PART = "_plan"
+ASSEMBLY_PART = "_assembly"
+CONTRACTOR_PARTS = (PLAN_PART, ASSEMBLY_PART)
+PLAN_CHECK = "_plan-covers-every-part"
+ASSEMBLY_CHECK = "_assembly-holds-every-output"
+CONTRACTOR_SHARE = Fraction(1, 5)
+"""The share of v(N) the contract holder's plan and assembly checks carry together."""
+
+MAX_PARTS = 64
+MAX_CHECKS = 128
+MAX_WEIGHT = 1_000_000
+MAX_PATTERN = 500
+MAX_CODE = 20_000
+MAX_PYTHON_CPU_SECONDS = 10
+MAX_PYTHON_MEMORY_MIB = 1024
+FILE_KEY = "$file"
+SHA256_HEX = re.compile(r"^[0-9a-f]{64}$")
+
+CheckKind = Literal["expect", "schema", "python", "judge", "review", "plan", "assembly"]
+REQUESTER_KINDS = ("expect", "schema", "python", "judge", "review")
+
+
+@dataclass(frozen=True)
+class Part:
+    """One piece of the requester's work. `input` may hold `{"$file": "<sha256>"}` references
+    to files stored with the task; they are replaced by the file's text before it is checked
+    against the capability's schema and before an agent sees it."""
+
+    part_id: str
+    capability: str
+    input: Mapping[str, Any] = field(hash=False)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"id": self.part_id, "capability": self.capability, "input": dict(self.input)}
+
+
+# -- checks: one small dataclass per kind ------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ExpectCheck:
+    """The value at `path` of one part's output: `equals` a JSON value, lies `within`
+    `tolerance` of a number, or `matches` a regular expression (whole string)."""
+
+    check_id: str
+    weight: int
+    reads: tuple[str, ...]
+    path: str
+    op: Literal["equals", "within", "matches"]
+    value: Any = field(hash=False)
+    tolerance: str = "0"
+    kind: Literal["expect"] = "expect"
+
+
+@dataclass(frozen=True)
+class SchemaCheck:
+    check_id: str
+    weight: int
+    reads: tuple[str, ...]
+    schema: Mapping[str, Any] = field(hash=False)
+    kind: Literal["schema"] = "schema"
+
+
+@dataclass(frozen=True)
+class PythonCheck:
+    """`def check(outputs)` returning True to pass; `outputs` maps each read part to its output."""
+
+    check_id: str
+    weight: int
+    reads: tuple[str, ...]
+    code: str
+    cpu_seconds: int = 2
+    memory_mib: int = 256
+    kind: Literal["python"] = "python"
+
+
+@dataclass(frozen=True)
+class JudgeCheck:
+    """A model scores the read parts 0 to 10 against `criterion`; passes at `pass_score` or more."""
+
+    check_id: str
+    weight: int
+    reads: tuple[str, ...]
+    criterion: str
+    pass_score: int = 7
+    model: str | None = None
+    kind: Literal["judge"] = "judge"
+
+
+@dataclass(frozen=True)
+class ReviewCheck:
+    check_id: str
+    weight: int
+    reads: tuple[str, ...]
+    kind: Literal["review"] = "review"
+
+
+@dataclass(frozen=True)
+class PlanCheck:
+    """The contract holder's plan assigns every part to a member of its team."""
+
+    check_id: str
+    weight: int
+    reads: tuple[str, ...]
+    kind: Literal["plan"] = "plan"
+
+
+@dataclass(frozen=True)
+class AssemblyCheck:
+    """The assembled deliverable holds every part's output, as its producer reported it."""
+
+    check_id: str
+    weight: int
+    reads: tuple[str, ...]
+    kind: Literal["assembly"] = "assembly"
+
+
+Check: TypeAlias = (
+    ExpectCheck | SchemaCheck | PythonCheck | JudgeCheck | ReviewCheck | PlanCheck | AssemblyCheck
+)
+
+
+def check_to_json(check: Check) -> dict[str, Any]:
+    """The check as it is posted and logged (the inverse of `parse_check`)."""
+    data: dict[str, Any] = {
+        "id": check.check_id,
+        "weight": check.weight,
+        "kind": check.kind,
+        "reads": list(check.reads),
+    }
+    match check:
+        case ExpectCheck():
+            data |= {"path": check.path, check.op: check.value}
+            if check.op == "within":
+                data["tolerance"] = check.tolerance
+        case SchemaCheck():
+            data["schema"] = dict(check.schema)
+        case PythonCheck():
+            data |= {
+                "code": check.code,
+                "cpu_seconds": check.cpu_seconds,
+                "memory_mib": check.memory_mib,
+            }
+        case JudgeCheck():
+            data |= {"criterion": check.criterion, "pass_score": check.pass_score}
+            if check.model is not None:
+                data["model"] = check.model
+        case ReviewCheck() | PlanCheck() | AssemblyCheck():
+            pass
+    return data
+
+
+# -- JSON paths --------------------------------------------------------------------------------
+
+_PATH_STEP = re.compile(r"\.([A-Za-z_][A-Za-z0-9_-]*)|\[(\d+)\]|\[\"((?:[^\"\\]|\\.)*)\"\]")
+
+
+def parse_path(path: str) -> tuple[str | int, ...]:
+    """`$`, `$.total`, `$.lines[2].amount`, `$["due date"]` as a tuple of keys and indexes.
+
+    Raises WorkError for anything else.
+    """
+    if not isinstance(path, str) or not path.startswith("$") or len(path) > 500:
+        raise WorkError(f"{path!r} is not a JSON path: write $, $.field or $.list[0]")
+    steps: list[str | int] = []
+    position = 1
+    while position < len(path):
+        match = _PATH_STEP.match(path, position)
+        if match is None:
+            raise WorkError(f"{path!r} is not a JSON path (at character {position})")
+        name, index, quoted = match.groups()
+        if index is not None:
+            steps.append(int(index))
+        else:
+            steps.append(name if name is not None else quoted.replace('\\"', '"'))
+        position = match.end()
+    return tuple(steps)
+
+
+def json_path_text(steps: Iterable[str | int]) -> str:
+    """The JSON path of `steps`: `$.parts[2].input`."""
+    text = "$"
+    for step in steps:
+        text += f"[{step}]" if isinstance(step, int) else f".{step}"
+    return text
+
+
+_MISSING = object()
+
+
+def value_at(document: Any, steps: Sequence[str | int]) -> Any:
+    """The value at `steps` in `document`, or `MISSING` when there is none."""
+    value = document
+    for step in steps:
+        if isinstance(step, int) and isinstance(value, list) and step < len(value):
+            value = value[step]
+        elif isinstance(step, str) and isinstance(value, dict) and step in value:
+            value = value[step]
+        else:
+            return _MISSING
+    return value
+
+
+MISSING = _MISSING
+
+
+def exact_number(value: Any) -> Fraction | None:
+    """An exact number from a JSON integer or a decimal/fraction string; None for anything else
+    (floats are not exact, and are refused)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return Fraction(value)
+    if isinstance(value, str):
+        text = value.strip().replace(",", "")
+        if "/" in text:
+            num, _, den = text.partition("/")
+            try:
+                denominator = int(den)
+                return Fraction(int(num), denominator) if denominator else None
+            except ValueError:
+                return None
+        try:
+            return Fraction(Decimal(text)) if text and len(text) <= 100 else None
+        except (InvalidOperation, ValueError):
+            return None
+    return None
+
+
+# -- parsing a spec's parts and checks ---------------------------------------------------------
+
+
+def _at(path: str, message: str) -> WorkError:
+    return WorkError(f"{path}: {message}", path=path)
+
+
+def _object(value: Any, path: str) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping):
+        raise _at(path, "must be a JSON object")
+    return value
+
+
+def _identifier(value: Any, path: str, what: str) -> str:
+    if not isinstance(value, str) or not PART_ID.match(value):
+        raise _at(path, f"{value!r} is not a {what} id (lowercase letters, digits, - and _)")
+    return value
+
+
+def file_refs(value: Any) -> list[str]:
+    """The sha256 of every `{"$file": sha}` reference inside an input, in order."""
+    found: list[str] = []
+    if isinstance(value, Mapping):
+        if set(value) == {FILE_KEY} and isinstance(value[FILE_KEY], str):
+            return [value[FILE_KEY]]
+        for item in value.values():
+            found += file_refs(item)
+    elif isinstance(value, list):
+        for item in value:
+            found += file_refs(item)
+    return found
+
+
+def resolve_files(value: Any, text_of: Mapping[str, str]) -> Any:
+    """`value` with every `{"$file": sha}` replaced by that file's text.
+
+    Raises WorkError for a reference to a file that is not in `text_of`.
+    """
+    if isinstance(value, Mapping):
+        if set(value) == {FILE_KEY}:
+            sha = value[FILE_KEY]
+            if sha not in text_of:
+                raise WorkError(f"the input names a file that was not stored with it: {sha}")
+            return text_of[sha]
+        return {k: resolve_files(v, text_of) for k, v in value.items()}
+    if isinstance(value, list):
+        return [resolve_files(item, text_of) for item in value]
+    return value
+
+
+def parse_parts(
+    value: Any, text_of: Mapping[str, str], *, known_capabilities: Iterable[str] | None = None
+) -> tuple[Part, ...]:
+    """The spec's `parts`, each input checked against its capability's input schema with its
+    files resolved from `text_of` (sha256 → text). Raises WorkError naming the path."""
+    if not isinstance(value, list) or not value:
+        raise _at("$.parts", "a task needs at least one part: [{id, capability, input}]")
+    if len(value) > MAX_PARTS:
+        raise _at("$.parts", f"at most {MAX_PARTS} parts")
+    capabilities = set(REGISTRY if known_capabilities is None else known_capabilities)
+    parts: list[Part] = []
+    for k, raw in enumerate(value):
+        path = f"$.parts[{k}]"
+        item = _object(raw, path)
+        unknown = set(item) - {"id", "capability", "input"}
+        if unknown:
+            raise _at(path, f"unknown field {sorted(unknown)[0]!r}")
+        part_id = _identifier(item.get("id"), f"{path}.id", "part")
+        if any(p.part_id == part_id for p in parts):
+            raise _at(f"{path}.id", f"part {part_id!r} is named twice")
+        capability = item.get("capability")
+        if not isinstance(capability, str) or capability not in capabilities:
+            known = ", ".join(sorted(capabilities))
+            raise _at(f"{path}.capability", f"unknown capability {capability!r} (known: {known})")
+        raw_input = _object(item.get("input"), f"{path}.input")
+        try:
+            validate_input(capability, resolve_files(raw_input, text_of))
+        except SchemaViolation as exc:
+            inner = exc.path.removeprefix("$")
+            raise _at(f"{path}.input{inner}", exc.reason) from exc
+        except WorkError as exc:
+            raise _at(f"{path}.input", str(exc)) from exc
+        except ExamError as exc:
+            raise _at(f"{path}.input", str(exc)) from exc
+        parts.append(Part(part_id, capability, dict(raw_input)))
+    return tuple(parts)
+
+
+def _weight(value: Any, path: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= MAX_WEIGHT:
+        raise _at(path, f"a weight is a positive integer up to {MAX_WEIGHT}, not {value!r}")
+    return value
+
+
+def _reads(
+    item: Mapping[str, Any], path: str, part_ids: set[str], *, single: bool
+) -> tuple[str, ...]:
+    if "part" in item:
+        if "reads" in item:
+            raise _at(path, "give either part or reads, not both")
+        reads: Any = [item["part"]]
+        where = f"{path}.part"
+    else:
+        reads = item.get("reads")
+        where = f"{path}.reads"
+    if not isinstance(reads, list) or not reads:
+        raise _at(where, "name the part(s) the check reads")
+    if single and len(reads) != 1:
+        raise _at(where, "this kind of check reads exactly one part")
+    for k, part in enumerate(reads):
+        if part not in part_ids:
+            raise _at(f"{where}[{k}]" if "reads" in item else where, f"no part {part!r}")
+    if len(set(reads)) != len(reads):
+        raise _at(where, "a part is named twice")
+    return tuple(reads)
+
+
+def _check_fields(item: Mapping[str, Any], path: str, allowed: set[str]) -> None:
+    unknown = set(item) - allowed - {"id", "weight", "kind", "reads", "part", "description"}
+    if unknown:
+        raise _at(path, f"unknown field {sorted(unknown)[0]!r} for a {item['kind']} check")
+
+
+def parse_check(raw: Any, path: str, part_ids: set[str], *, compile_code: bool = True) -> Check:
+    """One requester check. Raises WorkError naming the path of the problem.
+
+    `compile_code=False` skips compiling schemas, patterns and test code: for checks read back
+    from the log, which were compiled when they were posted.
+    """
+    item = _object(raw, path)
+    check_id = _identifier(item.get("id"), f"{path}.id", "check")
+    weight = _weight(item.get("weight", 1), f"{path}.weight")
+    kind = item.get("kind")
+    if kind not in REQUESTER_KINDS:
+        raise _at(f"{path}.kind", f"{kind!r} is not a check kind ({', '.join(REQUESTER_KINDS)})")
+    match kind:
+        case "expect":
+            _check_fields(item, path, {"path", "equals", "within", "tolerance", "matches"})
+            reads = _reads(item, path, part_ids, single=True)
+            json_path = item.get("path", "$")
+            try:
+                parse_path(json_path)
+            except WorkError as exc:
+                raise _at(f"{path}.path", str(exc)) from exc
+            ops: list[Literal["equals", "within", "matches"]] = [
+                op for op in ("equals", "within", "matches") if op in item
+            ]
+            if len(ops) != 1:
+                raise _at(path, "an expect check has exactly one of equals, within, matches")
+            op = ops[0]
+            value = item[op]
+            tolerance = "0"
+            if op == "within":
+                if exact_number(value) is None:
+                    raise _at(f"{path}.within", f"{value!r} is not an exact number")
+                tolerance = str(item.get("tolerance", "0"))
+                number = exact_number(tolerance)
+                if number is None or number < 0:
+                    raise _at(f"{path}.tolerance", f"{tolerance!r} is not a number >= 0")
+            elif op == "matches" and compile_code:
+                if not isinstance(value, str) or len(value) > MAX_PATTERN:
+                    raise _at(f"{path}.matches", f"a pattern is text of at most {MAX_PATTERN}")
+                try:
+                    re.compile(value)
+                except re.error as exc:
+                    raise _at(f"{path}.matches", f"not a regular expression: {exc}") from exc
+            elif "tolerance" in item:
+                raise _at(f"{path}.tolerance", "a tolerance goes with within")
+            return ExpectCheck(check_id, weight, reads, json_path, op, value, tolerance)
+        case "schema":
+            _check_fields(item, path, {"schema"})
+            reads = _reads(item, path, part_ids, single=True)
+            schema = _object(item.get("schema"), f"{path}.schema")
+            try:
+                if compile_code:
+                    Draft202012Validator.check_schema(schema)
+            except SchemaError as exc:
+                raise _at(f"{path}.schema", f"not a JSON Schema: {exc.message}") from exc
+            return SchemaCheck(check_id, weight, reads, dict(schema))
+        case "python":
+            _check_fields(item, path, {"code", "cpu_seconds", "memory_mib"})
+            reads = _reads(item, path, part_ids, single=False)
+            code = item.get("code")
+            if not isinstance(code, str) or not code.strip() or len(code) > MAX_CODE:
+                raise _at(f"{path}.code", f"the test code is text of at most {MAX_CODE} chars")
+            if compile_code:
+                _compile_test_code(code, f"{path}.code")
+            cpu = item.get("cpu_seconds", 2)
+            memory = item.get("memory_mib", 256)
+            if isinstance(cpu, bool) or not isinstance(cpu, int):
+                raise _at(f"{path}.cpu_seconds", "a whole number of seconds")
+            if not 1 <= cpu <= MAX_PYTHON_CPU_SECONDS:
+                raise _at(f"{path}.cpu_seconds", f"between 1 and {MAX_PYTHON_CPU_SECONDS}")
+            if isinstance(memory, bool) or not isinstance(memory, int):
+                raise _at(f"{path}.memory_mib", "a whole number of MiB")
+            if not 64 <= memory <= MAX_PYTHON_MEMORY_MIB:
+                raise _at(f"{path}.memory_mib", f"between 64 and {MAX_PYTHON_MEMORY_MIB}")
+            return PythonCheck(check_id, weight, reads, code, cpu, memory)
+        case "judge":
+            _check_fields(item, path, {"criterion", "pass_score", "model"})
+            reads = _reads(item, path, part_ids, single=False)
+            criterion = item.get("criterion")
+            if not isinstance(criterion, str) or not criterion.strip() or len(criterion) > 2000:
+                raise _at(f"{path}.criterion", "a criterion is text of at most 2000 characters")
+            pass_score = item.get("pass_score", 7)
+            if isinstance(pass_score, bool) or not isinstance(pass_score, int):
+                raise _at(f"{path}.pass_score", "a whole number from 0 to 10")
+            if not 0 <= pass_score <= 10:
+                raise _at(f"{path}.pass_score", "a whole number from 0 to 10")
+            model = item.get("model")
+            if model is not None and (not isinstance(model, str) or not 0 < len(model) <= 200):
+                raise _at(f"{path}.model", "a model name")
+            return JudgeCheck(check_id, weight, reads, criterion, pass_score, model)
+        case _:
+            _check_fields(item, path, set())
+            return ReviewCheck(check_id, weight, _reads(item, path, part_ids, single=False))
+
+
+def _compile_test_code(code: str, path: str) -> None:
+    try:
+        tree = ast.parse(code)
+        compile(tree, "<check>", "exec")
+    except (SyntaxError, ValueError) as exc:
+        line = getattr(exc, "lineno", None)
+        raise _at(path, f"does not compile: {getattr(exc, 'msg', exc)} (line {line})") from exc
+    if not any(isinstance(node, ast.FunctionDef) and node.name == "check" for node in tree.body):
+        raise _at(path, "define `def check(outputs):` returning True to pass")
+
+
+def parse_checks(value: Any, parts: Sequence[Part]) -> tuple[Check, ...]:
+    """The spec's `checks`; none given means each part's output-schema check plus a review.
+
+    Raises WorkError naming the path of the first problem.
+    """
+    part_ids = {p.part_id for p in parts}
+    if value is None or value == []:
+        return default_checks(parts)
+    if not isinstance(value, list):
+        raise _at("$.checks", "a list of checks")
+    if len(value) > MAX_CHECKS:
+        raise _at("$.checks", f"at most {MAX_CHECKS} checks")
+    checks: list[Check] = []
+    for k, raw in enumerate(value):
+        check = parse_check(raw, f"$.checks[{k}]", part_ids)
+        if any(c.check_id == check.check_id for c in checks):
+            raise _at(f"$.checks[{k}].id", f"check {check.check_id!r} is named twice")
+        checks.append(check)
+    return tuple(checks)
+
+
+def default_checks(parts: Sequence[Part]) -> tuple[Check, ...]:
+    """Each part's output validates against its capability's output schema, and the requester
+    reviews it."""
+    checks: list[Check] = []
+    for part in parts:
+        schema = dict(REGISTRY[part.capability].output_schema)
+        checks.append(SchemaCheck(f"{part.part_id}-schema", 1, (part.part_id,), schema))
+        checks.append(ReviewCheck(f"{part.part_id}-review", 1, (part.part_id,)))
+    return tuple(checks)
+
+
+# -- the rubric: the requester's checks plus the contract holder's --------------------------
+
+
+def rubric(parts: Sequence[Part], checks: Sequence[Check]) -> tuple[Check, ...]:
+    """The requester's checks and the two integration checks on the contract holder's work."""
+    every_part = tuple(p.part_id for p in parts)
+    return (
+        *checks,
+        PlanCheck(PLAN_CHECK, 1, (PLAN_PART,)),
+        AssemblyCheck(ASSEMBLY_CHECK, 1, (PLAN_PART, ASSEMBLY_PART, *every_part)),
+    )
+
+
+def check_shares(checks: Sequence[Check]) -> dict[str, Fraction]:
+    """Each check's share of v(N): the plan and assembly checks `CONTRACTOR_SHARE / 2` each,
+    the requester's checks the rest in proportion to their weights. Sums to exactly 1."""
+    requester = [c for c in checks if c.kind not in ("plan", "assembly")]
+    contractor = [c for c in checks if c.kind in ("plan", "assembly")]
+    total = sum(c.weight for c in requester)
+    shares: dict[str, Fraction] = {}
+    rest = Fraction(1) - (CONTRACTOR_SHARE if contractor else 0)
+    for check in requester:
+        shares[check.check_id] = rest * Fraction(check.weight, total)
+    for check in contractor:
+        shares[check.check_id] = CONTRACTOR_SHARE / len(contractor)
+    return shares
