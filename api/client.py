@@ -129,6 +129,36 @@ class AccordClient:
     def bids(self, task_id: str) -> list[JsonObject]:
         return cast(list[JsonObject], self.get(f"/tasks/{_segment(task_id)}/bids"))
 
+    def post_task(self, spec: Mapping[str, Any]) -> JsonObject:
+        """Post a task spec (the client's signer is the requester)."""
+        return cast(JsonObject, self.request("POST", "/tasks", json=dict(spec)))
+
+    def upload_file(self, data: bytes) -> str:
+        """Store a file a task input references; returns its sha256 (signed)."""
+        where = f"POST {self.base_url}/files"
+        try:
+            response = self._http.post("/files", content=data)
+        except httpx.HTTPError as exc:
+            raise ApiError(f"{where}: {exc}") from exc
+        if response.is_error:
+            raise _problem(where, response)
+        return str(response.json()["sha256"])
+
+    def deliverable(self, task_id: str) -> JsonObject:
+        """The delivered work (signed: the requester, the team or the operator)."""
+        return cast(JsonObject, self.get(f"/tasks/{_segment(task_id)}/deliverable"))
+
+    def review(self, task_id: str, check: str, verdict: str) -> JsonObject:
+        """The requester's verdict on a review check."""
+        return cast(
+            JsonObject,
+            self.request(
+                "POST",
+                f"/tasks/{_segment(task_id)}/reviews",
+                json={"check": check, "verdict": verdict},
+            ),
+        )
+
     def agents(self) -> list[JsonObject]:
         return cast(list[JsonObject], self.get("/agents"))
 

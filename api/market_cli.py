@@ -11,7 +11,7 @@ import os
 import re
 import secrets
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
@@ -27,11 +27,9 @@ from identity.errors import IdentityError
 from ledger.errors import LedgerError, MalformedError
 from ledger.settings import Settings
 from market import sealed
-from market.auction import PAYMENT_RULES
 from market.errors import BidRejected, MarketError, TaskError
 from market.money import Wei, format_eth, parse_amount
 from market.runtime import MarketContext, open_market
-from market.tasks import TaskSpec
 
 task_app = typer.Typer(help="Paid tasks: post, show, list, bids, award.", no_args_is_help=True)
 bid_app = typer.Typer(help="Sealed bids by hand: commit, then reveal.", no_args_is_help=True)
@@ -110,15 +108,27 @@ def remote(server: str) -> Iterator[AccordClient]:
 
 @task_app.command("post")
 def task_post(
-    title: Annotated[str, typer.Option(help="What the task is.")],
-    budget: Annotated[str, typer.Option(help="The most it pays: 0.5eth, 20gwei, 1000wei.")],
+    spec: Annotated[
+        Path | None,
+        typer.Option(
+            help="A task spec (JSON): title, budget, windows, parts and checks. Files the "
+            'inputs name as {"$file": "invoice.txt"} are read relative to it and stored.'
+        ),
+    ] = None,
+    title: Annotated[str | None, typer.Option(help="What the task is.")] = None,
+    budget: Annotated[str | None, typer.Option(help="The most it pays: 0.5eth, 20gwei.")] = None,
     capability: Annotated[
-        list[str], typer.Option(help="A capability every bidder must hold (repeat).")
-    ],
+        str | None, typer.Option(help="The capability of the task's one part.")
+    ] = None,
+    input_json: Annotated[
+        str | None,
+        typer.Option("--input", help="The part's input: JSON, or @file.json."),
+    ] = None,
     description: Annotated[str, typer.Option(help="What the deliverable must contain.")] = "",
     bidding: Annotated[str, typer.Option(help="How long sealed bids are taken.")] = "30s",
     reveal: Annotated[str, typer.Option(help="How long bids are revealed after that.")] = "30s",
     delivery: Annotated[str, typer.Option(help="Time to deliver after the award.")] = "10m",
+    review: Annotated[str, typer.Option(help="Time to review the delivered work.")] = "1h",
     rule: Annotated[str, typer.Option(help="second-score or first-score.")] = "second-score",
     as_agent: Annotated[
         str | None, typer.Option("--as", help="Post as this agent (default: the operator).")
@@ -132,33 +142,112 @@ def task_post(
     ] = None,
     as_json: JsonFlag = False,
 ) -> None:
-    """Post a paid task; its budget is escrowed on chain in the same step."""
-    if rule not in PAYMENT_RULES:
-        _fail(f"--rule must be one of {', '.join(PAYMENT_RULES)}", code=2)
+    """Post a paid task (the requester's parts and checks); its budget is escrowed on chain in
+    the same step. Either --spec FILE, or the flags of a single part: --title, --budget,
+    --capability and --input (checked by its output schema and the requester's review)."""
+    if spec is not None:
+        if any(v is not None for v in (title, budget, capability, input_json)):
+            _fail("give either --spec or --title/--budget/--capability/--input, not both", 2)
+        request, request_files = _read_spec(spec)
+    else:
+        missing = [
+            flag
+            for flag, value in (
+                ("--title", title),
+                ("--budget", budget),
+                ("--capability", capability),
+                ("--input", input_json),
+            )
+            if value is None
+        ]
+        if missing:
+            _fail(f"missing {', '.join(missing)} (or give the whole task with --spec FILE)", 2)
+        request = {
+            "title": title,
+            "description": description,
+            "budget": budget,
+            "bidding": bidding,
+            "reveal": reveal,
+            "delivery": delivery,
+            "review": review,
+            "rule": rule,
+            "parts": [{"id": "part", "capability": capability, "input": _json_arg(input_json)}],
+        }
+        request_files = {}
     with _market() as market:
-        spec = TaskSpec(
-            title=title,
-            description=description,
-            capabilities=tuple(capability),
-            budget=parse_amount(budget),
-            bidding=parse_duration(bidding),
-            reveal=parse_duration(reveal),
-            delivery=parse_duration(delivery),
-            rule=rule,  # checked against PAYMENT_RULES above
-        )
+        for name, content in request_files.items():
+            market.market.blobs.put(content, name=name)
+        task_spec = market.market.spec_from_request(request)
         requester = market.signer_for(as_agent)
         key = (
             eth_key or os.environ.get("ACCORD_REQUESTER_ETH_KEY") or market.default_requester_key()
         )
-        task = market.market.post(requester, spec, requester_key=key)
+        task = market.market.post(requester, task_spec, requester_key=key)
         data = _task_json(market, task)
     if as_json:
         _emit(data)
         return
-    out.print(f"[green]✓[/] posted {task.task_id}: {title!r}, {format_eth(spec.budget)} escrowed")
+    parts = len(task_spec.parts)
+    checks = len(task_spec.requester_checks)
+    out.print(
+        f"[green]✓[/] posted {task.task_id}: {escape(task_spec.title)!r}, "
+        f"{parts} part{'s' * (parts != 1)}, {checks} check{'s' * (checks != 1)}, "
+        f"{format_eth(task_spec.budget)} escrowed"
+    )
     out.print(
         f"  bids until {task.bidding_ends:%H:%M:%S}, reveals until {task.reveal_ends:%H:%M:%S}"
     )
+
+
+def _json_arg(text: str | None) -> Any:
+    """JSON given on the command line, or `@path` to a JSON file. Exits 2 otherwise."""
+    assert text is not None
+    try:
+        if text.startswith("@"):
+            return json.loads(Path(text[1:]).read_text())
+        return json.loads(text)
+    except OSError as exc:
+        _fail(f"cannot read {text[1:]}: {exc.strerror}", 2)
+    except ValueError as exc:
+        _fail(f"--input is not JSON: {exc}", 2)
+
+
+def _read_spec(path: Path) -> tuple[dict[str, Any], dict[str, bytes]]:
+    """The spec file, its `{"$file": "name"}` references replaced by the files' sha256, and the
+    files to store. Exits 2 for a spec that cannot be read or names a missing file."""
+    from market.blobs import MAX_FILE_BYTES, sha256_hex
+    from market.work import FILE_KEY
+
+    try:
+        request = json.loads(path.read_text())
+    except OSError as exc:
+        _fail(f"cannot read the spec {path}: {exc.strerror}", 2)
+    except ValueError as exc:
+        _fail(f"the spec {path} is not JSON: {exc}", 2)
+    if not isinstance(request, dict):
+        _fail(f"the spec {path} must be a JSON object", 2)
+    files: dict[str, bytes] = {}
+
+    def resolve(value: Any, where: str) -> Any:
+        if isinstance(value, dict):
+            if set(value) == {FILE_KEY} and isinstance(value[FILE_KEY], str):
+                file = path.parent / value[FILE_KEY]
+                try:
+                    data = file.read_bytes()
+                except OSError as exc:
+                    _fail(f"{where}: cannot read {file}: {exc.strerror}", 2)
+                if len(data) > MAX_FILE_BYTES:
+                    _fail(f"{where}: {file} is {len(data)} bytes (at most {MAX_FILE_BYTES})", 2)
+                files[value[FILE_KEY]] = data
+                return {FILE_KEY: sha256_hex(data)}
+            return {k: resolve(v, f"{where}.{k}") for k, v in value.items()}
+        if isinstance(value, list):
+            return [resolve(v, f"{where}[{k}]") for k, v in enumerate(value)]
+        return value
+
+    if isinstance(request.get("parts"), list):
+        request["parts"] = resolve(request["parts"], "$.parts")
+    return request, files
 
 
 def _task_json(context: MarketContext, task: Any) -> dict[str, Any]:
@@ -186,7 +275,20 @@ def task_show(task_id: str, as_json: JsonFlag = False, server: ServerOption = No
         f"  budget      {format_eth(int(spec['budget']))} "
         f"({'escrowed' if data['escrowed'] else 'not escrowed'})"
     )
+    if spec.get("description"):
+        out.print(f"  description {escape(spec['description'])}")
     out.print(f"  needs       {', '.join(spec['capabilities'])}")
+    for part in spec.get("parts", []):
+        out.print(f"  part        {part['id']} ({part['capability']})")
+    for check in spec.get("checks", []):
+        reads = ", ".join(check.get("reads", []))
+        out.print(
+            f"  check       {check['id']} ({check['kind']}, weight {check['weight']}) on {reads}"
+        )
+    if spec.get("parts") and not spec.get("checks"):
+        out.print("  checks      each part's output schema, and the requester's review")
+    for digest, meta in spec.get("files", {}).items():
+        out.print(f"  file        {digest} ({meta.get('size')} bytes; `accord task file`)")
     out.print(f"  rule        {spec['rule']}")
     out.print(f"  bidding     until {data['bidding_ends']}")
     out.print(f"  revealing   until {data['reveal_ends']}")
@@ -353,6 +455,105 @@ def task_settle(task_id: str, as_json: JsonFlag = False) -> None:
         share = outcome.values.get(player, "0/1")
         out.print(f"  {names.get(player, player):<10} {format_eth(payout):>24}   Shapley {share}")
     out.print(f"  back to the requester: {format_eth(outcome.refund)}")
+
+
+@task_app.command("result")
+def task_result(
+    task_id: str,
+    out_dir: Annotated[
+        Path | None,
+        typer.Option("--out", help="Write deliverable.json and each part's output here."),
+    ] = None,
+    as_json: JsonFlag = False,
+    server: ServerOption = None,
+) -> None:
+    """The deliverable: each part's output and who made it, and each check once settled."""
+    if server:
+        with remote(server) as client:
+            data = client.deliverable(task_id)
+        names: dict[str, str] = {}
+    else:
+        from market.settlement import deliverable_view
+
+        with _market() as context:
+            data = deliverable_view(context.market, task_id)
+            names = {a.did: a.name for a in context.onboarding.registry.list()}
+    if out_dir is not None:
+        _write_result(out_dir, data)
+    if as_json:
+        _emit(data)
+        return
+    out.print(f"[bold]{data['task']}[/]  {escape(data['title'])}  ({data['state']})")
+    out.print(f"  deliverable sha256 {data['sha256']}")
+    out.print(f"  assembled by {names.get(data['leader'], data['leader'])}")
+    for entry in data["parts"]:
+        producer = names.get(entry["producer"], entry["producer"])
+        shown = json.dumps(entry["output"], ensure_ascii=False)
+        out.print(f"  [bold]{entry['part']}[/] ({entry['capability']}) by {producer}")
+        out.print(f"    {escape(shown if len(shown) <= 300 else shown[:300] + '…')}")
+    for part in data["missing"]:
+        out.print(f"  [red]{part}: not delivered[/]")
+    if data["checks"] is None:
+        out.print("  checks: run at settlement (`accord task settle`)")
+    else:
+        for check in data["checks"]:
+            mark = "[green]pass[/]" if check["passed"] else "[red]fail[/]"
+            out.print(f"  {mark} {check['id']}: {escape(check['detail'])}")
+    if out_dir is not None:
+        out.print(f"  written to {out_dir}")
+
+
+def _write_result(out_dir: Path, data: Mapping[str, Any]) -> None:
+    """deliverable.json and one file per part (`<part>.json`; a python part's source as
+    `<part>.py`). Exits 1 when the folder cannot be written."""
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        (out_dir / "deliverable.json").write_text(json.dumps(data, indent=2, sort_keys=True))
+        for entry in data["parts"]:
+            output = entry["output"]
+            if entry["capability"] == "python" and isinstance(output, str):
+                (out_dir / f"{entry['part']}.py").write_text(output)
+            else:
+                (out_dir / f"{entry['part']}.json").write_text(
+                    json.dumps(output, indent=2, sort_keys=True, ensure_ascii=False)
+                )
+    except OSError as exc:
+        _fail(f"cannot write the result to {out_dir}: {exc.strerror}")
+
+
+@task_app.command("review")
+def task_review(
+    task_id: str,
+    check: Annotated[str, typer.Option(help="The review check's id.")],
+    accept: Annotated[
+        bool | None, typer.Option("--accept/--reject", help="Accept or reject the work.")
+    ] = None,
+    as_agent: Annotated[
+        str | None, typer.Option("--as", help="The requester (default: the operator).")
+    ] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """The requester's verdict on a review check of the delivered work (once, in the window)."""
+    if accept is None:
+        _fail("say --accept or --reject", 2)
+    verdict = "accept" if accept else "reject"
+    with _market() as context:
+        index = context.market.review(context.signer_for(as_agent), task_id, check, verdict)
+    if as_json:
+        _emit({"task": task_id, "check": check, "verdict": verdict, "index": index})
+    else:
+        out.print(f"[green]✓[/] {verdict}ed {check} of {task_id} (entry {index})")
+
+
+@task_app.command("file")
+def task_file(
+    task_id: str,
+    digest: Annotated[str, typer.Argument(help="The file's sha256, as `task show` lists it.")],
+) -> None:
+    """Print one of the task's input files."""
+    with _market() as context:
+        text = context.market.file_text(context.market.task(task_id), digest)
+    sys.stdout.write(text)
 
 
 def agent_withdraw(

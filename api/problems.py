@@ -4,7 +4,8 @@ Every failure the API returns is a JSON object with `type`, `title`, `status` an
 sentence a person can act on), plus `reason` where the domain gives a stable code (a refused
 bid's `late`, `second-bid`...). Domain errors map to statuses by their place in the error trees:
 
-    bad input (malformed JSON, an invalid spec, a bid for another task)   400 / 422
+    bad input (malformed JSON, a bid for another task)                   400
+    an invalid task spec (`path` names the JSON path of the problem)     422
     unknown object (task, agent, credential, conversation, entry)        404 (raised by routes)
     conflicts: a lifecycle transition, a refused bid, an auction not due  409
     exam attempts exhausted                                               429 (Retry-After)
@@ -41,14 +42,17 @@ from ledger.errors import (
     SequenceError,
     StoreError,
 )
+from market.blobs import BlobError
 from market.errors import (
     AmountError,
     AuctionError,
     BidRejected,
     EscrowError,
     MarketError,
+    SettlementWaits,
     TaskError,
     TransitionError,
+    WorkError,
 )
 
 PROBLEM_MEDIA_TYPE = "application/problem+json"
@@ -81,6 +85,8 @@ class Problem(BaseModel):
     status: int
     detail: str
     reason: str | None = None
+    path: str | None = None
+    """For an invalid task spec: the JSON path of the first problem (`$.parts[0].input`)."""
 
 
 class ProblemError(Exception):
@@ -94,6 +100,7 @@ class ProblemError(Exception):
         kind: str | None = None,
         reason: str | None = None,
         headers: dict[str, str] | None = None,
+        path: str | None = None,
     ) -> None:
         super().__init__(detail)
         self.status = status
@@ -101,6 +108,7 @@ class ProblemError(Exception):
         self.kind = kind or _kind(status)
         self.reason = reason
         self.headers = headers or {}
+        self.path = path
 
 
 def _kind(status: int) -> str:
@@ -108,7 +116,12 @@ def _kind(status: int) -> str:
 
 
 def problem_body(
-    status: int, detail: str, *, kind: str | None = None, reason: str | None = None
+    status: int,
+    detail: str,
+    *,
+    kind: str | None = None,
+    reason: str | None = None,
+    path: str | None = None,
 ) -> dict[str, Any]:
     body: dict[str, Any] = {
         "type": PROBLEM_BASE + (kind or _kind(status)),
@@ -118,6 +131,8 @@ def problem_body(
     }
     if reason is not None:
         body["reason"] = reason
+    if path is not None:
+        body["path"] = path
     return body
 
 
@@ -128,9 +143,10 @@ def problem_response(
     kind: str | None = None,
     reason: str | None = None,
     headers: Mapping[str, str] | None = None,
+    path: str | None = None,
 ) -> JSONResponse:
     return JSONResponse(
-        problem_body(status, detail, kind=kind, reason=reason),
+        problem_body(status, detail, kind=kind, reason=reason, path=path),
         status_code=status,
         media_type=PROBLEM_MEDIA_TYPE,
         headers=headers,
@@ -151,6 +167,12 @@ def domain_problem(exc: Exception) -> ProblemError:
             return ProblemError(409, detail, kind="transition")
         case AuctionError() | EscrowError():
             return ProblemError(409, detail)
+        case WorkError(path=path):
+            return ProblemError(422, detail, kind="invalid-spec", path=path)
+        case SettlementWaits():
+            return ProblemError(409, detail, kind="settlement-waits")
+        case BlobError():
+            return ProblemError(404, detail, kind="file")
         case AmountError() | TaskError():
             return ProblemError(400, detail)
         case MarketError():
@@ -190,7 +212,12 @@ def install_problem_handlers(app: FastAPI) -> None:
     async def on_problem(_: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, ProblemError)
         return problem_response(
-            exc.status, exc.detail, kind=exc.kind, reason=exc.reason, headers=exc.headers
+            exc.status,
+            exc.detail,
+            kind=exc.kind,
+            reason=exc.reason,
+            headers=exc.headers,
+            path=exc.path,
         )
 
     async def on_domain(_: Request, exc: Exception) -> JSONResponse:

@@ -221,6 +221,16 @@ class ConversationRecord:
         }
 
 
+def team_of(store: LogStore, task_id: str) -> set[str]:
+    """Every agent in a conversation of the task (its team, sub-teams included)."""
+    members: set[str] = set()
+    for stored in store.find(kind=CONVERSATION_OPENED, limit=MAX_CONVERSATION_EVENTS):
+        body = Entry.from_bytes(stored.data).event.body
+        if body.get("task") == task_id:
+            members.update(str(m) for m in body.get("members", []))
+    return members
+
+
 def conversation_ids(store: LogStore, task_id: str | None = None) -> list[str]:
     """Ids of the logged conversations (of one task), in the order they were opened."""
     ids = []

@@ -289,3 +289,32 @@ def _outcome(task: Task, body: Mapping[str, Any], *, tx_hash: str, already: bool
         tx_hash,
         already,
     )
+
+
+def deliverable_view(market: Market, task_id: str) -> dict[str, Any]:
+    """What the requester gets back: every part's output and producer, the contract holder's
+    plan, and, once settled, each check's result and the payouts.
+
+    Raises TaskError before delivery, BlobError when the stored deliverable was altered.
+    """
+    task = market.task(task_id)
+    document = market.delivered_document(task_id)
+    body = logged_settlement(market, task_id)
+    found = market.ledger.store.find(kind=TASK_DELIVERED, subject=task_id, limit=1)
+    digest = Entry.from_bytes(found[0].data).event.body.get("sha256")
+    return {
+        "task": task_id,
+        "title": task.spec.title,
+        "state": market.state(task),
+        "sha256": digest,
+        "leader": document.get("leader"),
+        "plan": document.get("plan"),
+        "parts": document.get("parts", []),
+        "missing": [
+            p.part_id
+            for p in task.spec.parts
+            if p.part_id not in {entry.get("part") for entry in document.get("parts", [])}
+        ],
+        "checks": None if body is None else body.get("checks", []),
+        "payouts": None if body is None else body.get("payouts"),
+    }

@@ -41,7 +41,8 @@ class ApiConfig:
     window: signed requests are accepted within ±window seconds of the service's clock.
     """
 
-    max_body: int = 256 * 1024
+    max_body: int = 1024 * 1024 + 64 * 1024
+    """Large enough for a task input file of `market.blobs.MAX_FILE_BYTES`."""
     rate: float = 20.0
     burst: float = 100.0
     window: float = DEFAULT_WINDOW

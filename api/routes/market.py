@@ -15,10 +15,9 @@ from __future__ import annotations
 import os
 from typing import Any, Literal
 
-from fastapi import APIRouter, Depends
-from pydantic import BaseModel, Field
+from fastapi import APIRouter, Depends, Request, Response
+from pydantic import BaseModel, ConfigDict, Field
 
-from api.market_cli import parse_duration
 from api.problems import ProblemError
 from api.routes.deps import Caller, Context, State, throttle_reads
 from audit.checks import audit_task
@@ -26,9 +25,8 @@ from identity.errors import RegistryError
 from ledger.signing import Signer
 from market import sealed
 from market.errors import TaskError
-from market.money import parse_amount
 from market.runtime import MarketContext
-from market.tasks import Task, TaskSpec
+from market.tasks import Task
 
 reads = APIRouter(dependencies=[Depends(throttle_reads)])
 writes = APIRouter()
@@ -61,14 +59,34 @@ def _signer_of(context: MarketContext, did: str) -> Signer:
 
 
 class TaskPost(BaseModel):
+    """A task spec: the terms, the requester's parts and the checks its deliverable must pass
+    (see `market.work`). Files an input references are uploaded first (`POST /files`) and
+    named `{"$file": "<sha256>"}`."""
+
+    model_config = ConfigDict(extra="forbid")
+
     title: str = Field(min_length=1, max_length=200)
     description: str = Field(default="", max_length=10_000)
-    capabilities: list[str] = Field(min_length=1, max_length=16)
     budget: str = Field(description="0.5eth, 20gwei, 1000wei or bare wei", max_length=100)
     bidding: str = Field(default="30s", max_length=20)
     reveal: str = Field(default="30s", max_length=20)
     delivery: str = Field(default="10m", max_length=20)
+    review: str = Field(default="1h", max_length=20)
     rule: Literal["second-score", "first-score"] = "second-score"
+    pay_by_quality: bool = False
+    parts: list[dict[str, Any]] = Field(
+        min_length=1, max_length=64, description="[{id, capability, input}]"
+    )
+    checks: list[dict[str, Any]] = Field(
+        default_factory=list,
+        max_length=128,
+        description="[{id, weight, kind, reads|part, ...}]; none: schema and review per part",
+    )
+
+
+class ReviewBody(BaseModel):
+    check: str = Field(min_length=1, max_length=64)
+    verdict: Literal["accept", "reject"]
 
 
 class CommitmentBody(BaseModel):
@@ -119,21 +137,83 @@ def task_audit(task_id: str, context: Context, state: State) -> dict[str, Any]:
     "/tasks", tags=["market"], summary="Post a task; its budget is escrowed", status_code=201
 )
 def post_task(body: TaskPost, caller: Caller, context: Context, state: State) -> dict[str, Any]:
-    spec = TaskSpec(
-        title=body.title,
-        description=body.description,
-        capabilities=tuple(body.capabilities),
-        budget=parse_amount(body.budget),
-        bidding=parse_duration(body.bidding),
-        reveal=parse_duration(body.reveal),
-        delivery=parse_duration(body.delivery),
-        rule=body.rule,
-    )
+    spec = context.market.spec_from_request(body.model_dump())
     requester = _signer_of(context, caller)
     key = os.environ.get("ACCORD_REQUESTER_ETH_KEY") or context.default_requester_key()
     with state.write_lock:
         task = context.market.post(requester, spec, requester_key=key)
     return task_json(context, task)
+
+
+@writes.post(
+    "/files",
+    tags=["market"],
+    summary="Store a file a task's input references; answers its sha256",
+    status_code=201,
+)
+async def upload_file(request: Request, caller: Caller, context: Context) -> dict[str, Any]:
+    data = await request.body()
+    digest = context.market.blobs.put(data, name="the file")
+    return {"sha256": digest, "size": len(data), "stored_by": caller}
+
+
+def _may_see_work(context: MarketContext, task: Task, caller: str) -> None:
+    """The requester, the team and the operator see a task's files and deliverable."""
+    from coordinator.service import team_of
+
+    allowed = {task.requester, context.market.ledger.operator.did}
+    if task.winner is not None:
+        allowed.add(task.winner)
+    if caller not in allowed and caller not in team_of(context.market.ledger.store, task.task_id):
+        raise ProblemError(
+            403, f"only the requester, the team and the operator see the work of {task.task_id}"
+        )
+
+
+@writes.get(
+    "/tasks/{task_id}/files/{digest}",
+    tags=["market"],
+    summary="One of the task's input files (signed: requester, team or operator)",
+    response_class=Response,
+)
+def task_file(task_id: str, digest: str, caller: Caller, context: Context) -> Response:
+    task = _task(context, task_id)
+    _may_see_work(context, task, caller)
+    data = context.market.file_text(task, digest).encode()
+    return Response(data, media_type="text/plain; charset=utf-8")
+
+
+@writes.get(
+    "/tasks/{task_id}/deliverable",
+    tags=["market"],
+    summary="The deliverable: each part's output and producer, and the checks once settled "
+    "(signed: requester, team or operator)",
+)
+def deliverable(task_id: str, caller: Caller, context: Context) -> dict[str, Any]:
+    from market.settlement import deliverable_view
+
+    task = _task(context, task_id)
+    _may_see_work(context, task, caller)
+    return deliverable_view(context.market, task_id)
+
+
+@writes.post(
+    "/tasks/{task_id}/reviews",
+    tags=["market"],
+    summary="The requester accepts or rejects a review check of the delivered work",
+    status_code=201,
+)
+def review(
+    task_id: str, body: ReviewBody, caller: Caller, context: Context, state: State
+) -> dict[str, Any]:
+    task = _task(context, task_id)
+    if caller != task.requester:
+        raise ProblemError(403, f"only the requester of {task_id} reviews its work")
+    with state.write_lock:
+        index = context.market.review(
+            _signer_of(context, caller), task_id, body.check, body.verdict
+        )
+    return {"task": task_id, "check": body.check, "verdict": body.verdict, "index": index}
 
 
 def _own_bid(caller: str, task_id: str, bidder: str, what: str) -> None:
