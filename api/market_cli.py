@@ -27,7 +27,7 @@ from identity.errors import IdentityError
 from ledger.errors import LedgerError, MalformedError
 from ledger.settings import Settings
 from market import sealed
-from market.errors import BidRejected, MarketError, TaskError
+from market.errors import BidRejected, MarketError, TaskError, WorkError
 from market.money import Wei, format_eth, parse_amount
 from market.runtime import MarketContext, open_market
 
@@ -86,7 +86,7 @@ def _market() -> Iterator[MarketContext]:
         _fail(str(exc))
 
 
-_INPUT_ERRORS = {"AmountError", "TaskError"}
+_INPUT_ERRORS = {"AmountError", "TaskError", "WorkError"}
 
 
 @contextmanager
@@ -214,9 +214,8 @@ def _json_arg(text: str | None) -> Any:
 
 def _read_spec(path: Path) -> tuple[dict[str, Any], dict[str, bytes]]:
     """The spec file, its `{"$file": "name"}` references replaced by the files' sha256, and the
-    files to store. Exits 2 for a spec that cannot be read or names a missing file."""
-    from market.blobs import MAX_FILE_BYTES, sha256_hex
-    from market.work import FILE_KEY
+    files to store. Exits 2 for a spec that cannot be read or names a file that cannot be."""
+    from market.work import attach_files
 
     try:
         request = json.loads(path.read_text())
@@ -226,27 +225,12 @@ def _read_spec(path: Path) -> tuple[dict[str, Any], dict[str, bytes]]:
         _fail(f"the spec {path} is not JSON: {exc}", 2)
     if not isinstance(request, dict):
         _fail(f"the spec {path} must be a JSON object", 2)
-    files: dict[str, bytes] = {}
-
-    def resolve(value: Any, where: str) -> Any:
-        if isinstance(value, dict):
-            if set(value) == {FILE_KEY} and isinstance(value[FILE_KEY], str):
-                file = path.parent / value[FILE_KEY]
-                try:
-                    data = file.read_bytes()
-                except OSError as exc:
-                    _fail(f"{where}: cannot read {file}: {exc.strerror}", 2)
-                if len(data) > MAX_FILE_BYTES:
-                    _fail(f"{where}: {file} is {len(data)} bytes (at most {MAX_FILE_BYTES})", 2)
-                files[value[FILE_KEY]] = data
-                return {FILE_KEY: sha256_hex(data)}
-            return {k: resolve(v, f"{where}.{k}") for k, v in value.items()}
-        if isinstance(value, list):
-            return [resolve(v, f"{where}[{k}]") for k, v in enumerate(value)]
-        return value
-
-    if isinstance(request.get("parts"), list):
-        request["parts"] = resolve(request["parts"], "$.parts")
+    try:
+        request["parts"], files = attach_files(
+            request.get("parts"), lambda name: (path.parent / name).read_bytes()
+        )
+    except WorkError as exc:
+        _fail(str(exc), 2)
     return request, files
 
 

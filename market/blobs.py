@@ -15,9 +15,8 @@ from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlmodel import Column, Field, LargeBinary, SQLModel
 
 from market.errors import MarketError, WorkError
+from market.work import MAX_FILE_BYTES
 
-MAX_FILE_BYTES = 1 << 20
-"""A task's input file, or a deliverable, is at most 1 MiB."""
 MAX_TASK_FILES = 16
 
 

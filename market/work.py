@@ -25,8 +25,9 @@ Everything here is pure: parsing raises WorkError naming the JSON path of the fi
 from __future__ import annotations
 
 import ast
+import hashlib
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from fractions import Fraction
@@ -57,6 +58,8 @@ MAX_CODE = 20_000
 MAX_PYTHON_CPU_SECONDS = 10
 MAX_PYTHON_MEMORY_MIB = 1024
 FILE_KEY = "$file"
+MAX_FILE_BYTES = 1 << 20
+"""A task's input file is at most 1 MiB."""
 SHA256_HEX = re.compile(r"^[0-9a-f]{64}$")
 
 CheckKind = Literal["expect", "schema", "python", "judge", "review", "plan", "assembly"]
@@ -235,13 +238,16 @@ def value_at(document: Any, steps: Sequence[str | int]) -> Any:
     """The value at `steps` in `document`, or `MISSING` when there is none."""
     value = document
     for step in steps:
-        if isinstance(step, int) and isinstance(value, list) and step < len(value):
-            value = value[step]
-        elif isinstance(step, str) and isinstance(value, dict) and step in value:
-            value = value[step]
-        else:
-            return _MISSING
+        value = _step_into(value, step)
+        if value is _MISSING:
+            break
     return value
+
+
+def _step_into(value: Any, step: str | int) -> Any:
+    if isinstance(step, int):
+        return value[step] if isinstance(value, list) and step < len(value) else _MISSING
+    return value[step] if isinstance(value, dict) and step in value else _MISSING
 
 
 MISSING = _MISSING
@@ -318,6 +324,34 @@ def resolve_files(value: Any, text_of: Mapping[str, str]) -> Any:
     if isinstance(value, list):
         return [resolve_files(item, text_of) for item in value]
     return value
+
+
+def attach_files(parts: Any, read: Callable[[str], bytes]) -> tuple[Any, dict[str, bytes]]:
+    """A spec file's parts with every `{"$file": "name"}` replaced by `{"$file": "<sha256>"}`,
+    and the files' bytes by name. `read(name)` reads a file (relative to the spec file).
+
+    Raises WorkError naming the path of a file that cannot be read or is over the size limit.
+    """
+    files: dict[str, bytes] = {}
+
+    def walk(value: Any, where: str) -> Any:
+        if isinstance(value, Mapping):
+            if set(value) == {FILE_KEY} and isinstance(value[FILE_KEY], str):
+                name = value[FILE_KEY]
+                try:
+                    data = read(name)
+                except OSError as exc:
+                    raise _at(where, f"cannot read {name}: {exc.strerror or exc}") from exc
+                if len(data) > MAX_FILE_BYTES:
+                    raise _at(where, f"{name} is {len(data)} bytes (at most {MAX_FILE_BYTES})")
+                files[name] = data
+                return {FILE_KEY: hashlib.sha256(data).hexdigest()}
+            return {k: walk(v, f"{where}.{k}") for k, v in value.items()}
+        if isinstance(value, list):
+            return [walk(v, f"{where}[{k}]") for k, v in enumerate(value)]
+        return value
+
+    return walk(parts, "$.parts"), files
 
 
 def parse_parts(

@@ -4,28 +4,33 @@ the built-in reference agents).
 1. start (or reuse) the devnet and deploy the anchor registry once;
 2. issue credentials: reference agents register by DID-auth, sit capability exams and receive
    verifiable credentials; an agent answering at random fails and gets none;
-3. post a paid task with its budget escrowed on chain; credentialed agents send sealed bids
-   (cost plus margin), the uncredentialed one is refused; reveal; the auction awards it;
+3. post the requester's own work (scripts/demo_work/task.json: an invoice to check, four
+   parts and five checks) with its budget escrowed on chain; credentialed agents send sealed
+   bids (cost plus margin), the uncredentialed one is refused; reveal; the auction awards it;
 4. the winner leads a team conversation (sync and async assignments, a nested sub-team) that
-   produces the deliverable, each contribution tagged with its agent;
-5. the log is checkpointed and anchored on chain;
-6. an exam is re-graded from the log alone, and one entry's inclusion proof is checked against
-   the on-chain root;
-7. the whole log is verified as a numbered checklist, chain included.
+   does the parts; the requester gets the deliverable: each part's output and its producer;
+5. the checks run, the team is paid by Shapley value on chain (the leader's plan and assembly
+   earn it a share), and everyone withdraws;
+6. the log is anchored, the collaboration audited from the log and the chain;
+7. a copy in which a part's output is changed (every entry re-signed, the log re-anchored)
+   fails the audit at the settlement step: the checks re-run;
+8. the whole log is verified as a numbered checklist, chain included.
 
 Runs in $ACCORD_HOME (default ./.accord); run it again and it appends to the same log.
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
 import secrets
-import sqlite3
 import sys
 import tempfile
 import time
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from fractions import Fraction
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 
@@ -37,14 +42,16 @@ from coordinator.conversation import Conversation, Message
 from coordinator.errors import CoordinatorError
 from coordinator.service import directory_of, run_awarded_task
 from identity.agents import AgentRecord
-from identity.errors import IdentityError, RateLimitedError, RegistryError
+from identity.errors import IdentityError, KeyStoreError, RateLimitedError, RegistryError
 from identity.onboarding import Onboarding, open_onboarding
-from ledger.chain import AnchorChain
+from ledger.anchoring import Anchorer
+from ledger.chain import MemoryAnchorChain
 from ledger.errors import LedgerError
+from ledger.events import Entry, Event, sign_event
 from ledger.runtime import connect_chain, devnet_for, open_ledger
 from ledger.service import Ledger
 from ledger.settings import Settings
-from ledger.signing import load_or_create_keyfile
+from ledger.signing import Signer, load_or_create_keyfile
 from ledger.store import LogStore, make_engine
 from ledger.verify import verify_log
 from market.errors import BidRejected, MarketError
@@ -52,9 +59,9 @@ from market.escrow import address_of
 from market.money import Wei, format_eth, parse_amount
 from market.runtime import MarketContext, open_market
 from market.sealed import commit_bid, reveal_bid
-from market.settlement import settle_task
+from market.settlement import deliverable_view, settle_task
 from market.strategies import cost_plus_margin
-from market.tasks import TaskSpec
+from market.work import attach_files
 
 console = Console(emoji=False, highlight=False)
 
@@ -70,38 +77,42 @@ DEMO_ITEMS = 5
 #: What each agent's work costs it; reference agents bid cost plus a 20% margin.
 DEMO_COSTS = {"ada": "0.12eth", "linus": "0.10eth", "mallory": "0.01eth"}
 DEMO_MARGIN = Fraction(1, 5)
-DEMO_WINDOW_SECONDS = 4
+DEMO_SPEC = Path(__file__).resolve().parent / "demo_work" / "task.json"
 
 
 def _tamper_copy_and_audit(
-    settings: Settings, ledger: Ledger, task_id: str, chain: AnchorChain, context: MarketContext
+    settings: Settings, ledger: Ledger, task_id: str, context: MarketContext
 ) -> int | None:
-    """Copy the log, change one byte of one conversation message, and audit the copy."""
-    if not settings.db_url.startswith("sqlite:///"):
-        console.print("  (skipped: the tamper demonstration copies a SQLite log)")
-        return None
-    found = ledger.store.find(kind="conversation.message", limit=1_000_000)
-    target = next(e for e in found if b'"text":"plan: ' in e.data)
-    data = bytearray(target.data)
-    at = data.index(b'"text":"plan: ') + len(b'"text":"plan: ')
-    data[at] = ord("X") if data[at] != ord("X") else ord("Y")  # one letter of the plan
+    """A copy of the log in which the `lines-sum` part's output is changed everywhere it
+    appears, every changed entry re-signed by its own actor's key and the copy anchored anew:
+    signatures and anchors hold, and the audit still fails at the settlement step."""
+    keys: dict[str, Signer] = {ledger.operator.did: ledger.operator}
+    for agent in context.onboarding.registry.list():
+        with contextlib.suppress(RegistryError, KeyStoreError):
+            keys[agent.did] = context.onboarding.registry.signer(agent)
     with tempfile.TemporaryDirectory() as scratch:
-        copy = Path(scratch) / "tampered.db"
-        source = sqlite3.connect(settings.db_url.removeprefix("sqlite:///"))
-        destination = sqlite3.connect(copy)
-        with destination:
-            source.backup(destination)
-        destination.execute(
-            "UPDATE ledger_entries SET data = ? WHERE idx = ?", (bytes(data), target.index)
-        )
-        destination.commit()
-        source.close()
-        destination.close()
-        store = LogStore(make_engine(f"sqlite:///{copy}"), ledger.log_id)
-        report = audit_task(store, task_id, anchors=chain, escrow=context.escrow.chain)
+        store = LogStore(make_engine(f"sqlite:///{Path(scratch) / 'copy.db'}"), ledger.log_id)
+        rebuilt = []
+        posted = ledger.store.find(kind="task.posted", subject=task_id, limit=1)[0].index
+        for stored in ledger.store.entries(0, ledger.store.size()):
+            entry = Entry.from_bytes(stored.data)
+            event = entry.event
+            body = _change_output(event.body, "lines-sum", "2585.00")
+            if stored.index < posted or body == event.body or event.actor not in keys:
+                rebuilt.append(entry)
+                continue
+            changed = Event(event.kind, event.actor, event.seq, event.at, event.subject, body)
+            rebuilt.append(sign_event(keys[event.actor], changed))
+        store.append_batch(rebuilt)
+        anchors = MemoryAnchorChain()
+        Anchorer(store, anchors, ledger.operator, ledger.clock, receipt_timeout=0).anchor_latest()
+        report = audit_task(store, task_id, anchors=anchors, escrow=context.escrow.chain)
         store.engine.dispose()
     failure = report.first_failure
-    console.print(f"  changed one letter of entry {target.index} (the leader's plan) in a copy")
+    console.print(
+        "  in a copy, lines-sum's output 2585.50 becomes 2585.00 in every entry that holds it;"
+    )
+    console.print("  each changed entry is re-signed by its own key and the copy anchored anew")
     if failure is None:
         console.print("  [bold red]the tampered copy passed the audit: this is a bug[/]")
         return None
@@ -109,7 +120,20 @@ def _tamper_copy_and_audit(
         f"  [green]✓[/] the audit of the copy fails at step {failure.number}, "
         f"entry {failure.entry}: {failure.detail}"
     )
-    return failure.entry
+    return failure.number
+
+
+def _change_output(value: Any, part_id: str, new: Any) -> Any:
+    """`value` with the output of `part_id` replaced wherever a report or deliverable holds it."""
+    if isinstance(value, dict):
+        if value.get("item_id") == part_id and "answer" in value:
+            return {**value, "answer": new}
+        if value.get("part") == part_id and "output" in value:
+            return {**value, "output": new}
+        return {k: _change_output(v, part_id, new) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_change_output(v, part_id, new) for v in value]
+    return value
 
 
 def _sleep_until(moment: datetime) -> None:
@@ -187,21 +211,26 @@ def _story(settings: Settings) -> int:
     context = open_market(settings, ledger, onboarding)
     market = context.market
     requester = load_or_create_keyfile(settings.keys_dir / "demo-requester.json")
-    spec = TaskSpec(
-        title="Check the quarterly figures",
-        description="Recompute every figure of the report and flag the wrong ones.",
-        capabilities=("arithmetic", "extraction"),
-        budget=parse_amount("0.5eth"),
-        bidding=timedelta(seconds=DEMO_WINDOW_SECONDS),
-        reveal=timedelta(seconds=DEMO_WINDOW_SECONDS),
-        delivery=timedelta(minutes=30),
+    request = json.loads(DEMO_SPEC.read_text())
+    request["parts"], files = attach_files(
+        request["parts"], lambda name: (DEMO_SPEC.parent / name).read_bytes()
     )
+    for name, data in files.items():
+        console.print(f"  stored {name}: sha256 {market.blobs.put(data, name=name)}")
+    spec = market.spec_from_request(request)
     task = market.post(requester, spec, requester_key=context.default_requester_key())
     deposit = context.escrow.deposit_of(task.task_id)
     console.print(
         f"  {task.task_id}: {spec.title!r}, budget {format_eth(spec.budget)} "
         f"escrowed on chain ({format_eth(deposit[0]) if deposit else 'missing!'})"
     )
+    for part in spec.parts:
+        console.print(f"    part  {part.part_id:<15} {part.capability}")
+    for check in spec.requester_checks:
+        console.print(
+            f"    check {check.check_id:<15} {check.kind:<7} weight {check.weight} "
+            f"on {', '.join(check.reads)}"
+        )
     salts: dict[str, tuple[Wei, bytes]] = {}
     for name, cost in DEMO_COSTS.items():
         agent = onboarding.registry.get(name)
@@ -241,20 +270,25 @@ def _story(settings: Settings) -> int:
                 f" [dim]→ {conversation.state}[/]"
             )
 
-        team_run = run_awarded_task(context, task.task_id, observer=show)
-        delivered = team_run.deliverable
-        if delivered is not None:
-            by = sorted({names.get(c.agent, c.agent) for c in delivered.contributions})
+        run_awarded_task(context, task.task_id, observer=show)
+        result = deliverable_view(market, task.task_id)
+        console.print(f"  [green]✓[/] the requester's deliverable (sha256 {result['sha256']}):")
+        for entry in result["parts"]:
+            output = json.dumps(entry["output"], ensure_ascii=False)
             console.print(
-                f"  [green]✓[/] delivered: {delivered.summary}; contributions by {', '.join(by)}"
+                f"    {entry['part']:<15} by {names.get(entry['producer'], '?'):<7} {output}"
             )
 
-        console.print("\n[bold]4. Settle by Shapley value, on chain[/]")
+        console.print("\n[bold]4. Run the checks, settle by Shapley value, on chain[/]")
         settled = settle_task(market, onboarding, task.task_id)
+        for check in deliverable_view(market, task.task_id)["checks"] or []:
+            mark = "[green]✓[/]" if check["passed"] else "[red]✗[/]"
+            console.print(f"  {mark} {check['id']:<30} {check['share']:>6} of v  {check['detail']}")
         for player, payout in sorted(settled.payouts.items(), key=lambda kv: -kv[1]):
+            role = " (leader: plan and assembly)" if player == outcome.winner.bidder else ""
             console.print(
                 f"  {names.get(player, player):<8} {format_eth(payout):>24}  "
-                f"(Shapley value {settled.values.get(player)})"
+                f"(Shapley value {settled.values.get(player)}){role}"
             )
         console.print(f"  back to the requester: {format_eth(settled.refund)}")
         for player, payout in settled.payouts.items():
@@ -284,7 +318,7 @@ def _story(settings: Settings) -> int:
     console.print(f"  readable report: {html_path}")
 
     console.print("\n[bold]7. Tampering is caught[/]")
-    _tamper_copy_and_audit(settings, ledger, task.task_id, chain, context)
+    _tamper_copy_and_audit(settings, ledger, task.task_id, context)
 
     console.print("\n[bold]8. Verify the whole log[/]")
     report = verify_log(ledger.store, ledger.operator.did, chain)
