@@ -147,7 +147,8 @@ def run_awarded_task(
     document = assemble(task, conversation, runner.plan)
     # Contributors are paid at settlement to the address each bound to its DID.
     chain_id = market.escrow.chain_id()
-    for did in sorted({c.agent for c in conversation.deliverable.contributions}):
+    # The leader is paid for its plan and assembly even when it did no part itself.
+    for did in sorted({c.agent for c in conversation.deliverable.contributions} | {task.winner}):
         context.onboarding.bind_payout(registry.get(did), chain_id)
     market.deliver(
         task_id, winner, conversation.conv_id, conversation.deliverable.to_json(), document

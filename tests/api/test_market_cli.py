@@ -21,6 +21,7 @@ from ledger.devnet import find_free_port
 pytestmark = pytest.mark.devnet
 
 ETH = 10**18
+FIGURES = '{"kind": "figures", "figures": ["120.50", "33.20", "9.99"], "operation": "sum"}'
 
 
 class Accord:
@@ -92,6 +93,8 @@ def test_post_bid_reveal_award_and_bad_input(accord: Accord) -> None:
         "0.5eth",
         "--capability",
         "arithmetic",
+        "--input",
+        FIGURES,
         "--bidding",
         "30s",
         "--reveal",
@@ -110,7 +113,7 @@ def test_post_bid_reveal_award_and_bad_input(accord: Accord) -> None:
 
     # bad input while bidding is open: each refused in one line, the ledger untouched
     size = accord.ledger_size()
-    post = ("task", "post", "--title", "t", "--capability", "arithmetic")
+    post = ("task", "post", "--title", "t", "--capability", "arithmetic", "--input", FIGURES)
     cases = [
         ((*post, "--budget", "0.5"), 2, "whole number of wei"),
         ((*post, "--budget=-1eth"), 2, "not an amount"),
@@ -118,8 +121,36 @@ def test_post_bid_reveal_award_and_bad_input(accord: Accord) -> None:
         (
             ("task", "post", "--title", "t", "--budget", "1eth", "--capability", "Bad Cap"),
             2,
-            "not a capability name",
+            "missing --input",
         ),
+        (
+            (
+                "task",
+                "post",
+                "--title",
+                "t",
+                "--budget",
+                "1eth",
+                "--capability",
+                "Bad Cap",
+                "--input",
+                FIGURES,
+            ),
+            2,
+            "$.parts[0].capability: unknown capability 'Bad Cap'",
+        ),
+        (
+            (
+                *post[:-1],
+                '{"kind": "figures", "figures": ["x"], "operation": "sum"}',
+                "--budget",
+                "1eth",
+            ),
+            2,
+            "$.parts[0].input.figures[0]",
+        ),
+        ((*post, "--budget", "1eth", "--spec", "task.json"), 2, "either --spec"),
+        (("task", "post", "--spec", "/nonexistent/task.json"), 2, "cannot read the spec"),
         ((*post, "--budget", "1eth", "--rule", "nonsense"), 2, "--rule"),
         (("task", "show", "nosuch"), 2, "no task"),
         (("bid", "reveal", "task-nosuch", "--agent", "alice"), 1, "no commitment"),

@@ -12,6 +12,7 @@ from fractions import Fraction
 
 import pytest
 
+from identity.challenges import REGISTRY
 from identity.onboarding import Onboarding
 from ledger.errors import ChainUnavailableError
 from ledger.events import Entry
@@ -35,6 +36,7 @@ from market.tasks import (
     Task,
     TaskSpec,
 )
+from market.work import Part
 from tests.market.conftest import REQUESTER_ADDRESS, REQUESTER_KEY, Bidder, Clock
 
 BUDGET = Wei(1_000)
@@ -48,10 +50,11 @@ MakeBidder = Callable[..., Bidder]
 def spec(
     budget: int = BUDGET, rule: PaymentRule = "second-score", capability: str = "arithmetic"
 ) -> TaskSpec:
+    example, _ = REGISTRY[capability].example()
     return TaskSpec(
         title="Add some numbers",
         description="Sum every line.",
-        capabilities=(capability,),
+        parts=(Part("sum", capability, example),),
         budget=Wei(budget),
         bidding=timedelta(seconds=30),
         reveal=timedelta(seconds=30),

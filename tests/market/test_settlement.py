@@ -28,12 +28,13 @@ from ledger.service import Ledger
 from ledger.store import LogStore, make_engine
 from market.errors import EscrowError, SettlementError
 from market.escrow import EscrowActions, address_of
-from market.evaluator import coalition_value, grade_deliverable
 from market.runtime import ChainEscrow, MarketContext
 from market.service import Market
 from market.settlement import (
     SETTLEMENT_COMPUTED,
-    delivered_contributions,
+    delivery_body,
+    recompute_settlement,
+    settle_environment,
     settle_task,
 )
 from market.tasks import TASK_SETTLED
@@ -140,11 +141,10 @@ def test_settle_pays_each_contributor_its_shapley_share(delivered: World) -> Non
     assert not outcome.already and outcome.tx_hash
     body = assert_paid_exactly_once(world)
 
-    # v(S) logged for every coalition of the contributors, each as the rubric grades it
-    graded = grade_deliverable(
-        world.task_id, task.spec.evaluator, delivered_contributions(world.market, world.task_id)
-    )
-    players = sorted(graded.agents)
+    # v(S) logged for every coalition of the contributors, each as the checks value it
+    env = settle_environment(world.market, task, None)
+    _, valuation, _ = recompute_settlement(task, delivery_body(world.market, world.task_id), env)
+    players = sorted(valuation.players)
     assert len(players) >= 3 and body["players"] == players
     logged_v = {frozenset(i["coalition"]): Fraction(i["value"]) for i in body["evaluated"]}
     every = {
@@ -152,10 +152,10 @@ def test_settle_pays_each_contributor_its_shapley_share(delivered: World) -> Non
     }
     assert set(logged_v) | {frozenset()} == every
     for coalition, value in logged_v.items():
-        assert value == coalition_value(graded, coalition)
+        assert value == valuation.value(coalition)
 
     # the Shapley values, and the price split in proportion to them, exactly
-    values = brute_force_shapley(players, lambda s: coalition_value(graded, s))
+    values = brute_force_shapley(players, valuation.value)
     assert {p: Fraction(v) for p, v in body["values"].items()} == values
     assert outcome.amount == task.price and int(body["amount"]) == task.price
     assert sum(outcome.payouts.values()) == task.price
@@ -358,17 +358,19 @@ def test_a_contributor_without_a_payout_binding_is_named(
 
 
 class _FirstAnswerWrong:
-    """The agent's adapter, except that the very first item any agent works on is answered
-    with nonsense: exactly one check of the rubric fails, so 0 < v(N) < 1."""
+    """The agent's adapter, except that the very first part any agent works on is answered
+    wrong but in the right shape (its output schema accepts it, so it is not reassigned): the
+    checks reading it fail, so 0 < v(N) < 1."""
 
     def __init__(self, inner: Any, wrong: list[str], did: str) -> None:
         self.inner, self.wrong, self.did = inner, wrong, did
 
     def run(self, task: Any) -> Any:
+        answer = self.inner.run(task)
         if not self.wrong:
             self.wrong.append(self.did)
-            return "not the answer"
-        return self.inner.run(task)
+            return {key: "0" for key in answer} if isinstance(answer, dict) else "1"
+        return answer
 
 
 def test_pay_by_quality_scales_the_amount_by_v_of_n(
