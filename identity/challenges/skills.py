@@ -74,18 +74,27 @@ def _reason(error: Any) -> str:
     """What is wrong, in words; "is not valid under any of the given schemas" for a choice of
     types becomes the types that would do."""
     if error.validator in ("anyOf", "oneOf") and isinstance(error.validator_value, list):
-        types = [branch.get("type") for branch in error.validator_value if isinstance(branch, dict)]
-        if types and all(isinstance(t, str) for t in types):
+        branches = [b for b in error.validator_value if isinstance(b, dict)]
+        types = [b["type"] for b in branches if isinstance(b.get("type"), str)]
+        if types and len(types) == len(error.validator_value):
             found = error.instance
             hint = " (a float is never exact)" if isinstance(found, float) else ""
             return f"{found!r} is not a JSON {' or '.join(types)}{hint}"
     return str(error.message)
 
 
+def _document_order(error: Any) -> tuple[tuple[tuple[int, int | str], ...], bool]:
+    """Sort key: errors earlier in the document first (keys by name, items by index), and at one
+    place a choice (anyOf, oneOf) after a plain keyword."""
+    path = tuple((0, part) if isinstance(part, int) else (1, str(part)) for part in error.path)
+    return path, error.validator in ("anyOf", "oneOf")
+
+
 def _validate(capability: str, side: Side, value: JSON) -> None:
-    error = best_match(_validator(capability, side).iter_errors(value))
-    if error is None:
+    errors = sorted(_validator(capability, side).iter_errors(value), key=_document_order)
+    if not errors:
         return
+    error = best_match([errors[0]])  # descends into a choice to the branch that nearly fit
     reason = _reason(error)
     if len(reason) > MAX_REASON_CHARS:
         reason = reason[: MAX_REASON_CHARS - 1] + "…"
@@ -95,8 +104,8 @@ def _validate(capability: str, side: Side, value: JSON) -> None:
 def validate_input(capability: str, value: JSON) -> None:
     """Check `value` against the capability's input schema.
 
-    Raises SchemaViolation naming the JSON path of the most relevant error and what is wrong
-    there, and ExamError for an unknown capability.
+    Raises SchemaViolation naming the JSON path of the first error (in document order) and what
+    is wrong there, and ExamError for an unknown capability.
     """
     _validate(capability, "input", value)
 
@@ -104,8 +113,8 @@ def validate_input(capability: str, value: JSON) -> None:
 def validate_output(capability: str, value: JSON) -> None:
     """Check `value` against the capability's output schema.
 
-    Raises SchemaViolation naming the JSON path of the most relevant error and what is wrong
-    there, and ExamError for an unknown capability.
+    Raises SchemaViolation naming the JSON path of the first error (in document order) and what
+    is wrong there, and ExamError for an unknown capability.
     """
     _validate(capability, "output", value)
 

@@ -13,6 +13,8 @@ from typing import Any
 
 import pytest
 
+from identity.challenges import get_capability, validate_input, validate_output
+
 
 class Accord:
     def __init__(self, home: Path) -> None:
@@ -54,8 +56,40 @@ def accord(tmp_path: Path) -> Accord:
 
 
 def test_capability_list(accord: Accord) -> None:
-    names = {row["name"] for row in accord.json("capability", "list")}
-    assert names == {"arithmetic", "python", "extraction", "retrieval"}
+    rows = accord.json("capability", "list")
+    assert {row["name"] for row in rows} == {"arithmetic", "python", "extraction", "retrieval"}
+    for row in rows:
+        assert row["input_schema"]["type"] == "object"
+        assert "output_schema" in row
+
+
+def test_capability_show_prints_the_skill(accord: Accord) -> None:
+    shown = accord.json("capability", "show", "arithmetic")
+    assert set(shown) == {
+        "name",
+        "description",
+        "version",
+        "input_schema",
+        "output_schema",
+        "example",
+    }
+    assert shown["name"] == "arithmetic"
+    assert shown["example"] == {
+        "input": {"kind": "figures", "figures": ["120.50", "43.19"], "operation": "sum"},
+        "output": "163.69",
+    }
+    validate_input("arithmetic", shown["example"]["input"])
+    validate_output("arithmetic", shown["example"]["output"])
+    assert shown["input_schema"] == get_capability("arithmetic").input_schema
+    human = accord.run("capability", "show", "extraction").stdout
+    for heading in ("input schema", "output schema", "example input", "example output"):
+        assert heading in human
+    assert '"$schema": "https://json-schema.org/draft/2020-12/schema"' in human
+    assert '"issue_date": "2031-03-14"' in human
+    unknown = accord.run("capability", "show", "juggling", check=2)
+    message = " ".join(unknown.stderr.split())
+    assert "unknown capability 'juggling'" in message and "Traceback" not in unknown.stderr
+    assert len(unknown.stderr.strip().splitlines()) == 1
 
 
 def test_onboard_show_verify_revoke(accord: Accord, tmp_path: Path) -> None:
