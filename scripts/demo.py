@@ -30,13 +30,13 @@ import time
 from datetime import UTC, datetime
 from fractions import Fraction
 from pathlib import Path
-from typing import Any
 
 from rich.console import Console
 
 from api.audit_cli import print_report
 from api.coordinator_cli import describe
 from audit.checks import audit_task
+from audit.forgery import change_output, forge_copy
 from audit.html import render_html
 from coordinator.conversation import Conversation, Message
 from coordinator.errors import CoordinatorError
@@ -44,10 +44,7 @@ from coordinator.service import directory_of, run_awarded_task
 from identity.agents import AgentRecord
 from identity.errors import IdentityError, KeyStoreError, RateLimitedError, RegistryError
 from identity.onboarding import Onboarding, open_onboarding
-from ledger.anchoring import Anchorer
-from ledger.chain import MemoryAnchorChain
 from ledger.errors import LedgerError
-from ledger.events import Entry, Event, sign_event
 from ledger.runtime import connect_chain, devnet_for, open_ledger
 from ledger.service import Ledger
 from ledger.settings import Settings
@@ -90,24 +87,20 @@ def _tamper_copy_and_audit(
     for agent in context.onboarding.registry.list():
         with contextlib.suppress(RegistryError, KeyStoreError):
             keys[agent.did] = context.onboarding.registry.signer(agent)
+    posted = ledger.store.find(kind="task.posted", subject=task_id, limit=1)[0].index
     with tempfile.TemporaryDirectory() as scratch:
-        store = LogStore(make_engine(f"sqlite:///{Path(scratch) / 'copy.db'}"), ledger.log_id)
-        rebuilt = []
-        posted = ledger.store.find(kind="task.posted", subject=task_id, limit=1)[0].index
-        for stored in ledger.store.entries(0, ledger.store.size()):
-            entry = Entry.from_bytes(stored.data)
-            event = entry.event
-            body = _change_output(event.body, "lines-sum", "2585.00")
-            if stored.index < posted or body == event.body or event.actor not in keys:
-                rebuilt.append(entry)
-                continue
-            changed = Event(event.kind, event.actor, event.seq, event.at, event.subject, body)
-            rebuilt.append(sign_event(keys[event.actor], changed))
-        store.append_batch(rebuilt)
-        anchors = MemoryAnchorChain()
-        Anchorer(store, anchors, ledger.operator, ledger.clock, receipt_timeout=0).anchor_latest()
-        report = audit_task(store, task_id, anchors=anchors, escrow=context.escrow.chain)
-        store.engine.dispose()
+        copy = LogStore(make_engine(f"sqlite:///{Path(scratch) / 'copy.db'}"), ledger.log_id)
+        anchors = forge_copy(
+            ledger.store,
+            copy,
+            keys,
+            lambda _, event: change_output(event.body, "lines-sum", "2585.00"),
+            ledger.operator,
+            ledger.clock,
+            start=posted,
+        )
+        report = audit_task(copy, task_id, anchors=anchors, escrow=context.escrow.chain)
+        copy.engine.dispose()
     failure = report.first_failure
     console.print(
         "  in a copy, lines-sum's output 2585.50 becomes 2585.00 in every entry that holds it;"
@@ -121,19 +114,6 @@ def _tamper_copy_and_audit(
         f"entry {failure.entry}: {failure.detail}"
     )
     return failure.number
-
-
-def _change_output(value: Any, part_id: str, new: Any) -> Any:
-    """`value` with the output of `part_id` replaced wherever a report or deliverable holds it."""
-    if isinstance(value, dict):
-        if value.get("item_id") == part_id and "answer" in value:
-            return {**value, "answer": new}
-        if value.get("part") == part_id and "output" in value:
-            return {**value, "output": new}
-        return {k: _change_output(v, part_id, new) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_change_output(v, part_id, new) for v in value]
-    return value
 
 
 def _sleep_until(moment: datetime) -> None:

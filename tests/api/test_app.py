@@ -102,10 +102,14 @@ def build_world(home: Path, *, bidders: tuple[str, ...] = ("ada", "bob")) -> Wor
     return World(settings, clock, context, anchors, escrow_chain, operator, signers)
 
 
+FIGURES = {"kind": "figures", "figures": ["120.50", "33.20", "9.99"], "operation": "sum"}
+PART = {"id": "sum", "capability": "arithmetic", "input": FIGURES}
+
+
 def post_task(client: TestClient, signer: Ed25519Signer, **fields: Any) -> dict[str, Any]:
     body = {
         "title": "Check the figures",
-        "capabilities": ["arithmetic"],
+        "parts": [PART],
         "budget": "0.5eth",
         "bidding": "30s",
         "reveal": "30s",
@@ -285,8 +289,29 @@ def test_post_bid_reveal_award_audit(client: TestClient, world: World) -> None:
     assert ran.json()["deliverable"]["contributions"]
     assert client.get(f"/tasks/{task_id}").json()["state"] == "delivered"
     assert_problem(client.post(f"/tasks/{task_id}/settle", auth=AccordAuth(winner)), 403)
+    # the default checks: the output schema, and the requester's review (the settlement waits)
+    waits = client.post(f"/tasks/{task_id}/settle", auth=AccordAuth(req))
+    assert assert_problem(waits, 409)["type"].endswith("settlement-waits")
+    # the deliverable: for the requester and the team; not for others, not unsigned
+    got = client.get(f"/tasks/{task_id}/deliverable", auth=AccordAuth(req))
+    assert got.status_code == 200, got.text
+    [part] = got.json()["parts"]
+    assert (part["part"], part["output"]) == ("sum", "163.69")
+    assert got.json()["checks"] is None
+    outsider = world.signers["carol"]
+    assert_problem(client.get(f"/tasks/{task_id}/deliverable", auth=AccordAuth(outsider)), 403)
+    assert_problem(client.get(f"/tasks/{task_id}/deliverable"), 401)
+    review = {"check": "sum-review", "verdict": "accept"}
+    wrong = client.post(f"/tasks/{task_id}/reviews", json=review, auth=AccordAuth(winner))
+    assert_problem(wrong, 403)
+    accepted = client.post(f"/tasks/{task_id}/reviews", json=review, auth=AccordAuth(req))
+    assert accepted.status_code == 201, accepted.text
+    twice = client.post(f"/tasks/{task_id}/reviews", json=review, auth=AccordAuth(req))
+    assert_problem(twice, 400)
     settled = client.post(f"/tasks/{task_id}/settle", auth=AccordAuth(req))
     assert settled.status_code == 200, settled.text
+    checks = client.get(f"/tasks/{task_id}/deliverable", auth=AccordAuth(req)).json()["checks"]
+    assert {c["id"]: c["passed"] for c in checks}["sum-review"] is True
     payouts = settled.json()["payouts"]
     assert sum(int(w) for w in payouts.values()) == int(settled.json()["amount"])
     world.context.market.ledger.anchorer.anchor_latest()  # type: ignore[union-attr]
@@ -351,17 +376,43 @@ def test_refused_bids_are_problems(client: TestClient, world: World) -> None:
     # bad input to posting
     response = client.post(
         "/tasks",
-        json={"title": "x", "capabilities": ["arithmetic"], "budget": "lots"},
+        json={"title": "x", "parts": [PART], "budget": "lots"},
         auth=AccordAuth(req),
     )
     assert_problem(response, 400)
     response = client.post("/tasks", json={"title": "x"}, auth=AccordAuth(req))
     assert_problem(response, 422)
+    # an invalid spec: 422 naming the JSON path of the problem, nothing logged
+    size = world.context.market.ledger.store.size()
+    bad_inputs = [
+        ({**PART, "capability": "astrology"}, "$.parts[0].capability"),
+        ({**PART, "input": {**FIGURES, "figures": ["1", "x"]}}, "$.parts[0].input.figures[1]"),
+        ({**PART, "input": {"document": {"$file": "ab" * 32}, "fields": {}}}, "$.parts[0]"),
+    ]
+    for part, path in bad_inputs:
+        body = {"title": "x", "parts": [part], "budget": "1eth"}
+        response = client.post("/tasks", json=body, auth=AccordAuth(req))
+        assert assert_problem(response, 422)["path"] == path, response.text
+    bad_checks = [
+        ({"id": "c", "kind": "expect", "part": "nope", "equals": 1}, "$.checks[0].part"),
+        (
+            {"id": "c", "kind": "python", "reads": ["sum"], "code": "def check(:"},
+            "$.checks[0].code",
+        ),
+        ({"id": "c", "kind": "review", "reads": ["sum"], "weight": 0}, "$.checks[0].weight"),
+        ({"id": "c", "kind": "review", "reads": ["sum"], "weight": 1.5}, "$.checks[0].weight"),
+        ({"id": "c", "kind": "telepathy", "reads": ["sum"]}, "$.checks[0].kind"),
+    ]
+    for check, path in bad_checks:
+        body = {"title": "x", "parts": [PART], "budget": "1eth", "checks": [check]}
+        response = client.post("/tasks", json=body, auth=AccordAuth(req))
+        assert assert_problem(response, 422)["path"] == path, response.text
+    assert world.context.market.ledger.store.size() == size
 
 
 def test_a_remote_did_cannot_post(client: TestClient) -> None:
     stranger = Ed25519Signer.generate()
-    body = {"title": "x", "capabilities": ["arithmetic"], "budget": "1eth"}
+    body = {"title": "x", "parts": [PART], "budget": "1eth"}
     assert_problem(client.post("/tasks", json=body, auth=AccordAuth(stranger)), 403)
 
 

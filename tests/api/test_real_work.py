@@ -1,0 +1,183 @@
+"""The requester's own work, end to end over anvil and a real HTTP server on 127.0.0.1.
+
+The requester uploads the invoice, posts the spec that names it, credentialed agents bid sealed
+through the API, the winner's team does the parts, the requester fetches the deliverable over
+HTTP, the team is paid through the escrow contract, and the audit passes against the chain. A
+copy of the log in which one part's output is changed (every entry re-signed by its own key,
+the copy anchored anew) fails the audit at the settlement step.
+"""
+
+from __future__ import annotations
+
+import secrets
+import threading
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import uvicorn
+
+from api.app import create_app
+from api.auth import AccordAuth
+from api.routes.deps import ApiConfig
+from audit.checks import audit_task
+from audit.forgery import change_output, forge_copy
+from ledger.devnet import find_free_port
+from ledger.runtime import devnet_for
+from ledger.settings import Settings
+from ledger.signing import Signer
+from ledger.store import LogStore, make_engine
+from market.money import Wei
+from market.runtime import MarketContext, open_market
+from market.sealed import commit_bid, reveal_bid
+from tests.specs import INVOICE_PATH, invoice_request
+
+pytestmark = pytest.mark.devnet
+
+AGENTS = (
+    ("ada", ("arithmetic", "extraction")),
+    ("linus", ("arithmetic", "extraction")),
+    ("grace", ("extraction", "python")),
+    ("hopper", ("arithmetic",)),
+)
+PRICES = {"ada": Wei(12 * 10**16), "linus": Wei(10 * 10**16)}
+
+
+@pytest.fixture
+def service(tmp_path: Path) -> Iterator[tuple[str, MarketContext, dict[str, Signer]]]:
+    settings = Settings.from_env(
+        {"ACCORD_HOME": str(tmp_path / "home"), "ACCORD_DEVNET_PORT": str(find_free_port())}
+    )
+    devnet = devnet_for(settings)
+    devnet.up()
+    try:
+        context = open_market(settings)
+        registry = context.onboarding.registry
+        signers: dict[str, Signer] = {}
+        for name, capabilities in AGENTS:
+            record = registry.new_agent(name, now=datetime.now(UTC), runtime="reference")
+            outcomes = context.onboarding.onboard(record, list(capabilities), item_count=5)
+            assert all(o.credential_id is not None for o in outcomes)
+            signers[name] = registry.signer(record)
+        requester = registry.new_agent("req", now=datetime.now(UTC))
+        context.onboarding.register(requester)
+        signers["req"] = registry.signer(requester)
+        signers["operator"] = context.market.ledger.operator
+        app = create_app(settings, config=ApiConfig(rate=1000.0, burst=10_000.0), context=context)
+        port = find_free_port()
+        server = uvicorn.Server(
+            uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off")
+        )
+        thread = threading.Thread(target=server.run, daemon=True)
+        thread.start()
+        deadline = time.monotonic() + 20
+        while not server.started:
+            assert time.monotonic() < deadline, "uvicorn did not start"
+            time.sleep(0.05)
+        try:
+            yield f"http://127.0.0.1:{port}", context, signers
+        finally:
+            server.should_exit = True
+            thread.join(timeout=10)
+    finally:
+        devnet.down()
+
+
+def _call(url: str, signer: Signer | None, method: str, path: str, **kwargs: Any) -> httpx.Response:
+    auth = AccordAuth(signer) if signer is not None else None
+    with httpx.Client(base_url=url, auth=auth, timeout=60) as client:
+        return client.request(method, path, **kwargs)
+
+
+def _sleep_until(moment: str) -> None:
+    left = (datetime.fromisoformat(moment) - datetime.now(UTC)).total_seconds()
+    if left > 0:
+        time.sleep(left + 0.3)
+
+
+def test_the_requesters_work_done_delivered_paid_and_audited(
+    service: tuple[str, MarketContext, dict[str, Signer]], tmp_path: Path
+) -> None:
+    url, context, signers = service
+    req = signers["req"]
+
+    # the requester stores its invoice, then posts the spec that names it by hash
+    stored = _call(url, req, "POST", "/files", content=INVOICE_PATH.read_bytes())
+    assert stored.status_code == 201, stored.text
+    digest = stored.json()["sha256"]
+    request = invoice_request(bidding="4s", reveal="4s")
+    for part in request["parts"]:
+        if part["capability"] == "extraction":
+            part["input"]["document"] = {"$file": digest}
+    posted = _call(url, req, "POST", "/tasks", json=request)
+    assert posted.status_code == 201, posted.text
+    task = posted.json()
+    task_id = task["id"]
+    assert task["state"] == "bidding" and task["spec"]["files"][digest]["size"] > 0
+
+    # sealed bids through the API, then the award
+    salts = {name: secrets.token_bytes(32) for name in PRICES}
+    for name, price in PRICES.items():
+        commitment = commit_bid(signers[name], task_id, price, salts[name]).to_json()
+        sent = _call(url, signers[name], "POST", f"/tasks/{task_id}/commitments", json=commitment)
+        assert sent.status_code == 201, sent.text
+    _sleep_until(task["bidding_ends"])
+    for name, price in PRICES.items():
+        reveal = reveal_bid(signers[name], task_id, price, salts[name]).to_json()
+        sent = _call(url, signers[name], "POST", f"/tasks/{task_id}/reveals", json=reveal)
+        assert sent.status_code == 201, sent.text
+    _sleep_until(task["reveal_ends"])
+    awarded = _call(url, req, "POST", f"/tasks/{task_id}/award")
+    assert awarded.status_code == 200, awarded.text
+    winner = awarded.json()["winner"]
+
+    # the team does the parts; members see the invoice's text, the log keeps its hash
+    ran = _call(url, signers["operator"], "POST", f"/tasks/{task_id}/run")
+    assert ran.status_code == 200, ran.text
+    delivered = _call(url, req, "GET", f"/tasks/{task_id}/deliverable")
+    assert delivered.status_code == 200, delivered.text
+    result = delivered.json()
+    outputs = {entry["part"]: entry["output"] for entry in result["parts"]}
+    assert outputs["lines-sum"] == "2585.50"
+    assert outputs["invoice-fields"]["total"] == "3128.46"
+    assert outputs["invoice-dates"] == {"issue_date": "2026-10-14", "due_date": "2026-11-13"}
+    assert result["missing"] == [] and result["leader"] == winner
+    assert set(result["plan"]["assignments"]) == set(outputs)
+    file = _call(url, req, "GET", f"/tasks/{task_id}/files/{digest}")
+    assert file.status_code == 200 and file.text == INVOICE_PATH.read_text()
+
+    # the checks run, the team is paid on chain, the leader too
+    settled = _call(url, req, "POST", f"/tasks/{task_id}/settle")
+    assert settled.status_code == 200, settled.text
+    payouts = {did: int(w) for did, w in settled.json()["payouts"].items()}
+    price = int(awarded.json()["price"])
+    assert sum(payouts.values()) == int(settled.json()["amount"]) == price
+    assert 0 < payouts[winner] < price
+    checks = _call(url, req, "GET", f"/tasks/{task_id}/deliverable").json()["checks"]
+    assert all(check["passed"] for check in checks), checks
+
+    assert context.market.ledger.anchorer is not None
+    context.market.ledger.anchorer.anchor_latest()
+    report = _call(url, None, "GET", f"/tasks/{task_id}/audit").json()
+    assert report["verdict"] == "PASS", report
+
+    # a forged copy: one output changed everywhere, re-signed, re-anchored
+    keys: dict[str, Signer] = {s.did: s for s in signers.values()}
+    ledger = context.market.ledger
+    copy = LogStore(make_engine(f"sqlite:///{tmp_path / 'copy.db'}"), ledger.log_id)
+    anchors = forge_copy(
+        ledger.store,
+        copy,
+        keys,
+        lambda _, event: change_output(event.body, "lines-sum", "2585.00"),
+        ledger.operator,
+        ledger.clock,
+    )
+    forged = audit_task(copy, task_id, anchors=anchors, escrow=context.escrow.chain)
+    failure = forged.first_failure
+    assert failure is not None and failure.number == 6, forged.to_json()
+    assert "sum-right" in failure.detail
