@@ -46,8 +46,8 @@ _NON_PUBLIC = (
     ("is_loopback", "a loopback address"),
     ("is_link_local", "a link-local address"),
     ("is_multicast", "a multicast address"),
-    ("is_private", "a private address"),
     ("is_reserved", "a reserved address"),
+    ("is_private", "a private address"),
 )
 
 

@@ -35,14 +35,12 @@ from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlmodel import Field, SQLModel
 
 from identity.address_guard import check_endpoint_address
-from identity.challenges import JSON, JSONObject
 from identity.errors import KeyStoreError, RegistryError
 from identity.runtimes import (
     DEFAULT_COMMAND_TIMEOUT,
     DEFAULT_HTTP_TIMEOUT,
     DEFAULT_MODEL_TIMEOUT,
     AgentRuntime,
-    AgentRuntimeError,
     AnswerValidator,
     CommandRuntime,
     HttpRuntime,
@@ -347,36 +345,11 @@ def runtime_for(
     return CommandRuntime(argv, timeout or DEFAULT_COMMAND_TIMEOUT)
 
 
-# Conveniences for callers that want one runtime without a registry record.
-
-
-def reference_runtime(item: JSONObject) -> JSON:
-    """The reference agent's answer to `item`. Raises AgentRuntimeError (not retriable) for
-    an item it has no skill for."""
-    return ReferenceRuntime().answer(item)
-
-
-def random_runtime(rng: random.Random) -> RandomRuntime:
-    """An agent that guesses answers of the right shape from `rng`."""
-    return RandomRuntime(rng)
-
-
-def command_runtime(argv: list[str], timeout: float = DEFAULT_COMMAND_TIMEOUT) -> CommandRuntime:
-    """An agent that is the program `argv` (see CommandRuntime; ValueError for a bad one)."""
-    return CommandRuntime(argv, timeout)
-
-
 __all__ = [
     "RUNTIMES",
     "Agent",
     "AgentRecord",
     "AgentRegistry",
-    "AgentRuntime",
-    "AgentRuntimeError",
     "check_agent_spec",
-    "check_url",
-    "command_runtime",
-    "random_runtime",
-    "reference_runtime",
     "runtime_for",
 ]
