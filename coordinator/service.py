@@ -84,8 +84,8 @@ def adapter_for(
     """
     if record.runtime == "reference":
         return reference_adapter(record.did, timeout)
-    allowed = private_agents_allowed() if allow_private_agents is None else allow_private_agents
     try:
+        allowed = private_agents_allowed() if allow_private_agents is None else allow_private_agents
         runtime = runtime_for(record, timeout=timeout, allow_private_agents=allowed)
     except (RegistryError, ValueError) as exc:
         raise TeamError(
