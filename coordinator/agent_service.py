@@ -2,16 +2,18 @@
 
     python -m coordinator.agent_service --port P [--host 127.0.0.1] [--did DID]
                                         [--fail-rate 0] [--delay 0] [--seed N]
-    python -m coordinator.agent_service --stdio      (one task on stdin, answer on stdout)
+    python -m coordinator.agent_service --stdio      (one item on stdin, answer on stdout)
 
-Protocol (what `coordinator.adapters.HttpAdapter` speaks):
+Protocol (what `identity.runtimes.HttpRuntime` speaks, for exams and team work alike):
 
-    POST /run     {"task": SubTask.to_json()}  ->  200 {"answer": ..., "agent": DID}
-                  (also {"item": {...}}, the exam `http` runtime's request, so the service can
-                  sit an exam too); 400 for a malformed request, 413 for a body over 1 MiB,
+    POST /run     {"item": {item_id, capability, prompt, payload}}  ->  200 {"answer": ...,
+                  "agent": DID}; 400 for a malformed request, 413 for a body over 1 MiB,
                   422 for an item the reference agent cannot solve, 500 for an injected
                   failure (`--fail-rate`)
     GET /health   200 {"status": "ok", "agent": DID}
+
+`--stdio` speaks the `command` runtime's protocol: the item as JSON on stdin, the answer as
+JSON on stdout (exit 1 with the reason on stderr when there is none).
 
 It binds 127.0.0.1 by default and refuses any non-loopback address unless `--host` names it
 explicitly. `--delay` seconds are slept before each answer (to test timeouts). SIGTERM and
@@ -33,12 +35,12 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import FrameType
 from typing import Any
 
-from coordinator.work import JSON, SubTask
-from identity.challenges import ExamItem, reference
-from identity.errors import ExamError
+from identity.challenges import JSON
+from identity.runtimes import AgentRuntimeError, ReferenceRuntime
 
-# Not imported from coordinator.adapters / identity.agents: those pull in the openai client and
-# SQLAlchemy, which would triple the start-up time of every agent process.
+# Not imported from coordinator.adapters / identity.agents: those pull in SQLAlchemy, which
+# would triple the start-up time of every agent process (identity.runtimes loads the openai
+# client only when a model is asked).
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_DID = "did:example:reference-agent"
@@ -53,43 +55,17 @@ class TaskError(Exception):
         self.status = status
 
 
-def solve_seen(seen: dict[str, Any]) -> JSON:
-    """The reference agent's answer to an item as an agent sees it (`ExamItem.for_agent()`).
-
-    Raises ExamError for an item it has no skill for or cannot parse.
-    """
-    payload = seen.get("payload")
-    item = ExamItem(
-        item_id=str(seen.get("item_id")),
-        capability=str(seen.get("capability")),
-        prompt=str(seen.get("prompt")),
-        payload=payload if isinstance(payload, dict) else {},
-        private={},
-    )
-    return reference.solve(item)
-
-
 def answer_request(request: Any) -> JSON:
-    """The reference agent's answer to one request body (`{"task": ...}` or `{"item": ...}`).
+    """The reference agent's answer to one request body, `{"item": {...}}`.
 
     Raises TaskError (400) for a malformed request and (422) for an item it cannot solve.
     """
-    if not isinstance(request, dict):
-        raise TaskError(400, 'the request must be a JSON object {"task": ...}')
+    if not isinstance(request, dict) or not isinstance(request.get("item"), dict):
+        raise TaskError(400, 'the request must be a JSON object {"item": {...}}')
     try:
-        if "task" in request:
-            task = request["task"]
-            if not isinstance(task, dict) or not isinstance(task.get("item"), dict):
-                raise TaskError(400, "the task must be an object with an item object")
-            sub_task = SubTask.from_json(task)
-            return solve_seen({"capability": sub_task.capability, **sub_task.item})
-        if isinstance(request.get("item"), dict):
-            return solve_seen(request["item"])
-    except (KeyError, TypeError) as exc:
-        raise TaskError(400, f"malformed task: {exc!r}") from exc
-    except ExamError as exc:
+        return ReferenceRuntime().answer(request["item"])
+    except AgentRuntimeError as exc:
         raise TaskError(422, f"cannot solve the item: {exc}") from exc
-    raise TaskError(400, 'the request has no "task"')
 
 
 def is_loopback(host: str) -> bool:
@@ -244,12 +220,9 @@ def stop(server: AgentServer, thread: threading.Thread | None = None) -> None:
 
 
 def run_stdio() -> int:
-    """Answer one task (or item) read as JSON from stdin; print the answer JSON."""
+    """Answer one item read as JSON from stdin; print the answer JSON (exit 1 when none)."""
     try:
-        request = json.loads(sys.stdin.read())
-        if isinstance(request, dict) and "task" not in request and "item" not in request:
-            request = {"task": request} if "sub_id" in request else {"item": request}
-        answer = answer_request(request)
+        answer = answer_request({"item": json.loads(sys.stdin.read())})
     except (json.JSONDecodeError, TaskError) as exc:
         print(f"agent_service: {exc}", file=sys.stderr)
         return 1
@@ -268,7 +241,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--fail-rate", type=float, default=0.0, help="fraction answered 500")
     parser.add_argument("--delay", type=float, default=0.0, help="seconds to wait per task")
     parser.add_argument("--seed", type=int, default=None, help="seed for --fail-rate")
-    parser.add_argument("--stdio", action="store_true", help="answer one task on stdin")
+    parser.add_argument("--stdio", action="store_true", help="answer one item on stdin")
     args = parser.parse_args(argv)
     if args.stdio:
         return run_stdio()

@@ -8,13 +8,12 @@ each message against the key that signed it; the audit does the same.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
-from coordinator.adapters import HttpAdapter, OpenAIAdapter, SubprocessAdapter, reference_adapter
+from coordinator.adapters import RuntimeAdapter, reference_adapter
 from coordinator.conversation import (
     Conversation,
     Message,
@@ -32,7 +31,10 @@ from coordinator.runner import (
     TeamRunner,
 )
 from coordinator.work import AgentAdapter
-from identity.agents import AgentRecord
+from identity.address_guard import private_agents_allowed
+from identity.agents import AgentRecord, runtime_for
+from identity.challenges import validate_output
+from identity.errors import RegistryError
 from ledger.errors import LedgerError
 from ledger.events import Entry
 from ledger.signing import Signer
@@ -73,26 +75,28 @@ def directory_of(context: MarketContext) -> list[Member]:
     return members
 
 
-def adapter_for(record: AgentRecord, timeout: float) -> AgentAdapter:
-    """The adapter of an agent's runtime. Raises TeamError for a runtime that cannot work."""
-    match record.runtime:
-        case "reference":
-            return reference_adapter(record.did, timeout)
-        case "command" if record.command:
-            import shlex
+def adapter_for(
+    record: AgentRecord, timeout: float, *, allow_private_agents: bool | None = None
+) -> AgentAdapter:
+    """The adapter of an agent's runtime: the reference agent in process, any other runtime
+    through `identity.runtimes` (`RuntimeAdapter`), each within `timeout` seconds.
 
-            return SubprocessAdapter(record.did, shlex.split(record.command), timeout)
-        case "http" if record.endpoint:
-            return HttpAdapter(record.did, record.endpoint, timeout)
-        case "openai" if record.model:
-            return OpenAIAdapter(
-                record.did,
-                record.model,
-                record.endpoint or os.environ.get("OPENAI_BASE_URL"),
-                os.environ.get("OPENAI_API_KEY"),
-                timeout,
-            )
-    raise TeamError(f"agent {record.name} ({record.runtime}) cannot take team work")
+    `allow_private_agents` (None: ACCORD_ALLOW_PRIVATE_AGENTS in the environment) lets an
+    `http` agent be reached at a loopback, link-local or private address. Raises TeamError
+    for a runtime that cannot work (an invalid record, a refused endpoint, no model key).
+    """
+    if record.runtime == "reference":
+        return reference_adapter(record.did, timeout)
+    try:
+        allowed = private_agents_allowed() if allow_private_agents is None else allow_private_agents
+        runtime = runtime_for(
+            record, timeout=timeout, validate=validate_output, allow_private_agents=allowed
+        )
+    except (RegistryError, ValueError) as exc:
+        raise TeamError(
+            f"agent {record.name} ({record.runtime}) cannot take team work: {exc}"
+        ) from exc
+    return RuntimeAdapter(record.did, runtime)
 
 
 def run_awarded_task(
@@ -121,7 +125,11 @@ def run_awarded_task(
     run_settings = settings or RunSettings()
 
     def adapter_of(did: str) -> AgentAdapter:
-        return adapter_for(registry.get(did), run_settings.timeout_s)
+        return adapter_for(
+            registry.get(did),
+            run_settings.timeout_s,
+            allow_private_agents=registry.allow_private_agents,
+        )
 
     def signer_of(did: str) -> Signer:
         # A local agent's key file, or a remote agent signing its own reports at its endpoint.

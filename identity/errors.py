@@ -12,6 +12,7 @@ IdentityError
 │   ├── DeadlineError       an answer came after its item's deadline
 │   └── SchemaViolation     a skill's input or output breaks its JSON Schema (`path`, `reason`)
 └── RegistryError           an agent or credential name/id is invalid, taken or unknown
+    └── PrivateEndpointError  an agent endpoint at a loopback, link-local or private address
 """
 
 from __future__ import annotations
@@ -77,3 +78,8 @@ class SchemaViolation(ExamError):
 
 class RegistryError(IdentityError):
     """An agent or credential name or id is invalid, already taken, or unknown."""
+
+
+class PrivateEndpointError(RegistryError):
+    """An agent endpoint names a loopback, link-local, private or otherwise non-public address
+    while the operator has not allowed private agents (ACCORD_ALLOW_PRIVATE_AGENTS)."""

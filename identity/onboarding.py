@@ -34,15 +34,8 @@ from sqlalchemy import BigInteger, Engine, func, insert, select, update
 from sqlalchemy.exc import SQLAlchemyError
 from sqlmodel import Column, Field, SQLModel
 
-from identity.agents import (
-    Agent,
-    AgentRecord,
-    AgentRegistry,
-    AgentRuntime,
-    check_agent_spec,
-    check_url,
-    runtime_for,
-)
+from identity.address_guard import agent_client
+from identity.agents import Agent, AgentRecord, AgentRegistry
 from identity.challenges import JSON, get_capability
 from identity.credentials import (
     REVOCATION_EVENT_KIND,
@@ -62,6 +55,7 @@ from identity.errors import (
 from identity.exams import ExamResult, ExamService, check_agent_entry
 from identity.payout import bind_payout_address, verify_binding
 from identity.presentations import SqlNonceStore, create_presentation, verify_presentation
+from identity.runtimes import AgentRuntime, check_url
 from identity.status import StatusList, status_entry, status_list_credential
 from ledger.errors import MalformedError
 from ledger.events import Entry, format_time
@@ -311,7 +305,7 @@ class Onboarding:
             if index is not None:
                 return existing, index
             raise RegistryError(f"{did} is already an agent here ({existing.name!r})")
-        check_agent_spec(name, "http", None, endpoint)
+        self.registry.check_spec(name, "http", None, endpoint)
         if self.registry._find(name) is not None:
             raise RegistryError(f"an agent called {name!r} already exists")
         if self.registry.key_path(name).exists():
@@ -400,7 +394,9 @@ class Onboarding:
             return self.registry.signer(agent)
         if not agent.endpoint:
             raise KeyStoreError(f"{agent.name!r} has neither a key file nor an endpoint")
-        return EndpointSigner(agent.did, agent.endpoint)
+        return EndpointSigner(
+            agent.did, agent.endpoint, allow_private=self.registry.allow_private_agents
+        )
 
     # -- onboarding --
 
@@ -425,7 +421,7 @@ class Onboarding:
         for name in capabilities:
             get_capability(name)
         signer = self.registry.signer(agent)
-        answer_with = runtime or runtime_for(agent)
+        answer_with = runtime or self.registry.runtime(agent)
         self.register(agent)
         outcomes = []
         for name in capabilities:
@@ -436,7 +432,7 @@ class Onboarding:
                 progress(name, 0, total)
             for done, item in enumerate(session.items, start=1):
                 try:
-                    answer: JSON = answer_with(item)
+                    answer: JSON = answer_with.answer(item)
                     self.exams.answer(signer, session.exam_id, str(item["item_id"]), answer)
                 except ExamError:
                     failures += 1
@@ -654,24 +650,29 @@ class EndpointSigner:
     it signs (a team member signs only its own reports) and replies `{"sig": base64url}`.
     The signature is checked before it is returned.
 
-    `sign` raises KeyStoreError when the agent cannot be reached or refuses, SignatureError
-    when its signature does not verify.
+    Like every request to an agent it goes to a public address only unless `allow_private`
+    (`identity.address_guard`). `sign` raises KeyStoreError when the agent cannot be reached,
+    is at a refused address, or refuses; SignatureError when its signature does not verify.
     """
 
-    def __init__(self, did: str, endpoint: str, timeout: float = SIGN_TIMEOUT) -> None:
+    def __init__(
+        self,
+        did: str,
+        endpoint: str,
+        timeout: float = SIGN_TIMEOUT,
+        *,
+        allow_private: bool = False,
+    ) -> None:
         self.did = did
         self.kid = kid_for(did)
         self.url = sign_url(endpoint)
         self.timeout = timeout
+        self.allow_private = allow_private
 
     def sign(self, message: bytes) -> bytes:
         try:
-            response = httpx.post(
-                self.url,
-                json={"event": message.decode()},
-                timeout=self.timeout,
-                follow_redirects=False,
-            )
+            with agent_client(self.timeout, allow_private=self.allow_private) as client:
+                response = client.post(self.url, json={"event": message.decode()})
         except httpx.HTTPError as exc:
             raise KeyStoreError(f"cannot reach {self.did} at {self.url}: {exc}") from exc
         if response.status_code != 200:
@@ -690,5 +691,9 @@ def open_onboarding(settings: Settings, ledger: Ledger | None = None) -> Onboard
     """Onboarding over the configured store and keys; the ledger is opened without a chain
     unless one is given. Raises StoreError, RegistryError, ExamError."""
     ledger = open_ledger(settings) if ledger is None else ledger
-    registry = AgentRegistry(ledger.store.engine, settings.keys_dir)
+    registry = AgentRegistry(
+        ledger.store.engine,
+        settings.keys_dir,
+        allow_private_agents=settings.allow_private_agents,
+    )
     return Onboarding(ledger, registry, ExamService(ledger), settings.home / "credentials")

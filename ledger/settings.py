@@ -15,6 +15,8 @@ DEFAULT_LOG_ID = "accord-main"
 DEFAULT_DEVNET_PORT = 8545
 DEFAULT_ANCHOR_EVERY_ENTRIES = 1000
 DEFAULT_ANCHOR_EVERY_SECONDS = 60.0
+#: Set to 1 to let agents be reached at loopback, link-local and private addresses.
+ALLOW_PRIVATE_AGENTS = "ACCORD_ALLOW_PRIVATE_AGENTS"
 
 
 @dataclass(frozen=True)
@@ -25,6 +27,9 @@ class Settings:
     db_url: SQLAlchemy URL of the log database (SQLite under `home` unless ACCORD_DB_URL).
     rpc_url: an external EVM chain; None means accord manages a local anvil devnet.
     operator_eth_key: hex private key that pays for anchors on an external chain.
+    allow_private_agents: agents may be registered and reached at loopback, link-local and
+    private addresses (ACCORD_ALLOW_PRIVATE_AGENTS=1: a local demo, tests); otherwise only
+    at public ones.
     """
 
     home: Path
@@ -35,6 +40,7 @@ class Settings:
     devnet_port: int
     anchor_every_entries: int
     anchor_every_seconds: float
+    allow_private_agents: bool = False
 
     @property
     def keys_dir(self) -> Path:
@@ -69,7 +75,21 @@ class Settings:
             anchor_every_seconds=_float(
                 env, "ACCORD_ANCHOR_INTERVAL", DEFAULT_ANCHOR_EVERY_SECONDS
             ),
+            allow_private_agents=env_flag(env, ALLOW_PRIVATE_AGENTS),
         )
+
+
+def env_flag(env: Mapping[str, str], name: str) -> bool:
+    """Whether the variable `name` is set to 1 (or true, yes, on); unset or empty is False.
+
+    Raises ValueError naming the variable for a value that is neither on nor off.
+    """
+    raw = env.get(name, "").strip().lower()
+    if raw in ("", "0", "false", "no", "off"):
+        return False
+    if raw in ("1", "true", "yes", "on"):
+        return True
+    raise ValueError(f"{name} must be 1 or 0, got {env.get(name)!r}")
 
 
 def _int(env: Mapping[str, str], name: str, default: int) -> int:

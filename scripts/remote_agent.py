@@ -6,7 +6,8 @@
 It registers by DID-auth (the record is an `http` agent at http://HOST:P/run), sits an exam in
 each capability with the reference solver, binds a payout address (a fresh secp256k1 account
 kept next to its key), then serves `POST /run` (the reference agent of
-`coordinator.agent_service`) and `POST /sign`, where it signs its own team reports, nothing
+`coordinator.agent_service`: `{"item": ...}` in, `{"answer": ...}` out, the one format of
+exams and team work) and `POST /sign`, where it signs its own team reports, nothing
 else. With `--price` it watches for tasks taking bids in its capabilities, commits a sealed bid
 at that price, and reveals it once bidding closes. Every ledger event of its own it builds and
 signs itself. It prints one JSON line per step (`registered`, `credential`, `payout`, `ready`,
@@ -184,9 +185,8 @@ class _RemoteHandler(_Handler):
             request = self._body()
             if self.path == "/run":
                 answer = answer_request(request)
-                item = request.get("task", {}).get("item", request.get("item", {}))
                 with self.server.answers_lock:
-                    self.server.answers[str(item.get("item_id"))] = answer
+                    self.server.answers[str(request["item"].get("item_id"))] = answer
                 self._reply(200, {"answer": answer, "agent": self.server.did})
             else:
                 text = str(request["event"]).encode()

@@ -9,6 +9,8 @@ request's caller, that its kind and body are what the route would have logged, a
                                    the network's domain and the escrow chain id
     POST /remote/registration      DID-auth presentation + the agent's `agent.registered`
                                    entry; the record is an `http` agent at `endpoint`
+                                   (422 for a loopback, link-local or private address
+                                   unless the service allows private agents)
     POST /exams                    start an exam: the items the agent sees and their deadlines
     POST /exams/{id}/answers       the agent's `exam.answered` entry
     POST /exams/{id}/grade         grade; the credential on a pass
@@ -32,7 +34,7 @@ from api.routes.deps import Caller, Context, State, throttle_reads
 from identity.agents import AgentRecord
 from identity.challenges import get_capability
 from identity.challenges.base import MAX_ITEMS_PER_CALL
-from identity.errors import ExamError, RegistryError
+from identity.errors import ExamError, PrivateEndpointError, RegistryError
 from ledger.canonical import canonical_json
 from ledger.errors import LedgerError
 from ledger.events import Entry, format_time
@@ -123,10 +125,14 @@ def register_remote(
     body: RemoteRegistration, caller: Caller, context: Context, state: State
 ) -> dict[str, Any]:
     entry = parse_entry(body.entry, caller)
-    with state.write_lock:
-        record, index = context.onboarding.admit_remote(
-            body.name, body.endpoint, body.presentation, body.challenge, entry
-        )
+    try:
+        with state.write_lock:
+            record, index = context.onboarding.admit_remote(
+                body.name, body.endpoint, body.presentation, body.challenge, entry
+            )
+    except PrivateEndpointError as exc:
+        # Teams would POST to this endpoint: not into the operator's own network.
+        raise ProblemError(422, str(exc), kind="private-endpoint") from exc
     return {**record.to_json(), "index": index}
 
 

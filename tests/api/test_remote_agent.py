@@ -6,6 +6,9 @@ runs as a separate process with its own key: it registers, sits its exams and bi
 address with entries it signs itself, serves `POST /run`, and commits and reveals a bid. A local
 agent wins; the team it leads reaches the remote member at its endpoint, the remote signs its
 own report, and its answers are in the deliverable; settlement and the audit pass.
+
+The remote agent listens on 127.0.0.1, so the service must allow private agents
+(ACCORD_ALLOW_PRIVATE_AGENTS=1); without that its registration is refused with 422.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -96,8 +100,29 @@ class Lines:
 
 
 @pytest.fixture
-def world(tmp_path: Path) -> Iterator[dict[str, Any]]:
-    settings = Settings.from_env({"ACCORD_HOME": str(tmp_path / "home")})
+def world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Any]]:
+    """A service that allows private agents (the remote agent is on loopback); the team
+    runner reads the same setting from the environment."""
+    monkeypatch.setenv("ACCORD_ALLOW_PRIVATE_AGENTS", "1")
+    with open_world(tmp_path, allow_private=True) as opened:
+        yield opened
+
+
+@pytest.fixture
+def public_only_world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Any]]:
+    """A service with the default setting: agents only at public addresses."""
+    monkeypatch.delenv("ACCORD_ALLOW_PRIVATE_AGENTS", raising=False)
+    with open_world(tmp_path, allow_private=False) as opened:
+        yield opened
+
+
+@contextmanager
+def open_world(tmp_path: Path, *, allow_private: bool) -> Iterator[dict[str, Any]]:
+    environ = {"ACCORD_HOME": str(tmp_path / "home")}
+    if allow_private:
+        environ["ACCORD_ALLOW_PRIVATE_AGENTS"] = "1"
+    settings = Settings.from_env(environ)
+    assert settings.allow_private_agents is allow_private
     store = open_store(settings)
     operator = operator_signer(settings)
     anchors = MemoryAnchorChain()
@@ -157,28 +182,32 @@ def world(tmp_path: Path) -> Iterator[dict[str, Any]]:
         thread.join(timeout=10)
 
 
+def remote_agent_argv(world: dict[str, Any], port: int) -> list[str]:
+    return [
+        sys.executable,
+        str(SCRIPT),
+        "--server",
+        world["url"],
+        "--key",
+        str(world["tmp"] / "remote-agent" / "key.json"),
+        "--port",
+        str(port),
+        "--name",
+        "remote",
+        "--items",
+        "5",
+        "--price",
+        "0.3eth",
+        *[arg for capability in CAPABILITIES for arg in ("--capability", capability)],
+    ]
+
+
 @pytest.fixture
 def remote(world: dict[str, Any]) -> Iterator[tuple[subprocess.Popen[str], Lines, int]]:
     port = free_port()
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     process = subprocess.Popen(
-        [
-            sys.executable,
-            str(SCRIPT),
-            "--server",
-            world["url"],
-            "--key",
-            str(world["tmp"] / "remote-agent" / "key.json"),
-            "--port",
-            str(port),
-            "--name",
-            "remote",
-            "--items",
-            "5",
-            "--price",
-            "0.3eth",
-            *[arg for capability in CAPABILITIES for arg in ("--capability", capability)],
-        ],
+        remote_agent_argv(world, port),
         stdout=subprocess.PIPE,
         text=True,
         env=env,
@@ -316,3 +345,26 @@ def test_remote_agent_onboards_bids_and_works_through_the_api(
     report = audit_task(store, task_id, anchors=world["anchors"], escrow=world["escrow_chain"])
     assert report.ok, report.to_json()
     assert process.poll() is None, "the remote agent stopped early"
+
+
+def test_a_remote_agent_on_loopback_is_refused_without_the_setting(
+    public_only_world: dict[str, Any],
+) -> None:
+    world = public_only_world
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run(
+        remote_agent_argv(world, free_port()),
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=str(world["tmp"]),
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode != 0
+    assert "POST /remote/registration: HTTP 422" in done.stderr, done.stderr
+    assert "a loopback address (127.0.0.1)" in done.stderr
+    assert "ACCORD_ALLOW_PRIVATE_AGENTS=1" in done.stderr
+    assert '"registered"' not in done.stdout
+    onboarding = world["context"].onboarding
+    assert [a.name for a in onboarding.registry.list()] == ["ada", "req"]

@@ -1,5 +1,6 @@
 """Agent adapters on real sub-tasks (exam items, graded by the capability's grader), against
-real local servers and processes on 127.0.0.1 (no mocks)."""
+real local servers and processes on 127.0.0.1 (no mocks). Team work goes through the same
+runtimes as exams (`identity.runtimes`); these tests drive them through `AgentAdapter.run`."""
 
 from __future__ import annotations
 
@@ -9,8 +10,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -20,17 +20,31 @@ import pytest
 from coordinator.adapters import (
     HttpAdapter,
     InProcessAdapter,
-    OpenAIAdapter,
-    SubprocessAdapter,
+    RuntimeAdapter,
     reference_adapter,
-    run_url,
     solve_task,
+    work_item,
 )
 from coordinator.agent_service import make_server, serve_in_thread, stop
-from coordinator.errors import AgentFailure
+from coordinator.errors import AgentFailure, TeamError
+from coordinator.service import adapter_for
 from coordinator.work import AgentAdapter, SubTask
+from identity.agents import AgentRecord
 from identity.challenges import REGISTRY, ExamItem
+from identity.errors import RegistryError
+from identity.runtimes import CommandRuntime, OpenAIRuntime, run_url
 from ledger.devnet import find_free_port
+from tests.stand_in import (
+    API_KEY,
+    Handle,
+    Reply,
+    StandIn,
+    chat_server,
+    completion,
+    fixed,
+    json_reply,
+    starter,
+)
 
 SEED = b"accord-coordinator-adapter-tests-seed"
 REPO = Path(__file__).resolve().parents[2]
@@ -69,6 +83,11 @@ def _full_marks(adapter: AgentAdapter, items: list[ExamItem]) -> None:
 
 
 ARITH = _items("arithmetic", 1, b"/one")[0]
+
+
+def _http(url: str, timeout: float) -> HttpAdapter:
+    """An HTTP adapter for a test service on loopback (private agents allowed)."""
+    return HttpAdapter(DID, url, timeout, allow_private=True)
 
 
 # -- in-process ----------------------------------------------------------------------------------
@@ -136,6 +155,13 @@ def test_in_process_failures_are_agent_failures() -> None:
         InProcessAdapter(DID, solve_task, timeout=0)
 
 
+def test_the_work_item_is_exactly_what_an_exam_agent_sees() -> None:
+    task = SubTask("s", "arithmetic", "Do it.", {**ARITH.for_agent(), "private": {"x": 1}})
+    assert work_item(task) == ARITH.for_agent()
+    bare = SubTask("s", "arithmetic", "Do it.", {"item_id": "i", "prompt": "p", "payload": {}})
+    assert work_item(bare)["capability"] == "arithmetic"
+
+
 # -- HTTP agent service --------------------------------------------------------------------------
 
 
@@ -153,7 +179,7 @@ def test_http_adapter_against_the_agent_service_gets_full_marks(
     service: Callable[..., str],
 ) -> None:
     url = service(did=DID)
-    _full_marks(HttpAdapter(DID, url, timeout=10), _work())
+    _full_marks(_http(url, timeout=10), _work())
     with httpx.Client() as client:
         health = client.get(url + "/health")
         exam_style = client.post(url + "/run", json={"item": ARITH.for_agent()})
@@ -166,8 +192,17 @@ def test_run_url_adds_the_run_path() -> None:
     assert run_url("http://127.0.0.1:8000/") == "http://127.0.0.1:8000/run"
     assert run_url("http://h:1/agents/run") == "http://h:1/agents/run"
     for bad in ("ftp://h/x", "http://user:pw@h/", "nonsense"):
-        with pytest.raises(ValueError):
+        with pytest.raises(RegistryError):
             run_url(bad)
+
+
+def test_the_service_speaks_only_the_item_format(service: Callable[..., str]) -> None:
+    url = service()
+    with httpx.Client() as client:
+        old = client.post(url + "/run", json={"task": _task(ARITH).to_json()})
+        item = client.post(url + "/run", json={"item": ARITH.for_agent()})
+    assert old.status_code == 400 and "item" in old.json()["error"]
+    assert REGISTRY["arithmetic"].grade(ARITH, item.json()["answer"]).full_marks
 
 
 def test_the_service_refuses_non_loopback_hosts_unless_named() -> None:
@@ -187,7 +222,7 @@ def test_the_service_refuses_non_loopback_hosts_unless_named() -> None:
 def test_failing_service_is_a_retriable_failure(service: Callable[..., str]) -> None:
     url = service(fail_rate=1.0)
     with pytest.raises(AgentFailure, match="HTTP 500") as raised:
-        HttpAdapter(DID, url, timeout=5).run(_task(ARITH))
+        _http(url, timeout=5).run(_task(ARITH))
     assert raised.value.retriable and raised.value.agent == DID
 
 
@@ -195,7 +230,7 @@ def test_a_bad_request_is_not_retriable(service: Callable[..., str]) -> None:
     url = service()
     broken = SubTask("s", "poetry", "Write.", {"capability": "poetry", "payload": {}})
     with pytest.raises(AgentFailure, match="HTTP 422") as raised:
-        HttpAdapter(DID, url, timeout=5).run(broken)
+        _http(url, timeout=5).run(broken)
     assert not raised.value.retriable
 
 
@@ -203,80 +238,28 @@ def test_a_slow_service_times_out_retriably(service: Callable[..., str]) -> None
     url = service(delay=5.0)
     started = time.monotonic()
     with pytest.raises(AgentFailure, match=r"within 0\.3 s") as raised:
-        HttpAdapter(DID, url, timeout=0.3).run(_task(ARITH))
+        _http(url, timeout=0.3).run(_task(ARITH))
     assert raised.value.retriable and time.monotonic() - started < 2
 
 
 def test_an_absent_service_is_retriable() -> None:
     url = f"http://127.0.0.1:{find_free_port('127.0.0.1')}"
     with pytest.raises(AgentFailure, match="cannot reach") as raised:
-        HttpAdapter(DID, url, timeout=2).run(_task(ARITH))
+        _http(url, timeout=2).run(_task(ARITH))
     assert raised.value.retriable
-
-
-Reply = tuple[int, dict[str, str], bytes]
-Handle = Callable[[str, dict[str, str], bytes], Reply]
-
-
-class StandIn:
-    """A ThreadingHTTPServer on 127.0.0.1 whose POSTs are answered by `handle`."""
-
-    def __init__(self, handle: Handle) -> None:
-        self.requests: list[tuple[str, dict[str, str], bytes]] = []
-        stand_in = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
-                headers = {key.lower(): value for key, value in self.headers.items()}
-                stand_in.requests.append((self.path, headers, body))
-                status, extra, data = handle(self.path, headers, body)
-                try:
-                    self.send_response(status)
-                    for key, value in extra.items():
-                        self.send_header(key, value)
-                    self.send_header("Content-Length", str(len(data)))
-                    self.end_headers()
-                    self.wfile.write(data)
-                except (BrokenPipeError, ConnectionResetError):
-                    pass
-
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
-        self.thread = threading.Thread(
-            target=self.httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
-        )
-        self.thread.start()
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-
-    def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
-        self.thread.join(timeout=5)
 
 
 @pytest.fixture
 def stand_in(request: pytest.FixtureRequest) -> Callable[[Handle], StandIn]:
-    def start(handle: Handle) -> StandIn:
-        server = StandIn(handle)
-        request.addfinalizer(server.close)
-        return server
-
-    return start
+    return starter(request)
 
 
 def _json(status: int, value: Any) -> Reply:
-    return status, {"Content-Type": "application/json"}, json.dumps(value).encode()
+    return json_reply(status, value)
 
 
 def _status(status: int, value: Any) -> Handle:
-    def handle(path: str, headers: dict[str, str], body: bytes) -> Reply:
-        return _json(status, value)
-
-    return handle
+    return fixed(json_reply(status, value))
 
 
 @pytest.mark.parametrize(
@@ -295,17 +278,17 @@ def test_garbage_from_a_service_is_not_retriable(
 ) -> None:
     server = stand_in(lambda path, headers, body: reply)
     with pytest.raises(AgentFailure, match=match) as raised:
-        HttpAdapter(DID, server.url, timeout=5).run(_task(ARITH))
+        _http(server.url, timeout=5).run(_task(ARITH))
     assert not raised.value.retriable
     path, _, body = server.requests[0]
-    assert path == "/run" and json.loads(body) == {"task": _task(ARITH).to_json()}
+    assert path == "/run" and json.loads(body) == {"item": ARITH.for_agent()}
 
 
 def test_429_and_503_are_retriable(stand_in: Callable[[Handle], StandIn]) -> None:
     for status in (429, 503):
         server = stand_in(_status(status, {"error": "busy"}))
         with pytest.raises(AgentFailure, match=f"HTTP {status}") as raised:
-            HttpAdapter(DID, server.url, timeout=5).run(_task(ARITH))
+            _http(server.url, timeout=5).run(_task(ARITH))
         assert raised.value.retriable
 
 
@@ -372,7 +355,7 @@ def test_agents_as_separate_http_processes_complete_a_task_together(
     agent_processes: Callable[..., list[tuple[str, str]]],
 ) -> None:
     agents = agent_processes(3)
-    adapters = [HttpAdapter(did, url, timeout=10) for did, url in agents]
+    adapters = [HttpAdapter(did, url, timeout=10, allow_private=True) for did, url in agents]
     items = _work()
     answers: dict[int, Any] = {}
 
@@ -405,15 +388,21 @@ def test_a_delayed_service_process_times_out(
 ) -> None:
     ((did, url),) = agent_processes(1, "--delay", "5")
     with pytest.raises(AgentFailure, match="did not answer") as raised:
-        HttpAdapter(did, url, timeout=0.5).run(_task(ARITH))
+        HttpAdapter(did, url, timeout=0.5, allow_private=True).run(_task(ARITH))
     assert raised.value.retriable and raised.value.agent == did
 
 
 # -- subprocess ----------------------------------------------------------------------------------
 
 
+def _command(
+    argv: Sequence[str], timeout: float, env: dict[str, str] | None = None
+) -> RuntimeAdapter:
+    return RuntimeAdapter(DID, CommandRuntime(argv, timeout, env))
+
+
 def test_the_subprocess_adapter_gets_full_marks() -> None:
-    adapter = SubprocessAdapter(DID, [*SERVICE, "--stdio"], timeout=20, env=_env())
+    adapter = _command([*SERVICE, "--stdio"], timeout=20, env=_env())
     _full_marks(adapter, [*_items("arithmetic", 1), *_items("extraction", 1), *_items("python", 1)])
 
 
@@ -438,7 +427,7 @@ def test_a_hanging_subprocess_is_killed_with_its_group(tmp_path: Path) -> None:
     )
     started = time.monotonic()
     with pytest.raises(AgentFailure, match=r"longer than 1 s") as raised:
-        SubprocessAdapter(DID, argv, timeout=1).run(_task(ARITH))
+        _command(argv, timeout=1).run(_task(ARITH))
     assert raised.value.retriable and time.monotonic() - started < 5
     child = int(marker.read_text())
     for _ in range(100):
@@ -465,75 +454,43 @@ def test_a_hanging_subprocess_is_killed_with_its_group(tmp_path: Path) -> None:
 )
 def test_subprocess_garbage_is_not_retriable(tmp_path: Path, source: str, match: str) -> None:
     with pytest.raises(AgentFailure, match=match) as raised:
-        SubprocessAdapter(DID, _script(tmp_path, source), timeout=10).run(_task(ARITH))
+        _command(_script(tmp_path, source), timeout=10).run(_task(ARITH))
     assert not raised.value.retriable
 
 
 def test_a_missing_program_is_an_agent_failure(tmp_path: Path) -> None:
     with pytest.raises(AgentFailure, match="cannot run"):
-        SubprocessAdapter(DID, [str(tmp_path / "nope")], timeout=5).run(_task(ARITH))
+        _command([str(tmp_path / "nope")], timeout=5).run(_task(ARITH))
 
 
-def test_the_subprocess_reads_the_whole_task(tmp_path: Path) -> None:
+def test_the_subprocess_reads_the_item_as_an_exam_agent_does(tmp_path: Path) -> None:
     argv = _script(tmp_path, "import json, sys; print(json.dumps(json.load(sys.stdin)))")
-    task = _task(ARITH)
-    assert SubprocessAdapter(DID, argv, timeout=10).run(task) == task.to_json()
+    assert _command(argv, timeout=10).run(_task(ARITH)) == ARITH.for_agent()
+    with pytest.raises(ValueError, match="program"):
+        CommandRuntime([], 10)
+    with pytest.raises(ValueError, match="timeout"):
+        CommandRuntime(argv, 0)
 
 
 # -- OpenAI-compatible model ---------------------------------------------------------------------
 
 
-def _completion(model: str, content: str) -> dict[str, Any]:
-    return {
-        "id": "chatcmpl-local",
-        "object": "chat.completion",
-        "created": 1_770_000_000,
-        "model": model,
-        "choices": [
-            {
-                "index": 0,
-                "message": {"role": "assistant", "content": content},
-                "finish_reason": "stop",
-            }
-        ],
-        "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
-    }
-
-
-def _task_from_prompt(text: str) -> SubTask:
-    """What a model reads from the user message: capability, prompt and payload."""
-    header, _, rest = text.partition("\n\n")
-    capability = header.removeprefix("Capability: ")
-    prompt, _, payload_part = rest.partition("\n\nPayload (JSON):\n")
-    payload, _ = json.JSONDecoder().raw_decode(payload_part)
-    item = {"item_id": "?", "capability": capability, "prompt": prompt, "payload": payload}
-    return SubTask("?", capability, "", item)
-
-
-def _chat(content_for: Callable[[SubTask], str]) -> Handle:
-    def handle(path: str, headers: dict[str, str], body: bytes) -> Reply:
-        if path != "/v1/chat/completions":
-            return _json(404, {"error": {"message": f"no route {path}"}})
-        if headers.get("authorization") != "Bearer test-key":
-            return _json(401, {"error": {"message": "bad key", "type": "auth"}})
-        request = json.loads(body)
-        if request.get("response_format") != {"type": "json_object"}:
-            return _json(400, {"error": {"message": "json_object expected"}})
-        (user,) = [m["content"] for m in request["messages"] if m["role"] == "user"]
-        return _json(200, _completion(request["model"], content_for(_task_from_prompt(user))))
-
-    return handle
-
-
-def _reference_model(task: SubTask) -> str:
+def _reference_model(seen: dict[str, Any], request: dict[str, Any]) -> str:
+    task = SubTask("?", seen["capability"], "", seen)
     return json.dumps({"answer": solve_task(task)})
 
 
+def _model(url: str, key: str = API_KEY, timeout: float = 5, **options: Any) -> RuntimeAdapter:
+    return RuntimeAdapter(
+        DID, OpenAIRuntime("m", base_url=url, api_key=key, timeout=timeout, **options)
+    )
+
+
 def test_the_openai_adapter_gets_full_marks(stand_in: Callable[[Handle], StandIn]) -> None:
-    server = stand_in(_chat(_reference_model))
-    adapter = OpenAIAdapter(DID, "local-model", server.url + "/v1", "test-key", timeout=10)
+    server = stand_in(chat_server(_reference_model))
+    runtime = OpenAIRuntime("local-model", base_url=server.url + "/v1", api_key=API_KEY)
     items = [*_items("arithmetic", 2), *_items("extraction", 1), *_items("retrieval", 1)]
-    _full_marks(adapter, items)
+    _full_marks(RuntimeAdapter(DID, runtime), items)
     assert len(server.requests) == len(items)
     assert json.loads(server.requests[0][2])["model"] == "local-model"
 
@@ -544,11 +501,11 @@ def test_the_openai_adapter_gets_full_marks(stand_in: Callable[[Handle], StandIn
 def test_a_malformed_model_answer_is_an_agent_failure(
     stand_in: Callable[[Handle], StandIn], content: str
 ) -> None:
-    server = stand_in(_chat(lambda task: content))
-    adapter = OpenAIAdapter(DID, "m", server.url + "/v1", "test-key", timeout=5)
+    server = stand_in(chat_server(lambda seen, request: content))
     with pytest.raises(AgentFailure, match="model") as raised:
-        adapter.run(_task(ARITH))
+        _model(server.url + "/v1").run(_task(ARITH))
     assert not raised.value.retriable and raised.value.agent == DID
+    assert "(retriable)" not in str(raised.value)
 
 
 def test_model_server_failures_have_the_right_retriable(
@@ -557,37 +514,87 @@ def test_model_server_failures_have_the_right_retriable(
     for status in (429, 503):
         server = stand_in(_status(status, {"error": {}}))
         with pytest.raises(AgentFailure, match=f"HTTP {status}") as raised:
-            OpenAIAdapter(DID, "m", server.url + "/v1", "test-key", timeout=5).run(_task(ARITH))
-        assert raised.value.retriable
+            _model(server.url + "/v1", max_retries=0).run(_task(ARITH))
+        assert raised.value.retriable and not raised.value.reason.endswith("(retriable)")
 
-    refused = stand_in(_chat(_reference_model))
+    refused = stand_in(chat_server(_reference_model))
     with pytest.raises(AgentFailure, match="HTTP 401") as raised:
-        OpenAIAdapter(DID, "m", refused.url + "/v1", "wrong", timeout=5).run(_task(ARITH))
+        _model(refused.url + "/v1", key="wrong").run(_task(ARITH))
     assert not raised.value.retriable
 
     dead = f"http://127.0.0.1:{find_free_port('127.0.0.1')}/v1"
     with pytest.raises(AgentFailure, match="cannot reach") as raised:
-        OpenAIAdapter(DID, "m", dead, "test-key", timeout=2).run(_task(ARITH))
+        _model(dead, timeout=2, max_retries=0).run(_task(ARITH))
     assert raised.value.retriable
-
-    release = threading.Event()
 
     def slow(path: str, headers: dict[str, str], body: bytes) -> Reply:
-        release.wait(10)
-        return _json(200, _completion("m", '{"answer": 5}'))
+        hanging.release.wait(10)
+        return json_reply(200, completion("m", '{"answer": 5}'))
 
     hanging = stand_in(slow)
-    try:
-        with pytest.raises(AgentFailure, match=r"within 0\.3 s") as raised:
-            OpenAIAdapter(DID, "m", hanging.url + "/v1", "test-key", timeout=0.3).run(_task(ARITH))
-    finally:
-        release.set()
+    with pytest.raises(AgentFailure, match=r"within 0\.3 s") as raised:
+        _model(hanging.url + "/v1", timeout=0.3, max_retries=0).run(_task(ARITH))
     assert raised.value.retriable
 
 
-def test_the_openai_adapter_needs_a_key_and_a_good_url(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
-    with pytest.raises(ValueError, match="OPENAI_API_KEY"):
-        OpenAIAdapter(DID, "m", "http://127.0.0.1:1/v1")
-    with pytest.raises(ValueError, match="http:// or https://"):
-        OpenAIAdapter(DID, "m", "ftp://127.0.0.1/v1", "k")
+def test_a_model_answer_refused_twice_is_a_final_agent_failure(
+    stand_in: Callable[[Handle], StandIn],
+) -> None:
+    def only_numbers(capability: str, answer: Any) -> None:
+        if not isinstance(answer, int | float):
+            raise ValueError(f"{capability} answers are numbers")
+
+    server = stand_in(chat_server(lambda seen, request: '{"answer": "many"}'))
+    with pytest.raises(AgentFailure, match="refused twice") as raised:
+        _model(server.url + "/v1", validate=only_numbers).run(_task(ARITH))
+    assert not raised.value.retriable and len(server.requests) == 2
+
+
+# -- adapter_for: an agent's record to its adapter -----------------------------------------------
+
+
+def _record(runtime: str, **fields: Any) -> AgentRecord:
+    return AgentRecord(
+        "bob", DID, runtime, fields.pop("command", None), "2026-03-01T12:00:00Z", **fields
+    )
+
+
+def test_adapter_for_runs_every_runtime_through_the_one_seam(
+    service: Callable[..., str], tmp_path: Path, stand_in: Callable[[Handle], StandIn]
+) -> None:
+    assert (
+        REGISTRY["arithmetic"]
+        .grade(ARITH, adapter_for(_record("reference"), 5).run(_task(ARITH)))
+        .full_marks
+    )
+    url = service(did=DID)
+    http = adapter_for(_record("http", endpoint=url), 5, allow_private_agents=True)
+    assert isinstance(http, RuntimeAdapter)
+    assert REGISTRY["arithmetic"].grade(ARITH, http.run(_task(ARITH))).full_marks
+    echo = _script(tmp_path, "import json, sys; print(json.dumps(json.load(sys.stdin)))")
+    command = adapter_for(_record("command", command=" ".join(echo)), 5)
+    assert command.run(_task(ARITH)) == ARITH.for_agent()
+    model = stand_in(chat_server(_reference_model, api_key=None))
+    llm = adapter_for(_record("openai", model="m", endpoint=model.url + "/v1"), 5)
+    assert REGISTRY["arithmetic"].grade(ARITH, llm.run(_task(ARITH))).full_marks
+    guess = adapter_for(_record("random"), 5).run(_task(ARITH))
+    assert guess is not None
+
+
+def test_adapter_for_refuses_a_private_endpoint_unless_allowed(
+    service: Callable[..., str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url = service(did=DID)
+    monkeypatch.delenv("ACCORD_ALLOW_PRIVATE_AGENTS", raising=False)
+    with pytest.raises(TeamError, match="ACCORD_ALLOW_PRIVATE_AGENTS"):
+        adapter_for(_record("http", endpoint=url), 5)
+    with pytest.raises(TeamError, match="loopback"):
+        adapter_for(_record("http", endpoint=url), 5, allow_private_agents=False)
+    monkeypatch.setenv("ACCORD_ALLOW_PRIVATE_AGENTS", "1")
+    assert (
+        REGISTRY["arithmetic"]
+        .grade(ARITH, adapter_for(_record("http", endpoint=url), 5).run(_task(ARITH)))
+        .full_marks
+    )
+    with pytest.raises(TeamError, match="needs --endpoint"):
+        adapter_for(_record("http"), 5)

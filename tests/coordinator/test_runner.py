@@ -446,7 +446,11 @@ def test_agents_as_separate_http_processes_complete_a_task(
     for name, caps, url in zip(
         ("lead", "ann", "eve"), (CAPS, ["arithmetic"], ["extraction"]), services, strict=True
     ):
-        world.add(name, caps, adapter=lambda did, url=url: HttpAdapter(did, url, timeout=10))
+        world.add(
+            name,
+            caps,
+            adapter=lambda did, url=url: HttpAdapter(did, url, timeout=10, allow_private=True),
+        )
     top = world.run("lead", RunSettings(timeout_s=20, max_depth=0, work_items=3))
     assert_complete(top, CAPS, 3)
     agents = {c.agent for c in top.deliverable.contributions}  # type: ignore[union-attr]

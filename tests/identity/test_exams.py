@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 
-from identity.agents import reference_runtime
 from identity.errors import DeadlineError, ExamError, RateLimitedError
 from identity.exams import (
     ANSWERED,
@@ -17,12 +16,15 @@ from identity.exams import (
     check_rate_limit,
     regrade_from_ledger,
 )
+from identity.runtimes import ReferenceRuntime
 from ledger.events import Entry
 from ledger.service import Ledger
 from ledger.signing import Ed25519Signer
 from ledger.store import LogStore, make_engine
 
 START = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+
+REFERENCE = ReferenceRuntime()
 
 
 class Clock:
@@ -53,7 +55,7 @@ def test_regrade_from_the_ledger_equals_the_logged_score(ledger: Ledger, clock: 
     agent = Ed25519Signer.generate()
     session = exams.start(agent.did, "arithmetic", 6)
     for position, item in enumerate(session.items):
-        answer = reference_runtime(item) if position % 3 else 12345  # some wrong, one missing
+        answer = REFERENCE.answer(item) if position % 3 else 12345  # some wrong, one missing
         if position != 5:
             exams.answer(agent, session.exam_id, str(item["item_id"]), answer)
     result = exams.grade(session.exam_id)
@@ -70,7 +72,7 @@ def test_regrade_detects_a_score_the_answers_do_not_support(ledger: Ledger) -> N
     agent = Ed25519Signer.generate()
     session = exams.start(agent.did, "arithmetic", 3)
     for item in session.items:
-        exams.answer(agent, session.exam_id, str(item["item_id"]), reference_runtime(item))
+        exams.answer(agent, session.exam_id, str(item["item_id"]), REFERENCE.answer(item))
     result = exams.grade(session.exam_id)
     graded = Entry.from_bytes(ledger.store.entry(result.graded_index).data).event
     # The same plan and seed under another id, with no answers logged, but a claimed 3/3.
@@ -96,7 +98,7 @@ def test_answers_replayed_from_another_agents_exam_are_never_accepted(ledger: Le
         theirs = exams.start(alice.did, "arithmetic", 1)
         mine = exams.start(bob.did, "arithmetic", 1)
         item = theirs.items[0]
-        answer = reference_runtime(item)
+        answer = REFERENCE.answer(item)
         # Bob submits Alice's item and answer into his own exam, then into hers.
         for exam_id in (mine.exam_id, theirs.exam_id):
             trials += 1
@@ -115,7 +117,7 @@ def test_copied_answers_answer_different_questions(ledger: Ledger) -> None:
     theirs = exams.start(alice.did, "arithmetic", 10)
     mine = exams.start(bob.did, "arithmetic", 10)
     for copied, item in zip(theirs.items, mine.items, strict=True):
-        exams.answer(bob, mine.exam_id, str(item["item_id"]), reference_runtime(copied))
+        exams.answer(bob, mine.exam_id, str(item["item_id"]), REFERENCE.answer(copied))
     assert not exams.grade(mine.exam_id).passed
 
 
@@ -125,10 +127,10 @@ def test_a_late_answer_is_refused(ledger: Ledger, clock: Clock) -> None:
     session = exams.start(agent.did, "arithmetic", 2)
     first, second = session.items
     clock.now = START + timedelta(seconds=10)  # exactly at the first deadline: still on time
-    exams.answer(agent, session.exam_id, str(first["item_id"]), reference_runtime(first))
+    exams.answer(agent, session.exam_id, str(first["item_id"]), REFERENCE.answer(first))
     clock.now = START + timedelta(seconds=20, milliseconds=1)
     with pytest.raises(DeadlineError):
-        exams.answer(agent, session.exam_id, str(second["item_id"]), reference_runtime(second))
+        exams.answer(agent, session.exam_id, str(second["item_id"]), REFERENCE.answer(second))
     assert len(ledger.store.find(kind=ANSWERED)) == 1
     result = exams.grade(session.exam_id)
     assert (result.earned, result.possible) == (1, 2)

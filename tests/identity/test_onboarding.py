@@ -10,11 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from identity.agents import AgentRegistry, command_runtime, random_runtime
+from identity.agents import AgentRegistry
 from identity.credentials import REVOCATION_EVENT_KIND
 from identity.errors import CredentialError, ExamError, RegistryError
 from identity.exams import regrade_from_ledger
 from identity.onboarding import ISSUED_EVENT_KIND, Onboarding, open_onboarding
+from identity.runtimes import CommandRuntime, RandomRuntime
 from ledger.events import Entry
 from ledger.settings import Settings
 
@@ -86,7 +87,7 @@ def test_a_random_agent_fails_and_gets_no_credential(onboarding: Onboarding) -> 
     import random
 
     outcomes = onboarding.onboard(
-        agent, ["arithmetic", "retrieval"], runtime=random_runtime(random.Random(7))
+        agent, ["arithmetic", "retrieval"], runtime=RandomRuntime(random.Random(7))
     )
     assert [outcome.exam.passed for outcome in outcomes] == [False, False]
     assert all(outcome.credential_id is None for outcome in outcomes)
@@ -100,8 +101,8 @@ def test_a_command_agent_answers_through_stdin_and_stdout(
     script = tmp_path / "agent.py"
     script.write_text(
         "import json, sys\n"
-        "from identity.agents import reference_runtime\n"
-        "print(json.dumps(reference_runtime(json.load(sys.stdin))))\n"
+        "from identity.runtimes import ReferenceRuntime\n"
+        "print(json.dumps(ReferenceRuntime().answer(json.load(sys.stdin))))\n"
     )
     agent = onboarding.registry.new_agent(
         "cmd", now=NOW, runtime="command", command=f"{sys.executable} {script}"
@@ -111,12 +112,12 @@ def test_a_command_agent_answers_through_stdin_and_stdout(
 
 
 def test_a_command_that_hangs_or_prints_garbage_answers_nothing(tmp_path: Path) -> None:
-    slow = command_runtime([sys.executable, "-c", "import time; time.sleep(5)"], timeout=0.3)
+    slow = CommandRuntime([sys.executable, "-c", "import time; time.sleep(5)"], timeout=0.3)
     with pytest.raises(ExamError, match="longer than"):
-        slow({"item_id": "x"})
-    garbage = command_runtime([sys.executable, "-c", "print('not json')"])
+        slow.answer({"item_id": "x"})
+    garbage = CommandRuntime([sys.executable, "-c", "print('not json')"])
     with pytest.raises(ExamError, match="did not print JSON"):
-        garbage({"item_id": "x"})
+        garbage.answer({"item_id": "x"})
 
 
 def test_a_revoked_credential_fails_verification_at_revocation(onboarding: Onboarding) -> None:

@@ -1,29 +1,39 @@
-"""The `http` and `openai` runtimes, against real local servers on 127.0.0.1 (no mocks)."""
+"""The runtimes of `identity.runtimes` that speak to other servers (an HTTP agent service, an
+OpenAI-compatible model), against real local servers on 127.0.0.1 (no mocks)."""
 
 from __future__ import annotations
 
 import json
-import socket
-import threading
 from collections.abc import Callable
 from datetime import UTC, datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from identity.agents import (
-    AgentRuntimeError,
-    check_agent_spec,
-    http_runtime,
-    openai_runtime,
-    runtime_for,
-)
-from identity.challenges import ExamItem, reference
+from identity.agents import check_agent_spec, runtime_for
+from identity.challenges import JSON, ExamItem, reference
 from identity.errors import ExamError, RegistryError
 from identity.onboarding import Onboarding, open_onboarding
+from identity.runtimes import (
+    AgentRuntimeError,
+    HttpRuntime,
+    OpenAIRuntime,
+    openai_runtime,
+    parse_model_answer,
+)
 from ledger.settings import Settings
+from tests.stand_in import (
+    API_KEY,
+    Handle,
+    Reply,
+    StandIn,
+    chat_server,
+    completion,
+    free_port,
+    json_reply,
+    starter,
+)
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 ITEM = {
@@ -33,66 +43,17 @@ ITEM = {
     "payload": {"kind": "expression", "expression": "2 + 3"},
 }
 
-Reply = tuple[int, dict[str, str], bytes]
-Handle = Callable[[str, dict[str, str], bytes], Reply]
-
-
-class LocalServer:
-    """A ThreadingHTTPServer on 127.0.0.1 whose POSTs are answered by `handle`."""
-
-    def __init__(self, handle: Handle) -> None:
-        self.handle = handle
-        self.requests: list[tuple[str, dict[str, str], bytes]] = []
-        self.release = threading.Event()
-        server = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
-                headers = {key.lower(): value for key, value in self.headers.items()}
-                server.requests.append((self.path, headers, body))
-                status, extra, data = server.handle(self.path, headers, body)
-                try:
-                    self.send_response(status)
-                    for key, value in extra.items():
-                        self.send_header(key, value)
-                    self.send_header("Content-Length", str(len(data)))
-                    self.end_headers()
-                    self.wfile.write(data)
-                except (BrokenPipeError, ConnectionResetError):
-                    pass
-
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = False
-        self.thread = threading.Thread(
-            target=self.httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
-        )
-        self.thread.start()
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-
-    def close(self) -> None:
-        self.release.set()
-        self.httpd.shutdown()
-        self.httpd.server_close()
-        self.thread.join(timeout=5)
-
 
 @pytest.fixture
-def serve(request: pytest.FixtureRequest) -> Callable[[Handle], LocalServer]:
-    def start(handle: Handle) -> LocalServer:
-        server = LocalServer(handle)
-        request.addfinalizer(server.close)
-        return server
-
-    return start
+def serve(request: pytest.FixtureRequest) -> Callable[[Handle], StandIn]:
+    return starter(request)
 
 
 @pytest.fixture
 def onboarding(tmp_path: Path) -> Onboarding:
-    return open_onboarding(Settings.from_env({"ACCORD_HOME": str(tmp_path / "home")}))
+    """Onboarding whose agents may be on loopback (the test servers are)."""
+    environ = {"ACCORD_HOME": str(tmp_path / "home"), "ACCORD_ALLOW_PRIVATE_AGENTS": "1"}
+    return open_onboarding(Settings.from_env(environ))
 
 
 def _solve(seen: dict[str, Any]) -> Any:
@@ -107,26 +68,19 @@ def _solve(seen: dict[str, Any]) -> Any:
     )
 
 
-def _json(status: int, value: Any) -> Reply:
-    return status, {"Content-Type": "application/json"}, json.dumps(value).encode()
-
-
 def _agent_service(path: str, headers: dict[str, str], body: bytes) -> Reply:
-    return _json(200, {"answer": _solve(json.loads(body)["item"])})
+    return json_reply(200, {"answer": _solve(json.loads(body)["item"])})
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-    return port
+def _http(url: str, timeout: float = 30.0) -> HttpRuntime:
+    return HttpRuntime(url, timeout, allow_private=True)
 
 
 # -- http ----------------------------------------------------------------------------------------
 
 
 def test_an_http_agent_service_passes_and_gets_a_credential(
-    onboarding: Onboarding, serve: Callable[[Handle], LocalServer]
+    onboarding: Onboarding, serve: Callable[[Handle], StandIn]
 ) -> None:
     server = serve(_agent_service)
     agent = onboarding.registry.new_agent(
@@ -144,9 +98,9 @@ def test_an_http_agent_service_passes_and_gets_a_credential(
 
 
 def test_a_failing_http_service_leaves_items_unanswered(
-    onboarding: Onboarding, serve: Callable[[Handle], LocalServer]
+    onboarding: Onboarding, serve: Callable[[Handle], StandIn]
 ) -> None:
-    server = serve(lambda path, headers, body: _json(500, {"error": "boom"}))
+    server = serve(lambda path, headers, body: json_reply(500, {"error": "boom"}))
     agent = onboarding.registry.new_agent("down", now=NOW, runtime="http", endpoint=server.url)
     (outcome,) = onboarding.onboard(agent, ["arithmetic"], item_count=3)
     assert not outcome.exam.passed and outcome.credential_id is None
@@ -167,35 +121,39 @@ def test_a_failing_http_service_leaves_items_unanswered(
     ],
 )
 def test_http_service_failures_are_exam_errors(
-    serve: Callable[[Handle], LocalServer], reply: Reply, reason: str, retriable: bool
+    serve: Callable[[Handle], StandIn], reply: Reply, reason: str, retriable: bool
 ) -> None:
     server = serve(lambda path, headers, body: reply)
     with pytest.raises(AgentRuntimeError, match=reason) as raised:
-        http_runtime(server.url)(ITEM)
+        _http(server.url).answer(ITEM)
     assert isinstance(raised.value, ExamError)
     assert raised.value.retriable is retriable
     assert ("(retriable)" in str(raised.value)) is retriable
 
 
 def test_a_slow_or_absent_http_service_is_a_retriable_exam_error(
-    serve: Callable[[Handle], LocalServer],
+    serve: Callable[[Handle], StandIn],
 ) -> None:
     def slow(path: str, headers: dict[str, str], body: bytes) -> Reply:
         server.release.wait(10)
-        return _json(200, {"answer": 5})
+        return json_reply(200, {"answer": 5})
 
     server = serve(slow)
     with pytest.raises(AgentRuntimeError, match=r"did not answer within 0\.3 s") as raised:
-        http_runtime(server.url, timeout=0.3)(ITEM)
+        _http(server.url, timeout=0.3).answer(ITEM)
     assert raised.value.retriable
     with pytest.raises(AgentRuntimeError, match="cannot reach") as raised:
-        http_runtime(f"http://127.0.0.1:{_free_port()}/")(ITEM)
+        _http(f"http://127.0.0.1:{free_port()}/").answer(ITEM)
     assert raised.value.retriable
 
 
-def test_http_answers_are_returned_as_sent(serve: Callable[[Handle], LocalServer]) -> None:
+def test_http_answers_are_returned_as_sent(serve: Callable[[Handle], StandIn]) -> None:
     server = serve(_agent_service)
-    assert http_runtime(server.url)(ITEM) == _solve(ITEM) == 5
+    runtime = _http(server.url)
+    assert runtime.endpoint == server.url + "/run"
+    assert runtime.answer(ITEM) == _solve(ITEM) == 5
+    path, _, body = server.requests[0]
+    assert path == "/run" and json.loads(body) == {"item": ITEM}
 
 
 # -- spec validation -----------------------------------------------------------------------------
@@ -244,57 +202,20 @@ def test_good_specs_are_accepted_and_kept(onboarding: Onboarding) -> None:
 # -- openai --------------------------------------------------------------------------------------
 
 
-def _completion(model: str, content: str) -> dict[str, Any]:
-    return {
-        "id": "chatcmpl-local",
-        "object": "chat.completion",
-        "created": 1_770_000_000,
-        "model": model,
-        "choices": [
-            {
-                "index": 0,
-                "message": {"role": "assistant", "content": content},
-                "finish_reason": "stop",
-            }
-        ],
-        "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
-    }
-
-
-def _item_from_prompt(text: str) -> dict[str, Any]:
-    """What a model would read from the user message: capability, prompt and payload."""
-    header, _, rest = text.partition("\n\n")
-    capability = header.removeprefix("Capability: ")
-    prompt, _, payload_part = rest.partition("\n\nPayload (JSON):\n")
-    payload, _ = json.JSONDecoder().raw_decode(payload_part)
-    return {"item_id": "?", "capability": capability, "prompt": prompt, "payload": payload}
-
-
-def _chat_server(content_for: Callable[[dict[str, Any]], str]) -> Handle:
-    def handle(path: str, headers: dict[str, str], body: bytes) -> Reply:
-        if path != "/v1/chat/completions":
-            return _json(404, {"error": {"message": f"no route {path}"}})
-        if headers.get("authorization") != "Bearer test-key":
-            return _json(401, {"error": {"message": "bad key", "type": "auth"}})
-        request = json.loads(body)
-        assert request["response_format"] == {"type": "json_object"}
-        (user,) = [m["content"] for m in request["messages"] if m["role"] == "user"]
-        return _json(200, _completion(request["model"], content_for(_item_from_prompt(user))))
-
-    return handle
-
-
-def _reference_model(seen: dict[str, Any]) -> str:
+def _reference_model(seen: dict[str, Any], request: dict[str, Any]) -> str:
     return json.dumps({"answer": _solve(seen)})
+
+
+ENVIRON = {"OPENAI_API_KEY": API_KEY}
 
 
 def test_an_openai_compatible_model_passes_arithmetic(
     onboarding: Onboarding,
-    serve: Callable[[Handle], LocalServer],
+    serve: Callable[[Handle], StandIn],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    server = serve(_chat_server(_reference_model))
-    monkeypatch.setenv("OPENAI_API_KEY", "test-key")
+    server = serve(chat_server(_reference_model))
+    monkeypatch.setenv("OPENAI_API_KEY", API_KEY)
     monkeypatch.setenv("OPENAI_BASE_URL", server.url + "/v1")
     agent = onboarding.registry.new_agent("llm", now=NOW, runtime="openai", model="local-model")
     (outcome,) = onboarding.onboard(agent, ["arithmetic"], item_count=3)
@@ -303,21 +224,35 @@ def test_an_openai_compatible_model_passes_arithmetic(
     assert len(server.requests) == 3
     request = json.loads(server.requests[0][2])
     assert request["model"] == "local-model"
+    assert request["response_format"] == {"type": "json_object"}
     assert "Payload (JSON):" in request["messages"][-1]["content"]
 
 
 def test_the_endpoint_overrides_openai_base_url(
     onboarding: Onboarding,
-    serve: Callable[[Handle], LocalServer],
+    serve: Callable[[Handle], StandIn],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    server = serve(_chat_server(_reference_model))
-    monkeypatch.setenv("OPENAI_API_KEY", "test-key")
-    monkeypatch.setenv("OPENAI_BASE_URL", f"http://127.0.0.1:{_free_port()}/v1")
+    server = serve(chat_server(_reference_model))
+    monkeypatch.setenv("OPENAI_API_KEY", API_KEY)
+    monkeypatch.setenv("OPENAI_BASE_URL", f"http://127.0.0.1:{free_port()}/v1")
     agent = onboarding.registry.new_agent(
         "llm", now=NOW, runtime="openai", model="m", endpoint=server.url + "/v1"
     )
-    assert runtime_for(agent)(ITEM) == _solve(ITEM)
+    assert runtime_for(agent).answer(ITEM) == _solve(ITEM)
+
+
+def test_a_keyless_local_server_needs_no_key(
+    serve: Callable[[Handle], StandIn], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    server = serve(chat_server(_reference_model, api_key=None))
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    monkeypatch.setenv("OPENAI_BASE_URL", server.url + "/v1")
+    runtime = openai_runtime("local-model")
+    assert runtime.api_key is None and runtime.base_url == server.url + "/v1"
+    assert runtime.answer(ITEM) == _solve(ITEM)
+    # The client insists on a key: a placeholder is sent, never a real one.
+    assert server.requests[0][1]["authorization"] == "Bearer no-key"
 
 
 @pytest.mark.parametrize(
@@ -325,52 +260,123 @@ def test_the_endpoint_overrides_openai_base_url(
     ["not json {", '{"answer": 5, "why": "because"}', "[5]", '{"answer": NaN}', ""],
 )
 def test_a_model_reply_that_is_not_an_answer_object_is_an_exam_error(
-    serve: Callable[[Handle], LocalServer], content: str
+    serve: Callable[[Handle], StandIn], content: str
 ) -> None:
-    server = serve(_chat_server(lambda seen: content))
-    environ = {"OPENAI_API_KEY": "test-key", "OPENAI_BASE_URL": server.url + "/v1"}
+    server = serve(chat_server(lambda seen, request: content))
+    runtime = openai_runtime("m", environ={**ENVIRON, "OPENAI_BASE_URL": server.url + "/v1"})
     with pytest.raises(AgentRuntimeError, match="model") as raised:
-        openai_runtime("m", environ=environ)(ITEM)
-    assert not raised.value.retriable
+        runtime.answer(ITEM)
+    assert not raised.value.retriable and len(server.requests) == 1
 
 
-def test_model_server_failures_are_typed_exam_errors(
-    serve: Callable[[Handle], LocalServer],
+def test_a_server_without_json_mode_is_asked_in_plain_text(
+    serve: Callable[[Handle], StandIn],
 ) -> None:
-    def overloaded(path: str, headers: dict[str, str], body: bytes) -> Reply:
-        status, _, data = _json(503, {"error": {"message": "overloaded"}})
-        return status, {"Content-Type": "application/json", "retry-after-ms": "1"}, data
+    def chatty(seen: dict[str, Any], request: dict[str, Any]) -> str:
+        answer = json.dumps({"answer": _solve(seen)})
+        return f"Here is the result.\n```json\n{answer}\n```\nAnything else?"
 
-    server = serve(overloaded)
-    environ = {"OPENAI_API_KEY": "test-key"}
+    server = serve(chat_server(chatty, json_mode=False))
+    runtime = OpenAIRuntime("m", base_url=server.url + "/v1", api_key=API_KEY, max_retries=0)
+    assert runtime.answer(ITEM) == 5
+    refused, plain = (json.loads(body) for _, _, body in server.requests)
+    assert refused["response_format"] == {"type": "json_object"}
+    assert "response_format" not in plain
+    # Remembered: the next item is asked in plain text straight away.
+    assert runtime.answer(ITEM) == 5 and len(server.requests) == 3
+    assert not runtime.json_mode
+
+
+def test_the_answer_object_is_found_in_text_only_without_json_mode() -> None:
+    text = 'I think {"note": 1} and then {"answer": [1, 2]} is it.'
+    assert parse_model_answer(text, lenient=True) == [1, 2]
+    with pytest.raises(AgentRuntimeError, match="did not reply with JSON"):
+        parse_model_answer(text)
+    with pytest.raises(AgentRuntimeError, match="did not reply with JSON"):
+        parse_model_answer("no object here", lenient=True)
+
+
+class _Validator:
+    """Refuses every answer that is not a positive integer; counts its calls."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, JSON]] = []
+
+    def __call__(self, capability: str, answer: JSON) -> None:
+        self.calls.append((capability, answer))
+        if not isinstance(answer, int) or answer <= 0:
+            raise ValueError(f"{capability} answers are positive integers, not {answer!r}")
+
+
+def test_a_refused_answer_is_asked_for_once_more_with_the_reason(
+    serve: Callable[[Handle], StandIn],
+) -> None:
+    def learns(seen: dict[str, Any], request: dict[str, Any]) -> str:
+        retried = request["messages"][-1]["role"] == "user" and len(request["messages"]) > 2
+        return json.dumps({"answer": _solve(seen) if retried else "five"})
+
+    server = serve(chat_server(learns))
+    validate = _Validator()
+    runtime = OpenAIRuntime("m", base_url=server.url + "/v1", api_key=API_KEY, validate=validate)
+    assert runtime.answer(ITEM) == 5
+    assert validate.calls == [("arithmetic", "five"), ("arithmetic", 5)]
+    first, second = (json.loads(body)["messages"] for _, _, body in server.requests)
+    assert len(first) == 2 and second[:2] == first
+    assert second[2] == {"role": "assistant", "content": '{"answer": "five"}'}
+    assert second[3]["role"] == "user"
+    assert "arithmetic answers are positive integers, not 'five'" in second[3]["content"]
+
+
+def test_an_answer_refused_twice_fails_for_good(serve: Callable[[Handle], StandIn]) -> None:
+    server = serve(chat_server(lambda seen, request: '{"answer": -1}'))
+    validate = _Validator()
+    runtime = OpenAIRuntime("m", base_url=server.url + "/v1", api_key=API_KEY, validate=validate)
+    with pytest.raises(AgentRuntimeError, match=r"refused twice.*not -1") as raised:
+        runtime.answer(ITEM)
+    assert not raised.value.retriable
+    assert len(server.requests) == 2 and len(validate.calls) == 2
+
+
+def test_model_server_failures_are_typed_exam_errors(serve: Callable[[Handle], StandIn]) -> None:
+    overloaded = serve(
+        lambda path, headers, body: json_reply(
+            503, {"error": {"message": "overloaded"}}, **{"retry-after-ms": "1"}
+        )
+    )
     with pytest.raises(AgentRuntimeError, match=r"HTTP 503.*\(retriable\)") as raised:
-        openai_runtime("m", base_url=server.url + "/v1", environ=environ, max_retries=1)(ITEM)
-    assert raised.value.retriable and len(server.requests) == 2
+        OpenAIRuntime("m", base_url=overloaded.url + "/v1", api_key=API_KEY).answer(ITEM)
+    assert raised.value.retriable and len(overloaded.requests) == 2  # the client retried once
 
-    refused = serve(_chat_server(_reference_model))
+    refused = serve(chat_server(_reference_model))
     with pytest.raises(AgentRuntimeError, match="HTTP 401") as raised:
-        openai_runtime("m", base_url=refused.url + "/v1", environ={"OPENAI_API_KEY": "wrong"})(ITEM)
+        OpenAIRuntime("m", base_url=refused.url + "/v1", api_key="wrong").answer(ITEM)
     assert not raised.value.retriable
 
-    dead = f"http://127.0.0.1:{_free_port()}/v1"
+    dead = f"http://127.0.0.1:{free_port()}/v1"
     with pytest.raises(AgentRuntimeError, match="cannot reach") as raised:
-        openai_runtime("m", base_url=dead, environ=environ, max_retries=0)(ITEM)
+        OpenAIRuntime("m", base_url=dead, api_key=API_KEY, max_retries=0).answer(ITEM)
     assert raised.value.retriable
 
     def slow(path: str, headers: dict[str, str], body: bytes) -> Reply:
         hanging.release.wait(10)
-        return _json(200, _completion("m", '{"answer": 5}'))
+        return json_reply(200, completion("m", '{"answer": 5}'))
 
     hanging = serve(slow)
+    runtime = OpenAIRuntime(
+        "m", base_url=hanging.url + "/v1", api_key=API_KEY, timeout=0.3, max_retries=0
+    )
     with pytest.raises(AgentRuntimeError, match=r"within 0\.3 s") as raised:
-        openai_runtime(
-            "m", base_url=hanging.url + "/v1", environ=environ, timeout=0.3, max_retries=0
-        )(ITEM)
+        runtime.answer(ITEM)
     assert raised.value.retriable
 
 
-def test_the_openai_runtime_needs_a_key_and_a_good_base_url() -> None:
-    with pytest.raises(ExamError, match="OPENAI_API_KEY"):
+def test_the_openai_runtime_needs_a_key_for_openai_and_a_good_base_url() -> None:
+    with pytest.raises(RegistryError, match="OPENAI_API_KEY"):
         openai_runtime("m", environ={})
+    assert openai_runtime("m", environ=ENVIRON).base_url is None  # OpenAI's, with the key
     with pytest.raises(RegistryError, match="http:// or https://"):
-        openai_runtime("m", environ={"OPENAI_API_KEY": "k", "OPENAI_BASE_URL": "ftp://x/v1"})
+        openai_runtime("m", environ={**ENVIRON, "OPENAI_BASE_URL": "ftp://x/v1"})
+    with pytest.raises(RegistryError, match="http:// or https://"):
+        openai_runtime("m", endpoint="file:///etc/passwd", environ=ENVIRON)
+    with pytest.raises(ValueError, match="timeout"):
+        OpenAIRuntime("m", base_url="http://127.0.0.1:1/v1", timeout=0)
