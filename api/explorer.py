@@ -519,7 +519,7 @@ def payouts_chart(
             f'<text x="{label_w + bar_w + 10}" y="{y + 31}" font-size="11" fill="#6b7385">'
             f"{_e(shapley.removeprefix(' · '))}</text></g>"
         )
-    total_w = label_w + bar_w + 190
+    total_w = label_w + bar_w + 250
     return (
         f'<svg id="payouts-chart" viewBox="0 0 {total_w} {height}" width="100%" '
         f'role="img" aria-label="payouts by agent">{"".join(parts)}</svg>'
