@@ -4,8 +4,10 @@
 filters the timeline by conversation):
 
     GET /explorer                       the tasks in the log, newest first
-    GET /explorer/tasks/{task_id}       verdict, audit checklist, team tree, bids after reveal,
-                                        payouts chart (inline SVG), conversation timeline,
+    GET /explorer/tasks/{task_id}       verdict, audit checklist, the deliverable (each part's
+                                        output and producer, the leader's plan), each check's
+                                        result, payouts chart (inline SVG), team tree, bids
+                                        after reveal and the award, conversation timeline,
                                         and every ledger entry the task touched
     GET /explorer/entries/{i}/proof     an entry, its RFC 9162 inclusion proof, and the
                                         on-chain anchor (block, root) that covers it
@@ -29,10 +31,10 @@ from fastapi import APIRouter, Path
 from fastapi.responses import HTMLResponse
 
 from audit.checks import AuditReport, audit_task
+from audit.html import agent_names, checks_html, deliverable_html, settlement_entry
 from coordinator.conversation import message_from_json
 from coordinator.errors import CoordinatorError
 from coordinator.runner import CONVERSATION_MESSAGE
-from identity.onboarding import REGISTERED_KIND
 from ledger import merkle
 from ledger.chain import AnchorChain, OnChainAnchor
 from ledger.errors import LedgerError, MalformedError, ProofError
@@ -40,12 +42,11 @@ from ledger.events import Entry
 from ledger.settings import Settings
 from ledger.store import LogStore
 from market.escrow import EscrowChain
-from market.settlement import SETTLEMENT_COMPUTED
+from market.money import format_eth
 from market.tasks import BID_REVEALED, TASK_AWARDED, TASK_KINDS, TASK_POSTED
 
 MAX_TASKS_LISTED = 200
 MAX_EVENTS = 100_000
-WEI_PER_ETH = 10**18
 
 
 class ExplorerSources(Protocol):
@@ -133,16 +134,6 @@ def _events(store: LogStore, **query: Any) -> list[tuple[int, Entry]]:
     return out
 
 
-def agent_names(store: LogStore) -> dict[str, str]:
-    """DID -> the name each agent registered under (from `agent.registered` entries)."""
-    names: dict[str, str] = {}
-    for _, entry in _events(store, kind=REGISTERED_KIND):
-        name = entry.event.body.get("name")
-        if isinstance(name, str) and name:
-            names.setdefault(entry.event.actor, name)
-    return names
-
-
 @dataclass(frozen=True)
 class TaskRow:
     task_id: str
@@ -198,10 +189,7 @@ def _agent(did: str | None, names: Mapping[str, str]) -> str:
 
 def eth(wei: int | str) -> str:
     """Wei as ETH for display, exact and without trailing zeros."""
-    whole, rest = divmod(int(wei), WEI_PER_ETH)
-    if rest == 0:
-        return f"{whole} ETH"
-    return f"{whole}.{rest:018d}".rstrip("0") + " ETH"
+    return format_eth(int(wei))
 
 
 MAX_ENTRY_INDEX = 2**62
@@ -290,6 +278,13 @@ a.entry-chip:hover { border-color: var(--accent); }
 pre { background: #f3f5fa; border-radius: 8px; padding: .8rem; overflow-x: auto;
   font-size: .8rem; } .ok { color: var(--pass); font-weight: 700; }
 .bad { color: var(--fail); font-weight: 700; } .hash { word-break: break-all; }
+.badge { display: inline-block; font-size: .75rem; font-weight: 700; padding: .05rem .5rem;
+  border-radius: 4px; text-transform: uppercase; letter-spacing: .04em; }
+.badge.pass { color: var(--pass); background: var(--pass-bg); }
+.badge.fail { color: var(--fail); background: var(--fail-bg); }
+pre.output { margin: 0; padding: .45rem .6rem; white-space: pre-wrap; word-break: break-word;
+  max-width: 520px; } details summary { cursor: pointer; color: var(--accent); }
+.review { margin-top: .3rem; } tr.missing td { color: var(--fail); }
 footer { color: var(--muted); font-size: .85em; text-align: center; margin-top: 2rem; }
 """
 
@@ -416,12 +411,14 @@ def _bids(store: LogStore, report: AuditReport, names: Mapping[str, str]) -> str
     revealed: dict[str, tuple[int, str]] = {}
     ranking: dict[str, tuple[int, Mapping[str, Any]]] = {}
     rule = ""
+    award: Mapping[str, Any] = {}
     for index, entry in events:
         body = entry.event.body
         if entry.event.kind == BID_REVEALED:
             reveal = body.get("reveal", {})
             revealed[str(reveal.get("bidder"))] = (index, str(reveal.get("price")))
         else:
+            award = body
             rule = str(body.get("rule", ""))
             for rank, row in enumerate(body.get("ranking", []), start=1):
                 ranking[str(row.get("bidder"))] = (rank, row)
@@ -454,7 +451,7 @@ def _bids(store: LogStore, report: AuditReport, names: Mapping[str, str]) -> str
     paid = facts.get("price")
     summary = (
         f'<p class="muted">Sealed bids, opened after the reveal window. Rule: {_e(rule)}; '
-        f"the winner is paid {_e(eth(paid))}.</p>"
+        f"the winner is paid {_e(eth(paid))}.</p>{_lone_bidder(award, facts.get('budget'))}"
         if paid is not None and rule
         else ""
     )
@@ -465,9 +462,28 @@ def _bids(store: LogStore, report: AuditReport, names: Mapping[str, str]) -> str
     )
 
 
-def _settlement(store: LogStore, task_id: str) -> tuple[int, Mapping[str, Any]] | None:
-    found = _events(store, subject=task_id, kind=SETTLEMENT_COMPUTED)
-    return (found[0][0], found[0][1].event.body) if found else None
+def _lone_bidder(award: Mapping[str, Any], budget: object) -> str:
+    """Why a lone bidder is paid what it is (`market.auction`: with no runner-up the winner is
+    measured against the reserve, a bid of zero quality asking the whole budget)."""
+    ranking = award.get("ranking")
+    if not isinstance(ranking, list) or len(ranking) != 1 or award.get("runner_up") is not None:
+        return ""
+    bid = ranking[0].get("price") if isinstance(ranking[0], Mapping) else None
+    own = f" rather than its own bid of {_e(eth(str(bid)))}" if str(bid or "").isdigit() else ""
+    if award.get("rule") == "second-score":
+        whole = f" ({_e(eth(str(budget)))})" if str(budget or "").isdigit() else ""
+        why = (
+            "One bidder: it is paid the reserve, the task's budget"
+            f"{whole}{own}. With no runner-up, the second-score rule measures the winner "
+            "against the reserve, a bid of zero quality asking the whole budget; every "
+            "admissible bid scores at least that, so the price, budget · (quality + 1), is "
+            "capped at the budget."
+        )
+    elif award.get("rule") == "first-score":
+        why = "One bidder: under the first-score rule it is paid its own bid."
+    else:
+        return ""
+    return f'<p id="award-rule">{why}</p>'
 
 
 def payouts_chart(
@@ -503,7 +519,7 @@ def payouts_chart(
             f'<text x="{label_w + bar_w + 10}" y="{y + 31}" font-size="11" fill="#6b7385">'
             f"{_e(shapley.removeprefix(' · '))}</text></g>"
         )
-    total_w = label_w + bar_w + 190
+    total_w = label_w + bar_w + 250
     return (
         f'<svg id="payouts-chart" viewBox="0 0 {total_w} {height}" width="100%" '
         f'role="img" aria-label="payouts by agent">{"".join(parts)}</svg>'
@@ -511,7 +527,7 @@ def payouts_chart(
 
 
 def _payouts(store: LogStore, report: AuditReport, names: Mapping[str, str]) -> str:
-    found = _settlement(store, report.task_id)
+    found = settlement_entry(store, report.task_id)
     if found is None:
         return '<p class="muted">The task has not been settled.</p>'
     index, body = found
@@ -598,6 +614,11 @@ def render_task(store: LogStore, report: AuditReport) -> str:
         f'<div class="fact"><div class="k">{k}</div><div class="v">{v}</div></div>'
         for k, v in fact_cells
     )
+    settled = settlement_entry(store, report.task_id)
+    deliverable = deliverable_html(facts.get("deliverable"), agent=lambda did: _agent(did, names))
+    checks = checks_html(
+        facts.get("checks") or [], None if settled is None else settled[1], entry=_entry_link
+    )
     conversations = facts.get("conversations", [])
     tree = _tree(conversations, None, names) or '<p class="muted">No team was formed.</p>'
     entries = " ".join(
@@ -611,9 +632,12 @@ def render_task(store: LogStore, report: AuditReport) -> str:
 {why}
 <section class="card"><div class="grid">{grid}</div></section>
 <section class="card"><h2>Audit checklist</h2>{_checklist(report, names)}</section>
+<section class="card" id="deliverable"><h2>Deliverable</h2>{deliverable}</section>
+<section class="card" id="check-results"><h2>Checks</h2>{checks}</section>
 <section class="card"><h2>Payouts</h2>{_payouts(store, report, names)}</section>
 <section class="card"><h2>Team</h2>{tree}</section>
-<section class="card"><h2>Bids after reveal</h2>{_bids(store, report, names)}</section>
+<section class="card"><h2>Bids after reveal and the award</h2>
+{_bids(store, report, names)}</section>
 <section class="card"><h2>Conversation timeline</h2>{_timeline(store, report, names)}</section>
 <section class="card"><h2>Ledger entries of this task</h2>
 <p class="muted">Each links to its inclusion proof and the on-chain anchor that covers it.</p>

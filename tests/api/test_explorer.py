@@ -3,6 +3,7 @@ anchor and escrow chains, reference agents), read by HTTP and by a real headless
 
 from __future__ import annotations
 
+import copy
 import os
 import re
 import secrets
@@ -14,6 +15,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from fractions import Fraction
+from html import escape
 from pathlib import Path
 
 import pytest
@@ -21,7 +23,9 @@ import uvicorn
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
-from api.explorer import ExplorerContext, eth, explorer_router
+from api.explorer import ExplorerContext, eth, explorer_router, render_task
+from audit.checks import audit_task
+from audit.html import percent
 from coordinator.service import conversation_ids, run_awarded_task
 from identity.onboarding import open_onboarding
 from ledger import merkle
@@ -35,7 +39,7 @@ from market.sealed import commit_bid, reveal_bid
 from market.service import Market
 from market.settlement import settle_task
 from market.strategies import cost_plus_margin
-from market.tasks import TaskSpec
+from tests.specs import invoice_spec, single_part_spec
 
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "test-artifacts"
@@ -71,6 +75,7 @@ class World:
     context: ExplorerContext
     task_id: str
     other_task_id: str
+    lone_task_id: str
     names: dict[str, str]
     payouts: dict[str, int]
 
@@ -104,15 +109,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> World:
         onboarding.onboard(record, capabilities, item_count=5)
         names[record.did] = name
     requester = registry.signer(registry.new_agent("requester", now=clock()))
-    spec = TaskSpec(
-        title="Check the quarterly figures",
-        description="Recompute every figure of the report and flag the wrong ones.",
-        capabilities=("arithmetic", "extraction"),
-        budget=parse_amount("0.5eth"),
-        bidding=timedelta(seconds=60),
-        reveal=timedelta(seconds=60),
-        delivery=timedelta(minutes=30),
-    )
+    spec = invoice_spec(title="Check the quarterly figures")
     task = market.post(requester, spec, requester_key=DEVNET_REQUESTER_KEY)
     salts = {}
     for name, cost in (("ada", "0.12eth"), ("linus", "0.10eth")):
@@ -129,25 +126,33 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> World:
     clock.advance(61)
     market.award(task.task_id)
     run_awarded_task(context, task.task_id)
+    # Every member, the contract holder included, binds a payout address before settlement.
+    for name in names.values():
+        onboarding.bind_payout(registry.get(name), escrow.chain_id())
     settled = settle_task(market, onboarding, task.task_id)
     other = market.post(
         requester,
-        TaskSpec(
-            title=HOSTILE_TITLE,
-            description="<b>not bold</b>",
-            capabilities=("arithmetic",),
-            budget=parse_amount("0.1eth"),
-            bidding=timedelta(seconds=60),
-            reveal=timedelta(seconds=60),
-            delivery=timedelta(minutes=30),
-        ),
+        invoice_spec(title=HOSTILE_TITLE, description="<b>not bold</b>", budget="0.1eth"),
         requester_key=DEVNET_REQUESTER_KEY,
     )
+    # A task with one bidder: it wins, and is paid against the reserve.
+    lone = market.post(
+        requester, single_part_spec("arithmetic"), requester_key=DEVNET_REQUESTER_KEY
+    )
+    hopper = registry.signer(registry.get("hopper"))
+    salt = secrets.token_bytes(32)
+    lone_bid = parse_amount("0.2eth")
+    market.commit(commit_bid(hopper, lone.task_id, lone_bid, salt))
+    clock.advance(61)
+    market.reveal(reveal_bid(hopper, lone.task_id, lone_bid, salt))
+    clock.advance(61)
+    market.award(lone.task_id)
     ledger.anchorer.anchor_latest()
     return World(
         ExplorerContext(ledger.store, anchors, escrow_chain),
         task.task_id,
         other.task_id,
+        lone.task_id,
         names,
         {did: int(w) for did, w in settled.payouts.items()},
     )
@@ -201,6 +206,101 @@ def test_task_page_shows_verdict_checklist_team_bids_payouts(
     assert len(teams) >= 2  # the team and at least one nested sub-team
     assert html.count('class="conv"') == len(teams)
     assert "/explorer/entries/" in html and "/proof" in html
+
+
+def _section(html: str, element_id: str) -> str:
+    start = html.index(f'id="{element_id}"')
+    return html[start : html.index("</section>", start)]
+
+
+def test_task_page_shows_each_part_with_its_producer_and_output(
+    client: TestClient, world: World
+) -> None:
+    html = client.get(f"/explorer/tasks/{world.task_id}").text
+    report = audit_task(
+        world.context.store,
+        world.task_id,
+        anchors=world.context.anchors,
+        escrow=world.context.escrow,
+    )
+    deliverable = report.facts["deliverable"]
+    section = _section(html, "deliverable")
+    assert deliverable["sha256"] in section
+    assert f">{world.names[deliverable['leader']]}<" in section
+    rows = re.findall(r'<tr class="part" data-part="([^"]+)">(.*?)</tr>', section, re.S)
+    assert [r[0] for r in rows] == [p["part"] for p in deliverable["parts"]]
+    assert len(rows) == 4
+    for (_, row), part in zip(rows, deliverable["parts"], strict=True):
+        assert part["capability"] in row
+        producer = re.search(r'class="producer"><span class="agent" title="([^"]+)">(\w+)<', row)
+        assert producer is not None
+        assert producer.groups() == (part["producer"], world.names[part["producer"]])
+        planned = deliverable["plan"]["assignments"][part["part"]]
+        assert f'title="{planned}">{world.names[planned]}<' in row
+        output = part["output"]
+        if isinstance(output, dict):
+            for key, value in output.items():
+                assert escape(f'"{key}": "{value}"') in row
+        else:
+            assert escape(str(output)) in row
+    assert 'id="deliverable-plan"' in section
+
+
+def test_task_page_shows_each_check_result_and_the_contractor_rule(
+    client: TestClient, world: World
+) -> None:
+    html = client.get(f"/explorer/tasks/{world.task_id}").text
+    section = _section(html, "check-results")
+    assert "the contract holder's plan and assembly checks carry 1/5 of the value" in section
+    report = audit_task(
+        world.context.store,
+        world.task_id,
+        anchors=world.context.anchors,
+        escrow=world.context.escrow,
+    )
+    checks = report.facts["checks"]
+    assert len(checks) == 8 and all(c["passed"] for c in checks)
+    rows = re.findall(r'<tr class="check" data-check="([^"]+)" data-passed="(\w+)">', section)
+    assert rows == [(c["id"], "pass") for c in checks]
+    assert section.count('<span class="badge pass">pass</span>') == len(checks)
+    for check in checks:
+        assert percent(check["share"]) in section
+        assert escape(check["detail"], quote=True) in section
+
+
+def test_a_lone_bidder_is_paid_the_reserve(client: TestClient, world: World) -> None:
+    html = client.get(f"/explorer/tasks/{world.lone_task_id}").text
+    award = _section(html, "award-rule")
+    assert "One bidder: it is paid the reserve, the task's budget (0.5 ETH)" in award
+    assert "rather than its own bid of 0.2 ETH" in award
+    assert "One bidder" not in client.get(f"/explorer/tasks/{world.task_id}").text
+
+
+def test_a_malicious_output_never_appears_unescaped(world: World) -> None:
+    hostile = '<script>alert("owned")</script>'
+    report = audit_task(
+        world.context.store,
+        world.task_id,
+        anchors=world.context.anchors,
+        escrow=world.context.escrow,
+    )
+    report = copy.deepcopy(report)
+    parts = report.facts["deliverable"]["parts"]
+    parts[0]["output"] = {"note": hostile, hostile: [hostile] * 40}
+    parts[1]["output"] = hostile
+    parts[1]["producer"] = hostile
+    report.facts["deliverable"]["plan"] = {"assignments": {hostile: hostile}}
+    report.facts["checks"][0]["detail"] = hostile
+    report.facts["checks"][1]["record"] = {"model": hostile, "prompt": hostile, "answer": hostile}
+    report.facts["checks"][2]["record"] = {"entry": 3, "verdict": hostile}
+    html = render_task(world.context.store, report)
+    assert "<script>alert" not in html
+    assert escape(hostile) in html
+    assert html.count("<script>") == 1  # the page's own filter script
+    assert '<a class="entry" href="/explorer/entries/3/proof">#3</a>' in _section(
+        html, "check-results"
+    )
+    assert "<details><summary>" in _section(html, "deliverable")  # the long output is folded
 
 
 def test_unfinished_task_page_fails_and_is_escaped(client: TestClient, world: World) -> None:
