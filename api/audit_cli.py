@@ -44,7 +44,7 @@ def audit(
         err.print(f"[bold red]error:[/] {escape(str(exc))}")
         raise typer.Exit(1) from None
     if html is not None:
-        html.write_text(render_html(report))
+        html.write_text(render_html(report, store))
     if as_json:
         sys.stdout.write(json.dumps(report.to_json(), indent=2, sort_keys=True) + "\n")
     else:

@@ -294,7 +294,7 @@ def _story(settings: Settings) -> int:
     audited = audit_task(ledger.store, task.task_id, anchors=chain, escrow=context.escrow.chain)
     print_report(audited, console)
     html_path = settings.home / f"audit-{task.task_id}.html"
-    html_path.write_text(render_html(audited))
+    html_path.write_text(render_html(audited, ledger.store))
     console.print(f"  readable report: {html_path}")
 
     console.print("\n[bold]7. Tampering is caught[/]")
