@@ -27,6 +27,7 @@ from identity.errors import IdentityError
 from ledger.errors import LedgerError, MalformedError
 from ledger.settings import Settings
 from market import sealed
+from market.auction import price_reason
 from market.errors import BidRejected, MarketError, TaskError, WorkError
 from market.money import Wei, format_eth, parse_amount
 from market.runtime import MarketContext, open_market
@@ -341,6 +342,7 @@ def task_award(task_id: str, as_json: JsonFlag = False) -> None:
         "rule": outcome.rule,
         "bids": len(outcome.ranking),
         "expired": winner is None,
+        "reason": price_reason(outcome),
     }
     if as_json:
         _emit(data)
@@ -350,6 +352,7 @@ def task_award(task_id: str, as_json: JsonFlag = False) -> None:
         out.print(
             f"[green]✓[/] {task_id} awarded to {winner.bidder} at {format_eth(outcome.price)}"
         )
+        out.print(f"  {price_reason(outcome)}")
 
 
 # -- bids --------------------------------------------------------------------------------------

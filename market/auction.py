@@ -246,3 +246,20 @@ def clear_auction(
 def _check_budget(budget: Wei) -> None:
     if not _is_int(budget) or budget < 1:
         raise AuctionError(f"the budget must be a whole number of wei ≥ 1, not {budget!r}")
+
+
+def price_reason(outcome: AuctionOutcome) -> str:
+    """Why the winner is paid what it is paid, in a sentence (the CLI and the explorer)."""
+    if outcome.winner is None:
+        return "no valid bid: the task expires and its escrow is refunded"
+    if outcome.rule == "first-score":
+        return "the first-score rule pays the winner its own bid"
+    if outcome.runner_up is None:
+        return (
+            "one bidder: under the second-score rule a lone bidder is measured against the "
+            "reserve (a zero-quality bid asking the whole budget), so it is paid the budget"
+        )
+    return (
+        "the second-score rule pays the highest price at which the winner's score still "
+        "matches the runner-up's"
+    )

@@ -24,6 +24,7 @@ from audit.checks import audit_task
 from identity.errors import RegistryError
 from ledger.signing import Signer
 from market import sealed
+from market.auction import price_reason
 from market.errors import TaskError
 from market.runtime import MarketContext
 from market.tasks import Task
@@ -291,6 +292,7 @@ def award(task_id: str, caller: Caller, context: Context, state: State) -> dict[
         "rule": outcome.rule,
         "bids": len(outcome.ranking),
         "expired": winner is None,
+        "reason": price_reason(outcome),
     }
 
 
