@@ -4,8 +4,12 @@ Five agents (Ed25519 signers, in-process reference agents that do the exam skill
 a real SQLite ledger in a tmp dir (`open_ledger`, the production store: WAL, synchronous=FULL).
 The leader holds arithmetic, extraction and retrieval; three specialists hold one each (higher
 reputation, so they get the work); a fifth generalist (lowest reputation) stays outside the
-team and is the helper a member can team up with. A task needs the three capabilities, so
-`plan_work` gives three top-level sub-tasks of two items each. Three variants run side by side,
+team and is the helper a member can team up with. A task is the requester's parts, two of each
+capability: the demo's invoice parts (`scripts/demo_work/task.json`: two arithmetic, two
+extraction, the invoice by its sha256 as posted, resolved to its text for the member) and two
+retrieval questions on the retrieval example's corpus; so `plan_work` gives three top-level batch
+sub-tasks of two parts each, and every run must deliver all six parts with outputs the
+capabilities' output schemas accept. Three variants run side by side,
 `--reps` repetitions of a batch of tasks each (a sample is the mean per task over the batch):
 
 - flat: `RunSettings(max_depth=0)`, three sub-tasks, no nesting (7 turns);
@@ -19,21 +23,25 @@ threads); the adapter's thread hand-off is overhead. Per-turn overhead is (wall 
 / turns, where a turn is one logged `conversation.message`. The cost split wraps
 `Ledger.append` (JCS + Ed25519 signing + the seq lookup + the SQLite write, the last timed on
 its own), the state machine (`conversation.step`), the policy (`RulePolicy.decide`) and the
-planning (`form_team` + `plan_work`, which generates the work items); the rest is the thread
-pool, the futures and the per-item worker threads.
+planning (`form_team` + `plan_work`, which groups the parts by capability) and the part checks
+(`work_item`, which checks each input against its capability's input schema and renders the
+instruction, and `validate_output` on each answer); the rest is the file resolution, the thread
+pool, the futures and the per-part worker threads.
 
 Messages and bytes per task are read back from the ledger (`conversation.opened` +
 `conversation.message` entries, their leaf bytes) and from the message bodies
 (`repetition.message_bytes` of `message_to_json`). Repetition is `repetition.repeated_fraction`
 (8-word shingles of the string leaves) over the bodies, against a restating baseline built
 from the same logged messages: each message prefixed by the full task description (title, need
-and every work item) and all the results reported so far, as free-form chat restates them.
+and every part) and all the results reported so far, as free-form chat restates them.
 
 Run alone: `.venv/bin/python scripts/bench/bench_team.py [--quick] [--reps N]`.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import random
 import shutil
 import statistics
@@ -53,17 +61,25 @@ from coordinator.conversation import Message
 from coordinator.policy import Member, RulePolicy, TeamView
 from coordinator.repetition import message_bytes, repeated_fraction, text_of
 from coordinator.runner import CONVERSATION_MESSAGE, CONVERSATION_OPENED, RunSettings, TeamRunner
-from coordinator.team import plan_work, split_batch
+from coordinator.team import plan_work
 from coordinator.work import JSON, SubTask
+from identity.challenges import REGISTRY, validate_output, work_item
 from ledger.events import Entry
 from ledger.runtime import open_ledger
 from ledger.service import Ledger
 from ledger.settings import Settings
 from ledger.signing import Ed25519Signer
+from market.work import attach_files, resolve_files
 
 CAPABILITIES = ("arithmetic", "extraction", "retrieval")
 TITLE = "a benchmark task"
-NEED = "answer the arithmetic, extraction and retrieval items of this task"
+NEED = "do the arithmetic, extraction and retrieval parts of this task"
+DEMO_SPEC = Path(__file__).resolve().parents[1] / "demo_work" / "task.json"
+RETRIEVAL_QUESTIONS = (
+    ("founder-born", "In which city was the founder of Brelmor Works Ltd born?"),
+    ("founder", "Who founded Brelmor Works Ltd?"),
+)
+Part = tuple[str, str, dict[str, Any]]
 GOAL_TURN_MS = 10.0
 GOAL_REPEATED = 0.20
 
@@ -105,9 +121,18 @@ class Clocks:
     step: Clock = field(default_factory=Clock)
     policy: Clock = field(default_factory=Clock)
     planning: Clock = field(default_factory=Clock)
+    part_checks: Clock = field(default_factory=Clock)
 
     def reset(self) -> None:
-        for clock in (self.agent, self.append, self.sqlite, self.step, self.policy, self.planning):
+        for clock in (
+            self.agent,
+            self.append,
+            self.sqlite,
+            self.step,
+            self.policy,
+            self.planning,
+            self.part_checks,
+        ):
             clock.reset()
 
 
@@ -134,6 +159,7 @@ class TaskRun:
     step: float
     policy: float
     planning: float
+    part_checks: float
     turns: int
     conversations: int
     entries: int
@@ -150,7 +176,27 @@ class Team:
     members: list[Member]
     signers: dict[str, Ed25519Signer]
     clocks: Clocks
+    parts: list[Part]
+    files: dict[str, str]
+    """The text of each file the parts reference, by sha256."""
     count: int = 0
+
+
+def load_parts() -> tuple[list[Part], dict[str, str]]:
+    """The task's parts `(id, capability, input)`: the demo's, files by sha256 as posted, and
+    the retrieval questions on the retrieval example's corpus; and the files' text by sha256."""
+    request = json.loads(DEMO_SPEC.read_text())
+    posted, files = attach_files(
+        request["parts"], lambda name: (DEMO_SPEC.parent / name).read_bytes()
+    )
+    parts: list[Part] = [(p["id"], p["capability"], p["input"]) for p in posted]
+    corpus_input, _ = REGISTRY["retrieval"].example()
+    for part_id, question in RETRIEVAL_QUESTIONS:
+        parts.append((part_id, "retrieval", {**corpus_input, "question": question}))
+    capabilities = sorted({capability for _, capability, _ in parts})
+    if capabilities != sorted(CAPABILITIES) or len(parts) != 2 * len(CAPABILITIES):
+        raise SystemExit(f"{DEMO_SPEC} no longer has two arithmetic and two extraction parts")
+    return parts, {hashlib.sha256(data).hexdigest(): data.decode() for data in files.values()}
 
 
 def build_team(ledger: Ledger, seed: int = 5) -> Team:
@@ -168,21 +214,29 @@ def build_team(ledger: Ledger, seed: int = 5) -> Team:
         signer = Ed25519Signer(rng.randbytes(32))
         signers[signer.did] = signer
         members.append(Member(signer.did, name, capabilities, reputation, "reference agent"))
-    return Team(ledger, members, signers, Clocks())
+    parts, files = load_parts()
+    return Team(ledger, members, signers, Clocks(), parts, files)
 
 
-def _task_text(task_id: str) -> str:
-    """The full task description a restating message would carry: title, need, every item."""
-    plan = plan_work(task_id, CAPABILITIES)
+def _task_text(team: Team) -> str:
+    """The full task description a restating message would carry: title, need, every part."""
+    plan = plan_work(team.parts)
     return "\n".join([TITLE, NEED, *(text_of(t.to_json()) for t in plan)])
 
 
-def _answers(task_id: str) -> dict[str, JSON]:
-    """The reference answers of a task's items, by item id (computed untimed)."""
+def _resolver(team: Team) -> Callable[[Any], Any]:
+    return lambda payload: resolve_files(payload, team.files)
+
+
+def _answers(team: Team) -> dict[str, JSON]:
+    """The reference answers of the task's parts, by part id (computed untimed), each checked
+    against its capability's output schema."""
     answers: dict[str, JSON] = {}
-    for batch in plan_work(task_id, CAPABILITIES):
-        for item in split_batch(batch):
-            answers[str(item.item["item_id"])] = solve_task(item)
+    for part_id, capability, payload in team.parts:
+        item = work_item(capability, part_id, _resolver(team)(payload))
+        answer = solve_task(SubTask(part_id, capability, item.prompt, item.for_agent()))
+        validate_output(capability, answer)
+        answers[part_id] = answer
     return answers
 
 
@@ -191,7 +245,7 @@ def run_one(team: Team, max_depth: int, precomputed: bool, failures: list[str]) 
     team.count += 1
     task_id = f"task-bench-team-{team.count:05d}"
     clocks = team.clocks
-    answers = _answers(task_id) if precomputed else {}
+    answers = _answers(team) if precomputed else {}
 
     def look_up(task: SubTask) -> JSON:
         return answers[str(task.item["item_id"])]
@@ -208,15 +262,19 @@ def run_one(team: Team, max_depth: int, precomputed: bool, failures: list[str]) 
         team.members,
         TimedPolicy(clocks.policy),
         RunSettings(max_depth=max_depth),
+        resolve_files=_resolver(team),
     )
     before = team.ledger.store.size()
     clocks.reset()
     start = time.perf_counter()
-    top = runner.run_task(task_id, team.members[0], CAPABILITIES, TITLE, NEED)
+    top = runner.run_task(task_id, team.members[0], team.parts, TITLE, NEED)
     wall = time.perf_counter() - start
-    done = len(top.deliverable.contributions) if top.deliverable else 0
-    if done != 2 * len(CAPABILITIES):
-        failures.append(f"{task_id}: {done} contributions, not {2 * len(CAPABILITIES)}")
+    contributions = top.deliverable.contributions if top.deliverable else ()
+    done = sorted(str(c.output["item_id"]) for c in contributions)
+    if done != sorted(part_id for part_id, _, _ in team.parts):
+        failures.append(f"{task_id}: contributions for {done}, not for every part once")
+    if sorted(runner.plan) != sorted(part_id for part_id, _, _ in team.parts):
+        failures.append(f"{task_id}: the plan names {sorted(runner.plan)}")
     nested = [c for c in runner.conversations if c.depth > 0]
     if bool(nested) != (max_depth > 0):
         failures.append(f"{task_id}: {len(nested)} nested conversations at max_depth={max_depth}")
@@ -237,7 +295,7 @@ def _read_back(team: Team, task_id: str, before: int, wall: float, conversations
             bodies.append(dict(entry.event.body["message"]))  # type: ignore[arg-type]
     # The restating baseline: the same messages, each prefixed by the task and the results so
     # far (what free-form chat restates), measured the same way.
-    description = _task_text(task_id)
+    description = _task_text(team)
     results: list[str] = []
     restated: list[str] = []
     baseline_bytes = 0
@@ -255,6 +313,7 @@ def _read_back(team: Team, task_id: str, before: int, wall: float, conversations
         step=clocks.step.seconds,
         policy=clocks.policy.seconds,
         planning=clocks.planning.seconds,
+        part_checks=clocks.part_checks.seconds,
         turns=len(bodies),
         conversations=conversations,
         entries=entries,
@@ -267,20 +326,34 @@ def _read_back(team: Team, task_id: str, before: int, wall: float, conversations
 
 
 def _instrument(team: Team) -> Callable[[], None]:
-    """Wrap the ledger, the state machine and the planning with the team's clocks; returns
-    the undo."""
+    """Wrap the ledger, the state machine, the planning and the part checks with the team's
+    clocks; returns the undo."""
     clocks = team.clocks
     ledger, store = team.ledger, team.ledger.store
     ledger.append = clocks.append.wrap(ledger.append)  # type: ignore[method-assign]
     store.append_batch = clocks.sqlite.wrap(store.append_batch)  # type: ignore[method-assign]
     store.last_seq = clocks.sqlite.wrap(store.last_seq)  # type: ignore[method-assign]
-    saved = (runner_module.step, runner_module.form_team, runner_module.plan_work)
+    saved = (
+        runner_module.step,
+        runner_module.form_team,
+        runner_module.plan_work,
+        runner_module.work_item,
+        runner_module.validate_output,
+    )
     runner_module.step = clocks.step.wrap(runner_module.step)
     runner_module.form_team = clocks.planning.wrap(runner_module.form_team)
     runner_module.plan_work = clocks.planning.wrap(runner_module.plan_work)
+    runner_module.work_item = clocks.part_checks.wrap(runner_module.work_item)
+    runner_module.validate_output = clocks.part_checks.wrap(runner_module.validate_output)
 
     def undo() -> None:
-        runner_module.step, runner_module.form_team, runner_module.plan_work = saved
+        (
+            runner_module.step,
+            runner_module.form_team,
+            runner_module.plan_work,
+            runner_module.work_item,
+            runner_module.validate_output,
+        ) = saved
 
     return undo
 
@@ -373,6 +446,9 @@ def _measure(section: Section, team: Team, reps: int, tasks: int, failures: list
     split_step = Measure("  of which state machine (conversation.step)", "ms/turn")
     split_policy = Measure("  of which policy (RulePolicy.decide)", "ms/turn")
     split_plan = Measure("  of which planning (form_team + plan_work items)", "ms/turn")
+    split_checks = Measure(
+        "  of which part checks (work_item input schema + validate_output)", "ms/turn"
+    )
     split_rest = Measure("  of which the rest (thread pool, futures, worker threads)", "ms/turn")
     flat_entries = Measure("ledger entries per task, flat (opened + message)", "entries")
     nested_entries = Measure("ledger entries per task, nested", "entries")
@@ -408,6 +484,7 @@ def _measure(section: Section, team: Team, reps: int, tasks: int, failures: list
         split_step,
         split_policy,
         split_plan,
+        split_checks,
         split_rest,
         flat_entries,
         nested_entries,
@@ -438,10 +515,13 @@ def _measure(section: Section, team: Team, reps: int, tasks: int, failures: list
         split_step.samples.append(_mean(runs, lambda r: r.step) * per_turn)
         split_policy.samples.append(_mean(runs, lambda r: r.policy) * per_turn)
         split_plan.samples.append(_mean(runs, lambda r: r.planning) * per_turn)
+        split_checks.samples.append(_mean(runs, lambda r: r.part_checks) * per_turn)
         split_rest.samples.append(
             _mean(
                 runs,
-                lambda r: r.wall - r.agent - r.append - r.step - r.policy - r.planning,
+                lambda r: (
+                    r.wall - r.agent - r.append - r.step - r.policy - r.planning - r.part_checks
+                ),
             )
             * per_turn
         )
@@ -483,7 +563,7 @@ def _measure(section: Section, team: Team, reps: int, tasks: int, failures: list
         f"Turns: {flat_turns.median:.0f} flat (discuss the plan, assign one sub-task sync, its "
         "report, assign the other two async, two reports, conclude); "
         f"{nested_turns.median:.0f} nested (the child conversation's turns added). Agent work "
-        f"is {flat_agent.median:.2f} ms per task (six items), so almost all of the wall time is "
+        f"is {flat_agent.median:.2f} ms per task (six parts), so almost all of the wall time is "
         "coordination; the precomputed-answers row measures it directly: "
         f"{zero_turn.median:.2f} ms per turn against {flat_turn.median:.2f} ms from "
         "(wall - agent work) / turns.",
@@ -499,9 +579,12 @@ def _measure(section: Section, team: Team, reps: int, tasks: int, failures: list
         "Repetition in the id-based messages comes from the structure each message repeats "
         "(speaker and next-speaker DIDs, states) and from the conclusion, which lists every "
         "contribution with its answer (settlement needs them tagged by agent); assignments "
-        "carry each work item once and later messages name sub-tasks by id. Nested runs repeat "
-        "more because the child conversation's assignments carry again the items of the batch "
-        "its leader was given.",
+        "carry each part's input once (the invoice by its sha256, not its text) and later "
+        "messages name sub-tasks by id. Nested runs repeat more because the child "
+        "conversation's assignments carry again the parts of the batch its leader was given.",
+        f"Part checks (each input against its capability's input schema when the member is "
+        f"given it, each answer against the output schema) take {split_checks.median:.3f} ms "
+        "per turn; they run on the pool's threads, alongside the leader's turns.",
     ]
     return flat_turn.median
 

@@ -18,7 +18,8 @@ from ledger.devnet import find_free_port
 from ledger.settings import Settings
 from market.runtime import MarketContext
 from tests.api.test_app import World, build_world, commitment_json
-from tests.api.test_stream import serving, team_runner
+from tests.api.test_stream import part_tuples, serving, team_runner
+from tests.specs import invoice_parts
 
 runner = CliRunner()
 
@@ -31,17 +32,15 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> World:
 @pytest.fixture(scope="module")
 def server(world: World) -> Iterator[tuple[str, str, str]]:
     """The service's URL, a task with two sealed bids, and a finished conversation."""
+    # the bidders hold arithmetic only: the task is the invoice's two arithmetic parts
+    parts = [p for p in invoice_parts() if p["capability"] == "arithmetic"]
     with serving(world.app()) as base:
         with AccordClient(base, signer=world.signers["req"]) as client:
             task_id = str(
                 client.request(
                     "POST",
                     "/tasks",
-                    json={
-                        "title": "Sum [these] figures",
-                        "capabilities": ["arithmetic"],
-                        "budget": "0.5eth",
-                    },
+                    json={"title": "Sum [these] figures", "budget": "0.5eth", "parts": parts},
                 )["id"]
             )
         for name in ("ada", "bob"):
@@ -49,9 +48,7 @@ def server(world: World) -> Iterator[tuple[str, str, str]]:
             with AccordClient(base, signer=signer) as client:
                 client.commit(task_id, commitment_json(signer, task_id, 10**17))
         team = team_runner(world, delay=0)
-        conversation = team.run_task(
-            task_id, team.directory[0], ("arithmetic", "extraction"), "t", "both"
-        )
+        conversation = team.run_task(task_id, team.directory[0], part_tuples(parts), "t", "both")
         yield base, task_id, conversation.conv_id
 
 

@@ -25,9 +25,16 @@ from coordinator.work import JSON, AgentAdapter, SubTask
 from ledger.devnet import find_free_port
 from ledger.signing import Ed25519Signer
 from tests.api.test_app import World, build_world
+from tests.specs import invoice_parts
 
 CAPS = ("arithmetic", "extraction")
 TASK = "task-stream-test"
+Part = tuple[str, str, dict[str, Any]]
+
+
+def part_tuples(parts: list[dict[str, Any]]) -> list[Part]:
+    """A spec's parts as `TeamRunner.run_task` takes them: `(id, capability, input)`."""
+    return [(p["id"], p["capability"], p["input"]) for p in parts]
 
 
 @contextmanager
@@ -89,7 +96,7 @@ def team_runner(world: World, delay: float) -> TeamRunner:
         adapters.__getitem__,
         members,
         RulePolicy(),
-        RunSettings(timeout_s=10, max_depth=1, work_items=3),
+        RunSettings(timeout_s=10, max_depth=1),
     )
 
 
@@ -122,7 +129,8 @@ def test_stream_follows_a_live_nested_conversation(world: World) -> None:
 
     def run() -> None:
         try:
-            result.append(runner.run_task(TASK, runner.directory[0], CAPS, "t", "both"))
+            parts = part_tuples(invoice_parts())  # two parts of each capability: two batches
+            result.append(runner.run_task(TASK, runner.directory[0], parts, "t", "both"))
         finally:
             done.set()
 

@@ -1,16 +1,20 @@
-"""The team runner over a real SQLite ledger: sync and async assignment with triggers, nested
-team-up to the depth limit, a failing and a hanging member, replay (and tampering refused), and
-agents as separate HTTP processes on 127.0.0.1. No devnet, no mocks."""
+"""The team runner over a real SQLite ledger, doing the requester's parts (the invoice of
+`tests.specs`): sync and async assignment with triggers, nested team-up for a batch to the depth
+limit, a failing, a hanging and a schema-breaking member, file references resolved for the
+member only, the leader's plan, replay (and tampering refused), and agents as separate HTTP
+processes on 127.0.0.1. No devnet, no mocks."""
 
 from __future__ import annotations
 
+import hashlib
 import sqlite3
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -30,19 +34,71 @@ from coordinator.conversation import (
 from coordinator.errors import IllegalMove
 from coordinator.policy import Member, RulePolicy
 from coordinator.runner import CONVERSATION_MESSAGE, RunSettings, TeamRunner
-from coordinator.service import conversation_ids, replay_conversation
-from coordinator.team import work_items
+from coordinator.service import ConversationRecord, conversation_ids, replay_conversation
 from coordinator.work import JSON, AgentAdapter, SubTask
-from identity.challenges import get_capability
+from identity.challenges import REGISTRY, validate_output
 from ledger.devnet import find_free_port
 from ledger.events import Entry, Event, entry_bytes, sign_event
 from ledger.runtime import open_ledger
 from ledger.service import Ledger
 from ledger.settings import Settings
 from ledger.signing import Ed25519Signer
+from market.work import resolve_files
+from tests.specs import INVOICE, invoice_parts
 
 CAPS = ("arithmetic", "extraction")
 TASK = "task-runner-test"
+
+Part = tuple[str, str, dict[str, Any]]
+
+INVOICE_OUTPUTS: dict[str, JSON] = {
+    "lines-sum": "2585.50",
+    "tax": "542.955",
+    "invoice-fields": {"invoice_number": "NW-20931", "total": "3128.46", "currency": "EUR"},
+    "invoice-dates": {"issue_date": "2026-10-14", "due_date": "2026-11-13"},
+}
+"""The right output of each invoice part (`scripts/demo_work/invoice.txt`)."""
+
+
+@dataclass(frozen=True)
+class Work:
+    """A requester's parts `(id, capability, input)` and the right output of each."""
+
+    parts: tuple[Part, ...]
+    right: Mapping[str, JSON]
+
+    def ids(self, capability: str | None = None) -> list[str]:
+        return [p for p, cap, _ in self.parts if capability in (None, cap)]
+
+
+def invoice_work(per_capability: int = 2, document: Any = INVOICE) -> Work:
+    """The invoice's parts (two arithmetic, two extraction) and, for more than two of a
+    capability, parts on the capability's example input (arithmetic: one more figure each)."""
+    parts: list[Part] = [(p["id"], p["capability"], p["input"]) for p in invoice_parts(document)]
+    right = dict(INVOICE_OUTPUTS)
+    for capability in CAPS:
+        for k in range(1, per_capability - 1):
+            example_input, example_output = REGISTRY[capability].example()
+            if capability == "arithmetic":
+                example_input["figures"].append(f"{k}.00")
+                example_output = str(Fraction(str(example_output)) + k)
+            part_id = f"{capability}-example-{k}"
+            parts.append((part_id, capability, example_input))
+            right[part_id] = example_output
+    return Work(tuple(parts), right)
+
+
+def only(work: Work, part_ids: Sequence[str]) -> Work:
+    """`work` reduced to some of its parts."""
+    return Work(tuple(p for p in work.parts if p[0] in part_ids), work.right)
+
+
+def is_right(capability: str, output: JSON, right: JSON) -> bool:
+    """An exact number equals the right value (`"542.955"` is `"108591/200"`); any other
+    output equals the right one."""
+    if capability == "arithmetic":
+        return Fraction(str(output)) == Fraction(str(right))
+    return bool(output == right)
 
 
 @dataclass
@@ -85,7 +141,11 @@ class World:
             self._state[conversation.conv_id] = conversation.state
             self.seen.append((conversation.conv_id, before, conversation.state, message))
 
-    def runner(self, settings: RunSettings) -> TeamRunner:
+    def runner(
+        self,
+        settings: RunSettings,
+        resolve: Callable[[Mapping[str, Any]], Mapping[str, Any]] | None = None,
+    ) -> TeamRunner:
         return TeamRunner(
             self.ledger,
             self.signers.__getitem__,
@@ -94,12 +154,37 @@ class World:
             RulePolicy(),
             settings,
             self.observe,
+            resolve_files=resolve,
         )
 
-    def run(self, leader: str, settings: RunSettings, caps: Sequence[str] = CAPS) -> Conversation:
-        return self.runner(settings).run_task(
-            TASK, self.members[leader], caps, "answer the items", "arithmetic and extraction"
+    def run(
+        self, leader: str, settings: RunSettings, work: Work | None = None
+    ) -> tuple[TeamRunner, Conversation]:
+        runner = self.runner(settings)
+        parts = (work or invoice_work()).parts
+        top = runner.run_task(
+            TASK, self.members[leader], parts, "check the invoice", "arithmetic and extraction"
         )
+        return runner, top
+
+    def reports(self) -> list[Report]:
+        return [m for _, _, _, m in self.seen if isinstance(m, Report)]
+
+    def assigned(self, conv_id: str | None = None) -> list[tuple[str, SubTask]]:
+        """(assignee, sub-task) of every assignment said (in one conversation), in order."""
+        return assignments(m for cid, _, _, m in self.seen if conv_id in (None, cid))
+
+
+def assignments(messages: Iterable[Message]) -> list[tuple[str, SubTask]]:
+    """(assignee, sub-task) of every assignment among `messages`, in order."""
+    found: list[tuple[str, SubTask]] = []
+    for message in messages:
+        match message:
+            case AssignSync(assignee=assignee, task=task):
+                found.append((assignee, task))
+            case AssignAsync(assignments=given):
+                found.extend(given)
+    return found
 
 
 @pytest.fixture
@@ -108,45 +193,71 @@ def world(tmp_path: Path) -> World:
     return World(open_ledger(settings), settings.home / "accord.db")
 
 
-def assert_complete(top: Conversation, caps: Sequence[str], count: int) -> None:
-    """One contribution per work item of each capability, each graded full marks."""
+def assert_complete(top: Conversation, work: Work) -> None:
+    """One contribution per part, tagged `{"item_id": part, "answer": output}`, of the part's
+    capability, valid against its output schema and the right output."""
     assert top.state == "closed" and top.deliverable is not None
     contributions = top.deliverable.contributions
-    for capability in caps:
-        grader = get_capability(capability)
-        items = {item.item_id: item for item in work_items(TASK, capability, count)}
-        mine = [c for c in contributions if c.capability == capability]
-        assert sorted(c.output["item_id"] for c in mine) == sorted(items)
-        for contribution in mine:
-            grade = grader.grade(
-                items[contribution.output["item_id"]], contribution.output["answer"]
-            )
-            assert grade.full_marks, (contribution, grade)
-    assert len(contributions) == len(caps) * count
+    capability_of = {part_id: capability for part_id, capability, _ in work.parts}
+    assert sorted(c.output["item_id"] for c in contributions) == sorted(capability_of)
+    for contribution in contributions:
+        part_id = contribution.output["item_id"]
+        assert set(contribution.output) == {"item_id", "answer"}
+        assert contribution.capability == capability_of[part_id]
+        answer = contribution.output["answer"]
+        validate_output(contribution.capability, answer)
+        assert is_right(contribution.capability, answer, work.right[part_id]), contribution
 
 
-def replay_all(world: World) -> dict[str, Any]:
-    """Replay every logged conversation; each ends in the state the runner left it."""
+def parts_in(task: SubTask) -> list[str]:
+    """The part ids a logged sub-task carries: a batch's parts, or the part itself."""
+    batch = task.item.get("batch")
+    if isinstance(batch, list):
+        return [str(t["item"]["item_id"]) for t in batch]
+    return [str(task.item["item_id"])]
+
+
+def assert_plan(world: World, runner: TeamRunner, top: Conversation, work: Work) -> None:
+    """`runner.plan` names every part, each with the member the leader first assigned it to
+    in the top-level conversation (a team member holding the part's capability)."""
+    first: dict[str, str] = {}
+    for assignee, task in world.assigned(top.conv_id):
+        for part_id in parts_in(task):
+            first.setdefault(part_id, assignee)
+    assert sorted(runner.plan) == sorted(work.ids())
+    assert runner.plan == first
+    capability_of = {part_id: capability for part_id, capability, _ in work.parts}
+    for part_id, did in runner.plan.items():
+        assert did in top.members
+        member = next(m for m in world.members.values() if m.did == did)
+        assert capability_of[part_id] in member.capabilities
+
+
+def replay_all(world: World) -> dict[str, ConversationRecord]:
+    """Replay every logged conversation of the task, by id, in the order they were opened."""
     store = world.ledger.store
-    ids = conversation_ids(store, TASK)
-    records = {conv_id: replay_conversation(store, conv_id) for conv_id in ids}
-    return records
+    return {cid: replay_conversation(store, cid) for cid in conversation_ids(store, TASK)}
 
 
 def test_two_capability_task_sync_then_async_with_triggers(world: World) -> None:
     world.add("lead", CAPS)
     world.add("ann", ["arithmetic"])
     world.add("eve", ["extraction"])
-    runner = world.runner(RunSettings(timeout_s=10, max_depth=0, work_items=3))
-    top = runner.run_task(TASK, world.members["lead"], CAPS, "t", "arithmetic and extraction")
+    work = invoice_work()
+    runner, top = world.run("lead", RunSettings(timeout_s=10, max_depth=0), work)
 
-    assert_complete(top, CAPS, 3)
+    assert_complete(top, work)
+    assert_plan(world, runner, top, work)
     assert top.depth == 0 and top.parent is None
     dids = {m.did for m in world.members.values()}
     assert {c.agent for c in top.deliverable.contributions} <= dids  # type: ignore[union-attr]
     for contribution in top.deliverable.contributions:  # type: ignore[union-attr]
         capable = next(m for m in world.members.values() if m.did == contribution.agent)
         assert contribution.capability in capable.capabilities
+    # two parts of a capability are one batch sub-task, its children named by part
+    assert sorted(t.sub_id for _, t in world.assigned()) == ["batch:arithmetic", "batch:extraction"]
+    by_sub = {c.sub_id for c in top.deliverable.contributions}  # type: ignore[union-attr]
+    assert by_sub == {f"batch:{cap}/{part_id}" for part_id, cap, _ in work.parts}
 
     kinds = [type(m).__name__ for _, _, _, m in world.seen]
     assert kinds[0] == "Discuss" and kinds[-1] == "Conclude"
@@ -175,6 +286,19 @@ def test_two_capability_task_sync_then_async_with_triggers(world: World) -> None
     assert len(records[top.conv_id].messages) == len(world.seen) == top.turn
 
 
+def test_a_single_part_of_a_capability_is_its_own_sub_task(world: World) -> None:
+    world.add("lead", CAPS)
+    world.add("ann", ["arithmetic"])
+    world.add("eve", ["extraction"])
+    work = only(invoice_work(), ["tax", "invoice-fields", "invoice-dates"])
+    runner, top = world.run("lead", RunSettings(timeout_s=10, max_depth=0), work)
+    assert_complete(top, work)
+    assert_plan(world, runner, top, work)
+    assert sorted(t.sub_id for _, t in world.assigned()) == ["batch:extraction", "tax"]
+    [tax] = [c for c in top.deliverable.contributions if c.capability == "arithmetic"]  # type: ignore[union-attr]
+    assert tax.sub_id == "tax" and tax.output["item_id"] == "tax"
+
+
 def _nesting_world(world: World, helpers: int) -> None:
     world.add("lead", CAPS, "9/10")
     world.add("ann", ["arithmetic"], "8/10")
@@ -185,23 +309,23 @@ def _nesting_world(world: World, helpers: int) -> None:
 
 
 @pytest.mark.parametrize(
-    ("max_depth", "items", "expected_depth"), [(0, 3, 0), (1, 3, 1), (2, 6, 1)]
+    ("max_depth", "per_capability", "expected_depth"), [(0, 3, 0), (1, 3, 1), (2, 6, 1)]
 )
 def test_nested_team_up_to_the_depth_limit_and_no_deeper(
-    world: World, max_depth: int, items: int, expected_depth: int
+    world: World, max_depth: int, per_capability: int, expected_depth: int
 ) -> None:
     _nesting_world(world, helpers=4)
-    settings = RunSettings(timeout_s=10, max_depth=max_depth, work_items=items)
-    runner = world.runner(settings)
-    top = runner.run_task(TASK, world.members["lead"], CAPS, "t", "arithmetic and extraction")
-    assert_complete(top, CAPS, items)
+    work = invoice_work(per_capability)
+    runner, top = world.run("lead", RunSettings(timeout_s=10, max_depth=max_depth), work)
+    assert_complete(top, work)
+    assert_plan(world, runner, top, work)
 
     records = replay_all(world)
     by_id = {cid: r.conversation for cid, r in records.items()}
     assert {c.conv_id for c in runner.conversations} == set(by_id)
     depths = {c.depth for c in by_id.values()}
-    # a batch is split one level down at most: a child's work items are single items, so
-    # even a limit of 2 and spare helpers reach depth 1, never beyond the limit
+    # a batch is split one level down at most: a child's sub-tasks are single parts, so even
+    # a limit of 2 and spare helpers reach depth 1, never beyond the limit
     assert max(depths) == expected_depth <= max_depth
     for conversation in by_id.values():
         assert conversation.state == "closed"
@@ -217,15 +341,28 @@ def test_nested_team_up_to_the_depth_limit_and_no_deeper(
     else:
         children = [c for c in by_id.values() if c.parent == top.conv_id]
         assert children, "a member with a batch and free helpers teams up"
-        # contributions made in a child are tagged with the helper that made them
+        # a child's work is its batch's parts, one sub-task each: `batch:<capability>/<part>`
+        for child in children:
+            [(capability, batch)] = {
+                (t.capability, t.sub_id.partition("/")[0]) for _, t in world.assigned(child.conv_id)
+            }
+            assert batch == f"batch:{capability}"
+            child_parts = sorted(
+                t.sub_id.partition("/")[2] for _, t in world.assigned(child.conv_id)
+            )
+            assert child_parts == sorted(work.ids(capability))
+        # contributions made in a child are tagged with the helper that made them; the plan
+        # names the member the leader gave the batch to, never a helper it recruited
         helpers = {did for c in children for did in c.members[1:]}
         assert helpers & {x.agent for x in top.deliverable.contributions}  # type: ignore[union-attr]
+        assert not helpers & set(runner.plan.values())
 
 
 def test_depth_limit_one_with_many_helpers_never_reaches_two(world: World) -> None:
     _nesting_world(world, helpers=8)
-    top = world.run("lead", RunSettings(timeout_s=10, max_depth=1, work_items=4))
-    assert_complete(top, CAPS, 4)
+    work = invoice_work(4)
+    _, top = world.run("lead", RunSettings(timeout_s=10, max_depth=1), work)
+    assert_complete(top, work)
     depths = [r.conversation.depth for r in replay_all(world).values()]
     assert 1 in depths and 2 not in depths and max(depths) == 1
 
@@ -243,19 +380,24 @@ def test_a_failing_member_is_reassigned(world: World) -> None:
     world.add("lead", CAPS, "1/10")
     world.add("bad", ["arithmetic"], "9/10", adapter=_failing)
     world.add("eve", ["extraction"], "1/10")
-    top = world.run("lead", RunSettings(timeout_s=10, max_depth=0, work_items=2))
-    assert_complete(top, CAPS, 2)
+    work = invoice_work()
+    runner, top = world.run("lead", RunSettings(timeout_s=10, max_depth=0), work)
+    assert_complete(top, work)
     bad, good = world.did("bad"), world.did("lead")
     assert bad in top.members
 
-    reports = [m for _, _, _, m in world.seen if isinstance(m, Report)]
-    failed = [m for m in reports if not m.result.ok]
-    assert [(m.speaker, m.result.sub_id) for m in failed] == [(bad, "arithmetic")]
+    failed = [m for m in world.reports() if not m.result.ok]
+    assert [(m.speaker, m.result.sub_id) for m in failed] == [(bad, "batch:arithmetic")]
     assert "this agent is broken" in (failed[0].result.error or "")
-    retried = [m for m in reports if m.result.ok and m.result.sub_id == "arithmetic#2"]
+    retried = [
+        m for m in world.reports() if m.result.ok and m.result.sub_id == "batch:arithmetic#2"
+    ]
     assert len(retried) == 1 and retried[0].speaker != bad
     arithmetic = {c.agent for c in top.deliverable.contributions if c.capability == "arithmetic"}  # type: ignore[union-attr]
     assert arithmetic == {good}
+    # the plan keeps the member first given the parts
+    assert_plan(world, runner, top, work)
+    assert {runner.plan[p] for p in work.ids("arithmetic")} == {bad}
     assert all(r.conversation.state == "closed" for r in replay_all(world).values())
 
 
@@ -272,33 +414,159 @@ def test_a_hanging_member_is_abandoned_and_the_run_is_bounded(world: World) -> N
     world.add("lead", CAPS, "1/10")
     world.add("slow", ["arithmetic"], "9/10", adapter=hanging)
     world.add("eve", ["extraction"], "1/10")
+    work = invoice_work()
     try:
         started = time.monotonic()
-        top = world.run("lead", RunSettings(timeout_s=0.5, max_depth=0, work_items=2))
+        runner, top = world.run("lead", RunSettings(timeout_s=0.5, max_depth=0), work)
         elapsed = time.monotonic() - started
     finally:
         release.set()
     assert elapsed < 5, elapsed
-    assert_complete(top, CAPS, 2)
+    assert_complete(top, work)
+    assert_plan(world, runner, top, work)
     slow, good = world.did("slow"), world.did("lead")
     assert slow in top.members
 
     abandons = [m for _, _, _, m in world.seen if isinstance(m, Abandon)]
-    assert [(a.speaker, a.sub_id) for a in abandons] == [(world.did("lead"), "arithmetic")]
-    assert not any(isinstance(m, Report) and m.speaker == slow for _, _, _, m in world.seen)
-    reassigned = [
-        who
-        for _, _, _, m in world.seen
-        if isinstance(m, AssignAsync)
-        for who, task in m.assignments
-        if task.sub_id == "arithmetic#2"
-    ]
+    assert [(a.speaker, a.sub_id) for a in abandons] == [(world.did("lead"), "batch:arithmetic")]
+    assert not any(m.speaker == slow for m in world.reports())
+    reassigned = [who for who, task in world.assigned() if task.sub_id == "batch:arithmetic#2"]
     assert reassigned == [good]
     arithmetic = {c.agent for c in top.deliverable.contributions if c.capability == "arithmetic"}  # type: ignore[union-attr]
     assert arithmetic == {good}
     [record] = replay_all(world).values()
     assert record.conversation.state == "closed"
     assert record.conversation.results == top.results
+
+
+# -- outputs the capability's schema refuses ------------------------------------------------
+
+
+def _inexact(part_ids: Sequence[str]) -> Callable[[str], InProcessAdapter]:
+    """A member that answers the parts `part_ids` with a float (never exact: the arithmetic
+    output schema refuses it) and the others as the reference agent does."""
+
+    def adapter(did: str) -> InProcessAdapter:
+        def fn(task: SubTask) -> JSON:
+            answer = solve_task(task)
+            if task.item["item_id"] in part_ids:
+                return float(Fraction(str(answer)))
+            return answer
+
+        return InProcessAdapter(did, fn, timeout=5)
+
+    return adapter
+
+
+@pytest.mark.parametrize(
+    ("part_ids", "sub_id"),
+    [
+        (["lines-sum", "tax", "invoice-fields", "invoice-dates"], "batch:arithmetic"),
+        (["tax", "invoice-fields", "invoice-dates"], "tax"),
+    ],
+    ids=["batch", "single-part"],
+)
+def test_an_output_the_schema_refuses_fails_and_is_reassigned_once(
+    world: World, part_ids: list[str], sub_id: str
+) -> None:
+    # `sloppy` does lines-sum right but answers tax with a float: the whole sub-task fails
+    world.add("lead", CAPS, "1/10")
+    world.add("sloppy", ["arithmetic"], "9/10", adapter=_inexact(["tax"]))
+    world.add("eve", ["extraction"], "1/10")
+    work = only(invoice_work(), part_ids)
+    runner, top = world.run("lead", RunSettings(timeout_s=10, max_depth=0), work)
+    assert_complete(top, work)
+    sloppy, lead = world.did("sloppy"), world.did("lead")
+
+    failed = [m for m in world.reports() if not m.result.ok]
+    assert [(m.speaker, m.result.sub_id) for m in failed] == [(sloppy, sub_id)]
+    assert failed[0].result.contributions == ()
+    error = failed[0].result.error or ""
+    assert "part tax: invalid output" in error and "float" in error, error
+    assert [(who, t.sub_id) for who, t in world.assigned() if t.capability == "arithmetic"] == [
+        (sloppy, sub_id),
+        (lead, f"{sub_id}#2"),
+    ]
+    [retried] = [m for m in world.reports() if m.result.sub_id == f"{sub_id}#2"]
+    assert retried.result.ok and retried.speaker == lead
+    arithmetic = [c for c in top.deliverable.contributions if c.capability == "arithmetic"]  # type: ignore[union-attr]
+    assert {c.agent for c in arithmetic} == {lead}
+    assert_plan(world, runner, top, work)
+    assert runner.plan["tax"] == sloppy
+    [record] = replay_all(world).values()
+    assert record.conversation.deliverable == top.deliverable
+
+
+def test_a_part_is_reassigned_once_and_then_given_up(world: World) -> None:
+    """Both members able to do the arithmetic answer with floats: the batch fails twice, is not
+    given a third time, and the team concludes with the extraction parts alone."""
+    world.add("lead", CAPS, "1/10", adapter=_inexact(["tax"]))
+    world.add("sloppy", ["arithmetic"], "9/10", adapter=_inexact(["lines-sum", "tax"]))
+    world.add("eve", ["extraction"], "1/10")
+    work = invoice_work()
+    runner, top = world.run("lead", RunSettings(timeout_s=10, max_depth=0), work)
+    sloppy, lead = world.did("sloppy"), world.did("lead")
+
+    failed = [(m.speaker, m.result.sub_id) for m in world.reports() if not m.result.ok]
+    assert failed == [(sloppy, "batch:arithmetic"), (lead, "batch:arithmetic#2")]
+    assert [t.sub_id for _, t in world.assigned() if t.capability == "arithmetic"] == [
+        "batch:arithmetic",
+        "batch:arithmetic#2",
+    ]
+    assert top.state == "closed" and top.deliverable is not None
+    assert_complete(top, only(work, work.ids("extraction")))
+    # the plan still names every part: the arithmetic ones were given, and nobody did them
+    assert_plan(world, runner, top, work)
+    [record] = replay_all(world).values()
+    assert record.conversation.state == "closed"
+
+
+# -- files ------------------------------------------------------------------------------------
+
+
+def test_a_file_reference_is_resolved_for_the_member_and_logged_as_posted(world: World) -> None:
+    sha = hashlib.sha256(INVOICE.encode()).hexdigest()
+    reference = {"$file": sha}
+    given: list[SubTask] = []
+    lock = threading.Lock()
+
+    def recording(did: str) -> InProcessAdapter:
+        def fn(task: SubTask) -> JSON:
+            with lock:
+                given.append(task)
+            return solve_task(task)
+
+        return InProcessAdapter(did, fn, timeout=5)
+
+    world.add("lead", CAPS, adapter=recording)
+    world.add("ann", ["arithmetic"], adapter=recording)
+    world.add("eve", ["extraction"], adapter=recording)
+    work = invoice_work(document=reference)
+    runner = world.runner(
+        RunSettings(timeout_s=10, max_depth=0),
+        resolve=lambda payload: resolve_files(payload, {sha: INVOICE}),
+    )
+    top = runner.run_task(TASK, world.members["lead"], work.parts, "t", "the invoice")
+    assert_complete(top, work)
+    assert_plan(world, runner, top, work)
+
+    # the member is given the exam-item shape, the file's text in place of the reference
+    extraction = [t for t in given if t.capability == "extraction"]
+    assert sorted(t.item["item_id"] for t in extraction) == sorted(work.ids("extraction"))
+    for task in extraction:
+        assert set(task.item) == {"item_id", "capability", "prompt", "payload"}
+        assert task.item["payload"]["document"] == INVOICE
+        assert task.instruction == task.item["prompt"]
+
+    # the logged assignment keeps the reference, and the text is nowhere in the log
+    [record] = replay_all(world).values()
+    logged = assignments(m.message for m in record.messages)
+    [batch] = [t for _, t in logged if t.capability == "extraction"]
+    documents = [t["item"]["payload"]["document"] for t in batch.item["batch"]]
+    assert documents == [reference, reference]
+    headline = INVOICE.splitlines()[0]
+    for stored in world.ledger.store.entries(0):
+        assert headline not in stored.data.decode()
 
 
 # -- tampering -----------------------------------------------------------------------------
@@ -328,7 +596,7 @@ def logged(world: World) -> tuple[World, str]:
     world.add("lead", CAPS)
     world.add("ann", ["arithmetic"])
     world.add("eve", ["extraction"])
-    top = world.run("lead", RunSettings(timeout_s=10, max_depth=0, work_items=2))
+    _, top = world.run("lead", RunSettings(timeout_s=10, max_depth=0))
     return world, top.conv_id
 
 
@@ -451,8 +719,10 @@ def test_agents_as_separate_http_processes_complete_a_task(
             caps,
             adapter=lambda did, url=url: HttpAdapter(did, url, timeout=10, allow_private=True),
         )
-    top = world.run("lead", RunSettings(timeout_s=20, max_depth=0, work_items=3))
-    assert_complete(top, CAPS, 3)
+    work = invoice_work(3)
+    runner, top = world.run("lead", RunSettings(timeout_s=20, max_depth=0), work)
+    assert_complete(top, work)
+    assert_plan(world, runner, top, work)
     agents = {c.agent for c in top.deliverable.contributions}  # type: ignore[union-attr]
     assert len(agents) >= 2
     endpoints = {world.adapters[did].endpoint for did in agents}  # type: ignore[attr-defined]
