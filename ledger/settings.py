@@ -15,6 +15,7 @@ DEFAULT_LOG_ID = "accord-main"
 DEFAULT_DEVNET_PORT = 8545
 DEFAULT_ANCHOR_EVERY_ENTRIES = 1000
 DEFAULT_ANCHOR_EVERY_SECONDS = 60.0
+DEFAULT_CONFIRMATIONS = 0
 
 
 @dataclass(frozen=True)
@@ -25,6 +26,7 @@ class Settings:
     db_url: SQLAlchemy URL of the log database (SQLite under `home` unless ACCORD_DB_URL).
     rpc_url: an external EVM chain; None means accord manages a local anvil devnet.
     operator_eth_key: hex private key that pays for anchors on an external chain.
+    confirmations: blocks on top of a transaction's own before accord counts it confirmed.
     """
 
     home: Path
@@ -35,6 +37,7 @@ class Settings:
     devnet_port: int
     anchor_every_entries: int
     anchor_every_seconds: float
+    confirmations: int = DEFAULT_CONFIRMATIONS
 
     @property
     def keys_dir(self) -> Path:
@@ -69,10 +72,11 @@ class Settings:
             anchor_every_seconds=_float(
                 env, "ACCORD_ANCHOR_INTERVAL", DEFAULT_ANCHOR_EVERY_SECONDS
             ),
+            confirmations=_int(env, "ACCORD_CONFIRMATIONS", DEFAULT_CONFIRMATIONS, minimum=0),
         )
 
 
-def _int(env: Mapping[str, str], name: str, default: int) -> int:
+def _int(env: Mapping[str, str], name: str, default: int, *, minimum: int = 1) -> int:
     raw = env.get(name)
     if raw is None or raw == "":
         return default
@@ -80,8 +84,9 @@ def _int(env: Mapping[str, str], name: str, default: int) -> int:
         value = int(raw)
     except ValueError:
         raise ValueError(f"{name} must be a whole number, got {raw!r}") from None
-    if value <= 0:
-        raise ValueError(f"{name} must be positive, got {value}")
+    if value < minimum:
+        qualifier = "positive" if minimum == 1 else f"at least {minimum}"
+        raise ValueError(f"{name} must be {qualifier}, got {value}")
     return value
 
 
