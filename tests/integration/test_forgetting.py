@@ -186,8 +186,10 @@ def shared_db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str | 
 @pytest.mark.devnet
 def test_four_processes_settle_one_task_once(tmp_path: Path, shared_db: str | None) -> None:
     settings = anvil_settings(tmp_path / "home", find_free_port(), shared_db)
+    engines = []
     try:
         world = build_anvil_world(settings, until="delivered")
+        engines.append(world.ledger.store.engine)
         barrier = tmp_path / "barrier"
         barrier.mkdir()
         env = {**os.environ, **settings_env(settings), "PYTHONPATH": str(REPO)}
@@ -211,6 +213,7 @@ def test_four_processes_settle_one_task_once(tmp_path: Path, shared_db: str | No
 
         context = open_market(settings)
         store, escrow = context.market.ledger.store, context.escrow
+        engines.append(store.engine)
         assert len(logged(store, SETTLEMENT_COMPUTED, world.task_id)) == 1
         assert len(logged(store, TASK_SETTLED, world.task_id)) == 1
         settled = [e for e in escrow.chain.events(world.task_id) if e.name == "Settled"]
@@ -225,4 +228,6 @@ def test_four_processes_settle_one_task_once(tmp_path: Path, shared_db: str | No
         assert task.state == "settled" and task.duplicates == ()
         assert [t.task_id for t in context.market.tasks()] == [world.task_id]
     finally:
+        for engine in engines:
+            engine.dispose()
         devnet_for(settings).down()
