@@ -179,6 +179,7 @@ def audit_task(
             report.steps.append(StepResult(number, title, "not-run", "an earlier step failed"))
             continue
         try:
+            _logged_once(scope, number)
             report.steps.append(StepResult(number, title, "pass", check(scope)))
         except AuditFailure as exc:
             failed = True
@@ -310,6 +311,37 @@ def _facts(scope: _Scope) -> dict[str, Any]:
             {"bidder": c.bidder, "index": i, "commitment": c.digest.hex()} for i, c in scope.bidders
         ],
     }
+
+
+# -- every step: once-per-task events logged once ---------------------------------------------
+
+#: The step that checks each once-per-task event kind, and so reports its repeats.
+_ONCE_STEP = {
+    TASK_AWARDED: 4,
+    TASK_EXPIRED: 4,
+    TASK_STARTED: 5,
+    TASK_DELIVERED: 5,
+    SETTLEMENT_COMPUTED: 6,
+    TASK_SETTLED: 6,
+    ESCROW_OPENED: 7,
+    ESCROW_REFUNDED: 7,
+}
+
+
+def _logged_once(scope: _Scope, step: int) -> None:
+    """Raises AuditFailure naming the first repeat of an event kind `step` checks that the
+    task may log only once (a log written before the store refused repeats)."""
+    first: dict[str, int] = {}
+    for index, event in scope.task_events:
+        if event.kind not in _ONCE_STEP:
+            continue
+        if event.kind in first and _ONCE_STEP[event.kind] == step:
+            raise AuditFailure(
+                f"{event.kind} is logged more than once for the task "
+                f"(first at entry {first[event.kind]})",
+                index,
+            )
+        first.setdefault(event.kind, index)
 
 
 # -- (1) signatures and actors ---------------------------------------------------------------

@@ -247,6 +247,10 @@ class AnchorChain(Protocol):
         """Every `Anchored` event of the log, oldest first."""
         ...
 
+    def block_number(self) -> int:
+        """The number of the chain's latest block."""
+        ...
+
 
 # -- web3 --------------------------------------------------------------------------------
 
@@ -485,6 +489,9 @@ class Web3AnchorChain:
             for log in ordered
         ]
 
+    def block_number(self) -> int:
+        return head_block_number(self._w3, self._rpc_url)
+
     def operator(self) -> str:
         """The registry's operator address as the contract reports it."""
         with mapped_chain_errors(self._rpc_url, "operator"):
@@ -501,6 +508,30 @@ def poll_receipt(
         if found is not None or time.monotonic() >= deadline:
             return found
         time.sleep(min(_RECEIPT_POLL_S, max(0.0, deadline - time.monotonic())))
+
+
+def deep_enough(receipt: TxReceipt, head: int, confirmations: int) -> bool:
+    """Whether `confirmations` blocks are on top of the receipt's block (pure; 0: mined)."""
+    return head >= receipt.block_number + confirmations
+
+
+def wait_until_deep(
+    head: Callable[[], int], receipt: TxReceipt, confirmations: int, timeout_s: float
+) -> bool:
+    """Poll `head()` until the receipt is `confirmations` deep or `timeout_s` passes."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if deep_enough(receipt, head(), confirmations):
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(min(_RECEIPT_POLL_S, max(0.0, deadline - time.monotonic())))
+
+
+def head_block_number(w3: Web3, rpc_url: str) -> int:
+    """eth_blockNumber, mapped onto the ledger's errors."""
+    with mapped_chain_errors(rpc_url, "eth_blockNumber"):
+        return int(w3.eth.block_number)
 
 
 # -- deployment --------------------------------------------------------------------------
@@ -675,6 +706,8 @@ class MemoryAnchorChain:
       lose_broadcast_replies = n
                              the next n broadcasts reach the mempool but then raise
                              ChainUnavailableError, like a reply lost to a timeout
+      rewind(block)          forget every block after `block`, as a node restarted from an
+                             older state (or a reorg) does; the mempool is forgotten too
     """
 
     def __init__(self, chain_id: int = 31337) -> None:
@@ -795,3 +828,24 @@ class MemoryAnchorChain:
         self._check_available("eth_getLogs")
         key = log_id_hash(log_id)
         return [event for event in self._events if event.log_id_hash == key]
+
+    def block_number(self) -> int:
+        self._check_available("eth_blockNumber")
+        return self._block_number
+
+    def mine_empty(self, blocks: int = 1) -> None:
+        """Mine `blocks` empty blocks (confirmations pile up)."""
+        self._block_number += blocks
+
+    def rewind(self, block: int) -> None:
+        """Forget every block after `block` (one transaction per block here)."""
+        self._receipts = {h: r for h, r in self._receipts.items() if r.block_number <= block}
+        self._events = [e for e in self._events if e.block_number <= block]
+        self._mempool.clear()
+        self._latest = {}
+        self._roots = {}
+        for event in self._events:
+            self._latest[event.log_id_hash] = event.size
+            self._roots[(event.log_id_hash, event.size)] = event.root
+        self._mined_nonce = len(self._receipts)
+        self._block_number = min(self._block_number, block)

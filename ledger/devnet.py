@@ -2,7 +2,10 @@
 
 Layout under the devnet folder (`<ACCORD_HOME>/devnet/`):
 
-    state.json   chain state; anvil loads it at start, dumps it every few seconds and on SIGTERM
+    state.json   chain state; anvil loads it at start and dumps it every second; `down()`
+                 also takes a dump over RPC (written atomically) before it stops anvil, so a
+                 clean stop never loses a block. A crash (SIGKILL) loses at most the last
+                 second: accord reconciles what the chain forgot (see ledger.anchoring).
     anvil.log    anvil's stdout and stderr
     anvil.pid    the pid of the running anvil (absent when stopped)
 
@@ -14,6 +17,7 @@ well-known test mnemonic, so account 0 (the operator) is always the same.
 from __future__ import annotations
 
 import contextlib
+import gzip
 import json
 import os
 import platform
@@ -33,7 +37,8 @@ from ledger.errors import DevnetError
 DEVNET_CHAIN_ID = 31337
 DEVNET_HOST = "127.0.0.1"
 DEVNET_MNEMONIC = "test test test test test test test test test test test junk"
-STATE_DUMP_INTERVAL_S = 5
+STATE_DUMP_INTERVAL_S = 1
+STATE_DUMP_TIMEOUT_S = 10.0
 START_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 10.0
 _POLL_INTERVAL_S = 0.05
@@ -137,7 +142,7 @@ def anvil_command(anvil: Path, port: int, state_file: Path) -> list[str]:
         # --state = --load-state + --dump-state: load if present, dump on SIGTERM/SIGINT.
         "--state",
         str(state_file),
-        # Also dump periodically, so a crash or SIGKILL loses at most a few seconds.
+        # Also dump periodically, so a crash or SIGKILL loses at most a second.
         "--state-interval",
         str(STATE_DUMP_INTERVAL_S),
     ]
@@ -299,7 +304,8 @@ class Devnet:
         return self._info(pid, chain_id, reused=False)
 
     def down(self, timeout_s: float = STOP_TIMEOUT_S) -> bool:
-        """Stop the devnet: SIGTERM (anvil then dumps its state), SIGKILL after `timeout_s`.
+        """Stop the devnet: dump its state over RPC (atomically), then SIGTERM (anvil dumps
+        it again), SIGKILL after `timeout_s`.
 
         Returns False when nothing was running. Removes the pid file either way.
         Raises DevnetError if the process survives SIGKILL or cannot be signalled.
@@ -307,6 +313,7 @@ class Devnet:
         pid = self._running_pid()
         if pid is None:
             return False
+        self.dump_state()
         try:
             self._signal(pid, signal.SIGTERM)
             if not self._wait_gone(pid, timeout_s):
@@ -316,6 +323,27 @@ class Devnet:
         finally:
             if _reaped_or_gone(pid):
                 self.pid_file.unlink(missing_ok=True)
+        return True
+
+    def dump_state(self) -> bool:
+        """Write the running devnet's whole state to `state.json` now (temp file + rename),
+        from `anvil_dumpState`. Returns False, leaving the file as it was, when the devnet
+        does not answer or answers with something that is not a state."""
+        try:
+            answer = rpc_call(self.rpc_url, "anvil_dumpState", timeout_s=STATE_DUMP_TIMEOUT_S)
+            if not isinstance(answer, str):
+                return False
+            state = gzip.decompress(bytes.fromhex(answer.removeprefix("0x")))
+            json.loads(state)
+        except (OSError, ValueError, EOFError, gzip.BadGzipFile):
+            return False
+        temporary = self.state_file.with_name(self.state_file.name + ".tmp")
+        try:
+            temporary.write_bytes(state)
+            os.replace(temporary, self.state_file)
+        except OSError:
+            temporary.unlink(missing_ok=True)
+            return False
         return True
 
     def status(self) -> DevnetStatus:

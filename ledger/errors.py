@@ -7,6 +7,7 @@
     ├── SequenceError           an actor's seq does not grow
     ├── ProofError              an inclusion or consistency proof does not hold
     ├── StoreError              the log database refused or lost a write
+    ├── AlreadyLoggedError      a once-per-subject event kind is already logged for that subject
     ├── ChainError              anything on the chain side
     │   ├── ChainUnavailableError   the RPC endpoint does not answer
     │   ├── DeploymentError         a recorded contract is missing or has other code
@@ -53,6 +54,22 @@ class ProofError(LedgerError):
 
 class StoreError(LedgerError):
     """The log database refused a write or holds data the ledger cannot read."""
+
+
+class AlreadyLoggedError(LedgerError):
+    """An event of a kind logged at most once per subject is already in the log for that
+    subject; nothing of the batch was written.
+
+    `index` is the log index of the one already logged (None when the clash is inside the
+    batch itself).
+    """
+
+    def __init__(self, kind: str, subject: str, index: int | None) -> None:
+        where = f"at entry {index}" if index is not None else "twice in one batch"
+        super().__init__(f"{kind} is already logged for {subject!r} ({where}); it is logged once")
+        self.kind = kind
+        self.subject = subject
+        self.index = index
 
 
 class ChainError(LedgerError):

@@ -77,5 +77,6 @@ def open_ledger(settings: Settings, chain: AnchorChain | None = None) -> Ledger:
             utc_now,
             every_entries=settings.anchor_every_entries,
             every_seconds=settings.anchor_every_seconds,
+            confirmations=settings.confirmations,
         )
     return Ledger(store, operator, utc_now, anchorer)

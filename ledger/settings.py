@@ -17,6 +17,7 @@ DEFAULT_ANCHOR_EVERY_ENTRIES = 1000
 DEFAULT_ANCHOR_EVERY_SECONDS = 60.0
 #: Set to 1 to let agents be reached at loopback, link-local and private addresses.
 ALLOW_PRIVATE_AGENTS = "ACCORD_ALLOW_PRIVATE_AGENTS"
+DEFAULT_CONFIRMATIONS = 0
 
 
 @dataclass(frozen=True)
@@ -30,6 +31,7 @@ class Settings:
     allow_private_agents: agents may be registered and reached at loopback, link-local and
     private addresses (ACCORD_ALLOW_PRIVATE_AGENTS=1: a local demo, tests); otherwise only
     at public ones.
+    confirmations: blocks on top of a transaction's own before accord counts it confirmed.
     """
 
     home: Path
@@ -41,6 +43,7 @@ class Settings:
     anchor_every_entries: int
     anchor_every_seconds: float
     allow_private_agents: bool = False
+    confirmations: int = DEFAULT_CONFIRMATIONS
 
     @property
     def keys_dir(self) -> Path:
@@ -76,6 +79,7 @@ class Settings:
                 env, "ACCORD_ANCHOR_INTERVAL", DEFAULT_ANCHOR_EVERY_SECONDS
             ),
             allow_private_agents=env_flag(env, ALLOW_PRIVATE_AGENTS),
+            confirmations=_int(env, "ACCORD_CONFIRMATIONS", DEFAULT_CONFIRMATIONS, minimum=0),
         )
 
 
@@ -92,7 +96,7 @@ def env_flag(env: Mapping[str, str], name: str) -> bool:
     raise ValueError(f"{name} must be 1 or 0, got {env.get(name)!r}")
 
 
-def _int(env: Mapping[str, str], name: str, default: int) -> int:
+def _int(env: Mapping[str, str], name: str, default: int, *, minimum: int = 1) -> int:
     raw = env.get(name)
     if raw is None or raw == "":
         return default
@@ -100,8 +104,9 @@ def _int(env: Mapping[str, str], name: str, default: int) -> int:
         value = int(raw)
     except ValueError:
         raise ValueError(f"{name} must be a whole number, got {raw!r}") from None
-    if value <= 0:
-        raise ValueError(f"{name} must be positive, got {value}")
+    if value < minimum:
+        qualifier = "positive" if minimum == 1 else f"at least {minimum}"
+        raise ValueError(f"{name} must be {qualifier}, got {value}")
     return value
 
 

@@ -6,6 +6,14 @@ Tables
     ledger_nodes        perfect-subtree hashes keyed by `level << 48 | index` (leaves at level 0)
     ledger_checkpoints  signed tree heads
     ledger_anchors      each checkpoint sent to the chain: pending until reconciled
+    ledger_once         (kind, subject) -> index for the kinds logged at most once per subject
+
+Some event kinds happen at most once per subject (a task is awarded, settled... once). The
+store enforces it for every writer, in every process and on every machine: an append holding
+such an entry inserts its `(kind, subject)` into `ledger_once`, whose primary key refuses a
+second one, in the same transaction as the entry, so a second append raises
+AlreadyLoggedError and writes nothing. A log written before the table existed is indexed
+into it when first opened (the first of any duplicates it holds is the one kept).
 
 An append computes its leaf and the interior nodes it completes from the log's *frontier* (the
 at most log2(n) perfect subtrees that make up the current tree), inserts them with the entries
@@ -37,11 +45,26 @@ from sqlalchemy.exc import IntegrityError, OperationalError, SQLAlchemyError
 from sqlmodel import Column, Field, SQLModel, create_engine
 
 from ledger import merkle
-from ledger.errors import SequenceError, StoreError
+from ledger.errors import AlreadyLoggedError, SequenceError, StoreError
 from ledger.events import Entry
 from ledger.merkle import NodeId
 
 NODE_INDEX_BITS = 48
+
+#: Event kinds logged at most once per subject (the market's lifecycle steps that move money
+#: or decide who is paid). A property of the log, so that every writer enforces it.
+ONCE_PER_SUBJECT: frozenset[str] = frozenset(
+    {
+        "escrow.opened",
+        "task.awarded",
+        "task.expired",
+        "escrow.refunded",
+        "task.started",
+        "task.delivered",
+        "settlement.computed",
+        "task.settled",
+    }
+)
 
 
 def _reason(exc: BaseException) -> str:
@@ -73,6 +96,14 @@ class LedgerEntry(SQLModel, table=True):
     subject: str = Field(index=True)
     at: str
     data: bytes = Field(sa_column=Column(LargeBinary, nullable=False))
+
+
+class LedgerOnce(SQLModel, table=True):
+    __tablename__ = "ledger_once"
+
+    kind: str = Field(primary_key=True)
+    subject: str = Field(primary_key=True)
+    idx: int = Field(sa_column=Column(BigInteger, nullable=False))
 
 
 class LedgerNode(SQLModel, table=True):
@@ -111,7 +142,8 @@ _NODES = LedgerNode.__table__  # type: ignore[attr-defined]
 _HEAD = LedgerHead.__table__  # type: ignore[attr-defined]
 _CHECKPOINTS = LedgerCheckpoint.__table__  # type: ignore[attr-defined]
 _ANCHORS = LedgerAnchor.__table__  # type: ignore[attr-defined]
-_LEDGER_TABLES = [_HEAD, _ENTRIES, _NODES, _CHECKPOINTS, _ANCHORS]
+_ONCE = LedgerOnce.__table__  # type: ignore[attr-defined]
+_LEDGER_TABLES = [_HEAD, _ENTRIES, _NODES, _CHECKPOINTS, _ANCHORS, _ONCE]
 
 
 def make_engine(db_url: str) -> Engine:
@@ -184,13 +216,21 @@ class StoredAnchor:
 class LogStore:
     """One Merkle log in one database.
 
-    Raises StoreError for database failures and SequenceError when an actor's seq would not
-    grow; either way nothing of the failed batch is written.
+    Raises StoreError for database failures, SequenceError when an actor's seq would not grow
+    and AlreadyLoggedError when a kind of `once_per_subject` is logged again for a subject;
+    either way nothing of the failed batch is written.
     """
 
-    def __init__(self, engine: Engine, log_id: str) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        log_id: str,
+        *,
+        once_per_subject: Collection[str] = ONCE_PER_SUBJECT,
+    ) -> None:
         self.engine = engine
         self.log_id = log_id
+        self.once_per_subject = frozenset(once_per_subject)
         self._frontier: list[tuple[NodeId, bytes]] = []
         self._frontier_size = -1
         self._last_seq: dict[str, int] = {}
@@ -215,6 +255,28 @@ class LogStore:
             pass  # another process created the head row first
         except SQLAlchemyError as exc:
             raise StoreError(f"cannot prepare the log tables: {_reason(exc)}") from exc
+        self._index_once_only()
+
+    def _index_once_only(self) -> None:
+        """Fill `ledger_once` from the entries of a log written before it existed (the first
+        of each (kind, subject) is kept). Does nothing once the table holds a row."""
+        if not self.once_per_subject:
+            return
+        try:
+            with self.engine.begin() as connection:
+                self._lock_head(connection)
+                if connection.execute(select(_ONCE.c.kind).limit(1)).first() is not None:
+                    return
+                first = (
+                    select(_ENTRIES.c.kind, _ENTRIES.c.subject, func.min(_ENTRIES.c.idx))
+                    .where(_ENTRIES.c.kind.in_(sorted(self.once_per_subject)))
+                    .group_by(_ENTRIES.c.kind, _ENTRIES.c.subject)
+                )
+                connection.execute(insert(_ONCE).from_select(["kind", "subject", "idx"], first))
+        except IntegrityError:
+            pass  # another process indexed it first
+        except SQLAlchemyError as exc:
+            raise StoreError(f"cannot index the once-only events: {_reason(exc)}") from exc
 
     # -- reading -----------------------------------------------------------------------------
 
@@ -357,8 +419,9 @@ class LogStore:
     def append_batch(self, entries: Sequence[Entry]) -> list[int]:
         """Append entries in one transaction; returns their indices.
 
-        Raises SequenceError (nothing written) when an actor's seq does not grow, StoreError
-        when the database fails (nothing written).
+        Raises SequenceError (nothing written) when an actor's seq does not grow,
+        AlreadyLoggedError (nothing written) when a once-per-subject kind is logged again for
+        its subject, StoreError when the database fails (nothing written).
         """
         if not entries:
             return []
@@ -367,6 +430,7 @@ class LogStore:
                 size = self._lock_head(connection)
                 self._sync_caches(connection, size)
                 self._check_sequences(connection, entries)
+                once_rows = self._check_once(connection, entries, size)
                 entry_rows: list[dict[str, Any]] = []
                 node_rows: list[dict[str, Any]] = []
                 frontier = list(self._frontier)
@@ -391,6 +455,8 @@ class LogStore:
                     frontier = _advance_frontier(frontier, completed)
                 connection.execute(insert(_ENTRIES), entry_rows)
                 connection.execute(insert(_NODES), node_rows)
+                if once_rows:
+                    connection.execute(insert(_ONCE), once_rows)
                 new_size = size + len(entries)
                 connection.execute(update(_HEAD).values(size=new_size))
         except IntegrityError as exc:
@@ -398,7 +464,7 @@ class LogStore:
             raise StoreError(
                 f"the log refused the batch (a concurrent writer?): {_reason(exc)}"
             ) from exc
-        except SequenceError:
+        except (SequenceError, AlreadyLoggedError):
             raise
         except SQLAlchemyError as exc:
             self._frontier_size = -1
@@ -448,15 +514,39 @@ class LogStore:
             ).one_or_none()
         return None if row is None else _checkpoint(row)
 
-    def record_anchor(self, anchor: StoredAnchor) -> None:
-        """Record a signed anchor transaction before it is sent. Raises StoreError."""
+    def record_anchor(self, anchor: StoredAnchor) -> bool:
+        """Record a signed anchor transaction before it is sent.
+
+        Returns False, writing nothing, when an anchor of that size is already recorded (by
+        another process anchoring the same checkpoint). Raises StoreError.
+        """
         try:
             with self.engine.begin() as connection:
                 connection.execute(insert(_ANCHORS).values(**anchor.__dict__))
+        except IntegrityError:
+            if any(a.size == anchor.size for a in self.anchors()):
+                return False
+            raise StoreError(f"cannot record the anchor of size {anchor.size}") from None
         except SQLAlchemyError as exc:
             raise StoreError(
                 f"cannot record the anchor of size {anchor.size}: {_reason(exc)}"
             ) from exc
+        return True
+
+    def reopen_anchor(self, size: int) -> bool:
+        """Mark a confirmed anchor pending again: the chain no longer holds it (a restart
+        from an older state, a reorg), so it is reconciled (re-sent) like any pending one.
+        Returns False when no confirmed anchor of that size is recorded. Raises StoreError."""
+        try:
+            with self.engine.begin() as connection:
+                result = connection.execute(
+                    update(_ANCHORS)
+                    .where(_ANCHORS.c.size == size, _ANCHORS.c.status == "confirmed")
+                    .values(status="pending", block_number=None)
+                )
+        except SQLAlchemyError as exc:
+            raise StoreError(f"cannot reopen the anchor of size {size}: {_reason(exc)}") from exc
+        return bool(result.rowcount == 1)
 
     def confirm_anchor(self, size: int, block_number: int, tx_hash: bytes) -> None:
         try:
@@ -541,6 +631,41 @@ class LogStore:
             if seq <= last[actor]:
                 raise SequenceError(actor, seq, last[actor])
             last[actor] = seq
+
+    def _check_once(
+        self, connection: Any, entries: Sequence[Entry], size: int
+    ) -> list[dict[str, Any]]:
+        """The `ledger_once` rows of the batch; raises AlreadyLoggedError for a clash. Runs
+        under the head lock, so what it reads cannot change before the batch commits (the
+        primary key would refuse it anyway)."""
+        rows: list[dict[str, Any]] = []
+        keys: set[tuple[str, str]] = set()
+        for offset, entry in enumerate(entries):
+            kind, subject = entry.event.kind, entry.event.subject
+            if kind not in self.once_per_subject:
+                continue
+            if (kind, subject) in keys:
+                raise AlreadyLoggedError(kind, subject, None)
+            keys.add((kind, subject))
+            rows.append({"kind": kind, "subject": subject, "idx": size + offset})
+        for row in rows:
+            found = connection.execute(
+                select(_ONCE.c.idx).where(
+                    _ONCE.c.kind == row["kind"], _ONCE.c.subject == row["subject"]
+                )
+            ).scalar_one_or_none()
+            if found is not None:
+                raise AlreadyLoggedError(row["kind"], row["subject"], int(found))
+        return rows
+
+    def once_logged(self, kind: str, subject: str) -> int | None:
+        """The index of the `kind` entry logged for `subject` when `kind` is once per subject
+        (None when none is logged yet)."""
+        with self._read() as connection:
+            found = connection.execute(
+                select(_ONCE.c.idx).where(_ONCE.c.kind == kind, _ONCE.c.subject == subject)
+            ).scalar_one_or_none()
+        return None if found is None else int(found)
 
     def _head_size(self) -> int:
         """The log's size now (read path); remembers it as reached."""

@@ -20,6 +20,13 @@ Two layers:
   confirmed; its effect already on chain → superseded; mined but reverted → reverted; not mined
   and its nonce unspent → the *same bytes* are broadcast again (they cannot be mined twice);
   its nonce spent by another transaction → dropped, after which the action may be signed anew.
+  A chain can also forget a confirmed transaction (anvil restarted from an older state dump, a
+  reorg): `reconcile` first looks for confirmed records the chain no longer holds (no receipt
+  and no event of theirs, or a superseded one whose effect is gone) and marks them
+  *forgotten*; a forgotten record is settled like a pending one, except that where a pending
+  one would be dropped it is signed anew (when the actions hold the sender's key), the new
+  record replacing the old in one journal write, so it is sent again exactly once across
+  crashes. A receipt counts once `confirmations` blocks are on top of it (0 on the devnet).
   The journal lives in memory (`MemoryEscrowJournal`) or in the market's SQL database
   (`SqlEscrowJournal`, table `market_escrow_txs`).
 
@@ -53,14 +60,17 @@ from ledger.chain import (
     Deployment,
     TxReceipt,
     decode_custom_error,
+    deep_enough,
     deploy_registry,
     eip1559_fees,
+    head_block_number,
     make_web3,
     mapped_chain_errors,
     poll_receipt,
     revert_data,
     send_raw_transaction,
     transaction_receipt,
+    wait_until_deep,
     with_gas_margin,
     write_deployment,
 )
@@ -73,11 +83,26 @@ ESCROW_CONTRACT = "TaskEscrow"
 
 EscrowTxKind = Literal["open", "settle", "refund", "withdraw"]
 _ZERO_WEI = Wei(0)
-JournalStatus = Literal["pending", "confirmed", "superseded", "reverted", "dropped"]
+JournalStatus = Literal[
+    "pending", "confirmed", "superseded", "reverted", "dropped", "forgotten", "replaced"
+]
 """`superseded`: its effect is on chain through another transaction; `dropped`: it can never be
-mined (its nonce went to another transaction); `reverted`: mined, refused by the contract."""
+mined (its nonce went to another transaction); `reverted`: mined, refused by the contract;
+`forgotten`: recorded as done but the chain no longer holds it (unresolved, like pending);
+`replaced`: a forgotten record signed anew as another record."""
 
-OutcomeStatus = Literal["confirmed", "superseded", "already-done", "pending", "reverted", "dropped"]
+_UNRESOLVED: tuple[JournalStatus, ...] = ("pending", "forgotten")
+
+OutcomeStatus = Literal[
+    "confirmed",
+    "superseded",
+    "already-done",
+    "pending",
+    "reverted",
+    "dropped",
+    "forgotten",
+    "replaced",
+]
 
 
 # -- errors ------------------------------------------------------------------------------
@@ -289,6 +314,10 @@ class EscrowChain(Protocol):
         """Decoded events, oldest first: the task's (without Withdrawn) or all of them."""
         ...
 
+    def block_number(self) -> int:
+        """The number of the chain's latest block."""
+        ...
+
 
 def build_open_tx(
     chain: EscrowChain, key_hex: str, task_id: str, deposit: int, deadline: int
@@ -459,6 +488,9 @@ class Web3EscrowChain:
             if latest:
                 return int(self._w3.eth.get_transaction_count(checksummed, "latest"))
             return int(self._w3.eth.get_transaction_count(checksummed, "pending"))
+
+    def block_number(self) -> int:
+        return head_block_number(self._w3, self._rpc_url)
 
     def events(self, task_id: str | None = None, *, from_block: int = 0) -> list[EscrowEvent]:
         names: list[EscrowEventName] = ["Opened", "Settled", "Refunded"]
@@ -855,6 +887,10 @@ class MemoryEscrowChain:
             return mined
         return mined + sum(1 for tx, _ in self._mempool.values() if tx.sender == address)
 
+    def block_number(self) -> int:
+        self._check_available("eth_blockNumber")
+        return self._block_number
+
     def events(self, task_id: str | None = None, *, from_block: int = 0) -> list[EscrowEvent]:
         self._check_available("eth_getLogs")
         found = [e for e in self._events if e.block_number >= from_block]
@@ -902,7 +938,7 @@ class EscrowJournal(Protocol):
         ...
 
     def pending(self) -> list[EscrowTxRecord]:
-        """Pending records, oldest first."""
+        """Unresolved records (pending or forgotten), oldest first."""
         ...
 
     def records(self, task_id: str | None = None) -> list[EscrowTxRecord]:
@@ -911,6 +947,11 @@ class EscrowJournal(Protocol):
 
     def mark(self, tx_hash: bytes, status: JournalStatus, block_number: int | None) -> None:
         """Record a pending transaction's outcome. Raises EscrowError if unknown."""
+        ...
+
+    def replace(self, old_hash: bytes, record: EscrowTxRecord) -> None:
+        """In one write: mark `old_hash` replaced and add `record` (pending).
+        Raises EscrowError if `old_hash` is unknown or `record` known."""
         ...
 
 
@@ -926,7 +967,7 @@ class MemoryEscrowJournal:
         self._records.append(record)
 
     def pending(self) -> list[EscrowTxRecord]:
-        return [r for r in self._records if r.status == "pending"]
+        return [r for r in self._records if r.status in _UNRESOLVED]
 
     def records(self, task_id: str | None = None) -> list[EscrowTxRecord]:
         return [r for r in self._records if task_id is None or r.intent.task_id == task_id]
@@ -937,6 +978,12 @@ class MemoryEscrowJournal:
                 self._records[index] = replace(record, status=status, block_number=block_number)
                 return
         raise EscrowError(f"escrow tx 0x{tx_hash.hex()} is not recorded")
+
+    def replace(self, old_hash: bytes, record: EscrowTxRecord) -> None:
+        if any(r.tx_hash == record.tx_hash for r in self._records):
+            raise EscrowError(f"escrow tx 0x{record.tx_hash.hex()} is already recorded")
+        self.mark(old_hash, "replaced", None)
+        self._records.append(record)
 
 
 class MarketEscrowTx(SQLModel, table=True):
@@ -977,23 +1024,41 @@ class SqlEscrowJournal:
     def add(self, record: EscrowTxRecord) -> None:
         try:
             with self.engine.begin() as connection:
-                connection.execute(
-                    insert(_TXS).values(
-                        tx_hash=record.tx_hash,
-                        kind=record.intent.kind,
-                        task_id=record.intent.task_id,
-                        intent=record.intent.to_json(),
-                        sender=record.sender,
-                        nonce=record.nonce,
-                        raw=record.raw,
-                        chain_id=record.chain_id,
-                        escrow_address=record.escrow_address,
-                        status=record.status,
-                        block_number=record.block_number,
-                    )
-                )
+                self._insert(connection, record)
         except SQLAlchemyError as exc:
             raise EscrowError(f"cannot record escrow tx 0x{record.tx_hash.hex()}: {exc}") from exc
+
+    def replace(self, old_hash: bytes, record: EscrowTxRecord) -> None:
+        try:
+            with self.engine.begin() as connection:
+                result = connection.execute(
+                    update(_TXS)
+                    .where(_TXS.c.tx_hash == old_hash, _TXS.c.status.in_(_UNRESOLVED))
+                    .values(status="replaced")
+                )
+                if result.rowcount != 1:
+                    raise EscrowError(f"escrow tx 0x{old_hash.hex()} is not unresolved")
+                self._insert(connection, record)
+        except SQLAlchemyError as exc:
+            raise EscrowError(f"cannot replace escrow tx 0x{old_hash.hex()}: {exc}") from exc
+
+    @staticmethod
+    def _insert(connection: Any, record: EscrowTxRecord) -> None:
+        connection.execute(
+            insert(_TXS).values(
+                tx_hash=record.tx_hash,
+                kind=record.intent.kind,
+                task_id=record.intent.task_id,
+                intent=record.intent.to_json(),
+                sender=record.sender,
+                nonce=record.nonce,
+                raw=record.raw,
+                chain_id=record.chain_id,
+                escrow_address=record.escrow_address,
+                status=record.status,
+                block_number=record.block_number,
+            )
+        )
 
     def _select(self, *conditions: Any) -> list[EscrowTxRecord]:
         try:
@@ -1017,7 +1082,7 @@ class SqlEscrowJournal:
         ]
 
     def pending(self) -> list[EscrowTxRecord]:
-        return self._select(_TXS.c.status == "pending")
+        return self._select(_TXS.c.status.in_(_UNRESOLVED))
 
     def records(self, task_id: str | None = None) -> list[EscrowTxRecord]:
         if task_id is None:
@@ -1071,11 +1136,23 @@ class EscrowActions:
     """
 
     def __init__(
-        self, chain: EscrowChain, journal: EscrowJournal, *, receipt_timeout: float = 30.0
+        self,
+        chain: EscrowChain,
+        journal: EscrowJournal,
+        *,
+        receipt_timeout: float = 30.0,
+        confirmations: int = 0,
+        keys: Sequence[str] = (),
     ) -> None:
+        """`keys`: private keys the actions may sign anew with, for a transaction the chain
+        forgot that cannot be sent again as it was (the operator's key, typically)."""
+        if confirmations < 0:
+            raise ValueError(f"confirmations must be 0 or more, got {confirmations}")
         self.chain = chain
         self.journal = journal
         self.receipt_timeout = receipt_timeout
+        self.confirmations = confirmations
+        self._keys = {address_of(key): key for key in keys}
 
     def open(self, key_hex: str, task_id: str, deposit: int, deadline: int) -> EscrowOutcome:
         """Deposit `deposit` wei for `task_id` from the requester's key."""
@@ -1142,14 +1219,51 @@ class EscrowActions:
             return EscrowOutcome("pending", record.intent, record.sender, record.tx_hash)
         if not receipt.status_ok:
             return self._reconcile_one(record)
+        return self._confirm(record, receipt)
+
+    def _confirm(self, record: EscrowTxRecord, receipt: EscrowReceipt) -> EscrowOutcome:
+        """Record it confirmed once `confirmations` blocks are on top of its own (waiting up
+        to `receipt_timeout`); until then it stays unresolved and the outcome is pending."""
+        if not deep_enough(receipt, self.chain.block_number(), self.confirmations):
+            deep = wait_until_deep(
+                self.chain.block_number, receipt, self.confirmations, self.receipt_timeout
+            )
+            mined = self.chain.receipt(record.tx_hash) if deep else None
+            if mined is None or not mined.status_ok:
+                return EscrowOutcome("pending", record.intent, record.sender, record.tx_hash)
+            receipt = mined
         self.journal.mark(record.tx_hash, "confirmed", receipt.block_number)
         return EscrowOutcome(
             "confirmed", record.intent, record.sender, record.tx_hash, receipt.block_number
         )
 
     def reconcile(self) -> list[EscrowOutcome]:
-        """Settle every pending record against the chain, oldest first."""
-        return [self._reconcile_one(record) for record in self.journal.pending()]
+        """Mark forgotten the records the chain no longer holds, then settle every
+        unresolved record against the chain, oldest first."""
+        outcomes = self.find_forgotten()
+        outcomes.extend(self._reconcile_one(record) for record in self.journal.pending())
+        return outcomes
+
+    def find_forgotten(self) -> list[EscrowOutcome]:
+        """Mark `forgotten` each record done on chain that the chain no longer holds: a
+        confirmed one with neither a receipt nor an event of its own, a superseded one whose
+        effect is gone. (One event query, and a receipt query per record missing from it.)"""
+        done = [r for r in self.journal.records() if r.status in _DONE]
+        if not done:
+            return []
+        held = {event.tx_hash for event in self.chain.events()}
+        outcomes = []
+        for record in done:
+            if record.status == "confirmed":
+                if record.tx_hash in held or self.chain.receipt(record.tx_hash) is not None:
+                    continue
+            elif record.intent.kind == "withdraw" or self._effect_on_chain(record):
+                continue  # a withdrawal's effect (a zero credit) cannot be told apart
+            self.journal.mark(record.tx_hash, "forgotten", None)
+            outcomes.append(
+                EscrowOutcome("forgotten", record.intent, record.sender, record.tx_hash)
+            )
+        return outcomes
 
     def _effect_on_chain(self, record: EscrowTxRecord) -> bool:
         intent = record.intent
@@ -1177,7 +1291,7 @@ class EscrowActions:
     def _reconcile_one(self, record: EscrowTxRecord) -> EscrowOutcome:
         receipt = self.chain.receipt(record.tx_hash)
         if receipt is not None and receipt.status_ok:
-            return self._finish(record, "confirmed", receipt.block_number)
+            return self._confirm(record, receipt)
         if self._effect_on_chain(record):
             # Mined by this very transaction (its receipt may lag behind its logs) or another.
             name = _EVENT_OF[record.intent.kind]
@@ -1189,5 +1303,37 @@ class EscrowActions:
             return self._finish(record, "reverted", receipt.block_number)
         if self.chain.account_nonce(record.sender, latest=True) > record.nonce:
             # Its nonce went to another transaction: this one can never be mined.
+            if record.status == "forgotten":
+                return self._sign_anew(record)
             return self._finish(record, "dropped", None)
+        if (
+            record.status == "forgotten"
+            and self.chain.account_nonce(record.sender, latest=False) < record.nonce
+        ):
+            # The transactions before it were forgotten too and nothing fills the gap: sent
+            # as it was, it would wait forever.
+            return self._sign_anew(record)
+        return self.send(record)
+
+    def _sign_anew(self, forgotten: EscrowTxRecord) -> EscrowOutcome:
+        """Sign a forgotten action again at the sender's next nonce, the new record replacing
+        the old in one journal write, and send it. Without the sender's key, or when the
+        contract refuses it now, the record is left forgotten and the outcome says so."""
+        key = self._keys.get(forgotten.sender)
+        if key is None:
+            return EscrowOutcome("forgotten", forgotten.intent, forgotten.sender, forgotten.tx_hash)
+        try:
+            tx = self.chain.build_tx(key, forgotten.intent)
+        except EscrowRefusedError:
+            return EscrowOutcome("forgotten", forgotten.intent, forgotten.sender, forgotten.tx_hash)
+        record = EscrowTxRecord(
+            tx_hash=tx.tx_hash,
+            intent=forgotten.intent,
+            sender=tx.sender,
+            nonce=tx.nonce,
+            raw=tx.raw,
+            chain_id=self.chain.chain_id(),
+            escrow_address=self.chain.escrow_address(),
+        )
+        self.journal.replace(forgotten.tx_hash, record)
         return self.send(record)

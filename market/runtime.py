@@ -150,14 +150,29 @@ def open_market(
     settings: Settings, ledger: Ledger | None = None, onboarding: Onboarding | None = None
 ) -> MarketContext:
     """The market over the configured ledger, credentials and chain; reconciles escrow
-    transactions left pending by a crash, then the task records that lag behind the chain."""
+    transactions and anchors left pending by a crash or forgotten by the chain, then the task
+    records that lag behind the chain."""
     if ledger is None:
         ledger = open_ledger(settings, connect_chain(settings))
     if onboarding is None:
         onboarding = open_onboarding(settings, ledger)
     chain, operator_key = connect_escrow(settings, start_devnet=False)
-    actions = EscrowActions(chain, SqlEscrowJournal(ledger.store.engine))
+    actions = EscrowActions(
+        chain,
+        SqlEscrowJournal(ledger.store.engine),
+        confirmations=settings.confirmations,
+        keys=[operator_key],
+    )
+    # Escrow first, then anchors: when the chain forgot both, the operator's transactions are
+    # sent again in the order they were first sent, with their own nonces.
     actions.reconcile()
+    if ledger.anchorer is not None:
+        try:
+            reconciled = ledger.anchorer.reconcile()
+            if any(outcome.status == "forgotten-by-chain" for outcome in reconciled):
+                ledger.anchorer.anchor_latest()  # anchored again, covering what was forgotten
+        except ChainError as exc:  # kept, as an automatic anchor keeps it; retried next time
+            ledger.last_anchor_error = exc
     escrow = ChainEscrow(chain, actions, operator_key)
     market = Market(ledger, onboarding, escrow)
     market.recover()

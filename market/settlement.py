@@ -13,19 +13,26 @@
 Every step first looks at what is already done (a logged computation is reused, never
 recomputed with another seed; a settled escrow is not paid again), so a crash anywhere and a
 second run pay each payee once. `recompute_settlement` is the pure part the audit replays.
+
+Several processes (or machines) may settle one task at once: the log takes one
+`settlement.computed` and one `task.settled` per task (the store refuses a second with
+AlreadyLoggedError), and the escrow one settle. Losing a race is not an error: the loser pays
+what the winner logged, waits for the winner's payment when it is under way, and returns the
+logged outcome.
 """
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
-from collections.abc import Mapping
+import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
 from identity.onboarding import Onboarding
-from ledger.errors import ChainError
+from ledger.errors import AlreadyLoggedError, ChainError
 from ledger.events import Entry
 from market.check_runtime import LogReviews, OpenAIJudge, SettleEnvironment, judge_from_env
 from market.checks import (
@@ -44,6 +51,9 @@ from market.tasks import REVIEW_GIVEN, TASK_DELIVERED, TASK_SETTLED, Task
 from market.work import ASSEMBLY_PART, CONTRACTOR_SHARE, PLAN_PART, check_shares
 
 SETTLEMENT_COMPUTED = "settlement.computed"
+#: How long a settle that lost the race waits for the winner's payment to be mined.
+SETTLE_RACE_WAIT_S = 30.0
+_RACE_POLL_S = 0.2
 
 
 @dataclass(frozen=True)
@@ -212,68 +222,118 @@ class SettleOutcome:
 
 
 def settle_task(
-    market: Market, onboarding: Onboarding, task_id: str, *, judge: OpenAIJudge | None = None
+    market: Market,
+    onboarding: Onboarding,
+    task_id: str,
+    *,
+    judge: OpenAIJudge | None = None,
+    race_wait_s: float = SETTLE_RACE_WAIT_S,
 ) -> SettleOutcome:
-    """Settle a delivered task (idempotent; see the module docstring). Judge checks use
-    `judge`, else the judge configured by ACCORD_JUDGE_URL.
+    """Settle a delivered task (idempotent, and safe from several processes at once; see the
+    module docstring). Judge checks use `judge`, else the judge configured by
+    ACCORD_JUDGE_URL.
 
     Raises TransitionError/TaskError for a task that is not delivered, SettlementWaits while a
     review window is open or the judge cannot be reached, SettlementError when a contributor
-    has bound no payout address, EscrowError and ChainError from the chain.
+    has bound no payout address, EscrowError and ChainError from the chain (an EscrowError
+    only once another settler's payment has not appeared within `race_wait_s`).
     """
     task = market.task(task_id)
     if task.state == "settled":
-        body = logged_settlement(market, task_id)
-        assert body is not None
-        return _outcome(task, body, tx_hash="", already=True)
+        return _logged_outcome(market, task)
     if task.state != "delivered":
         raise SettlementError(f"{task_id} is {task.state}: only a delivered task is settled")
-    chain_id = market.escrow.chain_id()
-
-    # (1)-(4): compute and log once; a logged computation is the one that is paid.
     body = logged_settlement(market, task_id)
     if body is None:
-        env = settle_environment(market, task, judge_from_env() if judge is None else judge)
-        settlement, _, _ = recompute_settlement(task, delivery_body(market, task_id), env)
-        payees: dict[str, str] = {}
-        for player, payout in settlement.payouts.items():
-            if payout == 0:
-                continue
-            address = onboarding.payout_address(player, chain_id)
-            if address is None:
-                raise SettlementError(
-                    f"{player} has no payout address bound on chain {chain_id}; "
-                    "it must bind one before it can be paid"
-                )
-            payees[player] = address
-        body = settlement.to_json(payees)
-        market.ledger.append(
-            market.ledger.operator, SETTLEMENT_COMPUTED, subject=task_id, body=body
-        )
-        if market.ledger.anchorer is not None:
-            # Anchored before it is paid; if the chain is away, paying below says so.
-            with contextlib.suppress(ChainError):
-                market.ledger.anchorer.anchor_latest()
+        body = _compute_and_log(market, onboarding, task, judge)
 
     # (5): pay once. A settled escrow is not settled again.
     payees = dict(body["payees"])
     paid = [(payees[p], Wei(int(w))) for p, w in body["payouts"].items() if int(w) > 0]
+    tx_hash = _pay(market, task_id, paid, race_wait_s)
+    try:
+        market.ledger.append(
+            market.ledger.operator,
+            TASK_SETTLED,
+            subject=task_id,
+            body={"task_id": task_id, "tx_hash": tx_hash, "quality": dict(body["quality"])},
+        )
+    except AlreadyLoggedError:
+        return _logged_outcome(market, market.task(task_id))  # another settler logged it
+    return _outcome(task, body, tx_hash=tx_hash, already=False)
+
+
+def _compute_and_log(
+    market: Market, onboarding: Onboarding, task: Task, judge: OpenAIJudge | None
+) -> dict[str, Any]:
+    """(1)-(4): run the checks, compute, log once and anchor; the logged computation is the one
+    paid, so a settler that lost the race to log it takes the winner's. Raises
+    SettlementError, SettlementWaits."""
+    task_id = task.task_id
+    chain_id = market.escrow.chain_id()
+    env = settle_environment(market, task, judge_from_env() if judge is None else judge)
+    settlement, _, _ = recompute_settlement(task, delivery_body(market, task_id), env)
+    payees: dict[str, str] = {}
+    for player, payout in settlement.payouts.items():
+        if payout == 0:
+            continue
+        address = onboarding.payout_address(player, chain_id)
+        if address is None:
+            raise SettlementError(
+                f"{player} has no payout address bound on chain {chain_id}; "
+                "it must bind one before it can be paid"
+            )
+        payees[player] = address
+    body = settlement.to_json(payees)
+    try:
+        market.ledger.append(
+            market.ledger.operator, SETTLEMENT_COMPUTED, subject=task_id, body=body
+        )
+    except AlreadyLoggedError as exc:
+        logged = logged_settlement(market, task_id)
+        if logged is None:
+            raise SettlementError(f"{task_id}'s settlement is logged but unreadable") from exc
+        return logged
+    if market.ledger.anchorer is not None:
+        # Anchored before it is paid; if the chain is away, paying below says so.
+        with contextlib.suppress(ChainError):
+            market.ledger.anchorer.anchor_latest()
+    return body
+
+
+def _pay(market: Market, task_id: str, paid: Sequence[tuple[str, Wei]], wait_s: float) -> str:
+    """Settle the escrow unless it is settled already; returns the transaction hash ("" when
+    it was paid before, by this process or another). When the escrow refuses, or another
+    settler's transaction is under way, waits up to `wait_s` for the escrow to close.
+
+    Raises EscrowError when there is no escrow or it stays open, ChainError.
+    """
     deposit = market.escrow.deposit_of(task_id)
     if deposit is None:
         raise EscrowError(f"no escrow for {task_id} on chain")
-    tx_hash = ""
-    if deposit[1]:
+    if not deposit[1]:
+        return ""
+    try:
         receipt: EscrowReceipt = market.escrow.settle(
             task_id, [a for a, _ in paid], [w for _, w in paid]
         )
-        tx_hash = receipt.tx_hash
-    market.ledger.append(
-        market.ledger.operator,
-        TASK_SETTLED,
-        subject=task_id,
-        body={"task_id": task_id, "tx_hash": tx_hash, "quality": dict(body["quality"])},
-    )
-    return _outcome(task, body, tx_hash=tx_hash, already=False)
+    except EscrowError:
+        deadline = time.monotonic() + wait_s
+        while True:
+            deposit = market.escrow.deposit_of(task_id)
+            if deposit is not None and not deposit[1]:
+                return ""  # another settler paid it
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(_RACE_POLL_S)
+    return receipt.tx_hash
+
+
+def _logged_outcome(market: Market, task: Task) -> SettleOutcome:
+    body = logged_settlement(market, task.task_id)
+    if body is None:
+        raise SettlementError(f"{task.task_id} is settled but its settlement is not logged")
+    return _outcome(task, body, tx_hash="", already=True)
 
 
 def _outcome(task: Task, body: Mapping[str, Any], *, tx_hash: str, already: bool) -> SettleOutcome:

@@ -8,6 +8,10 @@
 A task's state is never stored by itself: `replay(events)` folds the task's ledger events, in
 log order, through `step`, and the clock only decides when bidding and revealing end. So anyone
 holding the log recomputes every task exactly.
+
+Lifecycle events happen once per task (`ONCE_PER_TASK`); the log refuses a second one. A log
+written before it did may hold repeats: `step` keeps the first and records the index of each
+repeat in `Task.duplicates`, so the task still replays and the audit can name them.
 """
 
 from __future__ import annotations
@@ -57,6 +61,15 @@ TASK_STARTED = "task.started"
 TASK_DELIVERED = "task.delivered"
 TASK_SETTLED = "task.settled"
 REVIEW_GIVEN = "review.given"
+ONCE_PER_TASK = (
+    ESCROW_OPENED,
+    TASK_AWARDED,
+    TASK_EXPIRED,
+    ESCROW_REFUNDED,
+    TASK_STARTED,
+    TASK_DELIVERED,
+    TASK_SETTLED,
+)
 TASK_KINDS = (
     TASK_POSTED,
     ESCROW_OPENED,
@@ -261,6 +274,8 @@ class Task:
     def review_ends(self) -> datetime | None:
         """When the requester's review window closes (None before delivery)."""
         return None if self.delivered_at is None else self.delivered_at + self.spec.review
+    duplicates: tuple[int, ...] = ()
+    """Log indexes of lifecycle events repeated after the first (ignored by the replay)."""
 
     @property
     def bidding_ends(self) -> datetime:
@@ -299,8 +314,11 @@ def clock_state(task: Task, now: datetime) -> TaskState:
 
 
 def step(task: Task | None, event: TaskEvent) -> Task:
-    """Apply one event. Raises TransitionError when the lifecycle does not allow it and
-    TaskError when the event is malformed."""
+    """Apply one event. A repeat of a once-per-task event already applied is kept aside in
+    `duplicates`. Raises TransitionError when the lifecycle does not allow it and TaskError
+    when the event is malformed."""
+    if task is not None and event.kind in ONCE_PER_TASK and _applied(task, event.kind):
+        return replace(task, duplicates=(*task.duplicates, event.index))
     if task is None:
         if event.kind != TASK_POSTED:
             raise TaskError(f"a task starts with {TASK_POSTED}, not {event.kind}")
@@ -355,6 +373,27 @@ def replay(events: Iterable[TaskEvent]) -> Task:
     if task is None:
         raise TaskError("no such task")
     return task
+
+
+def _applied(task: Task, kind: str) -> bool:
+    """Whether the once-per-task event `kind` is already folded into `task` (pure)."""
+    match kind:
+        case "escrow.opened":
+            return task.escrowed
+        case "task.awarded":
+            return task.winner is not None
+        case "task.expired":  # a refund follows an expiry, or a never escrowed posting
+            return task.state == "expired" or (task.state == "refunded" and task.escrowed)
+        case "escrow.refunded":
+            return task.state == "refunded"
+        case "task.started":
+            return task.state in ("running", "delivered", "settled")
+        case "task.delivered":
+            return task.delivered_index is not None
+        case "task.settled":
+            return task.state == "settled"
+        case _:
+            return False
 
 
 def _require(task: Task, states: TaskState | tuple[TaskState, ...], action: str) -> None:

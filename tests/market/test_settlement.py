@@ -398,3 +398,52 @@ def test_pay_by_quality_scales_the_amount_by_v_of_n(
     assert outcome.refund == task.spec.budget - outcome.amount
     [settled] = logged(world, TASK_SETTLED)
     assert Fraction(settled["quality"][wrong[0]]) < 1
+
+
+# -- a log written before the store refused repeated lifecycle events -------------------------
+
+
+def test_a_log_holding_repeated_settlements_still_replays_and_fails_the_audit(
+    tmp_path: Path,
+) -> None:
+    """Today's code, racing, logged `settlement.computed` and `task.settled` twice: the task
+    replays (the first kept, the repeats named), settling answers the logged outcome, and the
+    audit fails at step 6 on the first repeat."""
+    from ledger.errors import AlreadyLoggedError
+    from ledger.events import make_entry
+    from market.settlement import SETTLEMENT_COMPUTED
+
+    world = build_world(tmp_path / "home", until="settled")
+    store = world.ledger.store
+    legacy = LogStore(make_engine(world.settings.db_url), store.log_id, once_per_subject=())
+    operator = world.ledger.operator
+    repeats = []
+    for kind in (SETTLEMENT_COMPUTED, TASK_SETTLED):
+        body = Entry.from_bytes(store.find(kind=kind, subject=world.task_id)[0].data).event.body
+        seq = world.ledger.next_seq(operator.did)
+        entry = make_entry(
+            operator, kind=kind, seq=seq, at=world.clock(), subject=world.task_id, body=body
+        )
+        repeats.append(legacy.append(entry))
+    assert world.ledger.anchorer is not None
+    world.ledger.anchorer.anchor_latest()
+
+    reopened = restart(world)
+    task = reopened.market.task(world.task_id)
+    assert task.state == "settled" and task.duplicates == (repeats[1],)
+    assert [t.task_id for t in reopened.market.tasks()] == [world.task_id]
+    outcome = settle_task(reopened.market, reopened.onboarding, world.task_id)
+    assert outcome.already
+    with pytest.raises(AlreadyLoggedError):
+        reopened.ledger.append(operator, TASK_SETTLED, subject=world.task_id, body={})
+
+    report = audit_task(
+        reopened.ledger.store,
+        world.task_id,
+        anchors=world.anchors,
+        escrow=world.escrow_chain,
+    )
+    failure = report.first_failure
+    assert failure is not None
+    assert (failure.number, failure.entry) == (6, repeats[0])
+    assert "logged more than once" in failure.detail

@@ -1,0 +1,121 @@
+"""Once-per-subject kinds: the store refuses a second one from any writer, and a log written
+before the guard existed is indexed when opened. Anchors the chain forgot are sent again."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import timedelta
+
+import pytest
+from sqlalchemy import Engine
+
+from ledger.anchoring import Anchorer
+from ledger.chain import MemoryAnchorChain
+from ledger.errors import AlreadyLoggedError
+from ledger.events import make_entry
+from ledger.signing import Ed25519Signer
+from ledger.store import LogStore
+from ledger.verify import verify_log
+from tests.ledger.conftest import LOG_ID, START
+
+
+def settled(signer: Ed25519Signer, seq: int, subject: str = "task-1") -> object:
+    return make_entry(
+        signer,
+        kind="task.settled",
+        seq=seq,
+        at=START + timedelta(seconds=seq),
+        subject=subject,
+        body={"n": seq},
+    )
+
+
+def test_a_second_once_only_event_is_refused_and_nothing_is_written(
+    open_store: Callable[..., LogStore], operator: Ed25519Signer
+) -> None:
+    first, second = open_store(), open_store()  # two writers, as two processes
+    assert first.append(settled(operator, 1)) == 0  # type: ignore[arg-type]
+    with pytest.raises(AlreadyLoggedError) as caught:
+        second.append(settled(operator, 2))  # type: ignore[arg-type]
+    assert (caught.value.kind, caught.value.subject, caught.value.index) == (
+        "task.settled",
+        "task-1",
+        0,
+    )
+    assert first.size() == second.size() == 1
+    assert second.append(settled(operator, 3, subject="task-2")) == 1  # type: ignore[arg-type]
+    assert first.once_logged("task.settled", "task-2") == 1
+
+
+def test_a_batch_repeating_a_once_only_event_is_refused_whole(
+    store: LogStore, operator: Ed25519Signer
+) -> None:
+    with pytest.raises(AlreadyLoggedError):
+        store.append_batch([settled(operator, 1), settled(operator, 2)])  # type: ignore[list-item]
+    assert store.size() == 0
+
+
+def test_a_log_written_before_the_guard_is_indexed_and_keeps_its_first(
+    open_engine: Callable[[], Engine], operator: Ed25519Signer
+) -> None:
+    legacy = LogStore(open_engine(), LOG_ID, once_per_subject=())
+    legacy.append_batch([settled(operator, 1), settled(operator, 2)])  # type: ignore[list-item]
+    guarded = LogStore(open_engine(), LOG_ID)  # today's code opening yesterday's log
+    assert guarded.once_logged("task.settled", "task-1") == 0
+    with pytest.raises(AlreadyLoggedError):
+        guarded.append(settled(operator, 3))  # type: ignore[arg-type]
+    assert guarded.size() == 2
+
+
+def test_an_anchor_the_chain_forgot_is_sent_again_once(
+    store: LogStore, operator: Ed25519Signer, maker: object
+) -> None:
+    from tests.ledger.conftest import append_signed
+
+    chain = MemoryAnchorChain()
+    anchorer = Anchorer(store, chain, operator, lambda: START, receipt_timeout=0)
+    append_signed(store, maker, 5)  # type: ignore[arg-type]
+    assert anchorer.anchor_latest().status == "confirmed"
+    chain.rewind(0)  # the node restarts from a state saved before that block
+    report = verify_log(store, operator.did, chain)
+    assert not report.ok and report.first_failure is not None
+    assert report.first_failure.number == 5
+
+    outcome = anchorer.anchor_latest()
+    assert outcome.status == "confirmed" and outcome.size == 5
+    assert [a.size for a in chain.anchors(LOG_ID)] == [5]
+    assert verify_log(store, operator.did, chain).ok
+    assert anchorer.anchor_latest().status == "already-anchored"  # not sent a second time
+    assert len(chain.anchors(LOG_ID)) == 1
+
+
+def test_a_forgotten_anchor_is_sent_again_before_the_newer_checkpoint(
+    store: LogStore, operator: Ed25519Signer, maker: object
+) -> None:
+    from tests.ledger.conftest import append_signed
+
+    chain = MemoryAnchorChain()
+    anchorer = Anchorer(store, chain, operator, lambda: START, receipt_timeout=0)
+    append_signed(store, maker, 3)  # type: ignore[arg-type]
+    anchorer.anchor_latest()
+    append_signed(store, maker, 3)  # type: ignore[arg-type]
+    chain.rewind(0)
+    assert anchorer.anchor_latest().size == 6
+    assert [a.size for a in chain.anchors(LOG_ID)] == [3, 6]
+    assert [(a.size, a.status) for a in store.anchors()] == [(3, "confirmed"), (6, "confirmed")]
+    assert verify_log(store, operator.did, chain).ok
+
+
+def test_confirmation_waits_for_the_configured_depth(
+    store: LogStore, operator: Ed25519Signer, maker: object
+) -> None:
+    from tests.ledger.conftest import append_signed
+
+    chain = MemoryAnchorChain()
+    anchorer = Anchorer(store, chain, operator, lambda: START, receipt_timeout=0, confirmations=2)
+    append_signed(store, maker, 2)  # type: ignore[arg-type]
+    assert anchorer.anchor_latest().status == "pending"
+    assert [a.status for a in store.anchors()] == ["pending"]
+    chain.mine_empty(2)
+    assert anchorer.anchor_latest().status == "confirmed"
+    assert [a.status for a in store.anchors()] == ["confirmed"]
