@@ -7,6 +7,7 @@ results, which the runner produces from their adapters; so a policy never speaks
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -58,11 +59,13 @@ class Policy(Protocol):
 
 
 MAX_ATTEMPTS = 2
+_RETRY_SUFFIX = re.compile(r"#\d+$")
 
 
 def base_id(sub_id: str) -> str:
-    """A reassigned sub-task is `s1#2`, `s1#3`…: the same work as `s1`."""
-    return sub_id.split("#", 1)[0]
+    """A reassigned sub-task is `s1#2`, `s1#3`…: the same work as `s1`. Only a trailing
+    `#<n>` is a retry: `batch:arithmetic#2/tax` is the part `tax` of a reassigned batch."""
+    return _RETRY_SUFFIX.sub("", sub_id)
 
 
 class RulePolicy:

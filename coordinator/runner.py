@@ -43,6 +43,7 @@ from identity.challenges import validate_output, work_item
 from identity.errors import ExamError
 from ledger.service import Ledger
 from ledger.signing import Signer
+from market.errors import MarketError
 
 CONVERSATION_OPENED = "conversation.opened"
 CONVERSATION_MESSAGE = "conversation.message"
@@ -114,6 +115,7 @@ class TeamRunner:
         the conversation to its conclusion. Returns the closed top-level conversation.
 
         Raises TeamError when nobody holds a capability a part needs."""
+        self.plan = {}
         capabilities = list(dict.fromkeys(capability for _, capability, _ in parts))
         team = form_team(leader, capabilities, need or title, self.directory)
         work = plan_work(parts)
@@ -179,19 +181,29 @@ class TeamRunner:
                     depth=conversation.depth + 1,
                 )
                 contributions = child.deliverable.contributions if child.deliverable else ()
-                return Result(
-                    task.sub_id,
-                    bool(contributions),
-                    contributions,
-                    None if contributions else "the sub-team delivered nothing",
-                )
+                done_parts = {
+                    str(c.output.get("item_id"))
+                    for c in contributions
+                    if isinstance(c.output, Mapping)
+                }
+                missing = [p for p in parts_of(task) if p not in done_parts]
+                if missing:
+                    # A part the sub-team dropped fails the whole batch, as it would without
+                    # a sub-team: the leader may then give the batch to someone else.
+                    return Result(
+                        task.sub_id,
+                        False,
+                        (),
+                        f"the sub-team delivered no output for {', '.join(missing)}",
+                    )
+                return Result(task.sub_id, True, contributions)
         done: list[Contribution] = []
         adapter = self.adapter_of(assignee)
         for item_task in items:
             item_id = str(item_task.item.get("item_id", item_task.sub_id))
             try:
                 work = self._work_task(item_task)
-            except (ExamError, KeyError, TypeError) as exc:
+            except (ExamError, MarketError, KeyError, TypeError) as exc:
                 return Result(task.sub_id, False, (), f"part {item_id} cannot be given: {exc}")
             try:
                 answer = adapter.run(work)

@@ -269,13 +269,13 @@ class Task:
     price: Wei | None = None
     delivered_index: int | None = None
     delivered_at: datetime | None = None
+    duplicates: tuple[int, ...] = ()
+    """Log indexes of lifecycle events repeated after the first (ignored by the replay)."""
 
     @property
     def review_ends(self) -> datetime | None:
         """When the requester's review window closes (None before delivery)."""
         return None if self.delivered_at is None else self.delivered_at + self.spec.review
-    duplicates: tuple[int, ...] = ()
-    """Log indexes of lifecycle events repeated after the first (ignored by the replay)."""
 
     @property
     def bidding_ends(self) -> datetime:

@@ -4,6 +4,7 @@ replayed from the ledger, and bad input refused clearly."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -11,6 +12,7 @@ import pytest
 
 from ledger.devnet import find_free_port
 from tests.api.test_market_cli import Accord, sleep_until
+from tests.specs import INVOICE, invoice_request
 
 pytestmark = pytest.mark.devnet
 
@@ -29,7 +31,7 @@ def _no_traceback(result: object) -> None:
     assert "Traceback" not in stderr, stderr
 
 
-def test_task_run_and_conversations(accord: Accord) -> None:
+def test_task_run_and_conversations(accord: Accord, tmp_path: Path) -> None:
     accord.json("devnet", "up")
     dids = {}
     for name, caps in (
@@ -42,24 +44,17 @@ def test_task_run_and_conversations(accord: Accord) -> None:
         done = accord.json("agent", "onboard", name, *flags, "--items", "5")
         assert all(r["passed"] is True for r in done["results"]), done
 
-    task = accord.json(
-        "task",
-        "post",
-        "--title",
-        "Arithmetic and extraction",
-        "--description",
-        "arithmetic and extraction",
-        "--budget",
-        "0.5eth",
-        "--capability",
-        "arithmetic",
-        "--capability",
-        "extraction",
-        "--bidding",
-        "20s",
-        "--reveal",
-        "12s",
-    )
+    # the spec file names the invoice by a path beside it; the CLI stores it by sha256
+    (tmp_path / "invoice.txt").write_text(INVOICE)
+    request = invoice_request(bidding="20s", reveal="12s")
+    for part in request["parts"]:
+        if part["capability"] == "extraction":
+            part["input"]["document"] = {"$file": "invoice.txt"}
+    spec_file = tmp_path / "task.json"
+    spec_file.write_text(json.dumps(request))
+    task = accord.json("task", "post", "--spec", str(spec_file))
+    [digest] = task["spec"]["files"]
+    assert accord.run("task", "file", task["id"], digest).stdout == INVOICE
     task_id = task["id"]
     accord.json("bid", "commit", task_id, "--agent", "alice", "--price", "0.1eth")
     accord.json("bid", "commit", task_id, "--agent", "bob", "--price", "0.2eth")
@@ -88,6 +83,16 @@ def test_task_run_and_conversations(accord: Accord) -> None:
 
     shown = accord.json("task", "show", task_id)
     assert shown["state"] == "delivered", shown
+
+    # the requester's deliverable: every part's output and producer, written out on request
+    result = accord.json("task", "result", task_id, "--out", str(tmp_path / "result"))
+    outputs = {entry["part"]: entry["output"] for entry in result["parts"]}
+    assert outputs["lines-sum"] == "2585.50" and outputs["invoice-fields"]["total"] == "3128.46"
+    assert result["checks"] is None and result["leader"] == winner
+    written = json.loads((tmp_path / "result" / "invoice-dates.json").read_text())
+    assert written == {"issue_date": "2026-10-14", "due_date": "2026-11-13"}
+    human = " ".join(accord.run("task", "result", task_id).stdout.split())
+    assert "lines-sum (arithmetic) by" in human and "checks: run at settlement" in human
 
     conversations = accord.json("conversation", "list")
     assert isinstance(conversations, list) and conversations

@@ -31,7 +31,7 @@ from coordinator.conversation import (
     Message,
     Report,
 )
-from coordinator.errors import IllegalMove
+from coordinator.errors import AgentFailure, IllegalMove
 from coordinator.policy import Member, RulePolicy
 from coordinator.runner import CONVERSATION_MESSAGE, RunSettings, TeamRunner
 from coordinator.service import ConversationRecord, conversation_ids, replay_conversation
@@ -728,3 +728,64 @@ def test_agents_as_separate_http_processes_complete_a_task(
     endpoints = {world.adapters[did].endpoint for did in agents}  # type: ignore[attr-defined]
     assert len(endpoints) >= 2
     assert all(r.conversation.state == "closed" for r in replay_all(world).values())
+
+
+# -- regressions -----------------------------------------------------------------------------
+
+
+def test_a_file_that_cannot_be_resolved_fails_the_part_not_the_run(world: World) -> None:
+    """A part naming a file the service cannot read is a failed part (the conversation still
+    concludes), not an exception that leaves the conversation open."""
+    world.add("lead", CAPS)
+    world.add("ann", CAPS)
+    work = invoice_work(2, document={"$file": "0" * 64})
+
+    def resolve(payload: Mapping[str, Any]) -> Mapping[str, Any]:
+        resolved: Mapping[str, Any] = resolve_files(payload, {})  # raises WorkError
+        return resolved
+
+    runner = world.runner(RunSettings(timeout_s=10, max_depth=0), resolve)
+    top = runner.run_task(TASK, world.members["lead"], work.parts, "t", "n")
+    assert top.state == "closed" and top.deliverable is not None
+    done = {c.output["item_id"] for c in top.deliverable.contributions}  # type: ignore[index]
+    assert done == set(work.ids("arithmetic"))
+    failures = [r.result.error or "" for r in world.reports() if not r.result.ok]
+    assert failures and all("cannot be given" in f for f in failures)
+
+
+class _Drops:
+    """An adapter that fails one part every time, and does the rest."""
+
+    def __init__(self, did: str, part: str) -> None:
+        self.did, self.inner, self.part = did, reference_adapter(did), part
+
+    def run(self, task: SubTask) -> JSON:
+        if task.item.get("item_id") == self.part:
+            raise AgentFailure(self.did, "cannot do this part")
+        return self.inner.run(task)
+
+
+def test_a_part_dropped_inside_a_sub_team_fails_the_batch(world: World) -> None:
+    """A sub-team that delivers only some of its batch's parts fails the batch (which the
+    leader may give to another member), as the batch would fail without a sub-team."""
+    world.add("lead", ("extraction",), adapter=lambda did: _Drops(did, "tax"))
+    world.add("ann", ("arithmetic",), adapter=lambda did: _Drops(did, "tax"))
+    world.add("bob", ("arithmetic",), adapter=lambda did: _Drops(did, "tax"))
+    world.add("cy", ("arithmetic",), adapter=lambda did: _Drops(did, "tax"))
+    _, top = world.run("lead", RunSettings(timeout_s=10, max_depth=1))
+    assert top.deliverable is not None
+    done = {c.output["item_id"] for c in top.deliverable.contributions}  # type: ignore[index]
+    failed = [r for r in world.reports() if not r.result.ok]
+    assert any("no output for tax" in (r.result.error or "") for r in failed)
+    # nobody can do tax: the arithmetic batch is missing as a whole, never half delivered
+    assert not {"lines-sum", "tax"} & done
+    assert {"invoice-fields", "invoice-dates"} <= done
+
+
+def test_retries_inside_a_reassigned_batch_keep_their_part() -> None:
+    from coordinator.policy import base_id
+
+    assert base_id("batch:arithmetic#2") == "batch:arithmetic"
+    assert base_id("batch:arithmetic#2/tax") == "batch:arithmetic#2/tax"
+    assert base_id("batch:arithmetic#2/tax#2") == "batch:arithmetic#2/tax"
+    assert base_id("tax") == "tax"
