@@ -28,10 +28,10 @@ from ledger.errors import LedgerError, MalformedError
 from ledger.settings import Settings
 from market import sealed
 from market.auction import PAYMENT_RULES
-from market.errors import BidRejected, MarketError, TaskError
+from market.errors import BidRejected, LimitError, MarketError, TaskError
 from market.money import Wei, format_eth, parse_amount
 from market.runtime import MarketContext, open_market
-from market.tasks import TaskSpec
+from market.tasks import MAX_WINDOW, TaskSpec
 
 task_app = typer.Typer(help="Paid tasks: post, show, list, bids, award.", no_args_is_help=True)
 bid_app = typer.Typer(help="Sealed bids by hand: commit, then reveal.", no_args_is_help=True)
@@ -50,14 +50,32 @@ ServerOption = Annotated[
 ]
 _DURATION = re.compile(r"^\s*([0-9]+)\s*(s|m|h|d)?\s*$")
 _SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+_MAX_DURATION_TEXT = 40
 
 
-def parse_duration(text: str) -> timedelta:
-    """`30s`, `5m`, `2h`, `1d` or bare seconds. Raises TaskError otherwise."""
-    match = _DURATION.match(text)
-    if match is None:
-        raise TaskError(f"{text!r} is not a duration: write e.g. 30s, 5m, 2h or 1d")
-    return timedelta(seconds=int(match.group(1)) * _SECONDS[match.group(2) or "s"])
+def parse_duration(text: str, limit: timedelta = MAX_WINDOW) -> timedelta:
+    """`30s`, `5m`, `2h`, `1d` or bare seconds, at most `limit` (a task's longest window).
+
+    Raises TaskError for anything else, LimitError beyond `limit`.
+    """
+    match = _DURATION.match(text[: _MAX_DURATION_TEXT + 1])
+    if match is None or len(text) > _MAX_DURATION_TEXT:
+        raise TaskError(
+            f"{text[:_MAX_DURATION_TEXT]!r} is not a duration: write e.g. 30s, 5m, 2h or 1d"
+        )
+    seconds = int(match.group(1)) * _SECONDS[match.group(2) or "s"]
+    if seconds > limit.total_seconds():
+        raise LimitError(
+            f"{text.strip()} is longer than the {_days(limit)} a window may last",
+            int(limit.total_seconds()),
+        )
+    return timedelta(seconds=seconds)
+
+
+def _days(span: timedelta) -> str:
+    return (
+        f"{span.days} days" if span.days and not span.seconds else f"{int(span.total_seconds())} s"
+    )
 
 
 def _fail(message: str, code: int = 1) -> NoReturn:
@@ -88,7 +106,7 @@ def _market() -> Iterator[MarketContext]:
         _fail(str(exc))
 
 
-_INPUT_ERRORS = {"AmountError", "TaskError"}
+_INPUT_ERRORS = {"AmountError", "TaskError", "LimitError"}
 
 
 @contextmanager
@@ -219,6 +237,24 @@ def task_list(as_json: JsonFlag = False, server: ServerOption = None) -> None:
             ", ".join(spec["capabilities"]),
         )
     out.print(table)
+
+
+@task_app.command("cancel")
+def task_cancel(
+    task_id: str,
+    as_agent: Annotated[
+        str | None, typer.Option("--as", help="The requester (default: the operator).")
+    ] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """End a posted task whose escrow never opened (the requester only)."""
+    with _market() as market:
+        task = market.market.cancel(market.signer_for(as_agent), task_id)
+        data = _task_json(market, task)
+    if as_json:
+        _emit(data)
+        return
+    out.print(f"[green]✓[/] cancelled {task.task_id}: nothing was escrowed, nothing is owed")
 
 
 @task_app.command("bids")

@@ -46,6 +46,7 @@ from market.errors import (
     AuctionError,
     BidRejected,
     EscrowError,
+    LimitError,
     MarketError,
     TaskError,
     TransitionError,
@@ -151,6 +152,8 @@ def domain_problem(exc: Exception) -> ProblemError:
             return ProblemError(409, detail, kind="transition")
         case AuctionError() | EscrowError():
             return ProblemError(409, detail)
+        case LimitError():
+            return ProblemError(422, detail, kind="limit")
         case AmountError() | TaskError():
             return ProblemError(400, detail)
         case MarketError():

@@ -12,6 +12,7 @@ Every action is a signed ledger event whose subject is the task id, and a task i
     task.awarded     operator    the auction's winner, price and ranking, and forfeits
     task.expired     operator    no valid bid; followed by escrow.refunded
     escrow.refunded  operator    the deposit is credited back to the requester on chain
+    task.cancelled   requester   a posted task whose escrow never opened ends (`cancel`)
 
 Rejected commitments and reveals are not logged; they raise `BidRejected` with the reason.
 """
@@ -43,6 +44,7 @@ from market.tasks import (
     ESCROW_OPENED,
     ESCROW_REFUNDED,
     TASK_AWARDED,
+    TASK_CANCELLED,
     TASK_DELIVERED,
     TASK_EXPIRED,
     TASK_KINDS,
@@ -394,6 +396,27 @@ class Market:
                 self._refund(task)
                 moved.append(task.task_id)
         return moved
+
+    def cancel(self, requester: Signer, task_id: str) -> Task:
+        """End a posted task whose escrow never opened (its deposit failed or never mined),
+        signed by its requester; a task whose deposit is on chain after all gets its
+        `escrow.opened` instead, and the cancellation is refused.
+
+        Raises TaskError for an unknown task or another signer than the requester,
+        TransitionError unless the task is `posted`, ChainError when the chain cannot say.
+        """
+        task = self.task(task_id)
+        if requester.did != task.requester:
+            raise TaskError(f"only its requester {task.requester} may cancel {task_id}")
+        if task.state == "posted":
+            deposit = self.escrow.deposit_of(task_id)
+            if deposit is not None and deposit[0] == task.spec.budget:
+                self._log_escrow_opened(task, EscrowReceipt("recovered", 0))
+                task = self.task(task_id)
+        if task.state != "posted":
+            raise TransitionError(task_id, task.state, "cancelled")
+        self.ledger.append(requester, TASK_CANCELLED, subject=task_id, body={"task_id": task_id})
+        return self.task(task_id)
 
     def commit(self, commitment: sealed.Commitment) -> int:
         """Admit and log a signed commitment, with the bidder's exam score at commit time.

@@ -34,6 +34,7 @@ TaskState = Literal[
     "settled",
     "expired",
     "refunded",
+    "cancelled",
 ]
 
 # Event kinds of the market, in the ledger.
@@ -47,6 +48,9 @@ ESCROW_REFUNDED = "escrow.refunded"
 TASK_STARTED = "task.started"
 TASK_DELIVERED = "task.delivered"
 TASK_SETTLED = "task.settled"
+TASK_CANCELLED = "task.cancelled"
+"""Logged by the requester of a posted task whose escrow never opened: nothing was deposited,
+nothing can be bid, and the task ends."""
 TASK_KINDS = (
     TASK_POSTED,
     ESCROW_OPENED,
@@ -58,6 +62,7 @@ TASK_KINDS = (
     TASK_STARTED,
     TASK_DELIVERED,
     TASK_SETTLED,
+    TASK_CANCELLED,
 )
 
 TITLE_MAX = 200
@@ -279,6 +284,11 @@ def step(task: Task | None, event: TaskEvent) -> Task:
         case "task.settled":
             _require(task, "delivered", "settled")
             return replace(task, state="settled")
+        case "task.cancelled":
+            _require(task, "posted", "cancelled")
+            if event.actor != task.requester:
+                raise TaskError(f"only the requester {task.requester} cancels {task.task_id}")
+            return replace(task, state="cancelled")
         case _:
             raise TaskError(f"{event.kind} is not a task event")
 
