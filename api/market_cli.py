@@ -24,20 +24,24 @@ from rich.table import Table
 
 from api.client import SERVER_ENV, AccordClient, ApiError
 from identity.errors import IdentityError
-from ledger.errors import LedgerError, MalformedError
+from identity.onboarding import open_onboarding
+from ledger.errors import ChainError, LedgerError, MalformedError
+from ledger.runtime import open_store, operator_signer, utc_now
+from ledger.service import Ledger
 from ledger.settings import Settings
 from market import sealed
 from market.auction import PAYMENT_RULES
 from market.errors import BidRejected, LimitError, MarketError, TaskError
 from market.money import Wei, format_eth, parse_amount
 from market.runtime import MarketContext, open_market
+from market.service import Market
 from market.tasks import MAX_WINDOW, TaskSpec
 
 task_app = typer.Typer(help="Paid tasks: post, show, list, bids, award.", no_args_is_help=True)
 bid_app = typer.Typer(help="Sealed bids by hand: commit, then reveal.", no_args_is_help=True)
 
 out = Console(emoji=False, highlight=False)
-err = Console(stderr=True, emoji=False, highlight=False)
+err = Console(stderr=True, emoji=False, highlight=False, soft_wrap=True)
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print data as JSON.")]
 ServerOption = Annotated[
@@ -107,6 +111,42 @@ def _market() -> Iterator[MarketContext]:
 
 
 _INPUT_ERRORS = {"AmountError", "TaskError", "LimitError"}
+
+
+class _ReadOnlyEscrow:
+    """The escrow side of a market opened to read: read commands never start or reach a chain,
+    so any escrow action refuses (with ChainError) instead of sending anything."""
+
+    def _refuse(self, *_: Any, **__: Any) -> NoReturn:
+        raise ChainError("this command only reads the log: it does not reach the chain")
+
+    open = refund_to_requester = requester_address = deposit_of = settle = chain_id = _refuse
+
+
+@contextmanager
+def _read_market() -> Iterator[Market]:
+    """The market over the configured log, to read: it creates no home, starts no devnet and
+    reaches no chain. Expected failures become one line (an unknown task is exit 2)."""
+    try:
+        settings = Settings.from_env()
+    except ValueError as exc:
+        _fail(str(exc), code=2)
+    try:
+        store = open_store(settings, create=False)
+        ledger = Ledger(store, operator_signer(settings), utc_now)
+        yield Market(ledger, open_onboarding(settings, ledger), _ReadOnlyEscrow())
+    except MalformedError as exc:
+        _fail(str(exc), code=2)
+    except MarketError as exc:
+        _fail(str(exc), code=2 if type(exc).__name__ in _INPUT_ERRORS else 1)
+    except (LedgerError, IdentityError) as exc:
+        _fail(str(exc))
+
+
+def _task_view(market: Market, task: Any) -> dict[str, Any]:
+    data: dict[str, Any] = task.to_json()
+    data["state"] = market.state(task)
+    return data
 
 
 @contextmanager
@@ -192,8 +232,8 @@ def task_show(task_id: str, as_json: JsonFlag = False, server: ServerOption = No
         with remote(server) as client:
             data = client.task(task_id)
     else:
-        with _market() as context:
-            data = _task_json(context, context.market.task(task_id))
+        with _read_market() as market:
+            data = _task_view(market, market.task(task_id))
     if as_json:
         _emit(data)
         return
@@ -219,8 +259,8 @@ def task_list(as_json: JsonFlag = False, server: ServerOption = None) -> None:
         with remote(server) as client:
             rows = client.tasks()
     else:
-        with _market() as context:
-            rows = [_task_json(context, task) for task in context.market.tasks()]
+        with _read_market() as market:
+            rows = [_task_view(market, task) for task in market.tasks()]
     if as_json:
         _emit(rows)
         return
@@ -264,8 +304,8 @@ def task_bids(task_id: str, as_json: JsonFlag = False, server: ServerOption = No
         with remote(server) as client:
             bids = client.bids(task_id)
     else:
-        with _market() as context:
-            bids = [bid.to_json() for bid in context.market.bids(task_id)]
+        with _read_market() as market:
+            bids = [bid.to_json() for bid in market.bids(task_id)]
     if as_json:
         _emit(bids)
         return

@@ -231,6 +231,8 @@ def _signed_log(store: LogStore) -> dict[int, Entry]:
 
 
 _COLUMNS = ("actor", "seq", "kind", "subject", "time")
+NO_SUCH_TASK = "the log holds no task"
+"""How step 1 begins when the task is not in the signed log (the CLI makes that exit 2)."""
 
 
 def _scope(store: LogStore, task_id: str, operator_did: str | None) -> _Scope:
@@ -259,7 +261,7 @@ def _scope(store: LogStore, task_id: str, operator_did: str | None) -> _Scope:
         if e.kind in TASK_KINDS
     ]
     if not lifecycle:
-        raise AuditFailure(f"the log holds no task {task_id!r}")
+        raise AuditFailure(f"{NO_SUCH_TASK} {task_id!r}")
     try:
         task = replay(lifecycle)
     except MarketError as exc:
