@@ -5,22 +5,24 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, NoReturn
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 
-from audit.checks import AuditReport, audit_task
+from audit.checks import NO_SUCH_TASK, AuditReport, audit_task
 from audit.html import render_html
 from ledger.errors import LedgerError
 from ledger.runtime import connect_chain, open_store
 from ledger.settings import Settings
+from ledger.store import LogStore
 from market.errors import MarketError
 from market.runtime import connect_escrow
+from market.tasks import TASK_POSTED
 
 out = Console(emoji=False, highlight=False)
-err = Console(stderr=True, emoji=False, highlight=False)
+err = Console(stderr=True, emoji=False, highlight=False, soft_wrap=True)
 
 
 def audit(
@@ -30,21 +32,31 @@ def audit(
         Path | None, typer.Option(help="Also write a readable HTML report to this file.")
     ] = None,
 ) -> None:
-    """Re-check a finished collaboration from the log and the chain alone; exit 1 on FAIL."""
+    """Re-check a finished collaboration from the log and the chain alone; exit 1 on FAIL,
+    2 for a task the log does not hold or an HTML path that cannot be written. A read: it
+    starts no devnet and creates no home."""
+    if html is not None and (html.is_dir() or not html.parent.is_dir()):
+        _fail(f"cannot write the HTML report to {html}: not a file in an existing folder", 2)
     try:
         settings = Settings.from_env()
-        store = open_store(settings)
+        store = open_store(settings, create=False)
+        if not _holds_task(store, task_id):
+            _fail(f"no task {task_id!r} in the log (see `accord task list`)", 2)
         anchors = connect_chain(settings, start_devnet=False)
         escrow, _ = connect_escrow(settings, start_devnet=False)
         report = audit_task(store, task_id, anchors=anchors, escrow=escrow)
     except ValueError as exc:
-        err.print(f"[bold red]error:[/] {escape(str(exc))}")
-        raise typer.Exit(2) from None
+        _fail(str(exc), 2)
     except (LedgerError, MarketError) as exc:
-        err.print(f"[bold red]error:[/] {escape(str(exc))}")
-        raise typer.Exit(1) from None
+        _fail(str(exc), 1)
+    failure = report.first_failure
+    if failure is not None and failure.detail.startswith(NO_SUCH_TASK):
+        _fail(f"no task {task_id!r} in the log (see `accord task list`)", 2)
     if html is not None:
-        html.write_text(render_html(report, store))
+        try:
+            html.write_text(render_html(report, store))
+        except OSError as exc:
+            _fail(f"cannot write the HTML report to {html}: {exc.strerror or exc}", 2)
     if as_json:
         sys.stdout.write(json.dumps(report.to_json(), indent=2, sort_keys=True) + "\n")
     else:
@@ -53,6 +65,20 @@ def audit(
             out.print(f"report written to {html}")
     if not report.ok:
         raise typer.Exit(1)
+
+
+def _holds_task(store: LogStore, task_id: str) -> bool:
+    """Whether any stored entry is about `task_id`: by the subject index, or else by the
+    signed bytes themselves (an operator may have edited the index; the audit then says so)."""
+    if store.find(kind=TASK_POSTED, subject=task_id, limit=1):
+        return True
+    needle = b'"subject":' + json.dumps(task_id, ensure_ascii=False).encode()
+    return any(needle in stored.data for stored in store.entries())
+
+
+def _fail(message: str, code: int) -> NoReturn:
+    err.print(f"[bold red]error:[/] {escape(message)}")
+    raise typer.Exit(code)
 
 
 def print_report(report: AuditReport, console: Console) -> None:

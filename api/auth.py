@@ -156,26 +156,51 @@ class ApiRequestNonce(SQLModel, table=True):
 _REQUEST_NONCES = ApiRequestNonce.__table__  # type: ignore[attr-defined]
 
 
+class PurgeSchedule:
+    """When to delete expired rows: at most once per `every` seconds (of the clock passed in),
+    and at the latest on every `inserts`-th insert, whichever comes first."""
+
+    def __init__(self, every: float = 60.0, inserts: int = 1000) -> None:
+        self.every = every
+        self.inserts = inserts
+        self._next = -math.inf
+        self._count = 0
+        self._lock = threading.Lock()
+
+    def due(self, now: float) -> bool:
+        """Count one insert; True (and the schedule restarts) when a purge is due."""
+        with self._lock:
+            self._count += 1
+            if now < self._next and self._count < self.inserts:
+                return False
+            self._next = now + self.every
+            self._count = 0
+            return True
+
+
 class SqlRequestNonces:
     """Request nonces in the service's database, so every worker sees every nonce: the primary
-    key (did, nonce) makes a second use fail however the requests are spread."""
+    key (did, nonce) makes a second use fail however the requests are spread. Nonces older
+    than twice the window (no request carrying them is accepted any more) are deleted on the
+    `PurgeSchedule` of `purge_every` seconds."""
 
-    def __init__(self, engine: Engine, window: float = DEFAULT_WINDOW) -> None:
+    def __init__(
+        self, engine: Engine, window: float = DEFAULT_WINDOW, purge_every: float = 60.0
+    ) -> None:
         self.engine = engine
         self.window = window
-        self._next_purge = 0.0
+        self.purge = PurgeSchedule(min(purge_every, window / 10))
         SQLModel.metadata.create_all(engine, tables=[_REQUEST_NONCES])
 
     def use(self, did: str, nonce: str, timestamp: float, now: float) -> bool:
         try:
             with self.engine.begin() as connection:
-                if now >= self._next_purge:
+                if self.purge.due(now):
                     connection.execute(
                         delete(_REQUEST_NONCES).where(
                             _REQUEST_NONCES.c.timestamp < now - 2 * self.window
                         )
                     )
-                    self._next_purge = now + self.window / 10
                 connection.execute(
                     insert(_REQUEST_NONCES).values(did=did, nonce=nonce, timestamp=timestamp)
                 )

@@ -34,7 +34,14 @@ from ledger.errors import (
     MalformedError,
 )
 from ledger.events import Entry
-from ledger.runtime import connect_chain, devnet_for, open_ledger, open_store, operator_signer
+from ledger.runtime import (
+    connect_chain,
+    devnet_for,
+    open_ledger,
+    open_store,
+    operator_signer,
+    prepare_home,
+)
 from ledger.settings import Settings
 from ledger.signing import read_keyfile
 from ledger.verify import VerificationReport, verify_log
@@ -61,13 +68,24 @@ app.command("audit")(audit)
 app.command("serve")(serve)
 
 out = Console(emoji=False, highlight=False)
-err = Console(stderr=True, emoji=False, highlight=False)
+err = Console(stderr=True, emoji=False, highlight=False, soft_wrap=True)
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print data as JSON.")]
 
 
+MAX_INDEX = 2**63 - 1
+"""No log index is larger (the stores keep them as 64-bit integers)."""
+
+
 def main() -> None:
-    app()
+    """The `accord` entry point. An operating-system failure no command expected (a folder
+    that vanished, a full disk) still ends in one line and exit 1, never a traceback."""
+    try:
+        app()
+    except OSError as exc:
+        where = f": {exc.filename}" if exc.filename else ""
+        err.print(f"[bold red]error:[/] {exc.strerror or exc}{where}", highlight=False)
+        raise SystemExit(1) from None
 
 
 def _settings() -> Settings:
@@ -107,6 +125,7 @@ def devnet_up(as_json: JsonFlag = False) -> None:
     with _errors():
         if settings.rpc_url is not None:
             _fail("ACCORD_RPC_URL is set: accord uses that chain and manages no devnet", code=2)
+        prepare_home(settings)
         info = devnet_for(settings).up()
         chain = connect_chain(settings, start_devnet=False)
         data = {
@@ -215,10 +234,12 @@ def ledger_show(
     kind: Annotated[str | None, typer.Option(help="Only this kind.")] = None,
     as_json: JsonFlag = False,
 ) -> None:
-    """List entries of the log."""
+    """List entries of the log (a read: it creates nothing)."""
     settings = _settings()
+    if start > MAX_INDEX:
+        _fail(f"--from must be a log index, at most {MAX_INDEX}", code=2)
     with _errors():
-        store = open_store(settings)
+        store = open_store(settings, create=False)
         size = store.size()
         found = store.find(kind=kind, limit=limit, after=start - 1)
         entries = [(stored.index, Entry.from_bytes(stored.data)) for stored in found]
@@ -256,8 +277,10 @@ def ledger_proof(
     from ledger import merkle
 
     settings = _settings()
+    if max(index, size or 0) > MAX_INDEX:
+        _fail(f"the index and --size must be at most {MAX_INDEX}", code=2)
     with _errors():
-        store = open_store(settings)
+        store = open_store(settings, create=False)
         tree_size = store.size() if size is None else size
         if not 0 <= index < tree_size:
             _fail(f"entry {index} is not in a tree of {tree_size} entries", code=2)
@@ -353,7 +376,7 @@ def ledger_verify(
     """Verify the log as a numbered checklist; exit 1 naming the first failing step."""
     settings = _settings()
     with _errors():
-        store = open_store(settings)
+        store = open_store(settings, create=False)
         operator = operator_signer(settings)
         chain: AnchorChain | None = None
         if not offline:

@@ -24,19 +24,24 @@ from rich.table import Table
 
 from api.client import SERVER_ENV, AccordClient, ApiError
 from identity.errors import IdentityError
-from ledger.errors import LedgerError, MalformedError
+from identity.onboarding import open_onboarding
+from ledger.errors import ChainError, LedgerError, MalformedError
+from ledger.runtime import open_store, operator_signer, utc_now
+from ledger.service import Ledger
 from ledger.settings import Settings
 from market import sealed
 from market.auction import price_reason
-from market.errors import BidRejected, MarketError, TaskError, WorkError
+from market.errors import BidRejected, LimitError, MarketError, TaskError, WorkError
 from market.money import Wei, format_eth, parse_amount
 from market.runtime import MarketContext, open_market
+from market.service import Market
+from market.tasks import MAX_WINDOW
 
 task_app = typer.Typer(help="Paid tasks: post, show, list, bids, award.", no_args_is_help=True)
 bid_app = typer.Typer(help="Sealed bids by hand: commit, then reveal.", no_args_is_help=True)
 
 out = Console(emoji=False, highlight=False)
-err = Console(stderr=True, emoji=False, highlight=False)
+err = Console(stderr=True, emoji=False, highlight=False, soft_wrap=True)
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print data as JSON.")]
 ServerOption = Annotated[
@@ -49,14 +54,32 @@ ServerOption = Annotated[
 ]
 _DURATION = re.compile(r"^\s*([0-9]+)\s*(s|m|h|d)?\s*$")
 _SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+_MAX_DURATION_TEXT = 40
 
 
-def parse_duration(text: str) -> timedelta:
-    """`30s`, `5m`, `2h`, `1d` or bare seconds. Raises TaskError otherwise."""
-    match = _DURATION.match(text)
-    if match is None:
-        raise TaskError(f"{text!r} is not a duration: write e.g. 30s, 5m, 2h or 1d")
-    return timedelta(seconds=int(match.group(1)) * _SECONDS[match.group(2) or "s"])
+def parse_duration(text: str, limit: timedelta = MAX_WINDOW) -> timedelta:
+    """`30s`, `5m`, `2h`, `1d` or bare seconds, at most `limit` (a task's longest window).
+
+    Raises TaskError for anything else, LimitError beyond `limit`.
+    """
+    match = _DURATION.match(text[: _MAX_DURATION_TEXT + 1])
+    if match is None or len(text) > _MAX_DURATION_TEXT:
+        raise TaskError(
+            f"{text[:_MAX_DURATION_TEXT]!r} is not a duration: write e.g. 30s, 5m, 2h or 1d"
+        )
+    seconds = int(match.group(1)) * _SECONDS[match.group(2) or "s"]
+    if seconds > limit.total_seconds():
+        raise LimitError(
+            f"{text.strip()} is longer than the {_days(limit)} a window may last",
+            int(limit.total_seconds()),
+        )
+    return timedelta(seconds=seconds)
+
+
+def _days(span: timedelta) -> str:
+    return (
+        f"{span.days} days" if span.days and not span.seconds else f"{int(span.total_seconds())} s"
+    )
 
 
 def _fail(message: str, code: int = 1) -> NoReturn:
@@ -87,7 +110,43 @@ def _market() -> Iterator[MarketContext]:
         _fail(str(exc))
 
 
-_INPUT_ERRORS = {"AmountError", "TaskError", "WorkError"}
+_INPUT_ERRORS = {"AmountError", "TaskError", "WorkError", "LimitError"}
+
+
+class _ReadOnlyEscrow:
+    """The escrow side of a market opened to read: read commands never start or reach a chain,
+    so any escrow action refuses (with ChainError) instead of sending anything."""
+
+    def _refuse(self, *_: Any, **__: Any) -> NoReturn:
+        raise ChainError("this command only reads the log: it does not reach the chain")
+
+    open = refund_to_requester = requester_address = deposit_of = settle = chain_id = _refuse
+
+
+@contextmanager
+def _read_market() -> Iterator[Market]:
+    """The market over the configured log, to read: it creates no home, starts no devnet and
+    reaches no chain. Expected failures become one line (an unknown task is exit 2)."""
+    try:
+        settings = Settings.from_env()
+    except ValueError as exc:
+        _fail(str(exc), code=2)
+    try:
+        store = open_store(settings, create=False)
+        ledger = Ledger(store, operator_signer(settings), utc_now)
+        yield Market(ledger, open_onboarding(settings, ledger), _ReadOnlyEscrow())
+    except MalformedError as exc:
+        _fail(str(exc), code=2)
+    except MarketError as exc:
+        _fail(str(exc), code=2 if type(exc).__name__ in _INPUT_ERRORS else 1)
+    except (LedgerError, IdentityError) as exc:
+        _fail(str(exc))
+
+
+def _task_view(market: Market, task: Any) -> dict[str, Any]:
+    data: dict[str, Any] = task.to_json()
+    data["state"] = market.state(task)
+    return data
 
 
 @contextmanager
@@ -248,8 +307,8 @@ def task_show(task_id: str, as_json: JsonFlag = False, server: ServerOption = No
         with remote(server) as client:
             data = client.task(task_id)
     else:
-        with _market() as context:
-            data = _task_json(context, context.market.task(task_id))
+        with _read_market() as market:
+            data = _task_view(market, market.task(task_id))
     if as_json:
         _emit(data)
         return
@@ -288,8 +347,8 @@ def task_list(as_json: JsonFlag = False, server: ServerOption = None) -> None:
         with remote(server) as client:
             rows = client.tasks()
     else:
-        with _market() as context:
-            rows = [_task_json(context, task) for task in context.market.tasks()]
+        with _read_market() as market:
+            rows = [_task_view(market, task) for task in market.tasks()]
     if as_json:
         _emit(rows)
         return
@@ -308,6 +367,24 @@ def task_list(as_json: JsonFlag = False, server: ServerOption = None) -> None:
     out.print(table)
 
 
+@task_app.command("cancel")
+def task_cancel(
+    task_id: str,
+    as_agent: Annotated[
+        str | None, typer.Option("--as", help="The requester (default: the operator).")
+    ] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """End a posted task whose escrow never opened (the requester only)."""
+    with _market() as market:
+        task = market.market.cancel(market.signer_for(as_agent), task_id)
+        data = _task_json(market, task)
+    if as_json:
+        _emit(data)
+        return
+    out.print(f"[green]✓[/] cancelled {task.task_id}: nothing was escrowed, nothing is owed")
+
+
 @task_app.command("bids")
 def task_bids(task_id: str, as_json: JsonFlag = False, server: ServerOption = None) -> None:
     """Commitments while sealed; prices once revealed."""
@@ -315,8 +392,8 @@ def task_bids(task_id: str, as_json: JsonFlag = False, server: ServerOption = No
         with remote(server) as client:
             bids = client.bids(task_id)
     else:
-        with _market() as context:
-            bids = [bid.to_json() for bid in context.market.bids(task_id)]
+        with _read_market() as market:
+            bids = [bid.to_json() for bid in market.bids(task_id)]
     if as_json:
         _emit(bids)
         return

@@ -48,6 +48,7 @@ from market.errors import (
     AuctionError,
     BidRejected,
     EscrowError,
+    LimitError,
     MarketError,
     SettlementWaits,
     TaskError,
@@ -173,6 +174,8 @@ def domain_problem(exc: Exception) -> ProblemError:
             return ProblemError(409, detail, kind="settlement-waits")
         case BlobError():
             return ProblemError(404, detail, kind="file")
+        case LimitError():
+            return ProblemError(422, detail, kind="limit")
         case AmountError() | TaskError():
             return ProblemError(400, detail)
         case MarketError():

@@ -19,10 +19,17 @@ def serve(
     import uvicorn
 
     from api.app import create_app
+    from ledger.errors import HomeError
+    from ledger.runtime import prepare_home
 
     try:
         settings = Settings.from_env()
     except ValueError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
+    try:
+        prepare_home(settings)
+    except HomeError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from None
     uvicorn.run(create_app(settings), host=host, port=port, log_level="info")

@@ -31,7 +31,7 @@ from typing import Any
 
 from coordinator.errors import CoordinatorError
 from coordinator.runner import CONVERSATION_MESSAGE, CONVERSATION_OPENED
-from coordinator.service import ConversationRecord, conversation_ids, replay_conversation
+from coordinator.service import ConversationRecord, replay_conversation
 from identity.credentials import REVOCATION_EVENT_KIND, VerifiedCredential, verify_credential
 from identity.errors import BindingError, ExamError, IdentityError
 from identity.exams import ANSWERED, COMMITTED, GRADED, regrade_from_ledger
@@ -193,32 +193,80 @@ def audit_task(
 # -- gathering -------------------------------------------------------------------------------
 
 
-def _entry(store: LogStore, index: int) -> Entry:
-    try:
-        return Entry.from_bytes(store.entry(index).data)
-    except (MalformedError, IndexError) as exc:
-        raise AuditFailure(f"entry {index} does not parse: {exc}", index) from exc
+def _signed_log(store: LogStore) -> dict[int, Entry]:
+    """Every stored entry, parsed from its signed bytes and verified, once, by log index.
+
+    The indexed columns (actor, seq, kind, subject, time) are the operator's to edit, so each
+    row's columns are checked against the entry they copy; the rest of the audit reads the
+    parsed entries (and the stores' queries, whose columns this has just checked).
+    Raises AuditFailure naming the first entry that is missing (a gap in the indices, or
+    fewer entries than the log's head counts), does not parse, does not verify, or whose
+    columns differ from what its actor signed. A log cut short with its head lowered to
+    match is step 2's to find: it no longer holds the anchored tree.
+    """
+    log: dict[int, Entry] = {}
+    size = store.size()
+    for stored in store.entries():
+        if stored.index != len(log):
+            raise AuditFailure(
+                f"entry {len(log)} is missing from the log (the next one stored is {stored.index})",
+                len(log),
+            )
+        try:
+            entry = Entry.from_bytes(stored.data)
+            entry.verify()
+        except (MalformedError, SignatureError) as exc:
+            raise AuditFailure(f"entry {stored.index}: {exc}", stored.index) from exc
+        if stored.columns is not None:
+            event = entry.event
+            signed = (event.actor, event.seq, event.kind, event.subject, event.at)
+            for name, column, value in zip(_COLUMNS, stored.columns, signed, strict=True):
+                if column != value:
+                    raise AuditFailure(
+                        f"the stored {name} of entry {stored.index} is {column!r}, but its "
+                        f"actor signed {value!r}",
+                        stored.index,
+                    )
+        log[stored.index] = entry
+    if len(log) < size:
+        raise AuditFailure(
+            f"entry {len(log)} is missing from the log (its head counts {size})", len(log)
+        )
+    return log
+
+
+_COLUMNS = ("actor", "seq", "kind", "subject", "time")
+NO_SUCH_TASK = "the log holds no task"
+"""How step 1 begins when the task is not in the signed log (the CLI makes that exit 2)."""
 
 
 def _scope(store: LogStore, task_id: str, operator_did: str | None) -> _Scope:
+    """What the task touched, from the signed entries alone (see `_signed_log`).
+
+    Raises AuditFailure (reported at step 1) when an entry or its columns do not hold, the
+    log has no such task, or the task's events or bids do not parse.
+    """
+    log = _signed_log(store)
+    by_subject: dict[str, list[int]] = {}
+    by_kind: dict[str, list[int]] = {}
+    for index, entry in log.items():
+        by_subject.setdefault(entry.event.subject, []).append(index)
+        by_kind.setdefault(entry.event.kind, []).append(index)
     touched: dict[int, Entry] = {}
 
-    def take(found: Sequence[Any]) -> list[tuple[int, Event]]:
-        out = []
-        for stored in found:
-            entry = _entry(store, stored.index)
-            touched[stored.index] = entry
-            out.append((stored.index, entry.event))
-        return out
+    def take(indices: Sequence[int]) -> list[tuple[int, Event]]:
+        for index in indices:
+            touched[index] = log[index]
+        return [(index, log[index].event) for index in indices]
 
-    events = take(store.find(subject=task_id, limit=MAX_EVENTS))
+    events = take(by_subject.get(task_id, [])[:MAX_EVENTS])
     lifecycle = [
         TaskEvent(i, e.kind, e.actor, parse_time(e.at), e.body)
         for i, e in events
         if e.kind in TASK_KINDS
     ]
     if not lifecycle:
-        raise AuditFailure(f"the log holds no task {task_id!r}")
+        raise AuditFailure(f"{NO_SUCH_TASK} {task_id!r}")
     try:
         task = replay(lifecycle)
     except MarketError as exc:
@@ -233,11 +281,18 @@ def _scope(store: LogStore, task_id: str, operator_did: str | None) -> _Scope:
                 raise AuditFailure(f"a logged bid does not parse: {exc}", index) from exc
     bidders = [(c.index, c.commitment) for c in book.commitments.values()]
     conversations: list[ConversationRecord] = []
-    for conv_id in conversation_ids(store, task_id):
+    conv_ids = [
+        log[i].event.subject
+        for i in by_kind.get(CONVERSATION_OPENED, [])
+        if log[i].event.body.get("task") == task_id
+    ]
+    for conv_id in conv_ids:
         take(
-            store.find(
-                subject=conv_id, kinds=(CONVERSATION_OPENED, CONVERSATION_MESSAGE), limit=MAX_EVENTS
-            )
+            [
+                i
+                for i in by_subject.get(conv_id, [])
+                if log[i].event.kind in (CONVERSATION_OPENED, CONVERSATION_MESSAGE)
+            ]
         )
         try:
             conversations.append(replay_conversation(store, conv_id))
@@ -246,11 +301,11 @@ def _scope(store: LogStore, task_id: str, operator_did: str | None) -> _Scope:
     agents = {c.bidder for _, c in bidders} | {
         m for record in conversations for m in record.conversation.members
     }
-    for agent in sorted(agents):
-        for kind in (ANSWERED, PAYOUT_BOUND_KIND):
-            take(store.find(kind=kind, actor=agent, limit=MAX_EVENTS))
-        take(store.find(kind=ISSUED_EVENT_KIND, limit=MAX_EVENTS))
-    take(store.find(kind=REVOCATION_EVENT_KIND, limit=MAX_EVENTS))
+    for kind in (ANSWERED, PAYOUT_BOUND_KIND):
+        take([i for i in by_kind.get(kind, []) if log[i].event.actor in agents])
+    if agents:
+        take(by_kind.get(ISSUED_EVENT_KIND, []))
+    take(by_kind.get(REVOCATION_EVENT_KIND, []))
     return _Scope(task, events, conversations, touched, operator, bidders)
 
 
@@ -390,9 +445,15 @@ def _anchored(store: LogStore, scope: _Scope, chain: AnchorChain) -> str:
             f"entries from {anchors[-1].size} on are not anchored (the tail up to {last})",
             anchors[-1].size,
         )
-    leaves = [merkle.leaf_hash(e.data) for e in store.entries(0, anchors[-1].size)]
-    if len(leaves) != anchors[-1].size:
-        raise AuditFailure(f"the log holds {len(leaves)} entries, the chain anchors more")
+    stored = list(store.entries(0, anchors[-1].size))
+    if len(stored) != anchors[-1].size:
+        missing = next((i for i, e in enumerate(stored) if e.index != i), len(stored))
+        raise AuditFailure(
+            f"the log holds {len(stored)} entries, the chain anchors more: "
+            f"entry {missing} is missing",
+            missing,
+        )
+    leaves = [merkle.leaf_hash(e.data) for e in stored]
     roots: dict[int, bytes] = {}
     for anchor in anchors:
         roots[anchor.size] = merkle.root(leaves[: anchor.size])

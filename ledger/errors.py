@@ -13,6 +13,7 @@
     │   ├── DeploymentError         a recorded contract is missing or has other code
     │   └── AnchorError             the registry refused an anchor, or a pending one is unresolved
     ├── DevnetError             the managed anvil could not be started, found or stopped
+    ├── HomeError               ACCORD_HOME cannot be (or, for a read, is not yet) accord's home
     └── VerificationError       `ledger verify` found a step that does not hold
 
 Each subclass carries the offending value where there is one, so a caller can report it
@@ -97,6 +98,17 @@ class AnchorError(ChainError):
 
 class DevnetError(LedgerError):
     """The managed anvil devnet could not be started, found or stopped."""
+
+
+class HomeError(LedgerError):
+    """ACCORD_HOME is not a private folder accord can use: a file, a path that cannot be
+    created, another user's folder, one this user cannot write; or, for a read command, it does
+    not exist yet (`missing`). `home` is the path."""
+
+    def __init__(self, home: str, message: str, *, missing: bool = False) -> None:
+        super().__init__(message)
+        self.home = home
+        self.missing = missing
 
 
 class VerificationError(LedgerError):

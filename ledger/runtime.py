@@ -6,12 +6,15 @@ the caller's behalf; the CLI and the API go through it.
 
 from __future__ import annotations
 
+import os
+import stat
 from datetime import UTC, datetime
+from pathlib import Path
 
 from ledger.anchoring import Anchorer
 from ledger.chain import DEVNET_OPERATOR_KEY, AnchorChain, Web3AnchorChain, ensure_registry
 from ledger.devnet import Devnet
-from ledger.errors import ChainError, DevnetError
+from ledger.errors import ChainError, DevnetError, HomeError
 from ledger.service import Ledger
 from ledger.settings import Settings
 from ledger.signing import Ed25519Signer, load_or_create_keyfile
@@ -24,15 +27,110 @@ def utc_now() -> datetime:
     return datetime.now(UTC)
 
 
+HOME_MODE = 0o700
+FILE_MODE = 0o600
+_SQLITE_PREFIX = "sqlite:///"
+
+
+def prepare_home(settings: Settings, *, create: bool = True) -> Path:
+    """ACCORD_HOME as a private folder: created 0700 (under umask 077) when missing, an
+    existing one of this user's tightened to 0700, and the SQLite database of the settings
+    (with its -wal and -shm files, which SQLite creates with the database's mode) 0600.
+
+    With `create` False (read commands) nothing is created: a missing home, or a missing
+    database in it, raises HomeError with `missing` set. Raises HomeError when the path is a
+    file, cannot be created, belongs to another user or cannot be written.
+    """
+    home = settings.home
+    if not home.exists():
+        if not create and sqlite_path(settings) is None:
+            return home  # a read of another database needs no home
+        if not create:
+            raise HomeError(
+                str(home),
+                f"there is no accord home at {home} yet (set ACCORD_HOME, or create one with "
+                "`accord agent new` or `accord ledger append`)",
+                missing=True,
+            )
+        previous = os.umask(0o077)
+        try:
+            home.mkdir(parents=True, exist_ok=True, mode=HOME_MODE)
+        except OSError as exc:
+            raise HomeError(
+                str(home), f"cannot create ACCORD_HOME {home}: {exc.strerror or exc}"
+            ) from exc
+        finally:
+            os.umask(previous)
+    if not home.is_dir():
+        raise HomeError(str(home), f"ACCORD_HOME {home} is not a folder")
+    try:
+        status = home.stat()
+        if status.st_uid != os.getuid():
+            raise HomeError(
+                str(home),
+                f"ACCORD_HOME {home} belongs to another user (uid {status.st_uid}): "
+                "use a folder of your own",
+            )
+        if not os.access(home, os.W_OK | os.X_OK):
+            raise HomeError(str(home), f"ACCORD_HOME {home} is not writable by this user")
+        if stat.S_IMODE(status.st_mode) & 0o077:
+            home.chmod(HOME_MODE)
+    except OSError as exc:
+        raise HomeError(str(home), f"cannot use ACCORD_HOME {home}: {exc.strerror or exc}") from exc
+    database = sqlite_path(settings)
+    if database is not None:
+        _private_database(database, create=create, home=home)
+    return home
+
+
+def sqlite_path(settings: Settings) -> Path | None:
+    """The SQLite file the settings name, or None for another database."""
+    if not settings.db_url.startswith(_SQLITE_PREFIX):
+        return None
+    name = settings.db_url.removeprefix(_SQLITE_PREFIX).split("?", 1)[0]
+    return None if name in ("", ":memory:") else Path(name)
+
+
+def _private_database(database: Path, *, create: bool, home: Path) -> None:
+    """The database file made 0600 before SQLite opens it (so -wal and -shm follow), and
+    existing ones tightened. Raises HomeError."""
+    try:
+        if not database.exists():
+            if not create:
+                raise HomeError(
+                    str(home),
+                    f"there is no accord database at {database} yet: nothing has been logged",
+                    missing=True,
+                )
+            if not database.parent.is_dir():
+                return  # SQLite reports the missing folder when it opens the URL
+            descriptor = os.open(database, os.O_CREAT | os.O_WRONLY, FILE_MODE)
+            os.close(descriptor)
+        for path in (database, Path(f"{database}-wal"), Path(f"{database}-shm")):
+            if path.exists() and stat.S_IMODE(path.stat().st_mode) != FILE_MODE:
+                path.chmod(FILE_MODE)
+    except OSError as exc:
+        raise HomeError(
+            str(home), f"cannot make the database {database} private: {exc.strerror or exc}"
+        ) from exc
+
+
 def operator_signer(settings: Settings) -> Ed25519Signer:
-    """The network operator's Ed25519 key, created on first use under `keys/`."""
-    settings.home.mkdir(parents=True, exist_ok=True)
+    """The network operator's Ed25519 key, created on first use under `keys/`.
+
+    Raises HomeError when ACCORD_HOME cannot be used (see `prepare_home`).
+    """
+    prepare_home(settings)
     return load_or_create_keyfile(settings.keys_dir / OPERATOR_KEYFILE)
 
 
-def open_store(settings: Settings) -> LogStore:
-    """The log database named by the settings (raises StoreError when it cannot be opened)."""
-    settings.home.mkdir(parents=True, exist_ok=True)
+def open_store(settings: Settings, *, create: bool = True) -> LogStore:
+    """The log database named by the settings.
+
+    With `create` False (read commands) no home or database is created. Raises HomeError
+    (see `prepare_home`) and StoreError when the database cannot be opened.
+    """
+    prepare_home(settings, create=create)
     return LogStore(make_engine(settings.db_url), settings.log_id)
 
 

@@ -70,7 +70,7 @@ class Settings:
         return cls(
             home=home,
             db_url=db_url,
-            rpc_url=env.get("ACCORD_RPC_URL") or None,
+            rpc_url=_url(env, "ACCORD_RPC_URL"),
             operator_eth_key=env.get("ACCORD_OPERATOR_ETH_KEY") or None,
             log_id=env.get("ACCORD_LOG_ID", DEFAULT_LOG_ID),
             devnet_port=_int(env, "ACCORD_DEVNET_PORT", DEFAULT_DEVNET_PORT),
@@ -94,6 +94,23 @@ def env_flag(env: Mapping[str, str], name: str) -> bool:
     if raw in ("1", "true", "yes", "on"):
         return True
     raise ValueError(f"{name} must be 1 or 0, got {env.get(name)!r}")
+
+
+_URL_SCHEMES = ("http://", "https://", "ws://", "wss://")
+
+
+def _url(env: Mapping[str, str], name: str) -> str | None:
+    raw = env.get(name) or None
+    if raw is None:
+        return None
+    scheme, _, rest = raw.partition("://")
+    if not raw.lower().startswith(_URL_SCHEMES) or not rest.split("/", 1)[0]:
+        raise ValueError(
+            f"{name} must be an http(s) or ws(s) URL of a JSON-RPC endpoint, like "
+            f"http://127.0.0.1:8545, not {raw!r}"
+        )
+    del scheme
+    return raw
 
 
 def _int(env: Mapping[str, str], name: str, default: int, *, minimum: int = 1) -> int:

@@ -2,6 +2,7 @@
 
 MarketError
 ├── AmountError             an amount is not a whole number of wei, negative, or unparseable
+├── LimitError              an amount or a window beyond what the chain or the market accepts
 ├── TaskError               a task is malformed, unknown, or not in the state an action needs
 │   ├── TransitionError     a lifecycle transition the state machine does not allow
 │   └── WorkError           a part, a check or a file of a task spec is invalid (`path` names it)
@@ -23,6 +24,16 @@ class MarketError(Exception):
 
 class AmountError(MarketError):
     """An amount is not a whole, non-negative number of wei, or cannot be parsed."""
+
+
+class LimitError(MarketError):
+    """An amount above what a chain account can hold, or a window beyond the market's limits.
+
+    `limit` is the bound that was exceeded (wei, or seconds)."""
+
+    def __init__(self, message: str, limit: int) -> None:
+        super().__init__(message)
+        self.limit = limit
 
 
 class TaskError(MarketError):

@@ -8,30 +8,43 @@ from __future__ import annotations
 import re
 from typing import NewType
 
-from market.errors import AmountError
+from market.errors import AmountError, LimitError
 
 Wei = NewType("Wei", int)
+
+MAX_WEI = 2**128 - 1
+"""The largest amount accord accepts: more than any account on an EVM chain can hold (all the
+ether ever issued is under 2**87 wei), and far inside the escrow's uint256 arithmetic, so a
+budget, price or payout above it is refused as input before anything is logged or sent."""
 
 WEI_PER_ETH = 10**18
 WEI_PER_GWEI = 10**9
 _UNIT_DECIMALS = {"eth": 18, "ether": 18, "gwei": 9, "wei": 0}
+_MAX_AMOUNT_TEXT = 100
 _AMOUNT = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([a-zA-Z]*)\s*$")
 
 
 def wei(value: int) -> Wei:
-    """`value` as Wei; raises AmountError for a negative number or a non-integer."""
+    """`value` as Wei; raises AmountError for a negative number or a non-integer, LimitError
+    above MAX_WEI."""
     if isinstance(value, bool) or not isinstance(value, int):
         raise AmountError(f"an amount in wei must be a whole number, not {value!r}")
     if value < 0:
         raise AmountError(f"an amount cannot be negative: {value}")
+    if value > MAX_WEI:
+        raise LimitError(
+            f"{value} wei is more than any chain account holds (at most {MAX_WEI} wei)", MAX_WEI
+        )
     return Wei(value)
 
 
 def parse_amount(text: str) -> Wei:
     """Read `0.5eth`, `12 gwei`, `1000wei` or a bare integer of wei.
 
-    Raises AmountError for anything else, or a fraction of a wei.
+    Raises AmountError for anything else, or a fraction of a wei; LimitError above MAX_WEI.
     """
+    if len(text) > _MAX_AMOUNT_TEXT:
+        raise LimitError(f"the amount {text[:20]!r}… is too long to be one", MAX_WEI)
     match = _AMOUNT.match(text)
     if match is None:
         raise AmountError(f"{text!r} is not an amount: write e.g. 0.5eth, 20gwei or 1000wei")

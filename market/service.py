@@ -16,6 +16,7 @@ Every action is a signed ledger event whose subject is the task id, and a task i
     task.delivered   winner      the team's signed reports and the assembled deliverable
                                  (plan and parts, stored content-addressed; its sha256)
     review.given     requester   accept or reject of one review check, in the review window
+    task.cancelled   requester   a posted task whose escrow never opened ends (`cancel`)
 
 A task's input files and its deliverable are blobs named by their SHA-256 (`market.blobs`).
 
@@ -52,6 +53,7 @@ from market.tasks import (
     ESCROW_REFUNDED,
     REVIEW_GIVEN,
     TASK_AWARDED,
+    TASK_CANCELLED,
     TASK_DELIVERED,
     TASK_EXPIRED,
     TASK_KINDS,
@@ -432,6 +434,27 @@ class Market:
                 self._refund(task)
                 moved.append(task.task_id)
         return moved
+
+    def cancel(self, requester: Signer, task_id: str) -> Task:
+        """End a posted task whose escrow never opened (its deposit failed or never mined),
+        signed by its requester; a task whose deposit is on chain after all gets its
+        `escrow.opened` instead, and the cancellation is refused.
+
+        Raises TaskError for an unknown task or another signer than the requester,
+        TransitionError unless the task is `posted`, ChainError when the chain cannot say.
+        """
+        task = self.task(task_id)
+        if requester.did != task.requester:
+            raise TaskError(f"only its requester {task.requester} may cancel {task_id}")
+        if task.state == "posted":
+            deposit = self.escrow.deposit_of(task_id)
+            if deposit is not None and deposit[0] == task.spec.budget:
+                self._log_escrow_opened(task, EscrowReceipt("recovered", 0))
+                task = self.task(task_id)
+        if task.state != "posted":
+            raise TransitionError(task_id, task.state, "cancelled")
+        self.ledger.append(requester, TASK_CANCELLED, subject=task_id, body={"task_id": task_id})
+        return self.task(task_id)
 
     def commit(self, commitment: sealed.Commitment) -> int:
         """Admit and log a signed commitment, with the bidder's exam score at commit time.

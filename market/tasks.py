@@ -25,7 +25,7 @@ from typing import Any, Literal
 
 from ledger.events import parse_time
 from market.auction import PAYMENT_RULES, PaymentRule, ScoringWeights
-from market.errors import AuctionError, TaskError, TransitionError, WorkError
+from market.errors import AuctionError, LimitError, TaskError, TransitionError, WorkError
 from market.money import Wei, wei
 from market.work import (
     Check,
@@ -47,6 +47,7 @@ TaskState = Literal[
     "settled",
     "expired",
     "refunded",
+    "cancelled",
 ]
 
 # Event kinds of the market, in the ledger.
@@ -70,6 +71,9 @@ ONCE_PER_TASK = (
     TASK_DELIVERED,
     TASK_SETTLED,
 )
+TASK_CANCELLED = "task.cancelled"
+"""Logged by the requester of a posted task whose escrow never opened: nothing was deposited,
+nothing can be bid, and the task ends."""
 TASK_KINDS = (
     TASK_POSTED,
     ESCROW_OPENED,
@@ -82,6 +86,7 @@ TASK_KINDS = (
     TASK_DELIVERED,
     TASK_SETTLED,
     REVIEW_GIVEN,
+    TASK_CANCELLED,
 )
 
 TITLE_MAX = 200
@@ -89,7 +94,6 @@ DESCRIPTION_MAX = 10_000
 MIN_WINDOW = timedelta(seconds=1)
 MAX_WINDOW = timedelta(days=30)
 DEFAULT_REVIEW = timedelta(hours=1)
-MAX_BUDGET = 2**256 - 1
 DEFAULT_WEIGHTS = ScoringWeights(Fraction(1, 2), Fraction(1, 2))
 CAPABILITY_PATTERN = re.compile(r"^[a-z][a-z0-9_-]{0,63}$")
 
@@ -138,8 +142,6 @@ class TaskSpec:
         wei(self.budget)
         if self.budget == 0:
             raise TaskError("the budget must be more than 0 wei")
-        if self.budget > MAX_BUDGET:
-            raise TaskError("the budget is more than the chain can hold (2^256 - 1 wei)")
         for name in ("bidding", "reveal", "delivery", "review"):
             window = getattr(self, name)
             if not MIN_WINDOW <= window <= MAX_WINDOW:
@@ -361,6 +363,11 @@ def step(task: Task | None, event: TaskEvent) -> Task:
         case "task.settled":
             _require(task, "delivered", "settled")
             return replace(task, state="settled")
+        case "task.cancelled":
+            _require(task, "posted", "cancelled")
+            if event.actor != task.requester:
+                raise TaskError(f"only the requester {task.requester} cancels {task.task_id}")
+            return replace(task, state="cancelled")
         case _:
             raise TaskError(f"{event.kind} is not a task event")
 
@@ -409,20 +416,26 @@ def event_time(text: str) -> datetime:
 
 _WINDOW = re.compile(r"^\s*([0-9]{1,9})\s*(s|m|h|d)?\s*$")
 _WINDOW_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+_WINDOW_DIGITS = re.compile(r"^\s*[0-9]+\s*(s|m|h|d)?\s*$")
+_MAX_SECONDS = int(MAX_WINDOW.total_seconds())
 
 
 def parse_window(value: Any, what: str) -> timedelta:
     """`30s`, `5m`, `2h`, `1d` or a whole number of seconds, within 1 s and 30 days.
 
-    Raises TaskError otherwise.
+    Raises LimitError beyond 30 days, TaskError for anything else.
     """
     text = str(value) if isinstance(value, int) and not isinstance(value, bool) else value
-    match = _WINDOW.match(text) if isinstance(text, str) else None
+    match = _WINDOW.match(text) if isinstance(text, str) and len(text) <= 40 else None
     if match is None:
+        if isinstance(text, str) and _WINDOW_DIGITS.match(text):
+            raise LimitError(f"the {what} window {text!r} is beyond 30 days", _MAX_SECONDS)
         raise TaskError(f"the {what} window {value!r} is not a duration: write e.g. 30s, 5m or 2h")
     window = timedelta(seconds=int(match.group(1)) * _WINDOW_SECONDS[match.group(2) or "s"])
-    if not MIN_WINDOW <= window <= MAX_WINDOW:
-        raise TaskError(f"the {what} window must be between 1 s and 30 days, not {value!r}")
+    if window > MAX_WINDOW:
+        raise LimitError(f"the {what} window {value!r} is beyond 30 days", _MAX_SECONDS)
+    if window < MIN_WINDOW:
+        raise TaskError(f"the {what} window must be at least 1 s, not {value!r}")
     return window
 
 

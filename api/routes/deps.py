@@ -6,15 +6,16 @@ import contextlib
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Annotated, Any
 
 from fastapi import Depends, Request
 
 from api.auth import (
     DEFAULT_WINDOW,
-    DID_HEADER,
     AuthError,
     NonceMemory,
+    PurgeSchedule,
     RateLimiter,
     RequestNonces,
     SqlRequestNonces,
@@ -36,8 +37,11 @@ class ApiConfig:
     """Limits of the service.
 
     max_body: request bodies above this many bytes get 413.
-    rate, burst: each DID (each client address for unsigned requests) may make `burst`
-    requests at once and `rate` per second after that; above it, 429 with Retry-After.
+    rate, burst: each signing DID (each client address for unsigned requests) may make
+    `burst` requests at once and `rate` per second after that; above it, 429 with Retry-After.
+    challenge_rate, challenge_burst: the same for registration challenges, per client address
+    (a fresh did:key costs nothing, so the DID cannot be what limits them).
+    purge_every: expired request nonces and challenges are deleted at most this often (s).
     window: signed requests are accepted within ±window seconds of the service's clock.
     """
 
@@ -46,6 +50,9 @@ class ApiConfig:
     rate: float = 20.0
     burst: float = 100.0
     window: float = DEFAULT_WINDOW
+    challenge_rate: float = 0.5
+    challenge_burst: float = 20.0
+    purge_every: float = 60.0
     service_name: str = "accord"
     version: str = "0.1.0"
 
@@ -64,11 +71,17 @@ class ApiState:
     nonces: RequestNonces | None = None
     """Request nonces: in the service's database (shared by all workers) once it is open."""
     limiter: RateLimiter = field(init=False)
+    challenge_limiter: RateLimiter = field(init=False)
+    challenge_purge: PurgeSchedule = field(init=False)
     write_lock: threading.RLock = field(default_factory=threading.RLock)
     _open_lock: threading.Lock = field(default_factory=threading.Lock)
 
     def __post_init__(self) -> None:
         self.limiter = RateLimiter(self.config.rate, self.config.burst)
+        self.challenge_limiter = RateLimiter(
+            self.config.challenge_rate, self.config.challenge_burst
+        )
+        self.challenge_purge = PurgeSchedule(self.config.purge_every)
 
     def request_nonces(self) -> RequestNonces:
         """The replay guard, in the database every worker shares (opened with the market)."""
@@ -77,7 +90,7 @@ class ApiState:
                 if self.nonces is None:
                     engine = self.context_.market.ledger.store.engine if self.context_ else None
                     self.nonces = (
-                        SqlRequestNonces(engine, self.config.window)
+                        SqlRequestNonces(engine, self.config.window, self.config.purge_every)
                         if engine is not None
                         else NonceMemory(self.config.window)
                     )
@@ -117,11 +130,27 @@ def _throttle(state: ApiState, key: str) -> None:
         )
 
 
+def _address(request: Request) -> str:
+    return f"address {request.client.host if request.client else 'unknown'}"
+
+
 def throttle_reads(request: Request, state: Annotated[ApiState, Depends(get_state)]) -> None:
-    """Unsigned requests are rate-limited per client address (or per the DID they claim)."""
-    claimed = request.headers.get(DID_HEADER)
-    host = request.client.host if request.client else "unknown"
-    _throttle(state, f"did {claimed}" if claimed else f"address {host}")
+    """Unsigned requests are rate-limited per client address (429). A claimed `Accord-DID`
+    header is ignored: nothing proves it, and it must not spend its owner's bucket."""
+    _throttle(state, _address(request))
+
+
+def throttle_challenges(request: Request, state: Annotated[ApiState, Depends(get_state)]) -> None:
+    """Registration challenges are limited per client address (429), and issuing one purges
+    the expired ones at most every `ApiConfig.purge_every` seconds."""
+    wait = state.challenge_limiter.take(_address(request))
+    if wait is not None:
+        seconds = max(1, int(wait + 0.999))
+        raise ProblemError(
+            429,
+            f"too many registration challenges from {_address(request)}: try again in {seconds} s",
+            headers={"Retry-After": str(seconds)},
+        )
 
 
 async def signed_caller(request: Request, state: Annotated[ApiState, Depends(get_state)]) -> str:
@@ -151,6 +180,21 @@ async def signed_caller(request: Request, state: Annotated[ApiState, Depends(get
         ) from exc
     _throttle(state, f"did {did}")
     return did
+
+
+def purge_expired_challenges(nonces: object, now: datetime) -> int:
+    """Delete the registration challenges that expired by `now`; returns how many.
+
+    Both of identity's nonce stores can (`purge_expired`); a store that cannot is left alone.
+    A database failure is not raised here: issuing the challenge that follows reports it.
+    """
+    purge = getattr(nonces, "purge_expired", None)
+    if purge is None:
+        return 0
+    try:
+        return int(purge(now))
+    except IdentityError:
+        return 0
 
 
 State = Annotated[ApiState, Depends(get_state)]

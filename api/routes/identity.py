@@ -8,7 +8,14 @@ from fastapi import APIRouter, Depends, Query, Request
 from pydantic import BaseModel, Field
 
 from api.problems import ProblemError
-from api.routes.deps import Caller, Context, State, throttle_reads
+from api.routes.deps import (
+    Caller,
+    Context,
+    State,
+    purge_expired_challenges,
+    throttle_challenges,
+    throttle_reads,
+)
 from identity.agents import AgentRecord
 from identity.challenges import REGISTRY
 from identity.errors import CredentialError, RegistryError
@@ -142,11 +149,14 @@ class RegistrationBody(BaseModel):
     "/registration/challenge",
     tags=["identity"],
     summary="A single-use DID-auth challenge for the caller",
+    dependencies=[Depends(throttle_challenges)],
 )
 def registration_challenge(caller: Caller, context: Context, state: State) -> dict[str, Any]:
     onboarding = context.onboarding
     now = onboarding.ledger.clock()
     with state.write_lock:
+        if state.challenge_purge.due(now.timestamp()):
+            purge_expired_challenges(onboarding.nonces, now)
         nonce = onboarding.nonces.issue(onboarding.domain, now, REGISTRATION_CHALLENGE_TTL)
     return {
         "challenge": nonce,

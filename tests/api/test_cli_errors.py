@@ -1,0 +1,109 @@
+"""Every bad input or unusable environment ends in one line on stderr and the documented exit
+code (0 success, 1 a failure the message explains, 2 bad input); read commands start no devnet
+and create no home. `accord` runs in a subprocess, with no devnet running."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ledger.devnet import find_free_port
+
+
+def accord(home: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    environ = {
+        **os.environ,
+        "ACCORD_HOME": str(home),
+        "ACCORD_DEVNET_PORT": str(find_free_port()),
+        "COLUMNS": "80",
+        **env,
+    }
+    for name in ("ACCORD_RPC_URL", "ACCORD_DB_URL"):
+        if name not in env:
+            environ.pop(name, None)
+    return subprocess.run(
+        [sys.executable, "-m", "api.cli", *args],
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def one_line(result: subprocess.CompletedProcess[str], code: int) -> str:
+    assert result.returncode == code, (result.stdout, result.stderr)
+    assert "Traceback" not in result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    return lines[0]
+
+
+@pytest.fixture(scope="module")
+def home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A home with one logged note (appended with no chain: it stays unanchored)."""
+    path = tmp_path_factory.mktemp("cli") / "home"
+    result = accord(path, "ledger", "append", "--kind", "note.added")
+    assert result.returncode == 0, result.stderr
+    return path
+
+
+def test_a_huge_from_index_is_bad_input(home: Path) -> None:
+    line = one_line(accord(home, "ledger", "show", "--from", "99999999999999999999"), 2)
+    assert "--from" in line
+
+
+@pytest.mark.parametrize("target", ["/nonexistent/x.html", "/"])
+def test_an_html_report_that_cannot_be_written_is_bad_input(home: Path, target: str) -> None:
+    line = one_line(accord(home, "audit", "task-any", "--html", target), 2)
+    assert target in line
+
+
+@pytest.mark.parametrize("command", [("task", "show"), ("audit",)])
+def test_an_unknown_task_is_exit_2_everywhere(home: Path, command: tuple[str, ...]) -> None:
+    line = one_line(accord(home, *command, "task-nope"), 2)
+    assert "task-nope" in line
+
+
+def test_reading_tasks_starts_no_devnet(home: Path) -> None:
+    result = accord(home, "task", "list", "--json")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"
+    assert not (home / "devnet").exists()
+
+
+@pytest.mark.parametrize("command", [("ledger", "show"), ("task", "list"), ("audit", "t")])
+def test_a_read_creates_no_home(tmp_path: Path, command: tuple[str, ...]) -> None:
+    missing = tmp_path / "missing"
+    line = one_line(accord(missing, *command), 1)
+    assert "no accord home" in line
+    assert not missing.exists()
+
+
+@pytest.mark.parametrize(
+    "command",
+    [("ledger", "append", "--kind", "note.added"), ("devnet", "up")],
+)
+def test_a_file_as_home_is_one_line(tmp_path: Path, command: tuple[str, ...]) -> None:
+    path = tmp_path / "file"
+    path.write_text("")
+    assert "is not a folder" in one_line(accord(path, *command), 1)
+    below = one_line(accord(path / "below", *command), 1)
+    assert "cannot create" in below or "no accord home" in below
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="giving a folder to another user needs root")
+def test_another_users_home_is_one_line(tmp_path: Path) -> None:
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    os.chown(theirs, 65534, 65534)
+    line = one_line(accord(theirs, "ledger", "append", "--kind", "note.added"), 1)
+    assert "another user" in line
+
+
+def test_an_rpc_url_that_is_no_url_is_bad_input(home: Path) -> None:
+    line = one_line(accord(home, "ledger", "show", ACCORD_RPC_URL="notaurl"), 2)
+    assert "ACCORD_RPC_URL" in line
