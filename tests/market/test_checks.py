@@ -502,9 +502,17 @@ def test_a_waiting_check_stops_the_evaluation() -> None:
         def review(self, check: ReviewCheck) -> CheckResult:
             raise SettlementWaits("the window is open")
 
-    checks = rubric(PARTS, [ReviewCheck("review", 1, ("sum",))])
+    checks = rubric(PARTS, [JUDGE, ReviewCheck("review", 1, ("sum",))])
+    env = Waits()
     with pytest.raises(SettlementWaits):
-        evaluate_all(checks, delivery(), Waits())
+        evaluate_all(checks, delivery(), env)
+    assert env.judge_calls == []  # reviews are decided before any model is asked
+
+
+def test_results_come_in_the_order_of_the_checks() -> None:
+    checks = rubric(PARTS, [JUDGE, ReviewCheck("review", 1, ("sum",)), expect_check("equals", "1")])
+    results = evaluate_all(checks, delivery(), Env())
+    assert list(results) == [c.check_id for c in checks]
 
 
 # -- v(S) and the Shapley axioms ----------------------------------------------------------------
