@@ -273,11 +273,20 @@ def evaluate(check: Check, delivered: Delivered, env: CheckEnvironment) -> Check
             return env.review(check)
 
 
+_EVALUATION_ORDER = {"review": 0, "judge": 2}
+
+
 def evaluate_all(
     checks: Sequence[Check], delivered: Delivered, env: CheckEnvironment
 ) -> dict[str, CheckResult]:
-    """Every check once, in order. Raises SettlementWaits."""
-    return {check.check_id: evaluate(check, delivered, env) for check in checks}
+    """Every check once; the results in the order of `checks`. Raises SettlementWaits.
+
+    Reviews are decided first and judges last, so a settlement that waits for a review asks
+    no model (asked, then asked again when it is retried, a model could answer otherwise).
+    """
+    ordered = sorted(checks, key=lambda check: _EVALUATION_ORDER.get(check.kind, 1))
+    results = {check.check_id: evaluate(check, delivered, env) for check in ordered}
+    return {check.check_id: results[check.check_id] for check in checks}
 
 
 @dataclass(frozen=True)

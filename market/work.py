@@ -61,6 +61,8 @@ FILE_KEY = "$file"
 MAX_FILE_BYTES = 1 << 20
 """A task's input file is at most 1 MiB."""
 SHA256_HEX = re.compile(r"^[0-9a-f]{64}$")
+MAX_EXPONENT = 1_000
+"""The largest power of ten an exact number may carry (`1e1000`); beyond, it is refused."""
 
 CheckKind = Literal["expect", "schema", "python", "judge", "review", "plan", "assembly"]
 REQUESTER_KINDS = ("expect", "schema", "python", "judge", "review")
@@ -270,9 +272,16 @@ def exact_number(value: Any) -> Fraction | None:
             except ValueError:
                 return None
         try:
-            return Fraction(Decimal(text)) if text and len(text) <= 100 else None
+            number = Decimal(text) if text and len(text) <= 100 else None
         except (InvalidOperation, ValueError):
             return None
+        # Infinity and NaN are no numbers; `1e999999999` is one, but too big to compute with.
+        if number is None or not number.is_finite():
+            return None
+        exponent = number.as_tuple().exponent
+        if not isinstance(exponent, int) or abs(exponent) > MAX_EXPONENT:
+            return None
+        return Fraction(number)
     return None
 
 
@@ -414,7 +423,7 @@ def _reads(
     if single and len(reads) != 1:
         raise _at(where, "this kind of check reads exactly one part")
     for k, part in enumerate(reads):
-        if part not in part_ids:
+        if not isinstance(part, str) or part not in part_ids:
             raise _at(f"{where}[{k}]" if "reads" in item else where, f"no part {part!r}")
     if len(set(reads)) != len(reads):
         raise _at(where, "a part is named twice")
@@ -456,6 +465,8 @@ def parse_check(raw: Any, path: str, part_ids: set[str], *, compile_code: bool =
             op = ops[0]
             value = item[op]
             tolerance = "0"
+            if op != "within" and "tolerance" in item:
+                raise _at(f"{path}.tolerance", "a tolerance goes with within")
             if op == "within":
                 if exact_number(value) is None:
                     raise _at(f"{path}.within", f"{value!r} is not an exact number")
@@ -470,8 +481,6 @@ def parse_check(raw: Any, path: str, part_ids: set[str], *, compile_code: bool =
                     re.compile(value)
                 except re.error as exc:
                     raise _at(f"{path}.matches", f"not a regular expression: {exc}") from exc
-            elif "tolerance" in item:
-                raise _at(f"{path}.tolerance", "a tolerance goes with within")
             return ExpectCheck(check_id, weight, reads, json_path, op, value, tolerance)
         case "schema":
             _check_fields(item, path, {"schema"})

@@ -180,3 +180,28 @@ def single_part_spec(
 
 
 WINDOW = timedelta(seconds=60)
+
+
+JUDGE_CHECKS: list[dict[str, Any]] = [
+    {
+        "id": "fields-plausible",
+        "weight": 2,
+        "kind": "judge",
+        "reads": ["invoice-fields"],
+        "criterion": "The invoice number, total and currency are plausible for an invoice.",
+    },
+    {
+        "id": "dates-consistent",
+        "weight": 1,
+        "kind": "judge",
+        "reads": ["invoice-dates", "invoice-fields"],
+        "criterion": "The due date falls after the issue date.",
+        "pass_score": 8,
+        "model": "local-judge-large",
+    },
+]
+
+
+def invoice_spec_with(*extra: dict[str, Any], **terms: Any) -> TaskSpec:
+    """The invoice task with the checks `extra` added to its own (judge, review checks…)."""
+    return spec_from_request(invoice_request(checks=[*INVOICE_CHECKS, *extra], **terms), {})

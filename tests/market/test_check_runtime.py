@@ -1,0 +1,500 @@
+"""The I/O behind a task's checks (`market.check_runtime`): `OpenAIJudge` through the real
+openai client against a local OpenAI-compatible server on 127.0.0.1 (no mocks), and settling a
+real delivered task (the in-process world of `tests.audit.conftest`) whose checks include judge
+and review checks: the model asked once per judge check, the audit holding the logged answers,
+and the requester's reviews and their window."""
+
+from __future__ import annotations
+
+import copy
+import json
+import socket
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from audit.checks import AuditReport, audit_task
+from coordinator.service import run_awarded_task
+from ledger.chain import MemoryAnchorChain
+from ledger.events import Event
+from ledger.store import LogStore
+from market.check_runtime import (
+    JUDGE_ATTEMPTS,
+    LogReviews,
+    OpenAIJudge,
+    SettleEnvironment,
+    judge_from_env,
+)
+from market.checks import CheckResult, Delivered, evaluate, judge_prompt
+from market.errors import SettlementWaits, TaskError
+from market.settlement import (
+    SETTLEMENT_COMPUTED,
+    SettleOutcome,
+    logged_settlement,
+    settle_task,
+)
+from market.tasks import REVIEW_GIVEN, TaskEvent, TaskSpec
+from market.work import JudgeCheck, Part, PythonCheck, ReviewCheck
+from tests.audit.conftest import (
+    REQUESTER_KEY,
+    World,
+    onboard_agents,
+    open_world,
+    rebuild_log,
+    sealed_auction,
+    with_body,
+)
+from tests.coordinator.test_llm_policy import ChatServer, Reply, _completion
+from tests.specs import JUDGE_CHECKS, invoice_spec_with
+
+API_KEY = "test-key"  # what ChatServer requires
+PART = Part("fields", "extraction", {"document": "Total: 3.00 EUR", "fields": {}})
+DELIVERED = Delivered(
+    (PART,), {"fields": {"total": "3.00", "currency": "EUR"}}, {"fields": "did:x"}
+)
+JUDGE = JudgeCheck("plausible", 1, ("fields",), "The total is plausible.", 7)
+
+
+class JudgeOnly:
+    """A CheckEnvironment that only has a judge."""
+
+    def __init__(self, judge: OpenAIJudge) -> None:
+        self.judge = judge
+
+    def run_python(self, check: PythonCheck, outputs: Any) -> CheckResult:
+        raise AssertionError("no python check here")
+
+    def ask_judge(self, check: JudgeCheck, prompt: str) -> tuple[str, str]:
+        return self.judge.ask(prompt, check.model)
+
+    def review(self, check: ReviewCheck) -> CheckResult:
+        raise AssertionError("no review check here")
+
+
+@pytest.fixture
+def serve() -> Iterator[Callable[[Callable[[dict[str, Any]], Reply]], ChatServer]]:
+    servers: list[ChatServer] = []
+
+    def start(answer: Callable[[dict[str, Any]], Reply]) -> ChatServer:
+        servers.append(ChatServer(answer))
+        return servers[-1]
+
+    yield start
+    for server in servers:
+        server.close()
+
+
+def scored(score: int, reason: str = "as asked") -> Callable[[dict[str, Any]], Reply]:
+    return lambda request: _completion(json.dumps({"score": score, "reason": reason}))
+
+
+def closed_port() -> int:
+    """A port on 127.0.0.1 that nothing listens on."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+# -- the judge against a local server ---------------------------------------------------------
+
+
+def test_the_judge_sends_the_prompt_at_temperature_zero_and_passes_by_score(
+    serve: Callable[..., ChatServer],
+) -> None:
+    server = serve(scored(8, "plausible"))
+    judge = OpenAIJudge(server.url, "local-judge", API_KEY)
+    result = evaluate(JUDGE, DELIVERED, JudgeOnly(judge))
+    assert result.passed
+    assert result.detail == "score 8/10 (passes at 7): plausible"
+    [request] = server.requests
+    assert request["temperature"] == 0
+    assert request["model"] == "local-judge"
+    prompt = judge_prompt(JUDGE, {"fields": DELIVERED.outputs["fields"]})
+    assert request["messages"] == [{"role": "user", "content": prompt}]
+    # the record holds what the audit holds the check to
+    assert result.record == {
+        "model": "local-judge",
+        "prompt": prompt,
+        "answer": json.dumps({"score": 8, "reason": "plausible"}),
+    }
+    assert judge.calls == 1
+
+
+def test_a_low_score_fails_the_check(serve: Callable[..., ChatServer]) -> None:
+    server = serve(scored(6, "the total looks off"))
+    result = evaluate(JUDGE, DELIVERED, JudgeOnly(OpenAIJudge(server.url, "m", API_KEY)))
+    assert not result.passed
+    assert "score 6/10" in result.detail
+    assert result.record is not None and "the total looks off" in result.record["answer"]
+
+
+def test_an_answer_without_a_score_fails_the_check(serve: Callable[..., ChatServer]) -> None:
+    server = serve(lambda request: _completion("I think it is fine."))
+    result = evaluate(JUDGE, DELIVERED, JudgeOnly(OpenAIJudge(server.url, "m", API_KEY)))
+    assert not result.passed
+    assert result.record is not None and result.record["answer"] == "I think it is fine."
+
+
+def test_the_checks_model_overrides_the_judges(serve: Callable[..., ChatServer]) -> None:
+    server = serve(scored(9))
+    check = JudgeCheck("j", 1, ("fields",), "ok", 7, "bigger-model")
+    result = evaluate(check, DELIVERED, JudgeOnly(OpenAIJudge(server.url, "m", API_KEY)))
+    assert server.requests[0]["model"] == "bigger-model"
+    assert result.record is not None and result.record["model"] == "bigger-model"
+
+
+@pytest.mark.parametrize("attempts", [1, JUDGE_ATTEMPTS, 5])
+def test_a_judge_that_is_down_makes_the_settlement_wait_after_every_attempt(
+    attempts: int,
+) -> None:
+    url = f"http://127.0.0.1:{closed_port()}/v1"
+    judge = OpenAIJudge(url, "local-judge", API_KEY, attempts=attempts, timeout_s=2)
+    with pytest.raises(SettlementWaits) as caught:
+        evaluate(JUDGE, DELIVERED, JudgeOnly(judge))
+    assert judge.calls == attempts
+    assert "could not be reached" in str(caught.value)
+    assert "APIConnectionError" in str(caught.value)
+
+
+def test_a_500_then_a_good_answer_passes(serve: Callable[..., ChatServer]) -> None:
+    replies = iter([(500, b'{"error": {"message": "overloaded"}}'), _completion('{"score": 9}')])
+    server = serve(lambda request: next(replies))
+    judge = OpenAIJudge(server.url, "local-judge", API_KEY)
+    result = evaluate(JUDGE, DELIVERED, JudgeOnly(judge))
+    assert result.passed
+    assert judge.calls == len(server.requests) == 2
+
+
+def test_a_server_that_always_fails_makes_the_settlement_wait(
+    serve: Callable[..., ChatServer],
+) -> None:
+    server = serve(lambda request: (503, b'{"error": {"message": "busy"}}'))
+    judge = OpenAIJudge(server.url, "local-judge", API_KEY, attempts=2)
+    with pytest.raises(SettlementWaits, match="InternalServerError"):
+        judge.ask("prompt")
+    assert judge.calls == len(server.requests) == 2
+
+
+def test_without_a_judge_a_judge_check_waits() -> None:
+    reviews: Any = None  # not consulted by a judge check
+    with pytest.raises(SettlementWaits, match="ACCORD_JUDGE_URL"):
+        evaluate(JUDGE, DELIVERED, SettleEnvironment(reviews, None))
+
+
+def test_judge_from_env() -> None:
+    assert judge_from_env({}) is None
+    assert judge_from_env({"ACCORD_JUDGE_MODEL": "m"}) is None
+    judge = judge_from_env(
+        {"ACCORD_JUDGE_URL": "http://127.0.0.1:9/v1", "ACCORD_JUDGE_MODEL": "qwen"}
+    )
+    assert judge is not None
+    assert (judge.base_url, judge.model, judge.attempts) == (
+        "http://127.0.0.1:9/v1",
+        "qwen",
+        JUDGE_ATTEMPTS,
+    )
+    default = judge_from_env({"ACCORD_JUDGE_URL": "http://127.0.0.1:9/v1", "OPENAI_API_KEY": "k"})
+    assert default is not None and default.model == "judge"
+    assert default.client.api_key == "k"
+
+
+# -- settling a real delivered task -----------------------------------------------------------
+
+REVIEW = {"id": "looks-right", "weight": 1, "kind": "review", "part": "invoice-fields"}
+
+
+def delivered_world(home: Path, spec: TaskSpec) -> World:
+    """`build_world(until="delivered")` of tests.audit.conftest, posting `spec`.
+
+    `run_awarded_task` binds a payout address for the members who reported a part only; a
+    winner that only planned and assembled is owed its plan and assembly shares but has none,
+    and the settlement refuses to pay it. Whether the reference team's winner reports a part
+    depends on the exam scores, drawn afresh, so the winner's address is bound here.
+    """
+    world = open_world(home)
+    onboard_agents(world)
+    task = world.market.post(world.requester, spec, requester_key=REQUESTER_KEY)
+    world.task_id = task.task_id
+    sealed_auction(world)
+    run_awarded_task(world.context, world.task_id)
+    winner = world.market.task(world.task_id).winner
+    assert winner is not None
+    registry = world.onboarding.registry
+    world.onboarding.bind_payout(registry.get(winner), world.escrow.chain_id())
+    world.clock.advance(1)
+    return world
+
+
+def finish(world: World) -> None:
+    """What build_world does after settling: the final anchor."""
+    world.clock.advance(1)
+    assert world.ledger.anchorer is not None
+    world.ledger.anchorer.anchor_latest()
+
+
+def audit(
+    world: World, store: LogStore | None = None, anchors: MemoryAnchorChain | None = None
+) -> AuditReport:
+    return audit_task(
+        store or world.ledger.store,
+        world.task_id,
+        anchors=anchors or world.anchors,
+        escrow=world.escrow_chain,
+    )
+
+
+def grade(request: dict[str, Any]) -> Reply:
+    """The stand-in judge: the fields are plausible (9); the dates only so-so (6 < 8)."""
+    prompt = request["messages"][0]["content"]
+    if "The due date falls after the issue date." in prompt:
+        return _completion('{"score": 6, "reason": "the dates are close"}')
+    return _completion('{"score": 9, "reason": "a plausible invoice"}')
+
+
+@dataclass
+class Judged:
+    world: World
+    server: ChatServer
+    judge: OpenAIJudge
+    waited: SettlementWaits
+    requests_while_waiting: int
+    outcome: SettleOutcome
+
+
+@pytest.fixture(scope="module")
+def judged(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Judged]:
+    """The invoice task with two judge checks and a review check, delivered; settled once while
+    the review window is open (it waits), then again after the window ended."""
+    server = ChatServer(grade)
+    try:
+        spec = invoice_spec_with(*JUDGE_CHECKS, REVIEW)
+        world = delivered_world(tmp_path_factory.mktemp("judged") / "home", spec)
+        judge = OpenAIJudge(server.url, "local-judge", API_KEY)
+        with pytest.raises(SettlementWaits) as waited:
+            settle_task(world.market, world.onboarding, world.task_id, judge=judge)
+        requests_while_waiting = len(server.requests)
+        task = world.market.task(world.task_id)
+        assert task.review_ends is not None
+        world.clock.set(task.review_ends + timedelta(seconds=1))
+        outcome = settle_task(world.market, world.onboarding, world.task_id, judge=judge)
+        finish(world)
+        yield Judged(world, server, judge, waited.value, requests_while_waiting, outcome)
+    finally:
+        server.close()
+
+
+def logged_checks(world: World) -> dict[str, dict[str, Any]]:
+    body = logged_settlement(world.market, world.task_id)
+    assert body is not None
+    return {item["id"]: item for item in body["checks"]}
+
+
+def test_a_settlement_waiting_for_a_review_asks_no_model(judged: Judged) -> None:
+    assert "looks-right" in str(judged.waited)
+    assert judged.requests_while_waiting == 0
+
+
+def test_the_model_is_called_exactly_once_per_judge_check(judged: Judged) -> None:
+    assert judged.judge.calls == len(judged.server.requests) == len(JUDGE_CHECKS)
+    assert sorted(r["model"] for r in judged.server.requests) == [
+        "local-judge",
+        "local-judge-large",
+    ]
+    assert all(r["temperature"] == 0 for r in judged.server.requests)
+    assert not judged.outcome.already
+
+
+def test_the_judges_prompts_and_answers_are_logged_with_the_settlement(judged: Judged) -> None:
+    checks = logged_checks(judged.world)
+    sent = {r["model"]: r["messages"][0]["content"] for r in judged.server.requests}
+    plausible, dates = checks["fields-plausible"], checks["dates-consistent"]
+    assert plausible["passed"] is True and dates["passed"] is False
+    assert plausible["record"] == {
+        "model": "local-judge",
+        "prompt": sent["local-judge"],
+        "answer": '{"score": 9, "reason": "a plausible invoice"}',
+    }
+    assert dates["record"]["prompt"] == sent["local-judge-large"]
+    assert dates["record"]["answer"] == '{"score": 6, "reason": "the dates are close"}'
+    # every other check is as the honest run has it
+    assert all(checks[c]["passed"] for c in checks if c != "dates-consistent")
+
+
+def test_an_unreviewed_check_is_accepted_when_the_window_has_ended(judged: Judged) -> None:
+    review = logged_checks(judged.world)["looks-right"]
+    assert review["passed"] is True
+    assert review["detail"] == "no review by the end of the window: accepted"
+    assert review["record"]["entry"] is None
+
+
+def test_a_settled_task_is_not_judged_again(judged: Judged) -> None:
+    before = len(judged.server.requests)
+    again = settle_task(
+        judged.world.market, judged.world.onboarding, judged.world.task_id, judge=judged.judge
+    )
+    assert again.already and again.payouts == judged.outcome.payouts
+    assert len(judged.server.requests) == before
+
+
+def test_the_audit_of_a_judged_settlement_passes_without_asking_the_model(
+    judged: Judged,
+) -> None:
+    before = len(judged.server.requests)
+    report = audit(judged.world)
+    assert report.ok, [s.to_json() for s in report.steps]
+    assert len(judged.server.requests) == before
+
+
+def rewrite_settlement(
+    world: World, path: Path, change: Callable[[dict[str, Any]], None]
+) -> tuple[AuditReport, int]:
+    found = world.ledger.store.find(kind=SETTLEMENT_COMPUTED, subject=world.task_id, limit=1)
+    index = found[0].index
+
+    def rewrite(i: int, event: Event) -> Event:
+        if i != index:
+            return event
+        body = copy.deepcopy(dict(event.body))
+        change(body)
+        return with_body(event, body)
+
+    store, fresh = rebuild_log(world, path, rewrite)
+    return audit(world, store, fresh), index
+
+
+def first_failure(report: AuditReport) -> tuple[int, int | None]:
+    found = report.first_failure
+    assert found is not None and not report.ok
+    return found.number, found.entry
+
+
+def judge_record(body: dict[str, Any], check_id: str) -> dict[str, Any]:
+    record: dict[str, Any] = next(c for c in body["checks"] if c["id"] == check_id)["record"]
+    return record
+
+
+def test_a_changed_judge_answer_fails_the_audit_at_step_6(judged: Judged, tmp_path: Path) -> None:
+    """The operator rewrites the model's answer to the fields check (9 → 2) and re-signs: the
+    check recomputes to fail, the settlement logged a pass."""
+
+    def change(body: dict[str, Any]) -> None:
+        judge_record(body, "fields-plausible")["answer"] = '{"score": 2, "reason": "bad"}'
+
+    report, index = rewrite_settlement(judged.world, tmp_path / "answer.db", change)
+    assert first_failure(report) == (6, index)
+    assert "check fields-plausible recomputes to fail" in report.steps[5].detail
+
+
+def test_a_judge_answer_raised_to_a_pass_fails_the_audit_at_step_6(
+    judged: Judged, tmp_path: Path
+) -> None:
+    """The other way round: the failed dates check made to pass (6 → 9), result unchanged."""
+
+    def change(body: dict[str, Any]) -> None:
+        judge_record(body, "dates-consistent")["answer"] = '{"score": 9, "reason": "fine"}'
+
+    report, index = rewrite_settlement(judged.world, tmp_path / "raised.db", change)
+    assert first_failure(report) == (6, index)
+    assert "dates-consistent recomputes to pass" in report.steps[5].detail
+
+
+def test_a_changed_judge_prompt_fails_the_audit_at_step_6(judged: Judged, tmp_path: Path) -> None:
+    def change(body: dict[str, Any]) -> None:
+        record = judge_record(body, "fields-plausible")
+        record["prompt"] = record["prompt"].replace("plausible", "excellent")
+
+    report, index = rewrite_settlement(judged.world, tmp_path / "prompt.db", change)
+    assert first_failure(report) == (6, index)
+    assert "the logged prompt is not the one the check builds" in report.steps[5].detail
+
+
+def test_a_dropped_judge_record_fails_the_audit_at_step_6(judged: Judged, tmp_path: Path) -> None:
+    def change(body: dict[str, Any]) -> None:
+        del next(c for c in body["checks"] if c["id"] == "fields-plausible")["record"]
+
+    report, index = rewrite_settlement(judged.world, tmp_path / "dropped.db", change)
+    assert first_failure(report) == (6, index)
+    assert "no logged record" in report.steps[5].detail
+
+
+# -- reviews ----------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def reviewed_world(tmp_path_factory: pytest.TempPathFactory) -> World:
+    """The invoice task with a review check, delivered; its review window (1 h) is open."""
+    spec = invoice_spec_with(REVIEW)
+    return delivered_world(tmp_path_factory.mktemp("reviewed") / "home", spec)
+
+
+def test_a_rejected_review_fails_its_check(reviewed_world: World) -> None:
+    """The requester's review, from the window opening to the settlement (one story: each
+    step depends on the one before)."""
+    world = reviewed_world
+    market, task_id = world.market, world.task_id
+
+    # the window is open and nobody reviewed: the settlement waits
+    with pytest.raises(SettlementWaits, match="looks-right"):
+        settle_task(market, world.onboarding, task_id)
+    assert logged_settlement(market, task_id) is None
+
+    # only the requester reviews, only review checks, accept or reject
+    with pytest.raises(TaskError, match="only the requester"):
+        market.review(world.signer("ada"), task_id, "looks-right", "reject")
+    with pytest.raises(TaskError, match="not a review check"):
+        market.review(world.requester, task_id, "sum-right", "reject")
+    with pytest.raises(TaskError, match="accept or reject"):
+        market.review(world.requester, task_id, "looks-right", "maybe")
+    assert not world.ledger.store.find(kind=REVIEW_GIVEN, subject=task_id, limit=10)
+
+    index = market.review(world.requester, task_id, "looks-right", "reject")
+    with pytest.raises(TaskError, match="already reviewed"):
+        market.review(world.requester, task_id, "looks-right", "accept")
+
+    # reviewed, so the settlement goes ahead while the window is still open
+    world.clock.advance(1)
+    settle_task(market, world.onboarding, task_id)
+    finish(world)
+    review = logged_checks(world)["looks-right"]
+    assert review["passed"] is False
+    assert review["detail"] == "the requester rejected it"
+    assert review["record"] == {"entry": index, "verdict": "reject"}
+    body = logged_settlement(market, task_id)
+    assert body is not None
+    assert sum(int(w) for w in body["payouts"].values()) == int(body["amount"])
+    report = audit(world)
+    assert report.ok, [s.to_json() for s in report.steps]
+
+
+def test_a_review_after_the_window_is_refused(
+    tmp_path_factory: pytest.TempPathFactory, reviewed_world: World
+) -> None:
+    """Checked on LogReviews (the market refuses it before it is logged)."""
+    task = reviewed_world.market.task(reviewed_world.task_id)
+    assert task.review_ends is not None
+    ends = task.review_ends
+    requester = task.requester
+    check = ReviewCheck("looks-right", 1, ("invoice-fields",))
+
+    def given(index: int, actor: str, seconds: float, verdict: str) -> tuple[int, TaskEvent]:
+        body = {"task_id": task.task_id, "check": "looks-right", "verdict": verdict}
+        return index, TaskEvent(index, REVIEW_GIVEN, actor, ends + timedelta(seconds=seconds), body)
+
+    late = [given(7, requester, 1, "reject")]
+    assert LogReviews(task, late, ends + timedelta(seconds=2)).review(check).passed
+    with pytest.raises(SettlementWaits):
+        LogReviews(task, late, ends - timedelta(seconds=1)).review(check)
+
+    stranger = [given(7, "did:key:zStranger", -5, "reject")]
+    assert LogReviews(task, stranger, ends).review(check).passed
+
+    first_counts = [given(7, requester, -9, "accept"), given(8, requester, -5, "reject")]
+    result = LogReviews(task, first_counts, ends).review(check)
+    assert result.passed and result.record == {"entry": 7, "verdict": "accept"}
+
+    on_the_dot = [given(9, requester, 0, "reject")]
+    assert not LogReviews(task, on_the_dot, ends + timedelta(hours=1)).review(check).passed

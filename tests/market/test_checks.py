@@ -1,0 +1,695 @@
+"""Every check kind on passing and failing outputs (`market.checks`), python checks for real in
+the sandbox, and the Shapley axioms on settlements valued by checks: efficiency to the wei,
+symmetry, the null player, and what a contract holder who does no part itself earns."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from fractions import Fraction
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from market.check_runtime import run_python_check
+from market.checks import (
+    JUDGE_PROMPT_VERSION,
+    CheckResult,
+    Delivered,
+    Valuation,
+    assembly,
+    evaluate,
+    evaluate_all,
+    expect,
+    judge_prompt,
+    judge_verdict,
+    plan,
+    schema,
+    valuation,
+)
+from market.errors import SettlementWaits
+from market.money import Wei
+from market.shapley import shapley, split_wei
+from market.work import (
+    ASSEMBLY_CHECK,
+    ASSEMBLY_PART,
+    PLAN_CHECK,
+    PLAN_PART,
+    AssemblyCheck,
+    Check,
+    ExpectCheck,
+    JudgeCheck,
+    Part,
+    PlanCheck,
+    PythonCheck,
+    ReviewCheck,
+    SchemaCheck,
+    check_shares,
+    rubric,
+)
+
+LEAD, ADA, BO, CY = "did:key:zLead", "did:key:zAda", "did:key:zBo", "did:key:zCy"
+PARTS = (
+    Part("sum", "arithmetic", {"kind": "expression", "expression": "1 + 1"}),
+    Part("fields", "extraction", {"document": "Total: 3.00 EUR", "fields": {}}),
+)
+OUTPUTS: dict[str, Any] = {
+    "sum": "108591/200",
+    "fields": {"total": "3128.46", "currency": "EUR"},
+}
+PRODUCERS = {"sum": ADA, "fields": BO}
+PRICE = Wei(5 * 10**17)
+
+
+def delivery(
+    outputs: Mapping[str, Any] | None = None,
+    producers: Mapping[str, str] | None = None,
+    *,
+    assignments: Mapping[str, Any] | None = None,
+    assembled: list[Any] | None = None,
+    parts: tuple[Part, ...] = PARTS,
+) -> Delivered:
+    """The honest delivery of `parts` by their producers, the leader's plan and assembly
+    built from them unless given."""
+    outputs = dict(OUTPUTS if outputs is None else outputs)
+    producers = dict(PRODUCERS if producers is None else producers)
+    if assignments is None:
+        assignments = {p.part_id: producers[p.part_id] for p in parts}
+    if assembled is None:
+        assembled = [
+            {"part": p.part_id, "producer": producers[p.part_id], "output": outputs[p.part_id]}
+            for p in parts
+            if p.part_id in outputs
+        ]
+    outputs[PLAN_PART] = {"assignments": dict(assignments)}
+    outputs[ASSEMBLY_PART] = assembled
+    producers[PLAN_PART] = producers[ASSEMBLY_PART] = LEAD
+    return Delivered(parts, outputs, producers)
+
+
+class Env:
+    """A CheckEnvironment whose judge answers are scripted and whose calls are counted."""
+
+    def __init__(self, answer: str = '{"score": 9, "reason": "fine"}') -> None:
+        self.answer = answer
+        self.judge_calls: list[tuple[str, str]] = []
+        self.python_calls = 0
+        self.review_calls = 0
+
+    def run_python(self, check: PythonCheck, outputs: Mapping[str, Any]) -> CheckResult:
+        self.python_calls += 1
+        return run_python_check(check, outputs)
+
+    def ask_judge(self, check: JudgeCheck, prompt: str) -> tuple[str, str]:
+        self.judge_calls.append((check.check_id, prompt))
+        return self.answer, check.model or "scripted"
+
+    def review(self, check: ReviewCheck) -> CheckResult:
+        self.review_calls += 1
+        return CheckResult(check.check_id, True, "accepted")
+
+
+def expect_check(op: str, value: Any, path: str = "$", tolerance: str = "0") -> ExpectCheck:
+    return ExpectCheck("e", 1, ("sum",), path, op, value, tolerance)  # type: ignore[arg-type]
+
+
+# -- expect -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("output", "op", "value", "tolerance", "passed"),
+    [
+        # equals: JSON equality, or the same exact number however it is written
+        ("108591/200", "equals", "542.955", "0", True),
+        ("542.955", "equals", "108591/200", "0", True),
+        ("542.9550", "equals", "542.955", "0", True),
+        (7, "equals", "7", "0", True),
+        ("7.00", "equals", 7, "0", True),
+        ("542.95", "equals", "542.955", "0", False),
+        ("EUR", "equals", "EUR", "0", True),
+        ("eur", "equals", "EUR", "0", False),
+        (True, "equals", 1, "0", False),
+        (2.5, "equals", "2.5", "0", False),  # a float is not an exact number
+        ({"a": [1, 2]}, "equals", {"a": [1, 2]}, "0", True),
+        ({"a": [1, 2]}, "equals", {"a": [2, 1]}, "0", False),
+        # within: |output - value| <= tolerance, exactly
+        ("2585.50", "within", "2585.5", "0", True),
+        ("2585.505", "within", "2585.50", "0.005", True),
+        ("2585.5051", "within", "2585.50", "0.005", False),
+        ("108591/200", "within", "543", "1/20", True),
+        ("108591/200", "within", "543", "1/25", False),
+        (-3, "within", "-3.01", "0.01", True),
+        ("lots", "within", "3", "10", False),
+        ("Infinity", "within", "3", "10", False),
+        ("1e999999999", "within", "3", "10", False),
+        (3.0, "within", "3", "1", False),
+        # matches: the whole string
+        ("2026-11-13", "matches", r"\d{4}-\d{2}-\d{2}", "0", True),
+        ("on 2026-11-13", "matches", r"\d{4}-\d{2}-\d{2}", "0", False),
+        ("2026-11-13!", "matches", r"\d{4}-\d{2}-\d{2}", "0", False),
+        (20261113, "matches", r"\d+", "0", False),
+    ],
+)
+def test_expect(output: Any, op: str, value: Any, tolerance: str, passed: bool) -> None:
+    result = expect(expect_check(op, value, tolerance=tolerance), output)
+    assert result.passed is passed, result.detail
+    assert result.check_id == "e"
+
+
+@pytest.mark.parametrize(
+    ("path", "passed"),
+    [
+        ("$.total", True),
+        ("$.lines[0].amount", False),
+        ("$.missing", False),
+        ("$.lines[3].amount", False),
+        ("$[0]", False),
+    ],
+)
+def test_expect_at_a_path(path: str, passed: bool) -> None:
+    check = ExpectCheck("e", 1, ("fields",), path, "equals", "3128.46")
+    result = expect(check, {**OUTPUTS["fields"], "lines": [{"amount": "12.50"}]})
+    assert result.passed is passed
+    if path in ("$.missing", "$.lines[3].amount", "$[0]"):
+        assert result.detail == f"no value at {path}"
+
+
+def test_expect_on_a_part_not_delivered_fails_without_evaluating() -> None:
+    delivered = delivery({"fields": OUTPUTS["fields"]})
+    result = evaluate(expect_check("equals", "1"), delivered, Env())
+    assert not result.passed
+    assert result.detail == "parts not delivered: sum"
+
+
+# -- schema -----------------------------------------------------------------------------------
+
+TOTALS = {
+    "type": "object",
+    "required": ["total", "currency"],
+    "properties": {"total": {"type": "string", "pattern": r"^\d+\.\d{2}$"}},
+}
+
+
+@pytest.mark.parametrize(
+    ("output", "passed", "where"),
+    [
+        (OUTPUTS["fields"], True, ""),
+        ({"total": "3128.46"}, False, "$:"),
+        ({"total": "3128.4", "currency": "EUR"}, False, "$.total:"),
+        ({"total": 3128.46, "currency": "EUR"}, False, "$.total:"),
+        ("3128.46", False, "$:"),
+    ],
+)
+def test_schema(output: Any, passed: bool, where: str) -> None:
+    result = schema(SchemaCheck("s", 1, ("fields",), TOTALS), output)
+    assert result.passed is passed
+    assert result.detail.startswith(where)
+
+
+# -- plan ---------------------------------------------------------------------------------------
+
+PLAN = PlanCheck(PLAN_CHECK, 1, (PLAN_PART,))
+ASSEMBLY = AssemblyCheck(ASSEMBLY_CHECK, 1, (PLAN_PART, ASSEMBLY_PART, "sum", "fields"))
+
+
+def test_a_plan_assigning_every_part_passes() -> None:
+    result = evaluate(PLAN, delivery(), Env())
+    assert result.passed, result.detail
+
+
+@pytest.mark.parametrize(
+    ("assignments", "detail"),
+    [
+        ({"sum": ADA}, "misses ['fields']"),
+        ({"sum": ADA, "fields": BO, "summary": CY}, "unknown ['summary']"),
+        ({"sum": ADA, "fields": "bo"}, "not a DID"),
+        ({"sum": ADA, "fields": None}, "not a DID"),
+        ({}, "misses ['fields', 'sum']"),
+    ],
+)
+def test_a_plan_with_missing_or_extra_parts_fails(assignments: dict[str, Any], detail: str) -> None:
+    result = evaluate(PLAN, delivery(assignments=assignments), Env())
+    assert not result.passed
+    assert detail in result.detail
+
+
+@pytest.mark.parametrize("value", [None, [], "plan", {"assignments": ["sum"]}, {"parts": {}}])
+def test_no_plan_fails(value: Any) -> None:
+    delivered = delivery()
+    outputs = {**delivered.outputs, PLAN_PART: value}
+    result = plan(PLAN, Delivered(PARTS, outputs, delivered.producers))
+    assert not result.passed
+    assert "no plan" in result.detail
+
+
+def test_the_plan_check_does_not_need_the_parts_delivered() -> None:
+    """The plan is the leader's own work: it is judged even when a member delivered nothing."""
+    delivered = delivery({"sum": OUTPUTS["sum"]})
+    assert evaluate(PLAN, delivered, Env()).passed
+
+
+# -- assembly -----------------------------------------------------------------------------------
+
+
+def test_an_honest_assembly_passes() -> None:
+    result = evaluate(ASSEMBLY, delivery(), Env())
+    assert result.passed, result.detail
+
+
+def honest_entries() -> list[dict[str, Any]]:
+    return [
+        {"part": "sum", "producer": ADA, "output": OUTPUTS["sum"]},
+        {"part": "fields", "producer": BO, "output": OUTPUTS["fields"]},
+    ]
+
+
+def test_an_assembly_with_a_dropped_part_fails() -> None:
+    result = assembly(ASSEMBLY, delivery(assembled=honest_entries()[1:]))
+    assert not result.passed
+    assert result.detail == "part sum is not delivered"
+
+
+def test_an_assembly_naming_the_wrong_producer_fails() -> None:
+    entries = honest_entries()
+    entries[1]["producer"] = LEAD  # the leader takes credit for Bo's part
+    result = assembly(ASSEMBLY, delivery(assembled=entries))
+    assert not result.passed
+    assert result.detail == "part fields: wrong producer"
+
+
+@pytest.mark.parametrize("altered", ["542.955", "108591/201", 542])
+def test_an_assembly_with_an_altered_output_fails(altered: Any) -> None:
+    """Even an output equal as a number (542.955 = 108591/200): the leader hands in what its
+    producer reported, unchanged."""
+    entries = honest_entries()
+    entries[0]["output"] = altered
+    result = assembly(ASSEMBLY, delivery(assembled=entries))
+    assert not result.passed
+    assert result.detail == "part sum: not the output its producer gave"
+
+
+@pytest.mark.parametrize("output", ["about 543", [543], None])
+def test_an_assembly_of_an_output_failing_its_capabilitys_schema_fails(output: Any) -> None:
+    """Handed in as its producer reported it, but no arithmetic output."""
+    result = assembly(ASSEMBLY, delivery({**OUTPUTS, "sum": output}))
+    assert not result.passed
+    assert result.detail.startswith("part sum: $:")
+
+
+def test_a_float_output_never_matches_what_its_producer_reported() -> None:
+    """Floats are not exact: json_equal refuses them, so a float output fails the assembly."""
+    result = assembly(ASSEMBLY, delivery({**OUTPUTS, "sum": 542.955}))
+    assert not result.passed
+
+
+@pytest.mark.parametrize(
+    ("entries", "detail"),
+    [
+        (None, "holds no assembly"),
+        ({"sum": "1"}, "holds no assembly"),
+        ([*[{"part": "sum", "producer": ADA, "output": "108591/200"}] * 2], "assembled twice"),
+        (["sum"], "names no part"),
+        ([{"producer": ADA}], "names no part"),
+    ],
+)
+def test_a_malformed_assembly_fails(entries: Any, detail: str) -> None:
+    delivered = delivery()
+    outputs = {**delivered.outputs, ASSEMBLY_PART: entries}
+    result = assembly(ASSEMBLY, Delivered(PARTS, outputs, delivered.producers))
+    assert not result.passed
+    assert detail in result.detail
+
+
+def test_an_assembly_with_an_unknown_part_fails() -> None:
+    entries = [*honest_entries(), {"part": "bonus", "producer": LEAD, "output": "1"}]
+    result = assembly(ASSEMBLY, delivery(assembled=entries))
+    assert not result.passed
+    assert "unknown parts ['bonus']" in result.detail
+
+
+def test_an_assembly_of_a_part_its_producer_never_reported_fails() -> None:
+    delivered = delivery({"fields": OUTPUTS["fields"]}, assembled=honest_entries())
+    assert not evaluate(ASSEMBLY, delivered, Env()).passed
+
+
+# -- judge ------------------------------------------------------------------------------------
+
+JUDGE = JudgeCheck("plausible", 2, ("fields",), "The total is plausible.", 7)
+
+
+@pytest.mark.parametrize(
+    ("answer", "passed", "detail"),
+    [
+        ('{"score": 7, "reason": "ok"}', True, "score 7/10 (passes at 7): ok"),
+        ('{"score": 10}', True, "score 10/10"),
+        ('{"score": 6, "reason": "meh"}', False, "score 6/10"),
+        ('{"score": 0, "reason": "wrong"}', False, "score 0/10"),
+        ('Here you go:\n```json\n{"score": 8, "reason": "fine"}\n```', True, "score 8/10"),
+        ('{"reason": "x" , "score": 9}', True, "score 9/10"),
+        ("I'd give it a 9.", False, "no score"),
+        ("", False, "no score"),
+        ("{not json}", False, "no score"),
+        ("[9]", False, "no score"),
+        ('{"score": "9"}', False, "no score"),
+        ('{"score": 9.0}', False, "no score"),
+        ('{"score": true}', False, "no score"),
+        ('{"score": 11}', False, "no score"),
+        ('{"score": -1}', False, "no score"),
+        ('{"score": null}', False, "no score"),
+        ('{"score": 9} and {"score": 1}', False, "no score"),
+    ],
+)
+def test_judge_verdict(answer: str, passed: bool, detail: str) -> None:
+    ok, text = judge_verdict(JUDGE, answer)
+    assert ok is passed
+    assert detail in text
+
+
+@pytest.mark.parametrize("pass_score", [0, 5, 10])
+def test_the_pass_score_is_the_threshold(pass_score: int) -> None:
+    check = JudgeCheck("j", 1, ("fields",), "c", pass_score)
+    for score in range(11):
+        assert judge_verdict(check, json.dumps({"score": score}))[0] is (score >= pass_score)
+
+
+def test_the_judge_prompt_is_deterministic_and_holds_the_criterion_and_outputs() -> None:
+    reads = {"fields": OUTPUTS["fields"], "sum": OUTPUTS["sum"]}
+    prompt = judge_prompt(JUDGE, reads)
+    assert prompt == judge_prompt(JUDGE, dict(reversed(reads.items())))
+    assert prompt.startswith(f"[{JUDGE_PROMPT_VERSION}]")
+    assert "Criterion: The total is plausible." in prompt
+    assert '"total": "3128.46"' in prompt
+    assert '"score"' in prompt
+
+
+def test_a_judge_check_records_its_model_prompt_and_answer() -> None:
+    env = Env('{"score": 3, "reason": "the total is off"}')
+    result = evaluate(JUDGE, delivery(), env)
+    assert not result.passed
+    assert result.record == {
+        "model": "scripted",
+        "prompt": judge_prompt(JUDGE, {"fields": OUTPUTS["fields"]}),
+        "answer": '{"score": 3, "reason": "the total is off"}',
+    }
+    assert env.judge_calls == [("plausible", result.record["prompt"])]
+    assert CheckResult.from_json(result.to_json()) == result
+
+
+def test_a_judge_reading_a_part_not_delivered_fails_without_asking() -> None:
+    env = Env()
+    result = evaluate(JUDGE, delivery({"sum": OUTPUTS["sum"]}), env)
+    assert not result.passed
+    assert env.judge_calls == []
+
+
+# -- python, for real in the sandbox ----------------------------------------------------------
+
+
+def python_check(code: str, *, cpu: int = 2, memory: int = 256) -> PythonCheck:
+    return PythonCheck("py", 1, ("sum", "fields"), code, cpu, memory)
+
+
+AGREE = """
+from fractions import Fraction
+
+
+def check(outputs):
+    return Fraction(outputs["sum"]) < Fraction(outputs["fields"]["total"])
+"""
+
+
+def test_a_python_check_returning_true_passes() -> None:
+    result = evaluate(python_check(AGREE), delivery(), Env())
+    assert result.passed, result.detail
+    assert result.detail == "check(outputs) returned True"
+
+
+def test_a_python_check_sees_only_the_parts_it_reads() -> None:
+    code = "def check(outputs):\n    return sorted(outputs) == ['fields', 'sum']\n"
+    assert evaluate(python_check(code), delivery(), Env()).passed
+
+
+@pytest.mark.parametrize(
+    ("code", "detail"),
+    [
+        ("def check(outputs):\n    return False\n", "returned False"),
+        ("def check(outputs):\n    return 1\n", "returned 1"),
+        ("def check(outputs):\n    return 'True'\n", "returned 'True'"),
+        ("def check(outputs):\n    return None\n", "returned None"),
+        ("def check(outputs):\n    return outputs['nope']\n", "raised: KeyError"),
+        ("def check(outputs):\n    raise ValueError('totals differ')\n", "totals differ"),
+        ("def check(outputs):\n    import os\n    return os.getcwd() == '/'\n", ""),
+        ("import sys\nsys.exit(0)\ndef check(outputs):\n    return True\n", "failed"),
+    ],
+)
+def test_a_python_check_not_returning_true_fails_with_a_reason(code: str, detail: str) -> None:
+    result = run_python_check(python_check(code), {"sum": "1", "fields": {}})
+    assert not result.passed
+    assert detail in result.detail
+
+
+def test_an_infinite_loop_fails_at_the_cpu_limit() -> None:
+    code = "def check(outputs):\n    while True:\n        pass\n"
+    result = run_python_check(python_check(code, cpu=1), {"sum": "1"})
+    assert not result.passed
+    assert "CPU time limit of 1 s" in result.detail
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        "def check(outputs):\n    hog = bytearray(1 << 30)\n    return True\n",
+        "def check(outputs):\n    hog = [0] * (1 << 27)\n    return True\n",
+        "def check(outputs):\n    hog = []\n    while True:\n        hog.append('x' * 4096)\n",
+    ],
+)
+def test_a_memory_hog_fails_at_the_memory_limit(code: str) -> None:
+    result = run_python_check(python_check(code, memory=64), {"sum": "1"})
+    assert not result.passed
+    assert "memory" in result.detail.lower()
+
+
+# -- evaluating a rubric once -------------------------------------------------------------------
+
+
+def test_each_check_is_evaluated_once_however_many_coalitions_are_valued() -> None:
+    checks = rubric(
+        PARTS,
+        [
+            JUDGE,
+            JudgeCheck("both", 1, ("sum", "fields"), "They agree."),
+            python_check(AGREE),
+            ReviewCheck("review", 1, ("sum",)),
+            expect_check("within", "543", tolerance="1"),
+        ],
+    )
+    env = Env()
+    delivered = delivery()
+    results = evaluate_all(checks, delivered, env)
+    value = valuation(checks, check_shares(checks), results, delivered)
+    outcome = shapley(value.players, value.value)
+    assert len(outcome.evaluated) == 2 ** len(value.players)
+    assert [c for c, _ in env.judge_calls] == ["plausible", "both"]
+    assert (env.python_calls, env.review_calls) == (1, 1)
+    assert all(r.passed for r in results.values())
+    assert value.value(frozenset(value.players)) == 1
+
+
+def test_a_waiting_check_stops_the_evaluation() -> None:
+    class Waits(Env):
+        def review(self, check: ReviewCheck) -> CheckResult:
+            raise SettlementWaits("the window is open")
+
+    checks = rubric(PARTS, [JUDGE, ReviewCheck("review", 1, ("sum",))])
+    env = Waits()
+    with pytest.raises(SettlementWaits):
+        evaluate_all(checks, delivery(), env)
+    assert env.judge_calls == []  # reviews are decided before any model is asked
+
+
+def test_results_come_in_the_order_of_the_checks() -> None:
+    checks = rubric(PARTS, [JUDGE, ReviewCheck("review", 1, ("sum",)), expect_check("equals", "1")])
+    results = evaluate_all(checks, delivery(), Env())
+    assert list(results) == [c.check_id for c in checks]
+
+
+# -- v(S) and the Shapley axioms ----------------------------------------------------------------
+
+
+def game(
+    producers: Mapping[str, str],
+    checks: list[tuple[str, int, tuple[str, ...], bool]],
+    *,
+    contractor: bool = True,
+) -> Valuation:
+    """A valuation from (check id, weight, reads, passed); the leader's plan and assembly checks
+    (both passing) are added when `contractor`."""
+    parts = tuple(Part(p, "arithmetic", {}) for p in producers)
+    built: list[Check] = [ReviewCheck(c, w, reads) for c, w, reads, _ in checks]
+    passed = {c: ok for c, _, _, ok in checks}
+    all_producers = dict(producers)
+    if contractor:
+        built = list(rubric(parts, built))
+        passed[PLAN_CHECK] = passed[ASSEMBLY_CHECK] = True
+        all_producers[PLAN_PART] = all_producers[ASSEMBLY_PART] = LEAD
+    results = {c.check_id: CheckResult(c.check_id, passed[c.check_id], "") for c in built}
+    delivered = Delivered(parts, {}, all_producers)
+    return valuation(built, check_shares(built), results, delivered)
+
+
+def test_v_of_s_is_the_share_of_the_passed_checks_whose_parts_s_made() -> None:
+    value = game(
+        {"sum": ADA, "fields": BO},
+        [("a", 3, ("sum",), True), ("b", 1, ("fields",), True), ("ab", 4, ("sum", "fields"), True)],
+    )
+    v = value.value
+    # requester weights 3, 1, 4 over 4/5: 3/10, 1/10, 4/10; plan 1/10 (Lead), assembly 1/10
+    assert v(frozenset()) == 0
+    assert v(frozenset({ADA})) == Fraction(3, 10)
+    assert v(frozenset({BO})) == Fraction(1, 10)
+    assert v(frozenset({LEAD})) == Fraction(1, 10)
+    assert v(frozenset({ADA, BO})) == Fraction(8, 10)
+    assert v(frozenset({ADA, BO, LEAD})) == 1
+    assert v(frozenset({ADA, LEAD, "did:key:zStranger"})) == Fraction(4, 10)
+    assert value.players == tuple(sorted({ADA, BO, LEAD}))
+
+
+def test_a_failed_check_adds_nothing_to_any_coalition() -> None:
+    value = game(
+        {"sum": ADA, "fields": BO}, [("a", 1, ("sum",), False), ("b", 1, ("fields",), True)]
+    )
+    assert value.value(frozenset({ADA})) == 0
+    assert value.value(frozenset({ADA, BO, LEAD})) == Fraction(3, 5)
+    assert value.quality(ADA) == Fraction(1, 2)  # "a" fails, the assembly check passes
+    assert value.quality(BO) == 1
+    assert value.quality("did:key:zStranger") == 0
+
+
+@st.composite
+def teams(draw: st.DrawFn) -> tuple[dict[str, str], list[tuple[str, int, tuple[str, ...], bool]]]:
+    """1..5 members making 1..8 parts, and 1..8 requester checks over them."""
+    members = [f"did:key:zM{k}" for k in range(draw(st.integers(1, 5)))]
+    part_count = draw(st.integers(len(members), 8))
+    producers = {
+        f"p{k}": members[k] if k < len(members) else draw(st.sampled_from(members))
+        for k in range(part_count)
+    }
+    part_ids = sorted(producers)
+    checks = []
+    for k in range(draw(st.integers(1, 8))):
+        reads = draw(st.lists(st.sampled_from(part_ids), min_size=1, max_size=3, unique=True))
+        checks.append((f"c{k}", draw(st.integers(1, 20)), tuple(reads), draw(st.booleans())))
+    return producers, checks
+
+
+amounts = st.integers(0, 2**256 - 1)
+
+
+@given(teams(), amounts)
+@settings(max_examples=60, deadline=None)
+def test_efficiency_to_the_wei(
+    team: tuple[dict[str, str], list[tuple[str, int, tuple[str, ...], bool]]], amount: int
+) -> None:
+    value = game(*team)
+    result = shapley(value.players, value.value)
+    grand = value.value(frozenset(value.players))
+    assert sum(result.values.values()) == grand
+    if grand > 0:
+        payouts = split_wei(Wei(amount), result.values)
+        assert sum(payouts.values()) == amount
+        assert all(w >= 0 for w in payouts.values())
+
+
+@given(
+    st.integers(1, 20),
+    st.integers(1, 20),
+    st.booleans(),
+    st.lists(st.tuples(st.integers(1, 20), st.booleans()), max_size=3),
+)
+@settings(max_examples=60, deadline=None)
+def test_symmetric_producers_get_equal_values(
+    own: int, joint: int, own_passed: bool, others: list[tuple[int, bool]]
+) -> None:
+    """Ada and Bo each make one part; each part has a check of the same weight and verdict, and
+    a joint check reads both; Cy's parts are checked on their own and with either."""
+    producers = {"a": ADA, "b": BO, "c": CY}
+    checks = [
+        ("ca", own, ("a",), own_passed),
+        ("cb", own, ("b",), own_passed),
+        ("ab", joint, ("a", "b"), True),
+    ]
+    for k, (weight, ok) in enumerate(others):
+        checks += [(f"ac{k}", weight, ("a", "c"), ok), (f"bc{k}", weight, ("b", "c"), ok)]
+    value = game(producers, checks)
+    result = shapley(value.players, value.value)
+    assert result.values[ADA] == result.values[BO]
+    payouts = split_wei(PRICE, result.values)
+    assert abs(payouts[ADA] - payouts[BO]) <= 1
+
+
+@given(teams(), st.data())
+@settings(max_examples=60, deadline=None)
+def test_an_agent_whose_parts_no_passed_check_reads_gets_nothing(
+    team: tuple[dict[str, str], list[tuple[str, int, tuple[str, ...], bool]]], data: st.DataObject
+) -> None:
+    """Every check reading its parts failed (the assembly check reads every part, so it
+    failed too: the leader's assembly dropped them)."""
+    producers, checks = team
+    null = data.draw(st.sampled_from(sorted(set(producers.values()))))
+    mine = {p for p, who in producers.items() if who == null}
+    checks = [(c, w, reads, ok and not mine & set(reads)) for c, w, reads, ok in checks]
+    value = game(producers, checks, contractor=False)
+    result = shapley(value.players, value.value)
+    assert result.values[null] == 0
+    grand = value.value(frozenset(value.players))
+    if grand > 0:
+        assert split_wei(PRICE, result.values)[null] == 0
+
+
+def test_the_null_player_on_a_real_delivery() -> None:
+    """Bo's total is wrong and the leader's assembly leaves it out: Bo earns nothing."""
+    delivered = delivery(
+        {**OUTPUTS, "fields": {"total": "9.99"}},
+        assembled=honest_entries()[:1],
+    )
+    checks = rubric(
+        PARTS,
+        [
+            expect_check("within", "543", tolerance="1"),
+            ExpectCheck("total", 1, ("fields",), "$.total", "equals", "3128.46"),
+        ],
+    )
+    results = evaluate_all(checks, delivered, Env())
+    assert [results[c].passed for c in ("e", "total", PLAN_CHECK, ASSEMBLY_CHECK)] == [
+        True,
+        False,
+        True,
+        False,
+    ]
+    value = valuation(checks, check_shares(checks), results, delivered)
+    outcome = shapley(value.players, value.value)
+    assert outcome.values == {ADA: Fraction(2, 5), BO: 0, LEAD: Fraction(1, 10)}
+    payouts = split_wei(PRICE, outcome.values)
+    assert payouts[BO] == 0
+    assert sum(payouts.values()) == PRICE
+
+
+@pytest.mark.parametrize("others", [1, 2, 3, 4, 5])
+def test_a_leader_who_does_no_part_earns_between_nothing_and_half(others: int) -> None:
+    """The contract holder plans and assembles; `others` members make one part each, every
+    check passes. The leader earns the plan check (1/10) and its equal share of the assembly
+    check (1/10 over everyone): 1/10 + 1/(10(k+1)), strictly between 0 and 1/2 of the price."""
+    members = [f"did:key:zM{k}" for k in range(others)]
+    producers = {f"p{k}": members[k] for k in range(others)}
+    value = game(producers, [(f"c{k}", 1, (f"p{k}",), True) for k in range(others)])
+    outcome = shapley(value.players, value.value)
+    leader = outcome.values[LEAD]
+    assert leader == Fraction(1, 10) + Fraction(1, 10 * (others + 1))
+    payouts = split_wei(PRICE, outcome.values)
+    assert sum(payouts.values()) == PRICE
+    assert 0 < payouts[LEAD] < PRICE // 2
+    assert 0 < leader < Fraction(1, 2)
+    for member in members:
+        assert outcome.values[member] == Fraction(4, 5 * others) + Fraction(1, 10 * (others + 1))
