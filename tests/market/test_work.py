@@ -14,8 +14,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from identity.challenges import REGISTRY
-from market.errors import TaskError, WorkError
-from market.tasks import MAX_BUDGET, TaskSpec, parse_window, spec_from_request
+from market.errors import LimitError, MarketError, TaskError, WorkError
+from market.money import MAX_WEI
+from market.tasks import TaskSpec, parse_window, spec_from_request
 from market.work import (
     ASSEMBLY_CHECK,
     ASSEMBLY_PART,
@@ -457,24 +458,30 @@ def test_windows_within_range(value: Any, expected: timedelta) -> None:
     ["0s", 0, "31d", "721h", 2_592_001, "-1s", "1.5h", "1w", "", None, True, 3.0, "9999999999s"],
 )
 def test_windows_out_of_range_are_refused(value: Any) -> None:
-    with pytest.raises(TaskError, match="review window"):
+    with pytest.raises((TaskError, LimitError), match="review window"):
         parse_window(value, "review")
 
 
 @pytest.mark.parametrize("window", ["bidding", "reveal", "delivery", "review"])
 def test_a_request_window_out_of_range_is_refused(window: str) -> None:
-    with pytest.raises(TaskError, match=window):
+    with pytest.raises(LimitError, match=window):
         spec_from_request(invoice_request(**{window: "31d"}), {})
 
 
-@pytest.mark.parametrize("budget", ["0", "0eth", 0, str(2**256), f"{2**256}wei"])
-def test_a_budget_of_zero_or_over_the_chain_limit_is_refused(budget: Any) -> None:
+@pytest.mark.parametrize("budget", ["0", "0eth", 0])
+def test_a_budget_of_zero_is_refused(budget: Any) -> None:
     with pytest.raises(TaskError, match="budget"):
         spec_from_request(invoice_request(budget=budget), {})
 
 
-def test_the_largest_budget_the_chain_holds_is_accepted() -> None:
-    assert spec_from_request(invoice_request(budget=MAX_BUDGET), {}).budget == MAX_BUDGET
+@pytest.mark.parametrize("budget", [str(MAX_WEI + 1), str(2**256), f"{2**256}wei", "10e80"])
+def test_a_budget_over_what_an_account_holds_is_a_limit_error(budget: Any) -> None:
+    with pytest.raises((LimitError, MarketError)):
+        spec_from_request(invoice_request(budget=budget), {})
+
+
+def test_the_largest_budget_an_account_holds_is_accepted() -> None:
+    assert spec_from_request(invoice_request(budget=str(MAX_WEI)), {}).budget == MAX_WEI
 
 
 @pytest.mark.parametrize("budget", [None, True, 0.5, ["1eth"]])
