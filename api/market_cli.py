@@ -244,6 +244,7 @@ def task_post(
         )
         task = market.market.post(requester, task_spec, requester_key=key)
         data = _task_json(market, task)
+        data["warnings"] = market.market.warnings(task_spec)
     if as_json:
         _emit(data)
         return
@@ -257,6 +258,8 @@ def task_post(
     out.print(
         f"  bids until {task.bidding_ends:%H:%M:%S}, reveals until {task.reveal_ends:%H:%M:%S}"
     )
+    for warning in data["warnings"]:
+        err.print(f"[yellow]warning:[/] {warning}")
 
 
 def _json_arg(text: str | None) -> Any:

@@ -523,6 +523,17 @@ class Onboarding:
             "document": json.loads(row.document),
         }
 
+    def holder_count(self, capability: str) -> int:
+        """How many unrevoked credentials for `capability` were issued (to any agent)."""
+        with self.engine.begin() as connection:
+            found = connection.execute(
+                select(func.count())
+                .select_from(_CREDENTIALS)
+                .where(_CREDENTIALS.c.capability == capability)
+                .where(_CREDENTIALS.c.revoked_at.is_(None))
+            ).scalar_one()
+        return int(found)
+
     def credentials_of(self, agent_did: str) -> list[dict[str, Any]]:
         with self.engine.begin() as connection:
             ids = connection.execute(

@@ -355,6 +355,16 @@ class Market:
         )
         return self.escrow_task(task_id, requester_key=requester_key)
 
+    def warnings(self, spec: TaskSpec) -> list[str]:
+        """What a requester should know before its task takes bids: capabilities nobody holds
+        a credential for yet (nobody could bid unless an agent is credentialed in time)."""
+        return [
+            f"no agent holds a credential for {capability} yet: nobody can bid until one is "
+            f"credentialed (`accord agent onboard NAME -c {capability}`)"
+            for capability in spec.capabilities
+            if self.onboarding.holder_count(capability) == 0
+        ]
+
     def spec_from_request(self, data: Any, *, budget: Wei | None = None) -> TaskSpec:
         """A spec from a requester's request, its `{"$file": sha256}` references read from the
         blob store (stored first with `blobs.put`). Raises WorkError naming the JSON path,

@@ -143,7 +143,9 @@ def post_task(body: TaskPost, caller: Caller, context: Context, state: State) ->
     key = os.environ.get("ACCORD_REQUESTER_ETH_KEY") or context.default_requester_key()
     with state.write_lock:
         task = context.market.post(requester, spec, requester_key=key)
-    return task_json(context, task)
+    data = task_json(context, task)
+    data["warnings"] = context.market.warnings(spec)
+    return data
 
 
 @writes.post(

@@ -16,6 +16,7 @@ from fastapi.testclient import TestClient
 from api.app import create_app
 from api.auth import AccordAuth, sign_request
 from api.routes.deps import ApiConfig
+from identity.challenges import REGISTRY
 from identity.onboarding import Onboarding, open_onboarding
 from identity.presentations import create_presentation
 from ledger.anchoring import Anchorer
@@ -499,3 +500,18 @@ def test_rate_limit_is_429_with_retry_after(world: World) -> None:
     reads = [client.get("/tasks").status_code for _ in range(5)]
     assert 429 in reads
     assert time.time() > 0
+
+
+def test_a_task_nobody_can_bid_on_is_posted_with_a_warning(
+    client: TestClient, world: World
+) -> None:
+    body = {
+        "title": "Write a function",
+        "budget": "0.1eth",
+        "parts": [{"id": "f", "capability": "python", "input": REGISTRY["python"].example()[0]}],
+    }
+    posted = client.post("/tasks", json=body, auth=AccordAuth(world.signers["req"]))
+    assert posted.status_code == 201, posted.text
+    [warning] = posted.json()["warnings"]
+    assert "no agent holds a credential for python" in warning
+    assert post_task(client, world.signers["req"])["warnings"] == []

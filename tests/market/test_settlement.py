@@ -379,8 +379,8 @@ def test_pay_by_quality_scales_the_amount_by_v_of_n(
     wrong: list[str] = []
     real = coordinator.service.adapter_for
 
-    def adapter_for(record: AgentRecord, timeout: float) -> Any:
-        return _FirstAnswerWrong(real(record, timeout), wrong, record.did)
+    def adapter_for(record: AgentRecord, timeout: float, **options: Any) -> Any:
+        return _FirstAnswerWrong(real(record, timeout, **options), wrong, record.did)
 
     monkeypatch.setattr(coordinator.service, "adapter_for", adapter_for)
     world = build_world(tmp_path / "home", until="delivered", pay_by_quality=True)
