@@ -358,6 +358,7 @@ def _check_chain(
     log_id = store.log_id
     try:
         on_chain.extend(sorted(chain.anchors(log_id), key=lambda anchor: anchor.size))
+        matched: OnChainAnchor | None = None
         for anchor in on_chain:
             if anchor.size > len(leaves):
                 raise VerificationError(
@@ -366,12 +367,8 @@ def _check_chain(
                     len(leaves),
                 )
             if scan.root_at(anchor.size) != anchor.root:
-                raise VerificationError(
-                    5,
-                    f"the log's root at size {anchor.size} differs from the one anchored in "
-                    f"block {anchor.block_number}",
-                    anchor.size - 1,
-                )
+                raise _changed_after_anchoring(anchor, matched)
+            matched = anchor
         anchored_sizes = {anchor.size for anchor in on_chain}
         for recorded in store.anchors(status="confirmed"):
             if recorded.size not in anchored_sizes:
@@ -381,6 +378,27 @@ def _check_chain(
     except ChainError as exc:
         raise VerificationError(5, f"cannot read the chain: {exc}") from exc
     return f"{len(on_chain)} anchors on chain {chain.chain_id()} match the log"
+
+
+def _changed_after_anchoring(
+    anchor: OnChainAnchor, matched: OnChainAnchor | None
+) -> VerificationError:
+    """The failure of an anchor whose root the log no longer has. The chain holds roots only,
+    so the changed entry is known to lie after the last anchor that still matches and before
+    this one's size; the failure names the first entry of that span."""
+    first = 0 if matched is None else matched.size
+    since = (
+        "no earlier anchor still matches"
+        if matched is None
+        else f"the root at size {matched.size} (block {matched.block_number}) still matches"
+    )
+    return VerificationError(
+        5,
+        f"the log's root at size {anchor.size} differs from the one anchored in block "
+        f"{anchor.block_number}; {since}, so an entry from {first} to {anchor.size - 1} was "
+        "changed after it was anchored",
+        first,
+    )
 
 
 def _check_consistency(store: LogStore, on_chain: list[OnChainAnchor]) -> str:

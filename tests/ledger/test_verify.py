@@ -5,7 +5,8 @@ sizes 40 and 100, a further (unanchored) checkpoint at 120.
 
 * clean: steps 1-6 pass; offline (no chain) steps 5 and 6 are skipped and the verdict is PASS;
 * a checkpoint signed by another key, or by the operator for another log, fails step 4;
-* a chain holding another root for a size fails step 5 at the last entry of that size; a chain
+* a chain holding another root for a size fails step 5 at the first entry after the last anchor
+  that still matches (the chain holds roots only: the change lies between the two); a chain
   lacking an anchor the log recorded as confirmed, or a chain that does not answer, fail step 5;
 * the log cut below an anchored size: cut cleanly (entries, nodes, checkpoints, head) fails
   step 5 at the first missing entry; cut leaving its tree nodes fails step 3 there; entries
@@ -19,6 +20,7 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from pathlib import Path
 
 import pytest
 from sqlalchemy import delete, update
@@ -26,7 +28,7 @@ from sqlalchemy import delete, update
 from ledger.anchoring import Anchorer
 from ledger.chain import MemoryAnchorChain
 from ledger.checkpoint import Checkpoint, sign_checkpoint, take_checkpoint
-from ledger.events import format_time
+from ledger.events import Entry, Event, format_time, sign_event
 from ledger.signing import Ed25519Signer
 from ledger.store import (
     NODE_INDEX_BITS,
@@ -36,6 +38,7 @@ from ledger.store import (
     LedgerHead,
     LedgerNode,
     LogStore,
+    make_engine,
 )
 from ledger.verify import STEP_TITLES, VerificationReport, verify_log
 from tests.ledger.conftest import LOG_ID, START, EntryMaker, append_signed, signer_from
@@ -174,8 +177,9 @@ def test_chain_holding_another_root_fails_step_5(log: Log) -> None:
     log.chain.broadcast(log.chain.build_anchor_tx(LOG_ID, 110, bogus))
     assert log.chain.root_at(LOG_ID, 110) == bogus
     report = verify_log(log.store, log.operator.did, log.chain)
-    assert_fails(report, 5, 109)
-    assert "size 110" in report.steps[4].detail
+    # the anchor at 100 still matches: the change lies in entries 100..109, named from 100
+    assert_fails(report, 5, 100)
+    assert "size 110" in report.steps[4].detail and "from 100 to 109" in report.steps[4].detail
     # offline, the log itself is fine
     assert verify_log(log.store, log.operator.did, None).ok
 
@@ -188,7 +192,7 @@ def test_chain_anchoring_another_root_first_fails_step_5(
     chain.broadcast(chain.build_anchor_tx(LOG_ID, 10, b"\x42" * 32))  # someone else's root
     Anchorer(store, chain, operator, Clock(), receipt_timeout=0.05).anchor_latest()
     assert [a.size for a in chain.anchors(LOG_ID)] == [10, 30]
-    assert_fails(verify_log(store, operator.did, chain), 5, 9)
+    assert_fails(verify_log(store, operator.did, chain), 5, 0)  # no earlier anchor: 0..9
 
 
 def test_chain_lacking_a_recorded_anchor_fails_step_5(log: Log) -> None:
@@ -289,7 +293,7 @@ def test_report_json_of_a_failure(log: Log) -> None:
     document = verify_log(log.store, log.operator.did, log.chain).to_json()
     _check_shape(document)
     assert document["verdict"] == "FAIL"
-    assert (document["failed_step"], document["failed_entry"]) == (5, 109)
+    assert (document["failed_step"], document["failed_entry"]) == (5, 100)
     assert [step["status"] for step in document["steps"]] == [
         "pass",
         "pass",
@@ -299,7 +303,7 @@ def test_report_json_of_a_failure(log: Log) -> None:
         "not-run",
     ]
     failed = document["steps"][4]
-    assert failed["entry"] == 109 and "110" in failed["detail"]
+    assert failed["entry"] == 100 and "110" in failed["detail"]
 
     # offline failure: the chain steps are skipped, not "not-run"
     take_checkpoint(log.store, signer_from("intruder"), START)
@@ -354,3 +358,28 @@ def test_a_long_log_is_checked_in_worker_processes_with_the_same_verdicts(tmp_pa
     reopened = LogStore(make_engine(f"sqlite:///{path}"), "long")
     failure = verify_log(reopened, operator.did, None).first_failure
     assert failure is not None and (failure.number, failure.entry) == (1, target)
+
+
+def test_a_resigned_and_rebuilt_log_is_named_from_the_last_matching_anchor(
+    log: Log, tmp_path: Path
+) -> None:
+    """A hostile operator changes entry 70, re-signs it with its actor's key and rebuilds the
+    tree and checkpoints: steps 1-4 hold; the anchor at 40 still matches, the one at 100 does
+    not, so step 5 names the span 40..99 from its first entry, not the last anchored entry."""
+    keys = {signer.did: signer for signer in log.maker.signers}
+    rebuilt = LogStore(make_engine(f"sqlite:///{tmp_path / 'rebuilt.db'}"), LOG_ID)
+    entries = [Entry.from_bytes(s.data) for s in log.store.entries(0, log.store.size())]
+    event = entries[70].event
+    changed = Event(
+        event.kind, event.actor, event.seq, event.at, event.subject, {**event.body, "n": -1}
+    )
+    entries[70] = sign_event(keys[event.actor], changed)
+    done = 0
+    for size in CHECKPOINTED:
+        rebuilt.append_batch(entries[done:size])
+        take_checkpoint(rebuilt, log.operator, START + timedelta(seconds=size))
+        done = size
+    rebuilt.append_batch(entries[done:])
+    report = verify_log(rebuilt, log.operator.did, log.chain)
+    assert_fails(report, 5, 40)
+    assert "from 40 to 99" in report.steps[4].detail
