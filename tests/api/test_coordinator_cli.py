@@ -46,15 +46,13 @@ def test_task_run_and_conversations(accord: Accord, tmp_path: Path) -> None:
 
     # the spec file names the invoice by a path beside it; the CLI stores it by sha256
     (tmp_path / "invoice.txt").write_text(INVOICE)
-    request = invoice_request(bidding="20s", reveal="12s")
+    request = invoice_request(bidding="30s", reveal="12s")
     for part in request["parts"]:
         if part["capability"] == "extraction":
             part["input"]["document"] = {"$file": "invoice.txt"}
     spec_file = tmp_path / "task.json"
     spec_file.write_text(json.dumps(request))
     task = accord.json("task", "post", "--spec", str(spec_file))
-    [digest] = task["spec"]["files"]
-    assert accord.run("task", "file", task["id"], digest).stdout == INVOICE
     task_id = task["id"]
     accord.json("bid", "commit", task_id, "--agent", "alice", "--price", "0.1eth")
     accord.json("bid", "commit", task_id, "--agent", "bob", "--price", "0.2eth")
@@ -83,6 +81,8 @@ def test_task_run_and_conversations(accord: Accord, tmp_path: Path) -> None:
 
     shown = accord.json("task", "show", task_id)
     assert shown["state"] == "delivered", shown
+    [digest] = shown["spec"]["files"]
+    assert accord.run("task", "file", task_id, digest).stdout == INVOICE
 
     # the requester's deliverable: every part's output and producer, written out on request
     result = accord.json("task", "result", task_id, "--out", str(tmp_path / "result"))
