@@ -358,8 +358,7 @@ def posting_of(params: Mapping[str, Any]) -> Posting:
 
     Raises RpcError: INVALID_PARAMS without a message or with no (or several) JSON object
     data parts, CONTENT_TYPE_NOT_SUPPORTED for file parts or a data part in another media
-    type, TASK_NOT_FOUND / UNSUPPORTED_OPERATION are for the caller (a `taskId` continues a
-    task: see `continued_task`).
+    type. (A message naming a `taskId` is `continued_task`'s to refuse.)
     """
     message = params.get("message")
     if not isinstance(message, dict):
