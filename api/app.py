@@ -15,6 +15,7 @@ from fastapi.openapi.utils import get_openapi
 from fastapi.routing import APIRoute
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from api import a2a
 from api.auth import DID_HEADER, NONCE_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER
 from api.problems import PROBLEM_MEDIA_TYPE, Problem, install_problem_handlers, problem_response
 from api.routes import identity, market, records, remote
@@ -169,6 +170,7 @@ def create_app(
     for router in (identity.reads, identity.writes, market.reads, market.writes, records.reads):
         app.include_router(router)
     app.include_router(remote.router)
+    app.include_router(a2a.router)
 
     # -- the web explorer (api/explorer.py, built separately): included once it exists --
     try:
