@@ -1,0 +1,161 @@
+"""`Home`: one accord home (database, keys, chain) driven from Python, as the CLI drives it."""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from audit.checks import AuditReport, audit_task
+from coordinator.conversation import Conversation
+from coordinator.service import run_awarded_task
+from identity.agents import AgentRecord
+from identity.onboarding import CapabilityOutcome
+from ledger.runtime import devnet_for
+from ledger.settings import Settings
+from ledger.signing import Signer
+from market.auction import AuctionOutcome
+from market.money import Wei, parse_amount
+from market.runtime import MarketContext, open_market
+from market.sealed import commit_bid, reveal_bid
+from market.settlement import SettleOutcome, deliverable_view, settle_task
+from market.tasks import Task, TaskSpec
+
+Agent = AgentRecord | str
+
+
+@dataclass
+class Home:
+    """An accord home: its market, credentials and ledger (`context`), and the sealed bids this
+    process committed and has yet to reveal. Raises what the packages raise: LedgerError,
+    IdentityError, MarketError, CoordinatorError and their subclasses."""
+
+    context: MarketContext
+    _sealed: dict[str, list[tuple[Signer, Wei, bytes]]] = field(default_factory=dict)
+
+    @property
+    def settings(self) -> Settings:
+        return self.context.settings
+
+    def agent(self, agent: Agent) -> AgentRecord:
+        """A registered agent by name or DID (or the record itself)."""
+        if isinstance(agent, AgentRecord):
+            return agent
+        return self.context.onboarding.registry.get(agent)
+
+    def new_agent(self, name: str, *, runtime: str = "reference", **options: Any) -> AgentRecord:
+        """A new did:key agent; `options` are the runtime's (command, endpoint, model)."""
+        onboarding = self.context.onboarding
+        return onboarding.registry.new_agent(
+            name, now=onboarding.ledger.clock(), runtime=runtime, **options
+        )
+
+    def onboard(
+        self, agent: Agent, capabilities: Sequence[str], *, items: int | None = None
+    ) -> list[CapabilityOutcome]:
+        """Register the agent by DID-auth, sit one exam per capability, issue a credential
+        for each one passed."""
+        return self.context.onboarding.onboard(
+            self.agent(agent), list(capabilities), item_count=items
+        )
+
+    def spec(self, request: Mapping[str, Any]) -> TaskSpec:
+        """A task spec from a request (the JSON of `accord task post --spec`)."""
+        return self.context.market.spec_from_request(dict(request))
+
+    def post(
+        self, request: Mapping[str, Any] | TaskSpec, *, requester: Agent | None = None
+    ) -> Task:
+        """Post a task (a spec, or its request JSON), its budget escrowed from the managed
+        devnet's funded requester account (or ACCORD_REQUESTER_ETH_KEY)."""
+        import os
+
+        spec = request if isinstance(request, TaskSpec) else self.spec(request)
+        signer = self.context.signer_for(None if requester is None else self.agent(requester).did)
+        key = os.environ.get("ACCORD_REQUESTER_ETH_KEY") or self.context.default_requester_key()
+        return self.context.market.post(signer, spec, requester_key=key)
+
+    def task(self, task_id: str) -> Task:
+        return self.context.market.task(task_id)
+
+    def bid(self, task_id: str, agent: Agent, price: str | int) -> int:
+        """Commit a sealed bid for `agent`; the price and salt stay in this `Home` until
+        `reveal_bids`. Returns the entry's log index."""
+        signer = self.context.signer_for(self.agent(agent).did)
+        amount = Wei(price) if isinstance(price, int) else parse_amount(price)
+        salt = secrets.token_bytes(32)
+        index = self.context.market.commit(commit_bid(signer, task_id, amount, salt))
+        self._sealed.setdefault(task_id, []).append((signer, amount, salt))
+        return index
+
+    def reveal_bids(self, task_id: str, *, wait: bool = True) -> list[int]:
+        """Reveal every bid this `Home` committed to the task, first waiting (with `wait`) for
+        the bidding window to close."""
+        if wait:
+            self._wait_until(self.task(task_id).bidding_ends)
+        indexes = [
+            self.context.market.reveal(reveal_bid(signer, task_id, amount, salt))
+            for signer, amount, salt in self._sealed.pop(task_id, [])
+        ]
+        return indexes
+
+    def award(self, task_id: str, *, wait: bool = True) -> AuctionOutcome:
+        """Clear the auction, first waiting (with `wait`) for the reveal window to close."""
+        if wait:
+            self._wait_until(self.task(task_id).reveal_ends)
+        return self.context.market.award(task_id)
+
+    def _wait_until(self, moment: datetime) -> None:
+        left = (moment - self.context.market.clock()).total_seconds()
+        if left > 0:
+            time.sleep(left + 0.05)
+
+    def run(self, task_id: str) -> Conversation:
+        """The winner's team does the parts and delivers (the rule policy)."""
+        return run_awarded_task(self.context, task_id)
+
+    def result(self, task_id: str) -> dict[str, Any]:
+        """The deliverable: each part's output and producer, and the checks once settled."""
+        return deliverable_view(self.context.market, task_id)
+
+    def settle(self, task_id: str) -> SettleOutcome:
+        """Run the checks and pay the team by Shapley value through the escrow (once)."""
+        return settle_task(self.context.market, self.context.onboarding, task_id)
+
+    def audit(self, task_id: str) -> AuditReport:
+        """The audit checklist of a task, from the log and the chain (anchors the log first)."""
+        ledger = self.context.market.ledger
+        if ledger.anchorer is not None:
+            ledger.anchorer.anchor_latest()
+        chains = self.context.escrow.chain
+        from ledger.runtime import connect_chain
+
+        anchors = connect_chain(self.settings, start_devnet=False)
+        return audit_task(ledger.store, task_id, anchors=anchors, escrow=chains)
+
+
+@contextmanager
+def open_home(
+    home: str | Path | None = None, *, environ: Mapping[str, str] | None = None
+) -> Iterator[Home]:
+    """An accord home at `home` (else ACCORD_HOME, else ./.accord), with its managed devnet
+    started if needed and stopped again on exit when this call started it."""
+    import os
+
+    env = dict(os.environ if environ is None else environ)
+    if home is not None:
+        env["ACCORD_HOME"] = str(home)
+    settings = Settings.from_env(env)
+    started = False
+    if settings.managed_devnet:
+        started = not devnet_for(settings).up().reused
+    try:
+        yield Home(open_market(settings))
+    finally:
+        if started:
+            devnet_for(settings).down()
