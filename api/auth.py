@@ -47,7 +47,7 @@ import secrets
 import threading
 import time
 from collections.abc import Callable, Generator, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 import httpx
@@ -60,6 +60,7 @@ from api.structured_fields import (
     Item,
     Member,
     StructuredFieldError,
+    Token,
     parse_dictionary,
     serialize_bare_item,
     serialize_dictionary,
@@ -214,13 +215,14 @@ def component_values(
                     f"the signature covers {name}, which accord does not resolve: cover "
                     f"{', '.join(derived)} or header fields"
                 )
-            value: str | None = derived[name]
+            value = derived[name]
         else:
-            value = _field_value(fields, name)
-            if value is None:
+            sent = _field_value(fields, name)
+            if sent is None:
                 raise MalformedSignature(
                     f"the signature covers the header {name}, which the request does not carry"
                 )
+            value = sent
         if not value.isascii() or not value.isprintable():
             raise MalformedSignature(f"the value of {name} cannot be signed: printable ASCII only")
         values[name] = value
@@ -491,7 +493,9 @@ def _select(fields: Sequence[tuple[str, str]]) -> tuple[Member, bytes]:
     ours = [
         label
         for label, member in inputs.items()
-        if member.is_inner_list and member.params.get("tag") == TAG
+        if member.is_inner_list
+        and type(member.params.get("tag")) is str
+        and member.params.get("tag") == TAG
     ]
     if not ours:
         raise MissingSignature(
@@ -553,15 +557,17 @@ def _parameters(covered: Member, signature: bytes) -> _Selected:
         )
     components: list[str] = []
     for item in covered.value if isinstance(covered.value, list) else ():
-        name = item.value
-        if type(name) is not str or item.params or name != name.lower():
+        component = item.value
+        if not isinstance(component, str) or isinstance(component, Token) or item.params:
             raise MalformedSignature(
                 f"the covered component {serialize_bare_item(item.value)} is not supported: "
                 "cover plain lower-case names"
             )
-        if name in components:
-            raise MalformedSignature(f"the signature covers {name} twice")
-        components.append(name)
+        if component != component.lower():
+            raise MalformedSignature(f"the covered component {component!r} is not lower case")
+        if component in components:
+            raise MalformedSignature(f"the signature covers {component} twice")
+        components.append(component)
     return _Selected(keyid, created, integer("expires"), nonce, covered, components, signature)
 
 
@@ -593,13 +599,14 @@ def verify_request(
     nonces: RequestNonces,
     now: float | None = None,
     window: float = DEFAULT_WINDOW,
-    sent_authority: str | None = None,
+    received: Target | None = None,
 ) -> str:
     """The did:key that signed this request, once its RFC 9421 signature holds.
 
-    `target` is where the service is addressed (its own authority); `fields` the request's
-    header lines as received; `sent_authority` the authority its Host names when that is not
-    `target.authority` (a service behind a proxy), to say when a request was signed for it.
+    `target` is the service as clients address it (its own scheme and authority, and the
+    request's path and query); `fields` the request's header lines as received; `received`
+    the target as the request itself names it (its scheme and Host) when that may differ
+    (a service behind a proxy), to say so when a request was signed for another host.
     Raises the `AuthError` subclass of the first check that fails (see the module docstring).
     """
     # (1) the signature tagged "accord", its parameters and covered components
@@ -621,12 +628,12 @@ def verify_request(
     # (3) the signature over this request as this service is addressed
     if not _verifies(selected, method, target, fields):
         if (
-            sent_authority is not None
-            and sent_authority != target.authority
-            and _verifies(selected, method, replace(target, authority=sent_authority), fields)
+            received is not None
+            and received.authority != target.authority
+            and _verifies(selected, method, received, fields)
         ):
             raise WrongAuthority(
-                f"the request was signed for {sent_authority}, but this service is "
+                f"the request was signed for {received.authority}, but this service is "
                 f"{target.authority}: sign it for {target.scheme}://{target.authority}"
             )
         raise BadSignature(

@@ -191,22 +191,19 @@ async def signed_caller(request: Request, state: Annotated[ApiState, Depends(get
     with contextlib.suppress(LedgerError, MarketError, IdentityError):
         state.context()
     raw: Any = request.scope.get("raw_path") or request.url.path.encode()
-    query: bytes = request.scope.get("query_string", b"")
+    path = raw.decode("latin-1")
+    query_bytes: bytes = request.scope.get("query_string", b"")
+    query = query_bytes.decode("latin-1") if query_bytes else None
     scheme = str(request.scope.get("scheme", "http"))
     host = request.headers.get("host")
     try:
-        sent = normalize_authority(host, scheme) if host else None
+        received = Target(scheme, normalize_authority(host, scheme), path, query) if host else None
     except ValueError as exc:
         raise _unauthenticated(f"the Host header is not a host name: {exc}") from exc
     origin = state.config.public_origin()
-    if origin is None and sent is None:
+    target = Target(origin.scheme, origin.authority, path, query) if origin else received
+    if target is None:
         raise _unauthenticated("the request has no Host header: send the host it is signed for")
-    target = Target(
-        origin.scheme if origin else scheme,
-        origin.authority if origin else str(sent),
-        raw.decode("latin-1"),
-        query.decode("latin-1") if query else None,
-    )
     fields = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in request.headers.raw]
     try:
         did = verify_request(
@@ -216,7 +213,7 @@ async def signed_caller(request: Request, state: Annotated[ApiState, Depends(get
             body,
             nonces=state.request_nonces(),
             window=state.config.window,
-            sent_authority=sent,
+            received=received,
         )
     except AuthError as exc:
         raise _unauthenticated(str(exc)) from exc

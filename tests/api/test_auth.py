@@ -260,6 +260,9 @@ def test_a_service_with_a_public_url_refuses_requests_signed_for_another_host(
     elsewhere = sign_request(ada, "POST", "https://other.example" + path)
     detail = assert_problem(other.post(path, headers=elsewhere), 401)["detail"]
     assert "signed for other.example, but this service is accord.example" in detail
+    # the accord client pointed at the service's private address signs for that address
+    detail = assert_problem(behind.post(path, auth=AccordAuth(ada)), 401)["detail"]
+    assert "signed for 10.0.0.5:8600, but this service is accord.example" in detail
     # the accord client signs for the host it addresses: to reach the service, that is the URL
     assert (
         TestClient(app, base_url="https://accord.example")
@@ -557,7 +560,7 @@ def test_time_digest_authority_and_nonce_errors() -> None:
         ada, "POST", "https://other.example/tasks", body, content_type=JSON, created=NOW
     )
     with pytest.raises(WrongAuthority, match=r"signed for other\.example, but this service is"):
-        _verify(elsewhere, body, sent_authority="other.example")
+        _verify(elsewhere, body, received=Target.from_url("https://other.example/tasks"))
     with pytest.raises(BadSignature, match="another host"):
         _verify(elsewhere, body)  # no Host to tell: it does not verify
     with pytest.raises(UnknownKey, match="not an Ed25519 did:key"):
