@@ -16,7 +16,7 @@ from fastapi.routing import APIRoute
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api import a2a
-from api.auth import DID_HEADER, NONCE_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER
+from api.auth import ALGORITHM, AUTH_SCHEME, SIGNATURE_HEADER, SIGNED_HEADERS, TAG
 from api.problems import PROBLEM_MEDIA_TYPE, Problem, install_problem_handlers, problem_response
 from api.routes import identity, market, records, remote
 from api.routes.deps import ApiConfig, ApiState
@@ -162,8 +162,8 @@ def create_app(
             ],
             "provider": {"organization": "accord", "url": base},
             "authentication": {
-                "schemes": ["Accord-Signature"],
-                "headers": [DID_HEADER, NONCE_HEADER, TIMESTAMP_HEADER, SIGNATURE_HEADER],
+                "schemes": [AUTH_SCHEME],
+                "headers": list(SIGNED_HEADERS),
             },
         }
 
@@ -189,7 +189,7 @@ SIGNED_ROUTERS = (identity.writes, market.writes, remote.writes)
 
 _PROBLEMS = {
     400: "Bad input: the detail says which field and why",
-    401: "Not signed, forged, outside the time window, or a replayed nonce",
+    401: "Not signed, forged, for another host, outside the time window, or a replayed nonce",
     403: "Signed, but the caller may not act on this object",
     404: "No such object",
     409: "Conflicts with the object's state (a refused bid says why in `reason`)",
@@ -214,8 +214,9 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
             "type": "apiKey",
             "in": "header",
             "name": SIGNATURE_HEADER,
-            "description": "Ed25519 over method, target, timestamp, nonce and the body's "
-            f"SHA-256, with {DID_HEADER}, {NONCE_HEADER} and {TIMESTAMP_HEADER} (api.auth)",
+            "description": f"RFC 9421 HTTP Message Signature, alg {ALGORITHM}, tag {TAG}, keyid "
+            "the caller's did:key, covering @method, @target-uri, @authority and the body's "
+            "RFC 9530 Content-Digest and Content-Type (api.auth)",
         }
     }
     ref = {"$ref": "#/components/schemas/Problem"}

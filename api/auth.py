@@ -1,36 +1,52 @@
-"""Signed requests: every mutating request carries its caller's DID and an Ed25519 signature.
+"""Signed requests: every mutating request carries an RFC 9421 HTTP Message Signature by its
+caller's did:key, Ed25519, with an RFC 9530 `Content-Digest` of its body.
 
-A request is signed with four headers (an envelope equivalent to an RFC 9421 signature over the
-covered components):
+What accord asks of a signature (any RFC 9421 implementation can make one):
 
-    Accord-DID         the caller's did:key
-    Accord-Nonce       16 to 128 URL-safe characters, never used twice by one DID
-    Accord-Timestamp   Unix seconds when it was signed; accepted within ±5 minutes
-    Accord-Signature   Ed25519 over the canonical string, unpadded base64url
+    Signature-Input: accord=("@method" "@target-uri" "@authority" "content-digest"
+                     "content-type");created=1735689600;expires=1735689900;
+                     nonce="…";keyid="did:key:z6Mk…";alg="ed25519";tag="accord"
+    Signature:       accord=:<64-byte Ed25519 signature, base64>:
+    Content-Digest:  sha-256=:<SHA-256 of the body, base64>:
 
-The canonical string is the UTF-8 of these lines joined by "\\n":
+- covered: `@method`, `@target-uri` and `@authority` always; `content-digest` whenever there is
+  a body (sha-256, or sha-512) or the field is sent; `content-type` whenever it is sent;
+  other components may be covered too, as plain names;
+- parameters: `tag="accord"` (it selects the signature; the label is free), `keyid` the
+  signer's did:key (Ed25519), `created` within ±`window` of the service's clock, a `nonce` of
+  16 to 128 characters from `[A-Za-z0-9._~+/=-]`, `alg` "ed25519" if present, `expires` if
+  present in the future;
+- `@authority` and `@target-uri` are those of the service as it is addressed: the request's
+  Host, or the public URL the service is configured with behind a proxy (a request signed for
+  another host is refused).
 
-    accord-request-v1
-    METHOD                  upper case
-    /path?query             the request target exactly as sent
-    timestamp
-    nonce
-    sha256(body) in hex     of the exact body bytes (of b"" when there is none)
+A nonce is remembered (with its `created`) for as long as it could still be accepted, so a
+replay inside the window is refused and a replay after it is refused as expired.
 
-A nonce is remembered (with its timestamp) for as long as its timestamp could still be accepted,
-so a replay inside the window is refused and a replay after it is refused as expired.
-`sign_request` makes the headers, `AccordAuth` signs every httpx request.
+`sign_request` makes the headers, `AccordAuth` signs every httpx request, `verify_request`
+checks one; failures raise one `AuthError` subclass per cause:
+
+    AuthError
+    ├── MissingSignature     no Signature-Input / Signature tagged "accord"
+    ├── MalformedSignature   not structured fields, a parameter or a covered component missing
+    ├── UnknownKey           keyid not an Ed25519 did:key, or alg not "ed25519"
+    ├── ExpiredSignature     created outside the window, or expires passed
+    ├── BadSignature         the signature does not verify over this request
+    ├── WrongAuthority       it verifies, but for another host than this service
+    ├── BadDigest            the body does not match the signed Content-Digest
+    └── ReplayedNonce        the nonce was already used by this did:key
 """
 
 from __future__ import annotations
 
 import hashlib
+import hmac
 import math
 import re
 import secrets
 import threading
 import time
-from collections.abc import Callable, Generator, Mapping
+from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
@@ -39,60 +55,266 @@ from sqlalchemy import Engine, delete, insert
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Field, SQLModel
 
+from api.structured_fields import (
+    BareItem,
+    Item,
+    Member,
+    StructuredFieldError,
+    Token,
+    parse_dictionary,
+    serialize_bare_item,
+    serialize_dictionary,
+    serialize_member,
+)
 from ledger.errors import MalformedError, SignatureError
-from ledger.signing import Signer, b64url, from_b64url, verify_signature
+from ledger.signing import Signer, b64url, public_key_from_did, verify_signature
 
-DID_HEADER = "Accord-DID"
-NONCE_HEADER = "Accord-Nonce"
-TIMESTAMP_HEADER = "Accord-Timestamp"
-SIGNATURE_HEADER = "Accord-Signature"
-SIGNED_HEADERS = (DID_HEADER, NONCE_HEADER, TIMESTAMP_HEADER, SIGNATURE_HEADER)
-SCHEME = "accord-request-v1"
+SIGNATURE_INPUT_HEADER = "Signature-Input"
+SIGNATURE_HEADER = "Signature"
+CONTENT_DIGEST_HEADER = "Content-Digest"
+SIGNED_HEADERS = (SIGNATURE_INPUT_HEADER, SIGNATURE_HEADER, CONTENT_DIGEST_HEADER)
+TAG = "accord"
+"""The `tag` parameter of an accord request signature."""
+LABEL = "accord"
+"""The label `sign_request` writes (any label is accepted: the tag selects the signature)."""
+ALGORITHM = "ed25519"
+AUTH_SCHEME = "Signature"
+"""The scheme named in `WWW-Authenticate` on a 401."""
 DEFAULT_WINDOW = 300.0
+REQUIRED_COMPONENTS = ("@method", "@target-uri", "@authority")
+PARAMETERS = ("created", "expires", "nonce", "keyid", "alg", "tag")
 
-_NONCE = re.compile(r"^[A-Za-z0-9_-]{16,128}$")
-_TIMESTAMP = re.compile(r"^[0-9]{1,12}$")
+_NONCE = re.compile(r"^[A-Za-z0-9._~+/=-]{16,128}$")
+_DIGESTS: dict[str, Callable[[bytes], Any]] = {
+    "sha-256": hashlib.sha256,
+    "sha-512": hashlib.sha512,
+}
+_DEFAULT_PORTS = {"http": "80", "https": "443"}
+_HOST = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._~%!$&'()*+,;=-]+)(?::([0-9]*))?$")
 
 
 class AuthError(Exception):
-    """A request is not signed, or its signature, time or nonce does not hold."""
+    """A request is not signed, or its signature, key, time, host, digest or nonce does not
+    hold. Every subclass's message is one line saying what to do."""
 
 
-def canonical_request(method: str, target: str, timestamp: str, nonce: str, body: bytes) -> bytes:
-    """The bytes a caller signs (see the module docstring)."""
-    digest = hashlib.sha256(body).hexdigest()
-    return "\n".join((SCHEME, method.upper(), target, timestamp, nonce, digest)).encode()
+class MissingSignature(AuthError):
+    """No `Signature-Input` and `Signature` pair tagged "accord"."""
+
+
+class MalformedSignature(AuthError):
+    """The signature fields are not RFC 8941 dictionaries, or a parameter or a required
+    covered component is missing or of the wrong type."""
+
+
+class UnknownKey(AuthError):
+    """The `keyid` is not an Ed25519 did:key, or `alg` is not "ed25519"."""
+
+
+class ExpiredSignature(AuthError):
+    """`created` is outside the window around the service's clock, or `expires` has passed."""
+
+
+class BadSignature(AuthError):
+    """The signature does not verify over this request as the service received it."""
+
+
+class WrongAuthority(AuthError):
+    """The signature verifies, but for another host than the one this service serves."""
+
+
+class BadDigest(AuthError):
+    """The body does not match the signed `Content-Digest`, or a body is not covered by one."""
+
+
+class ReplayedNonce(AuthError):
+    """This did:key already used this nonce inside the window."""
+
+
+# -- the request as RFC 9421 sees it -------------------------------------------------------------
+
+
+def normalize_authority(host: str, scheme: str) -> str:
+    """`host[:port]` as RFC 9421's `@authority`: lower case, without the scheme's default port.
+
+    Raises ValueError when `host` is not a URI host with an optional numeric port.
+    """
+    found = _HOST.match(host.strip())
+    if found is None:
+        raise ValueError(f"{host!r} is not a host name with an optional port")
+    name, port = found.group(1).lower(), found.group(2)
+    if port is not None and not port:
+        raise ValueError(f"{host!r} names an empty port")
+    if port is None or port.lstrip("0") == _DEFAULT_PORTS.get(scheme.lower()):
+        return name
+    return f"{name}:{port}"
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where a request goes: `scheme://authority` + `path` (as sent, percent-encoded) and the
+    query (None when the URL has no '?')."""
+
+    scheme: str
+    authority: str
+    path: str
+    query: str | None = None
+
+    @classmethod
+    def from_url(cls, url: str) -> Target:
+        """The target of an absolute `http(s)://host[:port]/path?query` URL (userinfo and
+        fragment dropped). Raises ValueError for anything else."""
+        scheme, sep, rest = url.partition("://")
+        scheme = scheme.lower()
+        if not sep or scheme not in _DEFAULT_PORTS:
+            raise ValueError(f"{url!r} is not an absolute http(s) URL")
+        rest = rest.partition("#")[0]
+        end = min((i for i in (rest.find("/"), rest.find("?")) if i >= 0), default=len(rest))
+        authority, path_query = rest[:end].rpartition("@")[2], rest[end:]
+        path, question, query = path_query.partition("?")
+        return cls(
+            scheme, normalize_authority(authority, scheme), path, query if question else None
+        )
+
+    @property
+    def uri(self) -> str:
+        """`@target-uri`: the absolute URI, the path "/" when empty."""
+        query = "" if self.query is None else "?" + self.query
+        return f"{self.scheme}://{self.authority}{self.path or '/'}{query}"
+
+
+def _field_value(fields: Sequence[tuple[str, str]], name: str) -> str | None:
+    """RFC 9421 §2.1: every line of field `name`, trimmed, joined by ", " (None if absent)."""
+    values = [value.strip(" \t") for key, value in fields if key.lower() == name]
+    return ", ".join(values) if values else None
+
+
+def component_values(
+    components: Sequence[str], method: str, target: Target, fields: Sequence[tuple[str, str]]
+) -> dict[str, str]:
+    """Each covered component's value in this request (RFC 9421 §2.1, §2.2).
+
+    Raises MalformedSignature for a derived component accord does not resolve, a covered field
+    the request lacks, or a value that cannot be signed (not ASCII, a line break).
+    """
+    derived = {
+        "@method": method,
+        "@target-uri": target.uri,
+        "@authority": target.authority,
+        "@scheme": target.scheme,
+        "@request-target": (target.path or "/")
+        + ("" if target.query is None else "?" + target.query),
+        "@path": target.path or "/",
+        "@query": "?" + (target.query or ""),
+    }
+    values: dict[str, str] = {}
+    for name in components:
+        if name.startswith("@"):
+            if name not in derived:
+                raise MalformedSignature(
+                    f"the signature covers {name}, which accord does not resolve: cover "
+                    f"{', '.join(derived)} or header fields"
+                )
+            value = derived[name]
+        else:
+            sent = _field_value(fields, name)
+            if sent is None:
+                raise MalformedSignature(
+                    f"the signature covers the header {name}, which the request does not carry"
+                )
+            value = sent
+        if not value.isascii() or not value.isprintable():
+            raise MalformedSignature(f"the value of {name} cannot be signed: printable ASCII only")
+        values[name] = value
+    return values
+
+
+def signature_base(components: Sequence[str], values: Mapping[str, str], params: Member) -> bytes:
+    """RFC 9421 §2.5: one `"name": value` line per covered component, then
+    `"@signature-params"` — the inner list of components with `params`' parameters."""
+    lines = [f"{serialize_bare_item(name)}: {values[name]}" for name in components]
+    lines.append(f'"@signature-params": {serialize_member(params)}')
+    return "\n".join(lines).encode("ascii")
+
+
+def content_digest(body: bytes) -> str:
+    """RFC 9530 `Content-Digest` of `body`: `sha-256=:<base64>:`."""
+    return serialize_dictionary({"sha-256": Member(hashlib.sha256(body).digest())})
+
+
+def check_content_digest(value: str, body: bytes) -> None:
+    """The body matches every sha-256 and sha-512 member of `Content-Digest` (others are
+    ignored, RFC 9530 §2). Raises BadDigest otherwise, or when there is neither."""
+    try:
+        members = parse_dictionary(value)
+    except StructuredFieldError as exc:
+        raise BadDigest(f"Content-Digest is not a structured dictionary ({exc})") from exc
+    known = {name: member for name, member in members.items() if name in _DIGESTS}
+    if not known:
+        raise BadDigest("Content-Digest has no sha-256 member: send sha-256=:<base64>: of the body")
+    for name, member in known.items():
+        if not isinstance(member.value, bytes):
+            raise BadDigest(f"the {name} member of Content-Digest is not a byte sequence")
+        if not hmac.compare_digest(member.value, _DIGESTS[name](body).digest()):
+            raise BadDigest(
+                f"the body does not match its Content-Digest ({name}): it changed after "
+                "signing; sign the body that is sent"
+            )
+
+
+# -- signing ---------------------------------------------------------------------------------
 
 
 def sign_request(
     signer: Signer,
     method: str,
-    path: str,
+    url: str,
     body: bytes = b"",
     *,
-    timestamp: int | None = None,
+    content_type: str | None = None,
+    created: int | None = None,
     nonce: str | None = None,
+    lifetime: float = DEFAULT_WINDOW,
 ) -> dict[str, str]:
-    """The four `Accord-*` headers signing `method path` with `body` as `signer`.
+    """The headers that sign `method url` with `body` as `signer` (RFC 9421, tag "accord").
 
-    `path` is the request target as it will be sent: the path and any query string.
+    `url` is absolute, as the request is sent (scheme, host, path and query). Returned:
+    `Content-Type` (when given; it is covered), `Content-Digest` (when there is a body),
+    `Signature-Input` and `Signature`. `expires` is `created + lifetime`.
+    Raises ValueError when `url` is not an absolute http(s) URL.
     """
-    stamp = str(int(time.time()) if timestamp is None else timestamp)
-    nonce = nonce or b64url(secrets.token_bytes(18))
-    signature = signer.sign(canonical_request(method, path, stamp, nonce, body))
-    return {
-        DID_HEADER: signer.did,
-        NONCE_HEADER: nonce,
-        TIMESTAMP_HEADER: stamp,
-        SIGNATURE_HEADER: b64url(signature),
+    target = Target.from_url(url)
+    stamp = int(time.time()) if created is None else created
+    headers: dict[str, str] = {}
+    components = list(REQUIRED_COMPONENTS)
+    if body:
+        headers[CONTENT_DIGEST_HEADER] = content_digest(body)
+        components.append("content-digest")
+    if content_type is not None:
+        headers["Content-Type"] = content_type
+        components.append("content-type")
+    params: dict[str, BareItem] = {
+        "created": stamp,
+        "expires": stamp + math.ceil(lifetime),
+        "nonce": nonce or b64url(secrets.token_bytes(18)),
+        "keyid": signer.did,
+        "alg": ALGORITHM,
+        "tag": TAG,
     }
+    covered = Member([Item(name) for name in components], params)
+    fields = [(name.lower(), value) for name, value in headers.items()]
+    values = component_values(components, method.upper(), target, fields)
+    signature = signer.sign(signature_base(components, values, covered))
+    headers[SIGNATURE_INPUT_HEADER] = serialize_dictionary({LABEL: covered})
+    headers[SIGNATURE_HEADER] = serialize_dictionary({LABEL: Member(signature)})
+    return headers
 
 
 _Request = TypeVar("_Request", bound=Any)
 
 
 class AccordAuth(httpx.Auth):
-    """httpx authentication that signs every request as `signer`."""
+    """httpx authentication that signs every request as `signer` (see `sign_request`)."""
 
     requires_request_body = True
 
@@ -105,9 +327,38 @@ class AccordAuth(httpx.Auth):
     def __call__(self, request: _Request) -> _Request:
         """Sign one request in place (also usable as a plain callable auth, for clients
         built on an httpx-compatible package such as Starlette's TestClient)."""
-        target = request.url.raw_path.decode("ascii")
-        request.headers.update(sign_request(self.signer, request.method, target, request.content))
+        request.headers.update(
+            sign_request(
+                self.signer,
+                request.method,
+                str(request.url),
+                request.content,
+                content_type=request.headers.get("content-type"),
+            )
+        )
         return request
+
+
+def accept_signature() -> str:
+    """RFC 9421 §5.1 `Accept-Signature`: the signature accord asks for (sent with a 401)."""
+    components = [*REQUIRED_COMPONENTS, "content-digest", "content-type"]
+    params: dict[str, BareItem] = {
+        "created": True,
+        "expires": True,
+        "nonce": True,
+        "keyid": True,
+        "alg": ALGORITHM,
+        "tag": TAG,
+    }
+    return serialize_dictionary({LABEL: Member([Item(name) for name in components], params)})
+
+
+def challenge_headers() -> dict[str, str]:
+    """`WWW-Authenticate` and `Accept-Signature` for a 401."""
+    return {
+        "WWW-Authenticate": f'{AUTH_SCHEME} tag="{TAG}", alg="{ALGORITHM}"',
+        "Accept-Signature": accept_signature(),
+    }
 
 
 class RequestNonces(Protocol):
@@ -209,57 +460,210 @@ class SqlRequestNonces:
         return True
 
 
-def _header(headers: Mapping[str, str], name: str) -> str:
-    value = headers.get(name)
-    if not value:
-        raise AuthError(
-            f"the request is not signed: it lacks the {name} header; sign every mutating "
-            f"request with {', '.join(SIGNED_HEADERS)} (see api.auth.sign_request)"
+# -- verifying -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Selected:
+    keyid: str
+    created: int
+    expires: int | None
+    nonce: str
+    covered: Member
+    components: list[str]
+    signature: bytes
+
+
+def _select(fields: Sequence[tuple[str, str]]) -> tuple[Member, bytes]:
+    inputs_text = _field_value(fields, "signature-input")
+    signatures_text = _field_value(fields, "signature")
+    if inputs_text is None or signatures_text is None:
+        raise MissingSignature(
+            "the request is not signed: it lacks the Signature-Input and Signature headers; sign "
+            f'every mutating request with RFC 9421 (tag "{TAG}", alg "{ALGORITHM}", keyid your '
+            "did:key), e.g. api.auth.AccordAuth"
         )
-    return value
+    try:
+        inputs = parse_dictionary(inputs_text)
+        signatures = parse_dictionary(signatures_text)
+    except StructuredFieldError as exc:
+        raise MalformedSignature(
+            f"Signature-Input or Signature is not a structured dictionary (RFC 8941): {exc}"
+        ) from exc
+    ours = [
+        label
+        for label, member in inputs.items()
+        if member.is_inner_list
+        and type(member.params.get("tag")) is str
+        and member.params.get("tag") == TAG
+    ]
+    if not ours:
+        raise MissingSignature(
+            f'the request carries no signature tagged "{TAG}": add tag="{TAG}" to its '
+            "Signature-Input parameters"
+        )
+    if len(ours) > 1:
+        raise MalformedSignature(f'the request carries {len(ours)} signatures tagged "{TAG}"')
+    label = ours[0]
+    signature = signatures.get(label)
+    if signature is None or not isinstance(signature.value, bytes) or signature.is_inner_list:
+        raise MalformedSignature(
+            f"the Signature header has no byte sequence labelled {label}, as Signature-Input has"
+        )
+    return inputs[label], signature.value
+
+
+def _parameters(covered: Member, signature: bytes) -> _Selected:
+    params = covered.params
+    for name in params:
+        if name not in PARAMETERS:
+            raise MalformedSignature(
+                f"unknown signature parameter {name!r}: accord reads {', '.join(PARAMETERS)}"
+            )
+
+    def text(name: str) -> str | None:
+        value = params.get(name)
+        if value is not None and (type(value) is not str):
+            raise MalformedSignature(f"the signature parameter {name} must be a string")
+        return value
+
+    def integer(name: str) -> int | None:
+        value = params.get(name)
+        if value is not None and type(value) is not int:
+            raise MalformedSignature(f"the signature parameter {name} must be an integer")
+        return value
+
+    alg = params.get("alg")
+    if alg is not None and alg != ALGORITHM:
+        raise UnknownKey(
+            f"the signature's alg is {serialize_bare_item(alg)}: accord verifies "
+            f'alg="{ALGORITHM}" by the did:key in keyid'
+        )
+    keyid, nonce, created = text("keyid"), text("nonce"), integer("created")
+    if keyid is None:
+        raise MalformedSignature("the signature has no keyid: set it to your did:key")
+    try:
+        public_key_from_did(keyid)
+    except MalformedError as exc:
+        raise UnknownKey(
+            f"the keyid {keyid!r} is not an Ed25519 did:key: set keyid to your did:key ({exc})"
+        ) from exc
+    if created is None:
+        raise MalformedSignature("the signature has no created time: set created (Unix seconds)")
+    if nonce is None or not _NONCE.match(nonce):
+        raise MalformedSignature(
+            "the signature needs a nonce of 16 to 128 characters from [A-Za-z0-9._~+/=-], "
+            "never used twice"
+        )
+    components: list[str] = []
+    for item in covered.value if isinstance(covered.value, list) else ():
+        component = item.value
+        if not isinstance(component, str) or isinstance(component, Token) or item.params:
+            raise MalformedSignature(
+                f"the covered component {serialize_bare_item(item.value)} is not supported: "
+                "cover plain lower-case names"
+            )
+        if component != component.lower():
+            raise MalformedSignature(f"the covered component {component!r} is not lower case")
+        if component in components:
+            raise MalformedSignature(f"the signature covers {component} twice")
+        components.append(component)
+    return _Selected(keyid, created, integer("expires"), nonce, covered, components, signature)
+
+
+def _check_coverage(selected: _Selected, fields: Sequence[tuple[str, str]], body: bytes) -> None:
+    needed = list(REQUIRED_COMPONENTS)
+    if body or _field_value(fields, "content-digest") is not None:
+        needed.append("content-digest")
+    if _field_value(fields, "content-type") is not None:
+        needed.append("content-type")
+    missing = [name for name in needed if name not in selected.components]
+    if "content-digest" in missing and _field_value(fields, "content-digest") is None:
+        raise BadDigest(
+            "the request has a body but no Content-Digest: send Content-Digest "
+            "(sha-256, RFC 9530) and cover it in the signature"
+        )
+    if missing:
+        raise MalformedSignature(
+            f"the signature does not cover {', '.join(missing)}: accord requires "
+            f"{', '.join(REQUIRED_COMPONENTS)}, and content-digest and content-type when sent"
+        )
 
 
 def verify_request(
     method: str,
-    target: str,
-    headers: Mapping[str, str],
+    target: Target,
+    fields: Sequence[tuple[str, str]],
     body: bytes,
     *,
     nonces: RequestNonces,
     now: float | None = None,
     window: float = DEFAULT_WINDOW,
+    received: Target | None = None,
 ) -> str:
-    """The caller's DID, once the signature, time window and nonce hold. Raises AuthError."""
-    did = _header(headers, DID_HEADER)
-    nonce = _header(headers, NONCE_HEADER)
-    stamp = _header(headers, TIMESTAMP_HEADER)
-    signature_text = _header(headers, SIGNATURE_HEADER)
-    if not _NONCE.match(nonce):
-        raise AuthError(f"{NONCE_HEADER} must be 16 to 128 base64url characters")
-    if not _TIMESTAMP.match(stamp):
-        raise AuthError(f"{TIMESTAMP_HEADER} must be whole Unix seconds")
-    moment = now if now is not None else time.time()
-    skew = int(stamp) - moment
-    if not math.isfinite(skew) or abs(skew) > window:
-        raise AuthError(
-            f"the request was signed at {stamp}, more than {int(window)} s from the service's "
-            f"clock ({int(moment)}): sign it again with the current time"
+    """The did:key that signed this request, once its RFC 9421 signature holds.
+
+    `target` is the service as clients address it (its own scheme and authority, and the
+    request's path and query); `fields` the request's header lines as received; `received`
+    the target as the request itself names it (its scheme and Host) when that may differ
+    (a service behind a proxy), to say so when a request was signed for another host.
+    Raises the `AuthError` subclass of the first check that fails (see the module docstring).
+    """
+    # (1) the signature tagged "accord", its parameters and covered components
+    covered, signature = _select(fields)
+    selected = _parameters(covered, signature)
+    _check_coverage(selected, fields, body)
+    # (2) the time window
+    moment = time.time() if now is None else now
+    if not abs(selected.created - moment) <= window:
+        raise ExpiredSignature(
+            f"the request was signed at {selected.created}, more than {int(window)} s from the "
+            f"service's clock ({int(moment)}): sign it again with the current time"
         )
+    if selected.expires is not None and selected.expires <= moment:
+        raise ExpiredSignature(
+            f"the signature expired at {selected.expires} (the service's clock: {int(moment)}): "
+            "sign it again with the current time"
+        )
+    # (3) the signature over this request as this service is addressed
+    if not _verifies(selected, method, target, fields):
+        if (
+            received is not None
+            and received.authority != target.authority
+            and _verifies(selected, method, received, fields)
+        ):
+            raise WrongAuthority(
+                f"the request was signed for {received.authority}, but this service is "
+                f"{target.authority}: sign it for {target.scheme}://{target.authority}"
+            )
+        raise BadSignature(
+            f"the signature does not verify for {selected.keyid} over {method} {target.uri}: "
+            "it was made for another host, method, target or header values, or another key"
+        )
+    # (4) the body against the signed digest
+    if "content-digest" in selected.components:
+        digest = _field_value(fields, "content-digest")
+        assert digest is not None  # it resolved in (3)
+        check_content_digest(digest, body)
+    # (5) the nonce, once
+    if not nonces.use(selected.keyid, selected.nonce, float(selected.created), moment):
+        raise ReplayedNonce(
+            f"the nonce {selected.nonce} was already used by {selected.keyid}: a replay is "
+            "refused; sign each request with a fresh nonce"
+        )
+    return selected.keyid
+
+
+def _verifies(
+    selected: _Selected, method: str, target: Target, fields: Sequence[tuple[str, str]]
+) -> bool:
+    values = component_values(selected.components, method, target, fields)
+    base = signature_base(selected.components, values, selected.covered)
     try:
-        signature = from_b64url(signature_text)
-    except MalformedError as exc:
-        raise AuthError(f"{SIGNATURE_HEADER} is not base64url: {exc}") from exc
-    try:
-        verify_signature(did, canonical_request(method, target, stamp, nonce, body), signature)
-    except SignatureError as exc:
-        raise AuthError(
-            f"the signature does not verify for {did} over {method.upper()} {target}"
-        ) from exc
-    except MalformedError as exc:
-        raise AuthError(f"{DID_HEADER} is not a did:key the service can resolve: {exc}") from exc
-    if not nonces.use(did, nonce, float(stamp), moment):
-        raise AuthError(f"the nonce {nonce} was already used by {did}: a replay is refused")
-    return did
+        verify_signature(selected.keyid, base, selected.signature)
+    except SignatureError:
+        return False
+    return True
 
 
 @dataclass

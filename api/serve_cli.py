@@ -14,16 +14,26 @@ def serve(
     host: Annotated[
         str, typer.Option(help="Address to bind; 0.0.0.0 exposes the service to the network.")
     ] = "127.0.0.1",
+    public_url: Annotated[
+        str | None,
+        typer.Option(
+            envvar="ACCORD_PUBLIC_URL",
+            help="scheme://host[:port] clients address the service by, behind a proxy: "
+            "request signatures must be made for it (otherwise, for the request's Host).",
+        ),
+    ] = None,
 ) -> None:
     """Serve the accord API (the market is opened on the first request)."""
     import uvicorn
 
     from api.app import create_app
+    from api.routes.deps import ApiConfig
     from ledger.errors import HomeError
     from ledger.runtime import prepare_home
 
     try:
         settings = Settings.from_env()
+        config = ApiConfig(public_url=public_url or None)
     except ValueError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
@@ -32,4 +42,4 @@ def serve(
     except HomeError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from None
-    uvicorn.run(create_app(settings), host=host, port=port, log_level="info")
+    uvicorn.run(create_app(settings, config=config), host=host, port=port, log_level="info")

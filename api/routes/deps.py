@@ -19,6 +19,9 @@ from api.auth import (
     RateLimiter,
     RequestNonces,
     SqlRequestNonces,
+    Target,
+    challenge_headers,
+    normalize_authority,
     verify_request,
 )
 from api.problems import ProblemError
@@ -43,6 +46,10 @@ class ApiConfig:
     (a fresh did:key costs nothing, so the DID cannot be what limits them).
     purge_every: expired request nonces and challenges are deleted at most this often (s).
     window: signed requests are accepted within ±window seconds of the service's clock.
+    public_url: `scheme://host[:port]` clients address the service by, when it runs behind a
+    proxy or under a public name: request signatures must cover that `@authority` and
+    `@target-uri` (a request signed for another host is refused, whatever Host it carries).
+    None: the scheme and Host header of each request, as received.
     """
 
     max_body: int = 1024 * 1024 + 64 * 1024
@@ -55,6 +62,23 @@ class ApiConfig:
     purge_every: float = 60.0
     service_name: str = "accord"
     version: str = "0.1.0"
+    public_url: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.public_url is not None:
+            self.public_origin()
+
+    def public_origin(self) -> Target | None:
+        """`public_url` as a target without a path (None when unset); raises ValueError when
+        it is not `http(s)://host[:port]`."""
+        if self.public_url is None:
+            return None
+        origin = Target.from_url(self.public_url)
+        if origin.path not in ("", "/") or origin.query is not None:
+            raise ValueError(
+                f"the public URL {self.public_url!r} must be scheme://host[:port], without a path"
+            )
+        return origin
 
 
 @dataclass
@@ -135,8 +159,8 @@ def _address(request: Request) -> str:
 
 
 def throttle_reads(request: Request, state: Annotated[ApiState, Depends(get_state)]) -> None:
-    """Unsigned requests are rate-limited per client address (429). A claimed `Accord-DID`
-    header is ignored: nothing proves it, and it must not spend its owner's bucket."""
+    """Unsigned requests are rate-limited per client address (429). A claimed `keyid` in a
+    Signature-Input is ignored: nothing proves it, and it must not spend its owner's bucket."""
     _throttle(state, _address(request))
 
 
@@ -153,31 +177,46 @@ def throttle_challenges(request: Request, state: Annotated[ApiState, Depends(get
         )
 
 
+def _unauthenticated(detail: str) -> ProblemError:
+    return ProblemError(401, detail, kind="unauthenticated", headers=challenge_headers())
+
+
 async def signed_caller(request: Request, state: Annotated[ApiState, Depends(get_state)]) -> str:
-    """The DID that signed this request (401 otherwise), rate-limited per DID (429)."""
+    """The did:key that signed this request (RFC 9421, see `api.auth`), rate-limited per
+    did:key (429). Raises ProblemError 401, with `WWW-Authenticate` and `Accept-Signature`,
+    when the signature is missing or does not hold."""
     body = await request.body()
     # The replay guard lives in the service's database; if it cannot open, the route reports
     # the unavailable service itself (503) and the guard falls back to this process.
     with contextlib.suppress(LedgerError, MarketError, IdentityError):
         state.context()
     raw: Any = request.scope.get("raw_path") or request.url.path.encode()
-    target = raw.decode("latin-1")
-    query = request.scope.get("query_string", b"")
-    if query:
-        target += "?" + query.decode("latin-1")
+    path = raw.decode("latin-1")
+    query_bytes: bytes = request.scope.get("query_string", b"")
+    query = query_bytes.decode("latin-1") if query_bytes else None
+    scheme = str(request.scope.get("scheme", "http"))
+    host = request.headers.get("host")
+    try:
+        received = Target(scheme, normalize_authority(host, scheme), path, query) if host else None
+    except ValueError as exc:
+        raise _unauthenticated(f"the Host header is not a host name: {exc}") from exc
+    origin = state.config.public_origin()
+    target = Target(origin.scheme, origin.authority, path, query) if origin else received
+    if target is None:
+        raise _unauthenticated("the request has no Host header: send the host it is signed for")
+    fields = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in request.headers.raw]
     try:
         did = verify_request(
             request.method,
             target,
-            request.headers,
+            fields,
             body,
             nonces=state.request_nonces(),
             window=state.config.window,
+            received=received,
         )
     except AuthError as exc:
-        raise ProblemError(
-            401, str(exc), kind="unauthenticated", headers={"WWW-Authenticate": "Accord-Signature"}
-        ) from exc
+        raise _unauthenticated(str(exc)) from exc
     _throttle(state, f"did {did}")
     return did
 

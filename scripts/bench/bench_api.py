@@ -11,8 +11,9 @@ out of the way; anchoring every 10^6 entries, so no anchor transaction lands ins
 request); each worker opens the market on its first request, which the warm-up sends.
 
 Load, from this process: a pool of T threads, each with its own keep-alive `httpx.Client`,
-each request signed on the spot with `api.auth.AccordAuth` (Ed25519 over method, target,
-timestamp, nonce, body hash). Side by side in each repetition (rotating order):
+each request signed on the spot with `api.auth.AccordAuth` (an RFC 9421 Ed25519 signature over
+method, target URI, authority and the body's Content-Digest). Side by side in each repetition
+(rotating order):
 
 - `GET /tasks/{id}` (a read route: one task replayed from its events), signed by one of
   the agents; the service verifies signatures on mutating routes only, so this is the cost of

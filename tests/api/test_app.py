@@ -472,7 +472,9 @@ def test_body_limit_is_413(world: World) -> None:
     client = TestClient(world.app(ApiConfig(max_body=1000, rate=1000, burst=1000)))
     signer = world.signers["req"]
     body = b'{"title": "' + b"x" * 2000 + b'"}'
-    headers = {**sign_request(signer, "POST", "/tasks", body), "content-type": "application/json"}
+    headers = sign_request(
+        signer, "POST", "http://testserver/tasks", body, content_type="application/json"
+    )
     assert_problem(client.post("/tasks", content=body, headers=headers), 413)
 
     def chunks() -> Any:

@@ -1,6 +1,6 @@
 """Rate limits key on what is proven: the verified DID of a signed request, the client address
-of an unsigned one (whatever `Accord-DID` it claims), and registration challenges per address;
-expired request nonces and challenges are purged on a schedule."""
+of an unsigned one (whatever `keyid` its Signature-Input claims), and registration challenges
+per address; expired request nonces and challenges are purged on a schedule."""
 
 from __future__ import annotations
 
@@ -19,6 +19,14 @@ from tests.api.test_app import World, build_world
 _NONCES = IdentityNonce.__table__  # type: ignore[attr-defined]
 
 
+def _claiming(did: str) -> dict[str, str]:
+    """Signature headers that name `did` as keyid but prove nothing (reads are not verified)."""
+    return {
+        "Signature-Input": f'accord=("@method");created=1;nonce="n";keyid="{did}";tag="accord"',
+        "Signature": "accord=:AAAA:",
+    }
+
+
 @pytest.fixture
 def world(tmp_path: Path) -> World:
     return build_world(tmp_path / "home", bidders=("ada",))
@@ -28,7 +36,7 @@ def test_unsigned_reads_claiming_a_did_do_not_spend_its_signed_bucket(world: Wor
     client = TestClient(world.app(ApiConfig(rate=0.01, burst=3, challenge_burst=100)))
     ada = world.signers["ada"]
     for _ in range(3):
-        assert client.get("/tasks", headers={"Accord-DID": ada.did}).status_code == 200
+        assert client.get("/tasks", headers=_claiming(ada.did)).status_code == 200
     response = client.post("/registration/challenge", auth=AccordAuth(ada))
     assert response.status_code == 200, response.text
 
@@ -36,7 +44,7 @@ def test_unsigned_reads_claiming_a_did_do_not_spend_its_signed_bucket(world: Wor
 def test_a_fresh_claimed_did_per_read_is_still_limited_by_address(world: World) -> None:
     client = TestClient(world.app(ApiConfig(rate=0.01, burst=3)))
     statuses = [
-        client.get("/tasks", headers={"Accord-DID": Ed25519Signer.generate().did}).status_code
+        client.get("/tasks", headers=_claiming(Ed25519Signer.generate().did)).status_code
         for _ in range(5)
     ]
     assert statuses[:3] == [200, 200, 200]
