@@ -3,9 +3,12 @@
 A card (A2A v1.0 §4.4.1, `AgentCard`) is JSON in the protocol's ProtoJSON form. accord signs
 its own cards and reads other agents' cards with the functions here; nothing here does I/O.
 
-**What is signed** (A2A §8.4.1). The card without `signatures`, with every property whose
-value is an empty string, list or object removed (recursively: the proto3 JSON mapping leaves
-default values out, and the `a2a-sdk` verifier removes exactly these), in RFC 8785 canonical
+**What is signed** (A2A §8.4.1). The card as an A2A v1.0 `AgentCard` (properties the
+protocol does not define are ignored, at every level, as a v1.0 reader ignores them: a card
+served with v0.3 fields merged in verifies as the card its signer signed), without
+`signatures`, with every property whose value is an empty string, list or object, or an
+extension's `required: false`, removed (recursively: the proto3 JSON mapping leaves default
+values out, and the `a2a-sdk` verifier removes exactly these), in RFC 8785 canonical
 form (`ledger.canonical.canonical_json`). The signature is a detached compact JWS
 (`identity.jws`), alg EdDSA, kid the did:key verification method, held in the card as
 `{"protected", "signature"}`. A verifier also accepts a signature over the card with its
@@ -62,6 +65,89 @@ class VerifiedCard:
     kid: str
 
 
+class _Keep:
+    """A value kept whole (a `google.protobuf.Struct`, or a scheme not modelled here)."""
+
+
+KEEP = _Keep()
+
+
+@dataclass(frozen=True)
+class _ListOf:
+    item: Any
+
+
+@dataclass(frozen=True)
+class _MapOf:
+    value: Any
+
+
+_SECURITY_REQUIREMENT = {"schemes": _MapOf({"list": KEEP})}
+_EXTENSION = {"uri": KEEP, "description": KEEP, "required": KEEP, "params": KEEP}
+#: The fields of an A2A v1.0 AgentCard (specification/a2a.proto) in their JSON names.
+AGENT_CARD_FIELDS: Mapping[str, Any] = {
+    "name": KEEP,
+    "description": KEEP,
+    "supportedInterfaces": _ListOf(
+        {"url": KEEP, "protocolBinding": KEEP, "tenant": KEEP, "protocolVersion": KEEP}
+    ),
+    "provider": {"url": KEEP, "organization": KEEP},
+    "version": KEEP,
+    "documentationUrl": KEEP,
+    "capabilities": {
+        "streaming": KEEP,
+        "pushNotifications": KEEP,
+        "extensions": _ListOf(_EXTENSION),
+        "extendedAgentCard": KEEP,
+    },
+    "securitySchemes": _MapOf(
+        {
+            "apiKeySecurityScheme": {"description": KEEP, "location": KEEP, "name": KEEP},
+            "httpAuthSecurityScheme": {"description": KEEP, "scheme": KEEP, "bearerFormat": KEEP},
+            "oauth2SecurityScheme": KEEP,
+            "openIdConnectSecurityScheme": {"description": KEEP, "openIdConnectUrl": KEEP},
+            "mtlsSecurityScheme": {"description": KEEP},
+        }
+    ),
+    "securityRequirements": _ListOf(_SECURITY_REQUIREMENT),
+    "defaultInputModes": KEEP,
+    "defaultOutputModes": KEEP,
+    "skills": _ListOf(
+        {
+            "id": KEEP,
+            "name": KEEP,
+            "description": KEEP,
+            "tags": KEEP,
+            "examples": KEEP,
+            "inputModes": KEEP,
+            "outputModes": KEEP,
+            "securityRequirements": _ListOf(_SECURITY_REQUIREMENT),
+        }
+    ),
+    "signatures": KEEP,
+    "iconUrl": KEEP,
+}
+
+
+def as_v1_card(value: Any, spec: Any = AGENT_CARD_FIELDS) -> Any:
+    """`value` with only what `spec` (default: an AgentCard) defines, recursively; an
+    extension's `required: false` (a proto3 default) left out."""
+    if isinstance(spec, _Keep):
+        return value
+    if isinstance(spec, _ListOf):
+        return [as_v1_card(v, spec.item) for v in value] if isinstance(value, list) else value
+    if isinstance(spec, _MapOf):
+        if not isinstance(value, dict):
+            return value
+        return {k: as_v1_card(v, spec.value) for k, v in value.items()}
+    if not isinstance(value, dict):
+        return value
+    kept = {k: as_v1_card(v, spec[k]) for k, v in value.items() if k in spec}
+    if spec is _EXTENSION and kept.get("required") is False:
+        del kept["required"]
+    return kept
+
+
 def without_empties(value: Any) -> Any:
     """`value` with every empty string, list and object removed, recursively (None when
     nothing is left), as A2A's canonical form leaves default values out."""
@@ -79,13 +165,14 @@ def without_empties(value: Any) -> Any:
 
 
 def card_payload(card: Mapping[str, Any], *, keep_empties: bool = False) -> bytes:
-    """The bytes a card's signature covers: RFC 8785 JSON of the card without `signatures`
-    and (unless `keep_empties`) without empty values.
+    """The bytes a card's signature covers: RFC 8785 JSON of the card as a v1.0 AgentCard,
+    without `signatures` and (unless `keep_empties`) without empty values.
 
     Raises AgentCardError when the card has no canonical form (a number JSON cannot carry
     exactly, a key that is not a string).
     """
     unsigned = {key: value for key, value in card.items() if key != "signatures"}
+    unsigned = as_v1_card(unsigned)
     body = unsigned if keep_empties else (without_empties(unsigned) or {})
     try:
         return canonical_json(body)
@@ -198,11 +285,13 @@ def jsonrpc_interface(card: Mapping[str, Any]) -> tuple[str, str | None]:
 
 __all__ = [
     "A2A_PROTOCOL_VERSION",
+    "AGENT_CARD_FIELDS",
     "DID_EXTENSION",
     "JSONRPC_BINDING",
     "JSON_MEDIA_TYPE",
     "SKILL_SCHEMAS_EXTENSION",
     "VerifiedCard",
+    "as_v1_card",
     "card_did",
     "card_payload",
     "jsonrpc_interface",

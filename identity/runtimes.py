@@ -528,7 +528,8 @@ def send_message_request(item: JSONObject, tenant: str | None, request_id: str) 
 
 def _answer_in_parts(parts: object) -> tuple[bool, JSON]:
     """(True, the answer) from the first part that holds `{"answer": ...}`: a data part, or
-    a text part whose text is that JSON object; (False, None) when none does."""
+    a text part whose text is that JSON object; (False, None) when none does. Whole numbers
+    come back as integers (`whole_numbers`)."""
     for part in parts if isinstance(parts, list) else []:
         if not isinstance(part, dict):
             continue
@@ -539,8 +540,20 @@ def _answer_in_parts(parts: object) -> tuple[bool, JSON]:
             except ValueError:
                 continue
         if isinstance(value, dict) and "answer" in value:
-            return True, value["answer"]
+            return True, whole_numbers(value["answer"])
     return False, None
+
+
+def whole_numbers(value: JSON) -> JSON:
+    """`value` with each whole float within 2**53 as an int: an A2A data part is a protobuf
+    `Value`, whose numbers are doubles, so an agent's 42 may arrive as 42.0."""
+    if isinstance(value, float) and value.is_integer() and abs(value) <= 2**53:
+        return int(value)
+    if isinstance(value, dict):
+        return {key: whole_numbers(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [whole_numbers(item) for item in value]
+    return value
 
 
 def read_send_message_reply(reply: JSON, request_id: str) -> JSON:
