@@ -197,9 +197,11 @@ def test_a_card_changed_after_signing_is_refused(
     def grow(card: dict[str, Any]) -> None:
         card["skills"].append({"id": "python", "name": "python", "description": "x", "tags": ["x"]})
 
-    with a2a_agent(agent_key, alter=grow) as url:
-        with pytest.raises(AgentCardError, match="changed after signing") as raised:
-            registry.new_agent("solver", now=datetime.now(UTC), runtime="a2a", card=url)
+    with (
+        a2a_agent(agent_key, alter=grow) as url,
+        pytest.raises(AgentCardError, match="changed after signing") as raised,
+    ):
+        registry.new_agent("solver", now=datetime.now(UTC), runtime="a2a", card=url)
     assert "refused" in str(raised.value)
     assert registry.list() == [] and not (tmp_path / "keys" / "agents" / "solver.json").exists()
 
@@ -210,16 +212,18 @@ def test_a_card_signed_by_another_did_is_refused(registry: AgentRegistry) -> Non
     def rename(card: dict[str, Any]) -> None:
         card["capabilities"]["extensions"][0]["params"]["did"] = named
 
-    with a2a_agent(signer, alter=rename) as url:
-        with pytest.raises(AgentCardError, match="no signature on the agent card verifies"):
-            registry.new_agent("solver", now=datetime.now(UTC), runtime="a2a", card=url)
+    with (
+        a2a_agent(signer, alter=rename) as url,
+        pytest.raises(AgentCardError, match="no signature on the agent card verifies"),
+    ):
+        registry.new_agent("solver", now=datetime.now(UTC), runtime="a2a", card=url)
 
 
 def test_an_unsigned_card_only_with_the_flag(
     registry: AgentRegistry, agent_key: Ed25519Signer
 ) -> None:
     with a2a_agent(agent_key, signed=False) as url:
-        with pytest.raises(AgentCardError, match="not signed.*--unsigned-card"):
+        with pytest.raises(AgentCardError, match=r"not signed.*--unsigned-card"):
             registry.new_agent("solver", now=datetime.now(UTC), runtime="a2a", card=url)
         record = registry.new_agent(
             "solver", now=datetime.now(UTC), runtime="a2a", card=url, allow_unsigned_card=True
@@ -315,8 +319,8 @@ def test_answers_are_read_from_an_artifact_or_a_message() -> None:
         ("not an object", False, "not JSON-RPC 2.0"),
         ({"jsonrpc": "1.0", "id": "r1", "result": {}}, False, "not JSON-RPC 2.0"),
         (_reply({}, "other"), False, "answered request 'other'"),
-        ({"jsonrpc": "2.0", "id": "r1", "error": {"code": -32601, "message": "no"}}, False, "-32601"),
-        ({"jsonrpc": "2.0", "id": "r1", "error": {"code": -32603, "message": "oops"}}, True, "-32603"),
+        ({"jsonrpc": "2.0", "id": "r1", "error": {"code": -32601}}, False, "-32601"),
+        ({"jsonrpc": "2.0", "id": "r1", "error": {"code": -32603}}, True, "-32603"),
         ({"jsonrpc": "2.0", "id": "r1", "error": "flat"}, False, "error None"),
         (_reply([1, 2]), False, "no result object"),
         (_reply({"other": 1}), False, "neither a task nor a message"),
