@@ -15,14 +15,22 @@ from fastapi.openapi.utils import get_openapi
 from fastapi.routing import APIRoute
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from api import a2a
-from api.auth import ALGORITHM, AUTH_SCHEME, SIGNATURE_HEADER, SIGNED_HEADERS, TAG
-from api.problems import PROBLEM_MEDIA_TYPE, Problem, install_problem_handlers, problem_response
+from api import a2a, cards
+from api.auth import ALGORITHM, SIGNATURE_HEADER, TAG
+from api.problems import (
+    PROBLEM_MEDIA_TYPE,
+    Problem,
+    ProblemError,
+    install_problem_handlers,
+    problem_response,
+)
 from api.routes import identity, market, records, remote
 from api.routes.deps import ApiConfig, ApiState
-from identity.challenges import REGISTRY
 from ledger.chain import AnchorChain
+from ledger.errors import LedgerError
+from ledger.runtime import operator_signer
 from ledger.settings import Settings
+from ledger.signing import Signer
 from ledger.store import LogStore
 from market.escrow import EscrowChain
 from market.runtime import MarketContext
@@ -125,47 +133,29 @@ def create_app(
     def health() -> dict[str, Any]:
         return {"status": "ok", "service": config.service_name, "version": config.version}
 
+    operator_keys: list[Signer] = []
+
+    def operator() -> Signer:
+        """The operator's key: the open market's, else read (created on first use) once."""
+        if state.context_ is not None:
+            return state.context_.market.ledger.operator
+        if not operator_keys:
+            try:
+                operator_keys.append(operator_signer(settings))
+            except LedgerError as exc:
+                raise ProblemError(503, f"the operator's key cannot be read: {exc}") from exc
+        return operator_keys[0]
+
     @app.get("/.well-known/agent-card.json", tags=["meta"], summary="The service's A2A agent card")
     def service_card(request: Request) -> dict[str, Any]:
-        base = str(request.base_url).rstrip("/")
-        return {
-            "protocolVersion": identity.A2A_PROTOCOL_VERSION,
-            "name": config.service_name,
-            "description": DESCRIPTION,
-            "url": base,
-            "version": config.version,
-            "capabilities": {"streaming": False, "pushNotifications": False},
-            "defaultInputModes": identity.JSON_MODES,
-            "defaultOutputModes": identity.JSON_MODES,
-            "skills": [
-                {
-                    "id": f"exam-{c.name}",
-                    "name": f"{c.name} exam and credential",
-                    "description": c.description,
-                    "tags": ["credential", c.name],
-                }
-                for c in REGISTRY.values()
-            ]
-            + [
-                {
-                    "id": "task-market",
-                    "name": "Sealed-bid task market",
-                    "description": "Post paid tasks escrowed on chain; commit and reveal bids.",
-                    "tags": ["market", "escrow"],
-                },
-                {
-                    "id": "audit",
-                    "name": "Audit a task",
-                    "description": "Re-check a finished collaboration from the log and chain.",
-                    "tags": ["audit"],
-                },
-            ],
-            "provider": {"organization": "accord", "url": base},
-            "authentication": {
-                "schemes": [AUTH_SCHEME],
-                "headers": list(SIGNED_HEADERS),
-            },
-        }
+        """The A2A v1.0 card of the service, signed by the operator (`api.cards`)."""
+        return cards.service_card(
+            str(request.base_url).rstrip("/"),
+            name=config.service_name,
+            description=DESCRIPTION,
+            version=config.version,
+            operator=operator(),
+        )
 
     for router in (identity.reads, identity.writes, market.reads, market.writes, records.reads):
         app.include_router(router)

@@ -151,7 +151,7 @@ def agent_new(
         str,
         typer.Option(
             help="What answers for it: reference (built in), random, command, http (an agent "
-            "service) or openai (an OpenAI-compatible model)."
+            "service), openai (an OpenAI-compatible model) or a2a (an A2A agent, by its card)."
         ),
     ] = "reference",
     command: Annotated[
@@ -168,13 +168,37 @@ def agent_new(
         str | None,
         typer.Option(help="For --runtime openai: the model (key from OPENAI_API_KEY)."),
     ] = None,
+    card: Annotated[
+        str | None,
+        typer.Option(
+            help="For --runtime a2a: the URL of the agent's A2A card (its "
+            "/.well-known/agent-card.json when the URL has no path); its signature must verify."
+        ),
+    ] = None,
+    unsigned_card: Annotated[
+        bool,
+        typer.Option(
+            "--unsigned-card",
+            help="For --runtime a2a: accept a card that carries no signature at all "
+            "(a card whose signature does not verify is refused regardless).",
+        ),
+    ] = False,
     as_json: JsonFlag = False,
 ) -> None:
     """Create an agent: a did:key under keys/agents/NAME.json (mode 0600) and a registry row."""
+    if unsigned_card and runtime != "a2a":
+        _fail("--unsigned-card is only for the 'a2a' runtime", code=2)
     onboarding = _onboarding()
     with _errors():
         record = onboarding.registry.new_agent(
-            name, now=utc_now(), runtime=runtime, command=command, endpoint=endpoint, model=model
+            name,
+            now=utc_now(),
+            runtime=runtime,
+            command=command,
+            endpoint=endpoint,
+            model=model,
+            card=card,
+            allow_unsigned_card=unsigned_card,
         )
     if as_json:
         _emit(record.to_json())

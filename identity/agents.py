@@ -12,11 +12,17 @@ work alike; see `identity.runtimes`):
                 `{"item": {item_id, capability, prompt, payload}}` and the service replies
                 `{"answer": ...}`; only at a public address unless the operator allows
                 private agents (ACCORD_ALLOW_PRIVATE_AGENTS=1, `identity.address_guard`)
+    a2a         an A2A v1.0 agent whose agent card is at `card`: registering fetches the card,
+                verifies its JWS signature (`identity.agent_cards`; a card with no signature
+                only with `allow_unsigned_card`) and keeps its JSON-RPC interface (`endpoint`,
+                and `tenant` when the interface names one); items go to it as `SendMessage`
+                (`identity.runtimes.A2ARuntime`); public addresses only, as for `http`
     openai      an OpenAI-compatible model `model`, through the official `openai` client: the
                 base URL is `endpoint`, else `OPENAI_BASE_URL`, else OpenAI's; the key is
                 `OPENAI_API_KEY` (not needed by a local server without keys)
 
-The registry is the SQL table `identity_agents` (name unique, DID unique).
+The registry is the SQL table `identity_agents` (name unique, DID unique); columns added
+since a table was made (`card`, `tenant`) are added to it when the registry opens it.
 """
 
 from __future__ import annotations
@@ -30,7 +36,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine, insert, or_, select
+from sqlalchemy import Engine, insert, inspect, or_, select, text
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlmodel import Field, SQLModel
 
@@ -40,20 +46,25 @@ from identity.runtimes import (
     DEFAULT_COMMAND_TIMEOUT,
     DEFAULT_HTTP_TIMEOUT,
     DEFAULT_MODEL_TIMEOUT,
+    A2ARuntime,
     AgentRuntime,
     AnswerValidator,
     CommandRuntime,
     HttpRuntime,
     RandomRuntime,
     ReferenceRuntime,
+    a2a_interface,
     check_url,
+    fetch_agent_card,
     openai_runtime,
 )
 from ledger.errors import MalformedError
 from ledger.events import format_time
 from ledger.signing import Ed25519Signer, read_keyfile, write_keyfile
 
-RUNTIMES = ("reference", "random", "command", "http", "openai")
+RUNTIMES = ("reference", "random", "command", "http", "openai", "a2a")
+#: Nullable columns added after the table was first made, added to older tables on open.
+ADDED_COLUMNS = ("card", "tenant")
 NAME_PATTERN = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
 MODEL_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,199}$")
 
@@ -61,7 +72,8 @@ MODEL_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,199}$")
 class Agent(SQLModel, table=True):
     """One registered agent. `command` is the shell-quoted command line of a `command` agent,
     `endpoint` the URL of an `http` agent (or the base URL of an `openai` one), `model` the
-    model of an `openai` agent."""
+    model of an `openai` agent; an `a2a` agent's `card` is its agent card's URL, `endpoint`
+    and `tenant` the JSON-RPC interface that card names."""
 
     __tablename__ = "identity_agents"
 
@@ -72,6 +84,8 @@ class Agent(SQLModel, table=True):
     created_at: str
     endpoint: str | None = None
     model: str | None = None
+    card: str | None = None
+    tenant: str | None = None
 
 
 _AGENTS = Agent.__table__  # type: ignore[attr-defined]
@@ -86,6 +100,8 @@ class AgentRecord:
     created_at: str
     endpoint: str | None = None
     model: str | None = None
+    card: str | None = None
+    tenant: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -95,6 +111,8 @@ class AgentRecord:
             "command": self.command,
             "endpoint": self.endpoint,
             "model": self.model,
+            "card": self.card,
+            "tenant": self.tenant,
             "created_at": self.created_at,
         }
 
@@ -106,10 +124,15 @@ def check_agent_spec(
     endpoint: str | None = None,
     model: str | None = None,
     *,
+    card: str | None = None,
+    tenant: str | None = None,
     allow_private_agents: bool = False,
 ) -> list[str] | None:
     """Validate a new agent's name and runtime (pure but for `shutil.which`); returns the
     command's argv for a `command` agent.
+
+    An `a2a` agent needs `card` (an http(s) URL); its `endpoint`, when given, is the JSON-RPC
+    interface its card named, held to the same address rule.
 
     Raises RegistryError for a bad name, an unknown runtime, a `command` agent without a
     command (or whose program is not found), an `http` agent without an http(s) endpoint, an
@@ -126,10 +149,21 @@ def check_agent_spec(
         )
     if runtime not in RUNTIMES:
         raise RegistryError(f"unknown runtime {runtime!r} (known: {', '.join(RUNTIMES)})")
-    if endpoint is not None and runtime not in ("http", "openai"):
+    if endpoint is not None and runtime not in ("http", "openai", "a2a"):
         raise RegistryError("--endpoint is only for the 'http' and 'openai' runtimes")
     if model is not None and runtime != "openai":
         raise RegistryError("--model is only for the 'openai' runtime")
+    if (card is not None or tenant is not None) and runtime != "a2a":
+        raise RegistryError("--card is only for the 'a2a' runtime")
+    if runtime == "a2a":
+        if not card:
+            raise RegistryError("an 'a2a' agent needs --card, the URL of its A2A agent card")
+        check_url(card, "--card")
+        check_endpoint_address(card, allow_private=allow_private_agents, what="--card")
+        if endpoint is not None:
+            what = "the card's JSON-RPC interface"
+            check_url(endpoint, what)
+            check_endpoint_address(endpoint, allow_private=allow_private_agents, what=what)
     if runtime == "http":
         if not endpoint:
             raise RegistryError("an 'http' agent needs --endpoint, the URL of its service")
@@ -173,6 +207,13 @@ class AgentRegistry:
         self.allow_private_agents = allow_private_agents
         try:
             SQLModel.metadata.create_all(engine, tables=[_AGENTS])
+            present = {column["name"] for column in inspect(engine).get_columns(_AGENTS.name)}
+            with engine.begin() as connection:
+                for column in ADDED_COLUMNS:
+                    if column not in present:
+                        connection.execute(
+                            text(f"ALTER TABLE {_AGENTS.name} ADD COLUMN {column} VARCHAR")
+                        )
         except SQLAlchemyError as exc:
             raise RegistryError(f"cannot prepare the agent table: {exc}") from exc
 
@@ -183,6 +224,9 @@ class AgentRegistry:
         command: str | None,
         endpoint: str | None = None,
         model: str | None = None,
+        *,
+        card: str | None = None,
+        tenant: str | None = None,
     ) -> list[str] | None:
         """`check_agent_spec` under this registry's address setting (raises as it does)."""
         return check_agent_spec(
@@ -191,6 +235,8 @@ class AgentRegistry:
             command,
             endpoint,
             model,
+            card=card,
+            tenant=tenant,
             allow_private_agents=self.allow_private_agents,
         )
 
@@ -223,15 +269,35 @@ class AgentRegistry:
         command: str | None = None,
         endpoint: str | None = None,
         model: str | None = None,
+        card: str | None = None,
+        allow_unsigned_card: bool = False,
+        card_timeout: float = DEFAULT_HTTP_TIMEOUT,
     ) -> AgentRecord:
         """Create a key (mode 0600) and register the agent.
 
+        An `a2a` agent's card is fetched and must verify (see `identity.runtimes.
+        a2a_interface`; `allow_unsigned_card` takes a card with no signature at all); its
+        JSON-RPC interface becomes the record's `endpoint` and `tenant`.
+
         Raises RegistryError for an invalid spec (see `check_agent_spec`), a name already
-        registered, or a key file already there; nothing is left behind on failure.
+        registered, or a key file already there; AgentCardError (a RegistryError) naming why
+        an `a2a` agent's card cannot be fetched or is refused; nothing is left behind on
+        failure.
         """
-        self.check_spec(name, runtime, command, endpoint, model)
+        if runtime == "a2a" and endpoint is not None:
+            raise RegistryError("an 'a2a' agent is reached where its card says: give --card only")
+        self.check_spec(name, runtime, command, endpoint, model, card=card)
         if self._find(name) is not None:
             raise RegistryError(f"an agent called {name!r} already exists")
+        tenant: str | None = None
+        if runtime == "a2a":
+            assert card is not None
+            document = fetch_agent_card(
+                card, timeout=card_timeout, allow_private=self.allow_private_agents
+            )
+            interface = a2a_interface(document, allow_unsigned=allow_unsigned_card)
+            endpoint, tenant = interface.url, interface.tenant
+            self.check_spec(name, runtime, command, endpoint, model, card=card, tenant=tenant)
         path = self.key_path(name)
         signer = Ed25519Signer.generate()
         try:
@@ -239,7 +305,15 @@ class AgentRegistry:
         except FileExistsError:
             raise RegistryError(f"a key file for {name!r} already exists at {path}") from None
         record = AgentRecord(
-            name, signer.did, runtime, command, format_time(now), endpoint=endpoint, model=model
+            name,
+            signer.did,
+            runtime,
+            command,
+            format_time(now),
+            endpoint=endpoint,
+            model=model,
+            card=card,
+            tenant=tenant,
         )
         try:
             with self.engine.begin() as connection:
@@ -294,6 +368,8 @@ def _record(row: Any) -> AgentRecord:
         row.created_at,
         endpoint=row.endpoint,
         model=row.model,
+        card=row.card,
+        tenant=row.tenant,
     )
 
 
@@ -319,6 +395,8 @@ def runtime_for(
         record.command,
         record.endpoint,
         record.model,
+        card=record.card,
+        tenant=record.tenant,
         allow_private_agents=allow_private_agents,
     )
     match record.runtime:
@@ -330,6 +408,15 @@ def runtime_for(
             assert record.endpoint is not None
             return HttpRuntime(
                 record.endpoint,
+                timeout or DEFAULT_HTTP_TIMEOUT,
+                allow_private=allow_private_agents,
+            )
+        case "a2a":
+            if record.endpoint is None:
+                raise RegistryError(f"the 'a2a' agent {record.name!r} has no interface recorded")
+            return A2ARuntime(
+                record.endpoint,
+                record.tenant,
                 timeout or DEFAULT_HTTP_TIMEOUT,
                 allow_private=allow_private_agents,
             )

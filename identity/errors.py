@@ -7,12 +7,14 @@ IdentityError
 ├── ProofFormatError        a document or proof is malformed before any check can run
 ├── NonceError              a DID-auth challenge nonce is unknown, expired or used
 ├── BindingError            a payout-address binding lacks or fails one of its signatures
+├── JwsError                a JWS is malformed or does not verify (`reason` says why)
 ├── ExamError               an exam cannot be started, answered or graded
 │   ├── RateLimitedError    too many attempts; `retry_after` seconds
 │   ├── DeadlineError       an answer came after its item's deadline
 │   └── SchemaViolation     a skill's input or output breaks its JSON Schema (`path`, `reason`)
 └── RegistryError           an agent or credential name/id is invalid, taken or unknown
-    └── PrivateEndpointError  an agent endpoint at a loopback, link-local or private address
+    ├── PrivateEndpointError  an agent endpoint at a loopback, link-local or private address
+    └── AgentCardError      an A2A agent card cannot be fetched, read or verified
 """
 
 from __future__ import annotations
@@ -45,6 +47,15 @@ class NonceError(IdentityError):
 
 class BindingError(IdentityError):
     """A payout-address binding is missing a signature or one does not verify."""
+
+
+class JwsError(IdentityError):
+    """A JWS (RFC 7515) is malformed, uses an algorithm or key that is not accepted, or its
+    signature does not verify; `reason` says which."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
 
 
 class ExamError(IdentityError):
@@ -83,3 +94,8 @@ class RegistryError(IdentityError):
 class PrivateEndpointError(RegistryError):
     """An agent endpoint names a loopback, link-local, private or otherwise non-public address
     while the operator has not allowed private agents (ACCORD_ALLOW_PRIVATE_AGENTS)."""
+
+
+class AgentCardError(RegistryError):
+    """An A2A agent card cannot be fetched or read, names no interface accord can use, or its
+    signature is missing or does not verify (the message says which)."""

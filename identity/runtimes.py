@@ -19,6 +19,10 @@ failed on its side) or not (it answered, but not in a usable form, or refused).
                       the URL has no path), a 2xx reply `{"answer": ...}` of at most 1 MiB,
                       within a timeout; redirects never followed; only public addresses
                       unless private agents are allowed (`identity.address_guard`)
+    A2ARuntime        an A2A v1.0 agent: JSON-RPC `SendMessage` with the item as a data part
+                      to the interface its signed agent card names (`fetch_agent_card`,
+                      `a2a_interface`), the answer a data part `{"answer": ...}` of the
+                      finished task's artifact or of the message; same limits as HttpRuntime
     OpenAIRuntime     an OpenAI-compatible chat model through the official `openai` client,
                       asked for the JSON object `{"answer": ...}`; an optional `validate`
                       hook checks the answer and the model gets one more try
@@ -37,6 +41,7 @@ import random
 import signal
 import subprocess
 import time
+import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
@@ -45,8 +50,9 @@ from urllib.parse import urlsplit, urlunsplit
 import httpx
 
 from identity.address_guard import PrivateAddressRefused, agent_client, check_endpoint_address
+from identity.agent_cards import A2A_PROTOCOL_VERSION, jsonrpc_interface, verify_card
 from identity.challenges import JSON, ExamItem, JSONObject, reference
-from identity.errors import ExamError, RegistryError
+from identity.errors import AgentCardError, ExamError, RegistryError
 
 if TYPE_CHECKING:
     from openai.types.chat import ChatCompletionMessageParam
@@ -360,6 +366,331 @@ class HttpRuntime:
         return reply["answer"]
 
 
+# --- an A2A agent ------------------------------------------------------------------------
+
+A2A_VERSION_HEADER = "A2A-Version"
+SEND_MESSAGE = "SendMessage"
+WELL_KNOWN_CARD_PATH = "/.well-known/agent-card.json"
+#: Task states after which no answer will come (A2A v1.0 `TaskState`).
+A2A_FAILED_STATES = {
+    "TASK_STATE_FAILED": "failed",
+    "TASK_STATE_CANCELED": "was canceled",
+    "TASK_STATE_REJECTED": "rejected the item",
+    "TASK_STATE_INPUT_REQUIRED": "asked for more input",
+    "TASK_STATE_AUTH_REQUIRED": "asked for authentication",
+}
+#: JSON-RPC errors worth a retry: the server's own internal error.
+A2A_RETRIABLE_CODES = frozenset({-32603})
+
+
+@dataclass(frozen=True)
+class A2AInterface:
+    """Where an A2A agent takes JSON-RPC requests, from its card: the URL, the tenant to name
+    in every request (or None), and the DID whose key signed the card (None: unsigned)."""
+
+    url: str
+    tenant: str | None
+    did: str | None
+
+
+def card_url(url: str) -> str:
+    """Where an agent's card is: `url`, or its `/.well-known/agent-card.json` when it has no
+    path. Raises RegistryError for a URL `check_url` refuses."""
+    parts = urlsplit(check_url(url, "--card"))
+    if parts.path in ("", "/"):
+        parts = parts._replace(path=WELL_KNOWN_CARD_PATH)
+    return urlunsplit(parts)
+
+
+def _exchange(
+    method: str,
+    url: str,
+    *,
+    body: JSON | None,
+    headers: Mapping[str, str],
+    timeout: float,
+    allow_private: bool,
+    what: str,
+) -> tuple[int, str, str]:
+    """One request to an agent through `agent_client`: (status, text, Location), the whole
+    reply within `timeout` and 1 MiB.
+
+    Raises AgentRuntimeError: retriable when it cannot be reached or is too slow; not
+    retriable when its address is refused or the reply is over 1 MiB.
+    """
+    deadline = time.monotonic() + timeout
+    received = bytearray()
+    try:
+        with (
+            agent_client(timeout, allow_private=allow_private) as client,
+            client.stream(
+                method,
+                url,
+                headers=dict(headers),
+                content=None if body is None else json.dumps(body).encode("utf-8"),
+            ) as response,
+        ):
+            status = response.status_code
+            for chunk in response.iter_bytes():
+                received += chunk
+                if len(received) > MAX_ANSWER_BYTES:
+                    raise AgentRuntimeError(f"{what} sent more than 1 MiB", retriable=False)
+                if time.monotonic() > deadline:
+                    raise httpx.ReadTimeout("the whole reply took too long")
+            location = response.headers.get("location", "")
+    except httpx.TimeoutException:
+        raise AgentRuntimeError(
+            f"{what} at {url} did not answer within {timeout:g} s", retriable=True
+        ) from None
+    except PrivateAddressRefused as exc:
+        raise AgentRuntimeError(str(exc), retriable=False) from exc
+    except httpx.TransportError as exc:
+        raise AgentRuntimeError(f"cannot reach {what} at {url}: {exc}", retriable=True) from exc
+    except (httpx.HTTPError, httpx.InvalidURL) as exc:
+        raise AgentRuntimeError(
+            f"the request to {what} at {url} failed: {exc}", retriable=True
+        ) from exc
+    return status, received.decode("utf-8", errors="replace"), location
+
+
+def fetch_agent_card(
+    url: str, *, timeout: float = DEFAULT_HTTP_TIMEOUT, allow_private: bool = False
+) -> JSONObject:
+    """The A2A agent card at `url` (its well-known path when `url` has none): one JSON object
+    of at most 1 MiB, a 2xx reply, no redirect followed, at a public address unless
+    `allow_private`.
+
+    Raises AgentCardError (a RegistryError) saying why when it cannot be had;
+    PrivateEndpointError for a URL naming a non-public address.
+    """
+    where = card_url(url)
+    check_endpoint_address(where, allow_private=allow_private, what="--card")
+    try:
+        status, text, location = _exchange(
+            "GET",
+            where,
+            body=None,
+            headers={"Accept": "application/json"},
+            timeout=check_timeout(timeout),
+            allow_private=allow_private,
+            what="the agent card",
+        )
+    except AgentRuntimeError as exc:
+        raise AgentCardError(f"cannot fetch the agent card: {exc.reason}") from exc
+    if 300 <= status < 400:
+        raise AgentCardError(
+            f"the agent card at {where} is a redirect to {location!r} (not followed)"
+        )
+    if not 200 <= status < 300:
+        raise AgentCardError(f"the agent card at {where} answered HTTP {status}: {snippet(text)}")
+    try:
+        card = parse_json(text)
+    except ValueError as exc:
+        raise AgentCardError(f"the agent card at {where} is not JSON ({exc})") from exc
+    if not isinstance(card, dict):
+        raise AgentCardError(f"the agent card at {where} is not a JSON object")
+    return card
+
+
+def a2a_interface(card: JSONObject, *, allow_unsigned: bool = False) -> A2AInterface:
+    """The interface accord calls an A2A agent at, from its card, once the card holds.
+
+    The card's signature must verify (`identity.agent_cards.verify_card`); only a card with
+    no signatures at all passes unverified, and only with `allow_unsigned`. Raises
+    AgentCardError naming why a card is refused, or when it lists no JSON-RPC 1.x interface.
+    """
+    did: str | None = None
+    if card.get("signatures") or not allow_unsigned:
+        try:
+            did = verify_card(card).did
+        except AgentCardError as exc:
+            hint = "" if card.get("signatures") else " (--unsigned-card accepts a card without)"
+            raise AgentCardError(f"the agent card is refused: {exc}{hint}") from exc
+    url, tenant = jsonrpc_interface(card)
+    return A2AInterface(url, tenant, did)
+
+
+def send_message_request(item: JSONObject, tenant: str | None, request_id: str) -> JSONObject:
+    """The JSON-RPC `SendMessage` request carrying `item` as one data part (blocking: the
+    reply is the finished task or a message)."""
+    params: JSONObject = {
+        "message": {
+            "messageId": request_id,
+            "role": "ROLE_USER",
+            "parts": [{"data": agent_view(item), "mediaType": "application/json"}],
+        },
+        "configuration": {"acceptedOutputModes": ["application/json"]},
+    }
+    if tenant is not None:
+        params["tenant"] = tenant
+    return {"jsonrpc": "2.0", "id": request_id, "method": SEND_MESSAGE, "params": params}
+
+
+def _answer_in_parts(parts: object) -> tuple[bool, JSON]:
+    """(True, the answer) from the first part that holds `{"answer": ...}`: a data part, or
+    a text part whose text is that JSON object; (False, None) when none does. Whole numbers
+    come back as integers (`whole_numbers`)."""
+    for part in parts if isinstance(parts, list) else []:
+        if not isinstance(part, dict):
+            continue
+        value: JSON = part.get("data")
+        if "data" not in part and isinstance(part.get("text"), str):
+            try:
+                value = parse_json(part["text"])
+            except ValueError:
+                continue
+        if isinstance(value, dict) and "answer" in value:
+            return True, whole_numbers(value["answer"])
+    return False, None
+
+
+def whole_numbers(value: JSON) -> JSON:
+    """`value` with each whole float within 2**53 as an int: an A2A data part is a protobuf
+    `Value`, whose numbers are doubles, so an agent's 42 may arrive as 42.0."""
+    if isinstance(value, float) and value.is_integer() and abs(value) <= 2**53:
+        return int(value)
+    if isinstance(value, dict):
+        return {key: whole_numbers(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [whole_numbers(item) for item in value]
+    return value
+
+
+def read_send_message_reply(reply: JSON, request_id: str) -> JSON:
+    """The answer in a JSON-RPC reply to `SendMessage`: from the task's artifacts, then its
+    status message, or from the message it returned, the first part holding `{"answer": ...}`.
+
+    Raises AgentRuntimeError: retriable for a JSON-RPC internal error or a task still
+    running; not retriable for a reply that is not JSON-RPC 2.0 for this request, another
+    error, a task that failed, was canceled, rejected or wants input, or no answer in it.
+    """
+    if not isinstance(reply, dict) or reply.get("jsonrpc") != "2.0":
+        raise AgentRuntimeError("the A2A agent's reply is not JSON-RPC 2.0", retriable=False)
+    if reply.get("id") != request_id:
+        raise AgentRuntimeError(
+            f"the A2A agent answered request {reply.get('id')!r}, not {request_id!r}",
+            retriable=False,
+        )
+    error = reply.get("error")
+    if error is not None:
+        code = error.get("code") if isinstance(error, dict) else None
+        message = error.get("message") if isinstance(error, dict) else error
+        raise AgentRuntimeError(
+            f"the A2A agent answered JSON-RPC error {code}: {snippet(str(message))}",
+            retriable=code in A2A_RETRIABLE_CODES,
+        )
+    result = reply.get("result")
+    if not isinstance(result, dict):
+        raise AgentRuntimeError("the A2A agent's reply has no result object", retriable=False)
+    task, message = result.get("task"), result.get("message")
+    if isinstance(task, dict):
+        status = task.get("status")
+        state = status.get("state") if isinstance(status, dict) else None
+        said = status.get("message") if isinstance(status, dict) else None
+        said_parts = said.get("parts") if isinstance(said, dict) else None
+        if state in A2A_FAILED_STATES:
+            text = " ".join(
+                str(p["text"])
+                for p in (said_parts if isinstance(said_parts, list) else [])
+                if isinstance(p, dict) and "text" in p
+            )
+            raise AgentRuntimeError(
+                f"the A2A agent's task {A2A_FAILED_STATES[str(state)]} ({state})"
+                + (f": {snippet(str(text))}" if text else ""),
+                retriable=False,
+            )
+        if state != "TASK_STATE_COMPLETED":
+            raise AgentRuntimeError(
+                f"the A2A agent's task is not finished ({state})", retriable=True
+            )
+        artifacts = task.get("artifacts")
+        for artifact in artifacts if isinstance(artifacts, list) else []:
+            found, answer = _answer_in_parts(
+                artifact.get("parts") if isinstance(artifact, dict) else None
+            )
+            if found:
+                return answer
+        found, answer = _answer_in_parts(said_parts)
+        if found:
+            return answer
+        raise AgentRuntimeError(
+            'the A2A agent\'s task holds no part with {"answer": ...}', retriable=False
+        )
+    if isinstance(message, dict):
+        found, answer = _answer_in_parts(message.get("parts"))
+        if found:
+            return answer
+        raise AgentRuntimeError(
+            'the A2A agent\'s message holds no part with {"answer": ...}', retriable=False
+        )
+    raise AgentRuntimeError(
+        "the A2A agent's result is neither a task nor a message", retriable=False
+    )
+
+
+@dataclass(frozen=True)
+class A2ARuntime:
+    """An A2A v1.0 agent at its JSON-RPC interface `endpoint` (picked from its signed card at
+    registration, `a2a_interface`): each item goes as `SendMessage` with one data part
+    holding the item, `tenant` named when the card's interface has one; the answer is read
+    from the finished task's artifact (a data part `{"answer": ...}`) or the message.
+
+    Requests carry `A2A-Version: 1.0`, take at most `timeout` seconds and 1 MiB, follow no
+    redirect, and go to public addresses only unless `allow_private`. Raises RegistryError
+    for an endpoint that is not http(s) or is non-public; ValueError for a bad timeout.
+    """
+
+    endpoint: str
+    tenant: str | None = None
+    timeout: float = DEFAULT_HTTP_TIMEOUT
+    allow_private: bool = False
+
+    def __post_init__(self) -> None:
+        check_url(self.endpoint, "the A2A interface")
+        check_endpoint_address(
+            self.endpoint, allow_private=self.allow_private, what="the A2A interface"
+        )
+        object.__setattr__(self, "timeout", check_timeout(self.timeout))
+
+    def answer(self, item: JSONObject) -> JSON:
+        """Raises AgentRuntimeError: retriable when the agent cannot be reached, times out,
+        answers 429 or 5xx, a JSON-RPC internal error or an unfinished task; not retriable
+        otherwise (see `read_send_message_reply`), and for a redirect or a reply over 1 MiB."""
+        request_id = str(uuid.uuid4())
+        status, text, location = _exchange(
+            "POST",
+            self.endpoint,
+            body=send_message_request(item, self.tenant, request_id),
+            headers={
+                "Accept": "application/json",
+                "Content-Type": "application/json",
+                A2A_VERSION_HEADER: A2A_PROTOCOL_VERSION,
+            },
+            timeout=self.timeout,
+            allow_private=self.allow_private,
+            what="the A2A agent",
+        )
+        if 300 <= status < 400:
+            raise AgentRuntimeError(
+                f"the A2A agent answered HTTP {status}, a redirect to {location!r} "
+                "(redirects are not followed)",
+                retriable=False,
+            )
+        if not 200 <= status < 300:
+            raise AgentRuntimeError(
+                f"the A2A agent answered HTTP {status}: {snippet(text)}",
+                retriable=status == 429 or status >= 500,
+            )
+        try:
+            reply = parse_json(text)
+        except ValueError as exc:
+            raise AgentRuntimeError(
+                f"the A2A agent did not answer with JSON ({exc}): {snippet(text)}",
+                retriable=False,
+            ) from exc
+        return read_send_message_reply(reply, request_id)
+
+
 # --- an OpenAI-compatible model -----------------------------------------------------------
 
 MODEL_INSTRUCTIONS = (
@@ -586,6 +917,8 @@ def openai_runtime(
 
 __all__ = [
     "MAX_ANSWER_BYTES",
+    "A2AInterface",
+    "A2ARuntime",
     "AgentRuntime",
     "AgentRuntimeError",
     "AnswerValidator",
@@ -594,12 +927,15 @@ __all__ = [
     "OpenAIRuntime",
     "RandomRuntime",
     "ReferenceRuntime",
+    "a2a_interface",
     "agent_view",
     "check_timeout",
     "check_url",
     "exam_item",
+    "fetch_agent_card",
     "model_prompt",
     "openai_runtime",
     "parse_model_answer",
+    "read_send_message_reply",
     "run_url",
 ]

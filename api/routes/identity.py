@@ -7,6 +7,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Query, Request
 from pydantic import BaseModel, Field
 
+from api import cards
 from api.problems import ProblemError
 from api.routes.deps import (
     Caller,
@@ -18,15 +19,13 @@ from api.routes.deps import (
 )
 from identity.agents import AgentRecord
 from identity.challenges import REGISTRY
-from identity.errors import CredentialError, RegistryError
+from identity.errors import CredentialError, KeyStoreError, RegistryError
 from identity.onboarding import REGISTRATION_CHALLENGE_TTL
+from ledger.signing import Signer
 from market.runtime import MarketContext
 
 reads = APIRouter(dependencies=[Depends(throttle_reads)])
 writes = APIRouter()
-
-A2A_PROTOCOL_VERSION = "0.3.0"
-JSON_MODES = ["application/json"]
 
 
 def _agent(context: MarketContext, name_or_did: str) -> AgentRecord:
@@ -105,36 +104,22 @@ def show_agent(agent: str, context: Context) -> dict[str, Any]:
 
 @reads.get("/agents/{agent}/card", tags=["identity"], summary="The agent's A2A agent card")
 def agent_card(agent: str, request: Request, context: Context) -> dict[str, Any]:
+    """The agent's A2A v1.0 card (`api.cards`): its credentialed capabilities as skills, the
+    service's JSON-RPC endpoint with the agent's DID as tenant, signed by the agent's key, or,
+    for a remote agent whose key the service never holds, by the operator."""
     record = _agent(context, agent)
-    base = str(request.base_url).rstrip("/")
-    endpoint = record.endpoint if record.runtime == "http" and record.endpoint else None
-    skills: list[dict[str, Any]] = []
-    descriptions = {c.name: c.description for c in REGISTRY.values()}
-    for capability in _valid_capabilities(context, record.did):
-        skills.append(
-            {
-                "id": capability,
-                "name": capability,
-                "description": descriptions.get(capability, capability),
-                "tags": [capability, "credentialed"],
-                "inputModes": JSON_MODES,
-                "outputModes": JSON_MODES,
-            }
-        )
-    return {
-        "protocolVersion": A2A_PROTOCOL_VERSION,
-        "name": record.name,
-        "description": f"{record.name}: a {record.runtime} agent on accord, "
-        f"credentialed for {', '.join(str(s['id']) for s in skills) or 'nothing yet'}",
-        "url": endpoint or f"{base}/agents/{record.did}",
-        "version": "1",
-        "did": record.did,
-        "capabilities": {"streaming": False, "pushNotifications": False},
-        "defaultInputModes": JSON_MODES,
-        "defaultOutputModes": JSON_MODES,
-        "skills": skills,
-        "provider": {"organization": "accord", "url": base},
-    }
+    try:
+        signer: Signer = context.onboarding.registry.signer(record)
+    except KeyStoreError:
+        signer = context.market.ledger.operator
+    return cards.agent_card(
+        str(request.base_url).rstrip("/"),
+        name=record.name,
+        did=record.did,
+        runtime=record.runtime,
+        capabilities=_valid_capabilities(context, record.did),
+        signer=signer,
+    )
 
 
 # -- registration (DID-auth) ----------------------------------------------------------------

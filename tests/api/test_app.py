@@ -16,6 +16,7 @@ from fastapi.testclient import TestClient
 from api.app import create_app
 from api.auth import AccordAuth, sign_request
 from api.routes.deps import ApiConfig
+from identity.agent_cards import card_did, verify_card
 from identity.challenges import REGISTRY
 from identity.onboarding import Onboarding, open_onboarding
 from identity.presentations import create_presentation
@@ -158,9 +159,10 @@ def test_create_app_does_no_io(tmp_path: Path) -> None:
     app = create_app(Settings.from_env({"ACCORD_HOME": str(home)}))
     client = TestClient(app)
     assert client.get("/health").json()["status"] == "ok"
-    assert client.get("/.well-known/agent-card.json").status_code == 200
     assert client.get("/openapi.json").status_code == 200
     assert not home.exists()
+    # the card is signed by the operator, whose key is read (made) on the first request for it
+    assert client.get("/.well-known/agent-card.json").json()["signatures"]
 
 
 def test_chain_down_is_503(tmp_path: Path) -> None:
@@ -185,15 +187,16 @@ def test_service_card(client: TestClient) -> None:
         "name",
         "description",
         "version",
-        "url",
+        "supportedInterfaces",
         "capabilities",
         "skills",
         "defaultInputModes",
         "defaultOutputModes",
+        "signatures",
     ):
         assert key in card
-    assert card["url"] == "http://testserver"
-    assert any(skill["id"] == "exam-arithmetic" for skill in card["skills"])
+    assert card["supportedInterfaces"][0]["url"] == "http://testserver/a2a"
+    assert any(skill["id"] == "arithmetic" for skill in card["skills"])
 
 
 def test_agents_and_cards(client: TestClient, world: World) -> None:
@@ -203,9 +206,9 @@ def test_agents_and_cards(client: TestClient, world: World) -> None:
     shown = client.get(f"/agents/{ada}").json()
     assert shown["name"] == "ada" and shown["credentials"][0]["capability"] == "arithmetic"
     card = client.get(f"/agents/{ada}/card").json()
-    assert card["did"] == ada
+    assert card_did(card) == ada == verify_card(card).did
     assert [skill["id"] for skill in card["skills"]] == ["arithmetic"]
-    assert card["url"] == f"http://testserver/agents/{ada}"
+    assert card["supportedInterfaces"][0]["url"].endswith("/a2a")
     assert card["defaultInputModes"] == ["application/json"]
     assert client.get("/agents/carol/card").json()["skills"] == []
     assert_problem(client.get("/agents/nobody"), 404)
