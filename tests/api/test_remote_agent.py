@@ -51,6 +51,7 @@ from market.runtime import ChainEscrow, MarketContext
 from market.sealed import commit_bid, reveal_bid
 from market.service import Market
 from market.settlement import settle_task
+from tests.specs import invoice_request
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "remote_agent.py"
@@ -275,15 +276,7 @@ def test_remote_agent_onboards_bids_and_works_through_the_api(
 
         posted = http.post(
             "/tasks",
-            json={
-                "title": "Check the quarterly figures",
-                "description": "Recompute the figures and extract the fields.",
-                "capabilities": CAPABILITIES,
-                "budget": "0.5eth",
-                "bidding": "4s",
-                "reveal": "4s",
-                "delivery": "10m",
-            },
+            json=invoice_request(bidding="4s", reveal="4s", delivery="10m"),
             auth=AccordAuth(world["req"]),
         )
         assert posted.status_code == 201, posted.text
