@@ -1,5 +1,6 @@
 """Conversations and the ledger: entries, inclusion proofs, checkpoints, and the live stream of
-a conversation as server-sent events."""
+a conversation as server-sent events; and the signed revocation status list that credentials
+name as their `statusListCredential`."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Header, Path, Query, Request
-from fastapi.responses import StreamingResponse
+from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
 from api.problems import ProblemError
@@ -19,6 +20,7 @@ from coordinator.conversation import message_from_json, message_to_json
 from coordinator.errors import CoordinatorError, IllegalMove
 from coordinator.runner import CONVERSATION_MESSAGE, CONVERSATION_OPENED
 from coordinator.service import conversation_ids, replay_conversation
+from identity.onboarding import STATUS_LIST_PATH
 from ledger import merkle
 from ledger.checkpoint import SignedCheckpoint
 from ledger.events import Entry
@@ -298,3 +300,28 @@ def ledger_checkpoints(context: Context) -> dict[str, Any]:
             }
         )
     return {"log_id": store.log_id, "checkpoints": rows}
+
+
+VC_MEDIA_TYPE = "application/vc"
+"""VC Data Model 2.0 §6.3: a credential secured with an embedded Data Integrity proof."""
+
+
+@reads.get(
+    STATUS_LIST_PATH,
+    tags=["identity"],
+    summary="The revocation status list credential",
+    response_class=JSONResponse,
+    responses={
+        200: {
+            "description": "A BitstringStatusListCredential signed by the operator "
+            "(eddsa-jcs-2022): the `statusListCredential` every credential names",
+            "content": {VC_MEDIA_TYPE: {"schema": {"type": "object"}}},
+        }
+    },
+)
+def status_list(request: Request, context: Context) -> JSONResponse:
+    try:
+        document = context.onboarding.status_list_at(request.url.path)
+    except KeyError as exc:
+        raise ProblemError(404, "no credential has been issued yet: no status list") from exc
+    return JSONResponse(document, media_type=VC_MEDIA_TYPE, headers={"Cache-Control": "no-cache"})
