@@ -14,7 +14,7 @@ from rich.markup import escape
 from audit.checks import NO_SUCH_TASK, AuditReport, audit_task
 from audit.html import render_html
 from ledger.errors import LedgerError
-from ledger.runtime import connect_chain, open_store
+from ledger.runtime import check_recorded_devnet, connect_chain, open_store
 from ledger.settings import Settings
 from ledger.store import LogStore
 from market.errors import MarketError
@@ -42,6 +42,7 @@ def audit(
         store = open_store(settings, create=False)
         if not _holds_task(store, task_id):
             _fail(f"no task {task_id!r} in the log (see `accord task list`)", 2)
+        check_recorded_devnet(settings)  # another chain is named, not read as missing anchors
         anchors = connect_chain(settings, start_devnet=False)
         escrow, _ = connect_escrow(settings, start_devnet=False)
         report = audit_task(store, task_id, anchors=anchors, escrow=escrow)

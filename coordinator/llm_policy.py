@@ -444,7 +444,8 @@ class LLMPolicy:
                 base_url=self.base_url,
                 timeout=self.timeout,
                 max_retries=TRANSPORT_RETRIES,
-                http_client=http_client,
+                # openai accepts an httpx.Client as well as its httpx2.Client (it checks both)
+                http_client=http_client,  # type: ignore[arg-type]
             )
 
         return build

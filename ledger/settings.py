@@ -49,6 +49,8 @@ class Settings:
     allow_private_agents: bool = False
     confirmations: int = DEFAULT_CONFIRMATIONS
     public_url: str = DEFAULT_PUBLIC_URL
+    devnet_port_set: bool = False
+    """Whether ACCORD_DEVNET_PORT was set; if not, the port `devnet up` recorded is used."""
 
     @property
     def keys_dir(self) -> Path:
@@ -57,6 +59,10 @@ class Settings:
     @property
     def devnet_dir(self) -> Path:
         return self.home / "devnet"
+
+    @property
+    def devnet_record_file(self) -> Path:
+        return self.home / "devnet.json"
 
     @property
     def deployment_file(self) -> Path:
@@ -86,6 +92,7 @@ class Settings:
             allow_private_agents=env_flag(env, ALLOW_PRIVATE_AGENTS),
             confirmations=_int(env, "ACCORD_CONFIRMATIONS", DEFAULT_CONFIRMATIONS, minimum=0),
             public_url=_public_url(env, "ACCORD_PUBLIC_URL"),
+            devnet_port_set=bool(env.get("ACCORD_DEVNET_PORT")),
         )
 
 
