@@ -62,6 +62,7 @@ def audit(
         sys.stdout.write(json.dumps(report.to_json(), indent=2, sort_keys=True) + "\n")
     else:
         print_report(report, out)
+        print_chain_facts(report.facts.get("on_chain"), out)
         if html is not None:
             out.print(f"report written to {html}")
     if not report.ok:
@@ -98,3 +99,28 @@ def print_report(report: AuditReport, console: Console) -> None:
         console.print(
             f"[bold red]FAIL[/] at step {failure.number}{where}: {escape(failure.detail)}"
         )
+
+
+def print_chain_facts(facts: object, console: Console) -> None:
+    """The payouts, addresses and transaction hashes of the report, for a cross-check on a
+    block explorer (`facts` is the report's `on_chain`, from `audit.checks.chain_facts`)."""
+    if not isinstance(facts, dict):
+        return
+    console.print("on chain, to cross-check:")
+    for payout in facts.get("payouts", []):
+        console.print(f"  paid {payout['wei']} wei to {payout['address']} ({payout['agent']})")
+    escrow = facts.get("escrow")
+    if isinstance(escrow, dict):
+        console.print(f"  escrow {escrow['address']} on chain {escrow['chain_id']}")
+        for tx in escrow["transactions"]:
+            console.print(f"    {tx['event']:<8} block {tx['block_number']} tx {tx['tx_hash']}")
+    registry = facts.get("registry")
+    if isinstance(registry, dict):
+        console.print(f"  registry {registry['address']} on chain {registry['chain_id']}")
+        for anchor in registry["anchors"]:
+            console.print(
+                f"    anchor size {anchor['size']} block {anchor['block_number']} "
+                f"tx {anchor['tx_hash']}"
+            )
+    if facts.get("error"):
+        console.print(f"  {escape(str(facts['error']))}")

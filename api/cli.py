@@ -328,6 +328,56 @@ def ledger_proof(
     out.print("[green]✓[/] the proof verifies")
 
 
+@ledger_app.command("checkpoints")
+def ledger_checkpoints(as_json: JsonFlag = False) -> None:
+    """Every signed checkpoint (size, root, time) and its anchor: status, chain, registry,
+    transaction and block. A read: it starts no devnet and reads no chain."""
+    from ledger.checkpoint import SignedCheckpoint
+
+    settings = _settings()
+    with _errors():
+        store = open_store(settings, create=False)
+        anchors = {anchor.size: anchor for anchor in store.anchors()}
+        rows: list[dict[str, Any]] = []
+        for stored in store.checkpoints():
+            signed = SignedCheckpoint.from_bytes(stored.data)
+            anchor = anchors.get(stored.size)
+            rows.append(
+                {
+                    "size": stored.size,
+                    "root": stored.root.hex(),
+                    "at": stored.at,
+                    "signer": signed.signer_did,
+                    "anchor": None
+                    if anchor is None
+                    else {
+                        "status": anchor.status,
+                        "chain_id": anchor.chain_id,
+                        "registry": anchor.registry_address,
+                        "tx_hash": "0x" + anchor.tx_hash.hex(),
+                        "block_number": anchor.block_number,
+                    },
+                }
+            )
+    if as_json:
+        _emit({"log_id": store.log_id, "checkpoints": rows})
+        return
+    table = Table(title=f"{len(rows)} checkpoints of {store.log_id}", title_justify="left")
+    for column in ("size", "at", "root", "anchor", "block", "transaction"):
+        table.add_column(column, overflow="fold")
+    for row in rows:
+        anchored = row["anchor"]
+        table.add_row(
+            str(row["size"]),
+            str(row["at"]),
+            str(row["root"]),
+            "-" if anchored is None else str(anchored["status"]),
+            "-" if anchored is None else str(anchored["block_number"] or "-"),
+            "-" if anchored is None else str(anchored["tx_hash"]),
+        )
+    out.print(table)
+
+
 def _outcome_json(outcome: AnchorOutcome) -> dict[str, Any]:
     return {
         "status": outcome.status,

@@ -166,7 +166,8 @@ def record_devnet(settings: Settings, registry: str | None) -> DevnetRecord:
 
 def check_recorded_devnet(settings: Settings) -> DevnetRecord | None:
     """Check that the managed devnet is the chain `accord devnet up` recorded (its chain id,
-    history and registry code); None when accord manages no devnet or nothing is recorded.
+    history and registry code); None when accord manages no devnet, nothing is recorded, or
+    the devnet is not running (`connect_chain` then says so).
 
     Raises ChainMismatchError naming what differs, DevnetError when it does not answer.
     """
@@ -175,7 +176,10 @@ def check_recorded_devnet(settings: Settings) -> DevnetRecord | None:
     record = read_record(settings.devnet_record_file)
     if record is None:
         return None
-    check_record(record, devnet_for(settings).rpc_url)
+    devnet = devnet_for(settings)
+    if not devnet.status().running:
+        return None
+    check_record(record, devnet.rpc_url)
     return record
 
 
