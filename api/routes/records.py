@@ -312,7 +312,9 @@ def ledger_consistency(
     store = context.market.ledger.store
     now = store.size()
     if first > second:
-        raise ProblemError(400, f"first ({first}) is larger than second ({second})")
+        raise ProblemError(
+            404, f"no tree of {first} entries is a prefix of one of {second} (first > second)"
+        )
     if second > now:
         raise ProblemError(404, f"the log has {now} entries, not {second}")
     proof = store.consistency_proof(first, second)
