@@ -14,7 +14,7 @@ from rich.markup import escape
 from audit.checks import NO_SUCH_TASK, AuditReport, audit_task
 from audit.html import render_html
 from ledger.errors import LedgerError
-from ledger.runtime import connect_chain, open_store
+from ledger.runtime import check_recorded_devnet, connect_chain, open_store
 from ledger.settings import Settings
 from ledger.store import LogStore
 from market.errors import MarketError
@@ -42,6 +42,7 @@ def audit(
         store = open_store(settings, create=False)
         if not _holds_task(store, task_id):
             _fail(f"no task {task_id!r} in the log (see `accord task list`)", 2)
+        check_recorded_devnet(settings)  # another chain is named, not read as missing anchors
         anchors = connect_chain(settings, start_devnet=False)
         escrow, _ = connect_escrow(settings, start_devnet=False)
         report = audit_task(store, task_id, anchors=anchors, escrow=escrow)
@@ -61,6 +62,7 @@ def audit(
         sys.stdout.write(json.dumps(report.to_json(), indent=2, sort_keys=True) + "\n")
     else:
         print_report(report, out)
+        print_chain_facts(report.facts.get("on_chain"), out)
         if html is not None:
             out.print(f"report written to {html}")
     if not report.ok:
@@ -97,3 +99,28 @@ def print_report(report: AuditReport, console: Console) -> None:
         console.print(
             f"[bold red]FAIL[/] at step {failure.number}{where}: {escape(failure.detail)}"
         )
+
+
+def print_chain_facts(facts: object, console: Console) -> None:
+    """The payouts, addresses and transaction hashes of the report, for a cross-check on a
+    block explorer (`facts` is the report's `on_chain`, from `audit.checks.chain_facts`)."""
+    if not isinstance(facts, dict):
+        return
+    console.print("on chain, to cross-check:")
+    for payout in facts.get("payouts", []):
+        console.print(f"  paid {payout['wei']} wei to {payout['address']} ({payout['agent']})")
+    escrow = facts.get("escrow")
+    if isinstance(escrow, dict):
+        console.print(f"  escrow {escrow['address']} on chain {escrow['chain_id']}")
+        for tx in escrow["transactions"]:
+            console.print(f"    {tx['event']:<8} block {tx['block_number']} tx {tx['tx_hash']}")
+    registry = facts.get("registry")
+    if isinstance(registry, dict):
+        console.print(f"  registry {registry['address']} on chain {registry['chain_id']}")
+        for anchor in registry["anchors"]:
+            console.print(
+                f"    anchor size {anchor['size']} block {anchor['block_number']} "
+                f"tx {anchor['tx_hash']}"
+            )
+    if facts.get("error"):
+        console.print(f"  {escape(str(facts['error']))}")

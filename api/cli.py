@@ -26,6 +26,7 @@ from api.market_cli import agent_withdraw, bid_app, task_app
 from api.serve_cli import serve
 from ledger.anchoring import AnchorOutcome
 from ledger.chain import AnchorChain
+from ledger.devnet import ChainMismatchError, read_record
 from ledger.errors import (
     CanonicalizationError,
     ChainError,
@@ -35,12 +36,14 @@ from ledger.errors import (
 )
 from ledger.events import Entry
 from ledger.runtime import (
+    check_recorded_devnet,
     connect_chain,
     devnet_for,
     open_ledger,
     open_store,
     operator_signer,
     prepare_home,
+    record_devnet,
 )
 from ledger.settings import Settings
 from ledger.signing import read_keyfile
@@ -126,15 +129,29 @@ def devnet_up(as_json: JsonFlag = False) -> None:
         if settings.rpc_url is not None:
             _fail("ACCORD_RPC_URL is set: accord uses that chain and manages no devnet", code=2)
         prepare_home(settings)
-        info = devnet_for(settings).up()
+        devnet = devnet_for(settings)
+        info = devnet.up()
+        try:
+            check_recorded_devnet(settings)
+        except ChainMismatchError as exc:
+            _fail(
+                f"{exc}. The log's anchors are on the recorded chain; nothing was deployed on "
+                f"this one. To start over on it, remove {settings.devnet_record_file}"
+            )
         chain = connect_chain(settings, start_devnet=False)
+        devnet.dump_state()  # the recorded head is on disk before it is recorded
+        record = record_devnet(settings, chain.registry_address())
         data = {
             "running": True,
             "reused": info.reused,
             "pid": info.pid,
+            "port": info.port,
             "rpc_url": info.rpc_url,
             "chain_id": chain.chain_id(),
             "registry": chain.registry_address(),
+            "record": str(settings.devnet_record_file),
+            "block_number": record.block_number,
+            "block_hash": record.block_hash,
         }
     if as_json:
         _emit(data)
@@ -162,11 +179,14 @@ def devnet_status(as_json: JsonFlag = False) -> None:
     settings = _settings()
     with _errors():
         status = devnet_for(settings).status()
+        record = read_record(settings.devnet_record_file)
     data = {
         "running": status.running,
         "pid": status.pid,
+        "port": status.port,
         "rpc_url": status.rpc_url,
         "block_number": status.block_number,
+        "recorded": None if record is None else record.to_json(),
     }
     if as_json:
         _emit(data)
@@ -308,6 +328,56 @@ def ledger_proof(
     out.print("[green]✓[/] the proof verifies")
 
 
+@ledger_app.command("checkpoints")
+def ledger_checkpoints(as_json: JsonFlag = False) -> None:
+    """Every signed checkpoint (size, root, time) and its anchor: status, chain, registry,
+    transaction and block. A read: it starts no devnet and reads no chain."""
+    from ledger.checkpoint import SignedCheckpoint
+
+    settings = _settings()
+    with _errors():
+        store = open_store(settings, create=False)
+        anchors = {anchor.size: anchor for anchor in store.anchors()}
+        rows: list[dict[str, Any]] = []
+        for stored in store.checkpoints():
+            signed = SignedCheckpoint.from_bytes(stored.data)
+            anchor = anchors.get(stored.size)
+            rows.append(
+                {
+                    "size": stored.size,
+                    "root": stored.root.hex(),
+                    "at": stored.at,
+                    "signer": signed.signer_did,
+                    "anchor": None
+                    if anchor is None
+                    else {
+                        "status": anchor.status,
+                        "chain_id": anchor.chain_id,
+                        "registry": anchor.registry_address,
+                        "tx_hash": "0x" + anchor.tx_hash.hex(),
+                        "block_number": anchor.block_number,
+                    },
+                }
+            )
+    if as_json:
+        _emit({"log_id": store.log_id, "checkpoints": rows})
+        return
+    table = Table(title=f"{len(rows)} checkpoints of {store.log_id}", title_justify="left")
+    for column in ("size", "at", "root", "anchor", "block", "transaction"):
+        table.add_column(column, overflow="fold")
+    for row in rows:
+        anchored = row["anchor"]
+        table.add_row(
+            str(row["size"]),
+            str(row["at"]),
+            str(row["root"]),
+            "-" if anchored is None else str(anchored["status"]),
+            "-" if anchored is None else str(anchored["block_number"] or "-"),
+            "-" if anchored is None else str(anchored["tx_hash"]),
+        )
+    out.print(table)
+
+
 def _outcome_json(outcome: AnchorOutcome) -> dict[str, Any]:
     return {
         "status": outcome.status,
@@ -380,6 +450,7 @@ def ledger_verify(
         operator = operator_signer(settings)
         chain: AnchorChain | None = None
         if not offline:
+            check_recorded_devnet(settings)  # another chain is named, not read as no anchors
             chain = connect_chain(settings, start_devnet=False)
         report = _with_progress(
             as_json, lambda progress: verify_log(store, operator.did, chain, progress)

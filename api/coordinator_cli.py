@@ -26,7 +26,8 @@ from coordinator.conversation import (
     message_from_json,
     message_to_json,
 )
-from coordinator.errors import CoordinatorError, IllegalMove
+from coordinator.errors import CoordinatorError, IllegalMove, PolicyError
+from coordinator.llm_policy import leader_policy
 from coordinator.runner import RunSettings
 from coordinator.service import (
     conversation_ids,
@@ -101,9 +102,27 @@ def task_run(
         float, typer.Option(min=0.1, help="Seconds a member has per assignment.")
     ] = 30.0,
     depth: Annotated[int, typer.Option(min=0, max=4, help="How deep teams may nest.")] = 1,
+    policy: Annotated[
+        str, typer.Option(help="Who leads: 'rule' (deterministic) or 'llm' (a chat model).")
+    ] = "rule",
+    model: Annotated[
+        str | None,
+        typer.Option(help="The llm policy's model (default: ACCORD_LLM_MODEL)."),
+    ] = None,
+    endpoint: Annotated[
+        str | None,
+        typer.Option(
+            help="Any OpenAI-compatible base URL, e.g. http://127.0.0.1:11434/v1 (default: "
+            "OPENAI_BASE_URL, else OpenAI's API); it needs no key."
+        ),
+    ] = None,
     as_json: JsonFlag = False,
 ) -> None:
     """Run the awarded task's team, with a live view of the conversation."""
+    try:
+        leader = leader_policy(policy, model=model, endpoint=endpoint)
+    except PolicyError as exc:
+        _fail(str(exc), code=2)
     with _market() as context:
         names = {m.did: m.name for m in directory_of(context)}
 
@@ -119,6 +138,7 @@ def task_run(
         conversation = run_awarded_task(
             context,
             task_id,
+            policy=leader,
             settings=RunSettings(timeout_s=timeout, max_depth=depth),
             observer=show,
         )

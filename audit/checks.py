@@ -172,6 +172,7 @@ def audit_task(
             report.steps.append(StepResult(number, STEP_TITLES[number], "not-run", "-"))
         return report
     report.facts = _facts(scope)
+    report.facts["on_chain"] = chain_facts(store.log_id, scope, anchors, escrow)
     failed = False
     for number, check in checks:
         title = STEP_TITLES[number]
@@ -366,6 +367,58 @@ def _facts(scope: _Scope) -> dict[str, Any]:
             {"bidder": c.bidder, "index": i, "commitment": c.digest.hex()} for i, c in scope.bidders
         ],
     }
+
+
+def chain_facts(
+    log_id: str, scope: _Scope, anchors: AnchorChain, escrow: EscrowChain
+) -> dict[str, Any]:
+    """What an auditor can look up on chain by hand: every payout (agent, address, wei) the
+    signed settlement names, the escrow and registry addresses, the escrow's transactions for
+    the task (opened, settled, refunded) and the anchors whose trees hold its entries, each
+    with its transaction hash. Never raises: a chain that cannot be read is named in `error`.
+    """
+    computed = next((e.body for _, e in scope.task_events if e.kind == SETTLEMENT_COMPUTED), None)
+    payees = computed.get("payees", {}) if isinstance(computed, Mapping) else {}
+    payouts = computed.get("payouts", {}) if isinstance(computed, Mapping) else {}
+    facts: dict[str, Any] = {
+        "payouts": [
+            {"agent": agent, "address": payees.get(agent), "wei": str(wei)}
+            for agent, wei in sorted(payouts.items())
+        ],
+        "escrow": None,
+        "registry": None,
+        "error": None,
+    }
+    try:
+        facts["escrow"] = {
+            "address": escrow.escrow_address(),
+            "chain_id": escrow.chain_id(),
+            "transactions": [
+                {"event": e.name, "block_number": e.block_number, "tx_hash": "0x" + e.tx_hash.hex()}
+                for e in escrow.events(scope.task.task_id)
+                if e.name in ("Opened", "Settled", "Refunded")
+            ],
+        }
+        on_chain = sorted(anchors.anchors(log_id), key=lambda a: a.size)
+        covering = {
+            next((a for a in on_chain if a.size > index), None) for index in scope.touched
+        } - {None}
+        facts["registry"] = {
+            "address": anchors.registry_address(),
+            "chain_id": anchors.chain_id(),
+            "anchors": [
+                {
+                    "size": a.size,
+                    "root": a.root.hex(),
+                    "block_number": a.block_number,
+                    "tx_hash": "0x" + a.tx_hash.hex(),
+                }
+                for a in sorted((a for a in covering if a is not None), key=lambda a: a.size)
+            ],
+        }
+    except ChainError as exc:
+        facts["error"] = f"cannot read the chain: {exc}"
+    return facts
 
 
 # -- every step: once-per-task events logged once ---------------------------------------------

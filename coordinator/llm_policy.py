@@ -14,9 +14,13 @@ is parsed at this seam into a typed message and checked against the transition t
     (6) `step` accepts it
 
 Any failure is a `PolicyOutputError` (retriable): `LLMPolicy.decide` asks again, up to
-`max_attempts` times, telling the model why its last answer was refused. The openai client's
-errors are mapped here, once: `PolicyCallError`, retriable for a connection failure, a timeout,
-a rate limit or a 5xx, not for another status.
+`max_attempts` times, telling the model why its last answer was refused. A server that refuses
+`response_format` (HTTP 400 or 422) is asked again without it, and from then on. The openai
+client's errors are mapped here, once: `PolicyCallError`, retriable for a connection failure, a
+timeout, a rate limit or a 5xx, not for another status.
+
+`leader_policy(name, model=…, endpoint=…)` is how a caller (the CLI, the API) picks the leader's
+policy: "rule", or "llm" on any OpenAI-compatible endpoint (a key only for OpenAI's own API).
 """
 
 from __future__ import annotations
@@ -49,7 +53,7 @@ from coordinator.conversation import (
     step,
 )
 from coordinator.errors import IllegalMove, PolicyError, PolicyOutputError
-from coordinator.policy import Member, TeamView
+from coordinator.policy import Member, Policy, RulePolicy, TeamView
 from coordinator.work import JSON, SubTask
 
 PROMPTS_DIR = Path(__file__).with_name("prompts")
@@ -61,6 +65,10 @@ MAX_REPLY_CHARS = 1 << 20
 LEADER_KINDS = ("discuss", "assign_sync", "assign_async", "abandon", "conclude")
 
 ClientFactory = Callable[[], openai.OpenAI]
+PLACEHOLDER_API_KEY = "no-key"
+"""Sent to a server that needs no key: the openai client insists on one."""
+MODEL_VARIABLE = "ACCORD_LLM_MODEL"
+POLICIES = ("rule", "llm")
 
 
 class PromptError(PolicyError):
@@ -382,9 +390,12 @@ class LLMPolicy:
     """The leader's decisions from an OpenAI-compatible chat model, through `openai`.
 
     The base URL is `base_url`, else `OPENAI_BASE_URL`, else OpenAI's; the key is `api_key`,
-    else `OPENAI_API_KEY` (from `environ`). `client_factory` replaces how the client is built
-    (it is closed after each decision). Raises PolicyError when there is no key or the base
-    URL is not http(s).
+    else `OPENAI_API_KEY` (from `environ`), which only OpenAI's own API needs: a server at a
+    base URL without one is sent a placeholder. `allow_private`, when given, sends every
+    request through `identity.address_guard.agent_client` (a base URL that came from outside:
+    public addresses only unless it is True). `client_factory` replaces how the client is built
+    (it is closed after each decision). Raises PolicyError for OpenAI's API without a key or a
+    base URL that is not http(s).
     """
 
     def __init__(
@@ -397,32 +408,44 @@ class LLMPolicy:
         timeout: float = DEFAULT_MODEL_TIMEOUT,
         max_attempts: int = DEFAULT_MAX_ATTEMPTS,
         client_factory: ClientFactory | None = None,
+        allow_private: bool | None = None,
     ) -> None:
         if max_attempts < 1:
             raise PolicyError("max_attempts must be at least 1")
+        if not model or not model.strip():
+            raise PolicyError("the LLM policy needs a model name")
         self.model = model
         self.timeout = timeout
         self.max_attempts = max_attempts
+        self.json_mode = True
         self.base_url = base_url or environ.get("OPENAI_BASE_URL") or None
         if self.base_url is not None and not self.base_url.startswith(("http://", "https://")):
             raise PolicyError(f"the model base URL must be http:// or https://: {self.base_url}")
         self.where = self.base_url or "OpenAI"
         if client_factory is None:
             key = api_key or environ.get("OPENAI_API_KEY")
-            if not key:
+            if not key and self.base_url is None:
                 raise PolicyError(
-                    "the LLM policy needs OPENAI_API_KEY (any value for a server without keys)"
+                    "the LLM policy on OpenAI's API needs OPENAI_API_KEY "
+                    "(a server without keys needs an endpoint or OPENAI_BASE_URL instead)"
                 )
-            client_factory = self._factory(key)
+            client_factory = self._factory(key or PLACEHOLDER_API_KEY, allow_private)
         self.client_factory = client_factory
 
-    def _factory(self, api_key: str) -> ClientFactory:
+    def _factory(self, api_key: str, allow_private: bool | None) -> ClientFactory:
         def build() -> openai.OpenAI:
+            http_client = None
+            if allow_private is not None:
+                from identity.address_guard import agent_client
+
+                http_client = agent_client(self.timeout, allow_private=allow_private)
             return openai.OpenAI(
                 api_key=api_key,
                 base_url=self.base_url,
                 timeout=self.timeout,
                 max_retries=TRANSPORT_RETRIES,
+                # openai accepts an httpx.Client as well as its httpx2.Client (it checks both)
+                http_client=http_client,  # type: ignore[arg-type]
             )
 
         return build
@@ -456,11 +479,18 @@ class LLMPolicy:
         """One chat completion's content. Raises PolicyCallError or PolicyOutputError."""
         where = self.where
         try:
-            completion = client.chat.completions.create(
-                model=self.model,
-                messages=messages,
-                response_format={"type": "json_object"},
-            )
+            try:
+                completion = client.chat.completions.create(
+                    model=self.model,
+                    messages=messages,
+                    response_format={"type": "json_object"} if self.json_mode else openai.omit,
+                )
+            except (openai.BadRequestError, openai.UnprocessableEntityError):
+                if not self.json_mode:
+                    raise
+                # The server refuses JSON mode: ask in plain text, now and from now on.
+                self.json_mode = False
+                completion = client.chat.completions.create(model=self.model, messages=messages)
         except openai.APITimeoutError:
             raise PolicyCallError(
                 f"the model at {where} did not answer within {self.timeout:g} s", retriable=True
@@ -487,3 +517,30 @@ class LLMPolicy:
         if choice.message.refusal:
             raise PolicyOutputError(f"the model refused: {_snippet(choice.message.refusal)}")
         return choice.message.content
+
+
+def leader_policy(
+    name: str,
+    *,
+    model: str | None = None,
+    endpoint: str | None = None,
+    environ: Mapping[str, str] = os.environ,
+    allow_private: bool | None = None,
+) -> Policy:
+    """The leader's policy called `name`: "rule" (the deterministic default) or "llm", the
+    model `model` (else ACCORD_LLM_MODEL) at `endpoint` (else OPENAI_BASE_URL, else OpenAI's
+    API). `allow_private` as for `LLMPolicy`.
+
+    Raises PolicyError for an unknown name, a model or endpoint given to the rule policy, an
+    LLM policy without a model, and what `LLMPolicy` raises.
+    """
+    if name == "rule":
+        if model is not None or endpoint is not None:
+            raise PolicyError("a model and an endpoint are for the llm policy, not the rule policy")
+        return RulePolicy()
+    if name != "llm":
+        raise PolicyError(f"unknown policy {name!r} (one of {', '.join(POLICIES)})")
+    chosen = model or environ.get(MODEL_VARIABLE) or None
+    if chosen is None:
+        raise PolicyError(f"the llm policy needs a model (--model or {MODEL_VARIABLE})")
+    return LLMPolicy(chosen, base_url=endpoint, environ=environ, allow_private=allow_private)

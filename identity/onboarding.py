@@ -12,7 +12,12 @@
         `credential.revoked`.
 
 The status list credential is kept in `identity_status_lists` and published as
-`$ACCORD_HOME/credentials/status-list.json`; `verify` reads it from there.
+`$ACCORD_HOME/credentials/status-list.json`; `verify` reads it from there. Its URL, the
+`statusListCredential` of every credential issued, is `status_list_url(public_url)`, where the
+service serves it (`GET /credentials/status/revocation`) for any verifier to follow. One
+bitstring backs every URL a credential was ever issued with (an earlier public URL, or the
+`urn:accord:status:…` of credentials issued before lists were served): a revocation re-signs
+the list under each of them, so older credentials keep verifying.
 """
 
 from __future__ import annotations
@@ -61,7 +66,7 @@ from ledger.errors import MalformedError
 from ledger.events import Entry, format_time
 from ledger.runtime import open_ledger
 from ledger.service import Ledger
-from ledger.settings import Settings
+from ledger.settings import DEFAULT_PUBLIC_URL, Settings
 from ledger.signing import Ed25519Signer, Signer, from_b64url, kid_for, verify_signature
 
 ISSUED_EVENT_KIND = "credential.issued"
@@ -70,6 +75,14 @@ PAYOUT_BOUND_KIND = "payout.bound"
 REGISTRATION_CHALLENGE_TTL = timedelta(minutes=5)
 DEFAULT_VALIDITY = timedelta(days=180)
 STATUS_LIST_FILE = "status-list.json"
+STATUS_LIST_PATH = "/credentials/status/revocation"
+"""Where the service serves the revocation list, below its public URL."""
+
+
+def status_list_url(public_url: str) -> str:
+    """The URL of the revocation status list credential of the service at `public_url`."""
+    return public_url.rstrip("/") + STATUS_LIST_PATH
+
 
 Progress = Callable[[str, int, int], None]
 """progress(capability, items answered, items in the exam)."""
@@ -142,6 +155,7 @@ class Onboarding:
         credentials_dir: Path,
         *,
         valid_for: timedelta = DEFAULT_VALIDITY,
+        public_url: str = DEFAULT_PUBLIC_URL,
     ) -> None:
         self.ledger = ledger
         self.registry = registry
@@ -149,7 +163,7 @@ class Onboarding:
         self.credentials_dir = credentials_dir
         self.valid_for = valid_for
         self.engine: Engine = ledger.store.engine
-        self.status_list_url = f"urn:accord:status:{ledger.log_id}:revocation"
+        self.status_list_url = status_list_url(public_url)
         self.domain = f"urn:accord:network:{ledger.log_id}"
         self.nonces = SqlNonceStore(ledger.store.engine)
         try:
@@ -603,38 +617,66 @@ class Onboarding:
         value: dict[str, Any] = json.loads(text)
         return value
 
+    def status_list_at(self, path: str) -> dict[str, Any]:
+        """The published status list credential whose URL has the path `path` (the service
+        serves it there whatever host it is reached by), the current URL's first.
+
+        Raises KeyError when none has that path.
+        """
+        for url in [self.status_list_url, *self._published_urls()]:
+            if urlsplit(url).path == path:
+                try:
+                    return self.status_lookup(url)
+                except KeyError:
+                    continue
+        raise KeyError(f"no status list at {path}")
+
     # -- the status list --
 
+    def _published_urls(self) -> list[str]:
+        with self.engine.begin() as connection:
+            return list(
+                connection.execute(select(_STATUS_LISTS.c.url).order_by(_STATUS_LISTS.c.url))
+                .scalars()
+                .all()
+            )
+
     def _status_list(self, now: datetime) -> StatusList:
+        """The one bitstring: every published list's bits together (they are kept equal)."""
         self._ensure_status_list(now)
-        document = self.status_lookup(self.status_list_url)
-        return StatusList.decode(document["credentialSubject"]["encodedList"])
+        return self._combined()
+
+    def _combined(self) -> StatusList:
+        combined = bytearray(StatusList.empty().bits)
+        for url in self._published_urls():
+            document = self.status_lookup(url)
+            bits = StatusList.decode(document["credentialSubject"]["encodedList"]).bits
+            if len(bits) > len(combined):
+                combined.extend(bytes(len(bits) - len(combined)))
+            for position, byte in enumerate(bits):
+                combined[position] |= byte
+        return StatusList(bytes(combined))
 
     def _ensure_status_list(self, now: datetime) -> None:
         try:
             self.status_lookup(self.status_list_url)
         except KeyError:
-            self._publish(StatusList.empty(), now)
+            self._publish(self._combined(), now)
 
     def _publish(self, status_list: StatusList, now: datetime) -> None:
-        document = status_list_credential(
-            self._operator_key(),
-            self.status_list_url,
-            status_list,
-            now=now,
-        )
-        text = json.dumps(document, sort_keys=True)
-        with self.engine.begin() as connection:
-            changed = connection.execute(
-                update(_STATUS_LISTS)
-                .where(_STATUS_LISTS.c.url == self.status_list_url)
-                .values(document=text)
-            ).rowcount
-            if changed == 0:
-                connection.execute(
-                    insert(_STATUS_LISTS).values(url=self.status_list_url, document=text)
-                )
-        self._write(STATUS_LIST_FILE, document)
+        """Sign `status_list` under the current URL and every URL already published."""
+        urls = dict.fromkeys([self.status_list_url, *self._published_urls()])
+        for url in urls:
+            document = status_list_credential(self._operator_key(), url, status_list, now=now)
+            text = json.dumps(document, sort_keys=True)
+            with self.engine.begin() as connection:
+                changed = connection.execute(
+                    update(_STATUS_LISTS).where(_STATUS_LISTS.c.url == url).values(document=text)
+                ).rowcount
+                if changed == 0:
+                    connection.execute(insert(_STATUS_LISTS).values(url=url, document=text))
+            if url == self.status_list_url:
+                self._write(STATUS_LIST_FILE, document)
 
     def _write(self, name: str, document: dict[str, Any]) -> Path:
         self.credentials_dir.mkdir(parents=True, exist_ok=True)
@@ -707,4 +749,10 @@ def open_onboarding(settings: Settings, ledger: Ledger | None = None) -> Onboard
         settings.keys_dir,
         allow_private_agents=settings.allow_private_agents,
     )
-    return Onboarding(ledger, registry, ExamService(ledger), settings.home / "credentials")
+    return Onboarding(
+        ledger,
+        registry,
+        ExamService(ledger),
+        settings.home / "credentials",
+        public_url=settings.public_url,
+    )

@@ -457,3 +457,178 @@ class Devnet:
                 return True
             time.sleep(_POLL_INTERVAL_S)
         return _reaped_or_gone(pid)
+
+
+# -- the record: which devnet this home uses ---------------------------------------------------
+
+RECORD_FILE = "devnet.json"
+"""`<ACCORD_HOME>/devnet.json`: the port, RPC URL and identity of the devnet `devnet up` ran."""
+
+
+class ChainMismatchError(DevnetError):
+    """The chain at the recorded RPC URL is not the chain recorded: another chain id, another
+    history (a block the record names has another hash, or is missing), or other code at the
+    registry's address. `what` is "chain id", "history" or "registry code"."""
+
+    def __init__(self, what: str, message: str) -> None:
+        super().__init__(message)
+        self.what = what
+
+
+@dataclass(frozen=True)
+class DevnetRecord:
+    """What `accord devnet up` saw: where the devnet listens and which chain it was.
+
+    `block_number` and `block_hash` name one block of its history (the head at recording);
+    `registry` and `registry_code_hash` (hex keccak256 of its runtime code) the anchor registry.
+    """
+
+    port: int
+    rpc_url: str
+    chain_id: int
+    block_number: int
+    block_hash: str
+    registry: str | None = None
+    registry_code_hash: str | None = None
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "port": self.port,
+            "rpc_url": self.rpc_url,
+            "chain_id": self.chain_id,
+            "block_number": self.block_number,
+            "block_hash": self.block_hash,
+            "registry": self.registry,
+            "registry_code_hash": self.registry_code_hash,
+        }
+
+    @classmethod
+    def from_json(cls, value: object, where: str = RECORD_FILE) -> DevnetRecord:
+        """Raises DevnetError when `value` is not a record."""
+        try:
+            if not isinstance(value, dict):
+                raise TypeError("not an object")
+            port, chain_id, number = value["port"], value["chain_id"], value["block_number"]
+            if not all(type(n) is int and n >= 0 for n in (port, chain_id, number)):
+                raise TypeError("port, chain_id and block_number are whole numbers")
+            texts = [value["rpc_url"], value["block_hash"]]
+            optional = [value.get("registry"), value.get("registry_code_hash")]
+            if not all(isinstance(t, str) for t in texts) or not all(
+                t is None or isinstance(t, str) for t in optional
+            ):
+                raise TypeError("rpc_url, block_hash, registry and its code hash are strings")
+        except (KeyError, TypeError) as exc:
+            raise DevnetError(f"the devnet record {where} is malformed: {exc}") from exc
+        return cls(port, texts[0], chain_id, number, texts[1], optional[0], optional[1])
+
+
+def read_record(path: Path) -> DevnetRecord | None:
+    """The record at `path`, None when there is none. Raises DevnetError for one that does
+    not parse."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise DevnetError(f"cannot read the devnet record {path}: {exc}") from exc
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise DevnetError(f"the devnet record {path} is not JSON: {exc}") from exc
+    return DevnetRecord.from_json(value, str(path))
+
+
+def write_record(path: Path, record: DevnetRecord) -> None:
+    """Write `record` to `path` atomically (mode 0600). Raises DevnetError."""
+    temporary = path.with_name(path.name + f".tmp{os.getpid()}")
+    try:
+        descriptor = os.open(temporary, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o600)
+        with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
+            handle.write(json.dumps(record.to_json(), indent=2, sort_keys=True) + "\n")
+        os.replace(temporary, path)
+    except OSError as exc:
+        temporary.unlink(missing_ok=True)
+        raise DevnetError(f"cannot write the devnet record {path}: {exc}") from exc
+
+
+def observe(rpc_url: str, port: int, registry: str | None) -> DevnetRecord:
+    """A record of the chain answering at `rpc_url` now: its chain id, its head block, and
+    the code hash at `registry`. Raises DevnetError when it does not answer."""
+    try:
+        chain_id = _hex_int(rpc_call(rpc_url, "eth_chainId"))
+        head = rpc_call(rpc_url, "eth_getBlockByNumber", params=["latest", False])
+        if not isinstance(head, dict):
+            raise ValueError("no head block")
+        code_hash = None if registry is None else _code_hash(rpc_url, registry)
+        return DevnetRecord(
+            port,
+            rpc_url,
+            chain_id,
+            _hex_int(head["number"]),
+            str(head["hash"]),
+            registry,
+            code_hash,
+        )
+    except (OSError, ValueError, KeyError) as exc:
+        raise DevnetError(f"the devnet at {rpc_url} does not answer: {exc}") from exc
+
+
+def check_record(record: DevnetRecord, rpc_url: str) -> None:
+    """Check that the chain at `rpc_url` is the one `record` describes, in order: (1) its
+    chain id, (2) its history (the recorded block has the recorded hash), (3) the registry's
+    code hash.
+
+    Raises ChainMismatchError naming the first that differs, DevnetError when the chain does
+    not answer.
+    """
+    try:
+        chain_id = _hex_int(rpc_call(rpc_url, "eth_chainId"))
+        # (1) chain id
+        if chain_id != record.chain_id:
+            raise ChainMismatchError(
+                "chain id",
+                f"the chain at {rpc_url} has chain id {chain_id}, not the recorded "
+                f"{record.chain_id}: it is another chain",
+            )
+        # (2) history
+        block = rpc_call(rpc_url, "eth_getBlockByNumber", params=[hex(record.block_number), False])
+        found = block.get("hash") if isinstance(block, dict) else None
+        if found != record.block_hash:
+            seen = "has no such block" if found is None else f"has {found} there"
+            raise ChainMismatchError(
+                "history",
+                f"the chain at {rpc_url} has another history: the record names block "
+                f"{record.block_number} {record.block_hash}, the chain {seen} (a devnet "
+                "started afresh, or another one on this port)",
+            )
+        # (3) registry code
+        if record.registry is not None and record.registry_code_hash is not None:
+            code_hash = _code_hash(rpc_url, record.registry)
+            if code_hash != record.registry_code_hash:
+                raise ChainMismatchError(
+                    "registry code",
+                    f"the chain at {rpc_url} holds other code at the recorded registry "
+                    f"{record.registry} (keccak256 {code_hash}, recorded "
+                    f"{record.registry_code_hash})",
+                )
+    except (OSError, ValueError) as exc:
+        raise DevnetError(f"the devnet at {rpc_url} does not answer: {exc}") from exc
+
+
+def _code_hash(rpc_url: str, address: str) -> str:
+    code = rpc_call(rpc_url, "eth_getCode", params=[address, "latest"])
+    if not isinstance(code, str):
+        raise ValueError(f"eth_getCode answered {code!r}")
+    return _keccak_hex(code)
+
+
+def _keccak_hex(code: str) -> str:
+    from eth_utils.crypto import keccak
+
+    return "0x" + keccak(bytes.fromhex(code.removeprefix("0x"))).hex()
+
+
+def _hex_int(value: object) -> int:
+    if not isinstance(value, str):
+        raise ValueError(f"{value!r} is not a hex quantity")
+    return int(value, 16)

@@ -13,7 +13,14 @@ from pathlib import Path
 
 from ledger.anchoring import Anchorer
 from ledger.chain import DEVNET_OPERATOR_KEY, AnchorChain, Web3AnchorChain, ensure_registry
-from ledger.devnet import Devnet
+from ledger.devnet import (
+    Devnet,
+    DevnetRecord,
+    check_record,
+    observe,
+    read_record,
+    write_record,
+)
 from ledger.errors import ChainError, DevnetError, HomeError
 from ledger.service import Ledger
 from ledger.settings import Settings
@@ -135,7 +142,45 @@ def open_store(settings: Settings, *, create: bool = True) -> LogStore:
 
 
 def devnet_for(settings: Settings) -> Devnet:
-    return Devnet(settings.devnet_dir, settings.devnet_port)
+    """The managed devnet: on ACCORD_DEVNET_PORT when it is set, else on the port
+    `accord devnet up` recorded in ACCORD_HOME, else on the default port.
+
+    Raises DevnetError for a record that does not parse.
+    """
+    port = settings.devnet_port
+    if not settings.devnet_port_set:
+        record = read_record(settings.devnet_record_file)
+        if record is not None:
+            port = record.port
+    return Devnet(settings.devnet_dir, port)
+
+
+def record_devnet(settings: Settings, registry: str | None) -> DevnetRecord:
+    """Record the running devnet (port, RPC URL, chain id, head block, the registry's code
+    hash) in ACCORD_HOME, for later commands. Raises DevnetError."""
+    devnet = devnet_for(settings)
+    record = observe(devnet.rpc_url, devnet.port, registry)
+    write_record(settings.devnet_record_file, record)
+    return record
+
+
+def check_recorded_devnet(settings: Settings) -> DevnetRecord | None:
+    """Check that the managed devnet is the chain `accord devnet up` recorded (its chain id,
+    history and registry code); None when accord manages no devnet, nothing is recorded, or
+    the devnet is not running (`connect_chain` then says so).
+
+    Raises ChainMismatchError naming what differs, DevnetError when it does not answer.
+    """
+    if settings.rpc_url is not None:
+        return None
+    record = read_record(settings.devnet_record_file)
+    if record is None:
+        return None
+    devnet = devnet_for(settings)
+    if not devnet.status().running:
+        return None
+    check_record(record, devnet.rpc_url)
+    return record
 
 
 def connect_chain(settings: Settings, *, start_devnet: bool = True) -> AnchorChain:

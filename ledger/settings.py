@@ -9,6 +9,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
 DEFAULT_HOME = ".accord"
 DEFAULT_LOG_ID = "accord-main"
@@ -18,6 +19,7 @@ DEFAULT_ANCHOR_EVERY_SECONDS = 60.0
 #: Set to 1 to let agents be reached at loopback, link-local and private addresses.
 ALLOW_PRIVATE_AGENTS = "ACCORD_ALLOW_PRIVATE_AGENTS"
 DEFAULT_CONFIRMATIONS = 0
+DEFAULT_PUBLIC_URL = "http://127.0.0.1:8600"
 
 
 @dataclass(frozen=True)
@@ -32,6 +34,8 @@ class Settings:
     private addresses (ACCORD_ALLOW_PRIVATE_AGENTS=1: a local demo, tests); otherwise only
     at public ones.
     confirmations: blocks on top of a transaction's own before accord counts it confirmed.
+    public_url: the base URL at which others reach this service (ACCORD_PUBLIC_URL, no
+    trailing slash); the URLs it puts in credentials, such as the status list's, start with it.
     """
 
     home: Path
@@ -44,6 +48,9 @@ class Settings:
     anchor_every_seconds: float
     allow_private_agents: bool = False
     confirmations: int = DEFAULT_CONFIRMATIONS
+    public_url: str = DEFAULT_PUBLIC_URL
+    devnet_port_set: bool = False
+    """Whether ACCORD_DEVNET_PORT was set; if not, the port `devnet up` recorded is used."""
 
     @property
     def keys_dir(self) -> Path:
@@ -52,6 +59,10 @@ class Settings:
     @property
     def devnet_dir(self) -> Path:
         return self.home / "devnet"
+
+    @property
+    def devnet_record_file(self) -> Path:
+        return self.home / "devnet.json"
 
     @property
     def deployment_file(self) -> Path:
@@ -80,6 +91,8 @@ class Settings:
             ),
             allow_private_agents=env_flag(env, ALLOW_PRIVATE_AGENTS),
             confirmations=_int(env, "ACCORD_CONFIRMATIONS", DEFAULT_CONFIRMATIONS, minimum=0),
+            public_url=_public_url(env, "ACCORD_PUBLIC_URL"),
+            devnet_port_set=bool(env.get("ACCORD_DEVNET_PORT")),
         )
 
 
@@ -111,6 +124,17 @@ def _url(env: Mapping[str, str], name: str) -> str | None:
         )
     del scheme
     return raw
+
+
+def _public_url(env: Mapping[str, str], name: str) -> str:
+    raw = env.get(name) or DEFAULT_PUBLIC_URL
+    parts = urlsplit(raw)
+    if parts.scheme not in ("http", "https") or not parts.hostname or parts.query or parts.fragment:
+        raise ValueError(
+            f"{name} must be the http(s) base URL of this service, like {DEFAULT_PUBLIC_URL}, "
+            f"not {raw!r}"
+        )
+    return raw.rstrip("/")
 
 
 def _int(env: Mapping[str, str], name: str, default: int, *, minimum: int = 1) -> int:

@@ -13,9 +13,9 @@ Who may act:
 from __future__ import annotations
 
 import os
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Depends, Request, Response
+from fastapi import APIRouter, Body, Depends, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from api.problems import ProblemError
@@ -298,21 +298,56 @@ def award(task_id: str, caller: Caller, context: Context, state: State) -> dict[
     }
 
 
+class RunRequest(BaseModel):
+    """Who leads the team: the rule policy (the default), or an LLM policy on any
+    OpenAI-compatible endpoint (`model`, else ACCORD_LLM_MODEL on the service; `endpoint`, else
+    the service's OPENAI_BASE_URL; no key needed at an endpoint). An endpoint must be a public
+    address unless the service sets ACCORD_ALLOW_PRIVATE_AGENTS=1."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    policy: Literal["rule", "llm"] = "rule"
+    model: str | None = Field(default=None, min_length=1, max_length=200)
+    endpoint: str | None = Field(default=None, min_length=8, max_length=2000, pattern=r"^https?://")
+
+
 @writes.post(
     "/tasks/{task_id}/run",
     tags=["coordinator"],
     summary="Run the awarded task's team to its deliverable (the winner or the operator)",
 )
-def run_task(task_id: str, caller: Caller, context: Context, state: State) -> dict[str, Any]:
-    from coordinator.errors import CoordinatorError
+def run_task(
+    task_id: str,
+    caller: Caller,
+    context: Context,
+    state: State,
+    body: Annotated[RunRequest | None, Body()] = None,
+) -> dict[str, Any]:
+    from coordinator.errors import CoordinatorError, PolicyError
+    from coordinator.llm_policy import leader_policy
     from coordinator.service import run_awarded_task
+    from identity.address_guard import check_endpoint_address
+    from identity.errors import PrivateEndpointError
 
     task = _task(context, task_id)
     if caller not in (task.winner, context.market.ledger.operator.did):
         raise ProblemError(403, f"only the winner of {task_id} or the operator may run it")
+    request = body or RunRequest()
+    allow_private = context.settings.allow_private_agents
+    try:
+        if request.endpoint is not None:  # the server will connect to it: public only
+            check_endpoint_address(request.endpoint, allow_private=allow_private, what="endpoint")
+        leader = leader_policy(
+            request.policy,
+            model=request.model,
+            endpoint=request.endpoint,
+            allow_private=allow_private,
+        )
+    except (PolicyError, PrivateEndpointError) as exc:
+        raise ProblemError(422, str(exc)) from exc
     with state.write_lock:
         try:
-            conversation = run_awarded_task(context, task_id)
+            conversation = run_awarded_task(context, task_id, policy=leader)
         except CoordinatorError as exc:
             raise ProblemError(409, str(exc)) from exc
     deliverable = conversation.deliverable

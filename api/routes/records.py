@@ -1,5 +1,6 @@
 """Conversations and the ledger: entries, inclusion proofs, checkpoints, and the live stream of
-a conversation as server-sent events."""
+a conversation as server-sent events; and the signed revocation status list that credentials
+name as their `statusListCredential`."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Header, Path, Query, Request
-from fastapi.responses import StreamingResponse
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
 from api.problems import ProblemError
@@ -19,9 +20,12 @@ from coordinator.conversation import message_from_json, message_to_json
 from coordinator.errors import CoordinatorError, IllegalMove
 from coordinator.runner import CONVERSATION_MESSAGE, CONVERSATION_OPENED
 from coordinator.service import conversation_ids, replay_conversation
+from identity.onboarding import STATUS_LIST_PATH
 from ledger import merkle
 from ledger.checkpoint import SignedCheckpoint
 from ledger.events import Entry
+from ledger.note import NOTE_MEDIA_TYPE, checkpoint_note, origin_for
+from ledger.signing import Ed25519Signer
 from ledger.store import LogStore
 
 reads = APIRouter(dependencies=[Depends(throttle_reads)])
@@ -273,6 +277,58 @@ def ledger_proof(
     }
 
 
+@reads.get(
+    "/ledger/checkpoint",
+    tags=["ledger"],
+    summary="The latest checkpoint as a C2SP tlog-checkpoint signed note",
+    response_class=Response,
+    responses={
+        200: {
+            "description": "The origin, the tree size, the base64 root hash, a blank line and "
+            "the operator's Ed25519 note signature (C2SP signed-note; key name = origin)",
+            "content": {NOTE_MEDIA_TYPE: {"schema": {"type": "string"}}},
+        }
+    },
+)
+def ledger_checkpoint_note(context: Context) -> Response:
+    store = context.market.ledger.store
+    operator = context.market.ledger.operator
+    stored = store.latest_checkpoint()
+    if stored is None:
+        raise ProblemError(404, "the log has no checkpoint yet (see `accord ledger anchor`)")
+    if not isinstance(operator, Ed25519Signer):
+        raise ProblemError(503, "the operator's key cannot sign notes here")
+    origin = origin_for(context.settings.public_url, store.log_id)
+    note = checkpoint_note(origin, stored.size, stored.root, operator)
+    return Response(note, media_type=NOTE_MEDIA_TYPE, headers={"Cache-Control": "no-cache"})
+
+
+@reads.get("/ledger/consistency", tags=["ledger"], summary="An RFC 9162 consistency proof")
+def ledger_consistency(
+    context: Context,
+    first: Annotated[int, Query(ge=1, le=MAX_INDEX)],
+    second: Annotated[int, Query(ge=1, le=MAX_INDEX)],
+) -> dict[str, Any]:
+    store = context.market.ledger.store
+    now = store.size()
+    if first > second:
+        raise ProblemError(
+            404, f"no tree of {first} entries is a prefix of one of {second} (first > second)"
+        )
+    if second > now:
+        raise ProblemError(404, f"the log has {now} entries, not {second}")
+    proof = store.consistency_proof(first, second)
+    first_root, second_root = store.root(first), store.root(second)
+    merkle.verify_consistency(first, second, first_root, second_root, proof)
+    return {
+        "first": first,
+        "second": second,
+        "first_root": first_root.hex(),
+        "second_root": second_root.hex(),
+        "proof": [element.hex() for element in proof],
+    }
+
+
 @reads.get("/ledger/checkpoints", tags=["ledger"], summary="Signed checkpoints and anchors")
 def ledger_checkpoints(context: Context) -> dict[str, Any]:
     store = context.market.ledger.store
@@ -298,3 +354,28 @@ def ledger_checkpoints(context: Context) -> dict[str, Any]:
             }
         )
     return {"log_id": store.log_id, "checkpoints": rows}
+
+
+VC_MEDIA_TYPE = "application/vc"
+"""VC Data Model 2.0 §6.3: a credential secured with an embedded Data Integrity proof."""
+
+
+@reads.get(
+    STATUS_LIST_PATH,
+    tags=["identity"],
+    summary="The revocation status list credential",
+    response_class=JSONResponse,
+    responses={
+        200: {
+            "description": "A BitstringStatusListCredential signed by the operator "
+            "(eddsa-jcs-2022): the `statusListCredential` every credential names",
+            "content": {VC_MEDIA_TYPE: {"schema": {"type": "object"}}},
+        }
+    },
+)
+def status_list(request: Request, context: Context) -> JSONResponse:
+    try:
+        document = context.onboarding.status_list_at(request.url.path)
+    except KeyError as exc:
+        raise ProblemError(404, "no credential has been issued yet: no status list") from exc
+    return JSONResponse(document, media_type=VC_MEDIA_TYPE, headers={"Cache-Control": "no-cache"})

@@ -501,3 +501,37 @@ def test_configuration_errors() -> None:
     c = step(c, AssignAsync(LEAD, ((CY, SUBTASKS[1]),), "pause_trigger", CY))
     with pytest.raises(PolicyError, match="does not speak in pause_trigger"):
         LLMPolicy("m", api_key="k", environ={}).decide(_view(c))
+
+
+def test_a_server_that_refuses_json_mode_is_asked_without_it_from_then_on(
+    serve: Callable[[Answer], ChatServer],
+) -> None:
+    plan = {
+        "speaker": LEAD,
+        "kind": "discuss",
+        "text": "plan",
+        "next_state": "sync_task_assign",
+        "next_speaker": LEAD,
+    }
+
+    def answer(request: dict[str, Any]) -> Reply:
+        if "response_format" in request:
+            return 400, b'{"error": {"message": "response_format is not supported"}}'
+        return _completion(json.dumps(plan))
+
+    server = serve(answer)
+    policy = server.policy()
+    assert isinstance(policy.decide(_view(_open())), Discuss)
+    assert isinstance(policy.decide(_view(_open())), Discuss)
+    asked = ["response_format" in request for request in server.requests]
+    assert asked == [True, False, False]  # refused once, then plain text every time
+
+
+def test_a_server_that_refuses_other_requests_is_not_asked_twice(
+    serve: Callable[[Answer], ChatServer],
+) -> None:
+    server = serve(lambda request: (400, b'{"error": {"message": "unknown model"}}'))
+    with pytest.raises(PolicyCallError, match="HTTP 400") as raised:
+        server.policy().decide(_view(_open()))
+    assert not raised.value.retriable
+    assert ["response_format" in r for r in server.requests] == [True, False]
