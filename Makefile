@@ -30,7 +30,7 @@ lint: setup
 test: setup lint
 	$(PY) scripts/compile_contracts.py --check
 	scripts/install_browser.sh
-	scripts/with_postgres.sh $(VENV)/bin/pytest -q -p no:cacheprovider --durations=10
+	scripts/with_postgres.sh $(VENV)/bin/pytest -q -p no:cacheprovider -n 3 --dist loadfile --durations=10
 
 bench: setup
 	$(PY) scripts/bench/run_all.py

@@ -30,7 +30,7 @@ from ledger.runtime import open_store, operator_signer, utc_now
 from ledger.service import Ledger
 from ledger.settings import Settings
 from market import sealed
-from market.auction import price_reason
+from market.auction import PAYMENT_RULES, price_reason
 from market.errors import BidRejected, LimitError, MarketError, TaskError, WorkError
 from market.money import Wei, format_eth, parse_amount
 from market.runtime import MarketContext, open_market
@@ -205,6 +205,8 @@ def task_post(
     """Post a paid task (the requester's parts and checks); its budget is escrowed on chain in
     the same step. Either --spec FILE, or the flags of a single part: --title, --budget,
     --capability and --input (checked by its output schema and the requester's review)."""
+    if rule not in PAYMENT_RULES:
+        _fail(f"--rule must be one of {', '.join(PAYMENT_RULES)}", code=2)
     if spec is not None:
         if any(v is not None for v in (title, budget, capability, input_json)):
             _fail("give either --spec or --title/--budget/--capability/--input, not both", 2)
