@@ -3,31 +3,27 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
-from typing import Annotated, NoReturn
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.console import Console
-from rich.markup import escape
 
-from audit.checks import NO_SUCH_TASK, AuditReport, audit_task
-from audit.html import render_html
+from api import output
+from api.output import JsonFlag, emit, escape, fail
 from ledger.errors import LedgerError
-from ledger.runtime import check_recorded_devnet, connect_chain, open_store
 from ledger.settings import Settings
-from ledger.store import LogStore
 from market.errors import MarketError
-from market.runtime import connect_escrow
-from market.tasks import TASK_POSTED
 
-out = Console(emoji=False, highlight=False)
-err = Console(stderr=True, emoji=False, highlight=False, soft_wrap=True)
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from audit.checks import AuditReport
+    from ledger.store import LogStore
 
 
 def audit(
     task_id: Annotated[str, typer.Argument(help="The task to audit.")],
-    as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+    as_json: JsonFlag = False,
     html: Annotated[
         Path | None, typer.Option(help="Also write a readable HTML report to this file.")
     ] = None,
@@ -35,36 +31,41 @@ def audit(
     """Re-check a finished collaboration from the log and the chain alone; exit 1 on FAIL,
     2 for a task the log does not hold or an HTML path that cannot be written. A read: it
     starts no devnet and creates no home."""
+    from audit.checks import NO_SUCH_TASK, audit_task
+    from audit.html import render_html
+    from ledger.runtime import check_recorded_devnet, connect_chain, open_store
+    from market.runtime import connect_escrow
+
     if html is not None and (html.is_dir() or not html.parent.is_dir()):
-        _fail(f"cannot write the HTML report to {html}: not a file in an existing folder", 2)
+        fail(f"cannot write the HTML report to {html}: not a file in an existing folder", 2)
     try:
         settings = Settings.from_env()
         store = open_store(settings, create=False)
         if not _holds_task(store, task_id):
-            _fail(f"no task {task_id!r} in the log (see `accord task list`)", 2)
+            fail(f"no task {task_id!r} in the log (see `accord task list`)", 2)
         check_recorded_devnet(settings)  # another chain is named, not read as missing anchors
         anchors = connect_chain(settings, start_devnet=False)
         escrow, _ = connect_escrow(settings, start_devnet=False)
         report = audit_task(store, task_id, anchors=anchors, escrow=escrow)
     except ValueError as exc:
-        _fail(str(exc), 2)
+        fail(str(exc), 2)
     except (LedgerError, MarketError) as exc:
-        _fail(str(exc), 1)
+        fail(str(exc), 1)
     failure = report.first_failure
     if failure is not None and failure.detail.startswith(NO_SUCH_TASK):
-        _fail(f"no task {task_id!r} in the log (see `accord task list`)", 2)
+        fail(f"no task {task_id!r} in the log (see `accord task list`)", 2)
     if html is not None:
         try:
             html.write_text(render_html(report, store))
         except OSError as exc:
-            _fail(f"cannot write the HTML report to {html}: {exc.strerror or exc}", 2)
+            fail(f"cannot write the HTML report to {html}: {exc.strerror or exc}", 2)
     if as_json:
-        sys.stdout.write(json.dumps(report.to_json(), indent=2, sort_keys=True) + "\n")
+        emit(report.to_json())
     else:
-        print_report(report, out)
-        print_chain_facts(report.facts.get("on_chain"), out)
+        print_report(report, output.out())
+        print_chain_facts(report.facts.get("on_chain"), output.out())
         if html is not None:
-            out.print(f"report written to {html}")
+            output.say(f"report written to {html}")
     if not report.ok:
         raise typer.Exit(1)
 
@@ -72,15 +73,12 @@ def audit(
 def _holds_task(store: LogStore, task_id: str) -> bool:
     """Whether any stored entry is about `task_id`: by the subject index, or else by the
     signed bytes themselves (an operator may have edited the index; the audit then says so)."""
+    from market.tasks import TASK_POSTED
+
     if store.find(kind=TASK_POSTED, subject=task_id, limit=1):
         return True
     needle = b'"subject":' + json.dumps(task_id, ensure_ascii=False).encode()
     return any(needle in stored.data for stored in store.entries())
-
-
-def _fail(message: str, code: int) -> NoReturn:
-    err.print(f"[bold red]error:[/] {escape(message)}")
-    raise typer.Exit(code)
 
 
 def print_report(report: AuditReport, console: Console) -> None:

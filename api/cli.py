@@ -12,21 +12,17 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
+from api import output
 from api.audit_cli import audit
 from api.coordinator_cli import conversation_app
 from api.identity_cli import agent_app, capability_app, credential_app
 from api.market_cli import agent_withdraw, bid_app, task_app
+from api.output import JsonFlag, emit, fail, say
 from api.serve_cli import serve
-from ledger.anchoring import AnchorOutcome
-from ledger.chain import AnchorChain
-from ledger.devnet import ChainMismatchError, read_record
 from ledger.errors import (
     CanonicalizationError,
     ChainError,
@@ -34,20 +30,13 @@ from ledger.errors import (
     LedgerError,
     MalformedError,
 )
-from ledger.events import Entry
-from ledger.runtime import (
-    check_recorded_devnet,
-    connect_chain,
-    devnet_for,
-    open_ledger,
-    open_store,
-    operator_signer,
-    prepare_home,
-    record_devnet,
-)
 from ledger.settings import Settings
-from ledger.signing import read_keyfile
-from ledger.verify import VerificationReport, verify_log
+
+if TYPE_CHECKING:
+    from ledger.anchoring import AnchorOutcome
+    from ledger.chain import AnchorChain
+    from ledger.events import Entry
+    from ledger.verify import VerificationReport
 
 app = typer.Typer(
     name="accord",
@@ -70,24 +59,67 @@ app.add_typer(conversation_app, name="conversation")
 app.command("audit")(audit)
 app.command("serve")(serve)
 
-out = Console(emoji=False, highlight=False)
-err = Console(stderr=True, emoji=False, highlight=False, soft_wrap=True)
-
-JsonFlag = Annotated[bool, typer.Option("--json", help="Print data as JSON.")]
-
 
 MAX_INDEX = 2**63 - 1
 """No log index is larger (the stores keep them as 64-bit integers)."""
 
 
-def main() -> None:
-    """The `accord` entry point. An operating-system failure no command expected (a folder
-    that vanished, a full disk) still ends in one line and exit 1, never a traceback."""
+def installed_version() -> str:
+    """The installed distribution's version ("unknown" when accord runs from a checkout that
+    was never installed)."""
+    from importlib import metadata
+
     try:
-        app()
+        return metadata.version("accord")
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        sys.stdout.write(f"accord {installed_version()}\n")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def accord_root(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", is_eager=True, callback=_print_version, help="Print the version."
+        ),
+    ] = False,
+) -> None:
+    """accord: trust and money for an Internet of Agents."""
+    del version
+    output.reset()
+
+
+def main() -> None:
+    """The `accord` entry point. With `--json` on the command line, input the parser refuses
+    (exit 2) is reported as JSON on stdout like every other error. An operating-system failure
+    no command expected (a folder that vanished, a full disk) still ends in one line (or one
+    JSON object) and exit 1, never a traceback."""
+    from typer._click.exceptions import ClickException
+    from typer.exceptions import Abort
+
+    wants_json = "--json" in sys.argv[1:]
+    try:
+        if not wants_json:
+            app()
+            return
+        code = app(standalone_mode=False)
+        raise SystemExit(code if isinstance(code, int) else 0)
+    except ClickException as exc:
+        output._remember_json(True)
+        output.report_error(exc.format_message(), exc.exit_code)
+        raise SystemExit(exc.exit_code) from None
+    except Abort:
+        output.report_error("aborted", 1)
+        raise SystemExit(1) from None
     except OSError as exc:
         where = f": {exc.filename}" if exc.filename else ""
-        err.print(f"[bold red]error:[/] {exc.strerror or exc}{where}", highlight=False)
+        output.report_error(f"{exc.strerror or exc}{where}", 1)
         raise SystemExit(1) from None
 
 
@@ -95,16 +127,7 @@ def _settings() -> Settings:
     try:
         return Settings.from_env()
     except ValueError as exc:
-        _fail(str(exc), code=2)
-
-
-def _fail(message: str, code: int = 1) -> NoReturn:
-    err.print(f"[bold red]error:[/] {message}", highlight=False)
-    raise typer.Exit(code)
-
-
-def _emit(data: Any) -> None:
-    sys.stdout.write(json.dumps(data, indent=2, sort_keys=True) + "\n")
+        fail(str(exc), code=2)
 
 
 @contextmanager
@@ -113,9 +136,9 @@ def _errors() -> Iterator[None]:
     try:
         yield
     except (MalformedError, CanonicalizationError) as exc:
-        _fail(str(exc), code=2)
+        fail(str(exc), code=2)
     except LedgerError as exc:
-        _fail(str(exc))
+        fail(str(exc))
 
 
 # -- devnet ------------------------------------------------------------------------------------
@@ -124,17 +147,26 @@ def _errors() -> Iterator[None]:
 @devnet_app.command("up")
 def devnet_up(as_json: JsonFlag = False) -> None:
     """Start the devnet (or reuse the running one) and deploy the registry once."""
+    from ledger.devnet import ChainMismatchError
+    from ledger.runtime import (
+        check_recorded_devnet,
+        connect_chain,
+        devnet_for,
+        prepare_home,
+        record_devnet,
+    )
+
     settings = _settings()
     with _errors():
         if settings.rpc_url is not None:
-            _fail("ACCORD_RPC_URL is set: accord uses that chain and manages no devnet", code=2)
+            fail("ACCORD_RPC_URL is set: accord uses that chain and manages no devnet", code=2)
         prepare_home(settings)
         devnet = devnet_for(settings)
         info = devnet.up()
         try:
             check_recorded_devnet(settings)
         except ChainMismatchError as exc:
-            _fail(
+            fail(
                 f"{exc}. The log's anchors are on the recorded chain; nothing was deployed on "
                 f"this one. To start over on it, remove {settings.devnet_record_file}"
             )
@@ -154,28 +186,34 @@ def devnet_up(as_json: JsonFlag = False) -> None:
             "block_hash": record.block_hash,
         }
     if as_json:
-        _emit(data)
+        emit(data)
         return
     verb = "reused the running" if info.reused else "started a"
-    out.print(f"[green]✓[/] {verb} devnet at {info.rpc_url} (pid {info.pid})")
-    out.print(f"  AnchorRegistry at {data['registry']} on chain {data['chain_id']}")
+    say(f"[green]✓[/] {verb} devnet at {info.rpc_url} (pid {info.pid})")
+    say(f"  AnchorRegistry at {data['registry']} on chain {data['chain_id']}")
 
 
 @devnet_app.command("down")
 def devnet_down(as_json: JsonFlag = False) -> None:
     """Stop the devnet; its state is kept for the next `up`."""
+    from ledger.runtime import devnet_for
+
     settings = _settings()
     with _errors():
         stopped = devnet_for(settings).down()
     if as_json:
-        _emit({"stopped": stopped})
+        emit({"stopped": stopped})
     else:
-        out.print("[green]✓[/] devnet stopped" if stopped else "the devnet was not running")
+        shown = "[green]✓[/] devnet stopped" if stopped else "the devnet was not running"
+        say(shown)
 
 
 @devnet_app.command("status")
 def devnet_status(as_json: JsonFlag = False) -> None:
     """Whether the devnet runs, where, and at which block."""
+    from ledger.devnet import read_record
+    from ledger.runtime import devnet_for
+
     settings = _settings()
     with _errors():
         status = devnet_for(settings).status()
@@ -189,11 +227,11 @@ def devnet_status(as_json: JsonFlag = False) -> None:
         "recorded": None if record is None else record.to_json(),
     }
     if as_json:
-        _emit(data)
+        emit(data)
     elif status.running:
-        out.print(f"running at {status.rpc_url} (pid {status.pid}), block {status.block_number}")
+        say(f"running at {status.rpc_url} (pid {status.pid}), block {status.block_number}")
     else:
-        out.print(f"not running (would listen at {status.rpc_url}); start it: accord devnet up")
+        say(f"not running (would listen at {status.rpc_url}); start it: accord devnet up")
 
 
 # -- ledger ------------------------------------------------------------------------------------
@@ -201,6 +239,8 @@ def devnet_status(as_json: JsonFlag = False) -> None:
 
 def _optional_chain(settings: Settings) -> tuple[AnchorChain | None, str | None]:
     """The chain if it is up; appends never wait for it."""
+    from ledger.runtime import connect_chain
+
     try:
         return connect_chain(settings, start_devnet=False), None
     except (ChainError, DevnetError) as exc:
@@ -222,13 +262,16 @@ def ledger_append(
     as_json: JsonFlag = False,
 ) -> None:
     """Sign an event and append it to the log."""
+    from ledger.runtime import open_ledger, operator_signer
+    from ledger.signing import read_keyfile
+
     settings = _settings()
     try:
         parsed = json.loads(body)
     except json.JSONDecodeError as exc:
-        _fail(f"--body is not JSON: {exc}", code=2)
+        fail(f"--body is not JSON: {exc}", code=2)
     if not isinstance(parsed, dict):
-        _fail('--body must be a JSON object, like \'{"note": "hello"}\'', code=2)
+        fail('--body must be a JSON object, like \'{"note": "hello"}\'', code=2)
     with _errors():
         signer = read_keyfile(as_key) if as_key is not None else operator_signer(settings)
         chain, chain_problem = _optional_chain(settings)
@@ -236,15 +279,15 @@ def ledger_append(
         index, entry = ledger.append(signer, kind, subject=subject, body=parsed)
     problem = chain_problem or (str(ledger.last_anchor_error) if ledger.last_anchor_error else None)
     if as_json:
-        _emit({**_entry_json(index, entry), "anchor_pending_reason": problem})
+        emit({**_entry_json(index, entry), "anchor_pending_reason": problem})
         return
-    out.print(
+    say(
         f"[green]✓[/] appended entry {index}: {kind} by {entry.event.actor} (seq "
         f"{entry.event.seq})",
         highlight=False,
     )
     if problem:
-        err.print(f"[yellow]note:[/] not anchored yet: {problem}", highlight=False)
+        output.err().print(f"[yellow]note:[/] not anchored yet: {problem}", highlight=False)
 
 
 @ledger_app.command("show")
@@ -255,9 +298,14 @@ def ledger_show(
     as_json: JsonFlag = False,
 ) -> None:
     """List entries of the log (a read: it creates nothing)."""
+    from rich.table import Table
+
+    from ledger.events import Entry
+    from ledger.runtime import open_store
+
     settings = _settings()
     if start > MAX_INDEX:
-        _fail(f"--from must be a log index, at most {MAX_INDEX}", code=2)
+        fail(f"--from must be a log index, at most {MAX_INDEX}", code=2)
     with _errors():
         store = open_store(settings, create=False)
         size = store.size()
@@ -265,7 +313,7 @@ def ledger_show(
         entries = [(stored.index, Entry.from_bytes(stored.data)) for stored in found]
         latest = store.latest_checkpoint()
     if as_json:
-        _emit(
+        emit(
             {
                 "log_id": store.log_id,
                 "size": size,
@@ -281,10 +329,10 @@ def ledger_show(
         event = entry.event
         actor = event.actor if len(event.actor) < 24 else event.actor[:16] + "…" + event.actor[-6:]
         table.add_row(str(index), event.kind, actor, str(event.seq), event.at, event.subject)
-    out.print(table)
-    out.print(f"root {store.root(size).hex()}")
+    say(table)
+    say(f"root {store.root(size).hex()}")
     if latest is not None:
-        out.print(f"latest checkpoint: size {latest.size}, signed at {latest.at}")
+        say(f"latest checkpoint: size {latest.size}, signed at {latest.at}")
 
 
 @ledger_app.command("proof")
@@ -295,19 +343,20 @@ def ledger_proof(
 ) -> None:
     """The RFC 9162 inclusion proof of one entry, checked before it is printed."""
     from ledger import merkle
+    from ledger.runtime import open_store
 
     settings = _settings()
     if max(index, size or 0) > MAX_INDEX:
-        _fail(f"the index and --size must be at most {MAX_INDEX}", code=2)
+        fail(f"the index and --size must be at most {MAX_INDEX}", code=2)
     with _errors():
         store = open_store(settings, create=False)
         tree_size = store.size() if size is None else size
         if not 0 <= index < tree_size:
-            _fail(f"entry {index} is not in a tree of {tree_size} entries", code=2)
+            fail(f"entry {index} is not in a tree of {tree_size} entries", code=2)
         try:
             proof = store.inclusion_proof(index, tree_size)
         except ValueError as exc:
-            _fail(str(exc), code=2)
+            fail(str(exc), code=2)
         root = store.root(tree_size)
         leaf = store.entry(index).leaf_hash
         merkle.verify_inclusion(leaf, index, tree_size, proof, root)
@@ -319,20 +368,23 @@ def ledger_proof(
         "proof": [element.hex() for element in proof],
     }
     if as_json:
-        _emit(data)
+        emit(data)
         return
-    out.print(f"entry {index} in a tree of {tree_size}: leaf {leaf.hex()}")
-    out.print(f"root {root.hex()}")
+    say(f"entry {index} in a tree of {tree_size}: leaf {leaf.hex()}")
+    say(f"root {root.hex()}")
     for position, element in enumerate(proof):
-        out.print(f"  {position:2d}  {element.hex()}")
-    out.print("[green]✓[/] the proof verifies")
+        say(f"  {position:2d}  {element.hex()}")
+    say("[green]✓[/] the proof verifies")
 
 
 @ledger_app.command("checkpoints")
 def ledger_checkpoints(as_json: JsonFlag = False) -> None:
     """Every signed checkpoint (size, root, time) and its anchor: status, chain, registry,
     transaction and block. A read: it starts no devnet and reads no chain."""
+    from rich.table import Table
+
     from ledger.checkpoint import SignedCheckpoint
+    from ledger.runtime import open_store
 
     settings = _settings()
     with _errors():
@@ -360,7 +412,7 @@ def ledger_checkpoints(as_json: JsonFlag = False) -> None:
                 }
             )
     if as_json:
-        _emit({"log_id": store.log_id, "checkpoints": rows})
+        emit({"log_id": store.log_id, "checkpoints": rows})
         return
     table = Table(title=f"{len(rows)} checkpoints of {store.log_id}", title_justify="left")
     for column in ("size", "at", "root", "anchor", "block", "transaction"):
@@ -375,7 +427,7 @@ def ledger_checkpoints(as_json: JsonFlag = False) -> None:
             "-" if anchored is None else str(anchored["block_number"] or "-"),
             "-" if anchored is None else str(anchored["tx_hash"]),
         )
-    out.print(table)
+    say(table)
 
 
 def _outcome_json(outcome: AnchorOutcome) -> dict[str, Any]:
@@ -399,6 +451,8 @@ def ledger_anchor(
     as_json: JsonFlag = False,
 ) -> None:
     """Checkpoint the log and anchor it on the chain (reconciling pending anchors first)."""
+    from ledger.runtime import connect_chain, open_ledger
+
     settings = _settings()
     with _errors():
         chain = connect_chain(settings)
@@ -417,20 +471,20 @@ def ledger_anchor(
 
 def _report_outcome(outcome: AnchorOutcome, as_json: bool) -> None:
     if as_json:
-        _emit(_outcome_json(outcome))
+        emit(_outcome_json(outcome))
         return
     match outcome.status:
         case "confirmed":
-            out.print(
+            say(
                 f"[green]✓[/] anchored size {outcome.size} in block {outcome.block_number} "
                 f"(tx 0x{outcome.tx_hash.hex() if outcome.tx_hash else ''})"
             )
         case "already-anchored":
-            out.print(f"size {outcome.size} is already anchored")
+            say(f"size {outcome.size} is already anchored")
         case "empty":
-            out.print("the log is empty: nothing to anchor")
+            say("the log is empty: nothing to anchor")
         case "pending":
-            out.print(
+            say(
                 f"[yellow]…[/] anchor of size {outcome.size} sent but not mined yet; "
                 "run `accord ledger anchor` again to reconcile it"
             )
@@ -444,6 +498,9 @@ def ledger_verify(
     as_json: JsonFlag = False,
 ) -> None:
     """Verify the log as a numbered checklist; exit 1 naming the first failing step."""
+    from ledger.runtime import check_recorded_devnet, connect_chain, open_store, operator_signer
+    from ledger.verify import verify_log
+
     settings = _settings()
     with _errors():
         store = open_store(settings, create=False)
@@ -456,7 +513,7 @@ def ledger_verify(
             as_json, lambda progress: verify_log(store, operator.did, chain, progress)
         )
     if as_json:
-        _emit(report.to_json())
+        emit(report.to_json())
     else:
         _print_report(report)
     if not report.ok:
@@ -466,14 +523,16 @@ def ledger_verify(
 def _with_progress(
     quiet: bool, run: Callable[[Callable[[int, int], None] | None], VerificationReport]
 ) -> VerificationReport:
-    if quiet or not err.is_terminal:
+    if quiet or not output.err().is_terminal:
         return run(None)
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
     with Progress(
         TextColumn("reading the log"),
         BarColumn(),
         MofNCompleteColumn(),
         TimeElapsedColumn(),
-        console=err,
+        console=output.err(),
         transient=True,
     ) as progress:
         task = progress.add_task("verify", total=None)
@@ -486,21 +545,19 @@ def _with_progress(
 
 def _print_report(report: VerificationReport) -> None:
     marks = {"pass": "[green]✓[/]", "fail": "[red]✗[/]", "skipped": "[dim]-[/]", "not-run": " "}
-    out.print(f"verifying log {report.log_id} ({report.size} entries)")
+    say(f"verifying log {report.log_id} ({report.size} entries)")
     for step in report.steps:
         where = f" [entry {step.entry}]" if step.entry is not None else ""
-        out.print(
+        say(
             f" {marks[step.status]} ({step.number}) {step.title}: {step.detail}{where}",
             highlight=False,
         )
     failure = report.first_failure
     if failure is None:
-        out.print("[bold green]PASS[/]")
+        say("[bold green]PASS[/]")
     else:
         where = f", entry {failure.entry}" if failure.entry is not None else ""
-        out.print(
-            f"[bold red]FAIL[/] at step {failure.number}{where}: {failure.detail}", highlight=False
-        )
+        say(f"[bold red]FAIL[/] at step {failure.number}{where}: {failure.detail}", highlight=False)
 
 
 if __name__ == "__main__":

@@ -2,57 +2,27 @@
 
 from __future__ import annotations
 
-import json
-import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Annotated, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.console import Console
-from rich.markup import escape
-from rich.table import Table
 
-from api.market_cli import ServerOption, remote, task_app
-from coordinator.conversation import (
-    Abandon,
-    AssignAsync,
-    AssignSync,
-    Conclude,
-    Conversation,
-    Discuss,
-    Message,
-    Report,
-    message_from_json,
-    message_to_json,
-)
+from api.market_cli import ServerOption, open_market, remote, task_app
+from api.output import JsonFlag, emit, escape, fail, say
 from coordinator.errors import CoordinatorError, IllegalMove, PolicyError
-from coordinator.llm_policy import leader_policy
-from coordinator.runner import RunSettings
-from coordinator.service import (
-    conversation_ids,
-    directory_of,
-    replay_conversation,
-    run_awarded_task,
-)
 from identity.errors import IdentityError
 from ledger.errors import LedgerError
 from ledger.settings import Settings
 from market.errors import MarketError
-from market.runtime import MarketContext, open_market
+
+if TYPE_CHECKING:
+    from coordinator.conversation import Conversation, Message
+    from market.runtime import MarketContext
 
 conversation_app = typer.Typer(
     help="Team conversations: list them, replay one.", no_args_is_help=True
 )
-
-out = Console(emoji=False, highlight=False)
-err = Console(stderr=True, emoji=False, highlight=False)
-JsonFlag = Annotated[bool, typer.Option("--json", help="Print data as JSON.")]
-
-
-def _fail(message: str, code: int = 1) -> NoReturn:
-    err.print(f"[bold red]error:[/] {escape(message)}")
-    raise typer.Exit(code)
 
 
 @contextmanager
@@ -60,15 +30,23 @@ def _market() -> Iterator[MarketContext]:
     try:
         settings = Settings.from_env()
     except ValueError as exc:
-        _fail(str(exc), code=2)
+        fail(str(exc), code=2)
     try:
         yield open_market(settings)
     except (CoordinatorError, MarketError, LedgerError, IdentityError) as exc:
-        _fail(str(exc))
+        fail(str(exc))
 
 
 def describe(message: Message, names: dict[str, str]) -> str:
     """One line for a message, naming agents by their registered names."""
+    from coordinator.conversation import (
+        Abandon,
+        AssignAsync,
+        AssignSync,
+        Conclude,
+        Discuss,
+        Report,
+    )
 
     def who(did: str | None) -> str:
         return "-" if did is None else names.get(did, did[:14] + "…")
@@ -118,11 +96,16 @@ def task_run(
     ] = None,
     as_json: JsonFlag = False,
 ) -> None:
-    """Run the awarded task's team, with a live view of the conversation."""
+    """Run the awarded task's team, with a live view of the conversation (turns numbered as
+    `conversation show` numbers them: the turn each message was logged at, from t00)."""
+    from coordinator.llm_policy import leader_policy
+    from coordinator.runner import RunSettings
+    from coordinator.service import directory_of, run_awarded_task
+
     try:
         leader = leader_policy(policy, model=model, endpoint=endpoint)
     except PolicyError as exc:
-        _fail(str(exc), code=2)
+        fail(str(exc), code=2)
     with _market() as context:
         names = {m.did: m.name for m in directory_of(context)}
 
@@ -130,8 +113,9 @@ def task_run(
             if as_json:
                 return
             indent = "  " * conversation.depth
-            out.print(
-                f"{indent}[dim]{conversation.conv_id} t{conversation.turn:02d}[/] "
+            logged_turn = conversation.turn - 1  # `conversation` is the state after the move
+            say(
+                f"{indent}[dim]{conversation.conv_id} t{logged_turn:02d}[/] "
                 f"{escape(describe(message, names))} [dim]→ {conversation.state}[/]"
             )
 
@@ -152,18 +136,14 @@ def task_run(
         "deliverable": deliverable.to_json(),
     }
     if as_json:
-        _emit(data)
+        emit(data)
         return
     counts: dict[str, int] = {}
     for contribution in deliverable.contributions:
         name = names.get(contribution.agent, contribution.agent)
         counts[name] = counts.get(name, 0) + 1
     parts = ", ".join(f"{name} {n}" for name, n in sorted(counts.items()))
-    out.print(f"[green]✓[/] {task_id} delivered: {deliverable.summary} (contributions: {parts})")
-
-
-def _emit(data: Any) -> None:
-    sys.stdout.write(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    say(f"[green]✓[/] {task_id} delivered: {deliverable.summary} (contributions: {parts})")
 
 
 @conversation_app.command("list")
@@ -173,12 +153,14 @@ def conversation_list(
     server: ServerOption = None,
 ) -> None:
     """Every logged conversation: id, task, parent, state and members."""
+    from coordinator.service import conversation_ids, replay_conversation
+
     if server:
         with remote(server) as client:
             rows = []
             for row in client.conversations(task):
                 if not row.pop("valid", True):
-                    _fail(str(IllegalMove(str(row.get("reason", "it does not replay")))))
+                    fail(str(IllegalMove(str(row.get("reason", "it does not replay")))))
                 rows.append(row)
     else:
         with _market() as context:
@@ -188,8 +170,10 @@ def conversation_list(
             ]
         rows = [record.to_json() for record in records]
     if as_json:
-        _emit(rows)
+        emit(rows)
         return
+    from rich.table import Table
+
     table = Table(title=f"{len(rows)} conversations", title_justify="left")
     for column in ("id", "task", "parent", "depth", "state", "members", "turns"):
         table.add_column(column, overflow="fold")
@@ -203,12 +187,15 @@ def conversation_list(
             str(len(row["members"])),
             str(row["turns"]),
         )
-    out.print(table)
+    say(table)
 
 
 @conversation_app.command("show")
 def conversation_show(conv_id: str, as_json: JsonFlag = False, server: ServerOption = None) -> None:
     """Replay a conversation through the state machine, message by message."""
+    from coordinator.conversation import message_from_json, message_to_json
+    from coordinator.service import directory_of, replay_conversation
+
     if server:
         with remote(server) as client:
             data = client.conversation(conv_id)
@@ -226,13 +213,11 @@ def conversation_show(conv_id: str, as_json: JsonFlag = False, server: ServerOpt
             ],
         }
     if as_json:
-        _emit(data)
+        emit(data)
         return
     parent = data["parent"] or "-"
-    out.print(f"[bold]{data['id']}[/] for {data['task']} (depth {data['depth']}, parent {parent})")
+    say(f"[bold]{data['id']}[/] for {data['task']} (depth {data['depth']}, parent {parent})")
     for logged in data["messages"]:
         message = message_from_json(logged["message"])
-        out.print(
-            f"  t{logged['turn']:02d} #{logged['index']:<5} {escape(describe(message, names))}"
-        )
-    out.print(f"state {data['state']}; every move checked against the transition table")
+        say(f"  t{logged['turn']:02d} #{logged['index']:<5} {escape(describe(message, names))}")
+    say(f"state {data['state']}; every move checked against the transition table")

@@ -8,18 +8,15 @@ through `accord ledger anchor`). Exit status 0 success, 1 a failure the message 
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
-from rich.table import Table
 
-from identity.challenges import REGISTRY, get_capability
+from api import output
+from api.output import JsonFlag, emit, fail, say
 from identity.errors import (
     CredentialError,
     ExamError,
@@ -28,27 +25,15 @@ from identity.errors import (
     RateLimitedError,
     RegistryError,
 )
-from identity.onboarding import Onboarding, open_onboarding
 from ledger.errors import LedgerError, MalformedError
-from ledger.runtime import utc_now
 from ledger.settings import Settings
+
+if TYPE_CHECKING:
+    from identity.onboarding import Onboarding
 
 capability_app = typer.Typer(help="Capabilities with exams.", no_args_is_help=True)
 agent_app = typer.Typer(help="Agents: keys, runtimes, onboarding.", no_args_is_help=True)
 credential_app = typer.Typer(help="Capability credentials.", no_args_is_help=True)
-
-out = Console(emoji=False, highlight=False)
-err = Console(stderr=True, emoji=False, highlight=False)
-JsonFlag = Annotated[bool, typer.Option("--json", help="Print data as JSON.")]
-
-
-def _fail(message: str, code: int = 1) -> NoReturn:
-    err.print(f"[bold red]error:[/] {message}", highlight=False, markup=True)
-    raise typer.Exit(code)
-
-
-def _emit(data: Any) -> None:
-    sys.stdout.write(json.dumps(data, indent=2, sort_keys=True) + "\n")
 
 
 @contextmanager
@@ -57,18 +42,20 @@ def _errors() -> Iterator[None]:
     try:
         yield
     except (RegistryError, ProofFormatError, MalformedError) as exc:
-        _fail(str(exc), code=2)
+        fail(str(exc), code=2)
     except RateLimitedError as exc:
-        _fail(str(exc))
+        fail(str(exc))
     except (IdentityError, LedgerError) as exc:
-        _fail(str(exc))
+        fail(str(exc))
 
 
 def _onboarding() -> Onboarding:
     try:
         settings = Settings.from_env()
     except ValueError as exc:
-        _fail(str(exc), code=2)
+        fail(str(exc), code=2)
+    from identity.onboarding import open_onboarding
+
     with _errors():
         return open_onboarding(settings)
 
@@ -79,6 +66,8 @@ def _onboarding() -> Onboarding:
 @capability_app.command("list")
 def capability_list(as_json: JsonFlag = False) -> None:
     """The capabilities with exams, their item counts and pass thresholds."""
+    from identity.challenges import REGISTRY
+
     rows = [
         {
             "name": c.name,
@@ -90,13 +79,15 @@ def capability_list(as_json: JsonFlag = False) -> None:
         for c in REGISTRY.values()
     ]
     if as_json:
-        _emit(
+        emit(
             [
                 {**row, "input_schema": c.input_schema, "output_schema": c.output_schema}
                 for row, c in zip(rows, REGISTRY.values(), strict=True)
             ]
         )
         return
+    from rich.table import Table
+
     table = Table(title="capabilities", title_justify="left")
     for column in ("name", "items", "threshold", "description"):
         table.add_column(column, overflow="fold")
@@ -104,7 +95,7 @@ def capability_list(as_json: JsonFlag = False) -> None:
         table.add_row(
             str(row["name"]), str(row["items"]), str(row["threshold"]), str(row["description"])
         )
-    out.print(table)
+    say(table)
 
 
 @capability_app.command("show")
@@ -113,10 +104,12 @@ def capability_show(
     as_json: JsonFlag = False,
 ) -> None:
     """A capability as a skill: its input and output schemas and an example of each."""
+    from identity.challenges import get_capability
+
     try:
         skill = get_capability(name)
     except ExamError as exc:
-        _fail(str(exc), code=2)
+        fail(str(exc), code=2)
     example_input, example_output = skill.example()
     shown = {
         "name": skill.name,
@@ -127,18 +120,18 @@ def capability_show(
         "example": {"input": example_input, "output": example_output},
     }
     if as_json:
-        _emit(shown)
+        emit(shown)
         return
-    out.print(f"[bold]{skill.name}[/] (version {skill.version})")
-    out.print(skill.description, markup=False)
+    say(f"[bold]{skill.name}[/] (version {skill.version})")
+    say(skill.description, markup=False)
     for title, value in (
         ("input schema", skill.input_schema),
         ("output schema", skill.output_schema),
         ("example input", example_input),
         ("example output", example_output),
     ):
-        out.print(f"\n[bold]{title}[/]")
-        out.print(json.dumps(value, indent=2, ensure_ascii=False), markup=False, soft_wrap=True)
+        say(f"\n[bold]{title}[/]")
+        say(json.dumps(value, indent=2, ensure_ascii=False), markup=False, soft_wrap=True)
 
 
 # -- agent -------------------------------------------------------------------------------------
@@ -187,7 +180,9 @@ def agent_new(
 ) -> None:
     """Create an agent: a did:key under keys/agents/NAME.json (mode 0600) and a registry row."""
     if unsigned_card and runtime != "a2a":
-        _fail("--unsigned-card is only for the 'a2a' runtime", code=2)
+        fail("--unsigned-card is only for the 'a2a' runtime", code=2)
+    from ledger.runtime import utc_now
+
     onboarding = _onboarding()
     with _errors():
         record = onboarding.registry.new_agent(
@@ -201,9 +196,9 @@ def agent_new(
             allow_unsigned_card=unsigned_card,
         )
     if as_json:
-        _emit(record.to_json())
+        emit(record.to_json())
         return
-    out.print(f"[green]✓[/] agent {record.name}: {record.did} (runtime {record.runtime})")
+    say(f"[green]✓[/] agent {record.name}: {record.did} (runtime {record.runtime})")
 
 
 @agent_app.command("list")
@@ -213,14 +208,16 @@ def agent_list(as_json: JsonFlag = False) -> None:
     with _errors():
         records = onboarding.registry.list()
     if as_json:
-        _emit([record.to_json() for record in records])
+        emit([record.to_json() for record in records])
         return
+    from rich.table import Table
+
     table = Table(title=f"{len(records)} agents", title_justify="left")
     for column in ("name", "did", "runtime", "created"):
         table.add_column(column, overflow="fold")
     for record in records:
         table.add_row(record.name, record.did, record.runtime, record.created_at)
-    out.print(table)
+    say(table)
 
 
 @agent_app.command("show")
@@ -238,15 +235,15 @@ def agent_show(
         for row in credentials
     ]
     if as_json:
-        _emit({**record.to_json(), "credentials": summary})
+        emit({**record.to_json(), "credentials": summary})
         return
-    out.print(f"{record.name}  {record.did}")
-    out.print(f"  runtime {record.runtime}" + (f": {record.command}" if record.command else ""))
+    say(f"{record.name}  {record.did}")
+    say(f"  runtime {record.runtime}" + (f": {record.command}" if record.command else ""))
     for row in summary:
         state = f"revoked {row['revoked_at']}" if row["revoked_at"] else "valid"
-        out.print(f"  {row['capability']}: {row['id']} ({state})")
+        say(f"  {row['capability']}: {row['id']} ({state})")
     if not summary:
-        out.print("  no credentials yet: accord agent onboard " + record.name + " --capability …")
+        say("  no credentials yet: accord agent onboard " + record.name + " --capability …")
 
 
 @agent_app.command("onboard")
@@ -261,6 +258,8 @@ def agent_onboard(
     as_json: JsonFlag = False,
 ) -> None:
     """Exam the agent in each capability and issue a credential for each one it passes."""
+    from identity.challenges import get_capability
+
     onboarding = _onboarding()
     with _errors():
         record = onboarding.registry.get(agent)
@@ -268,15 +267,17 @@ def agent_onboard(
             try:
                 get_capability(name)
             except ExamError as exc:
-                _fail(str(exc), code=2)
+                fail(str(exc), code=2)
         if as_json:
             outcomes = onboarding.onboard(record, capability, item_count=items)
         else:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
             with Progress(
                 TextColumn("{task.description}"),
                 BarColumn(),
                 MofNCompleteColumn(),
-                console=err,
+                console=output.err(),
             ) as progress:
                 tasks: dict[str, Any] = {}
 
@@ -287,16 +288,16 @@ def agent_onboard(
 
                 outcomes = onboarding.onboard(record, capability, update, item_count=items)
     if as_json:
-        _emit({"agent": record.to_json(), "results": [o.to_json() for o in outcomes]})
+        emit({"agent": record.to_json(), "results": [o.to_json() for o in outcomes]})
     for outcome in [] if as_json else outcomes:
         exam = outcome.exam
         score = f"{exam.earned}/{exam.possible}"
         if outcome.credential_id:
-            out.print(f"[green]✓[/] {exam.capability}: passed {score}, credential")
-            out.print(f"  {outcome.credential_id}")
-            out.print(f"  {outcome.credential_path}")
+            say(f"[green]✓[/] {exam.capability}: passed {score}, credential")
+            say(f"  {outcome.credential_id}")
+            say(f"  {outcome.credential_path}")
         else:
-            out.print(f"[red]✗[/] {exam.capability}: failed {score}, no credential")
+            say(f"[red]✗[/] {exam.capability}: failed {score}, no credential")
     if not all(outcome.exam.passed for outcome in outcomes):
         raise typer.Exit(1)
 
@@ -314,11 +315,11 @@ def credential_show(
     with _errors():
         row = onboarding.credential(credential_id)
     if as_json:
-        _emit(row)
+        emit(row)
         return
-    out.print(json.dumps(row["document"], indent=2, sort_keys=True), markup=False)
+    say(json.dumps(row["document"], indent=2, sort_keys=True), markup=False)
     state = f"revoked {row['revoked_at']}: {row['revocation_reason']}" if row["revoked_at"] else ""
-    out.print(state or "not revoked", markup=False)
+    say(state or "not revoked", markup=False)
 
 
 @credential_app.command("verify")
@@ -332,15 +333,15 @@ def credential_verify(
     try:
         document = json.loads(file.read_text())
     except (OSError, ValueError) as exc:
-        _fail(f"cannot read a JSON credential from {file}: {exc}", code=2)
+        fail(f"cannot read a JSON credential from {file}: {exc}", code=2)
     onboarding = _onboarding()
     try:
         verified = onboarding.verify(document, holder_did=holder, capability=capability)
     except CredentialError as exc:
         if as_json:
-            _emit({"valid": False, "step": exc.step, "reason": exc.reason})
+            emit({"valid": False, "step": exc.step, "reason": exc.reason})
             raise typer.Exit(1) from None
-        _fail(f"not valid at step {exc.step}: {exc.reason}")
+        fail(f"not valid at step {exc.step}: {exc.reason}")
     data = {
         "valid": True,
         "id": verified.id,
@@ -350,9 +351,9 @@ def credential_verify(
         "valid_until": verified.document["validUntil"],
     }
     if as_json:
-        _emit(data)
+        emit(data)
         return
-    out.print(f"[green]✓[/] valid: {verified.capability} for {verified.subject}")
+    say(f"[green]✓[/] valid: {verified.capability} for {verified.subject}")
 
 
 @credential_app.command("revoke")
@@ -367,6 +368,6 @@ def credential_revoke(
         index = onboarding.revoke(credential_id, reason)
         row = onboarding.credential(credential_id)
     if as_json:
-        _emit({"id": row["id"], "revoked_at": row["revoked_at"], "log_index": index})
+        emit({"id": row["id"], "revoked_at": row["revoked_at"], "log_index": index})
         return
-    out.print(f"[green]✓[/] revoked {row['id']} (log entry {index})")
+    say(f"[green]✓[/] revoked {row['id']} (log entry {index})")

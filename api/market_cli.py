@@ -15,35 +15,31 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
-from rich.console import Console
-from rich.markup import escape
-from rich.table import Table
 
-from api.client import SERVER_ENV, AccordClient, ApiError
+from api import output
+from api.output import JsonFlag, emit, escape, fail, say
 from identity.errors import IdentityError
-from identity.onboarding import open_onboarding
 from ledger.errors import ChainError, LedgerError, MalformedError
-from ledger.runtime import open_store, operator_signer, utc_now
-from ledger.service import Ledger
 from ledger.settings import Settings
-from market import sealed
-from market.auction import PAYMENT_RULES, price_reason
 from market.errors import BidRejected, LimitError, MarketError, TaskError, WorkError
 from market.money import Wei, format_eth, parse_amount
-from market.runtime import MarketContext, open_market
-from market.service import Market
-from market.tasks import MAX_WINDOW
+
+if TYPE_CHECKING:
+    from api.client import AccordClient
+    from identity.onboarding import Onboarding
+    from market.runtime import MarketContext
+    from market.service import Market
 
 task_app = typer.Typer(help="Paid tasks: post, show, list, bids, award.", no_args_is_help=True)
 bid_app = typer.Typer(help="Sealed bids by hand: commit, then reveal.", no_args_is_help=True)
 
-out = Console(emoji=False, highlight=False)
-err = Console(stderr=True, emoji=False, highlight=False, soft_wrap=True)
+SERVER_ENV = "ACCORD_SERVER"
+"""The environment variable naming the service `--server` reads from (`api.client.SERVER_ENV`,
+spelled out here so building the command tree does not import the HTTP client)."""
 
-JsonFlag = Annotated[bool, typer.Option("--json", help="Print data as JSON.")]
 ServerOption = Annotated[
     str | None,
     typer.Option(
@@ -57,11 +53,16 @@ _SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 _MAX_DURATION_TEXT = 40
 
 
-def parse_duration(text: str, limit: timedelta = MAX_WINDOW) -> timedelta:
-    """`30s`, `5m`, `2h`, `1d` or bare seconds, at most `limit` (a task's longest window).
+def parse_duration(text: str, limit: timedelta | None = None) -> timedelta:
+    """`30s`, `5m`, `2h`, `1d` or bare seconds, at most `limit` (default: a task's longest
+    window, `market.tasks.MAX_WINDOW`).
 
     Raises TaskError for anything else, LimitError beyond `limit`.
     """
+    if limit is None:
+        from market.tasks import MAX_WINDOW
+
+        limit = MAX_WINDOW
     match = _DURATION.match(text[: _MAX_DURATION_TEXT + 1])
     if match is None or len(text) > _MAX_DURATION_TEXT:
         raise TaskError(
@@ -82,32 +83,61 @@ def _days(span: timedelta) -> str:
     )
 
 
-def _fail(message: str, code: int = 1) -> NoReturn:
-    err.print(f"[bold red]error:[/] {message}")
-    raise typer.Exit(code)
+def open_market(settings: Settings) -> MarketContext:
+    """The market over the configured ledger and chain (`market.runtime.open_market`, imported
+    when a command needs it). Raises what that raises."""
+    from market.runtime import open_market as open_configured_market
+
+    return open_configured_market(settings)
 
 
-def _emit(data: Any) -> None:
-    sys.stdout.write(json.dumps(data, indent=2, sort_keys=True) + "\n")
+def agent_names(onboarding: Onboarding | None) -> dict[str, str]:
+    """Each registered agent's name by its DID; {} when there is no registry to read or it
+    cannot be read (names are for the reader: a DID alone is still right)."""
+    if onboarding is None:
+        return {}
+    try:
+        return {record.did: record.name for record in onboarding.registry.list()}
+    except (IdentityError, LedgerError):
+        return {}
+
+
+def named(did: str, names: Mapping[str, str]) -> str:
+    """`name (did)` for a registered agent, the bare DID otherwise."""
+    name = names.get(did)
+    return did if name is None else f"{name} ({did})"
+
+
+def with_names(text: str, names: Mapping[str, str]) -> str:
+    """`text` with each registered agent's DID followed by its name: `did (name)` reads as
+    `name (did)`."""
+    for did, name in names.items():
+        text = text.replace(did, f"{name} ({did})")
+    return text
 
 
 @contextmanager
 def _market() -> Iterator[MarketContext]:
-    """The market over the configured ledger and chain; expected failures become one line."""
+    """The market over the configured ledger and chain; expected failures become one line
+    (a refused bid names the agents it is about)."""
     try:
         settings = Settings.from_env()
     except ValueError as exc:
-        _fail(str(exc), code=2)
+        fail(str(exc), code=2)
+    context: MarketContext | None = None
     try:
-        yield open_market(settings)
+        context = open_market(settings)
+        yield context
     except BidRejected as exc:
-        _fail(f"bid rejected ({exc.reason}): {str(exc).split(': ', 1)[-1]}")
+        detail = str(exc).split(": ", 1)[-1]
+        names = agent_names(None if context is None else context.onboarding)
+        fail(f"bid rejected ({exc.reason}): {with_names(detail, names)}")
     except MalformedError as exc:
-        _fail(str(exc), code=2)
+        fail(str(exc), code=2)
     except MarketError as exc:
-        _fail(str(exc), code=2 if type(exc).__name__ in _INPUT_ERRORS else 1)
+        fail(str(exc), code=2 if type(exc).__name__ in _INPUT_ERRORS else 1)
     except (LedgerError, IdentityError) as exc:
-        _fail(str(exc))
+        fail(str(exc))
 
 
 _INPUT_ERRORS = {"AmountError", "TaskError", "WorkError", "LimitError"}
@@ -130,17 +160,22 @@ def _read_market() -> Iterator[Market]:
     try:
         settings = Settings.from_env()
     except ValueError as exc:
-        _fail(str(exc), code=2)
+        fail(str(exc), code=2)
+    from identity.onboarding import open_onboarding
+    from ledger.runtime import open_store, operator_signer, utc_now
+    from ledger.service import Ledger
+    from market.service import Market
+
     try:
         store = open_store(settings, create=False)
         ledger = Ledger(store, operator_signer(settings), utc_now)
         yield Market(ledger, open_onboarding(settings, ledger), _ReadOnlyEscrow())
     except MalformedError as exc:
-        _fail(str(exc), code=2)
+        fail(str(exc), code=2)
     except MarketError as exc:
-        _fail(str(exc), code=2 if type(exc).__name__ in _INPUT_ERRORS else 1)
+        fail(str(exc), code=2 if type(exc).__name__ in _INPUT_ERRORS else 1)
     except (LedgerError, IdentityError) as exc:
-        _fail(str(exc))
+        fail(str(exc))
 
 
 def _task_view(market: Market, task: Any) -> dict[str, Any]:
@@ -153,13 +188,15 @@ def _task_view(market: Market, task: Any) -> dict[str, Any]:
 def remote(server: str) -> Iterator[AccordClient]:
     """A client of the service at `server`; its failures become one line (exit 2 when the
     request was at fault: an unknown object or bad input, else 1)."""
+    from api.client import AccordClient, ApiError
+
     try:
         with AccordClient(server) as client:
             yield client
     except ApiError as exc:
         bad_url = not server.startswith(("http://", "https://"))
         code = 2 if bad_url or exc.status in (400, 404, 422) else 1
-        err.print(f"[bold red]error:[/] {escape(str(exc))}")
+        output.report_error(str(exc), code)
         raise typer.Exit(code) from None
 
 
@@ -205,11 +242,13 @@ def task_post(
     """Post a paid task (the requester's parts and checks); its budget is escrowed on chain in
     the same step. Either --spec FILE, or the flags of a single part: --title, --budget,
     --capability and --input (checked by its output schema and the requester's review)."""
+    from market.auction import PAYMENT_RULES
+
     if rule not in PAYMENT_RULES:
-        _fail(f"--rule must be one of {', '.join(PAYMENT_RULES)}", code=2)
+        fail(f"--rule must be one of {', '.join(PAYMENT_RULES)}", code=2)
     if spec is not None:
         if any(v is not None for v in (title, budget, capability, input_json)):
-            _fail("give either --spec or --title/--budget/--capability/--input, not both", 2)
+            fail("give either --spec or --title/--budget/--capability/--input, not both", 2)
         request, request_files = _read_spec(spec)
     else:
         missing = [
@@ -223,7 +262,7 @@ def task_post(
             if value is None
         ]
         if missing:
-            _fail(f"missing {', '.join(missing)} (or give the whole task with --spec FILE)", 2)
+            fail(f"missing {', '.join(missing)} (or give the whole task with --spec FILE)", 2)
         request = {
             "title": title,
             "description": description,
@@ -248,20 +287,18 @@ def task_post(
         data = _task_json(market, task)
         data["warnings"] = market.market.warnings(task_spec)
     if as_json:
-        _emit(data)
+        emit(data)
         return
     parts = len(task_spec.parts)
     checks = len(task_spec.requester_checks)
-    out.print(
+    say(
         f"[green]✓[/] posted {task.task_id}: {escape(task_spec.title)!r}, "
         f"{parts} part{'s' * (parts != 1)}, {checks} check{'s' * (checks != 1)}, "
         f"{format_eth(task_spec.budget)} escrowed"
     )
-    out.print(
-        f"  bids until {task.bidding_ends:%H:%M:%S}, reveals until {task.reveal_ends:%H:%M:%S}"
-    )
+    say(f"  bids until {task.bidding_ends:%H:%M:%S}, reveals until {task.reveal_ends:%H:%M:%S}")
     for warning in data["warnings"]:
-        err.print(f"[yellow]warning:[/] {warning}")
+        output.warn(warning)
 
 
 def _json_arg(text: str | None) -> Any:
@@ -272,9 +309,9 @@ def _json_arg(text: str | None) -> Any:
             return json.loads(Path(text[1:]).read_text())
         return json.loads(text)
     except OSError as exc:
-        _fail(f"cannot read {text[1:]}: {exc.strerror}", 2)
+        fail(f"cannot read {text[1:]}: {exc.strerror}", 2)
     except ValueError as exc:
-        _fail(f"--input is not JSON: {exc}", 2)
+        fail(f"--input is not JSON: {exc}", 2)
 
 
 def _read_spec(path: Path) -> tuple[dict[str, Any], dict[str, bytes]]:
@@ -285,17 +322,17 @@ def _read_spec(path: Path) -> tuple[dict[str, Any], dict[str, bytes]]:
     try:
         request = json.loads(path.read_text())
     except OSError as exc:
-        _fail(f"cannot read the spec {path}: {exc.strerror}", 2)
+        fail(f"cannot read the spec {path}: {exc.strerror}", 2)
     except ValueError as exc:
-        _fail(f"the spec {path} is not JSON: {exc}", 2)
+        fail(f"the spec {path} is not JSON: {exc}", 2)
     if not isinstance(request, dict):
-        _fail(f"the spec {path} must be a JSON object", 2)
+        fail(f"the spec {path} must be a JSON object", 2)
     try:
         request["parts"], files = attach_files(
             request.get("parts"), lambda name: (path.parent / name).read_bytes()
         )
     except WorkError as exc:
-        _fail(str(exc), 2)
+        fail(str(exc), 2)
     return request, files
 
 
@@ -315,34 +352,32 @@ def task_show(task_id: str, as_json: JsonFlag = False, server: ServerOption = No
         with _read_market() as market:
             data = _task_view(market, market.task(task_id))
     if as_json:
-        _emit(data)
+        emit(data)
         return
     spec = data["spec"]
-    out.print(f"[bold]{data['id']}[/]  {escape(spec['title'])}  ({data['state']})")
-    out.print(f"  requester   {data['requester']}")
-    out.print(
+    say(f"[bold]{data['id']}[/]  {escape(spec['title'])}  ({data['state']})")
+    say(f"  requester   {data['requester']}")
+    say(
         f"  budget      {format_eth(int(spec['budget']))} "
         f"({'escrowed' if data['escrowed'] else 'not escrowed'})"
     )
     if spec.get("description"):
-        out.print(f"  description {escape(spec['description'])}")
-    out.print(f"  needs       {', '.join(spec['capabilities'])}")
+        say(f"  description {escape(spec['description'])}")
+    say(f"  needs       {', '.join(spec['capabilities'])}")
     for part in spec.get("parts", []):
-        out.print(f"  part        {part['id']} ({part['capability']})")
+        say(f"  part        {part['id']} ({part['capability']})")
     for check in spec.get("checks", []):
         reads = ", ".join(check.get("reads", []))
-        out.print(
-            f"  check       {check['id']} ({check['kind']}, weight {check['weight']}) on {reads}"
-        )
+        say(f"  check       {check['id']} ({check['kind']}, weight {check['weight']}) on {reads}")
     if spec.get("parts") and not spec.get("checks"):
-        out.print("  checks      each part's output schema, and the requester's review")
+        say("  checks      each part's output schema, and the requester's review")
     for digest, meta in spec.get("files", {}).items():
-        out.print(f"  file        {digest} ({meta.get('size')} bytes; `accord task file`)")
-    out.print(f"  rule        {spec['rule']}")
-    out.print(f"  bidding     until {data['bidding_ends']}")
-    out.print(f"  revealing   until {data['reveal_ends']}")
+        say(f"  file        {digest} ({meta.get('size')} bytes; `accord task file`)")
+    say(f"  rule        {spec['rule']}")
+    say(f"  bidding     until {data['bidding_ends']}")
+    say(f"  revealing   until {data['reveal_ends']}")
     if data.get("winner") is not None and data.get("price") is not None:
-        out.print(f"  winner      {data['winner']} at {format_eth(int(data['price']))}")
+        say(f"  winner      {data['winner']} at {format_eth(int(data['price']))}")
 
 
 @task_app.command("list")
@@ -355,8 +390,10 @@ def task_list(as_json: JsonFlag = False, server: ServerOption = None) -> None:
         with _read_market() as market:
             rows = [_task_view(market, task) for task in market.tasks()]
     if as_json:
-        _emit(rows)
+        emit(rows)
         return
+    from rich.table import Table
+
     table = Table(title=f"{len(rows)} tasks", title_justify="left")
     for column in ("id", "state", "title", "budget", "capabilities"):
         table.add_column(column, overflow="fold")
@@ -369,7 +406,7 @@ def task_list(as_json: JsonFlag = False, server: ServerOption = None) -> None:
             format_eth(int(spec["budget"])),
             ", ".join(spec["capabilities"]),
         )
-    out.print(table)
+    say(table)
 
 
 @task_app.command("cancel")
@@ -385,41 +422,51 @@ def task_cancel(
         task = market.market.cancel(market.signer_for(as_agent), task_id)
         data = _task_json(market, task)
     if as_json:
-        _emit(data)
+        emit(data)
         return
-    out.print(f"[green]✓[/] cancelled {task.task_id}: nothing was escrowed, nothing is owed")
+    say(f"[green]✓[/] cancelled {task.task_id}: nothing was escrowed, nothing is owed")
 
 
 @task_app.command("bids")
 def task_bids(task_id: str, as_json: JsonFlag = False, server: ServerOption = None) -> None:
-    """Commitments while sealed; prices once revealed."""
+    """Commitments while sealed; prices once revealed; each bidder by name and DID."""
     if server:
         with remote(server) as client:
             bids = client.bids(task_id)
+            names = {str(a["did"]): str(a["name"]) for a in client.agents()} if bids else {}
     else:
         with _read_market() as market:
             bids = [bid.to_json() for bid in market.bids(task_id)]
+            names = agent_names(market.onboarding) if bids else {}
     if as_json:
-        _emit(bids)
+        emit(bids)
         return
-    table = Table(title=f"{len(bids)} bids on {task_id}", title_justify="left")
-    for column in ("bidder", "commitment", "price"):
+    from rich.table import Table
+
+    table = Table(title=f"{plural(len(bids), 'bid')} on {task_id}", title_justify="left")
+    for column in ("agent", "bidder", "commitment", "price"):
         table.add_column(column, overflow="fold")
     for bid in bids:
         price = format_eth(int(bid["price"])) if bid["price"] is not None else "sealed"
-        table.add_row(bid["bidder"], bid["commitment"][:16] + "…", price)
-    out.print(table)
+        agent = names.get(bid["bidder"], "-")
+        table.add_row(agent, bid["bidder"], bid["commitment"][:16] + "…", price)
+    say(table)
 
 
 @task_app.command("award")
 def task_award(task_id: str, as_json: JsonFlag = False) -> None:
     """Clear the auction once the windows are over (or expire the task and refund)."""
+    from market.auction import price_reason
+
     with _market() as context:
         outcome = context.market.award(task_id)
+        names = agent_names(context.onboarding)
     winner = outcome.winner
+    reason = with_names(price_reason(outcome), names)
     data = {
         "task": task_id,
         "winner": None if winner is None else winner.bidder,
+        "winner_name": None if winner is None else names.get(winner.bidder),
         "price": str(outcome.price),
         "rule": outcome.rule,
         "bids": len(outcome.ranking),
@@ -427,14 +474,20 @@ def task_award(task_id: str, as_json: JsonFlag = False) -> None:
         "reason": price_reason(outcome),
     }
     if as_json:
-        _emit(data)
+        emit(data)
     elif winner is None:
-        out.print(f"no valid bid: {task_id} expired and its escrow was refunded")
+        say(f"no valid bid: {task_id} expired and its escrow was refunded")
     else:
-        out.print(
-            f"[green]✓[/] {task_id} awarded to {winner.bidder} at {format_eth(outcome.price)}"
+        say(
+            f"[green]✓[/] {task_id} awarded to {escape(named(winner.bidder, names))} "
+            f"at {format_eth(outcome.price)}"
         )
-        out.print(f"  {price_reason(outcome)}")
+        say(f"  {escape(reason)}")
+
+
+def plural(count: int, noun: str) -> str:
+    """`1 bid`, `2 bids`, `0 bids`."""
+    return f"{count} {noun}{'s' * (count != 1)}"
 
 
 # -- bids --------------------------------------------------------------------------------------
@@ -453,6 +506,8 @@ def bid_commit(
     as_json: JsonFlag = False,
 ) -> None:
     """Send a sealed commitment; the price and salt stay on this machine until the reveal."""
+    from market import sealed
+
     with _market() as context:
         amount: Wei = parse_amount(price)
         signer = context.signer_for(agent)
@@ -466,9 +521,9 @@ def bid_commit(
         with os.fdopen(fd, "w") as handle:
             json.dump({"task": task_id, "price": str(amount), "salt": salt.hex()}, handle)
     if as_json:
-        _emit({"task": task_id, "bidder": signer.did, "index": index})
+        emit({"task": task_id, "bidder": signer.did, "index": index})
     else:
-        out.print(f"[green]✓[/] sealed bid committed to {task_id} (entry {index}); reveal later")
+        say(f"[green]✓[/] sealed bid committed to {task_id} (entry {index}); reveal later")
 
 
 @bid_app.command("reveal")
@@ -478,6 +533,8 @@ def bid_reveal(
     as_json: JsonFlag = False,
 ) -> None:
     """Reveal the price and salt committed from this machine."""
+    from market import sealed
+
     with _market() as context:
         signer = context.signer_for(agent)
         path = _bid_file(context.settings, task_id, signer.did)
@@ -489,11 +546,9 @@ def bid_reveal(
         )
         index = context.market.reveal(reveal)
     if as_json:
-        _emit({"task": task_id, "bidder": signer.did, "price": saved["price"], "index": index})
+        emit({"task": task_id, "bidder": signer.did, "price": saved["price"], "index": index})
     else:
-        out.print(
-            f"[green]✓[/] revealed {format_eth(int(saved['price']))} on {task_id} (entry {index})"
-        )
+        say(f"[green]✓[/] revealed {format_eth(int(saved['price']))} on {task_id} (entry {index})")
 
 
 @task_app.command("settle")
@@ -505,7 +560,7 @@ def task_settle(task_id: str, as_json: JsonFlag = False) -> None:
         outcome = settle_task(context.market, context.onboarding, task_id)
         names = {a.did: a.name for a in context.onboarding.registry.list()}
     if as_json:
-        _emit(
+        emit(
             {
                 "task": task_id,
                 "amount": str(outcome.amount),
@@ -519,11 +574,11 @@ def task_settle(task_id: str, as_json: JsonFlag = False) -> None:
         )
         return
     verb = "was already settled" if outcome.already else "settled on chain"
-    out.print(f"[green]✓[/] {task_id} {verb}: {format_eth(outcome.amount)} to the team")
+    say(f"[green]✓[/] {task_id} {verb}: {format_eth(outcome.amount)} to the team")
     for player, payout in sorted(outcome.payouts.items(), key=lambda kv: -kv[1]):
         share = outcome.values.get(player, "0/1")
-        out.print(f"  {names.get(player, player):<10} {format_eth(payout):>24}   Shapley {share}")
-    out.print(f"  back to the requester: {format_eth(outcome.refund)}")
+        say(f"  {names.get(player, player):<10} {format_eth(payout):>24}   Shapley {share}")
+    say(f"  back to the requester: {format_eth(outcome.refund)}")
 
 
 @task_app.command("result")
@@ -550,26 +605,26 @@ def task_result(
     if out_dir is not None:
         _write_result(out_dir, data)
     if as_json:
-        _emit(data)
+        emit(data)
         return
-    out.print(f"[bold]{data['task']}[/]  {escape(data['title'])}  ({data['state']})")
-    out.print(f"  deliverable sha256 {data['sha256']}")
-    out.print(f"  assembled by {names.get(data['leader'], data['leader'])}")
+    say(f"[bold]{data['task']}[/]  {escape(data['title'])}  ({data['state']})")
+    say(f"  deliverable sha256 {data['sha256']}")
+    say(f"  assembled by {names.get(data['leader'], data['leader'])}")
     for entry in data["parts"]:
         producer = names.get(entry["producer"], entry["producer"])
         shown = json.dumps(entry["output"], ensure_ascii=False)
-        out.print(f"  [bold]{entry['part']}[/] ({entry['capability']}) by {producer}")
-        out.print(f"    {escape(shown if len(shown) <= 300 else shown[:300] + '…')}")
+        say(f"  [bold]{entry['part']}[/] ({entry['capability']}) by {producer}")
+        say(f"    {escape(shown if len(shown) <= 300 else shown[:300] + '…')}")
     for part in data["missing"]:
-        out.print(f"  [red]{part}: not delivered[/]")
+        say(f"  [red]{part}: not delivered[/]")
     if data["checks"] is None:
-        out.print("  checks: run at settlement (`accord task settle`)")
+        say("  checks: run at settlement (`accord task settle`)")
     else:
         for check in data["checks"]:
             mark = "[green]pass[/]" if check["passed"] else "[red]fail[/]"
-            out.print(f"  {mark} {check['id']}: {escape(check['detail'])}")
+            say(f"  {mark} {check['id']}: {escape(check['detail'])}")
     if out_dir is not None:
-        out.print(f"  written to {out_dir}")
+        say(f"  written to {out_dir}")
 
 
 def _write_result(out_dir: Path, data: Mapping[str, Any]) -> None:
@@ -587,7 +642,7 @@ def _write_result(out_dir: Path, data: Mapping[str, Any]) -> None:
                     json.dumps(output, indent=2, sort_keys=True, ensure_ascii=False)
                 )
     except OSError as exc:
-        _fail(f"cannot write the result to {out_dir}: {exc.strerror}")
+        fail(f"cannot write the result to {out_dir}: {exc.strerror}")
 
 
 @task_app.command("review")
@@ -604,14 +659,14 @@ def task_review(
 ) -> None:
     """The requester's verdict on a review check of the delivered work (once, in the window)."""
     if accept is None:
-        _fail("say --accept or --reject", 2)
+        fail("say --accept or --reject", 2)
     verdict = "accept" if accept else "reject"
     with _market() as context:
         index = context.market.review(context.signer_for(as_agent), task_id, check, verdict)
     if as_json:
-        _emit({"task": task_id, "check": check, "verdict": verdict, "index": index})
+        emit({"task": task_id, "check": check, "verdict": verdict, "index": index})
     else:
-        out.print(f"[green]✓[/] {verdict}ed {check} of {task_id} (entry {index})")
+        say(f"[green]✓[/] {verdict}ed {check} of {task_id} (entry {index})")
 
 
 @task_app.command("file")
@@ -642,7 +697,7 @@ def agent_withdraw(
         context.fund_gas(address, Wei(10**16))
         receipt = context.escrow.withdraw(key)
     if as_json:
-        _emit(
+        emit(
             {
                 "agent": record.did,
                 "address": address,
@@ -651,4 +706,4 @@ def agent_withdraw(
             }
         )
     else:
-        out.print(f"[green]✓[/] {agent} withdrew {format_eth(credit)} to {address}")
+        say(f"[green]✓[/] {agent} withdrew {format_eth(credit)} to {address}")

@@ -1,0 +1,138 @@
+"""What every `accord` command prints, and where: one module for all of them.
+
+- Data goes to stdout: lines and tables for a person, or, with `--json`, one JSON document.
+- An error is one line on stderr (`error: …`), or, when the command was given `--json`, a JSON
+  object on stdout: `{"error": message, "code": exit status}`.
+- Exit status: 0 success, 1 a failure the message explains, 2 bad input.
+- On a terminal the consoles wrap at its width; written to a file or a pipe they do not wrap at
+  all, so a DID or a credential id is never split across lines.
+
+Nothing here imports more than `typer` at import time (rich is loaded on the first print), so
+building the command tree stays cheap.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TextIO
+
+import typer
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+UNWRAPPED_WIDTH = 100_000
+"""The width of a console that writes to a file or a pipe: no line is ever that long, so
+nothing is wrapped (tables only take the width their cells need)."""
+
+_json_errors = False
+"""Whether the running command was given `--json` (errors are then JSON on stdout)."""
+
+
+def _remember_json(value: bool) -> bool:
+    """The `--json` option's callback: errors of this command follow the flag."""
+    global _json_errors
+    _json_errors = value
+    return value
+
+
+def reset() -> None:
+    """Forget a previous command's `--json` (the root callback calls this on every run)."""
+    _remember_json(False)
+
+
+def json_errors() -> bool:
+    """Whether errors are reported as JSON on stdout (the command was given `--json`)."""
+    return _json_errors
+
+
+JsonFlag = Annotated[
+    bool,
+    typer.Option(
+        "--json",
+        help='Print data as JSON; errors as {"error": …, "code": …} on stdout.',
+        callback=_remember_json,
+    ),
+]
+"""The `--json` option every command that shows data takes."""
+
+
+def _console(stream: TextIO, *, stderr: bool) -> Console:
+    from rich.console import Console
+
+    terminal = stream.isatty()
+    return Console(
+        file=stream,
+        stderr=stderr,
+        emoji=False,
+        highlight=False,
+        soft_wrap=not terminal,
+        width=None if terminal else UNWRAPPED_WIDTH,
+    )
+
+
+_consoles: dict[tuple[int, bool], Console] = {}
+
+
+def _cached(stream: TextIO, *, stderr: bool) -> Console:
+    """One console per stream (tests swap sys.stdout; each stream gets its own)."""
+    key = (id(stream), stderr)
+    console = _consoles.get(key)
+    if console is None or console.file is not stream:
+        console = _consoles[key] = _console(stream, stderr=stderr)
+    return console
+
+
+def out() -> Console:
+    """The console for data and messages (stdout)."""
+    return _cached(sys.stdout, stderr=False)
+
+
+def err() -> Console:
+    """The console for errors, warnings and progress (stderr)."""
+    return _cached(sys.stderr, stderr=True)
+
+
+def say(*objects: Any, **options: Any) -> None:
+    """Print for a person on stdout (rich markup; `options` as rich's `Console.print`)."""
+    out().print(*objects, **options)
+
+
+def emit(data: Any) -> None:
+    """Print `data` as indented JSON with sorted keys on stdout."""
+    sys.stdout.write(json.dumps(data, indent=2, sort_keys=True) + "\n")
+
+
+def escape(text: str) -> str:
+    """`text` with rich markup escaped, to print it as it is."""
+    from rich.markup import escape as escape_markup
+
+    return escape_markup(text)
+
+
+def report_error(message: str, code: int) -> None:
+    """Report an error without exiting: JSON on stdout under `--json`, else a red line on
+    stderr (the message is plain text: brackets in it are printed, never read as markup)."""
+    if _json_errors:
+        emit({"error": message, "code": code})
+        return
+    from rich.markup import escape
+
+    err().print(f"[bold red]error:[/] {escape(message)}")
+
+
+def fail(message: str, code: int = 1) -> NoReturn:
+    """Report an error and end the command with exit status `code` (1 a failure, 2 bad input).
+
+    Raises typer.Exit(code), always.
+    """
+    report_error(message, code)
+    raise typer.Exit(code)
+
+
+def warn(message: str) -> None:
+    """A warning on stderr (never on stdout: it would corrupt `--json` output)."""
+    from rich.markup import escape
+
+    err().print(f"[yellow]warning:[/] {escape(message)}")
