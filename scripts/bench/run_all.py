@@ -21,6 +21,7 @@ import bench_api
 import bench_append
 import bench_audit
 import bench_checks
+import bench_cli
 import bench_gas
 import bench_identity
 import bench_market
@@ -53,6 +54,7 @@ BENCHES: dict[str, tuple[str, Callable[[bool, int], Section]]] = {
     "team": ("team conversations: five agents, three sub-tasks", bench_team.run),
     "audit": ("audit of the demo task and `make demo` wall time", bench_audit.run),
     "api": ("api: signed requests through uvicorn, two workers", bench_api.run),
+    "cli": ("cli: start-up of accord --help, --version and task show", bench_cli.run),
 }
 
 
