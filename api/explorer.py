@@ -31,7 +31,13 @@ from fastapi import APIRouter, Path
 from fastapi.responses import HTMLResponse
 
 from audit.checks import AuditReport, audit_task
-from audit.html import agent_names, checks_html, deliverable_html, settlement_entry
+from audit.html import (
+    agent_names,
+    checks_html,
+    deliverable_html,
+    move_kind,
+    settlement_entry,
+)
 from coordinator.conversation import message_from_json
 from coordinator.errors import CoordinatorError
 from coordinator.runner import CONVERSATION_MESSAGE
@@ -266,10 +272,10 @@ td.num, th.num { text-align: right; font-variant-numeric: tabular-nums; white-sp
   { padding-left: 2.2rem; } .tl-depth-1, .tl-depth-2 { background: #fafbfe; }
 tr.hidden { display: none; } .nowrap { white-space: nowrap; }
 .kind { font-size: .78rem; font-weight: 600; padding: .05rem .45rem; border-radius: 4px;
-  background: #eef1f6; } .kind.Conclude { background: var(--pass-bg); color: var(--pass); }
-.kind.AssignSync, .kind.AssignAsync { background: #e8edff; color: #2b45a8; }
-.kind.Report { background: #fff1dc; color: #8a5300; }
-.kind.Abandon { background: var(--fail-bg); color: var(--fail); }
+  background: #eef1f6; } .kind.conclude { background: var(--pass-bg); color: var(--pass); }
+.kind.assign_sync, .kind.assign_async { background: #e8edff; color: #2b45a8; }
+.kind.report { background: #fff1dc; color: #8a5300; }
+.kind.abandon { background: var(--fail-bg); color: var(--fail); }
 .entries { display: flex; flex-wrap: wrap; gap: .35rem; }
 a.entry-chip { font-size: .8rem; text-decoration: none; color: var(--ink); background: #f3f5fa;
   border: 1px solid var(--line); border-radius: 6px; padding: .1rem .45rem; }
@@ -561,13 +567,14 @@ def _timeline(store: LogStore, report: AuditReport, names: Mapping[str, str]) ->
         except (LedgerError, CoordinatorError, IndexError, KeyError):
             text = ""
         depth = int(item.get("depth", 0))
+        move = move_kind(str(item["kind"]))
         rows.append(
             f'<tr class="tl-depth-{min(depth, 2)}" data-row-conv="{_e(item["conversation"])}">'
             f'<td><code class="muted nowrap">{"↳ " * min(depth, 2)}{_e(item["conversation"])}'
             "</code></td>"
             f'<td class="num">t{int(item["turn"]):02d}</td>'
             f"<td>{_entry_link(index)}</td>"
-            f'<td><span class="kind {_e(item["kind"])}">{_e(item["kind"])}</span></td>'
+            f'<td><span class="kind {_e(move)}">{_e(move)}</span></td>'
             f"<td>{_agent(str(item['speaker']), names)}</td><td>{_e(text)}</td></tr>"
         )
     if not rows:

@@ -495,7 +495,8 @@ def _anchored(store: LogStore, scope: _Scope, chain: AnchorChain) -> str:
     last = max(scope.touched)
     if anchors[-1].size <= last:
         raise AuditFailure(
-            f"entries from {anchors[-1].size} on are not anchored (the tail up to {last})",
+            f"entries from {anchors[-1].size} on are not anchored (the tail up to {last}); "
+            "`accord ledger anchor` anchors them",
             anchors[-1].size,
         )
     stored = list(store.entries(0, anchors[-1].size))
@@ -566,8 +567,10 @@ def _credentials(store: LogStore, scope: _Scope) -> str:
                         f"exam {exam_id} does not re-grade: {exc}", bid_index
                     ) from exc
                 regraded.add(exam_id)
+    bidders, exams = len(scope.bidders), len(regraded)
     return (
-        f"{len(scope.bidders)} bidders credentialed when they bid; {len(regraded)} exams re-grade"
+        f"{bidders} bidder{'s' * (bidders != 1)} credentialed when they bid; "
+        f"{exams} exam{'s' * (exams != 1)} re-grade{'s' * (exams == 1)}"
     )
 
 

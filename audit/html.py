@@ -13,6 +13,7 @@ contractor share and the agents' names are read from the log's `settlement.compu
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Mapping, Sequence
 from fractions import Fraction
 from html import escape
@@ -58,6 +59,12 @@ pre.output { background: #f5f6f9; border-radius: 6px; padding: .5rem .7rem; marg
 
 
 # -- shared pieces ---------------------------------------------------------------------------
+
+
+def move_kind(class_name: str) -> str:
+    """A move as conversations log it (`kind` of `message_to_json`): `AssignSync` is
+    `assign_sync`, `Discuss` is `discuss`."""
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", class_name).lower()
 
 
 def _e(value: object) -> str:
@@ -349,8 +356,8 @@ def render_html(report: AuditReport, store: LogStore | None = None) -> str:
         for s in data["steps"]
     )
     timeline = "".join(
-        f"<tr><td><code>{_e(t['conversation'])}</code></td><td>{_e(t['turn'])}</td>"
-        f"<td>{_e(t['index'])}</td><td>{_e(t['kind'])}</td>"
+        f"<tr><td><code>{_e(t['conversation'])}</code></td><td>t{int(t['turn']):02d}</td>"
+        f"<td>{_e(t['index'])}</td><td>{_e(move_kind(str(t['kind'])))}</td>"
         f"<td>{agent(t['speaker'])}</td></tr>"
         for t in facts.get("timeline", [])
     )

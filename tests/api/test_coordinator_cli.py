@@ -78,6 +78,7 @@ def test_task_run_and_conversations(accord: Accord, tmp_path: Path) -> None:
     assert "assigns" in text and "reports" in text and "concludes" in text, live.stdout
     assert "(async, triggers set)" in text and "and waits" in text, live.stdout
     assert f"{task_id} delivered" in text, live.stdout
+    assert " t00 " in live.stdout, live.stdout  # numbered from t00, as `conversation show` is
 
     shown = accord.json("task", "show", task_id)
     assert shown["state"] == "delivered", shown
@@ -130,3 +131,10 @@ def test_task_run_and_conversations(accord: Accord, tmp_path: Path) -> None:
     again = accord.run("task", "run", task_id, check=1)
     assert again.stderr.strip() and "error" in again.stderr
     _no_traceback(again)
+
+    # settling anchors the log: the audit right after it passes step 2 (and every other)
+    settled = accord.json("task", "settle", task_id)
+    assert settled["already_settled"] is False, settled
+    audited = accord.run("audit", task_id, "--json", check=None)
+    report = json.loads(audited.stdout)
+    assert audited.returncode == 0 and report["verdict"] == "PASS", report

@@ -168,6 +168,11 @@ def test_post_bid_reveal_award_and_bad_input(accord: Accord) -> None:
     accord.json("bid", "reveal", task_id, "--agent", "bob")
     bids = accord.json("task", "bids", task_id)
     assert sorted(int(bid["price"]) for bid in bids) == [ETH // 10, ETH // 5]
+    shown_bids = accord.run("task", "bids", task_id).stdout
+    for name in ("alice", "bob"):  # each bidder by its registered name beside its DID
+        [row] = [line for line in shown_bids.splitlines() if dids[name] in line]
+        assert name in row, shown_bids
+    assert "2 bids on" in shown_bids, shown_bids
 
     sleep_until(task["reveal_ends"])
     award = accord.json("task", "award", task_id)
