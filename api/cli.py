@@ -111,7 +111,7 @@ def main() -> None:
         code = app(standalone_mode=False)
         raise SystemExit(code if isinstance(code, int) else 0)
     except ClickException as exc:
-        output._remember_json(True)
+        output.use_json_errors()
         output.report_error(exc.format_message(), exc.exit_code)
         raise SystemExit(exc.exit_code) from None
     except Abort:

@@ -37,6 +37,12 @@ def _remember_json(value: bool) -> bool:
     return value
 
 
+def use_json_errors() -> None:
+    """Report errors as JSON from now on (`main` does, when `--json` is on the command line
+    but the parser refused the input before reading the flag)."""
+    _remember_json(True)
+
+
 def reset() -> None:
     """Forget a previous command's `--json` (the root callback calls this on every run)."""
     _remember_json(False)
