@@ -201,7 +201,7 @@ def test_task_page_shows_verdict_checklist_team_bids_payouts(
     for name in ("ada", "linus"):  # both bidders, named from their registrations
         assert f">{name}<" in html
     assert 'id="bids"' in html and "winner" in html
-    assert 'id="timeline"' in html and "Conclude" in html
+    assert 'id="timeline"' in html and 'class="kind conclude">conclude<' in html
     teams = conversation_ids(world.context.store, world.task_id)
     assert len(teams) >= 2  # the team and at least one nested sub-team
     assert html.count('class="conv"') == len(teams)
