@@ -46,7 +46,7 @@ def test_task_run_and_conversations(accord: Accord, tmp_path: Path) -> None:
 
     # the spec file names the invoice by a path beside it; the CLI stores it by sha256
     (tmp_path / "invoice.txt").write_text(INVOICE)
-    request = invoice_request(bidding="30s", reveal="12s")
+    request = invoice_request(bidding="45s", reveal="30s")
     for part in request["parts"]:
         if part["capability"] == "extraction":
             part["input"]["document"] = {"$file": "invoice.txt"}

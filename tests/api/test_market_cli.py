@@ -95,10 +95,11 @@ def test_post_bid_reveal_award_and_bad_input(accord: Accord) -> None:
         "arithmetic",
         "--input",
         FIGURES,
+        # generous windows: under three test workers on two cores a CLI call takes seconds
         "--bidding",
-        "30s",
+        "45s",
         "--reveal",
-        "20s",
+        "40s",
     )
     task_id = task["id"]
     assert task["state"] == "bidding" and task["escrowed"] is True
