@@ -34,7 +34,6 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx
-from eth_account import Account
 from sqlalchemy import BigInteger, Engine, func, insert, select, update
 from sqlalchemy.exc import SQLAlchemyError
 from sqlmodel import Column, Field, SQLModel
@@ -64,7 +63,6 @@ from identity.runtimes import AgentRuntime, check_url
 from identity.status import StatusList, status_entry, status_list_credential
 from ledger.errors import MalformedError
 from ledger.events import Entry, format_time
-from ledger.runtime import open_ledger
 from ledger.service import Ledger
 from ledger.settings import DEFAULT_PUBLIC_URL, Settings
 from ledger.signing import Ed25519Signer, Signer, from_b64url, kid_for, verify_signature
@@ -262,6 +260,8 @@ class Onboarding:
         existing = self.payout_address(agent.did, chain_id)
         if existing is not None:
             return existing
+        from eth_account import Account  # slow to import; only binding needs it
+
         account = Account.from_key(self._payout_key(agent))
         signer = self.registry.signer(agent)
         binding = bind_payout_address(
@@ -743,7 +743,10 @@ class EndpointSigner:
 def open_onboarding(settings: Settings, ledger: Ledger | None = None) -> Onboarding:
     """Onboarding over the configured store and keys; the ledger is opened without a chain
     unless one is given. Raises StoreError, RegistryError, ExamError."""
-    ledger = open_ledger(settings) if ledger is None else ledger
+    if ledger is None:
+        from ledger.runtime import open_ledger  # the chain client: imported only when needed
+
+        ledger = open_ledger(settings)
     registry = AgentRegistry(
         ledger.store.engine,
         settings.keys_dir,

@@ -28,12 +28,11 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from datetime import datetime
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
-from eth_account import Account
-from eth_account.messages import encode_defunct
-from eth_account.signers.local import LocalAccount
-from eth_utils.address import is_checksum_address, to_checksum_address
+if TYPE_CHECKING:
+    from eth_account.signers.local import LocalAccount
+
 
 from identity.dataintegrity import from_multibase_b58, multibase_b58
 from identity.errors import BindingError, ProofFormatError
@@ -63,7 +62,7 @@ def binding_statement(
     statement = {
         "type": BINDING_TYPE,
         "did": did,
-        "address": to_checksum_address(address),
+        "address": _checksum(address),
         "chainId": chain_id,
         "nonce": nonce,
         "issuedAt": issued,
@@ -98,6 +97,8 @@ def sign_statement_with_address(statement: Mapping[str, Any], account: LocalAcco
         raise BindingError(
             f"the statement binds {statement.get('address')!r}, not {account.address}"
         )
+    from eth_account.messages import encode_defunct
+
     signed = account.sign_message(encode_defunct(primitive=binding_message(statement)))
     return "0x" + bytes(signed.signature).hex()
 
@@ -163,6 +164,9 @@ def verify_binding(binding: Mapping[str, Any], *, chain_id: int | None = None) -
         _fail(f"the DID signature does not verify: {exc}")
 
     raw = _hex_signature(address_signature)
+    from eth_account import Account  # here: eth_account is slow to import, and rarely needed
+    from eth_account.messages import encode_defunct
+
     try:
         recovered = Account.recover_message(encode_defunct(primitive=message), signature=raw)
     except Exception as exc:  # eth-keys raises several types for unrecoverable signatures
@@ -170,6 +174,13 @@ def verify_binding(binding: Mapping[str, Any], *, chain_id: int | None = None) -
     if recovered != address:
         _fail(f"the address signature is by {recovered}, not the bound address {address}")
     return did, address
+
+
+def _checksum(address: str) -> str:
+    """The EIP-55 form of a 0x address (eth_utils, imported when needed)."""
+    from eth_utils.address import to_checksum_address
+
+    return str(to_checksum_address(address))
 
 
 def _hex_signature(text: object) -> bytes:
@@ -187,7 +198,7 @@ def _check_statement(statement: Mapping[str, Any]) -> None:
     if not isinstance(did, str) or not did.startswith("did:key:z"):
         _fail("the statement's did must be a did:key")
     address = statement["address"]
-    if not isinstance(address, str) or not is_checksum_address(address):
+    if not isinstance(address, str) or _checksum(address) != address:
         _fail("the statement's address must be an EIP-55 checksummed address")
     chain = statement["chainId"]
     if isinstance(chain, bool) or not isinstance(chain, int) or chain <= 0:

@@ -4,14 +4,17 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
+from typing import TYPE_CHECKING
 
-from ledger.anchoring import Anchorer, AnchorOutcome
 from ledger.canonical import JSONValue
 from ledger.checkpoint import SignedCheckpoint, take_checkpoint
 from ledger.errors import ChainError, SequenceError
 from ledger.events import Entry, make_entry
 from ledger.signing import Signer
 from ledger.store import LogStore
+
+if TYPE_CHECKING:
+    from ledger.anchoring import Anchorer, AnchorOutcome
 
 _SEQ_RETRIES = 5
 
