@@ -26,7 +26,7 @@ from api.market_cli import agent_withdraw, bid_app, task_app
 from api.serve_cli import serve
 from ledger.anchoring import AnchorOutcome
 from ledger.chain import AnchorChain
-from ledger.devnet import ChainMismatchError, read_record
+from ledger.devnet import ANVIL_VERSION, ChainMismatchError, install_anvil, read_record
 from ledger.errors import (
     CanonicalizationError,
     ChainError,
@@ -43,7 +43,7 @@ from ledger.runtime import (
     open_store,
     operator_signer,
     prepare_home,
-    record_devnet,
+    start_devnet,
 )
 from ledger.settings import Settings
 from ledger.signing import read_keyfile
@@ -129,18 +129,14 @@ def devnet_up(as_json: JsonFlag = False) -> None:
         if settings.rpc_url is not None:
             _fail("ACCORD_RPC_URL is set: accord uses that chain and manages no devnet", code=2)
         prepare_home(settings)
-        devnet = devnet_for(settings)
-        info = devnet.up()
         try:
-            check_recorded_devnet(settings)
+            started = start_devnet(settings)  # a failed start stops the anvil it started
         except ChainMismatchError as exc:
             _fail(
                 f"{exc}. The log's anchors are on the recorded chain; nothing was deployed on "
                 f"this one. To start over on it, remove {settings.devnet_record_file}"
             )
-        chain = connect_chain(settings, start_devnet=False)
-        devnet.dump_state()  # the recorded head is on disk before it is recorded
-        record = record_devnet(settings, chain.registry_address())
+        info, chain, record = started.info, started.chain, started.record
         data = {
             "running": True,
             "reused": info.reused,
@@ -159,6 +155,17 @@ def devnet_up(as_json: JsonFlag = False) -> None:
     verb = "reused the running" if info.reused else "started a"
     out.print(f"[green]✓[/] {verb} devnet at {info.rpc_url} (pid {info.pid})")
     out.print(f"  AnchorRegistry at {data['registry']} on chain {data['chain_id']}")
+
+
+@devnet_app.command("install")
+def devnet_install(as_json: JsonFlag = False) -> None:
+    """Install the pinned anvil with npm into the user cache, where `devnet up` finds it."""
+    with _errors():
+        anvil = install_anvil()
+    if as_json:
+        _emit({"anvil": str(anvil), "version": ANVIL_VERSION})
+    else:
+        out.print(f"[green]✓[/] anvil {ANVIL_VERSION} installed: {anvil}")
 
 
 @devnet_app.command("down")
