@@ -4,8 +4,11 @@ start leaves no anvil running."""
 from __future__ import annotations
 
 import json
+import os
 import platform
 import stat
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -207,3 +210,41 @@ def test_a_failed_connect_stops_the_devnet_it_started_but_not_a_running_one(
         assert status.running and status.pid == info.pid
     finally:
         devnet.down()
+
+
+def test_accord_devnet_install_puts_anvil_in_the_user_cache(tmp_path: Path) -> None:
+    package = platform_package_name(platform.system(), platform.machine())
+    bin_dir = tmp_path / "bin"
+    _executable(bin_dir / "npm", FAKE_NPM.replace("{package}", str(package)))
+    env = {
+        **os.environ,
+        "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', os.defpath)}",
+        "XDG_CACHE_HOME": str(tmp_path / "cache"),
+        "ACCORD_HOME": str(tmp_path / "home"),
+        "PYTHONPATH": str(REPO_ROOT),
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "api.cli", "devnet", "install", "--json"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    installed = json.loads(done.stdout)
+    cache = tmp_path / "cache" / "accord" / "anvil"
+    assert installed == {"anvil": str(_npm_anvil(cache / "node_modules")), "version": ANVIL_VERSION}
+    assert (bin_dir / "argv").read_text().split()[:3] == ["install", "--prefix", str(cache)]
+
+    failing = {**env, "PATH": str(tmp_path / "nothing")}
+    refused = subprocess.run(
+        [sys.executable, "-m", "api.cli", "devnet", "install"],
+        env=failing,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert refused.returncode == 1
+    assert "npm not found" in refused.stderr and "Traceback" not in refused.stderr
