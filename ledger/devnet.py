@@ -60,9 +60,10 @@ CHECKOUT_ROOT = Path(__file__).resolve().parent.parent
 is site-packages, which holds no `package.json`)."""
 
 
-def checkout_node_modules(root: Path = CHECKOUT_ROOT) -> Path | None:
+def checkout_node_modules(root: Path | None = None) -> Path | None:
     """The repository's `node_modules` (where `npm ci` puts anvil), or None when accord does
-    not run from a checkout."""
+    not run from a checkout. `root` defaults to `CHECKOUT_ROOT`."""
+    root = CHECKOUT_ROOT if root is None else root
     return root / "node_modules" if (root / "package.json").is_file() else None
 
 
@@ -176,13 +177,15 @@ def find_anvil(
     for candidate in places:
         if _runnable(candidate):
             return candidate
-    looked = ["PATH"]
-    if checkout is not None:
-        looked.append(f"the repository's {checkout}")
-    looked.append(f"the user cache {cache}")
+    repository = (
+        f"not in the repository's {checkout}"
+        if checkout is not None
+        else "not in a repository's node_modules (accord does not run from a checkout)"
+    )
     raise DevnetError(
-        f"anvil not found (looked on {', '.join(looked)}); install it with `{INSTALL_COMMAND}`"
-        + (" or `npm ci` in the repository" if checkout is not None else "")
+        f"anvil not found: not on PATH, {repository}, not in the user cache {cache}; "
+        f"install it with `{INSTALL_COMMAND}`"
+        + (" (or `npm ci` in the repository)" if checkout is not None else "")
         + f", or name one with {ANVIL_VARIABLE}"
     )
 

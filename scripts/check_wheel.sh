@@ -71,6 +71,15 @@ mkdir -p "$WORK/run"
 cd "$WORK/run"
 unset PYTHONPATH ACCORD_RPC_URL ACCORD_DB_URL ACCORD_SERVER
 export ACCORD_HOME="$WORK/home"
+step "accord devnet up with no anvil anywhere: one clear line, nothing left running"
+if NO_ANVIL="$(env -u ACCORD_ANVIL PATH="$VENV/bin" XDG_CACHE_HOME="$WORK/empty-cache" \
+  ACCORD_DEVNET_PORT=1 "$ACCORD" devnet up 2>&1)"; then
+  fail "devnet up started without anvil: $NO_ANVIL"
+fi
+echo "$NO_ANVIL"
+grep -q "accord devnet install" <<<"$NO_ANVIL" || fail "the message does not name \`accord devnet install\`"
+grep -q "Traceback" <<<"$NO_ANVIL" && fail "devnet up without anvil ends in a traceback"
+
 if [[ -z "${ACCORD_ANVIL:-}" ]]; then
   for candidate in "$REPO"/node_modules/@foundry-rs/anvil-*/bin/anvil; do
     [[ -x "$candidate" ]] && export ACCORD_ANVIL="$candidate" && break

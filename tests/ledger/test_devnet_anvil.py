@@ -248,3 +248,16 @@ def test_accord_devnet_install_puts_anvil_in_the_user_cache(tmp_path: Path) -> N
     )
     assert refused.returncode == 1
     assert "npm not found" in refused.stderr and "Traceback" not in refused.stderr
+
+
+def test_an_installed_accord_names_the_places_too(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("ledger.devnet.CHECKOUT_ROOT", tmp_path / "site-packages")
+    with pytest.raises(DevnetError) as raised:
+        find_anvil({"PATH": ""}, cache_dir=tmp_path / "cache")
+    message = str(raised.value)
+    assert "not on PATH" in message
+    assert "accord does not run from a checkout" in message
+    assert str(tmp_path / "cache") in message and "`accord devnet install`" in message
+    assert "npm ci" not in message
