@@ -1,22 +1,28 @@
-# accord: `make demo` runs the main job, `make test` is what CI runs. Both set themselves up.
+# accord: `make demo` runs the main job, `make test` is what CI runs (then checks the wheel on
+# its own: scripts/check_wheel.sh). Both set themselves up.
 SHELL := /bin/bash
 VENV := .venv
 PY := $(VENV)/bin/python
 PY_STAMP := $(VENV)/.accord-installed
 NPM_STAMP := node_modules/.accord-installed
 
-.PHONY: setup demo test lint bench contracts clean
+.PHONY: setup demo test lint bench contracts wheel clean
 
 setup: $(PY_STAMP) $(NPM_STAMP)
 
 $(PY_STAMP): pyproject.toml
+	@echo "==> setup: installing accord and its dependencies from PyPI into $(VENV)"
+	@echo "    (web3, fastapi, sqlmodel, openai, the test tools...); a few minutes on a fresh machine"
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[dev]'
+	@echo "==> setup: $(VENV) ready"
 	touch $@
 
 $(NPM_STAMP): package.json package-lock.json
+	@echo "==> setup: installing anvil and solc from npm into node_modules (npm ci); a minute or so"
 	npm ci --no-audit --no-fund --loglevel=error
+	@echo "==> setup: node_modules ready"
 	touch $@
 
 demo: setup
@@ -31,12 +37,16 @@ test: setup lint
 	$(PY) scripts/compile_contracts.py --check
 	scripts/install_browser.sh
 	scripts/with_postgres.sh $(VENV)/bin/pytest -q -p no:cacheprovider -n 3 --dist loadfile --durations=10
+	scripts/check_wheel.sh
 
 bench: setup
 	$(PY) scripts/bench/run_all.py
 
 contracts: setup
 	$(PY) scripts/compile_contracts.py
+
+wheel: setup
+	scripts/check_wheel.sh
 
 clean:
 	rm -rf $(VENV) node_modules .accord .pytest_cache .mypy_cache .ruff_cache

@@ -14,7 +14,8 @@
 
 `accord.Client(url, signer)` is the HTTP client of a remote `accord serve`. Everything here is
 a thin layer over the packages (`ledger`, `identity`, `market`, `coordinator`, `audit`); their
-errors all derive from the roots re-exported below. Nothing is imported until it is used, so
+errors all derive from `AccordError` (catch it to catch every expected failure) through the
+package roots re-exported below. Nothing is imported until it is used, so
 `import accord` is cheap.
 """
 
@@ -29,7 +30,7 @@ if TYPE_CHECKING:
     from api.client import AccordClient as Client
     from coordinator.errors import CoordinatorError
     from identity.errors import IdentityError
-    from ledger.errors import LedgerError
+    from ledger.errors import AccordError, LedgerError
     from ledger.settings import Settings
     from market.errors import MarketError
     from market.money import Wei, format_eth, parse_amount
@@ -49,6 +50,7 @@ _EXPORTS = {
     "Wei": ("market.money", "Wei"),
     "parse_amount": ("market.money", "parse_amount"),
     "format_eth": ("market.money", "format_eth"),
+    "AccordError": ("ledger.errors", "AccordError"),
     "LedgerError": ("ledger.errors", "LedgerError"),
     "IdentityError": ("identity.errors", "IdentityError"),
     "MarketError": ("market.errors", "MarketError"),
@@ -56,6 +58,7 @@ _EXPORTS = {
 }
 
 __all__ = [
+    "AccordError",
     "Client",
     "CoordinatorError",
     "Home",

@@ -66,7 +66,7 @@ from api.structured_fields import (
     serialize_dictionary,
     serialize_member,
 )
-from ledger.errors import MalformedError, SignatureError
+from ledger.errors import AccordError, MalformedError, SignatureError
 from ledger.signing import Signer, b64url, public_key_from_did, verify_signature
 
 SIGNATURE_INPUT_HEADER = "Signature-Input"
@@ -93,7 +93,7 @@ _DEFAULT_PORTS = {"http": "80", "https": "443"}
 _HOST = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._~%!$&'()*+,;=-]+)(?::([0-9]*))?$")
 
 
-class AuthError(Exception):
+class AuthError(AccordError):
     """A request is not signed, or its signature, key, time, host, digest or nonce does not
     hold. Every subclass's message is one line saying what to do."""
 

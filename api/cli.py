@@ -148,31 +148,21 @@ def _errors() -> Iterator[None]:
 def devnet_up(as_json: JsonFlag = False) -> None:
     """Start the devnet (or reuse the running one) and deploy the registry once."""
     from ledger.devnet import ChainMismatchError
-    from ledger.runtime import (
-        check_recorded_devnet,
-        connect_chain,
-        devnet_for,
-        prepare_home,
-        record_devnet,
-    )
+    from ledger.runtime import prepare_home, start_devnet
 
     settings = _settings()
     with _errors():
         if settings.rpc_url is not None:
             fail("ACCORD_RPC_URL is set: accord uses that chain and manages no devnet", code=2)
         prepare_home(settings)
-        devnet = devnet_for(settings)
-        info = devnet.up()
         try:
-            check_recorded_devnet(settings)
+            started = start_devnet(settings)  # a failed start stops the anvil it started
         except ChainMismatchError as exc:
             fail(
                 f"{exc}. The log's anchors are on the recorded chain; nothing was deployed on "
                 f"this one. To start over on it, remove {settings.devnet_record_file}"
             )
-        chain = connect_chain(settings, start_devnet=False)
-        devnet.dump_state()  # the recorded head is on disk before it is recorded
-        record = record_devnet(settings, chain.registry_address())
+        info, chain, record = started.info, started.chain, started.record
         data = {
             "running": True,
             "reused": info.reused,
@@ -191,6 +181,19 @@ def devnet_up(as_json: JsonFlag = False) -> None:
     verb = "reused the running" if info.reused else "started a"
     say(f"[green]✓[/] {verb} devnet at {info.rpc_url} (pid {info.pid})")
     say(f"  AnchorRegistry at {data['registry']} on chain {data['chain_id']}")
+
+
+@devnet_app.command("install")
+def devnet_install(as_json: JsonFlag = False) -> None:
+    """Install the pinned anvil with npm into the user cache, where `devnet up` finds it."""
+    from ledger.devnet import ANVIL_VERSION, install_anvil
+
+    with _errors():
+        anvil = install_anvil()
+    if as_json:
+        emit({"anvil": str(anvil), "version": ANVIL_VERSION})
+    else:
+        say(f"[green]✓[/] anvil {ANVIL_VERSION} installed: {anvil}")
 
 
 @devnet_app.command("down")

@@ -20,6 +20,7 @@ from urllib.parse import quote
 import httpx
 
 from api.auth import AccordAuth
+from ledger.errors import AccordError
 from ledger.signing import Signer
 
 SERVER_ENV = "ACCORD_SERVER"
@@ -28,7 +29,7 @@ DEFAULT_TIMEOUT = 30.0
 JsonObject = dict[str, Any]
 
 
-class ApiError(Exception):
+class ApiError(AccordError):
     """A call to the service failed; `status` is the HTTP status (None: no answer at all)."""
 
     def __init__(self, message: str, status: int | None = None, reason: str | None = None) -> None:

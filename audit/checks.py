@@ -40,7 +40,14 @@ from identity.payout import verify_binding
 from ledger import merkle
 from ledger.chain import AnchorChain
 from ledger.checkpoint import SignedCheckpoint
-from ledger.errors import ChainError, LedgerError, MalformedError, ProofError, SignatureError
+from ledger.errors import (
+    AccordError,
+    ChainError,
+    LedgerError,
+    MalformedError,
+    ProofError,
+    SignatureError,
+)
 from ledger.events import Entry, Event, parse_time
 from ledger.store import LogStore
 from ledger.verify import StepResult
@@ -95,7 +102,7 @@ _OPERATOR_KINDS = {
 }
 
 
-class AuditFailure(Exception):
+class AuditFailure(AccordError):
     """One checklist step does not hold; `entry` is the log index it failed on, if any."""
 
     def __init__(self, reason: str, entry: int | None = None) -> None:

@@ -1,17 +1,21 @@
-"""Every expected failure of the coordinator, under one root.
+"""Every expected failure of the coordinator, under one root; that root derives from
+`AccordError` (ledger.errors), the root of every expected failure in accord.
 
-CoordinatorError
-├── IllegalMove            a message the conversation's transition table refuses (`reason`)
-├── TeamError              no team can be formed: nobody holds a needed capability, depth limit
-├── AgentFailure           an agent adapter failed or timed out on a sub-task (`retriable`)
-└── PolicyError            a policy could not decide
-    └── PolicyOutputError  an LLM's output did not parse into a typed message (retriable)
+AccordError
+└── CoordinatorError
+    ├── IllegalMove            a message the conversation's transition table refuses (`reason`)
+    ├── TeamError              no team can be formed: nobody holds a needed capability, depth limit
+    ├── AgentFailure           an agent adapter failed or timed out on a sub-task (`retriable`)
+    └── PolicyError            a policy could not decide
+        └── PolicyOutputError  an LLM's output did not parse into a typed message (retriable)
 """
 
 from __future__ import annotations
 
+from ledger.errors import AccordError
 
-class CoordinatorError(Exception):
+
+class CoordinatorError(AccordError):
     """Root of every expected coordinator failure."""
 
 

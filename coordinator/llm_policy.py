@@ -30,7 +30,8 @@ import os
 import string
 from collections.abc import Callable, Iterable, Mapping
 from functools import cache
-from pathlib import Path
+from importlib.resources import files
+from importlib.resources.abc import Traversable
 from typing import Any
 
 import openai
@@ -56,7 +57,8 @@ from coordinator.errors import IllegalMove, PolicyError, PolicyOutputError
 from coordinator.policy import Member, Policy, RulePolicy, TeamView
 from coordinator.work import JSON, SubTask
 
-PROMPTS_DIR = Path(__file__).with_name("prompts")
+PROMPTS_DIR: Traversable = files("coordinator") / "prompts"
+"""The prompt templates shipped with the `coordinator` package (package data)."""
 TEMPLATES = ("leader_system", "leader_turn", "leader_retry")
 DEFAULT_MODEL_TIMEOUT = 60.0
 DEFAULT_MAX_ATTEMPTS = 3
@@ -109,10 +111,16 @@ def render(template: str, values: Mapping[str, str], name: str = "template") -> 
 
 @cache
 def load_template(name: str) -> str:
-    """The text of `coordinator/prompts/<name>.txt`. Raises PromptError when there is none."""
+    """The text of `coordinator/prompts/<name>.txt`, read through importlib.resources.
+
+    Raises PromptError when there is no such template, or the installed package lacks it.
+    """
     if name not in TEMPLATES:
         raise PromptError(f"no prompt template {name!r}")
-    return (PROMPTS_DIR / f"{name}.txt").read_text(encoding="utf-8")
+    try:
+        return (PROMPTS_DIR / f"{name}.txt").read_text(encoding="utf-8")
+    except OSError as exc:
+        raise PromptError(f"prompt template {name!r} is missing from the package: {exc}") from exc
 
 
 def render_prompt(name: str, values: Mapping[str, str]) -> str:

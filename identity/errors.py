@@ -1,26 +1,30 @@
-"""Every expected failure of identity, under one root.
+"""Every expected failure of identity, under one root; that root derives from
+`AccordError` (ledger.errors), the root of every expected failure in accord.
 
-IdentityError
-├── KeyStoreError           a key file is missing, unreadable or not private
-├── CredentialError         a credential or presentation fails a verification step
-│                           (`step` names the checklist step, `reason` says why)
-├── ProofFormatError        a document or proof is malformed before any check can run
-├── NonceError              a DID-auth challenge nonce is unknown, expired or used
-├── BindingError            a payout-address binding lacks or fails one of its signatures
-├── JwsError                a JWS is malformed or does not verify (`reason` says why)
-├── ExamError               an exam cannot be started, answered or graded
-│   ├── RateLimitedError    too many attempts; `retry_after` seconds
-│   ├── DeadlineError       an answer came after its item's deadline
-│   └── SchemaViolation     a skill's input or output breaks its JSON Schema (`path`, `reason`)
-└── RegistryError           an agent or credential name/id is invalid, taken or unknown
-    ├── PrivateEndpointError  an agent endpoint at a loopback, link-local or private address
-    └── AgentCardError      an A2A agent card cannot be fetched, read or verified
+AccordError
+└── IdentityError
+    ├── KeyStoreError           a key file is missing, unreadable or not private
+    ├── CredentialError         a credential or presentation fails a verification step
+    │                           (`step` names the checklist step, `reason` says why)
+    ├── ProofFormatError        a document or proof is malformed before any check can run
+    ├── NonceError              a DID-auth challenge nonce is unknown, expired or used
+    ├── BindingError            a payout-address binding lacks or fails one of its signatures
+    ├── JwsError                a JWS is malformed or does not verify (`reason` says why)
+    ├── ExamError               an exam cannot be started, answered or graded
+    │   ├── RateLimitedError    too many attempts; `retry_after` seconds
+    │   ├── DeadlineError       an answer came after its item's deadline
+    │   └── SchemaViolation     a skill's input or output breaks its JSON Schema (`path`, `reason`)
+    └── RegistryError           an agent or credential name/id is invalid, taken or unknown
+        ├── PrivateEndpointError  an agent endpoint at a loopback, link-local or private address
+        └── AgentCardError      an A2A agent card cannot be fetched, read or verified
 """
 
 from __future__ import annotations
 
+from ledger.errors import AccordError
 
-class IdentityError(Exception):
+
+class IdentityError(AccordError):
     """Root of every expected identity failure."""
 
 

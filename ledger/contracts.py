@@ -1,18 +1,22 @@
-"""Compiled contract artifacts, as committed under `contracts/artifacts/`.
+"""Compiled contract artifacts, as committed under `ledger/artifacts/`.
 
-`scripts/compile_contracts.py` writes them; this module only reads them (nothing at import).
+`scripts/compile_contracts.py` writes them from `contracts/*.sol`; they are package data of
+`ledger`, so an installed wheel carries them. This module reads them through
+`importlib.resources` (never relative to the repository) and only when asked (nothing at import).
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from pathlib import Path
+from importlib.resources import files
+from importlib.resources.abc import Traversable
 from typing import Any
 
 from ledger.errors import DeploymentError
 
-ARTIFACTS_DIR = Path(__file__).resolve().parent.parent / "contracts" / "artifacts"
+ARTIFACTS_DIR: Traversable = files("ledger") / "artifacts"
+"""The artifacts shipped with the `ledger` package: `<Name>.json` per contract."""
 
 
 @dataclass(frozen=True)
@@ -60,18 +64,20 @@ def parse_artifact(name: str, data: dict[str, Any]) -> ContractArtifact:
         raise DeploymentError(f"artifact {name} is malformed: {exc!r}") from exc
 
 
-def load_artifact(name: str, artifacts_dir: Path = ARTIFACTS_DIR) -> ContractArtifact:
-    """Read `<artifacts_dir>/<name>.json`.
+def load_artifact(name: str, artifacts_dir: Traversable = ARTIFACTS_DIR) -> ContractArtifact:
+    """Read `<artifacts_dir>/<name>.json` (by default the package's own artifacts).
 
     Raises DeploymentError when the file is missing, unreadable or malformed
-    (run `python scripts/compile_contracts.py` to produce it).
+    (in a checkout, run `python scripts/compile_contracts.py` to produce it; in an
+    installed package, the wheel was built without its artifacts).
     """
     path = artifacts_dir / f"{name}.json"
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise DeploymentError(
-            f"no compiled artifact for {name} at {path}; run `python scripts/compile_contracts.py`"
+            f"no compiled artifact for {name} at {path}: in a checkout run "
+            "`python scripts/compile_contracts.py`; an installed accord lacks its package data"
         ) from None
     except (OSError, ValueError) as exc:
         raise DeploymentError(f"cannot read artifact {path}: {exc}") from exc

@@ -25,10 +25,12 @@ import random
 import shutil
 import signal
 import socket
+import subprocess
 import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -45,8 +47,33 @@ _POLL_INTERVAL_S = 0.05
 _RPC_PROBE_TIMEOUT_S = 1.0
 _LOG_TAIL_LINES = 20
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-NODE_MODULES = REPO_ROOT / "node_modules"
+ANVIL_PACKAGE = "@foundry-rs/anvil"
+ANVIL_VERSION = "1.7.1"
+"""The anvil accord is tested with: the version package.json pins (a test holds them equal)."""
+ANVIL_VARIABLE = "ACCORD_ANVIL"
+"""Names the anvil executable to use, overriding every other place."""
+INSTALL_COMMAND = "accord devnet install"
+INSTALL_TIMEOUT_S = 600.0
+
+CHECKOUT_ROOT = Path(__file__).resolve().parent.parent
+"""The repository, when accord runs from a checkout (an installed wheel has none: its parent
+is site-packages, which holds no `package.json`)."""
+
+
+def checkout_node_modules(root: Path | None = None) -> Path | None:
+    """The repository's `node_modules` (where `npm ci` puts anvil), or None when accord does
+    not run from a checkout. `root` defaults to `CHECKOUT_ROOT`."""
+    root = CHECKOUT_ROOT if root is None else root
+    return root / "node_modules" if (root / "package.json").is_file() else None
+
+
+def anvil_cache_dir(env: Mapping[str, str] | None = None) -> Path:
+    """Where `accord devnet install` puts anvil: `$XDG_CACHE_HOME/accord/anvil`, else
+    `~/.cache/accord/anvil` (pure but for the home folder)."""
+    env = os.environ if env is None else env
+    cache = env.get("XDG_CACHE_HOME", "")
+    base = Path(cache) if cache and Path(cache).is_absolute() else Path.home() / ".cache"
+    return base / "accord" / "anvil"
 
 
 @dataclass(frozen=True)
@@ -102,28 +129,123 @@ def platform_package_name(system: str, machine: str) -> str | None:
     return f"@foundry-rs/anvil-{os_part}-{arch_part}"
 
 
-def find_anvil(node_modules: Path = NODE_MODULES) -> Path:
-    """The anvil executable: the platform package's binary, else `node_modules/.bin/anvil`,
-    else `anvil` on PATH.
-
-    Raises DevnetError when none exists (run `npm ci` in the repository).
-    """
+def _node_modules_candidates(node_modules: Path) -> list[Path]:
+    """Where an npm install of @foundry-rs/anvil leaves a runnable anvil: the platform
+    package's native binary first, then the package's node launcher."""
     exe = "anvil.exe" if sys.platform == "win32" else "anvil"
     candidates: list[Path] = []
     package = platform_package_name(platform.system(), platform.machine())
     if package is not None:
         candidates.append(node_modules / package / "bin" / exe)
     candidates.append(node_modules / ".bin" / "anvil")
-    on_path = shutil.which("anvil")
+    return candidates
+
+
+def _runnable(path: Path) -> bool:
+    return path.is_file() and os.access(path, os.X_OK)
+
+
+def find_anvil(
+    env: Mapping[str, str] | None = None,
+    node_modules: Path | None = None,
+    cache_dir: Path | None = None,
+) -> Path:
+    """The anvil executable, looked for in order:
+
+    (0) `$ACCORD_ANVIL`, when set (it must then be runnable);
+    (1) `anvil` on PATH;
+    (2) the repository's `node_modules` (`npm ci`), when accord runs from a checkout;
+    (3) the user cache where `accord devnet install` puts it (`anvil_cache_dir`).
+
+    `node_modules` and `cache_dir` override (2) and (3); `env` the process environment.
+    Raises DevnetError naming every place looked at and how to install it when none has one,
+    or when `$ACCORD_ANVIL` is set to something that is not a runnable file.
+    """
+    env = os.environ if env is None else env
+    chosen = env.get(ANVIL_VARIABLE, "")
+    if chosen:
+        if _runnable(Path(chosen)):
+            return Path(chosen)
+        raise DevnetError(f"{ANVIL_VARIABLE}={chosen} is not a runnable file")
+    on_path = shutil.which("anvil", path=env.get("PATH", os.defpath))
     if on_path is not None:
-        candidates.append(Path(on_path))
-    for candidate in candidates:
-        if candidate.is_file() and os.access(candidate, os.X_OK):
+        return Path(on_path)
+    checkout = node_modules if node_modules is not None else checkout_node_modules()
+    cache = cache_dir if cache_dir is not None else anvil_cache_dir(env)
+    places = [] if checkout is None else _node_modules_candidates(checkout)
+    places += _node_modules_candidates(cache / "node_modules")
+    for candidate in places:
+        if _runnable(candidate):
+            return candidate
+    repository = (
+        f"not in the repository's {checkout}"
+        if checkout is not None
+        else "not in a repository's node_modules (accord does not run from a checkout)"
+    )
+    raise DevnetError(
+        f"anvil not found: not on PATH, {repository}, not in the user cache {cache}; "
+        f"install it with `{INSTALL_COMMAND}`"
+        + (" (or `npm ci` in the repository)" if checkout is not None else "")
+        + f", or name one with {ANVIL_VARIABLE}"
+    )
+
+
+def install_anvil(
+    cache_dir: Path | None = None,
+    *,
+    npm: str | None = None,
+    version: str = ANVIL_VERSION,
+    timeout_s: float = INSTALL_TIMEOUT_S,
+) -> Path:
+    """`npm install` the pinned `@foundry-rs/anvil@version` into `cache_dir` (default
+    `anvil_cache_dir()`), and return the anvil it installed.
+
+    `npm` is the npm executable (default: `npm` on PATH). Raises DevnetError when there is no
+    npm, npm fails or times out (the message carries the tail of its output), or the install
+    left no runnable anvil.
+    """
+    cache = cache_dir if cache_dir is not None else anvil_cache_dir()
+    npm = npm or shutil.which("npm")
+    if npm is None:
+        raise DevnetError(
+            "npm not found: installing anvil needs Node.js and npm (e.g. `apt-get install npm`)"
+        )
+    try:
+        cache.mkdir(parents=True, exist_ok=True)
+        manifest = cache / "package.json"
+        if not manifest.exists():
+            manifest.write_text(
+                '{"name": "accord-anvil", "private": true, "description": '
+                '"anvil for accord, installed by `accord devnet install`"}\n',
+                encoding="utf-8",
+            )
+    except OSError as exc:
+        raise DevnetError(f"cannot prepare {cache}: {exc}") from exc
+    argv = [
+        npm,
+        "install",
+        "--prefix",
+        str(cache),
+        "--no-audit",
+        "--no-fund",
+        "--loglevel=error",
+        f"{ANVIL_PACKAGE}@{version}",
+    ]
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, check=False)
+    except subprocess.TimeoutExpired as exc:
+        raise DevnetError(f"npm did not finish installing anvil within {timeout_s:.0f} s") from exc
+    except OSError as exc:
+        raise DevnetError(f"cannot run {npm}: {exc}") from exc
+    if done.returncode != 0:
+        tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-_LOG_TAIL_LINES:])
+        raise DevnetError(f"npm install of {ANVIL_PACKAGE}@{version} failed:\n{tail}")
+    for candidate in _node_modules_candidates(cache / "node_modules"):
+        if _runnable(candidate):
             return candidate
     raise DevnetError(
-        "anvil not found (looked at "
-        + ", ".join(str(c) for c in candidates)
-        + "); run `npm ci` in the repository"
+        f"npm installed {ANVIL_PACKAGE}@{version} into {cache} but left no runnable anvil "
+        f"(is {platform.system()} {platform.machine()} a platform it is built for?)"
     )
 
 

@@ -1,4 +1,18 @@
-"""Every expected failure of the ledger, under one root.
+"""Every expected failure of the ledger, under one root; and the root of accord's.
+
+`AccordError` is the one root of every expected failure anywhere in accord (re-exported as
+`accord.AccordError`); it lives here because every other package may import `ledger`:
+
+    AccordError
+    ├── LedgerError         ledger.errors (below)
+    ├── IdentityError       identity.errors
+    ├── MarketError         market.errors
+    ├── CoordinatorError    coordinator.errors
+    ├── AuditFailure        audit.checks: one audit checklist step does not hold
+    ├── ApiError            api.client: a call to an accord service failed
+    └── AuthError           api.auth: a request's signature does not hold
+
+The ledger's own:
 
     LedgerError
     ├── CanonicalizationError   a value cannot be put into RFC 8785 canonical JSON
@@ -23,7 +37,11 @@ without parsing the message.
 from __future__ import annotations
 
 
-class LedgerError(Exception):
+class AccordError(Exception):
+    """Root of every expected failure in accord: catch this to catch them all."""
+
+
+class LedgerError(AccordError):
     """Root of every expected ledger failure."""
 
 

@@ -6,8 +6,11 @@ the caller's behalf; the CLI and the API go through it.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
+from collections.abc import Iterator
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -15,6 +18,7 @@ from ledger.anchoring import Anchorer
 from ledger.chain import DEVNET_OPERATOR_KEY, AnchorChain, Web3AnchorChain, ensure_registry
 from ledger.devnet import (
     Devnet,
+    DevnetInfo,
     DevnetRecord,
     check_record,
     observe,
@@ -183,10 +187,51 @@ def check_recorded_devnet(settings: Settings) -> DevnetRecord | None:
     return record
 
 
+@contextlib.contextmanager
+def _stopped_on_failure(devnet: Devnet, info: DevnetInfo) -> Iterator[None]:
+    """Stop the devnet when the block fails, if this `up()` started it (a reused one was
+    running before and keeps running): a failed start leaves nothing behind."""
+    try:
+        yield
+    except BaseException:
+        if not info.reused:
+            with contextlib.suppress(DevnetError):
+                devnet.down()
+        raise
+
+
+@dataclass(frozen=True)
+class DevnetStart:
+    """What `start_devnet` did: the devnet, the registry on it, and what was recorded."""
+
+    info: DevnetInfo
+    chain: AnchorChain
+    record: DevnetRecord
+
+
+def start_devnet(settings: Settings) -> DevnetStart:
+    """`accord devnet up`: start (or reuse) the managed devnet, check it is the recorded
+    chain, deploy the registry once, and record the devnet in ACCORD_HOME.
+
+    A devnet this call started is stopped again when any later step fails, so a failed start
+    leaves no anvil running. Raises ChainMismatchError when the chain is not the recorded one
+    (nothing is deployed on it), DevnetError, ChainUnavailableError, DeploymentError.
+    """
+    devnet = devnet_for(settings)
+    info = devnet.up()
+    with _stopped_on_failure(devnet, info):
+        check_recorded_devnet(settings)
+        chain = connect_chain(settings, start_devnet=False)
+        devnet.dump_state()  # the recorded head is on disk before it is recorded
+        record = record_devnet(settings, chain.registry_address())
+    return DevnetStart(info, chain, record)
+
+
 def connect_chain(settings: Settings, *, start_devnet: bool = True) -> AnchorChain:
     """The anchor registry on the configured chain, deployed once and checked by code hash.
 
-    With no ACCORD_RPC_URL the managed devnet is used (started when `start_devnet`).
+    With no ACCORD_RPC_URL the managed devnet is used (started when `start_devnet`; stopped
+    again if this call started it and the registry then fails).
     Raises ChainUnavailableError, DeploymentError, DevnetError.
     """
     if settings.rpc_url is not None:
@@ -195,16 +240,20 @@ def connect_chain(settings: Settings, *, start_devnet: bool = True) -> AnchorCha
                 "ACCORD_RPC_URL is set but ACCORD_OPERATOR_ETH_KEY is not: "
                 "give the hex private key of the account that pays for anchors"
             )
-        rpc_url, key = settings.rpc_url, settings.operator_eth_key
-    else:
-        devnet = devnet_for(settings)
-        if start_devnet:
-            devnet.up()
-        elif not devnet.status().running:
+        deployment = ensure_registry(
+            settings.rpc_url, settings.operator_eth_key, settings.deployment_file
+        )
+        return Web3AnchorChain(settings.rpc_url, settings.operator_eth_key, deployment.address)
+    devnet = devnet_for(settings)
+    if not start_devnet:
+        if not devnet.status().running:
             raise DevnetError("the devnet is not running; start it with `accord devnet up`")
-        rpc_url, key = devnet.rpc_url, DEVNET_OPERATOR_KEY
-    deployment = ensure_registry(rpc_url, key, settings.deployment_file)
-    return Web3AnchorChain(rpc_url, key, deployment.address)
+        deployment = ensure_registry(devnet.rpc_url, DEVNET_OPERATOR_KEY, settings.deployment_file)
+        return Web3AnchorChain(devnet.rpc_url, DEVNET_OPERATOR_KEY, deployment.address)
+    info = devnet.up()
+    with _stopped_on_failure(devnet, info):
+        deployment = ensure_registry(devnet.rpc_url, DEVNET_OPERATOR_KEY, settings.deployment_file)
+        return Web3AnchorChain(devnet.rpc_url, DEVNET_OPERATOR_KEY, deployment.address)
 
 
 def open_ledger(settings: Settings, chain: AnchorChain | None = None) -> Ledger:

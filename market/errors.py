@@ -1,24 +1,28 @@
-"""Every expected failure of the market, under one root.
+"""Every expected failure of the market, under one root; that root derives from
+`AccordError` (ledger.errors), the root of every expected failure in accord.
 
-MarketError
-├── AmountError             an amount is not a whole number of wei, negative, or unparseable
-├── LimitError              an amount or a window beyond what the chain or the market accepts
-├── TaskError               a task is malformed, unknown, or not in the state an action needs
-│   ├── TransitionError     a lifecycle transition the state machine does not allow
-│   └── WorkError           a part, a check or a file of a task spec is invalid (`path` names it)
-├── BidRejected             a commitment or reveal is refused; `reason` is a stable code
-├── AuctionError            an auction cannot be cleared (windows still open, nothing to clear)
-│   └── InvalidBidError     a bid the auction must refuse (over budget, a second bid, malformed)
-├── ReputationError         reputation inputs out of range
-├── EscrowError             the escrow contract refused or contradicts the market's record
-└── SettlementError         Shapley values or a wei split cannot be computed from these inputs
-    └── SettlementWaits     a check cannot be decided yet (a review window open, a judge down)
+AccordError
+└── MarketError
+    ├── AmountError             an amount is not a whole number of wei, negative, or unparseable
+    ├── LimitError              an amount or a window beyond what the chain or the market accepts
+    ├── TaskError               a task is malformed, unknown, or not in the state an action needs
+    │   ├── TransitionError     a lifecycle transition the state machine does not allow
+    │   └── WorkError           a part, check or file of a task spec is invalid (`path` names it)
+    ├── BidRejected             a commitment or reveal is refused; `reason` is a stable code
+    ├── AuctionError            an auction cannot be cleared (windows still open, nothing to clear)
+    │   └── InvalidBidError     a bid the auction must refuse (over budget, a second bid, malformed)
+    ├── ReputationError         reputation inputs out of range
+    ├── EscrowError             the escrow contract refused or contradicts the market's record
+    └── SettlementError         Shapley values or a wei split cannot be computed from these inputs
+        └── SettlementWaits     a check cannot be decided yet (a review window open, a judge down)
 """
 
 from __future__ import annotations
 
+from ledger.errors import AccordError
 
-class MarketError(Exception):
+
+class MarketError(AccordError):
     """Root of every expected market failure."""
 
 

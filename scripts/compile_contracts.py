@@ -1,4 +1,5 @@
-"""Compile every `contracts/*.sol` into `contracts/artifacts/<Name>.json`.
+"""Compile every `contracts/*.sol` into `ledger/artifacts/<Name>.json` (package data of `ledger`,
+so the wheel carries them).
 
     python scripts/compile_contracts.py           write (or rewrite) the artifacts
     python scripts/compile_contracts.py --check   recompile; exit 1 if any artifact differs
@@ -25,7 +26,7 @@ from packaging.version import Version
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 CONTRACTS_DIR = REPO_ROOT / "contracts"
-ARTIFACTS_DIR = CONTRACTS_DIR / "artifacts"
+ARTIFACTS_DIR = REPO_ROOT / "ledger" / "artifacts"
 SOLC_WRAPPER = REPO_ROOT / "scripts" / "solc"
 
 SOLC_VERSION = Version("0.8.28")

@@ -41,7 +41,9 @@ def recompiled(compile_script: ModuleType) -> dict[str, dict[str, object]]:
 
 
 def test_every_source_has_a_committed_artifact(recompiled: dict[str, dict[str, object]]) -> None:
-    committed = {path.stem for path in ARTIFACTS_DIR.glob("*.json")}
+    committed = {
+        p.name.removesuffix(".json") for p in ARTIFACTS_DIR.iterdir() if p.name.endswith(".json")
+    }
     assert set(recompiled) == committed
     assert "AnchorRegistry" in committed
 
@@ -164,3 +166,10 @@ def test_native_solc_is_used_only_at_the_pinned_version(
     monkeypatch.setenv("PATH", str(fake.parent))
     chosen = compile_script.find_solc_binary()
     assert chosen == (fake if native_wins else WRAPPER)
+
+
+def test_the_compile_script_writes_where_the_package_reads(compile_script: ModuleType) -> None:
+    # The artifacts are package data of `ledger` (read through importlib.resources), so the
+    # script must write them there and nowhere the wheel leaves behind.
+    assert Path(str(ARTIFACTS_DIR)).resolve() == compile_script.ARTIFACTS_DIR.resolve()
+    assert compile_script.ARTIFACTS_DIR.parent == REPO_ROOT / "ledger"

@@ -13,6 +13,7 @@ import pytest
 
 from ledger.devnet import (
     ChainMismatchError,
+    Devnet,
     DevnetError,
     DevnetRecord,
     check_record,
@@ -72,6 +73,9 @@ def test_a_devnet_started_afresh_is_named_another_history(accord: Accord) -> Non
 
     refused = accord.run("devnet", "up", check=1)
     assert "another history" in refused.stderr and "devnet.json" in refused.stderr
+    assert accord.json("devnet", "status")["running"] is False  # the refused start stopped it
+    # An anvil started afresh all the same (outside `devnet up`) is named by the reads too.
+    Devnet(_home(accord) / "devnet", int(accord.env["ACCORD_DEVNET_PORT"])).up()
     verify = accord.run("ledger", "verify", "--json", check=1)
     assert "another history" in verify.stderr and "Traceback" not in verify.stderr
     assert verify.stdout == ""  # not a report of anchors missing from the chain

@@ -1,0 +1,163 @@
+#!/usr/bin/env bash
+# The wheel works on its own: build it, install it with its dependencies into a fresh venv
+# outside the repository, and from an empty folder run a short accord flow with that venv's
+# `accord` (devnet up, an agent onboarded, a task posted, bid on, awarded, run, reviewed,
+# settled, anchored and audited, devnet down). Fails loudly at the first error; `make test`
+# runs it after pytest.
+#
+#   scripts/check_wheel.sh            anvil: $ACCORD_ANVIL, else the repository's node_modules
+#                                     (`npm ci`), else whatever `accord` finds itself
+#   KEEP=1 scripts/check_wheel.sh     keep the temp folder (its path is printed)
+set -euo pipefail
+
+REPO="$(cd "$(dirname "$0")/.." && pwd)"
+# The repository's venv (made by `make setup`) has pip; a bare Debian python3 may not.
+if [[ -z "${PYTHON:-}" ]]; then
+  if [[ -x "$REPO/.venv/bin/python" ]]; then PYTHON="$REPO/.venv/bin/python"; else PYTHON=python3; fi
+fi
+WORK="$(mktemp -d "${TMPDIR:-/tmp}/accord-wheel.XXXXXX")"
+case "$WORK" in "$REPO"/*) echo "check_wheel: temp folder $WORK is inside the repository" >&2; exit 1 ;; esac
+STARTED=$SECONDS
+VENV="$WORK/venv"
+ACCORD="$VENV/bin/accord"
+
+step() { printf '\n==> [%3ds] %s\n' $((SECONDS - STARTED)) "$*"; }
+fail() { echo "check_wheel: FAILED: $*" >&2; exit 1; }
+
+cleanup() {
+  local status=$?
+  if [[ -x "$ACCORD" && -d "$WORK/home" ]]; then
+    (cd "$WORK/run" && "$ACCORD" devnet down >/dev/null 2>&1) || true
+  fi
+  if [[ "${KEEP:-}" == 1 ]]; then echo "check_wheel: kept $WORK"; else rm -rf "$WORK"; fi
+  [[ $status -eq 0 ]] || echo "check_wheel: FAILED (exit $status) after $((SECONDS - STARTED)) s" >&2
+}
+trap cleanup EXIT
+
+# -- 1. build the wheel from a clean copy of the sources (no stale build/ folder can leak in) --
+step "building the wheel (pip wheel --no-deps) from a clean copy of the sources"
+mkdir -p "$WORK/src" "$WORK/dist"
+(cd "$REPO" && git ls-files -z --cached --others --exclude-standard \
+  | tar --null -T - --ignore-failed-read -cf - 2>/dev/null) | tar -xf - -C "$WORK/src"
+# -v shows the build backend's own output, so its warnings can be checked.
+if ! "$PYTHON" -m pip wheel --no-deps -v --disable-pip-version-check -w "$WORK/dist" "$WORK/src" \
+  >"$WORK/build.log" 2>&1; then
+  tail -40 "$WORK/build.log" >&2
+  fail "pip wheel"
+fi
+if grep -niE "deprecat|BuildBackendWarning|SetuptoolsWarning" "$WORK/build.log" >&2; then
+  fail "the build warns (above); pyproject.toml should build without warnings"
+fi
+WHEEL="$(ls "$WORK"/dist/accord-*.whl)"
+echo "built $(basename "$WHEEL")"
+for data in ledger/artifacts/AnchorRegistry.json ledger/artifacts/TaskEscrow.json \
+  coordinator/prompts/leader_system.txt identity/challenges/templates/arithmetic.txt; do
+  "$PYTHON" -c 'import sys, zipfile; sys.exit(sys.argv[2] not in zipfile.ZipFile(sys.argv[1]).namelist())' \
+    "$WHEEL" "$data" || fail "the wheel lacks $data"
+done
+
+# -- 2. a fresh venv outside the repository, the wheel and its dependencies (pip's cache) -------
+step "installing the wheel and its dependencies into a fresh venv in $WORK"
+"$PYTHON" -m venv "$VENV"
+if ! "$VENV/bin/python" -m pip install --disable-pip-version-check "$WHEEL" \
+  >"$WORK/install.log" 2>&1; then
+  tail -40 "$WORK/install.log" >&2
+  fail "pip install of the wheel"
+fi
+grep -E "^Successfully installed" "$WORK/install.log" | cut -c1-200
+
+# -- 3. from an empty folder, with nothing of the repository on the path ------------------------
+mkdir -p "$WORK/run"
+cd "$WORK/run"
+unset PYTHONPATH ACCORD_RPC_URL ACCORD_DB_URL ACCORD_SERVER
+export ACCORD_HOME="$WORK/home"
+step "accord devnet up with no anvil anywhere: one clear line, nothing left running"
+if NO_ANVIL="$(env -u ACCORD_ANVIL PATH="$VENV/bin" XDG_CACHE_HOME="$WORK/empty-cache" \
+  ACCORD_DEVNET_PORT=1 "$ACCORD" devnet up 2>&1)"; then
+  fail "devnet up started without anvil: $NO_ANVIL"
+fi
+echo "$NO_ANVIL"
+grep -q "accord devnet install" <<<"$NO_ANVIL" || fail "the message does not name \`accord devnet install\`"
+grep -q "Traceback" <<<"$NO_ANVIL" && fail "devnet up without anvil ends in a traceback"
+
+if [[ -z "${ACCORD_ANVIL:-}" ]]; then
+  for candidate in "$REPO"/node_modules/@foundry-rs/anvil-*/bin/anvil; do
+    [[ -x "$candidate" ]] && export ACCORD_ANVIL="$candidate" && break
+  done
+fi
+echo "anvil: ${ACCORD_ANVIL:-(found by accord)}"
+
+step "import accord"
+"$VENV/bin/python" -c 'import accord; print("accord", accord.__version__)'
+"$VENV/bin/python" - "$REPO" <<'EOF' || fail "the installed package reads files of the repository"
+import sys
+from pathlib import Path
+
+import accord
+import coordinator.llm_policy as llm
+import ledger
+from identity.challenges.base import TEMPLATES_DIR
+from ledger.contracts import load_artifact
+
+repo = Path(sys.argv[1]).resolve()
+assert accord.__version__ != "0+unknown", "accord is not installed"
+installed = Path(ledger.__file__).resolve()
+assert repo not in installed.parents, f"ledger imported from the repository: {installed}"
+for name in ("AnchorRegistry", "TaskEscrow"):
+    assert load_artifact(name).bytecode
+for name in llm.TEMPLATES:
+    assert llm.load_template(name).strip()
+assert any(TEMPLATES_DIR.glob("*.txt"))
+assert issubclass(accord.LedgerError, accord.AccordError)
+print("package data: contract artifacts, prompt and capability templates")
+EOF
+export ACCORD_DEVNET_PORT="$("$VENV/bin/python" -c 'from ledger.devnet import find_free_port; print(find_free_port())')"
+
+field() { "$VENV/bin/python" -c 'import json, sys; print(json.load(sys.stdin)[sys.argv[1]])' "$1"; }
+sleep_until() {
+  "$VENV/bin/python" -c '
+import sys, time
+from datetime import datetime
+time.sleep(max(0.0, datetime.fromisoformat(sys.argv[1]).timestamp() - time.time()) + 0.3)' "$1"
+}
+
+step "accord devnet up"
+"$ACCORD" devnet up
+step "accord agent new alice / agent onboard alice -c arithmetic"
+"$ACCORD" agent new alice
+"$ACCORD" agent onboard alice -c arithmetic
+step "accord task post (flag form)"
+POSTED="$("$ACCORD" task post --title "Add these" --budget 0.5eth --capability arithmetic \
+  --input '{"kind":"figures","figures":["1.50","2.25"],"operation":"sum"}' \
+  --bidding 10s --reveal 6s --json)"
+TASK="$(field id <<<"$POSTED")"
+echo "posted $TASK"
+step "accord bid commit / reveal"
+"$ACCORD" bid commit "$TASK" --agent alice --price 0.2eth
+sleep_until "$(field bidding_ends <<<"$POSTED")"
+"$ACCORD" bid reveal "$TASK" --agent alice
+sleep_until "$(field reveal_ends <<<"$POSTED")"
+step "accord task award"
+"$ACCORD" task award "$TASK"
+step "accord task run"
+"$ACCORD" task run "$TASK"
+step "accord task review (the requester accepts) / task settle"
+# A task posted without checks gets market.work.default_checks: per part, a schema check and
+# the requester's review `<part>-review`, which settlement waits for.
+REVIEW="$("$ACCORD" task show "$TASK" --json | "$VENV/bin/python" -c '
+import json, sys
+spec = json.load(sys.stdin)["spec"]
+reviews = [c["id"] for c in spec["checks"] if c["kind"] == "review"]
+print(*(reviews if spec["checks"] else [p["id"] + "-review" for p in spec["parts"]]))')"
+[[ -n "$REVIEW" ]] || fail "the task has no review check to accept"
+for check in $REVIEW; do "$ACCORD" task review "$TASK" --check "$check" --accept; done
+"$ACCORD" task settle "$TASK"
+step "accord ledger anchor / audit $TASK"
+"$ACCORD" ledger anchor
+"$ACCORD" audit "$TASK"
+step "accord devnet down"
+"$ACCORD" devnet down
+[[ "$(cd "$WORK/run" && "$ACCORD" devnet status --json | field running)" == False ]] \
+  || fail "the devnet still runs after devnet down"
+
+step "the wheel works on its own ($((SECONDS - STARTED)) s)"
