@@ -13,9 +13,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from ledger.anchoring import Anchorer
-from ledger.chain import DEVNET_OPERATOR_KEY, AnchorChain, Web3AnchorChain, ensure_registry
 from ledger.devnet import (
     Devnet,
     DevnetInfo,
@@ -30,6 +29,9 @@ from ledger.service import Ledger
 from ledger.settings import Settings
 from ledger.signing import Ed25519Signer, load_or_create_keyfile
 from ledger.store import LogStore, make_engine
+
+if TYPE_CHECKING:
+    from ledger.chain import AnchorChain
 
 OPERATOR_KEYFILE = "operator.json"
 
@@ -234,6 +236,8 @@ def connect_chain(settings: Settings, *, start_devnet: bool = True) -> AnchorCha
     again if this call started it and the registry then fails).
     Raises ChainUnavailableError, DeploymentError, DevnetError.
     """
+    from ledger.chain import DEVNET_OPERATOR_KEY, Web3AnchorChain, ensure_registry
+
     if settings.rpc_url is not None:
         if settings.operator_eth_key is None:
             raise ChainError(
@@ -258,6 +262,8 @@ def connect_chain(settings: Settings, *, start_devnet: bool = True) -> AnchorCha
 
 def open_ledger(settings: Settings, chain: AnchorChain | None = None) -> Ledger:
     """A ledger over the configured store, anchoring through `chain` when one is given."""
+    from ledger.anchoring import Anchorer  # the chain client, loaded when a ledger opens
+
     store = open_store(settings)
     operator = operator_signer(settings)
     anchorer = None
