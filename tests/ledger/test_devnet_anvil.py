@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+import ledger.chain
 import ledger.runtime
 from ledger.devnet import (
     ANVIL_PACKAGE,
@@ -176,7 +177,7 @@ def test_a_failed_devnet_up_leaves_no_anvil_running(
 ) -> None:
     settings = _settings(tmp_path / "home")
     ledger.runtime.prepare_home(settings)
-    monkeypatch.setattr(ledger.runtime, "ensure_registry", _refuse)
+    monkeypatch.setattr(ledger.chain, "ensure_registry", _refuse)  # connect_chain imports it
     devnet = devnet_for(settings)
     try:
         with pytest.raises(DeploymentError, match="cannot be deployed"):
@@ -195,7 +196,7 @@ def test_a_failed_connect_stops_the_devnet_it_started_but_not_a_running_one(
     settings = _settings(tmp_path / "home")
     ledger.runtime.prepare_home(settings)
     devnet = devnet_for(settings)
-    monkeypatch.setattr(ledger.runtime, "ensure_registry", _refuse)
+    monkeypatch.setattr(ledger.chain, "ensure_registry", _refuse)
     try:
         with pytest.raises(DeploymentError):
             connect_chain(settings)
