@@ -46,7 +46,13 @@ def test_task_run_and_conversations(accord: Accord, tmp_path: Path) -> None:
 
     # the spec file names the invoice by a path beside it; the CLI stores it by sha256
     (tmp_path / "invoice.txt").write_text(INVOICE)
-    request = invoice_request(bidding="45s", reveal="30s")
+    request = invoice_request(
+        bidding="45s",
+        reveal="30s",
+        # discovery ranks by the words of the need: bob (arithmetic, extraction) matches more
+        # of them than carol (arithmetic), so carol is left for the arithmetic member's sub-team
+        description="arithmetic and extraction",
+    )
     for part in request["parts"]:
         if part["capability"] == "extraction":
             part["input"]["document"] = {"$file": "invoice.txt"}
