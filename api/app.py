@@ -162,13 +162,10 @@ def create_app(
     app.include_router(remote.router)
     app.include_router(a2a.router)
 
-    # -- the web explorer (api/explorer.py, built separately): included once it exists --
-    try:
-        from api.explorer import explorer_router  # type: ignore[import-not-found,unused-ignore]
-    except ImportError:
-        pass
-    else:
-        app.include_router(explorer_router(lambda: _ExplorerSources.of(state)))
+    # -- the web audit explorer (api/explorer.py) --
+    from api.explorer import explorer_router
+
+    app.include_router(explorer_router(lambda: _ExplorerSources.of(state)))
 
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
     return app

@@ -1,8 +1,9 @@
 """accord identity: DIDs, keys, verifiable credentials and capability exams.
 
-Built so far, as pure cores with their tests: Data Integrity eddsa-jcs-2022 proofs
-(`dataintegrity`), capability credentials with a numbered verification checklist
-(`credentials`), Bitstring Status Lists (`status`), DID-auth presentations and single-use
-nonces (`presentations`), payout-address bindings (`payout`), and capability exams
-(`challenges`). The exam service that ties them to the ledger, and the CLI, come next.
+Data Integrity eddsa-jcs-2022 proofs (`dataintegrity`), capability credentials with a numbered
+verification checklist (`credentials`), Bitstring Status Lists served at a URL (`status`),
+DID-auth presentations over single-use nonces (`presentations`), payout-address bindings
+(`payout`), capability exams and typed skills (`challenges`), the exam service on the ledger
+(`exams`), agents and their runtimes (`agents`, `runtimes`, with the address guard), A2A agent
+cards and their JWS (`agent_cards`, `jws`), and onboarding, which ties them together.
 """

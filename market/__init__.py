@@ -1,1 +1,3 @@
-"""accord market: tasks, escrow, sealed bids, auctions and settlement (not built yet)."""
+"""accord market: the requester's work (parts and checks), tasks and their lifecycle, escrow
+on chain, sealed bids and the auction, reputation, and settlement by Shapley value over the
+checks' results."""
