@@ -49,6 +49,7 @@ import httpx
 from _common import Goal, Measure, Section, progress, run_alone, side_by_side, temp_root
 
 from api.auth import AccordAuth
+from identity.challenges import REGISTRY
 from ledger.chain import DEVNET_OPERATOR_KEY
 from ledger.devnet import find_free_port
 from ledger.runtime import devnet_for
@@ -59,6 +60,7 @@ from market.escrow import ensure_escrow
 from market.money import Wei
 from market.runtime import DEVNET_REQUESTER_KEY, ESCROW_DEPLOYMENT_FILE, open_market
 from market.tasks import TaskSpec
+from market.work import Part
 
 HERE = Path(__file__).resolve().parent
 WORKERS = 2
@@ -126,7 +128,7 @@ def _spec(n: int) -> TaskSpec:
     return TaskSpec(
         title=f"bench task {n}",
         description="a benchmark task",
-        capabilities=("arithmetic",),
+        parts=(Part("sum", "arithmetic", REGISTRY["arithmetic"].example()[0]),),
         budget=Wei(10**16),
         bidding=timedelta(hours=1),
         reveal=timedelta(hours=1),

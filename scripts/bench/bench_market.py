@@ -53,6 +53,7 @@ from pathlib import Path
 import nacl.signing
 from _common import TIMES, Goal, Measure, Section, progress, run_alone, side_by_side, temp_root
 
+from identity.challenges import REGISTRY
 from ledger import signing
 from ledger.chain import DEVNET_OPERATOR_KEY
 from ledger.devnet import find_free_port
@@ -68,6 +69,7 @@ from market.reputation import reputation
 from market.runtime import DEVNET_REQUESTER_KEY, ESCROW_DEPLOYMENT_FILE, open_market
 from market.service import AdmittedCommitment, AdmittedReveal, replay_award
 from market.tasks import ESCROW_OPENED, TASK_POSTED, Task, TaskEvent, TaskSpec, replay
+from market.work import Part
 
 BUDGET = Wei(10**18)
 DEPOSIT = Wei(10**15)
@@ -83,7 +85,7 @@ def _spec(title: str) -> TaskSpec:
     return TaskSpec(
         title=title,
         description="a benchmark task",
-        capabilities=("arithmetic",),
+        parts=(Part("sum", "arithmetic", REGISTRY["arithmetic"].example()[0]),),
         budget=BUDGET,
         bidding=timedelta(hours=1),
         reveal=timedelta(hours=1),
