@@ -83,7 +83,8 @@ class ReferenceSolver(AgentExecutor):
         await updater.complete()
 
     async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
-        raise NotImplementedError("items are answered at once")
+        """Items are answered at once, so there is never work to stop: the task is canceled."""
+        await TaskUpdater(event_queue, context.task_id, context.context_id).cancel()
 
 
 def card_of(base: str, signer: Ed25519Signer, *, signed: bool = True) -> AgentCard:

@@ -19,7 +19,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from sqlalchemy import create_engine, text
 
 from audit.checks import audit_task
 from ledger.devnet import Devnet, find_free_port
@@ -31,7 +30,7 @@ from market.runtime import open_market
 from market.settlement import SETTLEMENT_COMPUTED, settle_task
 from market.tasks import TASK_SETTLED
 from tests.integration.anvil_world import anvil_settings, build_anvil_world, settings_env
-from tests.ledger.conftest import PG_ENV, PG_SKIP_REASON, _pg_url_with_schema
+from tests.ledger.conftest import postgres_schema_url
 
 REPO = Path(__file__).resolve().parents[2]
 SETTLERS = 4
@@ -168,19 +167,8 @@ def shared_db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str | 
     if request.param == "sqlite":
         yield None
         return
-    base = os.environ.get(PG_ENV)
-    if not base:
-        pytest.skip(PG_SKIP_REASON)
-    schema = f"s_{os.getpid()}_{time.time_ns()}"
-    admin = create_engine(base)
-    try:
-        with admin.begin() as connection:
-            connection.execute(text(f'CREATE SCHEMA "{schema}"'))
-        yield _pg_url_with_schema(base, schema)
-        with admin.begin() as connection:
-            connection.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
-    finally:
-        admin.dispose()
+    with postgres_schema_url() as url:
+        yield url
 
 
 @pytest.mark.devnet

@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -120,6 +121,15 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     if request.param == "sqlite":
         yield f"sqlite:///{tmp_path / 'log.db'}"
         return
+    with postgres_schema_url() as url:
+        yield url
+
+
+@contextmanager
+def postgres_schema_url() -> Iterator[str]:
+    """A URL on the throwaway PostgreSQL (ACCORD_TEST_PG_URL) with a fresh schema of its own,
+    dropped afterwards; the test is skipped when no PostgreSQL is configured (`make test`
+    always configures one, through scripts/with_postgres.sh)."""
     base = os.environ.get(PG_ENV)
     if not base:
         pytest.skip(PG_SKIP_REASON)
