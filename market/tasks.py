@@ -26,7 +26,7 @@ from typing import Any, Literal
 from ledger.events import parse_time
 from market.auction import PAYMENT_RULES, PaymentRule, ScoringWeights
 from market.errors import AuctionError, LimitError, TaskError, TransitionError, WorkError
-from market.money import Wei, wei
+from market.money import Wei, parse_amount, wei
 from market.work import (
     Check,
     Part,
@@ -34,6 +34,8 @@ from market.work import (
     default_checks,
     file_refs,
     parse_check,
+    parse_checks,
+    parse_parts,
     rubric,
 )
 
@@ -466,9 +468,6 @@ def spec_from_request(
     when given, is the budget already parsed by the caller. Raises WorkError naming the JSON
     path of the first problem, TaskError or AmountError for the terms.
     """
-    from market.money import parse_amount  # the market's own parser of amounts people type
-    from market.work import parse_checks, parse_parts
-
     if not isinstance(data, Mapping):
         raise WorkError("a task spec is a JSON object")
     unknown = set(data) - REQUEST_FIELDS
