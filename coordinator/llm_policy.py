@@ -56,6 +56,7 @@ from coordinator.conversation import (
 from coordinator.errors import IllegalMove, PolicyError, PolicyOutputError
 from coordinator.policy import Member, Policy, RulePolicy, TeamView
 from coordinator.work import JSON, SubTask
+from identity.runtimes import chat_completion
 
 PROMPTS_DIR: Traversable = files("coordinator") / "prompts"
 """The prompt templates shipped with the `coordinator` package (package data)."""
@@ -487,18 +488,9 @@ class LLMPolicy:
         """One chat completion's content. Raises PolicyCallError or PolicyOutputError."""
         where = self.where
         try:
-            try:
-                completion = client.chat.completions.create(
-                    model=self.model,
-                    messages=messages,
-                    response_format={"type": "json_object"} if self.json_mode else openai.omit,
-                )
-            except (openai.BadRequestError, openai.UnprocessableEntityError):
-                if not self.json_mode:
-                    raise
-                # The server refuses JSON mode: ask in plain text, now and from now on.
-                self.json_mode = False
-                completion = client.chat.completions.create(model=self.model, messages=messages)
+            completion, self.json_mode = chat_completion(
+                client, self.model, messages, self.json_mode
+            )
         except openai.APITimeoutError:
             raise PolicyCallError(
                 f"the model at {where} did not answer within {self.timeout:g} s", retriable=True

@@ -55,7 +55,8 @@ from identity.challenges import JSON, ExamItem, JSONObject, reference
 from identity.errors import AgentCardError, ExamError, RegistryError
 
 if TYPE_CHECKING:
-    from openai.types.chat import ChatCompletionMessageParam
+    from openai import OpenAI
+    from openai.types.chat import ChatCompletion, ChatCompletionMessageParam
 
 DEFAULT_COMMAND_TIMEOUT = 30.0
 DEFAULT_HTTP_TIMEOUT = 30.0
@@ -836,18 +837,8 @@ class OpenAIRuntime:
                 timeout=self.timeout,
                 max_retries=self.max_retries,
             ) as client:
-                try:
-                    completion = client.chat.completions.create(
-                        model=self.model,
-                        messages=messages,
-                        response_format={"type": "json_object"} if json_mode else openai.omit,
-                    )
-                except (openai.BadRequestError, openai.UnprocessableEntityError):
-                    if not json_mode:
-                        raise
-                    # The server refuses JSON mode: ask in plain text, now and from now on.
-                    json_mode = self.json_mode = False
-                    completion = client.chat.completions.create(model=self.model, messages=messages)
+                completion, json_mode = chat_completion(client, self.model, messages, json_mode)
+                self.json_mode = json_mode
         except openai.APITimeoutError:
             raise AgentRuntimeError(
                 f"the model at {self.where} did not answer within {self.timeout:g} s",
@@ -939,3 +930,25 @@ __all__ = [
     "read_send_message_reply",
     "run_url",
 ]
+
+
+def chat_completion(
+    client: OpenAI, model: str, messages: list[ChatCompletionMessageParam], json_mode: bool
+) -> tuple[ChatCompletion, bool]:
+    """One chat completion from an `openai.OpenAI` client, asking for a JSON object when
+    `json_mode`; a server that refuses JSON mode (400 or 422) is asked again in plain text.
+    Returns the completion and whether JSON mode is still on (callers keep it off from then on).
+
+    Raises what the `openai` client raises; callers map it to their own errors.
+    """
+    import openai
+
+    if not json_mode:
+        return client.chat.completions.create(model=model, messages=messages), False
+    try:
+        completion = client.chat.completions.create(
+            model=model, messages=messages, response_format={"type": "json_object"}
+        )
+        return completion, True
+    except (openai.BadRequestError, openai.UnprocessableEntityError):
+        return client.chat.completions.create(model=model, messages=messages), False
