@@ -11,6 +11,7 @@ re-signed, anchored on a fresh chain, so that only the semantic checks can catch
 from __future__ import annotations
 
 import copy
+import re
 import secrets
 import shutil
 import sqlite3
@@ -18,6 +19,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from fractions import Fraction
+from html import escape
 from pathlib import Path
 from typing import Any, Literal
 
@@ -309,3 +311,26 @@ def clone_home(world: World, destination: Path) -> Path:
     shutil.copytree(world.settings.home, destination, ignore=shutil.ignore_patterns("*.db*"))
     copy_db(world, destination / "accord.db")
     return destination
+
+
+def assert_deliverable_section(
+    section: str, deliverable: Mapping[str, Any], names: Mapping[str, str]
+) -> None:
+    """The deliverable section of an audit page (the explorer's or `audit --html`) shows each
+    part, in order, with its capability, producer, planned member and escaped output."""
+    rows = re.findall(r'<tr class="part" data-part="([^"]+)">(.*?)</tr>', section, re.S)
+    assert [r[0] for r in rows] == [p["part"] for p in deliverable["parts"]]
+    for (_, row), part in zip(rows, deliverable["parts"], strict=True):
+        assert part["capability"] in row
+        producer = re.search(r'class="producer"><span class="agent" title="([^"]+)">(\w+)<', row)
+        assert producer is not None
+        assert producer.groups() == (part["producer"], names[part["producer"]])
+        planned = deliverable["plan"]["assignments"][part["part"]]
+        assert f'title="{planned}">{names[planned]}<' in row
+        output = part["output"]
+        if isinstance(output, dict):
+            for key, value in output.items():
+                assert escape(f'"{key}": "{value}"') in row
+        else:
+            assert escape(str(output)) in row
+    assert 'id="deliverable-plan"' in section

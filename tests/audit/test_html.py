@@ -16,7 +16,7 @@ from audit.checks import AuditReport, audit_task
 from audit.html import percent, render_html
 from market.money import format_eth
 from market.settlement import settle_task
-from tests.audit.conftest import World, build_world
+from tests.audit.conftest import World, assert_deliverable_section, build_world
 
 HOSTILE = '<script>alert("owned")</script>'
 
@@ -84,22 +84,7 @@ def test_the_deliverable_shows_each_part_with_its_producer_and_output(audited: A
     deliverable = audited.settled.facts["deliverable"]
     assert deliverable["sha256"] in section
     assert f">{audited.names[deliverable['leader']]}<" in section
-    rows = re.findall(r'<tr class="part" data-part="([^"]+)">(.*?)</tr>', section, re.S)
-    assert [r[0] for r in rows] == [p["part"] for p in deliverable["parts"]]
-    for (_, row), part in zip(rows, deliverable["parts"], strict=True):
-        assert part["capability"] in row
-        producer = re.search(r'class="producer"><span class="agent" title="([^"]+)">(\w+)<', row)
-        assert producer is not None
-        assert producer.groups() == (part["producer"], audited.names[part["producer"]])
-        planned = deliverable["plan"]["assignments"][part["part"]]
-        assert f'title="{planned}">{audited.names[planned]}<' in row
-        output = part["output"]
-        if isinstance(output, dict):
-            for key, value in output.items():
-                assert escape(f'"{key}": "{value}"') in row
-        else:
-            assert escape(str(output)) in row
-    assert 'id="deliverable-plan"' in section
+    assert_deliverable_section(section, deliverable, audited.names)
 
 
 def test_each_check_result_and_the_contractor_rule(audited: Audited) -> None:
