@@ -342,24 +342,7 @@ class HttpRuntime:
                 f"the request to the agent service at {where} failed: {exc}", retriable=True
             ) from exc
         text = body.decode("utf-8", errors="replace")
-        if 300 <= status < 400:
-            raise AgentRuntimeError(
-                f"the agent service answered HTTP {status}, a redirect to {location!r} "
-                "(redirects are not followed)",
-                retriable=False,
-            )
-        if not 200 <= status < 300:
-            raise AgentRuntimeError(
-                f"the agent service answered HTTP {status}: {snippet(text)}",
-                retriable=status == 429 or status >= 500,
-            )
-        try:
-            reply = parse_json(text)
-        except ValueError as exc:
-            raise AgentRuntimeError(
-                f"the agent service did not answer with JSON ({exc}): {snippet(text)}",
-                retriable=False,
-            ) from exc
+        reply = json_reply(status, text, location, who="the agent service")
         if not isinstance(reply, dict) or "answer" not in reply:
             raise AgentRuntimeError(
                 'the agent service\'s JSON has no "answer": ' + snippet(text), retriable=False
@@ -671,24 +654,7 @@ class A2ARuntime:
             allow_private=self.allow_private,
             what="the A2A agent",
         )
-        if 300 <= status < 400:
-            raise AgentRuntimeError(
-                f"the A2A agent answered HTTP {status}, a redirect to {location!r} "
-                "(redirects are not followed)",
-                retriable=False,
-            )
-        if not 200 <= status < 300:
-            raise AgentRuntimeError(
-                f"the A2A agent answered HTTP {status}: {snippet(text)}",
-                retriable=status == 429 or status >= 500,
-            )
-        try:
-            reply = parse_json(text)
-        except ValueError as exc:
-            raise AgentRuntimeError(
-                f"the A2A agent did not answer with JSON ({exc}): {snippet(text)}",
-                retriable=False,
-            ) from exc
+        reply = json_reply(status, text, location, who="the A2A agent")
         return read_send_message_reply(reply, request_id)
 
 
@@ -952,3 +918,25 @@ def chat_completion(
         return completion, True
     except (openai.BadRequestError, openai.UnprocessableEntityError):
         return client.chat.completions.create(model=model, messages=messages), False
+
+
+def json_reply(status: int, text: str, location: str | None, *, who: str) -> JSON:
+    """The JSON of an agent's 2xx reply. Raises AgentRuntimeError for a redirect (never
+    followed), another status (retriable for 429 and 5xx), or a body that is not JSON."""
+    if 300 <= status < 400:
+        raise AgentRuntimeError(
+            f"{who} answered HTTP {status}, a redirect to {location!r} "
+            "(redirects are not followed)",
+            retriable=False,
+        )
+    if not 200 <= status < 300:
+        raise AgentRuntimeError(
+            f"{who} answered HTTP {status}: {snippet(text)}",
+            retriable=status == 429 or status >= 500,
+        )
+    try:
+        return parse_json(text)
+    except ValueError as exc:
+        raise AgentRuntimeError(
+            f"{who} did not answer with JSON ({exc}): {snippet(text)}", retriable=False
+        ) from exc
