@@ -42,7 +42,7 @@ from ledger.errors import (
     SequenceError,
     StoreError,
 )
-from market.blobs import BlobError
+from market.blobs import BlobError, MissingBlob
 from market.errors import (
     AmountError,
     AuctionError,
@@ -172,8 +172,11 @@ def domain_problem(exc: Exception) -> ProblemError:
             return ProblemError(422, detail, kind="invalid-spec", path=path)
         case SettlementWaits():
             return ProblemError(409, detail, kind="settlement-waits")
-        case BlobError():
+        case MissingBlob():
             return ProblemError(404, detail, kind="file")
+        case BlobError():
+            # A stored file that no longer hashes to its name: the service's store is damaged.
+            return ProblemError(500, detail, kind="integrity")
         case LimitError():
             return ProblemError(422, detail, kind="limit")
         case AmountError() | TaskError():

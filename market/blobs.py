@@ -24,6 +24,10 @@ class BlobError(MarketError):
     """A blob is missing, corrupted, or the store cannot be reached."""
 
 
+class MissingBlob(BlobError):
+    """No blob is stored under this sha256."""
+
+
 class StoredBlob(SQLModel, table=True):
     __tablename__ = "market_blobs"
 
@@ -82,7 +86,7 @@ class BlobStore:
         except SQLAlchemyError as exc:
             raise BlobError(f"cannot read blob {digest}: {exc}") from exc
         if row is None:
-            raise BlobError(f"no stored file {digest}")
+            raise MissingBlob(f"no stored file {digest}")
         data = bytes(row[0])
         if sha256_hex(data) != digest:
             raise BlobError(f"the stored file {digest} does not hash to its name: it was altered")

@@ -9,7 +9,7 @@ import pytest
 from sqlalchemy import update
 
 from ledger.store import make_engine
-from market.blobs import _BLOBS, BlobError, BlobStore, sha256_hex
+from market.blobs import _BLOBS, BlobError, BlobStore, MissingBlob, sha256_hex
 from market.errors import WorkError
 from market.service import Market
 from market.settlement import deliverable_view
@@ -59,3 +59,19 @@ def test_an_altered_stored_deliverable_is_refused_to_the_requester(tmp_path: Pat
         )
     with pytest.raises(BlobError, match="altered"):
         deliverable_view(market, world.task_id)
+
+
+def test_a_missing_file_is_404_and_an_altered_one_500_over_http(blobs: BlobStore) -> None:
+    from api.problems import domain_problem
+
+    with pytest.raises(BlobError) as missing:
+        blobs.get("0" * 64)
+    assert isinstance(missing.value, MissingBlob)
+    assert domain_problem(missing.value).status == 404
+    digest = blobs.put(b"kept")
+    with blobs.engine.begin() as connection:
+        connection.execute(update(_BLOBS).where(_BLOBS.c.sha256 == digest).values(data=b"x"))
+    with pytest.raises(BlobError) as altered:
+        blobs.get(digest)
+    problem = domain_problem(altered.value)
+    assert (problem.status, problem.kind) == (500, "integrity")
