@@ -10,7 +10,6 @@ string ("25/2") and compares with `Fraction`. Floats are refused: they are not e
 
 from __future__ import annotations
 
-import copy
 import random
 import re
 from dataclasses import dataclass
@@ -20,6 +19,7 @@ from fractions import Fraction
 from identity.challenges.base import (
     JSON,
     JSON_SCHEMA_DIALECT,
+    DeclaredSchemas,
     ExamItem,
     Grade,
     JSONObject,
@@ -337,8 +337,12 @@ EXAMPLE_OUTPUT: JSON = "163.69"
 
 
 @dataclass(frozen=True)
-class ArithmeticCapability:
+class ArithmeticCapability(DeclaredSchemas):
     """Exact arithmetic and unit conversion, all-or-nothing per item."""
+
+    INPUT_SCHEMA = INPUT_SCHEMA
+    OUTPUT_SCHEMA = OUTPUT_SCHEMA
+    EXAMPLE = (EXAMPLE_INPUT, EXAMPLE_OUTPUT)
 
     name: str = NAME
     description: str = (
@@ -350,20 +354,9 @@ class ArithmeticCapability:
     item_count: int = 20
     threshold: Fraction = Fraction(4, 5)
 
-    @property
-    def input_schema(self) -> JSONObject:
-        return copy.deepcopy(INPUT_SCHEMA)
-
-    @property
-    def output_schema(self) -> JSONObject:
-        return copy.deepcopy(OUTPUT_SCHEMA)
-
     def instruction(self, input: JSONObject) -> str:
         """Raises ExamError for an input of no known kind or lacking a field its kind needs."""
         return instruction(input)
-
-    def example(self) -> tuple[JSONObject, JSON]:
-        return copy.deepcopy(EXAMPLE_INPUT), EXAMPLE_OUTPUT
 
     def generate(self, seed: bytes, n: int) -> list[ExamItem]:
         """Raises ExamError on a seed shorter than 16 bytes or `n` outside 0..1000."""

@@ -22,7 +22,7 @@ from datetime import datetime
 from fractions import Fraction
 from functools import cache
 from pathlib import Path
-from typing import Protocol, TypeAlias
+from typing import ClassVar, Protocol, TypeAlias
 
 from identity.errors import DeadlineError, ExamError
 
@@ -150,6 +150,27 @@ class Capability(Protocol):
     def grade(self, item: ExamItem, answer: JSON) -> Grade:
         """Grade `answer`. Raises ExamError if `item` is not an item of this capability."""
         ...
+
+
+class DeclaredSchemas:
+    """The typed-skill declarations every capability shares: its input and output schemas and
+    its example, declared once as class constants and handed out as fresh copies (a caller may
+    change what it gets)."""
+
+    INPUT_SCHEMA: ClassVar[JSONObject]
+    OUTPUT_SCHEMA: ClassVar[JSONObject]
+    EXAMPLE: ClassVar[tuple[JSONObject, JSON]]
+
+    @property
+    def input_schema(self) -> JSONObject:
+        return copy.deepcopy(self.INPUT_SCHEMA)
+
+    @property
+    def output_schema(self) -> JSONObject:
+        return copy.deepcopy(self.OUTPUT_SCHEMA)
+
+    def example(self) -> tuple[JSONObject, JSON]:
+        return copy.deepcopy(self.EXAMPLE)
 
 
 @cache

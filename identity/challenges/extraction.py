@@ -12,7 +12,6 @@ Real work takes the same input, a requester's document and the fields wanted fro
 
 from __future__ import annotations
 
-import copy
 import random
 import re
 import unicodedata
@@ -25,6 +24,7 @@ from identity.challenges import names
 from identity.challenges.base import (
     JSON,
     JSON_SCHEMA_DIALECT,
+    DeclaredSchemas,
     ExamItem,
     Grade,
     JSONObject,
@@ -399,8 +399,12 @@ def normalise_value(field_type: str, value: JSON) -> str | None:
 
 
 @dataclass(frozen=True)
-class ExtractionCapability:
+class ExtractionCapability(DeclaredSchemas):
     """Structured extraction from short documents, all fields right for the point."""
+
+    INPUT_SCHEMA = INPUT_SCHEMA
+    OUTPUT_SCHEMA = OUTPUT_SCHEMA
+    EXAMPLE = (EXAMPLE_INPUT, EXAMPLE_OUTPUT)
 
     name: str = NAME
     description: str = (
@@ -411,20 +415,9 @@ class ExtractionCapability:
     item_count: int = 10
     threshold: Fraction = Fraction(4, 5)
 
-    @property
-    def input_schema(self) -> JSONObject:
-        return copy.deepcopy(INPUT_SCHEMA)
-
-    @property
-    def output_schema(self) -> JSONObject:
-        return copy.deepcopy(OUTPUT_SCHEMA)
-
     def instruction(self, input: JSONObject) -> str:
         """Raises ExamError if the fields are not an object of {type, description} specs."""
         return instruction(input)
-
-    def example(self) -> tuple[JSONObject, JSON]:
-        return copy.deepcopy(EXAMPLE_INPUT), copy.deepcopy(EXAMPLE_OUTPUT)
 
     def generate(self, seed: bytes, n: int) -> list[ExamItem]:
         """Raises ExamError on a seed shorter than 16 bytes or `n` outside 0..1000."""

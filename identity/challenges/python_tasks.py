@@ -15,7 +15,6 @@ say which generator family an exam task came from).
 
 from __future__ import annotations
 
-import copy
 import random
 import string
 from collections import Counter
@@ -26,6 +25,7 @@ from fractions import Fraction
 from identity.challenges.base import (
     JSON,
     JSON_SCHEMA_DIALECT,
+    DeclaredSchemas,
     ExamItem,
     Grade,
     JSONObject,
@@ -637,8 +637,12 @@ EXAMPLE_OUTPUT: JSON = (
 
 
 @dataclass(frozen=True)
-class PythonCapability:
+class PythonCapability(DeclaredSchemas):
     """Small Python functions, all hidden cases must pass (one point per item)."""
+
+    INPUT_SCHEMA = INPUT_SCHEMA
+    OUTPUT_SCHEMA = OUTPUT_SCHEMA
+    EXAMPLE = (EXAMPLE_INPUT, EXAMPLE_OUTPUT)
 
     name: str = NAME
     description: str = (
@@ -650,21 +654,10 @@ class PythonCapability:
     threshold: Fraction = Fraction(3, 5)
     limits: SandboxLimits = DEFAULT_LIMITS
 
-    @property
-    def input_schema(self) -> JSONObject:
-        return copy.deepcopy(INPUT_SCHEMA)
-
-    @property
-    def output_schema(self) -> JSONObject:
-        return copy.deepcopy(OUTPUT_SCHEMA)
-
     def instruction(self, input: JSONObject) -> str:
         """Raises ExamError if the spec lacks a name, signature or description, or has
         malformed examples."""
         return instruction(input, self.limits)
-
-    def example(self) -> tuple[JSONObject, JSON]:
-        return copy.deepcopy(EXAMPLE_INPUT), EXAMPLE_OUTPUT
 
     def generate(self, seed: bytes, n: int) -> list[ExamItem]:
         """Raises ExamError on a seed shorter than 16 bytes or `n` outside 0..1000."""

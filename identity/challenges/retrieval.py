@@ -13,7 +13,6 @@ there (the exam states it so the grader knows how to normalise).
 
 from __future__ import annotations
 
-import copy
 import random
 import re
 import unicodedata
@@ -26,6 +25,7 @@ from identity.challenges import names
 from identity.challenges.base import (
     JSON,
     JSON_SCHEMA_DIALECT,
+    DeclaredSchemas,
     ExamItem,
     Grade,
     JSONObject,
@@ -254,8 +254,12 @@ def normalise_answer(answer_format: str, answer: JSON) -> str | None:
 
 
 @dataclass(frozen=True)
-class RetrievalCapability:
+class RetrievalCapability(DeclaredSchemas):
     """Question answering over a given corpus of invented facts, exact normalised match."""
+
+    INPUT_SCHEMA = INPUT_SCHEMA
+    OUTPUT_SCHEMA = OUTPUT_SCHEMA
+    EXAMPLE = (EXAMPLE_INPUT, EXAMPLE_OUTPUT)
 
     name: str = NAME
     description: str = (
@@ -266,20 +270,9 @@ class RetrievalCapability:
     item_count: int = 10
     threshold: Fraction = Fraction(4, 5)
 
-    @property
-    def input_schema(self) -> JSONObject:
-        return copy.deepcopy(INPUT_SCHEMA)
-
-    @property
-    def output_schema(self) -> JSONObject:
-        return copy.deepcopy(OUTPUT_SCHEMA)
-
     def instruction(self, input: JSONObject) -> str:
         """Raises ExamError if the input has no string question."""
         return instruction(input)
-
-    def example(self) -> tuple[JSONObject, JSON]:
-        return copy.deepcopy(EXAMPLE_INPUT), EXAMPLE_OUTPUT
 
     def generate(self, seed: bytes, n: int) -> list[ExamItem]:
         """Raises ExamError on a seed shorter than 16 bytes or `n` outside 0..1000."""
