@@ -32,7 +32,6 @@ from collections.abc import Callable, Iterable, Mapping
 from functools import cache
 from importlib.resources import files
 from importlib.resources.abc import Traversable
-from typing import Any
 
 import openai
 from openai.types.chat import ChatCompletionMessageParam
@@ -56,7 +55,13 @@ from coordinator.conversation import (
 from coordinator.errors import IllegalMove, PolicyError, PolicyOutputError
 from coordinator.policy import Member, Policy, RulePolicy, TeamView
 from coordinator.work import JSON, SubTask
-from identity.runtimes import chat_completion
+from identity.runtimes import (
+    chat_completion,
+    model_failure,
+    parse_json,
+    snippet,
+    usable_choice,
+)
 
 PROMPTS_DIR: Traversable = files("coordinator") / "prompts"
 """The prompt templates shipped with the `coordinator` package (package data)."""
@@ -325,11 +330,11 @@ def parse_decision(content: str | None, view: TeamView) -> Message:
         raise PolicyOutputError("the reply is longer than 1 MiB")
     # (2) one JSON object
     try:
-        value = json.loads(content, parse_constant=_refuse_constant)
+        value = parse_json(content)
     except ValueError as exc:
-        raise PolicyOutputError(f"the reply is not JSON ({exc}): {_snippet(content)}") from exc
+        raise PolicyOutputError(f"the reply is not JSON ({exc}): {snippet(content)}") from exc
     if not isinstance(value, dict):
-        raise PolicyOutputError(f"the reply is not a JSON object: {_snippet(content)}")
+        raise PolicyOutputError(f"the reply is not a JSON object: {snippet(content)}")
     # (3) expand ids
     value = _expand(value, view)
     # (4) a message
@@ -381,15 +386,6 @@ def _task(ref: JSON, view: TeamView) -> SubTask:
 
 def _contributions(c: Conversation) -> tuple[Contribution, ...]:
     return tuple(x for result in c.results if result.ok for x in result.contributions)
-
-
-def _refuse_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
-
-
-def _snippet(text: str, limit: int = 200) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[:limit] + "…"
 
 
 # -- the policy ----------------------------------------------------------------------------------
@@ -491,31 +487,12 @@ class LLMPolicy:
             completion, self.json_mode = chat_completion(
                 client, self.model, messages, self.json_mode
             )
-        except openai.APITimeoutError:
-            raise PolicyCallError(
-                f"the model at {where} did not answer within {self.timeout:g} s", retriable=True
-            ) from None
-        except openai.APIConnectionError as exc:
-            raise PolicyCallError(
-                f"cannot reach the model at {where}: {exc}", retriable=True
-            ) from exc
-        except openai.APIStatusError as exc:
-            status = exc.status_code
-            raise PolicyCallError(
-                f"the model at {where} answered HTTP {status}: {_snippet(str(exc.message))}",
-                retriable=status in (408, 409, 429) or status >= 500,
-            ) from exc
         except openai.OpenAIError as exc:
-            raise PolicyCallError(
-                f"the model at {where} failed: {_snippet(str(exc))}", retriable=False
-            ) from exc
-        if not completion.choices:
-            raise PolicyOutputError("the reply has no choices")
-        choice = completion.choices[0]
-        if choice.finish_reason == "length":
-            raise PolicyOutputError("the reply was cut off (length)")
-        if choice.message.refusal:
-            raise PolicyOutputError(f"the model refused: {_snippet(choice.message.refusal)}")
+            message, retriable = model_failure(exc, where, self.timeout)
+            raise PolicyCallError(message, retriable=retriable) from exc
+        choice, problem = usable_choice(completion)
+        if choice is None:
+            raise PolicyOutputError(f"the reply {problem}")
         return choice.message.content
 
 

@@ -57,6 +57,7 @@ from identity.errors import AgentCardError, ExamError, RegistryError
 if TYPE_CHECKING:
     from openai import OpenAI
     from openai.types.chat import ChatCompletion, ChatCompletionMessageParam
+    from openai.types.chat.chat_completion import Choice
 
 DEFAULT_COMMAND_TIMEOUT = 30.0
 DEFAULT_HTTP_TIMEOUT = 30.0
@@ -805,34 +806,12 @@ class OpenAIRuntime:
             ) as client:
                 completion, json_mode = chat_completion(client, self.model, messages, json_mode)
                 self.json_mode = json_mode
-        except openai.APITimeoutError:
-            raise AgentRuntimeError(
-                f"the model at {self.where} did not answer within {self.timeout:g} s",
-                retriable=True,
-            ) from None
-        except openai.APIConnectionError as exc:
-            raise AgentRuntimeError(
-                f"cannot reach the model at {self.where}: {exc}", retriable=True
-            ) from exc
-        except openai.APIStatusError as exc:
-            status = exc.status_code
-            raise AgentRuntimeError(
-                f"the model at {self.where} answered HTTP {status}: {snippet(str(exc.message))}",
-                retriable=status in (408, 409, 429) or status >= 500,
-            ) from exc
         except openai.OpenAIError as exc:
-            raise AgentRuntimeError(
-                f"the model at {self.where} failed: {snippet(str(exc))}", retriable=False
-            ) from exc
-        if not completion.choices:
-            raise AgentRuntimeError("the model replied with no choices", retriable=False)
-        choice = completion.choices[0]
-        if choice.finish_reason == "length":
-            raise AgentRuntimeError("the model's reply was cut off (length)", retriable=False)
-        if choice.message.refusal:
-            raise AgentRuntimeError(
-                f"the model refused: {snippet(choice.message.refusal)}", retriable=False
-            )
+            message, retriable = model_failure(exc, self.where, self.timeout)
+            raise AgentRuntimeError(message, retriable=retriable) from exc
+        choice, problem = usable_choice(completion)
+        if choice is None:
+            raise AgentRuntimeError(f"the model's reply {problem}", retriable=False)
         content = choice.message.content or ""
         return content, parse_model_answer(content, lenient=not json_mode)
 
@@ -918,6 +897,37 @@ def chat_completion(
         return completion, True
     except (openai.BadRequestError, openai.UnprocessableEntityError):
         return client.chat.completions.create(model=model, messages=messages), False
+
+
+def model_failure(exc: Exception, where: str, timeout: float) -> tuple[str, bool]:
+    """What an `openai` client error means, for a person, and whether asking again may help
+    (a timeout, a lost connection, 408, 409, 429 and 5xx may; other refusals will not)."""
+    import openai
+
+    if isinstance(exc, openai.APITimeoutError):
+        return f"the model at {where} did not answer within {timeout:g} s", True
+    if isinstance(exc, openai.APIConnectionError):
+        return f"cannot reach the model at {where}: {exc}", True
+    if isinstance(exc, openai.APIStatusError):
+        status = exc.status_code
+        return (
+            f"the model at {where} answered HTTP {status}: {snippet(str(exc.message))}",
+            status in (408, 409, 429) or status >= 500,
+        )
+    return f"the model at {where} failed: {snippet(str(exc))}", False
+
+
+def usable_choice(completion: ChatCompletion) -> tuple[Choice | None, str]:
+    """The completion's first choice, or None and what makes the reply unusable (no choices,
+    cut off at the length limit, or a refusal)."""
+    if not completion.choices:
+        return None, "has no choices"
+    choice = completion.choices[0]
+    if choice.finish_reason == "length":
+        return None, "was cut off (length)"
+    if choice.message.refusal:
+        return None, f"is a refusal: {snippet(choice.message.refusal)}"
+    return choice, ""
 
 
 def json_reply(status: int, text: str, location: str | None, *, who: str) -> JSON:
