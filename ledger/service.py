@@ -54,11 +54,15 @@ class Ledger:
         *,
         subject: str = "",
         body: Mapping[str, JSONValue] | None = None,
+        once_key: str | None = None,
     ) -> tuple[int, Entry]:
         """Sign an event as `signer` with its next seq and append it; returns (index, entry).
+        With `once_key`, no second event of `kind` under that key is ever appended (see
+        `LogStore.append_batch`).
 
         Raises MalformedError or CanonicalizationError for a bad event, StoreError when the
-        database fails, SequenceError when other writers keep taking the seq.
+        database fails, SequenceError when other writers keep taking the seq,
+        AlreadyLoggedError when the event is once per subject or key and already logged.
         """
         for attempt in range(_SEQ_RETRIES):
             entry = make_entry(
@@ -70,16 +74,19 @@ class Ledger:
                 body=body,
             )
             try:
-                (index,) = self.append_entries([entry])
+                (index,) = self.append_entries([entry], once_keys=[once_key])
                 return index, entry
             except SequenceError:
                 if attempt == _SEQ_RETRIES - 1:
                     raise
         raise AssertionError("unreachable")
 
-    def append_entries(self, entries: Sequence[Entry]) -> list[int]:
-        """Append already signed entries in one transaction, then anchor if due."""
-        indices = self.store.append_batch(entries)
+    def append_entries(
+        self, entries: Sequence[Entry], *, once_keys: Sequence[str | None] = ()
+    ) -> list[int]:
+        """Append already signed entries in one transaction, then anchor if due (the store's
+        `append_batch`, which says what is raised)."""
+        indices = self.store.append_batch(entries, once_keys=once_keys)
         self.auto_anchor()
         return indices
 

@@ -6,14 +6,18 @@ Tables
     ledger_nodes        perfect-subtree hashes keyed by `level << 48 | index` (leaves at level 0)
     ledger_checkpoints  signed tree heads
     ledger_anchors      each checkpoint sent to the chain: pending until reconciled
-    ledger_once         (kind, subject) -> index for the kinds logged at most once per subject
+    ledger_once         (kind, subject) -> index for the kinds logged at most once per subject,
+                        and (kind, key) for entries appended with a once-key
 
 Some event kinds happen at most once per subject (a task is awarded, settled... once). The
 store enforces it for every writer, in every process and on every machine: an append holding
 such an entry inserts its `(kind, subject)` into `ledger_once`, whose primary key refuses a
 second one, in the same transaction as the entry, so a second append raises
 AlreadyLoggedError and writes nothing. A log written before the table existed is indexed
-into it when first opened (the first of any duplicates it holds is the one kept).
+into it when first opened (the first of any duplicates it holds is the one kept). A writer may
+also give an entry a *once-key* of its own (`append_batch(..., once_keys=...)`): the market
+keys a sealed bid by task and bidder, so one bidder's commitment sent to two processes at once
+is admitted by one of them only.
 
 An append computes its leaf and the interior nodes it completes from the log's *frontier* (the
 at most log2(n) perfect subtrees that make up the current tree), inserts them with the entries
@@ -416,21 +420,30 @@ class LogStore:
         """Append one signed entry; returns its index."""
         return self.append_batch([entry])[0]
 
-    def append_batch(self, entries: Sequence[Entry]) -> list[int]:
+    def append_batch(
+        self, entries: Sequence[Entry], *, once_keys: Sequence[str | None] = ()
+    ) -> list[int]:
         """Append entries in one transaction; returns their indices.
+
+        `once_keys` (one per entry, None for none) makes an entry once per key of its kind:
+        a second entry of that kind under the same key, from any writer, is refused as a
+        once-per-subject kind is (the market keys a sealed bid by its task and bidder).
 
         Raises SequenceError (nothing written) when an actor's seq does not grow,
         AlreadyLoggedError (nothing written) when a once-per-subject kind is logged again for
-        its subject, StoreError when the database fails (nothing written).
+        its subject, or a keyed kind again under its key, StoreError when the database fails
+        (nothing written), ValueError when `once_keys` is given but not one per entry.
         """
         if not entries:
             return []
+        if once_keys and len(once_keys) != len(entries):
+            raise ValueError(f"{len(once_keys)} once-keys for {len(entries)} entries")
         try:
             with self.engine.begin() as connection:
                 size = self._lock_head(connection)
                 self._sync_caches(connection, size)
                 self._check_sequences(connection, entries)
-                once_rows = self._check_once(connection, entries, size)
+                once_rows = self._check_once(connection, entries, size, once_keys)
                 entry_rows: list[dict[str, Any]] = []
                 node_rows: list[dict[str, Any]] = []
                 frontier = list(self._frontier)
@@ -633,16 +646,25 @@ class LogStore:
             last[actor] = seq
 
     def _check_once(
-        self, connection: Any, entries: Sequence[Entry], size: int
+        self,
+        connection: Any,
+        entries: Sequence[Entry],
+        size: int,
+        once_keys: Sequence[str | None] = (),
     ) -> list[dict[str, Any]]:
-        """The `ledger_once` rows of the batch; raises AlreadyLoggedError for a clash. Runs
+        """The `ledger_once` rows of the batch (an entry's subject when its kind is once per
+        subject, else its key in `once_keys`); raises AlreadyLoggedError for a clash. Runs
         under the head lock, so what it reads cannot change before the batch commits (the
         primary key would refuse it anyway)."""
         rows: list[dict[str, Any]] = []
         keys: set[tuple[str, str]] = set()
         for offset, entry in enumerate(entries):
-            kind, subject = entry.event.kind, entry.event.subject
-            if kind not in self.once_per_subject:
+            kind = entry.event.kind
+            if kind in self.once_per_subject:
+                subject = entry.event.subject
+            elif once_keys and once_keys[offset] is not None:
+                subject = str(once_keys[offset])
+            else:
                 continue
             if (kind, subject) in keys:
                 raise AlreadyLoggedError(kind, subject, None)

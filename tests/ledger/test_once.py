@@ -119,3 +119,47 @@ def test_confirmation_waits_for_the_configured_depth(
     chain.mine_empty(2)
     assert anchorer.anchor_latest().status == "confirmed"
     assert [a.status for a in store.anchors()] == ["confirmed"]
+
+
+def committed(signer: Ed25519Signer, seq: int, subject: str = "task-1") -> object:
+    return make_entry(
+        signer,
+        kind="bid.committed",
+        seq=seq,
+        at=START + timedelta(seconds=seq),
+        subject=subject,
+        body={"n": seq},
+    )
+
+
+def test_a_once_key_refuses_a_second_entry_of_its_kind_from_any_writer(
+    open_store: Callable[..., LogStore], operator: Ed25519Signer
+) -> None:
+    first, second = open_store(), open_store()  # two writers, as two processes
+    assert first.append_batch([committed(operator, 1)], once_keys=["task-1 ada"]) == [0]  # type: ignore[list-item]
+    with pytest.raises(AlreadyLoggedError) as caught:
+        second.append_batch([committed(operator, 2)], once_keys=["task-1 ada"])  # type: ignore[list-item]
+    assert (caught.value.kind, caught.value.subject, caught.value.index) == (
+        "bid.committed",
+        "task-1 ada",
+        0,
+    )
+    # other keys, and entries without a key, are not held back; nothing failed was written
+    assert second.append_batch(
+        [committed(operator, 3), committed(operator, 4)],  # type: ignore[list-item]
+        once_keys=["task-1 bob", None],
+    ) == [1, 2]
+    assert second.append(committed(operator, 5)) == 3  # type: ignore[arg-type]
+    assert first.size() == 4
+    assert first.once_logged("bid.committed", "task-1 bob") == 1
+
+
+def test_a_batch_repeating_a_once_key_is_refused_whole_and_keys_must_match_entries(
+    store: LogStore, operator: Ed25519Signer
+) -> None:
+    batch = [committed(operator, 1), committed(operator, 2)]
+    with pytest.raises(AlreadyLoggedError):
+        store.append_batch(batch, once_keys=["k", "k"])  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="2 entries"):
+        store.append_batch(batch, once_keys=["k"])  # type: ignore[arg-type]
+    assert store.size() == 0
