@@ -348,9 +348,11 @@ def _time(value: Any, name: str) -> datetime:
 
 @dataclass(frozen=True)
 class Posting:
-    """What a SendMessage asks: the task spec, as the body of `POST /tasks`."""
+    """What a SendMessage asks: the task spec, as the body of `POST /tasks`, and the message's
+    id, the posting's idempotency key (a client resending a message gets the task it posted)."""
 
     spec: dict[str, Any]
+    message_id: str | None = None
 
 
 def posting_of(params: Mapping[str, Any]) -> Posting:
@@ -409,7 +411,10 @@ def posting_of(params: Mapping[str, Any]) -> Posting:
     spec = whole_numbers(spec)
     if texts and not spec.get("description"):
         spec["description"] = "\n\n".join(texts)
-    return Posting(spec)
+    message_id = message.get("messageId")
+    if message_id is not None and not isinstance(message_id, str):
+        raise invalid_params("messageId must be a string", "message.messageId")
+    return Posting(spec, message_id or None)
 
 
 def whole_numbers(value: Any) -> Any:
@@ -747,7 +752,7 @@ def send_message(env: Env, params: Mapping[str, Any]) -> dict[str, Any]:
     body = validated_spec(posting.spec)
     context = env.context()
     try:
-        posted = post_task(body, env.caller, context, env.state)
+        posted = post_task(body, env.caller, context, env.state, idempotency_key=posting.message_id)
     except ProblemError as exc:
         raise rpc_error_of(exc, spec=True) from exc
     except DOMAIN_ERRORS as exc:

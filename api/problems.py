@@ -48,6 +48,7 @@ from market.errors import (
     AuctionError,
     BidRejected,
     EscrowError,
+    IdempotencyConflict,
     LimitError,
     MarketError,
     SettlementWaits,
@@ -166,6 +167,8 @@ def domain_problem(exc: Exception) -> ProblemError:
             return ProblemError(status, message, kind=f"bid-{reason}", reason=reason)
         case TransitionError():
             return ProblemError(409, detail, kind="transition")
+        case IdempotencyConflict():
+            return ProblemError(409, detail, kind="idempotency")
         case AuctionError() | EscrowError():
             return ProblemError(409, detail)
         case WorkError(path=path):

@@ -7,6 +7,7 @@ AccordError
     ├── LimitError              an amount or a window beyond what the chain or the market accepts
     ├── TaskError               a task is malformed, unknown, or not in the state an action needs
     │   ├── TransitionError     a lifecycle transition the state machine does not allow
+    │   ├── IdempotencyConflict an idempotency key already posted another task
     │   └── WorkError           a part, check or file of a task spec is invalid (`path` names it)
     ├── BidRejected             a commitment or reveal is refused; `reason` is a stable code
     ├── AuctionError            an auction cannot be cleared (windows still open, nothing to clear)
@@ -52,6 +53,19 @@ class TransitionError(TaskError):
         self.task_id = task_id
         self.state = state
         self.action = action
+
+
+class IdempotencyConflict(TaskError):
+    """The requester's idempotency key already posted a task with another spec; `task_id`
+    is that task."""
+
+    def __init__(self, key: str, task_id: str) -> None:
+        super().__init__(
+            f"idempotency key {key!r} already posted {task_id} with another spec: "
+            "use a new key for a new task"
+        )
+        self.key = key
+        self.task_id = task_id
 
 
 class WorkError(TaskError):

@@ -25,6 +25,7 @@ Rejected commitments and reveals are not logged; they raise `BidRejected` with t
 
 from __future__ import annotations
 
+import hashlib
 import json
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -36,6 +37,7 @@ from typing import Any, Protocol
 from identity.errors import IdentityError
 from identity.onboarding import Onboarding
 from ledger.canonical import canonical_json
+from ledger.errors import AlreadyLoggedError
 from ledger.events import Entry, Event, parse_time
 from ledger.service import Ledger
 from ledger.signing import Signer
@@ -43,7 +45,14 @@ from ledger.store import LogStore, StoredEntry
 from market import sealed
 from market.auction import AuctionOutcome, RevealedBid, clear_auction
 from market.blobs import BlobError, BlobStore, sha256_hex
-from market.errors import AuctionError, BidRejected, TaskError, TransitionError, WorkError
+from market.errors import (
+    AuctionError,
+    BidRejected,
+    IdempotencyConflict,
+    TaskError,
+    TransitionError,
+    WorkError,
+)
 from market.money import Wei
 from market.reputation import reputation
 from market.tasks import (
@@ -333,27 +342,68 @@ class Market:
 
     # -- acting --------------------------------------------------------------------------
 
-    def post(self, requester: Signer, spec: TaskSpec, *, requester_key: str) -> Task:
+    def post(
+        self,
+        requester: Signer,
+        spec: TaskSpec,
+        *,
+        requester_key: str,
+        idempotency_key: str | None = None,
+    ) -> Task:
         """Post a task and escrow its budget from the requester's chain account.
 
         The posting is logged first, then the deposit is made and `escrow.opened` logged: a
         task whose deposit failed stays `posted` (no bids) and can be re-escrowed with
-        `escrow_task`. Raises TaskError, EscrowError, ChainError.
+        `escrow_task`. With an `idempotency_key` the task's id is derived from the requester
+        and the key (`posted_task_id`), so posting again with that key, from any process, gives
+        back the same task, its escrow finished if it was interrupted, never a second task or
+        deposit. Raises IdempotencyConflict when the key already posted another spec, and
+        TaskError, EscrowError, ChainError.
         """
-        task_id = f"task-{uuid.uuid4().hex[:16]}"
+        task_id = posted_task_id(requester.did, idempotency_key)
+        if idempotency_key is not None:
+            posted = self._posted_again(task_id, requester, spec, idempotency_key)
+            if posted is not None:
+                return self._escrowed(posted, requester_key)
         for sha in spec.files:
             try:
                 self.blobs.get(sha)
             except BlobError as exc:
                 raise WorkError(f"file {sha} of the spec is not stored: {exc}") from exc
         address = self.escrow.requester_address(requester_key)
-        self.ledger.append(
-            requester,
-            TASK_POSTED,
-            subject=task_id,
-            body={"task_id": task_id, "spec": spec.to_json(), "escrow_from": address},
-        )
+        try:
+            self.ledger.append(
+                requester,
+                TASK_POSTED,
+                subject=task_id,
+                body={"task_id": task_id, "spec": spec.to_json(), "escrow_from": address},
+                once_key=task_id,
+            )
+        except AlreadyLoggedError:
+            # Another process posted it with the same key between our look and our append.
+            posted = self._posted_again(task_id, requester, spec, str(idempotency_key))
+            assert posted is not None
+            return self._escrowed(posted, requester_key)
         return self.escrow_task(task_id, requester_key=requester_key)
+
+    def _posted_again(
+        self, task_id: str, requester: Signer, spec: TaskSpec, key: str
+    ) -> Task | None:
+        """The task an idempotency key already posted, or None. Raises IdempotencyConflict
+        when it was posted with another spec."""
+        try:
+            task = self.task(task_id)
+        except TaskError:
+            return None
+        if task.requester != requester.did or task.spec.to_json() != spec.to_json():
+            raise IdempotencyConflict(key, task_id)
+        return task
+
+    def _escrowed(self, task: Task, requester_key: str) -> Task:
+        """`task`, its escrow opened if a crash or a failed deposit left it `posted`."""
+        if task.state == "posted" and not task.escrowed:
+            return self.escrow_task(task.task_id, requester_key=requester_key)
+        return task
 
     def warnings(self, spec: TaskSpec) -> list[str]:
         """What a requester should know before its task takes bids: capabilities nobody holds
@@ -707,6 +757,25 @@ def reputations_from_log(
                 if did in wanted:
                     forfeits[did] += 1
     return {did: reputation(deliveries[did], forfeits=forfeits[did]) for did in sorted(wanted)}
+
+
+MAX_IDEMPOTENCY_KEY = 200
+
+
+def posted_task_id(requester: str, idempotency_key: str | None) -> str:
+    """A new task's id: random, or, with an idempotency key, derived from the requester's DID
+    and the key (so a retried posting names the same task). Raises TaskError for a key that is
+    empty, longer than 200 characters or not printable ASCII."""
+    if idempotency_key is None:
+        return f"task-{uuid.uuid4().hex[:16]}"
+    key = idempotency_key
+    if not 0 < len(key) <= MAX_IDEMPOTENCY_KEY or not key.isascii() or not key.isprintable():
+        raise TaskError(
+            f"an idempotency key is 1 to {MAX_IDEMPOTENCY_KEY} printable ASCII characters, "
+            f"not {key[:40]!r}"
+        )
+    digest = hashlib.sha256(f"accord/task-id/v1\n{requester}\n{key}".encode()).hexdigest()
+    return f"task-{digest[:16]}"
 
 
 def award_body(task_id: str, outcome: AuctionOutcome, forfeits: list[str]) -> dict[str, Any]:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Body, Depends, Request, Response
+from fastapi import APIRouter, Body, Depends, Header, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from api.problems import ProblemError
@@ -137,12 +137,27 @@ def task_audit(task_id: str, context: Context, state: State) -> dict[str, Any]:
 @writes.post(
     "/tasks", tags=["market"], summary="Post a task; its budget is escrowed", status_code=201
 )
-def post_task(body: TaskPost, caller: Caller, context: Context, state: State) -> dict[str, Any]:
+def post_task(
+    body: TaskPost,
+    caller: Caller,
+    context: Context,
+    state: State,
+    idempotency_key: Annotated[
+        str | None,
+        Header(
+            max_length=200,
+            description="Post at most once per key: a retry with the same key and spec "
+            "answers the task the first request posted (409 for another spec)",
+        ),
+    ] = None,
+) -> dict[str, Any]:
     spec = context.market.spec_from_request(body.model_dump())
     requester = _signer_of(context, caller)
     key = os.environ.get("ACCORD_REQUESTER_ETH_KEY") or context.default_requester_key()
     with state.write_lock:
-        task = context.market.post(requester, spec, requester_key=key)
+        task = context.market.post(
+            requester, spec, requester_key=key, idempotency_key=idempotency_key
+        )
     data = task_json(context, task)
     data["warnings"] = context.market.warnings(spec)
     return data

@@ -221,6 +221,25 @@ def test_a_message_posts_a_task_its_requester_signed(url: str, world: World) -> 
     assert list(got.artifacts) == []
 
 
+def test_a_resent_message_answers_the_task_it_posted(url: str, world: World) -> None:
+    """A client that resends a message (a lost reply, a retry) with its messageId gets the
+    task the first send posted: one task, one deposit."""
+    request = spec_request(SPEC)
+
+    async def run() -> tuple[Task, Task, Task]:
+        async with a2a_client(url, world.signers["req"]) as client:
+            first = await send(client, request)
+            again = await send(client, request)
+            other = await send(client, spec_request(SPEC))
+            return first, again, other
+
+    first, again, other = asyncio.run(run())
+    assert again.id == first.id and other.id != first.id
+    store = world.context.market.ledger.store
+    assert len(store.find(kind=TASK_POSTED, subject=first.id)) == 1
+    assert len(store.find(kind="escrow.opened", subject=first.id)) == 1
+
+
 def test_get_an_unknown_task_is_task_not_found(url: str, world: World) -> None:
     async def run() -> None:
         async with a2a_client(url, world.signers["req"]) as client:

@@ -5,6 +5,7 @@ the test moves; requests through `fastapi.testclient.TestClient`, signed with `A
 from __future__ import annotations
 
 import time
+import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -520,3 +521,27 @@ def test_a_task_nobody_can_bid_on_is_posted_with_a_warning(
     [warning] = posted.json()["warnings"]
     assert "no agent holds a credential for python" in warning
     assert post_task(client, world.signers["req"])["warnings"] == []
+
+
+def test_a_retried_posting_with_its_idempotency_key_answers_the_first_task(
+    client: TestClient, world: World
+) -> None:
+    req = world.signers["req"]
+    key = {"Idempotency-Key": f"order-{uuid.uuid4()}"}
+    body = {"title": "Check the figures", "parts": [PART], "budget": "0.5eth"}
+    first = client.post("/tasks", json=body, headers=key, auth=AccordAuth(req))
+    assert first.status_code == 201, first.text
+    size = world.context.market.ledger.store.size()
+    again = client.post("/tasks", json=body, headers=key, auth=AccordAuth(req))
+    assert again.status_code == 201, again.text
+    assert again.json()["id"] == first.json()["id"]
+    assert world.context.market.ledger.store.size() == size  # nothing posted, nothing paid
+
+    other = client.post(
+        "/tasks", json={**body, "budget": "0.6eth"}, headers=key, auth=AccordAuth(req)
+    )
+    problem = assert_problem(other, 409)
+    assert problem["type"].endswith(":idempotency") and first.json()["id"] in problem["detail"]
+    long_key = {"Idempotency-Key": "k" * 201}
+    assert_problem(client.post("/tasks", json=body, headers=long_key, auth=AccordAuth(req)), 422)
+    assert world.context.market.ledger.store.size() == size
