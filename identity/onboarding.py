@@ -219,21 +219,18 @@ class Onboarding:
                     failures += 1
                 if progress is not None:
                     progress(name, done, total)
-            result = self.exams.grade(session.exam_id)
-            credential_id, path = (None, None)
-            if result.passed:
-                credential_id, path = self.issuer.issue(result)
-            outcomes.append(CapabilityOutcome(result, credential_id, path, failures))
+            outcomes.append(self.grade_and_issue(session.exam_id, answer_failures=failures))
         return outcomes
 
-    def grade_and_issue(self, exam_id: str) -> CapabilityOutcome:
-        """Grade an exam whose answers were logged (by the agent itself) and, on a pass, issue
-        the credential. Raises what `ExamService.grade` raises."""
+    def grade_and_issue(self, exam_id: str, *, answer_failures: int = 0) -> CapabilityOutcome:
+        """Grade an exam whose answers were logged (by the agent itself, or by `onboard`, which
+        counts the items its runtime could not answer) and, on a pass, issue the credential.
+        Raises what `ExamService.grade` and `CredentialIssuer.issue` raise."""
         result = self.exams.grade(exam_id)
         credential_id, path = (None, None)
         if result.passed:
             credential_id, path = self.issuer.issue(result)
-        return CapabilityOutcome(result, credential_id, path, 0)
+        return CapabilityOutcome(result, credential_id, path, answer_failures)
 
     # -- credentials: identity.issuance and identity.status_lists --
 

@@ -53,7 +53,7 @@ class PayoutAccounts:
             return existing
         from eth_account import Account  # slow to import; only binding needs it
 
-        account = Account.from_key(self._payout_key(agent))
+        account = Account.from_key(self.payout_key(agent))
         signer = self.registry.signer(agent)
         binding = bind_payout_address(
             signer, account, chain_id, secrets.token_hex(16), self.ledger.clock()
@@ -62,10 +62,10 @@ class PayoutAccounts:
         return str(account.address)
 
     def payout_key(self, agent: AgentRecord) -> str:
-        """The agent's payout account key (hex), made on first use."""
-        return self._payout_key(agent)
+        """The agent's payout account key (hex), made on first use (mode 0600).
 
-    def _payout_key(self, agent: AgentRecord) -> str:
+        Raises KeyStoreError when the key file is unreadable.
+        """
         path = self.registry.agent_keys_dir / f"{agent.name}.eth.json"
         if not path.exists():
             path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)

@@ -10,7 +10,7 @@ sends that event already signed.
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import Engine, insert
@@ -80,27 +80,12 @@ class Registration:
         Raises CredentialError (step authentication) when it is not the agent's, NonceError
         when the challenge is unknown, expired or used.
         """
-        verify_presentation(
-            presentation,
-            challenge=challenge,
-            domain=self.domain,
-            now=self.ledger.clock(),
-            trusted_issuers={self.ledger.operator.did},
-            status_lookup=self.status_lookup,
-            nonces=self.nonces,
-        )
-        if presentation.get("holder") != agent.did:
-            raise CredentialError("authentication", f"the presentation is not {agent.did}'s")
+        self._authenticate(agent.did, presentation, challenge, self.ledger.clock())
         index, _ = self.ledger.append(
             self.registry.signer(agent),
             REGISTERED_KIND,
             subject=agent.did,
-            body={
-                "name": agent.name,
-                "domain": self.domain,
-                "challenge": challenge,
-                "proof": presentation["proof"],
-            },
+            body=self.registration_body(agent, challenge, presentation),
         )
         return index
 
@@ -144,6 +129,24 @@ class Registration:
             body=self.registration_body(record, challenge, presentation),
             now=now,
         )
+        self._authenticate(did, presentation, challenge, now)
+        try:
+            with self.engine.begin() as connection:
+                connection.execute(insert(_AGENTS).values(**record.to_json()))
+        except SQLAlchemyError as exc:
+            raise RegistryError(f"cannot register the agent: {exc}") from exc
+        (index,) = self.ledger.append_entries([entry])
+        return record, index
+
+    def _authenticate(
+        self, did: str, presentation: dict[str, Any], challenge: str, now: datetime
+    ) -> None:
+        """The presentation is `did`'s, over `challenge` for this network (which it uses up).
+
+        Raises CredentialError (step authentication) when it is not `did`'s (checked first,
+        so another's presentation does not use the challenge up), NonceError when the
+        challenge is unknown, expired or used.
+        """
         if presentation.get("holder") != did:
             raise CredentialError("authentication", f"the presentation is not {did}'s")
         verify_presentation(
@@ -155,13 +158,6 @@ class Registration:
             status_lookup=self.status_lookup,
             nonces=self.nonces,
         )
-        try:
-            with self.engine.begin() as connection:
-                connection.execute(insert(_AGENTS).values(**record.to_json()))
-        except SQLAlchemyError as exc:
-            raise RegistryError(f"cannot register the agent: {exc}") from exc
-        (index,) = self.ledger.append_entries([entry])
-        return record, index
 
     def registration_body(
         self, agent: AgentRecord, challenge: str, presentation: dict[str, Any]
