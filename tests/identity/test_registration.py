@@ -78,6 +78,22 @@ def test_a_presentation_by_another_key_is_refused(onboarding: Onboarding) -> Non
     assert onboarding.registration_index(agent) is None
 
 
+def test_a_presentation_of_another_agent_does_not_use_the_challenge_up(
+    onboarding: Onboarding,
+) -> None:
+    agent = onboarding.registry.new_agent("ada", now=onboarding.ledger.clock())
+    challenge = _challenge(onboarding)
+    now = onboarding.ledger.clock()
+    stranger = create_presentation(Ed25519Signer.generate(), [], challenge, onboarding.domain, now)
+    with pytest.raises(CredentialError) as refused:
+        onboarding.admit(agent, stranger, challenge)
+    assert refused.value.step == "authentication"
+    own = create_presentation(
+        onboarding.registry.signer(agent), [], challenge, onboarding.domain, now
+    )
+    assert onboarding.admit(agent, own, challenge) == onboarding.registration_index(agent)
+
+
 def test_a_challenge_works_once_under_concurrency(onboarding: Onboarding) -> None:
     agents = [
         onboarding.registry.new_agent(f"agent{n}", now=onboarding.ledger.clock()) for n in range(6)

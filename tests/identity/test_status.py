@@ -157,7 +157,7 @@ def test_credentials_issued_under_an_earlier_url_keep_verifying(tmp_path: Path) 
     home = str(tmp_path / "home")
     earlier = open_onboarding(Settings.from_env({"ACCORD_HOME": home}))
     legacy_url = f"urn:accord:status:{earlier.ledger.log_id}:revocation"
-    earlier.status_list_url = legacy_url  # what credentials named before lists were served
+    earlier.status_lists.url = legacy_url  # what credentials named before lists were served
     old_id, old = _issue(earlier, "old")
     assert old["credentialStatus"]["statusListCredential"] == legacy_url
 

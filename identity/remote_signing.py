@@ -1,0 +1,79 @@
+"""Who signs for a team member: its key file here, or a remote agent itself at its endpoint."""
+
+from __future__ import annotations
+
+from urllib.parse import urlsplit, urlunsplit
+
+import httpx
+
+from identity.address_guard import agent_client
+from identity.agents import AgentRecord, AgentRegistry
+from identity.errors import KeyStoreError
+from identity.runtimes import check_url
+from ledger.errors import MalformedError
+from ledger.signing import Signer, from_b64url, kid_for, verify_signature
+
+SIGN_PATH = "/sign"
+SIGN_TIMEOUT = 30.0
+
+
+def sign_url(endpoint: str) -> str:
+    """Where a remote agent signs its own events: its endpoint's origin + `/sign`."""
+    parts = urlsplit(check_url(endpoint, "the agent endpoint"))
+    return urlunsplit((parts.scheme, parts.netloc, SIGN_PATH, "", ""))
+
+
+class EndpointSigner:
+    """A `Signer` for a remote agent: the bytes to sign (JCS of an event whose actor is the
+    agent) are POSTed to the agent's `/sign` as `{"event": text}`; the agent decides whether
+    it signs (a team member signs only its own reports) and replies `{"sig": base64url}`.
+    The signature is checked before it is returned.
+
+    Like every request to an agent it goes to a public address only unless `allow_private`
+    (`identity.address_guard`). `sign` raises KeyStoreError when the agent cannot be reached,
+    is at a refused address, or refuses; SignatureError when its signature does not verify.
+    """
+
+    def __init__(
+        self,
+        did: str,
+        endpoint: str,
+        timeout: float = SIGN_TIMEOUT,
+        *,
+        allow_private: bool = False,
+    ) -> None:
+        self.did = did
+        self.kid = kid_for(did)
+        self.url = sign_url(endpoint)
+        self.timeout = timeout
+        self.allow_private = allow_private
+
+    def sign(self, message: bytes) -> bytes:
+        try:
+            with agent_client(self.timeout, allow_private=self.allow_private) as client:
+                response = client.post(self.url, json={"event": message.decode()})
+        except httpx.HTTPError as exc:
+            raise KeyStoreError(f"cannot reach {self.did} at {self.url}: {exc}") from exc
+        if response.status_code != 200:
+            raise KeyStoreError(
+                f"{self.did} refused to sign (HTTP {response.status_code}): {response.text[:200]}"
+            )
+        try:
+            signature = from_b64url(str(response.json()["sig"]))
+        except (ValueError, KeyError, TypeError, MalformedError) as exc:
+            raise KeyStoreError(f"{self.did} sent no signature: {exc}") from exc
+        verify_signature(self.did, message, signature)
+        return signature
+
+
+def member_signer(registry: AgentRegistry, agent: AgentRecord) -> Signer:
+    """Who signs for `agent` in a team: its key file, or, for a remote `http` agent
+    without one, the agent itself at its endpoint (`EndpointSigner`).
+
+    Raises KeyStoreError when neither is available.
+    """
+    if registry.key_path(agent.name).exists() or agent.runtime != "http":
+        return registry.signer(agent)
+    if not agent.endpoint:
+        raise KeyStoreError(f"{agent.name!r} has neither a key file nor an endpoint")
+    return EndpointSigner(agent.did, agent.endpoint, allow_private=registry.allow_private_agents)
