@@ -53,20 +53,22 @@ def test_the_default_limits_are_those_documented() -> None:
     assert DEFAULT_LIMITS.memory_bytes == 256 * MiB
 
 
+# The CPU-limit tests give the run a wall clock it cannot reach first even on a loaded machine
+# (where a second of CPU can take several of wall time): the reason names which limit fired.
+CPU_BOUND = PythonCapability(limits=SandboxLimits(cpu_seconds=1, wall_seconds=60.0))
+
+
 def test_an_infinite_loop_is_killed_by_the_cpu_limit(item: ExamItem) -> None:
-    started = time.monotonic()
-    assert_zero(item, answer(item, "    while True:\n        pass"), "CPU time limit of 1 s")
-    assert time.monotonic() - started < FAST.wall_seconds + 1
+    grade = CPU_BOUND.grade(item, answer(item, "    while True:\n        pass"))
+    assert grade.earned == 0 and "CPU time limit of 1 s" in grade.reason, grade.reason
 
 
 def test_a_loop_that_ignores_sigxcpu_is_killed_anyway(item: ExamItem) -> None:
+    """The soft limit's SIGXCPU is ignored; the hard limit's SIGKILL a second later is not."""
     preamble = "import signal\nsignal.signal(signal.SIGXCPU, signal.SIG_IGN)"
     body = "    while True:\n        pass"
-    patient = PythonCapability(limits=SandboxLimits(cpu_seconds=1, wall_seconds=5.0))
-    started = time.monotonic()
-    grade = patient.grade(item, answer(item, body, preamble))
+    grade = CPU_BOUND.grade(item, answer(item, body, preamble))
     assert grade.earned == 0 and "CPU time limit" in grade.reason, grade.reason
-    assert time.monotonic() - started < 4, "the hard limit (SIGKILL) comes a second later"
 
 
 def test_sleeping_is_cut_by_the_wall_clock(item: ExamItem) -> None:
