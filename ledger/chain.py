@@ -45,7 +45,7 @@ from web3.exceptions import (
     Web3RPCError,
 )
 from web3.providers.rpc import HTTPProvider
-from web3.types import Nonce, TxParams, Wei
+from web3.types import Nonce, RPCEndpoint, TxParams, Wei
 
 from ledger.contracts import ContractArtifact, load_artifact
 from ledger.errors import (
@@ -297,12 +297,16 @@ def make_web3(rpc_url: str, timeout_s: float = RPC_TIMEOUT_S) -> Web3:
     """A Web3 on an HTTP endpoint with a short timeout and no retries (no I/O here).
 
     web3's default retries connection errors five times with backoff (~2 s): a down node
-    must be reported at once, the anchoring service does its own retrying.
+    must be reported at once, the anchoring service does its own retrying. The chain id, which
+    web3 asks before every call and estimate it makes, is cached per Web3 (nearly half of all
+    requests otherwise); nothing else is.
     """
     provider = HTTPProvider(
         rpc_url,
         request_kwargs={"timeout": timeout_s},
         exception_retry_configuration=None,
+        cache_allowed_requests=True,
+        cacheable_requests={RPCEndpoint("eth_chainId")},
     )
     return Web3(provider)
 

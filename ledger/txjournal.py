@@ -110,14 +110,16 @@ class ChainFacts:
     """What the chain says now about one journal record.
 
     canonical_hash: the hash of the canonical block at the receipt's height (None: not asked).
+    nonce_latest, nonce_pending: the sender's nonce, mined only or with its pool; None when
+    not asked (the transaction is mined): the decision then never needs them.
     known: the node holds the transaction (in its pool or mined).
     """
 
     receipt: TxReceipt | None
     canonical_hash: bytes | None
     head: int
-    nonce_latest: int
-    nonce_pending: int
+    nonce_latest: int | None
+    nonce_pending: int | None
     known: bool
     on_chain: OnChain | None
     market: FeeMarket | None
@@ -227,6 +229,8 @@ def decide(record: TxView, facts: ChainFacts, rules: TxRules) -> Decision:
     if record.block_number is not None:
         return Reorged()
     # (5) its nonce went to another transaction, or nothing the node holds fills the gap.
+    if facts.nonce_latest is None or facts.nonce_pending is None:
+        return Wait()  # not asked: nothing is known about its nonce yet
     if facts.nonce_latest > record.nonce or facts.nonce_pending < record.nonce:
         return SignAnew() if record.status == "forgotten" else Drop()
     # (6) stuck under the market for long enough: the same nonce, better fees.
@@ -361,19 +365,16 @@ class TxEngine:
         self.clock = clock
 
     def facts(self, view: TxView, on_chain: Callable[[], OnChain | None]) -> ChainFacts:
-        """Ask the chain about one record: the sender's nonces first (so that a nonce seen
-        taken was taken before the receipt and the contract were read: a transaction mined
-        in between is never mistaken for a lost one), then the receipt, the block hash at its
-        height, the head; unless it is mined: its effect on the contract, the pool, the fee
-        market."""
-        nonce_latest = self.chain.nonce_of(view.sender, latest=True)
-        nonce_pending = self.chain.nonce_of(view.sender, latest=False)
-        receipt = self.chain.receipt(view.tx_hash)
-        canonical = None
-        if receipt is not None and receipt.block_hash is not None:
-            canonical = self.chain.block_hash(receipt.block_number)
-            if canonical != receipt.block_hash:
-                receipt = None  # its block was reorganised away (decide says so too)
+        """Ask the chain about one record: its receipt and the block hash at its height, the
+        head; when it is not mined, the sender's nonces and then the receipt once more (a
+        transaction mined while the nonces were read is never mistaken for a lost one), its
+        effect on the contract, the pool, the fee market."""
+        receipt, canonical = self._receipt(view.tx_hash)
+        nonce_latest = nonce_pending = None
+        if receipt is None:
+            nonce_latest = self.chain.nonce_of(view.sender, latest=True)
+            nonce_pending = self.chain.nonce_of(view.sender, latest=False)
+            receipt, canonical = self._receipt(view.tx_hash)
         effect = None if receipt is not None and receipt.status_ok else on_chain()
         unmined = receipt is None and effect is None
         return ChainFacts(
@@ -387,6 +388,16 @@ class TxEngine:
             market=self.chain.fee_market() if unmined and view.fees is not None else None,
             now=self.clock(),
         )
+
+    def _receipt(self, tx_hash: bytes) -> tuple[TxReceipt | None, bytes | None]:
+        """The receipt (None when its block is no longer canonical) and the canonical hash."""
+        receipt = self.chain.receipt(tx_hash)
+        if receipt is None or receipt.block_hash is None:
+            return receipt, None
+        canonical = self.chain.block_hash(receipt.block_number)
+        if canonical != receipt.block_hash:
+            return None, canonical  # its block was reorganised away (decide says so too)
+        return receipt, canonical
 
     def send(self, record: R, action: TxAction[R], journal: TxJournal[R]) -> Settled[R]:
         """Broadcast a journalled record, then settle it."""

@@ -201,3 +201,8 @@ def test_bad_rules_and_policies_are_refused() -> None:
         FeePolicy(ceiling=0)
     with pytest.raises(ValueError, match="tip"):
         FeePolicy(ceiling=10, default_tip=11)
+
+
+def test_nothing_is_decided_on_nonces_that_were_not_read() -> None:
+    facts = replace(UNMINED, nonce_latest=None, nonce_pending=None, known=False)
+    assert decide(RECORD, facts, RULES) == Wait()
