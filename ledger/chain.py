@@ -68,6 +68,7 @@ GAS_MARGIN_NUMERATOR = 12  # gas limit = estimate * 12 / 10
 GAS_MARGIN_DENOMINATOR = 10
 _RECEIPT_POLL_S = 0.1
 _UINT64_MAX = 2**64 - 1
+DEFAULT_FEE_POLICY = FeePolicy()
 _ZERO_ROOT = bytes(32)
 
 
@@ -455,14 +456,14 @@ def refusal_from_revert(
     return AnchorRefusedError(log_id, name or (exc.message or "execution reverted"))
 
 
-def eip1559_fees(w3: Web3, policy: FeePolicy | None = None, rpc_url: str = "") -> tuple[int, int]:
+def eip1559_fees(
+    w3: Web3, rpc_url: str = "the node", policy: FeePolicy = DEFAULT_FEE_POLICY
+) -> tuple[int, int]:
     """(maxFeePerGas, maxPriorityFeePerGas): min(2 * base fee + tip, ceiling) and the tip.
 
     Raises FeesAboveCeilingError when the market is above the policy's ceiling.
     """
-    fees = fees_for(
-        fee_market(w3, rpc_url or "the node", policy or FeePolicy()), policy or FeePolicy()
-    )
+    fees = fees_for(fee_market(w3, rpc_url, policy), policy)
     return fees.max_fee, fees.tip
 
 
@@ -688,7 +689,7 @@ def deploy_registry(
         chain_id = int(w3.eth.chain_id)
         constructor = factory.constructor()
         gas = constructor.estimate_gas({"from": account.address})
-        max_fee, tip = eip1559_fees(w3, rpc_url=rpc_url)
+        max_fee, tip = eip1559_fees(w3, rpc_url)
         tx = constructor.build_transaction(
             {
                 "from": account.address,
