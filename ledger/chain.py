@@ -847,7 +847,71 @@ def replaces_queued(old: Fees | None, new: Fees | None) -> bool:
     return new.max_fee * 8 >= old.max_fee * 9 and new.tip * 8 >= old.tip * 9
 
 
-class MemoryAnchorChain:
+class MemoryChainFaults:
+    """What both in-memory chains share of a public chain's faults: a fee market (`base_fee`
+    and `tip` are test switches; a transaction whose maxFee is under the base fee is not
+    mined), replacement at a nonce, and block hashes that change when blocks are mined again
+    after a `rewind`. A subclass calls `_init_faults` and keeps `_block_number`."""
+
+    base_fee: int
+    tip: int
+    _fee_policy: FeePolicy
+    _block_number: int
+    _fork: int
+    _hashes: dict[int, bytes]
+
+    def _init_faults(self, fee_policy: FeePolicy | None) -> None:
+        self.base_fee = MEMORY_BASE_FEE
+        self.tip = MEMORY_TIP
+        self._fee_policy = fee_policy or FeePolicy()
+        self._fork = 0
+        self._hashes = {}
+
+    def _check_available(self, doing: str) -> None:
+        """Raises ChainUnavailableError when the chain is switched off (the subclass's)."""
+
+    def fee_market(self) -> FeeMarket:
+        self._check_available("reading the fee market")
+        tip = self.tip if self._fee_policy.default_tip is None else self._fee_policy.default_tip
+        return FeeMarket(self.base_fee, tip)
+
+    def fees_of(self, raw: bytes) -> Fees | None:
+        return memory_fees_of(raw)
+
+    def fee_policy(self) -> FeePolicy:
+        return self._fee_policy
+
+    def _fees_now(self, fees: Fees | None) -> Fees:
+        """`fees`, or the market's under the ceiling. Raises FeesAboveCeilingError."""
+        return fees or fees_for(self.fee_market(), self._fee_policy)
+
+    def _affordable(self, raw: bytes) -> bool:
+        """Whether the transaction's maxFee covers the base fee (it may be mined now)."""
+        fees = self.fees_of(raw)
+        return fees is None or fees.max_fee >= self.base_fee
+
+    def _outbids(self, queued_raw: bytes, raw: bytes) -> bool:
+        return replaces_queued(self.fees_of(queued_raw), self.fees_of(raw))
+
+    def block_hash(self, number: int) -> bytes | None:
+        self._check_available("eth_getBlockByNumber")
+        if number > self._block_number:
+            return None
+        return self._hashes.get(number, memory_block_hash(number, 0))
+
+    def _new_block(self) -> bytes:
+        """Mine the next block number; returns its hash."""
+        self._block_number += 1
+        self._hashes[self._block_number] = memory_block_hash(self._block_number, self._fork)
+        return self._hashes[self._block_number]
+
+    def _forget_blocks_after(self, block: int) -> None:
+        self._block_number = min(self._block_number, block)
+        self._hashes = {n: h for n, h in self._hashes.items() if n <= block}
+        self._fork += 1  # blocks mined from here on are other blocks
+
+
+class MemoryAnchorChain(MemoryChainFaults):
     """An in-process AnchorChain with the registry's rules, for unit tests.
 
     Test switches:
@@ -866,13 +930,9 @@ class MemoryAnchorChain:
         self.available = True
         self.auto_mine = True
         self.lose_broadcast_replies = 0
-        self.base_fee = MEMORY_BASE_FEE
-        self.tip = MEMORY_TIP
-        self._fee_policy = fee_policy or FeePolicy()
+        self._init_faults(fee_policy)
         self._chain_id = chain_id
         self._block_number = 0
-        self._fork = 0
-        self._hashes: dict[int, bytes] = {}
         self._latest: dict[bytes, int] = {}
         self._roots: dict[tuple[bytes, int], bytes] = {}
         self._events: list[OnChainAnchor] = []
@@ -920,7 +980,7 @@ class MemoryAnchorChain:
             raise AnchorRefusedError(log_id, "SizeNotGrowing", latest, size)
         if nonce is None:
             nonce = self.account_nonce(latest=False)
-        fees = fees or fees_for(self.fee_market(), self._fee_policy)
+        fees = self._fees_now(fees)
         raw = json.dumps(
             {
                 "logId": log_id,
@@ -945,7 +1005,7 @@ class MemoryAnchorChain:
         if not known:
             queued = [q for q in self._mempool.values() if q.nonce == tx.nonce]
             taken = tx.nonce < self._mined_nonce or any(
-                not replaces_queued(self.fees_of(q.raw), self.fees_of(tx.raw)) for q in queued
+                not self._outbids(q.raw, tx.raw) for q in queued
             )
             if taken:
                 raise AnchorError(
@@ -969,8 +1029,7 @@ class MemoryAnchorChain:
             ready = [
                 tx
                 for tx in self._mempool.values()
-                if tx.nonce == self._mined_nonce
-                and (self.fees_of(tx.raw) or Fees(self.base_fee, 0)).max_fee >= self.base_fee
+                if tx.nonce == self._mined_nonce and self._affordable(tx.raw)
             ]
             if not ready:
                 return mined
@@ -978,7 +1037,7 @@ class MemoryAnchorChain:
 
     def _execute(self, tx: SignedAnchorTx) -> AnchorReceipt:
         del self._mempool[tx.tx_hash]
-        self._block_number += 1
+        block_hash = self._new_block()
         self._mined_nonce += 1
         key = log_id_hash(tx.log_id)
         latest = self._latest.get(key, 0)
@@ -997,7 +1056,6 @@ class MemoryAnchorChain:
             else MEMORY_EXEC_GAS_LATER_ANCHOR
         )
         gas = intrinsic_gas(anchor_calldata(tx.log_id, tx.size, tx.root)) + execution
-        block_hash = self._new_block_hash()
         receipt = AnchorReceipt(tx.tx_hash, self._block_number, ok, gas, block_hash)
         self._receipts[tx.tx_hash] = receipt
         return receipt
@@ -1019,30 +1077,9 @@ class MemoryAnchorChain:
     def nonce_of(self, address: str, latest: bool) -> int:
         return self.account_nonce(latest) if address == MEMORY_OPERATOR_ADDRESS else 0
 
-    def block_hash(self, number: int) -> bytes | None:
-        self._check_available("eth_getBlockByNumber")
-        if number > self._block_number:
-            return None
-        return self._hashes.get(number, memory_block_hash(number, 0))
-
-    def _new_block_hash(self) -> bytes:
-        self._hashes[self._block_number] = memory_block_hash(self._block_number, self._fork)
-        return self._hashes[self._block_number]
-
     def knows(self, tx_hash: bytes) -> bool:
         self._check_available("eth_getTransactionByHash")
         return tx_hash in self._mempool or tx_hash in self._receipts
-
-    def fee_market(self) -> FeeMarket:
-        self._check_available("reading the fee market")
-        tip = self.tip if self._fee_policy.default_tip is None else self._fee_policy.default_tip
-        return FeeMarket(self.base_fee, tip)
-
-    def fees_of(self, raw: bytes) -> Fees | None:
-        return memory_fees_of(raw)
-
-    def fee_policy(self) -> FeePolicy:
-        return self._fee_policy
 
     def anchors(self, log_id: str) -> list[OnChainAnchor]:
         self._check_available("eth_getLogs")
@@ -1056,8 +1093,7 @@ class MemoryAnchorChain:
     def mine_empty(self, blocks: int = 1) -> None:
         """Mine `blocks` empty blocks (confirmations pile up)."""
         for _ in range(blocks):
-            self._block_number += 1
-            self._new_block_hash()
+            self._new_block()
 
     def rewind(self, block: int) -> None:
         """Forget every block after `block` (one transaction per block here)."""
@@ -1070,9 +1106,7 @@ class MemoryAnchorChain:
             self._latest[event.log_id_hash] = event.size
             self._roots[(event.log_id_hash, event.size)] = event.root
         self._mined_nonce = len(self._receipts)
-        self._block_number = min(self._block_number, block)
-        self._hashes = {n: h for n, h in self._hashes.items() if n <= block}
-        self._fork += 1  # blocks mined from here on are other blocks
+        self._forget_blocks_after(block)
 
 
 def memory_fees_of(raw: bytes) -> Fees | None:

@@ -9,16 +9,9 @@ from typing import Any
 from eth_utils.address import to_checksum_address
 from eth_utils.crypto import keccak
 
-from ledger.chain import (
-    MEMORY_BASE_FEE,
-    MEMORY_TIP,
-    memory_block_hash,
-    memory_fees_of,
-    poll_receipt,
-    replaces_queued,
-)
+from ledger.chain import MemoryChainFaults, poll_receipt
 from ledger.errors import ChainUnavailableError
-from ledger.fees import FeeMarket, FeePolicy, Fees, fees_for
+from ledger.fees import FeePolicy, Fees
 from market.escrow.values import (
     EscrowEvent,
     EscrowIntent,
@@ -49,7 +42,7 @@ class _MemoryEscrow:
     state: EscrowState
 
 
-class MemoryEscrowChain:
+class MemoryEscrowChain(MemoryChainFaults):
     """An in-process EscrowChain with TaskEscrow's rules, for unit tests.
 
     Each mined block advances `timestamp` by one second; `advance_time(s)` moves it on.
@@ -67,10 +60,7 @@ class MemoryEscrowChain:
         fee_policy: FeePolicy | None = None,
     ) -> None:
         self.operator = to_checksum_address(operator)
-        self.base_fee = MEMORY_BASE_FEE
-        self.tip = MEMORY_TIP
-        self._fee_policy = fee_policy or FeePolicy()
-        self._hashes: dict[int, bytes] = {}
+        self._init_faults(fee_policy)
         self.available = True
         self.auto_mine = True
         self.lose_broadcast_replies = 0
@@ -173,7 +163,7 @@ class MemoryEscrowChain:
             raise EscrowRefusedError(intent.kind, intent.task_id, *refusal)
         if nonce is None:
             nonce = self.account_nonce(sender, latest=False)
-        fees = fees or fees_for(self.fee_market(), self._fee_policy)
+        fees = self._fees_now(fees)
         raw = json.dumps(
             {
                 "intent": intent.to_json(),
@@ -200,9 +190,7 @@ class MemoryEscrowChain:
                 for q, _ in self._mempool.values()
                 if q.sender == tx.sender and q.nonce == tx.nonce
             ]
-            taken = tx.nonce < mined or any(
-                not replaces_queued(self.fees_of(q.raw), self.fees_of(tx.raw)) for q in queued
-            )
+            taken = tx.nonce < mined or any(not self._outbids(q.raw, tx.raw) for q in queued)
             if taken:
                 raise EscrowTxRejectedError(
                     f"the node refused escrow tx 0x{tx.tx_hash.hex()}: nonce {tx.nonce} of "
@@ -222,8 +210,7 @@ class MemoryEscrowChain:
         """Mine an unrelated transaction from `address` (e.g. a transfer sent by another
         program holding the same key): its next nonce is used up."""
         address = to_checksum_address(address)
-        self._block_number += 1
-        self._hashes[self._block_number] = memory_block_hash(self._block_number, 0)
+        self._new_block()
         self.timestamp += 1
         self._nonces[address] = self._nonces.get(address, 0) + 1
 
@@ -236,7 +223,7 @@ class MemoryEscrowChain:
                 entry
                 for entry in self._mempool.values()
                 if entry[0].nonce == self._nonces.get(entry[0].sender, 0)
-                and (self.fees_of(entry[0].raw) or Fees(self.base_fee, 0)).max_fee >= self.base_fee
+                and self._affordable(entry[0].raw)
             ]
             if not ready:
                 return mined
@@ -244,15 +231,13 @@ class MemoryEscrowChain:
 
     def _execute(self, tx: SignedEscrowTx, intent: EscrowIntent) -> EscrowReceipt:
         del self._mempool[tx.tx_hash]
-        self._block_number += 1
+        block_hash = self._new_block()
         self.timestamp += 1
         self._nonces[tx.sender] = tx.nonce + 1
         ok = self._refusal(tx.sender, intent, self.timestamp) is None
         if ok:
             self._apply(tx, intent)
         gas = MEMORY_GAS[intent.kind] if ok else MEMORY_GAS_REVERTED
-        block_hash = memory_block_hash(self._block_number, 0)
-        self._hashes[self._block_number] = block_hash
         receipt = EscrowReceipt(tx.tx_hash, self._block_number, ok, gas, block_hash)
         self._receipts[tx.tx_hash] = receipt
         return receipt
@@ -322,26 +307,9 @@ class MemoryEscrowChain:
     def nonce_of(self, address: str, latest: bool) -> int:
         return self.account_nonce(address, latest)
 
-    def block_hash(self, number: int) -> bytes | None:
-        self._check_available("eth_getBlockByNumber")
-        if number > self._block_number:
-            return None
-        return self._hashes.get(number, memory_block_hash(number, 0))
-
     def knows(self, tx_hash: bytes) -> bool:
         self._check_available("eth_getTransactionByHash")
         return tx_hash in self._mempool or tx_hash in self._receipts
-
-    def fee_market(self) -> FeeMarket:
-        self._check_available("reading the fee market")
-        tip = self.tip if self._fee_policy.default_tip is None else self._fee_policy.default_tip
-        return FeeMarket(self.base_fee, tip)
-
-    def fees_of(self, raw: bytes) -> Fees | None:
-        return memory_fees_of(raw)
-
-    def fee_policy(self) -> FeePolicy:
-        return self._fee_policy
 
     def block_number(self) -> int:
         self._check_available("eth_blockNumber")
