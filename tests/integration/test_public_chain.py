@@ -244,3 +244,30 @@ def test_fees_above_the_ceiling_are_a_typed_error_and_nothing_is_sent(
     [record] = store.anchors()
     fees = escrow.fees_of(record.raw_tx)
     assert fees is not None and fees.max_fee <= 20 * GWEI
+
+
+@pytest.mark.devnet
+def test_an_anchor_stuck_under_a_risen_base_fee_is_replaced_not_duplicated(
+    calm: Net, tmp_path: Path
+) -> None:
+    store = log_store(tmp_path)
+    chain = calm.anchors(ceiling_gwei=300)
+    anchorer = Anchorer(
+        store, chain, SIGNER, lambda: datetime.now(UTC), receipt_timeout=0.3, replace_after_s=0
+    )
+    nonce0 = chain.account_nonce(latest=True)
+    calm.rpc("evm_setAutomine", False)
+    stuck = anchorer.anchor_latest()
+    assert stuck.status == "pending"
+    calm.raise_base_fee(100)
+    [replaced] = anchorer.reconcile()
+    [record] = store.anchors(status="pending")
+    assert replaced.tx_hash == record.tx_hash != stuck.tx_hash and record.nonce == nonce0
+    fees = chain.fees_of(record.raw_tx)
+    assert fees is not None and 100 * GWEI < fees.max_fee <= 300 * GWEI
+    calm.rpc("evm_mine")
+    [done] = anchorer.reconcile()
+    assert done.status == "confirmed" and done.tx_hash == record.tx_hash
+    assert chain.receipt(stuck.tx_hash or b"") is None
+    assert chain.account_nonce(latest=True) == nonce0 + 1
+    assert [a.size for a in chain.anchors(store.log_id)] == [3]
