@@ -269,20 +269,35 @@ def test_a_stuck_settle_under_the_ceiling_fails_typed_and_sends_nothing_more() -
     assert [r.intent.task_id for r in actions.journal.records()] == ["t", "t"]
 
 
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
 def test_an_old_journal_table_gains_sent_at_and_keeps_its_records(
-    chain: MemoryEscrowChain, tmp_path: Path
+    chain: MemoryEscrowChain, tmp_path: Path, backend: str
 ) -> None:
+    from contextlib import nullcontext
+
     from sqlalchemy import text
 
-    engine = create_engine(f"sqlite:///{tmp_path / 'old.db'}")
-    actions = EscrowActions(chain, SqlEscrowJournal(engine))
-    actions.open(REQUESTER, "t", 500, chain.timestamp + DAY)
-    with engine.begin() as connection:  # the table as an older accord made it
-        connection.execute(text("ALTER TABLE market_escrow_txs DROP COLUMN sent_at"))
-    reopened = SqlEscrowJournal(engine)
-    [record] = reopened.records("t")
-    assert (record.status, record.sent_at) == ("confirmed", None)
-    assert EscrowActions(chain, reopened).settle(OPERATOR, "t", [ADDR[3]], [1]).status == (
-        "confirmed"
+    from ledger.store import make_engine
+    from tests.ledger.conftest import postgres_schema_url
+
+    where = (
+        nullcontext(f"sqlite:///{tmp_path / 'old.db'}")
+        if backend == "sqlite"
+        else postgres_schema_url()
     )
-    assert reopened.records("t")[1].sent_at is not None
+    with where as url:
+        engine = make_engine(url)
+        try:
+            actions = EscrowActions(chain, SqlEscrowJournal(engine))
+            actions.open(REQUESTER, "t", 500, chain.timestamp + DAY)
+            with engine.begin() as connection:  # the table as an older accord made it
+                connection.execute(text("ALTER TABLE market_escrow_txs DROP COLUMN sent_at"))
+            reopened = SqlEscrowJournal(engine)
+            [record] = reopened.records("t")
+            assert (record.status, record.sent_at) == ("confirmed", None)
+            settled = EscrowActions(chain, reopened).settle(OPERATOR, "t", [ADDR[3]], [1])
+            assert settled.status == "confirmed"
+            assert reopened.records("t")[1].sent_at is not None
+            SqlEscrowJournal(engine)  # opening it again changes nothing
+        finally:
+            engine.dispose()
