@@ -1,46 +1,46 @@
 """Anchoring checkpoints on the chain, without ever anchoring one twice.
 
-A checkpoint is anchored in three recorded steps:
+A checkpoint's anchor is one transaction of the journal engine (`ledger.txjournal`): signed
+(nonce and fees fixed), recorded as *pending* in `ledger_anchors` with its raw bytes, only then
+broadcast, and settled against the chain by the engine: mined and `confirmations` deep →
+confirmed; the root already on chain (this transaction's logs, or the one it replaced) →
+confirmed with the transaction that put it there; a larger anchor on chain → dropped (it
+covers this one); not mined and its nonce free → the *same signed bytes* again; stuck under a
+risen base fee → replaced at the same nonce with bumped fees (`replace_anchor_tx`, one write);
+its nonce used by another transaction → dropped, and only then a fresh anchor may be signed.
+So no checkpoint is anchored twice, and nothing appended is lost while the chain is away: the
+next anchor covers it.
 
-1. sign the transaction locally (nonce fixed) and record it as *pending*, raw bytes included;
-2. broadcast it;
-3. wait for the receipt and mark it *confirmed*.
-
-A crash, a timeout or a chain that is down leaves a pending record. Before anything new is
-sent, `reconcile` settles every pending record against the chain: mined → confirmed; the root
-already on chain → confirmed; not mined but still possible → the *same signed bytes* are
-broadcast again (they cannot be mined twice); its nonce used by another transaction → dropped,
-and only then a fresh transaction may be signed. So no checkpoint is anchored twice, and
-nothing appended is lost while the chain is away: the next anchor covers it.
-
-A chain can also *forget* a confirmed anchor: anvil restarted from a state dumped before the
-block, or a reorg on a public chain. `reconcile` therefore first compares the confirmed records
-with the anchors the chain holds; one the chain lacks is marked pending again (that mark is
-the journal: it is reconciled once, whatever crashes follow) and then settled as above: its
-same bytes are sent again when its nonce is the account's next, a fresh transaction is signed
-otherwise, and a record a larger on-chain anchor already covers is dropped. A receipt counts as
-confirmed only once `confirmations` blocks are on top of its own (0 on the devnet).
+What is specific to anchors lives here: which call to make (`build_anchor_tx`), what the
+registry's state means (`_AnchorTxs.on_chain`), and the chain *forgetting* a confirmed anchor
+(anvil restarted from an older state, a reorg on a public chain): `reconcile` first compares
+the confirmed records with the anchors the chain holds; one the chain lacks is marked pending
+again (that mark is the journal: it is reconciled once, whatever crashes follow) and then
+settled as above.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Literal
 
-from ledger.chain import (
-    AnchorChain,
-    SignedAnchorTx,
-    TxReceipt,
-    deep_enough,
-    wait_until_deep,
-)
+from ledger.chain import AnchorChain, AnchorRefusedError, SignedAnchorTx
 from ledger.checkpoint import SignedCheckpoint, take_checkpoint
 from ledger.errors import AnchorError
 from ledger.events import Entry, format_time, parse_time
+from ledger.fees import Fees
 from ledger.signing import Signer
 from ledger.store import LogStore, StoredAnchor
+from ledger.txjournal import (
+    DEFAULT_REPLACE_AFTER_S,
+    OnChain,
+    Settled,
+    TxEngine,
+    TxRules,
+    TxView,
+)
 
 AnchorStatus = Literal[
     "confirmed", "pending", "already-anchored", "dropped", "empty", "forgotten-by-chain"
@@ -64,7 +64,9 @@ class Anchorer:
     """Anchors the log's checkpoints through an `AnchorChain`.
 
     Raises ChainUnavailableError when the chain does not answer (the record stays pending and
-    is settled next time), AnchorError when the chain refuses or contradicts the log.
+    is settled next time), FeesAboveCeilingError when the fee market is above the configured
+    ceiling (nothing new is signed or sent), AnchorError when the chain refuses or contradicts
+    the log.
     """
 
     def __init__(
@@ -78,9 +80,9 @@ class Anchorer:
         every_seconds: float = 60.0,
         receipt_timeout: float = 30.0,
         confirmations: int = 0,
+        replace_after_s: float = DEFAULT_REPLACE_AFTER_S,
     ) -> None:
-        if confirmations < 0:
-            raise ValueError(f"confirmations must be 0 or more, got {confirmations}")
+        """Raises ValueError for a negative `confirmations` or `replace_after_s`."""
         self.store = store
         self.chain = chain
         self.operator = operator
@@ -88,7 +90,23 @@ class Anchorer:
         self.every_entries = every_entries
         self.every_seconds = every_seconds
         self.receipt_timeout = receipt_timeout
-        self.confirmations = confirmations
+        self.rules = TxRules(
+            confirmations=confirmations,
+            replace_after_s=replace_after_s,
+            fees=chain.fee_policy(),
+        )
+
+    @property
+    def confirmations(self) -> int:
+        return self.rules.confirmations
+
+    def _engine(self) -> TxEngine:
+        return TxEngine(
+            _ChainForEngine(self.chain),
+            self.rules,
+            timeout_s=self.receipt_timeout,
+            clock=lambda: self.clock().timestamp(),
+        )
 
     # -- checkpoints -------------------------------------------------------------------------
 
@@ -116,24 +134,23 @@ class Anchorer:
         signed = self.checkpoint()
         root = signed.checkpoint.root
         tx = self.chain.build_anchor_tx(log_id, size, root)
-        recorded = self.store.record_anchor(
-            StoredAnchor(
-                size=size,
-                root=root,
-                status="pending",
-                chain_id=self.chain.chain_id(),
-                registry_address=self.chain.registry_address(),
-                nonce=tx.nonce,
-                tx_hash=tx.tx_hash,
-                raw_tx=tx.raw,
-                block_number=None,
-                sent_at=format_time(self.clock()),
-            )
+        record = StoredAnchor(
+            size=size,
+            root=root,
+            status="pending",
+            chain_id=self.chain.chain_id(),
+            registry_address=self.chain.registry_address(),
+            nonce=tx.nonce,
+            tx_hash=tx.tx_hash,
+            raw_tx=tx.raw,
+            block_number=None,
+            sent_at=format_time(self.clock()),
         )
-        if not recorded:
+        if not self.store.record_anchor(record):
             # Another process records this checkpoint's anchor: settle its record instead.
             return self._settle_recorded(size)
-        return self._send_and_settle(tx, size, root)
+        txs = _AnchorTxs(self)
+        return _outcome(self._engine().send(record, txs, txs))
 
     def reconcile(self) -> list[AnchorOutcome]:
         """Reopen confirmed anchors the chain forgot, then settle every pending anchor
@@ -171,74 +188,8 @@ class Anchorer:
         return AnchorOutcome("dropped", size)
 
     def _reconcile_one(self, pending: StoredAnchor) -> AnchorOutcome:
-        log_id = self.store.log_id
-        receipt = self.chain.receipt(pending.tx_hash)
-        if receipt is not None and receipt.status_ok:
-            return self._confirm(pending.size, pending.root, pending.tx_hash, receipt)
-        on_chain = self.chain.root_at(log_id, pending.size)
-        if on_chain is not None:
-            if on_chain != pending.root:
-                raise AnchorError(
-                    f"the chain holds root {on_chain.hex()} for size {pending.size}, "
-                    f"but the log's checkpoint has {pending.root.hex()}"
-                )
-            block = next(
-                (a.block_number for a in self.chain.anchors(log_id) if a.size == pending.size),
-                0,
-            )
-            self.store.confirm_anchor(pending.size, block, pending.tx_hash)
-            return AnchorOutcome("confirmed", pending.size, pending.root, pending.tx_hash, block)
-        if receipt is not None:  # mined but reverted, and the root is not there
-            if self.chain.latest_size(log_id) > pending.size:
-                self.store.forget_anchor(pending.size)  # a larger anchor covers it
-                return AnchorOutcome("dropped", pending.size, pending.root, pending.tx_hash)
-            raise AnchorError(
-                f"the anchor of size {pending.size} was reverted on chain "
-                f"(transaction {pending.tx_hash.hex()})"
-            )
-        if self.chain.latest_size(log_id) > pending.size:
-            # A larger anchor is on chain (the registry would refuse this one): it covers it.
-            self.store.forget_anchor(pending.size)
-            return AnchorOutcome("dropped", pending.size, pending.root, pending.tx_hash)
-        if self.chain.account_nonce(latest=True) > pending.nonce:
-            # Its nonce was spent by another transaction: this one can never be mined.
-            self.store.forget_anchor(pending.size)
-            return AnchorOutcome("dropped", pending.size, pending.root, pending.tx_hash)
-        if self.chain.account_nonce(latest=False) < pending.nonce:
-            # Nothing the node holds comes before its nonce (the chain forgot those too): sent
-            # as is, it would wait forever. A fresh anchor is signed at the next nonce instead.
-            self.store.forget_anchor(pending.size)
-            return AnchorOutcome("dropped", pending.size, pending.root, pending.tx_hash)
-        tx = SignedAnchorTx(
-            log_id, pending.size, pending.root, pending.nonce, pending.tx_hash, pending.raw_tx
-        )
-        return self._send_and_settle(tx, pending.size, pending.root)
-
-    def _send_and_settle(self, tx: SignedAnchorTx, size: int, root: bytes) -> AnchorOutcome:
-        self.chain.broadcast(tx)
-        receipt = self.chain.wait_for_receipt(tx.tx_hash, self.receipt_timeout)
-        if receipt is None:
-            return AnchorOutcome("pending", size, root, tx.tx_hash)
-        if not receipt.status_ok:
-            for record in self.store.anchors(status="pending"):
-                if record.size == size:
-                    return self._reconcile_one(record)
-            return self._settle_recorded(size)  # another process settled it meanwhile
-        return self._confirm(size, root, tx.tx_hash, receipt)
-
-    def _confirm(self, size: int, root: bytes, tx_hash: bytes, receipt: TxReceipt) -> AnchorOutcome:
-        """Record the anchor confirmed once `confirmations` blocks are on top of its own
-        (waiting up to `receipt_timeout`); until then it stays pending."""
-        if not deep_enough(receipt, self.chain.block_number(), self.confirmations):
-            timeout = self.receipt_timeout
-            if not wait_until_deep(self.chain.block_number, receipt, self.confirmations, timeout):
-                return AnchorOutcome("pending", size, root, tx_hash, receipt.block_number)
-            mined = self.chain.receipt(tx_hash)  # a reorg meanwhile may have moved or dropped it
-            if mined is None or not mined.status_ok:
-                return AnchorOutcome("pending", size, root, tx_hash)
-            receipt = mined
-        self.store.confirm_anchor(size, receipt.block_number, tx_hash)
-        return AnchorOutcome("confirmed", size, root, tx_hash, receipt.block_number)
+        txs = _AnchorTxs(self)
+        return _outcome(self._engine().settle(pending, txs, txs))
 
     # -- automatic anchoring -----------------------------------------------------------------
 
@@ -259,3 +210,123 @@ class Anchorer:
         if size - last.size >= self.every_entries:
             return True
         return (now - parse_time(last.sent_at)).total_seconds() >= self.every_seconds
+
+
+def _outcome(settled: Settled[StoredAnchor]) -> AnchorOutcome:
+    record = settled.record
+    match settled.status:
+        case "confirmed":
+            status: AnchorStatus = "confirmed"
+        case "pending":
+            status = "pending"
+        case _:
+            status = "dropped"
+    return AnchorOutcome(status, record.size, record.root, settled.tx_hash, settled.block_number)
+
+
+class _ChainForEngine:
+    """An AnchorChain as the engine's `TxChain`."""
+
+    def __init__(self, chain: AnchorChain) -> None:
+        self.receipt = chain.receipt
+        self.block_hash = chain.block_hash
+        self.block_number = chain.block_number
+        self.nonce_of = chain.nonce_of
+        self.knows = chain.knows
+        self.fee_market = chain.fee_market
+
+
+class _AnchorTxs:
+    """The engine's `TxAction` and `TxJournal` for anchors: `ledger_anchors` rows of the store,
+    one per checkpoint size."""
+
+    def __init__(self, anchorer: Anchorer) -> None:
+        self.store = anchorer.store
+        self.chain = anchorer.chain
+        self.log_id = anchorer.store.log_id
+        self.clock = anchorer.clock
+
+    # TxAction
+
+    def view(self, record: StoredAnchor) -> TxView:
+        return TxView(
+            tx_hash=record.tx_hash,
+            sender=self.chain.operator_address(),
+            nonce=record.nonce,
+            status="pending",
+            block_number=record.block_number if record.status == "pending" else None,
+            sent_at=parse_time(record.sent_at).timestamp(),
+            fees=self.chain.fees_of(record.raw_tx),
+        )
+
+    def on_chain(self, record: StoredAnchor) -> OnChain | None:
+        """Raises AnchorError when the chain holds another root for the record's size."""
+        on_chain = self.chain.root_at(self.log_id, record.size)
+        if on_chain is not None:
+            if on_chain != record.root:
+                raise AnchorError(
+                    f"the chain holds root {on_chain.hex()} for size {record.size}, "
+                    f"but the log's checkpoint has {record.root.hex()}"
+                )
+            for event in self.chain.anchors(self.log_id):
+                if event.size == record.size:
+                    return OnChain(event.tx_hash, event.block_number, ours=True)
+            return OnChain(record.tx_hash, 0, ours=True)
+        if self.chain.latest_size(self.log_id) > record.size:
+            return OnChain(b"", 0, ours=False)  # a larger anchor covers it
+        return None
+
+    def broadcast(self, record: StoredAnchor) -> None:
+        self.chain.broadcast(
+            SignedAnchorTx(
+                self.log_id, record.size, record.root, record.nonce, record.tx_hash, record.raw_tx
+            )
+        )
+
+    def sign(
+        self, record: StoredAnchor, nonce: int | None, fees: Fees | None
+    ) -> StoredAnchor | None:
+        try:
+            tx = self.chain.build_anchor_tx(
+                self.log_id, record.size, record.root, nonce=nonce, fees=fees
+            )
+        except AnchorRefusedError:
+            return None
+        return replace(
+            record,
+            nonce=tx.nonce,
+            tx_hash=tx.tx_hash,
+            raw_tx=tx.raw,
+            sent_at=format_time(self.clock()),
+        )
+
+    # TxJournal
+
+    def seen(self, record: StoredAnchor, block_number: int) -> StoredAnchor:
+        return replace(record, block_number=block_number)  # kept in memory until confirmed
+
+    def confirm(self, record: StoredAnchor, tx_hash: bytes, block_number: int) -> None:
+        self.store.confirm_anchor(record.size, block_number, tx_hash)
+
+    def superseded(self, record: StoredAnchor) -> None:
+        self.store.forget_anchor(record.size)
+
+    def reverted(self, record: StoredAnchor, block_number: int) -> None:
+        """Raises AnchorError: the registry refused an anchor nothing on chain covers."""
+        raise AnchorError(
+            f"the anchor of size {record.size} was reverted on chain "
+            f"(transaction {record.tx_hash.hex()}, block {block_number})"
+        )
+
+    def reopen(self, record: StoredAnchor) -> StoredAnchor:
+        self.store.reopen_anchor(record.size)
+        return replace(record, status="pending", block_number=None)
+
+    def drop(self, record: StoredAnchor) -> None:
+        self.store.forget_anchor(record.size)
+
+    def swap(self, old: StoredAnchor, new: StoredAnchor, same_nonce: bool) -> bool:
+        del same_nonce  # one row per size: the row follows the newest signing
+        return self.store.replace_anchor_tx(
+            old.size, old.tx_hash, new.nonce, new.tx_hash, new.raw_tx, new.sent_at
+        )

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal, NoReturn, Protocol
 
+import rlp  # type: ignore[import-untyped]
 from eth_abi.abi import decode as abi_decode
 from eth_account import Account
 from eth_utils.address import to_checksum_address
@@ -34,6 +35,7 @@ from hexbytes import HexBytes
 from web3 import Web3
 from web3.contract import Contract
 from web3.exceptions import (
+    BlockNotFound,
     ContractLogicError,
     ProviderConnectionError,
     RequestTimedOut,
@@ -43,7 +45,7 @@ from web3.exceptions import (
     Web3RPCError,
 )
 from web3.providers.rpc import HTTPProvider
-from web3.types import TxParams, Wei
+from web3.types import Nonce, RPCEndpoint, TxParams, Wei
 
 from ledger.contracts import ContractArtifact, load_artifact
 from ledger.errors import (
@@ -52,6 +54,7 @@ from ledger.errors import (
     ChainUnavailableError,
     DeploymentError,
 )
+from ledger.fees import FeeMarket, FeePolicy, Fees, fees_for
 
 REGISTRY_CONTRACT = "AnchorRegistry"
 
@@ -65,6 +68,7 @@ GAS_MARGIN_NUMERATOR = 12  # gas limit = estimate * 12 / 10
 GAS_MARGIN_DENOMINATOR = 10
 _RECEIPT_POLL_S = 0.1
 _UINT64_MAX = 2**64 - 1
+DEFAULT_FEE_POLICY = FeePolicy()
 _ZERO_ROOT = bytes(32)
 
 
@@ -91,6 +95,7 @@ class TxReceipt:
     block_number: int
     status_ok: bool
     gas_used: int
+    block_hash: bytes | None = None
 
 
 AnchorReceipt = TxReceipt
@@ -216,10 +221,20 @@ class AnchorChain(Protocol):
         """The root anchored at exactly `size`, or None when that size was never anchored."""
         ...
 
-    def build_anchor_tx(self, log_id: str, size: int, root: bytes) -> SignedAnchorTx:
-        """Sign (not send) an anchor at the operator's pending nonce.
+    def build_anchor_tx(
+        self,
+        log_id: str,
+        size: int,
+        root: bytes,
+        *,
+        nonce: int | None = None,
+        fees: Fees | None = None,
+    ) -> SignedAnchorTx:
+        """Sign (not send) an anchor at `nonce` (the operator's pending nonce by default) with
+        `fees` (the market's under the ceiling by default).
 
-        Raises AnchorRefusedError when the registry would revert it (e.g. size not growing).
+        Raises AnchorRefusedError when the registry would revert it (e.g. size not growing),
+        FeesAboveCeilingError when the market is above the ceiling.
         """
         ...
 
@@ -251,6 +266,30 @@ class AnchorChain(Protocol):
         """The number of the chain's latest block."""
         ...
 
+    def operator_address(self) -> str:
+        """The account that signs anchors."""
+        ...
+
+    def nonce_of(self, address: str, latest: bool) -> int: ...
+
+    def block_hash(self, number: int) -> bytes | None:
+        """The canonical block's hash at `number` (None beyond the head)."""
+        ...
+
+    def knows(self, tx_hash: bytes) -> bool:
+        """Whether the node holds the transaction (pending or mined)."""
+        ...
+
+    def fee_market(self) -> FeeMarket: ...
+
+    def fees_of(self, raw: bytes) -> Fees | None:
+        """The fees signed into `raw` (None when they cannot be read)."""
+        ...
+
+    def fee_policy(self) -> FeePolicy:
+        """The ceiling and tip this chain's transactions are signed under."""
+        ...
+
 
 # -- web3 --------------------------------------------------------------------------------
 
@@ -259,12 +298,16 @@ def make_web3(rpc_url: str, timeout_s: float = RPC_TIMEOUT_S) -> Web3:
     """A Web3 on an HTTP endpoint with a short timeout and no retries (no I/O here).
 
     web3's default retries connection errors five times with backoff (~2 s): a down node
-    must be reported at once, the anchoring service does its own retrying.
+    must be reported at once, the anchoring service does its own retrying. The chain id, which
+    web3 asks before every call and estimate it makes, is cached per Web3 (nearly half of all
+    requests otherwise); nothing else is.
     """
     provider = HTTPProvider(
         rpc_url,
         request_kwargs={"timeout": timeout_s},
         exception_retry_configuration=None,
+        cache_allowed_requests=True,
+        cacheable_requests={RPCEndpoint("eth_chainId")},
     )
     return Web3(provider)
 
@@ -312,7 +355,67 @@ def transaction_receipt(w3: Web3, rpc_url: str, tx_hash: bytes) -> TxReceipt | N
         block_number=int(found["blockNumber"]),
         status_ok=int(found["status"]) == 1,
         gas_used=int(found["gasUsed"]),
+        block_hash=bytes(found["blockHash"]) if found.get("blockHash") else None,
     )
+
+
+def block_hash_at(w3: Web3, rpc_url: str, number: int) -> bytes | None:
+    """The hash of the canonical block at `number`, None beyond the head."""
+    with mapped_chain_errors(rpc_url, "eth_getBlockByNumber"):
+        try:
+            block = w3.eth.get_block(number)
+        except BlockNotFound:
+            return None
+    found = block.get("hash")
+    return None if found is None else bytes(found)
+
+
+def node_knows(w3: Web3, rpc_url: str, tx_hash: bytes) -> bool:
+    """Whether the node holds the transaction, pending or mined."""
+    with mapped_chain_errors(rpc_url, "eth_getTransactionByHash"):
+        try:
+            w3.eth.get_transaction(HexBytes(tx_hash))
+        except TransactionNotFound:
+            return False
+    return True
+
+
+def nonce_at(w3: Web3, rpc_url: str, address: str, latest: bool) -> int:
+    """The account's nonce: mined transactions only (latest) or with pending ones."""
+    with mapped_chain_errors(rpc_url, "eth_getTransactionCount"):
+        checksummed = to_checksum_address(address)
+        if latest:
+            return int(w3.eth.get_transaction_count(checksummed, "latest"))
+        return int(w3.eth.get_transaction_count(checksummed, "pending"))
+
+
+def fee_market(w3: Web3, rpc_url: str, policy: FeePolicy) -> FeeMarket:
+    """The latest block's base fee and the node's suggested tip (the policy's default tip when
+    one is configured or the node has no eth_maxPriorityFeePerGas)."""
+    with mapped_chain_errors(rpc_url, "reading the fee market"):
+        block = w3.eth.get_block("latest")
+        base_fee = int(block.get("baseFeePerGas", 0))
+        if policy.default_tip is not None:
+            return FeeMarket(base_fee, policy.default_tip)
+        try:
+            tip = int(w3.eth.max_priority_fee)
+        except (Web3RPCError, ValueError) as exc:
+            raise ChainError(
+                f"{rpc_url} suggests no tip (eth_maxPriorityFeePerGas: {exc}); "
+                "set ACCORD_PRIORITY_FEE_GWEI"
+            ) from exc
+    return FeeMarket(base_fee, tip)
+
+
+def fees_of_raw(raw: bytes) -> Fees | None:
+    """The fees of signed EIP-1559 bytes, None for another transaction type (pure)."""
+    if not raw or raw[0] != 2:
+        return None
+    try:
+        fields = rlp.decode(raw[1:])
+        return Fees(max_fee=int.from_bytes(fields[3], "big"), tip=int.from_bytes(fields[2], "big"))
+    except (rlp.DecodingError, IndexError, TypeError):
+        return None
 
 
 def revert_data(exc: ContractLogicError) -> bytes:
@@ -353,12 +456,15 @@ def refusal_from_revert(
     return AnchorRefusedError(log_id, name or (exc.message or "execution reverted"))
 
 
-def eip1559_fees(w3: Web3) -> tuple[int, int]:
-    """(maxFeePerGas, maxPriorityFeePerGas): twice the latest base fee plus the tip."""
-    block = w3.eth.get_block("latest")
-    base_fee = int(block.get("baseFeePerGas", 0))
-    tip = int(w3.eth.max_priority_fee)
-    return 2 * base_fee + tip, tip
+def eip1559_fees(
+    w3: Web3, rpc_url: str = "the node", policy: FeePolicy = DEFAULT_FEE_POLICY
+) -> tuple[int, int]:
+    """(maxFeePerGas, maxPriorityFeePerGas): min(2 * base fee + tip, ceiling) and the tip.
+
+    Raises FeesAboveCeilingError when the market is above the policy's ceiling.
+    """
+    fees = fees_for(fee_market(w3, rpc_url, policy), policy)
+    return fees.max_fee, fees.tip
 
 
 def with_gas_margin(gas_estimate: int) -> int:
@@ -376,9 +482,11 @@ class Web3AnchorChain:
         *,
         timeout_s: float = RPC_TIMEOUT_S,
         artifact: ContractArtifact | None = None,
+        fee_policy: FeePolicy | None = None,
     ) -> None:
         self._rpc_url = rpc_url
         self._w3 = make_web3(rpc_url, timeout_s)
+        self._fee_policy = fee_policy or FeePolicy()
         self._account = Account.from_key(operator_key_hex)
         self._artifact = artifact or load_artifact(REGISTRY_CONTRACT)
         self._address = to_checksum_address(registry_address)
@@ -387,7 +495,6 @@ class Web3AnchorChain:
         )
         self._chain_id: int | None = None
 
-    @property
     def operator_address(self) -> str:
         return str(self._account.address)
 
@@ -409,11 +516,21 @@ class Web3AnchorChain:
             root = bytes(self._registry.functions.rootAt(log_id_hash(log_id), size).call())
         return None if root == _ZERO_ROOT else root
 
-    def build_anchor_tx(self, log_id: str, size: int, root: bytes) -> SignedAnchorTx:
-        """Sign an anchor at the pending nonce, with EIP-1559 fees and an estimated gas limit.
+    def build_anchor_tx(
+        self,
+        log_id: str,
+        size: int,
+        root: bytes,
+        *,
+        nonce: int | None = None,
+        fees: Fees | None = None,
+    ) -> SignedAnchorTx:
+        """Sign an anchor at `nonce` (the pending one by default), with `fees` (EIP-1559 under
+        the ceiling by default) and an estimated gas limit.
 
         Raises ValueError for a size or root that cannot be anchored, AnchorRefusedError when
-        the registry would revert (NotOperator, SizeNotGrowing), ChainUnavailableError.
+        the registry would revert (NotOperator, SizeNotGrowing), FeesAboveCeilingError,
+        ChainUnavailableError.
         """
         validate_anchor(size, root)
         call = self._registry.functions.anchor(log_id_hash(log_id), size, root)
@@ -422,15 +539,16 @@ class Web3AnchorChain:
                 gas = call.estimate_gas({"from": self._account.address})
             except ContractLogicError as exc:
                 raise refusal_from_revert(self._artifact.abi, log_id, exc) from exc
-            nonce = self._w3.eth.get_transaction_count(self._account.address, "pending")
-            max_fee, tip = eip1559_fees(self._w3)
+            if nonce is None:
+                nonce = int(self._w3.eth.get_transaction_count(self._account.address, "pending"))
+            fees = fees or fees_for(self.fee_market(), self._fee_policy)
             params: TxParams = {
                 "from": self._account.address,
                 "chainId": self.chain_id(),
-                "nonce": nonce,
+                "nonce": Nonce(nonce),
                 "gas": with_gas_margin(gas),
-                "maxFeePerGas": Wei(max_fee),
-                "maxPriorityFeePerGas": Wei(tip),
+                "maxFeePerGas": Wei(fees.max_fee),
+                "maxPriorityFeePerGas": Wei(fees.tip),
             }
             tx = call.build_transaction(params)
         signed = self._account.sign_transaction(tx)
@@ -464,11 +582,25 @@ class Web3AnchorChain:
         return poll_receipt(self.receipt, tx_hash, timeout_s)
 
     def account_nonce(self, latest: bool) -> int:
-        with mapped_chain_errors(self._rpc_url, "eth_getTransactionCount"):
-            address = self._account.address
-            if latest:
-                return int(self._w3.eth.get_transaction_count(address, "latest"))
-            return int(self._w3.eth.get_transaction_count(address, "pending"))
+        return nonce_at(self._w3, self._rpc_url, self._account.address, latest)
+
+    def nonce_of(self, address: str, latest: bool) -> int:
+        return nonce_at(self._w3, self._rpc_url, address, latest)
+
+    def block_hash(self, number: int) -> bytes | None:
+        return block_hash_at(self._w3, self._rpc_url, number)
+
+    def knows(self, tx_hash: bytes) -> bool:
+        return node_knows(self._w3, self._rpc_url, tx_hash)
+
+    def fee_market(self) -> FeeMarket:
+        return fee_market(self._w3, self._rpc_url, self._fee_policy)
+
+    def fees_of(self, raw: bytes) -> Fees | None:
+        return fees_of_raw(raw)
+
+    def fee_policy(self) -> FeePolicy:
+        return self._fee_policy
 
     def anchors(self, log_id: str) -> list[OnChainAnchor]:
         with mapped_chain_errors(self._rpc_url, "eth_getLogs"):
@@ -557,7 +689,7 @@ def deploy_registry(
         chain_id = int(w3.eth.chain_id)
         constructor = factory.constructor()
         gas = constructor.estimate_gas({"from": account.address})
-        max_fee, tip = eip1559_fees(w3)
+        max_fee, tip = eip1559_fees(w3, rpc_url)
         tx = constructor.build_transaction(
             {
                 "from": account.address,
@@ -646,11 +778,11 @@ def ensure_registry(
             "(the contract changed since it was deployed)",
         )
     chain = Web3AnchorChain(rpc_url, operator_key_hex, recorded.address, artifact=artifact)
-    if chain.operator() != chain.operator_address:
+    if chain.operator() != chain.operator_address():
         _refuse(
             deployment_file,
             f"the registry at {recorded.address} belongs to operator {chain.operator()}, "
-            f"not {chain.operator_address}",
+            f"not {chain.operator_address()}",
         )
     return recorded
 
@@ -697,7 +829,89 @@ def intrinsic_gas(calldata: bytes) -> int:
     return _TX_BASE_GAS + sum(4 if byte == 0 else 16 for byte in calldata)
 
 
-class MemoryAnchorChain:
+MEMORY_OPERATOR_ADDRESS = "0x000000000000000000000000000000000000A4C1"
+MEMORY_BASE_FEE = 1_000_000_000
+MEMORY_TIP = 1_000_000_000
+
+
+def memory_block_hash(number: int, fork: int) -> bytes:
+    """The in-memory chains' block hash: a block mined again after a rewind has another."""
+    return keccak(f"memory-block:{fork}:{number}".encode())
+
+
+def replaces_queued(old: Fees | None, new: Fees | None) -> bool:
+    """Whether `new` fees may replace a queued transaction with `old` ones at the same nonce:
+    both raised by at least 12.5 %, as geth and anvil require (pure)."""
+    if old is None or new is None:
+        return False
+    return new.max_fee * 8 >= old.max_fee * 9 and new.tip * 8 >= old.tip * 9
+
+
+class MemoryChainFaults:
+    """What both in-memory chains share of a public chain's faults: a fee market (`base_fee`
+    and `tip` are test switches; a transaction whose maxFee is under the base fee is not
+    mined), replacement at a nonce, and block hashes that change when blocks are mined again
+    after a `rewind`. A subclass calls `_init_faults` and keeps `_block_number`."""
+
+    base_fee: int
+    tip: int
+    _fee_policy: FeePolicy
+    _block_number: int
+    _fork: int
+    _hashes: dict[int, bytes]
+
+    def _init_faults(self, fee_policy: FeePolicy | None) -> None:
+        self.base_fee = MEMORY_BASE_FEE
+        self.tip = MEMORY_TIP
+        self._fee_policy = fee_policy or FeePolicy()
+        self._fork = 0
+        self._hashes = {}
+
+    def _check_available(self, doing: str) -> None:
+        """Raises ChainUnavailableError when the chain is switched off (the subclass's)."""
+
+    def fee_market(self) -> FeeMarket:
+        self._check_available("reading the fee market")
+        tip = self.tip if self._fee_policy.default_tip is None else self._fee_policy.default_tip
+        return FeeMarket(self.base_fee, tip)
+
+    def fees_of(self, raw: bytes) -> Fees | None:
+        return memory_fees_of(raw)
+
+    def fee_policy(self) -> FeePolicy:
+        return self._fee_policy
+
+    def _fees_now(self, fees: Fees | None) -> Fees:
+        """`fees`, or the market's under the ceiling. Raises FeesAboveCeilingError."""
+        return fees or fees_for(self.fee_market(), self._fee_policy)
+
+    def _affordable(self, raw: bytes) -> bool:
+        """Whether the transaction's maxFee covers the base fee (it may be mined now)."""
+        fees = self.fees_of(raw)
+        return fees is None or fees.max_fee >= self.base_fee
+
+    def _outbids(self, queued_raw: bytes, raw: bytes) -> bool:
+        return replaces_queued(self.fees_of(queued_raw), self.fees_of(raw))
+
+    def block_hash(self, number: int) -> bytes | None:
+        self._check_available("eth_getBlockByNumber")
+        if number > self._block_number:
+            return None
+        return self._hashes.get(number, memory_block_hash(number, 0))
+
+    def _new_block(self) -> bytes:
+        """Mine the next block number; returns its hash."""
+        self._block_number += 1
+        self._hashes[self._block_number] = memory_block_hash(self._block_number, self._fork)
+        return self._hashes[self._block_number]
+
+    def _forget_blocks_after(self, block: int) -> None:
+        self._block_number = min(self._block_number, block)
+        self._hashes = {n: h for n, h in self._hashes.items() if n <= block}
+        self._fork += 1  # blocks mined from here on are other blocks
+
+
+class MemoryAnchorChain(MemoryChainFaults):
     """An in-process AnchorChain with the registry's rules, for unit tests.
 
     Test switches:
@@ -706,14 +920,17 @@ class MemoryAnchorChain:
       lose_broadcast_replies = n
                              the next n broadcasts reach the mempool but then raise
                              ChainUnavailableError, like a reply lost to a timeout
+      base_fee, tip          the fee market; `mine()` leaves a transaction whose maxFee is
+                             under `base_fee` in the mempool (stuck)
       rewind(block)          forget every block after `block`, as a node restarted from an
                              older state (or a reorg) does; the mempool is forgotten too
     """
 
-    def __init__(self, chain_id: int = 31337) -> None:
+    def __init__(self, chain_id: int = 31337, fee_policy: FeePolicy | None = None) -> None:
         self.available = True
         self.auto_mine = True
         self.lose_broadcast_replies = 0
+        self._init_faults(fee_policy)
         self._chain_id = chain_id
         self._block_number = 0
         self._latest: dict[bytes, int] = {}
@@ -734,6 +951,9 @@ class MemoryAnchorChain:
     def registry_address(self) -> str:
         return MEMORY_REGISTRY_ADDRESS
 
+    def operator_address(self) -> str:
+        return MEMORY_OPERATOR_ADDRESS
+
     def latest_size(self, log_id: str) -> int:
         self._check_available("latestSize")
         return self._latest.get(log_id_hash(log_id), 0)
@@ -742,16 +962,34 @@ class MemoryAnchorChain:
         self._check_available("rootAt")
         return self._roots.get((log_id_hash(log_id), size))
 
-    def build_anchor_tx(self, log_id: str, size: int, root: bytes) -> SignedAnchorTx:
-        """Raises ValueError, AnchorRefusedError (size not growing), ChainUnavailableError."""
+    def build_anchor_tx(
+        self,
+        log_id: str,
+        size: int,
+        root: bytes,
+        *,
+        nonce: int | None = None,
+        fees: Fees | None = None,
+    ) -> SignedAnchorTx:
+        """Raises ValueError, AnchorRefusedError (size not growing), FeesAboveCeilingError,
+        ChainUnavailableError."""
         self._check_available("preparing an anchor")
         validate_anchor(size, root)
         latest = self._latest.get(log_id_hash(log_id), 0)
         if size <= latest:
             raise AnchorRefusedError(log_id, "SizeNotGrowing", latest, size)
-        nonce = self.account_nonce(latest=False)
+        if nonce is None:
+            nonce = self.account_nonce(latest=False)
+        fees = self._fees_now(fees)
         raw = json.dumps(
-            {"logId": log_id, "size": size, "root": root.hex(), "nonce": nonce},
+            {
+                "logId": log_id,
+                "size": size,
+                "root": root.hex(),
+                "nonce": nonce,
+                "maxFee": fees.max_fee,
+                "tip": fees.tip,
+            },
             sort_keys=True,
         ).encode()
         return SignedAnchorTx(
@@ -760,18 +998,22 @@ class MemoryAnchorChain:
 
     def broadcast(self, tx: SignedAnchorTx) -> None:
         """Raises AnchorError when the nonce is spent by (or queued for) another
-        transaction, ChainUnavailableError when down or a reply is "lost"."""
+        transaction without better fees, ChainUnavailableError when down or a reply is
+        "lost"."""
         self._check_available("eth_sendRawTransaction")
         known = tx.tx_hash in self._receipts or tx.tx_hash in self._mempool
         if not known:
+            queued = [q for q in self._mempool.values() if q.nonce == tx.nonce]
             taken = tx.nonce < self._mined_nonce or any(
-                queued.nonce == tx.nonce for queued in self._mempool.values()
+                not self._outbids(q.raw, tx.raw) for q in queued
             )
             if taken:
                 raise AnchorError(
                     f"the node refused anchor tx 0x{tx.tx_hash.hex()}: nonce {tx.nonce} "
                     "is already used by another transaction"
                 )
+            for replaced in queued:
+                del self._mempool[replaced.tx_hash]
             self._mempool[tx.tx_hash] = tx
         if self.auto_mine:
             self.mine()
@@ -780,17 +1022,22 @@ class MemoryAnchorChain:
             raise ChainUnavailableError(MEMORY_RPC_URL, "eth_sendRawTransaction: timed out")
 
     def mine(self) -> list[AnchorReceipt]:
-        """Mine every queued transaction whose nonce is next, one block each."""
+        """Mine every queued transaction whose nonce is next and whose maxFee covers the base
+        fee, one block each."""
         mined: list[AnchorReceipt] = []
         while True:
-            ready = [tx for tx in self._mempool.values() if tx.nonce == self._mined_nonce]
+            ready = [
+                tx
+                for tx in self._mempool.values()
+                if tx.nonce == self._mined_nonce and self._affordable(tx.raw)
+            ]
             if not ready:
                 return mined
             mined.append(self._execute(ready[0]))
 
     def _execute(self, tx: SignedAnchorTx) -> AnchorReceipt:
         del self._mempool[tx.tx_hash]
-        self._block_number += 1
+        block_hash = self._new_block()
         self._mined_nonce += 1
         key = log_id_hash(tx.log_id)
         latest = self._latest.get(key, 0)
@@ -809,12 +1056,15 @@ class MemoryAnchorChain:
             else MEMORY_EXEC_GAS_LATER_ANCHOR
         )
         gas = intrinsic_gas(anchor_calldata(tx.log_id, tx.size, tx.root)) + execution
-        receipt = AnchorReceipt(tx.tx_hash, self._block_number, ok, gas)
+        receipt = AnchorReceipt(tx.tx_hash, self._block_number, ok, gas, block_hash)
         self._receipts[tx.tx_hash] = receipt
         return receipt
 
     def receipt(self, tx_hash: bytes) -> AnchorReceipt | None:
+        """(With `auto_mine`, what the mempool holds is mined first, as a node would.)"""
         self._check_available("eth_getTransactionReceipt")
+        if self.auto_mine:
+            self.mine()
         return self._receipts.get(tx_hash)
 
     def wait_for_receipt(self, tx_hash: bytes, timeout_s: float) -> AnchorReceipt | None:
@@ -823,6 +1073,13 @@ class MemoryAnchorChain:
     def account_nonce(self, latest: bool) -> int:
         self._check_available("eth_getTransactionCount")
         return self._mined_nonce if latest else self._mined_nonce + len(self._mempool)
+
+    def nonce_of(self, address: str, latest: bool) -> int:
+        return self.account_nonce(latest) if address == MEMORY_OPERATOR_ADDRESS else 0
+
+    def knows(self, tx_hash: bytes) -> bool:
+        self._check_available("eth_getTransactionByHash")
+        return tx_hash in self._mempool or tx_hash in self._receipts
 
     def anchors(self, log_id: str) -> list[OnChainAnchor]:
         self._check_available("eth_getLogs")
@@ -835,7 +1092,8 @@ class MemoryAnchorChain:
 
     def mine_empty(self, blocks: int = 1) -> None:
         """Mine `blocks` empty blocks (confirmations pile up)."""
-        self._block_number += blocks
+        for _ in range(blocks):
+            self._new_block()
 
     def rewind(self, block: int) -> None:
         """Forget every block after `block` (one transaction per block here)."""
@@ -848,4 +1106,13 @@ class MemoryAnchorChain:
             self._latest[event.log_id_hash] = event.size
             self._roots[(event.log_id_hash, event.size)] = event.root
         self._mined_nonce = len(self._receipts)
-        self._block_number = min(self._block_number, block)
+        self._forget_blocks_after(block)
+
+
+def memory_fees_of(raw: bytes) -> Fees | None:
+    """The fees the in-memory chains sign into their JSON "raw" bytes (pure)."""
+    try:
+        data = json.loads(raw)
+        return Fees(int(data["maxFee"]), int(data["tip"]))
+    except (ValueError, KeyError, TypeError):
+        return None

@@ -25,6 +25,7 @@ The ledger's own:
     ├── ChainError              anything on the chain side
     │   ├── ChainUnavailableError   the RPC endpoint does not answer
     │   ├── DeploymentError         a recorded contract is missing or has other code
+    │   ├── FeesAboveCeilingError   the fee market is above ACCORD_MAX_FEE_GWEI; nothing was sent
     │   └── AnchorError             the registry refused an anchor, or a pending one is unresolved
     ├── DevnetError             the managed anvil could not be started, found or stopped
     ├── HomeError               ACCORD_HOME cannot be (or, for a read, is not yet) accord's home
@@ -108,6 +109,19 @@ class ChainUnavailableError(ChainError):
 
 class DeploymentError(ChainError):
     """A recorded deployment is missing on the chain or has different code."""
+
+
+class FeesAboveCeilingError(ChainError):
+    """The fees a transaction needs now are above the configured ceiling (ACCORD_MAX_FEE_GWEI);
+    nothing new was signed or sent. `needed` and `ceiling` are wei per gas."""
+
+    def __init__(self, needed: int, ceiling: int, doing: str) -> None:
+        super().__init__(
+            f"fees above your ceiling: {doing} needs {needed / 1e9:.3f} gwei per gas, "
+            f"ACCORD_MAX_FEE_GWEI allows {ceiling / 1e9:.3f}; raise it or wait for cheaper blocks"
+        )
+        self.needed = needed
+        self.ceiling = ceiling
 
 
 class AnchorError(ChainError):

@@ -247,17 +247,26 @@ def connect_chain(settings: Settings, *, start_devnet: bool = True) -> AnchorCha
         deployment = ensure_registry(
             settings.rpc_url, settings.operator_eth_key, settings.deployment_file
         )
-        return Web3AnchorChain(settings.rpc_url, settings.operator_eth_key, deployment.address)
+        return Web3AnchorChain(
+            settings.rpc_url,
+            settings.operator_eth_key,
+            deployment.address,
+            fee_policy=settings.fee_policy,
+        )
     devnet = devnet_for(settings)
     if not start_devnet:
         if not devnet.status().running:
             raise DevnetError("the devnet is not running; start it with `accord devnet up`")
         deployment = ensure_registry(devnet.rpc_url, DEVNET_OPERATOR_KEY, settings.deployment_file)
-        return Web3AnchorChain(devnet.rpc_url, DEVNET_OPERATOR_KEY, deployment.address)
+        return Web3AnchorChain(
+            devnet.rpc_url, DEVNET_OPERATOR_KEY, deployment.address, fee_policy=settings.fee_policy
+        )
     info = devnet.up()
     with _stopped_on_failure(devnet, info):
         deployment = ensure_registry(devnet.rpc_url, DEVNET_OPERATOR_KEY, settings.deployment_file)
-        return Web3AnchorChain(devnet.rpc_url, DEVNET_OPERATOR_KEY, deployment.address)
+        return Web3AnchorChain(
+            devnet.rpc_url, DEVNET_OPERATOR_KEY, deployment.address, fee_policy=settings.fee_policy
+        )
 
 
 def open_ledger(settings: Settings, chain: AnchorChain | None = None) -> Ledger:
@@ -276,5 +285,6 @@ def open_ledger(settings: Settings, chain: AnchorChain | None = None) -> Ledger:
             every_entries=settings.anchor_every_entries,
             every_seconds=settings.anchor_every_seconds,
             confirmations=settings.confirmations,
+            replace_after_s=settings.replace_after_seconds,
         )
     return Ledger(store, operator, utc_now, anchorer)

@@ -8,8 +8,11 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from urllib.parse import urlsplit
+
+from ledger.fees import DEFAULT_MAX_FEE_GWEI, WEI_PER_GWEI, FeePolicy
 
 DEFAULT_HOME = ".accord"
 DEFAULT_LOG_ID = "accord-main"
@@ -19,6 +22,7 @@ DEFAULT_ANCHOR_EVERY_SECONDS = 60.0
 #: Set to 1 to let agents be reached at loopback, link-local and private addresses.
 ALLOW_PRIVATE_AGENTS = "ACCORD_ALLOW_PRIVATE_AGENTS"
 DEFAULT_CONFIRMATIONS = 0
+DEFAULT_REPLACE_AFTER_SECONDS = 120.0
 DEFAULT_PUBLIC_URL = "http://127.0.0.1:8600"
 
 
@@ -34,6 +38,11 @@ class Settings:
     private addresses (ACCORD_ALLOW_PRIVATE_AGENTS=1: a local demo, tests); otherwise only
     at public ones.
     confirmations: blocks on top of a transaction's own before accord counts it confirmed.
+    max_fee_wei: the highest maxFeePerGas accord signs (ACCORD_MAX_FEE_GWEI, default 500).
+    priority_fee_wei: the tip (ACCORD_PRIORITY_FEE_GWEI); None: the node's
+    eth_maxPriorityFeePerGas.
+    replace_after_seconds: a transaction unmined this long with fees under the market is
+    replaced at its nonce with bumped fees (ACCORD_REPLACE_AFTER, default 120).
     public_url: the base URL at which others reach this service (ACCORD_PUBLIC_URL, no
     trailing slash); the URLs it puts in credentials, such as the status list's, start with it.
     """
@@ -48,6 +57,9 @@ class Settings:
     anchor_every_seconds: float
     allow_private_agents: bool = False
     confirmations: int = DEFAULT_CONFIRMATIONS
+    max_fee_wei: int = DEFAULT_MAX_FEE_GWEI * WEI_PER_GWEI
+    priority_fee_wei: int | None = None
+    replace_after_seconds: float = DEFAULT_REPLACE_AFTER_SECONDS
     public_url: str = DEFAULT_PUBLIC_URL
     devnet_port_set: bool = False
     """Whether ACCORD_DEVNET_PORT was set; if not, the port `devnet up` recorded is used."""
@@ -72,10 +84,23 @@ class Settings:
     def managed_devnet(self) -> bool:
         return self.rpc_url is None
 
+    @property
+    def fee_policy(self) -> FeePolicy:
+        """The fee ceiling and tip every transaction accord signs follows."""
+        return FeePolicy(ceiling=self.max_fee_wei, default_tip=self.priority_fee_wei)
+
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
         """Read ACCORD_* variables; raises ValueError naming the variable that does not parse."""
         env = os.environ if environ is None else environ
+        max_fee = _gwei(env, "ACCORD_MAX_FEE_GWEI", minimum_wei=1)
+        tip = _gwei(env, "ACCORD_PRIORITY_FEE_GWEI", minimum_wei=0)
+        ceiling = DEFAULT_MAX_FEE_GWEI * WEI_PER_GWEI if max_fee is None else max_fee
+        if tip is not None and tip > ceiling:
+            raise ValueError(
+                f"ACCORD_PRIORITY_FEE_GWEI ({env['ACCORD_PRIORITY_FEE_GWEI']}) must not be above "
+                f"ACCORD_MAX_FEE_GWEI ({ceiling / WEI_PER_GWEI:g})"
+            )
         home = Path(env.get("ACCORD_HOME", DEFAULT_HOME)).expanduser().absolute()
         db_url = env.get("ACCORD_DB_URL") or f"sqlite:///{home / 'accord.db'}"
         return cls(
@@ -91,6 +116,11 @@ class Settings:
             ),
             allow_private_agents=env_flag(env, ALLOW_PRIVATE_AGENTS),
             confirmations=_int(env, "ACCORD_CONFIRMATIONS", DEFAULT_CONFIRMATIONS, minimum=0),
+            max_fee_wei=ceiling,
+            priority_fee_wei=tip,
+            replace_after_seconds=_float(
+                env, "ACCORD_REPLACE_AFTER", DEFAULT_REPLACE_AFTER_SECONDS, minimum=0.0
+            ),
             public_url=_public_url(env, "ACCORD_PUBLIC_URL"),
             devnet_port_set=bool(env.get("ACCORD_DEVNET_PORT")),
         )
@@ -151,7 +181,10 @@ def _int(env: Mapping[str, str], name: str, default: int, *, minimum: int = 1) -
     return value
 
 
-def _float(env: Mapping[str, str], name: str, default: float) -> float:
+def _float(
+    env: Mapping[str, str], name: str, default: float, *, minimum: float | None = None
+) -> float:
+    """A number of seconds: positive, or at least `minimum` when one is given."""
     raw = env.get(name)
     if raw is None or raw == "":
         return default
@@ -159,6 +192,36 @@ def _float(env: Mapping[str, str], name: str, default: float) -> float:
         value = float(raw)
     except ValueError:
         raise ValueError(f"{name} must be a number of seconds, got {raw!r}") from None
-    if value <= 0:
+    if value != value or value in (float("inf"), float("-inf")):
+        raise ValueError(f"{name} must be a finite number of seconds, got {raw!r}")
+    if minimum is None and value <= 0:
         raise ValueError(f"{name} must be positive, got {value}")
+    if minimum is not None and value < minimum:
+        raise ValueError(f"{name} must be at least {minimum:g}, got {value}")
     return value
+
+
+_MAX_FEE_WEI = 2**128  # far above any real fee, far inside uint256
+
+
+def _gwei(env: Mapping[str, str], name: str, *, minimum_wei: int) -> int | None:
+    """An amount of gwei per gas (decimals allowed, read exactly) as integer wei; None when
+    unset. Raises ValueError naming the variable."""
+    raw = env.get(name)
+    if raw is None or raw.strip() == "":
+        return None
+    try:
+        amount = Decimal(raw.strip())
+    except InvalidOperation:
+        raise ValueError(f"{name} must be a number of gwei, like 50 or 1.5, got {raw!r}") from None
+    if not amount.is_finite():
+        raise ValueError(f"{name} must be a finite number of gwei, got {raw!r}")
+    wei = amount * WEI_PER_GWEI
+    if wei != wei.to_integral_value():
+        raise ValueError(f"{name} has more than 9 decimals (below one wei): {raw!r}")
+    if wei < minimum_wei:
+        qualifier = "positive" if minimum_wei else "0 or more"
+        raise ValueError(f"{name} must be {qualifier}, got {raw!r}")
+    if wei > _MAX_FEE_WEI:
+        raise ValueError(f"{name} is beyond any fee a chain charges: {raw!r}")
+    return int(wei)

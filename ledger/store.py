@@ -572,6 +572,27 @@ class LogStore:
         except SQLAlchemyError as exc:
             raise StoreError(f"cannot confirm the anchor of size {size}: {_reason(exc)}") from exc
 
+    def replace_anchor_tx(
+        self, size: int, old_hash: bytes, nonce: int, tx_hash: bytes, raw_tx: bytes, sent_at: str
+    ) -> bool:
+        """In one write, swap a pending anchor's transaction for another signing of it (the
+        same nonce with higher fees, or a new nonce). Returns False when the record no longer
+        holds `old_hash` pending (another process settled it). Raises StoreError."""
+        try:
+            with self.engine.begin() as connection:
+                result = connection.execute(
+                    update(_ANCHORS)
+                    .where(
+                        _ANCHORS.c.size == size,
+                        _ANCHORS.c.tx_hash == old_hash,
+                        _ANCHORS.c.status == "pending",
+                    )
+                    .values(nonce=nonce, tx_hash=tx_hash, raw_tx=raw_tx, sent_at=sent_at)
+                )
+        except SQLAlchemyError as exc:
+            raise StoreError(f"cannot replace the anchor of size {size}: {_reason(exc)}") from exc
+        return bool(result.rowcount == 1)
+
     def forget_anchor(self, size: int) -> None:
         """Drop a pending anchor that the chain proved was never mined (it is re-sent anew)."""
         try:

@@ -143,7 +143,7 @@ def connect_escrow(settings: Settings, *, start_devnet: bool = True) -> tuple[Es
             devnet.up()
         rpc_url, key = devnet.rpc_url, DEVNET_OPERATOR_KEY
     deployment = ensure_escrow(rpc_url, key, settings.home / ESCROW_DEPLOYMENT_FILE)
-    return Web3EscrowChain(rpc_url, deployment.address), key
+    return Web3EscrowChain(rpc_url, deployment.address, fee_policy=settings.fee_policy), key
 
 
 def open_market(
@@ -161,6 +161,7 @@ def open_market(
         chain,
         SqlEscrowJournal(ledger.store.engine),
         confirmations=settings.confirmations,
+        replace_after_s=settings.replace_after_seconds,
         keys=[operator_key],
     )
     # Escrow first, then anchors: when the chain forgot both, the operator's transactions are

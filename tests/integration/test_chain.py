@@ -350,7 +350,7 @@ def test_deployment_is_recorded_and_reused(deployed: tuple[RunningDevnet, Deploy
     code = bytes(w3.eth.get_code(Web3.to_checksum_address(deployment.address)))
     assert bytes(Web3.keccak(code)) == deployment.code_hash
     chain = Web3AnchorChain(devnet.info.rpc_url, DEVNET_OPERATOR_KEY, deployment.address)
-    assert chain.operator() == chain.operator_address
+    assert chain.operator() == chain.operator_address()
 
     again = ensure_registry(devnet.info.rpc_url, DEVNET_OPERATOR_KEY, devnet.deployment_file)
     assert again == deployment

@@ -178,3 +178,90 @@ def test_ledger_appends_through_a_chain_outage_and_records_why(setup) -> None:
     ledger.append(operator, "note.added")
     assert ledger.last_anchor_error is None
     assert chain.latest_size("test-log") == 13
+
+
+# -- a public chain's faults (the journal engine over the in-memory chain) ----------------
+
+GWEI = 10**9
+
+
+def test_a_stuck_anchor_is_replaced_at_its_nonce_not_duplicated(tmp_path: Path) -> None:
+    store = LogStore(make_engine(f"sqlite:///{tmp_path / 'log.db'}"), "test-log")
+    chain = MemoryAnchorChain()
+    operator = Ed25519Signer(bytes(range(32)))
+    clock = Clock()
+    anchorer = Anchorer(store, chain, operator, clock, receipt_timeout=0, replace_after_s=30)
+    _append(store, operator, 4)
+    chain.auto_mine = False
+    stuck = anchorer.anchor_latest()
+    assert stuck.status == "pending"
+    [record] = store.anchors(status="pending")
+    old_fees = chain.fees_of(record.raw_tx)
+    assert old_fees is not None
+    chain.base_fee = 20 * GWEI  # the market rose above its maxFee: it will never be mined
+    chain.mine()
+    assert chain.receipt(stuck.tx_hash or b"") is None
+    clock.now += timedelta(seconds=29)
+    assert anchorer.reconcile()[0].tx_hash == stuck.tx_hash  # not stuck long enough yet
+    clock.now += timedelta(seconds=1)
+    [replaced] = anchorer.reconcile()
+    [record] = store.anchors(status="pending")
+    assert replaced.tx_hash == record.tx_hash != stuck.tx_hash
+    assert record.nonce == stuck_nonce(chain, stuck.tx_hash)  # the same nonce
+    new_fees = chain.fees_of(record.raw_tx)
+    assert new_fees is not None and new_fees.max_fee * 8 >= old_fees.max_fee * 9
+    assert new_fees.tip * 8 >= old_fees.tip * 9 and new_fees.max_fee >= 21 * GWEI
+    chain.auto_mine = True
+    final = anchorer.anchor_latest()
+    assert final.status == "confirmed" and final.tx_hash == record.tx_hash
+    assert [a.size for a in chain.anchors("test-log")] == [4]  # one anchor, one nonce
+    assert chain.account_nonce(latest=True) == 1
+
+
+def stuck_nonce(chain: MemoryAnchorChain, tx_hash: bytes | None) -> int:
+    import json
+
+    assert tx_hash is not None
+    return min(json.loads(tx.raw)["nonce"] for tx in chain._mempool.values())
+
+
+def test_fees_above_the_ceiling_record_and_send_nothing(tmp_path: Path) -> None:
+    from ledger.errors import FeesAboveCeilingError
+    from ledger.fees import FeePolicy
+
+    store = LogStore(make_engine(f"sqlite:///{tmp_path / 'log.db'}"), "test-log")
+    chain = MemoryAnchorChain(fee_policy=FeePolicy(ceiling=5 * GWEI))
+    operator = Ed25519Signer(bytes(range(32)))
+    anchorer = Anchorer(store, chain, operator, Clock(), receipt_timeout=0)
+    _append(store, operator, 2)
+    chain.base_fee = 5 * GWEI
+    with pytest.raises(FeesAboveCeilingError, match="ACCORD_MAX_FEE_GWEI"):
+        anchorer.anchor_latest()
+    assert store.anchors() == [] and chain.account_nonce(latest=False) == 0
+    chain.base_fee = 2 * GWEI  # cheaper again: max fee = min(2 * 2 + 1, 5) gwei
+    assert anchorer.anchor_latest().status == "confirmed"
+    [record] = store.anchors()
+    assert chain.fees_of(record.raw_tx) == fees(5 * GWEI, GWEI)
+
+
+def fees(max_fee: int, tip: int) -> object:
+    from ledger.fees import Fees
+
+    return Fees(max_fee, tip)
+
+
+def test_a_reorganised_anchor_waiting_for_depth_is_sent_again_once(tmp_path: Path) -> None:
+    store = LogStore(make_engine(f"sqlite:///{tmp_path / 'log.db'}"), "test-log")
+    chain = MemoryAnchorChain()
+    operator = Ed25519Signer(bytes(range(32)))
+    anchorer = Anchorer(store, chain, operator, Clock(), receipt_timeout=0, confirmations=2)
+    _append(store, operator, 3)
+    first = anchorer.anchor_latest()
+    assert (first.status, first.block_number) == ("pending", 1)  # mined, not deep
+    chain.rewind(0)  # a reorg takes its block away (and the mempool)
+    again = anchorer.anchor_latest()
+    assert again.status == "pending" and again.tx_hash == first.tx_hash  # the same bytes
+    chain.mine_empty(2)
+    done = anchorer.anchor_latest()
+    assert done.status == "confirmed" and done.tx_hash == first.tx_hash
+    assert [a.size for a in chain.anchors("test-log")] == [3]

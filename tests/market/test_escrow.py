@@ -191,3 +191,113 @@ def test_state_machine_with_crashes_in_memory(chain: MemoryEscrowChain) -> None:
     harness = Harness(chain, pass_time, steal, now, block_number)
     stats = run_state_machine(harness, runs=300, seed=11)
     assert stats.get("confirmed", 0) > 100 and stats.get("dropped", 0) > 10
+
+
+# -- a public chain's faults (the journal engine over the in-memory chain) ----------------
+
+GWEI = 10**9
+
+
+class Seconds:
+    def __init__(self) -> None:
+        self.now = 1_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _stuck_settle(chain: MemoryEscrowChain) -> tuple[EscrowActions, Seconds, bytes]:
+    clock = Seconds()
+    actions = EscrowActions(
+        chain, MemoryEscrowJournal(), receipt_timeout=0, replace_after_s=60, clock=clock
+    )
+    actions.open(REQUESTER, "t", 500, chain.timestamp + DAY)
+    chain.auto_mine = False
+    pending = actions.settle(OPERATOR, "t", [ADDR[3]], [400])
+    assert pending.status == "pending" and pending.tx_hash is not None
+    chain.base_fee = 30 * GWEI  # the market rose above its maxFee
+    chain.mine()
+    clock.now += 60
+    return actions, clock, pending.tx_hash
+
+
+def test_a_stuck_settle_is_replaced_at_its_nonce_and_paid_once(chain: MemoryEscrowChain) -> None:
+    actions, _clock, stuck = _stuck_settle(chain)
+    [replaced] = actions.reconcile()
+    assert replaced.status == "pending" and replaced.tx_hash != stuck
+    old, new = actions.journal.records("t")[1:]
+    assert (old.status, new.status) == ("replaced", "pending") and old.nonce == new.nonce
+    old_fees, new_fees = chain.fees_of(old.raw), chain.fees_of(new.raw)
+    assert old_fees is not None and new_fees is not None
+    assert new_fees.max_fee * 8 >= old_fees.max_fee * 9 and new_fees.tip * 8 >= old_fees.tip * 9
+    chain.mine()
+    [done] = actions.reconcile()
+    assert done.status == "confirmed" and done.tx_hash == new.tx_hash
+    assert chain.receipt(stuck) is None  # only one of the two was ever mined
+    assert [e.name for e in chain.events("t")] == ["Opened", "Settled"]
+    assert chain.credit(ADDR[3]) == 400
+
+
+def test_when_the_replaced_twin_is_mined_the_journal_follows_it(chain: MemoryEscrowChain) -> None:
+    actions, _clock, stuck = _stuck_settle(chain)
+    actions.reconcile()  # replaced by a better-paid twin...
+    old, new = actions.journal.records("t")[1:]
+    chain._mempool.clear()
+    chain._mempool[old.tx_hash] = (old.signed(), old.intent)  # ...but the old one is mined
+    chain.base_fee = GWEI
+    chain.mine()
+    [done] = actions.reconcile()
+    assert done.status == "confirmed" and done.tx_hash == stuck
+    statuses = {r.tx_hash: r.status for r in actions.journal.records("t")}
+    assert (statuses[old.tx_hash], statuses[new.tx_hash]) == ("confirmed", "replaced")
+    assert actions.settle(OPERATOR, "t", [ADDR[3]], [400]).status == "already-done"
+    assert chain.credit(ADDR[3]) == 400
+
+
+def test_a_stuck_settle_under_the_ceiling_fails_typed_and_sends_nothing_more() -> None:
+    from ledger.errors import FeesAboveCeilingError
+    from ledger.fees import FeePolicy
+
+    chain = MemoryEscrowChain(ADDR[0], fee_policy=FeePolicy(ceiling=20 * GWEI))
+    actions, _clock, stuck = _stuck_settle(chain)
+    with pytest.raises(FeesAboveCeilingError, match="fees above your ceiling"):
+        actions.reconcile()
+    [record] = actions.journal.pending()
+    assert record.tx_hash == stuck and len(actions.journal.records("t")) == 2
+    with pytest.raises(FeesAboveCeilingError):  # nothing new is signed for a new action
+        actions.open(REQUESTER, "u", 1, chain.timestamp + DAY)
+    assert [r.intent.task_id for r in actions.journal.records()] == ["t", "t"]
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+def test_an_old_journal_table_gains_sent_at_and_keeps_its_records(
+    chain: MemoryEscrowChain, tmp_path: Path, backend: str
+) -> None:
+    from contextlib import nullcontext
+
+    from sqlalchemy import text
+
+    from ledger.store import make_engine
+    from tests.ledger.conftest import postgres_schema_url
+
+    where = (
+        nullcontext(f"sqlite:///{tmp_path / 'old.db'}")
+        if backend == "sqlite"
+        else postgres_schema_url()
+    )
+    with where as url:
+        engine = make_engine(url)
+        try:
+            actions = EscrowActions(chain, SqlEscrowJournal(engine))
+            actions.open(REQUESTER, "t", 500, chain.timestamp + DAY)
+            with engine.begin() as connection:  # the table as an older accord made it
+                connection.execute(text("ALTER TABLE market_escrow_txs DROP COLUMN sent_at"))
+            reopened = SqlEscrowJournal(engine)
+            [record] = reopened.records("t")
+            assert (record.status, record.sent_at) == ("confirmed", None)
+            settled = EscrowActions(chain, reopened).settle(OPERATOR, "t", [ADDR[3]], [1])
+            assert settled.status == "confirmed"
+            assert reopened.records("t")[1].sent_at is not None
+            SqlEscrowJournal(engine)  # opening it again changes nothing
+        finally:
+            engine.dispose()

@@ -1,0 +1,128 @@
+"""The seam to the TaskEscrow contract: `EscrowChain`, implemented over JSON-RPC by
+`market.escrow.web3_chain` and in process by `market.escrow.memory_chain`.
+
+Transactions are signed locally by the acting account's key (requester, operator or payee), as
+`SignedEscrowTx`, and sent by `broadcast` (idempotent). The chain also answers what the journal
+engine (`ledger.txjournal.TxChain`) asks: block hashes, the pool, the fee market.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+from ledger.fees import FeeMarket, FeePolicy, Fees
+from market.escrow.values import (
+    EscrowEvent,
+    EscrowIntent,
+    EscrowReceipt,
+    EscrowRecord,
+    SignedEscrowTx,
+    open_intent,
+    refund_intent,
+    settle_intent,
+    withdraw_intent,
+)
+from market.money import Wei
+
+
+class EscrowChain(Protocol):
+    """What the market needs from the escrow contract. Every method may raise
+    ChainUnavailableError (nothing happened; retry later) or ChainError."""
+
+    def chain_id(self) -> int: ...
+
+    def escrow_address(self) -> str: ...
+
+    def escrow(self, task_id: str) -> EscrowRecord | None:
+        """The task's escrow, or None when it was never opened."""
+        ...
+
+    def credit(self, address: str) -> Wei: ...
+
+    def balance(self) -> Wei:
+        """The contract's balance."""
+        ...
+
+    def build_tx(
+        self,
+        key_hex: str,
+        intent: EscrowIntent,
+        *,
+        nonce: int | None = None,
+        fees: Fees | None = None,
+    ) -> SignedEscrowTx:
+        """Sign (not send) `intent` from the key's account, at its pending nonce unless given,
+        with `fees` (the market's under the ceiling unless given).
+
+        Raises ValueError for an intent no call can express, EscrowRefusedError when the
+        contract would revert it, FeesAboveCeilingError when the market is above the ceiling.
+        """
+        ...
+
+    def broadcast(self, tx: SignedEscrowTx) -> None:
+        """Send `tx`; one the node already knows or mined is not an error.
+        Raises EscrowTxRejectedError when the node refuses it for good."""
+        ...
+
+    def receipt(self, tx_hash: bytes) -> EscrowReceipt | None: ...
+
+    def wait_for_receipt(self, tx_hash: bytes, timeout_s: float) -> EscrowReceipt | None: ...
+
+    def account_nonce(self, address: str, latest: bool) -> int:
+        """Mined transactions only (latest) or with pending ones."""
+        ...
+
+    def nonce_of(self, address: str, latest: bool) -> int:
+        """The same as `account_nonce` (the name the journal engine asks for)."""
+        ...
+
+    def block_hash(self, number: int) -> bytes | None:
+        """The canonical block's hash at `number` (None beyond the head)."""
+        ...
+
+    def knows(self, tx_hash: bytes) -> bool:
+        """Whether the node holds the transaction (pending or mined)."""
+        ...
+
+    def fee_market(self) -> FeeMarket: ...
+
+    def fees_of(self, raw: bytes) -> Fees | None:
+        """The fees signed into `raw` (None when they cannot be read)."""
+        ...
+
+    def fee_policy(self) -> FeePolicy:
+        """The ceiling and tip this chain's transactions are signed under."""
+        ...
+
+    def events(self, task_id: str | None = None, *, from_block: int = 0) -> list[EscrowEvent]:
+        """Decoded events, oldest first: the task's (without Withdrawn) or all of them."""
+        ...
+
+    def block_number(self) -> int:
+        """The number of the chain's latest block."""
+        ...
+
+
+def build_open_tx(
+    chain: EscrowChain, key_hex: str, task_id: str, deposit: int, deadline: int
+) -> SignedEscrowTx:
+    return chain.build_tx(key_hex, open_intent(task_id, deposit, deadline))
+
+
+def build_settle_tx(
+    chain: EscrowChain,
+    key_hex: str,
+    task_id: str,
+    payees: Sequence[str],
+    amounts: Sequence[int],
+) -> SignedEscrowTx:
+    return chain.build_tx(key_hex, settle_intent(task_id, payees, amounts))
+
+
+def build_refund_tx(chain: EscrowChain, key_hex: str, task_id: str) -> SignedEscrowTx:
+    return chain.build_tx(key_hex, refund_intent(task_id))
+
+
+def build_withdraw_tx(chain: EscrowChain, key_hex: str) -> SignedEscrowTx:
+    return chain.build_tx(key_hex, withdraw_intent())

@@ -1,0 +1,361 @@
+"""TaskEscrow over JSON-RPC (any node; anvil by default), and its deployment: `deploy_escrow`
+and `ensure_escrow` (the address recorded, checked on chain, deployed when missing).
+
+Every web3 failure is mapped here: a revert to EscrowRefusedError with the custom error
+decoded, a refused transaction to EscrowTxRejectedError, the rest to the ledger's ChainErrors.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, NoReturn
+
+from eth_account import Account
+from eth_utils.address import to_checksum_address
+from eth_utils.crypto import keccak
+from web3.contract import Contract
+from web3.exceptions import ContractLogicError
+from web3.types import Nonce, TxParams
+from web3.types import Wei as Web3Wei
+
+from ledger.chain import (
+    DEPLOY_TIMEOUT_S,
+    RPC_TIMEOUT_S,
+    Deployment,
+    block_hash_at,
+    decode_custom_error,
+    deploy_registry,
+    fee_market,
+    fees_of_raw,
+    head_block_number,
+    make_web3,
+    mapped_chain_errors,
+    node_knows,
+    nonce_at,
+    poll_receipt,
+    revert_data,
+    send_raw_transaction,
+    transaction_receipt,
+    with_gas_margin,
+    write_deployment,
+)
+from ledger.contracts import ContractArtifact, load_artifact
+from ledger.errors import DeploymentError
+from ledger.fees import FeeMarket, FeePolicy, Fees, fees_for
+from market.escrow.values import (
+    ESCROW_CONTRACT,
+    EscrowEvent,
+    EscrowEventName,
+    EscrowIntent,
+    EscrowReceipt,
+    EscrowRecord,
+    EscrowRefusedError,
+    EscrowState,
+    EscrowTxRejectedError,
+    EventPlace,
+    SignedEscrowTx,
+    address_of,
+    task_id_hash,
+    validate_intent,
+)
+from market.money import Wei
+
+
+class Web3EscrowChain:
+    """EscrowChain over JSON-RPC. Constructing it does no I/O."""
+
+    def __init__(
+        self,
+        rpc_url: str,
+        escrow_address: str,
+        *,
+        timeout_s: float = RPC_TIMEOUT_S,
+        artifact: ContractArtifact | None = None,
+        fee_policy: FeePolicy | None = None,
+    ) -> None:
+        self._rpc_url = rpc_url
+        self._fee_policy = fee_policy or FeePolicy()
+        self._w3 = make_web3(rpc_url, timeout_s)
+        self._artifact = artifact or load_artifact(ESCROW_CONTRACT)
+        self._address = to_checksum_address(escrow_address)
+        self._contract: Contract = self._w3.eth.contract(
+            address=self._address, abi=self._artifact.abi
+        )
+        self._chain_id: int | None = None
+
+    def chain_id(self) -> int:
+        if self._chain_id is None:
+            with mapped_chain_errors(self._rpc_url, "eth_chainId"):
+                self._chain_id = int(self._w3.eth.chain_id)
+        return self._chain_id
+
+    def escrow_address(self) -> str:
+        return self._address
+
+    def operator(self) -> str:
+        with mapped_chain_errors(self._rpc_url, "operator"):
+            return str(to_checksum_address(self._contract.functions.operator().call()))
+
+    def escrow(self, task_id: str) -> EscrowRecord | None:
+        key = task_id_hash(task_id)
+        with mapped_chain_errors(self._rpc_url, "escrows"):
+            requester, deposit, deadline, state = self._contract.functions.escrows(key).call()
+        if int(state) == EscrowState.NONE:
+            return None
+        return EscrowRecord(
+            key,
+            to_checksum_address(requester),
+            Wei(int(deposit)),
+            int(deadline),
+            EscrowState(state),
+        )
+
+    def credit(self, address: str) -> Wei:
+        with mapped_chain_errors(self._rpc_url, "credit"):
+            return Wei(int(self._contract.functions.credit(to_checksum_address(address)).call()))
+
+    def balance(self) -> Wei:
+        with mapped_chain_errors(self._rpc_url, "eth_getBalance"):
+            return Wei(int(self._w3.eth.get_balance(self._address)))
+
+    def build_tx(
+        self,
+        key_hex: str,
+        intent: EscrowIntent,
+        *,
+        nonce: int | None = None,
+        fees: Fees | None = None,
+    ) -> SignedEscrowTx:
+        """Sign `intent` with EIP-1559 fees (`fees`, or the market's under the ceiling) and an
+        estimated gas limit.
+
+        Raises ValueError, EscrowRefusedError (the contract's custom error decoded),
+        FeesAboveCeilingError, ChainUnavailableError.
+        """
+        validate_intent(intent)
+        account = Account.from_key(key_hex)
+        functions = self._contract.functions
+        key = task_id_hash(intent.task_id)
+        value = 0
+        if intent.kind == "open":
+            call = functions.open(key, intent.deadline)
+            value = intent.deposit
+        elif intent.kind == "settle":
+            call = functions.settle(key, list(intent.payees), list(intent.amounts))
+        elif intent.kind == "refund":
+            call = functions.refund(key)
+        else:
+            call = functions.withdraw()
+        with mapped_chain_errors(self._rpc_url, f"preparing an escrow {intent.kind}"):
+            try:
+                gas = call.estimate_gas({"from": account.address, "value": Web3Wei(value)})
+            except ContractLogicError as exc:
+                name, args = decode_custom_error(self._artifact.abi, revert_data(exc))
+                raise EscrowRefusedError(
+                    intent.kind, intent.task_id, name or (exc.message or "reverted"), args
+                ) from exc
+            if nonce is None:
+                nonce = int(self._w3.eth.get_transaction_count(account.address, "pending"))
+            fees = fees or fees_for(self.fee_market(), self._fee_policy)
+            params: TxParams = {
+                "from": account.address,
+                "chainId": self.chain_id(),
+                "nonce": Nonce(nonce),
+                "gas": with_gas_margin(gas),
+                "value": Web3Wei(value),
+                "maxFeePerGas": Web3Wei(fees.max_fee),
+                "maxPriorityFeePerGas": Web3Wei(fees.tip),
+            }
+            tx = call.build_transaction(params)
+        signed = account.sign_transaction(tx)
+        return SignedEscrowTx(
+            kind=intent.kind,
+            task_id=intent.task_id,
+            nonce=nonce,
+            tx_hash=bytes(signed.hash),
+            raw=bytes(signed.raw_transaction),
+            sender=str(account.address),
+        )
+
+    def broadcast(self, tx: SignedEscrowTx) -> None:
+        """Idempotent: a refusal for a transaction the node knows (pending or mined) is success.
+
+        Raises EscrowTxRejectedError, ChainUnavailableError.
+        """
+        refusal = send_raw_transaction(self._w3, self._rpc_url, tx.raw, tx.tx_hash)
+        if refusal is not None:
+            raise EscrowTxRejectedError(
+                f"the node refused escrow {tx.kind} tx 0x{tx.tx_hash.hex()} "
+                f"(task {tx.task_id!r}, sender {tx.sender}, nonce {tx.nonce}): {refusal}"
+            ) from refusal
+
+    def receipt(self, tx_hash: bytes) -> EscrowReceipt | None:
+        return transaction_receipt(self._w3, self._rpc_url, tx_hash)
+
+    def wait_for_receipt(self, tx_hash: bytes, timeout_s: float) -> EscrowReceipt | None:
+        return poll_receipt(self.receipt, tx_hash, timeout_s)
+
+    def account_nonce(self, address: str, latest: bool) -> int:
+        return nonce_at(self._w3, self._rpc_url, address, latest)
+
+    def nonce_of(self, address: str, latest: bool) -> int:
+        return nonce_at(self._w3, self._rpc_url, address, latest)
+
+    def block_hash(self, number: int) -> bytes | None:
+        return block_hash_at(self._w3, self._rpc_url, number)
+
+    def knows(self, tx_hash: bytes) -> bool:
+        return node_knows(self._w3, self._rpc_url, tx_hash)
+
+    def fee_market(self) -> FeeMarket:
+        return fee_market(self._w3, self._rpc_url, self._fee_policy)
+
+    def fees_of(self, raw: bytes) -> Fees | None:
+        return fees_of_raw(raw)
+
+    def fee_policy(self) -> FeePolicy:
+        return self._fee_policy
+
+    def block_number(self) -> int:
+        return head_block_number(self._w3, self._rpc_url)
+
+    def events(self, task_id: str | None = None, *, from_block: int = 0) -> list[EscrowEvent]:
+        names: list[EscrowEventName] = ["Opened", "Settled", "Refunded"]
+        filters: dict[str, Any] = {}
+        if task_id is None:
+            names.append("Withdrawn")
+        else:
+            filters = {"taskId": task_id_hash(task_id)}
+        logs: list[Any] = []
+        with mapped_chain_errors(self._rpc_url, "eth_getLogs"):
+            if from_block > 0 and from_block > int(self._w3.eth.block_number):
+                return []  # nodes refuse a range that starts after the head
+            for name in names:
+                logs.extend(
+                    getattr(self._contract.events, name).get_logs(
+                        from_block=from_block, to_block="latest", argument_filters=filters
+                    )
+                )
+        logs.sort(key=lambda log: (log["blockNumber"], log["logIndex"]))
+        return [_decode_event(log) for log in logs]
+
+
+def _decode_event(log: Any) -> EscrowEvent:
+    name: EscrowEventName = log["event"]
+    args = log["args"]
+    common = EventPlace(
+        block_number=int(log["blockNumber"]),
+        log_index=int(log["logIndex"]),
+        tx_hash=bytes(log["transactionHash"]),
+    )
+    if name == "Opened":
+        return EscrowEvent(
+            name,
+            bytes(args["taskId"]),
+            to_checksum_address(args["requester"]),
+            Wei(int(args["deposit"])),
+            deadline=int(args["deadline"]),
+            **common,
+        )
+    if name == "Settled":
+        return EscrowEvent(
+            name,
+            bytes(args["taskId"]),
+            None,
+            Wei(int(args["remainder"])),
+            payees=tuple(to_checksum_address(p) for p in args["payees"]),
+            amounts=tuple(Wei(int(a)) for a in args["amounts"]),
+            **common,
+        )
+    if name == "Refunded":
+        return EscrowEvent(
+            name,
+            bytes(args["taskId"]),
+            to_checksum_address(args["requester"]),
+            Wei(int(args["amount"])),
+            **common,
+        )
+    return EscrowEvent(
+        name, None, to_checksum_address(args["account"]), Wei(int(args["amount"])), **common
+    )
+
+
+# -- deployment --------------------------------------------------------------------------
+
+EscrowDeployment = Deployment
+"""Where TaskEscrow lives (a `Deployment` whose `contract` is TaskEscrow)."""
+
+
+def _deploy(
+    rpc_url: str, operator_key_hex: str, artifact: ContractArtifact, timeout_s: float
+) -> EscrowDeployment:
+    deployed = deploy_registry(rpc_url, operator_key_hex, artifact=artifact, timeout_s=timeout_s)
+    return replace(deployed, contract=ESCROW_CONTRACT)
+
+
+def deploy_escrow(
+    rpc_url: str,
+    operator_key_hex: str,
+    *,
+    artifact: ContractArtifact | None = None,
+    timeout_s: float = DEPLOY_TIMEOUT_S,
+) -> str:
+    """Deploy a fresh TaskEscrow operated by the key's account; returns its address.
+
+    Raises ChainUnavailableError, DeploymentError.
+    """
+    artifact = artifact or load_artifact(ESCROW_CONTRACT)
+    return _deploy(rpc_url, operator_key_hex, artifact, timeout_s).address
+
+
+def ensure_escrow(
+    rpc_url: str,
+    operator_key_hex: str,
+    deployment_file: Path,
+    *,
+    artifact: ContractArtifact | None = None,
+) -> EscrowDeployment:
+    """The escrow recorded in `deployment_file`, checked on chain; deploys when needed
+    (no record: "deployed"; no code at the recorded address: "redeployed"; else "reused").
+
+    Raises DeploymentError when the record is malformed, names another chain, or the address
+    holds other code or another operator's escrow; ChainUnavailableError.
+    """
+    artifact = artifact or load_artifact(ESCROW_CONTRACT)
+    try:
+        text = deployment_file.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        deployment = _deploy(rpc_url, operator_key_hex, artifact, DEPLOY_TIMEOUT_S)
+        write_deployment(deployment_file, deployment)
+        return deployment
+    except OSError as exc:
+        raise DeploymentError(f"cannot read {deployment_file}: {exc}") from exc
+    recorded = Deployment.from_json(text, ESCROW_CONTRACT)
+    w3 = make_web3(rpc_url)
+    with mapped_chain_errors(rpc_url, "checking the escrow"):
+        chain_id = int(w3.eth.chain_id)
+        if chain_id != recorded.chain_id:
+            _refuse(
+                deployment_file,
+                f"it records chain id {recorded.chain_id} but {rpc_url} is chain {chain_id}",
+            )
+        code = bytes(w3.eth.get_code(to_checksum_address(recorded.address)))
+    if not code:
+        deployment = replace(
+            _deploy(rpc_url, operator_key_hex, artifact, DEPLOY_TIMEOUT_S), action="redeployed"
+        )
+        write_deployment(deployment_file, deployment)
+        return deployment
+    if keccak(code) != recorded.code_hash:
+        _refuse(deployment_file, f"the code at {recorded.address} has another hash")
+    if not artifact.runtime_code_matches(code):
+        _refuse(deployment_file, f"the code at {recorded.address} is not the current TaskEscrow")
+    operator = Web3EscrowChain(rpc_url, recorded.address, artifact=artifact).operator()
+    if operator != address_of(operator_key_hex):
+        _refuse(deployment_file, f"the escrow at {recorded.address} belongs to {operator}")
+    return recorded
+
+
+def _refuse(deployment_file: Path, why: str) -> NoReturn:
+    raise DeploymentError(f"the escrow recorded in {deployment_file} does not hold: {why}")
