@@ -15,14 +15,15 @@ from __future__ import annotations
 import os
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Body, Depends, Request, Response
+from fastapi import APIRouter, Body, Depends, Query, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from api.problems import ProblemError
-from api.routes.deps import Caller, Context, State, throttle_reads
+from api.routes.deps import Caller, Context, State, next_page, throttle_reads
 from audit.checks import audit_task
 from identity.errors import RegistryError
 from ledger.signing import Signer
+from ledger.views import DEFAULT_LIMIT, MAX_LIMIT
 from market import sealed
 from market.auction import price_reason
 from market.errors import TaskError
@@ -109,9 +110,38 @@ class RevealBody(BaseModel):
     signature: str
 
 
-@reads.get("/tasks", tags=["market"], summary="Every task with its state")
-def list_tasks(context: Context) -> list[dict[str, Any]]:
-    return [task_json(context, task) for task in context.market.tasks()]
+@reads.get(
+    "/tasks",
+    tags=["market"],
+    summary="Tasks with their state, filtered, a page at a time (the next page: the Link header)",
+)
+def list_tasks(
+    request: Request,
+    response: Response,
+    context: Context,
+    state: Annotated[
+        str | None, Query(max_length=20, description="bidding, revealing, awarded, ...")
+    ] = None,
+    capability: Annotated[
+        str | None, Query(max_length=64, description="Only tasks needing this capability")
+    ] = None,
+    requester: Annotated[
+        str | None, Query(max_length=200, description="Only tasks posted by this DID")
+    ] = None,
+    limit: Annotated[
+        int | None, Query(description=f"Tasks per page, 1..{MAX_LIMIT} (default {DEFAULT_LIMIT})")
+    ] = None,
+    cursor: Annotated[
+        str | None, Query(max_length=400, description="The next page's cursor (from Link)")
+    ] = None,
+) -> list[dict[str, Any]]:
+    """Oldest posting first. The body stays a plain list; when more tasks match, the answer
+    carries `Link: <...&cursor=...>; rel="next"` (RFC 8288) and `Accord-Next-Cursor`."""
+    page = context.market.list_tasks(
+        state=state, capability=capability, requester=requester, limit=limit, cursor=cursor
+    )
+    next_page(request, response, page.next_cursor)
+    return [task_json(context, task) for task in page.tasks]
 
 
 @reads.get("/tasks/{task_id}", tags=["market"], summary="One task")
