@@ -44,7 +44,7 @@ from sqlalchemy import (
     select,
     update,
 )
-from sqlalchemy.exc import IntegrityError, OperationalError, SQLAlchemyError
+from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError, SQLAlchemyError
 from sqlmodel import Column, Field, SQLModel, create_engine
 
 from ledger import merkle, views
@@ -494,10 +494,14 @@ class LogStore:
         name again does nothing. Raises StoreError."""
         if projection.name in self._projections:
             return
+        tables = [views.VIEWS_TABLE, *projection.tables]
         try:
-            SQLModel.metadata.create_all(
-                self.engine, tables=[views.VIEWS_TABLE, *projection.tables]
-            )
+            try:
+                SQLModel.metadata.create_all(self.engine, tables=tables)
+            except (IntegrityError, OperationalError, ProgrammingError):
+                # another process created them meanwhile (PostgreSQL's catalog refuses a
+                # second CREATE): they are there now, which a second pass checks
+                SQLModel.metadata.create_all(self.engine, tables=tables)
         except SQLAlchemyError as exc:
             raise StoreError(f"cannot prepare the {projection.name} view: {_reason(exc)}") from exc
         self._projections[projection.name] = projection

@@ -24,6 +24,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from fractions import Fraction
+from functools import lru_cache
 from typing import Any, get_args
 
 from sqlalchemy import BigInteger, Index, Table, and_, delete, insert, select
@@ -31,7 +32,7 @@ from sqlmodel import Column, Field, SQLModel
 
 from identity.credential_views import CredentialView
 from ledger.canonical import canonical_json
-from ledger.errors import QueryError
+from ledger.errors import MalformedError, QueryError
 from ledger.events import parse_time
 from ledger.views import Projection, ViewEntry, check_limit, encode_cursor, int_key, micros
 from market.errors import MarketError
@@ -167,7 +168,7 @@ def fold(folded: dict[str, _Folded], entry: ViewEntry) -> bool:
             )
             return True
         current.task = step(current.task, moved)
-    except (MarketError, KeyError, TypeError, ValueError) as exc:
+    except (MarketError, MalformedError, KeyError, TypeError, ValueError) as exc:
         if current is None:
             return False  # a posting that is no task spec: no task
         current.problem = f"entry {entry.index} ({event.kind}) does not replay: {exc}"
@@ -234,13 +235,21 @@ def _store(connection: Any, tasks: Sequence[_Folded]) -> None:
         connection.execute(insert(CAPABILITIES), capability_rows)
 
 
+@lru_cache(maxsize=4096)
+def parsed_spec(text: str) -> TaskSpec:
+    """The spec of a view row's JSON text, parsed once per text (a posted spec never changes,
+    and a TaskSpec is immutable): a list page of open tasks is mostly SQL after the first.
+    Raises TaskError when the text is not a task spec."""
+    return TaskSpec.from_json(json.loads(text))
+
+
 def task_of(row: Any, spec: dict[str, Any] | None = None) -> Task:
     """The Task a view row holds (what `replay` gives for its events). Raises TaskError when
     the stored spec is not a task spec."""
     return Task(
         task_id=row.task_id,
         requester=row.requester,
-        spec=TaskSpec.from_json(json.loads(row.spec) if spec is None else spec),
+        spec=parsed_spec(row.spec) if spec is None else TaskSpec.from_json(spec),
         posted_at=datetime.fromisoformat(row.posted_at),
         state=row.state,
         escrowed=bool(row.escrowed),

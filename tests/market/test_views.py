@@ -267,3 +267,18 @@ def test_a_bad_filter_limit_or_cursor_names_itself(
     with pytest.raises(QueryError) as caught:
         market.list_tasks(**filters)  # type: ignore[arg-type]
     assert caught.value.parameter == parameter
+
+
+def test_the_credential_and_reputation_views_answer_as_the_log(world: World) -> None:
+    """On each backend: who holds a valid credential is who `Market.eligible` admits, and
+    each agent's reputation from the view is the fold of the log (`reputations_from_log`)."""
+    market = world.market
+    agents = market.onboarding.registry.list()
+    dids = [agent.did for agent in agents]
+    holders = market.credentialed("arithmetic")
+    assert holders == sorted(d for d in dids if market.eligible(d, ["arithmetic"]))
+    assert len(holders) == 1
+    assert market.held_capabilities(dids) == {
+        d: (["arithmetic"] if d in holders else []) for d in dids
+    }
+    assert market.indexed_reputations(dids) == market.reputations(dids)
