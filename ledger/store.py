@@ -521,7 +521,7 @@ class LogStore:
                 return
             with self.engine.begin() as connection:
                 size = self._lock_head(connection)
-                self._catch_up(connection, projection, size)
+                self._catch_up(connection, [projection], size)
         except SQLAlchemyError as exc:
             raise StoreError(f"cannot bring the {name} view up to date: {_reason(exc)}") from exc
 
@@ -535,23 +535,26 @@ class LogStore:
                     projection.reset(connection)
                     views.applied(connection, name)
                     views.record_applied(connection, name, 0)
-                    self._catch_up(connection, projection, size)
+                self._catch_up(connection, list(self._projections.values()), size)
         except SQLAlchemyError as exc:
             raise StoreError(f"cannot rebuild the read views: {_reason(exc)}") from exc
         return dict.fromkeys(self._projections, size)
 
     def _project(self, connection: Any, start: int, batch: list[ViewEntry]) -> None:
         """Apply every attached view to an append's entries (they start at index `start`)."""
-        for name, projection in self._projections.items():
-            self._catch_up(connection, projection, start)
+        projections = list(self._projections.values())
+        self._catch_up(connection, projections, start)
+        for projection in projections:
             projection.apply(connection, batch)
-            views.record_applied(connection, name, start + len(batch))
+            views.record_applied(connection, projection.name, start + len(batch))
 
     def _catch_up(
-        self, connection: Any, projection: Projection, size: int, chunk: int = 5000
+        self, connection: Any, projections: Sequence[Projection], size: int, chunk: int = 5000
     ) -> None:
-        """Fold the stored entries the view has not applied, up to `size`, under the head lock."""
-        start = position = views.applied(connection, projection.name)
+        """Fold into each view the stored entries it has not applied, up to `size`, under the
+        head lock; each chunk of the log is read and parsed once for all of them."""
+        done = {p.name: views.applied(connection, p.name) for p in projections}
+        position = min(done.values(), default=size)
         while position < size:
             stop = min(size, position + chunk)
             rows = connection.execute(
@@ -559,12 +562,15 @@ class LogStore:
                 .where(_ENTRIES.c.idx >= position, _ENTRIES.c.idx < stop)
                 .order_by(_ENTRIES.c.idx)
             ).all()
-            projection.apply(
-                connection, views.parse_stored((int(i), _as_bytes(d)) for i, d in rows)
-            )
+            parsed = views.parse_stored((int(i), _as_bytes(d)) for i, d in rows)
+            for projection in projections:
+                since = done[projection.name]
+                if since < stop:
+                    projection.apply(connection, [e for e in parsed if e.index >= since])
             position = stop
-        if position != start:
-            views.record_applied(connection, projection.name, position)
+        for projection in projections:
+            if done[projection.name] < size:
+                views.record_applied(connection, projection.name, size)
 
     # -- checkpoints and anchors -------------------------------------------------------------
 

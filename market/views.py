@@ -31,7 +31,6 @@ from sqlalchemy import BigInteger, Index, Table, and_, delete, insert, select
 from sqlmodel import Column, Field, SQLModel
 
 from identity.credential_views import CredentialView
-from ledger.canonical import canonical_json
 from ledger.errors import MalformedError, QueryError
 from ledger.events import parse_time
 from ledger.views import Projection, ViewEntry, check_limit, encode_cursor, int_key, micros
@@ -215,7 +214,7 @@ def _store(connection: Any, tasks: Sequence[_Folded]) -> None:
                 if task.delivered_at is None
                 else task.delivered_at.isoformat(),
                 "duplicates": json.dumps(list(task.duplicates)),
-                "spec": canonical_json(folded.spec).decode(),
+                "spec": json.dumps(folded.spec, sort_keys=True, separators=(",", ":")),
                 "problem": folded.problem,
             }
         )
