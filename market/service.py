@@ -71,9 +71,11 @@ from market.tasks import (
     spec_from_request,
 )
 from market.views import (
+    BID_VIEW,
     REPUTATION_VIEW,
     TaskPage,
     TaskQuery,
+    bids_of,
     list_tasks,
     read_views,
     reputations_of,
@@ -326,23 +328,21 @@ class Market:
         return list(self._book(task_id).reveals.values())
 
     def bids(self, task_id: str) -> list[BidView]:
-        """Commitments while sealed; prices appear once revealed."""
+        """Commitments while sealed; prices appear once revealed (from the bid view, one
+        indexed query). Raises TaskError when there is no such task."""
         self.task(task_id)
-        book = self._book(task_id)
-        views = []
-        for admitted in book.commitments.values():
-            bidder = admitted.commitment.bidder
-            revealed = book.reveals.get(bidder)
-            views.append(
-                BidView(
-                    bidder,
-                    admitted.index,
-                    admitted.commitment.digest.hex(),
-                    revealed is not None,
-                    None if revealed is None else revealed.reveal.price,
-                )
+        with reading(self.ledger.store, BID_VIEW) as connection:
+            rows = bids_of(connection, task_id)
+        return [
+            BidView(
+                row.bidder,
+                row.committed_index,
+                row.commitment,
+                row.revealed,
+                None if row.price is None else Wei(int(row.price)),
             )
-        return views
+            for row in rows
+        ]
 
     def open_tasks_for(self, did: str) -> list[Task]:
         """Calls for bids: tasks taking bids now whose every capability `did` holds."""

@@ -27,13 +27,14 @@ from fractions import Fraction
 from functools import lru_cache
 from typing import Any, get_args
 
-from sqlalchemy import BigInteger, Index, Table, and_, delete, insert, select
+from sqlalchemy import BigInteger, Index, Table, and_, delete, insert, select, tuple_
 from sqlmodel import Column, Field, SQLModel
 
 from identity.credential_views import CredentialView
 from ledger.errors import MalformedError, QueryError
 from ledger.events import parse_time
 from ledger.views import Projection, ViewEntry, check_limit, encode_cursor, int_key, micros
+from market import sealed
 from market.errors import MarketError
 from market.money import Wei
 from market.reputation import reputation
@@ -55,6 +56,7 @@ from market.tasks import (
 
 VIEW_NAME = "tasks"
 REPUTATION_VIEW = "reputation"
+BID_VIEW = "bids"
 LIFECYCLE_KINDS = frozenset(TASK_KINDS) - {BID_COMMITTED, BID_REVEALED}
 """The events that move a task (bids and reviews do not; `Market.task` replays these)."""
 TASK_STATES: tuple[str, ...] = get_args(TaskState)
@@ -336,6 +338,103 @@ def view_task(connection: Any, subject: str) -> Task | None:
     return task_of(row)
 
 
+# -- bids ------------------------------------------------------------------------------------
+
+
+class BidRow(SQLModel, table=True):
+    """One bidder's sealed bid on one task: what `Market.bids` shows (the bid book's view)."""
+
+    __tablename__ = "view_bids"
+
+    subject: str = Field(primary_key=True)
+    bidder: str = Field(primary_key=True)
+    first_index: int = Field(sa_column=Column(BigInteger, nullable=False))
+    """Where the bidder first committed: the order bids are shown in."""
+    committed_index: int = Field(sa_column=Column(BigInteger, nullable=False))
+    commitment: str
+    revealed: bool = False
+    price: str | None = None
+
+
+BIDS: Table = BidRow.__table__  # type: ignore[attr-defined]
+
+
+class BidBookView:
+    """The bid projection: the admitted commitments and reveals of each task, as
+    `market.service.BidBook` folds them (a body that is no bid is skipped)."""
+
+    name = BID_VIEW
+    tables: Sequence[Table] = (BIDS,)
+
+    def apply(self, connection: Any, entries: Sequence[ViewEntry]) -> None:
+        moves = [bid_move(entry) for entry in entries if entry.event.kind in _BID_KINDS]
+        folded_moves = [move for move in moves if move is not None]
+        if not folded_moves:
+            return
+        pairs = sorted({(move[0], move[1]) for move in folded_moves})
+        rows: dict[tuple[str, str], dict[str, Any]] = {}
+        for start in range(0, len(pairs), _IN_CHUNK):
+            chunk = pairs[start : start + _IN_CHUNK]
+            found = connection.execute(
+                select(BIDS).where(tuple_(BIDS.c.subject, BIDS.c.bidder).in_(chunk))
+            ).all()
+            rows.update(((row.subject, row.bidder), dict(row._mapping)) for row in found)
+        touched: set[tuple[str, str]] = set()
+        for subject, bidder, index, digest, price in folded_moves:
+            row = rows.get((subject, bidder))
+            if digest is not None:  # a commitment: the latest one counts, shown where it began
+                first = index if row is None else row["first_index"]
+                rows[subject, bidder] = {
+                    "subject": subject,
+                    "bidder": bidder,
+                    "first_index": first,
+                    "committed_index": index,
+                    "commitment": digest,
+                    "revealed": False if row is None else row["revealed"],
+                    "price": None if row is None else row["price"],
+                }
+            elif row is not None:  # a reveal of a commitment
+                row.update(revealed=True, price=price)
+            else:
+                continue
+            touched.add((subject, bidder))
+        if not touched:
+            return
+        keys = sorted(touched)
+        for start in range(0, len(keys), _IN_CHUNK):
+            chunk = keys[start : start + _IN_CHUNK]
+            connection.execute(delete(BIDS).where(tuple_(BIDS.c.subject, BIDS.c.bidder).in_(chunk)))
+        connection.execute(insert(BIDS), [rows[key] for key in keys])
+
+    def reset(self, connection: Any) -> None:
+        connection.execute(delete(BIDS))
+
+
+_BID_KINDS = frozenset({BID_COMMITTED, BID_REVEALED})
+
+
+def bid_move(entry: ViewEntry) -> tuple[str, str, int, str | None, str | None] | None:
+    """(task subject, bidder, index, commitment digest, None) of a commitment, (subject, bidder,
+    index, None, price) of a reveal; None for a body that is no bid (pure)."""
+    event = entry.event
+    try:
+        if event.kind == BID_COMMITTED:
+            commitment = sealed.Commitment.from_json(event.body["commitment"])
+            return event.subject, commitment.bidder, entry.index, commitment.digest.hex(), None
+        reveal = sealed.Reveal.from_json(event.body["reveal"])
+        return event.subject, reveal.bidder, entry.index, None, str(reveal.price)
+    except (MarketError, KeyError, TypeError, ValueError):
+        return None
+
+
+def bids_of(connection: Any, subject: str) -> list[BidRow]:
+    """The bids on a task from the view, in the order their bidders first committed."""
+    rows = connection.execute(
+        select(BIDS).where(BIDS.c.subject == subject).order_by(BIDS.c.first_index)
+    ).all()
+    return [BidRow.model_validate(dict(row._mapping)) for row in rows]
+
+
 # -- reputation ------------------------------------------------------------------------------
 
 
@@ -416,5 +515,5 @@ def reputations_of(connection: Any, dids: Iterable[str]) -> dict[str, Fraction]:
 def read_views(operator_did: str) -> list[Projection]:
     """Every read view accord keeps, as `accord ledger reindex` rebuilds them (the market
     attaches the same ones when it opens): tasks, credentials (trusting `operator_did` as
-    their issuer) and reputation."""
-    return [TaskView(), CredentialView(operator_did), ReputationView()]
+    their issuer), bids and reputation."""
+    return [TaskView(), BidBookView(), CredentialView(operator_did), ReputationView()]

@@ -196,6 +196,8 @@ def test_ledger_reindex_rebuilds_every_view_identically(
     done = CliRunner().invoke(cli_app, ["ledger", "reindex", "--json"])
     assert done.exit_code == 0, done.output
     report = json.loads(done.stdout)
-    assert report["views"] == dict.fromkeys(("tasks", "credentials", "reputation"), store.size())
+    assert report["views"] == dict.fromkeys(
+        ("tasks", "bids", "credentials", "reputation"), store.size()
+    )
     with store.engine.connect() as connection:
         assert list(view_rows(connection, read_views(store_operator))) == before

@@ -165,7 +165,7 @@ def test_dropping_the_view_and_reindexing_gives_identical_rows(world: World) -> 
         before = list(view_rows(connection, read_views(store_operator)))
     assert len([row for row in before if row[0] == "view_tasks"]) == len(world.ids)
     applied = store.reindex()
-    assert applied == dict.fromkeys(("tasks", "credentials", "reputation"), store.size())
+    assert applied == dict.fromkeys(("tasks", "bids", "credentials", "reputation"), store.size())
     with store.engine.connect() as connection:
         assert list(view_rows(connection, read_views(store_operator))) == before
     for table in reversed(TASKS.metadata.sorted_tables):
@@ -282,3 +282,29 @@ def test_the_credential_and_reputation_views_answer_as_the_log(world: World) -> 
         d: (["arithmetic"] if d in holders else []) for d in dids
     }
     assert market.indexed_reputations(dids) == market.reputations(dids)
+
+
+def test_the_bid_view_shows_what_the_bid_book_holds(world: World, make_bidder: MakeBidder) -> None:
+    """Sealed while committed, priced once revealed, in commit order: the view equals the
+    bids as the log's bid book folds them (`Market.commitments` and `Market.reveals`)."""
+    market = world.market
+    task_id = world.ids[-1]
+    for name, price in (("bea", 400), ("cal", 500)):
+        _, signer = make_bidder(name)
+        market.commit(sealed.commit_bid(signer, task_id, price, SALT_A))
+    for checked in (task_id, world.ids[0], world.ids[1]):
+        revealed = {shown.reveal.bidder: shown.reveal.price for shown in market.reveals(checked)}
+        expected = [
+            (
+                c.commitment.bidder,
+                c.index,
+                c.commitment.digest.hex(),
+                revealed.get(c.commitment.bidder),
+            )
+            for c in market.commitments(checked)
+        ]
+        shown = [(b.bidder, b.committed_index, b.commitment, b.price) for b in market.bids(checked)]
+        assert shown == expected
+        assert all(b.revealed == (b.price is not None) for b in market.bids(checked))
+    assert [b.price for b in market.bids(task_id)] == [None, None]
+    assert market.bids(world.ids[0])[0].price == 300
