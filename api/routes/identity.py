@@ -18,6 +18,7 @@ from api.routes.deps import (
     throttle_challenges,
     throttle_reads,
 )
+from coordinator.service import DISCOVERY_VIEW, discover
 from identity.agents import AgentRecord
 from identity.challenges import REGISTRY
 from identity.errors import CredentialError, KeyStoreError, RegistryError
@@ -81,16 +82,27 @@ def list_agents(
         str, Query(max_length=500, description="Rank by relevance of their description")
     ] = "",
     limit: Annotated[
-        int | None, Query(description=f"Agents per page, 1..{MAX_LIMIT} (default {DEFAULT_LIMIT})")
+        int | None,
+        Query(ge=1, le=MAX_LIMIT, description=f"Agents per page (default {DEFAULT_LIMIT})"),
     ] = None,
     cursor: Annotated[
-        str | None, Query(max_length=400, description="The next page's cursor (from Link)")
+        str | None,
+        Query(
+            pattern=r"^(agents\.[a-z0-9][a-z0-9_-]{0,63}|discovery\.[0-9]{1,18})?$",
+            description="The next page (from Link)",
+        ),
     ] = None,
 ) -> list[dict[str, Any]]:
     """Without `capability`: registered agents by name. With it: discovery (`coordinator.
     service.discover`), from the credential index: the agents holding a valid credential for
     it, by relevance of their description to `need`, then reputation, then DID. When more
     match, `Link: <...&cursor=...>; rel="next"` and `Accord-Next-Cursor` name the next page."""
+    if cursor and cursor.startswith(f"{DISCOVERY_VIEW}." if capability is None else "agents."):
+        raise ProblemError(
+            404,
+            "this cursor pages the other agent list (discovery pages need the same "
+            "capability; the registry pages need none): start again without it",
+        )
     if capability is None:
         size = check_limit(limit)
         after = decode_cursor(AGENTS_VIEW, cursor)
@@ -99,8 +111,6 @@ def list_agents(
         records = records[:size]
         next_page(request, response, encode_cursor(AGENTS_VIEW, records[-1].name) if more else None)
         return [record.to_json() for record in records]
-    from coordinator.service import discover
-
     page = discover(context, capability, need, limit=limit, cursor=cursor)
     next_page(request, response, page.next_cursor)
     return [

@@ -28,7 +28,7 @@ from market import sealed
 from market.auction import price_reason
 from market.errors import TaskError
 from market.runtime import MarketContext
-from market.tasks import Task
+from market.tasks import CAPABILITY_PATTERN, Task, TaskState
 
 reads = APIRouter(dependencies=[Depends(throttle_reads)])
 writes = APIRouter()
@@ -120,19 +120,23 @@ def list_tasks(
     response: Response,
     context: Context,
     state: Annotated[
-        str | None, Query(max_length=20, description="bidding, revealing, awarded, ...")
+        TaskState | None, Query(description="The state now (the clock ends bidding)")
     ] = None,
     capability: Annotated[
-        str | None, Query(max_length=64, description="Only tasks needing this capability")
+        str | None,
+        Query(pattern=CAPABILITY_PATTERN.pattern, description="Only tasks needing this"),
     ] = None,
     requester: Annotated[
-        str | None, Query(max_length=200, description="Only tasks posted by this DID")
+        str | None,
+        Query(min_length=1, max_length=200, description="Only tasks posted by this DID"),
     ] = None,
     limit: Annotated[
-        int | None, Query(description=f"Tasks per page, 1..{MAX_LIMIT} (default {DEFAULT_LIMIT})")
+        int | None,
+        Query(ge=1, le=MAX_LIMIT, description=f"Tasks per page (default {DEFAULT_LIMIT})"),
     ] = None,
     cursor: Annotated[
-        str | None, Query(max_length=400, description="The next page's cursor (from Link)")
+        str | None,
+        Query(pattern=r"^(tasks\.[0-9]{1,18})?$", description="The next page (from Link)"),
     ] = None,
 ) -> list[dict[str, Any]]:
     """Oldest posting first. The body stays a plain list; when more tasks match, the answer
