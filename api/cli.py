@@ -433,6 +433,31 @@ def ledger_checkpoints(as_json: JsonFlag = False) -> None:
     say(table)
 
 
+@ledger_app.command("reindex")
+def ledger_reindex(as_json: JsonFlag = False) -> None:
+    """Rebuild every read view (tasks, credentials) from the log alone, in one transaction
+    (appends wait meanwhile). The views answer lists and filters; the audit never reads them."""
+    import time
+
+    from ledger.runtime import open_store, operator_signer
+    from market.views import read_views
+
+    settings = _settings()
+    with _errors():
+        store = open_store(settings, create=False)
+        for projection in read_views(operator_signer(settings).did):
+            store.attach(projection)
+        started = time.monotonic()
+        applied = store.reindex()
+        seconds = time.monotonic() - started
+    if as_json:
+        emit({"log_id": store.log_id, "views": applied, "seconds": round(seconds, 3)})
+        return
+    for name, size in applied.items():
+        say(f"{name}: rebuilt from {size} entries")
+    say(f"in {seconds:.2f} s")
+
+
 def _outcome_json(outcome: AnchorOutcome) -> dict[str, Any]:
     return {
         "status": outcome.status,

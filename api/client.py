@@ -24,6 +24,8 @@ from ledger.errors import AccordError
 from ledger.signing import Signer
 
 SERVER_ENV = "ACCORD_SERVER"
+NEXT_CURSOR_HEADER = "Accord-Next-Cursor"
+"""The header of a paged list's answer that holds the next page's cursor (`api.routes.deps`)."""
 DEFAULT_TIMEOUT = 30.0
 
 JsonObject = dict[str, Any]
@@ -95,6 +97,17 @@ class AccordClient:
         json: Any = None,
     ) -> Any:
         """The JSON answer of one call. Raises ApiError."""
+        return self._json(method, path, self._send(method, path, params=params, json=json))
+
+    def _send(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Mapping[str, str | int] | None = None,
+        json: Any = None,
+    ) -> httpx.Response:
+        """The answer of one call, when it is not an error. Raises ApiError."""
         where = f"{method} {self.base_url}{path}"
         try:
             response = self._http.request(method, path, params=params, json=json)
@@ -107,11 +120,15 @@ class AccordClient:
             ) from exc
         if response.is_error:
             raise _problem(where, response)
+        return response
+
+    def _json(self, method: str, path: str, response: httpx.Response) -> Any:
         try:
             return response.json()
         except ValueError as exc:
             raise ApiError(
-                f"{where}: the answer is not JSON (is {self.base_url} an accord service?)",
+                f"{method} {self.base_url}{path}: the answer is not JSON "
+                f"(is {self.base_url} an accord service?)",
                 response.status_code,
             ) from exc
 
@@ -121,8 +138,46 @@ class AccordClient:
     def health(self) -> JsonObject:
         return cast(JsonObject, self.get("/health"))
 
-    def tasks(self) -> list[JsonObject]:
-        return cast(list[JsonObject], self.get("/tasks"))
+    def task_page(
+        self,
+        *,
+        state: str | None = None,
+        capability: str | None = None,
+        requester: str | None = None,
+        limit: int | None = None,
+        cursor: str | None = None,
+    ) -> tuple[list[JsonObject], str | None]:
+        """One page of `GET /tasks` (see `Market.list_tasks`) and the next page's cursor (None
+        on the last). Raises ApiError (422 for a bad filter, limit or cursor)."""
+        given = {
+            "state": state,
+            "capability": capability,
+            "requester": requester,
+            "limit": limit,
+            "cursor": cursor,
+        }
+        params = {key: value for key, value in given.items() if value is not None}
+        response = self._send("GET", "/tasks", params=params)
+        rows = cast(list[JsonObject], self._json("GET", "/tasks", response))
+        return rows, response.headers.get(NEXT_CURSOR_HEADER)
+
+    def tasks(
+        self,
+        *,
+        state: str | None = None,
+        capability: str | None = None,
+        requester: str | None = None,
+    ) -> list[JsonObject]:
+        """Every task matching the filters, following the pages. Raises ApiError."""
+        rows: list[JsonObject] = []
+        cursor: str | None = None
+        while True:
+            page, cursor = self.task_page(
+                state=state, capability=capability, requester=requester, limit=200, cursor=cursor
+            )
+            rows.extend(page)
+            if cursor is None:
+                return rows
 
     def task(self, task_id: str) -> JsonObject:
         return cast(JsonObject, self.get(f"/tasks/{_segment(task_id)}"))

@@ -22,7 +22,7 @@ import typer
 from api import output
 from api.output import JsonFlag, emit, escape, fail, say
 from identity.errors import IdentityError
-from ledger.errors import ChainError, LedgerError, MalformedError
+from ledger.errors import ChainError, LedgerError, MalformedError, QueryError
 from ledger.settings import Settings
 from market.errors import BidRejected, LimitError, MarketError, TaskError, WorkError
 from market.money import Wei, format_eth, parse_amount
@@ -132,7 +132,7 @@ def _market() -> Iterator[MarketContext]:
         detail = str(exc).split(": ", 1)[-1]
         names = agent_names(None if context is None else context.onboarding)
         fail(f"bid rejected ({exc.reason}): {with_names(detail, names)}")
-    except MalformedError as exc:
+    except (MalformedError, QueryError) as exc:
         fail(str(exc), code=2)
     except MarketError as exc:
         fail(str(exc), code=2 if type(exc).__name__ in _INPUT_ERRORS else 1)
@@ -170,7 +170,7 @@ def _read_market() -> Iterator[Market]:
         store = open_store(settings, create=False)
         ledger = Ledger(store, operator_signer(settings), utc_now)
         yield Market(ledger, open_onboarding(settings, ledger), _ReadOnlyEscrow())
-    except MalformedError as exc:
+    except (MalformedError, QueryError) as exc:
         fail(str(exc), code=2)
     except MarketError as exc:
         fail(str(exc), code=2 if type(exc).__name__ in _INPUT_ERRORS else 1)
@@ -381,16 +381,40 @@ def task_show(task_id: str, as_json: JsonFlag = False, server: ServerOption = No
 
 
 @task_app.command("list")
-def task_list(as_json: JsonFlag = False, server: ServerOption = None) -> None:
-    """Every task with its state."""
+def task_list(
+    state: Annotated[
+        str | None,
+        typer.Option(help="Only tasks in this state now: bidding, revealing, awarded, ..."),
+    ] = None,
+    capability: Annotated[
+        str | None, typer.Option(help="Only tasks needing this capability.")
+    ] = None,
+    requester: Annotated[str | None, typer.Option(help="Only tasks posted by this DID.")] = None,
+    limit: Annotated[int | None, typer.Option(help="Tasks per page, 1..200 (default 50).")] = None,
+    cursor: Annotated[
+        str | None, typer.Option(help="Resume after a page (its next_cursor).")
+    ] = None,
+    as_json: JsonFlag = False,
+    server: ServerOption = None,
+) -> None:
+    """Tasks with their state, oldest first, a page at a time (`--json`: {tasks, next_cursor})."""
+    filters: dict[str, Any] = {
+        "state": state,
+        "capability": capability,
+        "requester": requester,
+        "limit": limit,
+        "cursor": cursor,
+    }
     if server:
         with remote(server) as client:
-            rows = client.tasks()
+            rows, next_cursor = client.task_page(**filters)
     else:
         with _read_market() as market:
-            rows = [_task_view(market, task) for task in market.tasks()]
+            page = market.list_tasks(**filters)
+            rows = [_task_view(market, task) for task in page.tasks]
+            next_cursor = page.next_cursor
     if as_json:
-        emit(rows)
+        emit({"tasks": rows, "next_cursor": next_cursor})
         return
     from rich.table import Table
 
@@ -407,6 +431,8 @@ def task_list(as_json: JsonFlag = False, server: ServerOption = None) -> None:
             ", ".join(spec["capabilities"]),
         )
     say(table)
+    if next_cursor is not None:
+        say(f"more: --cursor {next_cursor}")
 
 
 @task_app.command("cancel")

@@ -39,6 +39,7 @@ from ledger.errors import (
     LedgerError,
     MalformedError,
     ProofError,
+    QueryError,
     SequenceError,
     StoreError,
 )
@@ -159,6 +160,8 @@ def domain_problem(exc: Exception) -> ProblemError:
     """The problem detail of an expected failure of the domain."""
     detail = str(exc) or type(exc).__name__
     match exc:
+        case QueryError(parameter=parameter):
+            return ProblemError(422, detail, kind="query", reason=parameter)
         case ChainError() | DevnetError() | StoreError():
             return ProblemError(503, detail, kind="unavailable")
         case BidRejected(reason=reason):

@@ -8,7 +8,7 @@ each message against the key that signed it; the audit does the same.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
@@ -30,6 +30,7 @@ from coordinator.runner import (
     RunSettings,
     TeamRunner,
 )
+from coordinator.team import Candidate, rank_candidates
 from coordinator.work import AgentAdapter
 from identity.address_guard import private_agents_allowed
 from identity.agents import AgentRecord, runtime_for
@@ -39,6 +40,7 @@ from ledger.errors import LedgerError
 from ledger.events import Entry
 from ledger.signing import Signer
 from ledger.store import LogStore
+from ledger.views import check_limit, encode_cursor, int_key
 from market.runtime import MarketContext
 from market.tasks import Task
 from market.work import resolve_files
@@ -62,17 +64,60 @@ def directory_of(context: MarketContext) -> list[Member]:
                 and context.market.eligible(agent.did, (record["capability"],))
             }
         )
-        rep = reputations[agent.did]
-        members.append(
-            Member(
-                agent.did,
-                agent.name,
-                tuple(held),
-                f"{rep.numerator}/{rep.denominator}",
-                f"{agent.name}: {agent.runtime} agent for {', '.join(held) or 'nothing yet'}",
-            )
-        )
+        members.append(member_of(agent, held, reputations[agent.did]))
     return members
+
+
+def member_of(agent: AgentRecord, held: Sequence[str], reputation: Fraction) -> Member:
+    """An agent as discovery and the leader see it: what it holds, its reputation, and the
+    self-description discovery ranks by relevance."""
+    return Member(
+        agent.did,
+        agent.name,
+        tuple(held),
+        f"{reputation.numerator}/{reputation.denominator}",
+        f"{agent.name}: {agent.runtime} agent for {', '.join(held) or 'nothing yet'}",
+    )
+
+
+DISCOVERY_VIEW = "discovery"
+
+
+@dataclass(frozen=True)
+class DiscoveryPage:
+    """One page of discovery's ranking; `next_cursor` resumes after it (None at its end)."""
+
+    candidates: tuple[Candidate, ...]
+    next_cursor: str | None
+
+
+def discover(
+    context: MarketContext,
+    capability: str,
+    need: str = "",
+    *,
+    limit: int | None = None,
+    cursor: str | None = None,
+) -> DiscoveryPage:
+    """Discovery for a need from the read views, not a scan of every agent: the agents
+    holding a valid credential for `capability` (the credential view's index), with what
+    they hold and their reputation (views too), ranked exactly as `rank_candidates` ranks
+    the whole directory: relevance of the self-description (Jaccard), reputation, DID.
+    `limit` 1..200 (default 50), `cursor` the previous page's `next_cursor`.
+
+    Raises QueryError (ledger.errors) for a bad limit or cursor, StoreError.
+    """
+    size = check_limit(limit)
+    offset = int_key(DISCOVERY_VIEW, cursor) or 0
+    market = context.market
+    records = context.onboarding.registry.records(market.credentialed(capability))
+    held = market.held_capabilities(records)
+    reputations = market.indexed_reputations(records)
+    members = [member_of(records[did], held[did], reputations[did]) for did in sorted(records)]
+    ranked = rank_candidates(need, capability, members)
+    end = offset + size
+    more = encode_cursor(DISCOVERY_VIEW, str(end)) if end < len(ranked) else None
+    return DiscoveryPage(tuple(ranked[offset:end]), more)
 
 
 def adapter_for(

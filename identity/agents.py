@@ -31,6 +31,7 @@ import random
 import re
 import shlex
 import shutil
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -337,6 +338,25 @@ class AgentRegistry:
         with self.engine.begin() as connection:
             rows = connection.execute(select(_AGENTS).order_by(_AGENTS.c.name)).all()
         return [_record(row) for row in rows]
+
+    def page(self, *, after: str | None, limit: int) -> tuple[AgentRecord, ...]:
+        """At most `limit` agents by name, after the name `after` (keyset: one indexed range)."""
+        query = select(_AGENTS).order_by(_AGENTS.c.name).limit(limit)
+        if after is not None:
+            query = query.where(_AGENTS.c.name > after)
+        with self.engine.connect() as connection:
+            return tuple(_record(row) for row in connection.execute(query).all())
+
+    def records(self, dids: Iterable[str]) -> dict[str, AgentRecord]:
+        """The agents among `dids`, by DID (those not registered here are left out)."""
+        wanted = sorted(set(dids))
+        found: dict[str, AgentRecord] = {}
+        with self.engine.connect() as connection:
+            for start in range(0, len(wanted), 500):
+                chunk = wanted[start : start + 500]
+                rows = connection.execute(select(_AGENTS).where(_AGENTS.c.did.in_(chunk))).all()
+                found.update((row.did, _record(row)) for row in rows)
+        return found
 
     def signer(self, record: AgentRecord) -> Ed25519Signer:
         """The agent's key. Raises KeyStoreError when its file is missing, unreadable, not

@@ -29,6 +29,7 @@ The ledger's own:
     │   └── AnchorError             the registry refused an anchor, or a pending one is unresolved
     ├── DevnetError             the managed anvil could not be started, found or stopped
     ├── HomeError               ACCORD_HOME cannot be (or, for a read, is not yet) accord's home
+    ├── QueryError              a read view's filter, limit or cursor is not one it answers
     └── VerificationError       `ledger verify` found a step that does not hold
 
 Each subclass carries the offending value where there is one, so a caller can report it
@@ -90,6 +91,15 @@ class AlreadyLoggedError(LedgerError):
         self.kind = kind
         self.subject = subject
         self.index = index
+
+
+class QueryError(LedgerError):
+    """A query of a read view (`ledger.views`) names a filter value, limit or cursor it does
+    not answer; `parameter` names the one (`state`, `limit`, `cursor`, ...)."""
+
+    def __init__(self, parameter: str, message: str) -> None:
+        super().__init__(message)
+        self.parameter = parameter
 
 
 class ChainError(LedgerError):

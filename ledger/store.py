@@ -27,6 +27,9 @@ A batch is one transaction: durable or absent, never half there.
 
 Writers serialise on the head row (`BEGIN IMMEDIATE` on SQLite, `SELECT … FOR UPDATE` on
 PostgreSQL), so several processes may append to one log safely.
+
+Read views (`ledger.views`: tasks, credentials...) attached to the store are folded from each
+append in the same transaction, and can be rebuilt from the log alone (`reindex`).
 """
 
 from __future__ import annotations
@@ -45,13 +48,14 @@ from sqlalchemy import (
     select,
     update,
 )
-from sqlalchemy.exc import IntegrityError, OperationalError, SQLAlchemyError
+from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError, SQLAlchemyError
 from sqlmodel import Column, Field, SQLModel, create_engine
 
-from ledger import merkle
+from ledger import merkle, views
 from ledger.errors import AlreadyLoggedError, SequenceError, StoreError
 from ledger.events import Entry
 from ledger.merkle import NodeId
+from ledger.views import Projection, ViewEntry
 
 NODE_INDEX_BITS = 48
 
@@ -231,8 +235,10 @@ class LogStore:
         log_id: str,
         *,
         once_per_subject: Collection[str] = ONCE_PER_SUBJECT,
+        projections: Sequence[Projection] = (),
     ) -> None:
         self.engine = engine
+        self._projections: dict[str, Projection] = {}
         self.log_id = log_id
         self.once_per_subject = frozenset(once_per_subject)
         self._frontier: list[tuple[NodeId, bytes]] = []
@@ -260,6 +266,8 @@ class LogStore:
         except SQLAlchemyError as exc:
             raise StoreError(f"cannot prepare the log tables: {_reason(exc)}") from exc
         self._index_once_only()
+        for projection in projections:
+            self.attach(projection)
 
     def _index_once_only(self) -> None:
         """Fill `ledger_once` from the entries of a log written before it existed (the first
@@ -472,6 +480,9 @@ class LogStore:
                     connection.execute(insert(_ONCE), once_rows)
                 new_size = size + len(entries)
                 connection.execute(update(_HEAD).values(size=new_size))
+                if self._projections:
+                    batch = [ViewEntry(size + k, entry.event) for k, entry in enumerate(entries)]
+                    self._project(connection, size, batch)
         except IntegrityError as exc:
             self._frontier_size = -1
             raise StoreError(
@@ -487,6 +498,92 @@ class LogStore:
         for entry in entries:
             self._last_seq[entry.event.actor] = entry.event.seq
         return list(range(size, new_size))
+
+    # -- read views (`ledger.views`) ---------------------------------------------------------
+
+    def attach(self, projection: Projection) -> None:
+        """Keep `projection` from now on: create its tables, fold in what it has not applied,
+        and apply it to every append, in the append's transaction. Attaching one of the same
+        name again does nothing. Raises StoreError."""
+        if projection.name in self._projections:
+            return
+        tables = [views.VIEWS_TABLE, *projection.tables]
+        try:
+            try:
+                SQLModel.metadata.create_all(self.engine, tables=tables)
+            except (IntegrityError, OperationalError, ProgrammingError):
+                # another process created them meanwhile (PostgreSQL's catalog refuses a
+                # second CREATE): they are there now, which a second pass checks
+                SQLModel.metadata.create_all(self.engine, tables=tables)
+        except SQLAlchemyError as exc:
+            raise StoreError(f"cannot prepare the {projection.name} view: {_reason(exc)}") from exc
+        self._projections[projection.name] = projection
+        self.refresh_view(projection.name)
+
+    def refresh_view(self, name: str) -> None:
+        """Fold into the attached view `name` the entries it has not applied yet (appended by
+        a process that did not keep it); cheap when it is level. Raises StoreError."""
+        projection = self._projections[name]
+        try:
+            with self._read() as connection:
+                head = int(connection.execute(select(_HEAD.c.size)).scalar_one())
+                done = connection.execute(
+                    select(views.VIEWS_TABLE.c.applied).where(views.VIEWS_TABLE.c.name == name)
+                ).scalar_one_or_none()
+            if done is not None and int(done) >= head:
+                return
+            with self.engine.begin() as connection:
+                size = self._lock_head(connection)
+                self._catch_up(connection, [projection], size)
+        except SQLAlchemyError as exc:
+            raise StoreError(f"cannot bring the {name} view up to date: {_reason(exc)}") from exc
+
+    def reindex(self) -> dict[str, int]:
+        """Empty every attached view and fold the whole log into it again, in one transaction
+        (writers wait); returns how many entries each one applied. Raises StoreError."""
+        try:
+            with self.engine.begin() as connection:
+                size = self._lock_head(connection)
+                for name, projection in self._projections.items():
+                    projection.reset(connection)
+                    views.applied(connection, name)
+                    views.record_applied(connection, name, 0)
+                self._catch_up(connection, list(self._projections.values()), size)
+        except SQLAlchemyError as exc:
+            raise StoreError(f"cannot rebuild the read views: {_reason(exc)}") from exc
+        return dict.fromkeys(self._projections, size)
+
+    def _project(self, connection: Any, start: int, batch: list[ViewEntry]) -> None:
+        """Apply every attached view to an append's entries (they start at index `start`)."""
+        projections = list(self._projections.values())
+        self._catch_up(connection, projections, start)
+        for projection in projections:
+            projection.apply(connection, batch)
+            views.record_applied(connection, projection.name, start + len(batch))
+
+    def _catch_up(
+        self, connection: Any, projections: Sequence[Projection], size: int, chunk: int = 5000
+    ) -> None:
+        """Fold into each view the stored entries it has not applied, up to `size`, under the
+        head lock; each chunk of the log is read and parsed once for all of them."""
+        done = {p.name: views.applied(connection, p.name) for p in projections}
+        position = min(done.values(), default=size)
+        while position < size:
+            stop = min(size, position + chunk)
+            rows = connection.execute(
+                select(_ENTRIES.c.idx, _ENTRIES.c.data)
+                .where(_ENTRIES.c.idx >= position, _ENTRIES.c.idx < stop)
+                .order_by(_ENTRIES.c.idx)
+            ).all()
+            parsed = views.parse_stored((int(i), _as_bytes(d)) for i, d in rows)
+            for projection in projections:
+                since = done[projection.name]
+                if since < stop:
+                    projection.apply(connection, [e for e in parsed if e.index >= since])
+            position = stop
+        for projection in projections:
+            if done[projection.name] < size:
+                views.record_applied(connection, projection.name, size)
 
     # -- checkpoints and anchors -------------------------------------------------------------
 

@@ -28,12 +28,14 @@ from __future__ import annotations
 import hashlib
 import json
 import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from fractions import Fraction
 from typing import Any, Protocol
 
+from identity.credential_views import VIEW_NAME as CREDENTIAL_VIEW
+from identity.credential_views import capabilities_of, holders
 from identity.errors import IdentityError
 from identity.onboarding import Onboarding
 from ledger.canonical import canonical_json
@@ -42,6 +44,7 @@ from ledger.events import Entry, Event, parse_time
 from ledger.service import Ledger
 from ledger.signing import Signer
 from ledger.store import LogStore, StoredEntry
+from ledger.views import MAX_LIMIT, reading
 from market import sealed
 from market.auction import AuctionOutcome, RevealedBid, clear_auction
 from market.blobs import BlobError, BlobStore, sha256_hex
@@ -76,6 +79,17 @@ from market.tasks import (
     replay,
     spec_from_request,
 )
+from market.views import (
+    BID_VIEW,
+    REPUTATION_VIEW,
+    TaskPage,
+    TaskQuery,
+    bids_of,
+    list_tasks,
+    read_views,
+    reputations_of,
+)
+from market.views import VIEW_NAME as TASK_VIEW
 from market.work import file_refs
 
 MAX_TASK_EVENTS = 100_000
@@ -247,6 +261,8 @@ class Market:
         self.clock = clock or ledger.clock
         self.blobs = BlobStore(ledger.store.engine)
         self._books: dict[str, BidBook] = {}
+        for projection in read_views(ledger.operator.did):
+            ledger.store.attach(projection)
 
     # -- reading -------------------------------------------------------------------------
 
@@ -262,9 +278,55 @@ class Market:
         """The task's state now (the clock ends bidding and revealing)."""
         return clock_state(task, self.clock())
 
+    def list_tasks(
+        self,
+        *,
+        state: str | None = None,
+        capability: str | None = None,
+        requester: str | None = None,
+        limit: int | None = None,
+        cursor: str | None = None,
+    ) -> TaskPage:
+        """One page of tasks, oldest posting first, from the task view (`market.views`): those
+        in `state` now (the clock decides bidding and revealing, as `state` does), needing
+        `capability`, posted by `requester`; `limit` 1..200 (default 50); `cursor` the
+        `next_cursor` of the page before. One indexed query, however long the log.
+
+        Raises QueryError (ledger.errors) naming a bad parameter, StoreError.
+        """
+        query = TaskQuery(state, capability, requester, limit, cursor)
+        with reading(self.ledger.store, TASK_VIEW) as connection:
+            return list_tasks(connection, query, self.clock())
+
+    def credentialed(self, capability: str) -> list[str]:
+        """The DIDs holding an unrevoked credential for `capability` valid now, by DID, from
+        the credential view (`identity.credential_views`; bids still verify the document)."""
+        with reading(self.ledger.store, CREDENTIAL_VIEW) as connection:
+            return holders(connection, capability, self.clock(), after=None, limit=None)
+
+    def held_capabilities(self, dids: Iterable[str]) -> dict[str, list[str]]:
+        """What each DID holds a valid, unrevoked credential for now, from the view."""
+        with reading(self.ledger.store, CREDENTIAL_VIEW) as connection:
+            return capabilities_of(connection, dids, self.clock())
+
+    def indexed_reputations(self, dids: Iterable[str]) -> dict[str, Fraction]:
+        """`reputations` from the reputation view: the same fold, read by agent."""
+        with reading(self.ledger.store, REPUTATION_VIEW) as connection:
+            return reputations_of(connection, dids)
+
+    def iter_tasks(self, **filters: str | None) -> Iterator[Task]:
+        """Every task matching the `list_tasks` filters, page after page."""
+        cursor: str | None = None
+        while True:
+            page = self.list_tasks(**filters, limit=MAX_LIMIT, cursor=cursor)
+            yield from page.tasks
+            if page.next_cursor is None:
+                return
+            cursor = page.next_cursor
+
     def tasks(self) -> list[Task]:
-        posted = self.ledger.store.find(kind=TASK_POSTED, limit=MAX_TASK_EVENTS)
-        return [self.task(Entry.from_bytes(stored.data).event.subject) for stored in posted]
+        """Every task (whose events replay), oldest first."""
+        return list(self.iter_tasks())
 
     def commitments(self, task_id: str) -> list[AdmittedCommitment]:
         """Admitted commitments, in log order."""
@@ -275,31 +337,28 @@ class Market:
         return list(self._book(task_id).reveals.values())
 
     def bids(self, task_id: str) -> list[BidView]:
-        """Commitments while sealed; prices appear once revealed."""
+        """Commitments while sealed; prices appear once revealed (from the bid view, one
+        indexed query). Raises TaskError when there is no such task."""
         self.task(task_id)
-        book = self._book(task_id)
-        views = []
-        for admitted in book.commitments.values():
-            bidder = admitted.commitment.bidder
-            revealed = book.reveals.get(bidder)
-            views.append(
-                BidView(
-                    bidder,
-                    admitted.index,
-                    admitted.commitment.digest.hex(),
-                    revealed is not None,
-                    None if revealed is None else revealed.reveal.price,
-                )
+        with reading(self.ledger.store, BID_VIEW) as connection:
+            rows = bids_of(connection, task_id)
+        return [
+            BidView(
+                row.bidder,
+                row.committed_index,
+                row.commitment,
+                row.revealed,
+                None if row.price is None else Wei(int(row.price)),
             )
-        return views
+            for row in rows
+        ]
 
     def open_tasks_for(self, did: str) -> list[Task]:
         """Calls for bids: tasks taking bids now whose every capability `did` holds."""
-        now = self.clock()
         return [
             task
-            for task in self.tasks()
-            if clock_state(task, now) == "bidding" and self.eligible(did, task.spec.capabilities)
+            for task in self.iter_tasks(state="bidding")
+            if self.eligible(did, task.spec.capabilities)
         ]
 
     # -- eligibility and quality ---------------------------------------------------------
@@ -484,7 +543,8 @@ class Market:
         refund made (at most once: the escrow refuses a second settle) and logged. Returns
         the ids of the tasks it moved on."""
         moved = []
-        for task in self.tasks():
+        stuck = [*self.iter_tasks(state="posted"), *self.iter_tasks(state="expired")]
+        for task in stuck:
             if task.state == "posted":
                 deposit = self.escrow.deposit_of(task.task_id)
                 if deposit is not None and deposit[0] == task.spec.budget:

@@ -239,6 +239,23 @@ def parse_time(text: str) -> datetime:
     return datetime.fromisoformat(text.replace("Z", "+00:00"))
 
 
+def open_calls(client: Client, capabilities: set[str]) -> list[dict[str, Any]]:
+    """The tasks taking bids now that need one of our capabilities: `GET /tasks?state=bidding
+    &capability=...`, every page (the service pages its lists; Link names the next page)."""
+    found: dict[str, dict[str, Any]] = {}
+    for capability in sorted(capabilities):
+        params: dict[str, Any] = {"state": "bidding", "capability": capability, "limit": 200}
+        while True:
+            response = client.http.get("/tasks", params=params)
+            response.raise_for_status()
+            found.update((task["id"], task) for task in response.json())
+            cursor = response.headers.get("Accord-Next-Cursor")
+            if cursor is None:
+                break
+            params["cursor"] = cursor
+    return list(found.values())
+
+
 def bid_loop(client: Client, capabilities: set[str], price: int, stopping: threading.Event) -> None:
     """Commit on every task taking bids in our capabilities; reveal once bidding closes."""
     signer = client.signer
@@ -246,7 +263,7 @@ def bid_loop(client: Client, capabilities: set[str], price: int, stopping: threa
     done: set[str] = set()
     while not stopping.wait(POLL_SECONDS):
         try:
-            tasks = client.http.get("/tasks").json()
+            tasks = open_calls(client, capabilities)
         except httpx.HTTPError:
             continue
         now = datetime.now(UTC)

@@ -8,8 +8,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Annotated, Any
+from urllib.parse import urlencode
 
-from fastapi import Depends, Request
+from fastapi import Depends, Request, Response
 
 from api.auth import (
     DEFAULT_WINDOW,
@@ -24,6 +25,7 @@ from api.auth import (
     normalize_authority,
     verify_request,
 )
+from api.client import NEXT_CURSOR_HEADER
 from api.problems import ProblemError
 from identity.errors import IdentityError
 from ledger.chain import AnchorChain
@@ -239,3 +241,15 @@ def purge_expired_challenges(nonces: object, now: datetime) -> int:
 State = Annotated[ApiState, Depends(get_state)]
 Context = Annotated[MarketContext, Depends(get_context)]
 Caller = Annotated[str, Depends(signed_caller)]
+
+
+def next_page(request: Request, response: Response, cursor: str | None) -> None:
+    """Point a paged list's answer at its next page: `Link: <path?...&cursor=...>; rel="next"`
+    (RFC 8288, relative to the request) and the bare cursor in `Accord-Next-Cursor`; nothing
+    on the last page."""
+    if cursor is None:
+        return
+    params = [(k, v) for k, v in request.query_params.multi_items() if k != "cursor"]
+    query = urlencode([*params, ("cursor", cursor)])
+    response.headers["Link"] = f'<{request.url.path}?{query}>; rel="next"'
+    response.headers[NEXT_CURSOR_HEADER] = cursor

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import APIRouter, Depends, Query, Request, Response
 from pydantic import BaseModel, Field
 
 from api import cards
@@ -13,18 +13,22 @@ from api.routes.deps import (
     Caller,
     Context,
     State,
+    next_page,
     purge_expired_challenges,
     throttle_challenges,
     throttle_reads,
 )
+from coordinator.service import DISCOVERY_VIEW, discover
 from identity.agents import AgentRecord
 from identity.challenges import REGISTRY
 from identity.errors import CredentialError, KeyStoreError, RegistryError
 from identity.onboarding import REGISTRATION_CHALLENGE_TTL
 from ledger.signing import Signer
+from ledger.views import DEFAULT_LIMIT, MAX_LIMIT, check_limit, decode_cursor, encode_cursor
 from market.runtime import MarketContext
 
 reads = APIRouter(dependencies=[Depends(throttle_reads)])
+AGENTS_VIEW = "agents"
 writes = APIRouter()
 
 
@@ -62,8 +66,14 @@ def list_capabilities() -> list[dict[str, Any]]:
     return capability_rows()
 
 
-@reads.get("/agents", tags=["identity"], summary="Registered agents, or discovery for a need")
+@reads.get(
+    "/agents",
+    tags=["identity"],
+    summary="Registered agents, or discovery for a need; a page at a time (next page: Link)",
+)
 def list_agents(
+    request: Request,
+    response: Response,
     context: Context,
     capability: Annotated[
         str | None, Query(max_length=64, description="Only agents credentialed for this")
@@ -71,13 +81,38 @@ def list_agents(
     need: Annotated[
         str, Query(max_length=500, description="Rank by relevance of their description")
     ] = "",
+    limit: Annotated[
+        int | None,
+        Query(ge=1, le=MAX_LIMIT, description=f"Agents per page (default {DEFAULT_LIMIT})"),
+    ] = None,
+    cursor: Annotated[
+        str | None,
+        Query(
+            pattern=r"^(agents\.[a-z0-9][a-z0-9_-]{0,63}|discovery\.[0-9]{1,18})?$",
+            description="The next page (from Link)",
+        ),
+    ] = None,
 ) -> list[dict[str, Any]]:
+    """Without `capability`: registered agents by name. With it: discovery (`coordinator.
+    service.discover`), from the credential index: the agents holding a valid credential for
+    it, by relevance of their description to `need`, then reputation, then DID. When more
+    match, `Link: <...&cursor=...>; rel="next"` and `Accord-Next-Cursor` name the next page."""
+    if cursor and cursor.startswith(f"{DISCOVERY_VIEW}." if capability is None else "agents."):
+        raise ProblemError(
+            404,
+            "this cursor pages the other agent list (discovery pages need the same "
+            "capability; the registry pages need none): start again without it",
+        )
     if capability is None:
-        return [record.to_json() for record in context.onboarding.registry.list()]
-    from coordinator.service import directory_of
-    from coordinator.team import rank_candidates
-
-    ranked = rank_candidates(need, capability, directory_of(context))
+        size = check_limit(limit)
+        after = decode_cursor(AGENTS_VIEW, cursor)
+        records = context.onboarding.registry.page(after=after, limit=size + 1)
+        more = len(records) > size
+        records = records[:size]
+        next_page(request, response, encode_cursor(AGENTS_VIEW, records[-1].name) if more else None)
+        return [record.to_json() for record in records]
+    page = discover(context, capability, need, limit=limit, cursor=cursor)
+    next_page(request, response, page.next_cursor)
     return [
         {
             "did": c.member.did,
@@ -87,7 +122,7 @@ def list_agents(
             "relevance": str(c.relevance),
             "description": c.member.description,
         }
-        for c in ranked
+        for c in page.candidates
     ]
 
 

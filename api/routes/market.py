@@ -15,19 +15,20 @@ from __future__ import annotations
 import os
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Body, Depends, Header, Request, Response
+from fastapi import APIRouter, Body, Depends, Header, Query, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from api.problems import ProblemError
-from api.routes.deps import Caller, Context, State, throttle_reads
+from api.routes.deps import Caller, Context, State, next_page, throttle_reads
 from audit.checks import audit_task
 from identity.errors import RegistryError
 from ledger.signing import Signer
+from ledger.views import DEFAULT_LIMIT, MAX_LIMIT
 from market import sealed
 from market.auction import price_reason
 from market.errors import TaskError
 from market.runtime import MarketContext
-from market.tasks import Task
+from market.tasks import CAPABILITY_PATTERN, Task, TaskState
 
 reads = APIRouter(dependencies=[Depends(throttle_reads)])
 writes = APIRouter()
@@ -109,9 +110,42 @@ class RevealBody(BaseModel):
     signature: str
 
 
-@reads.get("/tasks", tags=["market"], summary="Every task with its state")
-def list_tasks(context: Context) -> list[dict[str, Any]]:
-    return [task_json(context, task) for task in context.market.tasks()]
+@reads.get(
+    "/tasks",
+    tags=["market"],
+    summary="Tasks with their state, filtered, a page at a time (the next page: the Link header)",
+)
+def list_tasks(
+    request: Request,
+    response: Response,
+    context: Context,
+    state: Annotated[
+        TaskState | None, Query(description="The state now (the clock ends bidding)")
+    ] = None,
+    capability: Annotated[
+        str | None,
+        Query(pattern=CAPABILITY_PATTERN.pattern, description="Only tasks needing this"),
+    ] = None,
+    requester: Annotated[
+        str | None,
+        Query(min_length=1, max_length=200, description="Only tasks posted by this DID"),
+    ] = None,
+    limit: Annotated[
+        int | None,
+        Query(ge=1, le=MAX_LIMIT, description=f"Tasks per page (default {DEFAULT_LIMIT})"),
+    ] = None,
+    cursor: Annotated[
+        str | None,
+        Query(pattern=r"^(tasks\.[0-9]{1,18})?$", description="The next page (from Link)"),
+    ] = None,
+) -> list[dict[str, Any]]:
+    """Oldest posting first. The body stays a plain list; when more tasks match, the answer
+    carries `Link: <...&cursor=...>; rel="next"` (RFC 8288) and `Accord-Next-Cursor`."""
+    page = context.market.list_tasks(
+        state=state, capability=capability, requester=requester, limit=limit, cursor=cursor
+    )
+    next_page(request, response, page.next_cursor)
+    return [task_json(context, task) for task in page.tasks]
 
 
 @reads.get("/tasks/{task_id}", tags=["market"], summary="One task")

@@ -4,6 +4,7 @@ and create no home. `accord` runs in a subprocess, with no devnet running."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -71,7 +72,7 @@ def test_an_unknown_task_is_exit_2_everywhere(home: Path, command: tuple[str, ..
 def test_reading_tasks_starts_no_devnet(home: Path) -> None:
     result = accord(home, "task", "list", "--json")
     assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == "[]"
+    assert json.loads(result.stdout) == {"tasks": [], "next_cursor": None}
     assert not (home / "devnet").exists()
 
 

@@ -183,7 +183,8 @@ def test_post_bid_reveal_award_and_bad_input(accord: Accord) -> None:
     assert (award["rule"], award["price"], award["bids"]) == ("second-score", str(ETH // 5), 2)
 
     listed = accord.json("task", "list")
-    assert [(row["id"], row["state"]) for row in listed] == [(task_id, "awarded")]
+    assert [(row["id"], row["state"]) for row in listed["tasks"]] == [(task_id, "awarded")]
+    assert listed["next_cursor"] is None
     shown = accord.json("task", "show", task_id)
     assert (shown["state"], shown["winner"], shown["price"]) == (
         "awarded",

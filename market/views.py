@@ -1,0 +1,519 @@
+"""The task view: one row per task, folded from the log by the same state machine as
+`market.tasks.replay`, and indexed for the lists users ask for (see `ledger.views`).
+
+    view_tasks              one row per task (keyed by the subject of its events): its
+                            stored state, requester, posted index, bidding end (epoch µs),
+                            winner, price (decimal text: wei exceed 64 bits), the posted spec
+                            and, when its events do not replay, the `problem`
+    view_task_capabilities  (capability, posted index) -> task, with the task's state and
+                            bidding end copied, indexed by (capability, state, posted index)
+
+So "tasks taking bids for capability X, 50 at a time after a cursor" is one indexed range
+query. The clock is applied at query time exactly as `clock_state` does: a stored `bidding`
+task is `bidding` while its bidding window is open and `revealing` after.
+
+A task whose events do not replay (a log written by hand, or before the log refused repeats)
+keeps the state it reached and its `problem`; the lists leave it out, as `Market.task` refuses
+it. The audit never reads this view: it replays the signed entries.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from fractions import Fraction
+from functools import lru_cache
+from typing import Any, get_args
+
+from sqlalchemy import BigInteger, Index, Table, and_, delete, insert, select, tuple_
+from sqlmodel import Column, Field, SQLModel
+
+from identity.credential_views import CredentialView
+from ledger.errors import MalformedError, QueryError
+from ledger.events import parse_time
+from ledger.views import Projection, ViewEntry, check_limit, encode_cursor, int_key, micros
+from market import sealed
+from market.errors import MarketError
+from market.money import Wei
+from market.reputation import reputation
+from market.tasks import (
+    BID_COMMITTED,
+    BID_REVEALED,
+    CAPABILITY_PATTERN,
+    TASK_AWARDED,
+    TASK_EXPIRED,
+    TASK_KINDS,
+    TASK_POSTED,
+    TASK_SETTLED,
+    Task,
+    TaskEvent,
+    TaskSpec,
+    TaskState,
+    step,
+)
+
+VIEW_NAME = "tasks"
+REPUTATION_VIEW = "reputation"
+BID_VIEW = "bids"
+LIFECYCLE_KINDS = frozenset(TASK_KINDS) - {BID_COMMITTED, BID_REVEALED}
+"""The events that move a task (bids and reviews do not; `Market.task` replays these)."""
+TASK_STATES: tuple[str, ...] = get_args(TaskState)
+_IN_CHUNK = 500
+
+
+class TaskRow(SQLModel, table=True):
+    __tablename__ = "view_tasks"
+    __table_args__ = (
+        Index("ix_view_tasks_state_posted", "state", "posted_index"),
+        Index("ix_view_tasks_requester_posted", "requester", "posted_index"),
+    )
+
+    subject: str = Field(primary_key=True)
+    task_id: str
+    posted_index: int = Field(sa_column=Column(BigInteger, nullable=False, unique=True))
+    requester: str
+    state: str
+    posted_at: str
+    bidding_ends_us: int = Field(sa_column=Column(BigInteger, nullable=False))
+    escrowed: bool
+    winner: str | None = None
+    price: str | None = None
+    delivered_index: int | None = Field(default=None, sa_column=Column(BigInteger))
+    delivered_at: str | None = None
+    duplicates: str
+    spec: str
+    problem: str | None = None
+
+
+class TaskCapabilityRow(SQLModel, table=True):
+    __tablename__ = "view_task_capabilities"
+    __table_args__ = (
+        Index("ix_view_task_capabilities_lookup", "capability", "state", "posted_index"),
+    )
+
+    capability: str = Field(primary_key=True)
+    posted_index: int = Field(sa_column=Column(BigInteger, primary_key=True, autoincrement=False))
+    subject: str = Field(index=True)
+    state: str
+    bidding_ends_us: int = Field(sa_column=Column(BigInteger, nullable=False))
+    listed: bool
+
+
+TASKS: Table = TaskRow.__table__  # type: ignore[attr-defined]
+CAPABILITIES: Table = TaskCapabilityRow.__table__  # type: ignore[attr-defined]
+
+
+@dataclass
+class _Folded:
+    """A task as far as the view has folded it."""
+
+    subject: str
+    posted_index: int
+    task: Task
+    spec: dict[str, Any] = field(hash=False)
+    problem: str | None = None
+
+
+@dataclass(frozen=True)
+class TaskPage:
+    """One page of a task list, in log order of posting; `next_cursor` resumes after it
+    (None on the last page)."""
+
+    tasks: tuple[Task, ...]
+    next_cursor: str | None
+
+
+class TaskView:
+    """The task projection (`ledger.views.Projection`)."""
+
+    name = VIEW_NAME
+    tables: Sequence[Table] = (TASKS, CAPABILITIES)
+
+    def apply(self, connection: Any, entries: Sequence[ViewEntry]) -> None:
+        moving = [entry for entry in entries if entry.event.kind in LIFECYCLE_KINDS]
+        if not moving:
+            return
+        subjects = sorted({entry.event.subject for entry in moving})
+        folded = {row.subject: row for row in _load(connection, subjects)}
+        touched: set[str] = set()
+        for entry in moving:
+            subject = entry.event.subject
+            current = folded.get(subject)
+            if current is not None and current.problem is not None:
+                continue  # the replay stops at its first failure, so does the view
+            if fold(folded, entry):
+                touched.add(subject)
+        if touched:
+            _store(connection, [folded[subject] for subject in sorted(touched)])
+
+    def reset(self, connection: Any) -> None:
+        connection.execute(delete(CAPABILITIES))
+        connection.execute(delete(TASKS))
+
+
+def fold(folded: dict[str, _Folded], entry: ViewEntry) -> bool:
+    """Fold one lifecycle entry into `folded` (by subject) as `replay` would; an entry that
+    does not replay is recorded as the task's problem. Returns whether a task changed. Pure."""
+    event = entry.event
+    current = folded.get(event.subject)
+    try:
+        moved = TaskEvent(entry.index, event.kind, event.actor, parse_time(event.at), event.body)
+        if current is None:
+            if event.kind != TASK_POSTED:
+                return False  # not a task: `Market.task` finds no posting either
+            task = step(None, moved)
+            folded[event.subject] = _Folded(
+                event.subject, entry.index, task, dict(event.body["spec"])
+            )
+            return True
+        current.task = step(current.task, moved)
+    except (MarketError, MalformedError, KeyError, TypeError, ValueError) as exc:
+        if current is None:
+            return False  # a posting that is no task spec: no task
+        current.problem = f"entry {entry.index} ({event.kind}) does not replay: {exc}"
+    return True
+
+
+def _load(connection: Any, subjects: Sequence[str]) -> list[_Folded]:
+    loaded = []
+    for start in range(0, len(subjects), _IN_CHUNK):
+        chunk = subjects[start : start + _IN_CHUNK]
+        rows = connection.execute(select(TASKS).where(TASKS.c.subject.in_(chunk))).all()
+        for row in rows:
+            spec = json.loads(row.spec)
+            loaded.append(
+                _Folded(row.subject, int(row.posted_index), task_of(row, spec), spec, row.problem)
+            )
+    return loaded
+
+
+def _store(connection: Any, tasks: Sequence[_Folded]) -> None:
+    subjects = [t.subject for t in tasks]
+    for start in range(0, len(subjects), _IN_CHUNK):
+        chunk = subjects[start : start + _IN_CHUNK]
+        connection.execute(delete(CAPABILITIES).where(CAPABILITIES.c.subject.in_(chunk)))
+        connection.execute(delete(TASKS).where(TASKS.c.subject.in_(chunk)))
+    rows, capability_rows = [], []
+    for folded in tasks:
+        task = folded.task
+        ends = micros(task.bidding_ends)
+        rows.append(
+            {
+                "subject": folded.subject,
+                "task_id": task.task_id,
+                "posted_index": folded.posted_index,
+                "requester": task.requester,
+                "state": task.state,
+                "posted_at": task.posted_at.isoformat(),
+                "bidding_ends_us": ends,
+                "escrowed": task.escrowed,
+                "winner": task.winner,
+                "price": None if task.price is None else str(task.price),
+                "delivered_index": task.delivered_index,
+                "delivered_at": None
+                if task.delivered_at is None
+                else task.delivered_at.isoformat(),
+                "duplicates": json.dumps(list(task.duplicates)),
+                "spec": json.dumps(folded.spec, sort_keys=True, separators=(",", ":")),
+                "problem": folded.problem,
+            }
+        )
+        for capability in task.spec.capabilities:
+            capability_rows.append(
+                {
+                    "capability": capability,
+                    "posted_index": folded.posted_index,
+                    "subject": folded.subject,
+                    "state": task.state,
+                    "bidding_ends_us": ends,
+                    "listed": folded.problem is None,
+                }
+            )
+    connection.execute(insert(TASKS), rows)
+    if capability_rows:
+        connection.execute(insert(CAPABILITIES), capability_rows)
+
+
+@lru_cache(maxsize=4096)
+def parsed_spec(text: str) -> TaskSpec:
+    """The spec of a view row's JSON text, parsed once per text (a posted spec never changes,
+    and a TaskSpec is immutable): a list page of open tasks is mostly SQL after the first.
+    Raises TaskError when the text is not a task spec."""
+    return TaskSpec.from_json(json.loads(text))
+
+
+def task_of(row: Any, spec: dict[str, Any] | None = None) -> Task:
+    """The Task a view row holds (what `replay` gives for its events). Raises TaskError when
+    the stored spec is not a task spec."""
+    return Task(
+        task_id=row.task_id,
+        requester=row.requester,
+        spec=parsed_spec(row.spec) if spec is None else TaskSpec.from_json(spec),
+        posted_at=datetime.fromisoformat(row.posted_at),
+        state=row.state,
+        escrowed=bool(row.escrowed),
+        winner=row.winner,
+        price=None if row.price is None else Wei(int(row.price)),
+        delivered_index=None if row.delivered_index is None else int(row.delivered_index),
+        delivered_at=None if row.delivered_at is None else datetime.fromisoformat(row.delivered_at),
+        duplicates=tuple(json.loads(row.duplicates)),
+    )
+
+
+# -- queries ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TaskQuery:
+    """A task list query, validated on construction (raises QueryError naming the parameter).
+
+    `state` is a state as users see it (`bidding` and `revealing` by the clock), `capability`
+    one the task needs, `requester` its DID; `limit` 1..200 (None: 50); `cursor` the
+    `next_cursor` of the previous page.
+    """
+
+    state: str | None = None
+    capability: str | None = None
+    requester: str | None = None
+    limit: int | None = None
+    cursor: str | None = None
+    after: int | None = field(init=False, default=None)
+    size: int = field(init=False, default=0)
+
+    def __post_init__(self) -> None:
+        if self.state is not None and self.state not in TASK_STATES:
+            raise QueryError(
+                "state", f"{self.state!r} is not a task state (one of {', '.join(TASK_STATES)})"
+            )
+        if self.capability is not None and not CAPABILITY_PATTERN.match(self.capability):
+            raise QueryError("capability", f"{self.capability[:80]!r} is not a capability name")
+        if self.requester is not None and not 0 < len(self.requester) <= 200:
+            raise QueryError("requester", "the requester is a DID of at most 200 characters")
+        object.__setattr__(self, "size", check_limit(self.limit))
+        object.__setattr__(self, "after", int_key(VIEW_NAME, self.cursor))
+
+
+def list_tasks(connection: Any, query: TaskQuery, now: datetime) -> TaskPage:
+    """One page of tasks matching `query` at `now`, from the view: one indexed query.
+
+    Raises TaskError when a stored spec does not parse (a view edited by hand: reindex it).
+    """
+    now_us = micros(now)
+    if query.capability is not None:
+        source = CAPABILITIES
+        wanted = [CAPABILITIES.c.capability == query.capability, CAPABILITIES.c.listed]
+        joined = TASKS.join(CAPABILITIES, TASKS.c.subject == CAPABILITIES.c.subject)
+        statement = select(TASKS).select_from(joined)
+    else:
+        source = TASKS
+        wanted = [TASKS.c.problem.is_(None)]
+        statement = select(TASKS)
+    if query.state == "bidding":
+        wanted += [source.c.state == "bidding", source.c.bidding_ends_us > now_us]
+    elif query.state == "revealing":
+        wanted += [source.c.state == "bidding", source.c.bidding_ends_us <= now_us]
+    elif query.state is not None:
+        wanted.append(source.c.state == query.state)
+    if query.requester is not None:
+        wanted.append(TASKS.c.requester == query.requester)
+    if query.after is not None:
+        wanted.append(source.c.posted_index > query.after)
+    rows = connection.execute(
+        statement.where(and_(*wanted)).order_by(source.c.posted_index).limit(query.size + 1)
+    ).all()
+    more = len(rows) > query.size
+    rows = rows[: query.size]
+    cursor = encode_cursor(VIEW_NAME, str(rows[-1].posted_index)) if more else None
+    return TaskPage(tuple(task_of(row) for row in rows), cursor)
+
+
+def view_task(connection: Any, subject: str) -> Task | None:
+    """The task of `subject` as the view holds it (None when there is none, or its events do
+    not replay)."""
+    row = connection.execute(select(TASKS).where(TASKS.c.subject == subject)).first()
+    if row is None or row.problem is not None:
+        return None
+    return task_of(row)
+
+
+# -- bids ------------------------------------------------------------------------------------
+
+
+class BidRow(SQLModel, table=True):
+    """One bidder's sealed bid on one task: what `Market.bids` shows (the bid book's view)."""
+
+    __tablename__ = "view_bids"
+
+    subject: str = Field(primary_key=True)
+    bidder: str = Field(primary_key=True)
+    first_index: int = Field(sa_column=Column(BigInteger, nullable=False))
+    """Where the bidder first committed: the order bids are shown in."""
+    committed_index: int = Field(sa_column=Column(BigInteger, nullable=False))
+    commitment: str
+    revealed: bool = False
+    price: str | None = None
+
+
+BIDS: Table = BidRow.__table__  # type: ignore[attr-defined]
+
+
+class BidBookView:
+    """The bid projection: the admitted commitments and reveals of each task, as
+    `market.service.BidBook` folds them (a body that is no bid is skipped)."""
+
+    name = BID_VIEW
+    tables: Sequence[Table] = (BIDS,)
+
+    def apply(self, connection: Any, entries: Sequence[ViewEntry]) -> None:
+        moves = [bid_move(entry) for entry in entries if entry.event.kind in _BID_KINDS]
+        folded_moves = [move for move in moves if move is not None]
+        if not folded_moves:
+            return
+        pairs = sorted({(move[0], move[1]) for move in folded_moves})
+        rows: dict[tuple[str, str], dict[str, Any]] = {}
+        for start in range(0, len(pairs), _IN_CHUNK):
+            chunk = pairs[start : start + _IN_CHUNK]
+            found = connection.execute(
+                select(BIDS).where(tuple_(BIDS.c.subject, BIDS.c.bidder).in_(chunk))
+            ).all()
+            rows.update(((row.subject, row.bidder), dict(row._mapping)) for row in found)
+        touched: set[tuple[str, str]] = set()
+        for subject, bidder, index, digest, price in folded_moves:
+            row = rows.get((subject, bidder))
+            if digest is not None:  # a commitment: the latest one counts, shown where it began
+                first = index if row is None else row["first_index"]
+                rows[subject, bidder] = {
+                    "subject": subject,
+                    "bidder": bidder,
+                    "first_index": first,
+                    "committed_index": index,
+                    "commitment": digest,
+                    "revealed": False if row is None else row["revealed"],
+                    "price": None if row is None else row["price"],
+                }
+            elif row is not None:  # a reveal of a commitment
+                row.update(revealed=True, price=price)
+            else:
+                continue
+            touched.add((subject, bidder))
+        if not touched:
+            return
+        keys = sorted(touched)
+        for start in range(0, len(keys), _IN_CHUNK):
+            chunk = keys[start : start + _IN_CHUNK]
+            connection.execute(delete(BIDS).where(tuple_(BIDS.c.subject, BIDS.c.bidder).in_(chunk)))
+        connection.execute(insert(BIDS), [rows[key] for key in keys])
+
+    def reset(self, connection: Any) -> None:
+        connection.execute(delete(BIDS))
+
+
+_BID_KINDS = frozenset({BID_COMMITTED, BID_REVEALED})
+
+
+def bid_move(entry: ViewEntry) -> tuple[str, str, int, str | None, str | None] | None:
+    """(task subject, bidder, index, commitment digest, None) of a commitment, (subject, bidder,
+    index, None, price) of a reveal; None for a body that is no bid (pure)."""
+    event = entry.event
+    try:
+        if event.kind == BID_COMMITTED:
+            commitment = sealed.Commitment.from_json(event.body["commitment"])
+            return event.subject, commitment.bidder, entry.index, commitment.digest.hex(), None
+        reveal = sealed.Reveal.from_json(event.body["reveal"])
+        return event.subject, reveal.bidder, entry.index, None, str(reveal.price)
+    except (MarketError, KeyError, TypeError, ValueError):
+        return None
+
+
+def bids_of(connection: Any, subject: str) -> list[BidRow]:
+    """The bids on a task from the view, in the order their bidders first committed."""
+    rows = connection.execute(
+        select(BIDS).where(BIDS.c.subject == subject).order_by(BIDS.c.first_index)
+    ).all()
+    return [BidRow.model_validate(dict(row._mapping)) for row in rows]
+
+
+# -- reputation ------------------------------------------------------------------------------
+
+
+class ReputationRow(SQLModel, table=True):
+    """One delivery's quality (`task.settled`) or one forfeit (`task.awarded`, `task.expired`)
+    of an agent: what `market.service.reputations_from_log` folds, by agent."""
+
+    __tablename__ = "view_reputation"
+
+    did: str = Field(primary_key=True)
+    entry_index: int = Field(sa_column=Column(BigInteger, primary_key=True, autoincrement=False))
+    position: int = Field(primary_key=True)
+    """The place of the agent in the entry's list (a repeat counts again, as in the log)."""
+    quality: str | None = None
+    """The delivered quality as a fraction `n/d`; None for a forfeit."""
+
+
+REPUTATION: Table = ReputationRow.__table__  # type: ignore[attr-defined]
+
+
+class ReputationView:
+    """The reputation projection: the inputs of `reputation` per agent, indexed by agent."""
+
+    name = REPUTATION_VIEW
+    tables: Sequence[Table] = (REPUTATION,)
+
+    def apply(self, connection: Any, entries: Sequence[ViewEntry]) -> None:
+        rows = [
+            {"did": did, "entry_index": entry.index, "position": k, "quality": quality}
+            for entry in entries
+            for k, (did, quality) in enumerate(reputation_inputs(entry))
+        ]
+        if rows:
+            connection.execute(insert(REPUTATION), rows)
+
+    def reset(self, connection: Any) -> None:
+        connection.execute(delete(REPUTATION))
+
+
+def reputation_inputs(entry: ViewEntry) -> list[tuple[str, str | None]]:
+    """(agent, quality) of each delivery a `task.settled` entry grades and (agent, None) of
+    each forfeit a `task.awarded` or `task.expired` names, as `reputations_from_log` reads
+    them; nothing for anything else or for a body it cannot read (pure)."""
+    event = entry.event
+    found: list[tuple[str, str | None]] = []
+    try:
+        if event.kind == TASK_SETTLED:
+            for did, value in dict(event.body.get("quality", {})).items():
+                quality = Fraction(value)
+                found.append((str(did), f"{quality.numerator}/{quality.denominator}"))
+        elif event.kind in (TASK_AWARDED, TASK_EXPIRED):
+            found.extend((str(did), None) for did in list(event.body.get("forfeited", [])))
+    except (TypeError, ValueError, ZeroDivisionError):
+        return []
+    return found
+
+
+def reputations_of(connection: Any, dids: Iterable[str]) -> dict[str, Fraction]:
+    """Each DID's reputation from the view: the same fold as `reputations_from_log`."""
+    wanted = sorted(set(dids))
+    deliveries: dict[str, list[Fraction]] = {did: [] for did in wanted}
+    forfeits = dict.fromkeys(wanted, 0)
+    for start in range(0, len(wanted), _IN_CHUNK):
+        chunk = wanted[start : start + _IN_CHUNK]
+        rows = connection.execute(
+            select(REPUTATION.c.did, REPUTATION.c.quality)
+            .where(REPUTATION.c.did.in_(chunk))
+            .order_by(REPUTATION.c.did, REPUTATION.c.entry_index)
+        ).all()
+        for did, quality in rows:
+            if quality is None:
+                forfeits[did] += 1
+            else:
+                deliveries[did].append(Fraction(quality))
+    return {did: reputation(deliveries[did], forfeits=forfeits[did]) for did in wanted}
+
+
+def read_views(operator_did: str) -> list[Projection]:
+    """Every read view accord keeps, as `accord ledger reindex` rebuilds them (the market
+    attaches the same ones when it opens): tasks, credentials (trusting `operator_did` as
+    their issuer), bids and reputation."""
+    return [TaskView(), BidBookView(), CredentialView(operator_did), ReputationView()]

@@ -1,0 +1,133 @@
+"""The projection seam of the store (`ledger.views`), on SQLite and PostgreSQL, with a small
+real projection (entries per kind): attaching folds what is logged, every append folds its
+entries in its own transaction, a refused append folds nothing, entries appended by a store
+without the view are folded when it is next read, `reindex` rebuilds from the log alone; and
+the paging helpers refuse what they did not hand out."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import pytest
+from sqlalchemy import Table, delete, insert, select, update
+from sqlmodel import Field, SQLModel
+
+from ledger.errors import QueryError, SequenceError
+from ledger.store import LogStore
+from ledger.views import (
+    MAX_LIMIT,
+    ViewEntry,
+    check_limit,
+    decode_cursor,
+    encode_cursor,
+    int_key,
+    reading,
+    view_rows,
+)
+from tests.ledger.conftest import EntryMaker, append_signed
+
+
+class KindCount(SQLModel, table=True):
+    __tablename__ = "test_view_kind_counts"
+
+    kind: str = Field(primary_key=True)
+    entries: int
+    last_index: int
+
+
+KINDS_TABLE: Table = KindCount.__table__  # type: ignore[attr-defined]
+
+
+class KindCounts:
+    """Entries per kind, and the index of the last of each."""
+
+    name = "kind-counts"
+    tables: Sequence[Table] = (KINDS_TABLE,)
+
+    def apply(self, connection: Any, entries: Sequence[ViewEntry]) -> None:
+        for entry in entries:
+            kind = entry.event.kind
+            found = connection.execute(
+                select(KINDS_TABLE.c.entries).where(KINDS_TABLE.c.kind == kind)
+            ).scalar_one_or_none()
+            if found is None:
+                connection.execute(
+                    insert(KINDS_TABLE).values(kind=kind, entries=1, last_index=entry.index)
+                )
+            else:
+                connection.execute(
+                    update(KINDS_TABLE)
+                    .where(KINDS_TABLE.c.kind == kind)
+                    .values(entries=found + 1, last_index=entry.index)
+                )
+
+    def reset(self, connection: Any) -> None:
+        connection.execute(delete(KINDS_TABLE))
+
+
+def counted(store: LogStore) -> dict[str, tuple[int, int]]:
+    with reading(store, KindCounts.name) as connection:
+        rows = connection.execute(select(KINDS_TABLE)).all()
+    return {row.kind: (row.entries, row.last_index) for row in rows}
+
+
+def expected(store: LogStore) -> dict[str, tuple[int, int]]:
+    """The same fold, straight from the log."""
+    out: dict[str, tuple[int, int]] = {}
+    for stored in store.entries():
+        kind = stored.columns[2] if stored.columns else ""
+        out[kind] = (out.get(kind, (0, 0))[0] + 1, stored.index)
+    return out
+
+
+def test_a_view_follows_every_append_and_rebuilds_from_the_log(
+    open_store: Callable[..., LogStore], maker: EntryMaker
+) -> None:
+    writer = open_store()
+    append_signed(writer, maker, 7, batch=3)
+    viewed = open_store()
+    viewed.attach(KindCounts())  # folds the 7 already logged
+    assert counted(viewed) == expected(viewed)
+    append_signed(viewed, maker, 9, batch=4)
+    assert counted(viewed) == expected(viewed) and viewed.size() == 16
+    # a writer without the view appends: the view folds those in when next read
+    append_signed(writer, maker, 5)
+    assert counted(viewed) == expected(viewed)
+    with viewed.engine.connect() as connection:
+        before = list(view_rows(connection, [KindCounts()]))
+    with viewed.engine.begin() as connection:
+        connection.execute(update(KINDS_TABLE).values(entries=999))
+    assert viewed.reindex() == {"kind-counts": 21}
+    with viewed.engine.connect() as connection:
+        assert list(view_rows(connection, [KindCounts()])) == before
+
+
+def test_a_refused_append_folds_nothing(
+    open_store: Callable[..., LogStore], maker: EntryMaker
+) -> None:
+    store = open_store()
+    store.attach(KindCounts())
+    entries = append_signed(store, maker, 4)
+    before = counted(store)
+    replayed = maker.one(maker.signers[0], seq=1)  # a seq that does not grow
+    with pytest.raises(SequenceError):
+        store.append_batch([maker.one(maker.signers[1]), replayed])
+    assert counted(store) == before == expected(store) and store.size() == len(entries)
+
+
+def test_paging_helpers_refuse_what_they_did_not_hand_out() -> None:
+    assert check_limit(None) == 50 and check_limit(MAX_LIMIT) == MAX_LIMIT
+    for bad in (0, MAX_LIMIT + 1, -3, True, "5"):
+        with pytest.raises(QueryError) as caught:
+            check_limit(bad)  # type: ignore[arg-type]
+        assert caught.value.parameter == "limit"
+    cursor = encode_cursor("tasks", "42")
+    assert decode_cursor("tasks", cursor) == "42" and int_key("tasks", cursor) == 42
+    assert decode_cursor("tasks", None) is None and decode_cursor("tasks", "") is None
+    for bad in ("!!", "x" * 500, encode_cursor("agents", "42"), "dGFza3M"):
+        with pytest.raises(QueryError) as caught:
+            decode_cursor("tasks", bad)
+        assert caught.value.parameter == "cursor"
+    with pytest.raises(QueryError):
+        int_key("tasks", encode_cursor("tasks", "-1"))
