@@ -102,7 +102,7 @@ class Anchorer:
 
     def _engine(self) -> TxEngine:
         return TxEngine(
-            _ChainForEngine(self.chain),
+            self.chain,
             self.rules,
             timeout_s=self.receipt_timeout,
             clock=lambda: self.clock().timestamp(),
@@ -222,18 +222,6 @@ def _outcome(settled: Settled[StoredAnchor]) -> AnchorOutcome:
         case _:
             status = "dropped"
     return AnchorOutcome(status, record.size, record.root, settled.tx_hash, settled.block_number)
-
-
-class _ChainForEngine:
-    """An AnchorChain as the engine's `TxChain`."""
-
-    def __init__(self, chain: AnchorChain) -> None:
-        self.receipt = chain.receipt
-        self.block_hash = chain.block_hash
-        self.block_number = chain.block_number
-        self.nonce_of = chain.nonce_of
-        self.knows = chain.knows
-        self.fee_market = chain.fee_market
 
 
 class _AnchorTxs:
