@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -31,21 +30,9 @@ from market.money import Wei
 from market.runtime import ChainEscrow, MarketContext
 from market.sealed import commit_bid, reveal_bid
 from market.service import Market
+from tests.clocks import Clock
 
 SALT = bytes(range(32))
-
-
-class Clock:
-    """The market's clock: starts at the real time (signatures use the real time too)."""
-
-    def __init__(self) -> None:
-        self.now = datetime.now(UTC).replace(microsecond=0)
-
-    def __call__(self) -> datetime:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += timedelta(seconds=seconds)
 
 
 @dataclass
