@@ -271,12 +271,13 @@ def connect_chain(settings: Settings, *, start_devnet: bool = True) -> AnchorCha
 
 def open_ledger(settings: Settings, chain: AnchorChain | None = None) -> Ledger:
     """A ledger over the configured store, anchoring through `chain` when one is given."""
-    from ledger.anchoring import Anchorer  # the chain client, loaded when a ledger opens
-
     store = open_store(settings)
     operator = operator_signer(settings)
     anchorer = None
     if chain is not None:
+        # the chain client (web3, eth_account: over a second to import): only with a chain
+        from ledger.anchoring import Anchorer
+
         anchorer = Anchorer(
             store,
             chain,

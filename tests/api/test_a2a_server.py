@@ -55,7 +55,7 @@ from market.sealed import commit_bid, reveal_bid
 from market.tasks import TASK_POSTED, TaskSpec
 from market.tasks import Part as SpecPart
 from tests.api.test_app import PART, SALT, World, build_world
-from tests.api.test_stream import serving
+from tests.serving import serve
 
 SPEC: dict[str, Any] = {
     "title": "Check the figures",
@@ -77,7 +77,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> World:
 def url(world: World) -> Iterator[str]:
     app = world.app()
     app.include_router(a2a_router(StreamLimits(horizon=1.0, poll=0.05)), prefix=SHORT)
-    with serving(app) as base:
+    with serve(app, ws="none") as base:
         yield base
 
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 import time
 import uuid
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -19,34 +18,19 @@ from api.auth import AccordAuth, sign_request
 from api.routes.deps import ApiConfig
 from identity.agent_cards import card_did, verify_card
 from identity.challenges import REGISTRY
-from identity.onboarding import Onboarding, open_onboarding
+from identity.onboarding import Onboarding
 from identity.presentations import create_presentation
-from ledger.anchoring import Anchorer
 from ledger.chain import DEVNET_OPERATOR_KEY, MemoryAnchorChain
-from ledger.runtime import open_store, operator_signer
-from ledger.service import Ledger
 from ledger.settings import Settings
 from ledger.signing import Ed25519Signer
-from market.escrow import EscrowActions, MemoryEscrowChain, MemoryEscrowJournal, address_of
+from market.escrow import MemoryEscrowChain
 from market.money import Wei
-from market.runtime import ChainEscrow, MarketContext
+from market.runtime import MarketContext
 from market.sealed import commit_bid, reveal_bid
-from market.service import Market
+from tests.audit.conftest import open_world
+from tests.clocks import Clock
 
 SALT = bytes(range(32))
-
-
-class Clock:
-    """The market's clock: starts at the real time (signatures use the real time too)."""
-
-    def __init__(self) -> None:
-        self.now = datetime.now(UTC).replace(microsecond=0)
-
-    def __call__(self) -> datetime:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += timedelta(seconds=seconds)
 
 
 @dataclass
@@ -76,21 +60,8 @@ class World:
 def build_world(home: Path, *, bidders: tuple[str, ...] = ("ada", "bob")) -> World:
     """Requester `req` (registered, no credentials), bidders onboarded in arithmetic, `carol`
     created but not registered."""
-    clock = Clock()
-    settings = Settings.from_env({"ACCORD_HOME": str(home)})
-    store = open_store(settings)
-    operator = operator_signer(settings)
-    anchors = MemoryAnchorChain()
-    anchorer = Anchorer(
-        store, anchors, operator, clock, every_entries=10**9, every_seconds=1e12, receipt_timeout=0
-    )
-    ledger = Ledger(store, operator, clock, anchorer)
-    onboarding = open_onboarding(settings, ledger)
-    escrow_chain = MemoryEscrowChain(address_of(DEVNET_OPERATOR_KEY))
-    actions = EscrowActions(escrow_chain, MemoryEscrowJournal(), receipt_timeout=0)
-    escrow = ChainEscrow(escrow_chain, actions, DEVNET_OPERATOR_KEY)
-    market = Market(ledger, onboarding, escrow, clock=clock)
-    context = MarketContext(settings, onboarding, market, escrow)
+    opened = open_world(home, Clock())
+    clock, onboarding = opened.clock, opened.onboarding
     signers: dict[str, Ed25519Signer] = {}
     registry = onboarding.registry
     requester = registry.new_agent("req", now=clock())
@@ -102,7 +73,17 @@ def build_world(home: Path, *, bidders: tuple[str, ...] = ("ada", "bob")) -> Wor
         assert outcome.exam.passed
         signers[name] = registry.signer(record)
     signers["carol"] = registry.signer(registry.new_agent("carol", now=clock()))
-    return World(settings, clock, context, anchors, escrow_chain, operator, signers)
+    operator = opened.ledger.operator
+    assert isinstance(operator, Ed25519Signer)
+    return World(
+        opened.settings,
+        clock,
+        opened.context,
+        opened.anchors,
+        opened.escrow_chain,
+        operator,
+        signers,
+    )
 
 
 FIGURES = {"kind": "figures", "figures": ["120.50", "33.20", "9.99"], "operation": "sum"}

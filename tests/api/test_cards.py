@@ -38,10 +38,9 @@ from identity.agent_cards import (
 from identity.challenges import REGISTRY
 from identity.errors import AgentCardError, JwsError
 from identity.jws import sign_detached, verify_detached
-from ledger.devnet import find_free_port
 from ledger.signing import Ed25519Signer, b64url, public_key_from_did
 from tests.audit.conftest import World, open_world
-from tests.identity.test_a2a_runtime import served
+from tests.serving import serve
 
 
 def key_for(kid: str | None, jku: str | None) -> Ed25519PublicKey:
@@ -80,7 +79,7 @@ def client(world: World) -> TestClient:
 def base(world: World) -> Iterator[str]:
     config = ApiConfig(rate=1000.0, burst=10_000.0)
     app = create_app(world.settings, config=config, context=world.context)
-    with served(app, find_free_port()) as url:
+    with serve(app) as url:
         yield url
 
 

@@ -3,59 +3,17 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from ledger.devnet import find_free_port
+from tests.accord_cli import AccordCli
 
 pytestmark = pytest.mark.devnet
 
 
-class Accord:
-    """Runs `accord` in a subprocess with its own ACCORD_HOME and devnet port."""
-
-    def __init__(self, home: Path, port: int) -> None:
-        self.env = {
-            **os.environ,
-            "ACCORD_HOME": str(home),
-            "ACCORD_DEVNET_PORT": str(port),
-            "ACCORD_ANCHOR_EVERY": "1000",
-            "COLUMNS": "200",
-        }
-        self.env.pop("ACCORD_RPC_URL", None)
-        self.env.pop("ACCORD_DB_URL", None)
-
-    def run(self, *args: str, check: int | None = 0) -> subprocess.CompletedProcess[str]:
-        result = subprocess.run(
-            [sys.executable, "-m", "api.cli", *args],
-            env=self.env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-        if check is not None:
-            assert result.returncode == check, (args, result.stdout, result.stderr)
-        return result
-
-    def json(self, *args: str, check: int = 0) -> dict:  # type: ignore[type-arg]
-        return json.loads(self.run(*args, "--json", check=check).stdout)
-
-
-@pytest.fixture
-def accord(tmp_path: Path) -> Iterator[Accord]:
-    cli = Accord(tmp_path / "home", find_free_port())
-    try:
-        yield cli
-    finally:
-        cli.run("devnet", "down", check=None)
-
-
-def test_append_anchor_verify_survive_a_devnet_restart(accord: Accord) -> None:
+def test_append_anchor_verify_survive_a_devnet_restart(accord: AccordCli) -> None:
     first = accord.json("devnet", "up")
     again = accord.json("devnet", "up")
     assert first["reused"] is False and again["reused"] is True
@@ -73,7 +31,7 @@ def test_append_anchor_verify_survive_a_devnet_restart(accord: Accord) -> None:
     assert [step["status"] for step in report["steps"]] == ["pass"] * 6
 
 
-def test_devnet_down_loses_nothing_and_anchors_later(accord: Accord) -> None:
+def test_devnet_down_loses_nothing_and_anchors_later(accord: AccordCli) -> None:
     accord.json("devnet", "up")
     accord.run("ledger", "append", "--kind", "note.added")
     accord.json("ledger", "anchor")
@@ -94,7 +52,7 @@ def test_devnet_down_loses_nothing_and_anchors_later(accord: Accord) -> None:
     assert accord.json("ledger", "verify")["verdict"] == "PASS"
 
 
-def test_external_chain_that_is_down_gives_a_clear_error(accord: Accord) -> None:
+def test_external_chain_that_is_down_gives_a_clear_error(accord: AccordCli) -> None:
     accord.env["ACCORD_RPC_URL"] = f"http://127.0.0.1:{find_free_port()}"
     accord.env["ACCORD_OPERATOR_ETH_KEY"] = "0x" + "11" * 32
     result = accord.run("ledger", "anchor", check=1)
@@ -102,7 +60,7 @@ def test_external_chain_that_is_down_gives_a_clear_error(accord: Accord) -> None
     assert "Traceback" not in result.stderr
 
 
-def test_show_proof_and_bad_input(accord: Accord) -> None:
+def test_show_proof_and_bad_input(accord: AccordCli) -> None:
     for n in range(5):
         accord.run("ledger", "append", "--kind", "note.added", "--body", json.dumps({"n": n}))
     shown = accord.json("ledger", "show", "--from", "1", "--limit", "2")
@@ -124,7 +82,7 @@ def test_show_proof_and_bad_input(accord: Accord) -> None:
     assert accord.json("ledger", "show")["size"] == 5  # nothing was written by bad input
 
 
-def test_append_as_another_key(accord: Accord, tmp_path: Path) -> None:
+def test_append_as_another_key(accord: AccordCli, tmp_path: Path) -> None:
     from ledger.signing import Ed25519Signer, write_keyfile
 
     agent = Ed25519Signer.generate()

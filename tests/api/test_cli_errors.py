@@ -7,32 +7,18 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from ledger.devnet import find_free_port
+from tests.accord_cli import cli_environ, run_accord
 
 
 def accord(home: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
-    environ = {
-        **os.environ,
-        "ACCORD_HOME": str(home),
-        "ACCORD_DEVNET_PORT": str(find_free_port()),
-        "COLUMNS": "80",
-        **env,
-    }
-    for name in ("ACCORD_RPC_URL", "ACCORD_DB_URL"):
-        if name not in env:
-            environ.pop(name, None)
-    return subprocess.run(
-        [sys.executable, "-m", "api.cli", *args],
-        env=environ,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    """`accord ARGS` with home `home`, a devnet port nobody uses, and `env` on top."""
+    environ = cli_environ(home, columns=80, ACCORD_DEVNET_PORT=str(find_free_port()), **env)
+    return run_accord(environ, *args, timeout=60)
 
 
 def one_line(result: subprocess.CompletedProcess[str], code: int) -> str:

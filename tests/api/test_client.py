@@ -18,7 +18,8 @@ from ledger.devnet import find_free_port
 from ledger.settings import Settings
 from market.runtime import MarketContext
 from tests.api.test_app import World, build_world, commitment_json
-from tests.api.test_stream import part_tuples, serving, team_runner
+from tests.api.test_stream import part_tuples, team_runner
+from tests.serving import serve
 from tests.specs import invoice_parts
 
 runner = CliRunner()
@@ -34,7 +35,7 @@ def server(world: World) -> Iterator[tuple[str, str, str]]:
     """The service's URL, a task with two sealed bids, and a finished conversation."""
     # the bidders hold arithmetic only: the task is the invoice's two arithmetic parts
     parts = [p for p in invoice_parts() if p["capability"] == "arithmetic"]
-    with serving(world.app()) as base:
+    with serve(world.app(), ws="none") as base:
         with AccordClient(base, signer=world.signers["req"]) as client:
             task_id = str(
                 client.request(

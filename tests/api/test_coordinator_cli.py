@@ -5,25 +5,15 @@ replayed from the ledger, and bad input refused clearly."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from ledger.devnet import find_free_port
-from tests.api.test_market_cli import Accord, sleep_until
+from tests.accord_cli import AccordCli
+from tests.api.test_market_cli import sleep_until
 from tests.specs import INVOICE, invoice_request
 
 pytestmark = pytest.mark.devnet
-
-
-@pytest.fixture
-def accord(tmp_path: Path) -> Iterator[Accord]:
-    cli = Accord(tmp_path / "home", find_free_port())
-    try:
-        yield cli
-    finally:
-        cli.run("devnet", "down", check=None)
 
 
 def _no_traceback(result: object) -> None:
@@ -31,7 +21,7 @@ def _no_traceback(result: object) -> None:
     assert "Traceback" not in stderr, stderr
 
 
-def test_task_run_and_conversations(accord: Accord, tmp_path: Path) -> None:
+def test_task_run_and_conversations(accord: AccordCli, tmp_path: Path) -> None:
     accord.json("devnet", "up")
     dids = {}
     for name, caps in (

@@ -7,19 +7,14 @@ import copy
 import os
 import re
 import secrets
-import socket
 import subprocess
-import threading
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
 from fractions import Fraction
 from html import escape
 from pathlib import Path
 
 import pytest
-import uvicorn
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
@@ -40,6 +35,8 @@ from market.service import Market
 from market.settlement import settle_task
 from market.strategies import cost_plus_margin
 from tests.audit.conftest import assert_deliverable_section
+from tests.clocks import Clock
+from tests.serving import serve
 from tests.specs import invoice_spec, single_part_spec
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -58,17 +55,6 @@ CHROMIUM_FLAGS = (
     "--disable-dev-shm-usage",
 )
 HOSTILE_TITLE = '<script>alert("x")</script> & figures'
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = datetime.now(UTC)
-
-    def __call__(self) -> datetime:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += timedelta(seconds=seconds)
 
 
 @dataclass
@@ -343,28 +329,10 @@ def _browser_available() -> str | None:
     return None
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @pytest.fixture
 def served(world: World) -> Iterator[str]:
-    port = _free_port()
-    config = uvicorn.Config(make_app(world), host="127.0.0.1", port=port, log_level="warning")
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not server.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
-        time.sleep(0.05)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
+    with serve(make_app(world)) as url:
+        yield url
 
 
 def test_explorer_in_headless_chromium(served: str, world: World, tmp_path: Path) -> None:

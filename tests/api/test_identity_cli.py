@@ -3,59 +3,34 @@
 from __future__ import annotations
 
 import hashlib
-import json
-import os
 import sqlite3
-import subprocess
-import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from identity.challenges import get_capability, validate_input, validate_output
+from tests.accord_cli import AccordCli
 
 
-class Accord:
-    def __init__(self, home: Path) -> None:
-        self.home = home
-        self.env = {**os.environ, "ACCORD_HOME": str(home), "COLUMNS": "200"}
-        for name in ("ACCORD_RPC_URL", "ACCORD_DB_URL"):
-            self.env.pop(name, None)
-
-    def run(self, *args: str, check: int | None = 0) -> subprocess.CompletedProcess[str]:
-        result = subprocess.run(
-            [sys.executable, "-m", "api.cli", *args],
-            env=self.env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-        if check is not None:
-            assert result.returncode == check, (args, result.stdout, result.stderr)
-        return result
-
-    def json(self, *args: str, check: int = 0) -> Any:
-        return json.loads(self.run(*args, "--json", check=check).stdout)
-
-    def state(self) -> str:
-        """A digest of everything under ACCORD_HOME except SQLite's WAL bookkeeping."""
-        digest = hashlib.sha256()
-        with sqlite3.connect(self.home / "accord.db") as db:
-            for table in ("identity_agents", "identity_credentials", "ledger_entries"):
-                digest.update(repr(db.execute(f"SELECT * FROM {table}").fetchall()).encode())
-        for path in sorted(self.home.rglob("*")):
-            if path.is_file() and not path.name.startswith("accord.db"):
-                digest.update(str(path).encode() + path.read_bytes())
-        return digest.hexdigest()
+def state(accord: AccordCli) -> str:
+    """A digest of everything under ACCORD_HOME except SQLite's WAL bookkeeping."""
+    digest = hashlib.sha256()
+    with sqlite3.connect(accord.home / "accord.db") as db:
+        for table in ("identity_agents", "identity_credentials", "ledger_entries"):
+            digest.update(repr(db.execute(f"SELECT * FROM {table}").fetchall()).encode())
+    for path in sorted(accord.home.rglob("*")):
+        if path.is_file() and not path.name.startswith("accord.db"):
+            digest.update(str(path).encode() + path.read_bytes())
+    return digest.hexdigest()
 
 
 @pytest.fixture
-def accord(tmp_path: Path) -> Accord:
-    return Accord(tmp_path / "home")
+def accord(tmp_path: Path) -> AccordCli:
+    """`accord` with no devnet: these commands need no chain."""
+    return AccordCli(tmp_path / "home")
 
 
-def test_capability_list(accord: Accord) -> None:
+def test_capability_list(accord: AccordCli) -> None:
     rows = accord.json("capability", "list")
     assert {row["name"] for row in rows} == {"arithmetic", "python", "extraction", "retrieval"}
     for row in rows:
@@ -63,7 +38,7 @@ def test_capability_list(accord: Accord) -> None:
         assert "output_schema" in row
 
 
-def test_capability_show_prints_the_skill(accord: Accord) -> None:
+def test_capability_show_prints_the_skill(accord: AccordCli) -> None:
     shown = accord.json("capability", "show", "arithmetic")
     assert set(shown) == {
         "name",
@@ -92,7 +67,7 @@ def test_capability_show_prints_the_skill(accord: Accord) -> None:
     assert len(unknown.stderr.strip().splitlines()) == 1
 
 
-def test_onboard_show_verify_revoke(accord: Accord, tmp_path: Path) -> None:
+def test_onboard_show_verify_revoke(accord: AccordCli, tmp_path: Path) -> None:
     agent = accord.json("agent", "new", "alice")
     assert agent["did"].startswith("did:key:z6Mk")
     done = accord.json("agent", "onboard", "alice", "--capability", "arithmetic", "--items", "5")
@@ -110,16 +85,18 @@ def test_onboard_show_verify_revoke(accord: Accord, tmp_path: Path) -> None:
     assert "retrieval: passed" in human.stdout
 
 
-def test_a_random_agent_fails_onboarding(accord: Accord) -> None:
+def test_a_random_agent_fails_onboarding(accord: AccordCli) -> None:
     accord.json("agent", "new", "guess", "--runtime", "random")
     done = accord.json("agent", "onboard", "guess", "-c", "arithmetic", check=1)
     assert done["results"][0]["passed"] is False
     assert done["results"][0]["credential_id"] is None
 
 
-def test_bad_input_is_refused_clearly_and_changes_nothing(accord: Accord, tmp_path: Path) -> None:
+def test_bad_input_is_refused_clearly_and_changes_nothing(
+    accord: AccordCli, tmp_path: Path
+) -> None:
     accord.json("agent", "new", "alice")
-    before = accord.state()
+    before = state(accord)
     bad_file = tmp_path / "bad.json"
     bad_file.write_text("{not json")
     cases = [
@@ -141,4 +118,4 @@ def test_bad_input_is_refused_clearly_and_changes_nothing(accord: Accord, tmp_pa
         result = accord.run(*args, check=2)
         assert message in " ".join(result.stderr.split()), (args, result.stderr)
         assert "Traceback" not in result.stderr
-    assert accord.state() == before
+    assert state(accord) == before

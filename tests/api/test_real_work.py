@@ -10,7 +10,6 @@ the copy anchored anew) fails the audit at the settlement step.
 from __future__ import annotations
 
 import secrets
-import threading
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -19,7 +18,6 @@ from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 
 from api.app import create_app
 from api.auth import AccordAuth
@@ -34,6 +32,7 @@ from ledger.store import LogStore, make_engine
 from market.money import Wei
 from market.runtime import MarketContext, open_market
 from market.sealed import commit_bid, reveal_bid
+from tests.serving import serve
 from tests.specs import INVOICE_PATH, invoice_request
 
 pytestmark = pytest.mark.devnet
@@ -68,21 +67,8 @@ def service(tmp_path: Path) -> Iterator[tuple[str, MarketContext, dict[str, Sign
         signers["req"] = registry.signer(requester)
         signers["operator"] = context.market.ledger.operator
         app = create_app(settings, config=ApiConfig(rate=1000.0, burst=10_000.0), context=context)
-        port = find_free_port()
-        server = uvicorn.Server(
-            uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off")
-        )
-        thread = threading.Thread(target=server.run, daemon=True)
-        thread.start()
-        deadline = time.monotonic() + 20
-        while not server.started:
-            assert time.monotonic() < deadline, "uvicorn did not start"
-            time.sleep(0.05)
-        try:
-            yield f"http://127.0.0.1:{port}", context, signers
-        finally:
-            server.should_exit = True
-            thread.join(timeout=10)
+        with serve(app) as url:
+            yield url, context, signers
     finally:
         devnet.down()
 

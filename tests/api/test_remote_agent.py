@@ -18,7 +18,6 @@ import os
 import queue
 import secrets
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -31,7 +30,6 @@ from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 
 from api.app import create_app
 from api.auth import AccordAuth
@@ -40,6 +38,7 @@ from audit.checks import audit_task
 from coordinator.service import run_awarded_task
 from ledger.anchoring import Anchorer
 from ledger.chain import DEVNET_OPERATOR_KEY, MemoryAnchorChain
+from ledger.devnet import find_free_port
 from ledger.events import make_entry
 from ledger.runtime import open_store, operator_signer
 from ledger.service import Ledger
@@ -51,18 +50,12 @@ from market.runtime import ChainEscrow, MarketContext
 from market.sealed import commit_bid, reveal_bid
 from market.service import Market
 from market.settlement import settle_task
+from tests.serving import serve
 from tests.specs import invoice_request
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "remote_agent.py"
 CAPABILITIES = ["arithmetic", "extraction"]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def real_clock() -> datetime:
@@ -158,19 +151,9 @@ def open_world(tmp_path: Path, *, allow_private: bool) -> Iterator[dict[str, Any
         anchors=anchors,
         escrow_chain=escrow_chain,
     )
-    port = free_port()
-    server = uvicorn.Server(
-        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off")
-    )
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not server.started:
-        assert time.monotonic() < deadline, "uvicorn did not start"
-        time.sleep(0.05)
-    try:
+    with serve(app) as url:
         yield {
-            "url": f"http://127.0.0.1:{port}",
+            "url": url,
             "context": context,
             "anchors": anchors,
             "escrow_chain": escrow_chain,
@@ -178,9 +161,6 @@ def open_world(tmp_path: Path, *, allow_private: bool) -> Iterator[dict[str, Any
             "ada": registry.signer(ada),
             "tmp": tmp_path,
         }
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
 
 
 def remote_agent_argv(world: dict[str, Any], port: int) -> list[str]:
@@ -205,7 +185,7 @@ def remote_agent_argv(world: dict[str, Any], port: int) -> list[str]:
 
 @pytest.fixture
 def remote(world: dict[str, Any]) -> Iterator[tuple[subprocess.Popen[str], Lines, int]]:
-    port = free_port()
+    port = find_free_port()
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     process = subprocess.Popen(
         remote_agent_argv(world, port),
@@ -346,7 +326,7 @@ def test_a_remote_agent_on_loopback_is_refused_without_the_setting(
     world = public_only_world
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     done = subprocess.run(
-        remote_agent_argv(world, free_port()),
+        remote_agent_argv(world, find_free_port()),
         capture_output=True,
         text=True,
         env=env,

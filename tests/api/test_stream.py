@@ -8,13 +8,11 @@ import json
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 
 from coordinator.adapters import reference_adapter
 from coordinator.conversation import Conversation, message_to_json
@@ -22,9 +20,9 @@ from coordinator.policy import Member, RulePolicy
 from coordinator.runner import CONVERSATION_OPENED, RunSettings, TeamRunner
 from coordinator.service import conversation_ids, replay_conversation
 from coordinator.work import JSON, AgentAdapter, SubTask
-from ledger.devnet import find_free_port
 from ledger.signing import Ed25519Signer
 from tests.api.test_app import World, build_world
+from tests.serving import serve
 from tests.specs import invoice_parts
 
 CAPS = ("arithmetic", "extraction")
@@ -35,27 +33,6 @@ Part = tuple[str, str, dict[str, Any]]
 def part_tuples(parts: list[dict[str, Any]]) -> list[Part]:
     """A spec's parts as `TeamRunner.run_task` takes them: `(id, capability, input)`."""
     return [(p["id"], p["capability"], p["input"]) for p in parts]
-
-
-@contextmanager
-def serving(app: Any) -> Iterator[str]:
-    """`app` under uvicorn on 127.0.0.1 (a free port) in a thread; yields its base URL."""
-    port = find_free_port()
-    config = uvicorn.Config(
-        app, host="127.0.0.1", port=port, log_level="warning", ws="none", lifespan="off"
-    )
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
-        time.sleep(0.02)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(10)
 
 
 class SlowAdapter:
@@ -134,7 +111,7 @@ def test_stream_follows_a_live_nested_conversation(world: World) -> None:
         finally:
             done.set()
 
-    with serving(world.app()) as base:
+    with serve(world.app(), ws="none") as base:
         thread = threading.Thread(target=run)
         thread.start()
         deadline = time.monotonic() + 10
@@ -190,7 +167,7 @@ def test_stream_follows_a_live_nested_conversation(world: World) -> None:
     assert messages[-1]["conversation"] == root
 
     # a finished conversation streams at once and ends; Last-Event-ID resumes after an entry
-    with serving(world.app()) as base, httpx.Client(base_url=base, timeout=10) as client:
+    with serve(world.app(), ws="none") as base, httpx.Client(base_url=base, timeout=10) as client:
         with client.stream("GET", f"/conversations/{root}/events") as response:
             again = list(read_events(response))
         assert [d for e, d, _ in again if e == "message"] == messages
@@ -203,7 +180,7 @@ def test_stream_follows_a_live_nested_conversation(world: World) -> None:
 
 
 def test_unknown_conversation_is_404_problem(world: World) -> None:
-    with serving(world.app()) as base:
+    with serve(world.app(), ws="none") as base:
         response = httpx.get(f"{base}/conversations/conv-none/events", timeout=10)
     assert response.status_code == 404
     assert response.headers["content-type"].startswith("application/problem+json")
@@ -229,7 +206,7 @@ def test_an_open_conversation_without_follow_ends_at_once(world: World, tmp_path
             "title": "open",
         },
     )
-    with serving(world.app()) as base:
+    with serve(world.app(), ws="none") as base:
         response = httpx.get(f"{base}/conversations/conv-open-test/events?follow=false", timeout=5)
     assert response.status_code == 200
     assert "event: end" in response.text and '"closed": false' in response.text

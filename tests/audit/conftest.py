@@ -44,6 +44,7 @@ from market.sealed import commit_bid, reveal_bid
 from market.service import Market
 from market.settlement import settle_task
 from market.strategies import cost_plus_margin
+from tests.clocks import Clock
 from tests.specs import invoice_spec
 
 START = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
@@ -62,22 +63,6 @@ MARGIN = Fraction(1, 5)
 WINDOW = timedelta(seconds=60)
 
 Stage = Literal["awarded", "delivered", "settled"]
-
-
-class Clock:
-    """A clock that only moves when told to."""
-
-    def __init__(self, now: datetime = START) -> None:
-        self.now = now
-
-    def __call__(self) -> datetime:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += timedelta(seconds=seconds)
-
-    def set(self, moment: datetime) -> None:
-        self.now = max(self.now, moment)
 
 
 @dataclass
@@ -118,7 +103,7 @@ class World:
 
 def open_world(home: Path, clock: Clock | None = None) -> World:
     """The market's components over `home` (fresh or a copy), nothing done yet."""
-    clock = clock or Clock()
+    clock = clock or Clock(START)
     settings = Settings.from_env({"ACCORD_HOME": str(home)})
     store = open_store(settings)
     operator = operator_signer(settings)

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +38,8 @@ from coordinator.llm_policy import (
 )
 from coordinator.policy import Member, TeamView
 from coordinator.work import SubTask
+from tests.stand_in import API_KEY, StandIn, completion, json_reply
+from tests.stand_in import Reply as StandInReply
 
 SNAPSHOTS = Path(__file__).with_name("snapshots")
 LEAD, BOB, CY = "did:key:zLead", "did:key:zBob", "did:key:zCy"
@@ -148,50 +149,29 @@ Answer = Callable[[dict[str, Any]], Reply]
 
 
 class ChatServer:
-    """`POST /v1/chat/completions` on 127.0.0.1, answered by `answer(request)`."""
+    """`POST /v1/chat/completions` on 127.0.0.1 (a `StandIn`), answered by `answer(request)`."""
 
     def __init__(self, answer: Answer) -> None:
         self.answer = answer
         self.requests: list[dict[str, Any]] = []
-        server = self
+        self.stand_in = StandIn(self._handle)
+        self.url = f"{self.stand_in.url}/v1"
 
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
-                if self.path != "/v1/chat/completions":
-                    status, data = 404, b'{"error": {"message": "no route"}}'
-                elif self.headers.get("Authorization") != "Bearer test-key":
-                    status, data = 401, b'{"error": {"message": "bad key"}}'
-                else:
-                    request = json.loads(body)
-                    server.requests.append(request)
-                    status, data = server.answer(request)
-                try:
-                    self.send_response(status)
-                    self.send_header("Content-Type", "application/json")
-                    self.send_header("Content-Length", str(len(data)))
-                    self.end_headers()
-                    self.wfile.write(data)
-                except (BrokenPipeError, ConnectionResetError):
-                    pass  # the client gave up (a timeout test)
-
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.thread = threading.Thread(
-            target=self.httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
-        )
-        self.thread.start()
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+    def _handle(self, path: str, headers: dict[str, str], body: bytes) -> StandInReply:
+        if path != "/v1/chat/completions":
+            return json_reply(404, {"error": {"message": "no route"}})
+        if headers.get("authorization") != f"Bearer {API_KEY}":
+            return json_reply(401, {"error": {"message": "bad key"}})
+        request = json.loads(body)
+        self.requests.append(request)
+        status, data = self.answer(request)
+        return status, {"Content-Type": "application/json"}, data
 
     def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
-        self.thread.join(timeout=5)
+        self.stand_in.close()
 
     def policy(self, **options: Any) -> LLMPolicy:
-        return LLMPolicy("local-leader", base_url=self.url, api_key="test-key", **options)
+        return LLMPolicy("local-leader", base_url=self.url, api_key=API_KEY, **options)
 
 
 @pytest.fixture
@@ -208,21 +188,7 @@ def serve() -> Iterator[Callable[[Answer], ChatServer]]:
 
 
 def _completion(content: str) -> Reply:
-    body = {
-        "id": "chatcmpl-local",
-        "object": "chat.completion",
-        "created": 1_770_000_000,
-        "model": "local-leader",
-        "choices": [
-            {
-                "index": 0,
-                "message": {"role": "assistant", "content": content},
-                "finish_reason": "stop",
-            }
-        ],
-        "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
-    }
-    return 200, json.dumps(body).encode()
+    return 200, json.dumps(completion("local-leader", content)).encode()
 
 
 def _turn_state(request: dict[str, Any]) -> str:

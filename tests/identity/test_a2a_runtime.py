@@ -14,7 +14,6 @@ import copy
 import json
 import secrets
 import threading
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -23,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import uvicorn
 from a2a.helpers.proto_helpers import get_data_parts, new_data_part, new_task
 from a2a.server.agent_execution import AgentExecutor, RequestContext
 from a2a.server.events.event_queue_v2 import EventQueue
@@ -57,6 +55,7 @@ from ledger.store import make_engine
 from market.sealed import commit_bid, reveal_bid
 from market.settlement import settle_task
 from tests.audit.conftest import open_world, post_task
+from tests.serving import serve
 
 RPC_PATH = "/rpc"
 
@@ -120,25 +119,6 @@ def card_of(base: str, signer: Ed25519Signer, *, signed: bool = True) -> AgentCa
 
 
 @contextmanager
-def served(app: Any, port: int) -> Iterator[str]:
-    """`app` served by uvicorn on 127.0.0.1:`port` until the block ends."""
-    server = uvicorn.Server(
-        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off")
-    )
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not server.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
-        time.sleep(0.05)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
-
-
-@contextmanager
 def a2a_agent(
     signer: Ed25519Signer, *, alter: Callable[[dict[str, Any]], None] | None = None, **kw: Any
 ) -> Iterator[str]:
@@ -161,7 +141,7 @@ def a2a_agent(
             return JSONResponse(document)
 
         routes.append(Route("/.well-known/agent-card.json", altered, methods=["GET"]))
-    with served(Starlette(routes=routes), port) as url:
+    with serve(Starlette(routes=routes), port) as url:
         yield url
 
 

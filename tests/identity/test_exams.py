@@ -21,23 +21,16 @@ from ledger.events import Entry
 from ledger.service import Ledger
 from ledger.signing import Ed25519Signer
 from ledger.store import LogStore, make_engine
+from tests.clocks import Clock
 
 START = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 
 REFERENCE = ReferenceRuntime()
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = START
-
-    def __call__(self) -> datetime:
-        return self.now
-
-
 @pytest.fixture
 def clock() -> Clock:
-    return Clock()
+    return Clock(START)
 
 
 @pytest.fixture

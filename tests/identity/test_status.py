@@ -5,8 +5,6 @@ eddsa-jcs-2022 proof, decodes the bitstring and sees the revocation."""
 from __future__ import annotations
 
 import json
-import threading
-import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -15,7 +13,6 @@ from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 
 from api.app import create_app
 from api.routes.deps import ApiConfig
@@ -31,6 +28,7 @@ from ledger.settings import DEFAULT_PUBLIC_URL, Settings
 from market.escrow import EscrowActions, MemoryEscrowChain, MemoryEscrowJournal, address_of
 from market.runtime import ChainEscrow, MarketContext
 from market.service import Market
+from tests.serving import serve
 
 
 @dataclass
@@ -57,20 +55,8 @@ def served(tmp_path: Path) -> Iterator[Served]:
     settings = Settings.from_env({"ACCORD_HOME": str(tmp_path / "home"), "ACCORD_PUBLIC_URL": url})
     context = _context(settings)
     app = create_app(settings, config=ApiConfig(rate=1000.0, burst=10_000.0), context=context)
-    server = uvicorn.Server(
-        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off")
-    )
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not server.started:
-        assert time.monotonic() < deadline, "uvicorn did not start"
-        time.sleep(0.05)
-    try:
+    with serve(app, port):
         yield Served(url, context.onboarding, settings)
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
 
 
 def fetch(url: str) -> Mapping[str, Any]:

@@ -18,6 +18,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import quote
 
 import pytest
@@ -26,6 +27,9 @@ from sqlalchemy import Engine, create_engine, text
 from ledger.events import Entry, make_entry
 from ledger.signing import Ed25519Signer
 from ledger.store import LogStore, make_engine
+
+if TYPE_CHECKING:  # tamper.py imports this module; the fixtures below import it when run
+    from tests.ledger.tamper import Corpus, Lab, Pristine
 
 PG_ENV = "ACCORD_TEST_PG_URL"
 PG_SKIP_REASON = (
@@ -179,3 +183,29 @@ def open_store(open_engine: Callable[[], Engine]) -> Callable[..., LogStore]:
 def store(open_store: Callable[..., LogStore]) -> LogStore:
     """An empty log on each backend."""
     return open_store()
+
+
+@pytest.fixture(scope="module")
+def pristine(tmp_path_factory: pytest.TempPathFactory) -> Pristine:
+    """The tampering lab's pristine log (tests/ledger/tamper.py), built once per test file."""
+    from tests.ledger.tamper import build_pristine
+
+    return build_pristine(tmp_path_factory.mktemp("tamper"))
+
+
+@pytest.fixture(scope="module")
+def lab(pristine: Pristine, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
+    """Applies one mutation to a fresh copy of `pristine` and verifies it."""
+    from tests.ledger.tamper import Lab
+
+    lab = Lab(pristine, tmp_path_factory.mktemp("lab"))
+    yield lab
+    lab.close()
+
+
+@pytest.fixture(scope="module")
+def corpus(pristine: Pristine, lab: Lab) -> Corpus:
+    """The seeded mutations of `pristine`, run by class when first asked for."""
+    from tests.ledger.tamper import Corpus
+
+    return Corpus(pristine, lab)

@@ -6,7 +6,6 @@ or registry code is not the recorded one is named as such by `ledger verify` and
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -21,25 +20,16 @@ from ledger.devnet import (
     read_record,
     rpc_call,
 )
-from tests.api.test_cli import Accord
+from tests.accord_cli import AccordCli
 
 pytestmark = pytest.mark.devnet
 
 
-@pytest.fixture
-def accord(tmp_path: Path) -> Iterator[Accord]:
-    cli = Accord(tmp_path / "home", find_free_port())
-    try:
-        yield cli
-    finally:
-        cli.run("devnet", "down", check=None)
-
-
-def _home(accord: Accord) -> Path:
+def _home(accord: AccordCli) -> Path:
     return Path(accord.env["ACCORD_HOME"])
 
 
-def _anchored_log(accord: Accord) -> dict[str, object]:
+def _anchored_log(accord: AccordCli) -> dict[str, object]:
     up = accord.json("devnet", "up")
     for n in range(3):
         accord.run("ledger", "append", "--kind", "note.added", "--body", json.dumps({"n": n}))
@@ -48,7 +38,7 @@ def _anchored_log(accord: Accord) -> dict[str, object]:
     return up
 
 
-def test_later_commands_find_the_recorded_devnet_without_the_port(accord: Accord) -> None:
+def test_later_commands_find_the_recorded_devnet_without_the_port(accord: AccordCli) -> None:
     port = int(accord.env["ACCORD_DEVNET_PORT"])
     up = _anchored_log(accord)
     record = read_record(_home(accord) / "devnet.json")
@@ -66,7 +56,7 @@ def test_later_commands_find_the_recorded_devnet_without_the_port(accord: Accord
     assert again["reused"] is True and again["rpc_url"] == record.rpc_url
 
 
-def test_a_devnet_started_afresh_is_named_another_history(accord: Accord) -> None:
+def test_a_devnet_started_afresh_is_named_another_history(accord: AccordCli) -> None:
     _anchored_log(accord)
     accord.run("devnet", "down")
     (_home(accord) / "devnet" / "state.json").unlink()  # the chain's state is lost
@@ -87,7 +77,7 @@ def test_a_devnet_started_afresh_is_named_another_history(accord: Accord) -> Non
     assert accord.json("ledger", "verify", "--offline")["verdict"] == "PASS"
 
 
-def test_other_registry_code_and_another_chain_id_are_named(accord: Accord) -> None:
+def test_other_registry_code_and_another_chain_id_are_named(accord: AccordCli) -> None:
     up = _anchored_log(accord)
     rpc_url = str(up["rpc_url"])
     rpc_call(rpc_url, "anvil_setCode", params=[up["registry"], "0x6001600055"])
@@ -101,7 +91,7 @@ def test_other_registry_code_and_another_chain_id_are_named(accord: Accord) -> N
     assert "chain id 1337, not the recorded 31337" in verify.stderr
 
 
-def test_check_record_names_the_first_difference(accord: Accord) -> None:
+def test_check_record_names_the_first_difference(accord: AccordCli) -> None:
     up = accord.json("devnet", "up")
     record = read_record(_home(accord) / "devnet.json")
     assert record is not None

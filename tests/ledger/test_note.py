@@ -14,9 +14,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-import os
 import subprocess
-import sys
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -41,6 +39,7 @@ from ledger.note import (
     verify_note,
 )
 from ledger.signing import Ed25519Signer
+from tests.accord_cli import cli_environ, run_accord
 from tests.api.test_app import World, build_world
 
 SEED = bytes(range(32))
@@ -265,16 +264,8 @@ def test_accord_ledger_checkpoints_lists_checkpoints_and_anchors(world: World) -
     assert outcome.status == "confirmed"
 
     def accord(*args: str) -> subprocess.CompletedProcess[str]:
-        environ = {**os.environ, "ACCORD_HOME": str(world.settings.home), "COLUMNS": "200"}
-        for name in ("ACCORD_DB_URL", "ACCORD_RPC_URL"):
-            environ.pop(name, None)
-        return subprocess.run(
-            [sys.executable, "-m", "api.cli", "ledger", "checkpoints", *args],
-            env=environ,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        environ = cli_environ(world.settings.home)
+        return run_accord(environ, "ledger", "checkpoints", *args, timeout=60)
 
     run = accord("--json")
     assert run.returncode == 0, run.stderr

@@ -4,7 +4,7 @@ one controllable clock shared by the ledger, the exams and the market."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -19,6 +19,7 @@ from ledger.signing import Ed25519Signer
 from market.escrow import EscrowActions, MemoryEscrowChain, MemoryEscrowJournal, address_of
 from market.runtime import DEVNET_REQUESTER_KEY, ChainEscrow
 from market.service import Market
+from tests.clocks import Clock
 
 START = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 OPERATOR_KEY = DEVNET_OPERATOR_KEY
@@ -26,25 +27,9 @@ REQUESTER_KEY = DEVNET_REQUESTER_KEY
 REQUESTER_ADDRESS = address_of(REQUESTER_KEY)
 
 
-class Clock:
-    """A clock that only moves when told to."""
-
-    def __init__(self, now: datetime = START) -> None:
-        self.now = now
-
-    def __call__(self) -> datetime:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += timedelta(seconds=seconds)
-
-    def set(self, moment: datetime) -> None:
-        self.now = moment
-
-
 @pytest.fixture
 def clock() -> Clock:
-    return Clock()
+    return Clock(START)
 
 
 @pytest.fixture

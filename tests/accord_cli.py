@@ -1,0 +1,75 @@
+"""The `accord` command line run as a person or a script runs it: a subprocess with its own
+ACCORD_HOME, none of the caller's chain, database or requester settings.
+
+    cli = AccordCli(tmp_path / "home", find_free_port())   # a devnet of its own on that port
+    cli.json("devnet", "up")
+    cli.run("task", "show", "nope", check=2)
+
+The `accord` fixture (tests/conftest.py) gives a test one, with its devnet stopped afterwards.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+CLEARED = ("ACCORD_RPC_URL", "ACCORD_DB_URL", "ACCORD_REQUESTER_ETH_KEY")
+"""Settings of the caller's environment that would point `accord` somewhere else."""
+
+TIMEOUT = 120
+
+
+def cli_environ(home: Path, *, columns: int = 200, **settings: str) -> dict[str, str]:
+    """The environment of an `accord` run with home `home`: the caller's, without CLEARED,
+    with `COLUMNS` (how wide a table may print) and then `settings` on top."""
+    environ = {**os.environ, "ACCORD_HOME": str(home), "COLUMNS": str(columns)}
+    for name in CLEARED:
+        environ.pop(name, None)
+    return {**environ, **settings}
+
+
+def run_accord(
+    environ: dict[str, str], *args: str, timeout: float = TIMEOUT
+) -> subprocess.CompletedProcess[str]:
+    """`accord ARGS` (as `python -m api.cli`) in `environ`, its output captured as text."""
+    return subprocess.run(
+        [sys.executable, "-m", "api.cli", *args],
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+class AccordCli:
+    """Runs `accord` in a subprocess with its own ACCORD_HOME and, given a `port`, its own
+    devnet there (anchoring only when asked: every 1,000 entries)."""
+
+    def __init__(self, home: Path, port: int | None = None) -> None:
+        self.home = home
+        devnet = (
+            {} if port is None else {"ACCORD_DEVNET_PORT": str(port), "ACCORD_ANCHOR_EVERY": "1000"}
+        )
+        self.env = cli_environ(home, **devnet)
+
+    def run(self, *args: str, check: int | None = 0) -> subprocess.CompletedProcess[str]:
+        """`accord ARGS`; unless `check` is None, fails the test on another exit code."""
+        result = run_accord(self.env, *args)
+        if check is not None:
+            assert result.returncode == check, (args, result.stdout, result.stderr)
+        return result
+
+    def json(self, *args: str, check: int = 0) -> Any:
+        """`accord ARGS --json`, its stdout parsed."""
+        return json.loads(self.run(*args, "--json", check=check).stdout)
+
+    def ledger_size(self) -> int:
+        """How many entries the home's SQLite log holds."""
+        with sqlite3.connect(self.home / "accord.db") as db:
+            (count,) = db.execute("SELECT COUNT(*) FROM ledger_entries").fetchone()
+        return int(count)

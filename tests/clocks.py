@@ -1,0 +1,24 @@
+"""A clock for tests that only moves when told to: what the ledger, the exams and the market
+read as `clock()` when a test decides what time it is."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+
+class Clock:
+    """A clock that only moves when told to; it starts at `now` (default: the real time,
+    whole seconds, for tests whose signatures use the real time too)."""
+
+    def __init__(self, now: datetime | None = None) -> None:
+        self.now = datetime.now(UTC).replace(microsecond=0) if now is None else now
+
+    def __call__(self) -> datetime:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += timedelta(seconds=seconds)
+
+    def set(self, moment: datetime) -> None:
+        """Move to `moment`, or stay where it is when that is earlier: time never goes back."""
+        self.now = max(self.now, moment)
