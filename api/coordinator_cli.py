@@ -100,14 +100,14 @@ def task_run(
     `conversation show` numbers them: the turn each message was logged at, from t00)."""
     from coordinator.llm_policy import leader_policy
     from coordinator.runner import RunSettings
-    from coordinator.service import directory_of, run_awarded_task
+    from coordinator.service import agent_names, run_awarded_task
 
     try:
         leader = leader_policy(policy, model=model, endpoint=endpoint)
     except PolicyError as exc:
         fail(str(exc), code=2)
     with _market() as context:
-        names = {m.did: m.name for m in directory_of(context)}
+        names = agent_names(context)
 
         def show(conversation: Conversation, message: Message) -> None:
             if as_json:
@@ -194,7 +194,7 @@ def conversation_list(
 def conversation_show(conv_id: str, as_json: JsonFlag = False, server: ServerOption = None) -> None:
     """Replay a conversation through the state machine, message by message."""
     from coordinator.conversation import message_from_json, message_to_json
-    from coordinator.service import directory_of, replay_conversation
+    from coordinator.service import agent_names, replay_conversation
 
     if server:
         with remote(server) as client:
@@ -204,7 +204,7 @@ def conversation_show(conv_id: str, as_json: JsonFlag = False, server: ServerOpt
     else:
         with _market() as context:
             record = replay_conversation(context.market.ledger.store, conv_id)
-            names = {m.did: m.name for m in directory_of(context)}
+            names = agent_names(context)
         data = {
             **record.to_json(),
             "messages": [

@@ -51,8 +51,31 @@ MAX_CONVERSATION_EVENTS = 100_000
 def directory_of(context: MarketContext) -> list[Member]:
     """Every registered agent with the capabilities it holds valid credentials for, its
     reputation, and a self-description."""
-    registry = context.onboarding.registry
-    agents = registry.list()
+    return _verified_members(context, context.onboarding.registry.list())
+
+
+def directory_for(
+    context: MarketContext, capabilities: Iterable[str], *, including: Iterable[str] = ()
+) -> list[Member]:
+    """The directory a team for `capabilities` is formed from: the agents the credential view
+    lists as holding one of them, plus `including` (the leader), each then checked as
+    `directory_of` checks every agent (credential documents verified, not the view trusted).
+    Team formation drops every agent that holds none of the task's capabilities, so the team
+    is the one the whole directory would give, found without a scan of every agent."""
+    market = context.market
+    wanted = set(including)
+    for capability in capabilities:
+        wanted.update(market.credentialed(capability))
+    records = context.onboarding.registry.records(wanted)
+    return _verified_members(context, [records[did] for did in sorted(records)])
+
+
+def agent_names(context: MarketContext) -> dict[str, str]:
+    """Every registered agent's name by DID (for showing conversations), one query."""
+    return {agent.did: agent.name for agent in context.onboarding.registry.list()}
+
+
+def _verified_members(context: MarketContext, agents: Sequence[AgentRecord]) -> list[Member]:
     reputations = context.market.reputations(a.did for a in agents)
     members = []
     for agent in agents:
@@ -163,7 +186,7 @@ def run_awarded_task(
     if task.winner is None:
         raise TeamError(f"{task_id} has no winner yet (award it first)")
     winner = context.onboarding.member_signer(registry.get(task.winner))
-    directory = directory_of(context)
+    directory = directory_for(context, task.spec.capabilities, including=[task.winner])
     leader = next((m for m in directory if m.did == task.winner), None)
     if leader is None:
         raise TeamError(f"the winner {task.winner} is not a registered agent")

@@ -40,7 +40,7 @@ from audit.forgery import change_output, forge_copy
 from audit.html import render_html
 from coordinator.conversation import Conversation, Message
 from coordinator.errors import CoordinatorError
-from coordinator.service import directory_of, run_awarded_task
+from coordinator.service import agent_names, run_awarded_task
 from identity.agents import AgentRecord
 from identity.errors import IdentityError, KeyStoreError, RateLimitedError, RegistryError
 from identity.onboarding import Onboarding, open_onboarding
@@ -241,7 +241,7 @@ def _story(settings: Settings) -> int:
         )
 
         console.print(f"\n[bold]3. {winner} leads a team through the work[/]")
-        names = {m.did: m.name for m in directory_of(context)}
+        names = agent_names(context)
 
         def show(conversation: Conversation, message: Message) -> None:
             indent = "  " * (conversation.depth + 1)

@@ -16,8 +16,8 @@ from typer.testing import CliRunner
 
 from api.cli import app as cli_app
 from api.client import AccordClient
-from coordinator.service import directory_of, discover
-from coordinator.team import rank_candidates
+from coordinator.service import directory_for, directory_of, discover
+from coordinator.team import form_team, rank_candidates
 from ledger.errors import QueryError
 from ledger.views import encode_cursor, view_rows
 from market.views import read_views
@@ -206,3 +206,20 @@ def test_ledger_reindex_rebuilds_every_view_identically(
     )
     with store.engine.connect() as connection:
         assert list(view_rows(connection, read_views(store_operator))) == before
+
+
+def test_a_team_is_formed_from_the_holders_as_from_the_whole_directory(world: World) -> None:
+    """`directory_for` reads the credential view for the task's capabilities (then verifies
+    each holder as `directory_of` does): the team it gives is the whole directory's team."""
+    whole = directory_of(world.context)
+    ada, carol = world.signers["ada"].did, world.signers["carol"].did
+    holders = directory_for(world.context, ["arithmetic"], including=[ada])
+    assert {m.did for m in holders} == {m.did for m in whole if "arithmetic" in m.capabilities}
+    assert carol in {m.did for m in whole} and carol not in {m.did for m in holders}
+    leader = next(m for m in holders if m.did == ada)
+    for need in ("", "sum numbers"):
+        assert form_team(leader, ["arithmetic"], need, holders) == form_team(
+            leader, ["arithmetic"], need, whole
+        )
+    with_carol = directory_for(world.context, ["python"], including=[carol])
+    assert [(m.did, m.capabilities) for m in with_carol] == [(carol, ())]
