@@ -781,7 +781,8 @@ def list_tasks(env: Env, params: Mapping[str, Any]) -> dict[str, Any]:
     raw_after = params.get("statusTimestampAfter")
     after = None if raw_after is None else _time(raw_after, "statusTimestampAfter")
     include = _bool(params, "includeArtifacts")
-    tasks = env.context().market.tasks()
+    # A context is one task (its id): read that one; otherwise every task, newest change first.
+    tasks = env.context().market.tasks() if context_id is None else _context_tasks(env, context_id)
     views = [view_of(env, task, artifacts=False) for task in tasks]
     page, next_token, total = page_of(
         views, context_id=context_id, state=state, after=after, cursor=cursor, size=size
@@ -794,6 +795,14 @@ def list_tasks(env: Env, params: Mapping[str, Any]) -> dict[str, Any]:
         "pageSize": size,
         "totalSize": total,
     }
+
+
+def _context_tasks(env: Env, context_id: str) -> list[Task]:
+    """The tasks of a context: the one task whose id it is, or none."""
+    try:
+        return [find_task(env, context_id)]
+    except RpcError:
+        return []
 
 
 def _not_cancelable(task: Task, state: TaskState) -> str:

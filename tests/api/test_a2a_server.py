@@ -265,9 +265,10 @@ def test_list_tasks_pages_newest_first_and_filters_by_state(url: str, world: Wor
                     break
             working = await client.list_tasks(ListTasksRequest(status=TaskState.TASK_STATE_WORKING))
             one = await client.list_tasks(ListTasksRequest(context_id=ids[0]))
-            return ids, pages, working, one
+            none = await client.list_tasks(ListTasksRequest(context_id="task-nope"))
+            return ids, pages, working, (one, none)
 
-    ids, pages, working, one = asyncio.run(run())
+    ids, pages, working, (one, none) = asyncio.run(run())
     listed = [task.id for page in pages for task in page.tasks]
     assert len(listed) == len(set(listed)) == pages[0].total_size
     assert all(len(page.tasks) <= 2 for page in pages)
@@ -277,6 +278,7 @@ def test_list_tasks_pages_newest_first_and_filters_by_state(url: str, world: Wor
     assert all(t.status.state == TaskState.TASK_STATE_WORKING for t in working.tasks)
     assert not set(ids) & {t.id for t in working.tasks}
     assert [t.id for t in one.tasks] == [ids[0]] and one.total_size == 1
+    assert list(none.tasks) == [] and none.total_size == 0
 
 
 # -- bad specs post nothing -----------------------------------------------------------------
