@@ -129,7 +129,7 @@ step "accord agent new alice / agent onboard alice -c arithmetic"
 step "accord task post (flag form)"
 POSTED="$("$ACCORD" task post --title "Add these" --budget 0.5eth --capability arithmetic \
   --input '{"kind":"figures","figures":["1.50","2.25"],"operation":"sum"}' \
-  --bidding 10s --reveal 6s --json)"
+  --bidding 20s --reveal 12s --json)"  # room for slow commands on a loaded machine
 TASK="$(field id <<<"$POSTED")"
 echo "posted $TASK"
 step "accord bid commit / reveal"
