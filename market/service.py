@@ -533,10 +533,7 @@ class Market:
             now=now,
         )
         body = {"commitment": commitment.to_json(), "exam_score": str(exam_score)}
-        index, _ = self.ledger.append(
-            self.ledger.operator, BID_COMMITTED, subject=task.task_id, body=body
-        )
-        return index
+        return self._log_bid(BID_COMMITTED, task.task_id, commitment.bidder, body)
 
     def reveal(self, reveal: sealed.Reveal) -> int:
         """Admit and log a signed reveal. Raises BidRejected with its reason."""
@@ -549,13 +546,9 @@ class Market:
             revealed=book.reveals.keys(),
             now=self.clock(),
         )
-        index, _ = self.ledger.append(
-            self.ledger.operator,
-            BID_REVEALED,
-            subject=task.task_id,
-            body={"reveal": reveal.to_json()},
+        return self._log_bid(
+            BID_REVEALED, task.task_id, reveal.bidder, {"reveal": reveal.to_json()}
         )
-        return index
 
     def award(self, task_id: str) -> AuctionOutcome:
         """Clear the auction once both windows are over; log the award, or the expiry and the
@@ -716,6 +709,23 @@ class Market:
                 return book
             for stored in found:
                 book.add(stored.index, Entry.from_bytes(stored.data).event)
+
+    def _log_bid(self, kind: str, task_id: str, bidder: str, body: dict[str, Any]) -> int:
+        """Log an admitted commitment or reveal, once per task and bidder whichever process
+        admits it: the store refuses a second one under the same key, even when two services
+        admitted the same bid at the same moment. Raises BidRejected (second-bid) then."""
+        try:
+            index, _ = self.ledger.append(
+                self.ledger.operator,
+                kind,
+                subject=task_id,
+                body=body,
+                once_key=f"{task_id} {bidder}",
+            )
+        except AlreadyLoggedError as exc:
+            what = "committed to" if kind == BID_COMMITTED else "revealed on"
+            raise BidRejected("second-bid", f"{bidder} has already {what} task {task_id}") from exc
+        return index
 
     def _task_for_bid(self, task_id: str) -> Task:
         try:
