@@ -55,10 +55,12 @@ from ledger.merkle import NodeId
 
 NODE_INDEX_BITS = 48
 
-#: Event kinds logged at most once per subject (the market's lifecycle steps that move money
-#: or decide who is paid). A property of the log, so that every writer enforces it.
+#: Event kinds logged at most once per subject (an agent's registration, the market's
+#: lifecycle steps that move money or decide who is paid). A property of the log, so that
+#: every writer enforces it.
 ONCE_PER_SUBJECT: frozenset[str] = frozenset(
     {
+        "agent.registered",
         "escrow.opened",
         "task.awarded",
         "task.expired",
