@@ -38,10 +38,12 @@ from typing import Any
 from sqlalchemy import (
     BigInteger,
     Engine,
+    Index,
     LargeBinary,
     event,
     func,
     insert,
+    inspect,
     select,
     update,
 )
@@ -102,6 +104,8 @@ class LedgerEntry(SQLModel, table=True):
     subject: str = Field(index=True)
     at: str
     data: bytes = Field(sa_column=Column(LargeBinary, nullable=False))
+
+    __table_args__ = (Index("ix_ledger_entries_actor_seq", "actor", "seq"),)
 
 
 class LedgerOnce(SQLModel, table=True):
@@ -261,7 +265,20 @@ class LogStore:
             pass  # another process created the head row first
         except SQLAlchemyError as exc:
             raise StoreError(f"cannot prepare the log tables: {_reason(exc)}") from exc
+        self._index_actor_seqs()
         self._index_once_only()
+
+    def _index_actor_seqs(self) -> None:
+        """The (actor, seq) index answers an actor's highest seq at once, however many entries
+        it signed (the operator signs most of them); created on a log made before it existed."""
+        for index in _ENTRIES.indexes:
+            if index.name == "ix_ledger_entries_actor_seq":
+                try:
+                    index.create(self.engine, checkfirst=True)
+                except SQLAlchemyError:
+                    # another process created it between the check and the create
+                    if not inspect(self.engine).has_index("ledger_entries", index.name):
+                        raise StoreError("cannot index the log by actor and seq") from None
 
     def _index_once_only(self) -> None:
         """Fill `ledger_once` from the entries of a log written before it existed (the first
@@ -621,13 +638,28 @@ class LogStore:
         return int(connection.execute(query).scalar_one())
 
     def _sync_caches(self, connection: Any, size: int) -> None:
+        """Bring the frontier and the actors' last seqs level with a log of `size` (under the
+        head lock): other writers, maybe in other processes, appended since this one did.
+        Their entries' seqs are read (when few) rather than every cached seq forgotten, so
+        writers taking turns do not re-query each actor's highest seq on every append."""
         if size == self._frontier_size:
             return
         pieces = merkle.perfect_subtrees(0, size)
         nodes = self._nodes(connection, pieces)
         self._frontier = [(piece, nodes[piece]) for piece in pieces]
+        behind = self._frontier_size
         self._frontier_size = size
-        self._last_seq.clear()
+        if not 0 <= behind < size or size - behind > _SEQ_CATCH_UP:
+            self._last_seq.clear()
+            return
+        rows = connection.execute(
+            select(_ENTRIES.c.actor, _ENTRIES.c.seq).where(
+                _ENTRIES.c.idx >= behind, _ENTRIES.c.idx < size
+            )
+        ).all()
+        for actor, seq in rows:
+            if actor in self._last_seq:
+                self._last_seq[actor] = max(self._last_seq[actor], int(seq))
 
     def _check_sequences(self, connection: Any, entries: Sequence[Entry]) -> None:
         actors = {entry.event.actor for entry in entries} - self._last_seq.keys()
@@ -792,6 +824,9 @@ class LogStore:
         return found
 
 
+# An append that finds at most this many entries appended by other writers since its own last
+# one reads their seqs into the cache; more, and the cache starts over.
+_SEQ_CATCH_UP = 1000
 # The read path caches stored nodes of level >= 8 (subtrees of 256 leaves and more) that lie
 # in the top 16 levels of the tree asked about: about 2**17 nodes at most, whatever the size.
 _CACHE_MIN_LEVEL = 8

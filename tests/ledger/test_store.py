@@ -233,6 +233,28 @@ def test_seq_check_notices_appends_by_another_store(
     assert verify_log(one, "did:key:unused", None).ok
 
 
+def test_seq_check_notices_many_appends_by_another_store(
+    open_store: Callable[..., LogStore],
+    maker: EntryMaker,
+    actors: list[Ed25519Signer],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """More entries appended elsewhere than an append reads back: its cached seqs start over
+    (read again from the log) instead of being brought level entry by entry."""
+    import ledger.store
+
+    monkeypatch.setattr(ledger.store, "_SEQ_CATCH_UP", 2)
+    one, two = open_store(), open_store()
+    alice, bob = actors[0], actors[1]
+    assert two.append(maker.one(alice, seq=1)) == 0
+    one.append_batch([maker.one(alice, seq=2), maker.one(bob, seq=1), maker.one(bob, seq=2)])
+    with pytest.raises(SequenceError) as caught:
+        two.append(maker.one(alice, seq=2))
+    assert caught.value.last_seq == 2
+    assert two.append(maker.one(alice, seq=3)) == 4
+    assert one.append(maker.one(bob, seq=3)) == 5
+
+
 def test_database_failure_mid_batch_leaves_nothing_half_written(
     store: LogStore, maker: EntryMaker, actors: list[Ed25519Signer]
 ) -> None:
