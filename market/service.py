@@ -79,6 +79,7 @@ from market.tasks import (
 from market.work import file_refs
 
 MAX_TASK_EVENTS = 100_000
+_BOOK_PAGE = 5000
 LIFECYCLE_KINDS = tuple(kind for kind in TASK_KINDS if kind not in (BID_COMMITTED, BID_REVEALED))
 
 
@@ -327,10 +328,7 @@ class Market:
     def exam_score(self, did: str, capabilities: Sequence[str]) -> Fraction:
         """The mean of the bidder's best exam scores over the required capabilities (0 if any
         is missing)."""
-        scores = [self._exam_score(did, capability) for capability in capabilities]
-        if not scores or any(score is None for score in scores):
-            return Fraction(0)
-        return sum((s for s in scores if s is not None), Fraction(0)) / len(scores)
+        return _mean_score([self._exam_score(did, capability) for capability in capabilities])
 
     def reputation_of(self, did: str) -> Fraction:
         """Bayesian average of the quality `did` delivered on settled tasks, forfeits as 0."""
@@ -524,14 +522,15 @@ class Market:
         task = self._task_for_bid(commitment.task_id)
         now = self.clock()
         book = self._book(task.task_id)
-        exam_score = self.exam_score(commitment.bidder, task.spec.capabilities)
+        scores = [self._exam_score(commitment.bidder, c) for c in task.spec.capabilities]
         sealed.check_commitment(
             commitment,
             terms=self._terms(task),
             committed=book.commitments.keys(),
-            eligible=self.eligible(commitment.bidder, task.spec.capabilities),
+            eligible=all(score is not None for score in scores),
             now=now,
         )
+        exam_score = _mean_score(scores)
         body = {"commitment": commitment.to_json(), "exam_score": str(exam_score)}
         return self._log_bid(BID_COMMITTED, task.task_id, commitment.bidder, body)
 
@@ -703,12 +702,12 @@ class Market:
                 kinds=(BID_COMMITTED, BID_REVEALED),
                 subject=task_id,
                 after=book.last_index,
-                limit=5000,
+                limit=_BOOK_PAGE,
             )
-            if not found:
-                return book
             for stored in found:
                 book.add(stored.index, Entry.from_bytes(stored.data).event)
+            if len(found) < _BOOK_PAGE:  # a short page is the end of the log
+                return book
 
     def _log_bid(self, kind: str, task_id: str, bidder: str, body: dict[str, Any]) -> int:
         """Log an admitted commitment or reveal, once per task and bidder whichever process
@@ -742,6 +741,13 @@ class Market:
             bidding_closes=task.bidding_ends,
             reveal_closes=task.reveal_ends,
         )
+
+
+def _mean_score(scores: Sequence[Fraction | None]) -> Fraction:
+    """The mean of exam scores, 0 when there are none or one is missing."""
+    if not scores or any(score is None for score in scores):
+        return Fraction(0)
+    return sum((s for s in scores if s is not None), Fraction(0)) / len(scores)
 
 
 def reputations_from_log(
