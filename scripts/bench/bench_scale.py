@@ -45,6 +45,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import pickle
 import random
 import shutil
 import statistics
@@ -113,6 +114,7 @@ from market.work import Part
 HERE = Path(__file__).resolve().parent
 PG_ENV = "ACCORD_TEST_PG_URL"
 SIZES = (10_000, 100_000, 1_000_000)
+BACKENDS = ("sqlite", "postgres")
 CAPABILITIES = ("arithmetic", "extraction", "retrieval")
 MAX_AGENTS = 10_000
 MAX_TASKS = 100_000
@@ -123,6 +125,7 @@ COMMITS = 1_000
 COMMITS_QUICK = 300
 ROUTE_BUDGET_S = 20.0
 CLI_TIMEOUT_S = 300.0
+WARM_UP_TIMEOUT_S = 1800.0
 GOAL_P99_MS = 20.0
 GOAL_FLAT = 1.5
 GOAL_COMMITS = 200.0
@@ -319,11 +322,15 @@ def _pg_database(base: str, name: str) -> str:
     return make_url(base).set(database=name).render_as_string(hide_password=False)
 
 
-def make_homes(work: Path, size: int, operator_key: Path) -> list[Home]:
-    """A home per backend for `size` events, each holding a copy of `operator_key`."""
+def make_homes(
+    work: Path, size: int, operator_key: Path, backends: Sequence[str] = BACKENDS
+) -> list[Home]:
+    """A home per backend for `size` events (PostgreSQL only when `$ACCORD_TEST_PG_URL` is
+    set), each holding a copy of `operator_key`."""
     homes = []
-    backends = ["sqlite"] + (["postgres"] if os.environ.get(PG_ENV) else [])
     for backend in backends:
+        if backend == "postgres" and not os.environ.get(PG_ENV):
+            continue
         env = {
             "ACCORD_HOME": str(work / f"{backend}-{size}"),
             "ACCORD_DEVNET_PORT": str(find_free_port()),
@@ -435,13 +442,16 @@ class Services:
                 process.wait()
 
 
-def latencies(base: str, paths: Sequence[str], budget: float) -> tuple[list[float], int]:
+def latencies(
+    base: str, paths: Sequence[str], budget: float, timeout: float = 60.0
+) -> tuple[list[float], int]:
     """Client-side milliseconds of GET `paths`, one after another on one keep-alive client,
-    until `budget` seconds are spent (at least one request); and how many were not 200."""
+    until `budget` seconds are spent (at least one request); and how many were not 200 (or
+    not answered within `timeout` seconds)."""
     took: list[float] = []
     bad = 0
     deadline = time.perf_counter() + budget
-    with httpx.Client(base_url=base, timeout=max(60.0, 3 * budget)) as client:
+    with httpx.Client(base_url=base, timeout=timeout) as client:
         for path in paths:
             start = time.perf_counter()
             try:
@@ -519,7 +529,7 @@ def measure_home(
         services = Services.start(home)
         warm = Measure(f"first request, the market opening ({tag})", "s")
         for base in services.bases:  # each process opens the market on its first request
-            took, bad = latencies(base, [f"/tasks/{seed.all_tasks[0]}"], 0)
+            took, bad = latencies(base, [f"/tasks/{seed.all_tasks[0]}"], 0, WARM_UP_TIMEOUT_S)
             warm.samples.append(took[0] / 1_000)
             if bad:
                 failures.append(f"{tag}: the warm-up request failed")
@@ -593,8 +603,23 @@ def measure_home(
     return p99s
 
 
-def run(quick: bool, reps: int, sizes: Sequence[int] | None = None) -> Section:
-    """The bench at `sizes` (default: 10^4, 10^5 and 10^6 events; quick: the first two)."""
+ByHome = dict[tuple[int, str], dict[str, Measure]]
+"""The measures the goals read, by (size, backend)."""
+
+
+def run(quick: bool, reps: int) -> Section:
+    """The bench at 10^4, 10^5 and 10^6 events (quick: the first two), on both backends."""
+    return measure(quick, reps)[0]
+
+
+def measure(
+    quick: bool,
+    reps: int,
+    sizes: Sequence[int] | None = None,
+    backends: Sequence[str] = BACKENDS,
+) -> tuple[Section, ByHome]:
+    """The bench at `sizes` on `backends`: the section (with its goals) and its measures by
+    (size, backend)."""
     started = time.perf_counter()
     section = Section(
         key="scale",
@@ -604,13 +629,13 @@ def run(quick: bool, reps: int, sizes: Sequence[int] | None = None) -> Section:
     sizes = sorted(sizes or (SIZES[:2] if quick else SIZES))
     commits = COMMITS_QUICK if quick else COMMITS
     work = Path(tempfile.mkdtemp(prefix="accord-bench-scale-", dir=temp_root()))
-    by_size: dict[tuple[int, str], dict[str, Measure]] = {}
+    by_size: ByHome = {}
     try:
         operator_key = work / OPERATOR_KEYFILE  # one operator for every home
         load_or_create_keyfile(operator_key)
         for size in sizes:
             plan = Plan.of(size)
-            homes = make_homes(work, size, operator_key)
+            homes = make_homes(work, size, operator_key, backends)
             seeding = time.perf_counter()
             seed = seed_homes(homes, plan, random.Random(size))
             seeded = Measure(
@@ -633,6 +658,22 @@ def run(quick: bool, reps: int, sizes: Sequence[int] | None = None) -> Section:
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
+    add_goals(section, by_size)
+    section.notes.append(
+        f"Sizes {', '.join(f'{s:,}' for s in sizes)} events; {commits} commits per repetition "
+        f"from {THREADS} client threads in the bench process (its signing shares the machine's "
+        "cores with both services and the database, so the rates are lower bounds). Reads are "
+        "one client, one request at a time."
+    )
+    section.seconds = time.perf_counter() - started
+    return section, by_size
+
+
+def add_goals(section: Section, by_size: ByHome) -> None:
+    """The issue's goals from the measures by (size, backend): each route's p99 (the listing's
+    wall time) at the largest size and its growth from the smallest, and the commit rate on
+    PostgreSQL at the largest size."""
+    sizes = sorted({size for size, _ in by_size})
     largest, smallest = sizes[-1], sizes[0]
     for backend in ("sqlite", "postgres"):
         top, bottom = by_size.get((largest, backend)), by_size.get((smallest, backend))
@@ -673,14 +714,6 @@ def run(quick: bool, reps: int, sizes: Sequence[int] | None = None) -> Section:
         section.notes.append(
             f"PostgreSQL not measured: {PG_ENV} is unset (run under scripts/with_postgres.sh)"
         )
-    section.notes.append(
-        f"Sizes {', '.join(f'{s:,}' for s in sizes)} events; {commits} commits per repetition "
-        f"from {THREADS} client threads in the bench process (its signing shares the machine's "
-        "cores with both services and the database, so the rates are lower bounds). Reads are "
-        "one client, one request at a time."
-    )
-    section.seconds = time.perf_counter() - started
-    return section
 
 
 def main() -> None:
@@ -690,9 +723,19 @@ def main() -> None:
         default="",
         help="comma-separated log sizes (default 10000,100000,1000000; quick: the first two)",
     )
+    args.add_argument("--backends", default=",".join(BACKENDS), help="sqlite,postgres")
+    args.add_argument(
+        "--save", type=Path, default=None, help="pickle the section and its measures there"
+    )
     options = args.parse_args()
     sizes = [int(size) for size in options.sizes.split(",") if size.strip()]
-    section = run(options.quick, reps_of(options), sizes)
+    backends = [name.strip() for name in options.backends.split(",") if name.strip()]
+    if set(backends) - set(BACKENDS):
+        args.error(f"unknown backend in {backends}; choose from {list(BACKENDS)}")
+    section, by_size = measure(options.quick, reps_of(options), sizes, backends)
+    if options.save is not None:
+        with options.save.open("wb") as out:
+            pickle.dump((section, by_size), out)
     show(section)
     console.print(f"[dim]{section.key}: {section.seconds:.0f} s[/dim]")
     sys.exit(0 if section.error is None and all(g.passed for g in section.goals) else 1)
