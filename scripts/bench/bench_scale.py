@@ -84,16 +84,12 @@ from api.auth import AccordAuth
 from identity.agents import Agent, AgentRecord
 from identity.challenges import REGISTRY
 from identity.credentials import issue_capability_credential, transcript_reference
-from identity.onboarding import (
-    DEFAULT_VALIDITY,
-    ISSUED_EVENT_KIND,
-    REGISTERED_KIND,
-    IssuedCredential,
-    PublishedStatusList,
-    open_onboarding,
-)
+from identity.issuance import DEFAULT_VALIDITY, ISSUED_EVENT_KIND, IssuedCredential
+from identity.onboarding import open_onboarding
 from identity.presentations import create_presentation
+from identity.registration import REGISTERED_KIND
 from identity.status import StatusList, status_entry, status_list_credential
+from identity.status_lists import PublishedStatusList
 from ledger.devnet import find_free_port
 from ledger.events import Entry, format_time, make_entry
 from ledger.runtime import (
