@@ -462,7 +462,8 @@ def latencies(
 
 
 def accord_cli(home: Home, *args: str, timeout: float = CLI_TIMEOUT_S) -> tuple[float, int, str]:
-    """(wall seconds, exit status, stderr) of `accord ARGS` on the home (-1: timed out)."""
+    """(wall seconds, exit status, its error) of `accord ARGS` on the home (-1: timed out).
+    With --json an error is a JSON object on stdout, else a line on stderr."""
     env = {**os.environ, **home.env, "PYTHONPATH": str(HERE.parents[1]), "COLUMNS": "200"}
     start = time.perf_counter()
     try:
@@ -472,7 +473,13 @@ def accord_cli(home: Home, *args: str, timeout: float = CLI_TIMEOUT_S) -> tuple[
         )  # fmt: skip
     except subprocess.TimeoutExpired:
         return time.perf_counter() - start, -1, f"timed out after {timeout:.0f} s"
-    return time.perf_counter() - start, done.returncode, done.stderr
+    seconds = time.perf_counter() - start
+    if done.returncode == 0:
+        return seconds, 0, ""
+    try:
+        return seconds, done.returncode, str(json.loads(done.stdout)["error"])
+    except (ValueError, KeyError, TypeError):
+        return seconds, done.returncode, done.stderr or done.stdout
 
 
 def commits_per_second(
@@ -560,8 +567,8 @@ def measure_home(
             seconds, status, err = accord_cli(
                 home, "task", "list", "--state", "bidding", "--limit", "50", "--json"
             )
-            if status == 2 and "No such option" in err:
-                listing.name = f"accord task list, every task: no --state/--limit yet ({tag})"
+            if status == 2 and "No such option" in err:  # before the read views
+                listing.name = f"accord task list (every task: no --state/--limit yet) ({tag})"
                 seconds, status, err = accord_cli(home, "task", "list", "--json")
             if status != 0:
                 failures.append(f"{tag}: accord task list: {err.strip()[-200:]}")
@@ -679,13 +686,12 @@ def add_goals(section: Section, by_size: ByHome) -> None:
         for route, measure in top.items():
             if route in ("commits", "reindex"):
                 continue
-            if route.startswith("accord"):
-                target, unit, value = GOAL_P99_MS, "ms", measure.median * 1_000
-                title = f"{route} wall, {_label(largest)} events, {name}"
-            else:
-                target, unit, value = GOAL_P99_MS, "ms", measure.median
+            if not route.startswith("accord"):  # a command's wall time includes Python's
+                # start-up (0.1 s and more): only its growth has a goal
                 title = f"{route} p99, {_label(largest)} events, {name}"
-            section.goals.append(Goal(title, target, value, unit, higher_is_better=False))
+                section.goals.append(
+                    Goal(title, GOAL_P99_MS, measure.median, "ms", higher_is_better=False)
+                )
             base = bottom[route].median
             section.goals.append(
                 Goal(
