@@ -47,7 +47,7 @@ from sqlalchemy import (
     select,
     update,
 )
-from sqlalchemy.exc import IntegrityError, OperationalError, SQLAlchemyError
+from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError, SQLAlchemyError
 from sqlmodel import Column, Field, SQLModel, create_engine
 
 from ledger import merkle
@@ -184,6 +184,16 @@ def make_engine(db_url: str) -> Engine:
         raise StoreError(f"cannot open the log database {db_url!r}: {_reason(exc)}") from exc
 
 
+def create_tables(engine: Engine, tables: Sequence[Any]) -> None:
+    """Create the missing `tables` (and their indexes). Several processes may start at once on
+    one PostgreSQL: a CREATE racing another one's for the same table fails on the catalog's
+    unique keys, and is then checked again (the table is there). Raises SQLAlchemyError."""
+    try:
+        SQLModel.metadata.create_all(engine, tables=list(tables))
+    except (IntegrityError, OperationalError, ProgrammingError):
+        SQLModel.metadata.create_all(engine, tables=list(tables))
+
+
 @dataclass(frozen=True)
 class StoredEntry:
     """An entry as read back: its index in the log and its leaf data.
@@ -252,7 +262,7 @@ class LogStore:
         self._raw_sqlite = engine.dialect.name == "sqlite"
         self._dbapi_error: type[Exception] = getattr(engine.dialect.dbapi, "Error", Exception)
         try:
-            SQLModel.metadata.create_all(engine, tables=_LEDGER_TABLES)
+            create_tables(engine, _LEDGER_TABLES)
             with engine.begin() as connection:
                 head = connection.execute(select(_HEAD.c.log_id)).scalar_one_or_none()
                 if head is None:

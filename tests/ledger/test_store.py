@@ -374,3 +374,30 @@ def test_concurrent_appends_from_two_stores_all_land(
     for each in (check, *stores):
         assert_serves_reference(each, leaves)
     assert verify_log(check, "did:key:unused", None).ok
+
+
+def test_stores_opened_at_once_on_a_fresh_database_all_open(
+    open_store: Callable[..., LogStore], maker: EntryMaker
+) -> None:
+    """Service processes starting together each create the log's tables: a CREATE that
+    races another one's (PostgreSQL's catalog refuses the second) is not an error."""
+    barrier = threading.Barrier(6)
+    opened: list[LogStore] = []
+    errors: list[BaseException] = []
+
+    def open_one() -> None:
+        try:
+            barrier.wait(timeout=30)
+            opened.append(open_store())
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    workers = [threading.Thread(target=open_one) for _ in range(6)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(timeout=60)
+    assert not errors, errors
+    assert len(opened) == 6
+    assert opened[0].append(maker.many(1)[0]) == 0
+    assert all(store.size() == 1 for store in opened)
