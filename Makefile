@@ -40,7 +40,7 @@ test: setup lint
 	scripts/check_wheel.sh
 
 bench: setup
-	$(PY) scripts/bench/run_all.py
+	scripts/with_postgres.sh $(PY) scripts/bench/run_all.py
 
 contracts: setup
 	$(PY) scripts/compile_contracts.py

@@ -68,6 +68,7 @@ from api.structured_fields import (
 )
 from ledger.errors import AccordError, MalformedError, SignatureError
 from ledger.signing import Signer, b64url, public_key_from_did, verify_signature
+from ledger.store import create_tables
 
 SIGNATURE_INPUT_HEADER = "Signature-Input"
 SIGNATURE_HEADER = "Signature"
@@ -441,7 +442,7 @@ class SqlRequestNonces:
         self.engine = engine
         self.window = window
         self.purge = PurgeSchedule(min(purge_every, window / 10))
-        SQLModel.metadata.create_all(engine, tables=[_REQUEST_NONCES])
+        create_tables(engine, [_REQUEST_NONCES])
 
     def use(self, did: str, nonce: str, timestamp: float, now: float) -> bool:
         try:

@@ -33,6 +33,7 @@ from identity.errors import (
     RegistryError,
 )
 from ledger.errors import (
+    AlreadyLoggedError,
     CanonicalizationError,
     ChainError,
     DevnetError,
@@ -203,6 +204,10 @@ def domain_problem(exc: Exception) -> ProblemError:
             return ProblemError(400, detail)
         case SequenceError():
             return ProblemError(409, detail)
+        case AlreadyLoggedError():
+            # Logged once per subject, and another request (maybe at another service process
+            # on the same database) logged it first.
+            return ProblemError(409, detail, kind="already-logged")
         case LedgerError():
             return ProblemError(500, detail)
         case CoordinatorError():

@@ -41,10 +41,12 @@ from typing import Any
 from sqlalchemy import (
     BigInteger,
     Engine,
+    Index,
     LargeBinary,
     event,
     func,
     insert,
+    inspect,
     select,
     update,
 )
@@ -59,10 +61,12 @@ from ledger.views import Projection, ViewEntry
 
 NODE_INDEX_BITS = 48
 
-#: Event kinds logged at most once per subject (the market's lifecycle steps that move money
-#: or decide who is paid). A property of the log, so that every writer enforces it.
+#: Event kinds logged at most once per subject (an agent's registration, the market's
+#: lifecycle steps that move money or decide who is paid). A property of the log, so that
+#: every writer enforces it.
 ONCE_PER_SUBJECT: frozenset[str] = frozenset(
     {
+        "agent.registered",
         "escrow.opened",
         "task.awarded",
         "task.expired",
@@ -104,6 +108,8 @@ class LedgerEntry(SQLModel, table=True):
     subject: str = Field(index=True)
     at: str
     data: bytes = Field(sa_column=Column(LargeBinary, nullable=False))
+
+    __table_args__ = (Index("ix_ledger_entries_actor_seq", "actor", "seq"),)
 
 
 class LedgerOnce(SQLModel, table=True):
@@ -182,6 +188,16 @@ def make_engine(db_url: str) -> Engine:
         raise StoreError(f"cannot open the log database {db_url!r}: {_reason(exc)}") from exc
 
 
+def create_tables(engine: Engine, tables: Sequence[Any]) -> None:
+    """Create the missing `tables` (and their indexes). Several processes may start at once on
+    one PostgreSQL: a CREATE racing another one's for the same table fails on the catalog's
+    unique keys, and is then checked again (the table is there). Raises SQLAlchemyError."""
+    try:
+        SQLModel.metadata.create_all(engine, tables=list(tables))
+    except (IntegrityError, OperationalError, ProgrammingError):
+        SQLModel.metadata.create_all(engine, tables=list(tables))
+
+
 @dataclass(frozen=True)
 class StoredEntry:
     """An entry as read back: its index in the log and its leaf data.
@@ -252,7 +268,7 @@ class LogStore:
         self._raw_sqlite = engine.dialect.name == "sqlite"
         self._dbapi_error: type[Exception] = getattr(engine.dialect.dbapi, "Error", Exception)
         try:
-            SQLModel.metadata.create_all(engine, tables=_LEDGER_TABLES)
+            create_tables(engine, _LEDGER_TABLES)
             with engine.begin() as connection:
                 head = connection.execute(select(_HEAD.c.log_id)).scalar_one_or_none()
                 if head is None:
@@ -265,9 +281,22 @@ class LogStore:
             pass  # another process created the head row first
         except SQLAlchemyError as exc:
             raise StoreError(f"cannot prepare the log tables: {_reason(exc)}") from exc
+        self._index_actor_seqs()
         self._index_once_only()
         for projection in projections:
             self.attach(projection)
+
+    def _index_actor_seqs(self) -> None:
+        """The (actor, seq) index answers an actor's highest seq at once, however many entries
+        it signed (the operator signs most of them); created on a log made before it existed."""
+        for index in _ENTRIES.indexes:
+            if index.name == "ix_ledger_entries_actor_seq":
+                try:
+                    index.create(self.engine, checkfirst=True)
+                except SQLAlchemyError:
+                    # another process created it between the check and the create
+                    if not inspect(self.engine).has_index("ledger_entries", index.name):
+                        raise StoreError("cannot index the log by actor and seq") from None
 
     def _index_once_only(self) -> None:
         """Fill `ledger_once` from the entries of a log written before it existed (the first
@@ -737,13 +766,28 @@ class LogStore:
         return int(connection.execute(query).scalar_one())
 
     def _sync_caches(self, connection: Any, size: int) -> None:
+        """Bring the frontier and the actors' last seqs level with a log of `size` (under the
+        head lock): other writers, maybe in other processes, appended since this one did.
+        Their entries' seqs are read (when few) rather than every cached seq forgotten, so
+        writers taking turns do not re-query each actor's highest seq on every append."""
         if size == self._frontier_size:
             return
         pieces = merkle.perfect_subtrees(0, size)
         nodes = self._nodes(connection, pieces)
         self._frontier = [(piece, nodes[piece]) for piece in pieces]
+        behind = self._frontier_size
         self._frontier_size = size
-        self._last_seq.clear()
+        if not 0 <= behind < size or size - behind > _SEQ_CATCH_UP:
+            self._last_seq.clear()
+            return
+        rows = connection.execute(
+            select(_ENTRIES.c.actor, _ENTRIES.c.seq).where(
+                _ENTRIES.c.idx >= behind, _ENTRIES.c.idx < size
+            )
+        ).all()
+        for actor, seq in rows:
+            if actor in self._last_seq:
+                self._last_seq[actor] = max(self._last_seq[actor], int(seq))
 
     def _check_sequences(self, connection: Any, entries: Sequence[Entry]) -> None:
         actors = {entry.event.actor for entry in entries} - self._last_seq.keys()
@@ -908,6 +952,9 @@ class LogStore:
         return found
 
 
+# An append that finds at most this many entries appended by other writers since its own last
+# one reads their seqs into the cache; more, and the cache starts over.
+_SEQ_CATCH_UP = 1000
 # The read path caches stored nodes of level >= 8 (subtrees of 256 leaves and more) that lie
 # in the top 16 levels of the tree asked about: about 2**17 nodes at most, whatever the size.
 _CACHE_MIN_LEVEL = 8

@@ -14,6 +14,7 @@ from sqlalchemy import Engine, insert, select
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlmodel import Column, Field, LargeBinary, SQLModel
 
+from ledger.store import create_tables
 from market.errors import MarketError, WorkError
 from market.work import MAX_FILE_BYTES
 
@@ -50,7 +51,7 @@ class BlobStore:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
         try:
-            SQLModel.metadata.create_all(engine, tables=[_BLOBS])
+            create_tables(engine, [_BLOBS])
         except SQLAlchemyError as exc:
             raise BlobError(f"cannot create the blob table: {exc}") from exc
 

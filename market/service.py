@@ -93,6 +93,7 @@ from market.views import VIEW_NAME as TASK_VIEW
 from market.work import file_refs
 
 MAX_TASK_EVENTS = 100_000
+_BOOK_PAGE = 5000
 LIFECYCLE_KINDS = tuple(kind for kind in TASK_KINDS if kind not in (BID_COMMITTED, BID_REVEALED))
 
 
@@ -386,10 +387,7 @@ class Market:
     def exam_score(self, did: str, capabilities: Sequence[str]) -> Fraction:
         """The mean of the bidder's best exam scores over the required capabilities (0 if any
         is missing)."""
-        scores = [self._exam_score(did, capability) for capability in capabilities]
-        if not scores or any(score is None for score in scores):
-            return Fraction(0)
-        return sum((s for s in scores if s is not None), Fraction(0)) / len(scores)
+        return _mean_score([self._exam_score(did, capability) for capability in capabilities])
 
     def reputation_of(self, did: str) -> Fraction:
         """Bayesian average of the quality `did` delivered on settled tasks, forfeits as 0."""
@@ -584,19 +582,17 @@ class Market:
         task = self._task_for_bid(commitment.task_id)
         now = self.clock()
         book = self._book(task.task_id)
-        exam_score = self.exam_score(commitment.bidder, task.spec.capabilities)
+        scores = [self._exam_score(commitment.bidder, c) for c in task.spec.capabilities]
         sealed.check_commitment(
             commitment,
             terms=self._terms(task),
             committed=book.commitments.keys(),
-            eligible=self.eligible(commitment.bidder, task.spec.capabilities),
+            eligible=all(score is not None for score in scores),
             now=now,
         )
+        exam_score = _mean_score(scores)
         body = {"commitment": commitment.to_json(), "exam_score": str(exam_score)}
-        index, _ = self.ledger.append(
-            self.ledger.operator, BID_COMMITTED, subject=task.task_id, body=body
-        )
-        return index
+        return self._log_bid(BID_COMMITTED, task.task_id, commitment.bidder, body)
 
     def reveal(self, reveal: sealed.Reveal) -> int:
         """Admit and log a signed reveal. Raises BidRejected with its reason."""
@@ -609,13 +605,9 @@ class Market:
             revealed=book.reveals.keys(),
             now=self.clock(),
         )
-        index, _ = self.ledger.append(
-            self.ledger.operator,
-            BID_REVEALED,
-            subject=task.task_id,
-            body={"reveal": reveal.to_json()},
+        return self._log_bid(
+            BID_REVEALED, task.task_id, reveal.bidder, {"reveal": reveal.to_json()}
         )
-        return index
 
     def award(self, task_id: str) -> AuctionOutcome:
         """Clear the auction once both windows are over; log the award, or the expiry and the
@@ -770,12 +762,29 @@ class Market:
                 kinds=(BID_COMMITTED, BID_REVEALED),
                 subject=task_id,
                 after=book.last_index,
-                limit=5000,
+                limit=_BOOK_PAGE,
             )
-            if not found:
-                return book
             for stored in found:
                 book.add(stored.index, Entry.from_bytes(stored.data).event)
+            if len(found) < _BOOK_PAGE:  # a short page is the end of the log
+                return book
+
+    def _log_bid(self, kind: str, task_id: str, bidder: str, body: dict[str, Any]) -> int:
+        """Log an admitted commitment or reveal, once per task and bidder whichever process
+        admits it: the store refuses a second one under the same key, even when two services
+        admitted the same bid at the same moment. Raises BidRejected (second-bid) then."""
+        try:
+            index, _ = self.ledger.append(
+                self.ledger.operator,
+                kind,
+                subject=task_id,
+                body=body,
+                once_key=f"{task_id} {bidder}",
+            )
+        except AlreadyLoggedError as exc:
+            what = "committed to" if kind == BID_COMMITTED else "revealed on"
+            raise BidRejected("second-bid", f"{bidder} has already {what} task {task_id}") from exc
+        return index
 
     def _task_for_bid(self, task_id: str) -> Task:
         try:
@@ -792,6 +801,13 @@ class Market:
             bidding_closes=task.bidding_ends,
             reveal_closes=task.reveal_ends,
         )
+
+
+def _mean_score(scores: Sequence[Fraction | None]) -> Fraction:
+    """The mean of exam scores, 0 when there are none or one is missing."""
+    if not scores or any(score is None for score in scores):
+        return Fraction(0)
+    return sum((s for s in scores if s is not None), Fraction(0)) / len(scores)
 
 
 def reputations_from_log(

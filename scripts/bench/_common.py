@@ -22,6 +22,7 @@ from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
 
+import httpx
 from rich.console import Console
 from rich.table import Table
 
@@ -118,6 +119,28 @@ def side_by_side(
 
 def progress(message: str) -> None:
     console.print(f"[dim]  … {message}[/dim]")
+
+
+def percentile(values: Sequence[float], share: float) -> float:
+    """The value below which `share` of `values` lie (nearest rank)."""
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(share * len(ordered)))]
+
+
+def wait_healthy(base: str, server: subprocess.Popen[bytes], seconds: float = 30) -> None:
+    """Wait until the service at `base` answers /health. Raises RuntimeError when `server`
+    exits or `seconds` pass."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if server.poll() is not None:
+            raise RuntimeError(f"uvicorn exited with {server.returncode}")
+        try:
+            if httpx.get(f"{base}/health", timeout=1).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    raise RuntimeError("uvicorn did not answer /health in time")
 
 
 # -- signed entries --------------------------------------------------------------------------

@@ -46,7 +46,17 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from _common import Goal, Measure, Section, progress, run_alone, side_by_side, temp_root
+from _common import (
+    Goal,
+    Measure,
+    Section,
+    percentile,
+    progress,
+    run_alone,
+    side_by_side,
+    temp_root,
+    wait_healthy,
+)
 
 from api.auth import AccordAuth
 from identity.challenges import REGISTRY
@@ -119,11 +129,6 @@ class Load:
             client.close()
 
 
-def percentile(values: Sequence[float], share: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(share * len(ordered)))]
-
-
 def _spec(n: int) -> TaskSpec:
     return TaskSpec(
         title=f"bench task {n}",
@@ -134,20 +139,6 @@ def _spec(n: int) -> TaskSpec:
         reveal=timedelta(hours=1),
         delivery=timedelta(days=1),
     )
-
-
-def _wait_healthy(base: str, server: subprocess.Popen[bytes], seconds: float = 30) -> None:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if server.poll() is not None:
-            raise RuntimeError(f"uvicorn exited with {server.returncode}")
-        try:
-            if httpx.get(f"{base}/health", timeout=1).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.1)
-    raise RuntimeError("uvicorn did not answer /health in time")
 
 
 def run(quick: bool, reps: int) -> Section:
@@ -215,7 +206,7 @@ def run(quick: bool, reps: int) -> Section:
             ],
             env={**os.environ, **env, "PYTHONPATH": str(HERE.parents[1])},
         )  # fmt: skip
-        _wait_healthy(base, server)
+        wait_healthy(base, server)
         load = Load(base, THREADS)
         auths = [AccordAuth(signer) for signer in signers]
 

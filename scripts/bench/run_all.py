@@ -1,6 +1,7 @@
 """Run every accord benchmark in one process, print the tables and write BENCHMARKS.md.
 
-    .venv/bin/python scripts/bench/run_all.py            # full run (`make bench`), ~5-10 min
+    scripts/with_postgres.sh .venv/bin/python scripts/bench/run_all.py   # `make bench`
+    .venv/bin/python scripts/bench/run_all.py            # without PostgreSQL: scale on SQLite
     .venv/bin/python scripts/bench/run_all.py --quick    # smaller sizes, 3 repetitions
     .venv/bin/python scripts/bench/run_all.py --only proofs,gas --output /tmp/B.md
 
@@ -26,6 +27,7 @@ import bench_gas
 import bench_identity
 import bench_market
 import bench_proofs
+import bench_scale
 import bench_shapley
 import bench_team
 import bench_verify
@@ -55,6 +57,7 @@ BENCHES: dict[str, tuple[str, Callable[[bool, int], Section]]] = {
     "audit": ("audit of the demo task and `make demo` wall time", bench_audit.run),
     "api": ("api: signed requests through uvicorn, two workers", bench_api.run),
     "cli": ("cli: start-up of accord --help, --version and task show", bench_cli.run),
+    "scale": ("scale: reads, listing, commits and reindex to 10^6 events", bench_scale.run),
 }
 
 

@@ -123,3 +123,34 @@ def test_a_challenge_works_once_under_concurrency(onboarding: Onboarding) -> Non
     for thread in threads:
         thread.join()
     assert len(admitted) == 1 and len(refused) == len(agents) - 1
+
+
+def test_a_registration_raced_by_another_process_is_refused_as_a_conflict(
+    tmp_path: Path,
+) -> None:
+    """Two services on one database each checked that the agent is not registered yet and
+    admit its presentations over two challenges: the log keeps the first, the second is a 409
+    problem and nothing more is logged."""
+    from api.problems import domain_problem
+    from ledger.errors import AlreadyLoggedError
+
+    settings = Settings.from_env({"ACCORD_HOME": str(tmp_path / "home")})
+    here, there = open_onboarding(settings), open_onboarding(settings)
+    agent = here.registry.new_agent("ada", now=here.ledger.clock())
+    signer = here.registry.signer(agent)
+    presentations = []
+    for service in (here, there):
+        challenge = _challenge(service)
+        presentations.append(
+            (
+                create_presentation(signer, [], challenge, service.domain, service.ledger.clock()),
+                challenge,
+            )
+        )
+    index = here.admit(agent, *presentations[0])
+    size = there.ledger.store.size()
+    with pytest.raises(AlreadyLoggedError) as caught:
+        there.admit(agent, *presentations[1])
+    assert caught.value.index == index
+    assert there.ledger.store.size() == size
+    assert domain_problem(caught.value).status == 409

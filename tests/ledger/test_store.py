@@ -233,6 +233,28 @@ def test_seq_check_notices_appends_by_another_store(
     assert verify_log(one, "did:key:unused", None).ok
 
 
+def test_seq_check_notices_many_appends_by_another_store(
+    open_store: Callable[..., LogStore],
+    maker: EntryMaker,
+    actors: list[Ed25519Signer],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """More entries appended elsewhere than an append reads back: its cached seqs start over
+    (read again from the log) instead of being brought level entry by entry."""
+    import ledger.store
+
+    monkeypatch.setattr(ledger.store, "_SEQ_CATCH_UP", 2)
+    one, two = open_store(), open_store()
+    alice, bob = actors[0], actors[1]
+    assert two.append(maker.one(alice, seq=1)) == 0
+    one.append_batch([maker.one(alice, seq=2), maker.one(bob, seq=1), maker.one(bob, seq=2)])
+    with pytest.raises(SequenceError) as caught:
+        two.append(maker.one(alice, seq=2))
+    assert caught.value.last_seq == 2
+    assert two.append(maker.one(alice, seq=3)) == 4
+    assert one.append(maker.one(bob, seq=3)) == 5
+
+
 def test_database_failure_mid_batch_leaves_nothing_half_written(
     store: LogStore, maker: EntryMaker, actors: list[Ed25519Signer]
 ) -> None:
@@ -352,3 +374,30 @@ def test_concurrent_appends_from_two_stores_all_land(
     for each in (check, *stores):
         assert_serves_reference(each, leaves)
     assert verify_log(check, "did:key:unused", None).ok
+
+
+def test_stores_opened_at_once_on_a_fresh_database_all_open(
+    open_store: Callable[..., LogStore], maker: EntryMaker
+) -> None:
+    """Service processes starting together each create the log's tables: a CREATE that
+    races another one's (PostgreSQL's catalog refuses the second) is not an error."""
+    barrier = threading.Barrier(6)
+    opened: list[LogStore] = []
+    errors: list[BaseException] = []
+
+    def open_one() -> None:
+        try:
+            barrier.wait(timeout=30)
+            opened.append(open_store())
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    workers = [threading.Thread(target=open_one) for _ in range(6)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(timeout=60)
+    assert not errors, errors
+    assert len(opened) == 6
+    assert opened[0].append(maker.many(1)[0]) == 0
+    assert all(store.size() == 1 for store in opened)

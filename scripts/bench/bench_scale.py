@@ -1,0 +1,751 @@
+"""scale: the read routes, the CLI listing, bid commits and reindexing as the log grows to 10^6.
+
+Seeding, untimed. For each size (10^4, 10^5 and 10^6 events; `--quick` stops at 10^5,
+`--sizes` picks others) two fresh homes are seeded with the very same signed entries, one on
+SQLite (a file, WAL) and one on PostgreSQL (a fresh database on `$ACCORD_TEST_PG_URL`: run under
+`scripts/with_postgres.sh`, as `make bench` does; without it the PostgreSQL columns are
+skipped). Both homes share one operator key. Seeding goes through the Python API, not the
+service: `make_entry` signs every event and `LogStore.append_batch` appends them 5,000 per
+transaction, as any writer would; the agents' and credentials' rows are inserted the way
+onboarding inserts them. The log, as the market and onboarding would have logged it:
+
+- agents (10,000; a tenth of the events at smaller sizes): each an Ed25519 did:key with its
+  own signed `agent.registered` (a DID-auth presentation's proof) and a real
+  `CapabilityCredential` (eddsa-jcs-2022, signed by the operator, a status-list entry) logged
+  as `credential.issued`, in one of three capabilities;
+- tasks (a tenth of the events, at most 100,000): `task.posted` by a requester agent (a
+  one-part spec in one of the three capabilities) and `escrow.opened` by the operator; every
+  tenth task still takes bids (a 20-day window), the others closed hours ago;
+- the rest are sealed bids: `bid.committed` by the operator holding the commitment signed by
+  an agent credentialed for the task's capability (about 6 to 8 per task).
+
+The event times grow from three days ago to now, so the seeded log replays like a real one and
+`accord ledger verify` passes on it.
+
+Measured, per size and backend, through real HTTP (the service factory of `bench_api`, i.e.
+`create_app` with rate limits out of the way, under uvicorn on 127.0.0.1, as two separate
+processes on two ports; both open the market on a warm-up request, whose time is reported):
+p50 and p99 client-side latency of one keep-alive client sending, one after another,
+`GET /tasks?state=bidding&capability=X&limit=50`, `GET /tasks/{id}` (random tasks) and
+discovery `GET /agents?capability=X&need=...`; each route gets up to R requests within a time
+budget (a route slower than the budget is reported from the requests it got).
+`accord task list --state bidding --limit 50 --json` wall time (a subprocess, median of 3; the
+command opens the market itself). Signed bid commits per second: fresh commitments from
+credentialed agents to the open tasks, 16 client threads, alternating between the two
+processes, every answer must be 201 (measured right after the warm-up, before the reads: a
+read the client gave up on at its 60 s timeout keeps a service busy). `accord ledger
+reindex` wall time, where the command exists. The goals: p99 ≤ 20 ms for each route at
+10^6 events, within 1.5 times its 10^4 figure, and ≥ 200 bid commits/s with two processes
+on PostgreSQL.
+
+Run alone: `scripts/with_postgres.sh .venv/bin/python scripts/bench/bench_scale.py [--quick]
+[--sizes 10000,100000]`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import pickle
+import random
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import httpx
+from _common import (
+    TIMES,
+    Goal,
+    Measure,
+    Section,
+    console,
+    parser,
+    percentile,
+    progress,
+    reps_of,
+    show,
+    temp_root,
+    wait_healthy,
+)
+from sqlalchemy import create_engine, insert, text
+from sqlalchemy.engine import make_url
+
+from api.auth import AccordAuth
+from identity.agents import Agent, AgentRecord
+from identity.challenges import REGISTRY
+from identity.credentials import issue_capability_credential, transcript_reference
+from identity.issuance import DEFAULT_VALIDITY, ISSUED_EVENT_KIND, IssuedCredential
+from identity.onboarding import open_onboarding
+from identity.presentations import create_presentation
+from identity.registration import REGISTERED_KIND
+from identity.status import StatusList, status_entry, status_list_credential
+from identity.status_lists import PublishedStatusList
+from ledger.devnet import find_free_port
+from ledger.events import Entry, format_time, make_entry
+from ledger.runtime import (
+    OPERATOR_KEYFILE,
+    devnet_for,
+    open_ledger,
+    prepare_home,
+)
+from ledger.settings import Settings
+from ledger.signing import Ed25519Signer, load_or_create_keyfile
+from market import sealed
+from market.escrow import address_of
+from market.money import Wei
+from market.runtime import DEVNET_REQUESTER_KEY
+from market.tasks import BID_COMMITTED, ESCROW_OPENED, TASK_POSTED, TaskSpec
+from market.work import Part
+
+HERE = Path(__file__).resolve().parent
+PG_ENV = "ACCORD_TEST_PG_URL"
+SIZES = (10_000, 100_000, 1_000_000)
+BACKENDS = ("sqlite", "postgres")
+CAPABILITIES = ("arithmetic", "extraction", "retrieval")
+MAX_AGENTS = 10_000
+MAX_TASKS = 100_000
+OPEN_EVERY = 10
+SEED_BATCH = 5_000
+THREADS = 16
+COMMITS = 1_000
+COMMITS_QUICK = 300
+ROUTE_BUDGET_S = 20.0
+CLI_TIMEOUT_S = 300.0
+WARM_UP_TIMEOUT_S = 1800.0
+GOAL_P99_MS = 20.0
+GOAL_FLAT = 1.5
+GOAL_COMMITS = 200.0
+NEED = "careful arithmetic agent"
+BUDGET = Wei(10**16)
+
+
+# -- the seeded log (pure: rng and clock passed in) ---------------------------------------------
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How many agents, tasks and bids a log of `events` entries holds."""
+
+    events: int
+    agents: int
+    tasks: int
+
+    @classmethod
+    def of(cls, events: int) -> Plan:
+        return cls(events, min(MAX_AGENTS, events // 10), min(MAX_TASKS, events // 10))
+
+    @property
+    def bids(self) -> int:
+        return self.events - 2 * self.agents - 2 * self.tasks
+
+
+@dataclass
+class Seed:
+    """The signers and rows of a seeded home, and a stream of its signed entries."""
+
+    plan: Plan
+    operator: Ed25519Signer
+    log_id: str
+    status_url: str
+    domain: str
+    start: datetime
+    rng: random.Random
+    agents: list[Ed25519Signer] = field(default_factory=list)
+    credentialed: dict[str, list[int]] = field(default_factory=dict)
+    agent_rows: list[dict[str, Any]] = field(default_factory=list)
+    credential_rows: list[dict[str, Any]] = field(default_factory=list)
+    open_tasks: list[tuple[str, str]] = field(default_factory=list)
+    """(task id, capability) of the tasks still taking bids."""
+    all_tasks: list[str] = field(default_factory=list)
+    bidders: dict[str, set[int]] = field(default_factory=dict)
+    seqs: dict[str, int] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.agents = [Ed25519Signer(self.rng.randbytes(32)) for _ in range(self.plan.agents)]
+        for k in range(self.plan.agents):
+            self.credentialed.setdefault(CAPABILITIES[k % len(CAPABILITIES)], []).append(k)
+
+    def _at(self, index: int) -> datetime:
+        span = timedelta(days=3) - timedelta(minutes=5)
+        return self.start + span * (index / max(1, self.plan.events))
+
+    def _entry(
+        self, signer: Ed25519Signer, index: int, kind: str, subject: str, body: dict[str, Any]
+    ) -> Entry:
+        seq = self.seqs.get(signer.did, 0) + 1
+        self.seqs[signer.did] = seq
+        return make_entry(
+            signer, kind=kind, seq=seq, at=self._at(index), subject=subject, body=body
+        )
+
+    def entries(self) -> Iterator[Entry]:
+        """Every entry in log order (filling the agent and credential rows as it goes)."""
+        index = 0
+        for k, agent in enumerate(self.agents):
+            at = self._at(index)
+            name = f"agent-{k:05d}"
+            challenge = uuid.UUID(int=self.rng.getrandbits(128)).hex
+            proof = create_presentation(agent, [], challenge, self.domain, at)["proof"]
+            self.agent_rows.append(
+                AgentRecord(name, agent.did, "reference", None, format_time(at)).to_json()
+            )
+            body = {"name": name, "domain": self.domain, "challenge": challenge, "proof": proof}
+            yield self._entry(agent, index, REGISTERED_KIND, agent.did, body)
+            index += 1
+            yield self.credential_entry(k, index)
+            index += 1
+        bids_left = self.plan.bids
+        escrow_from = address_of(DEVNET_REQUESTER_KEY)
+        for t in range(self.plan.tasks):
+            capability = CAPABILITIES[t % len(CAPABILITIES)]
+            task_id = f"task-{t:016x}"
+            taking_bids = t % OPEN_EVERY == OPEN_EVERY - 1
+            spec = _spec(t, capability, taking_bids)
+            requester = self.agents[self.rng.randrange(len(self.agents))]
+            body = {"task_id": task_id, "spec": spec.to_json(), "escrow_from": escrow_from}
+            yield self._entry(requester, index, TASK_POSTED, task_id, body)
+            index += 1
+            opened = {
+                "task_id": task_id,
+                "deposit": str(BUDGET),
+                "tx_hash": "0x" + hashlib.sha256(task_id.encode()).hexdigest(),
+                "block_number": 1,
+            }
+            yield self._entry(self.operator, index, ESCROW_OPENED, task_id, opened)
+            index += 1
+            self.all_tasks.append(task_id)
+            if taking_bids:
+                self.open_tasks.append((task_id, capability))
+            count = bids_left // (self.plan.tasks - t)
+            bids_left -= count
+            pool = self.credentialed[capability]
+            chosen = self.rng.sample(pool, min(count, len(pool)))
+            self.bidders[task_id] = set(chosen)
+            for k in chosen:
+                price = Wei(10**14 + self.rng.randrange(10**15))
+                commitment = sealed.commit_bid(
+                    self.agents[k], task_id, price, self.rng.randbytes(32)
+                )
+                body = {"commitment": commitment.to_json(), "exam_score": "1"}
+                yield self._entry(self.operator, index, BID_COMMITTED, task_id, body)
+                index += 1
+
+    def credential_entry(self, k: int, index: int) -> Entry:
+        """Agent k's credential, issued and logged as onboarding issues it."""
+        agent = self.agents[k]
+        at = self._at(index)
+        capability = CAPABILITIES[k % len(CAPABILITIES)]
+        credential_id = uuid.UUID(int=self.rng.getrandbits(128)).urn
+        document = issue_capability_credential(
+            self.operator,
+            agent.did,
+            capability,
+            5,
+            5,
+            5,
+            transcript_reference(self.log_id, index),
+            hashlib.sha256(credential_id.encode()).hexdigest(),
+            status_entry(self.status_url, k),
+            at,
+            DEFAULT_VALIDITY,
+            credential_id=credential_id,
+        )
+        self.credential_rows.append(
+            {
+                "id": credential_id,
+                "agent_did": agent.did,
+                "capability": capability,
+                "status_index": k,
+                "exam_id": f"seeded-{k}",
+                "issued_at": document["validFrom"],
+                "document": json.dumps(document, sort_keys=True),
+            }
+        )
+        body = {
+            "credentialId": credential_id,
+            "agent": agent.did,
+            "capability": capability,
+            "examId": f"seeded-{k}",
+            "statusListIndex": k,
+            "validUntil": document["validUntil"],
+            "credential": document,
+        }
+        return self._entry(self.operator, index, ISSUED_EVENT_KIND, credential_id, body)
+
+
+def _spec(t: int, capability: str, taking_bids: bool) -> TaskSpec:
+    window = timedelta(days=20) if taking_bids else timedelta(hours=1)
+    return TaskSpec(
+        title=f"seeded task {t}",
+        description=f"a seeded {capability} task",
+        parts=(Part("part", capability, REGISTRY[capability].example()[0]),),
+        budget=BUDGET,
+        bidding=window,
+        reveal=window,
+        delivery=timedelta(days=30),
+    )
+
+
+# -- homes --------------------------------------------------------------------------------------
+
+
+@dataclass
+class Home:
+    backend: str
+    settings: Settings
+    env: dict[str, str]
+
+
+def _pg_database(base: str, name: str) -> str:
+    """A fresh database `name` on the PostgreSQL server of `base` (dropped first if there)."""
+    admin = create_engine(base, isolation_level="AUTOCOMMIT")
+    try:
+        with admin.connect() as connection:
+            connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+            connection.execute(text(f'CREATE DATABASE "{name}"'))
+    finally:
+        admin.dispose()
+    return make_url(base).set(database=name).render_as_string(hide_password=False)
+
+
+def make_homes(
+    work: Path, size: int, operator_key: Path, backends: Sequence[str] = BACKENDS
+) -> list[Home]:
+    """A home per backend for `size` events (PostgreSQL only when `$ACCORD_TEST_PG_URL` is
+    set), each holding a copy of `operator_key`."""
+    homes = []
+    for backend in backends:
+        if backend == "postgres" and not os.environ.get(PG_ENV):
+            continue
+        env = {
+            "ACCORD_HOME": str(work / f"{backend}-{size}"),
+            "ACCORD_DEVNET_PORT": str(find_free_port()),
+            "ACCORD_ANCHOR_EVERY": "1000000000",
+            "ACCORD_ANCHOR_INTERVAL": "1000000000",
+        }
+        if backend == "postgres":
+            env["ACCORD_DB_URL"] = _pg_database(os.environ[PG_ENV], f"accord_scale_{size}")
+        settings = Settings.from_env(env)
+        prepare_home(settings)
+        settings.keys_dir.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(operator_key, settings.keys_dir / OPERATOR_KEYFILE)
+        homes.append(Home(backend, settings, env))
+    return homes
+
+
+def seed_homes(homes: Sequence[Home], plan: Plan, rng: random.Random) -> Seed:
+    """Append the plan's entries to every home's log and insert the agent and credential
+    rows. Returns the seed (what the measurements need: open tasks, bidders, signers)."""
+    ledgers = [open_ledger(home.settings) for home in homes]
+    onboardings = [
+        open_onboarding(home.settings, ledger) for home, ledger in zip(homes, ledgers, strict=True)
+    ]
+    first = onboardings[0]
+    start = datetime.now(UTC).replace(microsecond=0) - timedelta(days=3)
+    seed = Seed(
+        plan,
+        ledgers[0].operator,
+        ledgers[0].log_id,
+        first.status_list_url,
+        first.domain,
+        start,
+        rng,
+    )
+    status = status_list_credential(seed.operator, seed.status_url, StatusList.empty(), now=start)
+    batch: list[Entry] = []
+    done = 0
+
+    def flush() -> None:
+        nonlocal done
+        for ledger in ledgers:
+            ledger.store.append_batch(batch)
+        done += len(batch)
+        if done % (SEED_BATCH * 20) == 0 or done == plan.events:
+            progress(f"scale: {done:,}/{plan.events:,} entries seeded")
+        batch.clear()
+
+    for entry in seed.entries():
+        batch.append(entry)
+        if len(batch) == SEED_BATCH:
+            flush()
+    if batch:
+        flush()
+    for onboarding in onboardings:
+        with onboarding.engine.begin() as connection:
+            connection.execute(
+                insert(PublishedStatusList.__table__),  # type: ignore[attr-defined]
+                [{"url": seed.status_url, "document": json.dumps(status, sort_keys=True)}],
+            )
+            connection.execute(insert(Agent.__table__), seed.agent_rows)  # type: ignore[attr-defined]
+            connection.execute(
+                insert(IssuedCredential.__table__),  # type: ignore[attr-defined]
+                seed.credential_rows,
+            )
+    for ledger in ledgers:
+        assert ledger.store.size() == plan.events, (ledger.store.size(), plan.events)
+        ledger.store.engine.dispose()
+    return seed
+
+
+# -- measuring ----------------------------------------------------------------------------------
+
+
+@dataclass
+class Services:
+    """Two service processes over one home (the factory of `bench_api`), stopped by `stop`."""
+
+    bases: list[str]
+    processes: list[subprocess.Popen[bytes]]
+
+    @classmethod
+    def start(cls, home: Home, count: int = 2) -> Services:
+        bases, processes = [], []
+        for _ in range(count):
+            port = find_free_port()
+            command = [sys.executable, "-m", "uvicorn", "bench_api:service", "--factory"]
+            command += ["--app-dir", str(HERE), "--host", "127.0.0.1", "--port", str(port)]
+            command += ["--log-level", "warning", "--no-access-log"]
+            environment = {**os.environ, **home.env, "PYTHONPATH": str(HERE.parents[1])}
+            processes.append(subprocess.Popen(command, env=environment))
+            bases.append(f"http://127.0.0.1:{port}")
+        services = cls(bases, processes)
+        try:
+            for base, process in zip(bases, processes, strict=True):
+                wait_healthy(base, process, seconds=120)
+        except BaseException:
+            services.stop()
+            raise
+        return services
+
+    def stop(self) -> None:
+        for process in self.processes:
+            process.terminate()
+        for process in self.processes:
+            try:
+                process.wait(15)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
+def latencies(
+    base: str, paths: Sequence[str], budget: float, timeout: float = 60.0
+) -> tuple[list[float], int]:
+    """Client-side milliseconds of GET `paths`, one after another on one keep-alive client,
+    until `budget` seconds are spent (at least one request); and how many were not 200 (or
+    not answered within `timeout` seconds)."""
+    took: list[float] = []
+    bad = 0
+    deadline = time.perf_counter() + budget
+    with httpx.Client(base_url=base, timeout=timeout) as client:
+        for path in paths:
+            start = time.perf_counter()
+            try:
+                ok = client.get(path).status_code == 200
+            except httpx.TimeoutException:
+                ok = False
+            took.append((time.perf_counter() - start) * 1_000)
+            bad += not ok
+            if time.perf_counter() > deadline:
+                break
+    return took, bad
+
+
+def accord_cli(home: Home, *args: str, timeout: float = CLI_TIMEOUT_S) -> tuple[float, int, str]:
+    """(wall seconds, exit status, its error) of `accord ARGS` on the home (-1: timed out).
+    With --json an error is a JSON object on stdout, else a line on stderr."""
+    env = {**os.environ, **home.env, "PYTHONPATH": str(HERE.parents[1]), "COLUMNS": "200"}
+    start = time.perf_counter()
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "api.cli", *args],
+            env=env, capture_output=True, text=True, timeout=timeout,
+        )  # fmt: skip
+    except subprocess.TimeoutExpired:
+        return time.perf_counter() - start, -1, f"timed out after {timeout:.0f} s"
+    seconds = time.perf_counter() - start
+    if done.returncode == 0:
+        return seconds, 0, ""
+    try:
+        return seconds, done.returncode, str(json.loads(done.stdout)["error"])
+    except (ValueError, KeyError, TypeError):
+        return seconds, done.returncode, done.stderr or done.stdout
+
+
+def commits_per_second(
+    services: Services, seed: Seed, count: int, rng: random.Random
+) -> tuple[float, int]:
+    """Fresh signed commitments from credentialed agents to the open tasks, `THREADS` at a
+    time, alternating between the processes: (commits/s, answers other than 201)."""
+    calls: list[tuple[str, str, dict[str, str], AccordAuth]] = []
+    while len(calls) < count:
+        task_id, capability = seed.open_tasks[len(calls) % len(seed.open_tasks)]
+        fresh = [k for k in seed.credentialed[capability] if k not in seed.bidders[task_id]]
+        k = rng.choice(fresh)
+        seed.bidders[task_id].add(k)
+        signer = seed.agents[k]
+        commitment = sealed.commit_bid(signer, task_id, Wei(10**15), rng.randbytes(32))
+        base = services.bases[len(calls) % len(services.bases)]
+        calls.append((base, task_id, commitment.to_json(), AccordAuth(signer)))
+    local = threading.local()
+
+    def one(call: tuple[str, str, dict[str, str], AccordAuth]) -> bool:
+        base, task_id, body, auth = call
+        clients: dict[str, httpx.Client] = local.__dict__.setdefault("clients", {})
+        client = clients.get(base) or clients.setdefault(base, httpx.Client(base_url=base))
+        response = client.post(f"/tasks/{task_id}/commitments", json=body, auth=auth, timeout=60)
+        return response.status_code == 201
+
+    with ThreadPoolExecutor(THREADS) as pool:
+        start = time.perf_counter()
+        answers = list(pool.map(one, calls))
+        seconds = time.perf_counter() - start
+    return len(calls) / seconds, answers.count(False)
+
+
+def _label(size: int) -> str:
+    return f"10^{len(str(size)) - 1}"
+
+
+def measure_home(
+    section: Section, home: Home, seed: Seed, size: int, reps: int, commits: int
+) -> dict[str, Measure]:
+    """Every measurement of one seeded home; returns the p99 measures by route."""
+    tag = f"{_label(size)} events, {'SQLite' if home.backend == 'sqlite' else 'PostgreSQL'}"
+    rng = random.Random(size)
+    devnet = devnet_for(home.settings)
+    devnet.up()
+    services: Services | None = None
+    p99s: dict[str, Measure] = {}
+    failures: list[str] = []
+    try:
+        services = Services.start(home)
+        warm = Measure(f"first request, the market opening ({tag})", "s")
+        for base in services.bases:  # each process opens the market on its first request
+            took, bad = latencies(base, [f"/tasks/{seed.all_tasks[0]}"], 0, WARM_UP_TIMEOUT_S)
+            warm.samples.append(took[0] / 1_000)
+            if bad:
+                failures.append(f"{tag}: the warm-up request failed")
+        section.measures.append(warm)
+        # Commits first: a slow read abandoned by the client at its timeout would still be
+        # running in the services and take the CPU from them.
+        rate = Measure(f"signed bid commits, 2 processes ({tag})", "commits/s")
+        for _ in range(reps):
+            per_second, refused = commits_per_second(services, seed, commits, rng)
+            rate.samples.append(per_second)
+            if refused:
+                failures.append(f"{tag}: {refused} of {commits} commits not answered 201")
+        section.measures.append(rate)
+        p99s["commits"] = rate
+        progress(f"scale: {tag}: {rate.median:.0f} commits/s")
+        capability = CAPABILITIES[0]
+        routes: dict[str, Callable[[], str]] = {
+            "GET /tasks?state=bidding&capability=X&limit=50": lambda: (
+                f"/tasks?state=bidding&capability={CAPABILITIES[rng.randrange(3)]}&limit=50"
+            ),
+            "GET /tasks/{id}": lambda: f"/tasks/{rng.choice(seed.all_tasks)}",
+            "GET /agents?capability=X&need=... (discovery)": lambda: (
+                f"/agents?capability={capability}&need={NEED.replace(' ', '+')}"
+            ),
+        }
+        for route, path in routes.items():
+            p50 = Measure(f"{route} p50 ({tag})", "ms")
+            p99 = Measure(f"{route} p99 ({tag})", "ms")
+            for _ in range(reps):
+                took, bad = latencies(
+                    services.bases[0], [path() for _ in range(200)], ROUTE_BUDGET_S / reps
+                )
+                p50.samples.append(statistics.median(took))
+                p99.samples.append(percentile(took, 0.99))
+                if bad:
+                    failures.append(f"{tag}: {bad} of {len(took)} {route} not answered 200")
+            section.measures += [p50, p99]
+            p99s[route] = p99
+        progress(f"scale: {tag}: routes measured")
+
+        listing = Measure(f"accord task list --state bidding --limit 50 ({tag})", "s")
+        for _ in range(3):
+            seconds, status, err = accord_cli(
+                home, "task", "list", "--state", "bidding", "--limit", "50", "--json"
+            )
+            if status == 2 and "No such option" in err:  # before the read views
+                listing.name = f"accord task list (every task: no --state/--limit yet) ({tag})"
+                seconds, status, err = accord_cli(home, "task", "list", "--json")
+            if status != 0:
+                failures.append(f"{tag}: accord task list: {err.strip()[-200:]}")
+                break
+            listing.samples.append(seconds)
+        section.measures.append(listing)
+        p99s["accord task list --state bidding --limit 50"] = listing
+
+    finally:
+        if services is not None:
+            services.stop()
+        devnet.down()
+
+    seconds, status, err = accord_cli(home, "ledger", "reindex", "--json", timeout=3600)
+    if status == 0:
+        reindex = Measure(f"accord ledger reindex ({tag})", "s", [seconds])
+        section.measures.append(reindex)
+        p99s["reindex"] = reindex
+    elif status == 2 and "No such command" in err:
+        section.notes.append(f"{tag}: no `accord ledger reindex` command yet, not measured")
+    else:
+        failures.append(f"{tag}: accord ledger reindex: {err.strip()[-200:]}")
+    if failures:
+        section.notes += failures
+        section.error = "; ".join(failures[:3])
+    return p99s
+
+
+ByHome = dict[tuple[int, str], dict[str, Measure]]
+"""The measures the goals read, by (size, backend)."""
+
+
+def run(quick: bool, reps: int) -> Section:
+    """The bench at 10^4, 10^5 and 10^6 events (quick: the first two), on both backends."""
+    return measure(quick, reps)[0]
+
+
+def measure(
+    quick: bool,
+    reps: int,
+    sizes: Sequence[int] | None = None,
+    backends: Sequence[str] = BACKENDS,
+) -> tuple[Section, ByHome]:
+    """The bench at `sizes` on `backends`: the section (with its goals) and its measures by
+    (size, backend)."""
+    started = time.perf_counter()
+    section = Section(
+        key="scale",
+        title="scale: reads, listing, bid commits and reindex from 10^4 to 10^6 events",
+        method=__doc__ or "",
+    )
+    sizes = sorted(sizes or (SIZES[:2] if quick else SIZES))
+    commits = COMMITS_QUICK if quick else COMMITS
+    work = Path(tempfile.mkdtemp(prefix="accord-bench-scale-", dir=temp_root()))
+    by_size: ByHome = {}
+    try:
+        operator_key = work / OPERATOR_KEYFILE  # one operator for every home
+        load_or_create_keyfile(operator_key)
+        for size in sizes:
+            plan = Plan.of(size)
+            homes = make_homes(work, size, operator_key, backends)
+            seeding = time.perf_counter()
+            seed = seed_homes(homes, plan, random.Random(size))
+            seeded = Measure(
+                f"seeding {_label(size)} events into {' and '.join(h.backend for h in homes)}",
+                "events/s",
+                [size / (time.perf_counter() - seeding)],
+            )
+            section.measures.append(seeded)
+            progress(
+                f"scale: {size:,} events seeded ({plan.agents:,} agents, {plan.tasks:,} tasks, "
+                f"{plan.bids:,} bids)"
+            )
+            for home in homes:
+                by_size[(size, home.backend)] = measure_home(
+                    section, home, seed, size, reps, commits
+                )
+            if size != sizes[-1]:
+                for home in homes:
+                    shutil.rmtree(home.settings.home, ignore_errors=True)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+    add_goals(section, by_size)
+    section.notes.append(
+        f"Sizes {', '.join(f'{s:,}' for s in sizes)} events; {commits} commits per repetition "
+        f"from {THREADS} client threads in the bench process (its signing shares the machine's "
+        "cores with both services and the database, so the rates are lower bounds). Reads are "
+        "one client, one request at a time."
+    )
+    section.seconds = time.perf_counter() - started
+    return section, by_size
+
+
+def add_goals(section: Section, by_size: ByHome) -> None:
+    """The issue's goals from the measures by (size, backend): each route's p99 (the listing's
+    wall time) at the largest size and its growth from the smallest, and the commit rate on
+    PostgreSQL at the largest size."""
+    sizes = sorted({size for size, _ in by_size})
+    largest, smallest = sizes[-1], sizes[0]
+    for backend in ("sqlite", "postgres"):
+        top, bottom = by_size.get((largest, backend)), by_size.get((smallest, backend))
+        if top is None or bottom is None:
+            continue
+        name = "SQLite" if backend == "sqlite" else "PostgreSQL"
+        for route, measure in top.items():
+            if route in ("commits", "reindex"):
+                continue
+            if not route.startswith("accord"):  # a command's wall time includes Python's
+                # start-up (0.1 s and more): only its growth has a goal
+                title = f"{route} p99, {_label(largest)} events, {name}"
+                section.goals.append(
+                    Goal(title, GOAL_P99_MS, measure.median, "ms", higher_is_better=False)
+                )
+            base = bottom[route].median
+            section.goals.append(
+                Goal(
+                    f"{route}: {_label(largest)} over {_label(smallest)} events, {name}",
+                    GOAL_FLAT,
+                    measure.median / base if base else float("nan"),
+                    TIMES,
+                    higher_is_better=False,
+                )
+            )
+    top_pg = by_size.get((largest, "postgres"))
+    if top_pg is not None:
+        section.goals.append(
+            Goal(
+                f"signed bid commits, 2 processes on PostgreSQL, {_label(largest)} events",
+                GOAL_COMMITS,
+                top_pg["commits"].median,
+                "commits/s",
+            )
+        )
+    else:
+        section.notes.append(
+            f"PostgreSQL not measured: {PG_ENV} is unset (run under scripts/with_postgres.sh)"
+        )
+
+
+def main() -> None:
+    args = parser("Reads, listing, bid commits and reindex as the log grows.")
+    args.add_argument(
+        "--sizes",
+        default="",
+        help="comma-separated log sizes (default 10000,100000,1000000; quick: the first two)",
+    )
+    args.add_argument("--backends", default=",".join(BACKENDS), help="sqlite,postgres")
+    args.add_argument(
+        "--save", type=Path, default=None, help="pickle the section and its measures there"
+    )
+    options = args.parse_args()
+    sizes = [int(size) for size in options.sizes.split(",") if size.strip()]
+    backends = [name.strip() for name in options.backends.split(",") if name.strip()]
+    if set(backends) - set(BACKENDS):
+        args.error(f"unknown backend in {backends}; choose from {list(BACKENDS)}")
+    section, by_size = measure(options.quick, reps_of(options), sizes, backends)
+    if options.save is not None:
+        with options.save.open("wb") as out:
+            pickle.dump((section, by_size), out)
+    show(section)
+    console.print(f"[dim]{section.key}: {section.seconds:.0f} s[/dim]")
+    sys.exit(0 if section.error is None and all(g.passed for g in section.goals) else 1)
+
+
+if __name__ == "__main__":
+    main()
