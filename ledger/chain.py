@@ -471,7 +471,51 @@ def with_gas_margin(gas_estimate: int) -> int:
     return gas_estimate * GAS_MARGIN_NUMERATOR // GAS_MARGIN_DENOMINATOR
 
 
-class Web3AnchorChain:
+class Web3Transactions:
+    """What both JSON-RPC chains (anchors and escrow) share: the chain id (asked once), and
+    the transaction journal's reads of receipts, nonces, blocks, the pool and the fee market.
+    A subclass sets `_rpc_url`, `_w3`, `_fee_policy` and `_chain_id` (None)."""
+
+    _rpc_url: str
+    _w3: Web3
+    _fee_policy: FeePolicy
+    _chain_id: int | None
+
+    def chain_id(self) -> int:
+        if self._chain_id is None:
+            with mapped_chain_errors(self._rpc_url, "eth_chainId"):
+                self._chain_id = int(self._w3.eth.chain_id)
+        return self._chain_id
+
+    def receipt(self, tx_hash: bytes) -> TxReceipt | None:
+        return transaction_receipt(self._w3, self._rpc_url, tx_hash)
+
+    def wait_for_receipt(self, tx_hash: bytes, timeout_s: float) -> TxReceipt | None:
+        return poll_receipt(self.receipt, tx_hash, timeout_s)
+
+    def nonce_of(self, address: str, latest: bool) -> int:
+        return nonce_at(self._w3, self._rpc_url, address, latest)
+
+    def block_hash(self, number: int) -> bytes | None:
+        return block_hash_at(self._w3, self._rpc_url, number)
+
+    def block_number(self) -> int:
+        return head_block_number(self._w3, self._rpc_url)
+
+    def knows(self, tx_hash: bytes) -> bool:
+        return node_knows(self._w3, self._rpc_url, tx_hash)
+
+    def fee_market(self) -> FeeMarket:
+        return fee_market(self._w3, self._rpc_url, self._fee_policy)
+
+    def fees_of(self, raw: bytes) -> Fees | None:
+        return fees_of_raw(raw)
+
+    def fee_policy(self) -> FeePolicy:
+        return self._fee_policy
+
+
+class Web3AnchorChain(Web3Transactions):
     """AnchorChain over JSON-RPC (web3 HTTPProvider). Constructing it does no I/O."""
 
     def __init__(
@@ -497,12 +541,6 @@ class Web3AnchorChain:
 
     def operator_address(self) -> str:
         return str(self._account.address)
-
-    def chain_id(self) -> int:
-        if self._chain_id is None:
-            with mapped_chain_errors(self._rpc_url, "eth_chainId"):
-                self._chain_id = int(self._w3.eth.chain_id)
-        return self._chain_id
 
     def registry_address(self) -> str:
         return self._address
@@ -575,32 +613,8 @@ class Web3AnchorChain:
                 f"(log {tx.log_id!r}, size {tx.size}, nonce {tx.nonce}): {refusal}"
             ) from refusal
 
-    def receipt(self, tx_hash: bytes) -> AnchorReceipt | None:
-        return transaction_receipt(self._w3, self._rpc_url, tx_hash)
-
-    def wait_for_receipt(self, tx_hash: bytes, timeout_s: float) -> AnchorReceipt | None:
-        return poll_receipt(self.receipt, tx_hash, timeout_s)
-
     def account_nonce(self, latest: bool) -> int:
         return nonce_at(self._w3, self._rpc_url, self._account.address, latest)
-
-    def nonce_of(self, address: str, latest: bool) -> int:
-        return nonce_at(self._w3, self._rpc_url, address, latest)
-
-    def block_hash(self, number: int) -> bytes | None:
-        return block_hash_at(self._w3, self._rpc_url, number)
-
-    def knows(self, tx_hash: bytes) -> bool:
-        return node_knows(self._w3, self._rpc_url, tx_hash)
-
-    def fee_market(self) -> FeeMarket:
-        return fee_market(self._w3, self._rpc_url, self._fee_policy)
-
-    def fees_of(self, raw: bytes) -> Fees | None:
-        return fees_of_raw(raw)
-
-    def fee_policy(self) -> FeePolicy:
-        return self._fee_policy
 
     def anchors(self, log_id: str) -> list[OnChainAnchor]:
         with mapped_chain_errors(self._rpc_url, "eth_getLogs"):
@@ -620,9 +634,6 @@ class Web3AnchorChain:
             )
             for log in ordered
         ]
-
-    def block_number(self) -> int:
-        return head_block_number(self._w3, self._rpc_url)
 
     def operator(self) -> str:
         """The registry's operator address as the contract reports it."""

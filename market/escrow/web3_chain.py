@@ -23,32 +23,25 @@ from ledger.chain import (
     DEPLOY_TIMEOUT_S,
     RPC_TIMEOUT_S,
     Deployment,
-    block_hash_at,
+    Web3Transactions,
     decode_custom_error,
     deploy_registry,
-    fee_market,
-    fees_of_raw,
-    head_block_number,
     make_web3,
     mapped_chain_errors,
-    node_knows,
     nonce_at,
-    poll_receipt,
     revert_data,
     send_raw_transaction,
-    transaction_receipt,
     with_gas_margin,
     write_deployment,
 )
 from ledger.contracts import ContractArtifact, load_artifact
 from ledger.errors import DeploymentError
-from ledger.fees import FeeMarket, FeePolicy, Fees, fees_for
+from ledger.fees import FeePolicy, Fees, fees_for
 from market.escrow.values import (
     ESCROW_CONTRACT,
     EscrowEvent,
     EscrowEventName,
     EscrowIntent,
-    EscrowReceipt,
     EscrowRecord,
     EscrowRefusedError,
     EscrowState,
@@ -62,7 +55,7 @@ from market.escrow.values import (
 from market.money import Wei
 
 
-class Web3EscrowChain:
+class Web3EscrowChain(Web3Transactions):
     """EscrowChain over JSON-RPC. Constructing it does no I/O."""
 
     def __init__(
@@ -83,12 +76,6 @@ class Web3EscrowChain:
             address=self._address, abi=self._artifact.abi
         )
         self._chain_id: int | None = None
-
-    def chain_id(self) -> int:
-        if self._chain_id is None:
-            with mapped_chain_errors(self._rpc_url, "eth_chainId"):
-                self._chain_id = int(self._w3.eth.chain_id)
-        return self._chain_id
 
     def escrow_address(self) -> str:
         return self._address
@@ -190,35 +177,8 @@ class Web3EscrowChain:
                 f"(task {tx.task_id!r}, sender {tx.sender}, nonce {tx.nonce}): {refusal}"
             ) from refusal
 
-    def receipt(self, tx_hash: bytes) -> EscrowReceipt | None:
-        return transaction_receipt(self._w3, self._rpc_url, tx_hash)
-
-    def wait_for_receipt(self, tx_hash: bytes, timeout_s: float) -> EscrowReceipt | None:
-        return poll_receipt(self.receipt, tx_hash, timeout_s)
-
     def account_nonce(self, address: str, latest: bool) -> int:
         return nonce_at(self._w3, self._rpc_url, address, latest)
-
-    def nonce_of(self, address: str, latest: bool) -> int:
-        return nonce_at(self._w3, self._rpc_url, address, latest)
-
-    def block_hash(self, number: int) -> bytes | None:
-        return block_hash_at(self._w3, self._rpc_url, number)
-
-    def knows(self, tx_hash: bytes) -> bool:
-        return node_knows(self._w3, self._rpc_url, tx_hash)
-
-    def fee_market(self) -> FeeMarket:
-        return fee_market(self._w3, self._rpc_url, self._fee_policy)
-
-    def fees_of(self, raw: bytes) -> Fees | None:
-        return fees_of_raw(raw)
-
-    def fee_policy(self) -> FeePolicy:
-        return self._fee_policy
-
-    def block_number(self) -> int:
-        return head_block_number(self._w3, self._rpc_url)
 
     def events(self, task_id: str | None = None, *, from_block: int = 0) -> list[EscrowEvent]:
         names: list[EscrowEventName] = ["Opened", "Settled", "Refunded"]
