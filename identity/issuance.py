@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import BigInteger, Engine, func, insert, select, update
-from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlmodel import Column, Field, SQLModel
 
 from identity.credentials import (
@@ -39,6 +39,7 @@ from ledger.service import Ledger
 
 ISSUED_EVENT_KIND = "credential.issued"
 DEFAULT_VALIDITY = timedelta(days=180)
+STATUS_INDEX_ATTEMPTS = 5
 
 
 class IssuedCredential(SQLModel, table=True):
@@ -88,43 +89,57 @@ class CredentialIssuer:
     def issue(self, result: ExamResult) -> tuple[str, Path]:
         """Issue, log and store the credential for a passed exam; returns its id and file.
 
-        Raises RegistryError without the operator's Ed25519 key, and what the ledger raises.
+        The status-list index is the next free one; a process that loses it to another
+        process issuing at the same moment signs again for the next. Raises RegistryError
+        without the operator's Ed25519 key (or when the index is lost every time), and what the
+        ledger raises.
         """
         now = self.ledger.clock()
         credential_id = uuid.uuid4().urn
         self.status_lists.ensure(now)
-        with self.engine.begin() as connection:
-            index = int(
-                connection.execute(
-                    select(func.coalesce(func.max(_CREDENTIALS.c.status_index), -1))
-                ).scalar_one()
-                + 1
-            )
-            document = issue_capability_credential(
-                operator_key(self.ledger),
-                result.agent_did,
-                result.capability,
-                result.earned,
-                result.possible,
-                result.item_count,
-                transcript_reference(self.ledger.log_id, result.graded_index),
-                result.seed_commitment,
-                status_entry(self.status_lists.url, index),
-                now,
-                self.valid_for,
-                credential_id=credential_id,
-            )
-            connection.execute(
-                insert(_CREDENTIALS).values(
-                    id=credential_id,
-                    agent_did=result.agent_did,
-                    capability=result.capability,
-                    status_index=index,
-                    exam_id=result.exam_id,
-                    issued_at=document["validFrom"],
-                    document=json.dumps(document, sort_keys=True),
-                )
-            )
+        for attempt in range(STATUS_INDEX_ATTEMPTS):
+            try:
+                with self.engine.begin() as connection:
+                    index = int(
+                        connection.execute(
+                            select(func.coalesce(func.max(_CREDENTIALS.c.status_index), -1))
+                        ).scalar_one()
+                        + 1
+                    )
+                    document = issue_capability_credential(
+                        operator_key(self.ledger),
+                        result.agent_did,
+                        result.capability,
+                        result.earned,
+                        result.possible,
+                        result.item_count,
+                        transcript_reference(self.ledger.log_id, result.graded_index),
+                        result.seed_commitment,
+                        status_entry(self.status_lists.url, index),
+                        now,
+                        self.valid_for,
+                        credential_id=credential_id,
+                    )
+                    connection.execute(
+                        insert(_CREDENTIALS).values(
+                            id=credential_id,
+                            agent_did=result.agent_did,
+                            capability=result.capability,
+                            status_index=index,
+                            exam_id=result.exam_id,
+                            issued_at=document["validFrom"],
+                            document=json.dumps(document, sort_keys=True),
+                        )
+                    )
+                break
+            except IntegrityError as exc:
+                # Another service process took this status-list index between our read and
+                # our insert (the column is unique): sign again for the next free one.
+                if attempt == STATUS_INDEX_ATTEMPTS - 1:
+                    raise RegistryError(
+                        "could not take a status-list index for the credential: other "
+                        f"processes kept taking them ({exc.orig}); onboard again"
+                    ) from exc
         self.ledger.append(
             self.ledger.operator,
             ISSUED_EVENT_KIND,

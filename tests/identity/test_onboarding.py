@@ -7,9 +7,11 @@ import stat
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from identity import issuance
 from identity.agents import AgentRegistry
 from identity.credentials import REVOCATION_EVENT_KIND
 from identity.errors import CredentialError, ExamError, RegistryError
@@ -151,3 +153,46 @@ def test_registry_survives_reopening(onboarding: Onboarding, tmp_path: Path) -> 
     record = onboarding.registry.new_agent("ref", now=NOW)
     again = AgentRegistry(onboarding.engine, tmp_path / "home" / "keys")
     assert again.get("ref") == record
+
+
+@pytest.mark.postgres
+def test_two_processes_issuing_at_once_take_different_status_indexes(
+    tmp_path: Path,
+    postgres_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+    request: pytest.FixtureRequest,
+) -> None:
+    """Two service processes on one PostgreSQL: the second issues a credential between the
+    first's read of the next status-list index and its insert. The first signs again for the
+    next index instead of failing, and each credential has its own status entry."""
+    settings = Settings.from_env(
+        {"ACCORD_HOME": str(tmp_path / "home"), "ACCORD_DB_URL": postgres_url}
+    )
+    first, second = open_onboarding(settings), open_onboarding(settings)
+    for process in (first, second):  # closed before the fixture drops the schema
+        request.addfinalizer(process.engine.dispose)
+    ada = first.registry.new_agent("ada", now=NOW)
+    bob = second.registry.new_agent("bob", now=NOW)
+    signed = issuance.issue_capability_credential
+    raced: list[str] = []
+
+    def racing(*args: Any, **kwargs: Any) -> dict[str, Any]:
+        if not raced:  # the other process issues now, inside our read-then-insert
+            raced.append("bob")
+            [outcome] = second.onboard(bob, ["arithmetic"], item_count=5)
+            assert outcome.credential_id is not None
+        return signed(*args, **kwargs)
+
+    monkeypatch.setattr(issuance, "issue_capability_credential", racing)
+    [outcome] = first.onboard(ada, ["arithmetic"], item_count=5)
+    assert raced and outcome.credential_id is not None
+    rows = [
+        *first.credentials_of(ada.did),
+        *first.credentials_of(bob.did),
+    ]
+    indexes = sorted(first.issuer.credential(row["id"])["status_index"] for row in rows)
+    assert indexes == [0, 1]
+    assert outcome.credential_path is not None
+    document = json.loads(outcome.credential_path.read_text())
+    assert document["credentialStatus"]["statusListIndex"] == "1"
+    first.verify(document, holder_did=ada.did)

@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import os
 import threading
-import uuid
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import Engine, create_engine, text
+from sqlalchemy import Engine
 
 from identity.errors import CredentialError, NonceError
 from identity.presentations import (
@@ -25,7 +23,6 @@ from ledger.signing import from_b64url
 from ledger.store import make_engine
 from tests.identity.test_credentials import AGENT, NOW, OPERATOR, STRANGER, World
 
-PG_ENV = "ACCORD_TEST_PG_URL"
 DOMAIN = "accord.example"
 TTL = timedelta(minutes=5)
 LATER = NOW + timedelta(seconds=30)
@@ -347,25 +344,6 @@ def test_concurrent_consumers_with_their_own_engines_exactly_one_wins(tmp_path: 
     finally:
         for engine in engines:
             engine.dispose()
-
-
-@pytest.fixture
-def postgres_url() -> Iterator[str]:
-    """A fresh schema on the server at ACCORD_TEST_PG_URL (skips without one), dropped after."""
-    base = os.environ.get(PG_ENV)
-    if not base:
-        pytest.skip(f"needs {PG_ENV}; run under scripts/with_postgres.sh")
-    schema = f"t_{uuid.uuid4().hex[:16]}"
-    admin = create_engine(base)
-    try:
-        with admin.begin() as connection:
-            connection.execute(text(f'CREATE SCHEMA "{schema}"'))
-        separator = "&" if "?" in base else "?"
-        yield f"{base}{separator}options=-csearch_path%3D{schema}"
-        with admin.begin() as connection:
-            connection.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
-    finally:
-        admin.dispose()
 
 
 @pytest.mark.postgres
