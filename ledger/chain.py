@@ -745,7 +745,32 @@ def ensure_registry(
     *,
     artifact: ContractArtifact | None = None,
 ) -> Deployment:
-    """The registry recorded in `deployment_file`, checked on chain; deploys when needed.
+    """The registry recorded in `deployment_file`, checked on chain; deploys when needed
+    (see `ensure_contract`). Raises DeploymentError, ChainUnavailableError."""
+    artifact = artifact or load_artifact(REGISTRY_CONTRACT)
+    return ensure_contract(
+        rpc_url,
+        operator_key_hex,
+        deployment_file,
+        artifact,
+        deploy=lambda: deploy_registry(rpc_url, operator_key_hex, artifact=artifact),
+        operator_of=lambda address: Web3AnchorChain(
+            rpc_url, operator_key_hex, address, artifact=artifact
+        ).operator(),
+    )
+
+
+def ensure_contract(
+    rpc_url: str,
+    operator_key_hex: str,
+    deployment_file: Path,
+    artifact: ContractArtifact,
+    *,
+    deploy: Callable[[], Deployment],
+    operator_of: Callable[[str], str],
+) -> Deployment:
+    """The contract of `artifact` recorded in `deployment_file`, checked on chain; `deploy`
+    makes a fresh one when needed, `operator_of(address)` reads a deployed one's operator.
 
     - no record: deploy, record, action="deployed";
     - recorded and on chain with the recorded code hash, the artifact's runtime code (up to
@@ -754,52 +779,43 @@ def ensure_registry(
       action="redeployed".
 
     Raises DeploymentError when the record is malformed, names another chain id, or the
-    address holds other code (or another operator's registry); ChainUnavailableError.
+    address holds other code (or another operator's contract); ChainUnavailableError.
     """
-    artifact = artifact or load_artifact(REGISTRY_CONTRACT)
+    name = artifact.name
+
+    def refuse(why: str) -> NoReturn:
+        raise DeploymentError(f"the {name} recorded in {deployment_file} does not hold: {why}")
+
     try:
         text = deployment_file.read_text(encoding="utf-8")
     except FileNotFoundError:
-        deployment = deploy_registry(rpc_url, operator_key_hex, artifact=artifact)
+        deployment = deploy()
         write_deployment(deployment_file, deployment)
         return deployment
     except OSError as exc:
         raise DeploymentError(f"cannot read {deployment_file}: {exc}") from exc
-    recorded = Deployment.from_json(text)
+    recorded = Deployment.from_json(text, name)
     w3 = make_web3(rpc_url)
-    with mapped_chain_errors(rpc_url, "checking the registry"):
+    with mapped_chain_errors(rpc_url, f"checking the {name}"):
         chain_id = int(w3.eth.chain_id)
         if chain_id != recorded.chain_id:
-            _refuse(
-                deployment_file,
-                f"it records chain id {recorded.chain_id} but {rpc_url} is chain {chain_id}",
-            )
+            refuse(f"it records chain id {recorded.chain_id} but {rpc_url} is chain {chain_id}")
         code = bytes(w3.eth.get_code(to_checksum_address(recorded.address)))
     if not code:
-        deployment = deploy_registry(rpc_url, operator_key_hex, artifact=artifact)
-        deployment = replace(deployment, action="redeployed")
+        deployment = replace(deploy(), action="redeployed")
         write_deployment(deployment_file, deployment)
         return deployment
     if keccak(code) != recorded.code_hash:
-        _refuse(deployment_file, f"the code at {recorded.address} has another hash")
+        refuse(f"the code at {recorded.address} has another hash")
     if not artifact.runtime_code_matches(code):
-        _refuse(
-            deployment_file,
-            f"the code at {recorded.address} is not the current {artifact.name} artifact "
-            "(the contract changed since it was deployed)",
+        refuse(
+            f"the code at {recorded.address} is not the current {name} artifact "
+            "(the contract changed since it was deployed)"
         )
-    chain = Web3AnchorChain(rpc_url, operator_key_hex, recorded.address, artifact=artifact)
-    if chain.operator() != chain.operator_address():
-        _refuse(
-            deployment_file,
-            f"the registry at {recorded.address} belongs to operator {chain.operator()}, "
-            f"not {chain.operator_address()}",
-        )
+    operator, ours = operator_of(recorded.address), Account.from_key(operator_key_hex).address
+    if operator != ours:
+        refuse(f"the {name} at {recorded.address} belongs to operator {operator}, not {ours}")
     return recorded
-
-
-def _refuse(deployment_file: Path, why: str) -> NoReturn:
-    raise DeploymentError(f"the deployment recorded in {deployment_file} does not hold: {why}")
 
 
 def write_deployment(path: Path, deployment: Deployment) -> None:

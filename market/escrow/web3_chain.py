@@ -9,11 +9,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 from eth_account import Account
 from eth_utils.address import to_checksum_address
-from eth_utils.crypto import keccak
 from web3.contract import Contract
 from web3.exceptions import ContractLogicError
 from web3.types import Nonce, TxParams
@@ -26,16 +25,15 @@ from ledger.chain import (
     Web3Transactions,
     decode_custom_error,
     deploy_registry,
+    ensure_contract,
     make_web3,
     mapped_chain_errors,
     nonce_at,
     revert_data,
     send_raw_transaction,
     with_gas_margin,
-    write_deployment,
 )
 from ledger.contracts import ContractArtifact, load_artifact
-from ledger.errors import DeploymentError
 from ledger.fees import FeePolicy, Fees, fees_for
 from market.escrow.values import (
     ESCROW_CONTRACT,
@@ -48,7 +46,6 @@ from market.escrow.values import (
     EscrowTxRejectedError,
     EventPlace,
     SignedEscrowTx,
-    address_of,
     task_id_hash,
     validate_intent,
 )
@@ -277,45 +274,17 @@ def ensure_escrow(
     artifact: ContractArtifact | None = None,
 ) -> EscrowDeployment:
     """The escrow recorded in `deployment_file`, checked on chain; deploys when needed
-    (no record: "deployed"; no code at the recorded address: "redeployed"; else "reused").
+    (`ledger.chain.ensure_contract`: "deployed", "redeployed" or "reused").
 
     Raises DeploymentError when the record is malformed, names another chain, or the address
     holds other code or another operator's escrow; ChainUnavailableError.
     """
     artifact = artifact or load_artifact(ESCROW_CONTRACT)
-    try:
-        text = deployment_file.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        deployment = _deploy(rpc_url, operator_key_hex, artifact, DEPLOY_TIMEOUT_S)
-        write_deployment(deployment_file, deployment)
-        return deployment
-    except OSError as exc:
-        raise DeploymentError(f"cannot read {deployment_file}: {exc}") from exc
-    recorded = Deployment.from_json(text, ESCROW_CONTRACT)
-    w3 = make_web3(rpc_url)
-    with mapped_chain_errors(rpc_url, "checking the escrow"):
-        chain_id = int(w3.eth.chain_id)
-        if chain_id != recorded.chain_id:
-            _refuse(
-                deployment_file,
-                f"it records chain id {recorded.chain_id} but {rpc_url} is chain {chain_id}",
-            )
-        code = bytes(w3.eth.get_code(to_checksum_address(recorded.address)))
-    if not code:
-        deployment = replace(
-            _deploy(rpc_url, operator_key_hex, artifact, DEPLOY_TIMEOUT_S), action="redeployed"
-        )
-        write_deployment(deployment_file, deployment)
-        return deployment
-    if keccak(code) != recorded.code_hash:
-        _refuse(deployment_file, f"the code at {recorded.address} has another hash")
-    if not artifact.runtime_code_matches(code):
-        _refuse(deployment_file, f"the code at {recorded.address} is not the current TaskEscrow")
-    operator = Web3EscrowChain(rpc_url, recorded.address, artifact=artifact).operator()
-    if operator != address_of(operator_key_hex):
-        _refuse(deployment_file, f"the escrow at {recorded.address} belongs to {operator}")
-    return recorded
-
-
-def _refuse(deployment_file: Path, why: str) -> NoReturn:
-    raise DeploymentError(f"the escrow recorded in {deployment_file} does not hold: {why}")
+    return ensure_contract(
+        rpc_url,
+        operator_key_hex,
+        deployment_file,
+        artifact,
+        deploy=lambda: _deploy(rpc_url, operator_key_hex, artifact, DEPLOY_TIMEOUT_S),
+        operator_of=lambda address: Web3EscrowChain(rpc_url, address, artifact=artifact).operator(),
+    )
