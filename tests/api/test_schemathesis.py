@@ -20,17 +20,8 @@ from ledger.settings import Settings
 from tests.api.test_app import World, build_world, post_task
 
 _OFFLINE = create_app(Settings.from_env({"ACCORD_HOME": str(Path("/nonexistent/accord"))}))
-#: Known failures in files this suite does not own, reported to their owners.
-KNOWN: dict[tuple[str, str], str] = {}
 OPERATIONS = [
-    pytest.param(
-        path,
-        method,
-        id=f"{method} {path}",
-        marks=[pytest.mark.xfail(reason=KNOWN[(path, method)], strict=False)]
-        if (path, method) in KNOWN
-        else [],
-    )
+    pytest.param(path, method, id=f"{method} {path}")
     for path, operations in _OFFLINE.openapi()["paths"].items()
     for method in operations
 ]

@@ -646,7 +646,7 @@ def test_rule_policy_recovers_from_a_failing_member() -> None:
     assert all(agent != "did:A" for agent, s in tags if "#" in s)
 
 
-# -- known defects (reported, not fixed here: conversation.py belongs to someone else) ---------
+# -- defects a review found, each now refused -------------------------------------------------
 
 
 def test_conclude_refuses_a_tampered_output() -> None:
