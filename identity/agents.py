@@ -62,6 +62,7 @@ from identity.runtimes import (
 from ledger.errors import MalformedError
 from ledger.events import format_time
 from ledger.signing import Ed25519Signer, read_keyfile, write_keyfile
+from ledger.store import create_tables
 
 RUNTIMES = ("reference", "random", "command", "http", "openai", "a2a")
 #: Nullable columns added after the table was first made, added to older tables on open.
@@ -207,7 +208,7 @@ class AgentRegistry:
         self.agent_keys_dir = keys_dir / "agents"
         self.allow_private_agents = allow_private_agents
         try:
-            SQLModel.metadata.create_all(engine, tables=[_AGENTS])
+            create_tables(engine, [_AGENTS])
             present = {column["name"] for column in inspect(engine).get_columns(_AGENTS.name)}
             with engine.begin() as connection:
                 for column in ADDED_COLUMNS:

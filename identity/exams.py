@@ -51,7 +51,7 @@ from ledger.errors import LedgerError
 from ledger.events import Entry, format_time, parse_time
 from ledger.service import Ledger
 from ledger.signing import Signer
-from ledger.store import LogStore
+from ledger.store import LogStore, create_tables
 
 COMMITTED = "exam.committed"
 ANSWERED = "exam.answered"
@@ -440,7 +440,7 @@ class ExamService:
         self.seconds_per_item = seconds_per_item
         self.engine: Engine = ledger.store.engine
         try:
-            SQLModel.metadata.create_all(self.engine, tables=[_ATTEMPTS])
+            create_tables(self.engine, [_ATTEMPTS])
         except SQLAlchemyError as exc:
             raise ExamError(f"cannot prepare the exam table: {exc}") from exc
 

@@ -36,6 +36,7 @@ from identity.status import status_entry
 from identity.status_lists import StatusLists, operator_key, write_document
 from ledger.events import format_time
 from ledger.service import Ledger
+from ledger.store import create_tables
 
 ISSUED_EVENT_KIND = "credential.issued"
 DEFAULT_VALIDITY = timedelta(days=180)
@@ -82,7 +83,7 @@ class CredentialIssuer:
         self.valid_for = valid_for
         self.engine: Engine = ledger.store.engine
         try:
-            SQLModel.metadata.create_all(self.engine, tables=[_CREDENTIALS])
+            create_tables(self.engine, [_CREDENTIALS])
         except SQLAlchemyError as exc:
             raise RegistryError(f"cannot prepare the credential tables: {exc}") from exc
 

@@ -41,6 +41,7 @@ from identity.errors import CredentialError, NonceError, ProofFormatError
 from identity.status import VC_V2_CONTEXT, format_timestamp
 from ledger.errors import MalformedError
 from ledger.signing import Ed25519Signer, b64url, public_key_from_did
+from ledger.store import create_tables
 
 PRESENTATION_TYPE = "VerifiablePresentation"
 PROOF_PURPOSE = "authentication"
@@ -334,7 +335,7 @@ class SqlNonceStore:
         self.engine = engine
         self._random_bytes = random_bytes
         try:
-            SQLModel.metadata.create_all(engine, tables=[_NONCES])
+            create_tables(engine, [_NONCES])
         except SQLAlchemyError as exc:
             raise NonceError(f"cannot prepare the nonce table: {exc}") from exc
 

@@ -26,6 +26,7 @@ from identity.errors import RegistryError
 from identity.status import StatusList, status_list_credential
 from ledger.service import Ledger
 from ledger.signing import Ed25519Signer
+from ledger.store import create_tables
 
 STATUS_LIST_FILE = "status-list.json"
 STATUS_LIST_PATH = "/credentials/status/revocation"
@@ -83,7 +84,7 @@ class StatusLists:
         self.url = url
         self.folder = folder
         try:
-            SQLModel.metadata.create_all(self.engine, tables=[_STATUS_LISTS])
+            create_tables(self.engine, [_STATUS_LISTS])
         except SQLAlchemyError as exc:
             raise RegistryError(f"cannot prepare the status list table: {exc}") from exc
 

@@ -24,6 +24,7 @@ from sqlalchemy import (
 from sqlalchemy.exc import SQLAlchemyError
 from sqlmodel import Column, Field, SQLModel
 
+from ledger.store import create_tables
 from market.errors import EscrowError
 from market.escrow.values import EscrowIntent, SignedEscrowTx
 
@@ -180,7 +181,7 @@ class SqlEscrowJournal:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
         try:
-            SQLModel.metadata.create_all(engine, tables=[_TXS])
+            create_tables(engine, [_TXS])
             _add_missing_columns(engine)
         except SQLAlchemyError as exc:
             raise EscrowError(f"cannot prepare the escrow journal: {exc}") from exc
