@@ -37,6 +37,7 @@ from ledger.errors import (
     CanonicalizationError,
     ChainError,
     DevnetError,
+    FeesAboveCeilingError,
     LedgerError,
     MalformedError,
     ProofError,
@@ -163,6 +164,8 @@ def domain_problem(exc: Exception) -> ProblemError:
     match exc:
         case QueryError(parameter=parameter):
             return ProblemError(422, detail, kind="query", reason=parameter)
+        case FeesAboveCeilingError():
+            return ProblemError(503, detail, kind="fees-above-ceiling")
         case ChainError() | DevnetError() | StoreError():
             return ProblemError(503, detail, kind="unavailable")
         case BidRejected(reason=reason):

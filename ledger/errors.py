@@ -121,14 +121,20 @@ class DeploymentError(ChainError):
     """A recorded deployment is missing on the chain or has different code."""
 
 
+def gwei_text(wei: int) -> str:
+    """Wei per gas as exact gwei for a message ("1.5", "0.000000001"), never through a float."""
+    whole, fraction = divmod(wei, 10**9)
+    return f"{whole}.{fraction:09d}".rstrip("0").rstrip(".")
+
+
 class FeesAboveCeilingError(ChainError):
     """The fees a transaction needs now are above the configured ceiling (ACCORD_MAX_FEE_GWEI);
     nothing new was signed or sent. `needed` and `ceiling` are wei per gas."""
 
     def __init__(self, needed: int, ceiling: int, doing: str) -> None:
         super().__init__(
-            f"fees above your ceiling: {doing} needs {needed / 1e9:.3f} gwei per gas, "
-            f"ACCORD_MAX_FEE_GWEI allows {ceiling / 1e9:.3f}; raise it or wait for cheaper blocks"
+            f"fees above your ceiling: {doing} needs {gwei_text(needed)} gwei per gas, "
+            f"ACCORD_MAX_FEE_GWEI allows {gwei_text(ceiling)}; raise it or wait for cheaper blocks"
         )
         self.needed = needed
         self.ceiling = ceiling

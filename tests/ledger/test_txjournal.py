@@ -206,3 +206,15 @@ def test_bad_rules_and_policies_are_refused() -> None:
 def test_nothing_is_decided_on_nonces_that_were_not_read() -> None:
     facts = replace(UNMINED, nonce_latest=None, nonce_pending=None, known=False)
     assert decide(RECORD, facts, RULES) == Wait()
+
+
+def test_fees_above_the_ceiling_are_named_in_exact_gwei_with_their_own_problem_kind() -> None:
+    from api.problems import domain_problem
+    from ledger.errors import gwei_text
+
+    error = FeesAboveCeilingError(1_500_000_001, 500 * 10**9, "anchoring")
+    assert "needs 1.500000001 gwei per gas" in str(error)
+    assert "ACCORD_MAX_FEE_GWEI allows 500;" in str(error)
+    assert [gwei_text(w) for w in (0, 1, 10**9, 2_500_000_000)] == ["0", "0.000000001", "1", "2.5"]
+    problem = domain_problem(error)
+    assert (problem.status, problem.kind) == (503, "fees-above-ceiling")
