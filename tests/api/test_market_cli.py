@@ -3,70 +3,17 @@ input refused clearly without touching the ledger."""
 
 from __future__ import annotations
 
-import json
-import os
-import sqlite3
-import subprocess
-import sys
 import time
-from collections.abc import Iterator
 from datetime import UTC, datetime
-from pathlib import Path
-from typing import Any
 
 import pytest
 
-from ledger.devnet import find_free_port
+from tests.accord_cli import AccordCli
 
 pytestmark = pytest.mark.devnet
 
 ETH = 10**18
 FIGURES = '{"kind": "figures", "figures": ["120.50", "33.20", "9.99"], "operation": "sum"}'
-
-
-class Accord:
-    """Runs `accord` in a subprocess with its own ACCORD_HOME and devnet port."""
-
-    def __init__(self, home: Path, port: int) -> None:
-        self.home = home
-        self.env = {
-            **os.environ,
-            "ACCORD_HOME": str(home),
-            "ACCORD_DEVNET_PORT": str(port),
-            "ACCORD_ANCHOR_EVERY": "1000",
-            "COLUMNS": "200",
-        }
-        for name in ("ACCORD_RPC_URL", "ACCORD_DB_URL", "ACCORD_REQUESTER_ETH_KEY"):
-            self.env.pop(name, None)
-
-    def run(self, *args: str, check: int | None = 0) -> subprocess.CompletedProcess[str]:
-        result = subprocess.run(
-            [sys.executable, "-m", "api.cli", *args],
-            env=self.env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-        if check is not None:
-            assert result.returncode == check, (args, result.stdout, result.stderr)
-        return result
-
-    def json(self, *args: str, check: int = 0) -> Any:
-        return json.loads(self.run(*args, "--json", check=check).stdout)
-
-    def ledger_size(self) -> int:
-        with sqlite3.connect(self.home / "accord.db") as db:
-            (count,) = db.execute("SELECT COUNT(*) FROM ledger_entries").fetchone()
-        return int(count)
-
-
-@pytest.fixture
-def accord(tmp_path: Path) -> Iterator[Accord]:
-    cli = Accord(tmp_path / "home", find_free_port())
-    try:
-        yield cli
-    finally:
-        cli.run("devnet", "down", check=None)
 
 
 def sleep_until(moment: str) -> None:
@@ -76,7 +23,7 @@ def sleep_until(moment: str) -> None:
         time.sleep(left + 0.5)
 
 
-def test_post_bid_reveal_award_and_bad_input(accord: Accord) -> None:
+def test_post_bid_reveal_award_and_bad_input(accord: AccordCli) -> None:
     accord.json("devnet", "up")
     dids = {}
     for name in ("alice", "bob"):
