@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Literal
+from typing import Any, Literal
 
 from ledger.chain import AnchorChain, AnchorRefusedError, SignedAnchorTx
 from ledger.checkpoint import SignedCheckpoint, take_checkpoint
@@ -95,6 +95,8 @@ class Anchorer:
             replace_after_s=replace_after_s,
             fees=chain.fee_policy(),
         )
+        self._latest: StoredAnchor | None = _UNREAD
+        self._first_at: datetime | None = None
 
     @property
     def confirmations(self) -> int:
@@ -118,6 +120,7 @@ class Anchorer:
 
     def anchor_latest(self) -> AnchorOutcome:
         """Reconcile pending anchors, then anchor the current checkpoint if the chain lacks it."""
+        self._latest = _UNREAD
         reconciled = self.reconcile()
         for outcome in reconciled:
             if outcome.status == "pending":
@@ -155,6 +158,7 @@ class Anchorer:
     def reconcile(self) -> list[AnchorOutcome]:
         """Reopen confirmed anchors the chain forgot, then settle every pending anchor
         against the chain (see the module docstring)."""
+        self._latest = _UNREAD
         outcomes = self.reopen_forgotten()
         for pending in self.store.anchors(status="pending"):
             outcomes.append(self._reconcile_one(pending))
@@ -193,23 +197,44 @@ class Anchorer:
 
     # -- automatic anchoring -----------------------------------------------------------------
 
-    def due(self, now: datetime) -> bool:
-        """Whether N entries or T seconds have passed since the last anchor sent."""
-        size = self.store.size()
-        anchors = self.store.anchors()
-        if not anchors:
+    def due(self, now: datetime, size: int | None = None) -> bool:
+        """Whether N entries or T seconds have passed since the last anchor sent.
+
+        `size`: the log's size when the caller knows it (an append just reached it); else it
+        is read. The latest anchor record read is remembered: anchors only grow and are sent
+        in order, so one that another process recorded since can only make the remembered one
+        look more due than the true latest, never less. While the remembered one says "not
+        due" no query is made; when it says "due" the latest record is read again and decides.
+        (A record another process drops is seen at the latest one period late; this process's
+        own anchoring forgets what it remembered.) The first entry's time, for a log never
+        anchored, is read once.
+        """
+        if size is None:
+            size = self.store.size()
+        if self._latest is not _UNREAD and not self._due_since(self._latest, size, now):
+            return False
+        self._latest = self.store.latest_anchor()
+        return self._due_since(self._latest, size, now)
+
+    def _due_since(self, last: StoredAnchor | None, size: int, now: datetime) -> bool:
+        if last is None:
             if size == 0:
                 return False
             if size >= self.every_entries:
                 return True
-            first = Entry.from_bytes(self.store.entry(0).data)
-            return (now - parse_time(first.event.at)).total_seconds() >= self.every_seconds
-        last = anchors[-1]
+            if self._first_at is None:
+                first = Entry.from_bytes(self.store.entry(0).data)
+                self._first_at = parse_time(first.event.at)
+            return (now - self._first_at).total_seconds() >= self.every_seconds
         if size <= last.size:
             return last.status == "pending"
         if size - last.size >= self.every_entries:
             return True
         return (now - parse_time(last.sent_at)).total_seconds() >= self.every_seconds
+
+
+_UNREAD: Any = object()
+"""The latest anchor record before `Anchorer.due` first reads it."""
 
 
 def _outcome(settled: Settled[StoredAnchor]) -> AnchorOutcome:

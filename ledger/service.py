@@ -8,15 +8,13 @@ from typing import TYPE_CHECKING
 
 from ledger.canonical import JSONValue
 from ledger.checkpoint import SignedCheckpoint, take_checkpoint
-from ledger.errors import ChainError, SequenceError
+from ledger.errors import ChainError
 from ledger.events import Entry, make_entry
 from ledger.signing import Signer
 from ledger.store import LogStore
 
 if TYPE_CHECKING:
     from ledger.anchoring import Anchorer, AnchorOutcome
-
-_SEQ_RETRIES = 5
 
 
 class Ledger:
@@ -57,29 +55,22 @@ class Ledger:
         once_key: str | None = None,
     ) -> tuple[int, Entry]:
         """Sign an event as `signer` with its next seq and append it; returns (index, entry).
-        With `once_key`, no second event of `kind` under that key is ever appended (see
-        `LogStore.append_batch`).
+        The seq is taken and the event signed under the log's head lock (`LogStore.append_next`),
+        so writers in other processes never take it first. With `once_key`, no second event of
+        `kind` under that key is ever appended (see `LogStore.append_batch`).
 
         Raises MalformedError or CanonicalizationError for a bad event, StoreError when the
-        database fails, SequenceError when other writers keep taking the seq,
-        AlreadyLoggedError when the event is once per subject or key and already logged.
+        database fails, AlreadyLoggedError when the event is once per subject or key and
+        already logged.
         """
-        for attempt in range(_SEQ_RETRIES):
-            entry = make_entry(
-                signer,
-                kind=kind,
-                seq=self.next_seq(signer.did),
-                at=self.clock(),
-                subject=subject,
-                body=body,
-            )
-            try:
-                (index,) = self.append_entries([entry], once_keys=[once_key])
-                return index, entry
-            except SequenceError:
-                if attempt == _SEQ_RETRIES - 1:
-                    raise
-        raise AssertionError("unreachable")
+        at = self.clock()
+
+        def make(seq: int) -> Entry:
+            return make_entry(signer, kind=kind, seq=seq, at=at, subject=subject, body=body)
+
+        index, entry = self.store.append_next(signer.did, make, once_key=once_key)
+        self.auto_anchor(index + 1)
+        return index, entry
 
     def append_entries(
         self, entries: Sequence[Entry], *, once_keys: Sequence[str | None] = ()
@@ -87,16 +78,17 @@ class Ledger:
         """Append already signed entries in one transaction, then anchor if due (the store's
         `append_batch`, which says what is raised)."""
         indices = self.store.append_batch(entries, once_keys=once_keys)
-        self.auto_anchor()
+        self.auto_anchor(indices[-1] + 1 if indices else None)
         return indices
 
     def checkpoint(self) -> SignedCheckpoint:
         """A signed, stored checkpoint of the current log."""
         return take_checkpoint(self.store, self.operator, self.clock())
 
-    def auto_anchor(self) -> AnchorOutcome | None:
-        """Anchor when N entries or T seconds have passed; a chain error is kept, not raised."""
-        if self.anchorer is None or not self.anchorer.due(self.clock()):
+    def auto_anchor(self, size: int | None = None) -> AnchorOutcome | None:
+        """Anchor when N entries or T seconds have passed; a chain error is kept, not raised.
+        `size`: the log's size when the caller knows it (an append just reached it)."""
+        if self.anchorer is None or not self.anchorer.due(self.clock(), size):
             return None
         try:
             outcome = self.anchorer.anchor_latest()

@@ -34,7 +34,8 @@ append in the same transaction, and can be rebuilt from the log alone (`reindex`
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Iterator, Sequence
+import time
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -50,7 +51,13 @@ from sqlalchemy import (
     select,
     update,
 )
-from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError, SQLAlchemyError
+from sqlalchemy.exc import (
+    DisconnectionError,
+    IntegrityError,
+    OperationalError,
+    ProgrammingError,
+    SQLAlchemyError,
+)
 from sqlmodel import Column, Field, SQLModel, create_engine
 
 from ledger import merkle, views
@@ -183,9 +190,46 @@ def make_engine(db_url: str) -> Engine:
                 connection.exec_driver_sql("BEGIN IMMEDIATE")
 
             return engine
-        return create_engine(db_url, pool_pre_ping=True)
+        engine = create_engine(db_url)
+        _ping_after_idle(engine)
+        return engine
     except (SQLAlchemyError, ValueError, ModuleNotFoundError) as exc:
         raise StoreError(f"cannot open the log database {db_url!r}: {_reason(exc)}") from exc
+
+
+IDLE_PING_S = 2.0
+"""A pooled server connection unused for this long is pinged before it is handed out."""
+_LAST_USED = "accord_last_used"
+
+
+def _ping_after_idle(engine: Engine) -> None:
+    """Check out connections the way `pool_pre_ping` does, but ping only those that sat idle
+    in the pool for `IDLE_PING_S` or more: a busy service pays no extra round trip per
+    checkout, and one that sat quiet while the database restarted finds its dead connections
+    out before using them. A connection that breaks while busy fails its statement; SQLAlchemy
+    then sees the disconnect and invalidates the pool, so the next checkout connects anew."""
+
+    @event.listens_for(engine, "connect")
+    def _connected(_dbapi_connection: Any, record: Any) -> None:
+        record.info[_LAST_USED] = time.monotonic()
+
+    @event.listens_for(engine, "checkin")
+    def _checked_in(_dbapi_connection: Any, record: Any) -> None:
+        if record is not None:
+            record.info[_LAST_USED] = time.monotonic()
+
+    @event.listens_for(engine, "checkout")
+    def _checked_out(dbapi_connection: Any, record: Any, _proxy: Any) -> None:
+        if time.monotonic() - record.info.get(_LAST_USED, 0.0) < IDLE_PING_S:
+            return
+        try:
+            cursor = dbapi_connection.cursor()
+            try:
+                cursor.execute("SELECT 1")
+            finally:
+                cursor.close()
+        except Exception as exc:  # any failure: the pool discards it and connects again
+            raise DisconnectionError(f"the pooled connection is gone: {exc}") from exc
 
 
 def create_tables(engine: Engine, tables: Sequence[Any]) -> None:
@@ -475,10 +519,43 @@ class LogStore:
             return []
         if once_keys and len(once_keys) != len(entries):
             raise ValueError(f"{len(once_keys)} once-keys for {len(entries)} entries")
+        return self._append_locked(lambda _connection: entries, once_keys)
+
+    def append_next(
+        self, actor: str, make: Callable[[int], Entry], *, once_key: str | None = None
+    ) -> tuple[int, Entry]:
+        """Append one entry signed by `actor` with its next seq: `make(seq)` signs it under
+        the head lock, where the actor's highest seq is known (kept level with other writers'
+        appends), so no other writer can take that seq first and no seq is read beforehand.
+        Returns (index, entry). Raises what `append_batch` raises, and SequenceError when
+        `make` returns an entry of another actor or seq.
+        """
+        made: list[Entry] = []
+
+        def sign(connection: Any) -> Sequence[Entry]:
+            last = self._known_seqs(connection, {actor})[actor]
+            entry = make(max(last, 0) + 1)
+            if entry.event.actor != actor or entry.event.seq != max(last, 0) + 1:
+                raise SequenceError(entry.event.actor, entry.event.seq, last)
+            made.append(entry)
+            return made
+
+        (index,) = self._append_locked(sign, [once_key])
+        return index, made[0]
+
+    def _append_locked(
+        self,
+        entries_for: Callable[[Any], Sequence[Entry]],
+        once_keys: Sequence[str | None],
+    ) -> list[int]:
+        """One append transaction: lock the head, bring the caches level, take the entries
+        from `entries_for(connection)`, check and insert them with their nodes, once-rows and
+        view folds. Raises as `append_batch` says."""
         try:
             with self.engine.begin() as connection:
                 size = self._lock_head(connection)
                 self._sync_caches(connection, size)
+                entries = entries_for(connection)
                 self._check_sequences(connection, entries)
                 once_rows = self._check_once(connection, entries, size, once_keys)
                 entry_rows: list[dict[str, Any]] = []
@@ -588,14 +665,14 @@ class LogStore:
         self._catch_up(connection, projections, start)
         for projection in projections:
             projection.apply(connection, batch)
-            views.record_applied(connection, projection.name, start + len(batch))
+        views.record_applied_all(connection, list(self._projections), start + len(batch))
 
     def _catch_up(
         self, connection: Any, projections: Sequence[Projection], size: int, chunk: int = 5000
     ) -> None:
         """Fold into each view the stored entries it has not applied, up to `size`, under the
         head lock; each chunk of the log is read and parsed once for all of them."""
-        done = {p.name: views.applied(connection, p.name) for p in projections}
+        done = views.applied_all(connection, [p.name for p in projections])
         position = min(done.values(), default=size)
         while position < size:
             stop = min(size, position + chunk)
@@ -610,9 +687,9 @@ class LogStore:
                 if since < stop:
                     projection.apply(connection, [e for e in parsed if e.index >= since])
             position = stop
-        for projection in projections:
-            if done[projection.name] < size:
-                views.record_applied(connection, projection.name, size)
+        behind = [projection.name for projection in projections if done[projection.name] < size]
+        if behind:
+            views.record_applied_all(connection, behind, size)
 
     # -- checkpoints and anchors -------------------------------------------------------------
 
@@ -730,9 +807,18 @@ class LogStore:
             raise StoreError(f"cannot drop the anchor of size {size}: {_reason(exc)}") from exc
 
     def anchors(self, status: str | None = None) -> list[StoredAnchor]:
+        """The recorded anchors (of `status` when given), by size."""
         query = select(_ANCHORS).order_by(_ANCHORS.c.size)
         if status is not None:
             query = query.where(_ANCHORS.c.status == status)
+        return self._anchors(query)
+
+    def latest_anchor(self) -> StoredAnchor | None:
+        """The recorded anchor of the largest size, or None (one row read, not all)."""
+        found = self._anchors(select(_ANCHORS).order_by(_ANCHORS.c.size.desc()).limit(1))
+        return found[0] if found else None
+
+    def _anchors(self, query: Any) -> list[StoredAnchor]:
         with self._read() as connection:
             rows = connection.execute(query).all()
         return [
@@ -789,18 +875,23 @@ class LogStore:
             if actor in self._last_seq:
                 self._last_seq[actor] = max(self._last_seq[actor], int(seq))
 
-    def _check_sequences(self, connection: Any, entries: Sequence[Entry]) -> None:
-        actors = {entry.event.actor for entry in entries} - self._last_seq.keys()
-        if actors:
+    def _known_seqs(self, connection: Any, actors: set[str]) -> dict[str, int]:
+        """The highest seq of each of `actors` (0 for none), from the cache kept level under
+        the head lock, reading the ones it lacks in one query; -1 for an actor with none."""
+        missing = actors - self._last_seq.keys()
+        if missing:
             rows = connection.execute(
                 select(_ENTRIES.c.actor, func.max(_ENTRIES.c.seq))
-                .where(_ENTRIES.c.actor.in_(actors))
+                .where(_ENTRIES.c.actor.in_(missing))
                 .group_by(_ENTRIES.c.actor)
             ).all()
             found = {actor: int(seq) for actor, seq in rows}
-            for actor in actors:
+            for actor in missing:
                 self._last_seq[actor] = found.get(actor, -1)
-        last = dict(self._last_seq)
+        return {actor: self._last_seq[actor] for actor in actors}
+
+    def _check_sequences(self, connection: Any, entries: Sequence[Entry]) -> None:
+        last = self._known_seqs(connection, {entry.event.actor for entry in entries})
         for entry in entries:
             actor, seq = entry.event.actor, entry.event.seq
             if seq <= last[actor]:

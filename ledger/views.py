@@ -103,8 +103,30 @@ def applied(connection: Any, name: str) -> int:
     return int(found)
 
 
+def applied_all(connection: Any, names: Sequence[str]) -> dict[str, int]:
+    """`applied` of each projection of `names`, read in one query (the new ones recorded)."""
+    if not names:
+        return {}
+    rows = connection.execute(
+        select(VIEWS_TABLE.c.name, VIEWS_TABLE.c.applied).where(VIEWS_TABLE.c.name.in_(names))
+    ).all()
+    found = {str(name): int(count) for name, count in rows}
+    for name in names:
+        if name not in found:
+            found[name] = applied(connection, name)
+    return found
+
+
 def record_applied(connection: Any, name: str, count: int) -> None:
-    connection.execute(update(VIEWS_TABLE).where(VIEWS_TABLE.c.name == name).values(applied=count))
+    record_applied_all(connection, [name], count)
+
+
+def record_applied_all(connection: Any, names: Sequence[str], count: int) -> None:
+    """Record that each projection of `names` has applied `count` entries (one statement)."""
+    if names:
+        connection.execute(
+            update(VIEWS_TABLE).where(VIEWS_TABLE.c.name.in_(list(names))).values(applied=count)
+        )
 
 
 @contextmanager
