@@ -13,7 +13,11 @@ revoke(credential_id, reason)
 from __future__ import annotations
 
 import json
+import math
+import threading
+import time
 import uuid
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -82,6 +86,7 @@ class CredentialIssuer:
         self.folder = folder
         self.valid_for = valid_for
         self.engine: Engine = ledger.store.engine
+        self._checked = CheckedCredentials(status_lists.status_lookup)
         try:
             create_tables(self.engine, [_CREDENTIALS])
         except SQLAlchemyError as exc:
@@ -170,17 +175,7 @@ class CredentialIssuer:
             ).first()
         if row is None:
             raise RegistryError(f"no credential {credential_id!r}")
-        return {
-            "id": row.id,
-            "agent": row.agent_did,
-            "capability": row.capability,
-            "status_index": row.status_index,
-            "exam_id": row.exam_id,
-            "issued_at": row.issued_at,
-            "revoked_at": row.revoked_at,
-            "revocation_reason": row.revocation_reason,
-            "document": json.loads(row.document),
-        }
+        return _row_json(row)
 
     def holder_count(self, capability: str) -> int:
         """How many unrevoked credentials for `capability` were issued (to any agent)."""
@@ -194,14 +189,15 @@ class CredentialIssuer:
         return int(found)
 
     def credentials_of(self, agent_did: str) -> list[dict[str, Any]]:
+        """The stored rows of `agent_did`'s credentials as JSON, oldest first (one query; the
+        rows' `revoked_at` is read fresh every time)."""
         with self.engine.begin() as connection:
-            ids = connection.execute(
-                select(_CREDENTIALS.c.id)
+            rows = connection.execute(
+                select(_CREDENTIALS)
                 .where(_CREDENTIALS.c.agent_did == agent_did)
-                .order_by(_CREDENTIALS.c.issued_at)
-            ).scalars()
-            found = list(ids)
-        return [self.credential(credential_id) for credential_id in found]
+                .order_by(_CREDENTIALS.c.issued_at, _CREDENTIALS.c.id)
+            ).all()
+        return [_row_json(row) for row in rows]
 
     def revoke(self, credential_id: str, reason: str) -> int:
         """Revoke: set the status bit, re-sign and publish the list, log `credential.revoked`.
@@ -224,6 +220,7 @@ class CredentialIssuer:
             self.ledger.operator, REVOCATION_EVENT_KIND, subject=row["id"], body=body
         )
         self.status_lists.publish(status_list, now)
+        self._checked.forget()
         with self.engine.begin() as connection:
             connection.execute(
                 update(_CREDENTIALS)
@@ -241,12 +238,115 @@ class CredentialIssuer:
         capability: str | None = None,
     ) -> VerifiedCredential:
         """Run the credential checklist with this operator as the only trusted issuer and the
-        published status list. Raises CredentialError naming the failed step."""
-        return verify_credential(
+        published status list. Raises CredentialError naming the failed step.
+
+        Revocation is seen at most `STATUS_RECHECK_S` late: the published status lists are
+        read again, and every document verified against them checked again, once they are
+        that old (`CheckedCredentials`); at once in this process after its own `revoke`.
+        Validity at `now` is checked on every call.
+        """
+        when = self.ledger.clock() if now is None else now
+        return self._checked.verify(
             document,
-            trusted_issuers={self.ledger.operator.did},
-            holder_did=holder_did,
-            now=self.ledger.clock() if now is None else now,
-            status_lookup=self.status_lists.status_lookup,
-            capability=capability,
+            when,
+            lambda lookup: verify_credential(
+                document,
+                trusted_issuers={self.ledger.operator.did},
+                holder_did=holder_did,
+                now=when,
+                status_lookup=lookup,
+                capability=capability,
+            ),
+            (holder_did, capability),
         )
+
+
+STATUS_RECHECK_S = 2.0
+"""How stale a status list may be when a credential is verified against it (seconds)."""
+
+
+class CheckedCredentials:
+    """A process's memory of the status lists it read and the credentials it verified against
+    them, both forgotten together every `ttl` seconds (monotonic `clock`) or on `forget`.
+
+    Verifying a document again within that time returns the claims verified before (after
+    checking the validity window at the new `now`) without reading the list or checking the
+    signatures again; a document is keyed by its canonical text and the holder and
+    capability asked for. A failed verification is not remembered.
+    """
+
+    def __init__(
+        self,
+        status_lookup: Callable[[str], dict[str, Any]],
+        ttl: float = STATUS_RECHECK_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._lookup = status_lookup
+        self.ttl = ttl
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._since = -math.inf
+        self._lists: dict[str, dict[str, Any]] = {}
+        self._verified: dict[tuple[str, Any], VerifiedCredential] = {}
+
+    def forget(self) -> None:
+        """Read the status lists again, and verify everything again, from now on."""
+        with self._lock:
+            self._lists, self._verified, self._since = {}, {}, -math.inf
+
+    def status_lookup(self, url: str) -> dict[str, Any]:
+        """The status list at `url`, read at most once per `ttl`. Raises KeyError as the
+        store's lookup does (a missing list is not remembered)."""
+        with self._lock:
+            self._expire()
+            found = self._lists.get(url)
+        if found is None:
+            found = self._lookup(url)
+            with self._lock:
+                self._lists.setdefault(url, found)
+        return found
+
+    def verify(
+        self,
+        document: Any,
+        now: datetime,
+        check: Callable[[Callable[[str], dict[str, Any]]], VerifiedCredential],
+        asked: Any,
+    ) -> VerifiedCredential:
+        """`check(status_lookup)`'s claims, or those it gave for the same document and
+        `asked` within `ttl` when `now` is still in their validity window. Raises what
+        `check` raises."""
+        try:
+            key = (json.dumps(document, sort_keys=True), asked)
+        except (TypeError, ValueError):
+            return check(self.status_lookup)  # not JSON: the checklist says why
+        with self._lock:
+            self._expire()
+            known = self._verified.get(key)
+        if known is not None and known.valid_from <= now < known.valid_until:
+            return known
+        claims = check(self.status_lookup)
+        with self._lock:
+            self._verified[key] = claims
+        return claims
+
+    def _expire(self) -> None:
+        """(under the lock) Forget everything once it is `ttl` old."""
+        now = self._clock()
+        if now - self._since >= self.ttl:
+            self._lists, self._verified, self._since = {}, {}, now
+
+
+def _row_json(row: Any) -> dict[str, Any]:
+    """A stored credential row as JSON (its document parsed)."""
+    return {
+        "id": row.id,
+        "agent": row.agent_did,
+        "capability": row.capability,
+        "status_index": row.status_index,
+        "exam_id": row.exam_id,
+        "issued_at": row.issued_at,
+        "revoked_at": row.revoked_at,
+        "revocation_reason": row.revocation_reason,
+        "document": json.loads(row.document),
+    }

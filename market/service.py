@@ -197,6 +197,34 @@ class BidBook:
         self.last_index = index
 
 
+@dataclass
+class _TaskLog:
+    """A task's logged events as one process has read them so far: its lifecycle (replayed
+    into the task when it changes) and its bid book."""
+
+    lifecycle: list[TaskEvent] = field(default_factory=list)
+    book: BidBook = field(default_factory=BidBook)
+    last_index: int = -1
+    _task: Task | None = None
+
+    def add(self, stored: StoredEntry) -> None:
+        """Take the next entry of the task. Raises BidRejected for a malformed bid body."""
+        event = Entry.from_bytes(stored.data).event
+        if event.kind in (BID_COMMITTED, BID_REVEALED):
+            self.book.add(stored.index, event)
+        else:
+            self.lifecycle.append(as_task_event(stored.index, event))
+            self._task = None
+        self.last_index = stored.index
+
+    def task(self) -> Task | None:
+        """The task its lifecycle replays to, or None before it is posted. Raises what
+        `tasks.replay` raises."""
+        if self._task is None and self.lifecycle:
+            self._task = replay(iter(self.lifecycle))
+        return self._task
+
+
 def replay_award(
     task: Task,
     commitments: Sequence[AdmittedCommitment],
@@ -261,7 +289,7 @@ class Market:
         self.escrow = escrow
         self.clock = clock or ledger.clock
         self.blobs = BlobStore(ledger.store.engine)
-        self._books: dict[str, BidBook] = {}
+        self._bidding: dict[str, _TaskLog] = {}
         for projection in read_views(ledger.operator.did):
             ledger.store.attach(projection)
 
@@ -579,9 +607,8 @@ class Market:
 
         Raises BidRejected with its reason (an unknown task is `wrong-task`).
         """
-        task = self._task_for_bid(commitment.task_id)
+        task, book = self._task_for_bid(commitment.task_id)
         now = self.clock()
-        book = self._book(task.task_id)
         scores = [self._exam_score(commitment.bidder, c) for c in task.spec.capabilities]
         sealed.check_commitment(
             commitment,
@@ -596,8 +623,7 @@ class Market:
 
     def reveal(self, reveal: sealed.Reveal) -> int:
         """Admit and log a signed reveal. Raises BidRejected with its reason."""
-        task = self._task_for_bid(reveal.task_id)
-        book = self._book(task.task_id)
+        task, book = self._task_for_bid(reveal.task_id)
         sealed.check_reveal(
             reveal,
             terms=self._terms(task),
@@ -756,18 +782,22 @@ class Market:
 
     def _book(self, task_id: str) -> BidBook:
         """The task's admitted bids, read incrementally from the log (append-only)."""
-        book = self._books.setdefault(task_id, BidBook())
+        return self._task_log(task_id).book
+
+    def _task_log(self, task_id: str) -> _TaskLog:
+        """What this process knows of a task taking bids, brought level with the log: the
+        entries after the last one it read, lifecycle and bids alike, in one query (a page
+        of `_BOOK_PAGE` at a time). Entries are appended in index order under the head lock,
+        so none can appear later below the last index read."""
+        known = self._bidding.setdefault(task_id, _TaskLog())
         while True:
             found = self.ledger.store.find(
-                kinds=(BID_COMMITTED, BID_REVEALED),
-                subject=task_id,
-                after=book.last_index,
-                limit=_BOOK_PAGE,
+                kinds=TASK_KINDS, subject=task_id, after=known.last_index, limit=_BOOK_PAGE
             )
             for stored in found:
-                book.add(stored.index, Entry.from_bytes(stored.data).event)
+                known.add(stored)
             if len(found) < _BOOK_PAGE:  # a short page is the end of the log
-                return book
+                return known
 
     def _log_bid(self, kind: str, task_id: str, bidder: str, body: dict[str, Any]) -> int:
         """Log an admitted commitment or reveal, once per task and bidder whichever process
@@ -786,11 +816,14 @@ class Market:
             raise BidRejected("second-bid", f"{bidder} has already {what} task {task_id}") from exc
         return index
 
-    def _task_for_bid(self, task_id: str) -> Task:
-        try:
-            return self.task(task_id)
-        except TaskError as exc:
-            raise BidRejected("wrong-task", str(exc)) from exc
+    def _task_for_bid(self, task_id: str) -> tuple[Task, BidBook]:
+        """The task a bid names and its admitted bids. Raises BidRejected (wrong-task) when
+        there is no such task."""
+        known = self._task_log(task_id)
+        task = known.task()
+        if task is None:
+            raise BidRejected("wrong-task", f"no task {task_id!r} (see `accord task list`)")
+        return task, known.book
 
     def _terms(self, task: Task) -> sealed.SealedTerms:
         return sealed.SealedTerms(
@@ -878,5 +911,9 @@ def award_body(task_id: str, outcome: AuctionOutcome, forfeits: list[str]) -> di
 
 
 def task_event(stored: StoredEntry) -> TaskEvent:
-    event = Entry.from_bytes(stored.data).event
-    return TaskEvent(stored.index, event.kind, event.actor, parse_time(event.at), event.body)
+    return as_task_event(stored.index, Entry.from_bytes(stored.data).event)
+
+
+def as_task_event(index: int, event: Event) -> TaskEvent:
+    """A task's event as `tasks.replay` folds it."""
+    return TaskEvent(index, event.kind, event.actor, parse_time(event.at), event.body)
