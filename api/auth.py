@@ -68,7 +68,7 @@ from api.structured_fields import (
 )
 from ledger.errors import AccordError, MalformedError, SignatureError
 from ledger.signing import Signer, b64url, public_key_from_did, verify_signature
-from ledger.store import create_tables
+from ledger.store import create_tables, statement_connection
 
 SIGNATURE_INPUT_HEADER = "Signature-Input"
 SIGNATURE_HEADER = "Signature"
@@ -446,7 +446,9 @@ class SqlRequestNonces:
 
     def use(self, did: str, nonce: str, timestamp: float, now: float) -> bool:
         try:
-            with self.engine.begin() as connection:
+            with statement_connection(self.engine) as connection, connection.begin():
+                # each statement stands alone: the purge and the insert need no shared
+                # transaction (on PostgreSQL they run in autocommit, one round trip each)
                 if self.purge.due(now):
                     connection.execute(
                         delete(_REQUEST_NONCES).where(

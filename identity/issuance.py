@@ -40,7 +40,7 @@ from identity.status import status_entry
 from identity.status_lists import StatusLists, operator_key, write_document
 from ledger.events import format_time
 from ledger.service import Ledger
-from ledger.store import create_tables
+from ledger.store import create_tables, statement_connection
 
 ISSUED_EVENT_KIND = "credential.issued"
 DEFAULT_VALIDITY = timedelta(days=180)
@@ -86,7 +86,8 @@ class CredentialIssuer:
         self.folder = folder
         self.valid_for = valid_for
         self.engine: Engine = ledger.store.engine
-        self._checked = CheckedCredentials(status_lists.status_lookup)
+        self.checked = CheckedCredentials(status_lists.status_lookup)
+        """The status lists read and credentials verified lately (see `verify`)."""
         try:
             create_tables(self.engine, [_CREDENTIALS])
         except SQLAlchemyError as exc:
@@ -191,7 +192,7 @@ class CredentialIssuer:
     def credentials_of(self, agent_did: str) -> list[dict[str, Any]]:
         """The stored rows of `agent_did`'s credentials as JSON, oldest first (one query; the
         rows' `revoked_at` is read fresh every time)."""
-        with self.engine.begin() as connection:
+        with statement_connection(self.engine) as connection:
             rows = connection.execute(
                 select(_CREDENTIALS)
                 .where(_CREDENTIALS.c.agent_did == agent_did)
@@ -220,7 +221,7 @@ class CredentialIssuer:
             self.ledger.operator, REVOCATION_EVENT_KIND, subject=row["id"], body=body
         )
         self.status_lists.publish(status_list, now)
-        self._checked.forget()
+        self.checked.forget()
         with self.engine.begin() as connection:
             connection.execute(
                 update(_CREDENTIALS)
@@ -246,7 +247,7 @@ class CredentialIssuer:
         Validity at `now` is checked on every call.
         """
         when = self.ledger.clock() if now is None else now
-        return self._checked.verify(
+        return self.checked.verify(
             document,
             when,
             lambda lookup: verify_credential(

@@ -41,6 +41,7 @@ from typing import Any
 
 from sqlalchemy import (
     BigInteger,
+    Connection,
     Engine,
     Index,
     LargeBinary,
@@ -61,7 +62,7 @@ from sqlalchemy.exc import (
 from sqlmodel import Column, Field, SQLModel, create_engine
 
 from ledger import merkle, views
-from ledger.errors import AlreadyLoggedError, SequenceError, StoreError
+from ledger.errors import AlreadyLoggedError, LedgerError, SequenceError, StoreError
 from ledger.events import Entry
 from ledger.merkle import NodeId
 from ledger.views import Projection, ViewEntry
@@ -228,8 +229,21 @@ def _ping_after_idle(engine: Engine) -> None:
                 cursor.execute("SELECT 1")
             finally:
                 cursor.close()
+            dbapi_connection.rollback()  # hand it out idle, as the pool keeps it
         except Exception as exc:  # any failure: the pool discards it and connects again
             raise DisconnectionError(f"the pooled connection is gone: {exc}") from exc
+
+
+def statement_connection(engine: Engine) -> Connection:
+    """A connection for work that needs no transaction of its own: one statement, or reads
+    that need not see one snapshot. On PostgreSQL it runs in autocommit, sparing the BEGIN and
+    COMMIT round trips (at PostgreSQL's READ COMMITTED every statement sees a snapshot of its
+    own either way; a single INSERT is atomic by itself). On SQLite it is a plain connection
+    (its `BEGIN IMMEDIATE` keeps writers in line). Raises SQLAlchemyError."""
+    connection = engine.connect()
+    if engine.dialect.name == "postgresql":
+        return connection.execution_options(isolation_level="AUTOCOMMIT")
+    return connection
 
 
 def create_tables(engine: Engine, tables: Sequence[Any]) -> None:
@@ -557,7 +571,14 @@ class LogStore:
                 self._sync_caches(connection, size)
                 entries = entries_for(connection)
                 self._check_sequences(connection, entries)
-                once_rows = self._check_once(connection, entries, size, once_keys)
+                once_rows = self._once_rows(entries, size, once_keys)
+                if once_rows:
+                    # First, so a clash costs no other write: the primary key refuses a
+                    # (kind, subject) logged before, by any writer (`_OnceClash` below).
+                    try:
+                        connection.execute(insert(_ONCE), once_rows)
+                    except IntegrityError as exc:
+                        raise _OnceClash(once_rows) from exc
                 entry_rows: list[dict[str, Any]] = []
                 node_rows: list[dict[str, Any]] = []
                 frontier = list(self._frontier)
@@ -582,13 +603,13 @@ class LogStore:
                     frontier = _advance_frontier(frontier, completed)
                 connection.execute(insert(_ENTRIES), entry_rows)
                 connection.execute(insert(_NODES), node_rows)
-                if once_rows:
-                    connection.execute(insert(_ONCE), once_rows)
                 new_size = size + len(entries)
                 connection.execute(update(_HEAD).values(size=new_size))
                 if self._projections:
                     batch = [ViewEntry(size + k, entry.event) for k, entry in enumerate(entries)]
                     self._project(connection, size, batch)
+        except _OnceClash as clash:
+            raise self._already_logged(clash.rows) from None
         except IntegrityError as exc:
             self._frontier_size = -1
             raise StoreError(
@@ -841,7 +862,7 @@ class LogStore:
 
     def _read(self) -> Any:
         try:
-            return self.engine.connect()
+            return statement_connection(self.engine)
         except OperationalError as exc:
             raise StoreError(f"cannot reach the log database: {_reason(exc)}") from exc
 
@@ -898,17 +919,12 @@ class LogStore:
                 raise SequenceError(actor, seq, last[actor])
             last[actor] = seq
 
-    def _check_once(
-        self,
-        connection: Any,
-        entries: Sequence[Entry],
-        size: int,
-        once_keys: Sequence[str | None] = (),
+    def _once_rows(
+        self, entries: Sequence[Entry], size: int, once_keys: Sequence[str | None] = ()
     ) -> list[dict[str, Any]]:
         """The `ledger_once` rows of the batch (an entry's subject when its kind is once per
-        subject, else its key in `once_keys`); raises AlreadyLoggedError for a clash. Runs
-        under the head lock, so what it reads cannot change before the batch commits (the
-        primary key would refuse it anyway)."""
+        subject, else its key in `once_keys`); raises AlreadyLoggedError (index None) when the
+        batch itself holds one twice."""
         rows: list[dict[str, Any]] = []
         keys: set[tuple[str, str]] = set()
         for offset, entry in enumerate(entries):
@@ -923,15 +939,20 @@ class LogStore:
                 raise AlreadyLoggedError(kind, subject, None)
             keys.add((kind, subject))
             rows.append({"kind": kind, "subject": subject, "idx": size + offset})
-        for row in rows:
-            found = connection.execute(
-                select(_ONCE.c.idx).where(
-                    _ONCE.c.kind == row["kind"], _ONCE.c.subject == row["subject"]
-                )
-            ).scalar_one_or_none()
-            if found is not None:
-                raise AlreadyLoggedError(row["kind"], row["subject"], int(found))
         return rows
+
+    def _already_logged(self, rows: Sequence[dict[str, Any]]) -> LedgerError:
+        """The AlreadyLoggedError of a batch whose once-rows the primary key refused (the
+        append is rolled back): the first row already logged, with its index; a StoreError
+        when none is found (it cannot be read, or was never there)."""
+        for row in rows:
+            try:
+                found = self.once_logged(row["kind"], row["subject"])
+            except (StoreError, SQLAlchemyError) as exc:
+                return StoreError(f"the log refused the batch: {_reason(exc)}")
+            if found is not None:
+                return AlreadyLoggedError(row["kind"], row["subject"], found)
+        return StoreError("the log refused the batch's once-only entries, yet holds none of them")
 
     def once_logged(self, kind: str, subject: str) -> int | None:
         """The index of the `kind` entry logged for `subject` when `kind` is once per subject
@@ -1041,6 +1062,14 @@ class LogStore:
             missing = sorted(set(wanted.values()) - found.keys())
             raise StoreError(f"the log is missing stored tree nodes {missing[:3]}")
         return found
+
+
+class _OnceClash(Exception):
+    """(inside an append) The primary key of `ledger_once` refused one of `rows`."""
+
+    def __init__(self, rows: Sequence[dict[str, Any]]) -> None:
+        super().__init__("a once-only entry is already logged")
+        self.rows = rows
 
 
 # An append that finds at most this many entries appended by other writers since its own last

@@ -26,7 +26,7 @@ from ledger.signing import Signer
 from ledger.views import DEFAULT_LIMIT, MAX_LIMIT
 from market import sealed
 from market.auction import price_reason
-from market.errors import TaskError
+from market.errors import BidRejected, TaskError
 from market.runtime import MarketContext
 from market.tasks import CAPABILITY_PATTERN, Task, TaskState
 
@@ -288,7 +288,6 @@ def commit(
     task_id: str, body: CommitmentBody, caller: Caller, context: Context, state: State
 ) -> dict[str, Any]:
     _own_bid(caller, task_id, body.bidder, "commitment")
-    _task(context, task_id)
     commitment = sealed.Commitment.from_json(body.model_dump())
     if commitment.task_id != task_id:
         raise ProblemError(
@@ -296,8 +295,13 @@ def commit(
             f"the commitment is signed for {commitment.task_id}, not {task_id}",
             reason="wrong-task",
         )
-    with state.write_lock:
-        index = context.market.commit(commitment)
+    try:
+        with state.write_lock:
+            index = context.market.commit(commitment)
+    except BidRejected as exc:
+        if exc.reason == "wrong-task":  # the commitment names the path's task: there is none
+            raise ProblemError(404, f"no task {task_id!r} (see `accord task list`)") from exc
+        raise
     return {"task": task_id, "bidder": caller, "index": index}
 
 
