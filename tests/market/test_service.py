@@ -13,10 +13,12 @@ from fractions import Fraction
 import pytest
 
 from identity.challenges import REGISTRY
-from identity.onboarding import Onboarding
+from identity.onboarding import Onboarding, open_onboarding
 from ledger.errors import ChainUnavailableError
 from ledger.events import Entry
+from ledger.runtime import open_ledger
 from ledger.service import Ledger
+from ledger.settings import Settings
 from ledger.signing import Ed25519Signer
 from market import sealed
 from market.auction import RESERVE_SCORE, quality, score
@@ -24,6 +26,7 @@ from market.errors import AuctionError, BidRejected, TransitionError
 from market.escrow import EscrowActions, EscrowState, MemoryEscrowChain
 from market.money import Wei
 from market.reputation import reputation
+from market.runtime import ChainEscrow
 from market.service import AdmittedCommitment, AdmittedReveal, Market, replay_award
 from market.tasks import (
     BID_COMMITTED,
@@ -610,3 +613,56 @@ def test_no_bid_on_a_task_whose_escrow_failed(
         None,
         lambda: market.commit(sealed.commit_bid(alice, task.task_id, 10, SALT_A)),
     )
+
+
+def test_a_second_process_sees_the_first_ones_bids_revocations_and_lifecycle(
+    market: Market,
+    ledger: Ledger,
+    onboarding: Onboarding,
+    settings: Settings,
+    escrow: ChainEscrow,
+    requester: Ed25519Signer,
+    make_bidder: MakeBidder,
+    clock: Clock,
+) -> None:
+    """Another service process (its own engine, caches and bid books) over the same home:
+    what it remembers of a task taking bids and of verified credentials never hides a bid,
+    a revocation or a task's end logged by the first one."""
+    other_ledger = open_ledger(settings)
+    other_ledger.clock = clock
+    other = Market(other_ledger, open_onboarding(settings, other_ledger), escrow, clock=clock)
+    _, alice = make_bidder("alice")
+    _, bob = make_bidder("bob")
+    task = post(market, requester)
+    other.commit(sealed.commit_bid(bob, task.task_id, 300, SALT_A))  # other remembers the task
+    market.commit(sealed.commit_bid(alice, task.task_id, 400, SALT_A))
+    # alice's bid, admitted here, is in the other's book; a second one is refused there
+    assert [c.commitment.bidder for c in other.commitments(task.task_id)] == [bob.did, alice.did]
+    rejected(
+        other_ledger,
+        "second-bid",
+        lambda: other.commit(sealed.commit_bid(alice, task.task_id, 350, SALT_A)),
+    )
+    # a revocation here: the other process refuses carol's bid at once (the credential rows
+    # are read on every bid), though it verified her credential a moment ago
+    _, carol = make_bidder("carol")
+    second = post(market, requester)
+    assert other.eligible(carol.did, ["arithmetic"])
+    [credential] = onboarding.credentials_of(carol.did)
+    onboarding.revoke(credential["id"], "caught cheating")
+    rejected(
+        other_ledger,
+        "not-eligible",
+        lambda: other.commit(sealed.commit_bid(carol, second.task_id, 300, SALT_A)),
+    )
+    # the task's end logged here (no reveal came: it expires) ends it for the other process
+    # too: bob's reveal, which it would have admitted before, is refused there
+    to_award(clock, task)
+    assert market.award(task.task_id).winner is None
+    to_reveal(clock, task)  # back in the reveal window: only the task's state now refuses
+    rejected(
+        other_ledger,
+        None,
+        lambda: other.reveal(sealed.reveal_bid(bob, task.task_id, 300, SALT_A)),
+    )
+    assert other.task(task.task_id).state == "refunded"
