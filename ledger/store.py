@@ -608,23 +608,30 @@ class LogStore:
                 if self._projections:
                     batch = [ViewEntry(size + k, entry.event) for k, entry in enumerate(entries)]
                     self._project(connection, size, batch)
+                # The caches are levelled while the head lock is still held, so writers in
+                # other threads of this process, which touch them only under that lock too,
+                # never see half of an update; only the COMMIT can fail after this.
+                self._frontier, self._frontier_size = frontier, new_size
+                for entry in entries:
+                    self._last_seq[entry.event.actor] = entry.event.seq
         except _OnceClash as clash:
             raise self._already_logged(clash.rows) from None
         except IntegrityError as exc:
-            self._frontier_size = -1
+            self._forget_caches()
             raise StoreError(
                 f"the log refused the batch (a concurrent writer?): {_reason(exc)}"
             ) from exc
         except (SequenceError, AlreadyLoggedError):
             raise
         except SQLAlchemyError as exc:
-            self._frontier_size = -1
+            self._forget_caches()
             raise StoreError(f"the log database failed during an append: {_reason(exc)}") from exc
-        self._frontier = frontier
-        self._frontier_size = new_size
-        for entry in entries:
-            self._last_seq[entry.event.actor] = entry.event.seq
         return list(range(size, new_size))
+
+    def _forget_caches(self) -> None:
+        """After a failed append: the next one reads the frontier and the seqs again (a
+        frontier size that matches no head makes `_sync_caches` start over, under the lock)."""
+        self._frontier_size = -1
 
     # -- read views (`ledger.views`) ---------------------------------------------------------
 

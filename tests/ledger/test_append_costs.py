@@ -5,6 +5,7 @@ connections are pinged only after sitting idle, yet a dead one is replaced."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import timedelta
@@ -14,6 +15,7 @@ import pytest
 from sqlalchemy import Engine, create_engine, event, text
 from sqlalchemy.exc import OperationalError
 
+from ledger import merkle
 from ledger import store as store_module
 from ledger.anchoring import Anchorer
 from ledger.chain import MemoryAnchorChain
@@ -176,3 +178,28 @@ def test_postgres_connections_killed_under_a_store_are_replaced(
         assert store.size() == 0
     finally:
         store.engine.dispose()
+
+
+def test_threads_of_one_process_append_through_one_store_at_once(
+    store: LogStore, operator: Ed25519Signer
+) -> None:
+    """The store's caches (frontier, seqs) change only under the head lock, so threads
+    appending at once, with no lock of their own, leave a log whose tree is the right one."""
+    ledger = Ledger(store, operator, Clock())
+
+    def write(n: int) -> None:
+        for k in range(12):
+            ledger.append(operator, "note.added", body={"thread": n, "k": k})
+
+    threads = [threading.Thread(target=write, args=(n,)) for n in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    entries = list(store.entries())
+    assert seqs(store) == list(range(1, 49))
+    assert store.root() == merkle.root([merkle.leaf_hash(e.data) for e in entries])
+    # the caches it kept are the log's: the next append extends the same tree
+    ledger.append(operator, "note.added", body={"last": True})
+    entries = list(store.entries())
+    assert store.root() == merkle.root([merkle.leaf_hash(e.data) for e in entries])
