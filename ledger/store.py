@@ -549,23 +549,30 @@ class LogStore:
         self._projections[projection.name] = projection
         self.refresh_view(projection.name)
 
-    def refresh_view(self, name: str) -> None:
-        """Fold into the attached view `name` the entries it has not applied yet (appended by
-        a process that did not keep it); cheap when it is level. Raises StoreError."""
-        projection = self._projections[name]
+    def refresh_view(self, *names: str) -> None:
+        """Fold into the attached views `names` the entries they have not applied yet
+        (appended by a process that did not keep them), in the order they were attached; one
+        read when they are level. Raises StoreError."""
+        wanted = [p for name, p in self._projections.items() if name in names]
         try:
             with self._read() as connection:
                 head = int(connection.execute(select(_HEAD.c.size)).scalar_one())
-                done = connection.execute(
-                    select(views.VIEWS_TABLE.c.applied).where(views.VIEWS_TABLE.c.name == name)
-                ).scalar_one_or_none()
-            if done is not None and int(done) >= head:
+                done = dict(
+                    connection.execute(
+                        select(views.VIEWS_TABLE.c.name, views.VIEWS_TABLE.c.applied).where(
+                            views.VIEWS_TABLE.c.name.in_(names)
+                        )
+                    ).all()
+                )
+            if all(int(done.get(p.name, -1)) >= head for p in wanted):
                 return
             with self.engine.begin() as connection:
                 size = self._lock_head(connection)
-                self._catch_up(connection, [projection], size)
+                self._catch_up(connection, wanted, size)
         except SQLAlchemyError as exc:
-            raise StoreError(f"cannot bring the {name} view up to date: {_reason(exc)}") from exc
+            raise StoreError(
+                f"cannot bring the {', '.join(names)} view up to date: {_reason(exc)}"
+            ) from exc
 
     def reindex(self) -> dict[str, int]:
         """Empty every attached view and fold the whole log into it again, in one transaction

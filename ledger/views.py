@@ -108,12 +108,13 @@ def record_applied(connection: Any, name: str, count: int) -> None:
 
 
 @contextmanager
-def reading(store: LogStore, name: str) -> Iterator[Any]:
-    """A connection to query the attached view `name`, brought level with the log first.
+def reading(store: LogStore, name: str, *after: str) -> Iterator[Any]:
+    """A connection to query the attached view `name` (and the views `after` it reads), all
+    brought level with the log first.
 
     Raises StoreError when the database cannot be read.
     """
-    store.refresh_view(name)
+    store.refresh_view(name, *after)
     try:
         with store.engine.connect() as connection:
             yield connection

@@ -482,7 +482,9 @@ def reputation_inputs(entry: ViewEntry) -> list[tuple[str, str | None]]:
     found: list[tuple[str, str | None]] = []
     try:
         if event.kind == TASK_SETTLED:
-            for did, value in dict(event.body.get("quality", {})).items():
+            # by DID: a body parsed from the stored bytes has its keys in canonical order,
+            # the one an append folds keeps the order it was built in
+            for did, value in sorted(dict(event.body.get("quality", {})).items()):
                 quality = Fraction(value)
                 found.append((str(did), f"{quality.numerator}/{quality.denominator}"))
         elif event.kind in (TASK_AWARDED, TASK_EXPIRED):
@@ -515,5 +517,14 @@ def reputations_of(connection: Any, dids: Iterable[str]) -> dict[str, Fraction]:
 def read_views(operator_did: str) -> list[Projection]:
     """Every read view accord keeps, as `accord ledger reindex` rebuilds them (the market
     attaches the same ones when it opens): tasks, credentials (trusting `operator_did` as
-    their issuer), bids and reputation."""
-    return [TaskView(), BidBookView(), CredentialView(operator_did), ReputationView()]
+    their issuer), bids, reputation and discovery (which reads the credential and reputation
+    views, so it comes after them)."""
+    from market.discovery import DiscoveryView  # it reads this module's reputation view
+
+    return [
+        TaskView(),
+        BidBookView(),
+        CredentialView(operator_did),
+        ReputationView(),
+        DiscoveryView(operator_did),
+    ]

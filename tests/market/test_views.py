@@ -165,7 +165,9 @@ def test_dropping_the_view_and_reindexing_gives_identical_rows(world: World) -> 
         before = list(view_rows(connection, read_views(store_operator)))
     assert len([row for row in before if row[0] == "view_tasks"]) == len(world.ids)
     applied = store.reindex()
-    assert applied == dict.fromkeys(("tasks", "bids", "credentials", "reputation"), store.size())
+    assert applied == dict.fromkeys(
+        ("tasks", "bids", "credentials", "reputation", "discovery"), store.size()
+    )
     with store.engine.connect() as connection:
         assert list(view_rows(connection, read_views(store_operator))) == before
     for table in reversed(TASKS.metadata.sorted_tables):
