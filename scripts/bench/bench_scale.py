@@ -38,8 +38,8 @@ reindex` wall time, where the command exists. The goals: p99 ≤ 20 ms for each 
 10^6 events, within 1.5 times its 10^4 figure, and ≥ 200 bid commits/s with two processes
 on PostgreSQL.
 
-Run alone: `scripts/with_postgres.sh .venv/bin/python scripts/bench/bench_scale.py [--quick]
-[--sizes 10000,100000]`.
+Run alone: `scripts/with_postgres.sh .venv/bin/python scripts/bench/bench_scale.py [--quick]`;
+`--sizes 10000,100000` and `--backends sqlite` pick the sizes and backends.
 """
 
 from __future__ import annotations
