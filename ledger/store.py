@@ -532,22 +532,41 @@ class LogStore:
 
     def attach(self, projection: Projection) -> None:
         """Keep `projection` from now on: create its tables, fold in what it has not applied,
-        and apply it to every append, in the append's transaction. Attaching one of the same
-        name again does nothing. Raises StoreError."""
+        and apply it to every append, in the append's transaction. Tables stored with other
+        columns than its own (another version's) are made anew and folded from the log.
+        Attaching one of the same name again does nothing. Raises StoreError."""
         if projection.name in self._projections:
             return
         tables = [views.VIEWS_TABLE, *projection.tables]
         try:
+            stored = views.stored_columns(self.engine, projection.tables)
             try:
                 SQLModel.metadata.create_all(self.engine, tables=tables)
             except (IntegrityError, OperationalError, ProgrammingError):
                 # another process created them meanwhile (PostgreSQL's catalog refuses a
                 # second CREATE): they are there now, which a second pass checks
                 SQLModel.metadata.create_all(self.engine, tables=tables)
+            with self._read() as connection:
+                done = views.applied_count(connection, projection.name)
+            if views.outdated(stored, projection.tables, done):
+                self._rebuild_view(projection)
         except SQLAlchemyError as exc:
             raise StoreError(f"cannot prepare the {projection.name} view: {_reason(exc)}") from exc
         self._projections[projection.name] = projection
         self.refresh_view(projection.name)
+
+    def _rebuild_view(self, projection: Projection) -> None:
+        """Drop and create the view's tables and fold the log into them from the start (by
+        `refresh_view`, right after), under the head lock: appends wait. Two processes that
+        start together may both do it; the second rebuild gives the same rows."""
+        with self.engine.begin() as connection:
+            self._lock_head(connection)
+            for table in reversed(projection.tables):
+                table.drop(connection, checkfirst=True)
+            for table in projection.tables:
+                table.create(connection)
+            views.applied(connection, projection.name)
+            views.record_applied(connection, projection.name, 0)
 
     def refresh_view(self, *names: str) -> None:
         """Fold into the attached views `names` the entries they have not applied yet
