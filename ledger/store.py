@@ -382,9 +382,10 @@ class LogStore:
         actor: str | None = None,
         limit: int = 100,
         after: int = -1,
+        newest_first: bool = False,
     ) -> list[StoredEntry]:
-        """Entries matching every given field (`kinds`: any of them), oldest first, after
-        index `after`."""
+        """Entries matching every given field (`kinds`: any of them) after index `after`,
+        oldest first (`newest_first`: the latest `limit` of them, newest first)."""
         query = select(_ENTRIES.c.idx, _ENTRIES.c.data).where(_ENTRIES.c.idx > after)
         if kind is not None:
             query = query.where(_ENTRIES.c.kind == kind)
@@ -395,7 +396,8 @@ class LogStore:
         if actor is not None:
             query = query.where(_ENTRIES.c.actor == actor)
         with self._read() as connection:
-            rows = connection.execute(query.order_by(_ENTRIES.c.idx).limit(limit)).all()
+            order = _ENTRIES.c.idx.desc() if newest_first else _ENTRIES.c.idx
+            rows = connection.execute(query.order_by(order).limit(limit)).all()
         return [StoredEntry(int(idx), bytes(data)) for idx, data in rows]
 
     def last_seq(self, actor: str) -> int | None:
