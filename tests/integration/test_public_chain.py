@@ -271,3 +271,25 @@ def test_an_anchor_stuck_under_a_risen_base_fee_is_replaced_not_duplicated(
     assert chain.receipt(stuck.tx_hash or b"") is None
     assert chain.account_nonce(latest=True) == nonce0 + 1
     assert [a.size for a in chain.anchors(store.log_id)] == [3]
+
+
+@pytest.mark.devnet
+def test_deployments_sign_under_the_configured_fee_ceiling(calm: Net, tmp_path: Path) -> None:
+    """A fee market above ACCORD_MAX_FEE_GWEI refuses the deployment of either contract
+    before anything is sent or recorded; under the ceiling both deploy."""
+    calm.raise_base_fee(40)
+    tight = FeePolicy(ceiling=30 * GWEI)
+    sent_before = calm.rpc("eth_getTransactionCount", OPERATOR, "pending")
+    with pytest.raises(FeesAboveCeilingError):
+        ensure_registry(
+            calm.info.rpc_url, DEVNET_OPERATOR_KEY, tmp_path / "r.json", fee_policy=tight
+        )
+    with pytest.raises(FeesAboveCeilingError):
+        ensure_escrow(calm.info.rpc_url, DEVNET_OPERATOR_KEY, tmp_path / "e.json", fee_policy=tight)
+    assert not (tmp_path / "r.json").exists() and not (tmp_path / "e.json").exists()
+    assert calm.rpc("eth_getTransactionCount", OPERATOR, "pending") == sent_before
+    roomy = FeePolicy(ceiling=200 * GWEI)
+    made = ensure_escrow(
+        calm.info.rpc_url, DEVNET_OPERATOR_KEY, tmp_path / "e.json", fee_policy=roomy
+    )
+    assert made.action == "deployed"
