@@ -41,7 +41,7 @@ from ledger.events import Entry
 from ledger.signing import Signer
 from ledger.store import LogStore
 from ledger.views import check_limit, encode_cursor, int_key, reading
-from market.discovery import DEPENDS_ON, description, ranked_page
+from market.discovery import DEPENDS_ON, description, fraction_text, ranked_page
 from market.discovery import VIEW_NAME as DISCOVERY_VIEW
 from market.runtime import MarketContext
 from market.tasks import Task
@@ -100,7 +100,7 @@ def member_of(agent: AgentRecord, held: Sequence[str], reputation: Fraction) -> 
         agent.did,
         agent.name,
         tuple(held),
-        _fraction(reputation),
+        fraction_text(reputation),
         description(agent.name, held),
     )
 
@@ -139,7 +139,7 @@ def discover(
         )
     candidates = tuple(
         Candidate(
-            Member(d.did, d.name, d.capabilities, _fraction(d.reputation), d.description),
+            Member(d.did, d.name, d.capabilities, fraction_text(d.reputation), d.description),
             d.relevance,
             d.reputation,
         )
@@ -148,10 +148,6 @@ def discover(
     return DiscoveryPage(
         candidates, encode_cursor(DISCOVERY_VIEW, str(offset + size)) if more else None
     )
-
-
-def _fraction(value: Fraction) -> str:
-    return f"{value.numerator}/{value.denominator}"
 
 
 def adapter_for(

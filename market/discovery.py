@@ -205,7 +205,7 @@ def _describe(connection: Any, dids: list[str]) -> None:
                     "capabilities": "\n".join(capabilities),
                     "words": f" {' '.join(sorted(described))} ",
                     "word_count": len(described),
-                    "reputation": _fraction_text(reputations[did]),
+                    "reputation": fraction_text(reputations[did]),
                     "reputation_key": float(reputations[did]),
                     "valid_from_us": window[did][0],
                     "valid_until_us": window[did][1],
@@ -216,7 +216,8 @@ def _describe(connection: Any, dids: list[str]) -> None:
         connection.execute(insert(DISCOVERY), rows)
 
 
-def _fraction_text(value: Fraction) -> str:
+def fraction_text(value: Fraction) -> str:
+    """A fraction as `n/d` (pure)."""
     return f"{value.numerator}/{value.denominator}"
 
 

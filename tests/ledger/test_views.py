@@ -40,30 +40,36 @@ KINDS_TABLE: Table = KindCount.__table__  # type: ignore[attr-defined]
 
 
 class KindCounts:
-    """Entries per kind, and the index of the last of each."""
+    """Entries per kind, and the index of the last of each (and of the first, when `table`
+    has a `first_index` column)."""
 
     name = "kind-counts"
-    tables: Sequence[Table] = (KINDS_TABLE,)
+
+    def __init__(self, table: Table = KINDS_TABLE) -> None:
+        self.table = table
+        self.tables: Sequence[Table] = (table,)
 
     def apply(self, connection: Any, entries: Sequence[ViewEntry]) -> None:
+        table = self.table
         for entry in entries:
             kind = entry.event.kind
             found = connection.execute(
-                select(KINDS_TABLE.c.entries).where(KINDS_TABLE.c.kind == kind)
+                select(table.c.entries).where(table.c.kind == kind)
             ).scalar_one_or_none()
             if found is None:
-                connection.execute(
-                    insert(KINDS_TABLE).values(kind=kind, entries=1, last_index=entry.index)
-                )
+                row = {"kind": kind, "entries": 1, "last_index": entry.index}
+                if "first_index" in table.c:
+                    row["first_index"] = entry.index
+                connection.execute(insert(table).values(**row))
             else:
                 connection.execute(
-                    update(KINDS_TABLE)
-                    .where(KINDS_TABLE.c.kind == kind)
+                    update(table)
+                    .where(table.c.kind == kind)
                     .values(entries=found + 1, last_index=entry.index)
                 )
 
     def reset(self, connection: Any) -> None:
-        connection.execute(delete(KINDS_TABLE))
+        connection.execute(delete(self.table))
 
 
 def counted(store: LogStore) -> dict[str, tuple[int, int]]:
@@ -144,33 +150,6 @@ NEXT_KINDS_TABLE = Table(  # the same view as another version of accord would ke
 )
 
 
-class NextKindCounts:
-    """`KindCounts` with one more column: the index of the first entry of each kind."""
-
-    name = KindCounts.name
-    tables: Sequence[Table] = (NEXT_KINDS_TABLE,)
-
-    def apply(self, connection: Any, entries: Sequence[ViewEntry]) -> None:
-        table = NEXT_KINDS_TABLE
-        for entry in entries:
-            kind = entry.event.kind
-            found = connection.execute(
-                select(table.c.entries).where(table.c.kind == kind)
-            ).scalar_one_or_none()
-            if found is None:
-                row = {"kind": kind, "entries": 1, "last_index": entry.index}
-                connection.execute(insert(table).values(**row, first_index=entry.index))
-            else:
-                connection.execute(
-                    update(table)
-                    .where(table.c.kind == kind)
-                    .values(entries=found + 1, last_index=entry.index)
-                )
-
-    def reset(self, connection: Any) -> None:
-        connection.execute(delete(NEXT_KINDS_TABLE))
-
-
 def test_a_view_stored_by_another_version_is_made_anew_from_the_log(
     open_store: Callable[..., LogStore], maker: EntryMaker
 ) -> None:
@@ -181,7 +160,7 @@ def test_a_view_stored_by_another_version_is_made_anew_from_the_log(
     old.attach(KindCounts())
     append_signed(old, maker, 6, batch=2)
     new = open_store()
-    new.attach(NextKindCounts())
+    new.attach(KindCounts(NEXT_KINDS_TABLE))
     with reading(new, KindCounts.name) as connection:
         rows = connection.execute(select(NEXT_KINDS_TABLE)).all()
     assert {row.kind: (row.entries, row.last_index) for row in rows} == expected(new)
@@ -190,7 +169,7 @@ def test_a_view_stored_by_another_version_is_made_anew_from_the_log(
     with new.engine.begin() as connection:
         NEXT_KINDS_TABLE.drop(connection)
     again = open_store()
-    again.attach(NextKindCounts())
+    again.attach(KindCounts(NEXT_KINDS_TABLE))
     with reading(again, KindCounts.name) as connection:
         rows = connection.execute(select(NEXT_KINDS_TABLE)).all()
     assert {row.kind: (row.entries, row.last_index) for row in rows} == expected(again)
