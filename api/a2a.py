@@ -461,7 +461,10 @@ def decode_cursor(token: str) -> tuple[datetime, str]:
     try:
         raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
         stamp, task_id = json.loads(raw)
-        return datetime.fromisoformat(stamp), str(task_id)
+        moment = datetime.fromisoformat(stamp)
+        if moment.tzinfo is None or not isinstance(task_id, str):
+            raise ValueError("a token names an aware time and a task id")
+        return moment, task_id
     except (binascii.Error, ValueError, TypeError) as exc:
         raise invalid_params("`pageToken` is not one this service handed out", "pageToken") from exc
 
@@ -679,26 +682,28 @@ def may_see_work(context: MarketContext, task: Task, caller: str) -> bool:
     return caller in team_of(context.market.ledger.store, task.task_id)
 
 
-def changed_at(context: MarketContext, task: Task, state: TaskState) -> datetime:
-    """When the task entered its current state: its last lifecycle entry, or the end of
-    bidding for a task the clock moved to revealing."""
+def changed_at(context: MarketContext, task: Task) -> datetime:
+    """When the task's A2A status last changed: the time of its last lifecycle entry (the
+    clock moving a task from bidding to revealing leaves it submitted)."""
     found = context.market.ledger.store.find(
         subject=task.task_id, kinds=LIFECYCLE_KINDS, limit=1000
     )
-    last = max(
+    return max(
         (parse_time(Entry.from_bytes(stored.data).event.at) for stored in found),
         default=task.posted_at,
     )
-    if state == "revealing":
-        last = max(last, task.bidding_ends)
-    return last
 
 
 def view_of(
-    env: Env, task: Task, *, artifacts: bool = True, warnings: tuple[str, ...] = ()
+    env: Env,
+    task: Task,
+    *,
+    artifacts: bool = True,
+    warnings: tuple[str, ...] = (),
+    changed: datetime | None = None,
 ) -> TaskView:
-    """The caller's view of `task` now. Raises BlobError when a stored deliverable was
-    altered, StoreError when the database is away."""
+    """The caller's view of `task` now (`changed`: its `changed_at`, when known). Raises
+    BlobError when a stored deliverable was altered, StoreError when the database is away."""
     from market.settlement import deliverable_view
 
     context = env.context()
@@ -706,7 +711,8 @@ def view_of(
     deliverable = None
     if artifacts and task.delivered_index is not None and may_see_work(context, task, env.caller):
         deliverable = deliverable_view(context.market, task.task_id)
-    return TaskView(task, state, changed_at(context, task, state), deliverable, warnings)
+    changed = changed_at(context, task) if changed is None else changed
+    return TaskView(task, state, changed, deliverable, warnings)
 
 
 def find_task(env: Env, task_id: str) -> Task:
@@ -781,20 +787,45 @@ def list_tasks(env: Env, params: Mapping[str, Any]) -> dict[str, Any]:
     raw_after = params.get("statusTimestampAfter")
     after = None if raw_after is None else _time(raw_after, "statusTimestampAfter")
     include = _bool(params, "includeArtifacts")
-    # A context is one task (its id): read that one; otherwise every task, newest change first.
-    tasks = env.context().market.tasks() if context_id is None else _context_tasks(env, context_id)
-    views = [view_of(env, task, artifacts=False) for task in tasks]
-    page, next_token, total = page_of(
-        views, context_id=context_id, state=state, after=after, cursor=cursor, size=size
-    )
+    if context_id is None:  # every task, newest change first: a page of the task view
+        page, next_token, total = _page_of_market(env, state, after, cursor, size)
+    else:  # a context is one task (its id)
+        views = [view_of(env, task, artifacts=False) for task in _context_tasks(env, context_id)]
+        page, next_token, total = page_of(
+            views, context_id=context_id, state=state, after=after, cursor=cursor, size=size
+        )
     if include:
-        page = [view_of(env, view.task) for view in page]
+        page = [view_of(env, view.task, changed=view.changed_at) for view in page]
     return {
         "tasks": [task_object(view, artifacts=include) for view in page],
         "nextPageToken": next_token,
         "pageSize": size,
         "totalSize": total,
     }
+
+
+def _page_of_market(
+    env: Env,
+    state: str | None,
+    after: datetime | None,
+    cursor: tuple[datetime, str] | None,
+    size: int,
+) -> tuple[list[TaskView], str, int]:
+    """One page of every task, newest change first, from the task view (indexed by the
+    time of each task's last lifecycle entry): (page, next page token or "", total)."""
+    from ledger.views import reading
+    from market.views import VIEW_NAME, tasks_by_change
+
+    states = None if state is None else {s for s, named in A2A_STATE.items() if named == state}
+    with reading(env.context().market.ledger.store, VIEW_NAME) as connection:
+        found = tasks_by_change(
+            connection, states=states, changed_after=after, before=cursor, size=size + 1
+        )
+    page = [view_of(env, task, artifacts=False, changed=changed) for task, changed in found.tasks]
+    more = len(page) > size
+    page = page[:size]
+    token = encode_cursor(page[-1].changed_at, page[-1].task.task_id) if more else ""
+    return page, token, found.total
 
 
 def _context_tasks(env: Env, context_id: str) -> list[Task]:

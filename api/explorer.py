@@ -130,9 +130,9 @@ def explorer_router(context_provider: Callable[[], ExplorerSources]) -> APIRoute
 # -- reading the log -------------------------------------------------------------------------
 
 
-def _events(store: LogStore, **query: Any) -> list[tuple[int, Entry]]:
+def _events(store: LogStore, limit: int = MAX_EVENTS, **query: Any) -> list[tuple[int, Entry]]:
     out = []
-    for stored in store.find(limit=MAX_EVENTS, **query):
+    for stored in store.find(limit=limit, **query):
         try:
             out.append((stored.index, Entry.from_bytes(stored.data)))
         except MalformedError:
@@ -151,9 +151,8 @@ class TaskRow:
 
 
 def list_tasks(store: LogStore, limit: int = MAX_TASKS_LISTED) -> list[TaskRow]:
-    posted = _events(store, kind=TASK_POSTED)[-limit:]
     rows = []
-    for index, entry in reversed(posted):
+    for index, entry in _events(store, kind=TASK_POSTED, newest_first=True, limit=limit):
         event = entry.event
         spec = event.body.get("spec", {})
         lifecycle = _events(store, subject=event.subject, kinds=TASK_KINDS)

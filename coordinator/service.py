@@ -30,7 +30,7 @@ from coordinator.runner import (
     RunSettings,
     TeamRunner,
 )
-from coordinator.team import Candidate, rank_candidates
+from coordinator.team import Candidate
 from coordinator.work import AgentAdapter
 from identity.address_guard import private_agents_allowed
 from identity.agents import AgentRecord, runtime_for
@@ -40,7 +40,9 @@ from ledger.errors import LedgerError
 from ledger.events import Entry
 from ledger.signing import Signer
 from ledger.store import LogStore
-from ledger.views import check_limit, encode_cursor, int_key
+from ledger.views import check_limit, encode_cursor, int_key, reading
+from market.discovery import DEPENDS_ON, description, fraction_text, ranked_page
+from market.discovery import VIEW_NAME as DISCOVERY_VIEW
 from market.runtime import MarketContext
 from market.tasks import Task
 from market.work import resolve_files
@@ -93,17 +95,14 @@ def _verified_members(context: MarketContext, agents: Sequence[AgentRecord]) -> 
 
 def member_of(agent: AgentRecord, held: Sequence[str], reputation: Fraction) -> Member:
     """An agent as discovery and the leader see it: what it holds, its reputation, and the
-    self-description discovery ranks by relevance."""
+    description discovery ranks by relevance (`market.discovery.description`)."""
     return Member(
         agent.did,
         agent.name,
         tuple(held),
-        f"{reputation.numerator}/{reputation.denominator}",
-        f"{agent.name}: {agent.runtime} agent for {', '.join(held) or 'nothing yet'}",
+        fraction_text(reputation),
+        description(agent.name, held),
     )
-
-
-DISCOVERY_VIEW = "discovery"
 
 
 @dataclass(frozen=True)
@@ -122,25 +121,33 @@ def discover(
     limit: int | None = None,
     cursor: str | None = None,
 ) -> DiscoveryPage:
-    """Discovery for a need from the read views, not a scan of every agent: the agents
-    holding a valid credential for `capability` (the credential view's index), with what
-    they hold and their reputation (views too), ranked exactly as `rank_candidates` ranks
-    the whole directory: relevance of the self-description (Jaccard), reputation, DID.
-    `limit` 1..200 (default 50), `cursor` the previous page's `next_cursor`.
+    """Discovery for a need from the discovery view (`market.discovery`), not a scan of every
+    agent: the agents holding a valid credential for `capability`, ranked exactly as
+    `rank_candidates` ranks the whole directory (relevance of the description, reputation,
+    DID), the database returning only the rows up to the page. `limit` 1..200 (default 50),
+    `cursor` the previous page's `next_cursor`.
 
     Raises QueryError (ledger.errors) for a bad limit or cursor, StoreError.
     """
     size = check_limit(limit)
     offset = int_key(DISCOVERY_VIEW, cursor) or 0
     market = context.market
-    records = context.onboarding.registry.records(market.credentialed(capability))
-    held = market.held_capabilities(records)
-    reputations = market.indexed_reputations(records)
-    members = [member_of(records[did], held[did], reputations[did]) for did in sorted(records)]
-    ranked = rank_candidates(need, capability, members)
-    end = offset + size
-    more = encode_cursor(DISCOVERY_VIEW, str(end)) if end < len(ranked) else None
-    return DiscoveryPage(tuple(ranked[offset:end]), more)
+    store = market.ledger.store
+    with reading(store, DISCOVERY_VIEW, *DEPENDS_ON) as connection:
+        found, more = ranked_page(
+            connection, capability, need, market.clock(), offset=offset, size=size
+        )
+    candidates = tuple(
+        Candidate(
+            Member(d.did, d.name, d.capabilities, fraction_text(d.reputation), d.description),
+            d.relevance,
+            d.reputation,
+        )
+        for d in found
+    )
+    return DiscoveryPage(
+        candidates, encode_cursor(DISCOVERY_VIEW, str(offset + size)) if more else None
+    )
 
 
 def adapter_for(

@@ -7,7 +7,6 @@ instruction for the input and answers with an output its output schema accepts.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
@@ -17,9 +16,7 @@ from coordinator.errors import TeamError
 from coordinator.policy import Member
 from coordinator.work import SubTask
 from identity.challenges import REGISTRY
-
-_WORDS = re.compile(r"[a-z0-9]+")
-
+from market.discovery import relevance
 
 BATCH_PREFIX = "batch:"
 
@@ -79,14 +76,6 @@ def split_batch(task: SubTask) -> list[SubTask]:
 def parts_of(task: SubTask) -> list[str]:
     """The part ids a sub-task covers."""
     return [str(t.item.get("item_id", t.sub_id)) for t in split_batch(task)]
-
-
-def relevance(need: str, description: str) -> Fraction:
-    """Word overlap (Jaccard) between a need and a self-description, exactly."""
-    a, b = set(_WORDS.findall(need.lower())), set(_WORDS.findall(description.lower()))
-    if not a or not b:
-        return Fraction(0)
-    return Fraction(len(a & b), len(a | b))
 
 
 @dataclass(frozen=True)

@@ -686,11 +686,13 @@ def deploy_registry(
     *,
     artifact: ContractArtifact | None = None,
     timeout_s: float = DEPLOY_TIMEOUT_S,
+    fee_policy: FeePolicy = DEFAULT_FEE_POLICY,
 ) -> Deployment:
-    """Deploy a fresh AnchorRegistry whose operator is the key's account; wait until mined.
+    """Deploy a fresh AnchorRegistry whose operator is the key's account, with fees under
+    `fee_policy`; wait until mined.
 
-    Raises ChainUnavailableError, DeploymentError when the deployment reverts, is not mined
-    within `timeout_s`, or leaves code other than the artifact's.
+    Raises ChainUnavailableError, FeesAboveCeilingError, DeploymentError when the deployment
+    reverts, is not mined within `timeout_s`, or leaves code other than the artifact's.
     """
     artifact = artifact or load_artifact(REGISTRY_CONTRACT)
     w3 = make_web3(rpc_url)
@@ -700,7 +702,7 @@ def deploy_registry(
         chain_id = int(w3.eth.chain_id)
         constructor = factory.constructor()
         gas = constructor.estimate_gas({"from": account.address})
-        max_fee, tip = eip1559_fees(w3, rpc_url)
+        max_fee, tip = eip1559_fees(w3, rpc_url, fee_policy)
         tx = constructor.build_transaction(
             {
                 "from": account.address,
@@ -744,16 +746,20 @@ def ensure_registry(
     deployment_file: Path,
     *,
     artifact: ContractArtifact | None = None,
+    fee_policy: FeePolicy = DEFAULT_FEE_POLICY,
 ) -> Deployment:
     """The registry recorded in `deployment_file`, checked on chain; deploys when needed
-    (see `ensure_contract`). Raises DeploymentError, ChainUnavailableError."""
+    (see `ensure_contract`), with fees under `fee_policy`. Raises DeploymentError,
+    ChainUnavailableError, FeesAboveCeilingError."""
     artifact = artifact or load_artifact(REGISTRY_CONTRACT)
     return ensure_contract(
         rpc_url,
         operator_key_hex,
         deployment_file,
         artifact,
-        deploy=lambda: deploy_registry(rpc_url, operator_key_hex, artifact=artifact),
+        deploy=lambda: deploy_registry(
+            rpc_url, operator_key_hex, artifact=artifact, fee_policy=fee_policy
+        ),
         operator_of=lambda address: Web3AnchorChain(
             rpc_url, operator_key_hex, address, artifact=artifact
         ).operator(),

@@ -245,7 +245,10 @@ def connect_chain(settings: Settings, *, start_devnet: bool = True) -> AnchorCha
                 "give the hex private key of the account that pays for anchors"
             )
         deployment = ensure_registry(
-            settings.rpc_url, settings.operator_eth_key, settings.deployment_file
+            settings.rpc_url,
+            settings.operator_eth_key,
+            settings.deployment_file,
+            fee_policy=settings.fee_policy,
         )
         return Web3AnchorChain(
             settings.rpc_url,
@@ -257,13 +260,23 @@ def connect_chain(settings: Settings, *, start_devnet: bool = True) -> AnchorCha
     if not start_devnet:
         if not devnet.status().running:
             raise DevnetError("the devnet is not running; start it with `accord devnet up`")
-        deployment = ensure_registry(devnet.rpc_url, DEVNET_OPERATOR_KEY, settings.deployment_file)
+        deployment = ensure_registry(
+            devnet.rpc_url,
+            DEVNET_OPERATOR_KEY,
+            settings.deployment_file,
+            fee_policy=settings.fee_policy,
+        )
         return Web3AnchorChain(
             devnet.rpc_url, DEVNET_OPERATOR_KEY, deployment.address, fee_policy=settings.fee_policy
         )
     info = devnet.up()
     with _stopped_on_failure(devnet, info):
-        deployment = ensure_registry(devnet.rpc_url, DEVNET_OPERATOR_KEY, settings.deployment_file)
+        deployment = ensure_registry(
+            devnet.rpc_url,
+            DEVNET_OPERATOR_KEY,
+            settings.deployment_file,
+            fee_policy=settings.fee_policy,
+        )
         return Web3AnchorChain(
             devnet.rpc_url, DEVNET_OPERATOR_KEY, deployment.address, fee_policy=settings.fee_policy
         )

@@ -440,9 +440,10 @@ class LogStore:
         actor: str | None = None,
         limit: int = 100,
         after: int = -1,
+        newest_first: bool = False,
     ) -> list[StoredEntry]:
-        """Entries matching every given field (`kinds`: any of them), oldest first, after
-        index `after`."""
+        """Entries matching every given field (`kinds`: any of them) after index `after`,
+        oldest first (`newest_first`: the latest `limit` of them, newest first)."""
         query = select(_ENTRIES.c.idx, _ENTRIES.c.data).where(_ENTRIES.c.idx > after)
         if kind is not None:
             query = query.where(_ENTRIES.c.kind == kind)
@@ -453,7 +454,8 @@ class LogStore:
         if actor is not None:
             query = query.where(_ENTRIES.c.actor == actor)
         with self._read() as connection:
-            rows = connection.execute(query.order_by(_ENTRIES.c.idx).limit(limit)).all()
+            order = _ENTRIES.c.idx.desc() if newest_first else _ENTRIES.c.idx
+            rows = connection.execute(query.order_by(order).limit(limit)).all()
         return [StoredEntry(int(idx), bytes(data)) for idx, data in rows]
 
     def last_seq(self, actor: str) -> int | None:
@@ -637,40 +639,66 @@ class LogStore:
 
     def attach(self, projection: Projection) -> None:
         """Keep `projection` from now on: create its tables, fold in what it has not applied,
-        and apply it to every append, in the append's transaction. Attaching one of the same
-        name again does nothing. Raises StoreError."""
+        and apply it to every append, in the append's transaction. Tables stored with other
+        columns than its own (another version's) are made anew and folded from the log.
+        Attaching one of the same name again does nothing. Raises StoreError."""
         if projection.name in self._projections:
             return
         tables = [views.VIEWS_TABLE, *projection.tables]
         try:
+            stored = views.stored_columns(self.engine, projection.tables)
             try:
                 SQLModel.metadata.create_all(self.engine, tables=tables)
             except (IntegrityError, OperationalError, ProgrammingError):
                 # another process created them meanwhile (PostgreSQL's catalog refuses a
                 # second CREATE): they are there now, which a second pass checks
                 SQLModel.metadata.create_all(self.engine, tables=tables)
+            with self._read() as connection:
+                done = views.applied_count(connection, projection.name)
+            if views.outdated(stored, projection.tables, done):
+                self._rebuild_view(projection)
         except SQLAlchemyError as exc:
             raise StoreError(f"cannot prepare the {projection.name} view: {_reason(exc)}") from exc
         self._projections[projection.name] = projection
         self.refresh_view(projection.name)
 
-    def refresh_view(self, name: str) -> None:
-        """Fold into the attached view `name` the entries it has not applied yet (appended by
-        a process that did not keep it); cheap when it is level. Raises StoreError."""
-        projection = self._projections[name]
+    def _rebuild_view(self, projection: Projection) -> None:
+        """Drop and create the view's tables and fold the log into them from the start (by
+        `refresh_view`, right after), under the head lock: appends wait. Two processes that
+        start together may both do it; the second rebuild gives the same rows."""
+        with self.engine.begin() as connection:
+            self._lock_head(connection)
+            for table in reversed(projection.tables):
+                table.drop(connection, checkfirst=True)
+            for table in projection.tables:
+                table.create(connection)
+            views.applied(connection, projection.name)
+            views.record_applied(connection, projection.name, 0)
+
+    def refresh_view(self, *names: str) -> None:
+        """Fold into the attached views `names` the entries they have not applied yet
+        (appended by a process that did not keep them), in the order they were attached; one
+        read when they are level. Raises StoreError."""
+        wanted = [p for name, p in self._projections.items() if name in names]
         try:
             with self._read() as connection:
                 head = int(connection.execute(select(_HEAD.c.size)).scalar_one())
-                done = connection.execute(
-                    select(views.VIEWS_TABLE.c.applied).where(views.VIEWS_TABLE.c.name == name)
-                ).scalar_one_or_none()
-            if done is not None and int(done) >= head:
+                done = dict(
+                    connection.execute(
+                        select(views.VIEWS_TABLE.c.name, views.VIEWS_TABLE.c.applied).where(
+                            views.VIEWS_TABLE.c.name.in_(names)
+                        )
+                    ).all()
+                )
+            if all(int(done.get(p.name, -1)) >= head for p in wanted):
                 return
             with self.engine.begin() as connection:
                 size = self._lock_head(connection)
-                self._catch_up(connection, [projection], size)
+                self._catch_up(connection, wanted, size)
         except SQLAlchemyError as exc:
-            raise StoreError(f"cannot bring the {name} view up to date: {_reason(exc)}") from exc
+            raise StoreError(
+                f"cannot bring the {', '.join(names)} view up to date: {_reason(exc)}"
+            ) from exc
 
     def reindex(self) -> dict[str, int]:
         """Empty every attached view and fold the whole log into it again, in one transaction

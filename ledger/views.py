@@ -13,7 +13,9 @@ inside the append's own transaction, under the head lock, so a view is never beh
 of a process that attached it. `ledger_views` records how many entries each projection has
 applied, so entries appended by a process that had not attached it (an older version, a
 tool that only appends) are folded in at the next append, or when a reader asks
-(`LogStore.refresh_view`). `LogStore.reindex()` empties every attached view and folds the
+(`LogStore.refresh_view`). A view whose stored tables have other columns than the attached
+projection's (kept by another version of accord) is made anew and folded from the log when
+attached. `LogStore.reindex()` empties every attached view and folds the
 whole log again, in one transaction: the log alone rebuilds them (`accord ledger reindex`).
 
 A projection must never make a valid append fail: an entry it cannot fold (an invalid
@@ -34,7 +36,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol
 
-from sqlalchemy import BigInteger, Table, insert, select, update
+from sqlalchemy import BigInteger, Table, insert, inspect, select, update
 from sqlalchemy.exc import SQLAlchemyError
 from sqlmodel import Column, Field, SQLModel
 
@@ -54,6 +56,11 @@ def micros(moment: datetime) -> int:
     """Microseconds since the Unix epoch as an integer: how views store times they sort or
     compare with the clock (no float)."""
     return (moment - _EPOCH) // _MICROSECOND
+
+
+def from_micros(count: int) -> datetime:
+    """The moment `micros` stored (UTC)."""
+    return _EPOCH + count * _MICROSECOND
 
 
 @dataclass(frozen=True)
@@ -117,6 +124,39 @@ def applied_all(connection: Any, names: Sequence[str]) -> dict[str, int]:
     return found
 
 
+def stored_columns(bind: Any, tables: Sequence[Table]) -> dict[str, set[str] | None]:
+    """The columns the database holds for each of `tables` (None: it holds no such table).
+    `bind` is an engine or a connection."""
+    inspector = inspect(bind)
+    return {
+        table.name: (
+            {column["name"] for column in inspector.get_columns(table.name)}
+            if inspector.has_table(table.name)
+            else None
+        )
+        for table in tables
+    }
+
+
+def outdated(stored: dict[str, set[str] | None], tables: Sequence[Table], applied: int) -> bool:
+    """Whether a view must be made anew (pure): a table of it is stored with other columns
+    than `tables` have (another version of accord kept it), or one is missing though the view
+    has applied entries (its folds would be lost)."""
+    for table in tables:
+        columns = stored.get(table.name)
+        if columns is None and applied > 0:
+            return True
+        if columns is not None and columns != set(table.columns.keys()):
+            return True
+    return False
+
+
+def applied_count(bind: Any, name: str) -> int:
+    """How many entries the view `name` has applied (0 when none is recorded); read only."""
+    found = bind.execute(select(VIEWS_TABLE.c.applied).where(VIEWS_TABLE.c.name == name))
+    return int(found.scalar_one_or_none() or 0)
+
+
 def record_applied(connection: Any, name: str, count: int) -> None:
     record_applied_all(connection, [name], count)
 
@@ -130,12 +170,13 @@ def record_applied_all(connection: Any, names: Sequence[str], count: int) -> Non
 
 
 @contextmanager
-def reading(store: LogStore, name: str) -> Iterator[Any]:
-    """A connection to query the attached view `name`, brought level with the log first.
+def reading(store: LogStore, name: str, *after: str) -> Iterator[Any]:
+    """A connection to query the attached view `name` (and the views `after` it reads), all
+    brought level with the log first.
 
     Raises StoreError when the database cannot be read.
     """
-    store.refresh_view(name)
+    store.refresh_view(name, *after)
     try:
         with store.engine.connect() as connection:
             yield connection

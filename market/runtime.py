@@ -142,7 +142,9 @@ def connect_escrow(settings: Settings, *, start_devnet: bool = True) -> tuple[Es
         if start_devnet:
             devnet.up()
         rpc_url, key = devnet.rpc_url, DEVNET_OPERATOR_KEY
-    deployment = ensure_escrow(rpc_url, key, settings.home / ESCROW_DEPLOYMENT_FILE)
+    deployment = ensure_escrow(
+        rpc_url, key, settings.home / ESCROW_DEPLOYMENT_FILE, fee_policy=settings.fee_policy
+    )
     return Web3EscrowChain(rpc_url, deployment.address, fee_policy=settings.fee_policy), key
 
 

@@ -27,13 +27,21 @@ from fractions import Fraction
 from functools import lru_cache
 from typing import Any, get_args
 
-from sqlalchemy import BigInteger, Index, Table, and_, delete, insert, select, tuple_
+from sqlalchemy import BigInteger, Index, Table, and_, delete, func, insert, select, tuple_
 from sqlmodel import Column, Field, SQLModel
 
 from identity.credential_views import CredentialView
 from ledger.errors import MalformedError, QueryError
 from ledger.events import parse_time
-from ledger.views import Projection, ViewEntry, check_limit, encode_cursor, int_key, micros
+from ledger.views import (
+    Projection,
+    ViewEntry,
+    check_limit,
+    encode_cursor,
+    from_micros,
+    int_key,
+    micros,
+)
 from market import sealed
 from market.errors import MarketError
 from market.money import Wei
@@ -68,6 +76,7 @@ class TaskRow(SQLModel, table=True):
     __table_args__ = (
         Index("ix_view_tasks_state_posted", "state", "posted_index"),
         Index("ix_view_tasks_requester_posted", "requester", "posted_index"),
+        Index("ix_view_tasks_changed", "changed_us", "task_id"),
     )
 
     subject: str = Field(primary_key=True)
@@ -82,6 +91,8 @@ class TaskRow(SQLModel, table=True):
     price: str | None = None
     delivered_index: int | None = Field(default=None, sa_column=Column(BigInteger))
     delivered_at: str | None = None
+    changed_us: int = Field(sa_column=Column(BigInteger, nullable=False))
+    """When its last lifecycle entry was logged (epoch µs): A2A lists tasks by it."""
     duplicates: str
     spec: str
     problem: str | None = None
@@ -113,6 +124,7 @@ class _Folded:
     posted_index: int
     task: Task
     spec: dict[str, Any] = field(hash=False)
+    changed_us: int = 0
     problem: str | None = None
 
 
@@ -165,10 +177,11 @@ def fold(folded: dict[str, _Folded], entry: ViewEntry) -> bool:
                 return False  # not a task: `Market.task` finds no posting either
             task = step(None, moved)
             folded[event.subject] = _Folded(
-                event.subject, entry.index, task, dict(event.body["spec"])
+                event.subject, entry.index, task, dict(event.body["spec"]), micros(moved.at)
             )
             return True
         current.task = step(current.task, moved)
+        current.changed_us = micros(moved.at)
     except (MarketError, MalformedError, KeyError, TypeError, ValueError) as exc:
         if current is None:
             return False  # a posting that is no task spec: no task
@@ -183,9 +196,9 @@ def _load(connection: Any, subjects: Sequence[str]) -> list[_Folded]:
         rows = connection.execute(select(TASKS).where(TASKS.c.subject.in_(chunk))).all()
         for row in rows:
             spec = json.loads(row.spec)
-            loaded.append(
-                _Folded(row.subject, int(row.posted_index), task_of(row, spec), spec, row.problem)
-            )
+            task = task_of(row, spec)
+            index, changed = int(row.posted_index), int(row.changed_us)
+            loaded.append(_Folded(row.subject, index, task, spec, changed, row.problem))
     return loaded
 
 
@@ -215,6 +228,7 @@ def _store(connection: Any, tasks: Sequence[_Folded]) -> None:
                 "delivered_at": None
                 if task.delivered_at is None
                 else task.delivered_at.isoformat(),
+                "changed_us": folded.changed_us,
                 "duplicates": json.dumps(list(task.duplicates)),
                 "spec": json.dumps(folded.spec, sort_keys=True, separators=(",", ":")),
                 "problem": folded.problem,
@@ -482,7 +496,9 @@ def reputation_inputs(entry: ViewEntry) -> list[tuple[str, str | None]]:
     found: list[tuple[str, str | None]] = []
     try:
         if event.kind == TASK_SETTLED:
-            for did, value in dict(event.body.get("quality", {})).items():
+            # by DID: a body parsed from the stored bytes has its keys in canonical order,
+            # the one an append folds keeps the order it was built in
+            for did, value in sorted(dict(event.body.get("quality", {})).items()):
                 quality = Fraction(value)
                 found.append((str(did), f"{quality.numerator}/{quality.denominator}"))
         elif event.kind in (TASK_AWARDED, TASK_EXPIRED):
@@ -515,5 +531,57 @@ def reputations_of(connection: Any, dids: Iterable[str]) -> dict[str, Fraction]:
 def read_views(operator_did: str) -> list[Projection]:
     """Every read view accord keeps, as `accord ledger reindex` rebuilds them (the market
     attaches the same ones when it opens): tasks, credentials (trusting `operator_did` as
-    their issuer), bids and reputation."""
-    return [TaskView(), BidBookView(), CredentialView(operator_did), ReputationView()]
+    their issuer), bids, reputation and discovery (which reads the credential and reputation
+    views, so it comes after them)."""
+    from market.discovery import DiscoveryView  # it reads this module's reputation view
+
+    return [
+        TaskView(),
+        BidBookView(),
+        CredentialView(operator_did),
+        ReputationView(),
+        DiscoveryView(operator_did),
+    ]
+
+
+@dataclass(frozen=True)
+class ChangedPage:
+    """Tasks newest change first, each with the time of its last lifecycle entry, and how
+    many match in all."""
+
+    tasks: tuple[tuple[Task, datetime], ...]
+    total: int
+
+
+def tasks_by_change(
+    connection: Any,
+    *,
+    states: Iterable[str] | None,
+    changed_after: datetime | None,
+    before: tuple[datetime, str] | None,
+    size: int,
+) -> ChangedPage:
+    """The tasks whose stored state is one of `states` (None: any) and whose last lifecycle
+    entry came after `changed_after`, newest change first (then task id, descending), after
+    the keyset `before` (the last (change, task id) of the previous page); at most `size`.
+    Two indexed queries: the page and the count.
+
+    Raises TaskError when a stored spec does not parse (a view edited by hand: reindex it).
+    """
+    wanted: list[Any] = [TASKS.c.problem.is_(None)]
+    if states is not None:
+        wanted.append(TASKS.c.state.in_(sorted(states)))
+    if changed_after is not None:
+        wanted.append(TASKS.c.changed_us > micros(changed_after))
+    total = connection.execute(select(func.count()).select_from(TASKS).where(*wanted)).scalar_one()
+    if before is not None:
+        wanted.append(tuple_(TASKS.c.changed_us, TASKS.c.task_id) < (micros(before[0]), before[1]))
+    rows = connection.execute(
+        select(TASKS)
+        .where(*wanted)
+        .order_by(TASKS.c.changed_us.desc(), TASKS.c.task_id.desc())
+        .limit(size)
+    ).all()
+    return ChangedPage(
+        tuple((task_of(row), from_micros(int(row.changed_us))) for row in rows), int(total)
+    )

@@ -18,13 +18,14 @@ from api.routes.deps import (
     throttle_challenges,
     throttle_reads,
 )
-from coordinator.service import DISCOVERY_VIEW, discover
+from coordinator.service import discover
 from identity.agents import AgentRecord
 from identity.challenges import REGISTRY
 from identity.errors import CredentialError, KeyStoreError, RegistryError
 from identity.onboarding import REGISTRATION_CHALLENGE_TTL
 from ledger.signing import Signer
 from ledger.views import DEFAULT_LIMIT, MAX_LIMIT, check_limit, decode_cursor, encode_cursor
+from market.discovery import VIEW_NAME as DISCOVERY_VIEW
 from market.runtime import MarketContext
 
 reads = APIRouter(dependencies=[Depends(throttle_reads)])

@@ -35,7 +35,7 @@ from ledger.txjournal import (
     TxView,
 )
 from market.escrow.chain import EscrowChain
-from market.escrow.journal import EscrowJournal, EscrowTxRecord, JournalStatus
+from market.escrow.journal import DONE, EscrowJournal, EscrowTxRecord, JournalStatus
 from market.escrow.values import (
     EscrowEventName,
     EscrowIntent,
@@ -73,7 +73,7 @@ class EscrowOutcome:
     block_number: int | None = None
 
 
-_DONE: tuple[JournalStatus, ...] = ("confirmed", "superseded")
+_DONE: tuple[JournalStatus, ...] = DONE
 _EVENT_OF: dict[EscrowTxKind, EscrowEventName] = {
     "open": "Opened",
     "settle": "Settled",
@@ -209,12 +209,17 @@ class EscrowActions:
     def find_forgotten(self) -> list[EscrowOutcome]:
         """Mark `forgotten` each record done on chain that the chain no longer holds: a
         confirmed one with neither a receipt nor an event of its own, a superseded one whose
-        effect is gone. (One event query, and a receipt query per record missing from it.)"""
-        done = [r for r in self.journal.records() if r.status in _DONE]
-        if not done:
-            return []
-        held = {event.tx_hash for event in self.chain.events()}
+        effect is gone.
+
+        Only the records above the block the last look found whole are looked at, while the
+        chain still has that block (its hash commits to every block below it): one block-hash
+        query, one event query from that block on, and a receipt query per record missing from
+        it. A look that finds nothing forgotten moves that block up to the head less the
+        confirmation depth (a block later reorganised away only makes the next look whole)."""
+        intact = self._intact_through()
         outcomes = []
+        done = self.journal.done_after(intact)
+        held = {e.tx_hash for e in self.chain.events(from_block=intact + 1)} if done else set()
         for record in done:
             if record.status == "confirmed":
                 if record.tx_hash in held or self.chain.receipt(record.tx_hash) is not None:
@@ -225,7 +230,26 @@ class EscrowActions:
             outcomes.append(
                 EscrowOutcome("forgotten", record.intent, record.sender, record.tx_hash)
             )
+        if not outcomes:
+            self._move_intact(intact)
         return outcomes
+
+    def _intact_through(self) -> int:
+        """The block up to which every done record was held at the last look, when the chain
+        still has that very block; -1 (look at everything) otherwise."""
+        mark = self.journal.intact_through()
+        if mark is None:
+            return -1
+        number, block_hash = mark
+        return number if self.chain.block_hash(number) == block_hash else -1
+
+    def _move_intact(self, intact: int) -> None:
+        deep = self.chain.block_number() - self.confirmations
+        if deep <= intact:
+            return
+        block_hash = self.chain.block_hash(deep)
+        if block_hash is not None:
+            self.journal.record_intact(deep, block_hash)
 
     def _effect_on_chain(self, record: EscrowTxRecord) -> bool:
         intent = record.intent

@@ -1,7 +1,7 @@
 """Where the market records escrow transactions before sending them: `EscrowJournal`, in
 memory (`MemoryEscrowJournal`) or in the market's SQL database (`SqlEscrowJournal`, table
 `market_escrow_txs`; a table of an older accord, without `sent_at`, gains the column when
-opened).
+opened; `market_escrow_intact` remembers up to which block the chain held every done one).
 """
 
 from __future__ import annotations
@@ -15,8 +15,10 @@ from sqlalchemy import (
     Float,
     Integer,
     LargeBinary,
+    delete,
     insert,
     inspect,
+    or_,
     select,
     text,
     update,
@@ -39,6 +41,7 @@ record (a forgotten one at a new nonce, or a stuck one at the same nonce with hi
 journal follows whichever of the two is mined)."""
 
 UNRESOLVED: tuple[JournalStatus, ...] = ("pending", "forgotten")
+DONE: tuple[JournalStatus, ...] = ("confirmed", "superseded")
 
 
 @dataclass(frozen=True)
@@ -95,12 +98,27 @@ class EscrowJournal(Protocol):
         Raises EscrowError if `record` is known."""
         ...
 
+    def done_after(self, block_number: int) -> list[EscrowTxRecord]:
+        """Records done on chain (confirmed or superseded) not known to be in a block at or
+        below `block_number` (a superseded one has no block), oldest first."""
+        ...
+
+    def intact_through(self) -> tuple[int, bytes] | None:
+        """The block (number, hash) up to which the chain held every done record when last
+        checked, or None."""
+        ...
+
+    def record_intact(self, block_number: int, block_hash: bytes) -> None:
+        """Remember that the chain held every done record up to this block."""
+        ...
+
 
 class MemoryEscrowJournal:
     """An EscrowJournal in a list (survives a "crash" of the EscrowActions using it)."""
 
     def __init__(self) -> None:
         self._records: list[EscrowTxRecord] = []
+        self._intact: tuple[int, bytes] | None = None
 
     def add(self, record: EscrowTxRecord) -> None:
         if any(r.tx_hash == record.tx_hash for r in self._records):
@@ -129,6 +147,19 @@ class MemoryEscrowJournal:
         self._records.append(record)
         return True
 
+    def done_after(self, block_number: int) -> list[EscrowTxRecord]:
+        return [
+            r
+            for r in self._records
+            if r.status in DONE and (r.block_number is None or r.block_number > block_number)
+        ]
+
+    def intact_through(self) -> tuple[int, bytes] | None:
+        return self._intact
+
+    def record_intact(self, block_number: int, block_hash: bytes) -> None:
+        self._intact = (block_number, block_hash)
+
 
 class MarketEscrowTx(SQLModel, table=True):
     """One row per signed escrow transaction (see EscrowTxRecord)."""
@@ -151,6 +182,20 @@ class MarketEscrowTx(SQLModel, table=True):
 
 
 _TXS = MarketEscrowTx.__table__  # type: ignore[attr-defined]
+
+
+class MarketEscrowIntact(SQLModel, table=True):
+    """One row: the block up to which the chain held every done escrow transaction when the
+    market last looked (so the next look starts after it, while that block is unchanged)."""
+
+    __tablename__ = "market_escrow_intact"
+
+    id: int = Field(default=1, primary_key=True)
+    block_number: int = Field(sa_column=Column(BigInteger, nullable=False))
+    block_hash: bytes = Field(sa_column=Column(LargeBinary, nullable=False))
+
+
+_INTACT = MarketEscrowIntact.__table__  # type: ignore[attr-defined]
 
 
 class _Settled(Exception):
@@ -181,7 +226,7 @@ class SqlEscrowJournal:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
         try:
-            create_tables(engine, [_TXS])
+            create_tables(engine, [_TXS, _INTACT])
             _add_missing_columns(engine)
         except SQLAlchemyError as exc:
             raise EscrowError(f"cannot prepare the escrow journal: {exc}") from exc
@@ -258,6 +303,32 @@ class SqlEscrowJournal:
         if task_id is None:
             return self._select()
         return self._select(_TXS.c.task_id == task_id)
+
+    def done_after(self, block_number: int) -> list[EscrowTxRecord]:
+        return self._select(
+            _TXS.c.status.in_(DONE),
+            or_(_TXS.c.block_number.is_(None), _TXS.c.block_number > block_number),
+        )
+
+    def intact_through(self) -> tuple[int, bytes] | None:
+        try:
+            with self.engine.connect() as connection:
+                row = connection.execute(
+                    select(_INTACT.c.block_number, _INTACT.c.block_hash)
+                ).first()
+        except SQLAlchemyError as exc:
+            raise EscrowError(f"cannot read the escrow journal: {exc}") from exc
+        return None if row is None else (int(row[0]), bytes(row[1]))
+
+    def record_intact(self, block_number: int, block_hash: bytes) -> None:
+        try:
+            with self.engine.begin() as connection:
+                connection.execute(delete(_INTACT))
+                connection.execute(
+                    insert(_INTACT).values(id=1, block_number=block_number, block_hash=block_hash)
+                )
+        except SQLAlchemyError as exc:
+            raise EscrowError(f"cannot update the escrow journal: {exc}") from exc
 
     def mark(self, tx_hash: bytes, status: JournalStatus, block_number: int | None) -> None:
         try:

@@ -19,6 +19,7 @@ from web3.types import Nonce, TxParams
 from web3.types import Wei as Web3Wei
 
 from ledger.chain import (
+    DEFAULT_FEE_POLICY,
     DEPLOY_TIMEOUT_S,
     RPC_TIMEOUT_S,
     Deployment,
@@ -245,9 +246,15 @@ EscrowDeployment = Deployment
 
 
 def _deploy(
-    rpc_url: str, operator_key_hex: str, artifact: ContractArtifact, timeout_s: float
+    rpc_url: str,
+    operator_key_hex: str,
+    artifact: ContractArtifact,
+    timeout_s: float,
+    fee_policy: FeePolicy = DEFAULT_FEE_POLICY,
 ) -> EscrowDeployment:
-    deployed = deploy_registry(rpc_url, operator_key_hex, artifact=artifact, timeout_s=timeout_s)
+    deployed = deploy_registry(
+        rpc_url, operator_key_hex, artifact=artifact, timeout_s=timeout_s, fee_policy=fee_policy
+    )
     return replace(deployed, contract=ESCROW_CONTRACT)
 
 
@@ -272,12 +279,15 @@ def ensure_escrow(
     deployment_file: Path,
     *,
     artifact: ContractArtifact | None = None,
+    fee_policy: FeePolicy = DEFAULT_FEE_POLICY,
 ) -> EscrowDeployment:
     """The escrow recorded in `deployment_file`, checked on chain; deploys when needed
-    (`ledger.chain.ensure_contract`: "deployed", "redeployed" or "reused").
+    (`ledger.chain.ensure_contract`: "deployed", "redeployed" or "reused"), with fees under
+    `fee_policy`.
 
     Raises DeploymentError when the record is malformed, names another chain, or the address
-    holds other code or another operator's escrow; ChainUnavailableError.
+    holds other code or another operator's escrow; ChainUnavailableError,
+    FeesAboveCeilingError.
     """
     artifact = artifact or load_artifact(ESCROW_CONTRACT)
     return ensure_contract(
@@ -285,6 +295,6 @@ def ensure_escrow(
         operator_key_hex,
         deployment_file,
         artifact,
-        deploy=lambda: _deploy(rpc_url, operator_key_hex, artifact, DEPLOY_TIMEOUT_S),
+        deploy=lambda: _deploy(rpc_url, operator_key_hex, artifact, DEPLOY_TIMEOUT_S, fee_policy),
         operator_of=lambda address: Web3EscrowChain(rpc_url, address, artifact=artifact).operator(),
     )

@@ -6,7 +6,8 @@ SQLite (a file, WAL) and one on PostgreSQL (a fresh database on `$ACCORD_TEST_PG
 `scripts/with_postgres.sh`, as `make bench` does; without it the PostgreSQL columns are
 skipped). Both homes share one operator key. Seeding goes through the Python API, not the
 service: `make_entry` signs every event and `LogStore.append_batch` appends them 5,000 per
-transaction, as any writer would; the agents' and credentials' rows are inserted the way
+transaction with the market's read views attached (folded in each append's transaction), as the
+service appends; the agents' and credentials' rows are inserted the way
 onboarding inserts them. The log, as the market and onboarding would have logged it:
 
 - agents (10,000; a tenth of the events at smaller sizes): each an Ed25519 did:key with its
@@ -38,8 +39,8 @@ reindex` wall time, where the command exists. The goals: p99 ≤ 20 ms for each 
 10^6 events, within 1.5 times its 10^4 figure, and ≥ 200 bid commits/s with two processes
 on PostgreSQL.
 
-Run alone: `scripts/with_postgres.sh .venv/bin/python scripts/bench/bench_scale.py [--quick]
-[--sizes 10000,100000]`.
+Run alone: `scripts/with_postgres.sh .venv/bin/python scripts/bench/bench_scale.py [--quick]`;
+`--sizes 10000,100000` and `--backends sqlite` pick the sizes and backends.
 """
 
 from __future__ import annotations
@@ -107,6 +108,7 @@ from market.escrow import address_of
 from market.money import Wei
 from market.runtime import DEVNET_REQUESTER_KEY
 from market.tasks import BID_COMMITTED, ESCROW_OPENED, TASK_POSTED, TaskSpec
+from market.views import read_views
 from market.work import Part
 
 HERE = Path(__file__).resolve().parent
@@ -349,6 +351,9 @@ def seed_homes(homes: Sequence[Home], plan: Plan, rng: random.Random) -> Seed:
     """Append the plan's entries to every home's log and insert the agent and credential
     rows. Returns the seed (what the measurements need: open tasks, bidders, signers)."""
     ledgers = [open_ledger(home.settings) for home in homes]
+    for ledger in ledgers:  # the views the market keeps, folded in each append as it folds them
+        for projection in read_views(ledger.operator.did):
+            ledger.store.attach(projection)
     onboardings = [
         open_onboarding(home.settings, ledger) for home, ledger in zip(homes, ledgers, strict=True)
     ]

@@ -202,7 +202,7 @@ def test_ledger_reindex_rebuilds_every_view_identically(
     assert done.exit_code == 0, done.output
     report = json.loads(done.stdout)
     assert report["views"] == dict.fromkeys(
-        ("tasks", "bids", "credentials", "reputation"), store.size()
+        ("tasks", "bids", "credentials", "reputation", "discovery"), store.size()
     )
     with store.engine.connect() as connection:
         assert list(view_rows(connection, read_views(store_operator))) == before

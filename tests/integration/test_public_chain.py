@@ -271,3 +271,68 @@ def test_an_anchor_stuck_under_a_risen_base_fee_is_replaced_not_duplicated(
     assert chain.receipt(stuck.tx_hash or b"") is None
     assert chain.account_nonce(latest=True) == nonce0 + 1
     assert [a.size for a in chain.anchors(store.log_id)] == [3]
+
+
+@pytest.mark.devnet
+def test_deployments_sign_under_the_configured_fee_ceiling(calm: Net, tmp_path: Path) -> None:
+    """A fee market above ACCORD_MAX_FEE_GWEI refuses the deployment of either contract
+    before anything is sent or recorded; under the ceiling both deploy."""
+    calm.raise_base_fee(40)
+    tight = FeePolicy(ceiling=30 * GWEI)
+    sent_before = calm.rpc("eth_getTransactionCount", OPERATOR, "pending")
+    with pytest.raises(FeesAboveCeilingError):
+        ensure_registry(
+            calm.info.rpc_url, DEVNET_OPERATOR_KEY, tmp_path / "r.json", fee_policy=tight
+        )
+    with pytest.raises(FeesAboveCeilingError):
+        ensure_escrow(calm.info.rpc_url, DEVNET_OPERATOR_KEY, tmp_path / "e.json", fee_policy=tight)
+    assert not (tmp_path / "r.json").exists() and not (tmp_path / "e.json").exists()
+    assert calm.rpc("eth_getTransactionCount", OPERATOR, "pending") == sent_before
+    roomy = FeePolicy(ceiling=200 * GWEI)
+    made = ensure_escrow(
+        calm.info.rpc_url, DEVNET_OPERATOR_KEY, tmp_path / "e.json", fee_policy=roomy
+    )
+    assert made.action == "deployed"
+
+
+class WatchedChain(Web3EscrowChain):
+    """The escrow chain on anvil, noting from which block each event query reads."""
+
+    def __init__(self, rpc_url: str, address: str) -> None:
+        super().__init__(rpc_url, address)
+        self.reads_from: list[int] = []
+
+    def events(self, task_id: str | None = None, *, from_block: int = 0) -> list[Any]:
+        self.reads_from.append(from_block)
+        return super().events(task_id, from_block=from_block)
+
+
+@pytest.mark.devnet
+def test_the_check_for_forgotten_transactions_starts_above_the_block_found_whole(
+    calm: Net, tmp_path: Path
+) -> None:
+    """Each escrow action looks for forgotten transactions only above the block the last
+    look found whole (not from block 0, which grows with every task); a reorganisation below
+    that block changes its hash, and the next look is whole again and finds both."""
+    snapshot = calm.rpc("evm_snapshot")
+    chain = WatchedChain(calm.info.rpc_url, calm.escrow)
+    actions = EscrowActions(chain, journal(tmp_path), receipt_timeout=5, keys=[DEVNET_OPERATOR_KEY])
+    task = fresh("watermark")
+    opened = actions.open(REQUESTER, task, 1_000, calm.now() + 3_600)
+    credit0 = chain.credit(PAYEE)
+    settled = actions.settle(DEVNET_OPERATOR_KEY, task, [PAYEE], [700])
+    assert opened.status == settled.status == "confirmed"
+    assert actions.find_forgotten() == []
+    whole_through, _ = actions.journal.intact_through() or (-1, b"")
+    assert whole_through >= (settled.block_number or 0)
+    chain.reads_from.clear()
+    assert actions.find_forgotten() == [] and chain.reads_from == []  # nothing above it
+    calm.rpc("evm_revert", snapshot)  # below the open: both blocks go
+    for _ in range(whole_through + 3 - int(calm.rpc("eth_blockNumber"), 16)):
+        calm.rpc("evm_mine")  # the new history is longer: only its hashes tell
+    forgotten = actions.find_forgotten()
+    assert {o.tx_hash for o in forgotten} == {opened.tx_hash, settled.tx_hash}
+    assert chain.reads_from == [0]
+    outcomes = actions.reconcile()
+    assert {o.status for o in outcomes} == {"confirmed"}
+    assert chain.credit(PAYEE) == credit0 + 700  # paid once, in the new history

@@ -102,6 +102,8 @@ def test_append_and_append_batch_return_indices(
     assert [stored.data for stored in by_actor] == [
         e.data for e in appended if e.event.actor == actors[0].did
     ]
+    newest = store.find(actor=actors[0].did, newest_first=True, limit=2)
+    assert [stored.index for stored in newest] == [s.index for s in reversed(by_actor)][:2]
     assert store.last_seq(actors[0].did) == max(
         e.event.seq for e in appended if e.event.actor == actors[0].did
     )

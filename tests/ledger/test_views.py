@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import pytest
-from sqlalchemy import Table, delete, insert, select, update
+from sqlalchemy import Column, Integer, MetaData, String, Table, delete, insert, select, update
 from sqlmodel import Field, SQLModel
 
 from ledger.errors import QueryError, SequenceError
@@ -40,30 +40,36 @@ KINDS_TABLE: Table = KindCount.__table__  # type: ignore[attr-defined]
 
 
 class KindCounts:
-    """Entries per kind, and the index of the last of each."""
+    """Entries per kind, and the index of the last of each (and of the first, when `table`
+    has a `first_index` column)."""
 
     name = "kind-counts"
-    tables: Sequence[Table] = (KINDS_TABLE,)
+
+    def __init__(self, table: Table = KINDS_TABLE) -> None:
+        self.table = table
+        self.tables: Sequence[Table] = (table,)
 
     def apply(self, connection: Any, entries: Sequence[ViewEntry]) -> None:
+        table = self.table
         for entry in entries:
             kind = entry.event.kind
             found = connection.execute(
-                select(KINDS_TABLE.c.entries).where(KINDS_TABLE.c.kind == kind)
+                select(table.c.entries).where(table.c.kind == kind)
             ).scalar_one_or_none()
             if found is None:
-                connection.execute(
-                    insert(KINDS_TABLE).values(kind=kind, entries=1, last_index=entry.index)
-                )
+                row = {"kind": kind, "entries": 1, "last_index": entry.index}
+                if "first_index" in table.c:
+                    row["first_index"] = entry.index
+                connection.execute(insert(table).values(**row))
             else:
                 connection.execute(
-                    update(KINDS_TABLE)
-                    .where(KINDS_TABLE.c.kind == kind)
+                    update(table)
+                    .where(table.c.kind == kind)
                     .values(entries=found + 1, last_index=entry.index)
                 )
 
     def reset(self, connection: Any) -> None:
-        connection.execute(delete(KINDS_TABLE))
+        connection.execute(delete(self.table))
 
 
 def counted(store: LogStore) -> dict[str, tuple[int, int]]:
@@ -131,3 +137,40 @@ def test_paging_helpers_refuse_what_they_did_not_hand_out() -> None:
         assert caught.value.parameter == "cursor"
     with pytest.raises(QueryError):
         int_key("tasks", encode_cursor("tasks", "-1"))
+
+
+NEXT_METADATA = MetaData()
+NEXT_KINDS_TABLE = Table(  # the same view as another version of accord would keep it
+    "test_view_kind_counts",
+    NEXT_METADATA,
+    Column("kind", String, primary_key=True),
+    Column("entries", Integer, nullable=False),
+    Column("last_index", Integer, nullable=False),
+    Column("first_index", Integer, nullable=False),
+)
+
+
+def test_a_view_stored_by_another_version_is_made_anew_from_the_log(
+    open_store: Callable[..., LogStore], maker: EntryMaker
+) -> None:
+    """Tables with other columns than the attached projection's (an upgrade changed the
+    view) are dropped, created and folded from the log; so are tables lost from a view that
+    had applied entries. A fresh database makes nothing anew."""
+    old = open_store()
+    old.attach(KindCounts())
+    append_signed(old, maker, 6, batch=2)
+    new = open_store()
+    new.attach(KindCounts(NEXT_KINDS_TABLE))
+    with reading(new, KindCounts.name) as connection:
+        rows = connection.execute(select(NEXT_KINDS_TABLE)).all()
+    assert {row.kind: (row.entries, row.last_index) for row in rows} == expected(new)
+    assert all(row.first_index <= row.last_index for row in rows)
+    append_signed(new, maker, 3)
+    with new.engine.begin() as connection:
+        NEXT_KINDS_TABLE.drop(connection)
+    again = open_store()
+    again.attach(KindCounts(NEXT_KINDS_TABLE))
+    with reading(again, KindCounts.name) as connection:
+        rows = connection.execute(select(NEXT_KINDS_TABLE)).all()
+    assert {row.kind: (row.entries, row.last_index) for row in rows} == expected(again)
+    assert sum(row.entries for row in rows) == 9

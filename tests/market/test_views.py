@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -16,19 +17,19 @@ from sqlalchemy import update
 from audit.checks import audit_task
 from ledger.chain import MemoryAnchorChain
 from ledger.errors import QueryError
-from ledger.events import make_entry
+from ledger.events import Entry, make_entry, parse_time
 from ledger.runtime import open_ledger
 from ledger.service import Ledger
 from ledger.settings import Settings
 from ledger.signing import Ed25519Signer
 from ledger.store import LogStore
-from ledger.views import encode_cursor, view_rows
+from ledger.views import encode_cursor, reading, view_rows
 from market import sealed
 from market.errors import TransitionError
 from market.escrow import MemoryEscrowChain
-from market.service import Market
+from market.service import LIFECYCLE_KINDS, Market
 from market.tasks import TASK_AWARDED, Task, clock_state
-from market.views import TASK_STATES, TASKS, read_views
+from market.views import TASK_STATES, TASKS, VIEW_NAME, read_views, tasks_by_change
 from tests.ledger.conftest import postgres_schema_url
 from tests.market.conftest import Bidder, Clock
 from tests.market.test_service import SALT_A, post, to_award, to_reveal
@@ -165,7 +166,9 @@ def test_dropping_the_view_and_reindexing_gives_identical_rows(world: World) -> 
         before = list(view_rows(connection, read_views(store_operator)))
     assert len([row for row in before if row[0] == "view_tasks"]) == len(world.ids)
     applied = store.reindex()
-    assert applied == dict.fromkeys(("tasks", "bids", "credentials", "reputation"), store.size())
+    assert applied == dict.fromkeys(
+        ("tasks", "bids", "credentials", "reputation", "discovery"), store.size()
+    )
     with store.engine.connect() as connection:
         assert list(view_rows(connection, read_views(store_operator))) == before
     for table in reversed(TASKS.metadata.sorted_tables):
@@ -308,3 +311,45 @@ def test_the_bid_view_shows_what_the_bid_book_holds(world: World, make_bidder: M
         assert all(b.revealed == (b.price is not None) for b in market.bids(checked))
     assert [b.price for b in market.bids(task_id)] == [None, None]
     assert market.bids(world.ids[0])[0].price == 300
+
+
+def last_change(world: World, task_id: str) -> datetime:
+    found = world.ledger.store.find(subject=task_id, kinds=LIFECYCLE_KINDS, limit=100)
+    return max(parse_time(Entry.from_bytes(stored.data).event.at) for stored in found)
+
+
+@pytest.mark.parametrize("states", [None, {"bidding"}, {"settled", "refunded", "awarded"}])
+def test_tasks_by_change_pages_as_sorting_every_replay(
+    world: World, states: set[str] | None
+) -> None:
+    """A2A's ListTasks order: newest lifecycle entry first, then task id; keyset pages of 2
+    followed to the end give every matching task once, with the time of its last entry."""
+    every = [world.market.task(task_id) for task_id in world.ids]
+    expected = sorted(
+        (
+            (task.task_id, last_change(world, task.task_id))
+            for task in every
+            if states is None or task.state in states
+        ),
+        key=lambda pair: (pair[1], pair[0]),
+        reverse=True,
+    )
+    found: list[tuple[str, datetime]] = []
+    before = None
+    while True:
+        with reading(world.ledger.store, VIEW_NAME) as connection:
+            page = tasks_by_change(
+                connection, states=states, changed_after=None, before=before, size=2
+            )
+        assert page.total == len(expected)
+        found += [(task.task_id, changed) for task, changed in page.tasks]
+        if len(page.tasks) < 2:
+            break
+        before = (found[-1][1], found[-1][0])
+    assert found == expected and expected
+    newest = expected[0][1]
+    with reading(world.ledger.store, VIEW_NAME) as connection:
+        later = tasks_by_change(
+            connection, states=states, changed_after=newest, before=None, size=9
+        )
+    assert later.total == 0 and later.tasks == ()

@@ -1,0 +1,298 @@
+"""The discovery view: what agent discovery ranks, one row per agent, so that ranking the
+holders of a capability for a need is one indexed query that returns a page, not a scan.
+
+    view_discovery  one row per agent: the name it registered under (`agent.registered`,
+                    signed by the agent), the capabilities of its unrevoked credentials
+                    (`credential.issued`/`credential.revoked`, signed by the operator), the
+                    words of its description, their number, its reputation (exact `n/d` and
+                    a double to sort by), and the window within which all its credentials
+                    are valid
+
+An agent is described by what the log proves of it (`description`): its name and what it is
+credentialed for, e.g. "ada: agent for arithmetic, extraction". Discovery's relevance is the
+Jaccard overlap of the words of a need with the words of that description (`relevance`), so
+anyone can recompute a ranking from the log alone.
+
+How a page is found (`ranked_page`): the database counts, for each row of an agent holding
+the capability (the credential view's index on capability), how many of the need's words its
+word list contains, orders by relevance `c / (n + w - c)` and reputation (doubles: rounding is
+monotone, so the database's order can only tie two different values, never invert them), then
+DID, and returns only the rows up to the page. Those are then ordered exactly with fractions.
+A row whose credentials are not all valid now (one expired, or is not valid yet) describes a
+set of capabilities the clock has changed: such rows (rare) are ranked from the credential
+view in Python and merged in, so the answer is the one a scan of every agent would give.
+
+The view follows the credential and reputation views and reads their rows when it folds: they
+are attached before it, and every append, catch-up and reindex applies them first, chunk by
+chunk (`DEPENDS_ON` are brought level before it on a read). The audit never reads it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from fractions import Fraction
+from typing import Any
+
+from sqlalchemy import (
+    BigInteger,
+    Float,
+    Index,
+    Table,
+    case,
+    cast,
+    delete,
+    insert,
+    literal,
+    select,
+)
+from sqlmodel import Column, Field, SQLModel
+
+from identity.credential_views import CREDENTIALS, ISSUED_KIND, capabilities_of, issued_row
+from identity.credential_views import VIEW_NAME as CREDENTIAL_VIEW
+from identity.credentials import REVOCATION_EVENT_KIND
+from identity.registration import REGISTERED_KIND
+from ledger.views import ViewEntry, micros
+from market.views import REPUTATION_VIEW, reputation_inputs, reputations_of
+
+VIEW_NAME = "discovery"
+DEPENDS_ON = (CREDENTIAL_VIEW, REPUTATION_VIEW)
+_IN_CHUNK = 500
+_NEVER_US = 2**62
+_WORDS = re.compile(r"[a-z0-9]+")
+
+
+def words(text: str) -> frozenset[str]:
+    """The words relevance compares: runs of lower-case letters and digits (pure)."""
+    return frozenset(_WORDS.findall(text.lower()))
+
+
+def description(name: str, capabilities: Sequence[str]) -> str:
+    """How discovery and team formation describe an agent: its registered name and what it
+    holds a valid credential for (pure)."""
+    return f"{name}: agent for {', '.join(capabilities) or 'nothing yet'}"
+
+
+def relevance(need: str, text: str) -> Fraction:
+    """Word overlap (Jaccard) between a need and a description, exactly (pure)."""
+    a, b = words(need), words(text)
+    if not a or not b:
+        return Fraction(0)
+    return Fraction(len(a & b), len(a | b))
+
+
+class AgentNameRow(SQLModel, table=True):
+    __tablename__ = "view_agent_names"
+
+    did: str = Field(primary_key=True)
+    name: str
+
+
+class DiscoveryRow(SQLModel, table=True):
+    """An agent as discovery ranks it, once per capability it holds an unrevoked credential
+    for, so the holders of one capability are one range of the primary key."""
+
+    __tablename__ = "view_discovery"
+    __table_args__ = (
+        Index("ix_view_discovery_until", "capability", "valid_until_us"),
+        Index("ix_view_discovery_from", "capability", "valid_from_us"),
+    )
+
+    capability: str = Field(primary_key=True)
+    did: str = Field(primary_key=True)
+    name: str
+    capabilities: str
+    """Every capability of its unrevoked credentials, sorted, joined by newlines."""
+    words: str
+    """The words of its description, sorted, each with a space either side."""
+    word_count: int
+    reputation: str
+    """Exactly, as `n/d`."""
+    reputation_key: float = Field(sa_column=Column(Float, nullable=False))
+    valid_from_us: int = Field(sa_column=Column(BigInteger, nullable=False))
+    """The latest start of validity among its unrevoked credentials."""
+    valid_until_us: int = Field(sa_column=Column(BigInteger, nullable=False))
+    """The earliest end of validity among them: outside this window the row's words name
+    capabilities that are not all held, and the query ranks the agent from the credentials."""
+
+
+NAMES: Table = AgentNameRow.__table__  # type: ignore[attr-defined]
+DISCOVERY: Table = DiscoveryRow.__table__  # type: ignore[attr-defined]
+
+
+class DiscoveryView:
+    """The discovery projection (`ledger.views.Projection`). Credentials count only when the
+    operator `operator_did` logged them; names only as their agent signed them."""
+
+    name = VIEW_NAME
+    tables: Sequence[Table] = (NAMES, DISCOVERY)
+
+    def __init__(self, operator_did: str) -> None:
+        self.operator_did = operator_did
+
+    def apply(self, connection: Any, entries: Sequence[ViewEntry]) -> None:
+        names: dict[str, str] = {}
+        dirty: set[str] = set()
+        revoked: list[str] = []
+        for entry in entries:
+            event = entry.event
+            if event.kind == REGISTERED_KIND:
+                name = event.body.get("name")
+                if event.subject == event.actor and isinstance(name, str) and name:
+                    names[event.actor] = name
+            elif event.actor == self.operator_did and event.kind == ISSUED_KIND:
+                row = issued_row(entry)
+                if row is not None:
+                    dirty.add(row["agent"])
+            elif event.actor == self.operator_did and event.kind == REVOCATION_EVENT_KIND:
+                revoked.append(event.subject)
+            else:
+                dirty.update(did for did, _ in reputation_inputs(entry))
+        registered = sorted(names)
+        for chunk in _chunks(registered):  # a repeat (a hand-written log) renames
+            connection.execute(delete(NAMES).where(NAMES.c.did.in_(chunk)))
+        if names:
+            connection.execute(insert(NAMES), [{"did": d, "name": n} for d, n in names.items()])
+        dirty.update(registered)
+        for chunk in _chunks(revoked):
+            found = select(CREDENTIALS.c.agent).where(CREDENTIALS.c.credential_id.in_(chunk))
+            dirty.update(connection.execute(found).scalars())
+        for chunk in _chunks(sorted(dirty)):
+            _describe(connection, chunk)
+
+    def reset(self, connection: Any) -> None:
+        connection.execute(delete(DISCOVERY))
+        connection.execute(delete(NAMES))
+
+
+def _chunks(keys: list[str]) -> Iterator[list[str]]:
+    for start in range(0, len(keys), _IN_CHUNK):
+        yield keys[start : start + _IN_CHUNK]
+
+
+def _describe(connection: Any, dids: list[str]) -> None:
+    """Write the rows of `dids` again from their names and the credential and reputation
+    views: one per capability held (an agent not registered yet has none)."""
+    stored = select(NAMES.c.did, NAMES.c.name).where(NAMES.c.did.in_(dids))
+    names: dict[str, str] = {did: name for did, name in connection.execute(stored)}
+    held: dict[str, set[str]] = {did: set() for did in names}
+    window = {did: (0, _NEVER_US) for did in names}
+    credentials = connection.execute(
+        select(
+            CREDENTIALS.c.agent,
+            CREDENTIALS.c.capability,
+            CREDENTIALS.c.valid_from_us,
+            CREDENTIALS.c.valid_until_us,
+        ).where(CREDENTIALS.c.agent.in_(list(names)), CREDENTIALS.c.revoked.is_(False))
+    )
+    for agent, capability, valid_from, valid_until in credentials:
+        held[agent].add(capability)
+        earliest, latest = window[agent]
+        window[agent] = (max(earliest, int(valid_from)), min(latest, int(valid_until)))
+    reputations = reputations_of(connection, [did for did in names if held[did]])
+    rows = []
+    for did, name in names.items():
+        capabilities = sorted(held[did])
+        described = words(description(name, capabilities))
+        for capability in capabilities:
+            rows.append(
+                {
+                    "capability": capability,
+                    "did": did,
+                    "name": name,
+                    "capabilities": "\n".join(capabilities),
+                    "words": f" {' '.join(sorted(described))} ",
+                    "word_count": len(described),
+                    "reputation": fraction_text(reputations[did]),
+                    "reputation_key": float(reputations[did]),
+                    "valid_from_us": window[did][0],
+                    "valid_until_us": window[did][1],
+                }
+            )
+    connection.execute(delete(DISCOVERY).where(DISCOVERY.c.did.in_(dids)))
+    if rows:
+        connection.execute(insert(DISCOVERY), rows)
+
+
+def fraction_text(value: Fraction) -> str:
+    """A fraction as `n/d` (pure)."""
+    return f"{value.numerator}/{value.denominator}"
+
+
+@dataclass(frozen=True)
+class Discovered:
+    """One ranked agent: what it holds, its reputation and description, and its relevance."""
+
+    did: str
+    name: str
+    capabilities: tuple[str, ...]
+    reputation: Fraction
+    description: str
+    relevance: Fraction
+
+    def order(self) -> tuple[Fraction, Fraction, str]:
+        return (-self.relevance, -self.reputation, self.did)
+
+
+def ranked_page(
+    connection: Any, capability: str, need: str, now: datetime, *, offset: int, size: int
+) -> tuple[list[Discovered], bool]:
+    """The agents holding a credential for `capability` valid at `now`, ranked by relevance
+    of their description to `need`, then reputation, then DID: the `size` after the first
+    `offset`, and whether more follow. Reads the views only (bring them level first)."""
+    need_words = sorted(words(need))
+    now_us = micros(now)
+    shared: Any = literal(0)
+    for word in need_words:
+        shared = shared + case((DISCOVERY.c.words.contains(f" {word} "), 1), else_=0)
+    of_capability = select(
+        DISCOVERY.c.did, DISCOVERY.c.name, DISCOVERY.c.capabilities, DISCOVERY.c.reputation
+    ).where(DISCOVERY.c.capability == capability)
+    current = (
+        of_capability.add_columns(
+            DISCOVERY.c.reputation_key, DISCOVERY.c.word_count, shared.label("shared")
+        )
+        .where(DISCOVERY.c.valid_from_us <= now_us, DISCOVERY.c.valid_until_us > now_us)
+        .subquery()
+    )
+    overlap = cast(current.c.shared, Float) / (
+        current.c.word_count + len(need_words) - current.c.shared
+    )
+    key = case((current.c.shared == 0, 0.0), else_=overlap)
+    ranked = connection.execute(
+        select(current.c.did, current.c.name, current.c.capabilities, current.c.reputation)
+        .order_by(key.desc(), current.c.reputation_key.desc(), current.c.did)
+        .limit(offset + size + 1)
+    ).all()
+    found = [
+        _discovered(need, did, name, capabilities.split("\n"), reputation)
+        for did, name, capabilities, reputation in ranked
+    ]
+    changed = {  # by DID: a row can be both (one credential expired, one not valid yet)
+        row[0]: row
+        for query in (
+            of_capability.where(DISCOVERY.c.valid_until_us <= now_us),
+            of_capability.where(DISCOVERY.c.valid_from_us > now_us),
+        )
+        for row in connection.execute(query)
+    }
+    if changed:
+        held = capabilities_of(connection, list(changed), now)
+        found += [
+            _discovered(need, did, name, held[did], reputation)
+            for did, name, _, reputation in changed.values()
+            if capability in held[did]
+        ]
+    found.sort(key=Discovered.order)
+    return found[offset : offset + size], len(found) > offset + size
+
+
+def _discovered(
+    need: str, did: str, name: str, capabilities: Sequence[str], reputation: str
+) -> Discovered:
+    text = description(name, capabilities)
+    return Discovered(
+        did, name, tuple(capabilities), Fraction(reputation), text, relevance(need, text)
+    )
