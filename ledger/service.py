@@ -8,13 +8,15 @@ from typing import TYPE_CHECKING
 
 from ledger.canonical import JSONValue
 from ledger.checkpoint import SignedCheckpoint, take_checkpoint
-from ledger.errors import ChainError
+from ledger.errors import ChainError, SequenceError
 from ledger.events import Entry, make_entry
-from ledger.signing import Signer
+from ledger.signing import Ed25519Signer, Signer
 from ledger.store import LogStore
 
 if TYPE_CHECKING:
     from ledger.anchoring import Anchorer, AnchorOutcome
+
+_SEQ_RETRIES = 5
 
 
 class Ledger:
@@ -59,18 +61,34 @@ class Ledger:
         so writers in other processes never take it first. With `once_key`, no second event of
         `kind` under that key is ever appended (see `LogStore.append_batch`).
 
+        A signer that is not a local Ed25519 key (a remote agent's endpoint) signs outside
+        the lock instead, with the seq read before, and again when another writer took it.
+
         Raises MalformedError or CanonicalizationError for a bad event, StoreError when the
-        database fails, AlreadyLoggedError when the event is once per subject or key and
-        already logged.
+        database fails, SequenceError when other writers keep taking a remote signer's seq,
+        AlreadyLoggedError when the event is once per subject or key and already logged.
         """
         at = self.clock()
 
         def make(seq: int) -> Entry:
             return make_entry(signer, kind=kind, seq=seq, at=at, subject=subject, body=body)
 
-        index, entry = self.store.append_next(signer.did, make, once_key=once_key)
-        self.auto_anchor(index + 1)
-        return index, entry
+        if isinstance(signer, Ed25519Signer):
+            # A key held here signs in microseconds: under the head lock, with the seq it knows.
+            index, entry = self.store.append_next(signer.did, make, once_key=once_key)
+            self.auto_anchor(index + 1)
+            return index, entry
+        # A signer elsewhere (a remote agent's endpoint) may take seconds, which no writer
+        # should wait for: it signs outside the lock, and signs again if the seq was taken.
+        for attempt in range(_SEQ_RETRIES):
+            entry = make(self.next_seq(signer.did))
+            try:
+                (index,) = self.append_entries([entry], once_keys=[once_key])
+                return index, entry
+            except SequenceError:
+                if attempt == _SEQ_RETRIES - 1:
+                    raise
+        raise AssertionError("unreachable")
 
     def append_entries(
         self, entries: Sequence[Entry], *, once_keys: Sequence[str | None] = ()

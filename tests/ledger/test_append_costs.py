@@ -203,3 +203,35 @@ def test_threads_of_one_process_append_through_one_store_at_once(
     ledger.append(operator, "note.added", body={"last": True})
     entries = list(store.entries())
     assert store.root() == merkle.root([merkle.leaf_hash(e.data) for e in entries])
+
+
+class SlowRemoteSigner:
+    """A signer that is not a local key (as a remote agent's endpoint is): while it signs,
+    `meanwhile` runs in another thread, which must be able to append."""
+
+    def __init__(self, key: Ed25519Signer, meanwhile: Callable[[], object]) -> None:
+        self.key = key
+        self.did = key.did
+        self.kid = key.kid
+        self.meanwhile = meanwhile
+        self.appended_meanwhile = False
+
+    def sign(self, message: bytes) -> bytes:
+        worker = threading.Thread(target=self.meanwhile)
+        worker.start()
+        worker.join(timeout=5)
+        self.appended_meanwhile = not worker.is_alive()
+        return self.key.sign(message)
+
+
+def test_a_remote_signer_signs_outside_the_head_lock(
+    open_store: Callable[..., LogStore], operator: Ed25519Signer, actors: list[Ed25519Signer]
+) -> None:
+    first, second = open_store(), open_store()
+    other = Ledger(second, operator, Clock())
+    remote = SlowRemoteSigner(actors[0], lambda: other.append(operator, "note.added"))
+    ledger = Ledger(first, operator, Clock())
+    index, entry = ledger.append(remote, "note.added", body={"signed": "remotely"})  # type: ignore[arg-type]
+    assert remote.appended_meanwhile  # nobody waited for the remote signature
+    assert (index, entry.event.actor, entry.event.seq) == (1, actors[0].did, 1)
+    assert first.size() == 2
