@@ -21,6 +21,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
+from sqlalchemy.exc import InterfaceError, OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from coordinator.errors import CoordinatorError
@@ -218,6 +219,22 @@ def domain_problem(exc: Exception) -> ProblemError:
     return ProblemError(500, "an unexpected error; the operator's log has the details")
 
 
+DATABASE_AWAY: tuple[type[Exception], ...] = (OperationalError, InterfaceError)
+"""What the database driver raises when the server is away (restarted, unreachable, the
+connection cut): the request fails, nothing of it was committed, and the pool reconnects."""
+
+
+def database_problem(exc: Exception) -> ProblemError:
+    """503: the database did not answer (the driver's message stays in the operator's log)."""
+    cause = type(getattr(exc, "orig", None) or exc).__name__
+    return ProblemError(
+        503,
+        f"the database did not answer ({cause}); nothing was changed, retry shortly",
+        kind="unavailable",
+        headers={"Retry-After": "1"},
+    )
+
+
 DOMAIN_ERRORS: tuple[type[Exception], ...] = (
     MarketError,
     IdentityError,
@@ -260,3 +277,9 @@ def install_problem_handlers(app: FastAPI) -> None:
     app.add_exception_handler(RequestValidationError, on_validation)
     for error in DOMAIN_ERRORS:
         app.add_exception_handler(error, on_domain)
+
+    async def on_database(_: Request, exc: Exception) -> JSONResponse:
+        return await on_problem(_, database_problem(exc))
+
+    for error in DATABASE_AWAY:
+        app.add_exception_handler(error, on_database)
