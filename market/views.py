@@ -27,7 +27,19 @@ from fractions import Fraction
 from functools import lru_cache
 from typing import Any, get_args
 
-from sqlalchemy import BigInteger, Index, Table, and_, delete, func, insert, select, tuple_
+from sqlalchemy import (
+    BigInteger,
+    Index,
+    Table,
+    and_,
+    bindparam,
+    delete,
+    func,
+    insert,
+    select,
+    tuple_,
+    update,
+)
 from sqlmodel import Column, Field, SQLModel
 
 from identity.credential_views import CredentialView
@@ -385,14 +397,20 @@ class BidBookView:
         folded_moves = [move for move in moves if move is not None]
         if not folded_moves:
             return
-        pairs = sorted({(move[0], move[1]) for move in folded_moves})
+        pairs = {(move[0], move[1]) for move in folded_moves}
+        subjects = sorted({subject for subject, _ in pairs})
         rows: dict[tuple[str, str], dict[str, Any]] = {}
-        for start in range(0, len(pairs), _IN_CHUNK):
-            chunk = pairs[start : start + _IN_CHUNK]
-            found = connection.execute(
-                select(BIDS).where(tuple_(BIDS.c.subject, BIDS.c.bidder).in_(chunk))
-            ).all()
-            rows.update(((row.subject, row.bidder), dict(row._mapping)) for row in found)
+        for start in range(0, len(subjects), _IN_CHUNK):
+            # by task (the key's prefix: an index range on SQLite too, where a (task, bidder)
+            # row-value IN list is a scan of the table), keeping the pairs asked for
+            chunk = subjects[start : start + _IN_CHUNK]
+            found = connection.execute(select(BIDS).where(BIDS.c.subject.in_(chunk))).all()
+            rows.update(
+                ((row.subject, row.bidder), dict(row._mapping))
+                for row in found
+                if (row.subject, row.bidder) in pairs
+            )
+        stored = set(rows)
         touched: set[tuple[str, str]] = set()
         for subject, bidder, index, digest, price in folded_moves:
             row = rows.get((subject, bidder))
@@ -412,19 +430,35 @@ class BidBookView:
             else:
                 continue
             touched.add((subject, bidder))
-        if not touched:
-            return
         keys = sorted(touched)
-        for start in range(0, len(keys), _IN_CHUNK):
-            chunk = keys[start : start + _IN_CHUNK]
-            connection.execute(delete(BIDS).where(tuple_(BIDS.c.subject, BIDS.c.bidder).in_(chunk)))
-        connection.execute(insert(BIDS), [rows[key] for key in keys])
+        changed = [rows[key] for key in keys if key in stored]
+        if changed:  # a reveal, or a commitment again (a log from before bids were once)
+            connection.execute(
+                update(BIDS)
+                .where(
+                    BIDS.c.subject == bindparam("key_subject"),
+                    BIDS.c.bidder == bindparam("key_bidder"),
+                )
+                .values({name: bindparam(f"new_{name}") for name in _BID_FIELDS}),
+                [
+                    {
+                        "key_subject": row["subject"],
+                        "key_bidder": row["bidder"],
+                        **{f"new_{name}": row[name] for name in _BID_FIELDS},
+                    }
+                    for row in changed
+                ],
+            )
+        fresh = [rows[key] for key in keys if key not in stored]
+        if fresh:
+            connection.execute(insert(BIDS), fresh)
 
     def reset(self, connection: Any) -> None:
         connection.execute(delete(BIDS))
 
 
 _BID_KINDS = frozenset({BID_COMMITTED, BID_REVEALED})
+_BID_FIELDS = ("first_index", "committed_index", "commitment", "revealed", "price")
 
 
 def bid_move(entry: ViewEntry) -> tuple[str, str, int, str | None, str | None] | None:
