@@ -24,7 +24,7 @@ from ledger.events import Entry, make_entry
 from ledger.service import Ledger
 from ledger.signing import Ed25519Signer
 from ledger.store import LogStore, make_engine
-from tests.ledger.conftest import LOG_ID, START
+from tests.ledger.conftest import LOG_ID, START, postgres_schema_url
 from tests.ledger.test_anchoring import Clock
 
 
@@ -157,10 +157,13 @@ def _kill_the_connection_of(store: LogStore, url: str) -> None:
 
 @pytest.mark.postgres
 def test_postgres_connections_killed_under_a_store_are_replaced(
-    db_url: str, backend: str, monkeypatch: pytest.MonkeyPatch
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    if backend != "postgres":
-        pytest.skip("server connections: PostgreSQL only")
+    with postgres_schema_url() as db_url:
+        _kill_connections_under_a_store(db_url, monkeypatch)
+
+
+def _kill_connections_under_a_store(db_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
     store = LogStore(make_engine(db_url), LOG_ID)
     try:
         assert store.size() == 0
