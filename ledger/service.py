@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING
@@ -38,6 +39,7 @@ class Ledger:
         self.clock = clock
         self.anchorer = anchorer
         self.last_anchor_error: ChainError | None = None
+        self._anchoring = threading.Lock()
 
     @property
     def log_id(self) -> str:
@@ -105,13 +107,19 @@ class Ledger:
 
     def auto_anchor(self, size: int | None = None) -> AnchorOutcome | None:
         """Anchor when N entries or T seconds have passed; a chain error is kept, not raised.
-        `size`: the log's size when the caller knows it (an append just reached it)."""
+        `size`: the log's size when the caller knows it (an append just reached it). One
+        thread of a process anchors at a time; another that finds it due meanwhile leaves it
+        to that one (and to the next append)."""
         if self.anchorer is None or not self.anchorer.due(self.clock(), size):
             return None
+        if not self._anchoring.acquire(blocking=False):
+            return None  # another thread of this process is anchoring: the next append looks
         try:
             outcome = self.anchorer.anchor_latest()
         except ChainError as exc:
             self.last_anchor_error = exc
             return None
+        finally:
+            self._anchoring.release()
         self.last_anchor_error = None
         return outcome

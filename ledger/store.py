@@ -34,6 +34,7 @@ append in the same transaction, and can be rebuilt from the log alone (`reindex`
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -318,6 +319,7 @@ class LogStore:
         self._frontier: list[tuple[NodeId, bytes]] = []
         self._frontier_size = -1
         self._last_seq: dict[str, int] = {}
+        self._appending = threading.Lock()
         self._postgres = engine.dialect.name == "postgresql"
         # Read path of proofs and roots (see `_read_nodes`): a size the log is known to have
         # reached (it only grows), and stored nodes of the upper levels (never rewritten).
@@ -568,7 +570,7 @@ class LogStore:
         from `entries_for(connection)`, check and insert them with their nodes, once-rows and
         view folds. Raises as `append_batch` says."""
         try:
-            with self.engine.begin() as connection:
+            with self._appending, self.engine.begin() as connection:
                 size = self._lock_head(connection)
                 self._sync_caches(connection, size)
                 entries = entries_for(connection)

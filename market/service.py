@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import threading
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -196,6 +197,9 @@ class BidBook:
             self.reveals[reveal.bidder] = AdmittedReveal(index, reveal)
         self.last_index = index
 
+    def copy(self) -> BidBook:
+        return BidBook(dict(self.commitments), dict(self.reveals), self.last_index)
+
 
 @dataclass
 class _TaskLog:
@@ -290,6 +294,7 @@ class Market:
         self.clock = clock or ledger.clock
         self.blobs = BlobStore(ledger.store.engine)
         self._bidding: dict[str, _TaskLog] = {}
+        self._bidding_lock = threading.Lock()
         for projection in read_views(ledger.operator.did):
             ledger.store.attach(projection)
 
@@ -782,22 +787,25 @@ class Market:
 
     def _book(self, task_id: str) -> BidBook:
         """The task's admitted bids, read incrementally from the log (append-only)."""
-        return self._task_log(task_id).book
+        return self._task_log(task_id)[1]
 
-    def _task_log(self, task_id: str) -> _TaskLog:
-        """What this process knows of a task taking bids, brought level with the log: the
-        entries after the last one it read, lifecycle and bids alike, in one query (a page
-        of `_BOOK_PAGE` at a time). Entries are appended in index order under the head lock,
-        so none can appear later below the last index read."""
-        known = self._bidding.setdefault(task_id, _TaskLog())
-        while True:
-            found = self.ledger.store.find(
-                kinds=TASK_KINDS, subject=task_id, after=known.last_index, limit=_BOOK_PAGE
-            )
-            for stored in found:
-                known.add(stored)
-            if len(found) < _BOOK_PAGE:  # a short page is the end of the log
-                return known
+    def _task_log(self, task_id: str) -> tuple[Task | None, BidBook]:
+        """The task (None before it is posted) and its admitted bids, from what this process
+        knows of the task brought level with the log: the entries after the last one it
+        read, lifecycle and bids alike, in one query (a page of `_BOOK_PAGE` at a time).
+        Entries are appended in index order under the head lock, so none can appear later
+        below the last index read. The threads of a process share what it knows: one at a
+        time brings it level, and each gets its own copy of the book."""
+        with self._bidding_lock:
+            known = self._bidding.setdefault(task_id, _TaskLog())
+            while True:
+                found = self.ledger.store.find(
+                    kinds=TASK_KINDS, subject=task_id, after=known.last_index, limit=_BOOK_PAGE
+                )
+                for stored in found:
+                    known.add(stored)
+                if len(found) < _BOOK_PAGE:  # a short page is the end of the log
+                    return known.task(), known.book.copy()
 
     def _log_bid(self, kind: str, task_id: str, bidder: str, body: dict[str, Any]) -> int:
         """Log an admitted commitment or reveal, once per task and bidder whichever process
@@ -819,11 +827,10 @@ class Market:
     def _task_for_bid(self, task_id: str) -> tuple[Task, BidBook]:
         """The task a bid names and its admitted bids. Raises BidRejected (wrong-task) when
         there is no such task."""
-        known = self._task_log(task_id)
-        task = known.task()
+        task, book = self._task_log(task_id)
         if task is None:
             raise BidRejected("wrong-task", f"no task {task_id!r} (see `accord task list`)")
-        return task, known.book
+        return task, book
 
     def _terms(self, task: Task) -> sealed.SealedTerms:
         return sealed.SealedTerms(

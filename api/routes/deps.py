@@ -100,6 +100,10 @@ class ApiState:
     challenge_limiter: RateLimiter = field(init=False)
     challenge_purge: PurgeSchedule = field(init=False)
     write_lock: threading.RLock = field(default_factory=threading.RLock)
+    """One write at a time in this process for the routes that move money or change a task's
+    state. Bids do not take it: the log's head lock and once-keys admit them correctly from
+    any number of processes, so threads of one process need nothing more (their cache of
+    each task's bids has its own lock, `Market._task_log`)."""
     _open_lock: threading.Lock = field(default_factory=threading.Lock)
 
     def __post_init__(self) -> None:

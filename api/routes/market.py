@@ -284,9 +284,7 @@ def _own_bid(caller: str, task_id: str, bidder: str, what: str) -> None:
     summary="Commit a sealed bid (signed by the bidder, who must be the caller)",
     status_code=201,
 )
-def commit(
-    task_id: str, body: CommitmentBody, caller: Caller, context: Context, state: State
-) -> dict[str, Any]:
+def commit(task_id: str, body: CommitmentBody, caller: Caller, context: Context) -> dict[str, Any]:
     _own_bid(caller, task_id, body.bidder, "commitment")
     commitment = sealed.Commitment.from_json(body.model_dump())
     if commitment.task_id != task_id:
@@ -296,8 +294,7 @@ def commit(
             reason="wrong-task",
         )
     try:
-        with state.write_lock:
-            index = context.market.commit(commitment)
+        index = context.market.commit(commitment)
     except BidRejected as exc:
         if exc.reason == "wrong-task":  # the commitment names the path's task: there is none
             raise ProblemError(404, f"no task {task_id!r} (see `accord task list`)") from exc
@@ -311,9 +308,7 @@ def commit(
     summary="Reveal a sealed bid (signed by the bidder, who must be the caller)",
     status_code=201,
 )
-def reveal(
-    task_id: str, body: RevealBody, caller: Caller, context: Context, state: State
-) -> dict[str, Any]:
+def reveal(task_id: str, body: RevealBody, caller: Caller, context: Context) -> dict[str, Any]:
     _own_bid(caller, task_id, body.bidder, "reveal")
     _task(context, task_id)
     shown = sealed.Reveal.from_json(body.model_dump())
@@ -321,8 +316,7 @@ def reveal(
         raise ProblemError(
             400, f"the reveal is signed for {shown.task_id}, not {task_id}", reason="wrong-task"
         )
-    with state.write_lock:
-        index = context.market.reveal(shown)
+    index = context.market.reveal(shown)
     return {"task": task_id, "bidder": caller, "price": str(shown.price), "index": index}
 
 

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import json
 import math
+import threading
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from datetime import timedelta
 from fractions import Fraction
@@ -30,6 +32,7 @@ from market.runtime import ChainEscrow
 from market.service import AdmittedCommitment, AdmittedReveal, Market, replay_award
 from market.tasks import (
     BID_COMMITTED,
+    BID_REVEALED,
     ESCROW_OPENED,
     ESCROW_REFUNDED,
     TASK_AWARDED,
@@ -131,6 +134,54 @@ def test_eligible_agents_see_the_call_for_bids(
     to_reveal(clock, task)
     assert market.state(task) == "revealing"
     assert market.open_tasks_for(alice.did) == []
+
+
+# -- threads of one process -----------------------------------------------------------------
+
+
+def test_threads_of_one_process_bid_at_once_and_each_bid_is_admitted_once(
+    market: Market,
+    ledger: Ledger,
+    requester: Ed25519Signer,
+    make_bidder: MakeBidder,
+    clock: Clock,
+) -> None:
+    """A service admits bids from many threads at once (they take no process-wide lock): each
+    bidder's commitment and reveal, sent by three threads together, is logged once, the other
+    two are refused as second bids, and every thread's view of the book stays whole."""
+    bidders = [make_bidder(f"bidder-{n}")[1] for n in range(6)]
+    task = post(market, requester)
+    tid = task.task_id
+    salts = {b.did: bytes([n]) * 32 for n, b in enumerate(bidders)}
+    copies = 3
+
+    def race(send: Callable[[Ed25519Signer], int]) -> dict[str, list[int | str]]:
+        barrier = threading.Barrier(len(bidders) * copies)
+
+        def one(bidder: Ed25519Signer) -> tuple[str, int | str]:
+            barrier.wait(timeout=30)
+            try:
+                return bidder.did, send(bidder)
+            except BidRejected as exc:
+                return bidder.did, exc.reason
+
+        jobs = [b for b in bidders for _ in range(copies)]
+        with ThreadPoolExecutor(len(jobs)) as pool:
+            answers: dict[str, list[int | str]] = {}
+            for did, answer in pool.map(one, jobs):
+                answers.setdefault(did, []).append(answer)
+        return answers
+
+    committed = race(lambda b: market.commit(sealed.commit_bid(b, tid, 100, salts[b.did])))
+    to_reveal(clock, task)
+    revealed = race(lambda b: market.reveal(sealed.reveal_bid(b, tid, 100, salts[b.did])))
+    for answers in (*committed.values(), *revealed.values()):
+        admitted = [a for a in answers if isinstance(a, int)]
+        assert len(admitted) == 1 and answers.count("second-bid") == copies - 1, answers
+    kinds = [e.event.kind for e in entries_of(ledger, tid)]
+    assert kinds.count(BID_COMMITTED) == kinds.count(BID_REVEALED) == len(bidders)
+    assert {c.commitment.bidder for c in market.commitments(tid)} == set(salts)
+    assert {r.reveal.bidder for r in market.reveals(tid)} == set(salts)
 
 
 # -- every rejection, through the service ----------------------------------------------------
