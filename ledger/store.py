@@ -46,6 +46,7 @@ from sqlalchemy import (
     Engine,
     Index,
     LargeBinary,
+    bindparam,
     event,
     func,
     insert,
@@ -571,7 +572,7 @@ class LogStore:
         view folds. Raises as `append_batch` says."""
         try:
             with self._appending, self.engine.begin() as connection:
-                size = self._lock_head(connection)
+                size, views_level = self._lock_head_and_views(connection)
                 self._sync_caches(connection, size)
                 entries = entries_for(connection)
                 self._check_sequences(connection, entries)
@@ -580,38 +581,32 @@ class LogStore:
                     # First, so a clash costs no other write: the primary key refuses a
                     # (kind, subject) logged before, by any writer (`_OnceClash` below).
                     try:
-                        connection.execute(insert(_ONCE), once_rows)
+                        connection.execute(_INSERT_ONCE, once_rows)
                     except IntegrityError as exc:
                         raise _OnceClash(once_rows) from exc
-                entry_rows: list[dict[str, Any]] = []
-                node_rows: list[dict[str, Any]] = []
-                frontier = list(self._frontier)
-                for offset, entry in enumerate(entries):
-                    index = size + offset
-                    leaf = merkle.leaf_hash(entry.data)
-                    event_ = entry.event
-                    entry_rows.append(
-                        {
-                            "idx": index,
-                            "actor": event_.actor,
-                            "seq": event_.seq,
-                            "kind": event_.kind,
-                            "subject": event_.subject,
-                            "at": event_.at,
-                            "data": entry.data,
-                        }
-                    )
-                    completed = merkle.completed_nodes(index, leaf, dict(frontier).__getitem__)
-                    for node, value in completed:
-                        node_rows.append({"id": node_key(node), "hash": value})
-                    frontier = _advance_frontier(frontier, completed)
-                connection.execute(insert(_ENTRIES), entry_rows)
-                connection.execute(insert(_NODES), node_rows)
+                entry_rows = [
+                    {
+                        "idx": size + offset,
+                        "actor": entry.event.actor,
+                        "seq": entry.event.seq,
+                        "kind": entry.event.kind,
+                        "subject": entry.event.subject,
+                        "at": entry.event.at,
+                        "data": entry.data,
+                    }
+                    for offset, entry in enumerate(entries)
+                ]
+                frontier, completed = _extend_frontier(
+                    self._frontier, size, [entry.data for entry in entries]
+                )
+                node_rows = [{"id": node_key(node), "hash": value} for node, value in completed]
+                connection.execute(_INSERT_ENTRIES, entry_rows)
+                connection.execute(_INSERT_NODES, node_rows)
                 new_size = size + len(entries)
-                connection.execute(update(_HEAD).values(size=new_size))
+                connection.execute(_SET_HEAD, {"new_size": new_size})
                 if self._projections:
                     batch = [ViewEntry(size + k, entry.event) for k, entry in enumerate(entries)]
-                    self._project(connection, size, batch)
+                    self._project(connection, size, batch, level=views_level)
                 # The caches are levelled while the head lock is still held, so writers in
                 # other threads of this process, which touch them only under that lock too,
                 # never see half of an update; only the COMMIT can fail after this.
@@ -717,10 +712,15 @@ class LogStore:
             raise StoreError(f"cannot rebuild the read views: {_reason(exc)}") from exc
         return dict.fromkeys(self._projections, size)
 
-    def _project(self, connection: Any, start: int, batch: list[ViewEntry]) -> None:
-        """Apply every attached view to an append's entries (they start at index `start`)."""
+    def _project(
+        self, connection: Any, start: int, batch: list[ViewEntry], *, level: bool = False
+    ) -> None:
+        """Apply every attached view to an append's entries (they start at index `start`);
+        `level`: every view is known to have applied the `start` entries before them, so
+        none needs catching up."""
         projections = list(self._projections.values())
-        self._catch_up(connection, projections, start)
+        if not level:
+            self._catch_up(connection, projections, start)
         for projection in projections:
             projection.apply(connection, batch)
         views.record_applied_all(connection, list(self._projections), start + len(batch))
@@ -904,10 +904,20 @@ class LogStore:
             raise StoreError(f"cannot reach the log database: {_reason(exc)}") from exc
 
     def _lock_head(self, connection: Any) -> int:
-        query = select(_HEAD.c.size).where(_HEAD.c.id == 1)
-        if self._postgres:
-            query = query.with_for_update()
+        """The log's size, its head row locked until the transaction ends (on SQLite the
+        transaction's BEGIN IMMEDIATE holds the database's write lock already)."""
+        query = _LOCK_HEAD if self._postgres else _READ_HEAD
         return int(connection.execute(query).scalar_one())
+
+    def _lock_head_and_views(self, connection: Any) -> tuple[int, bool]:
+        """`_lock_head`'s size, and whether every attached view has applied exactly that
+        many entries (then an append need not read each view's count), in one statement."""
+        if not self._projections:
+            return self._lock_head(connection), True
+        query = _LOCK_HEAD_AND_VIEWS if self._postgres else _READ_HEAD_AND_VIEWS
+        names = list(self._projections)
+        size, level = connection.execute(query, {"names": names}).one()
+        return int(size), int(level) == len(names)
 
     def _sync_caches(self, connection: Any, size: int) -> None:
         """Bring the frontier and the actors' last seqs level with a log of `size` (under the
@@ -916,22 +926,25 @@ class LogStore:
         writers taking turns do not re-query each actor's highest seq on every append."""
         if size == self._frontier_size:
             return
-        pieces = merkle.perfect_subtrees(0, size)
-        nodes = self._nodes(connection, pieces)
-        self._frontier = [(piece, nodes[piece]) for piece in pieces]
         behind = self._frontier_size
-        self._frontier_size = size
         if not 0 <= behind < size or size - behind > _SEQ_CATCH_UP:
+            pieces = merkle.perfect_subtrees(0, size)
+            nodes = self._nodes(connection, pieces)
+            self._frontier = [(piece, nodes[piece]) for piece in pieces]
+            self._frontier_size = size
             self._last_seq.clear()
             return
-        rows = connection.execute(
-            select(_ENTRIES.c.actor, _ENTRIES.c.seq).where(
-                _ENTRIES.c.idx >= behind, _ENTRIES.c.idx < size
-            )
-        ).all()
-        for actor, seq in rows:
-            if actor in self._last_seq:
-                self._last_seq[actor] = max(self._last_seq[actor], int(seq))
+        # A few entries: the frontier grows by their leaves, as their writer's did.
+        rows = connection.execute(_ENTRIES_BETWEEN, {"start": behind, "stop": size}).all()
+        if [int(row.idx) for row in rows] != list(range(behind, size)):
+            raise StoreError(f"the log is missing entries between {behind} and {size}")
+        self._frontier, _ = _extend_frontier(
+            self._frontier, behind, [_as_bytes(row.data) for row in rows]
+        )
+        self._frontier_size = size
+        for row in rows:
+            if row.actor in self._last_seq:
+                self._last_seq[row.actor] = max(self._last_seq[row.actor], int(row.seq))
 
     def _known_seqs(self, connection: Any, actors: set[str]) -> dict[str, int]:
         """The highest seq of each of `actors` (0 for none), from the cache kept level under
@@ -1178,6 +1191,45 @@ def _advance_frontier(
     kept = [(node, value) for node, value in frontier if node.end <= top.start]
     kept.append((top, top_hash))
     return kept
+
+
+def _extend_frontier(
+    frontier: Sequence[tuple[NodeId, bytes]], start: int, datas: Sequence[bytes]
+) -> tuple[list[tuple[NodeId, bytes]], list[tuple[NodeId, bytes]]]:
+    """The frontier of a log of `start` entries after the entries `datas` follow them, and
+    the tree nodes those entries complete (pure)."""
+    extended = list(frontier)
+    completed_all: list[tuple[NodeId, bytes]] = []
+    for offset, data in enumerate(datas):
+        leaf = merkle.leaf_hash(data)
+        completed = merkle.completed_nodes(start + offset, leaf, dict(extended).__getitem__)
+        completed_all += completed
+        extended = _advance_frontier(extended, completed)
+    return extended, completed_all
+
+
+# The append's statements, built once (building one costs about as much as running it).
+_READ_HEAD = select(_HEAD.c.size).where(_HEAD.c.id == 1)
+_LOCK_HEAD = _READ_HEAD.with_for_update()
+_LEVEL_VIEWS = (
+    select(func.count())
+    .where(
+        views.VIEWS_TABLE.c.name.in_(bindparam("names", expanding=True)),
+        views.VIEWS_TABLE.c.applied == _HEAD.c.size,
+    )
+    .scalar_subquery()
+)
+_READ_HEAD_AND_VIEWS = select(_HEAD.c.size, _LEVEL_VIEWS).where(_HEAD.c.id == 1)
+_LOCK_HEAD_AND_VIEWS = _READ_HEAD_AND_VIEWS.with_for_update(of=_HEAD)
+_SET_HEAD = update(_HEAD).values(size=bindparam("new_size"))
+_INSERT_ENTRIES = insert(_ENTRIES)
+_INSERT_NODES = insert(_NODES)
+_INSERT_ONCE = insert(_ONCE)
+_ENTRIES_BETWEEN = (
+    select(_ENTRIES.c.idx, _ENTRIES.c.actor, _ENTRIES.c.seq, _ENTRIES.c.data)
+    .where(_ENTRIES.c.idx >= bindparam("start"), _ENTRIES.c.idx < bindparam("stop"))
+    .order_by(_ENTRIES.c.idx)
+)
 
 
 def _checkpoint(row: Any) -> StoredCheckpoint:

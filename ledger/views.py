@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol
 
-from sqlalchemy import BigInteger, Table, insert, inspect, select, update
+from sqlalchemy import BigInteger, Table, bindparam, insert, inspect, select, update
 from sqlalchemy.exc import SQLAlchemyError
 from sqlmodel import Column, Field, SQLModel
 
@@ -97,6 +97,14 @@ class AppliedView(SQLModel, table=True):
 
 
 VIEWS_TABLE: Table = AppliedView.__table__  # type: ignore[attr-defined]
+_APPLIED_OF = select(VIEWS_TABLE.c.name, VIEWS_TABLE.c.applied).where(
+    VIEWS_TABLE.c.name.in_(bindparam("names", expanding=True))
+)
+_RECORD_APPLIED = (
+    update(VIEWS_TABLE)
+    .where(VIEWS_TABLE.c.name.in_(bindparam("names", expanding=True)))
+    .values(applied=bindparam("count"))
+)
 
 
 def applied(connection: Any, name: str) -> int:
@@ -114,9 +122,7 @@ def applied_all(connection: Any, names: Sequence[str]) -> dict[str, int]:
     """`applied` of each projection of `names`, read in one query (the new ones recorded)."""
     if not names:
         return {}
-    rows = connection.execute(
-        select(VIEWS_TABLE.c.name, VIEWS_TABLE.c.applied).where(VIEWS_TABLE.c.name.in_(names))
-    ).all()
+    rows = connection.execute(_APPLIED_OF, {"names": list(names)}).all()
     found = {str(name): int(count) for name, count in rows}
     for name in names:
         if name not in found:
@@ -164,9 +170,7 @@ def record_applied(connection: Any, name: str, count: int) -> None:
 def record_applied_all(connection: Any, names: Sequence[str], count: int) -> None:
     """Record that each projection of `names` has applied `count` entries (one statement)."""
     if names:
-        connection.execute(
-            update(VIEWS_TABLE).where(VIEWS_TABLE.c.name.in_(list(names))).values(applied=count)
-        )
+        connection.execute(_RECORD_APPLIED, {"names": list(names), "count": count})
 
 
 @contextmanager
