@@ -11,6 +11,7 @@ from typing import Annotated, Any
 from urllib.parse import urlencode
 
 from fastapi import Depends, Request, Response
+from starlette.concurrency import run_in_threadpool
 
 from api.auth import (
     DEFAULT_WINDOW,
@@ -190,8 +191,16 @@ def _unauthenticated(detail: str) -> ProblemError:
 async def signed_caller(request: Request, state: Annotated[ApiState, Depends(get_state)]) -> str:
     """The did:key that signed this request (RFC 9421, see `api.auth`), rate-limited per
     did:key (429). Raises ProblemError 401, with `WWW-Authenticate` and `Accept-Signature`,
-    when the signature is missing or does not hold."""
+    when the signature is missing or does not hold.
+
+    The body is read on the event loop; the check runs in a worker thread, because the
+    nonce is recorded in the database (and the market may open on the first request):
+    the loop keeps serving other requests meanwhile."""
     body = await request.body()
+    return await run_in_threadpool(_signed_caller, request, body, state)
+
+
+def _signed_caller(request: Request, body: bytes, state: ApiState) -> str:
     # The replay guard lives in the service's database; if it cannot open, the route reports
     # the unavailable service itself (503) and the guard falls back to this process.
     with contextlib.suppress(LedgerError, MarketError, IdentityError):
