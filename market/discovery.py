@@ -13,14 +13,24 @@ credentialed for, e.g. "ada: agent for arithmetic, extraction". Discovery's rele
 Jaccard overlap of the words of a need with the words of that description (`relevance`), so
 anyone can recompute a ranking from the log alone.
 
-How a page is found (`ranked_page`): the database counts, for each row of an agent holding
-the capability (the credential view's index on capability), how many of the need's words its
-word list contains, orders by relevance `c / (n + w - c)` and reputation (doubles: rounding is
-monotone, so the database's order can only tie two different values, never invert them), then
-DID, and returns only the rows up to the page. Those are then ordered exactly with fractions.
-A row whose credentials are not all valid now (one expired, or is not valid yet) describes a
-set of capabilities the clock has changed: such rows (rare) are ranked from the credential
-view in Python and merged in, so the answer is the one a scan of every agent would give.
+    view_discovery_words
+                    per capability row, the words of the description other than the ones
+                    every holder of that capability shares ("agent", "for" and the
+                    capability's own words, `base_words`)
+
+How a page is found (`ranked_page`), without reading every holder of the capability: every
+holder's description contains the base words, so each holder shares the need's base words
+(`c0` of them) and, the "matched" ones, some of its other words. Relevance is
+`c / (n + w - c)` for `c` shared words of `n` with a need of `w`, so among the holders that
+share no other word (c = c0) a shorter description ranks first, then reputation, then DID:
+an index gives them in that order, and the page needs only its first rows. The matched
+holders are found through the word table, ordered by the database on relevance and
+reputation (doubles: rounding is monotone, so the database's order can only tie two
+different values, never invert them), then DID, again up to the page. The two lists are
+merged and ordered exactly with fractions. A row whose credentials are not all valid now (one
+expired, or is not valid yet) describes a set of capabilities the clock has changed: such
+rows (rare) are ranked from the credential view in Python and merged in, so the answer is the
+one a scan of every agent would give.
 
 The view follows the credential and reputation views and reads their rows when it folds: they
 are attached before it, and every append, catch-up and reindex applies them first, chunk by
@@ -41,11 +51,11 @@ from sqlalchemy import (
     Float,
     Index,
     Table,
-    case,
     cast,
     delete,
+    exists,
+    func,
     insert,
-    literal,
     select,
 )
 from sqlmodel import Column, Field, SQLModel
@@ -73,6 +83,11 @@ def description(name: str, capabilities: Sequence[str]) -> str:
     """How discovery and team formation describe an agent: its registered name and what it
     holds a valid credential for (pure)."""
     return f"{name}: agent for {', '.join(capabilities) or 'nothing yet'}"
+
+
+def base_words(capability: str) -> frozenset[str]:
+    """The words of every description of an agent holding `capability` (pure)."""
+    return words(description("", [capability]))
 
 
 def relevance(need: str, text: str) -> Fraction:
@@ -118,8 +133,35 @@ class DiscoveryRow(SQLModel, table=True):
     capabilities that are not all held, and the query ranks the agent from the credentials."""
 
 
+class DiscoveryWordRow(SQLModel, table=True):
+    """A word of an agent's description beyond its capability row's base words."""
+
+    __tablename__ = "view_discovery_words"
+    __table_args__ = (Index("ix_view_discovery_words_did", "did"),)
+
+    capability: str = Field(primary_key=True)
+    word: str = Field(primary_key=True)
+    did: str = Field(primary_key=True)
+
+
 NAMES: Table = AgentNameRow.__table__  # type: ignore[attr-defined]
 DISCOVERY: Table = DiscoveryRow.__table__  # type: ignore[attr-defined]
+WORDS: Table = DiscoveryWordRow.__table__  # type: ignore[attr-defined]
+# The two orders of the holders that share only base words with a need: shorter descriptions
+# first when they share some (relevance falls as the description grows), else by reputation.
+Index(
+    "ix_view_discovery_by_length",
+    DISCOVERY.c.capability,
+    DISCOVERY.c.word_count,
+    DISCOVERY.c.reputation_key.desc(),
+    DISCOVERY.c.did,
+)
+Index(
+    "ix_view_discovery_by_reputation",
+    DISCOVERY.c.capability,
+    DISCOVERY.c.reputation_key.desc(),
+    DISCOVERY.c.did,
+)
 
 
 class DiscoveryView:
@@ -127,7 +169,7 @@ class DiscoveryView:
     operator `operator_did` logged them; names only as their agent signed them."""
 
     name = VIEW_NAME
-    tables: Sequence[Table] = (NAMES, DISCOVERY)
+    tables: Sequence[Table] = (NAMES, DISCOVERY, WORDS)
 
     def __init__(self, operator_did: str) -> None:
         self.operator_did = operator_did
@@ -163,6 +205,7 @@ class DiscoveryView:
             _describe(connection, chunk)
 
     def reset(self, connection: Any) -> None:
+        connection.execute(delete(WORDS))
         connection.execute(delete(DISCOVERY))
         connection.execute(delete(NAMES))
 
@@ -193,10 +236,15 @@ def _describe(connection: Any, dids: list[str]) -> None:
         window[agent] = (max(earliest, int(valid_from)), min(latest, int(valid_until)))
     reputations = reputations_of(connection, [did for did in names if held[did]])
     rows = []
+    word_rows = []
     for did, name in names.items():
         capabilities = sorted(held[did])
         described = words(description(name, capabilities))
         for capability in capabilities:
+            word_rows += [
+                {"capability": capability, "word": word, "did": did}
+                for word in sorted(described - base_words(capability))
+            ]
             rows.append(
                 {
                     "capability": capability,
@@ -211,9 +259,12 @@ def _describe(connection: Any, dids: list[str]) -> None:
                     "valid_until_us": window[did][1],
                 }
             )
+    connection.execute(delete(WORDS).where(WORDS.c.did.in_(dids)))
     connection.execute(delete(DISCOVERY).where(DISCOVERY.c.did.in_(dids)))
     if rows:
         connection.execute(insert(DISCOVERY), rows)
+    if word_rows:
+        connection.execute(insert(WORDS), word_rows)
 
 
 def fraction_text(value: Fraction) -> str:
@@ -241,31 +292,48 @@ def ranked_page(
 ) -> tuple[list[Discovered], bool]:
     """The agents holding a credential for `capability` valid at `now`, ranked by relevance
     of their description to `need`, then reputation, then DID: the `size` after the first
-    `offset`, and whether more follow. Reads the views only (bring them level first)."""
-    need_words = sorted(words(need))
+    `offset`, and whether more follow. Reads the views only (bring them level first); reads
+    at most about `offset + size` rows of each kind (see the module docstring), not every
+    holder."""
+    need_words = words(need)
+    base = base_words(capability)
+    shared_base = len(need_words & base)
+    other_words = sorted(need_words - base)
+    wanted = offset + size + 1
     now_us = micros(now)
-    shared: Any = literal(0)
-    for word in need_words:
-        shared = shared + case((DISCOVERY.c.words.contains(f" {word} "), 1), else_=0)
-    of_capability = select(
-        DISCOVERY.c.did, DISCOVERY.c.name, DISCOVERY.c.capabilities, DISCOVERY.c.reputation
-    ).where(DISCOVERY.c.capability == capability)
-    current = (
-        of_capability.add_columns(
-            DISCOVERY.c.reputation_key, DISCOVERY.c.word_count, shared.label("shared")
+    valid = (DISCOVERY.c.valid_from_us <= now_us, DISCOVERY.c.valid_until_us > now_us)
+    columns = (DISCOVERY.c.did, DISCOVERY.c.name, DISCOVERY.c.capabilities, DISCOVERY.c.reputation)
+    of_capability = select(*columns).where(DISCOVERY.c.capability == capability)
+    ranked: list[Any] = []
+    also_shared: Any = None
+    if other_words:
+        also_shared = (
+            select(WORDS.c.did, func.count().label("extra"))
+            .where(WORDS.c.capability == capability, WORDS.c.word.in_(other_words))
+            .group_by(WORDS.c.did)
+            .subquery()
         )
-        .where(DISCOVERY.c.valid_from_us <= now_us, DISCOVERY.c.valid_until_us > now_us)
-        .subquery()
-    )
-    overlap = cast(current.c.shared, Float) / (
-        current.c.word_count + len(need_words) - current.c.shared
-    )
-    key = case((current.c.shared == 0, 0.0), else_=overlap)
-    ranked = connection.execute(
-        select(current.c.did, current.c.name, current.c.capabilities, current.c.reputation)
-        .order_by(key.desc(), current.c.reputation_key.desc(), current.c.did)
-        .limit(offset + size + 1)
-    ).all()
+        shared = shared_base + also_shared.c.extra
+        overlap = cast(shared, Float) / (DISCOVERY.c.word_count + len(need_words) - shared)
+        ranked += connection.execute(
+            of_capability.join(also_shared, also_shared.c.did == DISCOVERY.c.did)
+            .where(*valid)
+            .order_by(overlap.desc(), DISCOVERY.c.reputation_key.desc(), DISCOVERY.c.did)
+            .limit(wanted)
+        ).all()
+    order = [DISCOVERY.c.reputation_key.desc(), DISCOVERY.c.did]
+    if shared_base:
+        order.insert(0, DISCOVERY.c.word_count)
+    only_base = of_capability.where(*valid)
+    if also_shared is not None:
+        only_base = only_base.where(
+            ~exists().where(
+                WORDS.c.capability == capability,
+                WORDS.c.did == DISCOVERY.c.did,
+                WORDS.c.word.in_(other_words),
+            )
+        )
+    ranked += connection.execute(only_base.order_by(*order).limit(wanted)).all()
     found = [
         _discovered(need, did, name, capabilities.split("\n"), reputation)
         for did, name, capabilities, reputation in ranked
