@@ -927,20 +927,24 @@ class LogStore:
         if size == self._frontier_size:
             return
         behind = self._frontier_size
-        if not 0 <= behind < size or size - behind > _SEQ_CATCH_UP:
+        if 0 <= behind < size and size - behind <= _LEAF_CATCH_UP:
+            # A few entries: the frontier grows by their leaves, as their writer's did, and
+            # their seqs come in the same read.
+            rows = connection.execute(_ENTRIES_BETWEEN, {"start": behind, "stop": size}).all()
+            if [int(row.idx) for row in rows] != list(range(behind, size)):
+                raise StoreError(f"the log is missing entries between {behind} and {size}")
+            self._frontier, _ = _extend_frontier(
+                self._frontier, behind, [_as_bytes(row.data) for row in rows]
+            )
+        else:
             pieces = merkle.perfect_subtrees(0, size)
             nodes = self._nodes(connection, pieces)
             self._frontier = [(piece, nodes[piece]) for piece in pieces]
-            self._frontier_size = size
-            self._last_seq.clear()
-            return
-        # A few entries: the frontier grows by their leaves, as their writer's did.
-        rows = connection.execute(_ENTRIES_BETWEEN, {"start": behind, "stop": size}).all()
-        if [int(row.idx) for row in rows] != list(range(behind, size)):
-            raise StoreError(f"the log is missing entries between {behind} and {size}")
-        self._frontier, _ = _extend_frontier(
-            self._frontier, behind, [_as_bytes(row.data) for row in rows]
-        )
+            if not 0 <= behind < size or size - behind > _SEQ_CATCH_UP:
+                self._frontier_size = size
+                self._last_seq.clear()
+                return
+            rows = connection.execute(_SEQS_BETWEEN, {"start": behind, "stop": size}).all()
         self._frontier_size = size
         for row in rows:
             if row.actor in self._last_seq:
@@ -1125,6 +1129,9 @@ class _OnceClash(Exception):
 # An append that finds at most this many entries appended by other writers since its own last
 # one reads their seqs into the cache; more, and the cache starts over.
 _SEQ_CATCH_UP = 1000
+# Up to this many, it reads the entries themselves and hashes their leaves into the frontier;
+# more, and it reads the frontier's stored nodes instead.
+_LEAF_CATCH_UP = 64
 # The read path caches stored nodes of level >= 8 (subtrees of 256 leaves and more) that lie
 # in the top 16 levels of the tree asked about: about 2**17 nodes at most, whatever the size.
 _CACHE_MIN_LEVEL = 8
@@ -1225,11 +1232,13 @@ _SET_HEAD = update(_HEAD).values(size=bindparam("new_size"))
 _INSERT_ENTRIES = insert(_ENTRIES)
 _INSERT_NODES = insert(_NODES)
 _INSERT_ONCE = insert(_ONCE)
+_BETWEEN = (_ENTRIES.c.idx >= bindparam("start"), _ENTRIES.c.idx < bindparam("stop"))
 _ENTRIES_BETWEEN = (
     select(_ENTRIES.c.idx, _ENTRIES.c.actor, _ENTRIES.c.seq, _ENTRIES.c.data)
-    .where(_ENTRIES.c.idx >= bindparam("start"), _ENTRIES.c.idx < bindparam("stop"))
+    .where(*_BETWEEN)
     .order_by(_ENTRIES.c.idx)
 )
+_SEQS_BETWEEN = select(_ENTRIES.c.actor, _ENTRIES.c.seq).where(*_BETWEEN)
 
 
 def _checkpoint(row: Any) -> StoredCheckpoint:

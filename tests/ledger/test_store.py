@@ -378,6 +378,29 @@ def test_concurrent_appends_from_two_stores_all_land(
     assert verify_log(check, "did:key:unused", None).ok
 
 
+@pytest.mark.parametrize("gap", [1, 3, 64, 65, 1001])
+def test_a_writer_completes_the_right_nodes_after_another_writers_entries(
+    open_store: Callable[..., LogStore], maker: EntryMaker, gap: int
+) -> None:
+    """After another writer appended `gap` entries, a store's next append completes the tree
+    nodes a single writer would have: its frontier grows by their leaves when they are few
+    (<= 64), or is read from the stored nodes when they are more (past 1000 its seq cache
+    starts over too)."""
+    first, other = open_store(), open_store()
+    append_signed(first, maker, 5)
+    append_signed(other, maker, gap, batch=min(gap, 500))
+    append_signed(first, maker, 3)
+    check = open_store()
+    leaves = leaves_of(check)
+    assert len(leaves) == 8 + gap
+    assert check.root() == first.root() == merkle.root(leaves)
+    for index in range(len(leaves) - 4, len(leaves)):
+        assert check.inclusion_proof(index) == merkle.inclusion_proof(leaves, index)
+    for old_size in (5, 5 + gap, 6 + gap):
+        assert check.consistency_proof(old_size) == merkle.consistency_proof(leaves, old_size)
+    assert verify_log(check, "did:key:unused", None).ok
+
+
 def test_stores_opened_at_once_on_a_fresh_database_all_open(
     open_store: Callable[..., LogStore], maker: EntryMaker
 ) -> None:
