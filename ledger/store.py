@@ -25,6 +25,11 @@ in one transaction, and so costs O(log n). Proofs read the O(log n) nodes they n
 nodes never change once written, so the upper levels are also kept in a small in-memory cache.
 A batch is one transaction: durable or absent, never half there.
 
+Group commit: the appends a process's threads make while one of them is writing wait for it,
+then the first of them writes all that waited in one transaction (one head lock, one insert
+per table). Each append is still checked on its own: one whose seq does not grow, or whose
+once-key is taken, is refused alone, and the others are written.
+
 Writers serialise on the head row (`BEGIN IMMEDIATE` on SQLite, `SELECT … FOR UPDATE` on
 PostgreSQL), so several processes may append to one log safely.
 
@@ -320,7 +325,10 @@ class LogStore:
         self._frontier: list[tuple[NodeId, bytes]] = []
         self._frontier_size = -1
         self._last_seq: dict[str, int] = {}
+        # Appends of this process: the waiting ones, and the lock of the one writing them.
         self._appending = threading.Lock()
+        self._waiting_lock = threading.Lock()
+        self._waiting: list[_Append] = []
         self._postgres = engine.dialect.name == "postgresql"
         # Read path of proofs and roots (see `_read_nodes`): a size the log is known to have
         # reached (it only grows), and stored nodes of the upper levels (never rewritten).
@@ -556,7 +564,7 @@ class LogStore:
             entry = make(max(last, 0) + 1)
             if entry.event.actor != actor or entry.event.seq != max(last, 0) + 1:
                 raise SequenceError(entry.event.actor, entry.event.seq, last)
-            made.append(entry)
+            made[:] = [entry]  # a group that starts over signs again
             return made
 
         (index,) = self._append_locked(sign, [once_key])
@@ -567,65 +575,174 @@ class LogStore:
         entries_for: Callable[[Any], Sequence[Entry]],
         once_keys: Sequence[str | None],
     ) -> list[int]:
-        """One append transaction: lock the head, bring the caches level, take the entries
-        from `entries_for(connection)`, check and insert them with their nodes, once-rows and
-        view folds. Raises as `append_batch` says."""
+        """Append what `entries_for(connection)` gives, under the head lock; returns the
+        indices. Raises as `append_batch` says.
+
+        Group commit: the appends that arrive while this process is writing wait, then the
+        first of them writes all of them in one transaction (one head lock, one statement per
+        table), each still checked, keyed and failed on its own (`_write_group`)."""
+        mine = _Append(entries_for, once_keys)
+        with self._waiting_lock:
+            self._waiting.append(mine)
+        with self._appending:
+            if not mine.done:
+                with self._waiting_lock:
+                    group, self._waiting = self._waiting, []
+                try:
+                    self._write_group(group)
+                finally:
+                    for append in group:
+                        if not append.done:  # the writer itself was interrupted
+                            append.fail(StoreError("the append was interrupted"))
+        return mine.outcome()
+
+    def _write_group(self, group: list[_Append]) -> None:
+        """Write `group` in one transaction; an append whose once-only entry is already
+        logged makes the group start over, checking each append's keys first."""
         try:
-            with self._appending, self.engine.begin() as connection:
-                size, views_level = self._lock_head_and_views(connection)
-                self._sync_caches(connection, size)
-                entries = entries_for(connection)
-                self._check_sequences(connection, entries)
-                once_rows = self._once_rows(entries, size, once_keys)
-                if once_rows:
-                    # First, so a clash costs no other write: the primary key refuses a
-                    # (kind, subject) logged before, by any writer (`_OnceClash` below).
-                    try:
-                        connection.execute(_INSERT_ONCE, once_rows)
-                    except IntegrityError as exc:
-                        raise _OnceClash(once_rows) from exc
-                entry_rows = [
-                    {
-                        "idx": size + offset,
-                        "actor": entry.event.actor,
-                        "seq": entry.event.seq,
-                        "kind": entry.event.kind,
-                        "subject": entry.event.subject,
-                        "at": entry.event.at,
-                        "data": entry.data,
-                    }
-                    for offset, entry in enumerate(entries)
-                ]
-                frontier, completed = _extend_frontier(
-                    self._frontier, size, [entry.data for entry in entries]
-                )
-                node_rows = [{"id": node_key(node), "hash": value} for node, value in completed]
-                connection.execute(_INSERT_ENTRIES, entry_rows)
-                connection.execute(_INSERT_NODES, node_rows)
-                new_size = size + len(entries)
-                connection.execute(_SET_HEAD, {"new_size": new_size})
-                if self._projections:
-                    batch = [ViewEntry(size + k, entry.event) for k, entry in enumerate(entries)]
-                    self._project(connection, size, batch, level=views_level)
-                # The caches are levelled while the head lock is still held, so writers in
-                # other threads of this process, which touch them only under that lock too,
-                # never see half of an update; only the COMMIT can fail after this.
-                self._frontier, self._frontier_size = frontier, new_size
-                for entry in entries:
-                    self._last_seq[entry.event.actor] = entry.event.seq
-        except _OnceClash as clash:
-            raise self._already_logged(clash.rows) from None
+            try:
+                self._write(group, careful=False)
+            except _OnceClash:
+                self._forget_caches()
+                for append in group:
+                    append.reset()
+                self._write(group, careful=True)
+        except _OnceClash as clash:  # the careful pass found none, yet the key refused one
+            self._forget_caches()
+            self._fail_open(group, self._already_logged(clash.rows))
         except IntegrityError as exc:
             self._forget_caches()
-            raise StoreError(
-                f"the log refused the batch (a concurrent writer?): {_reason(exc)}"
-            ) from exc
-        except (SequenceError, AlreadyLoggedError):
-            raise
+            self._fail_open(
+                group,
+                StoreError(f"the log refused the batch (a concurrent writer?): {_reason(exc)}"),
+            )
         except SQLAlchemyError as exc:
             self._forget_caches()
-            raise StoreError(f"the log database failed during an append: {_reason(exc)}") from exc
-        return list(range(size, new_size))
+            self._fail_open(
+                group, StoreError(f"the log database failed during an append: {_reason(exc)}")
+            )
+        except LedgerError as exc:  # the log itself is not as the caches say
+            self._forget_caches()
+            self._fail_open(group, exc)
+        except BaseException:
+            self._forget_caches()  # the seqs taken for the group were never written
+            raise
+
+    @staticmethod
+    def _fail_open(group: Sequence[_Append], error: LedgerError) -> None:
+        """Fail every append of a group whose transaction failed with `error`, but those
+        refused for a reason of their own, which still holds."""
+        for append in group:
+            if not append.done:
+                own = None if append.refused_by_group else append.refused
+                append.fail(own or error)
+
+    def _write(self, group: Sequence[_Append], *, careful: bool) -> None:
+        """One append transaction for `group`: lock the head, bring the caches level, take
+        each append's entries and check them (an append that fails is left out, with its
+        error), then insert the rest with their nodes, once-rows and view folds. `careful`:
+        read each append's once-rows before taking it, so no insert can clash. Raises
+        _OnceClash, SQLAlchemyError."""
+        with self.engine.begin() as connection:
+            size, views_level = self._lock_head_and_views(connection)
+            self._sync_caches(connection, size)
+            taken: list[tuple[_Append, int, Sequence[Entry]]] = []
+            refused: list[_Append] = []
+            entries: list[Entry] = []
+            once_rows: list[dict[str, Any]] = []
+            keys: dict[tuple[str, str], int] = {}
+            tentative: set[str] = set()  # actors whose seq an earlier append of the group took
+            for append in group:
+                position = size + len(entries)
+                try:
+                    batch = append.entries_for(connection)
+                    self._check_sequences(connection, batch)
+                    rows = self._once_rows(batch, position, append.once_keys)
+                    for row in rows:
+                        earlier = keys.get((row["kind"], row["subject"]))
+                        if earlier is not None:  # another append of this group has it
+                            append.refused_by_group = True
+                            raise AlreadyLoggedError(row["kind"], row["subject"], earlier)
+                    if careful and rows:
+                        self._refuse_logged(connection, rows)
+                except SQLAlchemyError:
+                    raise
+                except Exception as exc:  # its own signing or checks: it alone is refused
+                    if isinstance(exc, SequenceError) and exc.actor in tentative:
+                        append.refused_by_group = True
+                    append.refused = exc
+                    refused.append(append)
+                    continue
+                for entry in batch:  # the next append's seqs follow this one's
+                    self._last_seq[entry.event.actor] = entry.event.seq
+                    tentative.add(entry.event.actor)
+                for row in rows:
+                    keys[(row["kind"], row["subject"])] = row["idx"]
+                taken.append((append, position, batch))
+                entries += batch
+                once_rows += rows
+            if not entries:
+                self._refuse(refused)
+                return
+            if once_rows:
+                # First, so a clash costs no other write: the primary key refuses a
+                # (kind, subject) logged before, by any writer (`_OnceClash` below).
+                try:
+                    connection.execute(_INSERT_ONCE, once_rows)
+                except IntegrityError as exc:
+                    raise _OnceClash(once_rows) from exc
+            entry_rows = [
+                {
+                    "idx": size + offset,
+                    "actor": entry.event.actor,
+                    "seq": entry.event.seq,
+                    "kind": entry.event.kind,
+                    "subject": entry.event.subject,
+                    "at": entry.event.at,
+                    "data": entry.data,
+                }
+                for offset, entry in enumerate(entries)
+            ]
+            frontier, completed = _extend_frontier(
+                self._frontier, size, [entry.data for entry in entries]
+            )
+            node_rows = [{"id": node_key(node), "hash": value} for node, value in completed]
+            connection.execute(_INSERT_ENTRIES, entry_rows)
+            connection.execute(_INSERT_NODES, node_rows)
+            new_size = size + len(entries)
+            connection.execute(_SET_HEAD, {"new_size": new_size})
+            if self._projections:
+                folded = [ViewEntry(size + k, entry.event) for k, entry in enumerate(entries)]
+                self._project(connection, size, folded, level=views_level)
+            # The caches are levelled while the head lock is still held, so writers in
+            # other threads of this process, which touch them only under that lock too,
+            # never see half of an update; only the COMMIT can fail after this (and then
+            # `_write_group` forgets them).
+            self._frontier, self._frontier_size = frontier, new_size
+        for append, position, batch in taken:
+            append.succeed(list(range(position, position + len(batch))))
+        self._refuse(refused)
+
+    @staticmethod
+    def _refuse(refused: Sequence[_Append]) -> None:
+        """Fail the appends a committed (or empty) group left out, each with its own error
+        (refused only now: an error naming another append of the group holds once that one
+        is written)."""
+        for append in refused:
+            assert append.refused is not None
+            append.fail(append.refused)
+
+    def _refuse_logged(self, connection: Any, rows: Sequence[dict[str, Any]]) -> None:
+        """Raise AlreadyLoggedError for the first of `rows` the log already holds (under the
+        head lock, so no other writer can add one meanwhile)."""
+        for row in rows:
+            found = connection.execute(
+                select(_ONCE.c.idx).where(
+                    _ONCE.c.kind == row["kind"], _ONCE.c.subject == row["subject"]
+                )
+            ).scalar_one_or_none()
+            if found is not None:
+                raise AlreadyLoggedError(row["kind"], row["subject"], int(found))
 
     def _forget_caches(self) -> None:
         """After a failed append: the next one reads the frontier and the seqs again (a
@@ -1116,6 +1233,38 @@ class LogStore:
             missing = sorted(set(wanted.values()) - found.keys())
             raise StoreError(f"the log is missing stored tree nodes {missing[:3]}")
         return found
+
+
+@dataclass(eq=False)
+class _Append:
+    """One caller's append, waiting to be written with the others of its group."""
+
+    entries_for: Callable[[Any], Sequence[Entry]]
+    once_keys: Sequence[str | None]
+    done: bool = False
+    indices: list[int] | None = None
+    error: BaseException | None = None
+    # Left out of its group's transaction, and why; `refused_by_group`: the reason is another
+    # append of the group (which must then be written for the reason to hold).
+    refused: Exception | None = None
+    refused_by_group: bool = False
+
+    def succeed(self, indices: list[int]) -> None:
+        self.done, self.indices, self.error = True, indices, None
+
+    def fail(self, error: BaseException) -> None:
+        self.done, self.indices, self.error = True, None, error
+
+    def reset(self) -> None:
+        self.done, self.indices, self.error = False, None, None
+        self.refused, self.refused_by_group = None, False
+
+    def outcome(self) -> list[int]:
+        """The indices it was written at; raises its error."""
+        if self.error is not None:
+            raise self.error
+        assert self.indices is not None, "an append left without an outcome"
+        return self.indices
 
 
 class _OnceClash(Exception):
