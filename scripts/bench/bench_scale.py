@@ -23,6 +23,11 @@ onboarding inserts them. The log, as the market and onboarding would have logged
 The event times grow from three days ago to now, so the seeded log replays like a real one and
 `accord ledger verify` passes on it.
 
+Every size is seeded first; then each repetition is a round over every home (size and
+backend), the sizes in turn from a start that rotates between rounds, so that a slower stretch
+of a shared machine falls on every size alike and the 10^6-over-10^4 ratios compare like with
+like. In a round each home gets two service processes started afresh and is measured once.
+
 Measured, per size and backend, through real HTTP (the service factory of `bench_api`, i.e.
 `create_app` with rate limits out of the way, under uvicorn on 127.0.0.1, as two separate
 processes on two ports; both open the market on a warm-up request, whose time is reported):
@@ -30,13 +35,13 @@ p50 and p99 client-side latency of one keep-alive client sending, one after anot
 `GET /tasks?state=bidding&capability=X&limit=50`, `GET /tasks/{id}` (random tasks) and
 discovery `GET /agents?capability=X&need=...`; each route gets up to R requests within a time
 budget (a route slower than the budget is reported from the requests it got).
-`accord task list --state bidding --limit 50 --json` wall time (a subprocess, median of 3; the
-command opens the market itself). Signed bid commits per second: fresh commitments from
+`accord task list --state bidding --limit 50 --json` wall time (a subprocess, once a round;
+the command opens the market itself). Signed bid commits per second: fresh commitments from
 credentialed agents to the open tasks, each request signed by its agent before the clock
-starts, sent on 16 keep-alive connections alternating between the two processes, every answer must
-be 201 (measured right after the warm-up, before the reads: a
-read the client gave up on at its 60 s timeout keeps a service busy). `accord ledger
-reindex` wall time, where the command exists. The goals: p99 ≤ 20 ms for each route at
+starts, sent on 16 keep-alive connections alternating between the two processes, every
+answer must be 201 (measured right after the warm-up, before the reads: a read the client
+gave up on at its 60 s timeout keeps a service busy). `accord ledger reindex` wall time,
+where the command exists, once, after the rounds. The goals: p99 ≤ 20 ms for each route at
 10^6 events, within 1.5 times its 10^4 figure, and ≥ 200 bid commits/s with two processes
 on PostgreSQL.
 
@@ -566,37 +571,52 @@ def _label(size: int) -> str:
     return f"10^{len(str(size)) - 1}"
 
 
-def measure_home(
-    section: Section, home: Home, seed: Seed, size: int, reps: int, commits: int
-) -> dict[str, Measure]:
-    """Every measurement of one seeded home; returns the p99 measures by route."""
-    tag = f"{_label(size)} events, {'SQLite' if home.backend == 'sqlite' else 'PostgreSQL'}"
-    rng = random.Random(size)
+@dataclass
+class HomeMeasures:
+    """What one seeded home's rounds have measured so far: every measure in report order,
+    the ones the goals read by route, and what failed."""
+
+    tag: str
+    rng: random.Random
+    measures: dict[str, Measure] = field(default_factory=dict)
+    for_goals: dict[str, Measure] = field(default_factory=dict)
+    failures: list[str] = field(default_factory=list)
+
+    def measure(self, key: str, name: str, unit: str) -> Measure:
+        if key not in self.measures:
+            self.measures[key] = Measure(name, unit)
+        return self.measures[key]
+
+
+def home_tag(home: Home, size: int) -> str:
+    return f"{_label(size)} events, {'SQLite' if home.backend == 'sqlite' else 'PostgreSQL'}"
+
+
+def measure_round(home: Home, seed: Seed, reps: int, commits: int, into: HomeMeasures) -> None:
+    """One repetition of every measurement of one seeded home but the reindex, added to
+    `into`: two service processes started afresh, the market opening, a commit run, each
+    route's latencies, one `accord task list`."""
+    tag, rng = into.tag, into.rng
     devnet = devnet_for(home.settings)
     devnet.up()
     services: Services | None = None
-    p99s: dict[str, Measure] = {}
-    failures: list[str] = []
     try:
         services = Services.start(home)
-        warm = Measure(f"first request, the market opening ({tag})", "s")
+        warm = into.measure("warm", f"first request, the market opening ({tag})", "s")
         for base in services.bases:  # each process opens the market on its first request
             took, bad = latencies(base, [f"/tasks/{seed.all_tasks[0]}"], 0, WARM_UP_TIMEOUT_S)
             warm.samples.append(took[0] / 1_000)
             if bad:
-                failures.append(f"{tag}: the warm-up request failed")
-        section.measures.append(warm)
+                into.failures.append(f"{tag}: the warm-up request failed")
         # Commits first: a slow read abandoned by the client at its timeout would still be
         # running in the services and take the CPU from them.
-        rate = Measure(f"signed bid commits, 2 processes ({tag})", "commits/s")
-        for _ in range(reps):
-            per_second, refused = commits_per_second(services, seed, commits, rng)
-            rate.samples.append(per_second)
-            if refused:
-                failures.append(f"{tag}: {refused} of {commits} commits not answered 201")
-        section.measures.append(rate)
-        p99s["commits"] = rate
-        progress(f"scale: {tag}: {rate.median:.0f} commits/s")
+        rate = into.measure("commits", f"signed bid commits, 2 processes ({tag})", "commits/s")
+        per_second, refused = commits_per_second(services, seed, commits, rng)
+        rate.samples.append(per_second)
+        into.for_goals["commits"] = rate
+        if refused:
+            into.failures.append(f"{tag}: {refused} of {commits} commits not answered 201")
+        progress(f"scale: {tag}: {per_second:.0f} commits/s")
         capability = CAPABILITIES[0]
         routes: dict[str, Callable[[], str]] = {
             "GET /tasks?state=bidding&capability=X&limit=50": lambda: (
@@ -608,53 +628,47 @@ def measure_home(
             ),
         }
         for route, path in routes.items():
-            p50 = Measure(f"{route} p50 ({tag})", "ms")
-            p99 = Measure(f"{route} p99 ({tag})", "ms")
-            for _ in range(reps):
-                took, bad = latencies(
-                    services.bases[0], [path() for _ in range(200)], ROUTE_BUDGET_S / reps
-                )
-                p50.samples.append(statistics.median(took))
-                p99.samples.append(percentile(took, 0.99))
-                if bad:
-                    failures.append(f"{tag}: {bad} of {len(took)} {route} not answered 200")
-            section.measures += [p50, p99]
-            p99s[route] = p99
-        progress(f"scale: {tag}: routes measured")
-
-        listing = Measure(f"accord task list --state bidding --limit 50 ({tag})", "s")
-        for _ in range(3):
-            seconds, status, err = accord_cli(
-                home, "task", "list", "--state", "bidding", "--limit", "50", "--json"
+            p50 = into.measure(f"{route} p50", f"{route} p50 ({tag})", "ms")
+            p99 = into.measure(f"{route} p99", f"{route} p99 ({tag})", "ms")
+            took, bad = latencies(
+                services.bases[0], [path() for _ in range(200)], ROUTE_BUDGET_S / reps
             )
-            if status == 2 and "No such option" in err:  # before the read views
-                listing.name = f"accord task list (every task: no --state/--limit yet) ({tag})"
-                seconds, status, err = accord_cli(home, "task", "list", "--json")
-            if status != 0:
-                failures.append(f"{tag}: accord task list: {err.strip()[-200:]}")
-                break
-            listing.samples.append(seconds)
-        section.measures.append(listing)
-        p99s["accord task list --state bidding --limit 50"] = listing
+            p50.samples.append(statistics.median(took))
+            p99.samples.append(percentile(took, 0.99))
+            into.for_goals[route] = p99
+            if bad:
+                into.failures.append(f"{tag}: {bad} of {len(took)} {route} not answered 200")
 
+        route = "accord task list --state bidding --limit 50"
+        listing = into.measure(route, f"{route} ({tag})", "s")
+        seconds, status, err = accord_cli(
+            home, "task", "list", "--state", "bidding", "--limit", "50", "--json"
+        )
+        if status == 2 and "No such option" in err:  # before the read views
+            listing.name = f"accord task list (every task: no --state/--limit yet) ({tag})"
+            seconds, status, err = accord_cli(home, "task", "list", "--json")
+        if status != 0:
+            into.failures.append(f"{tag}: accord task list: {err.strip()[-200:]}")
+        else:
+            listing.samples.append(seconds)
+            into.for_goals[route] = listing
     finally:
         if services is not None:
             services.stop()
         devnet.down()
 
+
+def measure_reindex(home: Home, into: HomeMeasures) -> None:
+    """`accord ledger reindex` wall time, once, after every round."""
     seconds, status, err = accord_cli(home, "ledger", "reindex", "--json", timeout=3600)
     if status == 0:
-        reindex = Measure(f"accord ledger reindex ({tag})", "s", [seconds])
-        section.measures.append(reindex)
-        p99s["reindex"] = reindex
+        reindex = into.measure("reindex", f"accord ledger reindex ({into.tag})", "s")
+        reindex.samples.append(seconds)
+        into.for_goals["reindex"] = reindex
     elif status == 2 and "No such command" in err:
-        section.notes.append(f"{tag}: no `accord ledger reindex` command yet, not measured")
+        into.failures.append(f"{into.tag}: no `accord ledger reindex` command yet, not measured")
     else:
-        failures.append(f"{tag}: accord ledger reindex: {err.strip()[-200:]}")
-    if failures:
-        section.notes += failures
-        section.error = "; ".join(failures[:3])
-    return p99s
+        into.failures.append(f"{into.tag}: accord ledger reindex: {err.strip()[-200:]}")
 
 
 ByHome = dict[tuple[int, str], dict[str, Measure]]
@@ -687,28 +701,46 @@ def measure(
     try:
         operator_key = work / OPERATOR_KEYFILE  # one operator for every home
         load_or_create_keyfile(operator_key)
-        for size in sizes:
+        seeded: list[tuple[int, Home, Seed]] = []
+        for size in sizes:  # every size is seeded first, so that the rounds can interleave
             plan = Plan.of(size)
             homes = make_homes(work, size, operator_key, backends)
             seeding = time.perf_counter()
             seed = seed_homes(homes, plan, random.Random(size))
-            seeded = Measure(
-                f"seeding {_label(size)} events into {' and '.join(h.backend for h in homes)}",
-                "events/s",
-                [size / (time.perf_counter() - seeding)],
+            section.measures.append(
+                Measure(
+                    f"seeding {_label(size)} events into {' and '.join(h.backend for h in homes)}",
+                    "events/s",
+                    [size / (time.perf_counter() - seeding)],
+                )
             )
-            section.measures.append(seeded)
             progress(
                 f"scale: {size:,} events seeded ({plan.agents:,} agents, {plan.tasks:,} tasks, "
                 f"{plan.bids:,} bids)"
             )
-            for home in homes:
-                by_size[(size, home.backend)] = measure_home(
-                    section, home, seed, size, reps, commits
-                )
-            if size != sizes[-1]:
-                for home in homes:
-                    shutil.rmtree(home.settings.home, ignore_errors=True)
+            seeded += [(size, home, seed) for home in homes]
+        found = {
+            (size, home.backend): HomeMeasures(home_tag(home, size), random.Random(size))
+            for size, home, _ in seeded
+        }
+        # Round r measures every home once, the sizes in turn from a rotating start: a
+        # slower stretch of a shared machine falls on every size alike, so the 10^6 over
+        # 10^4 ratios compare like with like.
+        for rep in range(reps):
+            shift = rep * len(seeded) // reps
+            turn = seeded[shift:] + seeded[:shift]
+            for size, home, seed in turn:
+                measure_round(home, seed, reps, commits, found[(size, home.backend)])
+            progress(f"scale: round {rep + 1}/{reps} measured")
+        for size, home, _ in seeded:
+            measure_reindex(home, found[(size, home.backend)])
+        for size, home, _ in seeded:  # reported by size, then backend, as seeded
+            measures = found[(size, home.backend)]
+            section.measures += list(measures.measures.values())
+            by_size[(size, home.backend)] = measures.for_goals
+            section.notes += measures.failures
+            if measures.failures and section.error is None:
+                section.error = "; ".join(measures.failures[:3])
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
