@@ -129,6 +129,7 @@ CONNECTIONS = 16
 COMMITS = 1_000
 COMMITS_QUICK = 300
 ROUTE_BUDGET_S = 20.0
+PROBE_ENTRIES = 1_000
 CLI_TIMEOUT_S = 300.0
 WARM_UP_TIMEOUT_S = 1800.0
 GOAL_P99_MS = 20.0
@@ -588,6 +589,16 @@ class HomeMeasures:
         return self.measures[key]
 
 
+def cpu_probe(entry: Entry) -> float:
+    """Milliseconds to parse and verify one signed entry `PROBE_ENTRIES` times, alone: a fixed
+    piece of the services' own kind of work. A shared machine's speed drifts; the probe, taken
+    before each home's round, says how fast the machine was while the bench ran."""
+    start = time.perf_counter()
+    for _ in range(PROBE_ENTRIES):
+        Entry.from_bytes(entry.data).verify()
+    return (time.perf_counter() - start) * 1_000
+
+
 def home_tag(home: Home, size: int) -> str:
     return f"{_label(size)} events, {'SQLite' if home.backend == 'sqlite' else 'PostgreSQL'}"
 
@@ -723,6 +734,14 @@ def measure(
             (size, home.backend): HomeMeasures(home_tag(home, size), random.Random(size))
             for size, home, _ in seeded
         }
+        probe = Measure(
+            f"CPU probe: {PROBE_ENTRIES:,} signed entries parsed and verified, before each round",
+            "ms",
+        )
+        section.measures.append(probe)
+        probe_entry = make_entry(
+            seeded[0][2].operator, kind="note.added", seq=1, at=datetime.now(UTC), body={"n": 1}
+        )
         # Round r measures every home once, the sizes in turn from a rotating start: a
         # slower stretch of a shared machine falls on every size alike, so the 10^6 over
         # 10^4 ratios compare like with like.
@@ -730,6 +749,7 @@ def measure(
             shift = rep * len(seeded) // reps
             turn = seeded[shift:] + seeded[:shift]
             for size, home, seed in turn:
+                probe.samples.append(cpu_probe(probe_entry))
                 measure_round(home, seed, reps, commits, found[(size, home.backend)])
             progress(f"scale: round {rep + 1}/{reps} measured")
         for size, home, _ in seeded:
