@@ -26,7 +26,8 @@ The event times grow from three days ago to now, so the seeded log replays like 
 Every size is seeded first; then each repetition is a round over every home (size and
 backend), the sizes in turn from a start that rotates between rounds, so that a slower stretch
 of a shared machine falls on every size alike and the 10^6-over-10^4 ratios compare like with
-like. In a round each home gets two service processes started afresh and is measured once.
+like. Each home's devnet and two service processes start once, before the rounds, and stay
+up (warm, as a running service is) until the last; a round measures each home once.
 
 Measured, per size and backend, through real HTTP (the service factory of `bench_api`, i.e.
 `create_app` with rate limits out of the way, under uvicorn on 127.0.0.1, as two separate
@@ -603,70 +604,91 @@ def home_tag(home: Home, size: int) -> str:
     return f"{_label(size)} events, {'SQLite' if home.backend == 'sqlite' else 'PostgreSQL'}"
 
 
-def measure_round(home: Home, seed: Seed, reps: int, commits: int, into: HomeMeasures) -> None:
-    """One repetition of every measurement of one seeded home but the reindex, added to
-    `into`: two service processes started afresh, the market opening, a commit run, each
-    route's latencies, one `accord task list`."""
-    tag, rng = into.tag, into.rng
-    devnet = devnet_for(home.settings)
-    devnet.up()
-    services: Services | None = None
-    try:
-        services = Services.start(home)
-        warm = into.measure("warm", f"first request, the market opening ({tag})", "s")
-        for base in services.bases:  # each process opens the market on its first request
-            took, bad = latencies(base, [f"/tasks/{seed.all_tasks[0]}"], 0, WARM_UP_TIMEOUT_S)
-            warm.samples.append(took[0] / 1_000)
-            if bad:
-                into.failures.append(f"{tag}: the warm-up request failed")
-        # Commits first: a slow read abandoned by the client at its timeout would still be
-        # running in the services and take the CPU from them.
-        rate = into.measure("commits", f"signed bid commits, 2 processes ({tag})", "commits/s")
-        per_second, refused = commits_per_second(services, seed, commits, rng)
-        rate.samples.append(per_second)
-        into.for_goals["commits"] = rate
-        if refused:
-            into.failures.append(f"{tag}: {refused} of {commits} commits not answered 201")
-        progress(f"scale: {tag}: {per_second:.0f} commits/s")
-        capability = CAPABILITIES[0]
-        routes: dict[str, Callable[[], str]] = {
-            "GET /tasks?state=bidding&capability=X&limit=50": lambda: (
-                f"/tasks?state=bidding&capability={CAPABILITIES[rng.randrange(3)]}&limit=50"
-            ),
-            "GET /tasks/{id}": lambda: f"/tasks/{rng.choice(seed.all_tasks)}",
-            "GET /agents?capability=X&need=... (discovery)": lambda: (
-                f"/agents?capability={capability}&need={NEED.replace(' ', '+')}"
-            ),
-        }
-        for route, path in routes.items():
-            p50 = into.measure(f"{route} p50", f"{route} p50 ({tag})", "ms")
-            p99 = into.measure(f"{route} p99", f"{route} p99 ({tag})", "ms")
-            took, bad = latencies(
-                services.bases[0], [path() for _ in range(200)], ROUTE_BUDGET_S / reps
-            )
-            p50.samples.append(statistics.median(took))
-            p99.samples.append(percentile(took, 0.99))
-            into.for_goals[route] = p99
-            if bad:
-                into.failures.append(f"{tag}: {bad} of {len(took)} {route} not answered 200")
+@dataclass
+class Serving:
+    """A seeded home's devnet and two service processes, up from before the first round to
+    after the last (so the rounds after the first find the services warm, as a service that
+    has been running is)."""
 
-        route = "accord task list --state bidding --limit 50"
-        listing = into.measure(route, f"{route} ({tag})", "s")
-        seconds, status, err = accord_cli(
-            home, "task", "list", "--state", "bidding", "--limit", "50", "--json"
+    devnet: Any
+    services: Services | None = None
+
+    @classmethod
+    def start(cls, home: Home, seed: Seed, into: HomeMeasures) -> Serving:
+        """Start them and time the market's opening (each process's first request)."""
+        serving = cls(devnet_for(home.settings))
+        serving.devnet.up()
+        try:
+            serving.services = Services.start(home)
+            warm = into.measure("warm", f"first request, the market opening ({into.tag})", "s")
+            for base in serving.services.bases:
+                path = f"/tasks/{seed.all_tasks[0]}"
+                took, bad = latencies(base, [path], 0, WARM_UP_TIMEOUT_S)
+                warm.samples.append(took[0] / 1_000)
+                if bad:
+                    into.failures.append(f"{into.tag}: the warm-up request failed")
+        except BaseException:
+            serving.stop()
+            raise
+        return serving
+
+    def stop(self) -> None:
+        if self.services is not None:
+            self.services.stop()
+        self.devnet.down()
+
+
+def measure_round(
+    home: Home, seed: Seed, services: Services, reps: int, commits: int, into: HomeMeasures
+) -> None:
+    """One repetition of every measurement of one seeded home but the market's opening and
+    the reindex, added to `into`: a commit run, each route's latencies, one `accord task
+    list`."""
+    tag, rng = into.tag, into.rng
+    # Commits first: a slow read abandoned by the client at its timeout would still be
+    # running in the services and take the CPU from them.
+    rate = into.measure("commits", f"signed bid commits, 2 processes ({tag})", "commits/s")
+    per_second, refused = commits_per_second(services, seed, commits, rng)
+    rate.samples.append(per_second)
+    into.for_goals["commits"] = rate
+    if refused:
+        into.failures.append(f"{tag}: {refused} of {commits} commits not answered 201")
+    progress(f"scale: {tag}: {per_second:.0f} commits/s")
+    capability = CAPABILITIES[0]
+    routes: dict[str, Callable[[], str]] = {
+        "GET /tasks?state=bidding&capability=X&limit=50": lambda: (
+            f"/tasks?state=bidding&capability={CAPABILITIES[rng.randrange(3)]}&limit=50"
+        ),
+        "GET /tasks/{id}": lambda: f"/tasks/{rng.choice(seed.all_tasks)}",
+        "GET /agents?capability=X&need=... (discovery)": lambda: (
+            f"/agents?capability={capability}&need={NEED.replace(' ', '+')}"
+        ),
+    }
+    for route, path in routes.items():
+        p50 = into.measure(f"{route} p50", f"{route} p50 ({tag})", "ms")
+        p99 = into.measure(f"{route} p99", f"{route} p99 ({tag})", "ms")
+        took, bad = latencies(
+            services.bases[0], [path() for _ in range(200)], ROUTE_BUDGET_S / reps
         )
-        if status == 2 and "No such option" in err:  # before the read views
-            listing.name = f"accord task list (every task: no --state/--limit yet) ({tag})"
-            seconds, status, err = accord_cli(home, "task", "list", "--json")
-        if status != 0:
-            into.failures.append(f"{tag}: accord task list: {err.strip()[-200:]}")
-        else:
-            listing.samples.append(seconds)
-            into.for_goals[route] = listing
-    finally:
-        if services is not None:
-            services.stop()
-        devnet.down()
+        p50.samples.append(statistics.median(took))
+        p99.samples.append(percentile(took, 0.99))
+        into.for_goals[route] = p99
+        if bad:
+            into.failures.append(f"{tag}: {bad} of {len(took)} {route} not answered 200")
+
+    route = "accord task list --state bidding --limit 50"
+    listing = into.measure(route, f"{route} ({tag})", "s")
+    seconds, status, err = accord_cli(
+        home, "task", "list", "--state", "bidding", "--limit", "50", "--json"
+    )
+    if status == 2 and "No such option" in err:  # before the read views
+        listing.name = f"accord task list (every task: no --state/--limit yet) ({tag})"
+        seconds, status, err = accord_cli(home, "task", "list", "--json")
+    if status != 0:
+        into.failures.append(f"{tag}: accord task list: {err.strip()[-200:]}")
+    else:
+        listing.samples.append(seconds)
+        into.for_goals[route] = listing
 
 
 def measure_reindex(home: Home, into: HomeMeasures) -> None:
@@ -745,13 +767,24 @@ def measure(
         # Round r measures every home once, the sizes in turn from a rotating start: a
         # slower stretch of a shared machine falls on every size alike, so the 10^6 over
         # 10^4 ratios compare like with like.
-        for rep in range(reps):
-            shift = rep * len(seeded) // reps
-            turn = seeded[shift:] + seeded[:shift]
-            for size, home, seed in turn:
-                probe.samples.append(cpu_probe(probe_entry))
-                measure_round(home, seed, reps, commits, found[(size, home.backend)])
-            progress(f"scale: round {rep + 1}/{reps} measured")
+        serving: dict[tuple[int, str], Serving] = {}
+        try:
+            for size, home, seed in seeded:
+                key = (size, home.backend)
+                serving[key] = Serving.start(home, seed, found[key])
+            for rep in range(reps):
+                shift = rep * len(seeded) // reps
+                turn = seeded[shift:] + seeded[:shift]
+                for size, home, seed in turn:
+                    key = (size, home.backend)
+                    services = serving[key].services
+                    assert services is not None
+                    probe.samples.append(cpu_probe(probe_entry))
+                    measure_round(home, seed, services, reps, commits, found[key])
+                progress(f"scale: round {rep + 1}/{reps} measured")
+        finally:
+            for each in serving.values():
+                each.stop()
         for size, home, _ in seeded:
             measure_reindex(home, found[(size, home.backend)])
         for size, home, _ in seeded:  # reported by size, then backend, as seeded
