@@ -736,13 +736,9 @@ class LogStore:
         """Raise AlreadyLoggedError for the first of `rows` the log already holds (under the
         head lock, so no other writer can add one meanwhile)."""
         for row in rows:
-            found = connection.execute(
-                select(_ONCE.c.idx).where(
-                    _ONCE.c.kind == row["kind"], _ONCE.c.subject == row["subject"]
-                )
-            ).scalar_one_or_none()
+            found = _once_index(connection, row["kind"], row["subject"])
             if found is not None:
-                raise AlreadyLoggedError(row["kind"], row["subject"], int(found))
+                raise AlreadyLoggedError(row["kind"], row["subject"], found)
 
     def _forget_caches(self) -> None:
         """After a failed append: the next one reads the frontier and the seqs again (a
@@ -1129,10 +1125,7 @@ class LogStore:
         """The index of the `kind` entry logged for `subject` when `kind` is once per subject
         (None when none is logged yet)."""
         with self._read() as connection:
-            found = connection.execute(
-                select(_ONCE.c.idx).where(_ONCE.c.kind == kind, _ONCE.c.subject == subject)
-            ).scalar_one_or_none()
-        return None if found is None else int(found)
+            return _once_index(connection, kind, subject)
 
     def _head_size(self) -> int:
         """The log's size now (read path); remembers it as reached."""
@@ -1235,13 +1228,20 @@ class LogStore:
         return found
 
 
+def _once_index(connection: Any, kind: str, subject: str) -> int | None:
+    """The index `ledger_once` holds for (kind, subject), or None."""
+    found = connection.execute(
+        select(_ONCE.c.idx).where(_ONCE.c.kind == kind, _ONCE.c.subject == subject)
+    ).scalar_one_or_none()
+    return None if found is None else int(found)
+
+
 @dataclass(eq=False)
 class _Append:
     """One caller's append, waiting to be written with the others of its group."""
 
     entries_for: Callable[[Any], Sequence[Entry]]
     once_keys: Sequence[str | None]
-    done: bool = False
     indices: list[int] | None = None
     error: BaseException | None = None
     # Left out of its group's transaction, and why; `refused_by_group`: the reason is another
@@ -1249,14 +1249,19 @@ class _Append:
     refused: Exception | None = None
     refused_by_group: bool = False
 
+    @property
+    def done(self) -> bool:
+        """Written (it has indices) or failed (it has an error)."""
+        return self.indices is not None or self.error is not None
+
     def succeed(self, indices: list[int]) -> None:
-        self.done, self.indices, self.error = True, indices, None
+        self.indices, self.error = indices, None
 
     def fail(self, error: BaseException) -> None:
-        self.done, self.indices, self.error = True, None, error
+        self.indices, self.error = None, error
 
     def reset(self) -> None:
-        self.done, self.indices, self.error = False, None, None
+        self.indices, self.error = None, None
         self.refused, self.refused_by_group = None, False
 
     def outcome(self) -> list[int]:

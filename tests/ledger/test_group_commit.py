@@ -223,3 +223,33 @@ def test_many_threads_appending_at_once_each_land_once(
     assert sorted(i for got in results for i in got) == list(range(total))
     assert seqs(store, operator.did) == list(range(1, total + 1))
     assert verify_log(store, "did:key:unused", None).ok
+
+
+class Interrupt(BaseException):
+    """Stands for KeyboardInterrupt or SystemExit raised while a group is being written."""
+
+
+def test_a_writer_interrupted_mid_group_writes_nothing_and_fails_the_rest(
+    store: LogStore, operator: Ed25519Signer
+) -> None:
+    store.append_next(operator.did, lambda seq: note(operator, seq))
+
+    def interrupted(seq: int) -> Entry:
+        raise Interrupt
+
+    def interrupting() -> list[int]:
+        index, _ = store.append_next(operator.did, interrupted)
+        return [index]
+
+    appends = [next_of(store, operator, f"task-1 bidder-{k}") for k in range(3)]
+    outcomes = in_one_group(store, [*appends, interrupting])
+    # the thread writing the group raises the interruption; every other append fails typed
+    assert sum(isinstance(o, Interrupt) for o in outcomes) == 1, outcomes
+    assert sum(isinstance(o, StoreError) for o in outcomes) == 3, outcomes
+    assert store.size() == 1
+
+    # the seqs the group took were forgotten: the next appends follow the last one written
+    outcomes = in_one_group(store, appends)
+    assert sorted(i for o in outcomes for i in o) == [1, 2, 3]  # type: ignore[union-attr]
+    assert seqs(store, operator.did) == [1, 2, 3, 4]
+    assert verify_log(store, "did:key:unused", None).ok
