@@ -6,9 +6,13 @@ PY := $(VENV)/bin/python
 PY_STAMP := $(VENV)/.accord-installed
 NPM_STAMP := node_modules/.accord-installed
 
-.PHONY: setup demo test lint bench contracts wheel clean
+.PHONY: setup box demo test lint bench contracts wheel clean
 
-setup: $(PY_STAMP) $(NPM_STAMP)
+setup: $(PY_STAMP) $(NPM_STAMP) box
+
+# bubblewrap and libseccomp from Debian: strangers' code runs in their box or not at all.
+box:
+	scripts/install_bubblewrap.sh
 
 $(PY_STAMP): pyproject.toml
 	@echo "==> setup: installing accord and its dependencies from PyPI into $(VENV)"

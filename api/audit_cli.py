@@ -28,9 +28,10 @@ def audit(
         Path | None, typer.Option(help="Also write a readable HTML report to this file.")
     ] = None,
 ) -> None:
-    """Re-check a finished collaboration from the log and the chain alone; exit 1 on FAIL,
-    2 for a task the log does not hold or an HTML path that cannot be written. A read: it
-    starts no devnet and creates no home."""
+    """Re-check a finished collaboration from the log and the chain alone; exit 1 on FAIL or
+    INCOMPLETE (a python check or exam this machine's box could not re-run), 2 for a task the
+    log does not hold or an HTML path that cannot be written. A read: it starts no devnet and
+    creates no home."""
     from audit.checks import NO_SUCH_TASK, audit_task
     from audit.html import render_html
     from ledger.runtime import check_recorded_devnet, connect_chain, open_store
@@ -82,7 +83,13 @@ def _holds_task(store: LogStore, task_id: str) -> bool:
 
 
 def print_report(report: AuditReport, console: Console) -> None:
-    marks = {"pass": "[green]✓[/]", "fail": "[red]✗[/]", "skipped": "-", "not-run": " "}
+    marks = {
+        "pass": "[green]✓[/]",
+        "fail": "[red]✗[/]",
+        "skipped": "-",
+        "not-run": " ",
+        "unchecked": "[yellow]?[/]",
+    }
     console.print(f"auditing {report.task_id}")
     for step in report.steps:
         where = f" [entry {step.entry}]" if step.entry is not None else ""
@@ -90,7 +97,11 @@ def print_report(report: AuditReport, console: Console) -> None:
             f" {marks[step.status]} ({step.number}) {step.title}: {escape(step.detail)}{where}"
         )
     failure = report.first_failure
-    if failure is None:
+    unchecked = [s for s in report.steps if s.status == "unchecked"]
+    if failure is None and unchecked:
+        steps = ", ".join(str(s.number) for s in unchecked)
+        console.print(f"[bold yellow]INCOMPLETE[/]: step {steps} could not be re-run here")
+    elif failure is None:
         console.print("[bold green]PASS[/]")
     else:
         where = f", entry {failure.entry}" if failure.entry is not None else ""

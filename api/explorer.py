@@ -238,6 +238,7 @@ section.card { background: var(--card); border: 1px solid var(--line); border-ra
   letter-spacing: .06em; }
 .verdict.pass { color: var(--pass); background: var(--pass-bg); border: 1px solid #b5dfc5; }
 .verdict.fail { color: var(--fail); background: var(--fail-bg); border: 1px solid #f0b9b4; }
+.verdict.incomplete { color: #8a5a00; background: #fff4d6; border: 1px solid #f0d48a; }
 .muted { color: var(--muted); } code, .mono { font: .85em ui-monospace, "SFMono-Regular",
   Menlo, monospace; } .agent { font-weight: 600; border-bottom: 1px dotted var(--muted); }
 table { border-collapse: collapse; width: 100%; }
@@ -254,6 +255,7 @@ ol.checklist li { display: grid; grid-template-columns: 2rem 1fr auto; gap: .6re
   display: grid; place-items: center; font-weight: 700; color: #fff; }
 .mark.pass { background: var(--pass); } .mark.fail { background: var(--fail); }
 .mark.not-run, .mark.skipped { background: #c4c9d4; }
+.mark.unchecked { background: #e0a800; }
 .step-title { font-weight: 600; } .step-detail { color: var(--muted); font-size: .92em; }
 ul.tree, ul.tree ul { list-style: none; margin: 0; padding-left: 1.4rem; }
 ul.tree { padding-left: 0; } ul.tree ul { border-left: 2px solid var(--line);
@@ -373,7 +375,7 @@ def humanize(text: str, names: Mapping[str, str]) -> str:
 
 
 def _checklist(report: AuditReport, names: Mapping[str, str]) -> str:
-    marks = {"pass": "✓", "fail": "✗", "skipped": "-", "not-run": "·"}
+    marks = {"pass": "✓", "fail": "✗", "skipped": "-", "not-run": "·", "unchecked": "?"}
     items = []
     for step in report.steps:
         entry = f"<div>entry {_entry_link(step.entry)}</div>" if step.entry is not None else ""

@@ -18,6 +18,11 @@
 Nothing here reads the operator's own tables (agents, credentials, journals): only ledger
 entries, signed checkpoints, and the chain. Steps stop at the first failure, which names the
 entry (log index) it failed on where there is one.
+
+Python checks and python exam answers re-run in the box (`identity.challenges.sandbox`). Where
+the box cannot be made, they do not run unboxed: the step holds their logged verdicts as given,
+checks the rest, and reports `unchecked` naming what it could not re-run and why. A report with
+an unchecked step and no failure is INCOMPLETE, never PASS.
 """
 
 from __future__ import annotations
@@ -33,7 +38,7 @@ from coordinator.errors import CoordinatorError
 from coordinator.runner import CONVERSATION_MESSAGE, CONVERSATION_OPENED
 from coordinator.service import ConversationRecord, replay_conversation
 from identity.credentials import REVOCATION_EVENT_KIND, VerifiedCredential, verify_credential
-from identity.errors import BindingError, ExamError, IdentityError
+from identity.errors import BindingError, ExamError, IdentityError, SandboxUnavailable
 from identity.exams import ANSWERED, COMMITTED, GRADED, regrade_from_ledger
 from identity.onboarding import ISSUED_EVENT_KIND, PAYOUT_BOUND_KIND
 from identity.payout import verify_binding
@@ -75,6 +80,7 @@ from market.tasks import (
     TaskEvent,
     replay,
 )
+from market.work import PythonCheck
 
 STEP_TITLES = {
     1: "every entry's signature and actor",
@@ -111,6 +117,15 @@ class AuditFailure(AccordError):
         self.entry = entry
 
 
+class AuditUnchecked(AccordError):
+    """A step held as far as it could be checked here, but part of it could not be re-run
+    (the box for strangers' code cannot be made); `reason` names that part and why."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
 @dataclass
 class AuditReport:
     task_id: str
@@ -125,11 +140,21 @@ class AuditReport:
     def first_failure(self) -> StepResult | None:
         return next((s for s in self.steps if s.status == "fail"), None)
 
+    @property
+    def verdict(self) -> str:
+        """PASS when every step passed; INCOMPLETE when none failed but one could not be
+        re-run here (see `AuditUnchecked`); FAIL otherwise."""
+        if self.ok:
+            return "PASS"
+        if self.first_failure is None and any(s.status == "unchecked" for s in self.steps):
+            return "INCOMPLETE"
+        return "FAIL"
+
     def to_json(self) -> dict[str, Any]:
         failure = self.first_failure
         return {
             "task": self.task_id,
-            "verdict": "PASS" if self.ok else "FAIL",
+            "verdict": self.verdict,
             "failed_step": None if failure is None else failure.number,
             "failed_entry": None if failure is None else failure.entry,
             "steps": [step.to_json() for step in self.steps],
@@ -189,6 +214,8 @@ def audit_task(
         try:
             _logged_once(scope, number)
             report.steps.append(StepResult(number, title, "pass", check(scope)))
+        except AuditUnchecked as exc:
+            report.steps.append(StepResult(number, title, "unchecked", exc.reason))
         except AuditFailure as exc:
             failed = True
             report.steps.append(StepResult(number, title, "fail", exc.reason, exc.entry))
@@ -553,6 +580,7 @@ def _credentials(store: LogStore, scope: _Scope) -> str:
         elif event.kind == REVOCATION_EVENT_KIND:
             revoked.setdefault(str(event.body.get("credentialId")), index)
     regraded: set[str] = set()
+    unboxed: dict[str, str] = {}
     for bid_index, commitment in scope.bidders:
         bid_time = parse_time(scope.touched[bid_index].event.at)
         for capability in scope.task.spec.capabilities:
@@ -566,19 +594,28 @@ def _credentials(store: LogStore, scope: _Scope) -> str:
                     bid_index,
                 )
             exam_id = str(credential.get("examId"))
-            if exam_id not in regraded:
+            if exam_id not in regraded and exam_id not in unboxed:
                 try:
                     regrade_from_ledger(store, exam_id, scope.operator)  # raises unless it matches
+                except SandboxUnavailable as exc:
+                    unboxed[exam_id] = str(exc)
+                    continue
                 except (ExamError, LedgerError) as exc:
                     raise AuditFailure(
                         f"exam {exam_id} does not re-grade: {exc}", bid_index
                     ) from exc
                 regraded.add(exam_id)
     bidders, exams = len(scope.bidders), len(regraded)
-    return (
+    summary = (
         f"{bidders} bidder{'s' * (bidders != 1)} credentialed when they bid; "
         f"{exams} exam{'s' * (exams != 1)} re-grade{'s' * (exams == 1)}"
     )
+    if unboxed:
+        raise AuditUnchecked(
+            f"{summary}; not re-graded here, their answers being code the box cannot run: "
+            f"{', '.join(sorted(unboxed))} ({next(iter(unboxed.values()))})"
+        )
+    return summary
 
 
 def _held_at(
@@ -705,7 +742,20 @@ def _settlement(store: LogStore, scope: _Scope, escrow: EscrowChain) -> str:
             ],
             parse_time(computed.at),
         )
-        env = RecheckEnvironment(logged, run_python_check, reviews.review)
+        unrun: dict[str, str] = {}
+
+        def rerun_python(check: PythonCheck, outputs: Mapping[str, Any]) -> CheckResult:
+            try:
+                return run_python_check(check, outputs)
+            except SandboxUnavailable as exc:  # nothing runs unboxed: hold it to its log
+                if check.check_id not in logged:
+                    raise AuditFailure(
+                        f"python check {check.check_id} has no logged result"
+                    ) from exc
+                unrun[check.check_id] = str(exc)
+                return logged[check.check_id]
+
+        env = RecheckEnvironment(logged, rerun_python, reviews.review)
         settlement, _, _ = recompute_settlement(scope.task, delivered, env, seed=int(body["seed"]))
     except (MarketError, ExamError, KeyError, TypeError, ValueError) as exc:
         raise AuditFailure(f"the settlement does not recompute: {exc}", index) from exc
@@ -735,11 +785,17 @@ def _settlement(store: LogStore, scope: _Scope, escrow: EscrowChain) -> str:
         if bound != address:
             raise AuditFailure(f"{player} bound {bound} for payouts, not {address}", index)
     passed = sum(1 for r in settlement.checks.values() if r.passed)
-    return (
+    summary = (
         f"{passed} of {len(settlement.checks)} checks pass as logged; "
         f"{len(settlement.evaluated)} values of v(S), {settlement.method} Shapley values and "
         f"{len(payouts)} payouts recompute exactly ({settlement.amount} wei)"
     )
+    if unrun:
+        raise AuditUnchecked(
+            f"python checks {', '.join(sorted(unrun))} were not re-run here, their logged "
+            f"verdicts taken as given ({next(iter(unrun.values()))}); otherwise {summary}"
+        )
+    return summary
 
 
 def _bound_address(scope: _Scope, did: str, chain_id: int) -> str | None:

@@ -44,10 +44,11 @@ _STYLE = """
 body { font: 15px/1.5 system-ui, sans-serif; max-width: 960px; margin: 2rem auto; color: #222; }
 h1 { font-size: 1.4rem; } h2 { font-size: 1.1rem; margin-top: 2rem; }
 .verdict { display: inline-block; padding: .2rem .8rem; border-radius: .3rem; color: #fff; }
-.pass { background: #2e7d32; } .fail { background: #c62828; }
+.pass { background: #2e7d32; } .fail { background: #c62828; } .incomplete { background: #b26a00; }
 table { border-collapse: collapse; width: 100%; } td, th { padding: .3rem .5rem; text-align: left;
   border-bottom: 1px solid #eee; vertical-align: top; } code { font-size: .85em; }
 .mark-pass { color: #2e7d32; } .mark-fail { color: #c62828; } .mark-not-run { color: #999; }
+.mark-unchecked { color: #b26a00; }
 ul.tree { list-style: none; padding-left: 1.2rem; }
 .muted { color: #777; } .num { text-align: right; white-space: nowrap; }
 .badge { display: inline-block; font-size: .78rem; font-weight: 700; padding: .05rem .5rem;

@@ -13,6 +13,7 @@ AccordError
     ├── ExamError               an exam cannot be started, answered or graded
     │   ├── RateLimitedError    too many attempts; `retry_after` seconds
     │   ├── DeadlineError       an answer came after its item's deadline
+    │   ├── SandboxUnavailable  the box for strangers' code cannot be made here
     │   └── SchemaViolation     a skill's input or output breaks its JSON Schema (`path`, `reason`)
     └── RegistryError           an agent or credential name/id is invalid, taken or unknown
         ├── PrivateEndpointError  an agent endpoint at a loopback, link-local or private address
@@ -76,6 +77,11 @@ class RateLimitedError(ExamError):
 
 class DeadlineError(ExamError):
     """An answer arrived after its item's deadline."""
+
+
+class SandboxUnavailable(ExamError):
+    """The box that runs strangers' code cannot be made here (bubblewrap or libseccomp is
+    missing, user namespaces are off, `ACCORD_SANDBOX` names no mode); nothing ran unboxed."""
 
 
 class SchemaViolation(ExamError):

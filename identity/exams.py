@@ -45,7 +45,8 @@ from identity.challenges import (
     seed_commitment,
 )
 from identity.challenges.base import MAX_ITEMS_PER_CALL
-from identity.errors import DeadlineError, ExamError, RateLimitedError
+from identity.challenges.sandbox import check_box
+from identity.errors import DeadlineError, ExamError, RateLimitedError, SandboxUnavailable
 from ledger.canonical import JSONValue
 from ledger.errors import LedgerError
 from ledger.events import Entry, format_time, parse_time
@@ -270,6 +271,11 @@ def grade_answers(
     return grades
 
 
+def runs_code(capability: Capability) -> bool:
+    """Whether grading `capability` runs the answers as code (then it needs the box)."""
+    return bool(getattr(capability, "runs_code", False))
+
+
 def grade_json(grade: Grade) -> dict[str, JSONValue]:
     return {
         "item_id": grade.item_id,
@@ -458,6 +464,13 @@ class ExamService:
         what `Ledger.append` raises (nothing is kept when the commit cannot be logged).
         """
         capability = get_capability(capability_name)
+        if runs_code(capability):
+            try:
+                check_box()
+            except SandboxUnavailable as exc:
+                raise SandboxUnavailable(
+                    f"the {capability.name} exam is unavailable here: {exc}"
+                ) from exc
         now = self.clock()
         exam_id = "exam-" + self.random_bytes(16).hex()
         exam_seed = self.random_bytes(SEED_BYTES)
@@ -535,6 +548,8 @@ class ExamService:
             "possible": possible,
             "passed": passed,
         }
+        if runs_code(capability):
+            body["sandbox"] = check_box()  # the mode the answers ran in
         index, _ = self.ledger.append(self.ledger.operator, GRADED, subject=exam_id, body=body)
         self._mark_graded(exam_id)
         return ExamResult(

@@ -48,7 +48,7 @@ STEP_TITLES = {
     6: "consistency between successive anchors",
 }
 
-StepStatus = Literal["pass", "fail", "skipped", "not-run"]
+StepStatus = Literal["pass", "fail", "skipped", "not-run", "unchecked"]
 Progress = Callable[[int, int], None]
 """Called with (entries done, entries in all) while the log is read."""
 

@@ -1,7 +1,7 @@
 """The I/O behind a task's checks: the sandbox, the judge model, and the requester's reviews.
 
-    SandboxPython   runs the requester's `def check(outputs)` in the exam sandbox (a fresh,
-                    limited interpreter) with the check's CPU and memory limits
+    run_python_check  runs the requester's `def check(outputs)` in the box
+                      (`identity.challenges.sandbox`) with the check's CPU and memory limits
     OpenAIJudge     asks an OpenAI-compatible model at temperature 0, through the `openai`
                     client, retrying; when it cannot be reached the settlement waits
     LogReviews      the requester's signed `review.given` verdicts; a check nobody reviewed is
@@ -33,10 +33,23 @@ JUDGE_ATTEMPTS = 3
 JUDGE_TIMEOUT_S = 60.0
 
 
-def run_python_check(check: PythonCheck, outputs: Mapping[str, Any]) -> CheckResult:
-    """The requester's test code on `outputs`: passes when `check(outputs)` returns True.
+def _shown(value: Any) -> str:
+    """What a check's return value is, never what it says: False, None, or its JSON type."""
+    if value is False or value is None:
+        return repr(value)
+    kinds = ((bool, "a boolean"), ((int, float), "a number"), (str, "a string"), (list, "a list"))
+    return next((name for kind, name in kinds if isinstance(value, kind)), "an object")
 
-    Raises ExamError only when the sandbox itself cannot run.
+
+def run_python_check(check: PythonCheck, outputs: Mapping[str, Any]) -> CheckResult:
+    """The requester's test code on `outputs`, in the box: passes when `check(outputs)`
+    returns True.
+
+    The detail is a bounded verdict (which limit, which built-in exception class, which JSON
+    type came back), never a value the code chose, so the signed settlement cannot carry what
+    the code read; the record names the mode the code ran in (`{"sandbox": "bwrap"}`).
+    Raises SandboxUnavailable when the box cannot be made (nothing ran), ExamError when the
+    unboxed interpreter cannot start.
     """
     limits = SandboxLimits(
         cpu_seconds=check.cpu_seconds,
@@ -44,14 +57,16 @@ def run_python_check(check: PythonCheck, outputs: Mapping[str, Any]) -> CheckRes
         memory_bytes=check.memory_mib * MiB,
     )
     run = run_function_cases(check.code, "check", [[dict(outputs)]], limits)
+    record = {"sandbox": run.mode}
     if run.failure is not None:
-        return CheckResult(check.check_id, False, f"the test code failed: {run.failure}")
+        return CheckResult(check.check_id, False, f"the test code failed: {run.failure}", record)
     result = run.results[0]
     if result.error is not None:
-        return CheckResult(check.check_id, False, f"check(outputs) raised: {result.error[:200]}")
+        return CheckResult(check.check_id, False, f"check(outputs) {result.error}", record)
     if result.value is True:
-        return CheckResult(check.check_id, True, "check(outputs) returned True")
-    return CheckResult(check.check_id, False, f"check(outputs) returned {result.value!r}"[:200])
+        return CheckResult(check.check_id, True, "check(outputs) returned True", record)
+    detail = f"check(outputs) returned {_shown(result.value)}, not True"
+    return CheckResult(check.check_id, False, detail, record)
 
 
 class OpenAIJudge:
@@ -166,7 +181,10 @@ class SettleEnvironment:
         try:
             return run_python_check(check, outputs)
         except ExamError as exc:
-            raise SettlementWaits(f"the sandbox cannot run check {check.check_id}: {exc}") from exc
+            raise SettlementWaits(
+                f"python check {check.check_id} cannot run, so the settlement waits "
+                f"(nothing ran, nobody is paid): {exc}"
+            ) from exc
 
     def ask_judge(self, check: JudgeCheck, prompt: str) -> tuple[str, str]:
         if self.judge is None:

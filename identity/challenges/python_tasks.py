@@ -653,6 +653,8 @@ class PythonCapability(DeclaredSchemas):
     item_count: int = 5
     threshold: Fraction = Fraction(3, 5)
     limits: SandboxLimits = DEFAULT_LIMITS
+    runs_code: bool = True
+    """Grading runs strangers' code: the exam needs the box (`identity.challenges.sandbox`)."""
 
     def instruction(self, input: JSONObject) -> str:
         """Raises ExamError if the spec lacks a name, signature or description, or has
@@ -696,11 +698,11 @@ class PythonCapability(DeclaredSchemas):
         for number, (case, result) in enumerate(zip(cases, run.results, strict=True), start=1):
             assert isinstance(case, dict)
             if result.error is not None:
-                return wrong(item, f"hidden case {number} of {total} raised {result.error}")
+                return wrong(item, f"hidden case {number} of {total} {result.error}")
             if not json_equal(result.value, case.get("expected")):
-                shown = repr(result.value)
-                shown = shown if len(shown) <= 80 else shown[:80] + "…"
-                return wrong(item, f"hidden case {number} of {total}: wrong result {shown}")
+                # The value is not shown: a grade is logged, and what the code returns is its
+                # own choice (see identity.challenges.sandbox on what may come back).
+                return wrong(item, f"hidden case {number} of {total}: wrong result")
         return correct(item, f"passed all {total} hidden cases")
 
 

@@ -1,47 +1,87 @@
-"""Run untrusted Python answers against test inputs in a separate, resource-limited interpreter.
+"""The box: the one seam through which accord runs code a stranger wrote.
 
-This is the only module of the exams that does I/O. Each run:
+Requesters' `python` checks (at settlement and in every audit) and agents' answers to the
+`python` exam all run through `run_function_cases`: define the source, call one function per
+case, return each case's JSON result. Every run is a fresh interpreter inside a bubblewrap box:
 
-- starts a fresh interpreter (`sys.executable -s -P -c HARNESS`) with a clean environment, in its
-  own session (process group) and a new temporary directory as its working directory;
-- sends the source, the function name and the test inputs as JSON on stdin, which the harness
-  reads in full and then replaces with /dev/null;
-- limits the child with `resource.setrlimit`, set by the harness before the answer is compiled:
-  address space (memory), CPU seconds (SIGXCPU, then SIGKILL a second later), size of any file
-  written (which also caps stdout, a regular file here) and no core dumps;
-- enforces a wall-clock timeout from the parent, then kills the whole process group, which also
-  ends anything the answer spawned (`os.system`, `subprocess`);
-- captures the answer's own prints into a bounded sink, and reads the harness's result line (the
-  return values as JSON) from stdout. Expected values never enter the child: comparison happens
-  in the grader, so an answer cannot read or forge them.
+- **namespaces** (`bwrap --unshare-user --unshare-pid --unshare-net --unshare-ipc
+  --unshare-uts --unshare-cgroup-try --disable-userns`): the box has its own users (it runs as
+  uid 65534), its own process tree, no network at all (not even the host's loopback), its own
+  System V IPC and host name, and may make no further user namespace;
+- **a read-only view of the runtime only**: the shared libraries (`/usr/lib`, `/lib*`), the
+  interpreter's binary and its standard library, with every site-packages directory masked by
+  an empty one. No home, no `ACCORD_HOME`, no project source, no `/etc`, no shell, no `/proc`
+  at all; `/dev` holds only the null, zero, full, random and tty devices (read-only) and a
+  private `/dev/shm`; the environment is built from scratch;
+- **no privileges**: every capability dropped (`--cap-drop ALL`), `NO_NEW_PRIVS`, a new session
+  with no controlling terminal (`--new-session`), and the seccomp filter of
+  `identity.challenges.seccomp` (one process: no fork, vfork or non-thread clone; no ptrace,
+  mount, bpf, keyctl, io_uring, AF_VSOCK, new namespaces, memfd or System V memory; other
+  architectures are killed);
+- **limits**: a private tmpfs of `tmp_bytes` at /tmp (the working directory) and one of a
+  quarter of that at /dev/shm; rlimits set by the harness before the source is compiled:
+  address space (which, with one process, bounds the box's memory), CPU seconds, size of any
+  written file, open files, tasks (`RLIMIT_NPROC`, a second layer under the filter), no core
+  dumps; output read through pipes and cut at `output_bytes`; a wall clock the host enforces;
+- **results through a pipe**: the host reads the harness's result line from the box's stdout
+  and never opens a path the box could write;
+- **nothing outlives the run**: the box's first process is its PID namespace's init; when the
+  run ends, or the host kills bubblewrap (`--die-with-parent`), the kernel kills every process
+  in that namespace, `setsid` grandchildren included.
 
-The interpreter runs with `-s -P` and an explicit environment rather than `-I`, because `-I`
-ignores `PYTHONHASHSEED`; a fixed hash seed keeps grading deterministic for answers whose results
-depend on set or dict ordering of strings, so an auditor re-grading gets the same verdict. With the
-environment built from scratch, this is as isolated as `-I`.
+What comes back is bounded by the host, whatever the box printed: a case's value is JSON (the
+caller decides what of it to show), an exception is reduced to the name of a built-in exception
+class, and every failure is one of a fixed set of sentences. So a run can say pass or fail and
+which limit or exception, but cannot smuggle a string of its choosing into a signed entry.
 
-What this does not do: drop to another user, or cut network and filesystem access. The answer runs
-with the grader's own user rights, time- and memory-limited; a deployment that grades answers from
-strangers should run the grader as an unprivileged user or in a container.
+**Fail closed.** `ACCORD_SANDBOX` chooses the mode: `bwrap` (the default) or `none`. Where the
+box cannot be made (bubblewrap or libseccomp missing, user namespaces disabled or restricted),
+`run_function_cases` raises SandboxUnavailable naming the cause and runs nothing. Only
+`ACCORD_SANDBOX=none`, an operator's explicit choice for a trusted local setup, runs code
+unboxed (still rlimited, in its own session and temporary directory); every run reports the
+mode it ran in, and settlements and exam grades record it.
+
+The interpreter runs with `-S -s -P` and an explicit environment rather than `-I`, because `-I`
+ignores `PYTHONHASHSEED`; a fixed hash seed keeps results deterministic for code whose results
+depend on the order of sets or dicts of strings, so an auditor re-running it gets the same
+verdict.
 """
 
 from __future__ import annotations
 
+import builtins
 import contextlib
+import functools
+import glob
 import json
 import os
+import selectors
+import shutil
 import signal
+import site
 import subprocess
 import sys
+import sysconfig
 import tempfile
-from collections.abc import Sequence
+import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 from identity.challenges.base import JSON
-from identity.errors import ExamError
+from identity.challenges.seccomp import filter_program
+from identity.errors import ExamError, SandboxUnavailable
 
 MiB = 1024 * 1024
 RESULT_MARKER = "\x1eACCORD-SANDBOX-RESULT\x1e"
+SANDBOX_ENV = "ACCORD_SANDBOX"
+BOXED: Literal["bwrap"] = "bwrap"
+UNBOXED: Literal["none"] = "none"
+SandboxMode = Literal["bwrap", "none"]
+MODES: tuple[SandboxMode, ...] = (BOXED, UNBOXED)
+BOX_UID = 65534
+BOX_TMP = "/tmp"
+STDERR_BYTES = 16 * 1024
 
 HARNESS = r"""
 import builtins, json, os, resource, sys
@@ -63,10 +103,17 @@ def emit(result):
     exit_now(0)
 
 
-resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-resource.setrlimit(resource.RLIMIT_FSIZE, (limits["output_bytes"], limits["output_bytes"]))
+def limit(kind, value):
+    resource.setrlimit(kind, (value, value))
+
+
+limit(resource.RLIMIT_CORE, 0)
+limit(resource.RLIMIT_FSIZE, limits["file_bytes"])
+limit(resource.RLIMIT_NOFILE, limits["open_files"])
+limit(resource.RLIMIT_AS, limits["memory_bytes"])
+if limits["processes"]:
+    limit(resource.RLIMIT_NPROC, limits["processes"])
 resource.setrlimit(resource.RLIMIT_CPU, (limits["cpu_seconds"], limits["cpu_seconds"] + 1))
-resource.setrlimit(resource.RLIMIT_AS, (limits["memory_bytes"], limits["memory_bytes"]))
 
 
 class PrintLimitExceeded(Exception):
@@ -95,11 +142,6 @@ sink = BoundedSink(limits["print_chars"])
 sys.stdout = sys.stderr = sink
 
 
-def describe(exc):
-    text = f"{type(exc).__name__}: {exc}"
-    return text if len(text) <= 300 else text[:300] + "…"
-
-
 def check_prints():
     if sink.exceeded:
         emit({"status": "print_limit"})
@@ -108,9 +150,9 @@ def check_prints():
 try:
     code = compile(request["source"], "<answer>", "exec")
 except SyntaxError as exc:
-    emit({"status": "syntax_error", "detail": f"line {exc.lineno}: {exc.msg}"})
+    emit({"status": "syntax_error", "line": exc.lineno})
 except BaseException as exc:
-    emit({"status": "syntax_error", "detail": describe(exc)})
+    emit({"status": "syntax_error", "line": None, "error": type(exc).__name__})
 
 namespace = {"__name__": "__answer__", "__builtins__": builtins}
 try:
@@ -119,7 +161,7 @@ except MemoryError:
     emit({"status": "memory_error"})
 except BaseException as exc:
     check_prints()
-    emit({"status": "load_error", "detail": describe(exc)})
+    emit({"status": "load_error", "error": type(exc).__name__})
 check_prints()
 
 function = namespace.get(request["function"])
@@ -137,7 +179,7 @@ for args in request["cases"]:
         emit({"status": "print_limit"})
     except BaseException as exc:
         check_prints()
-        results.append({"error": describe(exc)})
+        results.append({"error": type(exc).__name__})
         continue
     check_prints()
     try:
@@ -145,7 +187,7 @@ for args in request["cases"]:
     except MemoryError:
         emit({"status": "memory_error"})
     except BaseException:
-        results.append({"error": f"returned a {type(value).__name__}, which is not JSON"})
+        results.append({"not_json": type(value).__name__})
         continue
     budget -= len(encoded)
     if budget < 0:
@@ -162,10 +204,19 @@ class SandboxLimits:
     cpu_seconds: int = 2
     wall_seconds: float = 5.0
     memory_bytes: int = 256 * MiB
+    """Address space of each process in the box."""
     output_bytes: int = 1 * MiB
-    """Cap on any file the child writes, stdout included; the child dies on reaching it."""
+    """Cap on what the box writes to its stdout; the run fails on reaching it."""
     print_chars: int = 64 * 1024
-    """Cap on characters the answer prints through `print`/`sys.stdout`; beyond it the run fails."""
+    """Cap on characters the code prints through `print`/`sys.stdout`; beyond it the run fails."""
+    processes: int = 16
+    """RLIMIT_NPROC of the box: a second layer, since its seccomp filter forbids new processes
+    anyway (the kernel does not apply it when the operator runs as root)."""
+    file_bytes: int = 1 * MiB
+    """Cap on the size of any one file the code writes."""
+    tmp_bytes: int = 8 * MiB
+    """Size of the box's private /tmp (its working directory); /dev/shm gets a quarter."""
+    open_files: int = 64
 
     def __post_init__(self) -> None:
         if self.cpu_seconds < 1 or self.wall_seconds <= 0:
@@ -174,6 +225,10 @@ class SandboxLimits:
             raise ExamError("the interpreter needs at least 64 MiB of address space")
         if self.output_bytes < 4096 or self.print_chars < 0:
             raise ExamError("sandbox output limits are too small")
+        if self.processes < 2 or self.open_files < 16:
+            raise ExamError("the interpreter needs 2 processes and 16 open files at least")
+        if self.file_bytes < 4096 or self.tmp_bytes < 64 * 1024:
+            raise ExamError("sandbox file limits are too small")
 
 
 DEFAULT_LIMITS = SandboxLimits()
@@ -181,7 +236,8 @@ DEFAULT_LIMITS = SandboxLimits()
 
 @dataclass(frozen=True)
 class CaseResult:
-    """What one call returned (`value`), or why it did not return (`error`)."""
+    """What one call returned (`value`), or why it did not (`error`: "raised X" for a built-in
+    exception class X, or "returned a T, which is not JSON"; never words the code chose)."""
 
     value: JSON = None
     error: str | None = None
@@ -189,41 +245,47 @@ class CaseResult:
 
 @dataclass(frozen=True)
 class SandboxRun:
-    """The outcome of one run: results per case, or `failure` saying why there are none."""
+    """The outcome of one run: results per case, or `failure` saying why there are none;
+    `mode` is how it ran (`bwrap`, or `none` when the operator turned the box off)."""
 
     results: tuple[CaseResult, ...]
     failure: str | None = None
+    mode: SandboxMode = BOXED
 
 
-def _kill_group(pid: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pid, signal.SIGKILL)
+# -- what may come back --------------------------------------------------------------------
+
+BUILTIN_EXCEPTIONS = frozenset(
+    name
+    for name, value in vars(builtins).items()
+    if isinstance(value, type) and issubclass(value, BaseException)
+)
 
 
-def _clean_environment(workdir: str) -> dict[str, str]:
-    return {
-        "PATH": "/usr/local/bin:/usr/bin:/bin",
-        "HOME": workdir,
-        "TMPDIR": workdir,
-        "LC_ALL": "C.UTF-8",
-        "PYTHONHASHSEED": "0",
-        "PYTHONDONTWRITEBYTECODE": "1",
-        "PYTHONIOENCODING": "utf-8",
-    }
+def exception_name(raw: object) -> str:
+    """Pure: `raw` if it names a built-in exception class, else a fixed phrase: the box may
+    say which built-in exception its code raised, not choose the words."""
+    if isinstance(raw, str) and raw in BUILTIN_EXCEPTIONS:
+        return raw
+    return "an exception of the code's own class"
 
 
-def _tail(data: bytes, limit: int = 300) -> str:
-    text = data.decode("utf-8", "replace").strip()
-    return text if len(text) <= limit else "…" + text[-limit:]
+def _json_type(raw: object) -> str:
+    names = {"dict", "list", "set", "tuple", "bytes", "function", "generator", "object"}
+    return raw if isinstance(raw, str) and raw in names else "an object"
 
 
-def _failure_from_status(result: dict[str, JSON], limits: SandboxLimits, name: str) -> str:
+def _failure_from_status(
+    result: Mapping[str, JSON], limits: SandboxLimits, name: str, source_lines: int
+) -> str:
     status = result.get("status")
-    detail = result.get("detail", "")
     if status == "syntax_error":
-        return f"syntax error: {detail}"
+        line = result.get("line")
+        if isinstance(line, int) and not isinstance(line, bool) and 1 <= line <= source_lines:
+            return f"syntax error: line {line}"
+        return "syntax error"
     if status == "load_error":
-        return f"the source raised while loading: {detail}"
+        return f"the source raised while loading: {exception_name(result.get('error'))}"
     if status == "memory_error":
         return f"memory limit of {limits.memory_bytes // MiB} MiB exceeded"
     if status == "missing_function":
@@ -235,51 +297,389 @@ def _failure_from_status(result: dict[str, JSON], limits: SandboxLimits, name: s
         )
     if status == "result_too_large":
         return "return values too large"
-    return f"unexpected sandbox status {status!r}"
+    return "the run returned an unknown status"
 
 
 def _interpret(
     stdout: bytes,
     stderr: bytes,
     returncode: int,
-    timed_out: bool,
+    ended_by: str | None,
     limits: SandboxLimits,
     function_name: str,
     case_count: int,
-) -> SandboxRun:
-    if timed_out:
-        return SandboxRun((), f"wall-clock limit of {limits.wall_seconds:g} s exceeded")
-    if returncode in (-signal.SIGXCPU, -signal.SIGKILL):
-        return SandboxRun((), f"CPU time limit of {limits.cpu_seconds} s exceeded")
-    if returncode == -signal.SIGXFSZ or len(stdout) >= limits.output_bytes:
-        return SandboxRun((), f"output limit of {limits.output_bytes} bytes exceeded")
+    source_lines: int,
+) -> tuple[tuple[CaseResult, ...], str | None]:
+    """Pure: what a run's pipes and exit status say, as (results, failure)."""
+    if ended_by == "wall":
+        return (), f"wall-clock limit of {limits.wall_seconds:g} s exceeded"
+    if ended_by == "output":
+        return (), f"output limit of {limits.output_bytes} bytes exceeded"
+    if returncode in (-signal.SIGXCPU, -signal.SIGKILL, 128 + signal.SIGXCPU, 128 + 9):
+        return (), f"CPU time limit of {limits.cpu_seconds} s exceeded"
+    if returncode in (-signal.SIGSYS, 128 + signal.SIGSYS):
+        return (), "the box's seccomp filter killed the run (a forbidden system call)"
     marker = RESULT_MARKER.encode("utf-8")
     position = stdout.rfind(marker)
     if position < 0:
         if b"MemoryError" in stderr:
-            return SandboxRun((), f"memory limit of {limits.memory_bytes // MiB} MiB exceeded")
-        return SandboxRun(
-            (), f"the interpreter ended without results (exit {returncode}): {_tail(stderr)}"
-        )
+            return (), f"memory limit of {limits.memory_bytes // MiB} MiB exceeded"
+        return (), f"the interpreter ended without results (exit {returncode})"
     try:
         result = json.loads(stdout[position + len(marker) :].decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError):
-        return SandboxRun((), "the sandbox result was garbled (did the answer write to fd 1?)")
+        return (), "the sandbox result was garbled (did the code write to fd 1?)"
     if not isinstance(result, dict):
-        return SandboxRun((), "the sandbox result was garbled")
+        return (), "the sandbox result was garbled"
     if result.get("status") != "ok":
-        return SandboxRun((), _failure_from_status(result, limits, function_name))
+        return (), _failure_from_status(result, limits, function_name, source_lines)
     raw_results = result.get("results")
     if not isinstance(raw_results, list) or len(raw_results) != case_count:
-        return SandboxRun((), "the sandbox returned the wrong number of results")
+        return (), "the sandbox returned the wrong number of results"
     cases = []
     for raw in raw_results:
         if isinstance(raw, dict) and "value" in raw:
             cases.append(CaseResult(value=raw["value"]))
+        elif isinstance(raw, dict) and "not_json" in raw:
+            shown = _json_type(raw["not_json"])
+            cases.append(CaseResult(error=f"returned a {shown}, which is not JSON"))
         else:
             error = raw.get("error") if isinstance(raw, dict) else None
-            cases.append(CaseResult(error=str(error)))
-    return SandboxRun(tuple(cases))
+            cases.append(CaseResult(error=f"raised {exception_name(error)}"))
+    return tuple(cases), None
+
+
+# -- choosing and making the box -----------------------------------------------------------
+
+
+def sandbox_mode(environ: Mapping[str, str] | None = None) -> SandboxMode:
+    """The mode `ACCORD_SANDBOX` sets (`bwrap` when unset).
+
+    Raises SandboxUnavailable for any other value: a typo must not turn the box off.
+    """
+    env = os.environ if environ is None else environ
+    value = env.get(SANDBOX_ENV, BOXED).strip() or BOXED
+    if value == BOXED:
+        return BOXED
+    if value == UNBOXED:
+        return UNBOXED
+    raise SandboxUnavailable(
+        f"{SANDBOX_ENV}={value!r} names no sandbox mode: use {BOXED} (the default) or "
+        f"{UNBOXED} (runs strangers' code unboxed; only for a trusted local setup)"
+    )
+
+
+@dataclass(frozen=True)
+class RuntimeView:
+    """What the box shows of the host: read-only binds, symlinks, and directories masked."""
+
+    interpreter: str
+    binds: tuple[str, ...]
+    symlinks: tuple[tuple[str, str], ...]
+    masks: tuple[str, ...]
+
+
+def _under(path: str, roots: Sequence[str]) -> bool:
+    return any(path == root or path.startswith(root.rstrip("/") + "/") for root in roots)
+
+
+@functools.cache
+def runtime_view() -> RuntimeView:
+    """The running interpreter's binary, standard library and shared libraries, as paths.
+
+    Raises SandboxUnavailable when the interpreter or its standard library cannot be found.
+    """
+    interpreter = os.path.realpath(sys.executable)
+    stdlib = os.path.realpath(sysconfig.get_paths()["stdlib"])
+    if not os.path.isfile(interpreter) or not os.path.isfile(os.path.join(stdlib, "os.py")):
+        raise SandboxUnavailable(
+            f"cannot find the interpreter ({interpreter}) and its standard library ({stdlib})"
+        )
+    binds: list[str] = []
+    symlinks: list[tuple[str, str]] = []
+    for top in ("/lib", "/lib64", "/lib32", "/libx32"):
+        if os.path.islink(top):
+            symlinks.append((os.readlink(top), top))
+        elif os.path.isdir(top):
+            binds.append(top)
+    for libs in ("/usr/lib", "/usr/lib64", "/usr/lib32"):
+        if os.path.isdir(libs) and not os.path.islink(libs):
+            binds.append(libs)
+    for path in (interpreter, stdlib):
+        if not _under(path, binds):
+            binds.append(path)
+    libdir = sysconfig.get_config_var("LIBDIR")
+    soname = sysconfig.get_config_var("INSTSONAME")
+    if libdir and soname and sysconfig.get_config_var("Py_ENABLE_SHARED"):
+        shared = os.path.realpath(os.path.join(libdir, soname))
+        if os.path.isfile(shared) and not _under(shared, binds):
+            binds.append(shared)
+    # Installed packages are not the runtime: every site directory inside a bind is masked.
+    sites = {os.path.join(stdlib, "site-packages"), os.path.join(stdlib, "dist-packages")}
+    sites |= set(glob.glob("/usr/lib/python3*/*-packages"))
+    sites |= {*site.getsitepackages(), site.getusersitepackages()}
+    sites = {os.path.realpath(p) for p in sites}
+    masks = tuple(sorted(p for p in sites if os.path.isdir(p) and _under(p, binds)))
+    return RuntimeView(interpreter, tuple(binds), tuple(symlinks), masks)
+
+
+def box_environment() -> dict[str, str]:
+    """The whole environment of boxed code: nothing of the host's."""
+    return {
+        "PATH": "/nonexistent",
+        "HOME": BOX_TMP,
+        "TMPDIR": BOX_TMP,
+        "LC_ALL": "C.UTF-8",
+        "PYTHONHASHSEED": "0",
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "PYTHONIOENCODING": "utf-8",
+    }
+
+
+def bwrap_arguments(view: RuntimeView, limits: SandboxLimits, seccomp_fd: int) -> list[str]:
+    """Pure: bubblewrap's options for one run (everything between `bwrap` and the command)."""
+    args = [
+        "--unshare-user",
+        "--unshare-pid",
+        "--unshare-net",
+        "--unshare-ipc",
+        "--unshare-uts",
+        "--unshare-cgroup-try",
+        "--disable-userns",
+        "--uid",
+        str(BOX_UID),
+        "--gid",
+        str(BOX_UID),
+        "--hostname",
+        "box",
+        "--die-with-parent",
+        "--new-session",
+        "--cap-drop",
+        "ALL",
+        "--clearenv",
+    ]
+    for path in view.binds:
+        args += ["--ro-bind", path, path]
+    for target, path in view.symlinks:
+        args += ["--symlink", target, path]
+    for path in view.masks:
+        args += ["--size", "4096", "--tmpfs", path, "--remount-ro", path]
+    args += [
+        "--dev",
+        "/dev",
+        "--size",
+        str(max(limits.tmp_bytes // 4, 64 * 1024)),
+        "--tmpfs",
+        "/dev/shm",
+        "--remount-ro",
+        "/dev",
+        "--size",
+        str(limits.tmp_bytes),
+        "--tmpfs",
+        BOX_TMP,
+        "--chdir",
+        BOX_TMP,
+    ]
+    for key, value in box_environment().items():
+        args += ["--setenv", key, value]
+    args += ["--seccomp", str(seccomp_fd)]
+    return args
+
+
+def _bwrap_path() -> str:
+    found = shutil.which("bwrap")
+    if found is None:
+        raise SandboxUnavailable(
+            "bubblewrap (bwrap) is not installed, so strangers' code cannot be boxed: install "
+            f"the bubblewrap package (`make setup` does), or set {SANDBOX_ENV}={UNBOXED} only "
+            "for a trusted local setup"
+        )
+    return found
+
+
+# -- running -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Exit:
+    stdout: bytes
+    stderr: bytes
+    returncode: int
+    ended_by: str | None
+
+
+def _kill_group(pid: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGKILL)
+
+
+def _communicate(process: subprocess.Popen[bytes], request: bytes, limits: SandboxLimits) -> _Exit:
+    """Feed stdin, read stdout and stderr with bounds, and end the run at its wall clock or
+    output limit (killing the process group, which takes the box's PID namespace with it)."""
+    assert process.stdin and process.stdout and process.stderr
+    deadline = time.monotonic() + limits.wall_seconds
+    selector = selectors.DefaultSelector()
+    out, err = bytearray(), bytearray()
+    pending = memoryview(request)
+    os.set_blocking(process.stdin.fileno(), False)
+    selector.register(process.stdin, selectors.EVENT_WRITE)
+    selector.register(process.stdout, selectors.EVENT_READ, out)
+    selector.register(process.stderr, selectors.EVENT_READ, err)
+    ended_by: str | None = None
+    try:
+        while selector.get_map():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                ended_by = "wall"
+                break
+            for key, _ in selector.select(remaining):
+                if key.fileobj is process.stdin:
+                    try:
+                        written = os.write(process.stdin.fileno(), pending[:65536])
+                    except (BrokenPipeError, BlockingIOError) as exc:
+                        written = 0 if isinstance(exc, BlockingIOError) else len(pending)
+                    pending = pending[written:]
+                    if not pending:
+                        selector.unregister(process.stdin)
+                        process.stdin.close()
+                    continue
+                assert isinstance(key.fileobj, int) or hasattr(key.fileobj, "fileno")
+                chunk = os.read(key.fd, 65536)
+                if not chunk:
+                    selector.unregister(key.fileobj)
+                    continue
+                sink: bytearray = key.data
+                cap = limits.output_bytes if sink is out else STDERR_BYTES
+                if len(sink) < cap:
+                    sink += chunk[: cap - len(sink)]
+                if sink is out and len(out) >= limits.output_bytes:
+                    ended_by = "output"
+                    break
+            if ended_by:
+                break
+    finally:
+        selector.close()
+        if ended_by:
+            _kill_group(process.pid)
+        try:
+            process.wait(timeout=max(0.0, deadline - time.monotonic()) + 1.0)
+        except subprocess.TimeoutExpired:
+            ended_by = ended_by or "wall"
+            _kill_group(process.pid)
+            process.wait()
+        _kill_group(process.pid)
+        for stream in (process.stdin, process.stdout, process.stderr):
+            with contextlib.suppress(OSError):
+                stream.close()
+    return _Exit(bytes(out), bytes(err), process.returncode, ended_by)
+
+
+def _harness_limits(limits: SandboxLimits, processes: int) -> str:
+    return json.dumps(
+        {
+            "cpu_seconds": limits.cpu_seconds,
+            "memory_bytes": limits.memory_bytes,
+            "file_bytes": limits.file_bytes,
+            "open_files": limits.open_files,
+            "processes": processes,
+            "print_chars": limits.print_chars,
+            "result_bytes": limits.output_bytes // 2,
+            "marker": RESULT_MARKER,
+        }
+    )
+
+
+def _run_boxed(request: bytes, limits: SandboxLimits) -> _Exit:
+    """Raises SandboxUnavailable when bubblewrap or libseccomp is missing or cannot start."""
+    bwrap = _bwrap_path()
+    view = runtime_view()
+    program = filter_program()
+    read_end, write_end = os.pipe()
+    try:
+        os.write(write_end, program)  # a few KiB: fits the pipe's buffer
+        os.close(write_end)
+        write_end = -1
+        command = [
+            bwrap,
+            *bwrap_arguments(view, limits, read_end),
+            view.interpreter,
+            "-S",
+            "-s",
+            "-P",
+            "-c",
+            HARNESS,
+            _harness_limits(limits, limits.processes),
+        ]
+        try:
+            process = subprocess.Popen(
+                command,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                env={},
+                cwd="/",
+                start_new_session=True,
+                close_fds=True,
+                pass_fds=(read_end,),
+            )
+        except OSError as exc:
+            raise SandboxUnavailable(f"cannot start bubblewrap ({bwrap}): {exc}") from exc
+    finally:
+        os.close(read_end)
+        if write_end >= 0:
+            os.close(write_end)
+    return _communicate(process, request, limits)
+
+
+def _run_unboxed(request: bytes, limits: SandboxLimits) -> _Exit:
+    """Raises ExamError when the interpreter cannot be started."""
+    with tempfile.TemporaryDirectory(prefix="accord-unboxed-", ignore_cleanup_errors=True) as root:
+        environment = box_environment() | {"HOME": root, "TMPDIR": root, "PATH": "/usr/bin:/bin"}
+        try:
+            process = subprocess.Popen(
+                # No RLIMIT_NPROC here: unboxed, it would count every process of the user.
+                [sys.executable, "-S", "-s", "-P", "-c", HARNESS, _harness_limits(limits, 0)],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                cwd=root,
+                env=environment,
+                start_new_session=True,
+                close_fds=True,
+            )
+        except OSError as exc:
+            raise ExamError(f"cannot start the sandbox interpreter: {exc}") from exc
+        return _communicate(process, request, limits)
+
+
+_BOX_CHECKED: list[bool] = []
+
+
+def check_box(mode: SandboxMode | None = None) -> SandboxMode:
+    """The mode strangers' code will run in; for `bwrap`, proves the box can be made by running
+    a trivial function in it (once per process, and again after a failure).
+
+    Raises SandboxUnavailable naming the cause when it cannot.
+    """
+    chosen = sandbox_mode() if mode is None else mode
+    if chosen == UNBOXED or _BOX_CHECKED:
+        return chosen
+    request = json.dumps({"source": "def f():\n    return 1\n", "function": "f", "cases": [[]]})
+    exit_ = _run_boxed(request.encode(), DEFAULT_LIMITS)
+    results, failure = _interpret(
+        exit_.stdout, exit_.stderr, exit_.returncode, exit_.ended_by, DEFAULT_LIMITS, "f", 1, 2
+    )
+    if failure is not None or results[0].value != 1:
+        said = exit_.stderr.decode("utf-8", "replace").strip().splitlines()
+        cause = said[-1][:300] if said else (failure or "it returned the wrong value")
+        raise SandboxUnavailable(
+            f"the box cannot be made here: bubblewrap said {cause!r}. Unprivileged user "
+            "namespaces may be disabled (sysctl user.max_user_namespaces, "
+            "kernel.unprivileged_userns_clone) or restricted by AppArmor "
+            "(kernel.apparmor_restrict_unprivileged_userns)"
+        )
+    _BOX_CHECKED.append(True)
+    return chosen
 
 
 def run_function_cases(
@@ -287,12 +687,16 @@ def run_function_cases(
     function_name: str,
     cases: Sequence[Sequence[JSON]],
     limits: SandboxLimits = DEFAULT_LIMITS,
+    *,
+    mode: SandboxMode | None = None,
 ) -> SandboxRun:
-    """Define `source` in a fresh limited interpreter, call `function_name(*args)` per case.
+    """Define `source` in a fresh box, call `function_name(*args)` per case.
 
-    Every failure of the answer (syntax error, exception, timeout, memory, output flood, missing
-    function) is reported in the result, never raised. Raises ExamError only when the sandbox
-    itself cannot run (the interpreter cannot be started, or the inputs are not JSON).
+    `mode` defaults to what `ACCORD_SANDBOX` says. Every failure of the code itself (syntax
+    error, exception, timeout, memory, output flood, missing function, a forbidden system call)
+    is reported in the result, never raised. Raises SandboxUnavailable when the box cannot be
+    made (nothing runs), and ExamError when the inputs are not JSON or the unboxed interpreter
+    cannot start.
     """
     try:
         request = json.dumps(
@@ -300,49 +704,16 @@ def run_function_cases(
         ).encode("utf-8")
     except (TypeError, ValueError) as exc:
         raise ExamError(f"sandbox inputs must be JSON: {exc}") from exc
-    harness_limits = json.dumps(
-        {
-            "cpu_seconds": limits.cpu_seconds,
-            "memory_bytes": limits.memory_bytes,
-            "output_bytes": limits.output_bytes,
-            "print_chars": limits.print_chars,
-            "result_bytes": limits.output_bytes // 2,
-            "marker": RESULT_MARKER,
-        }
+    chosen = check_box(mode)
+    exit_ = _run_boxed(request, limits) if chosen == BOXED else _run_unboxed(request, limits)
+    results, failure = _interpret(
+        exit_.stdout,
+        exit_.stderr,
+        exit_.returncode,
+        exit_.ended_by,
+        limits,
+        function_name,
+        len(cases),
+        source.count("\n") + 1,
     )
-    with tempfile.TemporaryDirectory(prefix="accord-sandbox-", ignore_cleanup_errors=True) as root:
-        workdir = os.path.join(root, "work")
-        os.mkdir(workdir, 0o700)
-        with (
-            open(os.path.join(root, "stdout"), "w+b") as stdout_file,
-            open(os.path.join(root, "stderr"), "w+b") as stderr_file,
-        ):
-            try:
-                process = subprocess.Popen(
-                    [sys.executable, "-s", "-P", "-c", HARNESS, harness_limits],
-                    stdin=subprocess.PIPE,
-                    stdout=stdout_file,
-                    stderr=stderr_file,
-                    cwd=workdir,
-                    env=_clean_environment(workdir),
-                    start_new_session=True,
-                    close_fds=True,
-                )
-            except OSError as exc:
-                raise ExamError(f"cannot start the sandbox interpreter: {exc}") from exc
-            timed_out = False
-            try:
-                process.communicate(request, timeout=limits.wall_seconds)
-            except subprocess.TimeoutExpired:
-                timed_out = True
-                _kill_group(process.pid)
-                process.wait()
-            finally:
-                _kill_group(process.pid)
-            stdout_file.seek(0)
-            stdout = stdout_file.read(limits.output_bytes + 1)
-            stderr_file.seek(0)
-            stderr = stderr_file.read(64 * 1024)
-    return _interpret(
-        stdout, stderr, process.returncode, timed_out, limits, function_name, len(cases)
-    )
+    return SandboxRun(results, failure, chosen)

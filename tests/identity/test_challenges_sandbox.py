@@ -1,10 +1,11 @@
-"""The python capability's sandbox: every way an answer can misbehave earns 0 with a reason,
-and nothing it does outlives its run or escapes its temporary directory."""
+"""The python capability's sandbox: every way an answer can misbehave earns 0 with a reason
+the host chose, and nothing it does outlives its run or escapes its box. (The hostile corpus,
+run through settlement, audit and exams, is tests/identity/test_box.py's and
+tests/integration/test_hostile_code.py's.)"""
 
 from __future__ import annotations
 
 import json
-import os
 import time
 from pathlib import Path
 
@@ -97,14 +98,22 @@ def test_a_syntax_error_is_reported_with_its_line(item: ExamItem) -> None:
     assert_zero(item, "def f(:\n    return 1\n", "syntax error: line 1")
 
 
-def test_an_exception_is_reported(item: ExamItem) -> None:
+def test_an_exception_is_reported_by_its_builtin_class_only(item: ExamItem) -> None:
     assert_zero(item, answer(item, "    return 1 // 0"), "raised ZeroDivisionError")
     assert_zero(item, "raise SystemExit(3)\n", "raised while loading: SystemExit")
+    said = "    raise ValueError('the seed is 00ff')"
+    reason = assert_zero(item, answer(item, said), "raised ValueError")
+    assert "00ff" not in reason
+    own_class = "class Seed00ff(Exception):\n    pass\n"
+    reason = assert_zero(item, answer(item, "    raise Seed00ff()", own_class), "own class")
+    assert "00ff" not in reason
 
 
-def test_a_wrong_result_is_reported_without_the_expected_value(item: ExamItem) -> None:
-    reason = assert_zero(item, answer(item, "    return 'nonsense'"), "wrong result 'nonsense'")
-    assert "expected" not in reason
+def test_a_wrong_result_is_reported_without_the_expected_value_or_the_answers(
+    item: ExamItem,
+) -> None:
+    reason = assert_zero(item, answer(item, "    return 'nonsense'"), "wrong result")
+    assert "expected" not in reason and "nonsense" not in reason
 
 
 def test_non_json_results_are_reported(item: ExamItem) -> None:
@@ -132,43 +141,34 @@ def test_leaving_early_gives_no_results(item: ExamItem) -> None:
     assert_zero(item, "import os\nos._exit(0)\n", "ended without results")
 
 
-def test_os_system_runs_in_a_temporary_directory_and_dies_with_the_run(
+def test_the_code_runs_in_the_box_tmp_and_cannot_start_processes(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.chdir(tmp_path)
     source = (
         "import os\n"
         "def where():\n"
-        "    os.system('touch planted; sleep 30 & echo $! > sleeper.pid')\n"
-        "    with open('sleeper.pid') as f:\n"
-        "        return [os.getcwd(), int(f.read())]\n"
+        "    open('planted', 'w').write('x')\n"
+        "    try:\n"
+        "        os.fork()\n"
+        "        spawned = 'forked'\n"
+        "    except OSError as exc:\n"
+        "        spawned = type(exc).__name__\n"
+        "    return [os.getcwd(), os.listdir('.'), spawned, os.system('true')]\n"
     )
     run = run_function_cases(source, "where", [[]], FAST)
     assert run.failure is None, run.failure
-    value = run.results[0].value
-    assert isinstance(value, list)
-    workdir, sleeper = value
-    assert isinstance(workdir, str) and isinstance(sleeper, int)
-    assert os.path.basename(os.path.dirname(workdir)).startswith("accord-sandbox-")
-    assert not os.path.exists(workdir), "the temporary directory outlived the run"
+    assert run.mode == "bwrap"
+    # os.system: the C library's spawn is refused, which it reports as exit status 127.
+    assert run.results[0].value == ["/tmp", ["planted"], "PermissionError", 127 << 8]
     assert not (tmp_path / "planted").exists()
-    time.sleep(0.2)
-    assert not _alive(sleeper), "a process the answer started outlived the run"
 
 
-def test_a_blocking_os_system_is_time_limited() -> None:
+def test_a_blocking_call_is_time_limited() -> None:
     started = time.monotonic()
-    run = run_function_cases("import os\nos.system('sleep 30')\n", "f", [[]], FAST)
+    run = run_function_cases("import time\ntime.sleep(30)\n", "f", [[]], FAST)
     assert run.failure is not None and "wall-clock" in run.failure
     assert time.monotonic() - started < FAST.wall_seconds + 1
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().split(")")[-1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
 
 
 def test_the_child_sees_no_expected_values_no_stdin_and_a_clean_environment() -> None:
@@ -198,7 +198,7 @@ def test_each_case_gets_its_own_result_or_error() -> None:
     run = run_function_cases(source, "half", [[2], [0], [5]], FAST)
     assert run.failure is None
     assert [r.value for r in run.results] == [5, None, 2]
-    assert run.results[1].error is not None and "ZeroDivisionError" in run.results[1].error
+    assert run.results[1].error == "raised ZeroDivisionError"
 
 
 def test_limits_refuse_nonsense_and_inputs_must_be_json() -> None:

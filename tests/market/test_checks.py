@@ -435,11 +435,11 @@ def test_a_python_check_sees_only_the_parts_it_reads() -> None:
     ("code", "detail"),
     [
         ("def check(outputs):\n    return False\n", "returned False"),
-        ("def check(outputs):\n    return 1\n", "returned 1"),
-        ("def check(outputs):\n    return 'True'\n", "returned 'True'"),
+        ("def check(outputs):\n    return 1\n", "returned a number, not True"),
+        ("def check(outputs):\n    return 'True'\n", "returned a string, not True"),
         ("def check(outputs):\n    return None\n", "returned None"),
-        ("def check(outputs):\n    return outputs['nope']\n", "raised: KeyError"),
-        ("def check(outputs):\n    raise ValueError('totals differ')\n", "totals differ"),
+        ("def check(outputs):\n    return outputs['nope']\n", "raised KeyError"),
+        ("def check(outputs):\n    raise ValueError('totals differ')\n", "raised ValueError"),
         ("def check(outputs):\n    import os\n    return os.getcwd() == '/'\n", ""),
         ("import sys\nsys.exit(0)\ndef check(outputs):\n    return True\n", "failed"),
     ],
@@ -448,6 +448,8 @@ def test_a_python_check_not_returning_true_fails_with_a_reason(code: str, detail
     result = run_python_check(python_check(code), {"sum": "1", "fields": {}})
     assert not result.passed
     assert detail in result.detail
+    assert "totals differ" not in result.detail, "a value the code chose reached the verdict"
+    assert result.record == {"sandbox": "bwrap"}
 
 
 def test_an_infinite_loop_fails_at_the_cpu_limit() -> None:
