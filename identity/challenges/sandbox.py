@@ -267,7 +267,7 @@ def exception_name(raw: object) -> str:
     say which built-in exception its code raised, not choose the words."""
     if isinstance(raw, str) and raw in BUILTIN_EXCEPTIONS:
         return raw
-    return "an exception of the code's own class"
+    return "an exception of a class that is not built in"
 
 
 def _json_type(raw: object) -> str:
@@ -477,6 +477,8 @@ def bwrap_arguments(view: RuntimeView, limits: SandboxLimits, seccomp_fd: int) -
         str(limits.tmp_bytes),
         "--tmpfs",
         BOX_TMP,
+        "--remount-ro",  # the box's own root: bwrap makes it a tmpfs with no size limit
+        "/",
         "--chdir",
         BOX_TMP,
     ]

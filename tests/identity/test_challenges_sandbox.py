@@ -105,7 +105,7 @@ def test_an_exception_is_reported_by_its_builtin_class_only(item: ExamItem) -> N
     reason = assert_zero(item, answer(item, said), "raised ValueError")
     assert "00ff" not in reason
     own_class = "class Seed00ff(Exception):\n    pass\n"
-    reason = assert_zero(item, answer(item, "    raise Seed00ff()", own_class), "own class")
+    reason = assert_zero(item, answer(item, "    raise Seed00ff()", own_class), "not built in")
     assert "00ff" not in reason
 
 

@@ -1,0 +1,201 @@
+"""The box at its seam (`run_function_cases`): the hostile corpus of tests/hostile_code.py
+fails inside it while a benign program passes; nothing reaches the home, the loopback or the
+log's words; nothing outlives a run; and where the box cannot be made, nothing runs.
+
+The same corpus runs through settlement, the audit and the python exam in
+tests/integration/test_hostile_code.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from identity.challenges.sandbox import (
+    BOX_TMP,
+    SandboxLimits,
+    bwrap_arguments,
+    check_box,
+    exception_name,
+    run_function_cases,
+    runtime_view,
+    sandbox_mode,
+)
+from identity.errors import SandboxUnavailable
+from tests.hostile_code import (
+    BENIGN,
+    Listener,
+    Target,
+    home_files,
+    hostile_programs,
+    survivors,
+)
+
+LIMITS = SandboxLimits(cpu_seconds=1, wall_seconds=20.0)
+PROJECT = Path(__file__).resolve().parents[2]
+OUTPUTS = {"lines-sum": "12.50"}
+
+
+@pytest.fixture(scope="module")
+def home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A home as an attacker would find it: keys and a database."""
+    home = tmp_path_factory.mktemp("home")
+    (home / "keys").mkdir()
+    (home / "keys" / "operator.json").write_text(json.dumps({"seed": secrets.token_hex(32)}))
+    (home / "accord.db").write_bytes(b"SQLite format 3\x00" + bytes(4080))
+    return home
+
+
+def test_the_hostile_corpus_fails_in_the_box_and_touches_nothing(home: Path) -> None:
+    marker = f"accord-survivor-{secrets.token_hex(8)}"
+    before = home_files(home)
+    key_before = (home / "keys" / "operator.json").read_text()
+    with Listener() as listener:
+        programs = hostile_programs(Target(home, listener.port, marker))
+        outcomes = {}
+        for name, source in programs.items():
+            run = run_function_cases(source, "check", [[OUTPUTS]], LIMITS)
+            assert run.mode == "bwrap"
+            worked = run.failure is None and run.results[0].value is True
+            outcomes[name] = (worked, run.failure or run.results[0].error)
+    assert not [name for name, (worked, _) in outcomes.items() if worked], outcomes
+    assert listener.received == [], "something reached the loopback listener"
+    assert home_files(home) == before
+    assert (home / "keys" / "operator.json").read_text() == key_before
+    assert survivors(marker) == []
+    # what comes back is the host's words: the smuggler's secret is not among them
+    said = json.dumps(outcomes)
+    assert "LEAK" not in said and marker not in said and key_before not in said
+    assert outcomes["smuggle a secret through the verdict"][1] == "raised ValueError"
+    assert "CPU time limit" in str(outcomes["spin past the CPU limit"][1])
+    benign = run_function_cases(BENIGN, "check", [[OUTPUTS]], LIMITS)
+    assert benign.failure is None and benign.results[0].value is True
+
+
+def test_the_box_sees_only_the_runtime() -> None:
+    source = (
+        "import os\n"
+        "def check():\n"
+        "    return [sorted(os.listdir('/')), sorted(os.listdir('/dev')), os.getcwd(),\n"
+        "            os.getuid(), sorted(os.environ), os.path.exists('/proc'),\n"
+        "            open('/proc/self/status').read() if os.path.exists('/proc') else None]\n"
+    )
+    run = run_function_cases(source, "check", [[]], LIMITS)
+    assert run.failure is None, run.failure
+    top, dev, cwd, uid, environment, has_proc, _ = run.results[0].value  # type: ignore[misc]
+    assert set(top) <= {"usr", "lib", "lib64", "lib32", "libx32", "dev", "tmp", "root", "opt"}
+    assert "etc" not in top and "home" not in top and "work" not in top
+    devices = {"null", "zero", "full", "random", "urandom", "tty", "shm", "pts", "ptmx"}
+    assert set(dev) <= devices | {"fd", "stdin", "stdout", "stderr", "core"}
+    assert (cwd, uid, has_proc) == (BOX_TMP, 65534, False)
+    assert not [key for key in environment if key.startswith(("ACCORD", "PG", "OPENAI"))]
+
+
+def test_the_view_binds_no_home_project_or_etc(home: Path) -> None:
+    view = runtime_view()
+    for path in view.binds:
+        assert not path.startswith(str(PROJECT)), path
+        assert not path.startswith(str(home)), path
+        assert not path.startswith(("/etc", "/home", "/var", "/work")), path
+    assert all(mask.endswith(("site-packages", "dist-packages")) for mask in view.masks)
+    args = bwrap_arguments(view, LIMITS, 9)
+    for flag in (
+        "--unshare-user",
+        "--unshare-pid",
+        "--unshare-net",
+        "--unshare-ipc",
+        "--unshare-uts",
+        "--disable-userns",
+        "--die-with-parent",
+        "--new-session",
+        "--clearenv",
+    ):
+        assert flag in args
+    assert args[args.index("--cap-drop") + 1] == "ALL"
+    assert args[args.index("--seccomp") + 1] == "9"
+    assert "--bind" not in args and "--dev-bind" not in args, "nothing writable from the host"
+    assert args[args.index("/tmp") + 1 : args.index("/tmp") + 3] == ["--remount-ro", "/"]
+
+
+def test_a_process_started_by_the_box_never_outlives_it() -> None:
+    """Even a thread left sleeping in the box dies with it: the run ends when the function
+    returns, and the PID namespace goes with its init."""
+    marker = f"accord-thread-{secrets.token_hex(6)}"
+    source = (
+        "import threading, time\n"
+        f"def check():\n    threading.Thread(target=time.sleep, args=(60,)).start()\n"
+        f"    return '{marker}'\n"
+    )
+    run = run_function_cases(source, "check", [[]], LIMITS)
+    assert run.results[0].value == marker
+    assert survivors(marker) == []
+
+
+def test_without_bubblewrap_nothing_runs(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    planted = tmp_path / "ran"
+    monkeypatch.setenv("PATH", str(tmp_path))  # an empty PATH: no bwrap to be found
+    source = f"def check():\n    open({str(planted)!r}, 'w').write('ran')\n    return True\n"
+    with pytest.raises(SandboxUnavailable, match="bubblewrap \\(bwrap\\) is not installed"):
+        run_function_cases(source, "check", [[]], LIMITS)
+    assert not planted.exists()
+
+
+def test_a_typo_in_the_mode_does_not_turn_the_box_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ACCORD_SANDBOX", "off")
+    with pytest.raises(SandboxUnavailable, match="names no sandbox mode"):
+        run_function_cases(BENIGN, "check", [[OUTPUTS]], LIMITS)
+    assert sandbox_mode({}) == "bwrap" and sandbox_mode({"ACCORD_SANDBOX": "none"}) == "none"
+
+
+def test_the_operators_explicit_none_runs_unboxed_and_says_so(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("ACCORD_SANDBOX", "none")
+    run = run_function_cases(BENIGN, "check", [[OUTPUTS]], LIMITS)
+    assert run.mode == "none" and run.results[0].value is True
+
+
+def test_where_user_namespaces_are_off_the_box_says_why() -> None:
+    """Inside a user namespace that may make no further one (as where the sysctl or AppArmor
+    forbids them), the box cannot be made: check_box names the cause and nothing runs."""
+    bwrap = shutil.which("bwrap")
+    assert bwrap is not None
+    probe = (
+        "from identity.challenges.sandbox import run_function_cases\n"
+        "from identity.errors import SandboxUnavailable\n"
+        "try:\n"
+        "    run_function_cases('def f():\\n    return 1\\n', 'f', [[]])\n"
+        "    print('RAN')\n"
+        "except SandboxUnavailable as exc:\n"
+        "    print('REFUSED', exc)\n"
+    )
+    outer = [bwrap, "--unshare-user", "--disable-userns", "--bind", "/", "/"]
+    outer += ["--dev-bind", "/dev", "/dev", "--proc", "/proc", "--chdir", str(PROJECT)]
+    done = subprocess.run(
+        [*outer, sys.executable, "-c", probe],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "ACCORD_SANDBOX": "bwrap"},
+        check=False,
+    )
+    assert done.stdout.startswith("REFUSED"), done.stdout + done.stderr
+    assert "user namespaces" in done.stdout and "RAN" not in done.stdout
+
+
+def test_only_builtin_exception_names_come_back() -> None:
+    assert exception_name("KeyError") == "KeyError"
+    assert exception_name("Seed00ff") == "an exception of a class that is not built in"
+    assert exception_name({"x": 1}) == "an exception of a class that is not built in"
+
+
+def test_check_box_reports_the_mode() -> None:
+    assert check_box("bwrap") == "bwrap"
+    assert check_box("none") == "none"
