@@ -658,13 +658,16 @@ _BOX_CHECKED: list[bool] = []
 
 
 def check_box(mode: SandboxMode | None = None) -> SandboxMode:
-    """The mode strangers' code will run in; for `bwrap`, proves the box can be made by running
-    a trivial function in it (once per process, and again after a failure).
+    """The mode strangers' code will run in; for `bwrap`, finds bubblewrap and proves the box
+    can be made by running a trivial function in it (once per process until it succeeds).
 
     Raises SandboxUnavailable naming the cause when it cannot.
     """
     chosen = sandbox_mode() if mode is None else mode
-    if chosen == UNBOXED or _BOX_CHECKED:
+    if chosen == UNBOXED:
+        return chosen
+    _bwrap_path()  # cheap, and the tool may have gone since the last proof
+    if _BOX_CHECKED:
         return chosen
     request = json.dumps({"source": "def f():\n    return 1\n", "function": "f", "cases": [[]]})
     exit_ = _run_boxed(request.encode(), DEFAULT_LIMITS)
