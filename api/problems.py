@@ -32,6 +32,7 @@ from identity.errors import (
     NonceError,
     RateLimitedError,
     RegistryError,
+    SandboxUnavailable,
 )
 from ledger.errors import (
     AlreadyLoggedError,
@@ -194,6 +195,9 @@ def domain_problem(exc: Exception) -> ProblemError:
             return ProblemError(400, detail)
         case MarketError():
             return ProblemError(400, detail)
+        case SandboxUnavailable():
+            # The box for strangers' code cannot be made on this machine: the operator's to fix.
+            return ProblemError(503, detail, kind="sandbox-unavailable")
         case RateLimitedError(retry_after=after):
             return ProblemError(429, detail, headers={"Retry-After": str(max(1, int(after + 1)))})
         case CredentialError(step=step):

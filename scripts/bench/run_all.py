@@ -21,6 +21,7 @@ from pathlib import Path
 import bench_api
 import bench_append
 import bench_audit
+import bench_box
 import bench_checks
 import bench_cli
 import bench_gas
@@ -53,6 +54,7 @@ BENCHES: dict[str, tuple[str, Callable[[bool, int], Section]]] = {
     "market": ("market: sealed-bid clearing and task posting", bench_market.run),
     "shapley": ("shapley: exact against shap, sampled evaluations", bench_shapley.run),
     "checks": ("checks: v(S) of a six-member team from its checks", bench_checks.run),
+    "box": ("box: a boxed run of strangers' code against a bare interpreter", bench_box.run),
     "team": ("team conversations: five agents, three sub-tasks", bench_team.run),
     "audit": ("audit of the demo task and `make demo` wall time", bench_audit.run),
     "api": ("api: signed requests through uvicorn, two workers", bench_api.run),
