@@ -13,6 +13,7 @@ exam will not start; nothing ran unboxed.
 
 from __future__ import annotations
 
+import io
 import json
 import secrets
 from collections.abc import Iterator
@@ -20,8 +21,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from rich.console import Console
 
+from api.audit_cli import print_report
 from audit.checks import audit_task
+from audit.html import render_html
 from coordinator.service import run_awarded_task
 from identity.challenges.reference import solve_python
 from identity.errors import SandboxUnavailable
@@ -159,6 +163,12 @@ def test_an_auditor_without_the_box_gets_incomplete_naming_the_checks(
     assert BENIGN_ID in step.detail and all(c in step.detail for c in names)
     assert "bubblewrap" in step.detail
     assert all(s.status == "pass" for s in report.steps if s.number != 6)
+    assert report.to_json()["verdict"] == "INCOMPLETE" and not report.ok
+    shown = Console(file=io.StringIO(), width=400, color_system=None)
+    print_report(report, shown)
+    text = shown.file.getvalue()  # type: ignore[attr-defined]
+    assert "INCOMPLETE: step 6 could not be re-run here" in text and "PASS" not in text
+    assert ">INCOMPLETE</span>" in render_html(report)
 
 
 def test_in_the_python_exam_every_hostile_answer_earns_nothing(
