@@ -124,6 +124,27 @@ def test_the_view_binds_no_home_project_or_etc(home: Path) -> None:
     assert args[args.index("/tmp") + 1 : args.index("/tmp") + 3] == ["--remount-ro", "/"]
 
 
+def test_the_box_holds_no_privilege_and_no_terminal() -> None:
+    """NO_NEW_PRIVS, an empty capability bounding set, a session of the box's own (its leader
+    is the box's init or the interpreter) and no controlling terminal to inject into."""
+    source = (
+        "import ctypes, os\n"
+        "def check():\n"
+        "    libc = ctypes.CDLL(None, use_errno=True)\n"
+        "    no_new_privs = libc.prctl(39, 0, 0, 0, 0)  # PR_GET_NO_NEW_PRIVS\n"
+        "    bounding = [libc.prctl(23, cap, 0, 0, 0) for cap in range(41)]  # PR_CAPBSET_READ\n"
+        "    try:\n"
+        "        open('/dev/tty', 'w')\n"
+        "        tty = 'opened'\n"
+        "    except OSError as exc:\n"
+        "        tty = type(exc).__name__\n"
+        "    return [no_new_privs, max(bounding), os.getsid(0) in (1, os.getpid()), tty]\n"
+    )
+    run = run_function_cases(source, "check", [[]], LIMITS)
+    assert run.failure is None, run.failure
+    assert run.results[0].value == [1, 0, True, "OSError"]
+
+
 def test_a_process_started_by_the_box_never_outlives_it() -> None:
     """Even a thread left sleeping in the box dies with it: the run ends when the function
     returns, and the PID namespace goes with its init."""
