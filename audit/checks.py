@@ -714,6 +714,8 @@ def _conversations(scope: _Scope) -> str:
     deliverable = matching[0].conversation.deliverable
     if deliverable is None or deliverable.to_json() != body.get("deliverable"):
         raise AuditFailure("the delivered deliverable is not the team's conclusion", index)
+    if any(c.agent == scope.task.requester for c in deliverable.contributions):
+        raise AuditFailure("the requester worked on its own task's team", index)
     turns = sum(r.conversation.turn for r in scope.conversations)
     return f"{len(scope.conversations)} conversations, {turns} moves, all legal and signed"
 

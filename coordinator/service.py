@@ -72,6 +72,15 @@ def directory_for(
     return _verified_members(context, [records[did] for did in sorted(records)])
 
 
+def team_directory(context: MarketContext, task: Task) -> list[Member]:
+    """Whom the winner may form its team from: `directory_for` the task's capabilities, less
+    the task's requester, who is never on its own task's team (nor its winner: bid admission
+    refuses its bids)."""
+    leader = [task.winner] if task.winner is not None else []
+    found = directory_for(context, task.spec.capabilities, including=leader)
+    return [member for member in found if member.did != task.requester]
+
+
 def agent_names(context: MarketContext) -> dict[str, str]:
     """Every registered agent's name by DID (for showing conversations), one query."""
     return {agent.did: agent.name for agent in context.onboarding.registry.list()}
@@ -193,7 +202,7 @@ def run_awarded_task(
     if task.winner is None:
         raise TeamError(f"{task_id} has no winner yet (award it first)")
     winner = context.onboarding.member_signer(registry.get(task.winner))
-    directory = directory_for(context, task.spec.capabilities, including=[task.winner])
+    directory = team_directory(context, task)
     leader = next((m for m in directory if m.did == task.winner), None)
     if leader is None:
         raise TeamError(f"the winner {task.winner} is not a registered agent")

@@ -80,8 +80,8 @@ class WorkError(TaskError):
 class BidRejected(MarketError):
     """A commitment or reveal is refused.
 
-    `reason` is one of: not-eligible, second-bid, late, early, over-budget, mismatch,
-    wrong-task, bad-signature, unknown-commitment, malformed.
+    `reason` is one of: not-eligible, own-task, second-bid, late, early, over-budget,
+    mismatch, wrong-task, bad-signature, unknown-commitment, malformed.
     """
 
     def __init__(self, reason: str, message: str) -> None:

@@ -278,6 +278,8 @@ class SealedTerms:
     bidding_opens: datetime
     bidding_closes: datetime
     reveal_closes: datetime
+    requester: str = ""
+    """The DID that posted the task: it may not bid on it."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.task_id, str) or not self.task_id:
@@ -333,7 +335,10 @@ def check_commitment(
         )
     # (2): signed by the bidder
     _check_signature(bidder, commitment.message(), commitment.signature, "commitment")
-    # (3): inside the bidding window (which opens once the budget is escrowed)
+    # (3): not the task's own requester (it would be paid, and rated, for its own work)
+    if terms.requester and bidder == terms.requester:
+        raise BidRejected("own-task", f"{bidder} posted task {terms.task_id} and may not bid on it")
+    # (4): inside the bidding window (which opens once the budget is escrowed)
     if terms.state == "posted":
         raise BidRejected(
             "early", f"task {terms.task_id} is not escrowed yet: bidding has not opened"
@@ -342,14 +347,14 @@ def check_commitment(
         raise BidRejected("late", f"bidding on task {terms.task_id} has closed")
     if now < terms.bidding_opens:
         raise BidRejected("early", f"bidding on task {terms.task_id} has not opened yet")
-    # (4): credentialed for every required capability
+    # (5): credentialed for every required capability
     if not eligible:
         raise BidRejected(
             "not-eligible",
             f"{bidder} holds no valid credentials for every capability task "
             f"{terms.task_id} requires",
         )
-    # (5): one commitment per bidder
+    # (6): one commitment per bidder
     if bidder in committed:
         raise BidRejected("second-bid", f"{bidder} has already committed to task {terms.task_id}")
 

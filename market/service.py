@@ -236,8 +236,8 @@ def replay_award(
     reputations: Mapping[str, Fraction],
 ) -> tuple[AuctionOutcome, list[str]]:
     """Clear `task`'s auction from its logged bids, checking again what admission checked:
-    each commitment and reveal is signed by its bidder for this task, each reveal opens its
-    commitment and is within the budget. Pure: an auditor runs exactly this.
+    each commitment and reveal is signed by its bidder for this task, no bidder is the task's
+    requester, each reveal opens its commitment and is within the budget. Pure: an auditor runs exactly this.
 
     Raises BidRejected when a logged bid does not hold (a log that was tampered with).
     """
@@ -246,6 +246,8 @@ def replay_award(
         commitment = admitted.commitment
         if commitment.task_id != task.task_id:
             raise BidRejected("wrong-task", f"entry {admitted.index} commits to another task")
+        if commitment.bidder == task.requester:
+            raise BidRejected("own-task", f"entry {admitted.index} is the requester's own bid")
         sealed.verify_commitment_signature(commitment)
     bids = []
     for shown in reveals:
@@ -840,6 +842,7 @@ class Market:
             bidding_opens=task.posted_at,
             bidding_closes=task.bidding_ends,
             reveal_closes=task.reveal_ends,
+            requester=task.requester,
         )
 
 

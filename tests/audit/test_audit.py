@@ -12,16 +12,18 @@ import pytest
 
 from audit.checks import AuditReport, audit_task
 from coordinator.runner import CONVERSATION_MESSAGE
+from coordinator.service import directory_for, run_awarded_task, team_directory
 from ledger.chain import MemoryAnchorChain
 from ledger.events import Entry, Event, entry_bytes, make_entry
 from ledger.store import LogStore
 from market.errors import BidRejected
 from market.escrow import EscrowActions, EscrowChain, MemoryEscrowJournal
 from market.sealed import commit_bid
-from market.settlement import SETTLEMENT_COMPUTED, logged_settlement
+from market.settlement import SETTLEMENT_COMPUTED, logged_settlement, settle_task
 from market.tasks import BID_COMMITTED, BID_REVEALED, TASK_AWARDED, TASK_DELIVERED, TASK_STARTED
 from tests.audit.conftest import (
     OPERATOR_KEY,
+    REQUESTER_KEY,
     World,
     copy_db,
     onboard_agents,
@@ -33,6 +35,7 @@ from tests.audit.conftest import (
     sql,
     with_body,
 )
+from tests.specs import invoice_spec
 
 # -- helpers ---------------------------------------------------------------------------------
 
@@ -326,3 +329,27 @@ def test_a_bid_on_a_revoked_credential_fails_step_3_at_the_bid(tmp_path: Path) -
     report = audit(world)
     assert failure(report) == (3, bid)
     assert linus.did in report.steps[2].detail
+
+
+def test_an_agent_that_posts_a_task_is_never_on_its_team(tmp_path: Path) -> None:
+    """hopper is credentialed for arithmetic, which the task needs, but posted it: the team
+    is formed without it, and the audit of the collaboration passes."""
+    world = open_world(tmp_path / "home")
+    onboard_agents(world)
+    hopper = world.signer("hopper")
+    task = world.market.post(hopper, invoice_spec(), requester_key=REQUESTER_KEY)
+    world.task_id = task.task_id
+    sealed_auction(world)
+    awarded = world.market.task(world.task_id)
+    credentialed = {m.did for m in directory_for(world.context, awarded.spec.capabilities)}
+    assert hopper.did in credentialed
+    assert hopper.did not in {m.did for m in team_directory(world.context, awarded)}
+    conversation = run_awarded_task(world.context, world.task_id)
+    assert conversation.deliverable is not None
+    workers = {c.agent for c in conversation.deliverable.contributions}
+    assert hopper.did not in workers and workers
+    settle_task(world.market, world.onboarding, world.task_id)
+    assert world.ledger.anchorer is not None
+    world.ledger.anchorer.anchor_latest()
+    report = audit(world)
+    assert report.ok, report.to_json()

@@ -120,6 +120,13 @@ def test_commitment_not_eligible() -> None:
         admit_commitment(commit_bid(ALICE, "task-1", Wei(5), SALT), eligible=False)
 
 
+def test_commitment_own_task() -> None:
+    own = SealedTerms(**{**terms().__dict__, "requester": ALICE.did})
+    with rejected("own-task", "may not bid on it"):
+        admit_commitment(commit_bid(ALICE, "task-1", Wei(5), SALT), terms=own)
+    admit_commitment(commit_bid(BOB, "task-1", Wei(5), SALT), terms=own)
+
+
 def test_commitment_second_bid() -> None:
     with rejected("second-bid", "already committed"):
         admit_commitment(

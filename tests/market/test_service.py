@@ -312,6 +312,23 @@ def test_a_revoked_credential_makes_an_agent_not_eligible(
     )
 
 
+def test_a_requester_may_not_bid_on_its_own_task(
+    market: Market, ledger: Ledger, clock: Clock, make_bidder: MakeBidder
+) -> None:
+    """A credentialed agent that posts a task cannot win it: it would be paid, and rated, for
+    its own work. The auction's replay refuses such a bid too, should one be logged."""
+    _, alice = make_bidder("alice")
+    task = post(market, alice)
+    rejected(
+        ledger,
+        "own-task",
+        lambda: market.commit(sealed.commit_bid(alice, task.task_id, 10, SALT_A)),
+    )
+    logged = AdmittedCommitment(7, sealed.commit_bid(alice, task.task_id, 10, SALT_A), Fraction(1))
+    with pytest.raises(BidRejected, match="requester's own bid"):
+        replay_award(task, [logged], [], {alice.did: Fraction(0)})
+
+
 def test_a_credential_for_another_capability_does_not_count(
     market: Market, ledger: Ledger, requester: Ed25519Signer, make_bidder: MakeBidder
 ) -> None:
