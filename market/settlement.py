@@ -3,8 +3,10 @@
     1. run the task's checks on the delivered parts once each (`market.checks`): v(S) for every
        coalition is the share of the passed checks whose parts S made
     2. Shapley values over the contributors (exact up to 16; sampled with a logged seed beyond)
-    3. the amount paid (the auction price, times v(N) when the task says so) split into integer
-       wei by largest remainder: the parts sum exactly to the amount
+    3. the amount paid, the auction price times the share of the requester's check weight that
+       passed (`market.work.paid_share`, rounded down to the wei), split by Shapley value into
+       integer wei by largest remainder: the parts sum exactly to the amount; nothing passed,
+       nothing paid
     4. `settlement.computed` logged with every v(S) used, the seed, payouts and payout addresses,
        then the log is anchored
     5. `TaskEscrow.settle(payees, amounts)` (journalled; the rest of the deposit is credited to
@@ -49,7 +51,14 @@ from market.money import Wei
 from market.service import MAX_TASK_EVENTS, EscrowReceipt, Market, task_event
 from market.shapley import ShapleyResult, shapley, split_wei
 from market.tasks import REVIEW_GIVEN, TASK_DELIVERED, TASK_SETTLED, Task
-from market.work import ASSEMBLY_PART, CONTRACTOR_SHARE, PLAN_PART, check_shares
+from market.work import (
+    ASSEMBLY_PART,
+    CONTRACTOR_SHARE,
+    PLAN_PART,
+    amount_paid,
+    check_shares,
+    paid_share,
+)
 
 SETTLEMENT_COMPUTED = "settlement.computed"
 #: How long a settle that lost the race waits for the winner's payment to be mined.
@@ -68,6 +77,8 @@ class Settlement:
     values: Mapping[str, Fraction]
     evaluated: Mapping[frozenset[str], Fraction]
     total_value: Fraction
+    paid_share: Fraction
+    """The share of the price paid: the requester's check weight that passed."""
     amount: Wei
     payouts: Mapping[str, Wei]
     quality: Mapping[str, Fraction]
@@ -93,6 +104,7 @@ class Settlement:
                 )
             ],
             "total_value": _text(self.total_value),
+            "paid_share": _text(self.paid_share),
             "amount": str(self.amount),
             "payouts": {p: str(w) for p, w in self.payouts.items()},
             "payees": dict(payees),
@@ -163,10 +175,8 @@ def recompute_settlement(
     run_seed = settlement_seed(task.task_id) if seed is None else seed
     result = shapley(players, value.value, seed=run_seed)
     total = value.value(frozenset(players))
-    amount = task.price
-    if task.spec.pay_by_quality:
-        scaled = amount * total
-        amount = Wei(scaled.numerator // scaled.denominator)
+    share = paid_share(checks, {c: r.passed for c, r in results.items()})
+    amount = Wei(amount_paid(task.price, share))
     payouts = split_wei(amount, result.values)
     settlement = Settlement(
         task_id=task.task_id,
@@ -176,6 +186,7 @@ def recompute_settlement(
         values=result.values,
         evaluated=result.evaluated,
         total_value=total,
+        paid_share=share,
         amount=amount,
         payouts=payouts,
         quality={p: value.quality(p) for p in players},

@@ -124,8 +124,6 @@ class TaskSpec:
     """How long after delivery the requester may review; an unreviewed check is then accepted."""
     rule: PaymentRule = "second-score"
     weights: ScoringWeights = DEFAULT_WEIGHTS
-    pay_by_quality: bool = False
-    """Scale the amount paid by the delivered quality v(N) (the rest returns to the requester)."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.title, str) or not self.title.strip():
@@ -208,7 +206,6 @@ class TaskSpec:
                 "reputation": str(self.weights.reputation),
                 "exam": str(self.weights.exam),
             },
-            "pay_by_quality": self.pay_by_quality,
         }
 
     @classmethod
@@ -240,7 +237,6 @@ class TaskSpec:
                 ),
                 rule=value["rule"],
                 weights=ScoringWeights(Fraction(weights["reputation"]), Fraction(weights["exam"])),
-                pay_by_quality=bool(value.get("pay_by_quality", False)),
             )
         except WorkError:
             raise
@@ -450,7 +446,6 @@ REQUEST_FIELDS = {
     "delivery",
     "review",
     "rule",
-    "pay_by_quality",
     "parts",
     "checks",
 }
@@ -462,7 +457,7 @@ def spec_from_request(
     """A spec from what a requester sends (a spec file, or the body of `POST /tasks`):
 
         {"title", "description", "budget": "0.5eth", "bidding": "30s", "reveal": "30s",
-         "delivery": "10m", "review": "1h", "rule", "pay_by_quality", "parts", "checks"}
+         "delivery": "10m", "review": "1h", "rule", "parts", "checks"}
 
     `files` maps the sha256 of every file the inputs reference to its (name, text). `budget`,
     when given, is the budget already parsed by the caller. Raises WorkError naming the JSON
@@ -470,6 +465,12 @@ def spec_from_request(
     """
     if not isinstance(data, Mapping):
         raise WorkError("a task spec is a JSON object")
+    if "pay_by_quality" in data:
+        raise WorkError(
+            "$.pay_by_quality: every task is now paid by the share of its checks' weight that "
+            "passes (the rest goes back to you); remove the field",
+            path="$.pay_by_quality",
+        )
     unknown = set(data) - REQUEST_FIELDS
     if unknown:
         name = sorted(unknown)[0]
@@ -492,9 +493,6 @@ def spec_from_request(
                 '$.budget: write the most the task pays, e.g. "0.5eth"', path="$.budget"
             )
         amount = parse_amount(str(raw_budget))
-    pay_by_quality = data.get("pay_by_quality", False)
-    if not isinstance(pay_by_quality, bool):
-        raise WorkError("$.pay_by_quality: true or false", path="$.pay_by_quality")
     return TaskSpec(
         title=data.get("title", ""),
         description=data.get("description", ""),
@@ -510,5 +508,4 @@ def spec_from_request(
         delivery=parse_window(data.get("delivery", "10m"), "delivery"),
         review=parse_window(data.get("review", "1h"), "review"),
         rule=rule,
-        pay_by_quality=pay_by_quality,
     )

@@ -19,6 +19,16 @@ under the reserved part ids `_plan` and `_assembly`. `rubric(spec)` adds two int
 that read them, and `check_shares` gives them a fixed share of v(N): `CONTRACTOR_SHARE` (1/5),
 half each; the requester's checks share the other 4/5 by weight.
 
+**Paid by passed checks.** A settlement pays
+
+    amount = floor(price × passed / weight)
+
+where `weight` is the total weight of the requester's checks and `passed` the weight of those
+that passed (`paid_share`, `amount_paid`); the rest of the deposit goes back to the requester.
+The plan and assembly checks earn nothing on their own: they only divide the amount, by
+Shapley value over v(S), so the contract holder's share grows and shrinks with what its team
+delivered, and a deliverable that passes none of the requester's checks pays nobody.
+
 Everything here is pure: parsing raises WorkError naming the JSON path of the first problem.
 """
 
@@ -585,6 +595,26 @@ def rubric(parts: Sequence[Part], checks: Sequence[Check]) -> tuple[Check, ...]:
         PlanCheck(PLAN_CHECK, 1, (PLAN_PART,)),
         AssemblyCheck(ASSEMBLY_CHECK, 1, (PLAN_PART, ASSEMBLY_PART, *every_part)),
     )
+
+
+def paid_share(checks: Sequence[Check], passed: Mapping[str, bool]) -> Fraction:
+    """Pure: the share of the price a delivery earns, the weight of the requester's checks
+    that passed over the weight of all of them (plan and assembly checks count for nothing).
+    0 for a rubric with no requester check."""
+    requester = [c for c in checks if c.kind in REQUESTER_KINDS]
+    weight = sum(c.weight for c in requester)
+    if weight == 0:
+        return Fraction(0)
+    return Fraction(sum(c.weight for c in requester if passed.get(c.check_id)), weight)
+
+
+def amount_paid(price: int, share: Fraction) -> int:
+    """Pure: `price × share`, rounded down to the wei (what rounding leaves goes back to the
+    requester). Raises WorkError for a share outside 0..1 or a negative price."""
+    if price < 0 or not 0 <= share <= 1:
+        raise WorkError(f"cannot pay {share} of {price} wei")
+    scaled = price * share
+    return scaled.numerator // scaled.denominator
 
 
 def check_shares(checks: Sequence[Check]) -> dict[str, Fraction]:

@@ -75,7 +75,6 @@ class TaskPost(BaseModel):
     delivery: str = Field(default="10m", max_length=20)
     review: str = Field(default="1h", max_length=20)
     rule: Literal["second-score", "first-score"] = "second-score"
-    pay_by_quality: bool = False
     parts: list[dict[str, Any]] = Field(
         min_length=1, max_length=64, description="[{id, capability, input}]"
     )

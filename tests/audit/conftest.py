@@ -145,8 +145,8 @@ def onboard_agents(world: World) -> None:
         world.clock.advance(1)
 
 
-def post_task(world: World, *, pay_by_quality: bool = False) -> str:
-    spec = invoice_spec(pay_by_quality=pay_by_quality)
+def post_task(world: World) -> str:
+    spec = invoice_spec()
     task = world.market.post(world.requester, spec, requester_key=REQUESTER_KEY)
     world.task_id = task.task_id
     return task.task_id
@@ -187,10 +187,10 @@ def sealed_auction(world: World, *, bypass: Mapping[str, bool] | None = None) ->
     world.clock.advance(1)
 
 
-def build_world(home: Path, *, until: Stage = "settled", pay_by_quality: bool = False) -> World:
+def build_world(home: Path, *, until: Stage = "settled") -> World:
     world = open_world(home)
     onboard_agents(world)
-    post_task(world, pay_by_quality=pay_by_quality)
+    post_task(world)
     sealed_auction(world)
     if until == "awarded":
         return world

@@ -37,8 +37,18 @@ from market.settlement import (
     settle_environment,
     settle_task,
 )
-from market.tasks import TASK_SETTLED
-from tests.audit.conftest import OPERATOR_KEY, REQUESTER_KEY, World, build_world
+from market.tasks import TASK_SETTLED, spec_from_request
+from market.work import REQUESTER_KINDS
+from tests.audit.conftest import (
+    OPERATOR_KEY,
+    REQUESTER_KEY,
+    World,
+    build_world,
+    onboard_agents,
+    open_world,
+    sealed_auction,
+)
+from tests.specs import INVOICE_CHECKS, invoice_request
 
 REQUESTER_ADDRESS = address_of(REQUESTER_KEY)
 
@@ -357,47 +367,94 @@ def test_a_contributor_without_a_payout_binding_is_named(
     assert_paid_exactly_once(world)
 
 
-class _FirstAnswerWrong:
-    """The agent's adapter, except that the very first part any agent works on is answered
-    wrong but in the right shape (its output schema accepts it, so it is not reassigned): the
-    checks reading it fail, so 0 < v(N) < 1."""
+class _AnswersWrong:
+    """The agent's adapter, except that the first `count` parts any agent works on are
+    answered wrong but in the right shape (its output schema accepts it, so it is not
+    reassigned): the checks reading them fail."""
 
-    def __init__(self, inner: Any, wrong: list[str], did: str) -> None:
-        self.inner, self.wrong, self.did = inner, wrong, did
+    def __init__(self, inner: Any, wrong: list[str], did: str, count: int) -> None:
+        self.inner, self.wrong, self.did, self.count = inner, wrong, did, count
 
     def run(self, task: Any) -> Any:
         answer = self.inner.run(task)
-        if not self.wrong:
+        if len(self.wrong) < self.count:
             self.wrong.append(self.did)
             return {key: "0" for key in answer} if isinstance(answer, dict) else "1"
         return answer
 
 
-def test_pay_by_quality_scales_the_amount_by_v_of_n(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def _delivered_with_wrong_answers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, count: int, spec: Any = None
+) -> tuple[World, list[str]]:
     wrong: list[str] = []
     real = coordinator.service.adapter_for
 
     def adapter_for(record: AgentRecord, timeout: float, **options: Any) -> Any:
-        return _FirstAnswerWrong(real(record, timeout, **options), wrong, record.did)
+        return _AnswersWrong(real(record, timeout, **options), wrong, record.did, count)
 
     monkeypatch.setattr(coordinator.service, "adapter_for", adapter_for)
-    world = build_world(tmp_path / "home", until="delivered", pay_by_quality=True)
+    if spec is None:
+        world = build_world(tmp_path / "home", until="delivered")
+    else:
+        world = open_world(tmp_path / "home")
+        onboard_agents(world)
+        task = world.market.post(world.requester, spec, requester_key=REQUESTER_KEY)
+        world.task_id = task.task_id
+        sealed_auction(world)
+        run_awarded_task(world.context, world.task_id)
+        world.clock.advance(1)
     monkeypatch.undo()
+    return world, wrong
+
+
+def test_a_half_done_deliverable_is_paid_for_the_weight_it_passed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    world, wrong = _delivered_with_wrong_answers(tmp_path, monkeypatch, 1)
     assert len(wrong) == 1
     task = world.market.task(world.task_id)
     outcome = settle_task(world.market, world.onboarding, world.task_id)
     body = assert_paid_exactly_once(world)
-    quality = Fraction(body["total_value"])
-    assert 0 < quality < 1
+    checks = {c["id"]: c for c in body["checks"]}
+    requester = [c for c in task.spec.rubric if c.kind in REQUESTER_KINDS]
+    passed = sum(c.weight for c in requester if checks[c.check_id]["passed"])
+    share = Fraction(passed, sum(c.weight for c in requester))
+    assert 0 < share < 1 and Fraction(body["paid_share"]) == share
     assert task.price is not None
-    assert outcome.amount == (task.price * quality).numerator // (task.price * quality).denominator
-    assert outcome.amount < task.price
-    assert sum(outcome.payouts.values()) == outcome.amount
+    assert outcome.amount == (task.price * share).numerator // (task.price * share).denominator
+    assert sum(outcome.payouts.values()) == outcome.amount < task.price
     assert outcome.refund == task.spec.budget - outcome.amount
     [settled] = logged(world, TASK_SETTLED)
     assert Fraction(settled["quality"][wrong[0]]) < 1
+
+
+def test_a_deliverable_that_passes_none_of_the_requesters_checks_pays_nobody(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every part answered with garbage in the right shape: the plan and the assembly pass,
+    the requester's checks all fail, and the whole deposit goes back to the requester."""
+    checks = [c for c in INVOICE_CHECKS if c["kind"] != "schema"]  # garbage keeps the shape
+    spec = spec_from_request(invoice_request(checks=checks), {})
+    world, wrong = _delivered_with_wrong_answers(tmp_path, monkeypatch, 10**6, spec)
+    assert len(wrong) >= len(spec.parts)
+    outcome = settle_task(world.market, world.onboarding, world.task_id)
+    [body] = logged(world, SETTLEMENT_COMPUTED)
+    results = {c["id"]: c["passed"] for c in body["checks"]}
+    assert results == {c.check_id: c.kind in ("plan", "assembly") for c in spec_rubric(world)}
+    assert body["paid_share"] == "0/1" and outcome.amount == 0
+    assert set(outcome.payouts.values()) == {0}
+    assert outcome.refund == spec.budget
+    assert world.escrow_chain.credit(REQUESTER_ADDRESS) == spec.budget
+    assert world.ledger.anchorer is not None
+    world.ledger.anchorer.anchor_latest()
+    report = audit_task(
+        world.ledger.store, world.task_id, anchors=world.anchors, escrow=world.escrow_chain
+    )
+    assert report.ok, report.to_json()
+
+
+def spec_rubric(world: World) -> tuple[Any, ...]:
+    return tuple(world.market.task(world.task_id).spec.rubric)
 
 
 # -- a log written before the store refused repeated lifecycle events -------------------------

@@ -489,8 +489,10 @@ def test_a_budget_that_is_not_an_amount_names_the_budget(budget: Any) -> None:
     assert work_error(invoice_request(budget=budget)).path == "$.budget"
 
 
-def test_pay_by_quality_is_a_boolean() -> None:
-    assert work_error(invoice_request(pay_by_quality="yes")).path == "$.pay_by_quality"
+def test_pay_by_quality_is_gone_and_says_why() -> None:
+    for value in (True, False):
+        error = work_error(invoice_request(pay_by_quality=value))
+        assert error.path == "$.pay_by_quality" and "share of its checks" in str(error)
 
 
 # -- defaults ---------------------------------------------------------------------------------
