@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Annotated, Any
@@ -33,6 +34,7 @@ from ledger.chain import AnchorChain
 from ledger.errors import LedgerError
 from ledger.runtime import connect_chain
 from ledger.settings import Settings
+from market.blobs import FileQuota
 from market.errors import MarketError
 from market.escrow import EscrowChain
 from market.runtime import MarketContext, connect_escrow, open_market
@@ -49,6 +51,12 @@ class ApiConfig:
     (a fresh did:key costs nothing, so the DID cannot be what limits them).
     purge_every: expired request nonces and challenges are deleted at most this often (s).
     window: signed requests are accepted within ±window seconds of the service's clock.
+    file_ttl, files_per_caller, file_bytes_per_caller, file_bytes_total: `POST /files` (see
+    `market.blobs.FileQuota`): an upload no posted task names expires after `file_ttl`
+    seconds; until then it counts against its uploader's number and bytes, and against the
+    bytes of all callers' together (429 above them, 413 for a file that can never fit).
+    streams_per_caller, streams_total: server-sent event streams open at once in this
+    process, per caller (its DID; its address when unsigned) and in all (429 above them).
     public_url: `scheme://host[:port]` clients address the service by, when it runs behind a
     proxy or under a public name: request signatures must cover that `@authority` and
     `@target-uri` (a request signed for another host is refused, whatever Host it carries).
@@ -63,6 +71,12 @@ class ApiConfig:
     challenge_rate: float = 0.5
     challenge_burst: float = 20.0
     purge_every: float = 60.0
+    file_ttl: float = FileQuota.ttl
+    files_per_caller: int = FileQuota.files_per_caller
+    file_bytes_per_caller: int = FileQuota.bytes_per_caller
+    file_bytes_total: int = FileQuota.bytes_total
+    streams_per_caller: int = 4
+    streams_total: int = 32
     service_name: str = "accord"
     version: str = "0.1.0"
     public_url: str | None = None
@@ -70,6 +84,39 @@ class ApiConfig:
     def __post_init__(self) -> None:
         if self.public_url is not None:
             self.public_origin()
+        self.file_quota()
+        if self.streams_per_caller < 1 or self.streams_total < 1:
+            raise ValueError("the stream caps must be at least 1")
+
+    def file_quota(self) -> FileQuota:
+        """The bounds of `POST /files`. Raises ValueError for a bound that is not positive."""
+        return FileQuota(
+            ttl=self.file_ttl,
+            files_per_caller=self.files_per_caller,
+            bytes_per_caller=self.file_bytes_per_caller,
+            bytes_total=self.file_bytes_total,
+        )
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None, **fields: Any) -> ApiConfig:
+        """The limits `ENV_LIMITS` names, from the environment (the defaults where unset), and
+        `fields`. Raises ValueError naming a variable that is not a positive number."""
+        env = os.environ if environ is None else environ
+        values: dict[str, Any] = {}
+        for variable, name in ENV_LIMITS.items():
+            raw = env.get(variable, "").strip()
+            if not raw:
+                continue
+            kind = float if name == "file_ttl" else int
+            try:
+                value = kind(raw)
+            except ValueError:
+                value = 0
+            if value <= 0 or value != value or value == float("inf"):
+                what = "seconds" if kind is float else "whole number"
+                raise ValueError(f"{variable} must be a positive {what}, not {raw!r}")
+            values[name] = value
+        return cls(**{**values, **fields})
 
     def public_origin(self) -> Target | None:
         """`public_url` as a target without a path (None when unset); raises ValueError when
@@ -82,6 +129,17 @@ class ApiConfig:
                 f"the public URL {self.public_url!r} must be scheme://host[:port], without a path"
             )
         return origin
+
+
+ENV_LIMITS: Mapping[str, str] = {
+    "ACCORD_FILE_TTL": "file_ttl",
+    "ACCORD_FILES_PER_CALLER": "files_per_caller",
+    "ACCORD_FILE_BYTES_PER_CALLER": "file_bytes_per_caller",
+    "ACCORD_FILE_BYTES_TOTAL": "file_bytes_total",
+    "ACCORD_STREAMS_PER_CALLER": "streams_per_caller",
+    "ACCORD_STREAMS_TOTAL": "streams_total",
+}
+"""The environment variables of `ApiConfig.from_env` and the fields they set."""
 
 
 @dataclass
