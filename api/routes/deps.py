@@ -29,6 +29,7 @@ from api.auth import (
 )
 from api.client import NEXT_CURSOR_HEADER
 from api.problems import ProblemError
+from api.streams import StreamSlots
 from identity.errors import IdentityError
 from ledger.chain import AnchorChain
 from ledger.errors import LedgerError
@@ -158,6 +159,8 @@ class ApiState:
     limiter: RateLimiter = field(init=False)
     challenge_limiter: RateLimiter = field(init=False)
     challenge_purge: PurgeSchedule = field(init=False)
+    streams: StreamSlots = field(init=False)
+    """The event streams open in this process, capped per caller and in all (`api.streams`)."""
     write_lock: threading.RLock = field(default_factory=threading.RLock)
     """One write at a time in this process for the routes that move money or change a task's
     state. Bids do not take it: the log's head lock and once-keys admit them correctly from
@@ -171,6 +174,7 @@ class ApiState:
             self.config.challenge_rate, self.config.challenge_burst
         )
         self.challenge_purge = PurgeSchedule(self.config.purge_every)
+        self.streams = StreamSlots(self.config.streams_per_caller, self.config.streams_total)
 
     def request_nonces(self) -> RequestNonces:
         """The replay guard, in the database every worker shares (opened with the market)."""
@@ -217,6 +221,11 @@ def _throttle(state: ApiState, key: str) -> None:
             f"too many requests from {key}: try again in {seconds} s",
             headers={"Retry-After": str(seconds)},
         )
+
+
+def address_of(request: Request) -> str:
+    """The key of an unsigned caller: its client address."""
+    return _address(request)
 
 
 def _address(request: Request) -> str:
