@@ -17,6 +17,11 @@ before any JSON-RPC is read. Methods (the names the A2A 1.x clients send):
                            answered as is (cancelling is idempotent)
     SubscribeToTask        the stream of SendStreamingMessage for a task that is not terminal
 
+Streams are capped per caller and in all (`ApiConfig.streams_per_caller`, `streams_total`,
+see `api.streams`): over a cap, the streaming methods answer the JSON-RPC error -32000 with
+ErrorInfo reason TOO_MANY_STREAMS (metadata `status` 429, `reason` which cap) before anything
+is posted or streamed.
+
 accord's lifecycle as A2A task states (the accord state is in `metadata.accord.state`):
 
     posted, bidding, revealing   TASK_STATE_SUBMITTED   escrowed and auctioned; nobody works yet
@@ -56,7 +61,7 @@ from datetime import UTC, datetime
 from typing import Any, Final, TypeVar
 
 from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.responses import JSONResponse, Response
 from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
 
@@ -68,6 +73,7 @@ from api.problems import (
 )
 from api.routes.deps import ApiState, Caller, State
 from api.routes.market import TaskPost, post_task
+from api.streams import SlotStream
 from ledger.events import Entry, parse_time
 from market.runtime import MarketContext
 from market.service import LIFECYCLE_KINDS
@@ -1072,8 +1078,15 @@ def a2a_router(limits: StreamLimits | None = None) -> APIRouter:
             env = Env(state, caller)
             if call.method in STREAMING:
                 method, params = call.method, call.params
-                view = await run_in_threadpool(guarded, lambda: first_view(env, method, params))
-                return StreamingResponse(
+                # the slot first: a stream over the cap posts nothing and opens nothing
+                slot = guarded(lambda: state.streams.take(f"did {caller}"))
+                try:
+                    view = await run_in_threadpool(guarded, lambda: first_view(env, method, params))
+                except BaseException:
+                    slot.release()
+                    raise
+                return SlotStream(
+                    slot,
                     follow(env, request, request_id, view, limits),
                     media_type=SSE_MEDIA_TYPE,
                     headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},

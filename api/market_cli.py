@@ -140,7 +140,7 @@ def _market() -> Iterator[MarketContext]:
         fail(str(exc))
 
 
-_INPUT_ERRORS = {"AmountError", "TaskError", "WorkError", "LimitError"}
+_INPUT_ERRORS = {"AmountError", "TaskError", "WorkError", "LimitError", "QuotaExceeded"}
 
 
 class _ReadOnlyEscrow:
@@ -276,10 +276,10 @@ def task_post(
         }
         request_files = {}
     with _market() as market:
-        for name, content in request_files.items():
-            market.market.blobs.put(content, name=name)
-        task_spec = market.market.spec_from_request(request)
         requester = market.signer_for(as_agent)
+        for content in request_files.values():  # held by the requester, kept once posted
+            market.market.upload_file(requester.did, content)
+        task_spec = market.market.spec_from_request(request, requester=requester.did)
         key = (
             eth_key or os.environ.get("ACCORD_REQUESTER_ETH_KEY") or market.default_requester_key()
         )

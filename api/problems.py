@@ -9,11 +9,13 @@ bid's `late`, `second-bid`...). Domain errors map to statuses by their place in 
     unknown object (task, agent, credential, conversation, entry)        404 (raised by routes)
     conflicts: a lifecycle transition, a refused bid, an auction not due  409
     exam attempts exhausted                                               429 (Retry-After)
+    an upload over its quota (413: a file that can never fit)             429 (Retry-After)
     the chain or the database is away                                     503
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -47,7 +49,7 @@ from ledger.errors import (
     SequenceError,
     StoreError,
 )
-from market.blobs import BlobError, MissingBlob
+from market.blobs import BlobError, MissingBlob, QuotaExceeded
 from market.errors import (
     AmountError,
     AuctionError,
@@ -184,6 +186,13 @@ def domain_problem(exc: Exception) -> ProblemError:
             return ProblemError(422, detail, kind="invalid-spec", path=path)
         case SettlementWaits():
             return ProblemError(409, detail, kind="settlement-waits")
+        case QuotaExceeded(retry_after=None, limit=limit):
+            return ProblemError(413, detail, kind="file-quota", reason=limit)
+        case QuotaExceeded(retry_after=after, limit=limit):
+            wait = str(max(1, math.ceil(after or 1)))
+            return ProblemError(
+                429, detail, kind="file-quota", reason=limit, headers={"Retry-After": wait}
+            )
         case MissingBlob():
             return ProblemError(404, detail, kind="file")
         case BlobError():

@@ -33,7 +33,7 @@ def serve(
 
     try:
         settings = Settings.from_env()
-        config = ApiConfig(public_url=public_url or None)
+        config = ApiConfig.from_env(public_url=public_url or None)
     except ValueError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None

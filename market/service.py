@@ -48,7 +48,7 @@ from ledger.store import LogStore, StoredEntry
 from ledger.views import MAX_LIMIT, reading
 from market import sealed
 from market.auction import AuctionOutcome, RevealedBid, clear_auction
-from market.blobs import BlobError, BlobStore, sha256_hex
+from market.blobs import BlobError, BlobStore, FileQuota, Upload, sha256_hex
 from market.errors import (
     AuctionError,
     BidRejected,
@@ -449,20 +449,23 @@ class Market:
         `escrow_task`. With an `idempotency_key` the task's id is derived from the requester
         and the key (`posted_task_id`), so posting again with that key, from any process, gives
         back the same task, its escrow finished if it was interrupted, never a second task or
-        deposit. Raises IdempotencyConflict when the key already posted another spec, and
-        TaskError, EscrowError, ChainError.
+        deposit. A spec names only files its requester uploaded (`upload_file`), which the
+        posting keeps for good (`BlobStore.claim`): every way of posting comes through here.
+        Raises IdempotencyConflict when the key already posted another spec, WorkError naming
+        a file the requester does not hold, and TaskError, EscrowError, ChainError.
         """
         task_id = posted_task_id(requester.did, idempotency_key)
         if idempotency_key is not None:
             posted = self._posted_again(task_id, requester, spec, idempotency_key)
             if posted is not None:
                 return self._escrowed(posted, requester_key)
+        address = self.escrow.requester_address(requester_key)
+        self._claim_files(requester.did, spec, task_id)
         for sha in spec.files:
             try:
                 self.blobs.get(sha)
             except BlobError as exc:
                 raise WorkError(f"file {sha} of the spec is not stored: {exc}") from exc
-        address = self.escrow.requester_address(requester_key)
         try:
             self.ledger.append(
                 requester,
@@ -507,14 +510,21 @@ class Market:
             if self.onboarding.holder_count(capability) == 0
         ]
 
-    def spec_from_request(self, data: Any, *, budget: Wei | None = None) -> TaskSpec:
+    def spec_from_request(
+        self, data: Any, *, budget: Wei | None = None, requester: str | None = None
+    ) -> TaskSpec:
         """A spec from a requester's request, its `{"$file": sha256}` references read from the
-        blob store (stored first with `blobs.put`). Raises WorkError naming the JSON path,
-        TaskError or AmountError."""
+        blob store (uploaded first with `upload_file`). With the `requester`'s DID, a file it
+        does not hold is refused before its bytes are read (`post` refuses it in any case).
+        Raises WorkError naming the JSON path, TaskError or AmountError."""
         files: dict[str, tuple[str, str]] = {}
         parts = data.get("parts") if isinstance(data, Mapping) else None
         for k, part in enumerate(parts if isinstance(parts, list) else []):
-            for sha in file_refs(part.get("input") if isinstance(part, Mapping) else None):
+            refs = file_refs(part.get("input") if isinstance(part, Mapping) else None)
+            if requester is not None:
+                for sha in self.blobs.held(requester, refs, self.clock())[:1]:
+                    raise not_held(sha, f"$.parts[{k}]")
+            for sha in refs:
                 try:
                     files[sha] = (sha[:12], self.blobs.text(sha))
                 except BlobError as exc:
@@ -522,6 +532,27 @@ class Market:
                         f"$.parts[{k}].input: {exc} (store the file first)", path=f"$.parts[{k}]"
                     ) from exc
         return spec_from_request(data, files, budget=budget)
+
+    def upload_file(self, holder: str, data: bytes, quota: FileQuota | None = None) -> Upload:
+        """Store a file `holder` (a requester) may name in its task specs, held until
+        `quota.ttl` seconds from now unless a posted task names it. Raises QuotaExceeded
+        (nothing stored) over the quota, BlobError."""
+        return self.blobs.upload(data, holder=holder, now=self.clock(), quota=quota)
+
+    def _claim_files(self, requester: str, spec: TaskSpec, task_id: str) -> None:
+        """Keep the spec's files for the task; WorkError naming the first one the requester
+        does not hold (nothing is kept then)."""
+        missing = self.blobs.claim(requester, list(spec.files), task_id, self.clock())
+        if missing:
+            where = next(
+                (
+                    f"$.parts[{k}]"
+                    for k, part in enumerate(spec.parts)
+                    if missing[0] in file_refs(part.input)
+                ),
+                "$.parts",
+            )
+            raise not_held(missing[0], where)
 
     def file_text(self, task: Task, digest: str) -> str:
         """The text of one of the task's input files. Raises TaskError when the task names no
@@ -918,6 +949,18 @@ def award_body(task_id: str, outcome: AuctionOutcome, forfeits: list[str]) -> di
         ],
         "forfeited": forfeits,
     }
+
+
+def not_held(sha: str, path: str) -> WorkError:
+    """The refusal of a spec naming a file its requester does not hold. The same whether
+    somebody else uploaded it or nobody did, so it tells nothing of other requesters' files."""
+    return WorkError(
+        f"{path}.input: no file {sha} is held for you. A spec may name only files its own "
+        "requester uploaded (the same bytes uploaded by somebody else do not count), and an "
+        "upload no task names expires (ACCORD_FILE_TTL): upload it yourself (POST /files, or "
+        "`accord task post --spec` with the file beside the spec), then post again",
+        path=path,
+    )
 
 
 def task_event(stored: StoredEntry) -> TaskEvent:

@@ -196,8 +196,8 @@ def _story(settings: Settings) -> int:
         request["parts"], lambda name: (DEMO_SPEC.parent / name).read_bytes()
     )
     for name, data in files.items():
-        console.print(f"  stored {name}: sha256 {market.blobs.put(data, name=name)}")
-    spec = market.spec_from_request(request)
+        console.print(f"  stored {name}: sha256 {market.upload_file(requester.did, data).sha256}")
+    spec = market.spec_from_request(request, requester=requester.did)
     task = market.post(requester, spec, requester_key=context.default_requester_key())
     deposit = context.escrow.deposit_of(task.task_id)
     console.print(

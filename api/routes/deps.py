@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Annotated, Any
@@ -28,11 +29,13 @@ from api.auth import (
 )
 from api.client import NEXT_CURSOR_HEADER
 from api.problems import ProblemError
+from api.streams import StreamSlots
 from identity.errors import IdentityError
 from ledger.chain import AnchorChain
 from ledger.errors import LedgerError
 from ledger.runtime import connect_chain
 from ledger.settings import Settings
+from market.blobs import FileQuota
 from market.errors import MarketError
 from market.escrow import EscrowChain
 from market.runtime import MarketContext, connect_escrow, open_market
@@ -49,6 +52,12 @@ class ApiConfig:
     (a fresh did:key costs nothing, so the DID cannot be what limits them).
     purge_every: expired request nonces and challenges are deleted at most this often (s).
     window: signed requests are accepted within ±window seconds of the service's clock.
+    file_ttl, files_per_caller, file_bytes_per_caller, file_bytes_total: `POST /files` (see
+    `market.blobs.FileQuota`): an upload no posted task names expires after `file_ttl`
+    seconds; until then it counts against its uploader's number and bytes, and against the
+    bytes of all callers' together (429 above them, 413 for a file that can never fit).
+    streams_per_caller, streams_total: server-sent event streams open at once in this
+    process, per caller (its DID; its address when unsigned) and in all (429 above them).
     public_url: `scheme://host[:port]` clients address the service by, when it runs behind a
     proxy or under a public name: request signatures must cover that `@authority` and
     `@target-uri` (a request signed for another host is refused, whatever Host it carries).
@@ -63,6 +72,12 @@ class ApiConfig:
     challenge_rate: float = 0.5
     challenge_burst: float = 20.0
     purge_every: float = 60.0
+    file_ttl: float = FileQuota.ttl
+    files_per_caller: int = FileQuota.files_per_caller
+    file_bytes_per_caller: int = FileQuota.bytes_per_caller
+    file_bytes_total: int = FileQuota.bytes_total
+    streams_per_caller: int = 4
+    streams_total: int = 32
     service_name: str = "accord"
     version: str = "0.1.0"
     public_url: str | None = None
@@ -70,6 +85,39 @@ class ApiConfig:
     def __post_init__(self) -> None:
         if self.public_url is not None:
             self.public_origin()
+        self.file_quota()
+        if self.streams_per_caller < 1 or self.streams_total < 1:
+            raise ValueError("the stream caps must be at least 1")
+
+    def file_quota(self) -> FileQuota:
+        """The bounds of `POST /files`. Raises ValueError for a bound that is not positive."""
+        return FileQuota(
+            ttl=self.file_ttl,
+            files_per_caller=self.files_per_caller,
+            bytes_per_caller=self.file_bytes_per_caller,
+            bytes_total=self.file_bytes_total,
+        )
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None, **fields: Any) -> ApiConfig:
+        """The limits `ENV_LIMITS` names, from the environment (the defaults where unset), and
+        `fields`. Raises ValueError naming a variable that is not a positive number."""
+        env = os.environ if environ is None else environ
+        values: dict[str, Any] = {}
+        for variable, name in ENV_LIMITS.items():
+            raw = env.get(variable, "").strip()
+            if not raw:
+                continue
+            kind = float if name == "file_ttl" else int
+            try:
+                value = kind(raw)
+            except ValueError:
+                value = 0
+            if value <= 0 or value != value or value == float("inf"):
+                what = "seconds" if kind is float else "whole number"
+                raise ValueError(f"{variable} must be a positive {what}, not {raw!r}")
+            values[name] = value
+        return cls(**{**values, **fields})
 
     def public_origin(self) -> Target | None:
         """`public_url` as a target without a path (None when unset); raises ValueError when
@@ -82,6 +130,17 @@ class ApiConfig:
                 f"the public URL {self.public_url!r} must be scheme://host[:port], without a path"
             )
         return origin
+
+
+ENV_LIMITS: Mapping[str, str] = {
+    "ACCORD_FILE_TTL": "file_ttl",
+    "ACCORD_FILES_PER_CALLER": "files_per_caller",
+    "ACCORD_FILE_BYTES_PER_CALLER": "file_bytes_per_caller",
+    "ACCORD_FILE_BYTES_TOTAL": "file_bytes_total",
+    "ACCORD_STREAMS_PER_CALLER": "streams_per_caller",
+    "ACCORD_STREAMS_TOTAL": "streams_total",
+}
+"""The environment variables of `ApiConfig.from_env` and the fields they set."""
 
 
 @dataclass
@@ -100,6 +159,8 @@ class ApiState:
     limiter: RateLimiter = field(init=False)
     challenge_limiter: RateLimiter = field(init=False)
     challenge_purge: PurgeSchedule = field(init=False)
+    streams: StreamSlots = field(init=False)
+    """The event streams open in this process, capped per caller and in all (`api.streams`)."""
     write_lock: threading.RLock = field(default_factory=threading.RLock)
     """One write at a time in this process for the routes that move money or change a task's
     state. Bids do not take it: the log's head lock and once-keys admit them correctly from
@@ -113,6 +174,7 @@ class ApiState:
             self.config.challenge_rate, self.config.challenge_burst
         )
         self.challenge_purge = PurgeSchedule(self.config.purge_every)
+        self.streams = StreamSlots(self.config.streams_per_caller, self.config.streams_total)
 
     def request_nonces(self) -> RequestNonces:
         """The replay guard, in the database every worker shares (opened with the market)."""
@@ -159,6 +221,11 @@ def _throttle(state: ApiState, key: str) -> None:
             f"too many requests from {key}: try again in {seconds} s",
             headers={"Retry-After": str(seconds)},
         )
+
+
+def address_of(request: Request) -> str:
+    """The key of an unsigned caller: its client address."""
+    return _address(request)
 
 
 def _address(request: Request) -> str:

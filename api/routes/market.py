@@ -1,7 +1,8 @@
 """Tasks, sealed bids, the award, and the per-task audit.
 
 Who may act:
-- `POST /tasks`: any caller whose key the service holds (a registered agent, or the operator):
+- `POST /tasks` and `POST /files`: any caller whose key the service holds (a registered agent,
+  or the operator), and a spec names only files its requester uploaded (`Market.post`):
   `task.posted` is signed by the requester, and the escrow is paid from the managed devnet's
   funded requester account (`market.runtime.DEVNET_REQUESTER_KEY`) or ACCORD_REQUESTER_ETH_KEY.
 - commitments and reveals: only the bidder itself: the signed commitment's (reveal's) bidder
@@ -17,6 +18,7 @@ from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Body, Depends, Header, Query, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
+from starlette.concurrency import run_in_threadpool
 
 from api.problems import ProblemError
 from api.routes.deps import Caller, Context, State, next_page, throttle_reads
@@ -26,6 +28,7 @@ from ledger.signing import Signer
 from ledger.views import DEFAULT_LIMIT, MAX_LIMIT
 from market import sealed
 from market.auction import price_reason
+from market.blobs import Upload
 from market.errors import BidRejected, TaskError
 from market.runtime import MarketContext
 from market.tasks import CAPABILITY_PATTERN, Task, TaskState
@@ -47,7 +50,9 @@ def _task(context: MarketContext, task_id: str) -> Task:
         raise ProblemError(404, str(exc)) from exc
 
 
-def _signer_of(context: MarketContext, did: str) -> Signer:
+def _signer_of(context: MarketContext, did: str, *, acting: str = "") -> Signer:
+    """The key of a caller who may post tasks: the operator, or an agent registered here
+    (whose key the service holds). Anybody else gets 403; `acting` says what it tried."""
     if did == context.market.ledger.operator.did:
         return context.market.ledger.operator
     try:
@@ -56,7 +61,7 @@ def _signer_of(context: MarketContext, did: str) -> Signer:
         raise ProblemError(
             403,
             f"{did} is not an agent this service holds a key for: only registered agents and "
-            "the operator can post tasks here",
+            f"the operator can post tasks here{acting}",
         ) from exc
 
 
@@ -184,8 +189,8 @@ def post_task(
         ),
     ] = None,
 ) -> dict[str, Any]:
-    spec = context.market.spec_from_request(body.model_dump())
     requester = _signer_of(context, caller)
+    spec = context.market.spec_from_request(body.model_dump(), requester=caller)
     key = os.environ.get("ACCORD_REQUESTER_ETH_KEY") or context.default_requester_key()
     with state.write_lock:
         task = context.market.post(
@@ -199,13 +204,32 @@ def post_task(
 @writes.post(
     "/files",
     tags=["market"],
-    summary="Store a file a task's input references; answers its sha256",
+    summary="Store a file your task specs may name (those who may post tasks; within quotas)",
     status_code=201,
 )
-async def upload_file(request: Request, caller: Caller, context: Context) -> dict[str, Any]:
+async def upload_file(
+    request: Request, caller: Caller, context: Context, state: State
+) -> dict[str, Any]:
+    """The body's bytes, held for the caller, who alone may name them in its task specs.
+    An upload no posted task names expires after `ApiConfig.file_ttl` seconds. Only callers
+    who may post tasks upload (403), within quotas on the uploads they hold that no task
+    names yet, and on all callers' together: over one, 429 with Retry-After (when the
+    oldest held upload expires), or 413 for a file that can never fit; nothing is stored."""
     data = await request.body()
-    digest = context.market.blobs.put(data, name="the file")
-    return {"sha256": digest, "size": len(data), "stored_by": caller}
+    config = state.config
+
+    def store() -> Upload:
+        _signer_of(context, caller, acting=", and only they upload the files task specs name")
+        return context.market.upload_file(caller, data, config.file_quota())
+
+    held = await run_in_threadpool(store)
+    expires = held.expires_at
+    return {
+        "sha256": held.sha256,
+        "size": held.size,
+        "stored_by": caller,
+        "expires_unless_posted": None if expires is None else expires.isoformat(),
+    }
 
 
 def _may_see_work(context: MarketContext, task: Task, caller: str) -> None:

@@ -15,7 +15,8 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
 from api.problems import ProblemError
-from api.routes.deps import Context, throttle_reads
+from api.routes.deps import Context, State, address_of, throttle_reads
+from api.streams import SlotStream
 from coordinator.conversation import message_from_json, message_to_json
 from coordinator.errors import CoordinatorError, IllegalMove
 from coordinator.runner import CONVERSATION_MESSAGE, CONVERSATION_OPENED
@@ -178,7 +179,8 @@ def sse(event: str, data: Any, event_id: int | None = None) -> str:
             "description": "`message` events (JSON: index, conversation, depth, turn, state "
             "after, speaker, kind, text, message) from the start (or after Last-Event-ID), "
             "then each new one as it is logged, and a last `end` event once the "
-            "conversation is closed",
+            "conversation is closed. Open streams are capped per client address and in "
+            "all (429 over a cap, see `api.streams`)",
             "content": {SSE_MEDIA_TYPE: {"schema": {"type": "string"}}},
         }
     },
@@ -187,6 +189,7 @@ async def conversation_events(
     conv_id: str,
     request: Request,
     context: Context,
+    state: State,
     follow: Annotated[
         bool, Query(description="Keep the stream open for new messages until it is closed")
     ] = True,
@@ -200,6 +203,7 @@ async def conversation_events(
         raise ProblemError(404, f"no conversation {conv_id!r} (see GET /conversations)")
     after = int(last_event_id) if last_event_id and last_event_id.isdigit() else -1
     follower = ConversationFollower(store, conv_id, after)
+    slot = state.streams.take(address_of(request))  # 429 over the caps (`api.streams`)
 
     async def stream() -> AsyncIterator[str]:
         started = quiet = time.monotonic()
@@ -224,7 +228,8 @@ async def conversation_events(
                 yield ": keep-alive\n\n"
             await asyncio.sleep(POLL_SECONDS)
 
-    return StreamingResponse(
+    return SlotStream(
+        slot,
         stream(),
         media_type=SSE_MEDIA_TYPE,
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},

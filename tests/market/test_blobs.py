@@ -1,25 +1,52 @@
 """Content-addressed files: stored once, refused over the size limit, and refused on read
-when the stored bytes no longer hash to their name; an altered stored deliverable is caught."""
+when the stored bytes no longer hash to their name; an altered stored deliverable is caught.
+Who holds a blob: what the service stores is kept for good, an upload until it expires or a
+task names it (the quotas over HTTP: tests/api/test_uploads.py)."""
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from sqlalchemy import update
+from sqlalchemy import insert, update
 
-from ledger.store import make_engine
-from market.blobs import _BLOBS, BlobError, BlobStore, MissingBlob, sha256_hex
+from ledger.store import create_tables, make_engine
+from market.blobs import (
+    _BLOBS,
+    SERVICE,
+    BlobError,
+    BlobStore,
+    FileQuota,
+    MissingBlob,
+    QuotaExceeded,
+    sha256_hex,
+)
 from market.errors import WorkError
 from market.service import Market
 from market.settlement import deliverable_view
 from market.work import MAX_FILE_BYTES
 from tests.audit.conftest import build_world
+from tests.ledger.conftest import postgres_schema_url
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'blobs.db'}"
+        return
+    with postgres_schema_url() as url:
+        yield url
 
 
 @pytest.fixture
-def blobs(tmp_path: Path) -> BlobStore:
-    return BlobStore(make_engine(f"sqlite:///{tmp_path / 'blobs.db'}"))
+def blobs(db_url: str) -> Iterator[BlobStore]:
+    engine = make_engine(db_url)
+    yield BlobStore(engine)
+    engine.dispose()
 
 
 def test_a_blob_is_named_by_its_sha256_and_stored_once(blobs: BlobStore) -> None:
@@ -75,3 +102,70 @@ def test_a_missing_file_is_404_and_an_altered_one_500_over_http(blobs: BlobStore
         blobs.get(digest)
     problem = domain_problem(altered.value)
     assert (problem.status, problem.kind) == (500, "integrity")
+
+
+# -- holders: who may name a blob, and for how long ----------------------------------------------
+
+NOW = datetime(2030, 1, 1, tzinfo=UTC)
+
+
+def test_what_the_service_stores_outlives_an_expired_upload_of_the_same_bytes(
+    blobs: BlobStore,
+) -> None:
+    digest = blobs.put(b'{"deliverable": 1}')
+    upload = blobs.upload(b'{"deliverable": 1}', holder="did:key:z6Mkstranger", now=NOW)
+    assert upload.sha256 == digest and upload.expires_at is not None
+    assert blobs.sweep(upload.expires_at) == 1
+    assert blobs.get(digest) == b'{"deliverable": 1}'
+    assert blobs.held("did:key:z6Mkstranger", [digest], upload.expires_at) == [digest]
+
+
+def test_blobs_stored_before_holders_were_recorded_are_kept_for_good(db_url: str) -> None:
+    engine = make_engine(db_url)
+    create_tables(engine, [_BLOBS])
+    with engine.begin() as connection:
+        connection.execute(insert(_BLOBS).values(sha256=sha256_hex(b"old"), size=3, data=b"old"))
+    blobs = BlobStore(engine)
+    BlobStore(engine)  # a second start finds them recorded already
+    blobs.upload(b"old", holder="did:key:z6Mkre", now=NOW)
+    assert blobs.sweep(NOW + timedelta(days=365)) == 1
+    assert blobs.get(sha256_hex(b"old")) == b"old"
+    assert blobs.held(SERVICE, [sha256_hex(b"old")], NOW) == []
+    engine.dispose()
+
+
+def test_a_claim_keeps_all_of_a_specs_files_or_none(blobs: BlobStore) -> None:
+    mine = blobs.upload(b"mine", holder="did:key:z6Mka", now=NOW).sha256
+    theirs = blobs.upload(b"theirs", holder="did:key:z6Mkb", now=NOW).sha256
+    assert blobs.claim("did:key:z6Mka", [mine, theirs], "task-1", NOW) == [theirs]
+    assert blobs.usage("did:key:z6Mka", NOW) == (1, 4)  # nothing was kept
+    assert blobs.claim("did:key:z6Mka", [mine], "task-1", NOW) == []
+    assert blobs.usage("did:key:z6Mka", NOW) == (0, 0)
+    assert blobs.sweep(NOW + timedelta(days=365)) == 1  # theirs expired; mine is kept
+    assert blobs.get(mine) == b"mine"
+    with pytest.raises(MissingBlob):
+        blobs.get(theirs)
+
+
+def test_a_quota_holds_when_uploads_race_from_several_processes(db_url: str) -> None:
+    """Ten writers on engines of their own (as ten service processes would be), one holder
+    with room for four: four uploads are stored, six refused."""
+    engines = [make_engine(db_url) for _ in range(10)]
+    stores = [BlobStore(engine) for engine in engines]
+    quota = FileQuota(ttl=60, files_per_caller=4)
+    start = threading.Barrier(len(stores))
+
+    def one(k: int) -> str:
+        start.wait()
+        try:
+            stores[k].upload(f"file {k}".encode(), holder="did:key:z6Mkrace", now=NOW, quota=quota)
+        except QuotaExceeded as exc:
+            return exc.limit
+        return "stored"
+
+    with ThreadPoolExecutor(len(stores)) as pool:
+        outcomes = list(pool.map(one, range(len(stores))))
+    assert sorted(outcomes) == ["files-per-caller"] * 6 + ["stored"] * 4
+    assert stores[0].usage("did:key:z6Mkrace", NOW)[0] == 4 == stores[0].count()
+    for engine in engines:
+        engine.dispose()
