@@ -237,7 +237,8 @@ def replay_award(
 ) -> tuple[AuctionOutcome, list[str]]:
     """Clear `task`'s auction from its logged bids, checking again what admission checked:
     each commitment and reveal is signed by its bidder for this task, no bidder is the task's
-    requester, each reveal opens its commitment and is within the budget. Pure: an auditor runs exactly this.
+    requester, each reveal opens its commitment and is within the budget. Pure: an auditor
+    runs exactly this.
 
     Raises BidRejected when a logged bid does not hold (a log that was tampered with).
     """

@@ -21,7 +21,7 @@ half each; the requester's checks share the other 4/5 by weight.
 
 **Paid by passed checks.** A settlement pays
 
-    amount = floor(price × passed / weight)
+    amount = floor(price * passed / weight)
 
 where `weight` is the total weight of the requester's checks and `passed` the weight of those
 that passed (`paid_share`, `amount_paid`); the rest of the deposit goes back to the requester.
@@ -609,7 +609,7 @@ def paid_share(checks: Sequence[Check], passed: Mapping[str, bool]) -> Fraction:
 
 
 def amount_paid(price: int, share: Fraction) -> int:
-    """Pure: `price × share`, rounded down to the wei (what rounding leaves goes back to the
+    """Pure: `price * share`, rounded down to the wei (what rounding leaves goes back to the
     requester). Raises WorkError for a share outside 0..1 or a negative price."""
     if price < 0 or not 0 <= share <= 1:
         raise WorkError(f"cannot pay {share} of {price} wei")
