@@ -24,6 +24,7 @@ from fractions import Fraction
 from typing import Any, Protocol
 
 from jsonschema import Draft202012Validator
+from jsonschema.exceptions import ValidationError
 
 from identity.challenges import validate_output
 from identity.challenges.base import json_equal
@@ -70,7 +71,12 @@ class Delivered:
 
 @dataclass(frozen=True)
 class CheckResult:
-    """One check's verdict; `record` keeps what the audit holds a judge or review to."""
+    """One check's verdict; `record` keeps what the audit holds a judge or review to.
+
+    `detail` is logged in the signed settlement, so it says which rule held or failed in the
+    requester's own terms (a path, a tolerance, a schema keyword, a limit, a built-in
+    exception class) and never quotes a part's output.
+    """
 
     check_id: str
     passed: bool
@@ -124,37 +130,42 @@ def _missing(check: Check, delivered: Delivered) -> list[str]:
 
 
 def expect(check: ExpectCheck, output: Any) -> CheckResult:
-    """Pure: the value at the check's path equals / lies within / matches."""
+    """Pure: the value at the check's path equals / lies within / matches. The detail names
+    the requester's own terms only, never the output's value (see `CheckResult`)."""
     found = value_at(output, parse_path(check.path))
     if found is MISSING:
         return CheckResult(check.check_id, False, f"no value at {check.path}")
-    shown = json.dumps(found, ensure_ascii=False)[:80]
     match check.op:
         case "equals":
             ok = json_equal(found, check.value) or (
                 exact_number(found) is not None and exact_number(found) == exact_number(check.value)
             )
-            return CheckResult(
-                check.check_id, ok, f"{check.path} is {shown}, expected {check.value!r}"
-            )
+            said = "equals" if ok else "does not equal"
+            return CheckResult(check.check_id, ok, f"{check.path} {said} the expected value")
         case "within":
             number, target = exact_number(found), exact_number(check.value)
             tolerance = exact_number(check.tolerance) or Fraction(0)
             if number is None or target is None:
-                return CheckResult(check.check_id, False, f"{check.path} is {shown}: not a number")
+                return CheckResult(check.check_id, False, f"{check.path} is not a number")
             ok = abs(number - target) <= tolerance
+            said = "is within" if ok else "is not within"
             return CheckResult(
                 check.check_id,
                 ok,
-                f"{check.path} is {shown}, expected {check.value} ± {check.tolerance}",
+                f"{check.path} {said} {check.tolerance} of the expected value",
             )
         case _:
             if not isinstance(found, str) or len(found) > MAX_MATCH_INPUT:
-                return CheckResult(check.check_id, False, f"{check.path} is {shown}: not text")
+                return CheckResult(check.check_id, False, f"{check.path} is not text")
             ok = re.fullmatch(str(check.value), found) is not None
-            return CheckResult(
-                check.check_id, ok, f"{check.path} is {shown}, pattern {check.value!r}"
-            )
+            said = "matches" if ok else "does not match"
+            return CheckResult(check.check_id, ok, f"{check.path} {said} the pattern")
+
+
+def schema_rule(error: ValidationError) -> str:
+    """Pure: where a JSON Schema error lies in the schema (its keywords and the schema's own
+    property names), never in the instance, whose keys and values the worker chose."""
+    return "/".join(str(step) for step in error.relative_schema_path) or "the root"
 
 
 def schema(check: SchemaCheck, output: Any) -> CheckResult:
@@ -162,8 +173,7 @@ def schema(check: SchemaCheck, output: Any) -> CheckResult:
     error = next(iter(Draft202012Validator(check.schema).iter_errors(output)), None)
     if error is None:
         return CheckResult(check.check_id, True, "the output matches the schema")
-    where = "$" + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in error.path)
-    return CheckResult(check.check_id, False, f"{where}: {error.message[:200]}")
+    return CheckResult(check.check_id, False, f"fails the schema at {schema_rule(error)}")
 
 
 def plan(check: PlanCheck, delivered: Delivered) -> CheckResult:
@@ -209,8 +219,12 @@ def assembly(check: AssemblyCheck, delivered: Delivered) -> CheckResult:
             )
         try:
             validate_output(part.capability, entry.get("output"))
-        except ExamError as exc:
-            return CheckResult(check.check_id, False, f"part {part.part_id}: {exc}")
+        except ExamError:
+            return CheckResult(
+                check.check_id,
+                False,
+                f"part {part.part_id}: its output breaks the {part.capability} output schema",
+            )
     extra = sorted(set(by_part) - {p.part_id for p in delivered.parts})
     if extra:
         return CheckResult(check.check_id, False, f"the assembly holds unknown parts {extra}")
