@@ -4,28 +4,10 @@
 # Idempotent: exits 0 at once when both are installed. Needs root and apt-get otherwise.
 set -euo pipefail
 
-has_seccomp() { ldconfig -p 2>/dev/null | grep -q 'libseccomp\.so\.2'; }
-if command -v bwrap >/dev/null 2>&1 && has_seccomp; then
-  exit 0
-fi
-if ! command -v apt-get >/dev/null 2>&1; then
-  echo "install_bubblewrap: no apt-get here; install bubblewrap and libseccomp2 yourself" >&2
-  exit 1
-fi
-SUDO=()
-if [[ $(id -u) -ne 0 ]]; then
-  if command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
-    SUDO=(sudo -n)
-  else
-    echo "install_bubblewrap: needs root (or passwordless sudo) to apt-get install bubblewrap" >&2
-    exit 1
-  fi
-fi
-export DEBIAN_FRONTEND=noninteractive
-echo "install_bubblewrap: installing Debian's bubblewrap and libseccomp2" >&2
-"${SUDO[@]}" apt-get update -qq
-"${SUDO[@]}" apt-get install -y -qq bubblewrap libseccomp2 >/dev/null
-if command -v bwrap >/dev/null 2>&1 && has_seccomp; then
+installed() { command -v bwrap >/dev/null 2>&1 && ldconfig -p 2>/dev/null | grep -q 'libseccomp\.so\.2'; }
+installed && exit 0
+"$(dirname "$0")/apt_install.sh" install_bubblewrap bubblewrap libseccomp2
+if installed; then
   bwrap --version >&2
   exit 0
 fi
