@@ -204,15 +204,16 @@ class AccordClient:
         """The delivered work (signed: the requester, the team or the operator)."""
         return cast(JsonObject, self.get(f"/tasks/{_segment(task_id)}/deliverable"))
 
-    def review(self, task_id: str, check: str, verdict: str) -> JsonObject:
-        """The requester's verdict on a review check."""
+    def review(
+        self, task_id: str, check: str, verdict: str, reason: str | None = None
+    ) -> JsonObject:
+        """The requester's verdict on a review check (a rejection needs a `reason`)."""
+        body: dict[str, str] = {"check": check, "verdict": verdict}
+        if reason is not None:
+            body["reason"] = reason
         return cast(
             JsonObject,
-            self.request(
-                "POST",
-                f"/tasks/{_segment(task_id)}/reviews",
-                json={"check": check, "verdict": verdict},
-            ),
+            self.request("POST", f"/tasks/{_segment(task_id)}/reviews", json=body),
         )
 
     def agents(self) -> list[JsonObject]:

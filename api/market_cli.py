@@ -151,6 +151,7 @@ class _ReadOnlyEscrow:
         raise ChainError("this command only reads the log: it does not reach the chain")
 
     open = refund_to_requester = requester_address = deposit_of = settle = chain_id = _refuse
+    operator_address = _refuse
 
 
 @contextmanager
@@ -678,17 +679,25 @@ def task_review(
     accept: Annotated[
         bool | None, typer.Option("--accept/--reject", help="Accept or reject the work.")
     ] = None,
+    reason: Annotated[
+        str | None,
+        typer.Option(help="Why the work is rejected (needed with --reject: it opens a dispute)."),
+    ] = None,
     as_agent: Annotated[
         str | None, typer.Option("--as", help="The requester (default: the operator).")
     ] = None,
     as_json: JsonFlag = False,
 ) -> None:
-    """The requester's verdict on a review check of the delivered work (once, in the window)."""
+    """The requester's verdict on a review check of the delivered work (once, in the window).
+    A rejection needs --reason and opens a dispute an independent evaluator decides; its fee
+    (1/20 of the price) is held from the escrow beyond the price and borne by the loser."""
     if accept is None:
         fail("say --accept or --reject", 2)
     verdict = "accept" if accept else "reject"
+    if verdict == "reject" and not (reason or "").strip():
+        fail("a rejection needs --reason TEXT: it opens a dispute an evaluator decides", 2)
     with _market() as context:
-        index = context.market.review(context.signer_for(as_agent), task_id, check, verdict)
+        index = context.market.review(context.signer_for(as_agent), task_id, check, verdict, reason)
     if as_json:
         emit({"task": task_id, "check": check, "verdict": verdict, "index": index})
     else:

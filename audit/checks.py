@@ -781,6 +781,11 @@ def _settlement(store: LogStore, scope: _Scope, escrow: EscrowChain) -> str:
     payouts = {p: str(w) for p, w in settlement.payouts.items()}
     if payouts != body["payouts"]:
         raise AuditFailure(f"the payouts recompute to {payouts}, not {body['payouts']}", index)
+    fee = str(settlement.evaluator_fee)
+    if fee != str(body.get("evaluator_fee", "0")):
+        raise AuditFailure(
+            f"the disputes' fees recompute to {fee} wei, not {body.get('evaluator_fee')}", index
+        )
     chain_id = escrow.chain_id()
     for player, address in body["payees"].items():
         bound = _bound_address(scope, player, chain_id)
@@ -835,6 +840,9 @@ def _escrow_events(scope: _Scope, escrow: EscrowChain) -> str:
     expected = sorted(
         (body["payees"][p].lower(), int(w)) for p, w in body["payouts"].items() if int(w) > 0
     )
+    fee = int(body.get("evaluator_fee", "0"))
+    if fee > 0:  # the decided disputes' fees, paid to their evaluator
+        expected = sorted([*expected, (str(body.get("evaluator", "")).lower(), fee)])
     if len(settled) != 1 or refunded:
         raise AuditFailure(
             f"the chain holds {len(settled)} settlements and {len(refunded)} refunds"

@@ -5,7 +5,8 @@
     OpenAIJudge     asks an OpenAI-compatible model at temperature 0, through the `openai`
                     client, retrying; when it cannot be reached the settlement waits
     LogReviews      the requester's signed `review.given` verdicts; a check nobody reviewed is
-                    accepted once the review window has ended, and waits until then
+                    accepted once the review window has ended, and waits until then; a
+                    rejection is a dispute, which `SettleEnvironment` asks the judge to decide
 
 Configuration (read by `judge_from_env`): ACCORD_JUDGE_URL (an OpenAI-compatible base URL),
 ACCORD_JUDGE_MODEL, and ACCORD_JUDGE_KEY or OPENAI_API_KEY (optional: local servers need none).
@@ -23,7 +24,7 @@ import openai
 
 from identity.challenges.sandbox import SandboxLimits, run_function_cases
 from identity.errors import ExamError
-from market.checks import CheckResult
+from market.checks import CheckResult, decide_dispute, dispute_prompt, is_disputed
 from market.errors import SettlementWaits
 from market.tasks import REVIEW_GIVEN, Task, TaskEvent
 from market.work import JudgeCheck, PythonCheck, ReviewCheck
@@ -151,11 +152,17 @@ class LogReviews:
                 and event.at <= ends
             ):
                 verdict = event.body.get("verdict")
+                record: dict[str, Any] = {"entry": index, "verdict": verdict}
+                if verdict != "accept":
+                    record |= {
+                        "reason": str(event.body.get("reason", "")),
+                        "fee": str(event.body.get("fee", "0")),
+                    }
                 return CheckResult(
                     check.check_id,
                     verdict == "accept",
                     f"the requester {'accepted' if verdict == 'accept' else 'rejected'} it",
-                    {"entry": index, "verdict": verdict},
+                    record,
                 )
         if self.now >= ends:
             return CheckResult(
@@ -194,5 +201,21 @@ class SettleEnvironment:
             )
         return self.judge.ask(prompt, check.model)
 
-    def review(self, check: ReviewCheck) -> CheckResult:
-        return self.reviews.review(check)
+    def review(self, check: ReviewCheck, outputs: Mapping[str, Any]) -> CheckResult:
+        """A rejection is a dispute: the judge decides it with the review's criterion.
+
+        Raises SettlementWaits while the window is open and nobody reviewed, or while a
+        dispute has no judge to decide it (the requester does not win by default).
+        """
+        result = self.reviews.review(check)
+        if not is_disputed(result):
+            return result
+        if self.judge is None:
+            raise SettlementWaits(
+                f"the requester rejected review check {check.check_id}, which opens a dispute "
+                "an independent evaluator decides: set ACCORD_JUDGE_URL and ACCORD_JUDGE_MODEL "
+                "(any OpenAI-compatible server), then settle again"
+            )
+        prompt = dispute_prompt(check, outputs, str((result.record or {}).get("reason", "")))
+        answer, model = self.judge.ask(prompt)
+        return decide_dispute(check, result, prompt, answer, model)

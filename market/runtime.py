@@ -57,6 +57,9 @@ class ChainEscrow:
     def chain_id(self) -> int:
         return self.chain.chain_id()
 
+    def operator_address(self) -> str:
+        return address_of(self.operator_key)
+
     def requester_address(self, requester_key: str) -> str:
         try:
             return address_of(requester_key)

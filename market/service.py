@@ -91,9 +91,10 @@ from market.views import (
     reputations_of,
 )
 from market.views import VIEW_NAME as TASK_VIEW
-from market.work import file_refs
+from market.work import dispute_fee, file_refs
 
 MAX_TASK_EVENTS = 100_000
+MAX_REJECTION_REASON = 2000
 _BOOK_PAGE = 5000
 LIFECYCLE_KINDS = tuple(kind for kind in TASK_KINDS if kind not in (BID_COMMITTED, BID_REVEALED))
 
@@ -139,6 +140,11 @@ class EscrowPort(Protocol):
 
     def chain_id(self) -> int:
         """The chain the escrow lives on (payout bindings name it)."""
+        ...
+
+    def operator_address(self) -> str:
+        """The operator's chain account, which settles escrows and is paid the fees of the
+        disputes its judge model decides."""
         ...
 
 
@@ -227,6 +233,35 @@ class _TaskLog:
         if self._task is None and self.lifecycle:
             self._task = replay(iter(self.lifecycle))
         return self._task
+
+
+def rejection_terms(
+    task: Task, reason: str | None, given: Sequence[Mapping[str, Any]]
+) -> dict[str, str]:
+    """Pure: what a rejection of one of `task`'s review checks logs, its reason and its
+    dispute fee, given the review bodies already logged.
+
+    Raises TaskError without a reason, or when the escrow does not hold the fee of every
+    rejection beyond the price (`market.work.dispute_fee` each).
+    """
+    reason = (reason or "").strip()
+    if not reason or len(reason) > MAX_REJECTION_REASON:
+        raise TaskError(
+            f"a rejection needs a reason (at most {MAX_REJECTION_REASON} characters): it opens "
+            "a dispute that an independent evaluator decides"
+        )
+    if task.price is None:
+        raise TaskError(f"{task.task_id} was never awarded: there is no price to dispute")
+    fee = dispute_fee(task.price)
+    disputes = 1 + sum(1 for body in given if body.get("verdict") == "reject")
+    spare = task.spec.budget - task.price
+    if disputes * fee > spare:
+        raise TaskError(
+            f"a dispute costs {fee} wei, held from what the escrow holds beyond the price; "
+            f"{task.task_id}'s escrow holds {spare} wei beyond it, not the {disputes * fee} wei "
+            f"{disputes} dispute{'s' * (disputes != 1)} need"
+        )
+    return {"reason": reason, "fee": str(fee)}
 
 
 def replay_award(
@@ -771,12 +806,23 @@ class Market:
         document: dict[str, Any] = dict(json.loads(data))
         return document
 
-    def review(self, requester: Signer, task_id: str, check_id: str, verdict: str) -> int:
+    def review(
+        self,
+        requester: Signer,
+        task_id: str,
+        check_id: str,
+        verdict: str,
+        reason: str | None = None,
+    ) -> int:
         """The requester accepts or rejects one review check of a delivered task, within the
         review window, once (`review.given`). Returns the entry's index.
 
+        A rejection opens a dispute (see `market.work`): it needs a `reason`, and the escrow
+        must hold the dispute fee of every rejection beyond the price.
+
         Raises TaskError for someone else than the requester, a check that is not a review
-        check, a second review, or a window that has ended; TransitionError before delivery.
+        check, a second review, a window that has ended, a rejection without a reason or
+        beyond what the escrow holds; TransitionError before delivery.
         """
         task = self.task(task_id)
         if task.state != "delivered":
@@ -795,15 +841,16 @@ class Market:
         ends = task.review_ends
         if ends is not None and self.clock() > ends:
             raise TaskError(f"the review window of {task_id} ended at {ends.isoformat()}")
-        for stored in self.ledger.store.find(kind=REVIEW_GIVEN, subject=task_id, limit=1000):
-            if Entry.from_bytes(stored.data).event.body.get("check") == check_id:
-                raise TaskError(f"{check_id} of {task_id} is already reviewed")
-        index, _ = self.ledger.append(
-            requester,
-            REVIEW_GIVEN,
-            subject=task_id,
-            body={"task_id": task_id, "check": check_id, "verdict": verdict},
-        )
+        given = [
+            Entry.from_bytes(stored.data).event.body
+            for stored in self.ledger.store.find(kind=REVIEW_GIVEN, subject=task_id, limit=1000)
+        ]
+        if any(body.get("check") == check_id for body in given):
+            raise TaskError(f"{check_id} of {task_id} is already reviewed")
+        body: dict[str, Any] = {"task_id": task_id, "check": check_id, "verdict": verdict}
+        if verdict == "reject":
+            body |= rejection_terms(task, reason, given)
+        index, _ = self.ledger.append(requester, REVIEW_GIVEN, subject=task_id, body=body)
         return index
 
     def replay_auction(self, task: Task) -> tuple[AuctionOutcome, list[str]]:

@@ -4,9 +4,10 @@
        coalition is the share of the passed checks whose parts S made
     2. Shapley values over the contributors (exact up to 16; sampled with a logged seed beyond)
     3. the amount paid, the auction price times the share of the requester's check weight that
-       passed (`market.work.paid_share`, rounded down to the wei), split by Shapley value into
-       integer wei by largest remainder: the parts sum exactly to the amount; nothing passed,
-       nothing paid
+       passed (`market.work.paid_share`, rounded down to the wei), less the fees of the
+       disputes the team lost, split by Shapley value into integer wei by largest remainder:
+       the parts sum exactly to the amount; nothing passed, nothing paid. The fees of every
+       decided dispute (the team's, and the requester's from its refund) go to the evaluator
     4. `settlement.computed` logged with every v(S) used, the seed, payouts and payout addresses,
        then the log is anchored
     5. `TaskEscrow.settle(payees, amounts)` (journalled; the rest of the deposit is credited to
@@ -43,6 +44,7 @@ from market.checks import (
     CheckResult,
     Delivered,
     Valuation,
+    dispute_costs,
     evaluate_all,
     valuation,
 )
@@ -80,6 +82,9 @@ class Settlement:
     paid_share: Fraction
     """The share of the price paid: the requester's check weight that passed."""
     amount: Wei
+    """What the team is paid: the price times `paid_share`, less the disputes it lost."""
+    evaluator_fee: Wei
+    """The decided disputes' fees, paid to the evaluator (the team's and the requester's)."""
     payouts: Mapping[str, Wei]
     quality: Mapping[str, Fraction]
     checks: Mapping[str, CheckResult]
@@ -106,6 +111,7 @@ class Settlement:
             "total_value": _text(self.total_value),
             "paid_share": _text(self.paid_share),
             "amount": str(self.amount),
+            "evaluator_fee": str(self.evaluator_fee),
             "payouts": {p: str(w) for p, w in self.payouts.items()},
             "payees": dict(payees),
             "quality": {p: _text(q) for p, q in self.quality.items()},
@@ -176,7 +182,10 @@ def recompute_settlement(
     result = shapley(players, value.value, seed=run_seed)
     total = value.value(frozenset(players))
     share = paid_share(checks, {c: r.passed for c, r in results.items()})
-    amount = Wei(amount_paid(task.price, share))
+    earned = amount_paid(task.price, share)
+    team_fees, requester_fees = dispute_costs(results)
+    borne = min(team_fees, earned)
+    amount = Wei(earned - borne)
     payouts = split_wei(amount, result.values)
     settlement = Settlement(
         task_id=task.task_id,
@@ -188,6 +197,7 @@ def recompute_settlement(
         total_value=total,
         paid_share=share,
         amount=amount,
+        evaluator_fee=Wei(borne + requester_fees),
         payouts=payouts,
         quality={p: value.quality(p) for p in players},
         checks=results,
@@ -262,6 +272,9 @@ def settle_task(
     # (5): pay once. A settled escrow is not settled again.
     payees = dict(body["payees"])
     paid = [(payees[p], Wei(int(w))) for p, w in body["payouts"].items() if int(w) > 0]
+    fee = Wei(int(body.get("evaluator_fee", "0")))
+    if fee > 0:
+        paid.append((str(body["evaluator"]), fee))
     tx_hash = _pay(market, task_id, paid, race_wait_s)
     try:
         market.ledger.append(
@@ -302,6 +315,8 @@ def _compute_and_log(
             )
         payees[player] = address
     body = settlement.to_json(payees)
+    if settlement.evaluator_fee > 0:
+        body["evaluator"] = market.escrow.operator_address()
     try:
         market.ledger.append(
             market.ledger.operator, SETTLEMENT_COMPUTED, subject=task_id, body=body
@@ -356,13 +371,14 @@ def _logged_outcome(market: Market, task: Task) -> SettleOutcome:
 def _outcome(task: Task, body: Mapping[str, Any], *, tx_hash: str, already: bool) -> SettleOutcome:
     payouts = {p: Wei(int(w)) for p, w in body["payouts"].items()}
     amount = Wei(int(body["amount"]))
+    fee = Wei(int(body.get("evaluator_fee", "0")))
     return SettleOutcome(
         task.task_id,
         payouts,
         dict(body["payees"]),
         dict(body["values"]),
         amount,
-        Wei(task.spec.budget - amount),
+        Wei(task.spec.budget - amount - fee),
         tx_hash,
         already,
     )

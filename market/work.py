@@ -9,7 +9,8 @@ reads, and a kind). Check kinds are small frozen dataclasses, one per kind:
     schema    one part's output validates against a JSON Schema (the `jsonschema` library)
     python    the requester's test code, `def check(outputs) -> bool`, run in the sandbox
     judge     an OpenAI-compatible model scores the parts against a criterion (temperature 0)
-    review    the requester accepts or rejects within the review window (accepted when it ends)
+    review    the requester accepts or rejects within the review window (accepted when it ends);
+              a rejection needs a reason and opens a dispute an evaluator decides (below)
 
 With no checks given, each part gets its capability's output-schema check and a review check.
 
@@ -28,6 +29,14 @@ that passed (`paid_share`, `amount_paid`); the rest of the deposit goes back to 
 The plan and assembly checks earn nothing on their own: they only divide the amount, by
 Shapley value over v(S), so the contract holder's share grows and shrinks with what its team
 delivered, and a deliverable that passes none of the requester's checks pays nobody.
+
+**A rejection is judged, not decreed.** A review nobody answers before its window ends, or
+that the requester accepts, passes. A rejection needs a reason, and the requester's escrow must
+hold the dispute fee beyond the price (`dispute_fee`: 1/20 of the price, at least 1 wei, per
+rejected review): it opens a dispute that an evaluator who is neither the requester nor on the
+team decides, with the review's `criterion`: the judge model (`DISPUTE_PASS_SCORE` or more
+passes). Its verdict binds, and the losing side bears the fee, paid to the evaluator: from the
+requester's refund when the work passes, from the team's pay when it fails.
 
 Everything here is pure: parsing raises WorkError naming the JSON path of the first problem.
 """
@@ -145,12 +154,27 @@ class JudgeCheck:
     kind: Literal["judge"] = "judge"
 
 
+DEFAULT_REVIEW_CRITERION = "The parts do what their inputs ask, correctly and completely."
+DISPUTE_PASS_SCORE = 6
+DISPUTE_FEE_DIVISOR = 20
+"""A dispute's fee is 1/20 of the price (at least 1 wei)."""
+
+
 @dataclass(frozen=True)
 class ReviewCheck:
+    """The requester accepts or rejects the read parts; a rejection is a dispute, decided
+    against `criterion` (what the requester asked for, stated when it posted)."""
+
     check_id: str
     weight: int
     reads: tuple[str, ...]
+    criterion: str = DEFAULT_REVIEW_CRITERION
     kind: Literal["review"] = "review"
+
+
+def dispute_fee(price: int) -> int:
+    """Pure: what one dispute costs the side that loses it, in wei."""
+    return max(1, price // DISPUTE_FEE_DIVISOR)
 
 
 @dataclass(frozen=True)
@@ -203,7 +227,10 @@ def check_to_json(check: Check) -> dict[str, Any]:
             data |= {"criterion": check.criterion, "pass_score": check.pass_score}
             if check.model is not None:
                 data["model"] = check.model
-        case ReviewCheck() | PlanCheck() | AssemblyCheck():
+        case ReviewCheck():
+            if check.criterion != DEFAULT_REVIEW_CRITERION:
+                data["criterion"] = check.criterion
+        case PlanCheck() | AssemblyCheck():
             pass
     return data
 
@@ -537,8 +564,12 @@ def parse_check(raw: Any, path: str, part_ids: set[str], *, compile_code: bool =
                 raise _at(f"{path}.model", "a model name")
             return JudgeCheck(check_id, weight, reads, criterion, pass_score, model)
         case _:
-            _check_fields(item, path, set())
-            return ReviewCheck(check_id, weight, _reads(item, path, part_ids, single=False))
+            _check_fields(item, path, {"criterion"})
+            criterion = item.get("criterion", DEFAULT_REVIEW_CRITERION)
+            if not isinstance(criterion, str) or not criterion.strip() or len(criterion) > 2000:
+                raise _at(f"{path}.criterion", "a criterion is text of at most 2000 characters")
+            reads = _reads(item, path, part_ids, single=False)
+            return ReviewCheck(check_id, weight, reads, criterion)
 
 
 def _compile_test_code(code: str, path: str) -> None:

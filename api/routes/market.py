@@ -91,8 +91,11 @@ class TaskPost(BaseModel):
 
 
 class ReviewBody(BaseModel):
+    """A rejection needs a `reason`: it opens a dispute an independent evaluator decides."""
+
     check: str = Field(min_length=1, max_length=64)
     verdict: Literal["accept", "reject"]
+    reason: str | None = Field(default=None, max_length=2000)
 
 
 class CommitmentBody(BaseModel):
@@ -286,7 +289,7 @@ def review(
         raise ProblemError(403, f"only the requester of {task_id} reviews its work")
     with state.write_lock:
         index = context.market.review(
-            _signer_of(context, caller), task_id, body.check, body.verdict
+            _signer_of(context, caller), task_id, body.check, body.verdict, body.reason
         )
     return {"task": task_id, "check": body.check, "verdict": body.verdict, "index": index}
 

@@ -91,7 +91,7 @@ class PythonOnly:
     def ask_judge(self, check: JudgeCheck, prompt: str) -> tuple[str, str]:
         raise RuntimeError("no judge check here")
 
-    def review(self, check: ReviewCheck) -> CheckResult:
+    def review(self, check: ReviewCheck, outputs: Any) -> CheckResult:
         raise RuntimeError("no review check here")
 
 

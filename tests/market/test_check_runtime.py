@@ -7,11 +7,13 @@ and the requester's reviews and their window."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import socket
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import timedelta
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -29,8 +31,15 @@ from market.check_runtime import (
     SettleEnvironment,
     judge_from_env,
 )
-from market.checks import CheckResult, Delivered, evaluate, judge_prompt
+from market.checks import (
+    DISPUTE_PROMPT_VERSION,
+    CheckResult,
+    Delivered,
+    evaluate,
+    judge_prompt,
+)
 from market.errors import SettlementWaits, TaskError
+from market.service import rejection_terms
 from market.settlement import (
     SETTLEMENT_COMPUTED,
     SettleOutcome,
@@ -38,7 +47,14 @@ from market.settlement import (
     settle_task,
 )
 from market.tasks import REVIEW_GIVEN, TaskEvent, TaskSpec
-from market.work import JudgeCheck, Part, PythonCheck, ReviewCheck
+from market.work import (
+    JudgeCheck,
+    Part,
+    PythonCheck,
+    ReviewCheck,
+    amount_paid,
+    dispute_fee,
+)
 from tests.audit.conftest import (
     REQUESTER_KEY,
     World,
@@ -71,7 +87,7 @@ class JudgeOnly:
     def ask_judge(self, check: JudgeCheck, prompt: str) -> tuple[str, str]:
         return self.judge.ask(prompt, check.model)
 
-    def review(self, check: ReviewCheck) -> CheckResult:
+    def review(self, check: ReviewCheck, outputs: Any) -> CheckResult:
         raise AssertionError("no review check here")
 
 
@@ -431,9 +447,24 @@ def reviewed_world(tmp_path_factory: pytest.TempPathFactory) -> World:
     return delivered_world(tmp_path_factory.mktemp("reviewed") / "home", spec)
 
 
-def test_a_rejected_review_fails_its_check(reviewed_world: World) -> None:
+def disputes(score: int) -> Callable[[dict[str, Any]], Reply]:
+    """The stand-in evaluator: `score` for a dispute, 9 for anything else."""
+
+    def answer(request: dict[str, Any]) -> Reply:
+        prompt = request["messages"][0]["content"]
+        if prompt.startswith(f"[{DISPUTE_PROMPT_VERSION}]"):
+            return _completion(json.dumps({"score": score, "reason": "as the criterion asks"}))
+        return _completion('{"score": 9}')
+
+    return answer
+
+
+def test_a_rejection_of_correct_work_is_disputed_and_the_requester_loses(
+    reviewed_world: World, serve: Callable[..., ChatServer]
+) -> None:
     """The requester's review, from the window opening to the settlement (one story: each
-    step depends on the one before)."""
+    step depends on the one before). The work is right, the requester rejects it anyway: the
+    evaluator finds for the team, the team is paid in full, and the requester bears the fee."""
     world = reviewed_world
     market, task_id = world.market, world.task_id
 
@@ -442,32 +473,107 @@ def test_a_rejected_review_fails_its_check(reviewed_world: World) -> None:
         settle_task(market, world.onboarding, task_id)
     assert logged_settlement(market, task_id) is None
 
-    # only the requester reviews, only review checks, accept or reject
+    # only the requester reviews, only review checks, accept or reject; a rejection says why
     with pytest.raises(TaskError, match="only the requester"):
-        market.review(world.signer("ada"), task_id, "looks-right", "reject")
+        market.review(world.signer("ada"), task_id, "looks-right", "reject", "no")
     with pytest.raises(TaskError, match="not a review check"):
-        market.review(world.requester, task_id, "sum-right", "reject")
+        market.review(world.requester, task_id, "sum-right", "reject", "no")
     with pytest.raises(TaskError, match="accept or reject"):
         market.review(world.requester, task_id, "looks-right", "maybe")
+    for silent in (None, "", "   "):
+        with pytest.raises(TaskError, match="needs a reason"):
+            market.review(world.requester, task_id, "looks-right", "reject", silent)
     assert not world.ledger.store.find(kind=REVIEW_GIVEN, subject=task_id, limit=10)
 
-    index = market.review(world.requester, task_id, "looks-right", "reject")
+    reason = "the total is not the invoice's"
+    index = market.review(world.requester, task_id, "looks-right", "reject", reason)
     with pytest.raises(TaskError, match="already reviewed"):
         market.review(world.requester, task_id, "looks-right", "accept")
 
-    # reviewed, so the settlement goes ahead while the window is still open
+    # a dispute with no evaluator waits: the requester does not win by saying no
     world.clock.advance(1)
-    settle_task(market, world.onboarding, task_id)
+    with pytest.raises(SettlementWaits, match="opens a dispute"):
+        settle_task(market, world.onboarding, task_id, judge=None)
+    assert logged_settlement(market, task_id) is None
+
+    server = serve(disputes(9))
+    judge = OpenAIJudge(server.url, "evaluator", API_KEY)
+    outcome = settle_task(market, world.onboarding, task_id, judge=judge)
     finish(world)
     review = logged_checks(world)["looks-right"]
-    assert review["passed"] is False
-    assert review["detail"] == "the requester rejected it"
-    assert review["record"] == {"entry": index, "verdict": "reject"}
+    assert review["passed"] is True
+    assert "the evaluator found for the team" in review["detail"]
+    task = market.task(task_id)
+    assert task.price is not None
+    fee = dispute_fee(task.price)
+    record = review["record"]
+    assert (record["entry"], record["verdict"], record["reason"]) == (index, "reject", reason)
+    assert record["fee"] == str(fee) and record["dispute"]["winner"] == "team"
+    [request] = [r for r in server.requests if DISPUTE_PROMPT_VERSION in str(r)]
+    prompt = request["messages"][0]["content"]
+    assert record["dispute"]["prompt"] == prompt and reason in prompt
     body = logged_settlement(market, task_id)
     assert body is not None
-    assert sum(int(w) for w in body["payouts"].values()) == int(body["amount"])
+    assert body["paid_share"] == "1/1" and outcome.amount == task.price
+    assert int(body["evaluator_fee"]) == fee
+    assert body["evaluator"] == market.escrow.operator_address()
+    assert outcome.refund == task.spec.budget - task.price - fee
+    assert world.escrow_chain.credit(body["evaluator"]) == fee
     report = audit(world)
     assert report.ok, [s.to_json() for s in report.steps]
+
+    # the operator rewrites the evaluator's answer and re-signs: the audit finds it
+    def change(changed: dict[str, Any]) -> None:
+        dispute = judge_record(changed, "looks-right")["dispute"]
+        dispute["answer"] = '{"score": 1, "reason": "no"}'
+
+    tampered, at = rewrite_settlement(world, world.settings.home / "tampered.db", change)
+    assert first_failure(tampered) == (6, at)
+    assert "check looks-right recomputes to fail" in tampered.steps[5].detail
+
+
+def test_a_rejection_of_wrong_work_is_disputed_and_the_team_loses(
+    tmp_path: Path, serve: Callable[..., ChatServer]
+) -> None:
+    """The evaluator finds for the requester: the check fails, and the team's pay bears the
+    fee, which goes to the evaluator; the audit replays it all."""
+    world = delivered_world(tmp_path / "home", invoice_spec_with(REVIEW))
+    market, task_id = world.market, world.task_id
+    market.review(world.requester, task_id, "looks-right", "reject", "the fields are wrong")
+    world.clock.advance(1)
+    judge = OpenAIJudge(serve(disputes(2)).url, "evaluator", API_KEY)
+    outcome = settle_task(market, world.onboarding, task_id, judge=judge)
+    finish(world)
+    review = logged_checks(world)["looks-right"]
+    assert review["passed"] is False and review["record"]["dispute"]["winner"] == "requester"
+    task = market.task(task_id)
+    assert task.price is not None
+    fee = dispute_fee(task.price)
+    body = logged_settlement(market, task_id)
+    assert body is not None
+    earned = amount_paid(task.price, Fraction(body["paid_share"]))
+    assert Fraction(body["paid_share"]) < 1
+    assert outcome.amount == earned - fee == sum(outcome.payouts.values())
+    assert outcome.refund == task.spec.budget - earned
+    assert world.escrow_chain.credit(body["evaluator"]) == fee
+    report = audit(world)
+    assert report.ok, [s.to_json() for s in report.steps]
+
+
+def test_a_dispute_needs_its_fee_held_in_the_escrow_beyond_the_price(
+    reviewed_world: World,
+) -> None:
+    task = reviewed_world.market.task(reviewed_world.task_id)
+    assert task.price is not None
+    fee = dispute_fee(task.price)
+    assert rejection_terms(task, " wrong ", []) == {"reason": "wrong", "fee": str(fee)}
+    full = dataclasses.replace(task, price=task.spec.budget)
+    with pytest.raises(TaskError, match="a dispute costs"):
+        rejection_terms(full, "wrong", [])
+    spare = task.spec.budget - task.price
+    many = [{"verdict": "reject"}] * (spare // fee)
+    with pytest.raises(TaskError, match="dispute"):
+        rejection_terms(task, "wrong", many)
 
 
 def test_a_review_after_the_window_is_refused(
