@@ -9,9 +9,10 @@
     (4) the auction replays to the same winner and price
     (5) every conversation of the task replays through the state machine, and the delivery is
         the top conversation's conclusion
-    (6) the settlement recomputes: every check re-runs to its logged result (judge answers
-        and reviews held to their logged, signed records), then the same v(S), Shapley values
-        and wei for each payee, paid to the address each payee bound to its DID
+    (6) the settlement recomputes: every check re-runs to its logged result (judge answers,
+        reviews and disputes held to their logged, signed records), then the same share paid,
+        v(S), Shapley values and wei for each payee, paid to the address each payee bound to
+        its DID, and the same dispute fees
     (7) the chain's escrow events equal the deposit, the settlement and the refunds, and funds
         are conserved
 
