@@ -404,7 +404,7 @@ class Devnet:
         self.dir.mkdir(parents=True, exist_ok=True)
         running = self._running_pid()
         if running is not None:
-            chain_id = _rpc_int(self.rpc_url, "eth_chainId")
+            chain_id = self._answer_of_running(running, timeout_s)
             if chain_id is None:
                 raise DevnetError(
                     f"the devnet of {self.dir} runs as pid {running} but does not answer on "
@@ -534,6 +534,17 @@ class Devnet:
             )
         except OSError as exc:
             raise DevnetError(f"cannot start {argv[0]}: {exc}") from exc
+
+    def _answer_of_running(self, pid: int, timeout_s: float) -> int | None:
+        """The chain id the running devnet answers with, asked again until `timeout_s`: a
+        devnet busy on a loaded machine (or writing its state) may miss one short probe. None
+        when it never answers, or stops meanwhile."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            chain_id = _rpc_int(self.rpc_url, "eth_chainId")
+            if chain_id is not None or _reaped_or_gone(pid) or time.monotonic() >= deadline:
+                return chain_id
+            time.sleep(_POLL_INTERVAL_S)
 
     def _wait_until_answering(self, pid: int, timeout_s: float) -> int:
         deadline = time.monotonic() + timeout_s

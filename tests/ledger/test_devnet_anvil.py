@@ -6,9 +6,12 @@ from __future__ import annotations
 import json
 import os
 import platform
+import signal
 import stat
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -262,3 +265,40 @@ def test_an_installed_accord_names_the_places_too(
     assert "accord does not run from a checkout" in message
     assert str(tmp_path / "cache") in message and "`accord devnet install`" in message
     assert "npm ci" not in message
+
+
+@pytest.mark.devnet
+def test_a_running_devnet_that_answers_late_is_reused_and_one_that_never_answers_is_named(
+    tmp_path: Path,
+) -> None:
+    """A devnet busy on a loaded machine may miss one short probe: `up` asks it again until
+    its timeout before calling it unanswering. The busy devnet is a real anvil held stopped
+    (SIGSTOP) and let go (SIGCONT) a second and a half later, past the probe's 1 s."""
+    settings = _settings(tmp_path / "home")
+    ledger.runtime.prepare_home(settings)
+    devnet = devnet_for(settings)
+    info = devnet.up()
+    try:
+        _stop(info.pid)
+        waking = threading.Timer(1.5, os.kill, (info.pid, signal.SIGCONT))
+        waking.start()
+        try:
+            again = devnet.up()
+        finally:
+            waking.join()
+        assert again.reused and again.pid == info.pid and again.chain_id == info.chain_id
+        _stop(info.pid)
+        try:
+            with pytest.raises(DevnetError, match="does not answer"):
+                devnet.up(timeout_s=1.5)
+        finally:
+            os.kill(info.pid, signal.SIGCONT)
+    finally:
+        devnet.down()
+
+
+def _stop(pid: int) -> None:
+    """SIGSTOP `pid` and return once the kernel shows it stopped (state T)."""
+    os.kill(pid, signal.SIGSTOP)
+    while Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "T":
+        time.sleep(0.01)
