@@ -538,14 +538,15 @@ def _communicate(process: subprocess.Popen[bytes], request: bytes, limits: Sandb
                 if key.fileobj is process.stdin:
                     try:
                         written = os.write(process.stdin.fileno(), pending[:65536])
-                    except (BrokenPipeError, BlockingIOError) as exc:
-                        written = 0 if isinstance(exc, BlockingIOError) else len(pending)
+                    except BlockingIOError:
+                        written = 0
+                    except BrokenPipeError:  # the box stopped reading: the rest is not needed
+                        written = len(pending)
                     pending = pending[written:]
                     if not pending:
                         selector.unregister(process.stdin)
                         process.stdin.close()
                     continue
-                assert isinstance(key.fileobj, int) or hasattr(key.fileobj, "fileno")
                 chunk = os.read(key.fd, 65536)
                 if not chunk:
                     selector.unregister(key.fileobj)
