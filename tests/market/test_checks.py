@@ -106,7 +106,7 @@ class Env:
         self.judge_calls.append((check.check_id, prompt))
         return self.answer, check.model or "scripted"
 
-    def review(self, check: ReviewCheck) -> CheckResult:
+    def review(self, check: ReviewCheck, outputs: Mapping[str, Any]) -> CheckResult:
         self.review_calls += 1
         return CheckResult(check.check_id, True, "accepted")
 
@@ -522,7 +522,7 @@ def test_each_check_is_evaluated_once_however_many_coalitions_are_valued() -> No
 
 def test_a_waiting_check_stops_the_evaluation() -> None:
     class Waits(Env):
-        def review(self, check: ReviewCheck) -> CheckResult:
+        def review(self, check: ReviewCheck, outputs: Mapping[str, Any]) -> CheckResult:
             raise SettlementWaits("the window is open")
 
     checks = rubric(PARTS, [JUDGE, ReviewCheck("review", 1, ("sum",))])

@@ -21,6 +21,7 @@ from market.work import (
     ASSEMBLY_CHECK,
     ASSEMBLY_PART,
     CONTRACTOR_SHARE,
+    DEFAULT_REVIEW_CRITERION,
     MISSING,
     PLAN_CHECK,
     PLAN_PART,
@@ -35,6 +36,7 @@ from market.work import (
     check_shares,
     check_to_json,
     default_checks,
+    dispute_fee,
     exact_number,
     json_path_text,
     parse_check,
@@ -397,7 +399,7 @@ def test_judge_fields_out_of_range(field: str, value: Any) -> None:
 @pytest.mark.parametrize(
     ("kind", "extra"),
     [
-        ("review", {"criterion": "x"}),
+        ("review", {"criterion": "x", "pass_score": 5}),
         ("expect", {"equals": 1, "schema": {}}),
         ("schema", {"schema": {}, "code": "x"}),
         ("judge", {"criterion": "x", "timeout": 3}),
@@ -703,3 +705,22 @@ def test_check_to_json_round_trips_every_kind() -> None:
     ]
     for check in checks:
         assert parse_check(check_to_json(check), "$", PARTS) == check
+
+
+def test_a_review_check_may_state_its_criterion_for_a_dispute() -> None:
+    stated = parse_check(
+        {"id": "r", "kind": "review", "reads": ["tax"], "criterion": "Tax at 10%."}, "$", PARTS
+    )
+    assert isinstance(stated, ReviewCheck) and stated.criterion == "Tax at 10%."
+    assert parse_check(check_to_json(stated), "$", PARTS) == stated
+    plain = parse_check({"id": "r", "kind": "review", "reads": ["tax"]}, "$", PARTS)
+    assert isinstance(plain, ReviewCheck) and plain.criterion == DEFAULT_REVIEW_CRITERION
+    assert "criterion" not in check_to_json(plain)  # logged as before
+    for bad in ("", "   ", "x" * 2001, 7):
+        raw = {"id": "x", "kind": "review", "reads": ["tax"], "criterion": bad}
+        assert check_error(raw).path == "$.checks[3].criterion"
+
+
+def test_a_dispute_costs_a_twentieth_of_the_price_and_at_least_a_wei() -> None:
+    assert dispute_fee(10**18) == 5 * 10**16
+    assert dispute_fee(19) == 1 and dispute_fee(0) == 1
