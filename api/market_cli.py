@@ -345,19 +345,29 @@ def _task_json(context: MarketContext, task: Any) -> dict[str, Any]:
 
 @task_app.command("show")
 def task_show(task_id: str, as_json: JsonFlag = False, server: ServerOption = None) -> None:
-    """One task: its spec, windows, state, and the winner once awarded."""
+    """One task: its spec, windows, state, its requester's record, and the winner once
+    awarded."""
     if server:
         with remote(server) as client:
             data = client.task(task_id)
     else:
         with _read_market() as market:
-            data = _task_view(market, market.task(task_id))
+            task = market.task(task_id)
+            data = _task_view(market, task)
+            data["requester_record"] = market.requester_record(task.requester).to_json()
     if as_json:
         emit(data)
         return
     spec = data["spec"]
     say(f"[bold]{data['id']}[/]  {escape(spec['title'])}  ({data['state']})")
     say(f"  requester   {data['requester']}")
+    record = data.get("requester_record")
+    if record is not None:
+        say(
+            f"  its record  {record['tasks_posted']} posted, {record['tasks_settled']} settled, "
+            f"{record['reviews_rejected']} reviews rejected "
+            f"({record['rejections_overturned']} overturned)"
+        )
     say(
         f"  budget      {format_eth(int(spec['budget']))} "
         f"({'escrowed' if data['escrowed'] else 'not escrowed'})"

@@ -12,7 +12,8 @@
     (6) the settlement recomputes: every check re-runs to its logged result (judge answers,
         reviews and disputes held to their logged, signed records), then the same share paid,
         v(S), Shapley values and wei for each payee, paid to the address each payee bound to
-        its DID, and the same dispute fees
+        its DID, and the same dispute fees; the track record `task.settled` logs is the
+        settlement's, and each credential revoked for it was due (`market.reputation`)
     (7) the chain's escrow events equal the deposit, the settlement and the refunds, and funds
         are conserved
 
@@ -38,6 +39,7 @@ from typing import Any
 from coordinator.errors import CoordinatorError
 from coordinator.runner import CONVERSATION_MESSAGE, CONVERSATION_OPENED
 from coordinator.service import ConversationRecord, replay_conversation
+from identity.challenges.registry import get_capability
 from identity.credentials import REVOCATION_EVENT_KIND, VerifiedCredential, verify_credential
 from identity.errors import BindingError, ExamError, IdentityError, SandboxUnavailable
 from identity.exams import ANSWERED, COMMITTED, GRADED, regrade_from_ledger
@@ -59,11 +61,12 @@ from ledger.store import LogStore
 from ledger.verify import StepResult
 from market import sealed
 from market.check_runtime import LogReviews, run_python_check
-from market.checks import CheckResult, RecheckEnvironment
-from market.errors import MarketError
+from market.checks import CheckResult, RecheckEnvironment, Valuation
+from market.errors import MarketError, ReputationError
 from market.escrow import EscrowChain
-from market.service import BidBook, replay_award, reputations_from_log
-from market.settlement import SETTLEMENT_COMPUTED, recompute_settlement
+from market.reputation import SettledWork, check_revocation, scored_parts, settled_work
+from market.service import BidBook, replay_award, reputations_from_log, track_records_from_log
+from market.settlement import SETTLEMENT_COMPUTED, Settlement, recompute_settlement
 from market.tasks import (
     BID_COMMITTED,
     BID_REVEALED,
@@ -671,7 +674,9 @@ def _auction(store: LogStore, scope: _Scope) -> str:
             awarded = (index, event.body)
     if awarded is None:
         raise AuditFailure("the task was never awarded")
-    reputations = reputations_from_log(store, book.reveals.keys(), before=awarded[0])
+    reputations = reputations_from_log(
+        store, book.reveals.keys(), task.spec.capabilities, before=awarded[0]
+    )
     try:
         outcome, forfeited = replay_award(
             task, list(book.commitments.values()), list(book.reveals.values()), reputations
@@ -759,7 +764,9 @@ def _settlement(store: LogStore, scope: _Scope, escrow: EscrowChain) -> str:
                 return logged[check.check_id]
 
         env = RecheckEnvironment(logged, rerun_python, reviews.review)
-        settlement, _, _ = recompute_settlement(scope.task, delivered, env, seed=int(body["seed"]))
+        settlement, valuation, _ = recompute_settlement(
+            scope.task, delivered, env, seed=int(body["seed"])
+        )
     except (MarketError, ExamError, KeyError, TypeError, ValueError) as exc:
         raise AuditFailure(f"the settlement does not recompute: {exc}", index) from exc
     for check_id, result in settlement.checks.items():
@@ -792,6 +799,7 @@ def _settlement(store: LogStore, scope: _Scope, escrow: EscrowChain) -> str:
         bound = _bound_address(scope, player, chain_id)
         if bound != address:
             raise AuditFailure(f"{player} bound {bound} for payouts, not {address}", index)
+    _track_record(store, scope, settlement, valuation)
     passed = sum(1 for r in settlement.checks.values() if r.passed)
     summary = (
         f"{passed} of {len(settlement.checks)} checks pass as logged; "
@@ -804,6 +812,58 @@ def _settlement(store: LogStore, scope: _Scope, escrow: EscrowChain) -> str:
             f"verdicts taken as given ({next(iter(unrun.values()))}); otherwise {summary}"
         )
     return summary
+
+
+def _track_record(
+    store: LogStore, scope: _Scope, settlement: Settlement, valuation: Valuation
+) -> None:
+    """(6c) `task.settled` records the track record the settlement gives (each part's producer
+    and score, `market.reputation`), and every revocation it made due recomputes from the log
+    up to it. Raises AuditFailure."""
+    found = [(i, e) for i, e in scope.task_events if e.kind == TASK_SETTLED]
+    if not found:
+        return  # computed, not paid yet: nothing is recorded
+    index, event = found[0]
+    task = scope.task
+    passed = {check_id: result.passed for check_id, result in settlement.checks.items()}
+    parts = scored_parts(task.spec, valuation.producers, passed)
+    expected = SettledWork(index, task.task_id, task.requester, parts)
+    if settled_work(index, task.task_id, event.body) != expected:
+        raise AuditFailure(
+            f"task.settled records another track record than the settlement gives: "
+            f"{expected.to_json()}",
+            index,
+        )
+    for at in sorted(scope.touched):
+        revocation = scope.touched[at].event
+        evidence = revocation.body.get("evidence")
+        if revocation.kind != REVOCATION_EVENT_KIND or not isinstance(evidence, Mapping):
+            continue
+        if evidence.get("settled_index") != index:
+            continue
+        try:
+            threshold = get_capability(str(evidence.get("capability"))).threshold
+            _revoked_credential(scope, revocation, evidence)
+            check_revocation(evidence, track_records_from_log(store, before=index + 1), threshold)
+        except (MarketError, ExamError) as exc:
+            raise AuditFailure(f"the revocation was not due: {exc}", at) from exc
+
+
+def _revoked_credential(scope: _Scope, revocation: Event, evidence: Mapping[str, Any]) -> None:
+    """Raises ReputationError unless the revoked credential is the evidence's agent's, in its
+    capability, issued before the settlement."""
+    for at in sorted(scope.touched):
+        event = scope.touched[at].event
+        if event.kind == ISSUED_EVENT_KIND and event.body.get("credentialId") == revocation.subject:
+            held = (event.body.get("agent"), event.body.get("capability"))
+            if held == (evidence.get("agent"), evidence.get("capability")) and at < int(
+                evidence.get("settled_index", -1)
+            ):
+                return
+    raise ReputationError(
+        f"{revocation.subject} is no credential of {evidence.get('agent')} in "
+        f"{evidence.get('capability')} issued before the settlement"
+    )
 
 
 def _bound_address(scope: _Scope, did: str, chain_id: int) -> str | None:

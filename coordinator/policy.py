@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Protocol
 
 from coordinator.conversation import (
@@ -34,7 +35,15 @@ class Member:
     name: str
     capabilities: tuple[str, ...]
     reputation: str = "1/2"
+    """Its reputation over what it holds (the mean of `reputations`, `n/d`)."""
     description: str = ""
+    reputations: tuple[tuple[str, str], ...] = ()
+    """Its reputation in each capability it has a track record in, `n/d`
+    (`market.reputation`); `reputation_in` falls back to `reputation` for the others."""
+
+    def reputation_in(self, capability: str) -> Fraction:
+        """Its reputation in `capability`: what discovery ranks it by for that work."""
+        return Fraction(dict(self.reputations).get(capability, self.reputation))
 
 
 @dataclass(frozen=True)
@@ -125,7 +134,8 @@ class RulePolicy:
 
     def _assignee(self, view: TeamView, task: SubTask) -> str:
         """The best member for `task`: holds the capability, has done or holds the fewest
-        assignments so far, then highest reputation; one that failed this work comes last."""
+        assignments so far, then highest reputation in its capability; one that failed this
+        work comes last."""
         c = view.conversation
         failed_by = set(view.failed_by.get(base_id(task.sub_id), ()))
         load: dict[str, int] = {}
@@ -139,9 +149,8 @@ class RulePolicy:
         if not able:
             return c.leader
 
-        def rank(member: Member) -> tuple[int, int, float, str]:
-            num, _, den = member.reputation.partition("/")
-            reputation = int(num) / int(den or 1)
+        def rank(member: Member) -> tuple[int, int, Fraction, str]:
+            reputation = member.reputation_in(task.capability)
             return (member.did in failed_by, load.get(member.did, 0), -reputation, member.did)
 
         return min(able, key=rank).did

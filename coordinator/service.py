@@ -43,6 +43,7 @@ from ledger.store import LogStore
 from ledger.views import check_limit, encode_cursor, int_key, reading
 from market.discovery import DEPENDS_ON, description, fraction_text, ranked_page
 from market.discovery import VIEW_NAME as DISCOVERY_VIEW
+from market.reputation import DEFAULT_PRIOR_MEAN
 from market.runtime import MarketContext
 from market.tasks import Task
 from market.work import resolve_files
@@ -87,7 +88,7 @@ def agent_names(context: MarketContext) -> dict[str, str]:
 
 
 def _verified_members(context: MarketContext, agents: Sequence[AgentRecord]) -> list[Member]:
-    reputations = context.market.reputations(a.did for a in agents)
+    records = context.market.indexed_track_records(a.did for a in agents)
     members = []
     for agent in agents:
         held = sorted(
@@ -98,19 +99,24 @@ def _verified_members(context: MarketContext, agents: Sequence[AgentRecord]) -> 
                 and context.market.eligible(agent.did, (record["capability"],))
             }
         )
-        members.append(member_of(agent, held, reputations[agent.did]))
+        members.append(member_of(agent, held, {c: records.reputation(agent.did, c) for c in held}))
     return members
 
 
-def member_of(agent: AgentRecord, held: Sequence[str], reputation: Fraction) -> Member:
-    """An agent as discovery and the leader see it: what it holds, its reputation, and the
-    description discovery ranks by relevance (`market.discovery.description`)."""
+def member_of(
+    agent: AgentRecord, held: Sequence[str], reputations: Mapping[str, Fraction]
+) -> Member:
+    """An agent as discovery and the leader see it: what it holds, its reputation in each
+    (its track record there), and the description discovery ranks by relevance
+    (`market.discovery.description`)."""
+    overall = sum(reputations.values(), Fraction(0)) / len(reputations) if reputations else None
     return Member(
         agent.did,
         agent.name,
         tuple(held),
-        fraction_text(reputation),
+        fraction_text(DEFAULT_PRIOR_MEAN if overall is None else overall),
         description(agent.name, held),
+        tuple((c, fraction_text(r)) for c, r in sorted(reputations.items())),
     )
 
 
@@ -148,7 +154,14 @@ def discover(
         )
     candidates = tuple(
         Candidate(
-            Member(d.did, d.name, d.capabilities, fraction_text(d.reputation), d.description),
+            Member(
+                d.did,
+                d.name,
+                d.capabilities,
+                fraction_text(d.reputation),
+                d.description,
+                ((capability, fraction_text(d.reputation)),),
+            ),
             d.relevance,
             d.reputation,
         )

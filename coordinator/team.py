@@ -87,9 +87,10 @@ class Candidate:
 
 def rank_candidates(need: str, capability: str, members: Iterable[Member]) -> list[Candidate]:
     """Discovery's order: credentialed for the capability first (others are dropped), then by
-    relevance of the self-description to the need, then reputation, then DID."""
+    relevance of the self-description to the need, then reputation in the capability, then
+    DID."""
     ranked = [
-        Candidate(m, relevance(need, m.description), Fraction(m.reputation))
+        Candidate(m, relevance(need, m.description), m.reputation_in(capability))
         for m in members
         if capability in m.capabilities
     ]

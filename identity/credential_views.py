@@ -158,3 +158,19 @@ def capabilities_of(connection: Any, dids: Iterable[str], now: datetime) -> dict
         for agent, capability in rows:
             held[str(agent)].add(str(capability))
     return {did: sorted(capabilities) for did, capabilities in held.items()}
+
+
+def credentials_held(connection: Any, agent: str, capability: str, *, before: int) -> list[str]:
+    """The ids of `agent`'s unrevoked credentials for `capability` whose `credential.issued`
+    was logged before index `before`, oldest first (valid or not)."""
+    rows = connection.execute(
+        select(CREDENTIALS.c.credential_id)
+        .where(
+            CREDENTIALS.c.agent == agent,
+            CREDENTIALS.c.capability == capability,
+            CREDENTIALS.c.revoked.is_(False),
+            CREDENTIALS.c.issued_index < before,
+        )
+        .order_by(CREDENTIALS.c.issued_index)
+    )
+    return [str(credential_id) for credential_id in rows.scalars()]

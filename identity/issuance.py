@@ -17,7 +17,7 @@ import math
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -38,6 +38,7 @@ from identity.errors import RegistryError
 from identity.exams import ExamResult
 from identity.status import status_entry
 from identity.status_lists import StatusLists, operator_key, write_document
+from ledger.errors import AlreadyLoggedError
 from ledger.events import format_time
 from ledger.service import Ledger
 from ledger.store import create_tables, statement_connection
@@ -200,11 +201,16 @@ class CredentialIssuer:
             ).all()
         return [_row_json(row) for row in rows]
 
-    def revoke(self, credential_id: str, reason: str) -> int:
-        """Revoke: set the status bit, re-sign and publish the list, log `credential.revoked`.
+    def revoke(
+        self, credential_id: str, reason: str, *, evidence: Mapping[str, Any] | None = None
+    ) -> int:
+        """Revoke: set the status bit, re-sign and publish the list, log `credential.revoked`
+        (with `evidence`, when a rule revokes it: what the rule computed, so that anyone can
+        recompute it), once per credential whichever process gets there first.
 
         Returns the log index of the revocation event. Raises RegistryError for an unknown or
-        already revoked credential or an empty reason; and what the ledger raises.
+        already revoked credential (by this process or another) or an empty reason; and what
+        the ledger raises.
         """
         if not reason.strip():
             raise RegistryError("a revocation needs a --reason")
@@ -217,9 +223,18 @@ class CredentialIssuer:
         body = revocation_event_body(
             row["id"], index, reason, status_list_credential=self.status_lists.url
         )
-        log_index, _ = self.ledger.append(
-            self.ledger.operator, REVOCATION_EVENT_KIND, subject=row["id"], body=body
-        )
+        if evidence is not None:
+            body["evidence"] = dict(evidence)
+        try:
+            log_index, _ = self.ledger.append(
+                self.ledger.operator,
+                REVOCATION_EVENT_KIND,
+                subject=row["id"],
+                body=body,
+                once_key=row["id"],
+            )
+        except AlreadyLoggedError as exc:
+            raise RegistryError(f"credential {row['id']} is already revoked") from exc
         self.status_lists.publish(status_list, now)
         self.checked.forget()
         with self.engine.begin() as connection:

@@ -18,7 +18,7 @@ the parts that each live in their own module and answers for them:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -246,9 +246,11 @@ class Onboarding:
         """See `CredentialIssuer.credentials_of`."""
         return self.issuer.credentials_of(agent_did)
 
-    def revoke(self, credential_id: str, reason: str) -> int:
+    def revoke(
+        self, credential_id: str, reason: str, *, evidence: Mapping[str, Any] | None = None
+    ) -> int:
         """See `CredentialIssuer.revoke`."""
-        return self.issuer.revoke(credential_id, reason)
+        return self.issuer.revoke(credential_id, reason, evidence=evidence)
 
     def verify(
         self,

@@ -4,7 +4,8 @@ holders of a capability for a need is one indexed query that returns a page, not
     view_discovery  one row per agent: the name it registered under (`agent.registered`,
                     signed by the agent), the capabilities of its unrevoked credentials
                     (`credential.issued`/`credential.revoked`, signed by the operator), the
-                    words of its description, their number, its reputation (exact `n/d` and
+                    words of its description, their number, its reputation in that
+                    capability (its track record there, `market.reputation`: exact `n/d` and
                     a double to sort by), and the window within which all its credentials
                     are valid
 
@@ -32,8 +33,10 @@ expired, or is not valid yet) describes a set of capabilities the clock has chan
 rows (rare) are ranked from the credential view in Python and merged in, so the answer is the
 one a scan of every agent would give.
 
-The view follows the credential and reputation views and reads their rows when it folds: they
-are attached before it, and every append, catch-up and reindex applies them first, chunk by
+The view follows the task, credential and reputation views and reads their rows when it folds
+(forfeits count in the capabilities of their task; a settlement that closes a circle changes
+the weights of every unit within it, so the whole circle is written again): they are attached
+before it, and every append, catch-up and reindex applies them first, chunk by
 chunk (`DEPENDS_ON` are brought level before it on a read). The audit never reads it.
 """
 
@@ -65,10 +68,18 @@ from identity.credential_views import VIEW_NAME as CREDENTIAL_VIEW
 from identity.credentials import REVOCATION_EVENT_KIND
 from identity.registration import REGISTERED_KIND
 from ledger.views import ViewEntry, micros
-from market.views import REPUTATION_VIEW, reputation_inputs, reputations_of
+from market.reputation import circles, work_by_agent
+from market.views import (
+    REPUTATION_VIEW,
+    forfeited_in,
+    settled_of,
+    track_records_of,
+    work_pairs,
+)
+from market.views import VIEW_NAME as TASK_VIEW
 
 VIEW_NAME = "discovery"
-DEPENDS_ON = (CREDENTIAL_VIEW, REPUTATION_VIEW)
+DEPENDS_ON = (TASK_VIEW, CREDENTIAL_VIEW, REPUTATION_VIEW)
 _IN_CHUNK = 500
 _NEVER_US = 2**62
 _WORDS = re.compile(r"[a-z0-9]+")
@@ -178,6 +189,7 @@ class DiscoveryView:
         names: dict[str, str] = {}
         dirty: set[str] = set()
         revoked: list[str] = []
+        requesters: set[str] = set()
         for entry in entries:
             event = entry.event
             if event.kind == REGISTERED_KIND:
@@ -191,7 +203,17 @@ class DiscoveryView:
             elif event.actor == self.operator_did and event.kind == REVOCATION_EVENT_KIND:
                 revoked.append(event.subject)
             else:
-                dirty.update(did for did, _ in reputation_inputs(entry))
+                work = settled_of(entry)
+                if work is not None:
+                    dirty.update(work_by_agent(work))
+                    requesters.add(work.requester)
+                dirty.update(forfeited_in(entry))
+        if requesters:
+            # New work can close a circle: every agent in the requester's circle now may
+            # weigh its units otherwise (`market.reputation.circles`).
+            merged = circles(work_pairs(connection))
+            for requester in requesters:
+                dirty.update(merged.get(requester, ()))
         registered = sorted(names)
         for chunk in _chunks(registered):  # a repeat (a hand-written log) renames
             connection.execute(delete(NAMES).where(NAMES.c.did.in_(chunk)))
@@ -234,7 +256,7 @@ def _describe(connection: Any, dids: list[str]) -> None:
         held[agent].add(capability)
         earliest, latest = window[agent]
         window[agent] = (max(earliest, int(valid_from)), min(latest, int(valid_until)))
-    reputations = reputations_of(connection, [did for did in names if held[did]])
+    records = track_records_of(connection, [did for did in names if held[did]])
     rows = []
     word_rows = []
     for did, name in names.items():
@@ -253,8 +275,8 @@ def _describe(connection: Any, dids: list[str]) -> None:
                     "capabilities": "\n".join(capabilities),
                     "words": f" {' '.join(sorted(described))} ",
                     "word_count": len(described),
-                    "reputation": fraction_text(reputations[did]),
-                    "reputation_key": float(reputations[did]),
+                    "reputation": fraction_text(records.reputation(did, capability)),
+                    "reputation_key": float(records.reputation(did, capability)),
                     "valid_from_us": window[did][0],
                     "valid_until_us": window[did][1],
                 }

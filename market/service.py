@@ -35,9 +35,10 @@ from datetime import datetime
 from fractions import Fraction
 from typing import Any, Protocol
 
+from identity.challenges.registry import get_capability
 from identity.credential_views import VIEW_NAME as CREDENTIAL_VIEW
-from identity.credential_views import capabilities_of, holders
-from identity.errors import IdentityError
+from identity.credential_views import capabilities_of, credentials_held, holders
+from identity.errors import ExamError, IdentityError, RegistryError
 from identity.onboarding import Onboarding
 from ledger.canonical import canonical_json
 from ledger.errors import AlreadyLoggedError
@@ -53,12 +54,24 @@ from market.errors import (
     AuctionError,
     BidRejected,
     IdempotencyConflict,
+    MarketError,
     TaskError,
     TransitionError,
     WorkError,
 )
 from market.money import Wei
-from market.reputation import reputation
+from market.reputation import (
+    Forfeit,
+    RequesterRecord,
+    SettledWork,
+    TrackRecords,
+    check_revocation,
+    fold_track_records,
+    revocation_due,
+    revocation_evidence,
+    revocation_reason,
+    settled_work,
+)
 from market.tasks import (
     BID_COMMITTED,
     BID_REVEALED,
@@ -88,7 +101,8 @@ from market.views import (
     bids_of,
     list_tasks,
     read_views,
-    reputations_of,
+    requester_record_of,
+    track_records_of,
 )
 from market.views import VIEW_NAME as TASK_VIEW
 from market.work import dispute_fee, file_refs
@@ -381,10 +395,17 @@ class Market:
         with reading(self.ledger.store, CREDENTIAL_VIEW) as connection:
             return capabilities_of(connection, dids, self.clock())
 
-    def indexed_reputations(self, dids: Iterable[str]) -> dict[str, Fraction]:
-        """`reputations` from the reputation view: the same fold, read by agent."""
-        with reading(self.ledger.store, REPUTATION_VIEW) as connection:
-            return reputations_of(connection, dids)
+    def indexed_track_records(self, dids: Iterable[str]) -> TrackRecords:
+        """`track_records` from the reputation view: the same fold, read by agent (with every
+        pair that settled work, for the circles)."""
+        with reading(self.ledger.store, REPUTATION_VIEW, TASK_VIEW) as connection:
+            return track_records_of(connection, dids)
+
+    def requester_record(self, did: str) -> RequesterRecord:
+        """What bidders see of a requester (`market.reputation.RequesterRecord`), from the
+        task and reputation views."""
+        with reading(self.ledger.store, REPUTATION_VIEW, TASK_VIEW) as connection:
+            return requester_record_of(connection, did)
 
     def iter_tasks(self, **filters: str | None) -> Iterator[Task]:
         """Every task matching the `list_tasks` filters, page after page."""
@@ -460,13 +481,60 @@ class Market:
         is missing)."""
         return _mean_score([self._exam_score(did, capability) for capability in capabilities])
 
-    def reputation_of(self, did: str) -> Fraction:
-        """Bayesian average of the quality `did` delivered on settled tasks, forfeits as 0."""
-        return self.reputations([did])[did]
+    def track_records(self, *, before: int | None = None) -> TrackRecords:
+        """Every track record, folded from the log before index `before` (all of it: None)."""
+        return track_records_from_log(self.ledger.store, before=before)
 
-    def reputations(self, dids: Iterable[str]) -> dict[str, Fraction]:
-        """`reputation_of` for many bidders from one pass over the settled and awarded tasks."""
-        return reputations_from_log(self.ledger.store, dids)
+    def reputation_of(self, did: str, capability: str) -> Fraction:
+        """`did`'s reputation in `capability`: its track record there (`market.reputation`)."""
+        return self.track_records().reputation(did, capability)
+
+    def reputations(self, dids: Iterable[str], capabilities: Sequence[str]) -> dict[str, Fraction]:
+        """Each bidder's reputation for a task needing `capabilities`: the mean of its
+        reputations in them, from one fold of the log."""
+        return reputations_from_log(self.ledger.store, dids, capabilities)
+
+    def revoke_failing(self, task_id: str) -> list[str]:
+        """The track-record rule, once a task is settled: each agent with parts in it loses
+        its credentials in a capability of those parts whose record, as of the task's
+        `task.settled`, is due for revocation (`market.reputation.revocation_due`). Each
+        revocation is logged by the operator with its reason and evidence, once per
+        credential whichever process gets there first; credentials issued after the
+        settlement are left alone. Idempotent. Returns the ids of the credentials it revoked.
+
+        Raises StoreError, and what `Onboarding.revoke` raises but RegistryError (another
+        process revoked the credential first).
+        """
+        found = self.ledger.store.find(kind=TASK_SETTLED, subject=task_id, limit=1)
+        if not found:
+            return []
+        event = Entry.from_bytes(found[0].data).event
+        work = settled_work(found[0].index, task_id, event.body)
+        if work is None:
+            return []
+        records = self.track_records(before=work.index + 1)
+        revoked = []
+        for agent, capability in sorted({(p.producer, p.capability) for p in work.parts}):
+            record = records.record(agent, capability)
+            try:
+                threshold = get_capability(capability).threshold
+            except ExamError:
+                continue
+            if not revocation_due(record, threshold):
+                continue
+            evidence = revocation_evidence(agent, record, threshold, task_id, work.index)
+            check_revocation(evidence, records, threshold)  # what the audit recomputes
+            with reading(self.ledger.store, CREDENTIAL_VIEW) as connection:
+                held = credentials_held(connection, agent, capability, before=work.index)
+            for credential_id in held:
+                try:
+                    self.onboarding.revoke(
+                        credential_id, revocation_reason(record, threshold), evidence=evidence
+                    )
+                except RegistryError:
+                    continue  # revoked meanwhile, by hand or by another process
+                revoked.append(credential_id)
+        return revoked
 
     # -- acting --------------------------------------------------------------------------
 
@@ -856,7 +924,7 @@ class Market:
     def replay_auction(self, task: Task) -> tuple[AuctionOutcome, list[str]]:
         """The auction as the log determines it (see `replay_award`)."""
         book = self._book(task.task_id)
-        reputations = self.reputations(book.reveals.keys())
+        reputations = self.reputations(book.reveals.keys(), task.spec.capabilities)
         return replay_award(
             task, list(book.commitments.values()), list(book.reveals.values()), reputations
         )
@@ -932,29 +1000,70 @@ def _mean_score(scores: Sequence[Fraction | None]) -> Fraction:
     return sum((s for s in scores if s is not None), Fraction(0)) / len(scores)
 
 
-def reputations_from_log(
-    store: LogStore, dids: Iterable[str], *, before: int | None = None
-) -> dict[str, Fraction]:
-    """Each DID's reputation from the settled and cleared tasks logged before index `before`
-    (all of the log when None): a pure fold anyone can redo, as the award did at its time."""
-    wanted = set(dids)
-    deliveries: dict[str, list[Fraction]] = {did: [] for did in wanted}
-    forfeits = dict.fromkeys(wanted, 0)
+def settled_works(store: LogStore, *, before: int | None = None) -> list[SettledWork]:
+    """The track record of every `task.settled` logged before index `before` (all: None), in
+    log order; a settlement that carries none (a log from before track records) is skipped."""
+    works = []
     for stored in store.find(kind=TASK_SETTLED, limit=MAX_TASK_EVENTS):
         if before is not None and stored.index >= before:
             break
-        quality = Entry.from_bytes(stored.data).event.body.get("quality", {})
-        for did, value in quality.items():
-            if did in wanted:
-                deliveries[did].append(Fraction(value))
+        event = Entry.from_bytes(stored.data).event
+        work = settled_work(stored.index, event.subject, event.body)
+        if work is not None:
+            works.append(work)
+    return works
+
+
+def forfeits_from_log(store: LogStore, *, before: int | None = None) -> list[Forfeit]:
+    """Every forfeit `task.awarded` and `task.expired` name before index `before`, each with
+    the capabilities of its task (from its posting; none when the posting is not a spec)."""
+    found: list[Forfeit] = []
+    needs: dict[str, tuple[str, ...]] = {}
     for kind in (TASK_AWARDED, TASK_EXPIRED):
         for stored in store.find(kind=kind, limit=MAX_TASK_EVENTS):
             if before is not None and stored.index >= before:
                 break
-            for did in Entry.from_bytes(stored.data).event.body.get("forfeited", []):
-                if did in wanted:
-                    forfeits[did] += 1
-    return {did: reputation(deliveries[did], forfeits=forfeits[did]) for did in sorted(wanted)}
+            event = Entry.from_bytes(stored.data).event
+            forfeited = event.body.get("forfeited", [])
+            if not isinstance(forfeited, list) or not all(isinstance(d, str) for d in forfeited):
+                continue
+            if forfeited and event.subject not in needs:
+                needs[event.subject] = _posted_capabilities(store, event.subject)
+            found += [Forfeit(stored.index, did, needs[event.subject]) for did in forfeited]
+    return found
+
+
+def _posted_capabilities(store: LogStore, task_id: str) -> tuple[str, ...]:
+    posted = store.find(kind=TASK_POSTED, subject=task_id, limit=1)
+    if not posted:
+        return ()
+    try:
+        spec = Entry.from_bytes(posted[0].data).event.body["spec"]
+        return TaskSpec.from_json(dict(spec)).capabilities
+    except (MarketError, KeyError, TypeError, ValueError):
+        return ()
+
+
+def track_records_from_log(store: LogStore, *, before: int | None = None) -> TrackRecords:
+    """Every agent's track record from the settled tasks and forfeits logged before index
+    `before` (all of the log when None): a pure fold anyone can redo, as the award did at its
+    time (`market.reputation.fold_track_records`)."""
+    return fold_track_records(
+        settled_works(store, before=before), forfeits_from_log(store, before=before)
+    )
+
+
+def reputations_from_log(
+    store: LogStore,
+    dids: Iterable[str],
+    capabilities: Sequence[str],
+    *,
+    before: int | None = None,
+) -> dict[str, Fraction]:
+    """Each DID's reputation for a task needing `capabilities` (the mean of its reputations
+    in them) from the log before index `before`: what the auction scored it by."""
+    records = track_records_from_log(store, before=before)
+    return {did: records.reputation_for(did, capabilities) for did in sorted(set(dids))}
 
 
 MAX_IDEMPOTENCY_KEY = 200

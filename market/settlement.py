@@ -11,8 +11,10 @@
     4. `settlement.computed` logged with every v(S) used, the seed, payouts and payout addresses,
        then the log is anchored
     5. `TaskEscrow.settle(payees, amounts)` (journalled; the rest of the deposit is credited to
-       the requester), then `task.settled` with each contributor's delivered quality, and the
-       log is anchored again so that `accord audit` finds the whole settlement anchored
+       the requester), then `task.settled` with each contributor's delivered quality and the
+       track record (each part's producer and score, `market.reputation`), the credentials
+       that record makes due are revoked (`Market.revoke_failing`), and the log is anchored
+       again so that `accord audit` finds the whole settlement anchored
 
 Every step first looks at what is already done (a logged computation is reused, never
 recomputed with another seed; a settled escrow is not paid again), so a crash anywhere and a
@@ -50,6 +52,7 @@ from market.checks import (
 )
 from market.errors import EscrowError, SettlementError
 from market.money import Wei
+from market.reputation import SettledWork, scored_parts
 from market.service import MAX_TASK_EVENTS, EscrowReceipt, Market, task_event
 from market.shapley import ShapleyResult, shapley, split_wei
 from market.tasks import REVIEW_GIVEN, TASK_DELIVERED, TASK_SETTLED, Task
@@ -262,6 +265,9 @@ def settle_task(
     """
     task = market.task(task_id)
     if task.state == "settled":
+        if market.revoke_failing(task_id) and market.ledger.anchorer is not None:
+            with contextlib.suppress(ChainError):  # a crash left the track-record rule undone
+                market.ledger.anchorer.anchor_latest()
         return _logged_outcome(market, task)
     if task.state != "delivered":
         raise SettlementError(f"{task_id} is {task.state}: only a delivered task is settled")
@@ -281,16 +287,34 @@ def settle_task(
             market.ledger.operator,
             TASK_SETTLED,
             subject=task_id,
-            body={"task_id": task_id, "tx_hash": tx_hash, "quality": dict(body["quality"])},
+            body={
+                "task_id": task_id,
+                "tx_hash": tx_hash,
+                "quality": dict(body["quality"]),
+                "track_record": track_record(market, task, body).to_json(),
+            },
         )
     except AlreadyLoggedError:
         return _logged_outcome(market, market.task(task_id))  # another settler logged it
+    market.revoke_failing(task_id)  # the track-record rule (`market.reputation`)
     if market.ledger.anchorer is not None:
         # Paid and logged: anchored again so the audit finds `task.settled` anchored too. A
         # chain that went away now leaves it to `accord ledger anchor` (the audit says so).
         with contextlib.suppress(ChainError):
             market.ledger.anchorer.anchor_latest()
     return _outcome(task, body, tx_hash=tx_hash, already=False)
+
+
+def track_record(market: Market, task: Task, computed: Mapping[str, Any]) -> SettledWork:
+    """What `task.settled` records for reputation (`market.reputation`): each delivered part's
+    producer, scored by the requester's checks as the logged settlement `computed` decided
+    them. Raises SettlementError for a delivery or a settlement that does not parse."""
+    producers = delivered_work(task, delivery_body(market, task.task_id)).producers
+    try:
+        passed = {str(c["id"]): c["passed"] is True for c in computed["checks"]}
+    except (KeyError, TypeError) as exc:
+        raise SettlementError(f"the settlement of {task.task_id} does not parse: {exc!r}") from exc
+    return SettledWork(-1, task.task_id, task.requester, scored_parts(task.spec, producers, passed))
 
 
 def _compute_and_log(

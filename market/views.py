@@ -57,11 +57,19 @@ from ledger.views import (
 from market import sealed
 from market.errors import MarketError
 from market.money import Wei
-from market.reputation import reputation
+from market.reputation import (
+    RequesterRecord,
+    SettledWork,
+    TrackRecords,
+    Unit,
+    settled_work,
+    work_by_agent,
+)
 from market.tasks import (
     BID_COMMITTED,
     BID_REVEALED,
     CAPABILITY_PATTERN,
+    REVIEW_GIVEN,
     TASK_AWARDED,
     TASK_EXPIRED,
     TASK_KINDS,
@@ -486,80 +494,271 @@ def bids_of(connection: Any, subject: str) -> list[BidRow]:
 # -- reputation ------------------------------------------------------------------------------
 
 
-class ReputationRow(SQLModel, table=True):
-    """One delivery's quality (`task.settled`) or one forfeit (`task.awarded`, `task.expired`)
-    of an agent: what `market.service.reputations_from_log` folds, by agent."""
+class TrackRecordRow(SQLModel, table=True):
+    """One unit of an agent's track record (`market.reputation.Unit`): a settled task
+    (`task.settled` at `entry_index`) in which it made scored parts of `capability`."""
 
-    __tablename__ = "view_reputation"
+    __tablename__ = "view_track_record"
+
+    did: str = Field(primary_key=True)
+    capability: str = Field(primary_key=True)
+    entry_index: int = Field(sa_column=Column(BigInteger, primary_key=True, autoincrement=False))
+    requester: str
+    k: int
+    """The k-th settled task between this requester and this agent."""
+    parts: int
+    passed: str
+    """The sum of the parts' scores, as `n/d`."""
+
+
+class WorkPairRow(SQLModel, table=True):
+    """A requester and an agent that made parts of its settled tasks, and how many such tasks:
+    the edges of the circles (`market.reputation.circles`) and each pair's k so far."""
+
+    __tablename__ = "view_work_pairs"
+
+    requester: str = Field(primary_key=True)
+    agent: str = Field(primary_key=True)
+    tasks: int
+
+
+class ForfeitRow(SQLModel, table=True):
+    """A commitment never revealed, as `task.awarded` or `task.expired` names it; it counts
+    in each capability of its task (`subject`, the task view's capability rows)."""
+
+    __tablename__ = "view_forfeits"
 
     did: str = Field(primary_key=True)
     entry_index: int = Field(sa_column=Column(BigInteger, primary_key=True, autoincrement=False))
     position: int = Field(primary_key=True)
     """The place of the agent in the entry's list (a repeat counts again, as in the log)."""
-    quality: str | None = None
-    """The delivered quality as a fraction `n/d`; None for a forfeit."""
+    subject: str = Field(index=True)
 
 
-REPUTATION: Table = ReputationRow.__table__  # type: ignore[attr-defined]
+class RejectionRow(SQLModel, table=True):
+    """A review check rejected (`review.given`, verdict reject): its signer counts it in its
+    requester record when it is the task's requester (the task view says)."""
+
+    __tablename__ = "view_rejections"
+    __table_args__ = (Index("ix_view_rejections_actor", "actor"),)
+
+    subject: str = Field(primary_key=True)
+    check_id: str = Field(primary_key=True)
+    actor: str
+    entry_index: int = Field(sa_column=Column(BigInteger, nullable=False))
+
+
+TRACK_RECORD: Table = TrackRecordRow.__table__  # type: ignore[attr-defined]
+WORK_PAIRS: Table = WorkPairRow.__table__  # type: ignore[attr-defined]
+FORFEITS: Table = ForfeitRow.__table__  # type: ignore[attr-defined]
+REJECTIONS: Table = RejectionRow.__table__  # type: ignore[attr-defined]
 
 
 class ReputationView:
-    """The reputation projection: the inputs of `reputation` per agent, indexed by agent."""
+    """The reputation projection: each agent's track record units and forfeits, the pairs
+    that settled work, and the review checks requesters rejected (`market.reputation`)."""
 
     name = REPUTATION_VIEW
-    tables: Sequence[Table] = (REPUTATION,)
+    tables: Sequence[Table] = (TRACK_RECORD, WORK_PAIRS, FORFEITS, REJECTIONS)
 
     def apply(self, connection: Any, entries: Sequence[ViewEntry]) -> None:
-        rows = [
-            {"did": did, "entry_index": entry.index, "position": k, "quality": quality}
+        works = [w for w in (settled_of(entry) for entry in entries) if w is not None]
+        if works:
+            _fold_works(connection, works)
+        forfeits = [
+            {"did": did, "entry_index": entry.index, "position": k, "subject": entry.event.subject}
             for entry in entries
-            for k, (did, quality) in enumerate(reputation_inputs(entry))
+            for k, did in enumerate(forfeited_in(entry))
         ]
-        if rows:
-            connection.execute(insert(REPUTATION), rows)
+        if forfeits:
+            connection.execute(insert(FORFEITS), forfeits)
+        rejections = [entry for entry in entries if rejected_check(entry) is not None]
+        if rejections:
+            _fold_rejections(connection, rejections)
 
     def reset(self, connection: Any) -> None:
-        connection.execute(delete(REPUTATION))
+        for table in (REJECTIONS, FORFEITS, WORK_PAIRS, TRACK_RECORD):
+            connection.execute(delete(table))
 
 
-def reputation_inputs(entry: ViewEntry) -> list[tuple[str, str | None]]:
-    """(agent, quality) of each delivery a `task.settled` entry grades and (agent, None) of
-    each forfeit a `task.awarded` or `task.expired` names, as `reputations_from_log` reads
-    them; nothing for anything else or for a body it cannot read (pure)."""
-    event = entry.event
-    found: list[tuple[str, str | None]] = []
-    try:
-        if event.kind == TASK_SETTLED:
-            # by DID: a body parsed from the stored bytes has its keys in canonical order,
-            # the one an append folds keeps the order it was built in
-            for did, value in sorted(dict(event.body.get("quality", {})).items()):
-                quality = Fraction(value)
-                found.append((str(did), f"{quality.numerator}/{quality.denominator}"))
-        elif event.kind in (TASK_AWARDED, TASK_EXPIRED):
-            found.extend((str(did), None) for did in list(event.body.get("forfeited", [])))
-    except (TypeError, ValueError, ZeroDivisionError):
+def settled_of(entry: ViewEntry) -> SettledWork | None:
+    """The track record of a `task.settled` entry (None for anything else, or a body that
+    carries none). Pure."""
+    if entry.event.kind != TASK_SETTLED:
+        return None
+    return settled_work(entry.index, entry.event.subject, entry.event.body)
+
+
+def forfeited_in(entry: ViewEntry) -> list[str]:
+    """The agents a `task.awarded` or `task.expired` entry names as forfeited, in order
+    (nothing for anything else, or a body it cannot read). Pure."""
+    if entry.event.kind not in (TASK_AWARDED, TASK_EXPIRED):
         return []
-    return found
+    found = entry.event.body.get("forfeited", [])
+    if not isinstance(found, list) or not all(isinstance(did, str) for did in found):
+        return []
+    return list(found)
 
 
-def reputations_of(connection: Any, dids: Iterable[str]) -> dict[str, Fraction]:
-    """Each DID's reputation from the view: the same fold as `reputations_from_log`."""
+def rejected_check(entry: ViewEntry) -> str | None:
+    """The check a `review.given` entry rejects (None for anything else). Pure."""
+    event = entry.event
+    check = event.body.get("check")
+    if event.kind != REVIEW_GIVEN or event.body.get("verdict") != "reject":
+        return None
+    return check if isinstance(check, str) and check else None
+
+
+def _fold_works(connection: Any, works: Sequence[SettledWork]) -> None:
+    """Each settled work's units, k counted on from the stored pairs (see `fold_track_records`)."""
+    wanted = {(w.requester, agent) for w in works for agent in work_by_agent(w)}
+    counts: dict[tuple[str, str], int] = {}
+    for requester in sorted({r for r, _ in wanted}):
+        rows = connection.execute(
+            select(WORK_PAIRS.c.agent, WORK_PAIRS.c.tasks).where(
+                WORK_PAIRS.c.requester == requester
+            )
+        ).all()
+        counts.update(((requester, agent), int(n)) for agent, n in rows)
+    stored = set(counts)
+    units = []
+    for work in works:
+        for agent, by_capability in sorted(work_by_agent(work).items()):
+            k = counts[work.requester, agent] = counts.get((work.requester, agent), 0) + 1
+            units += [
+                {
+                    "did": agent,
+                    "capability": capability,
+                    "entry_index": work.index,
+                    "requester": work.requester,
+                    "k": k,
+                    "parts": parts,
+                    "passed": f"{passed.numerator}/{passed.denominator}",
+                }
+                for capability, (parts, passed) in sorted(by_capability.items())
+                if parts
+            ]
+    if units:
+        connection.execute(insert(TRACK_RECORD), units)
+    changed = [
+        {"key_requester": r, "key_agent": a, "new_tasks": counts[r, a]}
+        for r, a in sorted(wanted & stored)
+    ]
+    if changed:
+        connection.execute(
+            update(WORK_PAIRS)
+            .where(
+                WORK_PAIRS.c.requester == bindparam("key_requester"),
+                WORK_PAIRS.c.agent == bindparam("key_agent"),
+            )
+            .values(tasks=bindparam("new_tasks")),
+            changed,
+        )
+    fresh = [
+        {"requester": r, "agent": a, "tasks": counts[r, a]} for r, a in sorted(wanted - stored)
+    ]
+    if fresh:
+        connection.execute(insert(WORK_PAIRS), fresh)
+
+
+def _fold_rejections(connection: Any, entries: Sequence[ViewEntry]) -> None:
+    """The first rejection of each (task, check) is kept (a repeat only a hand-written log
+    holds adds nothing)."""
+    subjects = sorted({entry.event.subject for entry in entries})
+    seen: set[tuple[str, str]] = set()
+    for start in range(0, len(subjects), _IN_CHUNK):
+        chunk = subjects[start : start + _IN_CHUNK]
+        rows = connection.execute(
+            select(REJECTIONS.c.subject, REJECTIONS.c.check_id).where(
+                REJECTIONS.c.subject.in_(chunk)
+            )
+        ).all()
+        seen.update((str(subject), str(check)) for subject, check in rows)
+    fresh = []
+    for entry in entries:
+        check = rejected_check(entry)
+        key = (entry.event.subject, str(check))
+        if check is None or key in seen:
+            continue
+        seen.add(key)
+        fresh.append(
+            {
+                "subject": key[0],
+                "check_id": key[1],
+                "actor": entry.event.actor,
+                "entry_index": entry.index,
+            }
+        )
+    if fresh:
+        connection.execute(insert(REJECTIONS), fresh)
+
+
+def work_pairs(connection: Any) -> frozenset[tuple[str, str]]:
+    """Every (requester, agent) pair that settled work: the circles' graph."""
+    rows = connection.execute(select(WORK_PAIRS.c.requester, WORK_PAIRS.c.agent)).all()
+    return frozenset((str(r), str(a)) for r, a in rows)
+
+
+def track_records_of(connection: Any, dids: Iterable[str]) -> TrackRecords:
+    """The track records of `dids` from the view (with every pair, for the circles): what
+    `market.service.track_records_from_log` folds, read by agent. Reads the task view's
+    capability rows (for forfeits): bring it level too."""
     wanted = sorted(set(dids))
-    deliveries: dict[str, list[Fraction]] = {did: [] for did in wanted}
-    forfeits = dict.fromkeys(wanted, 0)
+    units: dict[tuple[str, str], list[Unit]] = {}
+    forfeits: dict[tuple[str, str], int] = {}
     for start in range(0, len(wanted), _IN_CHUNK):
         chunk = wanted[start : start + _IN_CHUNK]
         rows = connection.execute(
-            select(REPUTATION.c.did, REPUTATION.c.quality)
-            .where(REPUTATION.c.did.in_(chunk))
-            .order_by(REPUTATION.c.did, REPUTATION.c.entry_index)
+            select(TRACK_RECORD)
+            .where(TRACK_RECORD.c.did.in_(chunk))
+            .order_by(TRACK_RECORD.c.did, TRACK_RECORD.c.capability, TRACK_RECORD.c.entry_index)
         ).all()
-        for did, quality in rows:
-            if quality is None:
-                forfeits[did] += 1
-            else:
-                deliveries[did].append(Fraction(quality))
-    return {did: reputation(deliveries[did], forfeits=forfeits[did]) for did in wanted}
+        for row in rows:
+            unit = Unit(
+                int(row.entry_index),
+                row.requester,
+                int(row.k),
+                int(row.parts),
+                Fraction(row.passed),
+            )
+            units.setdefault((row.did, row.capability), []).append(unit)
+        counted = connection.execute(
+            select(FORFEITS.c.did, CAPABILITIES.c.capability, func.count())
+            .select_from(FORFEITS.join(CAPABILITIES, CAPABILITIES.c.subject == FORFEITS.c.subject))
+            .where(FORFEITS.c.did.in_(chunk))
+            .group_by(FORFEITS.c.did, CAPABILITIES.c.capability)
+        ).all()
+        forfeits.update(((str(did), str(c)), int(n)) for did, c, n in counted)
+    return TrackRecords(
+        {key: tuple(found) for key, found in units.items()}, forfeits, work_pairs(connection)
+    )
+
+
+def reputations_of(connection: Any, dids: Iterable[str]) -> dict[str, dict[str, Fraction]]:
+    """Each DID's reputation in each capability it has a record in, from the view (a
+    capability it has none in is at the prior, `market.reputation.DEFAULT_PRIOR_MEAN`)."""
+    wanted = sorted(set(dids))
+    records = track_records_of(connection, wanted)
+    return {
+        did: {c: records.reputation(did, c) for c in records.capabilities_of(did)} for did in wanted
+    }
+
+
+def requester_record_of(connection: Any, did: str) -> RequesterRecord:
+    """The requester's record from the task and reputation views: its tasks, those settled,
+    and the review checks of its tasks it rejected (none is overturned: there are no disputes
+    yet)."""
+    mine = TASKS.c.requester == did
+    posted = connection.execute(select(func.count()).select_from(TASKS).where(mine)).scalar_one()
+    settled = connection.execute(
+        select(func.count()).select_from(TASKS).where(mine, TASKS.c.state == "settled")
+    ).scalar_one()
+    rejected = connection.execute(
+        select(func.count())
+        .select_from(REJECTIONS.join(TASKS, TASKS.c.subject == REJECTIONS.c.subject))
+        .where(mine, REJECTIONS.c.actor == did)
+    ).scalar_one()
+    return RequesterRecord(did, int(posted), int(settled), int(rejected))
 
 
 def read_views(operator_did: str) -> list[Projection]:

@@ -26,6 +26,7 @@ from identity.onboarding import REGISTRATION_CHALLENGE_TTL
 from ledger.signing import Signer
 from ledger.views import DEFAULT_LIMIT, MAX_LIMIT, check_limit, decode_cursor, encode_cursor
 from market.discovery import VIEW_NAME as DISCOVERY_VIEW
+from market.discovery import fraction_text
 from market.runtime import MarketContext
 
 reads = APIRouter(dependencies=[Depends(throttle_reads)])
@@ -96,7 +97,7 @@ def list_agents(
 ) -> list[dict[str, Any]]:
     """Without `capability`: registered agents by name. With it: discovery (`coordinator.
     service.discover`), from the credential index: the agents holding a valid credential for
-    it, by relevance of their description to `need`, then reputation, then DID. When more
+    it, by relevance of their description to `need`, then reputation in it, then DID. When more
     match, `Link: <...&cursor=...>; rel="next"` and `Accord-Next-Cursor` name the next page."""
     if cursor and cursor.startswith(f"{DISCOVERY_VIEW}." if capability is None else "agents."):
         raise ProblemError(
@@ -119,7 +120,7 @@ def list_agents(
             "did": c.member.did,
             "name": c.member.name,
             "capabilities": list(c.member.capabilities),
-            "reputation": c.member.reputation,
+            "reputation": fraction_text(c.reputation),
             "relevance": str(c.relevance),
             "description": c.member.description,
         }

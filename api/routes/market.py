@@ -155,9 +155,14 @@ def list_tasks(
     return [task_json(context, task) for task in page.tasks]
 
 
-@reads.get("/tasks/{task_id}", tags=["market"], summary="One task")
+@reads.get("/tasks/{task_id}", tags=["market"], summary="One task, and its requester's record")
 def show_task(task_id: str, context: Context) -> dict[str, Any]:
-    return task_json(context, _task(context, task_id))
+    """The task, and `requester_record`: what bidders see of its requester (tasks posted and
+    settled, review checks rejected, rejections overturned), from the log's read views."""
+    task = _task(context, task_id)
+    data = task_json(context, task)
+    data["requester_record"] = context.market.requester_record(task.requester).to_json()
+    return data
 
 
 @reads.get("/tasks/{task_id}/bids", tags=["market"], summary="Bids: sealed until revealed")

@@ -20,6 +20,7 @@ from coordinator.service import directory_for, directory_of, discover
 from coordinator.team import form_team, rank_candidates
 from ledger.errors import QueryError
 from ledger.views import encode_cursor, view_rows
+from market.discovery import fraction_text
 from market.views import read_views
 from tests.api.test_app import World, assert_problem, build_world, post_task
 
@@ -126,7 +127,7 @@ def ranked_by_scan(world: World, capability: str, need: str) -> list[dict[str, A
             "did": c.member.did,
             "name": c.member.name,
             "capabilities": list(c.member.capabilities),
-            "reputation": c.member.reputation,
+            "reputation": fraction_text(c.reputation),
             "relevance": str(c.relevance),
             "description": c.member.description,
         }

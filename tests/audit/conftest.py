@@ -101,10 +101,13 @@ class World:
         return out
 
 
-def open_world(home: Path, clock: Clock | None = None) -> World:
-    """The market's components over `home` (fresh or a copy), nothing done yet."""
+def open_world(
+    home: Path, clock: Clock | None = None, env: Mapping[str, str] | None = None
+) -> World:
+    """The market's components over `home` (fresh or a copy), nothing done yet; `env` adds
+    settings (ACCORD_DB_URL for PostgreSQL)."""
     clock = clock or Clock(START)
-    settings = Settings.from_env({"ACCORD_HOME": str(home)})
+    settings = Settings.from_env({"ACCORD_HOME": str(home), **(env or {})})
     store = open_store(settings)
     operator = operator_signer(settings)
     anchors = MemoryAnchorChain()

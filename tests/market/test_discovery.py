@@ -1,9 +1,10 @@
 """The discovery view (`market.discovery`) against a ranking of every agent done by hand, on
 SQLite and PostgreSQL: names that share words with capabilities and needs, agents holding
 several capabilities, revoked, expired and not-yet-valid credentials, agents credentialed
-before they registered or never registered, reputations from settlements and forfeits. Every
-page, followed to the end, equals the hand ranking; so does a view attached late (folding what
-a view-less writer appended) and a view rebuilt from the log."""
+before they registered or never registered, reputations in each capability from settled
+track records (repeated pairs, circles of requesters and agents) and forfeits. Every page,
+followed to the end, equals the hand ranking; so does a view attached late (folding what a
+view-less writer appended) and a view rebuilt from the log."""
 
 from __future__ import annotations
 
@@ -27,12 +28,22 @@ from ledger.signing import Ed25519Signer
 from ledger.store import LogStore, make_engine
 from ledger.views import view_rows
 from market.discovery import DiscoveryView, description, ranked_page, relevance
-from market.reputation import reputation
-from market.tasks import TASK_AWARDED, TASK_SETTLED
-from market.views import ReputationView
+from market.money import Wei
+from market.reputation import (
+    Forfeit,
+    PartScore,
+    SettledWork,
+    TrackRecords,
+    fold_track_records,
+)
+from market.tasks import TASK_AWARDED, TASK_POSTED, TASK_SETTLED, TaskSpec
+from market.views import ReputationView, TaskView
+from market.work import Part
 from tests.ledger.conftest import postgres_schema_url
 
 NOW = datetime(2026, 6, 1, tzinfo=UTC)
+WEEK = timedelta(days=7)
+SCORES = (None, *(Fraction(q, 4) for q in range(5)))
 CAPABILITIES = ("arithmetic", "extraction", "retrieval", "python_code")
 NAME_WORDS = ("ada", "fast", "arithmetic", "agent", "sum", "bot", "extraction", "careful", "7")
 NEEDS = ("", "careful arithmetic agent", "sum numbers fast", "python code", "zzz", "ada-7 bot")
@@ -60,8 +71,8 @@ class World:
     names: dict[str, str] = field(default_factory=dict)
     credentials: dict[str, tuple[str, str, datetime, datetime]] = field(default_factory=dict)
     revoked: set[str] = field(default_factory=set)
-    deliveries: dict[str, list[Fraction]] = field(default_factory=dict)
-    forfeits: dict[str, int] = field(default_factory=dict)
+    works: list[SettledWork] = field(default_factory=list)
+    forfeits: list[Forfeit] = field(default_factory=list)
     seqs: dict[str, int] = field(default_factory=dict)
 
     def log(self, signer: Ed25519Signer, kind: str, subject: str, body: dict[str, Any]) -> None:
@@ -92,16 +103,25 @@ class World:
         self.revoked.add(credential_id)
         self.log(self.operator, REVOCATION_EVENT_KIND, credential_id, {})
 
-    def settle(self, qualities: dict[str, Fraction]) -> None:
-        for did, quality in qualities.items():
-            self.deliveries.setdefault(did, []).append(quality)
-        body = {"quality": {did: f"{q.numerator}/{q.denominator}" for did, q in qualities.items()}}
-        self.log(self.operator, TASK_SETTLED, f"task-{len(self.entries)}", body)
+    def settle(self, requester: str, parts: list[tuple[str, str, Fraction | None]]) -> None:
+        """A `task.settled` recording `parts` (producer, capability, score) for `requester`."""
+        subject = f"task-{len(self.entries)}"
+        scored = tuple(PartScore(f"p{k}", c, did, s) for k, (did, c, s) in enumerate(parts))
+        work = SettledWork(len(self.entries), subject, requester, scored)
+        self.works.append(work)
+        self.log(self.operator, TASK_SETTLED, subject, {"track_record": work.to_json()})
 
-    def forfeit(self, dids: list[str]) -> None:
-        for did in dids:
-            self.forfeits[did] = self.forfeits.get(did, 0) + 1
-        self.log(self.operator, TASK_AWARDED, f"task-{len(self.entries)}", {"forfeited": dids})
+    def forfeit(self, requester: Ed25519Signer, dids: list[str], needs: list[str]) -> None:
+        """A task needing `needs`, posted, then awarded with `dids` forfeited."""
+        subject = f"task-{len(self.entries)}"
+        parts = tuple(Part(f"p{k}", c, {}) for k, c in enumerate(needs))
+        spec = TaskSpec("t", "", parts, Wei(1), timedelta(seconds=9), timedelta(seconds=9), WEEK)
+        self.log(requester, TASK_POSTED, subject, {"task_id": subject, "spec": spec.to_json()})
+        self.forfeits += [Forfeit(len(self.entries), did, spec.capabilities) for did in dids]
+        self.log(self.operator, TASK_AWARDED, subject, {"forfeited": dids})
+
+    def records(self) -> TrackRecords:
+        return fold_track_records(self.works, self.forfeits)
 
     def by_hand(self, capability: str, need: str, now: datetime) -> list[tuple[Any, ...]]:
         """Every registered holder of `capability` at `now`, ranked as discovery promises."""
@@ -110,12 +130,13 @@ class World:
             if credential_id not in self.revoked and start <= now < end:
                 held.setdefault(did, set()).add(held_capability)
         ranked = []
+        records = self.records()
         for did, name in self.names.items():
             if capability not in held.get(did, set()):
                 continue
             capabilities = tuple(sorted(held[did]))
             text = description(name, capabilities)
-            standing = reputation(self.deliveries.get(did, []), forfeits=self.forfeits.get(did, 0))
+            standing = records.reputation(did, capability)
             ranked.append((did, name, capabilities, standing, text, relevance(need, text)))
         ranked.sort(key=lambda row: (-row[5], -row[3], row[0]))
         return ranked
@@ -143,15 +164,36 @@ def random_world(seed: int) -> World:
                 world.revoke(credential_id)
         if k in late:
             world.register(agent, name)
-    for _ in range(15):
-        chosen = rng.sample(agents, 3)
-        world.settle({a.did: Fraction(rng.randint(0, 4), 4) for a in chosen})
-    world.forfeit([a.did for a in rng.sample(agents, 5)])
+    # requesters from outside and from among the agents, so that pairs repeat and circles close
+    requesters = [Ed25519Signer(rng.randbytes(32)).did for _ in range(3)]
+    busy = rng.sample(agents, 12)  # they work for one another, and for the outsiders
+    requesters += [a.did for a in busy[:6]]
+    for _ in range(40):
+        requester = rng.choice(requesters)
+        chosen = rng.sample([a for a in busy if a.did != requester], 2)
+        parts = [
+            (
+                a.did,
+                rng.choice(CAPABILITIES),
+                rng.choice([None, *(Fraction(q, 4) for q in range(5))]),
+            )
+            for a in chosen
+            for _ in range(rng.randint(1, 3))
+        ]
+        world.settle(requester, parts)
+    for _ in range(3):
+        needs = rng.sample(CAPABILITIES, rng.randint(1, 2))
+        world.forfeit(agents[0], [a.did for a in rng.sample(agents, 5)], needs)
     return world
 
 
 def views(world: World) -> list[Any]:
-    return [CredentialView(world.operator.did), ReputationView(), DiscoveryView(world.operator.did)]
+    return [
+        TaskView(),
+        CredentialView(world.operator.did),
+        ReputationView(),
+        DiscoveryView(world.operator.did),
+    ]
 
 
 def paged(store: LogStore, capability: str, need: str, now: datetime) -> list[tuple[Any, ...]]:
@@ -183,6 +225,11 @@ def test_every_page_ranks_as_the_hand_ranking(engine: Engine, seed: int) -> None
                 expected = world.by_hand(capability, need, now)
                 assert paged(store, capability, need, now) == expected, (capability, need, now)
     assert world.by_hand("arithmetic", "careful arithmetic agent", NOW)  # not vacuous
+    records = world.records()
+    units = [(did, u) for (did, _), found in records.units.items() for u in found]
+    assert any(records.weight(did, u) == 0 for did, u in units)  # a circle's own work
+    assert any(u.k > 1 and records.weight(did, u) > 0 for did, u in units)  # a repeated pair
+    assert any(records.forfeits.values())
 
 
 def test_a_late_view_and_a_rebuilt_view_answer_the_same(engine: Engine) -> None:
@@ -216,3 +263,27 @@ def test_only_an_agents_own_registration_names_it(engine: Engine) -> None:
     seen = {row[0]: row[1] for c in CAPABILITIES for row in paged(store, c, "careful", NOW)}
     assert seen and impostor.did not in seen
     assert all(name == world.names[did] for did, name in seen.items())
+
+
+def test_a_settlement_that_closes_a_circle_rewrites_every_member(engine: Engine) -> None:
+    """a pays b, b pays c: each worker rises. Then c pays a, closing the circle a -> b -> c
+    -> a. The last settlement names only a as producer, yet b's and c's rows fall back to the
+    prior, as the fold of the log says: their work now stayed within their circle."""
+    world = World(Ed25519Signer(b"\x07" * 32))
+    a, b, c = (Ed25519Signer(bytes([k]) * 32) for k in (1, 2, 3))
+    for agent, name in ((a, "a"), (b, "b"), (c, "c")):
+        world.register(agent, name)
+        world.issue(agent.did, "arithmetic", NOW - WEEK, NOW + WEEK)
+    store = LogStore(engine, "log-discovery", projections=views(world))
+    world.settle(a.did, [(b.did, "arithmetic", Fraction(1))])  # a pays b
+    world.settle(b.did, [(c.did, "arithmetic", Fraction(1))])  # b pays c
+    append_in_batches(store, world.entries, size=1)
+    ranked = {row[0]: row[3] for row in paged(store, "arithmetic", "", NOW)}
+    assert ranked[b.did] == ranked[c.did] == Fraction(2, 3) and ranked[a.did] == Fraction(1, 2)
+    done = len(world.entries)
+    world.settle(c.did, [(a.did, "arithmetic", Fraction(1))])  # c pays a: the circle closes
+    append_in_batches(store, world.entries[done:], size=1)
+    assert paged(store, "arithmetic", "", NOW) == world.by_hand("arithmetic", "", NOW)
+    assert {row[0]: row[3] for row in paged(store, "arithmetic", "", NOW)} == dict.fromkeys(
+        (a.did, b.did, c.did), Fraction(1, 2)
+    )

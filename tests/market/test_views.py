@@ -274,7 +274,7 @@ def test_a_bad_filter_limit_or_cursor_names_itself(
 
 def test_the_credential_and_reputation_views_answer_as_the_log(world: World) -> None:
     """On each backend: who holds a valid credential is who `Market.eligible` admits, and
-    each agent's reputation from the view is the fold of the log (`reputations_from_log`)."""
+    each agent's track record from the view is the fold of the log (`track_records_from_log`)."""
     market = world.market
     agents = market.onboarding.registry.list()
     dids = [agent.did for agent in agents]
@@ -284,7 +284,7 @@ def test_the_credential_and_reputation_views_answer_as_the_log(world: World) -> 
     assert market.held_capabilities(dids) == {
         d: (["arithmetic"] if d in holders else []) for d in dids
     }
-    assert market.indexed_reputations(dids) == market.reputations(dids)
+    assert market.indexed_track_records(dids) == market.track_records()
 
 
 def test_the_bid_view_shows_what_the_bid_book_holds(world: World, make_bidder: MakeBidder) -> None:
