@@ -486,7 +486,7 @@ def check_revocation(
 @dataclass(frozen=True)
 class RequesterRecord:
     """What bidders see of a requester: tasks posted and settled, review checks it rejected,
-    and those rejections overturned (always 0 until rejections can be disputed)."""
+    and those rejections a dispute overturned (the evaluator found for the team)."""
 
     requester: str
     posted: int

@@ -55,7 +55,13 @@ from market.money import Wei
 from market.reputation import SettledWork, scored_parts
 from market.service import MAX_TASK_EVENTS, EscrowReceipt, Market, task_event
 from market.shapley import ShapleyResult, shapley, split_wei
-from market.tasks import REVIEW_GIVEN, TASK_DELIVERED, TASK_SETTLED, Task
+from market.tasks import (
+    REVIEW_GIVEN,
+    TASK_DELIVERED,
+    TASK_SETTLED,
+    Task,
+)
+from market.tasks import SETTLEMENT_COMPUTED as SETTLEMENT_COMPUTED  # logged here
 from market.work import (
     ASSEMBLY_PART,
     CONTRACTOR_SHARE,
@@ -65,7 +71,6 @@ from market.work import (
     paid_share,
 )
 
-SETTLEMENT_COMPUTED = "settlement.computed"
 #: How long a settle that lost the race waits for the winner's payment to be mined.
 SETTLE_RACE_WAIT_S = 30.0
 _RACE_POLL_S = 0.2

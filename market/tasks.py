@@ -63,6 +63,8 @@ ESCROW_REFUNDED = "escrow.refunded"
 TASK_STARTED = "task.started"
 TASK_DELIVERED = "task.delivered"
 TASK_SETTLED = "task.settled"
+SETTLEMENT_COMPUTED = "settlement.computed"
+"""The operator's computed settlement of a task (logged by `market.settlement`)."""
 REVIEW_GIVEN = "review.given"
 ONCE_PER_TASK = (
     ESCROW_OPENED,

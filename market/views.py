@@ -70,6 +70,7 @@ from market.tasks import (
     BID_REVEALED,
     CAPABILITY_PATTERN,
     REVIEW_GIVEN,
+    SETTLEMENT_COMPUTED,
     TASK_AWARDED,
     TASK_EXPIRED,
     TASK_KINDS,
@@ -537,7 +538,8 @@ class ForfeitRow(SQLModel, table=True):
 
 class RejectionRow(SQLModel, table=True):
     """A review check rejected (`review.given`, verdict reject): its signer counts it in its
-    requester record when it is the task's requester (the task view says)."""
+    requester record when it is the task's requester (the task view says); `overturned` once
+    the settlement's dispute found for the team."""
 
     __tablename__ = "view_rejections"
     __table_args__ = (Index("ix_view_rejections_actor", "actor"),)
@@ -546,6 +548,7 @@ class RejectionRow(SQLModel, table=True):
     check_id: str = Field(primary_key=True)
     actor: str
     entry_index: int = Field(sa_column=Column(BigInteger, nullable=False))
+    overturned: bool = False
 
 
 TRACK_RECORD: Table = TrackRecordRow.__table__  # type: ignore[attr-defined]
@@ -575,6 +578,21 @@ class ReputationView:
         rejections = [entry for entry in entries if rejected_check(entry) is not None]
         if rejections:
             _fold_rejections(connection, rejections)
+        overturned = [
+            {"key_subject": entry.event.subject, "key_check": check}
+            for entry in entries
+            for check in overturned_checks(entry)
+        ]
+        if overturned:
+            connection.execute(
+                update(REJECTIONS)
+                .where(
+                    REJECTIONS.c.subject == bindparam("key_subject"),
+                    REJECTIONS.c.check_id == bindparam("key_check"),
+                )
+                .values(overturned=True),
+                overturned,
+            )
 
     def reset(self, connection: Any) -> None:
         for table in (REJECTIONS, FORFEITS, WORK_PAIRS, TRACK_RECORD):
@@ -598,6 +616,20 @@ def forfeited_in(entry: ViewEntry) -> list[str]:
     if not isinstance(found, list) or not all(isinstance(did, str) for did in found):
         return []
     return list(found)
+
+
+def overturned_checks(entry: ViewEntry) -> list[str]:
+    """The review checks a `settlement.computed` entry's disputes found for the team: the
+    requester's rejections overturned (nothing for anything else). Pure."""
+    if entry.event.kind != SETTLEMENT_COMPUTED:
+        return []
+    found = []
+    for check in entry.event.body.get("checks", []):
+        record = check.get("record") if isinstance(check, dict) else None
+        dispute = record.get("dispute") if isinstance(record, dict) else None
+        if isinstance(dispute, dict) and dispute.get("winner") == "team":
+            found.append(str(check.get("id")))
+    return found
 
 
 def rejected_check(entry: ViewEntry) -> str | None:
@@ -746,8 +778,7 @@ def reputations_of(connection: Any, dids: Iterable[str]) -> dict[str, dict[str, 
 
 def requester_record_of(connection: Any, did: str) -> RequesterRecord:
     """The requester's record from the task and reputation views: its tasks, those settled,
-    and the review checks of its tasks it rejected (none is overturned: there are no disputes
-    yet)."""
+    the review checks of its tasks it rejected, and those rejections a dispute overturned."""
     mine = TASKS.c.requester == did
     posted = connection.execute(select(func.count()).select_from(TASKS).where(mine)).scalar_one()
     settled = connection.execute(
@@ -758,7 +789,12 @@ def requester_record_of(connection: Any, did: str) -> RequesterRecord:
         .select_from(REJECTIONS.join(TASKS, TASKS.c.subject == REJECTIONS.c.subject))
         .where(mine, REJECTIONS.c.actor == did)
     ).scalar_one()
-    return RequesterRecord(did, int(posted), int(settled), int(rejected))
+    overturned = connection.execute(
+        select(func.count())
+        .select_from(REJECTIONS.join(TASKS, TASKS.c.subject == REJECTIONS.c.subject))
+        .where(mine, REJECTIONS.c.actor == did, REJECTIONS.c.overturned.is_(True))
+    ).scalar_one()
+    return RequesterRecord(did, int(posted), int(settled), int(rejected), int(overturned))
 
 
 def read_views(operator_did: str) -> list[Projection]:

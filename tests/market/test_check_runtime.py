@@ -519,6 +519,8 @@ def test_a_rejection_of_correct_work_is_disputed_and_the_requester_loses(
     assert body["evaluator"] == market.escrow.operator_address()
     assert outcome.refund == task.spec.budget - task.price - fee
     assert world.escrow_chain.credit(body["evaluator"]) == fee
+    record_of = market.requester_record(world.requester.did).to_json()
+    assert (record_of["reviews_rejected"], record_of["rejections_overturned"]) == (1, 1)
     report = audit(world)
     assert report.ok, [s.to_json() for s in report.steps]
 
@@ -556,6 +558,8 @@ def test_a_rejection_of_wrong_work_is_disputed_and_the_team_loses(
     assert outcome.amount == earned - fee == sum(outcome.payouts.values())
     assert outcome.refund == task.spec.budget - earned
     assert world.escrow_chain.credit(body["evaluator"]) == fee
+    record_of = market.requester_record(world.requester.did).to_json()
+    assert (record_of["reviews_rejected"], record_of["rejections_overturned"]) == (1, 0)
     report = audit(world)
     assert report.ok, [s.to_json() for s in report.steps]
 
