@@ -42,6 +42,7 @@ from identity.issuance import _CREDENTIALS
 from ledger.events import Entry, Event
 from ledger.signing import Signer
 from ledger.views import view_rows
+from market.check_runtime import OpenAIJudge
 from market.errors import BidRejected, ReputationError
 from market.money import parse_amount
 from market.reputation import REVOCATION_MIN_PARTS, check_revocation, revocation_evidence
@@ -58,6 +59,7 @@ from tests.audit.conftest import (
     rebuild_log,
     with_body,
 )
+from tests.coordinator.test_llm_policy import ChatServer, _completion
 from tests.ledger.conftest import postgres_schema_url
 
 HALF = Fraction(1, 2)
@@ -329,9 +331,11 @@ def test_an_inflated_track_record_fails_the_audit_at_task_settled(tmp_path: Path
 def test_bidders_see_the_requesters_record(
     world: World, env: dict[str, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The requester posted two tasks, one settled after it rejected its review check: its
-    record (from the views, rebuilt alike) says so in `GET /tasks/{id}` and `accord task show`;
-    nothing is overturned yet, and another requester's record is its own."""
+    """The requester posted two tasks, one settled after it rejected its review check and
+    the evaluator (a local stand-in judge) found for it: its record (from the views, rebuilt
+    alike) says so in `GET /tasks/{id}` and `accord task show`, nothing overturned; another
+    requester's record is its own. (Overturned rejections: tests/market/test_check_runtime.py.)
+    """
     onboard(world, "ada", "arithmetic")
     market = world.market
     given, answer = REGISTRY["arithmetic"].example()
@@ -341,6 +345,7 @@ def test_bidders_see_the_requesters_record(
             "budget": "0.1eth",
             "bidding": "30s",
             "reveal": "30s",
+            "rule": "first-score",  # the price is the bid: the escrow holds a dispute's fee
             "parts": [{"id": "p", "capability": "arithmetic", "input": given}],
             "checks": [
                 {"id": "right", "kind": "expect", "part": "p", "path": "$", "equals": answer},
@@ -359,12 +364,17 @@ def test_bidders_see_the_requesters_record(
     world.clock.advance(1)
     run_awarded_task(world.context, task.task_id)
     world.clock.advance(1)
-    market.review(world.requester, task.task_id, "looks-fine", "reject")
+    market.review(world.requester, task.task_id, "looks-fine", "reject", "not what I asked")
     ends = market.task(task.task_id).review_ends
     assert ends is not None
     world.clock.set(ends)
     world.clock.advance(1)
-    settle_task(market, world.onboarding, task.task_id)
+    evaluator = ChatServer(lambda request: _completion('{"score": 2, "reason": "not so"}'))
+    try:
+        judge = OpenAIJudge(evaluator.url, "evaluator", "test-key")
+        settle_task(market, world.onboarding, task.task_id, judge=judge)
+    finally:
+        evaluator.close()
     market.post(world.requester, example_spec("arithmetic"), requester_key=REQUESTER_KEY)
     other = world.signer("ada")
     market.post(other, example_spec("extraction"), requester_key=REQUESTER_KEY)
