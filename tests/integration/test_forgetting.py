@@ -145,8 +145,9 @@ def test_a_settlement_the_chain_forgot_is_paid_again_exactly_once(settings: Sett
 # -- several processes settling one task ------------------------------------------------------
 
 SETTLER = """
-import json, sys, time
+import faulthandler, json, sys, time
 from pathlib import Path
+faulthandler.dump_traceback_later(180, exit=True)  # a hang ends with where each thread was
 from ledger.settings import Settings
 from market.runtime import open_market
 from market.settlement import settle_task
@@ -172,6 +173,26 @@ def shared_db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str | 
 
 
 @pytest.mark.devnet
+def _all_done(processes: list[subprocess.Popen[str]], timeout_s: float = 240) -> list[str]:
+    """Each process's stdout once all have exited 0. A process that fails is reported at once
+    with its stderr (the others, waiting at the barrier for it, are killed): one that died
+    before the barrier must not look like the others hanging."""
+    deadline = time.monotonic() + timeout_s
+    while any(p.poll() is None for p in processes) and time.monotonic() < deadline:
+        failed = next((p for p in processes if p.poll() not in (None, 0)), None)
+        if failed is not None:
+            break
+        time.sleep(0.1)
+    outputs = []
+    for process in processes:
+        if process.poll() is None:
+            process.kill()
+        out, err = process.communicate()
+        assert process.returncode == 0, f"settler exited {process.returncode}: {err[-3000:]}"
+        outputs.append(out)
+    return outputs
+
+
 def test_four_processes_settle_one_task_once(tmp_path: Path, shared_db: str | None) -> None:
     settings = anvil_settings(tmp_path / "home", find_free_port(), shared_db)
     engines = []
@@ -191,11 +212,7 @@ def test_four_processes_settle_one_task_once(tmp_path: Path, shared_db: str | No
             )
             for n in range(SETTLERS)
         ]
-        answers = []
-        for settler in settlers:
-            out, err = settler.communicate(timeout=240)
-            assert settler.returncode == 0, err
-            answers.append(json.loads(out.strip().splitlines()[-1]))
+        answers = [json.loads(out.strip().splitlines()[-1]) for out in _all_done(settlers)]
         assert len({json.dumps(a["payouts"], sort_keys=True) for a in answers}) == 1
         assert [a["already"] for a in answers].count(False) >= 1
 
