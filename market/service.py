@@ -105,6 +105,7 @@ from market.views import (
     track_records_of,
 )
 from market.views import VIEW_NAME as TASK_VIEW
+from market.check_runtime import judge_from_env
 from market.work import dispute_fee, file_refs
 
 MAX_TASK_EVENTS = 100_000
@@ -885,12 +886,13 @@ class Market:
         """The requester accepts or rejects one review check of a delivered task, within the
         review window, once (`review.given`). Returns the entry's index.
 
-        A rejection opens a dispute (see `market.work`): it needs a `reason`, and the escrow
-        must hold the dispute fee of every rejection beyond the price.
+        A rejection opens a dispute (see `market.work`): it needs a `reason`, the escrow must
+        hold the dispute fee of every rejection beyond the price, and the service must have an
+        evaluator (`ACCORD_JUDGE_URL`) to decide it.
 
         Raises TaskError for someone else than the requester, a check that is not a review
-        check, a second review, a window that has ended, a rejection without a reason or
-        beyond what the escrow holds; TransitionError before delivery.
+        check, a second review, a window that has ended, a rejection without a reason, beyond
+        what the escrow holds or with no evaluator configured; TransitionError before delivery.
         """
         task = self.task(task_id)
         if task.state != "delivered":
@@ -918,6 +920,14 @@ class Market:
         body: dict[str, Any] = {"task_id": task_id, "check": check_id, "verdict": verdict}
         if verdict == "reject":
             body |= rejection_terms(task, reason, given)
+            if judge_from_env() is None:
+                # A dispute nobody can decide would hold the team's pay until the escrow's
+                # deadline hands the whole deposit back to the requester: refused instead.
+                raise TaskError(
+                    "this service has no evaluator to decide a dispute (ACCORD_JUDGE_URL is not "
+                    "set), so a rejection cannot be judged and is refused: accept the work, or "
+                    "let the review window end"
+                )
         index, _ = self.ledger.append(requester, REVIEW_GIVEN, subject=task_id, body=body)
         return index
 

@@ -460,7 +460,7 @@ def disputes(score: int) -> Callable[[dict[str, Any]], Reply]:
 
 
 def test_a_rejection_of_correct_work_is_disputed_and_the_requester_loses(
-    reviewed_world: World, serve: Callable[..., ChatServer]
+    reviewed_world: World, serve: Callable[..., ChatServer], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The requester's review, from the window opening to the settlement (one story: each
     step depends on the one before). The work is right, the requester rejects it anyway: the
@@ -485,12 +485,20 @@ def test_a_rejection_of_correct_work_is_disputed_and_the_requester_loses(
             market.review(world.requester, task_id, "looks-right", "reject", silent)
     assert not world.ledger.store.find(kind=REVIEW_GIVEN, subject=task_id, limit=10)
 
+    # a service with no evaluator refuses a rejection: nothing could decide the dispute
     reason = "the total is not the invoice's"
+    monkeypatch.delenv("ACCORD_JUDGE_URL", raising=False)
+    with pytest.raises(TaskError, match="no evaluator"):
+        market.review(world.requester, task_id, "looks-right", "reject", reason)
+    assert not world.ledger.store.find(kind=REVIEW_GIVEN, subject=task_id, limit=10)
+
+    monkeypatch.setenv("ACCORD_JUDGE_URL", f"http://127.0.0.1:{closed_port()}/v1")
     index = market.review(world.requester, task_id, "looks-right", "reject", reason)
     with pytest.raises(TaskError, match="already reviewed"):
         market.review(world.requester, task_id, "looks-right", "accept")
 
-    # a dispute with no evaluator waits: the requester does not win by saying no
+    # a dispute whose evaluator went away waits: the requester does not win by saying no
+    monkeypatch.delenv("ACCORD_JUDGE_URL")
     world.clock.advance(1)
     with pytest.raises(SettlementWaits, match="opens a dispute"):
         settle_task(market, world.onboarding, task_id, judge=None)
@@ -535,15 +543,17 @@ def test_a_rejection_of_correct_work_is_disputed_and_the_requester_loses(
 
 
 def test_a_rejection_of_wrong_work_is_disputed_and_the_team_loses(
-    tmp_path: Path, serve: Callable[..., ChatServer]
+    tmp_path: Path, serve: Callable[..., ChatServer], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The evaluator finds for the requester: the check fails, and the team's pay bears the
     fee, which goes to the evaluator; the audit replays it all."""
     world = delivered_world(tmp_path / "home", invoice_spec_with(REVIEW))
     market, task_id = world.market, world.task_id
+    server = serve(disputes(2))
+    monkeypatch.setenv("ACCORD_JUDGE_URL", server.url)  # the service has an evaluator
     market.review(world.requester, task_id, "looks-right", "reject", "the fields are wrong")
     world.clock.advance(1)
-    judge = OpenAIJudge(serve(disputes(2)).url, "evaluator", API_KEY)
+    judge = OpenAIJudge(server.url, "evaluator", API_KEY)
     outcome = settle_task(market, world.onboarding, task_id, judge=judge)
     finish(world)
     review = logged_checks(world)["looks-right"]

@@ -364,12 +364,13 @@ def test_bidders_see_the_requesters_record(
     world.clock.advance(1)
     run_awarded_task(world.context, task.task_id)
     world.clock.advance(1)
+    evaluator = ChatServer(lambda request: _completion('{"score": 2, "reason": "not so"}'))
+    monkeypatch.setenv("ACCORD_JUDGE_URL", evaluator.url)  # the service has an evaluator
     market.review(world.requester, task.task_id, "looks-fine", "reject", "not what I asked")
     ends = market.task(task.task_id).review_ends
     assert ends is not None
     world.clock.set(ends)
     world.clock.advance(1)
-    evaluator = ChatServer(lambda request: _completion('{"score": 2, "reason": "not so"}'))
     try:
         judge = OpenAIJudge(evaluator.url, "evaluator", "test-key")
         settle_task(market, world.onboarding, task.task_id, judge=judge)
