@@ -94,3 +94,10 @@ def test_another_users_home_is_one_line(tmp_path: Path) -> None:
 def test_an_rpc_url_that_is_no_url_is_bad_input(home: Path) -> None:
     line = one_line(accord(home, "ledger", "show", ACCORD_RPC_URL="notaurl"), 2)
     assert "ACCORD_RPC_URL" in line
+
+
+def test_a_rejection_without_a_reason_is_bad_input_and_logs_nothing(home: Path) -> None:
+    before = accord(home, "ledger", "show", "--json")
+    line = one_line(accord(home, "task", "review", "task-any", "--check", "c", "--reject"), 2)
+    assert "--reason" in line
+    assert accord(home, "ledger", "show", "--json").stdout == before.stdout

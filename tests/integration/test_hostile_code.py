@@ -201,7 +201,13 @@ def test_in_the_python_exam_every_hostile_answer_earns_nothing(
         wrapped = f"{source}\ndef {function}(*args):\n    return check(None)\n"
         exams.answer(signer, session.exam_id, str(item["item_id"]), wrapped)
         world.clock.advance(1)
-    result = exams.grade(session.exam_id)
+    with monkeypatch.context() as without:  # the box gone before grading: nothing is graded
+        _no_bwrap(without, tmp_path)
+        size = world.ledger.store.size()
+        with pytest.raises(SandboxUnavailable, match="bubblewrap"):
+            exams.grade(session.exam_id)
+        assert world.ledger.store.size() == size
+    result = exams.grade(session.exam_id)  # graded once the box is back
 
     assert [g.earned for g in result.grades] == [1] + [0] * len(hostile_items), result.grades
     graded = next(
