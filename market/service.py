@@ -50,6 +50,7 @@ from ledger.views import MAX_LIMIT, reading
 from market import sealed
 from market.auction import AuctionOutcome, RevealedBid, clear_auction
 from market.blobs import BlobError, BlobStore, FileQuota, Upload, sha256_hex
+from market.check_runtime import judge_from_env
 from market.errors import (
     AuctionError,
     BidRejected,
@@ -105,7 +106,6 @@ from market.views import (
     track_records_of,
 )
 from market.views import VIEW_NAME as TASK_VIEW
-from market.check_runtime import judge_from_env
 from market.work import dispute_fee, file_refs
 
 MAX_TASK_EVENTS = 100_000
