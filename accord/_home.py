@@ -136,7 +136,10 @@ class Home:
         from ledger.runtime import connect_chain
 
         anchors = connect_chain(self.settings, start_devnet=False)
-        return audit_task(ledger.store, task_id, anchors=anchors, escrow=chains)
+        market = self.context.market
+        return audit_task(
+            ledger.store, task_id, anchors=anchors, escrow=chains, outputs=market.sealed_bytes
+        )
 
 
 @contextmanager

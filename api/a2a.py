@@ -679,15 +679,6 @@ def state_now(context: MarketContext, task: Task) -> TaskState:
     return clock_state(task, context.market.clock())
 
 
-def may_see_work(context: MarketContext, task: Task, caller: str) -> bool:
-    """The requester, the winner, the team and the operator see a task's deliverable."""
-    from coordinator.service import team_of
-
-    if caller in (task.requester, task.winner, context.market.ledger.operator.did):
-        return True
-    return caller in team_of(context.market.ledger.store, task.task_id)
-
-
 def changed_at(context: MarketContext, task: Task) -> datetime:
     """When the task's A2A status last changed: the time of its last lifecycle entry (the
     clock moving a task from bidding to revealing leaves it submitted)."""
@@ -710,13 +701,18 @@ def view_of(
 ) -> TaskView:
     """The caller's view of `task` now (`changed`: its `changed_at`, when known). Raises
     BlobError when a stored deliverable was altered, StoreError when the database is away."""
-    from market.settlement import deliverable_view
+    from coordinator.service import work_readers
+    from market.settlement import deliverable_view, logged_settlement
 
     context = env.context()
     state = state_now(context, task)
     deliverable = None
-    if artifacts and task.delivered_index is not None and may_see_work(context, task, env.caller):
-        deliverable = deliverable_view(context.market, task.task_id)
+    if artifacts and task.delivered_index is not None:
+        computed = logged_settlement(context.market, task.task_id) is not None
+        readers = work_readers(context, task)
+        readable = readers.readable_parts(task, env.caller, computed=computed)
+        if readable is not None:
+            deliverable = deliverable_view(context.market, task.task_id, readable)
     changed = changed_at(context, task) if changed is None else changed
     return TaskView(task, state, changed, deliverable, warnings)
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -11,8 +13,10 @@ import typer
 from api import output
 from api.output import JsonFlag, emit, escape, fail
 from ledger.errors import LedgerError
+from ledger.sealing import is_commitment
 from ledger.settings import Settings
 from market.errors import MarketError
+from market.work import MAX_FILE_BYTES
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -27,11 +31,20 @@ def audit(
     html: Annotated[
         Path | None, typer.Option(help="Also write a readable HTML report to this file.")
     ] = None,
+    outputs: Annotated[
+        Path | None,
+        typer.Option(
+            help="A folder of sealed outputs (`accord task result TASK --out DIR` writes "
+            "DIR/sealed): the checks re-run on them. Without it, only the outputs this home "
+            "holds are opened; the rest are held to the operator's signed verdicts."
+        ),
+    ] = None,
 ) -> None:
     """Re-check a finished collaboration from the log and the chain alone; exit 1 on FAIL or
     INCOMPLETE (a python check or exam this machine's box could not re-run), 2 for a task the
-    log does not hold or an HTML path that cannot be written. A read: it starts no devnet and
-    creates no home."""
+    log does not hold, an outputs folder that is not one or an HTML path that cannot be
+    written. A read: it starts no devnet and creates no home. The report says whether the
+    checks re-ran on the outputs or were held to their signed verdicts."""
     from audit.checks import NO_SUCH_TASK, audit_task
     from audit.html import render_html
     from ledger.runtime import check_recorded_devnet, connect_chain, open_store
@@ -39,6 +52,8 @@ def audit(
 
     if html is not None and (html.is_dir() or not html.parent.is_dir()):
         fail(f"cannot write the HTML report to {html}: not a file in an existing folder", 2)
+    if outputs is not None and not outputs.is_dir():
+        fail(f"--outputs {outputs} is not a folder of sealed outputs", 2)
     try:
         settings = Settings.from_env()
         store = open_store(settings, create=False)
@@ -47,7 +62,9 @@ def audit(
         check_recorded_devnet(settings)  # another chain is named, not read as missing anchors
         anchors = connect_chain(settings, start_devnet=False)
         escrow, _ = connect_escrow(settings, start_devnet=False)
-        report = audit_task(store, task_id, anchors=anchors, escrow=escrow)
+        report = audit_task(
+            store, task_id, anchors=anchors, escrow=escrow, outputs=sealed_outputs(store, outputs)
+        )
     except ValueError as exc:
         fail(str(exc), 2)
     except (LedgerError, MarketError) as exc:
@@ -69,6 +86,31 @@ def audit(
             output.say(f"report written to {html}")
     if not report.ok:
         raise typer.Exit(1)
+
+
+def sealed_outputs(store: LogStore, folder: Path | None) -> Callable[[str], bytes | None]:
+    """The sealed bytes of a commitment: from this home's blob store, else from `folder` (a
+    file named by the commitment, directly in it or in its `sealed/`). The audit checks every
+    one against its commitment, so a wrong file is found, not trusted."""
+    from market.blobs import BlobError, BlobStore
+
+    blobs = BlobStore(store.engine)
+
+    def read(commitment: str) -> bytes | None:
+        if not is_commitment(commitment):
+            return None
+        with contextlib.suppress(BlobError):
+            held = blobs.sealed(commitment)
+            if held is not None:
+                return held
+        for candidate in (
+            [] if folder is None else [folder / commitment, folder / "sealed" / commitment]
+        ):
+            if candidate.is_file() and candidate.stat().st_size <= MAX_FILE_BYTES:
+                return candidate.read_bytes()
+        return None
+
+    return read
 
 
 def _holds_task(store: LogStore, task_id: str) -> bool:

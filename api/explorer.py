@@ -47,6 +47,7 @@ from ledger.errors import LedgerError, MalformedError, ProofError
 from ledger.events import Entry
 from ledger.settings import Settings
 from ledger.store import LogStore
+from market.blobs import BlobStore
 from market.escrow import EscrowChain
 from market.money import format_eth
 from market.tasks import BID_REVEALED, TASK_AWARDED, TASK_KINDS, TASK_POSTED
@@ -107,7 +108,15 @@ def explorer_router(context_provider: Callable[[], ExplorerSources]) -> APIRoute
         sources = context_provider()
         if not sources.store.find(kind=TASK_POSTED, subject=task_id, limit=1):
             return _not_found(f"The log holds no task {task_id!r}.")
-        report = audit_task(sources.store, task_id, anchors=sources.anchors, escrow=sources.escrow)
+        # The service re-runs the checks on the outputs it holds; the page shows only their
+        # commitments and the verdicts (`market.privacy`).
+        report = audit_task(
+            sources.store,
+            task_id,
+            anchors=sources.anchors,
+            escrow=sources.escrow,
+            outputs=BlobStore(sources.store.engine).sealed,
+        )
         return HTMLResponse(render_task(sources.store, report))
 
     @router.get(

@@ -23,6 +23,7 @@ from api import output
 from api.output import JsonFlag, emit, escape, fail, say
 from identity.errors import IdentityError
 from ledger.errors import ChainError, LedgerError, MalformedError, QueryError
+from ledger.sealing import is_commitment
 from ledger.settings import Settings
 from market.errors import BidRejected, LimitError, MarketError, TaskError, WorkError
 from market.money import Wei, format_eth, parse_amount
@@ -623,12 +624,17 @@ def task_result(
     task_id: str,
     out_dir: Annotated[
         Path | None,
-        typer.Option("--out", help="Write deliverable.json and each part's output here."),
+        typer.Option(
+            "--out",
+            help="Write deliverable.json, each part's output, and the sealed outputs an "
+            "auditor re-runs the checks on (sealed/, for `accord audit --outputs`) here.",
+        ),
     ] = None,
     as_json: JsonFlag = False,
     server: ServerOption = None,
 ) -> None:
-    """The deliverable: each part's output and who made it, and each check once settled."""
+    """The deliverable: each part's output (where you may read it; the log holds only its
+    commitment) and who made it, and each check once settled."""
     if server:
         with remote(server) as client:
             data = client.deliverable(task_id)
@@ -649,9 +655,12 @@ def task_result(
     say(f"  assembled by {names.get(data['leader'], data['leader'])}")
     for entry in data["parts"]:
         producer = names.get(entry["producer"], entry["producer"])
-        shown = json.dumps(entry["output"], ensure_ascii=False)
         say(f"  [bold]{entry['part']}[/] ({entry['capability']}) by {producer}")
-        say(f"    {escape(shown if len(shown) <= 300 else shown[:300] + '…')}")
+        if "output" in entry:
+            shown = json.dumps(entry["output"], ensure_ascii=False)
+            say(f"    {escape(shown if len(shown) <= 300 else shown[:300] + '…')}")
+        else:
+            say(f"    sealed until the settlement is computed (sha256 {entry['output_sha256']})")
     for part in data["missing"]:
         say(f"  [red]{part}: not delivered[/]")
     if data["checks"] is None:
@@ -665,12 +674,20 @@ def task_result(
 
 
 def _write_result(out_dir: Path, data: Mapping[str, Any]) -> None:
-    """deliverable.json and one file per part (`<part>.json`; a python part's source as
-    `<part>.py`). Exits 1 when the folder cannot be written."""
+    """deliverable.json, one file per part shown (`<part>.json`; a python part's source as
+    `<part>.py`), and each opening as `sealed/<commitment>`. Exits 1 when the folder cannot be
+    written."""
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
         (out_dir / "deliverable.json").write_text(json.dumps(data, indent=2, sort_keys=True))
+        sealed = out_dir / "sealed"
+        sealed.mkdir(exist_ok=True)
+        for commitment, text in dict(data.get("openings") or {}).items():
+            if is_commitment(commitment):
+                (sealed / commitment).write_bytes(str(text).encode())
         for entry in data["parts"]:
+            if "output" not in entry:
+                continue
             output = entry["output"]
             if entry["capability"] == "python" and isinstance(output, str):
                 (out_dir / f"{entry['part']}.py").write_text(output)

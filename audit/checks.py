@@ -21,6 +21,13 @@ Nothing here reads the operator's own tables (agents, credentials, journals): on
 entries, signed checkpoints, and the chain. Steps stop at the first failure, which names the
 entry (log index) it failed on where there is one.
 
+The log holds commitments to the parts' outputs, never the outputs (`ledger.sealing`). An
+auditor who holds the sealed outputs (the operator's own blob store, or a folder the requester
+hands over: `accord task outputs`, then `accord audit TASK --outputs DIR`) re-runs every check
+on them; one who does not re-runs the plan and assembly checks against the commitments and
+holds the checks that read outputs to their operator-signed verdicts, and step (6) and the
+report's `outputs` fact say which it did.
+
 Python checks and python exam answers re-run in the box (`identity.challenges.sandbox`). Where
 the box cannot be made, they do not run unboxed: the step holds their logged verdicts as given,
 checks the rest, and reports `unchecked` naming what it could not re-run and why. A report with
@@ -66,7 +73,7 @@ from market.errors import MarketError, ReputationError
 from market.escrow import EscrowChain
 from market.reputation import SettledWork, check_revocation, scored_parts, settled_work
 from market.service import BidBook, replay_award, reputations_from_log, track_records_from_log
-from market.settlement import SETTLEMENT_COMPUTED, Settlement, recompute_settlement
+from market.settlement import SETTLEMENT_COMPUTED, Settlement, opener, recompute_settlement
 from market.tasks import (
     BID_COMMITTED,
     BID_REVEALED,
@@ -176,6 +183,8 @@ class _Scope:
     touched: dict[int, Entry]
     operator: str
     bidders: list[tuple[int, sealed.Commitment]]
+    held_to_log: list[str] | None = None
+    """The checks step (6) held to their logged verdicts for want of the sealed outputs."""
 
 
 def audit_task(
@@ -185,10 +194,13 @@ def audit_task(
     anchors: AnchorChain,
     escrow: EscrowChain,
     operator_did: str | None = None,
+    outputs: Callable[[str], bytes | None] | None = None,
 ) -> AuditReport:
     """Run the checklist. Never raises for what it finds; the report names it.
 
-    `operator_did` defaults to the signer of the log's checkpoints.
+    `operator_did` defaults to the signer of the log's checkpoints. `outputs(commitment)`
+    gives the sealed bytes of an output the log commits to, or None where the auditor does not
+    hold them (no `outputs`: it holds none).
     """
     report = AuditReport(task_id)
     checks: list[tuple[int, Callable[[_Scope], str]]] = [
@@ -197,7 +209,7 @@ def audit_task(
         (3, lambda s: _credentials(store, s)),
         (4, lambda s: _auction(store, s)),
         (5, lambda s: _conversations(s)),
-        (6, lambda s: _settlement(store, s, escrow)),
+        (6, lambda s: _settlement(store, s, escrow, outputs)),
         (7, lambda s: _escrow_events(s, escrow)),
     ]
     try:
@@ -226,6 +238,11 @@ def audit_task(
         except (LedgerError, IdentityError, MarketError, CoordinatorError) as exc:
             failed = True
             report.steps.append(StepResult(number, title, "fail", str(exc)))
+    if scope.held_to_log is not None:
+        report.facts["outputs"] = {
+            "opened": not scope.held_to_log,
+            "checks_held_to_log": scope.held_to_log,
+        }
     return report
 
 
@@ -729,7 +746,12 @@ def _conversations(scope: _Scope) -> str:
 # -- (6) settlement --------------------------------------------------------------------------
 
 
-def _settlement(store: LogStore, scope: _Scope, escrow: EscrowChain) -> str:
+def _settlement(
+    store: LogStore,
+    scope: _Scope,
+    escrow: EscrowChain,
+    outputs: Callable[[str], bytes | None] | None,
+) -> str:
     found = [(i, e) for i, e in scope.task_events if e.kind == SETTLEMENT_COMPUTED]
     if not found:
         raise AuditFailure("the task was never settled")
@@ -763,10 +785,12 @@ def _settlement(store: LogStore, scope: _Scope, escrow: EscrowChain) -> str:
                 unrun[check.check_id] = str(exc)
                 return logged[check.check_id]
 
-        env = RecheckEnvironment(logged, rerun_python, reviews.review)
+        open_value = opener(outputs or _holds_none, required=False)
+        env = RecheckEnvironment(logged, rerun_python, reviews.review, open_value)
         settlement, valuation, _ = recompute_settlement(
-            scope.task, delivered, env, seed=int(body["seed"])
+            scope.task, delivered, env, open_value, seed=int(body["seed"])
         )
+        scope.held_to_log = list(env.unopened_checks)
     except (MarketError, ExamError, KeyError, TypeError, ValueError) as exc:
         raise AuditFailure(f"the settlement does not recompute: {exc}", index) from exc
     for check_id, result in settlement.checks.items():
@@ -801,8 +825,16 @@ def _settlement(store: LogStore, scope: _Scope, escrow: EscrowChain) -> str:
             raise AuditFailure(f"{player} bound {bound} for payouts, not {address}", index)
     _track_record(store, scope, settlement, valuation)
     passed = sum(1 for r in settlement.checks.values() if r.passed)
+    held = env.unopened_checks
+    how = (
+        "every check re-run on the sealed outputs"
+        if not held
+        else f"checks {', '.join(held)} held to the operator's signed verdicts (their outputs "
+        "are sealed and were not given: `accord audit TASK --outputs DIR`), plan and assembly "
+        "re-run on the commitments"
+    )
     summary = (
-        f"{passed} of {len(settlement.checks)} checks pass as logged; "
+        f"{how}; {passed} of {len(settlement.checks)} checks pass as logged; "
         f"{len(settlement.evaluated)} values of v(S), {settlement.method} Shapley values and "
         f"{len(payouts)} payouts recompute exactly ({settlement.amount} wei)"
     )
@@ -812,6 +844,11 @@ def _settlement(store: LogStore, scope: _Scope, escrow: EscrowChain) -> str:
             f"verdicts taken as given ({next(iter(unrun.values()))}); otherwise {summary}"
         )
     return summary
+
+
+def _holds_none(commitment: str) -> None:
+    """The auditor's sealed outputs when it was given none."""
+    return None
 
 
 def _track_record(

@@ -2,8 +2,10 @@
 catches it: rewrite events, re-sign each changed one with its own actor's key, and anchor the
 copy anew, so that signatures and anchors hold and only the semantic checks are left.
 
-`change_output(body, part, value)` changes one part's output wherever a member's report or the
-delivered deliverable holds it; `forge_copy` writes the rewritten log into another database.
+`change_output(body, part, commitment)` changes the commitment to one part's output
+(`ledger.sealing`) wherever a member's report or the delivered deliverable names it; the forger
+seals its new output and hands it to the auditor with the others. `forge_copy` writes the
+rewritten log into another database.
 Used by `make demo` and the tests; nothing in the service calls it.
 """
 
@@ -22,17 +24,16 @@ Rewrite = Callable[[int, Event], Mapping[str, Any]]
 """Given (index, event): the body the event should have in the copy."""
 
 
-def change_output(value: Any, part_id: str, new: Any) -> Any:
-    """`value` with the output of `part_id` replaced wherever a report (`{item_id, answer}`)
-    or the assembled deliverable (`{part, output}`) holds it."""
+def change_output(value: Any, part_id: str, commitment: str) -> Any:
+    """`value` with the commitment to the output of `part_id` replaced by `commitment`
+    wherever a report's contribution or the assembled deliverable (`{part, output_sha256}`)
+    names it."""
     if isinstance(value, Mapping):
-        if value.get("item_id") == part_id and "answer" in value:
-            return {**value, "answer": new}
-        if value.get("part") == part_id and "output" in value:
-            return {**value, "output": new}
-        return {k: change_output(v, part_id, new) for k, v in value.items()}
+        if value.get("part") == part_id and "output_sha256" in value:
+            return {**value, "output_sha256": commitment}
+        return {k: change_output(v, part_id, commitment) for k, v in value.items()}
     if isinstance(value, list):
-        return [change_output(v, part_id, new) for v in value]
+        return [change_output(v, part_id, commitment) for v in value]
     return value
 
 

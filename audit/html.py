@@ -153,6 +153,17 @@ def pretty_json(value: object) -> str:
     return f"<details><summary>{lines} lines, {len(text)} characters</summary>{block}</details>"
 
 
+def _part_output(part: Mapping[str, Any]) -> str:
+    """The output where the reader may see it, else the commitment the log holds."""
+    if "output" in part:
+        return pretty_json(part["output"])
+    commitment = str(part.get("output_sha256", ""))
+    return (
+        f'<span class="muted" title="{_e(commitment)}">sealed until paid · sha256 '
+        f"<code>{_e(commitment[:16])}…</code></span>"
+    )
+
+
 def deliverable_html(deliverable: Mapping[str, Any] | None, *, agent: AgentLabel) -> str:
     """Each part's id, capability, the member the leader's plan gave it, its producer and its
     output; the parts the plan gave out that were not delivered; the deliverable's hash."""
@@ -172,7 +183,7 @@ def deliverable_html(deliverable: Mapping[str, Any] | None, *, agent: AgentLabel
             f"<td>{_e(part.get('capability', '-'))}</td>"
             f"<td>{agent(None if assigned is None else str(assigned))}</td>"
             f'<td class="producer">{agent(str(part.get("producer") or "") or None)}</td>'
-            f"<td>{pretty_json(part.get('output'))}</td></tr>"
+            f"<td>{_part_output(part)}</td></tr>"
         )
     delivered = {str(p.get("part", "")) for p in parts}
     for part_id, assigned in planned.items():

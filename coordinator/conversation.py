@@ -26,13 +26,13 @@ deliverable's contributions are exactly the successful results, each tagged with
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from coordinator.errors import IllegalMove
 from coordinator.work import JSON, SubTask
+from ledger.sealing import is_commitment
 
 ConversationState = Literal[
     "discussion",
@@ -59,25 +59,38 @@ DEFAULT_MAX_TURNS = 64
 
 @dataclass(frozen=True)
 class Contribution:
-    """One agent's part of the deliverable: the answer it gave to one sub-task."""
+    """One agent's part of the deliverable: which part of the work it answered, in which
+    sub-task, and the commitment to its output (`ledger.sealing`). The output itself never
+    enters the conversation: the log is public, the work is the requester's until it is paid."""
 
     agent: str
     sub_id: str
     capability: str
-    output: JSON = field(hash=False)
+    part: str
+    output_sha256: str
 
     def to_json(self) -> dict[str, JSON]:
         return {
             "agent": self.agent,
             "sub_id": self.sub_id,
             "capability": self.capability,
-            "output": self.output,
+            "part": self.part,
+            "output_sha256": self.output_sha256,
         }
 
     @classmethod
     def from_json(cls, value: Mapping[str, JSON]) -> Contribution:
+        """Raises TypeError for a commitment that is not 64 lowercase hex digits."""
+        commitment = value["output_sha256"]
+        if not is_commitment(commitment):
+            raise TypeError("output_sha256 is a SHA-256 in lowercase hex")
+        assert isinstance(commitment, str)
         return cls(
-            str(value["agent"]), str(value["sub_id"]), str(value["capability"]), value["output"]
+            str(value["agent"]),
+            str(value["sub_id"]),
+            str(value["capability"]),
+            str(value["part"]),
+            commitment,
         )
 
 
@@ -430,10 +443,11 @@ def _abandon(c: Conversation, m: Abandon) -> Conversation:
     raise IllegalMove(f"nothing outstanding to abandon for {m.sub_id} in {c.state}")
 
 
-def _signature(contribution: Contribution) -> tuple[str, str, str, str]:
-    """A contribution compared whole: who, which piece, which capability, what it answered."""
-    output = json.dumps(contribution.output, sort_keys=True, separators=(",", ":"))
-    return (contribution.agent, contribution.sub_id, contribution.capability, output)
+def _signature(contribution: Contribution) -> tuple[str, str, str, str, str]:
+    """A contribution compared whole: who, which piece, which capability and part, and the
+    commitment to what it answered."""
+    c = contribution
+    return (c.agent, c.sub_id, c.capability, c.part, c.output_sha256)
 
 
 def _conclude(c: Conversation, m: Conclude) -> Conversation:

@@ -13,6 +13,7 @@ speaker, so the whole tree of conversations replays from the ledger.
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -41,6 +42,8 @@ from coordinator.team import form_team, helpers_for, parts_of, plan_work, split_
 from coordinator.work import AgentAdapter, SubTask
 from identity.challenges import validate_output, work_item
 from identity.errors import ExamError
+from ledger.errors import LedgerError
+from ledger.sealing import Sealed, seal
 from ledger.service import Ledger
 from ledger.signing import Signer
 from market.errors import MarketError
@@ -71,11 +74,37 @@ class _Assignment:
     deadline: float
 
 
+class SealedOutputs:
+    """The outputs a team gave, sealed (`ledger.sealing`): each is handed to `store` (the
+    service's blob store; nothing by default) as it is given, and kept here by commitment for
+    the team's own use. Safe to use from the runner's worker threads."""
+
+    def __init__(self, store: Callable[[Sealed], None] | None = None) -> None:
+        self._store = store
+        self._by_commitment: dict[str, Sealed] = {}
+        self._lock = threading.Lock()
+
+    def keep(self, output: Any) -> Sealed:
+        """Seal `output` under a fresh salt and keep it. Raises CanonicalizationError for an
+        output JSON cannot carry, and what `store` raises."""
+        sealed = seal(output)
+        if self._store is not None:
+            self._store(sealed)
+        with self._lock:
+            self._by_commitment[sealed.commitment] = sealed
+        return sealed
+
+    def get(self, commitment: str) -> Sealed | None:
+        with self._lock:
+            return self._by_commitment.get(commitment)
+
+
 class TeamRunner:
     """Runs conversations for tasks over one ledger.
 
     `signer_of(did)` signs for a member, `adapter_of(did)` does its work, `directory` lists
-    the agents discovery may pick from. Raises CoordinatorError (TeamError, PolicyError,
+    the agents discovery may pick from, `sealed` keeps the outputs (the log gets only their
+    commitments). Raises CoordinatorError (TeamError, PolicyError,
     IllegalMove from a policy's bad message) and what the ledger raises.
     """
 
@@ -89,8 +118,11 @@ class TeamRunner:
         settings: RunSettings | None = None,
         observer: Observer | None = None,
         resolve_files: Callable[[Mapping[str, Any]], Mapping[str, Any]] | None = None,
+        sealed: SealedOutputs | None = None,
     ) -> None:
         self.ledger = ledger
+        self.sealed = sealed or SealedOutputs()
+        """Every output the team gave, sealed (the log holds only their commitments)."""
         self.resolve_files = resolve_files or (lambda payload: payload)
         self.plan: dict[str, str] = {}
         """The leader's plan: each part of the top-level work and the member first given it."""
@@ -181,11 +213,7 @@ class TeamRunner:
                     depth=conversation.depth + 1,
                 )
                 contributions = child.deliverable.contributions if child.deliverable else ()
-                done_parts = {
-                    str(c.output.get("item_id"))
-                    for c in contributions
-                    if isinstance(c.output, Mapping)
-                }
+                done_parts = {c.part for c in contributions}
                 missing = [p for p in parts_of(task) if p not in done_parts]
                 if missing:
                     # A part the sub-team dropped fails the whole batch, as it would without
@@ -215,12 +243,15 @@ class TeamRunner:
                 return Result(
                     task.sub_id, False, (), f"{assignee}: part {item_id}: invalid output: {exc}"
                 )
+            try:
+                sealed = self.sealed.keep(answer)
+            except (LedgerError, MarketError) as exc:
+                return Result(
+                    task.sub_id, False, (), f"{assignee}: part {item_id}: not kept: {exc}"
+                )
             done.append(
                 Contribution(
-                    assignee,
-                    item_task.sub_id,
-                    task.capability,
-                    {"item_id": item_id, "answer": answer},
+                    assignee, item_task.sub_id, task.capability, item_id, sealed.commitment
                 )
             )
         return Result(task.sub_id, True, tuple(done))

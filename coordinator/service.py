@@ -15,6 +15,7 @@ from typing import Any
 
 from coordinator.adapters import RuntimeAdapter, reference_adapter
 from coordinator.conversation import (
+    Contribution,
     Conversation,
     Message,
     message_from_json,
@@ -28,6 +29,7 @@ from coordinator.runner import (
     CONVERSATION_OPENED,
     Observer,
     RunSettings,
+    SealedOutputs,
     TeamRunner,
 )
 from coordinator.team import Candidate
@@ -43,6 +45,7 @@ from ledger.store import LogStore
 from ledger.views import check_limit, encode_cursor, int_key, reading
 from market.discovery import DEPENDS_ON, description, fraction_text, ranked_page
 from market.discovery import VIEW_NAME as DISCOVERY_VIEW
+from market.privacy import WorkReaders
 from market.reputation import DEFAULT_PRIOR_MEAN
 from market.runtime import MarketContext
 from market.tasks import Task
@@ -228,9 +231,16 @@ def run_awarded_task(
             allow_private_agents=registry.allow_private_agents,
         )
 
+    sealed = SealedOutputs(market.keep_sealed)
+
+    def openings(commitment: str) -> bytes | None:
+        found = sealed.get(commitment)
+        return None if found is None else found.data
+
     def signer_of(did: str) -> Signer:
-        # A local agent's key file, or a remote agent signing its own reports at its endpoint.
-        return context.onboarding.member_signer(registry.get(did))
+        # A local agent's key file, or a remote agent signing its own reports at its endpoint
+        # (shown the sealed outputs a report names, to check they are its own).
+        return context.onboarding.member_signer(registry.get(did), openings)
 
     runner = TeamRunner(
         market.ledger,
@@ -243,6 +253,7 @@ def run_awarded_task(
         resolve_files=lambda payload: resolve_files(
             payload, {sha: market.file_text(task, sha) for sha in task.spec.files}
         ),
+        sealed=sealed,
     )
     market.start(task_id, winner)
     parts = [(p.part_id, p.capability, p.input) for p in task.spec.parts]
@@ -263,16 +274,16 @@ def run_awarded_task(
 
 def assemble(task: Task, conversation: Conversation, plan: Mapping[str, str]) -> dict[str, Any]:
     """The contract holder's deliverable: its plan (which member was given which part) and,
-    for every part its team did, the output and its producer, from the team's signed reports
-    (the first report of a part counts). A part nobody did is left out: the checks that read
-    it fail, and so does the assembly check."""
+    for every part its team did, the commitment to its output and its producer, from the
+    team's signed reports (the first report of a part counts). A part nobody did is left out:
+    the checks that read it fail, and so does the assembly check. The outputs stay sealed in
+    the blob store (`ledger.sealing`); the deliverable names them."""
     assert conversation.deliverable is not None
-    outputs: dict[str, tuple[str, Any]] = {}
+    wanted = {p.part_id for p in task.spec.parts}
+    made: dict[str, Contribution] = {}
     for contribution in conversation.deliverable.contributions:
-        output = contribution.output
-        part_id = output.get("item_id") if isinstance(output, Mapping) else None
-        if isinstance(part_id, str) and part_id not in outputs:
-            outputs[part_id] = (contribution.agent, output.get("answer"))
+        if contribution.part in wanted:
+            made.setdefault(contribution.part, contribution)
     return {
         "task": task.task_id,
         "title": task.spec.title,
@@ -287,11 +298,11 @@ def assemble(task: Task, conversation: Conversation, plan: Mapping[str, str]) ->
             {
                 "part": part.part_id,
                 "capability": part.capability,
-                "producer": outputs[part.part_id][0],
-                "output": outputs[part.part_id][1],
+                "producer": made[part.part_id].agent,
+                "output_sha256": made[part.part_id].output_sha256,
             }
             for part in task.spec.parts
-            if part.part_id in outputs
+            if part.part_id in made
         ],
     }
 
@@ -335,6 +346,12 @@ def team_of(store: LogStore, task_id: str) -> set[str]:
         if body.get("task") == task_id:
             members.update(str(m) for m in body.get("members", []))
     return members
+
+
+def work_readers(context: MarketContext, task: Task) -> WorkReaders:
+    """Who is at work on `task`, as the log says (`market.privacy`)."""
+    store = context.market.ledger.store
+    return WorkReaders(context.market.ledger.operator.did, team_of(store, task.task_id))
 
 
 def conversation_ids(store: LogStore, task_id: str | None = None) -> list[str]:

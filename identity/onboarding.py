@@ -175,9 +175,11 @@ class Onboarding:
 
     # -- team members: identity.remote_signing --
 
-    def member_signer(self, agent: AgentRecord) -> Signer:
+    def member_signer(
+        self, agent: AgentRecord, openings: Callable[[str], bytes | None] | None = None
+    ) -> Signer:
         """See `identity.remote_signing.member_signer`."""
-        return member_signer(self.registry, agent)
+        return member_signer(self.registry, agent, openings)
 
     # -- onboarding --
 

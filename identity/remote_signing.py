@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx
@@ -29,6 +32,11 @@ class EndpointSigner:
     it signs (a team member signs only its own reports) and replies `{"sig": base64url}`.
     The signature is checked before it is returned.
 
+    An event names outputs by their commitments only (`ledger.sealing`), so the agent could
+    not tell its own answers from others': `openings(commitment)` gives the sealed bytes of
+    each `output_sha256` the event names, and they travel beside it as
+    `{"openings": {commitment: sealed text}}` for the agent to open and compare.
+
     Like every request to an agent it goes to a public address only unless `allow_private`
     (`identity.address_guard`). `sign` raises KeyStoreError when the agent cannot be reached,
     is at a refused address, or refuses; SignatureError when its signature does not verify.
@@ -41,17 +49,23 @@ class EndpointSigner:
         timeout: float = SIGN_TIMEOUT,
         *,
         allow_private: bool = False,
+        openings: Callable[[str], bytes | None] | None = None,
     ) -> None:
         self.did = did
         self.kid = kid_for(did)
         self.url = sign_url(endpoint)
         self.timeout = timeout
         self.allow_private = allow_private
+        self.openings = openings
 
     def sign(self, message: bytes) -> bytes:
+        request: dict[str, Any] = {"event": message.decode()}
+        if self.openings is not None:
+            opened = {c: self.openings(c) for c in _commitments(json.loads(message))}
+            request["openings"] = {c: d.decode() for c, d in opened.items() if d is not None}
         try:
             with agent_client(self.timeout, allow_private=self.allow_private) as client:
-                response = client.post(self.url, json={"event": message.decode()})
+                response = client.post(self.url, json=request)
         except httpx.HTTPError as exc:
             raise KeyStoreError(f"cannot reach {self.did} at {self.url}: {exc}") from exc
         if response.status_code != 200:
@@ -66,9 +80,29 @@ class EndpointSigner:
         return signature
 
 
-def member_signer(registry: AgentRegistry, agent: AgentRecord) -> Signer:
+def _commitments(value: Any) -> list[str]:
+    """Every `output_sha256` named anywhere in a JSON value, in order, once."""
+    found: dict[str, None] = {}
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            if isinstance(item.get("output_sha256"), str):
+                found.setdefault(item["output_sha256"])
+            stack.extend(reversed(list(item.values())))
+        elif isinstance(item, list):
+            stack.extend(reversed(item))
+    return list(found)
+
+
+def member_signer(
+    registry: AgentRegistry,
+    agent: AgentRecord,
+    openings: Callable[[str], bytes | None] | None = None,
+) -> Signer:
     """Who signs for `agent` in a team: its key file, or, for a remote `http` agent
-    without one, the agent itself at its endpoint (`EndpointSigner`).
+    without one, the agent itself at its endpoint (`EndpointSigner`, shown the sealed outputs
+    its events name through `openings`).
 
     Raises KeyStoreError when neither is available.
     """
@@ -76,4 +110,9 @@ def member_signer(registry: AgentRegistry, agent: AgentRecord) -> Signer:
         return registry.signer(agent)
     if not agent.endpoint:
         raise KeyStoreError(f"{agent.name!r} has neither a key file nor an endpoint")
-    return EndpointSigner(agent.did, agent.endpoint, allow_private=registry.allow_private_agents)
+    return EndpointSigner(
+        agent.did,
+        agent.endpoint,
+        allow_private=registry.allow_private_agents,
+        openings=openings,
+    )

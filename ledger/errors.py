@@ -20,6 +20,7 @@ The ledger's own:
     ├── SignatureError          a signature does not verify, or a key id does not match its actor
     ├── SequenceError           an actor's seq does not grow
     ├── ProofError              an inclusion or consistency proof does not hold
+    │   └── SealError               sealed bytes do not open to the commitment the log names
     ├── StoreError              the log database refused or lost a write
     ├── AlreadyLoggedError      a once-per-subject event kind is already logged for that subject
     ├── ChainError              anything on the chain side
@@ -71,6 +72,10 @@ class SequenceError(LedgerError):
 
 class ProofError(LedgerError):
     """A Merkle inclusion or consistency proof does not hold."""
+
+
+class SealError(ProofError):
+    """Sealed bytes do not open to the commitment the log names (`ledger.sealing`)."""
 
 
 class StoreError(LedgerError):

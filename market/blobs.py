@@ -466,6 +466,14 @@ class BlobStore:
             raise BlobError(f"the stored file {digest} does not hash to its name: it was altered")
         return data
 
+    def sealed(self, commitment: str) -> bytes | None:
+        """The sealed bytes named `commitment` (`ledger.sealing`), or None when not held.
+        Raises BlobError when they were altered or cannot be read."""
+        try:
+            return self.get(commitment)
+        except MissingBlob:
+            return None
+
     def text(self, digest: str) -> str:
         """The blob as UTF-8 text. Raises BlobError when missing, altered, or not text."""
         try:

@@ -15,7 +15,7 @@ ACCORD_JUDGE_MODEL, and ACCORD_JUDGE_KEY or OPENAI_API_KEY (optional: local serv
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -24,10 +24,11 @@ import openai
 
 from identity.challenges.sandbox import SandboxLimits, run_function_cases
 from identity.errors import ExamError
-from market.checks import CheckResult, decide_dispute, dispute_prompt, is_disputed
-from market.errors import SettlementWaits
+from ledger.sealing import Sealed, seal
+from market.checks import CheckResult, Judged, decide_dispute, dispute_prompt, is_disputed
+from market.errors import SettlementError, SettlementWaits
 from market.tasks import REVIEW_GIVEN, Task, TaskEvent
-from market.work import JudgeCheck, PythonCheck, ReviewCheck
+from market.work import Check, JudgeCheck, PythonCheck, ReviewCheck
 
 MiB = 1 << 20
 JUDGE_ATTEMPTS = 3
@@ -178,11 +179,33 @@ class LogReviews:
 
 
 class SettleEnvironment:
-    """What `settle_task` runs checks with: the sandbox, the judge (if any), the reviews."""
+    """What `settle_task` runs checks with: the sandbox, the judge (if any), the reviews; each
+    exchange with the judge is sealed (`ledger.sealing`) and handed to `keep` (the service's
+    blob store), so the signed record names it without showing the outputs in its prompt."""
 
-    def __init__(self, reviews: LogReviews, judge: OpenAIJudge | None) -> None:
+    def __init__(
+        self,
+        reviews: LogReviews,
+        judge: OpenAIJudge | None,
+        keep: Callable[[Sealed], None] | None = None,
+    ) -> None:
         self.reviews = reviews
         self.judge = judge
+        self.keep = keep
+
+    def _judged(self, prompt: str, model: str | None = None) -> Judged:
+        assert self.judge is not None
+        answer, name = self.judge.ask(prompt, model)
+        exchange = seal({"prompt": prompt, "answer": answer})
+        if self.keep is not None:
+            self.keep(exchange)
+        return Judged(answer, name, exchange.commitment)
+
+    def unopened(self, check: Check) -> CheckResult:
+        raise SettlementError(
+            f"check {check.check_id} reads an output this service does not hold: nobody is "
+            "paid on work that cannot be checked"
+        )
 
     def run_python(self, check: PythonCheck, outputs: Mapping[str, Any]) -> CheckResult:
         try:
@@ -193,13 +216,13 @@ class SettleEnvironment:
                 f"(nothing ran, nobody is paid): {exc}"
             ) from exc
 
-    def ask_judge(self, check: JudgeCheck, prompt: str) -> tuple[str, str]:
+    def ask_judge(self, check: JudgeCheck, prompt: str) -> Judged:
         if self.judge is None:
             raise SettlementWaits(
                 f"check {check.check_id} needs a judge model: set ACCORD_JUDGE_URL and "
                 "ACCORD_JUDGE_MODEL (any OpenAI-compatible server), then settle again"
             )
-        return self.judge.ask(prompt, check.model)
+        return self._judged(prompt, check.model)
 
     def review(self, check: ReviewCheck, outputs: Mapping[str, Any]) -> CheckResult:
         """A rejection is a dispute: the judge decides it with the review's criterion.
@@ -217,5 +240,4 @@ class SettleEnvironment:
                 "(any OpenAI-compatible server), then settle again"
             )
         prompt = dispute_prompt(check, outputs, str((result.record or {}).get("reason", "")))
-        answer, model = self.judge.ask(prompt)
-        return decide_dispute(check, result, prompt, answer, model)
+        return decide_dispute(check, result, self._judged(prompt))

@@ -11,6 +11,13 @@ The deterministic kinds (expect, schema, plan, assembly) are evaluated here, pur
 go through a `CheckEnvironment`: python (the sandbox), judge (a model), review (the requester's
 signed verdicts and the clock). The audit re-runs the deterministic kinds and python, and holds
 judge and review results to their logged, signed records (`recheck`).
+
+The log holds only commitments to the outputs (`ledger.sealing`), so a reader without the
+sealed outputs sees each part as `SEALED`: plan and assembly still run (they read only the
+plan and the commitments), and every check that reads a sealed part is held to its logged,
+operator-signed verdict (`CheckEnvironment.unopened`). What a judge was shown and answered is
+sealed the same way: its record names the exchange's commitment, never the prompt, which
+holds the outputs.
 """
 
 from __future__ import annotations
@@ -26,9 +33,7 @@ from typing import Any, Protocol
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError
 
-from identity.challenges import validate_output
 from identity.challenges.base import json_equal
-from identity.errors import ExamError
 from market.errors import SettlementError
 from market.work import (
     ASSEMBLY_PART,
@@ -54,21 +59,49 @@ JUDGE_PROMPT_VERSION = "accord-judge/2"
 DISPUTE_PROMPT_VERSION = "accord-dispute/1"
 
 
+class _Sealed:
+    """The type of `SEALED`."""
+
+    def __repr__(self) -> str:
+        return "SEALED"
+
+
+SEALED: Any = _Sealed()
+"""A delivered part's output as a reader who holds only its commitment sees it."""
+
+
 @dataclass(frozen=True)
 class Delivered:
     """What the team handed in, as the log holds it.
 
-    `outputs` maps each part id to its output (`_plan` to the plan, `_assembly` to the
-    assembled list of parts); `producers` maps each part id to the DID that made it.
+    `outputs` maps each delivered part id to its output, or to `SEALED` where the reader holds
+    only its commitment (`_plan` maps to the plan, `_assembly` to the assembled list of parts:
+    both public); `commitments` maps each delivered part id to the commitment its producer
+    reported; `producers` maps each part id to the DID that made it.
     """
 
     parts: tuple[Part, ...]
     outputs: Mapping[str, Any] = field(hash=False)
     producers: Mapping[str, str] = field(hash=False)
+    commitments: Mapping[str, str] = field(default_factory=dict, hash=False)
 
     def reads(self, check: Check) -> dict[str, Any]:
         """The outputs of the parts `check` reads that were delivered."""
         return {p: self.outputs[p] for p in check.reads if p in self.outputs}
+
+    def sealed(self, check: Check) -> bool:
+        """Whether `check` reads a part whose output this reader cannot open."""
+        return any(self.outputs.get(p) is SEALED for p in check.reads)
+
+
+@dataclass(frozen=True)
+class Judged:
+    """A model's answer to a prompt: its raw `answer`, the `model`, and the commitment of the
+    sealed exchange `{"prompt", "answer"}` (`ledger.sealing`), which the record names."""
+
+    answer: str
+    model: str
+    exchange: str
 
 
 @dataclass(frozen=True)
@@ -113,9 +146,14 @@ class CheckEnvironment(Protocol):
         """Run the requester's test code in the sandbox."""
         ...
 
-    def ask_judge(self, check: JudgeCheck, prompt: str) -> tuple[str, str]:
-        """The model's raw answer to `prompt` and the model's name. Raises SettlementWaits when
-        the model cannot be reached (after retrying)."""
+    def ask_judge(self, check: JudgeCheck, prompt: str) -> Judged:
+        """The model's answer to `prompt`, the exchange sealed and kept. Raises
+        SettlementWaits when the model cannot be reached (after retrying)."""
+        ...
+
+    def unopened(self, check: Check) -> CheckResult:
+        """The verdict of a check that reads an output this reader cannot open. Raises
+        SettlementError where no verdict can be given without it."""
         ...
 
     def review(self, check: ReviewCheck, outputs: Mapping[str, Any]) -> CheckResult:
@@ -199,8 +237,9 @@ def plan(check: PlanCheck, delivered: Delivered) -> CheckResult:
 
 
 def assembly(check: AssemblyCheck, delivered: Delivered) -> CheckResult:
-    """Pure: the assembled deliverable holds every part once, each with the output its producer
-    reported and valid against its capability's output schema."""
+    """Pure: the assembled deliverable holds every part once, each with its producer and the
+    commitment to the output its producer reported. It reads no output, so it runs where the
+    outputs are sealed too; whether an output fits its capability is a schema check's work."""
     value = delivered.outputs.get(ASSEMBLY_PART)
     if not isinstance(value, list):
         return CheckResult(check.check_id, False, "the deliverable holds no assembly")
@@ -217,17 +256,9 @@ def assembly(check: AssemblyCheck, delivered: Delivered) -> CheckResult:
             return CheckResult(check.check_id, False, f"part {part.part_id} is not delivered")
         if entry.get("producer") != delivered.producers.get(part.part_id):
             return CheckResult(check.check_id, False, f"part {part.part_id}: wrong producer")
-        if not json_equal(entry.get("output"), delivered.outputs[part.part_id]):
+        if entry.get("output_sha256") != delivered.commitments.get(part.part_id):
             return CheckResult(
                 check.check_id, False, f"part {part.part_id}: not the output its producer gave"
-            )
-        try:
-            validate_output(part.capability, entry.get("output"))
-        except ExamError:
-            return CheckResult(
-                check.check_id,
-                False,
-                f"part {part.part_id}: its output breaks the {part.capability} output schema",
             )
     extra = sorted(set(by_part) - {p.part_id for p in delivered.parts})
     if extra:
@@ -296,16 +327,14 @@ def dispute_costs(results: Mapping[str, CheckResult]) -> tuple[int, int]:
     return team, requester
 
 
-def decide_dispute(
-    check: ReviewCheck, rejected: CheckResult, prompt: str, answer: str, model: str
-) -> CheckResult:
-    """Pure: the review check as the evaluator's `answer` to `prompt` decides it. The record
-    keeps the rejection (entry, reason, fee) and the dispute (model, prompt, answer, winner),
-    which the audit holds the settlement to."""
-    passed, detail = judge_verdict(dispute_judge(check), answer)
+def decide_dispute(check: ReviewCheck, rejected: CheckResult, judged: Judged) -> CheckResult:
+    """Pure: the review check as the evaluator's answer decides it. The record keeps the
+    rejection (entry, reason, fee) and the dispute (model, the sealed exchange's commitment,
+    winner), which the audit holds the settlement to."""
+    passed, detail = judge_verdict(dispute_judge(check), judged.answer)
     winner = "team" if passed else "requester"
     record = dict(rejected.record or {})
-    record["dispute"] = {"model": model, "prompt": prompt, "answer": answer, "winner": winner}
+    record["dispute"] = {"model": judged.model, "exchange": judged.exchange, "winner": winner}
     said = "the evaluator found for the team" if passed else "the evaluator found for the requester"
     return CheckResult(check.check_id, passed, f"rejected, disputed: {said} ({detail})", record)
 
@@ -334,7 +363,8 @@ _FENCED = re.compile(r"^```(?:json)?\s*\n(.*)\n```$", re.DOTALL)
 def judge_verdict(check: JudgeCheck, answer: str) -> tuple[bool, str]:
     """Pure: the model's answer as (passed, detail). Only a strict verdict counts: the answer
     is one JSON object (a single ```json fence around it allowed) holding an integer `score`
-    in 0..10 and at most a string `reason`; anything else fails the check."""
+    in 0..10 and at most a string `reason`; anything else fails the check. The detail is
+    logged, so it gives the score and not the reason, which may quote the outputs."""
     text = answer.strip()
     fenced = _FENCED.match(text)
     if fenced is not None:
@@ -350,10 +380,7 @@ def judge_verdict(check: JudgeCheck, answer: str) -> tuple[bool, str]:
         return False, "the judge gave no strict JSON verdict with a score from 0 to 10"
     if not isinstance(reason, str):
         return False, "the judge gave no strict JSON verdict with a score from 0 to 10"
-    return (
-        score >= check.pass_score,
-        f"score {score}/10 (passes at {check.pass_score}): {reason[:200]}",
-    )
+    return score >= check.pass_score, f"score {score}/10 (passes at {check.pass_score})"
 
 
 # -- evaluating a rubric --------------------------------------------------------------------
@@ -364,6 +391,8 @@ def evaluate(check: Check, delivered: Delivered, env: CheckEnvironment) -> Check
     missing = _missing(check, delivered)
     if missing and check.kind not in ("plan",):
         return CheckResult(check.check_id, False, f"parts not delivered: {', '.join(missing)}")
+    if check.kind in ("expect", "schema", "python", "judge") and delivered.sealed(check):
+        return env.unopened(check)
     match check:
         case ExpectCheck():
             return expect(check, delivered.outputs[check.reads[0]])
@@ -377,9 +406,9 @@ def evaluate(check: Check, delivered: Delivered, env: CheckEnvironment) -> Check
             return env.run_python(check, delivered.reads(check))
         case JudgeCheck():
             prompt = judge_prompt(check, delivered.reads(check))
-            answer, model = env.ask_judge(check, prompt)
-            passed, detail = judge_verdict(check, answer)
-            record = {"model": model, "prompt": prompt, "answer": answer}
+            judged = env.ask_judge(check, prompt)
+            passed, detail = judge_verdict(check, judged.answer)
+            record = {"model": judged.model, "exchange": judged.exchange}
             return CheckResult(check.check_id, passed, detail, record)
         case ReviewCheck():
             return env.review(check, delivered.reads(check))
@@ -460,48 +489,81 @@ ReviewOf = Callable[[ReviewCheck], CheckResult]
 
 class RecheckEnvironment:
     """The audit's environment: python re-run in the sandbox; judge answers taken from the
-    logged record (its prompt must be the one the check builds); reviews from the log."""
+    logged record's sealed exchange (its prompt must be the one the check builds); reviews
+    from the log; a check that reads an output this auditor cannot open held to its logged
+    verdict.
+
+    `open_value(commitment)` is the value sealed under a commitment, or `SEALED` where the
+    auditor does not hold it.
+    """
 
     def __init__(
         self,
         logged: Mapping[str, CheckResult],
         run_python: Callable[[PythonCheck, Mapping[str, Any]], CheckResult],
         review_of: ReviewOf,
+        open_value: Callable[[str], Any],
     ) -> None:
         self.logged = logged
         self._run_python = run_python
         self._review_of = review_of
+        self._open = open_value
+        self.unopened_checks: list[str] = []
+        """The checks held to their logged verdicts for want of the outputs they read."""
 
     def run_python(self, check: PythonCheck, outputs: Mapping[str, Any]) -> CheckResult:
         return self._run_python(check, outputs)
 
-    def ask_judge(self, check: JudgeCheck, prompt: str) -> tuple[str, str]:
+    def unopened(self, check: Check) -> CheckResult:
+        logged = self.logged.get(check.check_id)
+        if logged is None:
+            raise SettlementError(f"check {check.check_id} has no logged result")
+        self.unopened_checks.append(check.check_id)
+        return logged
+
+    def _exchange(self, check_id: str, record: Mapping[str, Any] | None, prompt: str) -> str:
+        """The answer in the sealed exchange a record names, its prompt held to `prompt`."""
+        commitment = None if record is None else record.get("exchange")
+        if not isinstance(commitment, str):
+            raise SettlementError(f"check {check_id} has no logged exchange with its evaluator")
+        exchange = self._open(commitment)
+        if exchange is SEALED:
+            raise SettlementError(
+                f"check {check_id}: the exchange with its evaluator ({commitment}) is not "
+                "among the sealed outputs given"
+            )
+        if not isinstance(exchange, Mapping) or exchange.get("prompt") != prompt:
+            raise SettlementError(
+                f"check {check_id}: the logged prompt is not the one the check builds"
+            )
+        return str(exchange.get("answer", ""))
+
+    def ask_judge(self, check: JudgeCheck, prompt: str) -> Judged:
         logged = self.logged.get(check.check_id)
         record = logged.record if logged is not None else None
         if record is None:
             raise SettlementError(f"judge check {check.check_id} has no logged record")
-        if record.get("prompt") != prompt:
-            raise SettlementError(
-                f"judge check {check.check_id}: the logged prompt is not the one the check builds"
-            )
-        return str(record.get("answer", "")), str(record.get("model", ""))
+        answer = self._exchange(check.check_id, record, prompt)
+        return Judged(answer, str(record.get("model", "")), str(record["exchange"]))
 
     def review(self, check: ReviewCheck, outputs: Mapping[str, Any]) -> CheckResult:
         """A rejection is held to its logged dispute: the prompt must be the one the
-        rejection and the outputs build, and the verdict is the logged answer's."""
+        rejection and the outputs build, and the verdict is the logged answer's. Where the
+        outputs are sealed, the dispute's logged winner stands for the answer."""
         result = self._review_of(check)
         if not is_disputed(result):
             return result
         logged = self.logged.get(check.check_id)
         dispute = (logged.record or {}).get("dispute") if logged is not None else None
-        if not isinstance(dispute, Mapping):
+        if not isinstance(dispute, Mapping) or logged is None:
             raise SettlementError(f"review check {check.check_id} is disputed with no record")
-        reason = str((result.record or {}).get("reason", ""))
-        prompt = dispute_prompt(check, outputs, reason)
-        if dispute.get("prompt") != prompt:
-            raise SettlementError(
-                f"review check {check.check_id}: the logged dispute prompt is not the one the "
-                "rejection and the outputs build"
+        if any(value is SEALED for value in outputs.values()):
+            self.unopened_checks.append(check.check_id)
+            record = {**(result.record or {}), "dispute": dict(dispute)}
+            return CheckResult(
+                check.check_id, dispute.get("winner") == "team", logged.detail, record
             )
-        answer, model = str(dispute.get("answer", "")), str(dispute.get("model", ""))
-        return decide_dispute(check, result, prompt, answer, model)
+        reason = str((result.record or {}).get("reason", ""))
+        answer = self._exchange(check.check_id, dispute, dispute_prompt(check, outputs, reason))
+        judged = Judged(answer, str(dispute.get("model", "")), str(dispute["exchange"]))
+        return decide_dispute(check, result, judged)

@@ -43,6 +43,7 @@ from identity.onboarding import Onboarding
 from ledger.canonical import canonical_json
 from ledger.errors import AlreadyLoggedError
 from ledger.events import Entry, Event, parse_time
+from ledger.sealing import Sealed
 from ledger.service import Ledger
 from ledger.signing import Signer
 from ledger.store import LogStore, StoredEntry
@@ -658,6 +659,17 @@ class Market:
                 "$.parts",
             )
             raise not_held(missing[0], where)
+
+    def keep_sealed(self, sealed: Sealed) -> None:
+        """Keep a sealed output or evaluator exchange (`ledger.sealing`) in the blob store,
+        where its commitment is its name; nobody reads it there but through
+        `market.privacy`'s rules. Raises WorkError over the size limit, BlobError."""
+        self.blobs.put(sealed.data, name="a sealed output")
+
+    def sealed_bytes(self, commitment: str) -> bytes | None:
+        """The sealed bytes the log names as `commitment`, or None where this service does
+        not hold them. Raises BlobError when they were altered or cannot be read."""
+        return self.blobs.sealed(commitment)
 
     def file_text(self, task: Task, digest: str) -> str:
         """The text of one of the task's input files. Raises TaskError when the task names no

@@ -32,16 +32,18 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
 from identity.onboarding import Onboarding
-from ledger.errors import AlreadyLoggedError, ChainError
+from ledger.errors import AlreadyLoggedError, ChainError, SealError
 from ledger.events import Entry
+from ledger.sealing import is_commitment, open_sealed
 from market.check_runtime import LogReviews, OpenAIJudge, SettleEnvironment, judge_from_env
 from market.checks import (
+    SEALED,
     CheckEnvironment,
     CheckResult,
     Delivered,
@@ -135,24 +137,54 @@ def settlement_seed(task_id: str) -> int:
     return int.from_bytes(hashlib.sha256(f"accord-shapley|{task_id}".encode()).digest()[:6])
 
 
-def delivered_work(task: Task, body: Mapping[str, Any]) -> Delivered:
-    """What `task.delivered` holds, as the checks read it: each part's output and producer
-    from the team's signed reports (the first report of a part counts), and the contract
-    holder's plan and assembly from the deliverable it signed.
+def opener(read: Callable[[str], bytes | None], *, required: bool) -> Callable[[str], Any]:
+    """The value sealed under a commitment (`ledger.sealing`), from the bytes `read` gives for
+    it; where it gives none, `SEALED` (an auditor without the outputs), or, when `required`
+    (the settlement, which pays only on checked work), SettlementError. Bytes that do not open
+    to their commitment raise SettlementError."""
 
-    Raises SettlementError for a delivery that does not parse.
+    def open_value(commitment: str) -> Any:
+        data = read(commitment)
+        if data is None:
+            if required:
+                raise SettlementError(
+                    f"the sealed output {commitment} is not held here: nobody is paid on work "
+                    "that cannot be checked"
+                )
+            return SEALED
+        try:
+            return open_sealed(data, commitment).value
+        except SealError as exc:
+            raise SettlementError(str(exc)) from exc
+
+    return open_value
+
+
+def delivered_work(
+    task: Task, body: Mapping[str, Any], open_value: Callable[[str], Any] | None = None
+) -> Delivered:
+    """What `task.delivered` holds, as the checks read it: each part's producer and the
+    commitment to its output from the team's signed reports (the first report of a part
+    counts), the output opened by `open_value` (`opener`; by default every output is
+    `SEALED`), and the contract holder's plan and assembly from the deliverable it signed.
+
+    Raises SettlementError for a delivery that does not parse, and what `open_value` raises.
     """
     if task.winner is None:
         raise SettlementError(f"{task.task_id} was never awarded: nothing was delivered")
     wanted = {p.part_id for p in task.spec.parts}
     outputs: dict[str, Any] = {}
     producers: dict[str, str] = {}
+    commitments: dict[str, str] = {}
     try:
         for contribution in body["deliverable"]["contributions"]:
-            output = contribution["output"]
-            part_id = output.get("item_id") if isinstance(output, Mapping) else None
+            part_id = contribution["part"]
             if part_id in wanted and part_id not in outputs:
-                outputs[part_id] = output.get("answer")
+                commitment = contribution["output_sha256"]
+                if not is_commitment(commitment):
+                    raise TypeError(f"part {part_id} names no output commitment")
+                commitments[part_id] = commitment
+                outputs[part_id] = SEALED if open_value is None else open_value(commitment)
                 producers[part_id] = str(contribution["agent"])
         document = body.get("document")
         if isinstance(document, Mapping):
@@ -161,24 +193,27 @@ def delivered_work(task: Task, body: Mapping[str, Any]) -> Delivered:
             producers[PLAN_PART] = producers[ASSEMBLY_PART] = task.winner
     except (KeyError, TypeError, AttributeError) as exc:
         raise SettlementError(f"the delivery of {task.task_id} is malformed: {exc!r}") from exc
-    return Delivered(task.spec.parts, outputs, producers)
+    return Delivered(task.spec.parts, outputs, producers, commitments)
 
 
 def recompute_settlement(
     task: Task,
     delivered_body: Mapping[str, Any],
     env: CheckEnvironment,
+    open_value: Callable[[str], Any],
     *,
     seed: int | None = None,
 ) -> tuple[Settlement, Valuation, ShapleyResult]:
-    """Run the rubric's checks on the delivery, value every coalition, split the amount paid.
+    """Run the rubric's checks on the delivery (its outputs opened by `open_value`, see
+    `opener`), value every coalition, split the amount paid.
 
-    Raises SettlementError when there is no winner price or nobody contributed, and
-    SettlementWaits (from `env`) when a check cannot be decided yet.
+    Raises SettlementError when there is no winner price or nobody contributed, or an output
+    cannot be opened where it must be, and SettlementWaits (from `env`) when a check cannot be
+    decided yet.
     """
     if task.price is None:
         raise SettlementError(f"{task.task_id} was never awarded: nothing to settle")
-    delivered = delivered_work(task, delivered_body)
+    delivered = delivered_work(task, delivered_body, open_value)
     checks = task.spec.rubric
     shares = check_shares(checks)
     results = evaluate_all(checks, delivered, env)
@@ -230,7 +265,7 @@ def settle_environment(market: Market, task: Task, judge: OpenAIJudge | None) ->
             subject=task.task_id, kind=REVIEW_GIVEN, limit=MAX_TASK_EVENTS
         )
     ]
-    return SettleEnvironment(LogReviews(task, events, market.clock()), judge)
+    return SettleEnvironment(LogReviews(task, events, market.clock()), judge, market.keep_sealed)
 
 
 def logged_settlement(market: Market, task_id: str) -> dict[str, Any] | None:
@@ -331,7 +366,9 @@ def _compute_and_log(
     task_id = task.task_id
     chain_id = market.escrow.chain_id()
     env = settle_environment(market, task, judge_from_env() if judge is None else judge)
-    settlement, _, _ = recompute_settlement(task, delivery_body(market, task_id), env)
+    settlement, _, _ = recompute_settlement(
+        task, delivery_body(market, task_id), env, opener(market.sealed_bytes, required=True)
+    )
     payees: dict[str, str] = {}
     for player, payout in settlement.payouts.items():
         if payout == 0:
@@ -413,17 +450,55 @@ def _outcome(task: Task, body: Mapping[str, Any], *, tx_hash: str, already: bool
     )
 
 
-def deliverable_view(market: Market, task_id: str) -> dict[str, Any]:
-    """What the requester gets back: every part's output and producer, the contract holder's
-    plan, and, once settled, each check's result and the payouts.
+def deliverable_view(
+    market: Market, task_id: str, readable: Collection[str] | None = None
+) -> dict[str, Any]:
+    """What the requester gets back: every part's producer and output commitment, the output
+    itself for the parts in `readable` (None: every part; see `market.privacy` for who reads
+    which), the contract holder's plan, and, once settled, each check's result and the payouts.
 
-    Raises TaskError before delivery, BlobError when the stored deliverable was altered.
+    `withheld` lists the delivered parts whose outputs are not shown. `openings` maps the
+    commitment of every output shown, and, where every part is readable, of every exchange
+    with an evaluator the checks name, to its sealed text (`ledger.sealing`): what an auditor
+    needs to re-run the checks (`accord audit TASK --outputs DIR`).
+
+    Raises TaskError before delivery, BlobError when the stored deliverable was altered,
+    SettlementError when a sealed output does not open to its commitment.
     """
     task = market.task(task_id)
     document = market.delivered_document(task_id)
     body = logged_settlement(market, task_id)
     found = market.ledger.store.find(kind=TASK_DELIVERED, subject=task_id, limit=1)
     digest = Entry.from_bytes(found[0].data).event.body.get("sha256")
+    openings: dict[str, str] = {}
+
+    def opened(commitment: object) -> Any:
+        data = market.sealed_bytes(str(commitment)) if is_commitment(commitment) else None
+        if data is None:
+            return SEALED
+        try:
+            value = open_sealed(data, str(commitment)).value
+        except SealError as exc:
+            raise SettlementError(str(exc)) from exc
+        openings[str(commitment)] = data.decode()
+        return value
+
+    parts: list[dict[str, Any]] = []
+    withheld: list[str] = []
+    for entry in document.get("parts", []):
+        shown = dict(entry)
+        value = SEALED
+        if readable is None or shown.get("part") in readable:
+            value = opened(shown.get("output_sha256"))
+        if value is SEALED:
+            withheld.append(str(shown.get("part")))
+        else:
+            shown["output"] = value
+        parts.append(shown)
+    checks = None if body is None else list(body.get("checks", []))
+    if not withheld:
+        for exchange in _exchanges(checks or []):
+            opened(exchange)
     return {
         "task": task_id,
         "title": task.spec.title,
@@ -431,12 +506,28 @@ def deliverable_view(market: Market, task_id: str) -> dict[str, Any]:
         "sha256": digest,
         "leader": document.get("leader"),
         "plan": document.get("plan"),
-        "parts": document.get("parts", []),
+        "parts": parts,
+        "withheld": withheld,
         "missing": [
             p.part_id
             for p in task.spec.parts
             if p.part_id not in {entry.get("part") for entry in document.get("parts", [])}
         ],
-        "checks": None if body is None else body.get("checks", []),
+        "checks": checks,
         "payouts": None if body is None else body.get("payouts"),
+        "openings": openings,
     }
+
+
+def _exchanges(checks: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The commitments of the evaluators' exchanges logged check results name."""
+    found = []
+    for check in checks:
+        record = check.get("record")
+        if not isinstance(record, Mapping):
+            continue
+        dispute = record.get("dispute")
+        for holder in (record, dispute if isinstance(dispute, Mapping) else {}):
+            if is_commitment(holder.get("exchange")):
+                found.append(str(holder["exchange"]))
+    return found

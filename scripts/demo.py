@@ -46,6 +46,7 @@ from identity.errors import IdentityError, KeyStoreError, RateLimitedError, Regi
 from identity.onboarding import Onboarding, open_onboarding
 from ledger.errors import LedgerError
 from ledger.runtime import connect_chain, devnet_for, open_ledger
+from ledger.sealing import seal
 from ledger.service import Ledger
 from ledger.settings import Settings
 from ledger.signing import Signer, load_or_create_keyfile
@@ -80,9 +81,17 @@ DEMO_SPEC = Path(__file__).resolve().parent / "demo_work" / "task.json"
 def _tamper_copy_and_audit(
     settings: Settings, ledger: Ledger, task_id: str, context: MarketContext
 ) -> int | None:
-    """A copy of the log in which the `lines-sum` part's output is changed everywhere it
-    appears, every changed entry re-signed by its own actor's key and the copy anchored anew:
-    signatures and anchors hold, and the audit still fails at the settlement step."""
+    """A copy of the log in which the `lines-sum` part's output is changed (a new output
+    sealed, its commitment put everywhere the old one was named), every changed entry
+    re-signed by its own actor's key and the copy anchored anew: signatures and anchors hold,
+    and the audit, given the sealed outputs, still fails at the settlement step."""
+    forged = seal("2585.00")
+
+    def outputs(commitment: str) -> bytes | None:
+        if commitment == forged.commitment:
+            return forged.data
+        return context.market.sealed_bytes(commitment)
+
     keys: dict[str, Signer] = {ledger.operator.did: ledger.operator}
     for agent in context.onboarding.registry.list():
         with contextlib.suppress(RegistryError, KeyStoreError):
@@ -94,16 +103,19 @@ def _tamper_copy_and_audit(
             ledger.store,
             copy,
             keys,
-            lambda _, event: change_output(event.body, "lines-sum", "2585.00"),
+            lambda _, event: change_output(event.body, "lines-sum", forged.commitment),
             ledger.operator,
             ledger.clock,
             start=posted,
         )
-        report = audit_task(copy, task_id, anchors=anchors, escrow=context.escrow.chain)
+        report = audit_task(
+            copy, task_id, anchors=anchors, escrow=context.escrow.chain, outputs=outputs
+        )
         copy.engine.dispose()
     failure = report.first_failure
     console.print(
-        "  in a copy, lines-sum's output 2585.50 becomes 2585.00 in every entry that holds it;"
+        "  in a copy, lines-sum's output 2585.50 becomes 2585.00 (sealed anew; its commitment "
+        "replaces the old one in every entry that names it);"
     )
     console.print("  each changed entry is re-signed by its own key and the copy anchored anew")
     if failure is None:
@@ -254,7 +266,7 @@ def _story(settings: Settings) -> int:
         result = deliverable_view(market, task.task_id)
         console.print(f"  [green]✓[/] the requester's deliverable (sha256 {result['sha256']}):")
         for entry in result["parts"]:
-            output = json.dumps(entry["output"], ensure_ascii=False)
+            output = json.dumps(entry.get("output"), ensure_ascii=False)
             console.print(
                 f"    {entry['part']:<15} by {names.get(entry['producer'], '?'):<7} {output}"
             )

@@ -49,7 +49,9 @@ from coordinator.runner import CONVERSATION_MESSAGE  # noqa: E402
 from identity.payout import bind_payout_address  # noqa: E402
 from identity.presentations import create_presentation  # noqa: E402
 from ledger.canonical import JSONValue, parse_canonical  # noqa: E402
+from ledger.errors import SealError  # noqa: E402
 from ledger.events import Event, make_entry  # noqa: E402
+from ledger.sealing import open_sealed  # noqa: E402
 from ledger.signing import Ed25519Signer, b64url, read_keyfile, write_keyfile  # noqa: E402
 from market.money import Wei, parse_amount  # noqa: E402
 from market.sealed import commit_bid, reveal_bid  # noqa: E402
@@ -190,7 +192,7 @@ class _RemoteHandler(_Handler):
                 self._reply(200, {"answer": answer, "agent": self.server.did})
             else:
                 text = str(request["event"]).encode()
-                self._check_report(text)
+                self._check_report(text, request.get("openings") or {})
                 self._reply(200, {"sig": b64url(self.server.signer.sign(text))})
         except json.JSONDecodeError as exc:
             self._reply(400, {"error": f"the request is not JSON: {exc}"})
@@ -199,8 +201,10 @@ class _RemoteHandler(_Handler):
         except (KeyError, TypeError, ValueError) as exc:
             self._reply(400, {"error": f"malformed request: {exc!r}"})
 
-    def _check_report(self, text: bytes) -> None:
-        """Sign only a team report of its own whose answers are the ones it gave."""
+    def _check_report(self, text: bytes, openings: dict[str, str]) -> None:
+        """Sign only a team report of its own whose answers are the ones it gave: the report
+        names each answer by its commitment, and `openings` (sent beside it) holds the sealed
+        answers, which are opened, checked against the commitments and compared."""
         try:
             event = Event.from_json(parse_canonical(text))
         except Exception as exc:
@@ -215,9 +219,13 @@ class _RemoteHandler(_Handler):
         contributions = result.get("contributions", []) if isinstance(result, dict) else []
         with self.server.answers_lock:
             for contribution in contributions:
-                output = contribution.get("output") or {}
-                given = self.server.answers.get(str(output.get("item_id")), object())
-                if contribution.get("agent") != me or output.get("answer") != given:
+                commitment = str(contribution.get("output_sha256"))
+                try:
+                    sealed = open_sealed(str(openings.get(commitment, "")).encode(), commitment)
+                except SealError as exc:
+                    raise TaskError(403, f"the report names an answer not shown: {exc}") from exc
+                given = self.server.answers.get(str(contribution.get("part")), object())
+                if contribution.get("agent") != me or sealed.value != given:
                     raise TaskError(403, "the report carries work this agent did not do")
 
 

@@ -175,7 +175,10 @@ def task_bids(task_id: str, context: Context) -> list[dict[str, Any]]:
 def task_audit(task_id: str, context: Context, state: State) -> dict[str, Any]:
     _task(context, task_id)
     anchors, escrow = state.audit_chains()
-    report = audit_task(context.market.ledger.store, task_id, anchors=anchors, escrow=escrow)
+    market = context.market
+    report = audit_task(
+        market.ledger.store, task_id, anchors=anchors, escrow=escrow, outputs=market.sealed_bytes
+    )
     data: dict[str, Any] = report.to_json()
     return data
 
@@ -240,17 +243,10 @@ async def upload_file(
     }
 
 
-def _may_see_work(context: MarketContext, task: Task, caller: str) -> None:
-    """The requester, the team and the operator see a task's files and deliverable."""
-    from coordinator.service import team_of
-
-    allowed = {task.requester, context.market.ledger.operator.did}
-    if task.winner is not None:
-        allowed.add(task.winner)
-    if caller not in allowed and caller not in team_of(context.market.ledger.store, task.task_id):
-        raise ProblemError(
-            403, f"only the requester, the team and the operator see the work of {task.task_id}"
-        )
+def _work_forbidden(task: Task) -> ProblemError:
+    return ProblemError(
+        403, f"only the requester, the team and the operator see the work of {task.task_id}"
+    )
 
 
 @writes.get(
@@ -260,8 +256,11 @@ def _may_see_work(context: MarketContext, task: Task, caller: str) -> None:
     response_class=Response,
 )
 def task_file(task_id: str, digest: str, caller: Caller, context: Context) -> Response:
+    from coordinator.service import work_readers
+
     task = _task(context, task_id)
-    _may_see_work(context, task, caller)
+    if not work_readers(context, task).may_see_files(task, caller):
+        raise _work_forbidden(task)
     data = context.market.file_text(task, digest).encode()
     return Response(data, media_type="text/plain; charset=utf-8")
 
@@ -269,15 +268,22 @@ def task_file(task_id: str, digest: str, caller: Caller, context: Context) -> Re
 @writes.get(
     "/tasks/{task_id}/deliverable",
     tags=["market"],
-    summary="The deliverable: each part's output and producer, and the checks once settled "
-    "(signed: requester, team or operator)",
+    summary="The deliverable: each part's producer and output commitment, the outputs the "
+    "caller may read, and the checks once settled (signed: requester, team or operator)",
 )
 def deliverable(task_id: str, caller: Caller, context: Context) -> dict[str, Any]:
-    from market.settlement import deliverable_view
+    """The team and the operator read every output; the requester the parts its review checks
+    read during the review window, and every part once the settlement is computed
+    (`market.privacy`); `sealed` lists the parts not shown."""
+    from coordinator.service import work_readers
+    from market.settlement import deliverable_view, logged_settlement
 
     task = _task(context, task_id)
-    _may_see_work(context, task, caller)
-    return deliverable_view(context.market, task_id)
+    computed = logged_settlement(context.market, task_id) is not None
+    readable = work_readers(context, task).readable_parts(task, caller, computed=computed)
+    if readable is None:
+        raise _work_forbidden(task)
+    return deliverable_view(context.market, task_id, readable)
 
 
 @writes.post(

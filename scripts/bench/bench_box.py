@@ -31,8 +31,8 @@ from _common import Goal, Measure, Section, percentile, progress, run_alone, sid
 
 from identity.challenges.sandbox import SandboxLimits, SandboxMode, check_box, run_function_cases
 from market.check_runtime import run_python_check
-from market.checks import CheckResult, Delivered, evaluate_all
-from market.work import JudgeCheck, Part, PythonCheck, ReviewCheck
+from market.checks import CheckResult, Delivered, Judged, evaluate_all
+from market.work import Check, JudgeCheck, Part, PythonCheck, ReviewCheck
 
 GOAL_OVERHEAD_MEDIAN_MS = 10.0
 GOAL_OVERHEAD_P95_MS = 25.0
@@ -88,8 +88,11 @@ class PythonOnly:
     def run_python(self, check: PythonCheck, outputs: Any) -> CheckResult:
         return run_python_check(check, outputs)
 
-    def ask_judge(self, check: JudgeCheck, prompt: str) -> tuple[str, str]:
+    def ask_judge(self, check: JudgeCheck, prompt: str) -> Judged:
         raise RuntimeError("no judge check here")
+
+    def unopened(self, check: Check) -> CheckResult:
+        raise RuntimeError("every output is open here")
 
     def review(self, check: ReviewCheck, outputs: Any) -> CheckResult:
         raise RuntimeError("no review check here")

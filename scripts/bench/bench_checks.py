@@ -36,8 +36,9 @@ from typing import Any
 
 from _common import Goal, Measure, Section, progress, run_alone
 
+from ledger.sealing import seal
 from market.check_runtime import OpenAIJudge, run_python_check
-from market.checks import CheckResult, Delivered, evaluate_all, valuation
+from market.checks import CheckResult, Delivered, Judged, evaluate_all, valuation
 from market.money import Wei
 from market.shapley import shapley, split_wei
 from market.work import (
@@ -172,8 +173,12 @@ class BenchEnvironment:
     def run_python(self, check: PythonCheck, outputs: Mapping[str, Any]) -> CheckResult:
         return run_python_check(check, outputs)
 
-    def ask_judge(self, check: JudgeCheck, prompt: str) -> tuple[str, str]:
-        return self.judge.ask(prompt, check.model)
+    def ask_judge(self, check: JudgeCheck, prompt: str) -> Judged:
+        answer, model = self.judge.ask(prompt, check.model)
+        return Judged(answer, model, seal({"prompt": prompt, "answer": answer}).commitment)
+
+    def unopened(self, check: Check) -> CheckResult:
+        raise AssertionError("the bench holds every output")
 
     def review(self, check: ReviewCheck) -> CheckResult:
         raise AssertionError("the bench has no review checks")
@@ -183,13 +188,18 @@ def delivery() -> Delivered:
     members = [f"did:key:zBenchMember{k}" for k in range(MEMBERS)]
     producers = {part.part_id: member for part, member in zip(PARTS, members, strict=True)}
     outputs = dict(OUTPUTS)
+    commitments = {part: seal(output).commitment for part, output in OUTPUTS.items()}
     outputs[PLAN_PART] = {"assignments": dict(producers)}
     outputs[ASSEMBLY_PART] = [
-        {"part": p.part_id, "producer": producers[p.part_id], "output": OUTPUTS[p.part_id]}
+        {
+            "part": p.part_id,
+            "producer": producers[p.part_id],
+            "output_sha256": commitments[p.part_id],
+        }
         for p in PARTS
     ]
     producers[PLAN_PART] = producers[ASSEMBLY_PART] = LEADER
-    return Delivered(PARTS, outputs, producers)
+    return Delivered(PARTS, outputs, producers, commitments)
 
 
 def run(quick: bool, reps: int) -> Section:

@@ -270,7 +270,7 @@ def run_one(team: Team, max_depth: int, precomputed: bool, failures: list[str]) 
     top = runner.run_task(task_id, team.members[0], team.parts, TITLE, NEED)
     wall = time.perf_counter() - start
     contributions = top.deliverable.contributions if top.deliverable else ()
-    done = sorted(str(c.output["item_id"]) for c in contributions)
+    done = sorted(c.part for c in contributions)
     if done != sorted(part_id for part_id, _, _ in team.parts):
         failures.append(f"{task_id}: contributions for {done}, not for every part once")
     if sorted(runner.plan) != sorted(part_id for part_id, _, _ in team.parts):

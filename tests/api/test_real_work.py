@@ -2,13 +2,16 @@
 
 The requester uploads the invoice, posts the spec that names it, credentialed agents bid sealed
 through the API, the winner's team does the parts, the requester fetches the deliverable over
-HTTP, the team is paid through the escrow contract, and the audit passes against the chain. A
-copy of the log in which one part's output is changed (every entry re-signed by its own key,
-the copy anchored anew) fails the audit at the settlement step.
+HTTP once the settlement is computed (the log, public, holds only commitments to the work), the
+team is paid through the escrow contract, and the audit passes against the chain, with or
+without the sealed outputs. A copy of the log in which one part's output is changed (sealed
+anew, every entry re-signed by its own key, the copy anchored anew) fails the audit at the
+settlement step.
 """
 
 from __future__ import annotations
 
+import json
 import secrets
 import time
 from collections.abc import Iterator
@@ -24,8 +27,10 @@ from api.auth import AccordAuth
 from api.routes.deps import ApiConfig
 from audit.checks import audit_task
 from audit.forgery import change_output, forge_copy
+from ledger.chain import AnchorChain
 from ledger.devnet import find_free_port
 from ledger.runtime import devnet_for
+from ledger.sealing import seal
 from ledger.settings import Settings
 from ledger.signing import Signer
 from ledger.store import LogStore, make_engine
@@ -79,6 +84,13 @@ def _call(url: str, signer: Signer | None, method: str, path: str, **kwargs: Any
         return client.request(method, path, **kwargs)
 
 
+def anchors_of(context: MarketContext) -> AnchorChain:
+    """The service's anchor registry, as an outside auditor reaches it."""
+    anchorer = context.market.ledger.anchorer
+    assert anchorer is not None
+    return anchorer.chain
+
+
 def _sleep_until(moment: str) -> None:
     left = (datetime.fromisoformat(moment) - datetime.now(UTC)).total_seconds()
     if left > 0:
@@ -127,14 +139,19 @@ def test_the_requesters_work_done_delivered_paid_and_audited(
     delivered = _call(url, req, "GET", f"/tasks/{task_id}/deliverable")
     assert delivered.status_code == 200, delivered.text
     result = delivered.json()
-    outputs = {entry["part"]: entry["output"] for entry in result["parts"]}
-    assert outputs["lines-sum"] == "2585.50"
-    assert outputs["invoice-fields"]["total"] == "3128.46"
-    assert outputs["invoice-dates"] == {"issue_date": "2026-10-14", "due_date": "2026-11-13"}
+    # Before the settlement is computed the requester judges nothing (no review check), so it
+    # sees the plan, the producers and the commitments, not the work it has not paid for.
+    assert all("output" not in entry for entry in result["parts"])
+    assert sorted(result["withheld"]) == sorted(e["part"] for e in result["parts"])
     assert result["missing"] == [] and result["leader"] == winner
-    assert set(result["plan"]["assignments"]) == set(outputs)
+    assert result["openings"] == {}
+    # the contract holder reads its team's work
+    leaders = {s.did: s for s in signers.values()}
+    own = _call(url, leaders[winner], "GET", f"/tasks/{task_id}/deliverable").json()
+    assert own["withheld"] == [] and all("output" in e for e in own["parts"])
     file = _call(url, req, "GET", f"/tasks/{task_id}/files/{digest}")
     assert file.status_code == 200 and file.text == INVOICE_PATH.read_text()
+    assert _call(url, None, "GET", f"/tasks/{task_id}/deliverable").status_code == 401
 
     # the checks run, the team is paid on chain, the leader too
     settled = _call(url, req, "POST", f"/tasks/{task_id}/settle")
@@ -143,27 +160,74 @@ def test_the_requesters_work_done_delivered_paid_and_audited(
     price = int(awarded.json()["price"])
     assert sum(payouts.values()) == int(settled.json()["amount"]) == price
     assert 0 < payouts[winner] < price
-    checks = _call(url, req, "GET", f"/tasks/{task_id}/deliverable").json()["checks"]
-    assert all(check["passed"] for check in checks), checks
+    paid_for = _call(url, req, "GET", f"/tasks/{task_id}/deliverable").json()
+    assert all(check["passed"] for check in paid_for["checks"]), paid_for["checks"]
+    outputs = {entry["part"]: entry["output"] for entry in paid_for["parts"]}
+    assert outputs["lines-sum"] == "2585.50"
+    assert outputs["invoice-fields"]["total"] == "3128.46"
+    assert outputs["invoice-dates"] == {"issue_date": "2026-10-14", "due_date": "2026-11-13"}
+    assert set(paid_for["plan"]["assignments"]) == set(outputs)
+
+    # nothing the public log holds, read unsigned, carries an output in the clear
+    pages = []
+    while not pages or pages[-1]["entries"]:
+        start = pages[-1]["entries"][-1]["index"] + 1 if pages else 0
+        page = _call(url, None, "GET", "/ledger/entries", params={"from": start, "limit": 1000})
+        assert page.status_code == 200, page.text
+        pages.append(page.json())
+    # (the requester's own spec, in `task.posted`, may state what it expects: that is its own)
+    logged = json.dumps(
+        [e for page in pages for e in page["entries"] if e["event"]["kind"] != "task.posted"]
+    )
+    for part, output in outputs.items():
+        assert json.dumps(output, sort_keys=True) not in logged, part
+    for value in ("2585.50", "3128.46", "2026-10-14", "2026-11-13"):  # the invoice's own
+        assert json.dumps(value) not in logged, value
+    commitments = {e["part"]: e["output_sha256"] for e in paid_for["parts"]}
+    assert all(c in logged for c in commitments.values())
 
     assert context.market.ledger.anchorer is not None
     context.market.ledger.anchorer.anchor_latest()
     report = _call(url, None, "GET", f"/tasks/{task_id}/audit").json()
     assert report["verdict"] == "PASS", report
+    assert report["facts"]["outputs"]["opened"] is True
 
-    # a forged copy: one output changed everywhere, re-signed, re-anchored
-    keys: dict[str, Signer] = {s.did: s for s in signers.values()}
+    # an outside auditor with the log and the chain only: commitments and signed verdicts
     ledger = context.market.ledger
+    outside = audit_task(
+        ledger.store, task_id, anchors=anchors_of(context), escrow=context.escrow.chain
+    )
+    assert outside.verdict == "PASS" and outside.facts["outputs"]["opened"] is False
+    # handed the sealed outputs the requester received, it re-runs every check
+    handed = {c: text.encode() for c, text in paid_for["openings"].items()}
+    rerun = audit_task(
+        ledger.store,
+        task_id,
+        anchors=anchors_of(context),
+        escrow=context.escrow.chain,
+        outputs=handed.get,
+    )
+    assert rerun.verdict == "PASS" and rerun.facts["outputs"]["opened"] is True
+
+    # a forged copy: one output changed everywhere (sealed anew), re-signed, re-anchored
+    keys: dict[str, Signer] = {s.did: s for s in signers.values()}
     copy = LogStore(make_engine(f"sqlite:///{tmp_path / 'copy.db'}"), ledger.log_id)
+    forged_output = seal("2585.00")
     anchors = forge_copy(
         ledger.store,
         copy,
         keys,
-        lambda _, event: change_output(event.body, "lines-sum", "2585.00"),
+        lambda _, event: change_output(event.body, "lines-sum", forged_output.commitment),
         ledger.operator,
         ledger.clock,
     )
-    forged = audit_task(copy, task_id, anchors=anchors, escrow=context.escrow.chain)
+    forged = audit_task(
+        copy,
+        task_id,
+        anchors=anchors,
+        escrow=context.escrow.chain,
+        outputs={**handed, forged_output.commitment: forged_output.data}.get,
+    )
     failure = forged.first_failure
     assert failure is not None and failure.number == 6, forged.to_json()
     assert "sum-right" in failure.detail

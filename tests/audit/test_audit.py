@@ -4,6 +4,7 @@ corpus fails at the checklist step (and entry) that should catch it."""
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
@@ -15,12 +16,14 @@ from coordinator.runner import CONVERSATION_MESSAGE
 from coordinator.service import directory_for, run_awarded_task, team_directory
 from ledger.chain import MemoryAnchorChain
 from ledger.events import Entry, Event, entry_bytes, make_entry
+from ledger.sealing import seal
 from ledger.store import LogStore
 from market.errors import BidRejected
 from market.escrow import EscrowActions, EscrowChain, MemoryEscrowJournal
 from market.sealed import commit_bid
 from market.settlement import SETTLEMENT_COMPUTED, logged_settlement, settle_task
 from market.tasks import BID_COMMITTED, BID_REVEALED, TASK_AWARDED, TASK_DELIVERED, TASK_STARTED
+from market.work import ASSEMBLY_CHECK, PLAN_CHECK
 from tests.audit.conftest import (
     OPERATOR_KEY,
     REQUESTER_KEY,
@@ -46,12 +49,16 @@ def audit(
     *,
     anchors: MemoryAnchorChain | None = None,
     escrow: EscrowChain | None = None,
+    outputs: Callable[[str], bytes | None] | None = None,
 ) -> AuditReport:
+    """The audit by one who holds the sealed outputs (the operator's blob store), unless
+    `outputs` says otherwise."""
     return audit_task(
         store or world.ledger.store,
         world.task_id,
         anchors=anchors or world.anchors,
         escrow=escrow or world.escrow_chain,
+        outputs=outputs or world.market.sealed_bytes,
     )
 
 
@@ -90,6 +97,31 @@ def test_the_honest_collaboration_passes(world: World) -> None:
     depths = sorted(c["depth"] for c in summary["facts"]["conversations"])
     assert depths[0] == 0 and depths[-1] >= 1
     assert summary["facts"]["winner"] == world.agents["linus"].did
+
+
+def test_an_auditor_without_the_outputs_checks_the_commitments_and_says_so(world: World) -> None:
+    """Without the sealed outputs, plan and assembly re-run on the commitments, every check
+    that reads an output is held to its signed verdict, the arithmetic is redone, and the
+    report names the checks it did not re-run; with them, it re-runs all."""
+    sealed = audit(world, outputs=lambda commitment: None)
+    assert sealed.ok, [s.to_json() for s in sealed.steps]
+    held = sealed.facts["outputs"]["checks_held_to_log"]
+    rubric = {c.check_id: c for c in world.market.task(world.task_id).spec.rubric}
+    assert held and sealed.facts["outputs"]["opened"] is False
+    assert all(rubric[c].kind in ("expect", "schema", "python", "judge", "review") for c in held)
+    assert PLAN_CHECK not in held and ASSEMBLY_CHECK not in held
+    assert "held to the operator's signed verdicts" in sealed.steps[5].detail
+    opened = audit(world)
+    assert opened.facts["outputs"] == {"opened": True, "checks_held_to_log": []}
+    assert "every check re-run on the sealed outputs" in opened.steps[5].detail
+
+
+def test_sealed_bytes_that_do_not_open_to_their_commitment_fail_step_6(world: World) -> None:
+    """An auditor handed a wrong file for an output (a swapped answer, the right name) is told
+    so: nothing unproven is run."""
+    report = audit(world, outputs=lambda commitment: seal("2585.00").data)
+    assert failure(report)[0] == 6
+    assert "do not hash to their commitment" in report.steps[5].detail
 
 
 def test_the_honest_copy_passes_too(world: World, tmp_path: Path) -> None:

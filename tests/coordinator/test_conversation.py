@@ -55,11 +55,13 @@ from coordinator.conversation import (
 from coordinator.errors import IllegalMove
 from coordinator.policy import Member, RulePolicy, TeamView
 from coordinator.work import SubTask
+from ledger.sealing import seal
 
 LEADER = "did:L"
 OUTSIDER = "did:X"
 SUBTEAM = "did:sub"  # an agent of a member's sub-team: never a member of this conversation
 UNKNOWN_SUB = "zz"  # a sub-task id never assigned
+SALT = "0" * 32  # a fixed salt, so a contribution is the same value each time it is built
 
 AFTER_RESULT = frozenset({"discussion", "sync_task_assign", "async_task_assign", "conclusion"})
 
@@ -71,7 +73,7 @@ def _task(sub_id: str) -> SubTask:
 
 @functools.cache
 def _contrib(agent: str, sub_id: str) -> Contribution:
-    return Contribution(agent, sub_id, "cap", {"a": f"{agent}/{sub_id}"})
+    return Contribution(agent, sub_id, "cap", sub_id, seal(f"{agent}/{sub_id}", SALT).commitment)
 
 
 # -- the oracle --------------------------------------------------------------------------------
@@ -459,7 +461,8 @@ _json: st.SearchStrategy[Any] = st.recursive(
 _state = st.sampled_from(STATES)
 _who = st.none() | _ids
 _subtask = st.builds(SubTask, _ids, _ids, _ids, st.dictionaries(_ids, _json, max_size=3))
-_contribution = st.builds(Contribution, _ids, _ids, _ids, _json)
+_commitment = st.text(alphabet="0123456789abcdef", min_size=64, max_size=64)
+_contribution = st.builds(Contribution, _ids, _ids, _ids, _ids, _commitment)
 _result = st.builds(
     Result,
     _ids,
@@ -559,6 +562,10 @@ WORK = (
 )
 
 
+OPENED: dict[str, Any] = {}
+"""The answers `_run`'s members gave, by the commitment their reports name."""
+
+
 def _answer(task: SubTask) -> Any:
     xs = task.item["xs"]
     return sum(xs) if task.capability == "sum" else sorted(xs)
@@ -591,9 +598,10 @@ def _run(fail: frozenset[str] = frozenset()) -> tuple[Conversation, list[Message
                 unassigned.append(SubTask(sub_id.split("#")[0] + "#2", *_fields(sub_id)))
                 continue
             task = c.assigned[sub_id]
-            result = Result(
-                sub_id, True, (Contribution(who, sub_id, task.capability, _answer(task)),)
-            )
+            sealed = seal(_answer(task))
+            OPENED[sealed.commitment] = sealed.value
+            contribution = Contribution(who, sub_id, task.capability, sub_id, sealed.commitment)
+            result = Result(sub_id, True, (contribution,))
             view = TeamView(c, "t", "d", TEAM, tuple(unassigned), failed_by, ())
             state, nxt = RulePolicy()._after_result(view, exclude=sub_id)
             if c.state == "sync_task_assign" and state == "pause_trigger":
@@ -623,7 +631,7 @@ def test_rule_policy_conversation_closes_with_the_deliverable() -> None:
     c, log = _run()
     assert c.state == "closed" and c.speaker is None
     assert c.deliverable is not None
-    got = {(x.agent, x.sub_id): x.output for x in c.deliverable.contributions}
+    got = {(x.agent, x.sub_id): OPENED[x.output_sha256] for x in c.deliverable.contributions}
     # Every sub-task done once, by a member holding its capability, with the right answer.
     assert {s: out for (_, s), out in got.items()} == {"s1": 3, "s2": [1, 3], "s3": 10}
     able = {m.did: m.capabilities for m in TEAM}
@@ -653,8 +661,8 @@ def test_conclude_refuses_a_tampered_output() -> None:
     c = open_conversation("c", "t", LEADER, (LEADER, "did:A"))
     c = step(c, Discuss(LEADER, "x", "sync_task_assign", LEADER))
     c = step(c, assign_sync(LEADER, "did:A", _task("s0")))
-    real = Contribution("did:A", "s0", "cap", {"answer": 42})
+    real = Contribution("did:A", "s0", "cap", "s0", seal(42, SALT).commitment)
     c = step(c, Report("did:A", Result("s0", True, (real,)), "conclusion", LEADER))
-    forged = Contribution("did:A", "s0", "cap", {"answer": 41})
+    forged = Contribution("did:A", "s0", "cap", "s0", seal(41, SALT).commitment)
     with pytest.raises(IllegalMove):
         step(c, Conclude(LEADER, Deliverable("done", (forged,))))

@@ -38,6 +38,7 @@ from coordinator.llm_policy import (
 )
 from coordinator.policy import Member, TeamView
 from coordinator.work import SubTask
+from ledger.sealing import seal
 from tests.stand_in import API_KEY, StandIn, completion, json_reply
 from tests.stand_in import Reply as StandInReply
 
@@ -65,10 +66,17 @@ def _view(conversation: Conversation, **extra: Any) -> TeamView:
     return TeamView(conversation, TITLE, DESCRIPTION, TEAM, unassigned, **extra)
 
 
+OPENED: dict[str, Any] = {}
+"""The answers `_report` gave, by the commitment the contributions name."""
+
+
 def _report(conversation: Conversation, agent: str, sub_id: str, answer: Any) -> Conversation:
     """What the runner would say for a member: its result, and who speaks next."""
     capability = conversation.assigned[sub_id].capability
-    result = Result(sub_id, True, (Contribution(agent, sub_id, capability, answer),))
+    sealed = seal(answer)
+    OPENED[sealed.commitment] = answer
+    contribution = Contribution(agent, sub_id, capability, sub_id, sealed.commitment)
+    result = Result(sub_id, True, (contribution,))
     remaining = [who for k, who in conversation.triggers.items() if k != sub_id]
     if remaining:
         return step(conversation, Report(agent, result, "pause_trigger", remaining[0]))
@@ -255,7 +263,10 @@ def test_a_whole_conversation_driven_by_the_llm_policy_reaches_closed(
     assert len(server.requests) == 4  # one per leader turn: no retries
     assert c.deliverable is not None
     assert c.deliverable.summary == "2 + 3 = 5, 7 * 6 = 42, sorted"
-    tagged = {(x.sub_id, x.agent, json.dumps(x.output)) for x in c.deliverable.contributions}
+    tagged = {
+        (x.sub_id, x.agent, json.dumps(OPENED[x.output_sha256]))
+        for x in c.deliverable.contributions
+    }
     assert tagged == {("s1", BOB, "5"), ("s2", CY, "[1, 2, 3]"), ("s3", BOB, "42")}
     # The ids were expanded to the real sub-tasks: the model never restated a payload.
     assert c.assigned == {t.sub_id: t for t in SUBTASKS}
@@ -369,13 +380,9 @@ def test_a_conclusion_may_not_change_the_contributions(
 ) -> None:
     c = step(_open(), Discuss(LEAD, "plan", "sync_task_assign", LEAD))
     c = step(c, AssignSync(LEAD, BOB, SUBTASKS[0], "sync_task_assign", BOB))
-    c = step(
-        c,
-        Report(
-            BOB, Result("s1", True, (Contribution(BOB, "s1", "arithmetic", 5),)), "conclusion", LEAD
-        ),
-    )
-    forged = {"agent": CY, "sub_id": "s1", "capability": "arithmetic", "output": 5}
+    reported = Contribution(BOB, "s1", "arithmetic", "s1", seal(5).commitment)
+    c = step(c, Report(BOB, Result("s1", True, (reported,)), "conclusion", LEAD))
+    forged = {**reported.to_json(), "agent": CY}
     answer = {
         "kind": "conclude",
         "speaker": LEAD,
@@ -389,7 +396,7 @@ def test_a_conclusion_may_not_change_the_contributions(
     del answer["deliverable"]["contributions"]  # type: ignore[attr-defined]
     message = server.policy().decide(_view(c))
     assert isinstance(message, Conclude)
-    assert message.deliverable.contributions == (Contribution(BOB, "s1", "arithmetic", 5),)
+    assert message.deliverable.contributions == (reported,)
 
 
 # -- transport failures --------------------------------------------------------------------------

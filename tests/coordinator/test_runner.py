@@ -26,6 +26,7 @@ from coordinator.conversation import (
     Abandon,
     AssignAsync,
     AssignSync,
+    Contribution,
     Conversation,
     ConversationState,
     Message,
@@ -33,7 +34,7 @@ from coordinator.conversation import (
 )
 from coordinator.errors import AgentFailure, IllegalMove
 from coordinator.policy import Member, RulePolicy
-from coordinator.runner import CONVERSATION_MESSAGE, RunSettings, TeamRunner
+from coordinator.runner import CONVERSATION_MESSAGE, RunSettings, SealedOutputs, TeamRunner
 from coordinator.service import ConversationRecord, conversation_ids, replay_conversation
 from coordinator.work import JSON, AgentAdapter, SubTask
 from identity.challenges import REGISTRY, validate_output
@@ -113,8 +114,15 @@ class World:
     seen: list[tuple[str, ConversationState, ConversationState, Message]] = field(
         default_factory=list
     )  # (conversation, state before, state after, message)
+    sealed: SealedOutputs = field(default_factory=SealedOutputs)
     _state: dict[str, ConversationState] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def output(self, contribution: Contribution) -> Any:
+        """The output a contribution commits to, as the team's runner kept it."""
+        kept = self.sealed.get(contribution.output_sha256)
+        assert kept is not None, f"no sealed output for {contribution}"
+        return kept.value
 
     def add(
         self,
@@ -155,6 +163,7 @@ class World:
             settings,
             self.observe,
             resolve_files=resolve,
+            sealed=self.sealed,
         )
 
     def run(
@@ -193,18 +202,17 @@ def world(tmp_path: Path) -> World:
     return World(open_ledger(settings), settings.home / "accord.db")
 
 
-def assert_complete(top: Conversation, work: Work) -> None:
-    """One contribution per part, tagged `{"item_id": part, "answer": output}`, of the part's
-    capability, valid against its output schema and the right output."""
+def assert_complete(top: Conversation, work: Work, world: World) -> None:
+    """One contribution per part, naming the part, of the part's capability, committing to an
+    output the runner kept sealed, valid against its output schema and right."""
     assert top.state == "closed" and top.deliverable is not None
     contributions = top.deliverable.contributions
     capability_of = {part_id: capability for part_id, capability, _ in work.parts}
-    assert sorted(c.output["item_id"] for c in contributions) == sorted(capability_of)
+    assert sorted(c.part for c in contributions) == sorted(capability_of)
     for contribution in contributions:
-        part_id = contribution.output["item_id"]
-        assert set(contribution.output) == {"item_id", "answer"}
+        part_id = contribution.part
         assert contribution.capability == capability_of[part_id]
-        answer = contribution.output["answer"]
+        answer = world.output(contribution)
         validate_output(contribution.capability, answer)
         assert is_right(contribution.capability, answer, work.right[part_id]), contribution
 
@@ -246,7 +254,7 @@ def test_two_capability_task_sync_then_async_with_triggers(world: World) -> None
     work = invoice_work()
     runner, top = world.run("lead", RunSettings(timeout_s=10, max_depth=0), work)
 
-    assert_complete(top, work)
+    assert_complete(top, work, world)
     assert_plan(world, runner, top, work)
     assert top.depth == 0 and top.parent is None
     dids = {m.did for m in world.members.values()}
@@ -292,11 +300,11 @@ def test_a_single_part_of_a_capability_is_its_own_sub_task(world: World) -> None
     world.add("eve", ["extraction"])
     work = only(invoice_work(), ["tax", "invoice-fields", "invoice-dates"])
     runner, top = world.run("lead", RunSettings(timeout_s=10, max_depth=0), work)
-    assert_complete(top, work)
+    assert_complete(top, work, world)
     assert_plan(world, runner, top, work)
     assert sorted(t.sub_id for _, t in world.assigned()) == ["batch:extraction", "tax"]
     [tax] = [c for c in top.deliverable.contributions if c.capability == "arithmetic"]  # type: ignore[union-attr]
-    assert tax.sub_id == "tax" and tax.output["item_id"] == "tax"
+    assert tax.sub_id == "tax" and tax.part == "tax"
 
 
 def _nesting_world(world: World, helpers: int) -> None:
@@ -317,7 +325,7 @@ def test_nested_team_up_to_the_depth_limit_and_no_deeper(
     _nesting_world(world, helpers=4)
     work = invoice_work(per_capability)
     runner, top = world.run("lead", RunSettings(timeout_s=10, max_depth=max_depth), work)
-    assert_complete(top, work)
+    assert_complete(top, work, world)
     assert_plan(world, runner, top, work)
 
     records = replay_all(world)
@@ -362,7 +370,7 @@ def test_depth_limit_one_with_many_helpers_never_reaches_two(world: World) -> No
     _nesting_world(world, helpers=8)
     work = invoice_work(4)
     _, top = world.run("lead", RunSettings(timeout_s=10, max_depth=1), work)
-    assert_complete(top, work)
+    assert_complete(top, work, world)
     depths = [r.conversation.depth for r in replay_all(world).values()]
     assert 1 in depths and 2 not in depths and max(depths) == 1
 
@@ -382,7 +390,7 @@ def test_a_failing_member_is_reassigned(world: World) -> None:
     world.add("eve", ["extraction"], "1/10")
     work = invoice_work()
     runner, top = world.run("lead", RunSettings(timeout_s=10, max_depth=0), work)
-    assert_complete(top, work)
+    assert_complete(top, work, world)
     bad, good = world.did("bad"), world.did("lead")
     assert bad in top.members
 
@@ -422,7 +430,7 @@ def test_a_hanging_member_is_abandoned_and_the_run_is_bounded(world: World) -> N
     finally:
         release.set()
     assert elapsed < 5, elapsed
-    assert_complete(top, work)
+    assert_complete(top, work, world)
     assert_plan(world, runner, top, work)
     slow, good = world.did("slow"), world.did("lead")
     assert slow in top.members
@@ -475,7 +483,7 @@ def test_an_output_the_schema_refuses_fails_and_is_reassigned_once(
     world.add("eve", ["extraction"], "1/10")
     work = only(invoice_work(), part_ids)
     runner, top = world.run("lead", RunSettings(timeout_s=10, max_depth=0), work)
-    assert_complete(top, work)
+    assert_complete(top, work, world)
     sloppy, lead = world.did("sloppy"), world.did("lead")
 
     failed = [m for m in world.reports() if not m.result.ok]
@@ -514,7 +522,7 @@ def test_a_part_is_reassigned_once_and_then_given_up(world: World) -> None:
         "batch:arithmetic#2",
     ]
     assert top.state == "closed" and top.deliverable is not None
-    assert_complete(top, only(work, work.ids("extraction")))
+    assert_complete(top, only(work, work.ids("extraction")), world)
     # the plan still names every part: the arithmetic ones were given, and nobody did them
     assert_plan(world, runner, top, work)
     [record] = replay_all(world).values()
@@ -547,7 +555,7 @@ def test_a_file_reference_is_resolved_for_the_member_and_logged_as_posted(world:
         resolve=lambda payload: resolve_files(payload, {sha: INVOICE}),
     )
     top = runner.run_task(TASK, world.members["lead"], work.parts, "t", "the invoice")
-    assert_complete(top, work)
+    assert_complete(top, work, world)
     assert_plan(world, runner, top, work)
 
     # the member is given the exam-item shape, the file's text in place of the reference
@@ -721,7 +729,7 @@ def test_agents_as_separate_http_processes_complete_a_task(
         )
     work = invoice_work(3)
     runner, top = world.run("lead", RunSettings(timeout_s=20, max_depth=0), work)
-    assert_complete(top, work)
+    assert_complete(top, work, world)
     assert_plan(world, runner, top, work)
     agents = {c.agent for c in top.deliverable.contributions}  # type: ignore[union-attr]
     assert len(agents) >= 2
@@ -747,7 +755,7 @@ def test_a_file_that_cannot_be_resolved_fails_the_part_not_the_run(world: World)
     runner = world.runner(RunSettings(timeout_s=10, max_depth=0), resolve)
     top = runner.run_task(TASK, world.members["lead"], work.parts, "t", "n")
     assert top.state == "closed" and top.deliverable is not None
-    done = {c.output["item_id"] for c in top.deliverable.contributions}  # type: ignore[index]
+    done = {c.part for c in top.deliverable.contributions}  # type: ignore[union-attr]
     assert done == set(work.ids("arithmetic"))
     failures = [r.result.error or "" for r in world.reports() if not r.result.ok]
     assert failures and all("cannot be given" in f for f in failures)
@@ -774,7 +782,7 @@ def test_a_part_dropped_inside_a_sub_team_fails_the_batch(world: World) -> None:
     world.add("cy", ("arithmetic",), adapter=lambda did: _Drops(did, "tax"))
     _, top = world.run("lead", RunSettings(timeout_s=10, max_depth=1))
     assert top.deliverable is not None
-    done = {c.output["item_id"] for c in top.deliverable.contributions}  # type: ignore[index]
+    done = {c.part for c in top.deliverable.contributions}  # type: ignore[union-attr]
     failed = [r for r in world.reports() if not r.result.ok]
     assert any("no output for tax" in (r.result.error or "") for r in failed)
     # nobody can do tax: the arithmetic batch is missing as a whole, never half delivered

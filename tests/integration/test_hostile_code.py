@@ -143,9 +143,14 @@ def test_the_audit_re_runs_them_in_the_box_to_the_same_verdicts(
     assert world.ledger.anchorer is not None
     world.ledger.anchorer.anchor_latest()
     report = audit_task(
-        world.ledger.store, world.task_id, anchors=world.anchors, escrow=world.escrow_chain
+        world.ledger.store,
+        world.task_id,
+        anchors=world.anchors,
+        escrow=world.escrow_chain,
+        outputs=world.market.sealed_bytes,
     )
     assert report.verdict == "PASS", report.to_json()
+    assert report.facts["outputs"] == {"opened": True, "checks_held_to_log": []}
     assert listener.received == [] and survivors(marker) == []
 
 
@@ -155,7 +160,11 @@ def test_an_auditor_without_the_box_gets_incomplete_naming_the_checks(
     world, names = delivered
     _no_bwrap(monkeypatch, tmp_path)
     report = audit_task(
-        world.ledger.store, world.task_id, anchors=world.anchors, escrow=world.escrow_chain
+        world.ledger.store,
+        world.task_id,
+        anchors=world.anchors,
+        escrow=world.escrow_chain,
+        outputs=world.market.sealed_bytes,
     )
     assert report.verdict == "INCOMPLETE", report.to_json()
     step = next(s for s in report.steps if s.number == 6)

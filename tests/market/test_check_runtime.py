@@ -23,6 +23,7 @@ from audit.checks import AuditReport, audit_task
 from coordinator.service import run_awarded_task
 from ledger.chain import MemoryAnchorChain
 from ledger.events import Event
+from ledger.sealing import open_sealed, seal
 from ledger.store import LogStore
 from market.check_runtime import (
     JUDGE_ATTEMPTS,
@@ -75,20 +76,28 @@ DELIVERED = Delivered(
 JUDGE = JudgeCheck("plausible", 1, ("fields",), "The total is plausible.", 7)
 
 
-class JudgeOnly:
-    """A CheckEnvironment that only has a judge."""
+class JudgeOnly(SettleEnvironment):
+    """The settlement's environment, for judge checks alone; it keeps the sealed exchanges."""
 
     def __init__(self, judge: OpenAIJudge) -> None:
-        self.judge = judge
+        self.kept: dict[str, Any] = {}
+        super().__init__(None, judge, lambda sealed: self.kept.update({sealed.commitment: sealed}))  # type: ignore[arg-type]
 
     def run_python(self, check: PythonCheck, outputs: Any) -> CheckResult:
         raise AssertionError("no python check here")
 
-    def ask_judge(self, check: JudgeCheck, prompt: str) -> tuple[str, str]:
-        return self.judge.ask(prompt, check.model)
-
     def review(self, check: ReviewCheck, outputs: Any) -> CheckResult:
         raise AssertionError("no review check here")
+
+    def kept_commitment(self, result: CheckResult) -> str:
+        assert result.record is not None and result.record["exchange"] in self.kept
+        return str(result.record["exchange"])
+
+    def exchange(self, result: CheckResult) -> dict[str, Any]:
+        """The sealed exchange a judge check's record names."""
+        assert result.record is not None
+        value: dict[str, Any] = self.kept[result.record["exchange"]].value
+        return value
 
 
 @pytest.fixture
@@ -123,36 +132,37 @@ def test_the_judge_sends_the_prompt_at_temperature_zero_and_passes_by_score(
 ) -> None:
     server = serve(scored(8, "plausible"))
     judge = OpenAIJudge(server.url, "local-judge", API_KEY)
-    result = evaluate(JUDGE, DELIVERED, JudgeOnly(judge))
+    env = JudgeOnly(judge)
+    result = evaluate(JUDGE, DELIVERED, env)
     assert result.passed
-    assert result.detail == "score 8/10 (passes at 7): plausible"
+    assert result.detail == "score 8/10 (passes at 7)"
     [request] = server.requests
     assert request["temperature"] == 0
     assert request["model"] == "local-judge"
     prompt = judge_prompt(JUDGE, {"fields": DELIVERED.outputs["fields"]})
     assert request["messages"] == [{"role": "user", "content": prompt}]
-    # the record holds what the audit holds the check to
-    assert result.record == {
-        "model": "local-judge",
-        "prompt": prompt,
-        "answer": json.dumps({"score": 8, "reason": "plausible"}),
-    }
+    # the record names the sealed exchange the audit holds the check to, not the outputs
+    answer = json.dumps({"score": 8, "reason": "plausible"})
+    assert env.exchange(result) == {"prompt": prompt, "answer": answer}
+    assert result.record == {"model": "local-judge", "exchange": env.kept_commitment(result)}
     assert judge.calls == 1
 
 
 def test_a_low_score_fails_the_check(serve: Callable[..., ChatServer]) -> None:
     server = serve(scored(6, "the total looks off"))
-    result = evaluate(JUDGE, DELIVERED, JudgeOnly(OpenAIJudge(server.url, "m", API_KEY)))
+    env = JudgeOnly(OpenAIJudge(server.url, "m", API_KEY))
+    result = evaluate(JUDGE, DELIVERED, env)
     assert not result.passed
     assert "score 6/10" in result.detail
-    assert result.record is not None and "the total looks off" in result.record["answer"]
+    assert "the total looks off" in env.exchange(result)["answer"]
 
 
 def test_an_answer_without_a_score_fails_the_check(serve: Callable[..., ChatServer]) -> None:
     server = serve(lambda request: _completion("I think it is fine."))
-    result = evaluate(JUDGE, DELIVERED, JudgeOnly(OpenAIJudge(server.url, "m", API_KEY)))
+    env = JudgeOnly(OpenAIJudge(server.url, "m", API_KEY))
+    result = evaluate(JUDGE, DELIVERED, env)
     assert not result.passed
-    assert result.record is not None and result.record["answer"] == "I think it is fine."
+    assert env.exchange(result)["answer"] == "I think it is fine."
 
 
 def test_the_checks_model_overrides_the_judges(serve: Callable[..., ChatServer]) -> None:
@@ -260,7 +270,23 @@ def audit(
         world.task_id,
         anchors=anchors or world.anchors,
         escrow=world.escrow_chain,
+        outputs=world.market.sealed_bytes,
     )
+
+
+def opened(world: World, commitment: str) -> Any:
+    """What the service keeps sealed under `commitment`."""
+    data = world.market.sealed_bytes(commitment)
+    assert data is not None, f"nothing sealed under {commitment}"
+    return open_sealed(data, commitment).value
+
+
+def reseal(world: World, record: dict[str, Any], **changes: str) -> None:
+    """The operator's forgery of an evaluator's exchange: opened, changed, sealed anew and
+    kept where the auditor reads the sealed outputs; `record` names the new one."""
+    forged = seal({**opened(world, record["exchange"]), **changes})
+    world.market.keep_sealed(forged)
+    record["exchange"] = forged.commitment
 
 
 def grade(request: dict[str, Any]) -> Reply:
@@ -329,13 +355,19 @@ def test_the_judges_prompts_and_answers_are_logged_with_the_settlement(judged: J
     sent = {r["model"]: r["messages"][0]["content"] for r in judged.server.requests}
     plausible, dates = checks["fields-plausible"], checks["dates-consistent"]
     assert plausible["passed"] is True and dates["passed"] is False
-    assert plausible["record"] == {
-        "model": "local-judge",
+    assert set(plausible["record"]) == {"model", "exchange"}
+    assert plausible["record"]["model"] == "local-judge"
+    assert opened(judged.world, plausible["record"]["exchange"]) == {
         "prompt": sent["local-judge"],
         "answer": '{"score": 9, "reason": "a plausible invoice"}',
     }
-    assert dates["record"]["prompt"] == sent["local-judge-large"]
-    assert dates["record"]["answer"] == '{"score": 6, "reason": "the dates are close"}'
+    assert opened(judged.world, dates["record"]["exchange"]) == {
+        "prompt": sent["local-judge-large"],
+        "answer": '{"score": 6, "reason": "the dates are close"}',
+    }
+    # the prompts hold the outputs: the log holds neither them nor the judges' reasons
+    logged = json.dumps(logged_settlement(judged.world.market, judged.world.task_id))
+    assert "a plausible invoice" not in logged and "Criterion" not in logged
     # every other check is as the honest run has it
     assert all(checks[c]["passed"] for c in checks if c != "dates-consistent")
 
@@ -398,7 +430,7 @@ def test_a_changed_judge_answer_fails_the_audit_at_step_6(judged: Judged, tmp_pa
     check recomputes to fail, the settlement logged a pass."""
 
     def change(body: dict[str, Any]) -> None:
-        judge_record(body, "fields-plausible")["answer"] = '{"score": 2, "reason": "bad"}'
+        reseal(judged.world, judge_record(body, "fields-plausible"), answer='{"score": 2}')
 
     report, index = rewrite_settlement(judged.world, tmp_path / "answer.db", change)
     assert first_failure(report) == (6, index)
@@ -411,7 +443,7 @@ def test_a_judge_answer_raised_to_a_pass_fails_the_audit_at_step_6(
     """The other way round: the failed dates check made to pass (6 → 9), result unchanged."""
 
     def change(body: dict[str, Any]) -> None:
-        judge_record(body, "dates-consistent")["answer"] = '{"score": 9, "reason": "fine"}'
+        reseal(judged.world, judge_record(body, "dates-consistent"), answer='{"score": 9}')
 
     report, index = rewrite_settlement(judged.world, tmp_path / "raised.db", change)
     assert first_failure(report) == (6, index)
@@ -421,7 +453,8 @@ def test_a_judge_answer_raised_to_a_pass_fails_the_audit_at_step_6(
 def test_a_changed_judge_prompt_fails_the_audit_at_step_6(judged: Judged, tmp_path: Path) -> None:
     def change(body: dict[str, Any]) -> None:
         record = judge_record(body, "fields-plausible")
-        record["prompt"] = record["prompt"].replace("plausible", "excellent")
+        prompt = opened(judged.world, record["exchange"])["prompt"]
+        reseal(judged.world, record, prompt=prompt.replace("plausible", "excellent"))
 
     report, index = rewrite_settlement(judged.world, tmp_path / "prompt.db", change)
     assert first_failure(report) == (6, index)
@@ -519,7 +552,7 @@ def test_a_rejection_of_correct_work_is_disputed_and_the_requester_loses(
     assert record["fee"] == str(fee) and record["dispute"]["winner"] == "team"
     [request] = [r for r in server.requests if DISPUTE_PROMPT_VERSION in str(r)]
     prompt = request["messages"][0]["content"]
-    assert record["dispute"]["prompt"] == prompt and reason in prompt
+    assert opened(world, record["dispute"]["exchange"])["prompt"] == prompt and reason in prompt
     body = logged_settlement(market, task_id)
     assert body is not None
     assert body["paid_share"] == "1/1" and outcome.amount == task.price
@@ -535,7 +568,7 @@ def test_a_rejection_of_correct_work_is_disputed_and_the_requester_loses(
     # the operator rewrites the evaluator's answer and re-signs: the audit finds it
     def change(changed: dict[str, Any]) -> None:
         dispute = judge_record(changed, "looks-right")["dispute"]
-        dispute["answer"] = '{"score": 1, "reason": "no"}'
+        reseal(world, dispute, answer='{"score": 1, "reason": "no"}')
 
     tampered, at = rewrite_settlement(world, world.settings.home / "tampered.db", change)
     assert first_failure(tampered) == (6, at)

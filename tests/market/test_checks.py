@@ -13,11 +13,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from ledger.sealing import seal
 from market.check_runtime import run_python_check
 from market.checks import (
     JUDGE_PROMPT_VERSION,
+    SEALED,
     CheckResult,
     Delivered,
+    Judged,
     Valuation,
     assembly,
     evaluate,
@@ -60,6 +63,7 @@ OUTPUTS: dict[str, Any] = {
     "fields": {"total": "3128.46", "currency": "EUR"},
 }
 PRODUCERS = {"sum": ADA, "fields": BO}
+SALT = "5" * 32
 PRICE = Wei(5 * 10**17)
 
 
@@ -77,16 +81,34 @@ def delivery(
     producers = dict(PRODUCERS if producers is None else producers)
     if assignments is None:
         assignments = {p.part_id: producers[p.part_id] for p in parts}
+    commitments = {part: commit(output) for part, output in outputs.items()}
     if assembled is None:
         assembled = [
-            {"part": p.part_id, "producer": producers[p.part_id], "output": outputs[p.part_id]}
+            {
+                "part": p.part_id,
+                "producer": producers[p.part_id],
+                "output_sha256": commitments[p.part_id],
+            }
             for p in parts
             if p.part_id in outputs
         ]
     outputs[PLAN_PART] = {"assignments": dict(assignments)}
     outputs[ASSEMBLY_PART] = assembled
     producers[PLAN_PART] = producers[ASSEMBLY_PART] = LEAD
-    return Delivered(parts, outputs, producers)
+    return Delivered(parts, outputs, producers, commitments)
+
+
+def commit(value: Any) -> str:
+    """The commitment to `value` under a fixed salt (the same each time it is built)."""
+    return seal(value, SALT).commitment
+
+
+def sealed_to(delivered: Delivered) -> Delivered:
+    """`delivered` as a reader without the outputs sees it: every part's output `SEALED`."""
+    outputs = {
+        k: (v if k in (PLAN_PART, ASSEMBLY_PART) else SEALED) for k, v in delivered.outputs.items()
+    }
+    return Delivered(delivered.parts, outputs, delivered.producers, delivered.commitments)
 
 
 class Env:
@@ -97,14 +119,20 @@ class Env:
         self.judge_calls: list[tuple[str, str]] = []
         self.python_calls = 0
         self.review_calls = 0
+        self.unopened_calls: list[str] = []
 
     def run_python(self, check: PythonCheck, outputs: Mapping[str, Any]) -> CheckResult:
         self.python_calls += 1
         return run_python_check(check, outputs)
 
-    def ask_judge(self, check: JudgeCheck, prompt: str) -> tuple[str, str]:
+    def ask_judge(self, check: JudgeCheck, prompt: str) -> Judged:
         self.judge_calls.append((check.check_id, prompt))
-        return self.answer, check.model or "scripted"
+        exchange = commit({"prompt": prompt, "answer": self.answer})
+        return Judged(self.answer, check.model or "scripted", exchange)
+
+    def unopened(self, check: Check) -> CheckResult:
+        self.unopened_calls.append(check.check_id)
+        return CheckResult(check.check_id, True, "as logged")
 
     def review(self, check: ReviewCheck, outputs: Mapping[str, Any]) -> CheckResult:
         self.review_calls += 1
@@ -263,8 +291,8 @@ def test_an_honest_assembly_passes() -> None:
 
 def honest_entries() -> list[dict[str, Any]]:
     return [
-        {"part": "sum", "producer": ADA, "output": OUTPUTS["sum"]},
-        {"part": "fields", "producer": BO, "output": OUTPUTS["fields"]},
+        {"part": "sum", "producer": ADA, "output_sha256": commit(OUTPUTS["sum"])},
+        {"part": "fields", "producer": BO, "output_sha256": commit(OUTPUTS["fields"])},
     ]
 
 
@@ -287,24 +315,39 @@ def test_an_assembly_with_an_altered_output_fails(altered: Any) -> None:
     """Even an output equal as a number (542.955 = 108591/200): the leader hands in what its
     producer reported, unchanged."""
     entries = honest_entries()
-    entries[0]["output"] = altered
+    entries[0]["output_sha256"] = commit(altered)
     result = assembly(ASSEMBLY, delivery(assembled=entries))
     assert not result.passed
     assert result.detail == "part sum: not the output its producer gave"
 
 
-@pytest.mark.parametrize("output", ["about 543", [543], None])
-def test_an_assembly_of_an_output_failing_its_capabilitys_schema_fails(output: Any) -> None:
-    """Handed in as its producer reported it, but no arithmetic output."""
-    result = assembly(ASSEMBLY, delivery({**OUTPUTS, "sum": output}))
-    assert not result.passed
-    assert result.detail == "part sum: its output breaks the arithmetic output schema"
+def test_plan_and_assembly_run_where_every_output_is_sealed() -> None:
+    """They read the plan and the commitments only: an auditor without the outputs re-runs
+    them, and a dropped part still fails."""
+    env = Env()
+    assert evaluate(ASSEMBLY, sealed_to(delivery()), env).passed
+    assert evaluate(PLAN, sealed_to(delivery()), env).passed
+    dropped = sealed_to(delivery(assembled=honest_entries()[1:]))
+    assert evaluate(ASSEMBLY, dropped, env).detail == "part sum is not delivered"
+    assert env.unopened_calls == []
 
 
-def test_a_float_output_never_matches_what_its_producer_reported() -> None:
-    """Floats are not exact: json_equal refuses them, so a float output fails the assembly."""
-    result = assembly(ASSEMBLY, delivery({**OUTPUTS, "sum": 542.955}))
-    assert not result.passed
+@pytest.mark.parametrize(
+    "check",
+    [
+        ExpectCheck("e", 1, ("sum",), "$", "equals", "108591/200", "0"),
+        SchemaCheck("s", 1, ("fields",), {"type": "object"}),
+        PythonCheck("p", 1, ("sum",), "def check(outputs):\n    return True\n", 2, 64),
+        JudgeCheck("plausible", 2, ("fields",), "The total is plausible.", 7),
+    ],
+)
+def test_a_check_reading_a_sealed_output_is_held_to_its_verdict(check: Check) -> None:
+    """Nothing runs on an output the reader cannot open, and no judge is asked: the
+    environment gives the verdict (the audit's: the logged, operator-signed one)."""
+    env = Env()
+    result = evaluate(check, sealed_to(delivery()), env)
+    assert (result.detail, env.unopened_calls) == ("as logged", [check.check_id])
+    assert env.judge_calls == [] and env.python_calls == 0
 
 
 @pytest.mark.parametrize(
@@ -312,7 +355,7 @@ def test_a_float_output_never_matches_what_its_producer_reported() -> None:
     [
         (None, "holds no assembly"),
         ({"sum": "1"}, "holds no assembly"),
-        ([*[{"part": "sum", "producer": ADA, "output": "108591/200"}] * 2], "assembled twice"),
+        ([*[{"part": "sum", "producer": ADA, "output_sha256": "0" * 64}] * 2], "assembled twice"),
         (["sum"], "names no part"),
         ([{"producer": ADA}], "names no part"),
     ],
@@ -326,7 +369,7 @@ def test_a_malformed_assembly_fails(entries: Any, detail: str) -> None:
 
 
 def test_an_assembly_with_an_unknown_part_fails() -> None:
-    entries = [*honest_entries(), {"part": "bonus", "producer": LEAD, "output": "1"}]
+    entries = [*honest_entries(), {"part": "bonus", "producer": LEAD, "output_sha256": commit("1")}]
     result = assembly(ASSEMBLY, delivery(assembled=entries))
     assert not result.passed
     assert "unknown parts ['bonus']" in result.detail
@@ -345,7 +388,7 @@ JUDGE = JudgeCheck("plausible", 2, ("fields",), "The total is plausible.", 7)
 @pytest.mark.parametrize(
     ("answer", "passed", "detail"),
     [
-        ('{"score": 7, "reason": "ok"}', True, "score 7/10 (passes at 7): ok"),
+        ('{"score": 7, "reason": "ok"}', True, "score 7/10 (passes at 7)"),
         ('{"score": 10}', True, "score 10/10"),
         ('{"score": 6, "reason": "meh"}', False, "score 6/10"),
         ('{"score": 0, "reason": "wrong"}', False, "score 0/10"),
@@ -405,16 +448,21 @@ def test_the_judge_prompt_gives_its_instructions_first_and_fences_the_outputs_as
     assert fence not in data, "the data cannot hold the fence that closes it"
 
 
-def test_a_judge_check_records_its_model_prompt_and_answer() -> None:
-    env = Env('{"score": 3, "reason": "the total is off"}')
+def test_a_judge_check_records_its_model_and_the_sealed_exchange_never_the_outputs() -> None:
+    """The prompt holds the outputs and the reason may quote them: the record names the
+    sealed exchange by its commitment, and the detail gives the score alone."""
+    answer = '{"score": 3, "reason": "the total 3128.46 is off"}'
+    env = Env(answer)
     result = evaluate(JUDGE, delivery(), env)
+    prompt = judge_prompt(JUDGE, {"fields": OUTPUTS["fields"]})
     assert not result.passed
     assert result.record == {
         "model": "scripted",
-        "prompt": judge_prompt(JUDGE, {"fields": OUTPUTS["fields"]}),
-        "answer": '{"score": 3, "reason": "the total is off"}',
+        "exchange": commit({"prompt": prompt, "answer": answer}),
     }
-    assert env.judge_calls == [("plausible", result.record["prompt"])]
+    assert env.judge_calls == [("plausible", prompt)]
+    assert "3128.46" not in json.dumps(result.to_json())
+    assert result.detail == "score 3/10 (passes at 7)"
     assert CheckResult.from_json(result.to_json()) == result
 
 

@@ -33,6 +33,7 @@ from market.service import Market
 from market.settlement import (
     SETTLEMENT_COMPUTED,
     delivery_body,
+    opener,
     recompute_settlement,
     settle_environment,
     settle_task,
@@ -153,7 +154,9 @@ def test_settle_pays_each_contributor_its_shapley_share(delivered: World) -> Non
 
     # v(S) logged for every coalition of the contributors, each as the checks value it
     env = settle_environment(world.market, task, None)
-    _, valuation, _ = recompute_settlement(task, delivery_body(world.market, world.task_id), env)
+    delivered = delivery_body(world.market, world.task_id)
+    open_value = opener(world.market.sealed_bytes, required=True)
+    _, valuation, _ = recompute_settlement(task, delivered, env, open_value)
     players = sorted(valuation.players)
     assert len(players) >= 3 and body["players"] == players
     logged_v = {frozenset(i["coalition"]): Fraction(i["value"]) for i in body["evaluated"]}
