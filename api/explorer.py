@@ -201,6 +201,26 @@ def _agent(did: str | None, names: Mapping[str, str]) -> str:
     return f'<span class="agent" title="{_e(did)}">{_e(label)}</span>'
 
 
+_CUSTODY_TEXT = {
+    "hosted": "hosted: the operator holds its key, so its signatures prove only that the "
+    "operator signed",
+    "self": "self: it keeps its own key",
+}
+
+
+def _custody(facts: Mapping[str, Any], names: Mapping[str, str]) -> str:
+    """Each actor of the task but the operator, with who holds its key (`agent.registered`)."""
+    custody = facts.get("custody") or {}
+    if not custody:
+        return '<p class="muted">No agent signed for this task.</p>'
+    rows = "".join(
+        f'<tr class="custody" data-custody="{_e(held)}"><td>{_agent(did, names)}</td>'
+        f"<td>{_e(_CUSTODY_TEXT.get(held, held))}</td></tr>"
+        for did, held in sorted(custody.items(), key=lambda kv: (kv[1], names.get(kv[0], kv[0])))
+    )
+    return f"<table><tr><th>signer</th><th>custody</th></tr>{rows}</table>"
+
+
 def eth(wei: int | str) -> str:
     """Wei as ETH for display, exact and without trailing zeros."""
     return format_eth(int(wei))
@@ -653,6 +673,7 @@ def render_task(store: LogStore, report: AuditReport) -> str:
 <section class="card" id="check-results"><h2>Checks</h2>{checks}</section>
 <section class="card"><h2>Payouts</h2>{_payouts(store, report, names)}</section>
 <section class="card"><h2>Team</h2>{tree}</section>
+<section class="card" id="custody"><h2>Who holds the keys</h2>{_custody(facts, names)}</section>
 <section class="card"><h2>Bids after reveal and the award</h2>
 {_bids(store, report, names)}</section>
 <section class="card"><h2>Conversation timeline</h2>{_timeline(store, report, names)}</section>

@@ -230,15 +230,22 @@ def agent_show(
     with _errors():
         record = onboarding.registry.get(agent)
         credentials = onboarding.credentials_of(record.did)
+        custody = onboarding.registration.custody(record)
     summary = [
         {key: row[key] for key in ("id", "capability", "issued_at", "revoked_at")}
         for row in credentials
     ]
     if as_json:
-        emit({**record.to_json(), "credentials": summary})
+        emit({**record.to_json(), "custody": custody, "credentials": summary})
         return
     say(f"{record.name}  {record.did}")
     say(f"  runtime {record.runtime}" + (f": {record.command}" if record.command else ""))
+    custody_text = {
+        "self": "self: it keeps its own key",
+        "hosted": "hosted: its key is in this home, and the operator signs for it",
+        None: "not declared yet: it has not registered",
+    }
+    say(f"  custody {custody_text[custody]}")
     for row in summary:
         state = f"revoked {row['revoked_at']}" if row["revoked_at"] else "valid"
         say(f"  {row['capability']}: {row['id']} ({state})")

@@ -1,7 +1,9 @@
 """`accord audit TASK`: re-check a finished collaboration from the log and the chain alone.
 
     (1) every entry the task touched is signed by its actor, and each actor is the one the
-        event kind requires (requester, operator, winner, bidder, agent)
+        event kind requires (requester, operator, winner, bidder, agent); the step counts the
+        agents' entries signed by a key the operator holds (custody `hosted`, declared in
+        `agent.registered`), and `facts.custody` names each actor's
     (2) each of those entries is included in a checkpoint anchored on chain (RFC 9162
         inclusion proofs against the on-chain roots), and successive anchors are consistent
     (3) every bidder held valid, unrevoked credentials for every required capability when it
@@ -52,6 +54,7 @@ from identity.errors import BindingError, ExamError, IdentityError, SandboxUnava
 from identity.exams import ANSWERED, COMMITTED, GRADED, regrade_from_ledger
 from identity.onboarding import ISSUED_EVENT_KIND, PAYOUT_BOUND_KIND
 from identity.payout import verify_binding
+from identity.registration import HOSTED, REGISTERED_KIND, Custody, custody_of
 from ledger import merkle
 from ledger.chain import AnchorChain
 from ledger.checkpoint import SignedCheckpoint
@@ -183,6 +186,8 @@ class _Scope:
     touched: dict[int, Entry]
     operator: str
     bidders: list[tuple[int, sealed.Commitment]]
+    custody: dict[str, Custody] = field(default_factory=dict)
+    """Who holds each registered agent's key, as its `agent.registered` declares."""
     held_to_log: list[str] | None = None
     """The checks step (6) held to their logged verdicts for want of the sealed outputs."""
 
@@ -362,7 +367,8 @@ def _scope(store: LogStore, task_id: str, operator_did: str | None) -> _Scope:
     if agents:
         take(by_kind.get(ISSUED_EVENT_KIND, []))
     take(by_kind.get(REVOCATION_EVENT_KIND, []))
-    return _Scope(task, events, conversations, touched, operator, bidders)
+    custody = custody_of(log[i].event for i in by_kind.get(REGISTERED_KIND, []))
+    return _Scope(task, events, conversations, touched, operator, bidders, custody)
 
 
 def _unreplayed(conv_id: str) -> ConversationRecord:
@@ -421,6 +427,11 @@ def _facts(scope: _Scope) -> dict[str, Any]:
         "bids": [
             {"bidder": c.bidder, "index": i, "commitment": c.digest.hex()} for i, c in scope.bidders
         ],
+        "custody": {
+            actor: scope.custody.get(actor, HOSTED)
+            for actor in sorted({e.event.actor for e in scope.touched.values()})
+            if actor != scope.operator
+        },
     }
 
 
@@ -524,7 +535,13 @@ def _signatures(scope: _Scope) -> str:
             raise AuditFailure(
                 f"{event.kind} must be signed by {required}, not {event.actor}", index
             )
-    return f"{len(scope.touched)} entries signed by the actors their kinds require"
+    actors = [e.event.actor for e in scope.touched.values() if e.event.actor != scope.operator]
+    hosted = sum(1 for actor in actors if scope.custody.get(actor, HOSTED) == HOSTED)
+    return (
+        f"{len(scope.touched)} entries signed by the actors their kinds require; {hosted} of "
+        f"the {len(actors)} by agents were signed by a key the operator holds (custody "
+        "hosted): they prove only that the operator signed"
+    )
 
 
 def _required_actor(event: Event, task: Task, operator: str) -> str | None:

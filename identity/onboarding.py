@@ -149,12 +149,6 @@ class Onboarding:
         """See `Registration.admit_remote`."""
         return self.registration.admit_remote(name, endpoint, presentation, challenge, entry)
 
-    def registration_body(
-        self, agent: AgentRecord, challenge: str, presentation: dict[str, Any]
-    ) -> dict[str, Any]:
-        """See `Registration.registration_body`."""
-        return self.registration.registration_body(agent, challenge, presentation)
-
     # -- payout address: identity.payout_accounts --
 
     def payout_address(self, did: str, chain_id: int) -> str | None:

@@ -5,13 +5,18 @@ the agent answers with a presentation signed by its did:key over that challenge 
 the operator verifies it (the challenge works once) and the agent's own signed
 `agent.registered` event is logged. A remote agent (`admit_remote`) holds its key itself and
 sends that event already signed.
+
+The event declares who holds the agent's key (`custody`): `hosted` for an agent this service
+made and signs for (`accord agent new`: its key file is in the operator's home, so what it
+"signed" proves only that the operator signed), `self` for an agent that keeps its own key. The
+audit and the explorer show it beside every signature (`custody_of`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Literal
 
 from sqlalchemy import Engine, insert
 from sqlalchemy.exc import SQLAlchemyError
@@ -20,12 +25,15 @@ from identity.agents import Agent, AgentRecord, AgentRegistry
 from identity.errors import CredentialError, RegistryError
 from identity.exams import check_agent_entry
 from identity.presentations import SqlNonceStore, create_presentation, verify_presentation
-from ledger.events import Entry, format_time
+from ledger.events import Entry, Event, format_time
 from ledger.service import Ledger
 from ledger.signing import Ed25519Signer
 
 REGISTERED_KIND = "agent.registered"
 REGISTRATION_CHALLENGE_TTL = timedelta(minutes=5)
+Custody = Literal["hosted", "self"]
+HOSTED: Custody = "hosted"
+SELF: Custody = "self"
 
 _AGENTS = Agent.__table__  # type: ignore[attr-defined]
 
@@ -53,6 +61,14 @@ class Registration:
         """The ledger index of the agent's `agent.registered` event, if it registered."""
         found = self.ledger.store.find(kind=REGISTERED_KIND, actor=agent.did, limit=1)
         return found[0].index if found else None
+
+    def custody(self, agent: AgentRecord) -> Custody | None:
+        """Who holds the agent's key, as its `agent.registered` declares (None before it
+        registered)."""
+        found = self.ledger.store.find(kind=REGISTERED_KIND, actor=agent.did, limit=1)
+        if not found:
+            return None
+        return custody_of([Entry.from_bytes(found[0].data).event]).get(agent.did)
 
     def register(self, agent: AgentRecord, *, holder: Ed25519Signer | None = None) -> int:
         """DID-auth: the operator issues a fresh challenge for the network's domain, the agent
@@ -85,7 +101,7 @@ class Registration:
             self.registry.signer(agent),
             REGISTERED_KIND,
             subject=agent.did,
-            body=self.registration_body(agent, challenge, presentation),
+            body=self.registration_body(agent, challenge, presentation, HOSTED),
         )
         return index
 
@@ -126,7 +142,7 @@ class Registration:
             actor=did,
             kind=REGISTERED_KIND,
             subject=did,
-            body=self.registration_body(record, challenge, presentation),
+            body=self.registration_body(record, challenge, presentation, SELF),
             now=now,
         )
         self._authenticate(did, presentation, challenge, now)
@@ -160,12 +176,26 @@ class Registration:
         )
 
     def registration_body(
-        self, agent: AgentRecord, challenge: str, presentation: dict[str, Any]
+        self, agent: AgentRecord, challenge: str, presentation: dict[str, Any], custody: Custody
     ) -> dict[str, Any]:
-        """The body of the agent's `agent.registered` event (as `admit` logs it)."""
+        """The body of the agent's `agent.registered` event: `admit` logs it with custody
+        `hosted`, a remote agent signs it with custody `self`."""
         return {
             "name": agent.name,
             "domain": self.domain,
             "challenge": challenge,
             "proof": presentation.get("proof"),
+            "custody": custody,
         }
+
+
+def custody_of(events: Iterable[Event]) -> dict[str, Custody]:
+    """Pure: each registered DID's declared custody, from `agent.registered` events signed by
+    the agent (the first counts). A registration older than the declaration counts as
+    `hosted`: every agent was then."""
+    found: dict[str, Custody] = {}
+    for event in events:
+        if event.kind != REGISTERED_KIND or event.actor != event.subject:
+            continue
+        found.setdefault(event.actor, SELF if event.body.get("custody") == SELF else HOSTED)
+    return found

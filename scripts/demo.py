@@ -264,7 +264,10 @@ def _story(settings: Settings) -> int:
 
         run_awarded_task(context, task.task_id, observer=show)
         result = deliverable_view(market, task.task_id)
-        console.print(f"  [green]✓[/] the requester's deliverable (sha256 {result['sha256']}):")
+        console.print(
+            f"  [green]✓[/] the deliverable (sha256 {result['sha256']}; the log holds only its "
+            "commitments, and the requester reads it once the settlement is computed):"
+        )
         for entry in result["parts"]:
             output = json.dumps(entry.get("output"), ensure_ascii=False)
             console.print(
@@ -303,7 +306,20 @@ def _story(settings: Settings) -> int:
     )
 
     console.print("\n[bold]6. Audit the collaboration from the log and the chain[/]")
-    audited = audit_task(ledger.store, task.task_id, anchors=chain, escrow=context.escrow.chain)
+    outsider = audit_task(ledger.store, task.task_id, anchors=chain, escrow=context.escrow.chain)
+    held = outsider.facts.get("outputs", {}).get("checks_held_to_log", [])
+    console.print(
+        f"  an outsider with the log and the chain only: {outsider.verdict}, with "
+        f"{len(held)} checks held to the operator's signed verdicts (the outputs are sealed)"
+    )
+    console.print("  the requester (or anyone it hands the sealed outputs to) re-runs them all:")
+    audited = audit_task(
+        ledger.store,
+        task.task_id,
+        anchors=chain,
+        escrow=context.escrow.chain,
+        outputs=market.sealed_bytes,
+    )
     print_report(audited, console)
     html_path = settings.home / f"audit-{task.task_id}.html"
     html_path.write_text(render_html(audited, ledger.store))

@@ -108,6 +108,7 @@ def register(client: Client, name: str, endpoint: str) -> dict[str, Any]:
         "domain": challenge["domain"],
         "challenge": challenge["challenge"],
         "proof": presentation["proof"],
+        "custody": "self",  # this agent keeps its own key
     }
     entry = client.entry("agent.registered", signer.did, body)
     record: dict[str, Any] = client.call(

@@ -193,6 +193,10 @@ def test_task_page_shows_verdict_checklist_team_bids_payouts(
     assert len(teams) >= 2  # the team and at least one nested sub-team
     assert html.count('class="conv"') == len(teams)
     assert "/explorer/entries/" in html and "/proof" in html
+    # who holds each signer's key: every agent here was made by the operator's home
+    custody = _section(html, "custody")
+    assert custody.count('data-custody="hosted"') >= 3 and 'data-custody="self"' not in custody
+    assert "its signatures prove only that the operator signed" in custody
 
 
 def _section(html: str, element_id: str) -> str:

@@ -75,6 +75,7 @@ def test_onboard_show_verify_revoke(accord: AccordCli, tmp_path: Path) -> None:
     assert result["passed"] and result["credential_id"].startswith("urn:uuid:")
     shown = accord.json("agent", "show", agent["did"])
     assert [c["capability"] for c in shown["credentials"]] == ["arithmetic"]
+    assert shown["custody"] == "hosted"  # `agent new` keeps its key in this home
     assert accord.json("credential", "show", result["credential_id"])["revoked_at"] is None
     file = result["credential_file"]
     assert accord.json("credential", "verify", file)["valid"] is True

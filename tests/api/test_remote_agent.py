@@ -315,8 +315,18 @@ def test_remote_agent_onboards_bids_and_works_through_the_api(
     assert settled.payouts.get(did, 0) > 0
     assert context.market.ledger.anchorer is not None
     context.market.ledger.anchorer.anchor_latest()
-    report = audit_task(store, task_id, anchors=world["anchors"], escrow=world["escrow_chain"])
+    report = audit_task(
+        store,
+        task_id,
+        anchors=world["anchors"],
+        escrow=world["escrow_chain"],
+        outputs=context.market.sealed_bytes,
+    )
     assert report.ok, report.to_json()
+    # the remote agent declared that it keeps its own key; the agents this home made, not
+    custody = report.to_json()["facts"]["custody"]
+    assert custody[did] == "self"
+    assert all(held == "hosted" for actor, held in custody.items() if actor != did)
     assert process.poll() is None, "the remote agent stopped early"
 
 

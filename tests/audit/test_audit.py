@@ -97,6 +97,10 @@ def test_the_honest_collaboration_passes(world: World) -> None:
     depths = sorted(c["depth"] for c in summary["facts"]["conversations"])
     assert depths[0] == 0 and depths[-1] >= 1
     assert summary["facts"]["winner"] == world.agents["linus"].did
+    # every agent here was made by this home: each signature is the operator's in truth
+    custody = summary["facts"]["custody"]
+    assert world.agents["linus"].did in custody and set(custody.values()) == {"hosted"}
+    assert "signed by a key the operator holds" in report.steps[0].detail
 
 
 def test_an_auditor_without_the_outputs_checks_the_commitments_and_says_so(world: World) -> None:

@@ -36,6 +36,9 @@ def test_registration_logs_the_agents_own_signed_event_once(onboarding: Onboardi
     entry.verify()
     assert entry.event.kind == REGISTERED_KIND and entry.event.actor == agent.did
     assert entry.event.body["domain"] == onboarding.domain
+    # its key is in the operator's home: the event says so, and so does the registry
+    assert entry.event.body["custody"] == "hosted"
+    assert onboarding.registration.custody(agent) == "hosted"
 
 
 def test_onboarding_registers_first(onboarding: Onboarding) -> None:
