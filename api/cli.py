@@ -21,7 +21,7 @@ from api.audit_cli import audit
 from api.coordinator_cli import conversation_app
 from api.identity_cli import agent_app, capability_app, credential_app
 from api.market_cli import agent_withdraw, bid_app, task_app
-from api.output import JsonFlag, emit, fail, say
+from api.output import JsonFlag, emit, fail, plural, say
 from api.serve_cli import serve
 from ledger.errors import (
     CanonicalizationError,
@@ -325,7 +325,9 @@ def ledger_show(
             }
         )
         return
-    table = Table(title=f"log {store.log_id}: {size} entries", title_justify="left")
+    table = Table(
+        title=f"log {store.log_id}: {plural(size, 'entry', 'entries')}", title_justify="left"
+    )
     for column in ("#", "kind", "actor", "seq", "at", "subject"):
         table.add_column(column, overflow="fold")
     for index, entry in entries:
@@ -355,7 +357,7 @@ def ledger_proof(
         store = open_store(settings, create=False)
         tree_size = store.size() if size is None else size
         if not 0 <= index < tree_size:
-            fail(f"entry {index} is not in a tree of {tree_size} entries", code=2)
+            fail(f"entry {index} is not in a tree of {plural(tree_size, 'entry', 'entries')}", 2)
         try:
             proof = store.inclusion_proof(index, tree_size)
         except ValueError as exc:
@@ -417,7 +419,9 @@ def ledger_checkpoints(as_json: JsonFlag = False) -> None:
     if as_json:
         emit({"log_id": store.log_id, "checkpoints": rows})
         return
-    table = Table(title=f"{len(rows)} checkpoints of {store.log_id}", title_justify="left")
+    table = Table(
+        title=f"{plural(len(rows), 'checkpoint')} of {store.log_id}", title_justify="left"
+    )
     for column in ("size", "at", "root", "anchor", "block", "transaction"):
         table.add_column(column, overflow="fold")
     for row in rows:
@@ -454,7 +458,7 @@ def ledger_reindex(as_json: JsonFlag = False) -> None:
         emit({"log_id": store.log_id, "views": applied, "seconds": round(seconds, 3)})
         return
     for name, size in applied.items():
-        say(f"{name}: rebuilt from {size} entries")
+        say(f"{name}: rebuilt from {plural(size, 'entry', 'entries')}")
     say(f"in {seconds:.2f} s")
 
 
@@ -573,7 +577,7 @@ def _with_progress(
 
 def _print_report(report: VerificationReport) -> None:
     marks = {"pass": "[green]✓[/]", "fail": "[red]✗[/]", "skipped": "[dim]-[/]", "not-run": " "}
-    say(f"verifying log {report.log_id} ({report.size} entries)")
+    say(f"verifying log {report.log_id} ({plural(report.size, 'entry', 'entries')})")
     for step in report.steps:
         where = f" [entry {step.entry}]" if step.entry is not None else ""
         say(

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from api.market_cli import ServerOption, open_market, remote, task_app
-from api.output import JsonFlag, emit, escape, fail, say
+from api.output import JsonFlag, emit, escape, fail, plural, say
 from coordinator.errors import CoordinatorError, IllegalMove, PolicyError
 from identity.errors import IdentityError
 from ledger.errors import LedgerError
@@ -63,7 +63,7 @@ def describe(message: Message, names: dict[str, str]) -> str:
             if result.ok:
                 by = sorted({who(c.agent) for c in result.contributions})
                 count = len(result.contributions)
-                body = f"reports {result.sub_id}: {count} answers by {', '.join(by)}"
+                body = f"reports {result.sub_id}: {plural(count, 'answer')} by {', '.join(by)}"
             else:
                 body = f"reports {result.sub_id} failed: {result.error}"
         case Abandon(sub_id=sub_id, reason=reason):
@@ -174,7 +174,7 @@ def conversation_list(
         return
     from rich.table import Table
 
-    table = Table(title=f"{len(rows)} conversations", title_justify="left")
+    table = Table(title=plural(len(rows), "conversation"), title_justify="left")
     for column in ("id", "task", "parent", "depth", "state", "members", "turns"):
         table.add_column(column, overflow="fold")
     for row in rows:

@@ -20,12 +20,12 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 import typer
 
 from api import output
-from api.output import JsonFlag, emit, escape, fail, say
+from api.output import JsonFlag, amount, amounts, emit, escape, fail, plural, say
 from identity.errors import IdentityError
 from ledger.errors import ChainError, LedgerError, MalformedError, QueryError
 from ledger.settings import Settings
 from market.errors import BidRejected, LimitError, MarketError, TaskError, WorkError
-from market.money import Wei, format_eth, parse_amount
+from market.money import Wei, parse_amount
 
 if TYPE_CHECKING:
     from api.client import AccordClient
@@ -79,7 +79,9 @@ def parse_duration(text: str, limit: timedelta | None = None) -> timedelta:
 
 def _days(span: timedelta) -> str:
     return (
-        f"{span.days} days" if span.days and not span.seconds else f"{int(span.total_seconds())} s"
+        plural(span.days, "day")
+        if span.days and not span.seconds
+        else f"{int(span.total_seconds())} s"
     )
 
 
@@ -131,7 +133,7 @@ def _market() -> Iterator[MarketContext]:
     except BidRejected as exc:
         detail = str(exc).split(": ", 1)[-1]
         names = agent_names(None if context is None else context.onboarding)
-        fail(f"bid rejected ({exc.reason}): {with_names(detail, names)}")
+        fail(f"bid rejected ({exc.reason}): {with_names(amounts(detail), names)}")
     except (MalformedError, QueryError) as exc:
         fail(str(exc), code=2)
     except MarketError as exc:
@@ -294,8 +296,8 @@ def task_post(
     checks = len(task_spec.requester_checks)
     say(
         f"[green]✓[/] posted {task.task_id}: {escape(task_spec.title)!r}, "
-        f"{parts} part{'s' * (parts != 1)}, {checks} check{'s' * (checks != 1)}, "
-        f"{format_eth(task_spec.budget)} escrowed"
+        f"{plural(parts, 'part')}, {plural(checks, 'check')}, "
+        f"{amount(task_spec.budget)} escrowed"
     )
     say(f"  bids until {task.bidding_ends:%H:%M:%S}, reveals until {task.reveal_ends:%H:%M:%S}")
     for warning in data["warnings"]:
@@ -365,11 +367,11 @@ def task_show(task_id: str, as_json: JsonFlag = False, server: ServerOption = No
     if record is not None:
         say(
             f"  its record  {record['tasks_posted']} posted, {record['tasks_settled']} settled, "
-            f"{record['reviews_rejected']} reviews rejected "
+            f"{plural(record['reviews_rejected'], 'review')} rejected "
             f"({record['rejections_overturned']} overturned)"
         )
     say(
-        f"  budget      {format_eth(int(spec['budget']))} "
+        f"  budget      {amount(int(spec['budget']))} "
         f"({'escrowed' if data['escrowed'] else 'not escrowed'})"
     )
     if spec.get("description"):
@@ -383,12 +385,13 @@ def task_show(task_id: str, as_json: JsonFlag = False, server: ServerOption = No
     if spec.get("parts") and not spec.get("checks"):
         say("  checks      each part's output schema, and the requester's review")
     for digest, meta in spec.get("files", {}).items():
-        say(f"  file        {digest} ({meta.get('size')} bytes; `accord task file`)")
+        size = plural(int(meta.get("size") or 0), "byte")
+        say(f"  file        {digest} ({size}; `accord task file`)")
     say(f"  rule        {spec['rule']}")
     say(f"  bidding     until {data['bidding_ends']}")
     say(f"  revealing   until {data['reveal_ends']}")
     if data.get("winner") is not None and data.get("price") is not None:
-        say(f"  winner      {data['winner']} at {format_eth(int(data['price']))}")
+        say(f"  winner      {data['winner']} at {amount(int(data['price']))}")
 
 
 @task_app.command("list")
@@ -429,7 +432,7 @@ def task_list(
         return
     from rich.table import Table
 
-    table = Table(title=f"{len(rows)} tasks", title_justify="left")
+    table = Table(title=plural(len(rows), "task"), title_justify="left")
     for column in ("id", "state", "title", "budget", "capabilities"):
         table.add_column(column, overflow="fold")
     for row in rows:
@@ -438,7 +441,7 @@ def task_list(
             row["id"],
             row["state"],
             spec["title"],
-            format_eth(int(spec["budget"])),
+            amount(int(spec["budget"])),
             ", ".join(spec["capabilities"]),
         )
     say(table)
@@ -484,7 +487,7 @@ def task_bids(task_id: str, as_json: JsonFlag = False, server: ServerOption = No
     for column in ("agent", "bidder", "commitment", "price"):
         table.add_column(column, overflow="fold")
     for bid in bids:
-        price = format_eth(int(bid["price"])) if bid["price"] is not None else "sealed"
+        price = amount(int(bid["price"])) if bid["price"] is not None else "sealed"
         agent = names.get(bid["bidder"], "-")
         table.add_row(agent, bid["bidder"], bid["commitment"][:16] + "…", price)
     say(table)
@@ -517,14 +520,9 @@ def task_award(task_id: str, as_json: JsonFlag = False) -> None:
     else:
         say(
             f"[green]✓[/] {task_id} awarded to {escape(named(winner.bidder, names))} "
-            f"at {format_eth(outcome.price)}"
+            f"at {amount(outcome.price)}"
         )
-        say(f"  {escape(reason)}")
-
-
-def plural(count: int, noun: str) -> str:
-    """`1 bid`, `2 bids`, `0 bids`."""
-    return f"{count} {noun}{'s' * (count != 1)}"
+        say(f"  {escape(amounts(reason))}")
 
 
 # -- bids --------------------------------------------------------------------------------------
@@ -546,17 +544,17 @@ def bid_commit(
     from market import sealed
 
     with _market() as context:
-        amount: Wei = parse_amount(price)
+        offered: Wei = parse_amount(price)
         signer = context.signer_for(agent)
         path = _bid_file(context.settings, task_id, signer.did)
         if path.exists():
             raise BidRejected("second-bid", f"{agent} already committed to {task_id} from here")
         salt = secrets.token_bytes(32)
-        index = context.market.commit(sealed.commit_bid(signer, task_id, amount, salt))
+        index = context.market.commit(sealed.commit_bid(signer, task_id, offered, salt))
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w") as handle:
-            json.dump({"task": task_id, "price": str(amount), "salt": salt.hex()}, handle)
+            json.dump({"task": task_id, "price": str(offered), "salt": salt.hex()}, handle)
     if as_json:
         emit({"task": task_id, "bidder": signer.did, "index": index})
     else:
@@ -585,7 +583,7 @@ def bid_reveal(
     if as_json:
         emit({"task": task_id, "bidder": signer.did, "price": saved["price"], "index": index})
     else:
-        say(f"[green]✓[/] revealed {format_eth(int(saved['price']))} on {task_id} (entry {index})")
+        say(f"[green]✓[/] revealed {amount(int(saved['price']))} on {task_id} (entry {index})")
 
 
 @task_app.command("settle")
@@ -611,11 +609,11 @@ def task_settle(task_id: str, as_json: JsonFlag = False) -> None:
         )
         return
     verb = "was already settled" if outcome.already else "settled on chain"
-    say(f"[green]✓[/] {task_id} {verb}: {format_eth(outcome.amount)} to the team")
+    say(f"[green]✓[/] {task_id} {verb}: {amount(outcome.amount)} to the team")
     for player, payout in sorted(outcome.payouts.items(), key=lambda kv: -kv[1]):
         share = outcome.values.get(player, "0/1")
-        say(f"  {names.get(player, player):<10} {format_eth(payout):>24}   Shapley {share}")
-    say(f"  back to the requester: {format_eth(outcome.refund)}")
+        say(f"  {names.get(player, player):<10} {amount(payout):>16}   Shapley {share}")
+    say(f"  back to the requester: {amount(outcome.refund)}")
 
 
 @task_app.command("result")
@@ -751,4 +749,4 @@ def agent_withdraw(
             }
         )
     else:
-        say(f"[green]✓[/] {agent} withdrew {format_eth(credit)} to {address}")
+        say(f"[green]✓[/] {agent} withdrew {amount(credit)} to {address}")

@@ -137,8 +137,38 @@ def fail(message: str, code: int = 1) -> NoReturn:
     raise typer.Exit(code)
 
 
+def note(message: str) -> None:
+    """Something a person should know that is not a problem (a devnet this command started,
+    a wait), on stderr: `--json` output on stdout stays one JSON document."""
+    from rich.markup import escape
+
+    err().print(f"[cyan]note:[/] {escape(message)}")
+
+
 def warn(message: str) -> None:
     """A warning on stderr (never on stdout: it would corrupt `--json` output)."""
     from rich.markup import escape
 
     err().print(f"[yellow]warning:[/] {escape(message)}")
+
+
+def plural(count: int, noun: str, nouns: str | None = None) -> str:
+    """`1 agent`, `2 agents`, `0 agents`; `nouns` for a plural that is not `noun` + s
+    (`plural(n, "entry", "entries")`)."""
+    return f"{count} {noun if count == 1 else (nouns or noun + 's')}"
+
+
+def amount(wei: int) -> str:
+    """An amount of wei as a person reads it: `0.25 ETH`, `≈0.066667 ETH`, `1000 wei`
+    (`market.money.display_eth`; `--json` keeps the exact wei as an integer string)."""
+    from market.money import display_eth
+
+    return display_eth(wei)
+
+
+def amounts(text: str) -> str:
+    """`text` (a message, a check's detail) with each amount of wei in it written as
+    `amount` writes it."""
+    from market.money import with_amounts
+
+    return with_amounts(text)
