@@ -22,7 +22,7 @@ from ledger.signing import Signer
 from market.auction import AuctionOutcome
 from market.money import Wei, parse_amount
 from market.runtime import MarketContext, open_market
-from market.sealed import commit_bid, reveal_bid
+from market.sealed import check_within_budget, commit_bid, reveal_bid
 from market.settlement import SettleOutcome, deliverable_view, settle_task
 from market.tasks import Task, TaskSpec
 
@@ -85,9 +85,11 @@ class Home:
 
     def bid(self, task_id: str, agent: Agent, price: str | int) -> int:
         """Commit a sealed bid for `agent`; the price and salt stay in this `Home` until
-        `reveal_bids`. Returns the entry's log index."""
+        `reveal_bids`. Returns the entry's log index. Raises BidRejected (``over-budget``)
+        for a price above the task's budget, before anything is sent."""
         signer = self.context.signer_for(self.agent(agent).did)
         amount = Wei(price) if isinstance(price, int) else parse_amount(price)
+        check_within_budget(task_id, amount, self.task(task_id).spec.budget)
         salt = secrets.token_bytes(32)
         index = self.context.market.commit(commit_bid(signer, task_id, amount, salt))
         self._sealed.setdefault(task_id, []).append((signer, amount, salt))

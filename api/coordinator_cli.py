@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from api.market_cli import ServerOption, open_market, remote, task_app
+from api.market_cli import ServerOption, open_market, remote, require_task, task_app
 from api.output import JsonFlag, emit, escape, fail, plural, say
 from coordinator.errors import CoordinatorError, IllegalMove, PolicyError
 from identity.errors import IdentityError
@@ -106,6 +106,7 @@ def task_run(
         leader = leader_policy(policy, model=model, endpoint=endpoint)
     except PolicyError as exc:
         fail(str(exc), code=2)
+    require_task(task_id)
     with _market() as context:
         names = agent_names(context)
 

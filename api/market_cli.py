@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from identity.onboarding import Onboarding
     from market.runtime import MarketContext
     from market.service import Market
+    from market.tasks import Task
 
 task_app = typer.Typer(help="Paid tasks: post, show, list, bids, award.", no_args_is_help=True)
 bid_app = typer.Typer(help="Sealed bids by hand: commit, then reveal.", no_args_is_help=True)
@@ -179,6 +180,13 @@ def _read_market() -> Iterator[Market]:
         fail(str(exc), code=2 if type(exc).__name__ in _INPUT_ERRORS else 1)
     except (LedgerError, IdentityError) as exc:
         fail(str(exc))
+
+
+def require_task(task_id: str) -> Task:
+    """The task `task_id`, read from the log before a command starts a devnet or reaches a
+    chain: a task the log does not hold is bad input, exit 2, in every command."""
+    with _read_market() as market:
+        return market.task(task_id)
 
 
 def _task_view(market: Market, task: Any) -> dict[str, Any]:
@@ -458,6 +466,7 @@ def task_cancel(
     as_json: JsonFlag = False,
 ) -> None:
     """End a posted task whose escrow never opened (the requester only)."""
+    require_task(task_id)
     with _market() as market:
         task = market.market.cancel(market.signer_for(as_agent), task_id)
         data = _task_json(market, task)
@@ -498,6 +507,7 @@ def task_award(task_id: str, as_json: JsonFlag = False) -> None:
     """Clear the auction once the windows are over (or expire the task and refund)."""
     from market.auction import price_reason
 
+    require_task(task_id)
     with _market() as context:
         outcome = context.market.award(task_id)
         names = agent_names(context.onboarding)
@@ -540,11 +550,15 @@ def bid_commit(
     price: Annotated[str, typer.Option(help="Your price: 0.1eth, 20gwei, 1000wei.")],
     as_json: JsonFlag = False,
 ) -> None:
-    """Send a sealed commitment; the price and salt stay on this machine until the reveal."""
+    """Send a sealed commitment; the price and salt stay on this machine until the reveal.
+    A price over the task's budget is refused here, before anything is sent: the commitment
+    hides the price, so the market itself could only refuse it at the reveal."""
     from market import sealed
 
+    task = require_task(task_id)
     with _market() as context:
         offered: Wei = parse_amount(price)
+        sealed.check_within_budget(task_id, offered, task.spec.budget)
         signer = context.signer_for(agent)
         path = _bid_file(context.settings, task_id, signer.did)
         if path.exists():
@@ -570,6 +584,7 @@ def bid_reveal(
     """Reveal the price and salt committed from this machine."""
     from market import sealed
 
+    require_task(task_id)
     with _market() as context:
         signer = context.signer_for(agent)
         path = _bid_file(context.settings, task_id, signer.did)
@@ -591,6 +606,7 @@ def task_settle(task_id: str, as_json: JsonFlag = False) -> None:
     """Pay a delivered task's team by Shapley value through the escrow (once; safe to rerun)."""
     from market.settlement import settle_task
 
+    require_task(task_id)
     with _market() as context:
         outcome = settle_task(context.market, context.onboarding, task_id)
         names = {a.did: a.name for a in context.onboarding.registry.list()}
@@ -634,6 +650,7 @@ def task_result(
     else:
         from market.settlement import deliverable_view
 
+        require_task(task_id)
         with _market() as context:
             data = deliverable_view(context.market, task_id)
             names = {a.did: a.name for a in context.onboarding.registry.list()}
@@ -704,6 +721,7 @@ def task_review(
     verdict = "accept" if accept else "reject"
     if verdict == "reject" and not (reason or "").strip():
         fail("a rejection needs --reason TEXT: it opens a dispute an evaluator decides", 2)
+    require_task(task_id)
     with _market() as context:
         index = context.market.review(context.signer_for(as_agent), task_id, check, verdict, reason)
     if as_json:
@@ -718,6 +736,7 @@ def task_file(
     digest: Annotated[str, typer.Argument(help="The file's sha256, as `task show` lists it.")],
 ) -> None:
     """Print one of the task's input files."""
+    require_task(task_id)
     with _market() as context:
         text = context.market.file_text(context.market.task(task_id), digest)
     sys.stdout.write(text)

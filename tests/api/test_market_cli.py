@@ -101,8 +101,14 @@ def test_post_bid_reveal_award_and_bad_input(accord: AccordCli) -> None:
         (("task", "post", "--spec", "/nonexistent/task.json"), 2, "cannot read the spec"),
         ((*post, "--budget", "1eth", "--rule", "nonsense"), 2, "--rule"),
         (("task", "show", "nosuch"), 2, "no task"),
-        (("bid", "reveal", "task-nosuch", "--agent", "alice"), 1, "no commitment"),
+        (("bid", "reveal", "task-nosuch", "--agent", "alice"), 2, "no task 'task-nosuch'"),
         (("bid", "commit", task_id, "--agent", "alice", "--price", "0.1eth"), 1, "second-bid"),
+        (
+            ("bid", "commit", task_id, "--agent", "alice", "--price", "0.6eth"),
+            1,
+            f"bid rejected (over-budget): price 0.6 ETH exceeds the budget of task {task_id} "
+            "(0.5 ETH)",
+        ),
     ]
     for args, code, message in cases:
         result = accord.run(*args, check=code)
@@ -121,6 +127,7 @@ def test_post_bid_reveal_award_and_bad_input(accord: AccordCli) -> None:
         [row] = [line for line in shown_bids.splitlines() if dids[name] in line]
         assert name in row, shown_bids
     assert "2 bids on" in shown_bids, shown_bids
+    assert "0.1 ETH" in shown_bids and "0.2 ETH" in shown_bids, shown_bids
 
     sleep_until(task["reveal_ends"])
     award = accord.json("task", "award", task_id)
