@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import secrets
-import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -16,7 +15,7 @@ from coordinator.conversation import Conversation
 from coordinator.service import run_awarded_task
 from identity.agents import AgentRecord
 from identity.onboarding import CapabilityOutcome
-from ledger.runtime import devnet_for
+from ledger.runtime import devnet_for, wait_until
 from ledger.settings import Settings
 from ledger.signing import Signer
 from market.auction import AuctionOutcome
@@ -113,9 +112,7 @@ class Home:
         return self.context.market.award(task_id)
 
     def _wait_until(self, moment: datetime) -> None:
-        left = (moment - self.context.market.clock()).total_seconds()
-        if left > 0:
-            time.sleep(left + 0.05)
+        wait_until(moment, self.context.market.clock)
 
     def run(self, task_id: str) -> Conversation:
         """The winner's team does the parts and delivers (the rule policy)."""

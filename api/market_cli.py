@@ -11,9 +11,10 @@ import os
 import re
 import secrets
 import sys
-from collections.abc import Iterator, Mapping
+import time
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
@@ -503,11 +504,24 @@ def task_bids(task_id: str, as_json: JsonFlag = False, server: ServerOption = No
 
 
 @task_app.command("award")
-def task_award(task_id: str, as_json: JsonFlag = False) -> None:
+def task_award(
+    task_id: str,
+    wait: Annotated[
+        bool,
+        typer.Option(
+            "--wait",
+            help="If the reveal window is still open, wait until it closes (saying how long), "
+            "then award.",
+        ),
+    ] = False,
+    as_json: JsonFlag = False,
+) -> None:
     """Clear the auction once the windows are over (or expire the task and refund)."""
     from market.auction import price_reason
 
-    require_task(task_id)
+    task = require_task(task_id)
+    if wait and task.state == "bidding":  # escrowed and not cleared: its windows decide
+        wait_for_reveals(task)
     with _market() as context:
         outcome = context.market.award(task_id)
         names = agent_names(context.onboarding)
@@ -536,6 +550,27 @@ def task_award(task_id: str, as_json: JsonFlag = False) -> None:
 
 
 # -- bids --------------------------------------------------------------------------------------
+
+
+def wait_for_reveals(
+    task: Task,
+    clock: Callable[[], datetime] | None = None,
+    sleep: Callable[[float], None] = time.sleep,
+) -> None:
+    """Sleep until the task's reveal window has closed (by `clock`, default the market's
+    clock: UTC now), first saying on stderr how long and until when; nothing is opened or
+    started meanwhile. Ctrl-C ends the wait (exit 1)."""
+    from ledger.runtime import utc_now, wait_until
+
+    clock = clock or utc_now
+    left = (task.reveal_ends - clock()).total_seconds()
+    if left <= 0:
+        return
+    output.note(
+        f"waiting {output.duration(left)} for the reveal window of {task.task_id} to close "
+        f"(at {task.reveal_ends.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC), then awarding it"
+    )
+    wait_until(task.reveal_ends, clock, sleep)
 
 
 def _bid_file(settings: Settings, task_id: str, agent_did: str) -> Path:

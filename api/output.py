@@ -172,3 +172,19 @@ def amounts(text: str) -> str:
     from market.money import with_amounts
 
     return with_amounts(text)
+
+
+def duration(seconds: float) -> str:
+    """A span for a person: `45 s`, `1 min 25 s`, `2 h 3 min`, `1 day 2 h` (whole seconds,
+    rounded up: a wait never reads shorter than it is)."""
+    left = max(0, -int(-seconds // 1))
+    days, left = divmod(left, 86400)
+    hours, left = divmod(left, 3600)
+    minutes, secs = divmod(left, 60)
+    if days:
+        return f"{plural(days, 'day')} {hours} h" if hours else plural(days, "day")
+    if hours:
+        return f"{hours} h {minutes} min" if minutes else f"{hours} h"
+    if minutes:
+        return f"{minutes} min {secs} s" if secs else f"{minutes} min"
+    return f"{secs} s"

@@ -9,7 +9,8 @@ from __future__ import annotations
 import contextlib
 import os
 import stat
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -38,6 +39,25 @@ OPERATOR_KEYFILE = "operator.json"
 
 def utc_now() -> datetime:
     return datetime.now(UTC)
+
+
+WAKE_MARGIN_S = 0.05
+"""`wait_until` sleeps this much past the moment, so the clock reads it on waking."""
+
+
+def wait_until(
+    moment: datetime,
+    clock: Callable[[], datetime] = utc_now,
+    sleep: Callable[[float], None] = time.sleep,
+) -> float:
+    """Sleep until `clock()` reads `moment` or later; returns the seconds slept (0 when it
+    already does). Each sleep lasts the whole time left (never a busy loop); a wake-up before
+    `moment` (the clock was set back meanwhile) sleeps again for what is then left."""
+    slept = 0.0
+    while (left := (moment - clock()).total_seconds()) > 0:
+        sleep(left + WAKE_MARGIN_S)
+        slept += left + WAKE_MARGIN_S
+    return slept
 
 
 HOME_MODE = 0o700

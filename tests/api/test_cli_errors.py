@@ -55,6 +55,7 @@ def test_an_html_report_that_cannot_be_written_is_bad_input(home: Path, target: 
         ("task", "show", "task-nope"),
         ("task", "bids", "task-nope"),
         ("task", "award", "task-nope"),
+        ("task", "award", "task-nope", "--wait"),
         ("task", "cancel", "task-nope"),
         ("task", "run", "task-nope"),
         ("task", "result", "task-nope"),

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from api.output import amount, amounts, plural
+from api.output import amount, amounts, duration, plural
 
 
 @pytest.mark.parametrize(
@@ -27,3 +27,21 @@ def test_amounts_read_as_eth_with_trimmed_zeros() -> None:
     assert amounts("price 600000000000000000 wei exceeds the budget (500000000000000000 wei)") == (
         "price 0.6 ETH exceeds the budget (0.5 ETH)"
     )
+
+
+@pytest.mark.parametrize(
+    ("seconds", "shown"),
+    [
+        (0, "0 s"),
+        (0.2, "1 s"),
+        (45, "45 s"),
+        (85, "1 min 25 s"),
+        (120, "2 min"),
+        (7380, "2 h 3 min"),
+        (3600, "1 h"),
+        (86400 + 7200, "1 day 2 h"),
+        (2 * 86400, "2 days"),
+    ],
+)
+def test_a_wait_reads_in_the_largest_units_rounded_up(seconds: float, shown: str) -> None:
+    assert duration(seconds) == shown
