@@ -159,7 +159,7 @@ class _ReadOnlyEscrow:
 
 
 @contextmanager
-def _read_market() -> Iterator[Market]:
+def read_market() -> Iterator[Market]:
     """The market over the configured log, to read: it creates no home, starts no devnet and
     reaches no chain. Expected failures become one line (an unknown task is exit 2)."""
     try:
@@ -186,7 +186,7 @@ def _read_market() -> Iterator[Market]:
 def require_task(task_id: str) -> Task:
     """The task `task_id`, read from the log before a command starts a devnet or reaches a
     chain: a task the log does not hold is bad input, exit 2, in every command."""
-    with _read_market() as market:
+    with read_market() as market:
         return market.task(task_id)
 
 
@@ -362,7 +362,7 @@ def task_show(task_id: str, as_json: JsonFlag = False, server: ServerOption = No
         with remote(server) as client:
             data = client.task(task_id)
     else:
-        with _read_market() as market:
+        with read_market() as market:
             task = market.task(task_id)
             data = _task_view(market, task)
             data["requester_record"] = market.requester_record(task.requester).to_json()
@@ -432,7 +432,7 @@ def task_list(
         with remote(server) as client:
             rows, next_cursor = client.task_page(**filters)
     else:
-        with _read_market() as market:
+        with read_market() as market:
             page = market.list_tasks(**filters)
             rows = [_task_view(market, task) for task in page.tasks]
             next_cursor = page.next_cursor
@@ -485,7 +485,7 @@ def task_bids(task_id: str, as_json: JsonFlag = False, server: ServerOption = No
             bids = client.bids(task_id)
             names = {str(a["did"]): str(a["name"]) for a in client.agents()} if bids else {}
     else:
-        with _read_market() as market:
+        with read_market() as market:
             bids = [bid.to_json() for bid in market.bids(task_id)]
             names = agent_names(market.onboarding) if bids else {}
     if as_json:
