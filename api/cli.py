@@ -221,6 +221,7 @@ def devnet_status(as_json: JsonFlag = False) -> None:
     with _errors():
         status = devnet_for(settings).status()
         record = read_record(settings.devnet_record_file)
+    elsewhere = status.elsewhere
     data = {
         "running": status.running,
         "pid": status.pid,
@@ -228,11 +229,18 @@ def devnet_status(as_json: JsonFlag = False) -> None:
         "rpc_url": status.rpc_url,
         "block_number": status.block_number,
         "recorded": None if record is None else record.to_json(),
+        "elsewhere": None if elsewhere is None else {"pid": elsewhere.pid, "port": elsewhere.port},
     }
     if as_json:
         emit(data)
     elif status.running:
         say(f"running at {status.rpc_url} (pid {status.pid}), block {status.block_number}")
+    elif elsewhere is not None:
+        say(
+            f"not running at {status.rpc_url}: this home's devnet runs on port "
+            f"{elsewhere.port} (pid {elsewhere.pid}). Use that port (unset ACCORD_DEVNET_PORT "
+            "to follow the record), or stop it with `accord devnet down` and start it here"
+        )
     else:
         say(f"not running (would listen at {status.rpc_url}); start it: accord devnet up")
 
