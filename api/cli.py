@@ -495,7 +495,7 @@ def ledger_anchor(
 
     settings = _settings()
     with _errors():
-        chain = connect_chain(settings)
+        chain = connect_chain(settings, started=output.devnet_started)
         ledger = open_ledger(settings, chain)
         assert ledger.anchorer is not None
         anchorer = ledger.anchorer

@@ -89,10 +89,11 @@ def _days(span: timedelta) -> str:
 
 def open_market(settings: Settings) -> MarketContext:
     """The market over the configured ledger and chain (`market.runtime.open_market`, imported
-    when a command needs it). Raises what that raises."""
+    when a command needs it); a managed devnet it has to start is said on stderr. Raises what
+    that raises."""
     from market.runtime import open_market as open_configured_market
 
-    return open_configured_market(settings)
+    return open_configured_market(settings, devnet_started=output.devnet_started)
 
 
 def agent_names(onboarding: Onboarding | None) -> dict[str, str]:

@@ -22,6 +22,8 @@ import typer
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from ledger.devnet import DevnetInfo
+
 UNWRAPPED_WIDTH = 100_000
 """The width of a console that writes to a file or a pipe: no line is ever that long, so
 nothing is wrapped (tables only take the width their cells need)."""
@@ -143,6 +145,15 @@ def note(message: str) -> None:
     from rich.markup import escape
 
     err().print(f"[cyan]note:[/] {escape(message)}")
+
+
+def devnet_started(info: DevnetInfo) -> None:
+    """Say that this command started the managed devnet, which was not running (commands
+    that need the chain start it rather than fail; a person should know it now runs)."""
+    note(
+        f"the devnet was not running: started it at {info.rpc_url} (pid {info.pid}); "
+        "`accord devnet down` stops it"
+    )
 
 
 def warn(message: str) -> None:

@@ -249,11 +249,17 @@ def start_devnet(settings: Settings) -> DevnetStart:
     return DevnetStart(info, chain, record)
 
 
-def connect_chain(settings: Settings, *, start_devnet: bool = True) -> AnchorChain:
+def connect_chain(
+    settings: Settings,
+    *,
+    start_devnet: bool = True,
+    started: Callable[[DevnetInfo], None] | None = None,
+) -> AnchorChain:
     """The anchor registry on the configured chain, deployed once and checked by code hash.
 
     With no ACCORD_RPC_URL the managed devnet is used (started when `start_devnet`; stopped
-    again if this call started it and the registry then fails).
+    again if this call started it and the registry then fails). `started` is told of a
+    devnet this call started (not of one it found running), once the registry is there.
     Raises ChainUnavailableError, DeploymentError, DevnetError.
     """
     from ledger.chain import DEVNET_OPERATOR_KEY, Web3AnchorChain, ensure_registry
@@ -297,9 +303,12 @@ def connect_chain(settings: Settings, *, start_devnet: bool = True) -> AnchorCha
             settings.deployment_file,
             fee_policy=settings.fee_policy,
         )
-        return Web3AnchorChain(
+        chain = Web3AnchorChain(
             devnet.rpc_url, DEVNET_OPERATOR_KEY, deployment.address, fee_policy=settings.fee_policy
         )
+    if started is not None and not info.reused:
+        started(info)
+    return chain
 
 
 def open_ledger(settings: Settings, chain: AnchorChain | None = None) -> Ledger:

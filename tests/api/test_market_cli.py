@@ -155,3 +155,22 @@ def test_post_bid_reveal_award_and_bad_input(accord: AccordCli) -> None:
     accord.json("ledger", "anchor")
     report = accord.json("ledger", "verify")
     assert report["verdict"] == "PASS", report
+
+
+def test_a_command_that_starts_the_devnet_says_so(accord: AccordCli) -> None:
+    port = accord.env["ACCORD_DEVNET_PORT"]
+    post = ("task", "post", "--title", "t", "--budget", "0.1eth", "--capability", "arithmetic")
+    started = f"note: the devnet was not running: started it at http://127.0.0.1:{port}"
+
+    fresh = accord.run(*post, "--input", FIGURES, "--json")
+    assert started in " ".join(fresh.stderr.split()), fresh.stderr
+    assert json.loads(fresh.stdout)["escrowed"] is True  # stdout: one JSON document still
+
+    running = accord.run(*post, "--input", FIGURES)
+    assert "not running" not in running.stderr, running.stderr
+
+    accord.run("devnet", "down")
+    restarted = accord.run(*post, "--input", FIGURES)
+    assert started in " ".join(restarted.stderr.split()), restarted.stderr
+    assert "posted" in restarted.stdout
+    assert accord.json("devnet", "status")["running"] is True
