@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import secrets
-import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -16,13 +15,13 @@ from coordinator.conversation import Conversation
 from coordinator.service import run_awarded_task
 from identity.agents import AgentRecord
 from identity.onboarding import CapabilityOutcome
-from ledger.runtime import devnet_for
+from ledger.runtime import devnet_for, wait_until
 from ledger.settings import Settings
 from ledger.signing import Signer
 from market.auction import AuctionOutcome
 from market.money import Wei, parse_amount
 from market.runtime import MarketContext, open_market
-from market.sealed import commit_bid, reveal_bid
+from market.sealed import check_within_budget, commit_bid, reveal_bid
 from market.settlement import SettleOutcome, deliverable_view, settle_task
 from market.tasks import Task, TaskSpec
 
@@ -85,9 +84,11 @@ class Home:
 
     def bid(self, task_id: str, agent: Agent, price: str | int) -> int:
         """Commit a sealed bid for `agent`; the price and salt stay in this `Home` until
-        `reveal_bids`. Returns the entry's log index."""
+        `reveal_bids`. Returns the entry's log index. Raises BidRejected (``over-budget``)
+        for a price above the task's budget, before anything is sent."""
         signer = self.context.signer_for(self.agent(agent).did)
         amount = Wei(price) if isinstance(price, int) else parse_amount(price)
+        check_within_budget(task_id, amount, self.task(task_id).spec.budget)
         salt = secrets.token_bytes(32)
         index = self.context.market.commit(commit_bid(signer, task_id, amount, salt))
         self._sealed.setdefault(task_id, []).append((signer, amount, salt))
@@ -111,9 +112,7 @@ class Home:
         return self.context.market.award(task_id)
 
     def _wait_until(self, moment: datetime) -> None:
-        left = (moment - self.context.market.clock()).total_seconds()
-        if left > 0:
-            time.sleep(left + 0.05)
+        wait_until(moment, self.context.market.clock)
 
     def run(self, task_id: str) -> Conversation:
         """The winner's team does the parts and delivers (the rule policy)."""

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from api import output
-from api.output import JsonFlag, emit, escape, fail
+from api.output import JsonFlag, amount, amounts, emit, escape, fail
 from ledger.errors import LedgerError
 from ledger.sealing import is_commitment
 from ledger.settings import Settings
@@ -136,7 +136,8 @@ def print_report(report: AuditReport, console: Console) -> None:
     for step in report.steps:
         where = f" [entry {step.entry}]" if step.entry is not None else ""
         console.print(
-            f" {marks[step.status]} ({step.number}) {step.title}: {escape(step.detail)}{where}"
+            f" {marks[step.status]} ({step.number}) {step.title}: "
+            f"{escape(amounts(step.detail))}{where}"
         )
     failure = report.first_failure
     unchecked = [s for s in report.steps if s.status == "unchecked"]
@@ -148,7 +149,7 @@ def print_report(report: AuditReport, console: Console) -> None:
     else:
         where = f", entry {failure.entry}" if failure.entry is not None else ""
         console.print(
-            f"[bold red]FAIL[/] at step {failure.number}{where}: {escape(failure.detail)}"
+            f"[bold red]FAIL[/] at step {failure.number}{where}: {escape(amounts(failure.detail))}"
         )
 
 
@@ -159,7 +160,10 @@ def print_chain_facts(facts: object, console: Console) -> None:
         return
     console.print("on chain, to cross-check:")
     for payout in facts.get("payouts", []):
-        console.print(f"  paid {payout['wei']} wei to {payout['address']} ({payout['agent']})")
+        paid = int(payout["wei"])  # exact too, to match the transaction on a block explorer
+        console.print(
+            f"  paid {amount(paid)} ({paid} wei) to {payout['address']} ({payout['agent']})"
+        )
     escrow = facts.get("escrow")
     if isinstance(escrow, dict):
         console.print(f"  escrow {escrow['address']} on chain {escrow['chain_id']}")

@@ -21,7 +21,7 @@ from api.audit_cli import audit
 from api.coordinator_cli import conversation_app
 from api.identity_cli import agent_app, capability_app, credential_app
 from api.market_cli import agent_withdraw, bid_app, task_app
-from api.output import JsonFlag, emit, fail, say
+from api.output import JsonFlag, emit, fail, plural, say
 from api.serve_cli import serve
 from ledger.errors import (
     CanonicalizationError,
@@ -221,6 +221,7 @@ def devnet_status(as_json: JsonFlag = False) -> None:
     with _errors():
         status = devnet_for(settings).status()
         record = read_record(settings.devnet_record_file)
+    elsewhere = status.elsewhere
     data = {
         "running": status.running,
         "pid": status.pid,
@@ -228,11 +229,18 @@ def devnet_status(as_json: JsonFlag = False) -> None:
         "rpc_url": status.rpc_url,
         "block_number": status.block_number,
         "recorded": None if record is None else record.to_json(),
+        "elsewhere": None if elsewhere is None else {"pid": elsewhere.pid, "port": elsewhere.port},
     }
     if as_json:
         emit(data)
     elif status.running:
         say(f"running at {status.rpc_url} (pid {status.pid}), block {status.block_number}")
+    elif elsewhere is not None:
+        say(
+            f"not running at {status.rpc_url}: this home's devnet runs on port "
+            f"{elsewhere.port} (pid {elsewhere.pid}). Use that port (unset ACCORD_DEVNET_PORT "
+            "to follow the record), or stop it with `accord devnet down` and start it here"
+        )
     else:
         say(f"not running (would listen at {status.rpc_url}); start it: accord devnet up")
 
@@ -325,7 +333,9 @@ def ledger_show(
             }
         )
         return
-    table = Table(title=f"log {store.log_id}: {size} entries", title_justify="left")
+    table = Table(
+        title=f"log {store.log_id}: {plural(size, 'entry', 'entries')}", title_justify="left"
+    )
     for column in ("#", "kind", "actor", "seq", "at", "subject"):
         table.add_column(column, overflow="fold")
     for index, entry in entries:
@@ -355,7 +365,7 @@ def ledger_proof(
         store = open_store(settings, create=False)
         tree_size = store.size() if size is None else size
         if not 0 <= index < tree_size:
-            fail(f"entry {index} is not in a tree of {tree_size} entries", code=2)
+            fail(f"entry {index} is not in a tree of {plural(tree_size, 'entry', 'entries')}", 2)
         try:
             proof = store.inclusion_proof(index, tree_size)
         except ValueError as exc:
@@ -417,7 +427,9 @@ def ledger_checkpoints(as_json: JsonFlag = False) -> None:
     if as_json:
         emit({"log_id": store.log_id, "checkpoints": rows})
         return
-    table = Table(title=f"{len(rows)} checkpoints of {store.log_id}", title_justify="left")
+    table = Table(
+        title=f"{plural(len(rows), 'checkpoint')} of {store.log_id}", title_justify="left"
+    )
     for column in ("size", "at", "root", "anchor", "block", "transaction"):
         table.add_column(column, overflow="fold")
     for row in rows:
@@ -454,7 +466,7 @@ def ledger_reindex(as_json: JsonFlag = False) -> None:
         emit({"log_id": store.log_id, "views": applied, "seconds": round(seconds, 3)})
         return
     for name, size in applied.items():
-        say(f"{name}: rebuilt from {size} entries")
+        say(f"{name}: rebuilt from {plural(size, 'entry', 'entries')}")
     say(f"in {seconds:.2f} s")
 
 
@@ -483,7 +495,7 @@ def ledger_anchor(
 
     settings = _settings()
     with _errors():
-        chain = connect_chain(settings)
+        chain = connect_chain(settings, started=output.devnet_started)
         ledger = open_ledger(settings, chain)
         assert ledger.anchorer is not None
         anchorer = ledger.anchorer
@@ -573,7 +585,7 @@ def _with_progress(
 
 def _print_report(report: VerificationReport) -> None:
     marks = {"pass": "[green]✓[/]", "fail": "[red]✗[/]", "skipped": "[dim]-[/]", "not-run": " "}
-    say(f"verifying log {report.log_id} ({report.size} entries)")
+    say(f"verifying log {report.log_id} ({plural(report.size, 'entry', 'entries')})")
     for step in report.steps:
         where = f" [entry {step.entry}]" if step.entry is not None else ""
         say(

@@ -8,8 +8,16 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from api.market_cli import ServerOption, open_market, remote, task_app
-from api.output import JsonFlag, emit, escape, fail, say
+from api.market_cli import (
+    ServerOption,
+    agent_names,
+    open_market,
+    read_market,
+    remote,
+    require_task,
+    task_app,
+)
+from api.output import JsonFlag, emit, escape, fail, plural, say
 from coordinator.errors import CoordinatorError, IllegalMove, PolicyError
 from identity.errors import IdentityError
 from ledger.errors import LedgerError
@@ -19,6 +27,7 @@ from market.errors import MarketError
 if TYPE_CHECKING:
     from coordinator.conversation import Conversation, Message
     from market.runtime import MarketContext
+    from market.service import Market
 
 conversation_app = typer.Typer(
     help="Team conversations: list them, replay one.", no_args_is_help=True
@@ -35,6 +44,17 @@ def _market() -> Iterator[MarketContext]:
         yield open_market(settings)
     except (CoordinatorError, MarketError, LedgerError, IdentityError) as exc:
         fail(str(exc))
+
+
+@contextmanager
+def _read() -> Iterator[Market]:
+    """The market over the configured log, to read conversations: it creates no home, starts
+    no devnet and reaches no chain. A conversation that does not replay is one line, exit 1."""
+    with read_market() as market:
+        try:
+            yield market
+        except CoordinatorError as exc:
+            fail(str(exc))
 
 
 def describe(message: Message, names: dict[str, str]) -> str:
@@ -63,7 +83,7 @@ def describe(message: Message, names: dict[str, str]) -> str:
             if result.ok:
                 by = sorted({who(c.agent) for c in result.contributions})
                 count = len(result.contributions)
-                body = f"reports {result.sub_id}: {count} answers by {', '.join(by)}"
+                body = f"reports {result.sub_id}: {plural(count, 'answer')} by {', '.join(by)}"
             else:
                 body = f"reports {result.sub_id} failed: {result.error}"
         case Abandon(sub_id=sub_id, reason=reason):
@@ -106,6 +126,7 @@ def task_run(
         leader = leader_policy(policy, model=model, endpoint=endpoint)
     except PolicyError as exc:
         fail(str(exc), code=2)
+    require_task(task_id)
     with _market() as context:
         names = agent_names(context)
 
@@ -152,7 +173,8 @@ def conversation_list(
     as_json: JsonFlag = False,
     server: ServerOption = None,
 ) -> None:
-    """Every logged conversation: id, task, parent, state and members."""
+    """Every logged conversation: id, task, parent, state and members. A read: it starts no
+    devnet and reaches no chain."""
     from coordinator.service import conversation_ids, replay_conversation
 
     if server:
@@ -163,8 +185,10 @@ def conversation_list(
                     fail(str(IllegalMove(str(row.get("reason", "it does not replay")))))
                 rows.append(row)
     else:
-        with _market() as context:
-            store = context.market.ledger.store
+        if task is not None:
+            require_task(task)
+        with _read() as market:
+            store = market.ledger.store
             records = [
                 replay_conversation(store, conv_id) for conv_id in conversation_ids(store, task)
             ]
@@ -174,7 +198,7 @@ def conversation_list(
         return
     from rich.table import Table
 
-    table = Table(title=f"{len(rows)} conversations", title_justify="left")
+    table = Table(title=plural(len(rows), "conversation"), title_justify="left")
     for column in ("id", "task", "parent", "depth", "state", "members", "turns"):
         table.add_column(column, overflow="fold")
     for row in rows:
@@ -192,9 +216,10 @@ def conversation_list(
 
 @conversation_app.command("show")
 def conversation_show(conv_id: str, as_json: JsonFlag = False, server: ServerOption = None) -> None:
-    """Replay a conversation through the state machine, message by message."""
+    """Replay a conversation through the state machine, message by message. A read: it
+    starts no devnet and reaches no chain."""
     from coordinator.conversation import message_from_json, message_to_json
-    from coordinator.service import agent_names, replay_conversation
+    from coordinator.service import replay_conversation
 
     if server:
         with remote(server) as client:
@@ -202,9 +227,9 @@ def conversation_show(conv_id: str, as_json: JsonFlag = False, server: ServerOpt
             data.pop("opened_index", None)
             names = {str(a["did"]): str(a["name"]) for a in client.agents()}
     else:
-        with _market() as context:
-            record = replay_conversation(context.market.ledger.store, conv_id)
-            names = agent_names(context)
+        with _read() as market:
+            record = replay_conversation(market.ledger.store, conv_id)
+            names = agent_names(market.onboarding)
         data = {
             **record.to_json(),
             "messages": [

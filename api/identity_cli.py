@@ -212,7 +212,7 @@ def agent_list(as_json: JsonFlag = False) -> None:
         return
     from rich.table import Table
 
-    table = Table(title=f"{len(records)} agents", title_justify="left")
+    table = Table(title=output.plural(len(records), "agent"), title_justify="left")
     for column in ("name", "did", "runtime", "created"):
         table.add_column(column, overflow="fold")
     for record in records:

@@ -11,28 +11,30 @@ import os
 import re
 import secrets
 import sys
-from collections.abc import Iterator, Mapping
+import time
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 
 from api import output
-from api.output import JsonFlag, emit, escape, fail, say
+from api.output import JsonFlag, amount, amounts, emit, escape, fail, plural, say
 from identity.errors import IdentityError
 from ledger.errors import ChainError, LedgerError, MalformedError, QueryError
 from ledger.sealing import is_commitment
 from ledger.settings import Settings
 from market.errors import BidRejected, LimitError, MarketError, TaskError, WorkError
-from market.money import Wei, format_eth, parse_amount
+from market.money import Wei, parse_amount
 
 if TYPE_CHECKING:
     from api.client import AccordClient
     from identity.onboarding import Onboarding
     from market.runtime import MarketContext
     from market.service import Market
+    from market.tasks import Task
 
 task_app = typer.Typer(help="Paid tasks: post, show, list, bids, award.", no_args_is_help=True)
 bid_app = typer.Typer(help="Sealed bids by hand: commit, then reveal.", no_args_is_help=True)
@@ -80,16 +82,19 @@ def parse_duration(text: str, limit: timedelta | None = None) -> timedelta:
 
 def _days(span: timedelta) -> str:
     return (
-        f"{span.days} days" if span.days and not span.seconds else f"{int(span.total_seconds())} s"
+        plural(span.days, "day")
+        if span.days and not span.seconds
+        else f"{int(span.total_seconds())} s"
     )
 
 
 def open_market(settings: Settings) -> MarketContext:
     """The market over the configured ledger and chain (`market.runtime.open_market`, imported
-    when a command needs it). Raises what that raises."""
+    when a command needs it); a managed devnet it has to start is said on stderr. Raises what
+    that raises."""
     from market.runtime import open_market as open_configured_market
 
-    return open_configured_market(settings)
+    return open_configured_market(settings, devnet_started=output.devnet_started)
 
 
 def agent_names(onboarding: Onboarding | None) -> dict[str, str]:
@@ -132,7 +137,7 @@ def _market() -> Iterator[MarketContext]:
     except BidRejected as exc:
         detail = str(exc).split(": ", 1)[-1]
         names = agent_names(None if context is None else context.onboarding)
-        fail(f"bid rejected ({exc.reason}): {with_names(detail, names)}")
+        fail(f"bid rejected ({exc.reason}): {with_names(amounts(detail), names)}")
     except (MalformedError, QueryError) as exc:
         fail(str(exc), code=2)
     except MarketError as exc:
@@ -156,7 +161,7 @@ class _ReadOnlyEscrow:
 
 
 @contextmanager
-def _read_market() -> Iterator[Market]:
+def read_market() -> Iterator[Market]:
     """The market over the configured log, to read: it creates no home, starts no devnet and
     reaches no chain. Expected failures become one line (an unknown task is exit 2)."""
     try:
@@ -178,6 +183,13 @@ def _read_market() -> Iterator[Market]:
         fail(str(exc), code=2 if type(exc).__name__ in _INPUT_ERRORS else 1)
     except (LedgerError, IdentityError) as exc:
         fail(str(exc))
+
+
+def require_task(task_id: str) -> Task:
+    """The task `task_id`, read from the log before a command starts a devnet or reaches a
+    chain: a task the log does not hold is bad input, exit 2, in every command."""
+    with read_market() as market:
+        return market.task(task_id)
 
 
 def _task_view(market: Market, task: Any) -> dict[str, Any]:
@@ -295,8 +307,8 @@ def task_post(
     checks = len(task_spec.requester_checks)
     say(
         f"[green]✓[/] posted {task.task_id}: {escape(task_spec.title)!r}, "
-        f"{parts} part{'s' * (parts != 1)}, {checks} check{'s' * (checks != 1)}, "
-        f"{format_eth(task_spec.budget)} escrowed"
+        f"{plural(parts, 'part')}, {plural(checks, 'check')}, "
+        f"{amount(task_spec.budget)} escrowed"
     )
     say(f"  bids until {task.bidding_ends:%H:%M:%S}, reveals until {task.reveal_ends:%H:%M:%S}")
     for warning in data["warnings"]:
@@ -352,7 +364,7 @@ def task_show(task_id: str, as_json: JsonFlag = False, server: ServerOption = No
         with remote(server) as client:
             data = client.task(task_id)
     else:
-        with _read_market() as market:
+        with read_market() as market:
             task = market.task(task_id)
             data = _task_view(market, task)
             data["requester_record"] = market.requester_record(task.requester).to_json()
@@ -366,11 +378,11 @@ def task_show(task_id: str, as_json: JsonFlag = False, server: ServerOption = No
     if record is not None:
         say(
             f"  its record  {record['tasks_posted']} posted, {record['tasks_settled']} settled, "
-            f"{record['reviews_rejected']} reviews rejected "
+            f"{plural(record['reviews_rejected'], 'review')} rejected "
             f"({record['rejections_overturned']} overturned)"
         )
     say(
-        f"  budget      {format_eth(int(spec['budget']))} "
+        f"  budget      {amount(int(spec['budget']))} "
         f"({'escrowed' if data['escrowed'] else 'not escrowed'})"
     )
     if spec.get("description"):
@@ -384,12 +396,13 @@ def task_show(task_id: str, as_json: JsonFlag = False, server: ServerOption = No
     if spec.get("parts") and not spec.get("checks"):
         say("  checks      each part's output schema, and the requester's review")
     for digest, meta in spec.get("files", {}).items():
-        say(f"  file        {digest} ({meta.get('size')} bytes; `accord task file`)")
+        size = plural(int(meta.get("size") or 0), "byte")
+        say(f"  file        {digest} ({size}; `accord task file`)")
     say(f"  rule        {spec['rule']}")
     say(f"  bidding     until {data['bidding_ends']}")
     say(f"  revealing   until {data['reveal_ends']}")
     if data.get("winner") is not None and data.get("price") is not None:
-        say(f"  winner      {data['winner']} at {format_eth(int(data['price']))}")
+        say(f"  winner      {data['winner']} at {amount(int(data['price']))}")
 
 
 @task_app.command("list")
@@ -421,7 +434,7 @@ def task_list(
         with remote(server) as client:
             rows, next_cursor = client.task_page(**filters)
     else:
-        with _read_market() as market:
+        with read_market() as market:
             page = market.list_tasks(**filters)
             rows = [_task_view(market, task) for task in page.tasks]
             next_cursor = page.next_cursor
@@ -430,7 +443,7 @@ def task_list(
         return
     from rich.table import Table
 
-    table = Table(title=f"{len(rows)} tasks", title_justify="left")
+    table = Table(title=plural(len(rows), "task"), title_justify="left")
     for column in ("id", "state", "title", "budget", "capabilities"):
         table.add_column(column, overflow="fold")
     for row in rows:
@@ -439,7 +452,7 @@ def task_list(
             row["id"],
             row["state"],
             spec["title"],
-            format_eth(int(spec["budget"])),
+            amount(int(spec["budget"])),
             ", ".join(spec["capabilities"]),
         )
     say(table)
@@ -456,6 +469,7 @@ def task_cancel(
     as_json: JsonFlag = False,
 ) -> None:
     """End a posted task whose escrow never opened (the requester only)."""
+    require_task(task_id)
     with _market() as market:
         task = market.market.cancel(market.signer_for(as_agent), task_id)
         data = _task_json(market, task)
@@ -473,7 +487,7 @@ def task_bids(task_id: str, as_json: JsonFlag = False, server: ServerOption = No
             bids = client.bids(task_id)
             names = {str(a["did"]): str(a["name"]) for a in client.agents()} if bids else {}
     else:
-        with _read_market() as market:
+        with read_market() as market:
             bids = [bid.to_json() for bid in market.bids(task_id)]
             names = agent_names(market.onboarding) if bids else {}
     if as_json:
@@ -485,17 +499,31 @@ def task_bids(task_id: str, as_json: JsonFlag = False, server: ServerOption = No
     for column in ("agent", "bidder", "commitment", "price"):
         table.add_column(column, overflow="fold")
     for bid in bids:
-        price = format_eth(int(bid["price"])) if bid["price"] is not None else "sealed"
+        price = amount(int(bid["price"])) if bid["price"] is not None else "sealed"
         agent = names.get(bid["bidder"], "-")
         table.add_row(agent, bid["bidder"], bid["commitment"][:16] + "…", price)
     say(table)
 
 
 @task_app.command("award")
-def task_award(task_id: str, as_json: JsonFlag = False) -> None:
+def task_award(
+    task_id: str,
+    wait: Annotated[
+        bool,
+        typer.Option(
+            "--wait",
+            help="If the reveal window is still open, wait until it closes (saying how long), "
+            "then award.",
+        ),
+    ] = False,
+    as_json: JsonFlag = False,
+) -> None:
     """Clear the auction once the windows are over (or expire the task and refund)."""
     from market.auction import price_reason
 
+    task = require_task(task_id)
+    if wait and task.state == "bidding":  # escrowed and not cleared: its windows decide
+        wait_for_reveals(task)
     with _market() as context:
         outcome = context.market.award(task_id)
         names = agent_names(context.onboarding)
@@ -518,17 +546,33 @@ def task_award(task_id: str, as_json: JsonFlag = False) -> None:
     else:
         say(
             f"[green]✓[/] {task_id} awarded to {escape(named(winner.bidder, names))} "
-            f"at {format_eth(outcome.price)}"
+            f"at {amount(outcome.price)}"
         )
-        say(f"  {escape(reason)}")
-
-
-def plural(count: int, noun: str) -> str:
-    """`1 bid`, `2 bids`, `0 bids`."""
-    return f"{count} {noun}{'s' * (count != 1)}"
+        say(f"  {escape(amounts(reason))}")
 
 
 # -- bids --------------------------------------------------------------------------------------
+
+
+def wait_for_reveals(
+    task: Task,
+    clock: Callable[[], datetime] | None = None,
+    sleep: Callable[[float], None] = time.sleep,
+) -> None:
+    """Sleep until the task's reveal window has closed (by `clock`, default the market's
+    clock: UTC now), first saying on stderr how long and until when; nothing is opened or
+    started meanwhile. Ctrl-C ends the wait (exit 1)."""
+    from ledger.runtime import utc_now, wait_until
+
+    clock = clock or utc_now
+    left = (task.reveal_ends - clock()).total_seconds()
+    if left <= 0:
+        return
+    output.note(
+        f"waiting {output.duration(left)} for the reveal window of {task.task_id} to close "
+        f"(at {task.reveal_ends.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC), then awarding it"
+    )
+    wait_until(task.reveal_ends, clock, sleep)
 
 
 def _bid_file(settings: Settings, task_id: str, agent_did: str) -> Path:
@@ -543,21 +587,25 @@ def bid_commit(
     price: Annotated[str, typer.Option(help="Your price: 0.1eth, 20gwei, 1000wei.")],
     as_json: JsonFlag = False,
 ) -> None:
-    """Send a sealed commitment; the price and salt stay on this machine until the reveal."""
+    """Send a sealed commitment; the price and salt stay on this machine until the reveal.
+    A price over the task's budget is refused here, before anything is sent: the commitment
+    hides the price, so the market itself could only refuse it at the reveal."""
     from market import sealed
 
+    task = require_task(task_id)
     with _market() as context:
-        amount: Wei = parse_amount(price)
+        offered: Wei = parse_amount(price)
+        sealed.check_within_budget(task_id, offered, task.spec.budget)
         signer = context.signer_for(agent)
         path = _bid_file(context.settings, task_id, signer.did)
         if path.exists():
             raise BidRejected("second-bid", f"{agent} already committed to {task_id} from here")
         salt = secrets.token_bytes(32)
-        index = context.market.commit(sealed.commit_bid(signer, task_id, amount, salt))
+        index = context.market.commit(sealed.commit_bid(signer, task_id, offered, salt))
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w") as handle:
-            json.dump({"task": task_id, "price": str(amount), "salt": salt.hex()}, handle)
+            json.dump({"task": task_id, "price": str(offered), "salt": salt.hex()}, handle)
     if as_json:
         emit({"task": task_id, "bidder": signer.did, "index": index})
     else:
@@ -573,6 +621,7 @@ def bid_reveal(
     """Reveal the price and salt committed from this machine."""
     from market import sealed
 
+    require_task(task_id)
     with _market() as context:
         signer = context.signer_for(agent)
         path = _bid_file(context.settings, task_id, signer.did)
@@ -586,7 +635,7 @@ def bid_reveal(
     if as_json:
         emit({"task": task_id, "bidder": signer.did, "price": saved["price"], "index": index})
     else:
-        say(f"[green]✓[/] revealed {format_eth(int(saved['price']))} on {task_id} (entry {index})")
+        say(f"[green]✓[/] revealed {amount(int(saved['price']))} on {task_id} (entry {index})")
 
 
 @task_app.command("settle")
@@ -594,6 +643,7 @@ def task_settle(task_id: str, as_json: JsonFlag = False) -> None:
     """Pay a delivered task's team by Shapley value through the escrow (once; safe to rerun)."""
     from market.settlement import settle_task
 
+    require_task(task_id)
     with _market() as context:
         outcome = settle_task(context.market, context.onboarding, task_id)
         names = {a.did: a.name for a in context.onboarding.registry.list()}
@@ -612,11 +662,11 @@ def task_settle(task_id: str, as_json: JsonFlag = False) -> None:
         )
         return
     verb = "was already settled" if outcome.already else "settled on chain"
-    say(f"[green]✓[/] {task_id} {verb}: {format_eth(outcome.amount)} to the team")
+    say(f"[green]✓[/] {task_id} {verb}: {amount(outcome.amount)} to the team")
     for player, payout in sorted(outcome.payouts.items(), key=lambda kv: -kv[1]):
         share = outcome.values.get(player, "0/1")
-        say(f"  {names.get(player, player):<10} {format_eth(payout):>24}   Shapley {share}")
-    say(f"  back to the requester: {format_eth(outcome.refund)}")
+        say(f"  {names.get(player, player):<10} {amount(payout):>16}   Shapley {share}")
+    say(f"  back to the requester: {amount(outcome.refund)}")
 
 
 @task_app.command("result")
@@ -642,6 +692,7 @@ def task_result(
     else:
         from market.settlement import deliverable_view
 
+        require_task(task_id)
         with _market() as context:
             data = deliverable_view(context.market, task_id)
             names = {a.did: a.name for a in context.onboarding.registry.list()}
@@ -723,6 +774,7 @@ def task_review(
     verdict = "accept" if accept else "reject"
     if verdict == "reject" and not (reason or "").strip():
         fail("a rejection needs --reason TEXT: it opens a dispute an evaluator decides", 2)
+    require_task(task_id)
     with _market() as context:
         index = context.market.review(context.signer_for(as_agent), task_id, check, verdict, reason)
     if as_json:
@@ -737,6 +789,7 @@ def task_file(
     digest: Annotated[str, typer.Argument(help="The file's sha256, as `task show` lists it.")],
 ) -> None:
     """Print one of the task's input files."""
+    require_task(task_id)
     with _market() as context:
         text = context.market.file_text(context.market.task(task_id), digest)
     sys.stdout.write(text)
@@ -768,4 +821,4 @@ def agent_withdraw(
             }
         )
     else:
-        say(f"[green]✓[/] {agent} withdrew {format_eth(credit)} to {address}")
+        say(f"[green]✓[/] {agent} withdrew {amount(credit)} to {address}")

@@ -22,6 +22,8 @@ import typer
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from ledger.devnet import DevnetInfo
+
 UNWRAPPED_WIDTH = 100_000
 """The width of a console that writes to a file or a pipe: no line is ever that long, so
 nothing is wrapped (tables only take the width their cells need)."""
@@ -137,8 +139,63 @@ def fail(message: str, code: int = 1) -> NoReturn:
     raise typer.Exit(code)
 
 
+def note(message: str) -> None:
+    """Something a person should know that is not a problem (a devnet this command started,
+    a wait), on stderr: `--json` output on stdout stays one JSON document."""
+    from rich.markup import escape
+
+    err().print(f"[cyan]note:[/] {escape(message)}")
+
+
+def devnet_started(info: DevnetInfo) -> None:
+    """Say that this command started the managed devnet, which was not running (commands
+    that need the chain start it rather than fail; a person should know it now runs)."""
+    note(
+        f"the devnet was not running: started it at {info.rpc_url} (pid {info.pid}); "
+        "`accord devnet down` stops it"
+    )
+
+
 def warn(message: str) -> None:
     """A warning on stderr (never on stdout: it would corrupt `--json` output)."""
     from rich.markup import escape
 
     err().print(f"[yellow]warning:[/] {escape(message)}")
+
+
+def plural(count: int, noun: str, nouns: str | None = None) -> str:
+    """`1 agent`, `2 agents`, `0 agents`; `nouns` for a plural that is not `noun` + s
+    (`plural(n, "entry", "entries")`)."""
+    return f"{count} {noun if count == 1 else (nouns or noun + 's')}"
+
+
+def amount(wei: int) -> str:
+    """An amount of wei as a person reads it: `0.25 ETH`, `≈0.066667 ETH`, `1000 wei`
+    (`market.money.display_eth`; `--json` keeps the exact wei as an integer string)."""
+    from market.money import display_eth
+
+    return display_eth(wei)
+
+
+def amounts(text: str) -> str:
+    """`text` (a message, a check's detail) with each amount of wei in it written as
+    `amount` writes it."""
+    from market.money import with_amounts
+
+    return with_amounts(text)
+
+
+def duration(seconds: float) -> str:
+    """A span for a person: `45 s`, `1 min 25 s`, `2 h 3 min`, `1 day 2 h` (whole seconds,
+    rounded up: a wait never reads shorter than it is)."""
+    left = max(0, -int(-seconds // 1))
+    days, left = divmod(left, 86400)
+    hours, left = divmod(left, 3600)
+    minutes, secs = divmod(left, 60)
+    if days:
+        return f"{plural(days, 'day')} {hours} h" if hours else plural(days, "day")
+    if hours:
+        return f"{hours} h {minutes} min" if minutes else f"{hours} h"
+    if minutes:
+        return f"{minutes} min {secs} s" if secs else f"{minutes} min"
+    return f"{secs} s"

@@ -24,7 +24,7 @@ from identity.onboarding import REGISTERED_KIND
 from ledger.errors import MalformedError
 from ledger.events import Entry
 from ledger.store import LogStore
-from market.money import format_eth
+from market.money import format_eth, with_amounts
 from market.settlement import SETTLEMENT_COMPUTED
 from market.work import ASSEMBLY_CHECK, PLAN_CHECK
 
@@ -70,6 +70,14 @@ def move_kind(class_name: str) -> str:
 
 def _e(value: object) -> str:
     return escape(str(value), quote=True)
+
+
+def amounts_html(text: str) -> str:
+    """Escaped `text` with each amount of wei in it (`market.money.WEI_IN_TEXT`) shown in
+    ETH, exactly, the wei on hover: `at 200000000000000000 wei` reads `at 0.2 ETH`."""
+    return with_amounts(
+        _e(text), lambda wei: f'<span class="amount" title="{wei} wei">{_e(format_eth(wei))}</span>'
+    )
 
 
 def short_did(did: str | None) -> str:
@@ -363,7 +371,7 @@ def render_html(report: AuditReport, store: LogStore | None = None) -> str:
 
     steps = "".join(
         f'<tr><td class="mark-{_e(s["status"])}">{_e(s["status"])}</td>'
-        f"<td>({s['step']}) {_e(s['title'])}</td><td>{_e(s['detail'])}</td>"
+        f"<td>({s['step']}) {_e(s['title'])}</td><td>{amounts_html(s['detail'])}</td>"
         f"<td>{'' if s['entry'] is None else int(s['entry'])}</td></tr>"
         for s in data["steps"]
     )

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import gzip
+import itertools
 import json
 import os
 import platform
@@ -90,14 +91,24 @@ class DevnetInfo:
 
 
 @dataclass(frozen=True)
+class RunningElsewhere:
+    """The home's anvil runs, as `pid`, but listens on `port`: not the port asked about."""
+
+    pid: int
+    port: int
+
+
+@dataclass(frozen=True)
 class DevnetStatus:
-    """What `status()` sees: `pid` and `block_number` are None when not running."""
+    """What `status()` sees on its port: `pid` and `block_number` are None when not running
+    there; `elsewhere` names the home's anvil when it runs on another port."""
 
     running: bool
     pid: int | None
     port: int
     rpc_url: str
     block_number: int | None
+    elsewhere: RunningElsewhere | None = None
 
 
 #: Ports handed out for devnets and test servers: below Linux's ephemeral range (32768+), so
@@ -343,6 +354,23 @@ def _looks_like_anvil(pid: int) -> bool:
     return b"anvil" in cmdline
 
 
+def port_of_command(argv: list[str]) -> int | None:
+    """The port an anvil command line listens on (the value of `--port`), or None (pure)."""
+    for flag, value in itertools.pairwise(argv):
+        if flag == "--port" and value.isdigit():
+            return int(value)
+    return None
+
+
+def _listening_port(pid: int) -> int | None:
+    """The port anvil `pid` was started on, from its command line; None when unknowable."""
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return None
+    return port_of_command(cmdline.decode(errors="replace").split("\0"))
+
+
 def _port_is_free(port: int, host: str = DEVNET_HOST) -> bool:
     """True unless something listens on the port (TIME_WAIT leftovers do not count: anvil
     binds with SO_REUSEADDR too, and a restart right after `down()` must work)."""
@@ -398,12 +426,18 @@ class Devnet:
         """Start anvil, or reuse the one already running for this home.
 
         Raises DevnetError when anvil cannot be found, the port is taken by something else,
-        the running one does not answer on this port, or anvil does not answer
-        `eth_chainId` within `timeout_s` (the message carries the tail of anvil.log).
+        the running one listens on another port or does not answer on this one, or anvil does
+        not answer `eth_chainId` within `timeout_s` (the message carries the tail of anvil.log).
         """
         self.dir.mkdir(parents=True, exist_ok=True)
         running = self._running_pid()
         if running is not None:
+            port = _listening_port(running)
+            if port is not None and port != self.port:
+                raise DevnetError(
+                    f"the devnet of {self.dir} runs as pid {running} on port {port}, not "
+                    f"{self.port}: use that port, or stop it with `accord devnet down` first"
+                )
             chain_id = self._answer_of_running(running, timeout_s)
             if chain_id is None:
                 raise DevnetError(
@@ -469,8 +503,20 @@ class Devnet:
         return True
 
     def status(self) -> DevnetStatus:
-        """Whether this home's anvil runs, its pid, and the block number it answers with."""
+        """Whether this home's anvil runs on this port, its pid, and the block number it
+        answers with. An anvil of this home started on another port (ACCORD_DEVNET_PORT
+        changed since) is not running here: it is named in `elsewhere`."""
         pid = self._running_pid()
+        port = None if pid is None else _listening_port(pid)
+        if pid is not None and port is not None and port != self.port:
+            return DevnetStatus(
+                running=False,
+                pid=None,
+                port=self.port,
+                rpc_url=self.rpc_url,
+                block_number=None,
+                elsewhere=RunningElsewhere(pid, port),
+            )
         block = _rpc_int(self.rpc_url, "eth_blockNumber") if pid is not None else None
         return DevnetStatus(
             running=pid is not None,

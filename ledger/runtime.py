@@ -9,7 +9,8 @@ from __future__ import annotations
 import contextlib
 import os
 import stat
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -38,6 +39,25 @@ OPERATOR_KEYFILE = "operator.json"
 
 def utc_now() -> datetime:
     return datetime.now(UTC)
+
+
+WAKE_MARGIN_S = 0.05
+"""`wait_until` sleeps this much past the moment, so the clock reads it on waking."""
+
+
+def wait_until(
+    moment: datetime,
+    clock: Callable[[], datetime] = utc_now,
+    sleep: Callable[[float], None] = time.sleep,
+) -> float:
+    """Sleep until `clock()` reads `moment` or later; returns the seconds slept (0 when it
+    already does). Each sleep lasts the whole time left (never a busy loop); a wake-up before
+    `moment` (the clock was set back meanwhile) sleeps again for what is then left."""
+    slept = 0.0
+    while (left := (moment - clock()).total_seconds()) > 0:
+        sleep(left + WAKE_MARGIN_S)
+        slept += left + WAKE_MARGIN_S
+    return slept
 
 
 HOME_MODE = 0o700
@@ -229,11 +249,17 @@ def start_devnet(settings: Settings) -> DevnetStart:
     return DevnetStart(info, chain, record)
 
 
-def connect_chain(settings: Settings, *, start_devnet: bool = True) -> AnchorChain:
+def connect_chain(
+    settings: Settings,
+    *,
+    start_devnet: bool = True,
+    started: Callable[[DevnetInfo], None] | None = None,
+) -> AnchorChain:
     """The anchor registry on the configured chain, deployed once and checked by code hash.
 
     With no ACCORD_RPC_URL the managed devnet is used (started when `start_devnet`; stopped
-    again if this call started it and the registry then fails).
+    again if this call started it and the registry then fails). `started` is told of a
+    devnet this call started (not of one it found running), once the registry is there.
     Raises ChainUnavailableError, DeploymentError, DevnetError.
     """
     from ledger.chain import DEVNET_OPERATOR_KEY, Web3AnchorChain, ensure_registry
@@ -277,9 +303,12 @@ def connect_chain(settings: Settings, *, start_devnet: bool = True) -> AnchorCha
             settings.deployment_file,
             fee_policy=settings.fee_policy,
         )
-        return Web3AnchorChain(
+        chain = Web3AnchorChain(
             devnet.rpc_url, DEVNET_OPERATOR_KEY, deployment.address, fee_policy=settings.fee_policy
         )
+    if started is not None and not info.reused:
+        started(info)
+    return chain
 
 
 def open_ledger(settings: Settings, chain: AnchorChain | None = None) -> Ledger:

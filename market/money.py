@@ -1,11 +1,13 @@
 """Money as integers of wei: never floats.
 
-`Wei` is a distinct integer type; `parse_amount("0.5eth")` reads what people type.
+`Wei` is a distinct integer type; `parse_amount("0.5eth")` reads what people type;
+`format_eth` writes an amount exactly, `display_eth` for a person to read at a glance.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import NewType
 
 from market.errors import AmountError, LimitError
@@ -65,3 +67,40 @@ def format_eth(amount: int) -> str:
     if fraction == 0:
         return f"{whole} ETH"
     return f"{whole}.{str(fraction).rjust(18, '0').rstrip('0')} ETH"
+
+
+SHOWN_DECIMALS = 6
+"""The decimals of ETH `display_eth` shows; exact amounts stay in wei (`--json`, the log)."""
+_SHOWN_UNIT = 10 ** (18 - SHOWN_DECIMALS)
+
+
+def display_eth(amount: int) -> str:
+    """An amount for a person to read, from integers alone (no float).
+
+    `250000000000000000` → `0.25 ETH`: trailing zeros trimmed, exact when six decimals hold it;
+    `66666666666666667` → `≈0.066667 ETH`: rounded half up to six decimals, marked `≈`;
+    below 0.000001 ETH, exact in wei: `1000 wei`.
+    """
+    if amount % _SHOWN_UNIT == 0:
+        return format_eth(amount)
+    if amount < _SHOWN_UNIT:
+        return f"{amount} wei"
+    units, rest = divmod(amount, _SHOWN_UNIT)
+    return "≈" + format_eth((units + (2 * rest >= _SHOWN_UNIT)) * _SHOWN_UNIT)
+
+
+WEI_IN_TEXT = re.compile(
+    r"(?<![0-9A-Za-z_.])([0-9]+) wei\b|(?<![0-9A-Za-z_.])([0-9]{13,})(?![0-9A-Za-z_.])"
+)
+"""An amount of wei inside a sentence: a number followed by `wei`, or a bare whole number of
+13 digits or more (0.00001 ETH and up: no count, index or size in a message is that long)."""
+
+
+def with_amounts(text: str, show: Callable[[int], str] = display_eth) -> str:
+    """`text` with each amount of wei in it (`WEI_IN_TEXT`) written by `show`:
+    `price 600000000000000000 wei exceeds …` → `price 0.6 ETH exceeds …`."""
+
+    def replace(match: re.Match[str]) -> str:
+        return show(int(match.group(1) or match.group(2)))
+
+    return WEI_IN_TEXT.sub(replace, text)

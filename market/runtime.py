@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
 from identity.onboarding import Onboarding, open_onboarding
 from ledger.chain import DEVNET_OPERATOR_KEY
-from ledger.devnet import rpc_call
+from ledger.devnet import DevnetInfo, rpc_call
 from ledger.errors import ChainError
 from ledger.runtime import connect_chain, devnet_for, open_ledger
 from ledger.service import Ledger
@@ -152,13 +152,18 @@ def connect_escrow(settings: Settings, *, start_devnet: bool = True) -> tuple[Es
 
 
 def open_market(
-    settings: Settings, ledger: Ledger | None = None, onboarding: Onboarding | None = None
+    settings: Settings,
+    ledger: Ledger | None = None,
+    onboarding: Onboarding | None = None,
+    *,
+    devnet_started: Callable[[DevnetInfo], None] | None = None,
 ) -> MarketContext:
     """The market over the configured ledger, credentials and chain; reconciles escrow
     transactions and anchors left pending by a crash or forgotten by the chain, then the task
-    records that lag behind the chain."""
+    records that lag behind the chain. Opening the ledger starts the managed devnet when it
+    is not running; `devnet_started` is told when it does."""
     if ledger is None:
-        ledger = open_ledger(settings, connect_chain(settings))
+        ledger = open_ledger(settings, connect_chain(settings, started=devnet_started))
     if onboarding is None:
         onboarding = open_onboarding(settings, ledger)
     chain, operator_key = connect_escrow(settings, start_devnet=False)

@@ -17,7 +17,8 @@ so a commitment or reveal cannot be replayed into another task or under another 
 - ``second-bid``          a second commitment, or a second reveal, from one bidder
 - ``unknown-commitment``  a reveal with no commitment from that bidder
 - ``mismatch``            a reveal that does not hash to the bidder's commitment
-- ``over-budget``         a revealed price above the task's budget
+- ``over-budget``         a revealed price above the task's budget (a bidder checks its own
+                          price before it commits: `check_within_budget`)
 
 Windows are half-open: bidding is ``[bidding_opens, bidding_closes)``, revealing is
 ``[bidding_closes, reveal_closes)``. Nothing here reads a clock: `now` is passed in.
@@ -401,11 +402,21 @@ def check_reveal(
             f"the price and salt do not open {bidder}'s commitment to task {terms.task_id}",
         )
     # (7): within the budget
-    if reveal.price > terms.budget:
+    check_within_budget(terms.task_id, reveal.price, terms.budget)
+
+
+def check_within_budget(task_id: str, price: Wei, budget: Wei) -> None:
+    """Raises BidRejected (``over-budget``) when `price` exceeds the task's `budget`.
+
+    The market checks it at the reveal (step 7 of `check_reveal`): the commitment is a hash,
+    so nobody but the bidder knows the price before then. A bidder checks its own price with
+    it before committing (`accord bid commit`, `Home.bid`), so an over-budget bid is refused
+    before it is sent rather than forfeited at the reveal.
+    """
+    if price > budget:
         raise BidRejected(
             "over-budget",
-            f"price {reveal.price} wei exceeds the budget of task {terms.task_id} "
-            f"({terms.budget} wei)",
+            f"price {price} wei exceeds the budget of task {task_id} ({budget} wei)",
         )
 
 

@@ -90,3 +90,22 @@ def test_append_as_another_key(accord: AccordCli, tmp_path: Path) -> None:
     write_keyfile(keyfile, agent)
     entry = accord.json("ledger", "append", "--kind", "agent.joined", "--as", str(keyfile))
     assert entry["event"]["actor"] == agent.did and entry["event"]["seq"] == 1
+
+
+def test_status_on_another_port_is_not_running_there_and_names_the_port(
+    accord: AccordCli,
+) -> None:
+    port = int(accord.env["ACCORD_DEVNET_PORT"])
+    up = accord.json("devnet", "up")
+    accord.env["ACCORD_DEVNET_PORT"] = str(find_free_port())  # a port nothing listens on
+    status = accord.json("devnet", "status")
+    assert (status["running"], status["pid"], status["block_number"]) == (False, None, None)
+    assert status["elsewhere"] == {"pid": up["pid"], "port": port}
+    said = " ".join(accord.run("devnet", "status").stdout.split())
+    assert f"this home's devnet runs on port {port} (pid {up['pid']})" in said, said
+    refused = accord.run("devnet", "up", check=1)  # named at once, not after a timeout
+    assert f"on port {port}, not" in " ".join(refused.stderr.split()), refused.stderr
+
+    accord.env["ACCORD_DEVNET_PORT"] = str(port)
+    here = accord.json("devnet", "status")
+    assert (here["running"], here["pid"], here["elsewhere"]) == (True, up["pid"], None)

@@ -49,16 +49,47 @@ def test_an_html_report_that_cannot_be_written_is_bad_input(home: Path, target: 
     assert target in line
 
 
-@pytest.mark.parametrize("command", [("task", "show"), ("audit",)])
-def test_an_unknown_task_is_exit_2_everywhere(home: Path, command: tuple[str, ...]) -> None:
-    line = one_line(accord(home, *command, "task-nope"), 2)
-    assert "task-nope" in line
+@pytest.mark.parametrize(
+    "command",
+    [
+        ("task", "show", "task-nope"),
+        ("task", "bids", "task-nope"),
+        ("task", "award", "task-nope"),
+        ("task", "award", "task-nope", "--wait"),
+        ("task", "cancel", "task-nope"),
+        ("task", "run", "task-nope"),
+        ("task", "result", "task-nope"),
+        ("task", "review", "task-nope", "--check", "c", "--accept"),
+        ("task", "settle", "task-nope"),
+        ("task", "file", "task-nope", "0" * 64),
+        ("bid", "commit", "task-nope", "--agent", "ada", "--price", "1wei"),
+        ("bid", "reveal", "task-nope", "--agent", "ada"),
+        ("audit", "task-nope"),
+        ("conversation", "list", "--task", "task-nope"),
+    ],
+)
+def test_an_unknown_task_is_exit_2_in_every_command(home: Path, command: tuple[str, ...]) -> None:
+    line = one_line(accord(home, *command), 2)
+    assert "no task 'task-nope'" in line, line
+    assert not (home / "devnet").exists()  # refused before any devnet is started
 
 
-def test_reading_tasks_starts_no_devnet(home: Path) -> None:
-    result = accord(home, "task", "list", "--json")
+@pytest.mark.parametrize(
+    ("command", "empty"),
+    [
+        (("task", "list"), {"tasks": [], "next_cursor": None}),
+        (("conversation", "list"), []),
+    ],
+)
+def test_reading_starts_no_devnet(home: Path, command: tuple[str, ...], empty: object) -> None:
+    result = accord(home, *command, "--json")
     assert result.returncode == 0, result.stderr
-    assert json.loads(result.stdout) == {"tasks": [], "next_cursor": None}
+    assert json.loads(result.stdout) == empty
+    assert not (home / "devnet").exists()
+
+
+def test_an_unknown_conversation_is_one_line_and_starts_no_devnet(home: Path) -> None:
+    assert "conv-nope" in one_line(accord(home, "conversation", "show", "conv-nope"), 1)
     assert not (home / "devnet").exists()
 
 

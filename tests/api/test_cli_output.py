@@ -75,3 +75,12 @@ def test_piped_output_keeps_each_did_on_one_line(home: Path) -> None:
         )["did"]
         in created.stdout
     )
+
+
+def test_counts_agree_with_their_number(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    for name, title in (("ada", "1 agent"), ("bob", "2 agents")):
+        assert accord(home, "agent", "new", name).returncode == 0
+        shown = accord(home, "agent", "list")
+        assert shown.returncode == 0, shown.stderr
+        assert shown.stdout.splitlines()[0].strip() == title, shown.stdout

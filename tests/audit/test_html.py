@@ -135,3 +135,12 @@ def test_the_report_can_be_written_and_read_back(audited: Audited, tmp_path: Pat
     path = tmp_path / "audit.html"
     path.write_text(render_html(audited.settled, audited.world.ledger.store))
     assert 'id="verdict">PASS<' in path.read_text()
+
+
+def test_the_checklist_shows_amounts_in_eth_with_the_wei_on_hover(audited: Audited) -> None:
+    page = render_html(audited.settled, audited.world.ledger.store)
+    checklist = page[page.index("<h2>Checklist") : page.index("<h2>Deliverable")]
+    price = int(audited.settled.facts["price"])
+    assert f'<span class="amount" title="{price} wei">{format_eth(price)}</span>' in checklist
+    shown = re.sub(r'title="[^"]*"', "", checklist)  # the exact wei are kept for hovering
+    assert not re.search(r"[0-9]{13,}|[0-9] wei", shown), shown

@@ -23,11 +23,13 @@ from ledger.devnet import (
     ANVIL_VARIABLE,
     ANVIL_VERSION,
     anvil_cache_dir,
+    anvil_command,
     checkout_node_modules,
     find_anvil,
     find_free_port,
     install_anvil,
     platform_package_name,
+    port_of_command,
 )
 from ledger.errors import DeploymentError, DevnetError
 from ledger.runtime import connect_chain, devnet_for, start_devnet
@@ -214,6 +216,13 @@ def test_a_failed_connect_stops_the_devnet_it_started_but_not_a_running_one(
         assert status.running and status.pid == info.pid
     finally:
         devnet.down()
+
+
+def test_the_port_of_an_anvil_command_line_is_read_from_it(tmp_path: Path) -> None:
+    argv = anvil_command(tmp_path / "anvil", 21234, tmp_path / "state.json")
+    assert port_of_command(argv) == 21234
+    assert port_of_command(["anvil", "--host", "127.0.0.1"]) is None
+    assert port_of_command(["anvil", "--port"]) is None
 
 
 def test_accord_devnet_install_puts_anvil_in_the_user_cache(tmp_path: Path) -> None:

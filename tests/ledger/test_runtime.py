@@ -1,12 +1,20 @@
 """Opening a ledger without a chain loads no chain client: the commands that need no chain
 (`accord agent …`, `credential …`, `task show`) do not pay for importing web3 and
-eth_account, about a second of every such `accord` run."""
+eth_account, about a second of every such `accord` run. And `wait_until` (what
+`accord task award --wait` waits with) sleeps for the whole time left, never in a busy loop,
+on a clock the tests move."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
+
+import pytest
+
+from ledger.runtime import WAKE_MARGIN_S, wait_until
+from tests.clocks import Clock
 
 OPEN_WITHOUT_A_CHAIN = """
 import sys
@@ -27,3 +35,29 @@ def test_a_ledger_opened_without_a_chain_imports_no_chain_client(tmp_path: Path)
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"
+
+
+def test_wait_until_sleeps_once_for_the_whole_time_left() -> None:
+    clock = Clock(datetime(2030, 1, 1, tzinfo=UTC))
+    naps: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        naps.append(seconds)
+        clock.advance(seconds)
+
+    slept = wait_until(clock.now + timedelta(seconds=90), clock, sleep)
+    assert naps == [90 + WAKE_MARGIN_S] and slept == naps[0]
+    assert wait_until(clock.now - timedelta(seconds=1), clock, sleep) == 0  # already past
+    assert len(naps) == 1
+
+
+def test_wait_until_sleeps_again_when_it_wakes_too_early() -> None:
+    clock = Clock(datetime(2030, 1, 1, tzinfo=UTC))
+    naps: list[float] = []
+
+    def sleep(seconds: float) -> None:  # the clock was set back by 30 s during the first nap
+        naps.append(seconds)
+        clock.advance(seconds - 30 if len(naps) == 1 else seconds)
+
+    wait_until(clock.now + timedelta(seconds=60), clock, sleep)
+    assert naps == [pytest.approx(60 + WAKE_MARGIN_S), pytest.approx(30)]

@@ -20,6 +20,7 @@ from market.sealed import (
     SealedTerms,
     check_commitment,
     check_reveal,
+    check_within_budget,
     commit_bid,
     commitment_hash,
     forfeited,
@@ -237,6 +238,14 @@ def test_reveal_over_budget() -> None:
     reveal = reveal_bid(ALICE, "task-1", Wei(1001), SALT)
     with rejected("over-budget", "price 1001 wei exceeds the budget of task task-1"):
         admit_reveal(reveal, commitment)
+
+
+def test_a_bidder_checks_its_own_price_before_committing() -> None:
+    check_within_budget("task-1", Wei(1000), Wei(1000))  # the whole budget may be asked
+    with rejected("over-budget", "price 1001 wei exceeds the budget of task task-1"):
+        check_within_budget("task-1", Wei(1001), Wei(1000))
+    # the commitment alone hides the price: the market admits it, and refuses at the reveal
+    admit_commitment(commit_bid(ALICE, "task-1", Wei(1001), SALT))
 
 
 def test_reveal_mismatch() -> None:
