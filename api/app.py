@@ -7,6 +7,8 @@ Every mutating request is signed by its caller's DID (see `api.auth`); errors ar
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,6 +35,7 @@ from ledger.settings import Settings
 from ledger.signing import Signer
 from ledger.store import LogStore
 from market.escrow import EscrowChain
+from market.lifecycle import LifecycleWorker
 from market.runtime import MarketContext
 
 DESCRIPTION = (
@@ -118,12 +121,28 @@ def create_app(
     chains the audit reads; otherwise they are opened on first use."""
     config = config or ApiConfig()
     state = ApiState(settings, config, context_=context, anchors=anchors, escrow_chain=escrow_chain)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        """The lifecycle rounds (`market.lifecycle`) run while the service does."""
+        worker = None
+        if config.lifecycle_interval > 0:
+            worker = LifecycleWorker(state.context, config.lifecycle_interval, state.write_lock)
+            worker.start()
+        app.state.lifecycle = worker
+        try:
+            yield
+        finally:
+            if worker is not None:
+                worker.stop()
+
     app = FastAPI(
         title="accord",
         version=config.version,
         description=DESCRIPTION,
         docs_url="/docs",
         redoc_url=None,
+        lifespan=lifespan,
     )
     app.state.accord = state
     install_problem_handlers(app)

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import os
+from dataclasses import replace
 from typing import Annotated
 
 import typer
 
 from ledger.settings import Settings
+
+SERVE_LIFECYCLE_INTERVAL = 5.0
 
 
 def serve(
@@ -23,7 +27,9 @@ def serve(
         ),
     ] = None,
 ) -> None:
-    """Serve the accord API (the market is opened on the first request)."""
+    """Serve the accord API (the market is opened on the first request). Every few seconds
+    it awards, expires, refunds and settles the tasks whose windows closed
+    (ACCORD_LIFECYCLE_INTERVAL seconds, default 5; 0 turns it off)."""
     import uvicorn
 
     from api.app import create_app
@@ -34,6 +40,8 @@ def serve(
     try:
         settings = Settings.from_env()
         config = ApiConfig.from_env(public_url=public_url or None)
+        if "ACCORD_LIFECYCLE_INTERVAL" not in os.environ:
+            config = replace(config, lifecycle_interval=SERVE_LIFECYCLE_INTERVAL)
     except ValueError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None

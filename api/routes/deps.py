@@ -62,6 +62,9 @@ class ApiConfig:
     proxy or under a public name: request signatures must cover that `@authority` and
     `@target-uri` (a request signed for another host is refused, whatever Host it carries).
     None: the scheme and Host header of each request, as received.
+    lifecycle_interval: seconds between the rounds in which the service awards, expires,
+    refunds and settles the tasks whose windows closed (`market.lifecycle`); 0 runs none
+    (`accord serve` runs one every 5 s unless ACCORD_LIFECYCLE_INTERVAL says otherwise).
     """
 
     max_body: int = 1024 * 1024 + 64 * 1024
@@ -81,8 +84,11 @@ class ApiConfig:
     service_name: str = "accord"
     version: str = "0.1.0"
     public_url: str | None = None
+    lifecycle_interval: float = 0.0
 
     def __post_init__(self) -> None:
+        if not 0 <= self.lifecycle_interval < float("inf"):
+            raise ValueError("the lifecycle interval is a number of seconds, 0 for none")
         if self.public_url is not None:
             self.public_origin()
         self.file_quota()
@@ -108,12 +114,13 @@ class ApiConfig:
             raw = env.get(variable, "").strip()
             if not raw:
                 continue
-            kind = float if name == "file_ttl" else int
+            kind = float if name in ("file_ttl", "lifecycle_interval") else int
             try:
                 value = kind(raw)
             except ValueError:
-                value = 0
-            if value <= 0 or value != value or value == float("inf"):
+                value = -1
+            off = name == "lifecycle_interval" and value == 0  # 0: no lifecycle rounds
+            if (value <= 0 and not off) or value != value or value == float("inf"):
                 what = "seconds" if kind is float else "whole number"
                 raise ValueError(f"{variable} must be a positive {what}, not {raw!r}")
             values[name] = value
@@ -139,6 +146,7 @@ ENV_LIMITS: Mapping[str, str] = {
     "ACCORD_FILE_BYTES_TOTAL": "file_bytes_total",
     "ACCORD_STREAMS_PER_CALLER": "streams_per_caller",
     "ACCORD_STREAMS_TOTAL": "streams_total",
+    "ACCORD_LIFECYCLE_INTERVAL": "lifecycle_interval",
 }
 """The environment variables of `ApiConfig.from_env` and the fields they set."""
 

@@ -1,0 +1,170 @@
+"""What the service does by itself when a task's window closes, so that no task waits for
+someone at the CLI (`accord serve` runs it every few seconds; `LifecycleWorker`):
+
+    revealing, its reveal window over   award by the auction rule, or expire the task and
+                                        refund its deposit when no valid bid was revealed
+    expired, its refund not made        refund (`Market.recover`: a crash between the two)
+    posted, its deposit on chain        log `escrow.opened` (`Market.recover`)
+    delivered, its review window over   settle: checks, Shapley split, paid on chain; one
+                                        that waits (a dispute whose evaluator is away, a
+                                        judge that does not answer) is tried again later
+
+Each is safe from several service processes at once: a lifecycle event is logged once per task
+(the store refuses a second: `TransitionError` or `AlreadyLoggedError` is a race another
+process won, not a failure), the escrow settles once, and a settler that loses the race takes
+what the winner logged (`market.settlement`). What the chain refuses is tried again on the
+next round. `due` is the pure rule; `run_due` does one round.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Literal
+
+from ledger.errors import AccordError, AlreadyLoggedError
+from market.errors import SettlementWaits, TransitionError
+from market.runtime import MarketContext
+from market.tasks import Task, clock_state
+
+Action = Literal["award", "recover", "settle"]
+WATCHED_STATES = ("revealing", "expired", "posted", "delivered")
+"""The states `due` may act on: the worker lists only these (one indexed query each)."""
+WAITING_RETRY = timedelta(minutes=1)
+"""How long a settlement that waits is left before it is tried again."""
+
+log = logging.getLogger("accord.lifecycle")
+
+
+@dataclass(frozen=True)
+class Due:
+    task_id: str
+    action: Action
+
+
+@dataclass(frozen=True)
+class Done:
+    """What one action came to: `done` (this process did it), `elsewhere` (another process
+    had), `waits` or `failed`, with the reason."""
+
+    due: Due
+    outcome: Literal["done", "elsewhere", "waits", "failed"]
+    detail: str = ""
+
+
+def due(tasks: Iterable[Task], now: datetime) -> list[Due]:
+    """Pure: what is due for `tasks` at `now` (see the module's table), in the order given."""
+    found = []
+    for task in tasks:
+        state = clock_state(task, now)
+        if state == "revealing" and now >= task.reveal_ends:
+            found.append(Due(task.task_id, "award"))
+        elif state in ("expired", "posted"):
+            found.append(Due(task.task_id, "recover"))
+        elif state == "delivered" and task.review_ends is not None and now >= task.review_ends:
+            found.append(Due(task.task_id, "settle"))
+    return found
+
+
+def run_due(
+    context: MarketContext,
+    *,
+    skip: Callable[[Due], bool] = lambda _: False,
+) -> list[Done]:
+    """One round: every action due now, but those `skip` names. Never raises for an
+    expected failure: each outcome is returned (and logged)."""
+    from market.settlement import settle_task
+
+    market = context.market
+    now = market.clock()
+    tasks = [task for state in WATCHED_STATES for task in market.iter_tasks(state=state)]
+    results: list[Done] = []
+    recovered: set[str] | None = None
+    for item in due(tasks, now):
+        if skip(item):
+            continue
+        try:
+            if item.action == "award":
+                outcome = market.award(item.task_id)
+                detail = "expired: no valid bid" if outcome.winner is None else "awarded"
+                results.append(Done(item, "done", detail))
+            elif item.action == "recover":
+                if recovered is None:
+                    recovered = set(market.recover())
+                if item.task_id in recovered:
+                    results.append(Done(item, "done", "brought level with the chain"))
+            else:
+                settled = settle_task(market, context.onboarding, item.task_id)
+                results.append(Done(item, "elsewhere" if settled.already else "done", "settled"))
+        except (TransitionError, AlreadyLoggedError) as exc:
+            results.append(Done(item, "elsewhere", str(exc)))
+        except SettlementWaits as exc:
+            results.append(Done(item, "waits", str(exc)))
+        except AccordError as exc:
+            results.append(Done(item, "failed", str(exc)))
+    for result in results:
+        level = logging.WARNING if result.outcome == "failed" else logging.INFO
+        log.log(
+            level,
+            "%s %s: %s %s",
+            result.due.action,
+            result.due.task_id,
+            result.outcome,
+            result.detail,
+        )
+    return results
+
+
+class LifecycleWorker:
+    """Runs `run_due` every `interval` seconds in a daemon thread until `stop`, each round
+    under `lock` (the service's write lock: one writer at a time in this process). An action
+    that waits or failed (a chain away, a payee with no payout address) is left for
+    `WAITING_RETRY` (on the market's clock) before it is tried again."""
+
+    def __init__(
+        self,
+        context: Callable[[], MarketContext],
+        interval: float,
+        lock: threading.RLock,
+    ) -> None:
+        if interval <= 0:
+            raise ValueError("the lifecycle interval must be positive")
+        self._context = context
+        self.interval = interval
+        self._lock = lock
+        self._stop = threading.Event()
+        self._waiting: dict[str, datetime] = {}
+        self._thread = threading.Thread(target=self._run, name="accord-lifecycle", daemon=True)
+        self.rounds = 0
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self, timeout: float = 30.0) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+
+    def run_once(self) -> list[Done]:
+        """One round now (what the thread does every `interval`)."""
+        context = self._context()
+        now = context.market.clock()
+        with self._lock:
+            results = run_due(context, skip=lambda item: self._waiting.get(item.task_id, now) > now)
+        for result in results:
+            if result.outcome in ("waits", "failed"):
+                self._waiting[result.due.task_id] = now + WAITING_RETRY
+            else:
+                self._waiting.pop(result.due.task_id, None)
+        self.rounds += 1
+        return results
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            try:
+                self.run_once()
+            except AccordError as exc:  # the database or the chain away: the next round retries
+                log.warning("lifecycle round failed: %s", exc)

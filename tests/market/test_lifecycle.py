@@ -1,0 +1,135 @@
+"""`market.lifecycle`: the service awards, expires, refunds and settles by itself once a
+task's window closes, once, and says what it did."""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from api.app import create_app
+from api.routes.deps import ApiConfig
+from coordinator.service import run_awarded_task
+from market.escrow import address_of
+from market.lifecycle import Due, LifecycleWorker, due, run_due
+from market.tasks import Task
+from tests.audit.conftest import (
+    REQUESTER_KEY,
+    World,
+    onboard_agents,
+    open_world,
+    post_task,
+    sealed_auction,
+)
+from tests.specs import invoice_spec
+
+NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+SPEC = invoice_spec()
+
+
+def task(state: str, *, posted: datetime = NOW, delivered: datetime | None = None) -> Task:
+    return Task("t", "did:key:zReq", SPEC, posted, state, True, delivered_at=delivered)  # type: ignore[arg-type]
+
+
+# -- the rule --------------------------------------------------------------------------------
+
+
+def test_nothing_is_due_while_a_window_is_open() -> None:
+    assert due([task("bidding")], NOW) == []
+    assert due([task("bidding")], NOW + SPEC.bidding) == []  # revealing, not yet over
+    delivered = task("delivered", delivered=NOW)
+    assert due([delivered], NOW + SPEC.review - timedelta(seconds=1)) == []
+
+
+def test_each_closed_window_has_its_action() -> None:
+    after_reveal = NOW + SPEC.bidding + SPEC.reveal
+    assert due([task("bidding")], after_reveal) == [Due("t", "award")]
+    assert due([task("expired"), task("posted")], NOW) == [Due("t", "recover")] * 2
+    delivered = task("delivered", delivered=NOW)
+    assert due([delivered], NOW + SPEC.review) == [Due("t", "settle")]
+    for state in ("awarded", "running", "settled", "refunded", "cancelled"):
+        assert due([task(state, delivered=NOW)], NOW + timedelta(days=30)) == [], state
+
+
+# -- one round over a real market ------------------------------------------------------------
+
+
+def test_a_round_awards_once_the_reveal_window_closes(tmp_path: Path) -> None:
+    world = open_world(tmp_path / "home")
+    onboard_agents(world)
+    post_task(world)
+    task_now = world.market.task(world.task_id)
+    world.clock.set(task_now.bidding_ends)
+    assert run_due(world.context) == []  # revealing: nothing yet
+    world.clock.set(task_now.reveal_ends)
+    [done] = run_due(world.context)
+    # nobody bid: the task expires and the whole deposit goes back to the requester
+    assert (done.due.action, done.outcome, done.detail) == (
+        "award",
+        "done",
+        "expired: no valid bid",
+    )
+    assert world.market.task(world.task_id).state == "refunded"
+    assert world.escrow_chain.credit(address_of(REQUESTER_KEY)) == (task_now.spec.budget)
+    assert run_due(world.context) == []  # done once
+
+
+def test_a_round_settles_once_the_review_window_closes(tmp_path: Path) -> None:
+    world = open_world(tmp_path / "home")
+    onboard_agents(world)
+    post_task(world)
+    sealed_auction(world)
+    run_awarded_task(world.context, world.task_id)
+    for record in world.agents.values():
+        world.onboarding.bind_payout(record, world.escrow.chain_id())
+    delivered = world.market.task(world.task_id)
+    assert delivered.state == "delivered" and delivered.review_ends is not None
+    assert run_due(world.context) == []
+    world.clock.set(delivered.review_ends)
+    [done] = run_due(world.context)
+    assert (done.due, done.outcome) == (Due(world.task_id, "settle"), "done")
+    assert world.market.task(world.task_id).state == "settled"
+    assert run_due(world.context) == []
+
+
+def test_the_service_runs_the_rounds_while_it_serves(tmp_path: Path) -> None:
+    """`accord serve`'s worker: the test moves the market's clock past the reveal window and
+    waits (without a deadline it could race) for the award the service makes by itself."""
+    world = open_world(tmp_path / "home")
+    onboard_agents(world)
+    post_task(world)
+    sealed_auction_without_award(world)
+    config = ApiConfig(lifecycle_interval=0.05)
+    app = create_app(world.settings, config=config, context=world.context)
+    with TestClient(app) as client:
+        worker = app.state.lifecycle
+        assert isinstance(worker, LifecycleWorker)
+        world.clock.set(world.market.task(world.task_id).reveal_ends)
+        # bounded by rounds, not by time: a slow machine only takes longer
+        while world.market.task(world.task_id).state != "awarded" and worker.rounds < 200:
+            time.sleep(0.05)
+        shown = client.get(f"/tasks/{world.task_id}").json()
+        assert shown["state"] == "awarded" and shown["winner"] is not None
+    assert worker.rounds >= 1
+
+
+def sealed_auction_without_award(world: World) -> None:
+    """`sealed_auction`'s bids, committed and revealed; the award left to the service."""
+    award = world.market.award
+    world.market.award = lambda task_id: None  # type: ignore[assignment,method-assign,return-value]
+    try:
+        sealed_auction(world)
+    finally:
+        world.market.award = award  # type: ignore[method-assign]
+
+
+def test_the_interval_is_read_from_the_environment() -> None:
+    assert ApiConfig.from_env({}).lifecycle_interval == 0  # an app made in a test runs none
+    assert ApiConfig.from_env({"ACCORD_LIFECYCLE_INTERVAL": "2.5"}).lifecycle_interval == 2.5
+    assert ApiConfig.from_env({"ACCORD_LIFECYCLE_INTERVAL": "0"}).lifecycle_interval == 0
+    for bad in ("-1", "soon", "nan", "inf"):
+        with pytest.raises(ValueError, match="ACCORD_LIFECYCLE_INTERVAL"):
+            ApiConfig.from_env({"ACCORD_LIFECYCLE_INTERVAL": bad})
