@@ -13,6 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from market import shapley as shapley_module
 from market.errors import MarketError, SettlementError
 from market.money import Wei
 from market.shapley import ShapleyResult, shapley, split_wei
@@ -203,12 +204,8 @@ def textbook_shapley(players: list[str], v: Game) -> dict[str, Fraction]:
     return values
 
 
-@pytest.mark.parametrize("n", [1, 2, 7, 8, 9, 11])
-def test_exact_is_the_textbook_sum_to_the_last_digit(n: int) -> None:
-    # Mixed denominators, ints among the Fractions, huge and negative values: the integer sums
-    # (blocks of 2^8 coalitions past 8 players) give the definition's values exactly.
-    rng = random.Random(n)
-    players = [f"agent-{rng.randrange(10**6)}-{i}" for i in range(n)]
+def random_table(rng: random.Random, n: int) -> list[Fraction | int]:
+    """2^n values: ints (some beyond int64), small and huge Fractions, sevenths."""
     table: list[Fraction | int] = []
     for _ in range(1 << n):
         kind = rng.randrange(4)
@@ -220,10 +217,66 @@ def test_exact_is_the_textbook_sum_to_the_last_digit(n: int) -> None:
             table.append(Fraction(rng.randint(-(10**40), 10**40), rng.randint(1, 10**25)))
         else:
             table.append(Fraction(rng.randint(-5, 5), 7))
-    v = table_game(players, table)  # type: ignore[arg-type]  # ints are accepted too
+    return table
+
+
+@pytest.fixture(params=["numpy", "python"])
+def sums_in(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Run a test with the int64 sums (numpy installed) and with Python integers only."""
+    if request.param == "python":
+        monkeypatch.setattr(shapley_module, "_numpy", lambda: None)
+    else:
+        pytest.importorskip("numpy")
+    return str(request.param)
+
+
+@pytest.mark.parametrize("n", [1, 2, 7, 8, 9, 11])
+def test_exact_is_the_textbook_sum_to_the_last_digit(n: int, sums_in: str) -> None:
+    # Mixed denominators, ints among the Fractions, huge and negative values: the integer sums
+    # (blocks of 2^8 coalitions past 8 players) give the definition's values exactly.
+    rng = random.Random(n)
+    players = [f"agent-{rng.randrange(10**6)}-{i}" for i in range(n)]
+    v = table_game(players, random_table(rng, n))  # type: ignore[arg-type]  # ints are accepted
     result = shapley(players, v)
     assert result.values == textbook_shapley(players, v)
     assert list(result.values) == players
+
+
+@pytest.mark.parametrize("n", [10, 11, 12])
+@pytest.mark.parametrize("largest", [1, 7, 10**4, 10**12, 2**62, 2**63, 10**30])
+def test_exact_sums_at_the_edge_of_int64(n: int, largest: int, sums_in: str) -> None:
+    # Values near where the int64 sums stop being safe (and past it): the same exact values
+    # as the definition, whichever sums ran.
+    rng = random.Random(largest + n)
+    players = names(n)
+    table = [
+        Fraction(rng.choice([-largest, largest, rng.randint(-largest, largest)]), d)
+        for d in (rng.choice([1, 3, 7, 21]) for _ in range(1 << n))
+    ]
+    v = table_game(players, table)
+    result = shapley(players, v)
+    assert result.values == textbook_shapley(players, v)
+
+
+def test_exact_sums_take_int64_when_they_fit(monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("numpy")
+    calls: list[int] = []
+    fold = shapley_module._fold_in_int64
+
+    def counted(*args: object) -> list[int]:
+        calls.append(1)
+        return fold(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(shapley_module, "_fold_in_int64", counted)
+    players = names(12)
+    table = [Fraction(mask % 97 - 40, 1 + mask % 3) for mask in range(1 << 12)]
+    assert shapley(players, table_game(players, table)).values == textbook_shapley(
+        players, table_game(players, table)
+    )
+    assert calls == [1]
+    huge = [x * 10**20 for x in table]
+    shapley(players, table_game(players, huge))
+    assert calls == [1]  # past int64: Python integers
 
 
 def test_exact_evaluated_maps_every_coalition_to_its_value() -> None:
