@@ -8,8 +8,8 @@
 - **Exact** when n ≤ `exact_limit` (16 by default): v is evaluated once per coalition (2^n
   calls, in bitmask order); the sums are done in integers over the common denominator of
   every v(S), one pass over the 2^n values for all players (`_exact_sums`), so the values are
-  exact `Fraction`s. From 10 players, when numpy is installed and no sum can leave int64 (a
-  bound checked first), that pass runs in numpy int64 arrays; otherwise in Python integers.
+  exact `Fraction`s. From 10 to 13 players, when numpy is installed and no sum can leave int64
+  (a bound checked first), that pass runs in numpy int64 arrays; otherwise in Python integers.
   Both give the same values to the last digit.
 - **Sampled** beyond that: permutation sampling with antithetic pairs (a random permutation
   and its reverse). A player's marginal contribution averaged over the pair is one sample;
@@ -55,9 +55,12 @@ MIN_PAIRS = 32
 _SQRT_SCALE = 10**12
 #: Coalitions are made in blocks over the first this many players (see `_exact`).
 _LOW_PLAYERS = 8
-#: From this many players the exact sums run in numpy int64 arrays when numpy is installed
-#: and they fit (`_fold_in_int64`); below, numpy's fixed costs outweigh what it saves.
+#: From _INT64_FROM to _INT64_UP_TO players the exact sums run in numpy int64 arrays when
+#: numpy is installed and they fit (`_fold_in_int64`). Below, numpy's fixed costs outweigh
+#: what it saves; above, n!·2^n leaves int64 too little room for most games (at 16 players,
+#: |v(S)| ≤ 6) and reading the values into arrays would be wasted.
 _INT64_FROM = 10
+_INT64_UP_TO = 13
 # A Fraction keeps its terms in two slots, behind the properties `numerator` and `denominator`:
 # read directly, 2^n of them cost half as much (the values are checked to be Fractions first).
 if hasattr(Fraction(1), "_numerator") and hasattr(Fraction(1), "_denominator"):
@@ -197,7 +200,7 @@ def _exact_sums(roster: list[str], numbers: list[Fraction]) -> dict[str, Fractio
     """
     n = len(roster)
     count = len(numbers)
-    np = _numpy() if n >= _INT64_FROM else None
+    np = _numpy() if _INT64_FROM <= n <= _INT64_UP_TO else None
     if np is not None:
         try:
             numerators = np.fromiter(map(_NUMERATOR, numbers), np.int64, count)

@@ -8,10 +8,12 @@ function `game(frozenset) -> Fraction` is evaluated, once per coalition, by both
 Exact, n = 8, 12, 16 (side by side in each repetition, rotating the order):
 
 - `market.shapley.shapley(players, game)`: 2^n evaluations, exact `Fraction` values (its sums
-  run in numpy int64 arrays from n = 10 when numpy is installed and they fit, as here: shap
+  run in numpy int64 arrays at n = 10 to 13 when numpy is installed and they fit, as here: shap
   needs numpy);
 - the same with numpy hidden from it (`market.shapley._numpy` patched to None): the sums in
   Python integers only, as on an install without numpy;
+- v alone: the 2^n calls of the game on coalitions made beforehand, the collector paused, in
+  the same rotation: the floor both sides share, and a CPU probe of the machine's speed;
 - `shap.explainers.Exact` with an all-zeros background (`maskers.Independent`, one row) on the
   all-ones instance, so its values are the Shapley values of v(S) = f(1_S); the model turns each
   masked row into the coalition of its ones and returns `float(game(S))`.
@@ -29,6 +31,7 @@ Run alone: `.venv/bin/python scripts/bench/bench_shapley.py [--quick] [--reps N]
 
 from __future__ import annotations
 
+import gc
 import random
 import time
 import warnings
@@ -134,6 +137,25 @@ def run(quick: bool, reps: int) -> Section:
                 return run_ours()
 
         variants.append((python_only, run_python_only))
+        game_alone = Measure(
+            f"v alone, n = {n}: {2**n:,} calls on coalitions made beforehand (floor, CPU probe)",
+            "ms",
+        )
+        section.measures.append(game_alone)
+        made = [frozenset(compress(players, map(int, f"{m:0{n}b}"[::-1]))) for m in range(2**n)]
+
+        def run_game_alone(made: list[frozenset[str]] = made, game: Game = game) -> float:
+            collecting = gc.isenabled()
+            gc.disable()
+            try:
+                start = time.perf_counter()
+                list(map(game, made))
+                return (time.perf_counter() - start) * 1_000
+            finally:
+                if collecting:
+                    gc.enable()
+
+        variants.append((game_alone, run_game_alone))
         if shap is not None:
             theirs = Measure(f"shap.explainers.Exact, n = {n}", "ms", baseline=ours.name)
             section.measures.append(theirs)
