@@ -6,8 +6,11 @@
     φ_i = Σ_{S ⊆ N - {i}} |S|! (n - |S| - 1)! / n! · (v(S + {i}) - v(S))
 
 - **Exact** when n ≤ `exact_limit` (16 by default): v is evaluated once per coalition (2^n
-  calls), the coalitions enumerated as bitmasks; the sum is done in integers over the common
-  denominator of every v(S), so the values are exact `Fraction`s.
+  calls, in bitmask order); the sums are done in integers over the common denominator of
+  every v(S), one pass over the 2^n values for all players (`_exact_sums`), so the values are
+  exact `Fraction`s. From 10 to 13 players, when numpy is installed and no sum can leave int64
+  (a bound checked first), that pass runs in numpy int64 arrays; otherwise in Python integers.
+  Both give the same values to the last digit.
 - **Sampled** beyond that: permutation sampling with antithetic pairs (a random permutation
   and its reverse). A player's marginal contribution averaged over the pair is one sample;
   sampling goes on, pair by pair, until the 95% confidence half-width of *every* player
@@ -29,10 +32,12 @@ from __future__ import annotations
 import gc
 import math
 import random
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, ItemsView, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Literal
+from functools import lru_cache
+from operator import add, attrgetter, mul
+from typing import Any, Literal
 
 from market.errors import SettlementError
 from market.money import Wei
@@ -48,6 +53,20 @@ MIN_PAIRS = 32
 #: Reported half-widths are √ rounded up to this relative precision (the stopping rule itself
 #: compares squares, exactly).
 _SQRT_SCALE = 10**12
+#: Coalitions are made in blocks over the first this many players (see `_exact`).
+_LOW_PLAYERS = 8
+#: From _INT64_FROM to _INT64_UP_TO players the exact sums run in numpy int64 arrays when
+#: numpy is installed and they fit (`_fold_in_int64`). Below, numpy's fixed costs outweigh
+#: what it saves; above, n!·2^n leaves int64 too little room for most games (at 16 players,
+#: |v(S)| ≤ 6) and reading the values into arrays would be wasted.
+_INT64_FROM = 10
+_INT64_UP_TO = 13
+# A Fraction keeps its terms in two slots, behind the properties `numerator` and `denominator`:
+# read directly, 2^n of them cost half as much (the values are checked to be Fractions first).
+if hasattr(Fraction(1), "_numerator") and hasattr(Fraction(1), "_denominator"):
+    _NUMERATOR, _DENOMINATOR = attrgetter("_numerator"), attrgetter("_denominator")
+else:  # pragma: no cover - another implementation of fractions
+    _NUMERATOR, _DENOMINATOR = attrgetter("numerator"), attrgetter("denominator")
 
 
 @dataclass(frozen=True)
@@ -59,7 +78,8 @@ class ShapleyResult:
     permutations (two per antithetic pair), `seed` the seed of the permutations and
     `converged` whether the stated bound was reached before `max_evaluations`. For an exact
     one `half_width`, `half_widths` and `seed` are None, `samples` is 0 and `converged` True.
-    `evaluated` holds every v(S) used; `evaluations` is its size (v is memoised).
+    `evaluated` holds every v(S) used, keyed by coalition (a `CoalitionValues` for an exact
+    result, a dict for a sampled one); `evaluations` is its size (v is memoised).
     """
 
     method: Literal["exact", "sampled"]
@@ -70,7 +90,7 @@ class ShapleyResult:
     evaluations: int
     seed: int | None
     converged: bool
-    evaluated: dict[Coalition, Fraction]
+    evaluated: Mapping[Coalition, Fraction]
 
 
 def shapley(
@@ -125,45 +145,31 @@ def _exact_number(number: object, coalition: Coalition) -> Fraction:
 
 
 def _exact(roster: list[str], value: Game) -> ShapleyResult:
-    n = len(roster)
-    full = 1 << n
-    # coalitions[mask] holds roster[i] exactly when bit i of mask is set; sizes[mask] = |S|.
-    coalitions: list[Coalition] = [frozenset()]
-    sizes = [0]
-    # 2^n small objects that all live until the end: the cyclic garbage collector would scan
-    # them again and again for nothing (a third of the time at n = 16), so it pauses here.
+    # v is called once per coalition, in mask order (bit i for roster[i]). A coalition is the
+    # union of its part in the first _LOW_PLAYERS players (one of `lows`) and its part in the
+    # rest (`high`): they are made a block of 2^_LOW_PLAYERS at a time and freed after their
+    # calls, so the sets v reads stay in the CPU's cache (all 2^n sets at once are tens of MB
+    # at n = 16, and v ran about a third slower on them), and the result holds no 2^n
+    # frozensets (`CoalitionValues` keeps v(S) by mask).
+    # The values stay alive until the sums are done: the cyclic garbage collector would scan
+    # them again and again for nothing, so it pauses for the whole computation.
+    split = min(len(roster), _LOW_PLAYERS)
     collecting = gc.isenabled()
     gc.disable()
     try:
-        for player in roster:
-            single = frozenset((player,))
-            coalitions += [coalition | single for coalition in coalitions]
-            sizes += [size + 1 for size in sizes]
-        numbers = [value(coalition) for coalition in coalitions]
+        lows = _coalitions(roster[:split])
+        numbers = list(map(value, lows))
+        for high in _coalitions(roster[split:])[1:]:
+            numbers += map(value, [high | low for low in lows])
+        if set(map(type, numbers)) != {Fraction}:
+            numbers = [
+                _exact_number(x, c) for x, c in zip(numbers, _coalitions(roster), strict=True)
+            ]
+        values = _exact_sums(roster, numbers)
     finally:
         if collecting:
             gc.enable()
-    if not all(type(number) is Fraction for number in numbers):
-        numbers = [_exact_number(x, c) for x, c in zip(numbers, coalitions, strict=True)]
-
-    # n!·φ_i = Σ_{S∋i} (|S|-1)!(n-|S|)! v(S) - Σ_{S∌i} |S|!(n-|S|-1)! v(S), in integers over
-    # the common denominator D of every v(S):
-    #   n!·D·φ_i = Σ_{S∋i} c(S) - Σ_S b(S),  b(S) = |S|!(n-|S|-1)!·D·v(S) (0 for S = N),
-    #   c(S) = b(S) + (|S|-1)!(n-|S|)!·D·v(S).
-    denominator = math.lcm(*{number.denominator for number in numbers})
-    scaled = [number.numerator * (denominator // number.denominator) for number in numbers]
-    weight = [math.factorial(s) * math.factorial(n - s - 1) for s in range(n)] + [0]
-    weight_in = [0, *weight[:n]]
-    both_weight = [w_in + w for w_in, w in zip(weight_in, weight, strict=True)]
-    without_total = sum(weight[size] * v for size, v in zip(sizes, scaled, strict=True))
-    both = [both_weight[size] * v for size, v in zip(sizes, scaled, strict=True)]
-    scale = math.factorial(n) * denominator
-    values: dict[str, Fraction] = {}
-    for i, player in enumerate(roster):
-        block = 1 << i
-        holding = sum(sum(both[start : start + block]) for start in range(block, full, 2 * block))
-        values[player] = Fraction(holding - without_total, scale)
-    evaluated = dict(zip(coalitions, numbers, strict=True))
+    evaluated = CoalitionValues(roster, numbers)
     return ShapleyResult(
         method="exact",
         values=values,
@@ -175,6 +181,173 @@ def _exact(roster: list[str], value: Game) -> ShapleyResult:
         converged=True,
         evaluated=evaluated,
     )
+
+
+def _exact_sums(roster: list[str], numbers: list[Fraction]) -> dict[str, Fraction]:
+    """φ of every player from v(S) = numbers[mask of S] (bit i for roster[i]), in integers.
+
+    Over the common denominator D of every v(S), with V(S) = D·v(S) (an integer):
+
+        n!·D·φ_i = Σ_{S∋i} (|S|-1)!(n-|S|)!·V(S) - Σ_{S∌i} |S|!(n-|S|-1)!·V(S)
+                 = H_i - W,   H_i = Σ_{S∋i} c(|S|)·V(S),   W = Σ_S b(|S|)·V(S),
+
+    with b(s) = s!(n-s-1)! (b(n) = 0) and c(s) = (s-1)!(n-s)! + b(s), that is c(0) = c(n) =
+    (n-1)! and c(s) = n·(s-1)!(n-s-1)! between. Every H_i comes from one pass: halving the
+    array of c(|S|)·V(S) by its top bit, the upper half sums to H of that bit's player, and
+    the two halves added make the array of the bits left (2^n additions in all). W needs no
+    pass of its own: the formula is efficient for every game (Σφ_i = v(N) - v(∅) is an
+    identity of the weights), so n·W = Σ_i H_i - n!·(V(N) - V(∅)) exactly.
+    """
+    n = len(roster)
+    count = len(numbers)
+    np = _numpy() if _INT64_FROM <= n <= _INT64_UP_TO else None
+    if np is not None:
+        try:
+            numerators = np.fromiter(map(_NUMERATOR, numbers), np.int64, count)
+            denominators = np.fromiter(map(_DENOMINATOR, numbers), np.int64, count)
+        except OverflowError:  # a term beyond int64
+            np = None
+    if np is None:
+        numerators = list(map(_NUMERATOR, numbers))
+        denominators = list(map(_DENOMINATOR, numbers))
+        distinct = set(denominators)
+    else:
+        distinct = set(np.unique(denominators).tolist())
+    denominator = math.lcm(*distinct)
+    if np is not None and _fits_int64(numerators, distinct, denominator, n):
+        holding = _fold_in_int64(np, numerators, denominators, len(distinct), denominator)
+    else:
+        if np is not None:
+            numerators, denominators = numerators.tolist(), denominators.tolist()
+        holding = _fold_in_python(numerators, denominators, distinct, denominator)
+    factorial = math.factorial(n)
+    ends = (numbers[-1] - numbers[0]) * denominator
+    without, remainder = divmod(sum(holding) - factorial * int(ends), n)
+    assert remainder == 0, "the Shapley weights are efficient"
+    scale = factorial * denominator
+    return {player: Fraction(h - without, scale) for player, h in zip(roster, holding, strict=True)}
+
+
+def _fold_in_python(
+    numerators: list[int], denominators: list[int], distinct: set[int], denominator: int
+) -> list[int]:
+    """H_i for every bit i, in Python integers, from the terms of every v(S) by mask."""
+    n = len(numerators).bit_length() - 1
+    scaled: Iterable[int] = numerators
+    if len(distinct) > 1:
+        factor = {d: denominator // d for d in distinct}
+        scaled = map(mul, numerators, map(factor.__getitem__, denominators))
+    block = list(map(mul, _mask_weights(n), scaled))
+    holding = [0] * n
+    for i in reversed(range(n)):
+        half = len(block) >> 1
+        upper = block[half:]
+        holding[i] = sum(upper)
+        del block[half:]
+        block = list(map(add, block, upper))
+    return holding
+
+
+def _fits_int64(numerators: Any, distinct: set[int], denominator: int, n: int) -> bool:
+    """Whether `_fold_in_int64` stays in int64: every V(S) is at most max|numerator|·D/min(d)
+    in size, every term c(|S|)·V(S) that times n! at most (c(s) ≤ 2(n-1)!), and a sum has at
+    most 2^n terms. Checked in Python integers."""
+    largest = max(-int(numerators.min()), int(numerators.max()), 1)
+    largest *= denominator // min(distinct)
+    return denominator < 1 << 63 and (largest * math.factorial(n)) << n < 1 << 63
+
+
+def _fold_in_int64(
+    np: Any, numerators: Any, denominators: Any, distinct: int, denominator: int
+) -> list[int]:
+    """`_fold_in_python` in numpy int64 arrays (only where `_fits_int64`)."""
+    n = len(numerators).bit_length() - 1
+    if distinct > 1:
+        numerators = numerators * (denominator // denominators)
+    block = numerators * _mask_weights_int64(n)
+    holding = [0] * n
+    for i in reversed(range(n)):
+        half = len(block) >> 1
+        holding[i] = int(block[half:].sum())
+        block = block[:half] + block[half:]
+    return holding
+
+
+@lru_cache(maxsize=4)
+def _mask_weights_int64(n: int) -> Any:
+    """`_mask_weights(n)` as a numpy int64 array (called only when the sums fit in int64)."""
+    np = _numpy()
+    assert np is not None
+    return np.array(_mask_weights(n), dtype=np.int64)
+
+
+@lru_cache(maxsize=1)
+def _numpy() -> Any:
+    """numpy, if it is installed (imported on first use), else None."""
+    try:
+        import numpy
+    except ImportError:
+        return None
+    return numpy
+
+
+@lru_cache(maxsize=4)
+def _mask_weights(n: int) -> tuple[int, ...]:
+    """c(|S|) of `_exact_sums` for every mask of n players (a table per n, kept for reuse)."""
+    factorial = [math.factorial(k) for k in range(n + 1)]
+    by_size = [
+        factorial[n - 1],
+        *(n * factorial[s - 1] * factorial[n - s - 1] for s in range(1, n)),
+        factorial[n - 1],
+    ]
+    return tuple(map(by_size.__getitem__, map(int.bit_count, range(1 << n))))
+
+
+class CoalitionValues(Mapping[Coalition, Fraction]):
+    """v(S) for every coalition S of `roster`, a read-only mapping keyed by frozenset, kept by
+    bitmask (bit i for roster[i]) rather than as 2^n frozensets. Iterates the coalitions in
+    mask order (∅, {roster[0]}, {roster[1]}, {roster[0], roster[1]}, ...)."""
+
+    __slots__ = ("_bits", "_numbers", "_roster")
+
+    def __init__(self, roster: Sequence[str], numbers: Sequence[Fraction]) -> None:
+        if len(numbers) != 1 << len(roster):
+            raise ValueError(f"{len(roster)} players have {1 << len(roster)} coalitions")
+        self._roster = tuple(roster)
+        self._bits = {player: 1 << i for i, player in enumerate(self._roster)}
+        self._numbers = tuple(numbers)
+
+    def __getitem__(self, coalition: Coalition) -> Fraction:
+        if not isinstance(coalition, frozenset):
+            raise KeyError(coalition)
+        mask = 0
+        for player in coalition:
+            bit = self._bits.get(player)
+            if bit is None:
+                raise KeyError(coalition)
+            mask |= bit
+        return self._numbers[mask]
+
+    def __iter__(self) -> Iterator[Coalition]:
+        return iter(_coalitions(self._roster))
+
+    def __len__(self) -> int:
+        return len(self._numbers)
+
+    def items(self) -> ItemsView[Coalition, Fraction]:
+        return dict(zip(_coalitions(self._roster), self._numbers, strict=True)).items()
+
+    def __repr__(self) -> str:
+        return f"CoalitionValues({dict(self.items())!r})"
+
+
+def _coalitions(roster: Sequence[str]) -> list[Coalition]:
+    """Every coalition of `roster` in mask order."""
+    coalitions: list[Coalition] = [frozenset()]
+    for player in roster:
+        single = frozenset((player,))
+        coalitions += [coalition | single for coalition in coalitions]
+    return coalitions
 
 
 def _sampled(

@@ -7,7 +7,13 @@ function `game(frozenset) -> Fraction` is evaluated, once per coalition, by both
 
 Exact, n = 8, 12, 16 (side by side in each repetition, rotating the order):
 
-- `market.shapley.shapley(players, game)`: 2^n evaluations, exact `Fraction` values;
+- `market.shapley.shapley(players, game)`: 2^n evaluations, exact `Fraction` values (its sums
+  run in numpy int64 arrays at n = 10 to 13 when numpy is installed and they fit, as here: shap
+  needs numpy);
+- the same with numpy hidden from it (`market.shapley._numpy` patched to None): the sums in
+  Python integers only, as on an install without numpy;
+- v alone: the 2^n calls of the game on coalitions made beforehand, the collector paused, in
+  the same rotation: the floor both sides share, and a CPU probe of the machine's speed;
 - `shap.explainers.Exact` with an all-zeros background (`maskers.Independent`, one row) on the
   all-ones instance, so its values are the Shapley values of v(S) = f(1_S); the model turns each
   masked row into the coalition of its ones and returns `float(game(S))`.
@@ -25,6 +31,7 @@ Run alone: `.venv/bin/python scripts/bench/bench_shapley.py [--quick] [--reps N]
 
 from __future__ import annotations
 
+import gc
 import random
 import time
 import warnings
@@ -32,9 +39,11 @@ from collections.abc import Callable
 from fractions import Fraction
 from itertools import compress
 from typing import Any
+from unittest import mock
 
 from _common import TIMES, Goal, Measure, Section, progress, run_alone, side_by_side
 
+from market import shapley as shapley_module
 from market.shapley import shapley
 
 GOAL_SPEEDUP = 2.0
@@ -88,6 +97,7 @@ def run(quick: bool, reps: int) -> Section:
         method=__doc__ or "",
     )
     failures: list[str] = []
+    python_only_ratios: dict[int, float] = {}
     agreement.clear()
     try:
         shap = _shap()
@@ -115,6 +125,37 @@ def run(quick: bool, reps: int) -> Section:
             return ms
 
         variants.append((ours, run_ours))
+        python_only = Measure(
+            f"accord shapley, exact, n = {n}, Python integers only (no numpy)",
+            "ms",
+            baseline=ours.name,
+        )
+        section.measures.append(python_only)
+
+        def run_python_only(run_ours: Callable[[], float] = run_ours) -> float:
+            with mock.patch.object(shapley_module, "_numpy", lambda: None):
+                return run_ours()
+
+        variants.append((python_only, run_python_only))
+        game_alone = Measure(
+            f"v alone, n = {n}: {2**n:,} calls on coalitions made beforehand (floor, CPU probe)",
+            "ms",
+        )
+        section.measures.append(game_alone)
+        made = [frozenset(compress(players, map(int, f"{m:0{n}b}"[::-1]))) for m in range(2**n)]
+
+        def run_game_alone(made: list[frozenset[str]] = made, game: Game = game) -> float:
+            collecting = gc.isenabled()
+            gc.disable()
+            try:
+                start = time.perf_counter()
+                list(map(game, made))
+                return (time.perf_counter() - start) * 1_000
+            finally:
+                if collecting:
+                    gc.enable()
+
+        variants.append((game_alone, run_game_alone))
         if shap is not None:
             theirs = Measure(f"shap.explainers.Exact, n = {n}", "ms", baseline=ours.name)
             section.measures.append(theirs)
@@ -139,6 +180,7 @@ def run(quick: bool, reps: int) -> Section:
             variants.append((theirs, run_shap))
         side_by_side(reps, variants, label=f"shapley n={n}: ")
         if shap is not None:
+            python_only_ratios[n] = theirs.median / python_only.median
             speedup = theirs.median / ours.median
             section.goals.append(
                 Goal(
@@ -170,9 +212,13 @@ def run(quick: bool, reps: int) -> Section:
     )
     section.notes += [
         "Both exact sides call the same Python game once per coalition, so the ratio is the "
-        "cost of everything around those calls: accord builds each coalition from a smaller "
-        "one and sums in integers over a common denominator; shap masks numpy rows, calls the "
-        "model in batches, and its model adapter turns each row back into a coalition.",
+        "cost of everything around those calls: accord makes each coalition as the union of "
+        "two smaller ones, in blocks of 256, and sums in integers over a common denominator "
+        "(one pass for all players); shap masks numpy rows, calls the model in batches, and its "
+        "model adapter turns each row back into a coalition.",
+        "shap's time / accord's with Python integers only: "
+        + ", ".join(f"n = {n}: {ratio:.2f}{TIMES}" for n, ratio in python_only_ratios.items())
+        + " (no goal: the goal is the default, with numpy there as it is wherever shap is).",
         f"Sampled n = {SAMPLED_PLAYERS}: {within} of the values fell within their stated "
         "half-width of the closed form (nominal coverage 95%). The goal is the default "
         f"max_evaluations ({MAX_EVALUATIONS:,}): a FAIL means the 1% bound was not reached.",

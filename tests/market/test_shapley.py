@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import random
 import warnings
 from collections.abc import Callable
@@ -12,6 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from market import shapley as shapley_module
 from market.errors import MarketError, SettlementError
 from market.money import Wei
 from market.shapley import ShapleyResult, shapley, split_wei
@@ -184,6 +186,116 @@ def test_sixteen_players_exactly() -> None:
     result = shapley(players, lambda s: Fraction(len(s) * (len(s) - 1), 7))
     assert result.method == "exact" and result.evaluations == 65_536
     assert set(result.values.values()) == {Fraction(15, 7)}
+
+
+def textbook_shapley(players: list[str], v: Game) -> dict[str, Fraction]:
+    """φ_i = Σ_{S ⊆ N - {i}} |S|!(n-|S|-1)!/n! · (v(S + i) - v(S)), term by term in
+    Fractions: slow, and obviously the definition."""
+    n = len(players)
+    values = {}
+    for i, player in enumerate(players):
+        others = players[:i] + players[i + 1 :]
+        total = Fraction(0)
+        for mask in range(1 << (n - 1)):
+            s = frozenset(p for k, p in enumerate(others) if mask >> k & 1)
+            weight = Fraction(math.factorial(len(s)) * math.factorial(n - len(s) - 1))
+            total += weight * (Fraction(v(s | {player})) - Fraction(v(s)))
+        values[player] = total / math.factorial(n)
+    return values
+
+
+def random_table(rng: random.Random, n: int) -> list[Fraction | int]:
+    """2^n values: ints (some beyond int64), small and huge Fractions, sevenths."""
+    table: list[Fraction | int] = []
+    for _ in range(1 << n):
+        kind = rng.randrange(4)
+        if kind == 0:
+            table.append(rng.randint(-(10**30), 10**30))
+        elif kind == 1:
+            table.append(Fraction(rng.randint(-1000, 1000), rng.randint(1, 60)))
+        elif kind == 2:
+            table.append(Fraction(rng.randint(-(10**40), 10**40), rng.randint(1, 10**25)))
+        else:
+            table.append(Fraction(rng.randint(-5, 5), 7))
+    return table
+
+
+@pytest.fixture(params=["numpy", "python"])
+def sums_in(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Run a test with the int64 sums (numpy installed) and with Python integers only."""
+    if request.param == "python":
+        monkeypatch.setattr(shapley_module, "_numpy", lambda: None)
+    else:
+        pytest.importorskip("numpy")
+    return str(request.param)
+
+
+@pytest.mark.parametrize("n", [1, 2, 7, 8, 9, 11])
+def test_exact_is_the_textbook_sum_to_the_last_digit(n: int, sums_in: str) -> None:
+    # Mixed denominators, ints among the Fractions, huge and negative values: the integer sums
+    # (blocks of 2^8 coalitions past 8 players) give the definition's values exactly.
+    rng = random.Random(n)
+    players = [f"agent-{rng.randrange(10**6)}-{i}" for i in range(n)]
+    v = table_game(players, random_table(rng, n))  # type: ignore[arg-type]  # ints are accepted
+    result = shapley(players, v)
+    assert result.values == textbook_shapley(players, v)
+    assert list(result.values) == players
+
+
+@pytest.mark.parametrize("n", [10, 11, 12])
+@pytest.mark.parametrize("largest", [1, 7, 10**4, 10**12, 2**62, 2**63, 10**30])
+def test_exact_sums_at_the_edge_of_int64(n: int, largest: int, sums_in: str) -> None:
+    # Values near where the int64 sums stop being safe (and past it): the same exact values
+    # as the definition, whichever sums ran.
+    rng = random.Random(largest + n)
+    players = names(n)
+    table = [
+        Fraction(rng.choice([-largest, largest, rng.randint(-largest, largest)]), d)
+        for d in (rng.choice([1, 3, 7, 21]) for _ in range(1 << n))
+    ]
+    v = table_game(players, table)
+    result = shapley(players, v)
+    assert result.values == textbook_shapley(players, v)
+
+
+def test_exact_sums_take_int64_when_they_fit(monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("numpy")
+    calls: list[int] = []
+    fold = shapley_module._fold_in_int64
+
+    def counted(*args: object) -> list[int]:
+        calls.append(1)
+        return fold(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(shapley_module, "_fold_in_int64", counted)
+    players = names(12)
+    table = [Fraction(mask % 97 - 40, 1 + mask % 3) for mask in range(1 << 12)]
+    assert shapley(players, table_game(players, table)).values == textbook_shapley(
+        players, table_game(players, table)
+    )
+    assert calls == [1]
+    huge = [x * 10**20 for x in table]
+    shapley(players, table_game(players, huge))
+    assert calls == [1]  # past int64: Python integers
+
+
+def test_exact_evaluated_maps_every_coalition_to_its_value() -> None:
+    players = names(10)
+    table = [Fraction(mask * 3 - 700, 1 + mask % 5) for mask in range(1 << 10)]
+    result = shapley(players, table_game(players, table))
+    evaluated = result.evaluated
+    everything = {
+        frozenset(p for i, p in enumerate(players) if mask >> i & 1): table[mask]
+        for mask in range(1 << 10)
+    }
+    assert len(evaluated) == result.evaluations == 1 << 10
+    assert evaluated == everything and everything == evaluated
+    assert dict(evaluated.items()) == everything and set(evaluated) == set(everything)
+    assert evaluated[frozenset({"p03", "p07"})] == table[(1 << 3) | (1 << 7)]
+    assert frozenset({"p03", "nobody"}) not in evaluated
+    assert evaluated.get(frozenset({"nobody"})) is None
+    with pytest.raises(KeyError):
+        evaluated[frozenset({"nobody"})]
 
 
 @pytest.mark.parametrize(
