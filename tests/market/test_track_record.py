@@ -410,4 +410,4 @@ def test_bidders_see_the_requesters_record(
     assert as_json.exit_code == 0, as_json.output
     assert json.loads(as_json.stdout)["requester_record"] == expected
     text = runner.invoke(cli_app, ["task", "show", task.task_id])
-    assert "2 posted, 1 settled, 1 reviews rejected (0 overturned)" in text.stdout
+    assert "2 posted, 1 settled, 1 review rejected (0 overturned)" in text.stdout
