@@ -26,11 +26,21 @@ accord's lifecycle as A2A task states (the accord state is in `metadata.accord.s
 
     posted, bidding, revealing   TASK_STATE_SUBMITTED   escrowed and auctioned; nobody works yet
     awarded, running             TASK_STATE_WORKING     the winner's team is at work
-    delivered, settled           TASK_STATE_COMPLETED   the deliverable is the artifact
-                                                        `deliverable` (a data part, the view of
-                                                        `market.settlement.deliverable_view`)
+    delivered                    TASK_STATE_INPUT_      while the task has review checks and its
+                                 REQUIRED               review window is open: the requester's
+                                                        review is the input it waits for
+                                 TASK_STATE_WORKING     otherwise: the checks run, the settlement
+                                                        pays
+    settled                      TASK_STATE_COMPLETED   the final status carries the settlement
+                                                        (`metadata.accord.settlement`: every
+                                                        check's verdict, the share paid, payouts)
     expired, refunded            TASK_STATE_FAILED      no valid bid: the budget went back
     cancelled                    TASK_STATE_CANCELED    its requester cancelled it unfunded
+
+From delivery on, the deliverable is the artifact `deliverable` (a data part, the view of
+`market.settlement.deliverable_view`), sent again when it changes (the outputs the requester
+may read once the settlement is computed, the checks and the payouts). A stream follows a
+task through settlement: the input-required state does not end it.
 
 The artifact is shown only to those who see the work over REST: the requester, the team and
 the operator. Where accord departs from the A2A defaults: SendMessage never blocks until the
@@ -107,6 +117,7 @@ WORKING: Final = "TASK_STATE_WORKING"
 COMPLETED: Final = "TASK_STATE_COMPLETED"
 FAILED: Final = "TASK_STATE_FAILED"
 CANCELED: Final = "TASK_STATE_CANCELED"
+INPUT_REQUIRED: Final = "TASK_STATE_INPUT_REQUIRED"
 TASK_STATES: Final = (
     "TASK_STATE_UNSPECIFIED",
     SUBMITTED,
@@ -127,7 +138,7 @@ A2A_STATE: Final[Mapping[TaskState, str]] = {
     "revealing": SUBMITTED,
     "awarded": WORKING,
     "running": WORKING,
-    "delivered": COMPLETED,
+    "delivered": WORKING,  # or INPUT_REQUIRED: see `TaskView.a2a_state`
     "settled": COMPLETED,
     "expired": FAILED,
     "refunded": FAILED,
@@ -503,9 +514,15 @@ class TaskView:
     changed_at: datetime
     deliverable: Mapping[str, Any] | None = None
     warnings: tuple[str, ...] = field(default=())
+    review_open: bool = False
+    """Delivered, with review checks, inside the review window: the requester is asked."""
+    settlement: Mapping[str, Any] | None = None
+    """The logged settlement, once computed (public in the log)."""
 
     @property
     def a2a_state(self) -> str:
+        if self.state == "delivered" and self.review_open:
+            return INPUT_REQUIRED
         return A2A_STATE[self.state]
 
 
@@ -531,7 +548,8 @@ def status_text(task: Task, state: TaskState) -> str:
         case "delivered":
             return (
                 "delivered: the deliverable is the artifact `deliverable`; the settlement "
-                "pays the team once the checks have run"
+                "pays the team once the checks have run and the review window "
+                f"({rfc3339(task.review_ends or task.delivery_deadline)}) has closed"
             )
         case "settled":
             return "settled: the checks ran and the team was paid by Shapley value"
@@ -563,7 +581,24 @@ def _accord_metadata(view: TaskView) -> dict[str, Any]:
         data["price"] = str(task.price)
     if view.warnings:
         data["warnings"] = list(view.warnings)
+    if view.settlement is not None:
+        data["settlement"] = settlement_summary(view.settlement)
     return data
+
+
+def settlement_summary(body: Mapping[str, Any]) -> dict[str, Any]:
+    """What the final status says of a settlement: each check's verdict, the share of the
+    price paid, the amount, the evaluator's fee and each payee's wei (all public in the log)."""
+    return {
+        "checks": [
+            {"id": c.get("id"), "passed": c.get("passed"), "detail": c.get("detail")}
+            for c in body.get("checks", [])
+        ],
+        "paid_share": body.get("paid_share"),
+        "amount": body.get("amount"),
+        "evaluator_fee": body.get("evaluator_fee", "0"),
+        "payouts": dict(body.get("payouts", {})),
+    }
 
 
 def status_object(view: TaskView) -> dict[str, Any]:
@@ -613,9 +648,16 @@ def status_update(view: TaskView) -> dict[str, Any]:
             "taskId": view.task.task_id,
             "contextId": view.task.task_id,
             "status": status_object(view),
-            "metadata": {"accord": {"state": view.state}},
+            "metadata": {"accord": _update_metadata(view)},
         }
     }
+
+
+def _update_metadata(view: TaskView) -> dict[str, Any]:
+    data: dict[str, Any] = {"state": view.state}
+    if view.settlement is not None:
+        data["settlement"] = settlement_summary(view.settlement)
+    return data
 
 
 def artifact_update(view: TaskView) -> dict[str, Any] | None:
@@ -707,14 +749,22 @@ def view_of(
     context = env.context()
     state = state_now(context, task)
     deliverable = None
+    settlement = None
+    if task.delivered_index is not None:
+        settlement = logged_settlement(context.market, task.task_id)
     if artifacts and task.delivered_index is not None:
-        computed = logged_settlement(context.market, task.task_id) is not None
         readers = work_readers(context, task)
-        readable = readers.readable_parts(task, env.caller, computed=computed)
+        readable = readers.readable_parts(task, env.caller, computed=settlement is not None)
         if readable is not None:
             deliverable = deliverable_view(context.market, task.task_id, readable)
     changed = changed_at(context, task) if changed is None else changed
-    return TaskView(task, state, changed, deliverable, warnings)
+    review_open = (
+        state == "delivered"
+        and task.review_ends is not None
+        and context.market.clock() < task.review_ends
+        and any(check.kind == "review" for check in task.spec.rubric)
+    )
+    return TaskView(task, state, changed, deliverable, warnings, review_open, settlement)
 
 
 def find_task(env: Env, task_id: str) -> Task:
@@ -994,8 +1044,8 @@ async def follow(
         except RpcError as exc:
             yield sse_data(error_response(request_id, exc))
             return
-        if current.state != view.state:
-            if current.deliverable is not None and view.deliverable is None:
+        if (current.state, current.a2a_state) != (view.state, view.a2a_state):
+            if current.deliverable is not None and current.deliverable != view.deliverable:
                 update = artifact_update(current)
                 if update is not None:
                     yield sse_data(response(request_id, update))

@@ -52,6 +52,7 @@ from coordinator.service import run_awarded_task
 from ledger.signing import Ed25519Signer
 from market.money import Wei, parse_amount
 from market.sealed import commit_bid, reveal_bid
+from market.settlement import settle_task
 from market.tasks import TASK_POSTED, TaskSpec
 from market.tasks import Part as SpecPart
 from tests.api.test_app import PART, SALT, World, build_world
@@ -362,7 +363,15 @@ def test_an_escrowed_task_is_not_cancelable_and_says_why(url: str, world: World)
 # -- the deliverable and the stream ---------------------------------------------------------
 
 
-def test_the_stream_follows_a_task_to_its_deliverable(url: str, world: World) -> None:
+def review_and_settle(world: World, task_id: str) -> None:
+    """The requester accepts the review check, and the task is settled (what the service's
+    lifecycle round would do at the window's end)."""
+    market = world.context.market
+    market.review(world.signers["req"], task_id, "sum-review", "accept")
+    settle_task(market, world.onboarding, task_id)
+
+
+def test_the_stream_follows_a_task_through_settlement(url: str, world: World) -> None:
     req = world.signers["req"]
     events: list[StreamResponse] = []
 
@@ -379,6 +388,8 @@ def test_the_stream_follows_a_task_to_its_deliverable(url: str, world: World) ->
                     await asyncio.to_thread(
                         run_awarded_task, world.context, event.status_update.task_id
                     )
+                elif accord_state(event) == "delivered":
+                    await asyncio.to_thread(review_and_settle, world, event.status_update.task_id)
 
     asyncio.run(asyncio.wait_for(run(), timeout=60))
     first, *updates = events
@@ -389,15 +400,30 @@ def test_the_stream_follows_a_task_to_its_deliverable(url: str, world: World) ->
         ("revealing", TaskState.TASK_STATE_SUBMITTED),
         ("awarded", TaskState.TASK_STATE_WORKING),
         (None, TaskState.TASK_STATE_UNSPECIFIED),  # the artifact update
-        ("delivered", TaskState.TASK_STATE_COMPLETED),
+        # the task has a review check: the requester's review is the input it waits for
+        ("delivered", TaskState.TASK_STATE_INPUT_REQUIRED),
+        (None, TaskState.TASK_STATE_UNSPECIFIED),  # the deliverable again, with its checks
+        ("settled", TaskState.TASK_STATE_COMPLETED),
     ]
     assert all(e.status_update.task_id == task_id for e in updates if e.HasField("status_update"))
     last = updates[-1].status_update
     assert last.status.state == TaskState.TASK_STATE_COMPLETED
-    [artifact_event] = [e for e in updates if e.HasField("artifact_update")]
-    artifact = artifact_event.artifact_update.artifact
-    [part] = MessageToDict(artifact.parts[0].data)["parts"]
+    settlement = MessageToDict(last.metadata)["accord"]["settlement"]
+    rubric = [c.check_id for c in world.context.market.task(task_id).spec.rubric]
+    assert [(c["id"], c["passed"]) for c in settlement["checks"]] == [(c, True) for c in rubric]
+    assert settlement["paid_share"] == "1/1" and sum(map(int, settlement["payouts"].values())) == (
+        int(settlement["amount"])
+    )
+    delivered_artifact, settled_artifact = [
+        MessageToDict(e.artifact_update.artifact.parts[0].data)
+        for e in updates
+        if e.HasField("artifact_update")
+    ]
+    # the requester reads what its review check reads during the window, and all once paid
+    [part] = delivered_artifact["parts"]
     assert (part["part"], part["output"]) == ("sum", "163.69")
+    assert delivered_artifact["checks"] is None
+    assert settled_artifact["checks"] and settled_artifact["payouts"]
 
     # GetTask: the requester gets the deliverable as an artifact; a stranger only the state
     async def read(signer: Ed25519Signer) -> Task:
@@ -407,7 +433,7 @@ def test_the_stream_follows_a_task_to_its_deliverable(url: str, world: World) ->
     mine = asyncio.run(read(req))
     assert mine.status.state == TaskState.TASK_STATE_COMPLETED
     deliverable = deliverable_of(mine)
-    assert deliverable["task"] == task_id and deliverable["state"] == "delivered"
+    assert deliverable["task"] == task_id and deliverable["state"] == "settled"
     assert [(p["part"], p["output"]) for p in deliverable["parts"]] == [("sum", "163.69")]
     assert deliverable["sha256"] == MessageToDict(mine.artifacts[0].metadata)["sha256"]
     theirs = asyncio.run(read(world.signers["carol"]))
