@@ -181,13 +181,11 @@ def agent_new(
     """Create an agent: a did:key under keys/agents/NAME.json (mode 0600) and a registry row."""
     if unsigned_card and runtime != "a2a":
         fail("--unsigned-card is only for the 'a2a' runtime", code=2)
-    from ledger.runtime import utc_now
-
     onboarding = _onboarding()
     with _errors():
         record = onboarding.registry.new_agent(
             name,
-            now=utc_now(),
+            now=onboarding.ledger.clock(),
             runtime=runtime,
             command=command,
             endpoint=endpoint,

@@ -169,13 +169,13 @@ def read_market() -> Iterator[Market]:
     except ValueError as exc:
         fail(str(exc), code=2)
     from identity.onboarding import open_onboarding
-    from ledger.runtime import open_store, operator_signer, utc_now
+    from ledger.runtime import clock_of, open_store, operator_signer
     from ledger.service import Ledger
     from market.service import Market
 
     try:
         store = open_store(settings, create=False)
-        ledger = Ledger(store, operator_signer(settings), utc_now)
+        ledger = Ledger(store, operator_signer(settings), clock_of(settings))
         yield Market(ledger, open_onboarding(settings, ledger), _ReadOnlyEscrow())
     except (MalformedError, QueryError) as exc:
         fail(str(exc), code=2)
@@ -523,7 +523,9 @@ def task_award(
 
     task = require_task(task_id)
     if wait and task.state == "bidding":  # escrowed and not cleared: its windows decide
-        wait_for_reveals(task)
+        from ledger.runtime import clock_of
+
+        wait_for_reveals(task, clock_of(Settings.from_env()))
     with _market() as context:
         outcome = context.market.award(task_id)
         names = agent_names(context.onboarding)
@@ -559,9 +561,10 @@ def wait_for_reveals(
     clock: Callable[[], datetime] | None = None,
     sleep: Callable[[float], None] = time.sleep,
 ) -> None:
-    """Sleep until the task's reveal window has closed (by `clock`, default the market's
-    clock: UTC now), first saying on stderr how long and until when; nothing is opened or
-    started meanwhile. Ctrl-C ends the wait (exit 1)."""
+    """Sleep until the task's reveal window has closed (by `clock`, default UTC now; the
+    award passes the market's clock, `ledger.runtime.clock_of`), first saying on stderr how
+    long and until when; nothing is opened or started meanwhile. Ctrl-C ends the wait (exit
+    1)."""
     from ledger.runtime import utc_now, wait_until
 
     clock = clock or utc_now

@@ -12,7 +12,7 @@ import stat
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -39,6 +39,35 @@ OPERATOR_KEYFILE = "operator.json"
 
 def utc_now() -> datetime:
     return datetime.now(UTC)
+
+
+class OffsetClock:
+    """The real time moved on by the seconds a file holds (ACCORD_TEST_CLOCK, for tests): a
+    test advances it past a window instead of sleeping through it, so a slow machine never
+    makes a bid late. Read on every call; it never goes back (a smaller offset than one read
+    before is ignored), and a file that is missing or does not parse counts as no offset yet.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._offset = 0.0
+
+    def __call__(self) -> datetime:
+        try:
+            offset = float(self.path.read_text().strip() or 0)
+        except (OSError, ValueError):
+            offset = 0.0
+        if offset == offset and offset != float("inf"):  # neither NaN nor infinite
+            self._offset = max(self._offset, offset)
+        return datetime.now(UTC) + timedelta(seconds=self._offset)
+
+
+def clock_of(settings: Settings) -> Callable[[], datetime]:
+    """The clock the ledger and the market read: the real time, or the test clock
+    ACCORD_TEST_CLOCK names (`OffsetClock`)."""
+    if settings.test_clock_file is None:
+        return utc_now
+    return OffsetClock(settings.test_clock_file)
 
 
 WAKE_MARGIN_S = 0.05
@@ -315,6 +344,7 @@ def open_ledger(settings: Settings, chain: AnchorChain | None = None) -> Ledger:
     """A ledger over the configured store, anchoring through `chain` when one is given."""
     store = open_store(settings)
     operator = operator_signer(settings)
+    clock = clock_of(settings)
     anchorer = None
     if chain is not None:
         # the chain client (web3, eth_account: over a second to import): only with a chain
@@ -324,10 +354,10 @@ def open_ledger(settings: Settings, chain: AnchorChain | None = None) -> Ledger:
             store,
             chain,
             operator,
-            utc_now,
+            clock,
             every_entries=settings.anchor_every_entries,
             every_seconds=settings.anchor_every_seconds,
             confirmations=settings.confirmations,
             replace_after_s=settings.replace_after_seconds,
         )
-    return Ledger(store, operator, utc_now, anchorer)
+    return Ledger(store, operator, clock, anchorer)

@@ -45,6 +45,9 @@ class Settings:
     replaced at its nonce with bumped fees (ACCORD_REPLACE_AFTER, default 120).
     public_url: the base URL at which others reach this service (ACCORD_PUBLIC_URL, no
     trailing slash); the URLs it puts in credentials, such as the status list's, start with it.
+    test_clock_file: for tests only (ACCORD_TEST_CLOCK): a file holding how many seconds the
+    market's clock runs ahead of the real time, which a test moves on instead of waiting for a
+    window to close (`ledger.runtime.clock_of`); None: the real time.
     """
 
     home: Path
@@ -63,6 +66,7 @@ class Settings:
     public_url: str = DEFAULT_PUBLIC_URL
     devnet_port_set: bool = False
     """Whether ACCORD_DEVNET_PORT was set; if not, the port `devnet up` recorded is used."""
+    test_clock_file: Path | None = None
 
     @property
     def keys_dir(self) -> Path:
@@ -123,6 +127,9 @@ class Settings:
             ),
             public_url=_public_url(env, "ACCORD_PUBLIC_URL"),
             devnet_port_set=bool(env.get("ACCORD_DEVNET_PORT")),
+            test_clock_file=Path(env["ACCORD_TEST_CLOCK"]).absolute()
+            if env.get("ACCORD_TEST_CLOCK")
+            else None,
         )
 
 

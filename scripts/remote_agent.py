@@ -244,10 +244,6 @@ def serve(signer: Ed25519Signer, host: str, port: int) -> RemoteAgentServer:
 # -- bidding ---------------------------------------------------------------------------------
 
 
-def parse_time(text: str) -> datetime:
-    return datetime.fromisoformat(text.replace("Z", "+00:00"))
-
-
 def open_calls(client: Client, capabilities: set[str]) -> list[dict[str, Any]]:
     """The tasks taking bids now that need one of our capabilities: `GET /tasks?state=bidding
     &capability=...`, every page (the service pages its lists; Link names the next page)."""
@@ -266,16 +262,16 @@ def open_calls(client: Client, capabilities: set[str]) -> list[dict[str, Any]]:
 
 
 def bid_loop(client: Client, capabilities: set[str], price: int, stopping: threading.Event) -> None:
-    """Commit on every task taking bids in our capabilities; reveal once bidding closes."""
+    """Commit on every task taking bids in our capabilities; reveal once the service says
+    bidding has closed (its clock decides the windows, not this machine's)."""
     signer = client.signer
-    pending: dict[str, tuple[datetime, bytes]] = {}
+    pending: dict[str, bytes] = {}
     done: set[str] = set()
     while not stopping.wait(POLL_SECONDS):
         try:
             tasks = open_calls(client, capabilities)
         except httpx.HTTPError:
             continue
-        now = datetime.now(UTC)
         for task in tasks:
             task_id = task["id"]
             if task_id in done or task_id in pending:
@@ -283,7 +279,7 @@ def bid_loop(client: Client, capabilities: set[str], price: int, stopping: threa
             wanted = set(task["spec"]["capabilities"])
             if task.get("state") != "bidding" or not wanted <= capabilities:
                 continue
-            if int(task["spec"]["budget"]) < price or now >= parse_time(task["bidding_ends"]):
+            if int(task["spec"]["budget"]) < price:
                 continue
             salt = secrets.token_bytes(32)
             commitment = commit_bid(signer, task_id, Wei(price), salt).to_json()
@@ -292,10 +288,14 @@ def bid_loop(client: Client, capabilities: set[str], price: int, stopping: threa
                 say("refused", task=task_id, status=response.status_code, detail=response.text)
                 done.add(task_id)
                 continue
-            pending[task_id] = (parse_time(task["bidding_ends"]), salt)
+            pending[task_id] = salt
             say("committed", task=task_id, price=str(price))
-        for task_id, (closes, salt) in list(pending.items()):
-            if datetime.now(UTC) < closes:
+        for task_id, salt in list(pending.items()):
+            try:
+                state = client.http.get(f"/tasks/{task_id}").json().get("state")
+            except (httpx.HTTPError, ValueError):
+                continue
+            if state == "bidding":
                 continue
             shown = reveal_bid(signer, task_id, Wei(price), salt).to_json()
             response = client.http.post(f"/tasks/{task_id}/reveals", json=shown)

@@ -6,6 +6,8 @@ ACCORD_HOME, none of the caller's chain, database or requester settings.
     cli.run("task", "show", "nope", check=2)
 
 The `accord` fixture (tests/conftest.py) gives a test one, with its devnet stopped afterwards.
+Its market runs on a test clock (ACCORD_TEST_CLOCK) that `advance` moves on, so a test closes
+a bidding or reveal window by advancing the clock, never by sleeping through it.
 """
 
 from __future__ import annotations
@@ -55,7 +57,15 @@ class AccordCli:
         devnet = (
             {} if port is None else {"ACCORD_DEVNET_PORT": str(port), "ACCORD_ANCHOR_EVERY": "1000"}
         )
-        self.env = cli_environ(home, **devnet)
+        self.clock_file = home.parent / f"{home.name}.clock"
+        """The market's test clock (ACCORD_TEST_CLOCK): seconds ahead of the real time."""
+        self.env = cli_environ(home, ACCORD_TEST_CLOCK=str(self.clock_file), **devnet)
+
+    def advance(self, seconds: float) -> None:
+        """Move the market's clock on by `seconds`: a window closes when the test says, not
+        when a slow machine gets there."""
+        before = float(self.clock_file.read_text()) if self.clock_file.exists() else 0.0
+        self.clock_file.write_text(repr(before + seconds))
 
     def run(self, *args: str, check: int | None = 0) -> subprocess.CompletedProcess[str]:
         """`accord ARGS`; unless `check` is None, fails the test on another exit code."""

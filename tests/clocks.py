@@ -22,3 +22,17 @@ class Clock:
     def set(self, moment: datetime) -> None:
         """Move to `moment`, or stay where it is when that is earlier: time never goes back."""
         self.now = max(self.now, moment)
+
+
+class RunningClock:
+    """The real time, moved on by `advance`: for a service that runs in real time (a real
+    HTTP server, an agent process) whose windows a test closes by advancing, not sleeping."""
+
+    def __init__(self) -> None:
+        self.offset = timedelta(0)
+
+    def __call__(self) -> datetime:
+        return datetime.now(UTC) + self.offset
+
+    def advance(self, seconds: float) -> None:
+        self.offset += timedelta(seconds=seconds)

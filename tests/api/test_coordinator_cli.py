@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 
 from tests.accord_cli import AccordCli
-from tests.api.test_market_cli import sleep_until
 from tests.specs import INVOICE, invoice_request
 
 pytestmark = pytest.mark.devnet
@@ -37,8 +36,8 @@ def test_task_run_and_conversations(accord: AccordCli, tmp_path: Path) -> None:
     # the spec file names the invoice by a path beside it; the CLI stores it by sha256
     (tmp_path / "invoice.txt").write_text(INVOICE)
     request = invoice_request(
-        bidding="45s",
-        reveal="30s",
+        bidding="1h",  # the windows close when the test advances the market's clock
+        reveal="1h",
         # discovery ranks by the words of the need: bob (arithmetic, extraction) matches more
         # of them than carol (arithmetic), so carol is left for the arithmetic member's sub-team
         description="arithmetic and extraction",
@@ -60,10 +59,10 @@ def test_task_run_and_conversations(accord: AccordCli, tmp_path: Path) -> None:
     assert accord.json("task", "show", task_id)["state"] == "bidding"
     assert accord.json("conversation", "list") == []
 
-    sleep_until(task["bidding_ends"])
+    accord.advance(3600)
     accord.json("bid", "reveal", task_id, "--agent", "alice")
     accord.json("bid", "reveal", task_id, "--agent", "bob")
-    sleep_until(task["reveal_ends"])
+    accord.advance(3600)
     award = accord.json("task", "award", task_id)
     winner = award["winner"]
     assert winner in (dids["alice"], dids["bob"])

@@ -4,8 +4,6 @@ input refused clearly without touching the ledger."""
 from __future__ import annotations
 
 import json
-import time
-from datetime import UTC, datetime
 
 import pytest
 
@@ -15,13 +13,6 @@ pytestmark = pytest.mark.devnet
 
 ETH = 10**18
 FIGURES = '{"kind": "figures", "figures": ["120.50", "33.20", "9.99"], "operation": "sum"}'
-
-
-def sleep_until(moment: str) -> None:
-    """Sleep until the ISO time `moment` (plus a little), as the CLI's clock sees it."""
-    left = (datetime.fromisoformat(moment) - datetime.now(UTC)).total_seconds()
-    if left > 0:
-        time.sleep(left + 0.5)
 
 
 def test_post_bid_reveal_award_and_bad_input(accord: AccordCli) -> None:
@@ -43,11 +34,11 @@ def test_post_bid_reveal_award_and_bad_input(accord: AccordCli) -> None:
         "arithmetic",
         "--input",
         FIGURES,
-        # generous windows: under three test workers on two cores a CLI call takes seconds
+        # the windows close when the test advances the market's clock, never by themselves
         "--bidding",
-        "45s",
+        "1h",
         "--reveal",
-        "40s",
+        "1h",
     )
     task_id = task["id"]
     assert task["state"] == "bidding" and task["escrowed"] is True
@@ -68,13 +59,14 @@ def test_post_bid_reveal_award_and_bad_input(accord: AccordCli) -> None:
     assert "second-bid" in " ".join(second.stderr.split()), second.stderr
     assert accord.ledger_size() == size
 
-    sleep_until(task["bidding_ends"])
+    accord.advance(3600)  # the bidding window closes
     revealed = accord.json("bid", "reveal", task_id, "--agent", "alice")
     assert revealed["price"] == str(ETH // 10)
     accord.json("bid", "reveal", task_id, "--agent", "bob")
 
-    # --wait: awarded once the reveal window has closed, however slow this machine is (what
-    # it says while it waits: tests/api/test_award_wait.py)
+    # --wait: awarded once the reveal window has closed (what it says while it waits:
+    # tests/api/test_award_wait.py)
+    accord.advance(3600)
     waited = accord.run("task", "award", task_id, "--wait", "--json")
     assert "Traceback" not in waited.stderr, waited.stderr
     award = json.loads(waited.stdout)

@@ -50,6 +50,7 @@ from market.runtime import ChainEscrow, MarketContext
 from market.sealed import commit_bid, reveal_bid
 from market.service import Market
 from market.settlement import settle_task
+from tests.clocks import RunningClock
 from tests.serving import serve
 from tests.specs import invoice_request
 
@@ -120,16 +121,17 @@ def open_world(tmp_path: Path, *, allow_private: bool) -> Iterator[dict[str, Any
     store = open_store(settings)
     operator = operator_signer(settings)
     anchors = MemoryAnchorChain()
+    clock = RunningClock()  # the test closes the windows by advancing it
     anchorer = Anchorer(
         store,
         anchors,
         operator,
-        real_clock,
+        clock,
         every_entries=10**9,
         every_seconds=1e12,
         receipt_timeout=0,
     )
-    ledger = Ledger(store, operator, real_clock, anchorer)
+    ledger = Ledger(store, operator, clock, anchorer)
     from identity.onboarding import open_onboarding
 
     onboarding = open_onboarding(settings, ledger)
@@ -160,6 +162,7 @@ def open_world(tmp_path: Path, *, allow_private: bool) -> Iterator[dict[str, Any
             "req": registry.signer(requester),
             "ada": registry.signer(ada),
             "tmp": tmp_path,
+            "clock": clock,
         }
 
 
@@ -208,12 +211,6 @@ def remote(world: dict[str, Any]) -> Iterator[tuple[subprocess.Popen[str], Lines
             process.stdout.close()
 
 
-def sleep_until(moment: datetime, margin: float = 0.3) -> None:
-    wait = (moment - datetime.now(UTC)).total_seconds() + margin
-    if wait > 0:
-        time.sleep(wait)
-
-
 def test_remote_agent_onboards_bids_and_works_through_the_api(
     world: dict[str, Any], remote: tuple[subprocess.Popen[str], Lines, int]
 ) -> None:
@@ -256,7 +253,7 @@ def test_remote_agent_onboards_bids_and_works_through_the_api(
 
         posted = http.post(
             "/tasks",
-            json=invoice_request(bidding="4s", reveal="4s", delivery="10m"),
+            json=invoice_request(bidding="1h", reveal="1h", delivery="10m"),
             auth=AccordAuth(world["req"]),
         )
         assert posted.status_code == 201, posted.text
@@ -271,19 +268,19 @@ def test_remote_agent_onboards_bids_and_works_through_the_api(
             auth=AccordAuth(ada),
         )
         assert committed.status_code == 201, committed.text
-        assert lines.wait_for("committed", 10)["task"] == task_id
-        sleep_until(datetime.fromisoformat(task["bidding_ends"]))
+        assert lines.wait_for("committed", 60)["task"] == task_id
+        world["clock"].advance(3600)  # the bidding window closes
         revealed = http.post(
             f"/tasks/{task_id}/reveals",
             json=reveal_bid(ada, task_id, price, salt).to_json(),
             auth=AccordAuth(ada),
         )
         assert revealed.status_code == 201, revealed.text
-        remote_reveal = lines.wait_for("revealed", 10)
+        remote_reveal = lines.wait_for("revealed", 60)
         assert remote_reveal["task"] == task_id and remote_reveal["status"] == 201
         bids = {b["bidder"]: b for b in http.get(f"/tasks/{task_id}/bids").json()}
         assert bids[did]["revealed"] and bids[did]["price"] == str(3 * 10**17)
-        sleep_until(datetime.fromisoformat(task["reveal_ends"]))
+        world["clock"].advance(3600)  # and the reveal window
         awarded = http.post(f"/tasks/{task_id}/award", auth=AccordAuth(world["req"]))
         assert awarded.status_code == 200, awarded.text
         assert awarded.json()["winner"] == ada.did

@@ -61,3 +61,23 @@ def test_wait_until_sleeps_again_when_it_wakes_too_early() -> None:
 
     wait_until(clock.now + timedelta(seconds=60), clock, sleep)
     assert naps == [pytest.approx(60 + WAKE_MARGIN_S), pytest.approx(30)]
+
+
+def test_the_test_clock_runs_ahead_by_its_file_and_never_goes_back(tmp_path: Path) -> None:
+    from ledger.runtime import OffsetClock, clock_of, utc_now
+    from ledger.settings import Settings
+
+    assert clock_of(Settings.from_env({"ACCORD_HOME": str(tmp_path)})) is utc_now
+    path = tmp_path / "clock"
+    settings = Settings.from_env({"ACCORD_HOME": str(tmp_path), "ACCORD_TEST_CLOCK": str(path)})
+    clock = clock_of(settings)
+    assert isinstance(clock, OffsetClock) and clock.path == path
+    before = datetime.now(UTC)
+    assert before <= clock() <= datetime.now(UTC)  # no file yet: the real time
+    path.write_text("3600")
+    assert clock() >= before + timedelta(hours=1)
+    path.write_text("60")  # an offset smaller than one read before is ignored
+    assert clock() >= before + timedelta(hours=1)
+    for bad in ("soon", "nan", "inf", ""):
+        path.write_text(bad)
+        assert clock() >= before + timedelta(hours=1)
