@@ -35,12 +35,15 @@ from api.app import create_app
 from api.auth import AccordAuth
 from api.routes.deps import ApiConfig
 from audit.checks import audit_task
+from coordinator.runner import CONVERSATION_MESSAGE
 from coordinator.service import run_awarded_task
 from ledger.anchoring import Anchorer
+from ledger.canonical import canonical_json
 from ledger.chain import DEVNET_OPERATOR_KEY, MemoryAnchorChain
 from ledger.devnet import find_free_port
-from ledger.events import make_entry
+from ledger.events import Event, format_time, make_entry
 from ledger.runtime import open_store, operator_signer
+from ledger.sealing import seal
 from ledger.service import Ledger
 from ledger.settings import Settings
 from ledger.signing import Ed25519Signer
@@ -324,6 +327,54 @@ def test_remote_agent_onboards_bids_and_works_through_the_api(
     custody = report.to_json()["facts"]["custody"]
     assert custody[did] == "self"
     assert all(held == "hosted" for actor, held in custody.items() if actor != did)
+
+    # It signs a report only when the sealed answers beside it open to what it answered: a
+    # report naming an answer it is not shown, or another answer than its own, is refused.
+    [mine] = by_remote[:1]
+    answer = json.loads(
+        context.market.sealed_bytes(mine.output_sha256) or b"{}"  # what it answered, sealed
+    )["value"]
+    forged = seal({"not": answer})
+    contribution = {**mine.to_json(), "output_sha256": forged.commitment}
+    report = Event(
+        CONVERSATION_MESSAGE,
+        did,
+        999,
+        format_time(real_clock()),
+        "conv-forged",
+        {
+            "conversation": "conv-forged",
+            "turn": 1,
+            "message": {
+                "kind": "report",
+                "speaker": did,
+                "next_state": "conclusion",
+                "next_speaker": did,
+                "result": {
+                    "sub_id": mine.sub_id,
+                    "ok": True,
+                    "contributions": [contribution],
+                    "error": None,
+                },
+            },
+        },
+    )
+    text = canonical_json(report.to_json()).decode()
+    sign = f"http://127.0.0.1:{port}/sign"
+    for openings in ({}, {forged.commitment: forged.data.decode()}):
+        refused = httpx.post(sign, json={"event": text, "openings": openings}, timeout=30)
+        assert refused.status_code == 403, (openings, refused.text)
+    honest = seal(answer)
+    honest_report = json.loads(text.replace(forged.commitment, honest.commitment))
+    signed = httpx.post(
+        sign,
+        json={
+            "event": canonical_json(honest_report).decode(),
+            "openings": {honest.commitment: honest.data.decode()},
+        },
+        timeout=30,
+    )
+    assert signed.status_code == 200, signed.text
     assert process.poll() is None, "the remote agent stopped early"
 
 
