@@ -36,13 +36,18 @@ def part_tuples(parts: list[dict[str, Any]]) -> list[Part]:
 
 
 class SlowAdapter:
-    """The reference agent, a little slow, so the stream is read while the team works."""
+    """The reference agent, a little slow, so the stream is read while the team works; with
+    a `gate`, it starts no work before the gate opens (the test opens it once the stream has
+    delivered a message), so a loaded machine cannot finish the team before the stream reads."""
 
-    def __init__(self, did: str, delay: float) -> None:
+    def __init__(self, did: str, delay: float, gate: threading.Event | None = None) -> None:
         self.inner = reference_adapter(did)
         self.delay = delay
+        self.gate = gate
 
     def run(self, task: SubTask) -> JSON:
+        if self.gate is not None:
+            self.gate.wait(60)
         time.sleep(self.delay)
         return self.inner.run(task)
 
@@ -52,7 +57,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> World:
     return build_world(tmp_path_factory.mktemp("stream-world") / "home", bidders=())
 
 
-def team_runner(world: World, delay: float) -> TeamRunner:
+def team_runner(world: World, delay: float, gate: threading.Event | None = None) -> TeamRunner:
     signers: dict[str, Ed25519Signer] = {}
     adapters: dict[str, AgentAdapter] = {}
     members = []
@@ -65,7 +70,7 @@ def team_runner(world: World, delay: float) -> TeamRunner:
     ):
         signer = Ed25519Signer.generate()
         signers[signer.did] = signer
-        adapters[signer.did] = SlowAdapter(signer.did, delay)
+        adapters[signer.did] = SlowAdapter(signer.did, delay, gate)
         members.append(Member(signer.did, name, caps, rep, f"{name}: agent for {caps}"))
     return TeamRunner(
         world.context.market.ledger,
@@ -73,7 +78,7 @@ def team_runner(world: World, delay: float) -> TeamRunner:
         adapters.__getitem__,
         members,
         RulePolicy(),
-        RunSettings(timeout_s=10, max_depth=1),
+        RunSettings(timeout_s=90, max_depth=1),
     )
 
 
@@ -100,7 +105,8 @@ def read_events(response: httpx.Response) -> Iterator[tuple[str, dict[str, Any],
 
 def test_stream_follows_a_live_nested_conversation(world: World) -> None:
     store = world.context.market.ledger.store
-    runner = team_runner(world, delay=0.05)
+    streaming = threading.Event()  # the members work once the stream has delivered a message
+    runner = team_runner(world, delay=0.05, gate=streaming)
     done = threading.Event()
     result: list[Conversation] = []
 
@@ -130,6 +136,7 @@ def test_stream_follows_a_live_nested_conversation(world: World) -> None:
             for item in read_events(response):
                 if item[0] == "message" and not done.is_set():
                     live_before_done += 1
+                    streaming.set()
                 received.append(item)
         thread.join(30)
 
