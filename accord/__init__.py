@@ -9,8 +9,9 @@
         home.bid(task.task_id, alice, "0.1eth")         # sealed: commit now...
         home.reveal_bids(task.task_id)                  # ...reveal once bidding has closed
         home.award(task.task_id); home.run(task.task_id)
-        home.result(task.task_id)                       # the requester's deliverable
+        home.deliverable(task.task_id)                  # the requester's deliverable
         home.settle(task.task_id); home.audit(task.task_id).ok
+        home.tasks(state="bidding", capability="arithmetic")   # a page; .next_cursor the next
 
 `accord.Client(url, signer)` is the HTTP client of a remote `accord serve`. Everything here is
 a thin layer over the packages (`ledger`, `identity`, `market`, `coordinator`, `audit`); their
@@ -28,13 +29,16 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from accord._home import Home, open_home
     from api.client import AccordClient as Client
+    from audit.checks import AuditReport
     from coordinator.errors import CoordinatorError
     from identity.errors import IdentityError
     from ledger.errors import AccordError, LedgerError
     from ledger.settings import Settings
+    from market.deliverable import Deliverable, DeliveredPart
     from market.errors import MarketError
     from market.money import Wei, format_eth, parse_amount
-    from market.tasks import TaskSpec
+    from market.tasks import Task, TaskSpec
+    from market.views import TaskPage
 
 try:
     __version__ = version("accord")
@@ -47,6 +51,11 @@ _EXPORTS = {
     "Client": ("api.client", "AccordClient"),
     "Settings": ("ledger.settings", "Settings"),
     "TaskSpec": ("market.tasks", "TaskSpec"),
+    "Task": ("market.tasks", "Task"),
+    "TaskPage": ("market.views", "TaskPage"),
+    "Deliverable": ("market.deliverable", "Deliverable"),
+    "DeliveredPart": ("market.deliverable", "DeliveredPart"),
+    "AuditReport": ("audit.checks", "AuditReport"),
     "Wei": ("market.money", "Wei"),
     "parse_amount": ("market.money", "parse_amount"),
     "format_eth": ("market.money", "format_eth"),
@@ -59,13 +68,18 @@ _EXPORTS = {
 
 __all__ = [
     "AccordError",
+    "AuditReport",
     "Client",
     "CoordinatorError",
+    "Deliverable",
+    "DeliveredPart",
     "Home",
     "IdentityError",
     "LedgerError",
     "MarketError",
     "Settings",
+    "Task",
+    "TaskPage",
     "TaskSpec",
     "Wei",
     "__version__",

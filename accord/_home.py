@@ -19,11 +19,13 @@ from ledger.runtime import devnet_for, wait_until
 from ledger.settings import Settings
 from ledger.signing import Signer
 from market.auction import AuctionOutcome
+from market.deliverable import Deliverable
 from market.money import Wei, parse_amount
 from market.runtime import MarketContext, open_market
 from market.sealed import check_within_budget, commit_bid, reveal_bid
 from market.settlement import SettleOutcome, deliverable_view, settle_task
 from market.tasks import Task, TaskSpec
+from market.views import TaskPage
 
 Agent = AgentRecord | str
 
@@ -79,8 +81,43 @@ class Home:
         key = os.environ.get("ACCORD_REQUESTER_ETH_KEY") or self.context.default_requester_key()
         return self.context.market.post(signer, spec, requester_key=key)
 
+    # -- reading ---------------------------------------------------------------------------
+
+    def tasks(
+        self,
+        *,
+        state: str | None = None,
+        capability: str | None = None,
+        requester: Agent | None = None,
+        limit: int | None = None,
+        cursor: str | None = None,
+    ) -> TaskPage:
+        """One page of tasks, oldest posting first: those in `state` now (as `state()` says
+        it), needing `capability`, posted by `requester` (an agent, by name or DID, or a
+        requester's DID); at most `limit` (1..200, default 50), after `cursor` (the
+        `next_cursor` of the page before; None on the last page). Raises QueryError naming
+        a bad parameter."""
+        if isinstance(requester, AgentRecord):
+            requester = requester.did
+        elif requester is not None and not requester.startswith("did:"):
+            requester = self.agent(requester).did
+        return self.context.market.list_tasks(
+            state=state, capability=capability, requester=requester, limit=limit, cursor=cursor
+        )
+
     def task(self, task_id: str) -> Task:
+        """The task replayed from its events. Raises TaskError when there is none."""
         return self.context.market.task(task_id)
+
+    def state(self, task: Task | str) -> str:
+        """The task's state now: `Task.state`, with the clock ending bidding (`revealing`)."""
+        return self.context.market.state(task if isinstance(task, Task) else self.task(task))
+
+    def deliverable(self, task_id: str) -> Deliverable:
+        """What the requester gets back (`result` as a typed value): each part's producer and
+        output, the plan, and once settled each check's verdict and the payouts. Raises
+        TaskError before delivery, BlobError or SettlementError for altered stored work."""
+        return Deliverable.from_view(self.result(task_id))
 
     def bid(self, task_id: str, agent: Agent, price: str | int) -> int:
         """Commit a sealed bid for `agent`; the price and salt stay in this `Home` until
@@ -119,7 +156,7 @@ class Home:
         return run_awarded_task(self.context, task_id)
 
     def result(self, task_id: str) -> dict[str, Any]:
-        """The deliverable: each part's output and producer, and the checks once settled."""
+        """The deliverable as JSON (`accord task result --json`); `deliverable` types it."""
         return deliverable_view(self.context.market, task_id)
 
     def settle(self, task_id: str) -> SettleOutcome:
@@ -127,14 +164,17 @@ class Home:
         return settle_task(self.context.market, self.context.onboarding, task_id)
 
     def audit(self, task_id: str) -> AuditReport:
-        """The audit checklist of a task, from the log and the chain (anchors the log first)."""
+        """The audit checklist of a task, from the log and the chain (anchors the log first):
+        `AuditReport.ok`, and each step's verdict with the first one that failed."""
         ledger = self.context.market.ledger
+        chains = self.context.escrow.chain
         if ledger.anchorer is not None:
             ledger.anchorer.anchor_latest()
-        chains = self.context.escrow.chain
-        from ledger.runtime import connect_chain
+            anchors = ledger.anchorer.chain
+        else:
+            from ledger.runtime import connect_chain
 
-        anchors = connect_chain(self.settings, start_devnet=False)
+            anchors = connect_chain(self.settings, start_devnet=False)
         market = self.context.market
         return audit_task(
             ledger.store, task_id, anchors=anchors, escrow=chains, outputs=market.sealed_bytes

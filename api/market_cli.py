@@ -21,9 +21,20 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 import typer
 
 from api import output
-from api.output import JsonFlag, amount, amounts, emit, escape, fail, plural, say
+from api.output import (
+    JsonFlag,
+    amount,
+    amounts,
+    emit,
+    escape,
+    exit_code,
+    exit_code_of,
+    fail,
+    plural,
+    say,
+)
 from identity.errors import IdentityError
-from ledger.errors import ChainError, LedgerError, MalformedError, QueryError
+from ledger.errors import ChainError, LedgerError
 from ledger.sealing import is_commitment
 from ledger.settings import Settings
 from market.errors import BidRejected, LimitError, MarketError, TaskError, WorkError
@@ -137,16 +148,10 @@ def _market() -> Iterator[MarketContext]:
     except BidRejected as exc:
         detail = str(exc).split(": ", 1)[-1]
         names = agent_names(None if context is None else context.onboarding)
-        fail(f"bid rejected ({exc.reason}): {with_names(amounts(detail), names)}")
-    except (MalformedError, QueryError) as exc:
-        fail(str(exc), code=2)
-    except MarketError as exc:
-        fail(str(exc), code=2 if type(exc).__name__ in _INPUT_ERRORS else 1)
-    except (LedgerError, IdentityError) as exc:
-        fail(str(exc))
-
-
-_INPUT_ERRORS = {"AmountError", "TaskError", "WorkError", "LimitError", "QuotaExceeded"}
+        message = f"bid rejected ({exc.reason}): {with_names(amounts(detail), names)}"
+        fail(message, code=exit_code_of(exc))
+    except (MarketError, LedgerError, IdentityError) as exc:
+        fail(str(exc), code=exit_code_of(exc))
 
 
 class _ReadOnlyEscrow:
@@ -177,12 +182,8 @@ def read_market() -> Iterator[Market]:
         store = open_store(settings, create=False)
         ledger = Ledger(store, operator_signer(settings), clock_of(settings))
         yield Market(ledger, open_onboarding(settings, ledger), _ReadOnlyEscrow())
-    except (MalformedError, QueryError) as exc:
-        fail(str(exc), code=2)
-    except MarketError as exc:
-        fail(str(exc), code=2 if type(exc).__name__ in _INPUT_ERRORS else 1)
-    except (LedgerError, IdentityError) as exc:
-        fail(str(exc))
+    except (MarketError, LedgerError, IdentityError) as exc:
+        fail(str(exc), code=exit_code_of(exc))
 
 
 def require_task(task_id: str) -> Task:
@@ -209,7 +210,7 @@ def remote(server: str) -> Iterator[AccordClient]:
             yield client
     except ApiError as exc:
         bad_url = not server.startswith(("http://", "https://"))
-        code = 2 if bad_url or exc.status in (400, 404, 422) else 1
+        code = 2 if bad_url else exit_code(exc.status)
         output.report_error(str(exc), code)
         raise typer.Exit(code) from None
 

@@ -3,7 +3,9 @@
 - Data goes to stdout: lines and tables for a person, or, with `--json`, one JSON document.
 - An error is one line on stderr (`error: …`), or, when the command was given `--json`, a JSON
   object on stdout: `{"error": message, "code": exit status}`.
-- Exit status: 0 success, 1 a failure the message explains, 2 bad input.
+- Exit status: 0 success, 1 a failure the message explains, 2 bad input. An expected failure
+  of the domain exits by the status the service answers it with (`exit_code_of`), so the CLI
+  and the API agree on whose fault it is.
 - On a terminal the consoles wrap at its width; written to a file or a pipe they do not wrap at
   all, so a DID or a credential id is never split across lines.
 
@@ -128,6 +130,26 @@ def report_error(message: str, code: int) -> None:
     from rich.markup import escape
 
     err().print(f"[bold red]error:[/] {escape(message)}")
+
+
+BAD_INPUT_STATUSES = frozenset({400, 404, 413, 422})
+"""The problem statuses (`api.problems`) that put the fault in the request: malformed or
+invalid input, an unknown object, a file that can never fit. The CLI exits 2 for them."""
+
+
+def exit_code(status: int | None) -> int:
+    """2 (bad input) for a status in BAD_INPUT_STATUSES, 1 for every other failure (a
+    conflict, a wait, a rate limit, the chain or the database away; None: no answer)."""
+    return 2 if status in BAD_INPUT_STATUSES else 1
+
+
+def exit_code_of(exc: Exception) -> int:
+    """The exit status of an expected failure: `exit_code` of the status the service answers
+    it with (`api.problems.domain_problem`). Imports the problem mapping (and FastAPI with it)
+    only here, on the way out of a failed command."""
+    from api.problems import domain_problem
+
+    return exit_code(domain_problem(exc).status)
 
 
 def fail(message: str, code: int = 1) -> NoReturn:

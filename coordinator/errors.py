@@ -7,7 +7,9 @@ AccordError
     ├── TeamError              no team can be formed: nobody holds a needed capability, depth limit
     ├── AgentFailure           an agent adapter failed or timed out on a sub-task (`retriable`)
     └── PolicyError            a policy could not decide
-        └── PolicyOutputError  an LLM's output did not parse into a typed message (retriable)
+        ├── PolicyOutputError  an LLM's output did not parse into a typed message (retriable)
+        ├── PromptError        a prompt template and its values do not match (llm_policy)
+        └── PolicyCallError    the model could not be asked (llm_policy; `retriable`)
 """
 
 from __future__ import annotations

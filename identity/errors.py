@@ -14,6 +14,8 @@ AccordError
     │   ├── RateLimitedError    too many attempts; `retry_after` seconds
     │   ├── DeadlineError       an answer came after its item's deadline
     │   ├── SandboxUnavailable  the box for strangers' code cannot be made here
+    │   ├── AgentRuntimeError   an agent's runtime got no usable answer (identity.runtimes;
+    │   │                       `retriable`)
     │   └── SchemaViolation     a skill's input or output breaks its JSON Schema (`path`, `reason`)
     └── RegistryError           an agent or credential name/id is invalid, taken or unknown
         ├── PrivateEndpointError  an agent endpoint at a loopback, link-local or private address

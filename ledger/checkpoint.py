@@ -4,14 +4,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ledger.canonical import canonical_json, parse_canonical
 from ledger.errors import MalformedError, SignatureError
 from ledger.events import format_time, parse_time
 from ledger.merkle import HASH_SIZE
 from ledger.signing import Signer, b64url, from_b64url, kid_for, verify_signature
-from ledger.store import LogStore
+
+if TYPE_CHECKING:  # the store is passed in: the checkpoint format itself needs no database
+    from ledger.store import LogStore
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@
     ├── MarketError         market.errors
     ├── CoordinatorError    coordinator.errors
     ├── AuditFailure        audit.checks: one audit checklist step does not hold
+    ├── AuditUnchecked      audit.checks: a step held as far as it could be re-run here
     ├── ApiError            api.client: a call to an accord service failed
     └── AuthError           api.auth: a request's signature does not hold
 
@@ -28,13 +29,17 @@ The ledger's own:
     │   ├── DeploymentError         a recorded contract is missing or has other code
     │   ├── FeesAboveCeilingError   the fee market is above ACCORD_MAX_FEE_GWEI; nothing was sent
     │   └── AnchorError             the registry refused an anchor, or a pending one is unresolved
+    │       └── AnchorRefusedError  the registry refused one (ledger.chain; `reason` its error)
     ├── DevnetError             the managed anvil could not be started, found or stopped
+    │   └── ChainMismatchError  the recorded RPC URL serves another chain (ledger.devnet)
     ├── HomeError               ACCORD_HOME cannot be (or, for a read, is not yet) accord's home
     ├── QueryError              a read view's filter, limit or cursor is not one it answers
     └── VerificationError       `ledger verify` found a step that does not hold
 
-Each subclass carries the offending value where there is one, so a caller can report it
-without parsing the message.
+Every subclass of AccordError, wherever it is defined, is drawn in its package's tree (one
+defined beside the code that raises it names its module there); `tests/ledger/test_error_root.py`
+holds each drawing to the classes. Each subclass carries the offending value where there is
+one, so a caller can report it without parsing the message.
 """
 
 from __future__ import annotations

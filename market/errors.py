@@ -14,6 +14,13 @@ AccordError
     │   └── InvalidBidError     a bid the auction must refuse (over budget, a second bid, malformed)
     ├── ReputationError         reputation inputs out of range
     ├── EscrowError             the escrow contract refused or contradicts the market's record
+    │   ├── EscrowRefusedError  the contract refuses an action (market.escrow.values; `reason`)
+    │   ├── EscrowTxRejectedError  the node refused a signed transaction it does not know
+    │   └── EscrowPendingError  the account has an unresolved escrow transaction
+    ├── BlobError               a stored file is missing or altered, or the store is away
+    │   │                       (market.blobs, as are its subclasses)
+    │   ├── MissingBlob         no file is stored under this sha256
+    │   └── QuotaExceeded       an upload over a quota (`limit`, `retry_after`)
     └── SettlementError         Shapley values or a wei split cannot be computed from these inputs
         └── SettlementWaits     a check cannot be decided yet (a review window open, a judge down)
 """

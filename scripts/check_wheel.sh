@@ -55,6 +55,17 @@ for data in ledger/artifacts/AnchorRegistry.json ledger/artifacts/TaskEscrow.jso
   "$PYTHON" -c 'import sys, zipfile; sys.exit(sys.argv[2] not in zipfile.ZipFile(sys.argv[1]).namelist())' \
     "$WHEEL" "$data" || fail "the wheel lacks $data"
 done
+# PEP 561: every package the wheel installs carries py.typed, or a user's mypy sees no types.
+"$PYTHON" - "$WHEEL" <<'EOF' || fail "a package of the wheel lacks its py.typed marker"
+import sys, zipfile
+
+names = set(zipfile.ZipFile(sys.argv[1]).namelist())
+packages = sorted(n.split("/")[0] for n in names if n.count("/") == 1 and n.endswith("/__init__.py"))
+assert "accord" in packages, packages
+missing = [p for p in packages if f"{p}/py.typed" not in names]
+assert not missing, f"no py.typed in {missing}"
+print("py.typed in", ", ".join(packages))
+EOF
 
 # -- 2. a fresh venv outside the repository, the wheel and its dependencies (pip's cache) -------
 step "installing the wheel and its dependencies into a fresh venv in $WORK"
@@ -111,6 +122,44 @@ assert any(TEMPLATES_DIR.glob("*.txt"))
 assert issubclass(accord.LedgerError, accord.AccordError)
 print("package data: contract artifacts, prompt and capability templates")
 EOF
+step "a user's mypy --strict reads accord's types from the installed wheel"
+# The repository's mypy, pointed at the fresh venv's site-packages (PEP 561 lookup), from a
+# folder with no mypy configuration: one script that must pass, one that must be refused.
+cat >"$WORK/run/uses_accord.py" <<'EOF'
+import accord
+from accord import AuditReport, Home, Task, TaskPage
+
+
+def open_work(home: Home, capability: str) -> list[str]:
+    page: TaskPage = home.tasks(state="bidding", capability=capability, limit=20)
+    ids = [task.task_id for task in page.tasks]
+    while page.next_cursor is not None:
+        page = home.tasks(state="bidding", capability=capability, cursor=page.next_cursor)
+        ids += [task.task_id for task in page.tasks]
+    return ids
+
+
+def verdict(home: Home, task_id: str) -> bool:
+    task: Task = home.task(task_id)
+    report: AuditReport = home.audit(task.task_id)
+    return report.ok and home.deliverable(task_id).sha256 is not None
+
+
+def main() -> None:
+    with accord.open_home("./.accord") as home:
+        print(open_work(home, "arithmetic"))
+        print(accord.format_eth(accord.parse_amount("0.1eth")))
+EOF
+printf 'import accord\n\nwith accord.open_home() as home:\n    budget: str = home.task("t").spec.budget\n' \
+  >"$WORK/run/misuses_accord.py"
+MYPY=("$PYTHON" -m mypy --strict --no-incremental --python-executable "$VENV/bin/python")
+(cd "$WORK/run" && "${MYPY[@]}" uses_accord.py) || fail "mypy --strict refuses a script using accord"
+if MISUSE="$(cd "$WORK/run" && "${MYPY[@]}" misuses_accord.py 2>&1)"; then
+  fail "mypy --strict accepts a Wei budget as str: it does not see accord's types"
+fi
+grep -q 'Incompatible types in assignment' <<<"$MISUSE" || fail "mypy said: $MISUSE"
+echo "mypy --strict: accord's types are seen (a misuse is refused)"
+
 export ACCORD_DEVNET_PORT="$("$VENV/bin/python" -c 'from ledger.devnet import find_free_port; print(find_free_port())')"
 
 field() { "$VENV/bin/python" -c 'import json, sys; print(json.load(sys.stdin)[sys.argv[1]])' "$1"; }

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import pkgutil
+import re
 
 import pytest
 
@@ -26,13 +28,107 @@ def test_every_error_of_every_errors_module_is_an_accord_error(module_name: str)
         assert issubclass(cls, AccordError), cls
 
 
-@pytest.mark.parametrize("module_name", ERROR_MODULES)
-def test_each_errors_module_draws_its_tree_under_accord_error(module_name: str) -> None:
-    module = importlib.import_module(module_name)
-    assert module.__doc__ is not None and "AccordError" in module.__doc__
-    for name, cls in inspect.getmembers(module, inspect.isclass):
-        if issubclass(cls, AccordError) and cls.__module__ == module_name:
-            assert name in module.__doc__, f"{name} is missing from {module_name}'s tree"
+# -- the drawn trees -----------------------------------------------------------------------------
+
+PACKAGES = ("accord", "ledger", "identity", "market", "coordinator", "audit", "api")
+#: Where each package draws its errors (as a tree in the module's docstring). The first drawing
+#: of `ledger.errors` is the root's: the roots every package's errors hang from.
+DRAWINGS = {
+    "accord": (),
+    "ledger": ("ledger.errors",),
+    "identity": ("identity.errors",),
+    "market": ("market.errors",),
+    "coordinator": ("coordinator.errors",),
+    "audit": (),
+    "api": ("api.auth",),
+}
+_CONNECTORS = ("├── ", "└── ")
+
+
+def drawn_parents(text: str) -> dict[str, str | None]:
+    """Each class a docstring's trees draw, by name, and the one drawn above it (None for a
+    tree's top). A tree is a line holding one name, then lines `├── Name` / `└── Name` whose
+    connector stands under the first letter of their parent."""
+    parents: dict[str, str | None] = {}
+    at_column: dict[int, str] = {}
+    for line in text.splitlines():
+        column = next((line.find(c) for c in _CONNECTORS if c in line), -1)
+        if column >= 0:
+            name = line[column + 4 :].split()[0]
+            parents[name] = at_column[column]
+            at_column = {c: n for c, n in at_column.items() if c <= column}
+            at_column[column + 4] = name
+        elif re.fullmatch(r"\s*[A-Z][A-Za-z]*(Error|Failure)", line):
+            name = line.strip()
+            parents.setdefault(name, None)
+            at_column = {len(line) - len(line.lstrip()): name}
+    return parents
+
+
+def every_accord_error() -> list[type[AccordError]]:
+    """Every subclass of AccordError any module of the packages defines (each module imported,
+    then the subclasses walked, so a class defined anywhere, even in a function, is found)."""
+    for package in PACKAGES:
+        root = importlib.import_module(package)
+        for module in pkgutil.walk_packages(root.__path__, f"{package}."):
+            importlib.import_module(module.name)
+    found: list[type[AccordError]] = []
+    waiting = list(AccordError.__subclasses__())
+    while waiting:
+        cls = waiting.pop()
+        waiting.extend(cls.__subclasses__())
+        if cls.__module__.split(".")[0] in PACKAGES and cls not in found:
+            found.append(cls)
+    return sorted(found, key=lambda cls: (cls.__module__, cls.__name__))
+
+
+def test_drawn_parents_reads_a_tree() -> None:
+    tree = """
+    AccordError
+    ├── LedgerError      the ledger's
+    │   └── ChainError   (continued
+    │                    on this line)
+    │       └── AnchorError
+    └── MarketError
+    """
+    assert drawn_parents(tree) == {
+        "AccordError": None,
+        "LedgerError": "AccordError",
+        "ChainError": "LedgerError",
+        "AnchorError": "ChainError",
+        "MarketError": "AccordError",
+    }
+
+
+def test_every_accord_error_is_drawn_under_its_parent_in_its_packages_tree() -> None:
+    """Wherever an AccordError subclass is defined, its package's drawing names it under its
+    own base class, and its bases lead to a root the root drawing hangs from AccordError."""
+    doc = importlib.import_module("ledger.errors").__doc__ or ""
+    root_drawing = doc[: doc.index("The ledger's own")]
+    roots = {n for n, parent in drawn_parents(root_drawing).items() if parent == "AccordError"}
+    assert {"LedgerError", "AuditFailure", "ApiError", "AuthError"} <= roots
+    assert set(DRAWINGS) == set(PACKAGES)
+    errors = every_accord_error()
+    assert len(errors) > 60
+    wrong = []
+    for cls in errors:
+        package = cls.__module__.split(".")[0]
+        drawn: dict[str, str | None] = {}
+        for module in DRAWINGS[package]:
+            drawn |= drawn_parents(importlib.import_module(module).__doc__ or "")
+        if cls.__name__ in roots:
+            drawn[cls.__name__] = "AccordError"
+        [base] = [b for b in cls.__bases__ if issubclass(b, AccordError)]
+        if cls.__name__ not in drawn:
+            wrong.append(f"{cls.__module__}.{cls.__name__} is drawn in no tree of {package}")
+        elif drawn[cls.__name__] != base.__name__:
+            wrong.append(
+                f"{cls.__module__}.{cls.__name__} is drawn under {drawn[cls.__name__]}, "
+                f"but derives from {base.__name__}"
+            )
+        if not any(b.__name__ in roots for b in cls.__mro__ if b is not AccordError):
+            wrong.append(f"{cls.__module__}.{cls.__name__} hangs from none of the roots")
+    assert not wrong, "\n".join(wrong)
 
 
 @pytest.mark.parametrize(

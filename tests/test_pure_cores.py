@@ -1,0 +1,99 @@
+"""The pure cores import no I/O library: each, imported alone in a fresh interpreter, leaves
+web3, SQLAlchemy/SQLModel, httpx, openai and the web stack (FastAPI, Starlette, uvicorn) out
+of `sys.modules`. A core that needs one of them gets it passed in, or the import belongs at
+an edge (`python -X importtime -c "import MODULE"` shows who pulled it in).
+
+The list: what DESIGN.md calls the pure cores (the Merkle tree, the reducers, the auction
+rules, Shapley, the conversation state machine), every module whose docstring says it is pure
+or does no I/O, and the formats they are built on (canonical JSON, events, signatures, wei,
+the error roots)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+IO_LIBRARIES = (
+    *("web3", "sqlalchemy", "sqlmodel", "httpx", "openai"),
+    *("fastapi", "starlette", "uvicorn"),
+)
+
+PURE_CORES = (
+    # ledger: the formats and the Merkle tree
+    "ledger.errors",
+    "ledger.canonical",
+    "ledger.events",
+    "ledger.signing",
+    "ledger.merkle",
+    "ledger.sealing",
+    "ledger.checkpoint",
+    "ledger.note",
+    "ledger.fees",
+    # identity: Data Integrity proofs, the exams' items and grades
+    "identity.errors",
+    "identity.dataintegrity",
+    "identity.challenges.base",
+    "identity.challenges.names",
+    # market: the task state machine, the work and its checks, sealed bids, the auction,
+    # reputation, Shapley, who reads the work
+    "market.errors",
+    "market.money",
+    "market.tasks",
+    "market.work",
+    "market.checks",
+    "market.sealed",
+    "market.auction",
+    "market.reputation",
+    "market.strategies",
+    "market.shapley",
+    "market.privacy",
+    "market.deliverable",
+    # coordinator: the conversation state machine and the rule policy
+    "coordinator.errors",
+    "coordinator.conversation",
+    "coordinator.policy",
+    "coordinator.repetition",
+)
+
+KNOWN_IMPURE = {
+    "market.escrow.values": "its package's __init__ imports the web3 chain and the SQL journal, "
+    "and it takes TxReceipt from ledger.chain (web3): moves with the split of ledger/chain.py",
+}
+
+PROBE = """
+import importlib, json, sys
+importlib.import_module(sys.argv[1])
+print(json.dumps(sorted({name.split(".")[0] for name in sys.modules})))
+"""
+
+
+def io_loaded_by(module: str) -> list[str]:
+    """The I/O libraries in `sys.modules` after importing `module` alone, in a fresh
+    interpreter."""
+    result = subprocess.run(
+        [sys.executable, "-c", PROBE, module], capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    loaded = set(json.loads(result.stdout))
+    return [library for library in IO_LIBRARIES if library in loaded]
+
+
+@pytest.mark.parametrize(
+    "module",
+    [
+        *PURE_CORES,
+        *(
+            pytest.param(module, marks=pytest.mark.xfail(strict=True, reason=reason))
+            for module, reason in KNOWN_IMPURE.items()
+        ),
+    ],
+)
+def test_a_pure_core_imports_no_io_library(module: str) -> None:
+    assert io_loaded_by(module) == [], f"import {module} loads them"
+
+
+def test_the_probe_sees_an_io_library() -> None:
+    assert io_loaded_by("ledger.store") == ["sqlalchemy", "sqlmodel"]
