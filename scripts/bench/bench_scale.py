@@ -861,7 +861,7 @@ def measure(
         else ""
     )
     section.notes.append(
-        f"Sizes {', '.join(f'{s:,}' for s in sizes)} events; {sending}Reads are one client, "
+        f"Sizes {', '.join(f'{s:,}' for s in sizes)} events. {sending}Reads are one client, "
         "one request at a time."
     )
     section.seconds = time.perf_counter() - started
