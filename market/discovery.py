@@ -24,14 +24,18 @@ holder's description contains the base words, so each holder shares the need's b
 (`c0` of them) and, the "matched" ones, some of its other words. Relevance is
 `c / (n + w - c)` for `c` shared words of `n` with a need of `w`, so among the holders that
 share no other word (c = c0) a shorter description ranks first, then reputation, then DID:
-an index gives them in that order, and the page needs only its first rows. The matched
-holders are found through the word table, ordered by the database on relevance and
-reputation (doubles: rounding is monotone, so the database's order can only tie two
-different values, never invert them), then DID, again up to the page. The two lists are
-merged and ordered exactly with fractions. A row whose credentials are not all valid now (one
-expired, or is not valid yet) describes a set of capabilities the clock has changed: such
-rows (rare) are ranked from the credential view in Python and merged in, so the answer is the
-one a scan of every agent would give.
+the ranking index (`ix_view_discovery_by_length`, or `..._by_reputation` for a need that
+shares no base word) holds them in that order, and the page is a range scan of it that stops
+after the page's rows. The matched holders are found through the word table, ordered by the
+database on relevance and reputation (doubles: rounding is monotone, so the database's order
+can only tie two different values, never invert them), then DID, again up to the page. The
+two lists are merged and ordered exactly with fractions. A row whose credentials are not all
+valid now (one expired, or is not valid yet) describes a set of capabilities the clock has
+changed: such rows (rare) are ranked from the credential view in Python and merged in, so the
+answer is the one a scan of every agent would give. The scans do not test the window
+themselves (on SQLite such a test made the planner walk a window index and sort every
+holder); the rows outside it are dropped from them instead, and a scan whose page they thinned
+is read again, longer by their number. All three come back in one statement.
 
 The view follows the task, credential and reputation views and reads their rows when it folds
 (forfeits count in the capabilities of their task; a settlement that closes a circle changes
@@ -47,19 +51,26 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from fractions import Fraction
+from functools import cache
 from typing import Any
 
 from sqlalchemy import (
     BigInteger,
     Float,
     Index,
+    Integer,
+    String,
     Table,
+    bindparam,
     cast,
     delete,
     exists,
     func,
     insert,
+    literal_column,
+    or_,
     select,
+    union_all,
 )
 from sqlmodel import Column, Field, SQLModel
 
@@ -309,6 +320,10 @@ class Discovered:
         return (-self.relevance, -self.reputation, self.did)
 
 
+_CHANGED, _MATCHED, _ONLY_BASE = 0, 1, 2
+"""Which part of a page's statement a row comes from (`_page_statement`)."""
+
+
 def ranked_page(
     connection: Any, capability: str, need: str, now: datetime, *, offset: int, size: int
 ) -> tuple[list[Discovered], bool]:
@@ -316,38 +331,108 @@ def ranked_page(
     of their description to `need`, then reputation, then DID: the `size` after the first
     `offset`, and whether more follow. Reads the views only (bring them level first); reads
     at most about `offset + size` rows of each kind (see the module docstring), not every
-    holder."""
+    holder: one statement, and a second only when rows outside their window sit among the
+    first (`_page_statement`)."""
     need_words = words(need)
     base = base_words(capability)
     shared_base = len(need_words & base)
     other_words = sorted(need_words - base)
     wanted = offset + size + 1
-    now_us = micros(now)
-    valid = (DISCOVERY.c.valid_from_us <= now_us, DISCOVERY.c.valid_until_us > now_us)
+    statement = _page_statement(bool(other_words), shared_base > 0)
+    values: dict[str, Any] = {
+        "capability": capability,
+        "now_us": micros(now),
+        "other_words": other_words,
+        "shared_base": shared_base,
+        "need_count": len(need_words),
+    }
+    limit = wanted
+    while True:
+        rows = connection.execute(statement, {**values, "limit": limit}).all()
+        changed = {row.did: row for row in rows if row.part == _CHANGED}
+        # The scans are not filtered by the window (a filter there would keep SQLite from
+        # walking the ranking index): a row outside it is one of `changed`, ranked below.
+        scans = [
+            [row for row in rows if row.part == part]
+            for part in (_MATCHED, _ONLY_BASE)
+            if part != _MATCHED or other_words
+        ]
+        if all(
+            len(scan) < limit or sum(row.did not in changed for row in scan) >= wanted
+            for scan in scans
+        ):
+            break
+        limit = wanted + len(changed)  # at most that many of a scan's rows are changed
+    reputations: dict[str, Fraction] = {}
+    found = [
+        _discovered(
+            need_words, row.did, row.name, row.capabilities.split("\n"), row.reputation, reputations
+        )
+        for scan in scans
+        for row in scan
+        if row.did not in changed
+    ]
+    if changed:
+        held = capabilities_of(connection, list(changed), now)
+        found += [
+            _discovered(need_words, did, row.name, held[did], row.reputation, reputations)
+            for did, row in changed.items()
+            if capability in held[did]
+        ]
+    found.sort(key=Discovered.order)
+    return found[offset : offset + size], len(found) > offset + size
+
+
+@cache
+def _page_statement(matching: bool, by_length: bool) -> Any:
+    """The one statement a page reads (built once per shape), its rows tagged by `part`:
+
+    - `_CHANGED`: every holder whose row is outside its window at `now_us` (an index range
+      each side; normally none);
+    - `_MATCHED` (when the need has words beyond the base words, `matching`): the `limit`
+      first holders sharing one of `other_words`, by relevance and reputation (doubles),
+      then DID;
+    - `_ONLY_BASE`: the `limit` first holders sharing none of them, in the order of the
+      ranking index: a range scan of `ix_view_discovery_by_length` (`by_length`, when the
+      need shares base words, so that a shorter description ranks first) or of
+      `ix_view_discovery_by_reputation`, stopping after `limit` rows.
+
+    Neither scan is filtered by the window: rows outside it are ranked from the credentials.
+    Parameters: capability, now_us, other_words, shared_base, need_count, limit."""
+    capability = bindparam("capability", type_=String)
+    now_us = bindparam("now_us", type_=BigInteger)
+    limit = bindparam("limit", type_=Integer)
     columns = (DISCOVERY.c.did, DISCOVERY.c.name, DISCOVERY.c.capabilities, DISCOVERY.c.reputation)
-    of_capability = select(*columns).where(DISCOVERY.c.capability == capability)
-    ranked: list[Any] = []
-    also_shared: Any = None
-    if other_words:
+
+    def part(tag: int) -> Any:
+        return literal_column(str(tag), Integer).label("part")
+
+    of_capability = DISCOVERY.c.capability == capability
+    changed = select(*columns, part(_CHANGED)).where(
+        of_capability,
+        or_(DISCOVERY.c.valid_until_us <= now_us, DISCOVERY.c.valid_from_us > now_us),
+    )
+    parts = [changed]
+    only_base = select(*columns, part(_ONLY_BASE)).where(of_capability)
+    if matching:
+        other_words = bindparam("other_words", expanding=True, type_=String)
         also_shared = (
             select(WORDS.c.did, func.count().label("extra"))
             .where(WORDS.c.capability == capability, WORDS.c.word.in_(other_words))
             .group_by(WORDS.c.did)
             .subquery()
         )
-        shared = shared_base + also_shared.c.extra
-        overlap = cast(shared, Float) / (DISCOVERY.c.word_count + len(need_words) - shared)
-        ranked += connection.execute(
-            of_capability.join(also_shared, also_shared.c.did == DISCOVERY.c.did)
-            .where(*valid)
+        shared = bindparam("shared_base", type_=Integer) + also_shared.c.extra
+        need_count = bindparam("need_count", type_=Integer)
+        overlap = cast(shared, Float) / (DISCOVERY.c.word_count + need_count - shared)
+        matched = (
+            select(*columns, part(_MATCHED))
+            .join(also_shared, also_shared.c.did == DISCOVERY.c.did)
+            .where(of_capability)
             .order_by(overlap.desc(), DISCOVERY.c.reputation_key.desc(), DISCOVERY.c.did)
-            .limit(wanted)
-        ).all()
-    order = [DISCOVERY.c.reputation_key.desc(), DISCOVERY.c.did]
-    if shared_base:
-        order.insert(0, DISCOVERY.c.word_count)
-    only_base = of_capability.where(*valid)
-    if also_shared is not None:
+            .limit(limit)
+        )
+        parts.append(matched)
         only_base = only_base.where(
             ~exists().where(
                 WORDS.c.capability == capability,
@@ -355,34 +440,31 @@ def ranked_page(
                 WORDS.c.word.in_(other_words),
             )
         )
-    ranked += connection.execute(only_base.order_by(*order).limit(wanted)).all()
-    found = [
-        _discovered(need, did, name, capabilities.split("\n"), reputation)
-        for did, name, capabilities, reputation in ranked
-    ]
-    changed = {  # by DID: a row can be both (one credential expired, one not valid yet)
-        row[0]: row
-        for query in (
-            of_capability.where(DISCOVERY.c.valid_until_us <= now_us),
-            of_capability.where(DISCOVERY.c.valid_from_us > now_us),
-        )
-        for row in connection.execute(query)
-    }
-    if changed:
-        held = capabilities_of(connection, list(changed), now)
-        found += [
-            _discovered(need, did, name, held[did], reputation)
-            for did, name, _, reputation in changed.values()
-            if capability in held[did]
-        ]
-    found.sort(key=Discovered.order)
-    return found[offset : offset + size], len(found) > offset + size
+    order = [DISCOVERY.c.reputation_key.desc(), DISCOVERY.c.did]
+    if by_length:
+        order.insert(0, DISCOVERY.c.word_count)
+    parts.append(only_base.order_by(*order).limit(limit))
+    # each part a subquery of its own, so that its ORDER BY and LIMIT stay its own
+    return union_all(*(select(*each.subquery().c) for each in parts))
 
 
 def _discovered(
-    need: str, did: str, name: str, capabilities: Sequence[str], reputation: str
+    need_words: frozenset[str],
+    did: str,
+    name: str,
+    capabilities: Sequence[str],
+    reputation: str,
+    reputations: dict[str, Fraction],
 ) -> Discovered:
+    """A row as discovery ranks it; `reputations` remembers the fractions parsed so far (a
+    page's holders mostly share a few, e.g. the prior)."""
     text = description(name, capabilities)
+    described = words(text)
+    shared = len(need_words & described)
+    score = Fraction(shared, len(need_words | described)) if need_words and described else None
+    parsed = reputations.get(reputation)
+    if parsed is None:
+        parsed = reputations[reputation] = Fraction(reputation)
     return Discovered(
-        did, name, tuple(capabilities), Fraction(reputation), text, relevance(need, text)
+        did, name, tuple(capabilities), parsed, text, Fraction(0) if score is None else score
     )

@@ -46,8 +46,14 @@ where the command exists, once, after the rounds. The goals: p99 ≤ 20 ms for e
 10^6 events, within 1.5 times its 10^4 figure, and ≥ 200 bid commits/s with two processes
 on PostgreSQL.
 
+Beside discovery's route, its query alone: `market.discovery.ranked_page` called in the bench
+process on its own connection to the home's database (the same capability, need and page of
+50; 200 calls a round), p50 and p99: what the database and the ranking cost without HTTP, the
+service and the views' level check around them.
+
 Run alone: `scripts/with_postgres.sh .venv/bin/python scripts/bench/bench_scale.py [--quick]`;
-`--sizes 10000,100000` and `--backends sqlite` pick the sizes and backends.
+`--sizes 10000,100000` and `--backends sqlite` pick the sizes and backends, `--only discovery`
+(any of commits, bidding, task, discovery, listing, reindex) the measurements.
 """
 
 from __future__ import annotations
@@ -109,7 +115,9 @@ from ledger.runtime import (
 )
 from ledger.settings import Settings
 from ledger.signing import Ed25519Signer, load_or_create_keyfile
+from ledger.store import make_engine
 from market import sealed
+from market.discovery import ranked_page
 from market.escrow import address_of
 from market.money import Wei
 from market.runtime import DEVNET_REQUESTER_KEY
@@ -137,6 +145,10 @@ GOAL_P99_MS = 20.0
 GOAL_FLAT = 1.5
 GOAL_COMMITS = 200.0
 NEED = "careful arithmetic agent"
+PAGE = 50
+QUERY_CALLS = 200
+MEASUREMENTS = ("commits", "bidding", "task", "discovery", "listing", "reindex")
+"""What `--only` picks from: the commit rate, the three routes, the CLI listing, reindex."""
 BUDGET = Wei(10**16)
 
 
@@ -639,32 +651,43 @@ class Serving:
 
 
 def measure_round(
-    home: Home, seed: Seed, services: Services, reps: int, commits: int, into: HomeMeasures
+    home: Home,
+    seed: Seed,
+    services: Services,
+    reps: int,
+    commits: int,
+    into: HomeMeasures,
+    only: Sequence[str] = MEASUREMENTS,
 ) -> None:
-    """One repetition of every measurement of one seeded home but the market's opening and
-    the reindex, added to `into`: a commit run, each route's latencies, one `accord task
-    list`."""
+    """One repetition of the measurements `only` of one seeded home but the market's opening
+    and the reindex, added to `into`: a commit run, each route's latencies, discovery's query
+    in process, one `accord task list`."""
     tag, rng = into.tag, into.rng
     # Commits first: a slow read abandoned by the client at its timeout would still be
     # running in the services and take the CPU from them.
-    rate = into.measure("commits", f"signed bid commits, 2 processes ({tag})", "commits/s")
-    per_second, refused = commits_per_second(services, seed, commits, rng)
-    rate.samples.append(per_second)
-    into.for_goals["commits"] = rate
-    if refused:
-        into.failures.append(f"{tag}: {refused} of {commits} commits not answered 201")
-    progress(f"scale: {tag}: {per_second:.0f} commits/s")
+    if "commits" in only:
+        rate = into.measure("commits", f"signed bid commits, 2 processes ({tag})", "commits/s")
+        per_second, refused = commits_per_second(services, seed, commits, rng)
+        rate.samples.append(per_second)
+        into.for_goals["commits"] = rate
+        if refused:
+            into.failures.append(f"{tag}: {refused} of {commits} commits not answered 201")
+        progress(f"scale: {tag}: {per_second:.0f} commits/s")
     capability = CAPABILITIES[0]
-    routes: dict[str, Callable[[], str]] = {
-        "GET /tasks?state=bidding&capability=X&limit=50": lambda: (
-            f"/tasks?state=bidding&capability={CAPABILITIES[rng.randrange(3)]}&limit=50"
+    routes: dict[str, tuple[str, Callable[[], str]]] = {
+        "GET /tasks?state=bidding&capability=X&limit=50": (
+            "bidding",
+            lambda: f"/tasks?state=bidding&capability={CAPABILITIES[rng.randrange(3)]}&limit=50",
         ),
-        "GET /tasks/{id}": lambda: f"/tasks/{rng.choice(seed.all_tasks)}",
-        "GET /agents?capability=X&need=... (discovery)": lambda: (
-            f"/agents?capability={capability}&need={NEED.replace(' ', '+')}"
+        "GET /tasks/{id}": ("task", lambda: f"/tasks/{rng.choice(seed.all_tasks)}"),
+        "GET /agents?capability=X&need=... (discovery)": (
+            "discovery",
+            lambda: f"/agents?capability={capability}&need={NEED.replace(' ', '+')}",
         ),
     }
-    for route, path in routes.items():
+    for route, (measurement, path) in routes.items():
+        if measurement not in only:
+            continue
         p50 = into.measure(f"{route} p50", f"{route} p50 ({tag})", "ms")
         p99 = into.measure(f"{route} p99", f"{route} p99 ({tag})", "ms")
         took, bad = latencies(
@@ -675,7 +698,37 @@ def measure_round(
         into.for_goals[route] = p99
         if bad:
             into.failures.append(f"{tag}: {bad} of {len(took)} {route} not answered 200")
+    if "discovery" in only:
+        query_latencies(home, into)
+    if "listing" in only:
+        measure_listing(home, into)
 
+
+def query_latencies(home: Home, into: HomeMeasures) -> None:
+    """Discovery's query alone (`ranked_page`, the route's page) on the bench's own
+    connection: `QUERY_CALLS` calls, p50 and p99 in ms."""
+    name = f"discovery's query in process (ranked_page, {PAGE} a page)"
+    p50 = into.measure("query p50", f"{name} p50 ({into.tag})", "ms")
+    p99 = into.measure("query p99", f"{name} p99 ({into.tag})", "ms")
+    engine = make_engine(home.settings.db_url)
+    took: list[float] = []
+    try:
+        with engine.connect() as connection:
+            for _ in range(QUERY_CALLS):
+                start = time.perf_counter()
+                ranked_page(
+                    connection, CAPABILITIES[0], NEED, datetime.now(UTC), offset=0, size=PAGE
+                )
+                took.append((time.perf_counter() - start) * 1_000)
+    finally:
+        engine.dispose()
+    p50.samples.append(statistics.median(took))
+    p99.samples.append(percentile(took, 0.99))
+
+
+def measure_listing(home: Home, into: HomeMeasures) -> None:
+    """One `accord task list` of the bidding tasks, wall time."""
+    tag = into.tag
     route = "accord task list --state bidding --limit 50"
     listing = into.measure(route, f"{route} ({tag})", "s")
     seconds, status, err = accord_cli(
@@ -718,15 +771,15 @@ def measure(
     reps: int,
     sizes: Sequence[int] | None = None,
     backends: Sequence[str] = BACKENDS,
+    only: Sequence[str] = MEASUREMENTS,
 ) -> tuple[Section, ByHome]:
-    """The bench at `sizes` on `backends`: the section (with its goals) and its measures by
-    (size, backend)."""
+    """The bench at `sizes` on `backends`, the measurements `only`: the section (with its
+    goals) and its measures by (size, backend)."""
     started = time.perf_counter()
-    section = Section(
-        key="scale",
-        title="scale: reads, listing, bid commits and reindex from 10^4 to 10^6 events",
-        method=__doc__ or "",
-    )
+    title = "scale: reads, listing, bid commits and reindex from 10^4 to 10^6 events"
+    if set(only) != set(MEASUREMENTS):
+        title = f"scale, {', '.join(only)} only: from 10^4 to 10^6 events"
+    section = Section(key="scale", title=title, method=__doc__ or "")
     sizes = sorted(sizes or (SIZES[:2] if quick else SIZES))
     commits = COMMITS_QUICK if quick else COMMITS
     work = Path(tempfile.mkdtemp(prefix="accord-bench-scale-", dir=temp_root()))
@@ -780,13 +833,14 @@ def measure(
                     services = serving[key].services
                     assert services is not None
                     probe.samples.append(cpu_probe(probe_entry))
-                    measure_round(home, seed, services, reps, commits, found[key])
+                    measure_round(home, seed, services, reps, commits, found[key], only)
                 progress(f"scale: round {rep + 1}/{reps} measured")
         finally:
             for each in serving.values():
                 each.stop()
         for size, home, _ in seeded:
-            measure_reindex(home, found[(size, home.backend)])
+            if "reindex" in only:
+                measure_reindex(home, found[(size, home.backend)])
         for size, home, _ in seeded:  # reported by size, then backend, as seeded
             measures = found[(size, home.backend)]
             section.measures += list(measures.measures.values())
@@ -798,12 +852,17 @@ def measure(
         shutil.rmtree(work, ignore_errors=True)
 
     add_goals(section, by_size)
+    sending = (
+        f"{commits} commits per repetition on {CONNECTIONS} connections from the bench process, "
+        "each request signed by its agent before the clock starts (the sending still shares "
+        "the machine's cores with both services and the database, so the rates are lower "
+        "bounds). "
+        if "commits" in only
+        else ""
+    )
     section.notes.append(
-        f"Sizes {', '.join(f'{s:,}' for s in sizes)} events; {commits} commits per repetition "
-        f"on {CONNECTIONS} connections from the bench process, each request signed by its agent "
-        "before the clock starts (the sending still shares the machine's cores with both "
-        "services and the database, so the rates are lower bounds). Reads are "
-        "one client, one request at a time."
+        f"Sizes {', '.join(f'{s:,}' for s in sizes)} events. {sending}Reads are one client, "
+        "one request at a time."
     )
     section.seconds = time.perf_counter() - started
     return section, by_size
@@ -840,7 +899,7 @@ def add_goals(section: Section, by_size: ByHome) -> None:
                 )
             )
     top_pg = by_size.get((largest, "postgres"))
-    if top_pg is not None:
+    if top_pg is not None and "commits" in top_pg:
         section.goals.append(
             Goal(
                 f"signed bid commits, 2 processes on PostgreSQL, {_label(largest)} events",
@@ -849,7 +908,7 @@ def add_goals(section: Section, by_size: ByHome) -> None:
                 "commits/s",
             )
         )
-    else:
+    elif top_pg is None:
         section.notes.append(
             f"PostgreSQL not measured: {PG_ENV} is unset (run under scripts/with_postgres.sh)"
         )
@@ -864,6 +923,9 @@ def main() -> None:
     )
     args.add_argument("--backends", default=",".join(BACKENDS), help="sqlite,postgres")
     args.add_argument(
+        "--only", default="", help=f"comma-separated subset of {','.join(MEASUREMENTS)}"
+    )
+    args.add_argument(
         "--save", type=Path, default=None, help="pickle the section and its measures there"
     )
     options = args.parse_args()
@@ -871,7 +933,10 @@ def main() -> None:
     backends = [name.strip() for name in options.backends.split(",") if name.strip()]
     if set(backends) - set(BACKENDS):
         args.error(f"unknown backend in {backends}; choose from {list(BACKENDS)}")
-    section, by_size = measure(options.quick, reps_of(options), sizes, backends)
+    only = [name.strip() for name in options.only.split(",") if name.strip()] or MEASUREMENTS
+    if set(only) - set(MEASUREMENTS):
+        args.error(f"unknown measurement in {only}; choose from {list(MEASUREMENTS)}")
+    section, by_size = measure(options.quick, reps_of(options), sizes, backends, only)
     if options.save is not None:
         with options.save.open("wb") as out:
             pickle.dump((section, by_size), out)

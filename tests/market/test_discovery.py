@@ -4,7 +4,8 @@ several capabilities, revoked, expired and not-yet-valid credentials, agents cre
 before they registered or never registered, reputations in each capability from settled
 track records (repeated pairs, circles of requesters and agents) and forfeits. Every page,
 followed to the end, equals the hand ranking; so does a view attached late (folding what a
-view-less writer appended) and a view rebuilt from the log."""
+view-less writer appended) and a view rebuilt from the log. On SQLite, a page's plan walks the
+ranking index rather than sorting every holder."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from sqlalchemy import event
 from sqlalchemy.engine import Engine
 
 from identity.credential_views import CredentialView
@@ -287,3 +289,41 @@ def test_a_settlement_that_closes_a_circle_rewrites_every_member(engine: Engine)
     assert {row[0]: row[3] for row in paged(store, "arithmetic", "", NOW)} == dict.fromkeys(
         (a.did, b.did, c.did), Fraction(1, 2)
     )
+
+
+@pytest.mark.parametrize(
+    ("need", "index", "sorts"),
+    [
+        ("careful arithmetic agent", "ix_view_discovery_by_length", 1),  # base and other words
+        ("arithmetic agent", "ix_view_discovery_by_length", 0),  # base words only
+        ("zzz", "ix_view_discovery_by_reputation", 1),  # other words only
+        ("", "ix_view_discovery_by_reputation", 0),
+    ],
+)
+def test_a_page_walks_the_ranking_index_on_sqlite(
+    tmp_path: Path, need: str, index: str, sorts: int
+) -> None:
+    """SQLite's plan of a page: the holders sharing no other word of the need come from a
+    range of the ranking index, in its order (no sort of every holder); only the holders
+    matched through the word table, when the need has such words, are sorted."""
+    engine = make_engine(f"sqlite:///{tmp_path / 'log.db'}")
+    world = random_world(1)
+    store = LogStore(engine, "log-discovery", projections=views(world))
+    append_in_batches(store, world.entries)
+    statements: list[tuple[str, Any]] = []
+
+    def keep(_c: Any, _cursor: Any, statement: str, parameters: Any, *_: Any) -> None:
+        statements.append((statement, parameters))
+
+    with engine.connect() as connection:
+        event.listen(connection, "before_cursor_execute", keep)
+        ranked_page(connection, "arithmetic", need, NOW, offset=0, size=3)
+        event.remove(connection, "before_cursor_execute", keep)
+        statement, parameters = next(s for s in statements if "UNION ALL" in s[0])
+        plan = [
+            row[3]
+            for row in connection.exec_driver_sql(f"EXPLAIN QUERY PLAN {statement}", parameters)
+        ]
+    engine.dispose()
+    assert any(f"USING INDEX {index} (capability=?)" in step for step in plan), plan
+    assert sum("TEMP B-TREE" in step for step in plan) == sorts, plan
