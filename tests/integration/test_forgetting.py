@@ -178,19 +178,23 @@ def _all_done(processes: list[subprocess.Popen[str]], timeout_s: float = 240) ->
     with its stderr (the others, waiting at the barrier for it, are killed): one that died
     before the barrier must not look like the others hanging."""
     deadline = time.monotonic() + timeout_s
+    failed: subprocess.Popen[str] | None = None
     while any(p.poll() is None for p in processes) and time.monotonic() < deadline:
         failed = next((p for p in processes if p.poll() not in (None, 0)), None)
         if failed is not None:
             break
         time.sleep(0.1)
-    outputs = []
-    for process in processes:
-        if process.poll() is None:
-            process.kill()
-        out, err = process.communicate()
-        assert process.returncode == 0, f"settler exited {process.returncode}: {err[-3000:]}"
-        outputs.append(out)
-    return outputs
+    hung = [p for p in processes if p.poll() is None]
+    for process in hung:
+        process.kill()
+    # every pipe read and every process reaped before anything is asserted (a Popen left
+    # behind would warn in whatever test runs next); the one that failed by itself first
+    results = [(p, *p.communicate()) for p in processes]
+    first = [r for r in results if r[0] is failed] + [r for r in results if r[0] is not failed]
+    for process, _, err in first:
+        why = "killed: it hung" if process in hung and process is not failed else "exited"
+        assert process.returncode == 0, f"settler {why} {process.returncode}: {err[-3000:]}"
+    return [out for _, out, _ in results]
 
 
 def test_four_processes_settle_one_task_once(tmp_path: Path, shared_db: str | None) -> None:
