@@ -14,8 +14,10 @@ signed log; whoever does not learns nothing from the commitment:
   by hashing candidates against the commitment;
 - the sealed form is canonical (RFC 8785), so one value and salt have exactly one commitment.
 
-Pure: no I/O. `open_sealed` raises SealError (a ProofError: bytes that do not hold what the
-log committed to).
+Pure (no I/O), but for the one random draw: `seal` without a salt takes a fresh one from
+`secrets`; it is called where work is sealed (the team's runner, the settlement's judge), and
+`Sealed(value, salt)` is deterministic for tests and audits. `open_sealed` raises
+SealError (a ProofError: bytes that do not hold what the log committed to).
 """
 
 from __future__ import annotations

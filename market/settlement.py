@@ -472,16 +472,17 @@ def deliverable_view(
     digest = Entry.from_bytes(found[0].data).event.body.get("sha256")
     openings: dict[str, str] = {}
 
+    def read(commitment: str) -> bytes | None:
+        """The service's sealed bytes, remembered as an opening (`opener` checks them)."""
+        data = market.sealed_bytes(commitment) if is_commitment(commitment) else None
+        if data is not None:
+            openings[commitment] = data.decode()
+        return data
+
+    open_value = opener(read, required=False)
+
     def opened(commitment: object) -> Any:
-        data = market.sealed_bytes(str(commitment)) if is_commitment(commitment) else None
-        if data is None:
-            return SEALED
-        try:
-            value = open_sealed(data, str(commitment)).value
-        except SealError as exc:
-            raise SettlementError(str(exc)) from exc
-        openings[str(commitment)] = data.decode()
-        return value
+        return open_value(str(commitment))
 
     parts: list[dict[str, Any]] = []
     withheld: list[str] = []

@@ -20,6 +20,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from tests.clocks import advance_clock_file
+
 CLEARED = ("ACCORD_RPC_URL", "ACCORD_DB_URL", "ACCORD_REQUESTER_ETH_KEY")
 """Settings of the caller's environment that would point `accord` somewhere else."""
 
@@ -64,8 +66,7 @@ class AccordCli:
     def advance(self, seconds: float) -> None:
         """Move the market's clock on by `seconds`: a window closes when the test says, not
         when a slow machine gets there."""
-        before = float(self.clock_file.read_text()) if self.clock_file.exists() else 0.0
-        self.clock_file.write_text(repr(before + seconds))
+        advance_clock_file(self.clock_file, seconds)
 
     def run(self, *args: str, check: int | None = 0) -> subprocess.CompletedProcess[str]:
         """`accord ARGS`; unless `check` is None, fails the test on another exit code."""

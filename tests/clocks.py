@@ -4,6 +4,7 @@ read as `clock()` when a test decides what time it is."""
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 
 class Clock:
@@ -36,3 +37,10 @@ class RunningClock:
 
     def advance(self, seconds: float) -> None:
         self.offset += timedelta(seconds=seconds)
+
+
+def advance_clock_file(path: Path, seconds: float) -> None:
+    """Move a test clock file (ACCORD_TEST_CLOCK, read by `ledger.runtime.OffsetClock`) on by
+    `seconds`: the market's windows close without anyone waiting for them."""
+    before = float(path.read_text()) if path.exists() else 0.0
+    path.write_text(repr(before + seconds))

@@ -36,6 +36,7 @@ from ledger.store import LogStore, make_engine
 from market.money import Wei
 from market.runtime import MarketContext, open_market
 from market.sealed import commit_bid, reveal_bid
+from tests.clocks import advance_clock_file
 from tests.serving import serve
 from tests.specs import INVOICE_PATH, invoice_request
 
@@ -96,8 +97,7 @@ def anchors_of(context: MarketContext) -> AnchorChain:
 
 def _advance(tmp_path: Path, seconds: float) -> None:
     """Move the service's clock (ACCORD_TEST_CLOCK) on: a window closes without waiting."""
-    clock = tmp_path / "clock"
-    clock.write_text(repr((float(clock.read_text()) if clock.exists() else 0.0) + seconds))
+    advance_clock_file(tmp_path / "clock", seconds)
 
 
 def test_the_requesters_work_done_delivered_paid_and_audited(

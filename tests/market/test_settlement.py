@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from sqlalchemy import text
 
 import coordinator.service
 from audit.checks import audit_task
@@ -33,6 +34,7 @@ from market.service import Market
 from market.settlement import (
     SETTLEMENT_COMPUTED,
     delivery_body,
+    logged_settlement,
     opener,
     recompute_settlement,
     settle_environment,
@@ -178,6 +180,33 @@ def test_settle_pays_each_contributor_its_shapley_share(delivered: World) -> Non
         assert abs(outcome.payouts[player] - share) < 1
         assert body["payees"][player] == world.onboarding.payout_address(player, 31337)
     assert outcome.refund == task.spec.budget - task.price
+
+
+def test_an_output_the_service_no_longer_holds_is_not_paid_on(delivered: World) -> None:
+    """A sealed output lost from the blob store: the checks cannot run on it, so nothing is
+    computed, logged or paid, and the escrow stays open; once the bytes are back (a restore),
+    the same settlement goes through."""
+    world = delivered
+    body = delivery_body(world.market, world.task_id)
+    commitment = body["deliverable"]["contributions"][0]["output_sha256"]
+    kept = world.market.sealed_bytes(commitment)
+    assert kept is not None
+    with world.market.blobs.engine.begin() as connection:
+        connection.execute(text("DELETE FROM market_blobs WHERE sha256 = :c"), {"c": commitment})
+    size = world.ledger.store.size()
+    with pytest.raises(SettlementError, match=f"sealed output {commitment} is not held"):
+        settle_task(world.market, world.onboarding, world.task_id)
+    assert (
+        world.ledger.store.size() == size and logged_settlement(world.market, world.task_id) is None
+    )
+    deposit = world.escrow.deposit_of(world.task_id)
+    assert deposit is not None and deposit[1], "the escrow stays open"
+    with world.market.blobs.engine.begin() as connection:
+        connection.execute(
+            text("INSERT INTO market_blobs (sha256, size, data) VALUES (:c, :n, :d)"),
+            {"c": commitment, "n": len(kept), "d": kept},
+        )
+    assert settle_task(world.market, world.onboarding, world.task_id).amount > 0
 
 
 def test_settle_is_idempotent(delivered: World) -> None:
