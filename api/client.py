@@ -21,6 +21,7 @@ import httpx
 
 from api.auth import AccordAuth
 from ledger.errors import AccordError
+from ledger.events import make_entry, parse_time
 from ledger.signing import Signer
 
 SERVER_ENV = "ACCORD_SERVER"
@@ -58,6 +59,7 @@ class AccordClient:
         if not base_url.startswith(("http://", "https://")):
             raise ApiError(f"the server URL {base_url!r} must start with http:// or https://")
         self.base_url = base_url.rstrip("/")
+        self.signer = signer
         self._http = httpx.Client(
             base_url=self.base_url,
             timeout=timeout,
@@ -134,6 +136,28 @@ class AccordClient:
 
     def get(self, path: str, params: Mapping[str, str | int] | None = None) -> Any:
         return self.request("GET", path, params=params)
+
+    def post(self, path: str, body: Any = None) -> Any:
+        """The JSON answer of a signed POST. Raises ApiError."""
+        return self.request("POST", path, json=body)
+
+    def entry(self, kind: str, subject: str, body: Mapping[str, Any]) -> JsonObject:
+        """A ledger entry of the client's own signer, with the seq the service says comes
+        next (`GET /agents/{did}/next-seq`) and the service's time (its clock decides the
+        windows, not this machine's), signed here: the JSON a route that logs a
+        party's own event takes. Raises ApiError (no signer, or the service unreachable)."""
+        if self.signer is None:
+            raise ApiError("signing a ledger entry needs a client with a signer")
+        info = cast(JsonObject, self.get(f"/agents/{_segment(self.signer.did)}/next-seq"))
+        entry = make_entry(
+            self.signer,
+            kind=kind,
+            seq=int(info["seq"]),
+            at=parse_time(str(info["server_time"])),
+            subject=subject,
+            body=dict(body),
+        )
+        return entry.to_json()
 
     def health(self) -> JsonObject:
         return cast(JsonObject, self.get("/health"))
