@@ -4,7 +4,9 @@ someone at the CLI (`accord serve` runs it every few seconds; `LifecycleWorker`)
     revealing, its reveal window over   award by the auction rule, or expire the task and
                                         refund its deposit when no valid bid was revealed
     expired, its refund not made        refund (`Market.recover`: a crash between the two)
-    posted, its deposit on chain        log `escrow.opened` (`Market.recover`)
+    posted, its deposit on chain        log `escrow.opened` (`Market.recover`); an escrow under
+                                        its key that is not its deposit (another account, amount
+                                        or deadline) waits, saying why
     delivered, its review window over   settle: checks, Shapley split, paid on chain; one
                                         that waits (a dispute whose evaluator is away, a
                                         judge that does not answer) is tried again later
@@ -96,6 +98,8 @@ def run_due(
                     recovered = set(market.recover())
                 if item.task_id in recovered:
                     results.append(Done(item, "done", "brought level with the chain"))
+                elif item.task_id in market.unmatched_deposits:
+                    results.append(Done(item, "waits", market.unmatched_deposits[item.task_id]))
             else:
                 settled = settle_task(market, context.onboarding, item.task_id)
                 results.append(Done(item, "elsewhere" if settled.already else "done", "settled"))

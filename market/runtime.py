@@ -26,7 +26,7 @@ from market.escrow import (
     ensure_escrow,
 )
 from market.money import Wei
-from market.service import EscrowReceipt, Market
+from market.service import EscrowDeposit, EscrowReceipt, Market
 
 ESCROW_DEPLOYMENT_FILE = "escrow-deployment.json"
 
@@ -75,10 +75,21 @@ class ChainEscrow:
 
     def deposit_of(self, task_id: str) -> tuple[Wei, bool] | None:
         """The escrowed deposit of `task_id` and whether it is still open, or None."""
+        record = self.deposit_record(task_id)
+        return None if record is None else (record.amount, record.open)
+
+    def deposit_record(self, task_id: str) -> EscrowDeposit | None:
+        """The escrow the contract holds under `task_id`'s key, whoever opened it, or None."""
         record = self.chain.escrow(task_id)
         if record is None or record.state == EscrowState.NONE:
             return None
-        return record.deposit, record.state == EscrowState.OPEN
+        return EscrowDeposit(
+            record.requester, record.deposit, record.deadline, record.state == EscrowState.OPEN
+        )
+
+    def escrow_address(self) -> str:
+        """The TaskEscrow contract's address."""
+        return self.chain.escrow_address()
 
 
 def _receipt(outcome: EscrowOutcome) -> EscrowReceipt:

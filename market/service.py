@@ -5,7 +5,10 @@ Every action is a signed ledger event whose subject is the task id, and a task i
 `tasks.replay` of its events: the ledger is the only store, queried through its subject index.
 
     task.posted      requester   the spec, and the chain account that escrows the budget
-    escrow.opened    operator    the escrow transaction is mined: bidding opens
+                                 (`escrow_from`); signed here for a hosted requester
+                                 (`post`), or by the requester itself (`post_signed`)
+    escrow.opened    operator    the task's deposit is on chain (from `escrow_from`, the
+                                 budget, the delivery deadline): bidding opens
     bid.committed    operator    an admitted sealed commitment (signed inside by its bidder)
                                  and the bidder's exam score when it committed
     bid.revealed     operator    an admitted reveal, signed inside by its bidder
@@ -16,7 +19,8 @@ Every action is a signed ledger event whose subject is the task id, and a task i
     task.delivered   winner      the team's signed reports and the assembled deliverable
                                  (plan and parts, stored content-addressed; its sha256)
     review.given     requester   accept or reject of one review check, in the review window
-    task.cancelled   requester   a posted task whose escrow never opened ends (`cancel`)
+    task.cancelled   requester   a posted task whose escrow never opened ends (`cancel`,
+                                 or `cancel_signed` with the requester's own entry)
 
 A task's input files and its deliverable are blobs named by their SHA-256 (`market.blobs`).
 
@@ -25,8 +29,10 @@ Rejected commitments and reveals are not logged; they raise `BidRejected` with t
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
+import logging
 import threading
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -39,9 +45,10 @@ from identity.challenges.registry import get_capability
 from identity.credential_views import VIEW_NAME as CREDENTIAL_VIEW
 from identity.credential_views import capabilities_of, credentials_held, holders
 from identity.errors import ExamError, IdentityError, RegistryError
+from identity.exams import check_agent_entry
 from identity.onboarding import Onboarding
 from ledger.canonical import canonical_json
-from ledger.errors import AlreadyLoggedError
+from ledger.errors import AlreadyLoggedError, LedgerError
 from ledger.events import Entry, Event, parse_time
 from ledger.sealing import Sealed
 from ledger.service import Ledger
@@ -109,6 +116,8 @@ from market.views import (
 from market.views import VIEW_NAME as TASK_VIEW
 from market.work import dispute_fee, file_refs
 
+log = logging.getLogger("accord.market")
+
 MAX_TASK_EVENTS = 100_000
 MAX_REJECTION_REASON = 2000
 _BOOK_PAGE = 5000
@@ -121,6 +130,18 @@ class EscrowReceipt:
 
     tx_hash: str
     block_number: int
+
+
+@dataclass(frozen=True)
+class EscrowDeposit:
+    """The escrow the contract holds under a task's key, whoever opened it: the account that
+    deposited (the contract's `requester`, credited with refunds), the amount, the deadline
+    (unix seconds) after which it refunds, and whether it is still open."""
+
+    requester: str
+    amount: Wei
+    deadline: int
+    open: bool
 
 
 class EscrowPort(Protocol):
@@ -145,6 +166,14 @@ class EscrowPort(Protocol):
 
     def deposit_of(self, task_id: str) -> tuple[Wei, bool] | None:
         """The deposit escrowed for `task_id` and whether it is still open, or None."""
+        ...
+
+    def deposit_record(self, task_id: str) -> EscrowDeposit | None:
+        """The escrow the contract holds under `task_id`'s key (whoever opened it), or None."""
+        ...
+
+    def escrow_address(self) -> str:
+        """The address of the escrow contract (where a requester's own wallet deposits)."""
         ...
 
     def settle(self, task_id: str, payees: Sequence[str], amounts: Sequence[Wei]) -> EscrowReceipt:
@@ -349,6 +378,9 @@ class Market:
         self.blobs = BlobStore(ledger.store.engine)
         self._bidding: dict[str, _TaskLog] = {}
         self._bidding_lock = threading.Lock()
+        self.unmatched_deposits: dict[str, str] = {}
+        """Posted tasks whose key on chain holds an escrow that is not their deposit (another
+        account's, another amount or deadline), with the reason, as `recover` last saw them."""
         for projection in read_views(ledger.operator.did):
             ledger.store.attach(projection)
 
@@ -562,7 +594,7 @@ class Market:
         """
         task_id = posted_task_id(requester.did, idempotency_key)
         if idempotency_key is not None:
-            posted = self._posted_again(task_id, requester, spec, idempotency_key)
+            posted = self._posted_again(task_id, requester.did, spec, idempotency_key)
             if posted is not None:
                 return self._escrowed(posted, requester_key)
         address = self.escrow.requester_address(requester_key)
@@ -582,23 +614,151 @@ class Market:
             )
         except AlreadyLoggedError:
             # Another process posted it with the same key between our look and our append.
-            posted = self._posted_again(task_id, requester, spec, str(idempotency_key))
+            posted = self._posted_again(task_id, requester.did, spec, str(idempotency_key))
             assert posted is not None
             return self._escrowed(posted, requester_key)
         return self.escrow_task(task_id, requester_key=requester_key)
 
+    def post_signed(self, entry: Entry, spec: TaskSpec, *, idempotency_key: str) -> Task:
+        """Post a task whose requester holds its own key: `entry` is its `task.posted`,
+        signed by itself, whose body is exactly `posted_body(task_id, spec, escrow_from)`
+        with the id `posted_task_id(requester, idempotency_key)` (`prepare_post` gives both).
+        Nothing is deposited here: the requester opens the escrow from `escrow_from` itself
+        (`escrow_call` says how), and the task takes bids once that deposit is on chain
+        (`recover`, which the service's lifecycle runs). The same key again answers the task
+        it posted (its escrow opened if the deposit has come meanwhile), whatever entry
+        carries it, as long as the spec and account are the same. A spec names only files
+        its requester uploaded, as in `post`.
+
+        Raises TaskError for an entry that does not verify, is not a `task.posted` of this
+        id, whose body is not the one the service would log, whose account is not an
+        Ethereum address or whose time is more than 2 minutes off the service's clock;
+        IdempotencyConflict when the key already posted another spec or account; WorkError
+        naming a file the requester does not hold; SequenceError for a seq already taken.
+        """
+        try:
+            entry.verify()
+        except LedgerError as exc:
+            raise TaskError(f"the task.posted entry does not verify: {exc}") from exc
+        event = entry.event
+        requester = event.actor
+        task_id = posted_task_id(requester, idempotency_key)
+        body = event.body
+        escrow_from = escrow_account(body.get("escrow_from") if isinstance(body, Mapping) else None)
+        posted = self._posted_again(task_id, requester, spec, idempotency_key, escrow_from)
+        if posted is not None:
+            return self._opened_if_deposited(posted)
+        if event.subject != task_id or body.get("task_id") != task_id:
+            raise TaskError(
+                f"the entry posts {event.subject!r}, but idempotency key {idempotency_key!r} of "
+                f"{requester} names task {task_id} (POST /tasks/prepare gives both)"
+            )
+        try:
+            check_agent_entry(
+                entry,
+                actor=requester,
+                kind=TASK_POSTED,
+                subject=task_id,
+                body=posted_body(task_id, spec, escrow_from),
+                now=self.clock(),
+            )
+        except ExamError as exc:
+            raise TaskError(f"{exc} (sign the body POST /tasks/prepare gives)") from exc
+        self._claim_files(requester, spec, task_id)
+        for sha in spec.files:
+            try:
+                self.blobs.get(sha)
+            except BlobError as exc:
+                raise WorkError(f"file {sha} of the spec is not stored: {exc}") from exc
+        # another process may log it with the same key between our look and ours
+        with contextlib.suppress(AlreadyLoggedError):
+            self.ledger.append_entries([entry], once_keys=[task_id])
+        posted = self._posted_again(task_id, requester, spec, idempotency_key, escrow_from)
+        assert posted is not None
+        return self._opened_if_deposited(posted)
+
+    def prepare_post(
+        self, requester: str, spec: TaskSpec, escrow_from: str, idempotency_key: str
+    ) -> tuple[str, dict[str, Any]]:
+        """The task id and the `task.posted` body a requester holding its own key signs to
+        post `spec`, its escrow paid from `escrow_from` (see `post_signed`). Logs nothing.
+
+        Raises TaskError for an account that is not an Ethereum address or a bad key.
+        """
+        task_id = posted_task_id(requester, idempotency_key)
+        return task_id, posted_body(task_id, spec, escrow_account(escrow_from))
+
     def _posted_again(
-        self, task_id: str, requester: Signer, spec: TaskSpec, key: str
+        self,
+        task_id: str,
+        requester: str,
+        spec: TaskSpec,
+        key: str,
+        escrow_from: str | None = None,
     ) -> Task | None:
         """The task an idempotency key already posted, or None. Raises IdempotencyConflict
-        when it was posted with another spec."""
+        when it was posted with another spec (or, when given, from another account)."""
         try:
             task = self.task(task_id)
         except TaskError:
             return None
-        if task.requester != requester.did or task.spec.to_json() != spec.to_json():
+        if task.requester != requester or task.spec.to_json() != spec.to_json():
+            raise IdempotencyConflict(key, task_id)
+        if escrow_from is not None and self.escrow_from(task_id) != escrow_from:
             raise IdempotencyConflict(key, task_id)
         return task
+
+    def escrow_from(self, task_id: str) -> str | None:
+        """The account `task.posted` names to escrow the budget from (None: no such task)."""
+        found = self.ledger.store.find(kind=TASK_POSTED, subject=task_id, limit=1)
+        if not found:
+            return None
+        value = Entry.from_bytes(found[0].data).event.body.get("escrow_from")
+        return value if isinstance(value, str) else None
+
+    def escrow_call(self, task: Task) -> dict[str, Any]:
+        """The transaction that opens `task`'s escrow, for the requester's own wallet to sign
+        and send: `TaskEscrow.open(task_id_hash, deadline)` from `escrow_from` with the
+        budget as its value, the deadline the task's delivery deadline (unix seconds)."""
+        from market.escrow.values import OPEN_SIGNATURE, open_calldata, task_id_hash
+
+        deadline = escrow_deadline(task)
+        return {
+            "chain_id": self.escrow.chain_id(),
+            "to": self.escrow.escrow_address(),
+            "data": "0x" + open_calldata(task.task_id, deadline).hex(),
+            "value": str(task.spec.budget),
+            "from": self.escrow_from(task.task_id),
+            "function": OPEN_SIGNATURE,
+            "task_id_hash": "0x" + task_id_hash(task.task_id).hex(),
+            "deadline": deadline,
+        }
+
+    def _deposit_seen(self, task: Task) -> bool:
+        """Whether `task`'s own deposit is on chain: an open escrow under its key from the
+        account its requester signed, of its budget, with its deadline (`deposit_mismatch`).
+        An escrow that is not (a stranger's, a wrong amount or deadline) is kept in
+        `unmatched_deposits` with the reason, and logged once."""
+        deposit = self.escrow.deposit_record(task.task_id)
+        if deposit is None:
+            return False
+        problem = deposit_mismatch(task, self.escrow_from(task.task_id), deposit)
+        if problem is None:
+            self.unmatched_deposits.pop(task.task_id, None)
+            return True
+        if self.unmatched_deposits.get(task.task_id) != problem:
+            log.warning("%s", problem)
+        self.unmatched_deposits[task.task_id] = problem
+        return False
+
+    def _opened_if_deposited(self, task: Task) -> Task:
+        """`task`, with its `escrow.opened` logged if it is posted and its deposit is on
+        chain (once: a second one is refused by the log)."""
+        if task.state != "posted" or task.escrowed or not self._deposit_seen(task):
+            return task
+        with contextlib.suppress(AlreadyLoggedError):  # another process logged it first
+            self._log_escrow_opened(task, EscrowReceipt("recovered", 0))
+        return self.task(task.task_id)
 
     def _escrowed(self, task: Task, requester_key: str) -> Task:
         """`task`, its escrow opened if a crash or a failed deposit left it `posted`."""
@@ -719,16 +879,18 @@ class Market:
         )
 
     def recover(self) -> list[str]:
-        """Bring task records level with the chain after a crash between the two: a posted
-        task whose deposit is on chain gets its `escrow.opened`; an expired task gets its
+        """Bring task records level with the chain after a crash between the two, or after a
+        requester's own deposit: a posted task whose deposit is on chain (`_deposit_seen`:
+        from its `escrow_from`, its budget, its deadline) gets its `escrow.opened`, and one
+        whose key holds any other escrow stays posted (`unmatched_deposits`); an expired task
+        gets its
         refund made (at most once: the escrow refuses a second settle) and logged. Returns
         the ids of the tasks it moved on."""
         moved = []
         stuck = [*self.iter_tasks(state="posted"), *self.iter_tasks(state="expired")]
         for task in stuck:
             if task.state == "posted":
-                deposit = self.escrow.deposit_of(task.task_id)
-                if deposit is not None and deposit[0] == task.spec.budget:
+                if self._deposit_seen(task):
                     self._log_escrow_opened(task, EscrowReceipt("recovered", 0))
                     moved.append(task.task_id)
             elif task.state == "expired":
@@ -744,18 +906,46 @@ class Market:
         Raises TaskError for an unknown task or another signer than the requester,
         TransitionError unless the task is `posted`, ChainError when the chain cannot say.
         """
-        task = self.task(task_id)
-        if requester.did != task.requester:
-            raise TaskError(f"only its requester {task.requester} may cancel {task_id}")
-        if task.state == "posted":
-            deposit = self.escrow.deposit_of(task_id)
-            if deposit is not None and deposit[0] == task.spec.budget:
-                self._log_escrow_opened(task, EscrowReceipt("recovered", 0))
-                task = self.task(task_id)
-        if task.state != "posted":
-            raise TransitionError(task_id, task.state, "cancelled")
+        self._cancellable(requester.did, task_id)
         self.ledger.append(requester, TASK_CANCELLED, subject=task_id, body={"task_id": task_id})
         return self.task(task_id)
+
+    def cancel_signed(self, entry: Entry) -> Task:
+        """`cancel`, with the `task.cancelled` entry the requester signed itself (body
+        `{"task_id"}`, subject the task id). A task whose key on chain holds an escrow that is
+        not its deposit (a stranger front-ran the opening) can be cancelled: its requester then
+        posts again under a new idempotency key, so a new task id.
+
+        Raises TaskError for an entry that does not verify or is not that cancellation, and
+        what `cancel` raises.
+        """
+        event = entry.event
+        task_id = event.subject
+        self._cancellable(event.actor, task_id)
+        try:
+            check_agent_entry(
+                entry,
+                actor=event.actor,
+                kind=TASK_CANCELLED,
+                subject=task_id,
+                body={"task_id": task_id},
+                now=self.clock(),
+            )
+        except ExamError as exc:
+            raise TaskError(str(exc)) from exc
+        self.ledger.append_entries([entry])
+        return self.task(task_id)
+
+    def _cancellable(self, requester: str, task_id: str) -> Task:
+        """The posted task `requester` may cancel; its `escrow.opened` is logged instead when
+        its deposit is on chain after all. Raises what `cancel` raises."""
+        task = self.task(task_id)
+        if requester != task.requester:
+            raise TaskError(f"only its requester {task.requester} may cancel {task_id}")
+        task = self._opened_if_deposited(task)
+        if task.state != "posted":
+            raise TransitionError(task_id, task.state, "cancelled")
+        return task
 
     def commit(self, commitment: sealed.Commitment) -> int:
         """Admit and log a signed commitment, with the bidder's exam score at commit time.
@@ -1089,6 +1279,53 @@ def reputations_from_log(
 
 
 MAX_IDEMPOTENCY_KEY = 200
+
+
+def posted_body(task_id: str, spec: TaskSpec, escrow_from: str) -> dict[str, Any]:
+    """What `task.posted` records: the task id, the spec, the account escrowing its budget."""
+    return {"task_id": task_id, "spec": spec.to_json(), "escrow_from": escrow_from}
+
+
+def escrow_account(value: Any) -> str:
+    """`value` as a checksummed Ethereum address (EIP-55). Raises TaskError for anything
+    else: not 0x and 40 hex digits, a mixed-case address whose checksum is wrong, zero."""
+    from eth_utils.address import is_address, to_checksum_address
+
+    if not isinstance(value, str) or not is_address(value) or int(value, 16) == 0:
+        shown = repr(value)[:60]
+        raise TaskError(
+            f"escrow_from {shown} is not an Ethereum address: 0x and 40 hex digits (mixed "
+            "case only as a valid EIP-55 checksum), the account your wallet deposits from"
+        )
+    return str(to_checksum_address(value))
+
+
+def escrow_deadline(task: Task) -> int:
+    """The deadline a task's escrow is opened with: its delivery deadline, unix seconds."""
+    return int(task.delivery_deadline.timestamp())
+
+
+def deposit_mismatch(task: Task, escrow_from: str | None, deposit: EscrowDeposit) -> str | None:
+    """Pure: why the escrow `deposit` under `task`'s key is not the task's deposit, or None
+    when it is: open, from `escrow_from` (the account its requester signed in `task.posted`;
+    None: any), of the budget, refundable after the task's delivery deadline. Anybody can call
+    `open` under a task's key first (the id is public): such an escrow never opens bidding."""
+    what = f"the escrow under {task.task_id}'s key is not its deposit"
+    if not deposit.open:
+        return f"{what}: it is no longer open"
+    if escrow_from is not None and deposit.requester.lower() != escrow_from.lower():
+        return (
+            f"{what}: {deposit.requester} opened it, not {escrow_from}, the account its "
+            "requester signed (cancel the task and post it again under a new key)"
+        )
+    if deposit.amount != task.spec.budget:
+        return f"{what}: it holds {deposit.amount} wei, not the budget {task.spec.budget} wei"
+    if deposit.deadline != escrow_deadline(task):
+        return (
+            f"{what}: its deadline is {deposit.deadline}, not the task's delivery deadline "
+            f"{escrow_deadline(task)}"
+        )
+    return None
 
 
 def posted_task_id(requester: str, idempotency_key: str | None) -> str:

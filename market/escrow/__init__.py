@@ -38,6 +38,7 @@ from market.escrow.memory_chain import (
 )
 from market.escrow.values import (
     ESCROW_CONTRACT,
+    OPEN_SIGNATURE,
     EscrowEvent,
     EscrowEventName,
     EscrowIntent,
@@ -50,6 +51,7 @@ from market.escrow.values import (
     EscrowTxRejectedError,
     SignedEscrowTx,
     address_of,
+    open_calldata,
     open_intent,
     refund_intent,
     settle_intent,
@@ -69,6 +71,7 @@ __all__ = [
     "MEMORY_GAS",
     "MEMORY_GAS_REVERTED",
     "MEMORY_RPC_URL",
+    "OPEN_SIGNATURE",
     "EscrowActions",
     "EscrowChain",
     "EscrowDeployment",
@@ -100,6 +103,7 @@ __all__ = [
     "build_withdraw_tx",
     "deploy_escrow",
     "ensure_escrow",
+    "open_calldata",
     "open_intent",
     "refund_intent",
     "settle_intent",

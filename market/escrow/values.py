@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from enum import IntEnum
 from typing import Any, Literal, TypedDict
 
+from eth_abi.abi import encode as abi_encode
 from eth_account import Account
 from eth_utils.address import to_checksum_address
 from eth_utils.crypto import keccak
@@ -190,6 +191,22 @@ class EscrowEvent:
 def task_id_hash(task_id: str) -> bytes:
     """The on-chain key of a task: keccak256 of its UTF-8 id."""
     return keccak(text=task_id)
+
+
+OPEN_SIGNATURE = "open(bytes32,uint64)"
+"""The escrow's `open` function, as `cast send` and the ABI name it."""
+
+
+def open_calldata(task_id: str, deadline: int) -> bytes:
+    """The calldata of `TaskEscrow.open(task_id_hash(task_id), deadline)`: what a requester's
+    own wallet sends, with the budget as its value, to open a task's escrow. Pure.
+
+    Raises ValueError for a deadline outside uint64.
+    """
+    if not 0 <= deadline < 2**64:
+        raise ValueError(f"deadline out of uint64 range: {deadline}")
+    selector = keccak(text=OPEN_SIGNATURE)[:4]
+    return selector + abi_encode(["bytes32", "uint64"], [task_id_hash(task_id), deadline])
 
 
 def address_of(key_hex: str) -> str:
