@@ -4,7 +4,14 @@ An A2A client posts a paid task by sending a message whose one data part is the 
 the body of `POST /tasks` (title, budget, windows, parts, checks); the text parts, if any,
 become the description when the spec has none. The request is signed like every mutating
 request (`api.auth`): the signer is the requester, and an unsigned call gets 401 problem+json
-before any JSON-RPC is read. Methods (the names the A2A 1.x clients send):
+before any JSON-RPC is read. That posts for a requester whose key the service holds.
+
+A requester holding its own key (any did:key) sends instead its own signed `task.posted` in
+the message's metadata, `{"accord": {"entry": {...}, "idempotency_key": "..."}}` (the entry and
+key `POST /tasks/prepare` gave; the key defaults to the message's `messageId`); the parts are
+not read then, the entry carries the spec. The task answered is `posted` and its metadata's
+`accord.escrow` is the `TaskEscrow.open` call the requester's own wallet makes; it takes bids
+once that deposit is on chain. Methods (the names the A2A 1.x clients send):
 
     SendMessage            post the task; answers {"task": Task} once it is posted and escrowed
     SendStreamingMessage   the same, then SSE: the Task, then a status update at each change of
@@ -83,6 +90,7 @@ from api.problems import (
 )
 from api.routes.deps import ApiState, Caller, State
 from api.routes.market import TaskPost, post_task
+from api.routes.remote import EntryBody
 from api.streams import SlotStream
 from ledger.events import Entry, parse_time
 from market.runtime import MarketContext
@@ -432,6 +440,44 @@ def posting_of(params: Mapping[str, Any]) -> Posting:
     if message_id is not None and not isinstance(message_id, str):
         raise invalid_params("messageId must be a string", "message.messageId")
     return Posting(spec, message_id or None)
+
+
+@dataclass(frozen=True)
+class SignedPosting:
+    """A SendMessage of a requester holding its own key: its signed `task.posted` entry and
+    the idempotency key the task id derives from."""
+
+    entry: EntryBody
+    idempotency_key: str
+
+
+def signed_posting_of(params: Mapping[str, Any]) -> SignedPosting | None:
+    """The requester's own `task.posted` a SendMessage carries in `message.metadata.accord`
+    (`entry`, and `idempotency_key`, else the `messageId`), or None when it carries none.
+
+    Raises RpcError INVALID_PARAMS for an entry that is not an entry object, or no key.
+    """
+    message = params.get("message")
+    metadata = message.get("metadata") if isinstance(message, dict) else None
+    accord = metadata.get("accord") if isinstance(metadata, dict) else None
+    if not isinstance(accord, dict) or "entry" not in accord:
+        return None
+    try:
+        entry = EntryBody.model_validate({"entry": whole_numbers(accord["entry"])})
+    except ValidationError as exc:
+        raise invalid_params(
+            f"message.metadata.accord.entry is not a signed ledger entry {{event, kid, sig}}: "
+            f"{exc.errors()[0]['msg']}",
+            "message.metadata.accord.entry",
+        ) from exc
+    key = accord.get("idempotency_key") or (message or {}).get("messageId")
+    if not isinstance(key, str) or not key:
+        raise invalid_params(
+            "a self-signed posting needs the idempotency key its task id derives from "
+            "(message.metadata.accord.idempotency_key, or the messageId)",
+            "message.metadata.accord.idempotency_key",
+        )
+    return SignedPosting(entry, key)
 
 
 def whole_numbers(value: Any) -> Any:
@@ -806,18 +852,27 @@ def send_message(env: Env, params: Mapping[str, Any]) -> dict[str, Any]:
     whose key the service does not hold) and the market's errors as `post_task` does.
     """
     continued_task(env, params)
-    posting = posting_of(params)
-    body = validated_spec(posting.spec)
     context = env.context()
+    signed = signed_posting_of(params)
     try:
-        posted = post_task(body, env.caller, context, env.state, idempotency_key=posting.message_id)
+        if signed is not None:
+            posted = post_task(signed.entry, env.caller, context, env.state, signed.idempotency_key)
+        else:
+            posting = posting_of(params)
+            body = validated_spec(posting.spec)
+            posted = post_task(
+                body, env.caller, context, env.state, idempotency_key=posting.message_id
+            )
     except ProblemError as exc:
         raise rpc_error_of(exc, spec=True) from exc
     except DOMAIN_ERRORS as exc:
         raise rpc_error_of(domain_problem(exc), spec=True) from exc
     task = context.market.task(posted["id"])
     view = view_of(env, task, warnings=tuple(posted.get("warnings", ())))
-    return {"task": task_object(view)}
+    answer = task_object(view)
+    if "escrow" in posted:  # the deposit the requester's own wallet makes
+        answer["metadata"]["accord"]["escrow"] = posted["escrow"]
+    return {"task": answer}
 
 
 def get_task(env: Env, params: Mapping[str, Any]) -> dict[str, Any]:

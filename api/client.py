@@ -97,9 +97,11 @@ class AccordClient:
         *,
         params: Mapping[str, str | int] | None = None,
         json: Any = None,
+        headers: Mapping[str, str] | None = None,
     ) -> Any:
-        """The JSON answer of one call. Raises ApiError."""
-        return self._json(method, path, self._send(method, path, params=params, json=json))
+        """The JSON answer of one call (`headers` added to it). Raises ApiError."""
+        response = self._send(method, path, params=params, json=json, headers=headers)
+        return self._json(method, path, response)
 
     def _send(
         self,
@@ -108,11 +110,12 @@ class AccordClient:
         *,
         params: Mapping[str, str | int] | None = None,
         json: Any = None,
+        headers: Mapping[str, str] | None = None,
     ) -> httpx.Response:
         """The answer of one call, when it is not an error. Raises ApiError."""
         where = f"{method} {self.base_url}{path}"
         try:
-            response = self._http.request(method, path, params=params, json=json)
+            response = self._http.request(method, path, params=params, json=json, headers=headers)
         except httpx.TimeoutException as exc:
             raise ApiError(f"{where}: the service did not answer in time ({exc})") from exc
         except httpx.HTTPError as exc:

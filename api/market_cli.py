@@ -162,7 +162,7 @@ class _ReadOnlyEscrow:
         raise ChainError("this command only reads the log: it does not reach the chain")
 
     open = refund_to_requester = requester_address = deposit_of = settle = chain_id = _refuse
-    operator_address = _refuse
+    operator_address = deposit_record = escrow_address = _refuse
 
 
 @contextmanager
@@ -248,15 +248,37 @@ def task_post(
     eth_key: Annotated[
         str | None,
         typer.Option(
-            help="Hex private key of the account paying the escrow "
-            "(default: ACCORD_REQUESTER_ETH_KEY, or a funded devnet account)."
+            help='The account paying the escrow: a key file ({"key": "0x…"}, as payout '
+            "keys are kept) or, locally, a hex private key (default: ACCORD_REQUESTER_ETH_KEY, "
+            "or a funded devnet account). With --server, a key file, required: you deposit."
         ),
     ] = None,
+    key: Annotated[
+        Path | None,
+        typer.Option(
+            "--key",
+            help="With --server: your own did:key file, which signs the posting (made there "
+            "on first use). The service never holds it.",
+        ),
+    ] = None,
+    rpc_url: Annotated[
+        str | None,
+        typer.Option(help="With --server: your own JSON-RPC URL (default: GET /chain's)."),
+    ] = None,
+    idempotency_key: Annotated[
+        str | None,
+        typer.Option(help="With --server: post at most once under this key (retries are safe)."),
+    ] = None,
     as_json: JsonFlag = False,
+    server: ServerOption = None,
 ) -> None:
     """Post a paid task (the requester's parts and checks); its budget is escrowed on chain in
     the same step. Either --spec FILE, or the flags of a single part: --title, --budget,
-    --capability and --input (checked by its output schema and the requester's review)."""
+    --capability and --input (checked by its output schema and the requester's review).
+
+    With --server URL you are a requester holding your own keys: --key signs the posting,
+    and your account (--eth-key FILE) deposits the budget itself; the command returns once
+    the service has seen the deposit and the task takes bids."""
     from market.auction import PAYMENT_RULES
 
     if rule not in PAYMENT_RULES:
@@ -290,15 +312,26 @@ def task_post(
             "parts": [{"id": "part", "capability": capability, "input": _json_arg(input_json)}],
         }
         request_files = {}
+    if server:
+        if as_agent is not None:
+            fail("--as names a key the local store holds; with --server give --key FILE", 2)
+        _post_remote(
+            server, request, request_files, key, eth_key, rpc_url, idempotency_key, as_json
+        )
+        return
+    if key is not None or rpc_url is not None or idempotency_key is not None:
+        fail("--key, --rpc-url and --idempotency-key go with --server URL", 2)
+    if eth_key is not None and Path(eth_key).is_file():
+        eth_key = _eth_key_file(Path(eth_key))
     with _market() as market:
         requester = market.signer_for(as_agent)
         for content in request_files.values():  # held by the requester, kept once posted
             market.market.upload_file(requester.did, content)
         task_spec = market.market.spec_from_request(request, requester=requester.did)
-        key = (
+        paying = (
             eth_key or os.environ.get("ACCORD_REQUESTER_ETH_KEY") or market.default_requester_key()
         )
-        task = market.market.post(requester, task_spec, requester_key=key)
+        task = market.market.post(requester, task_spec, requester_key=paying)
         data = _task_json(market, task)
         data["warnings"] = market.market.warnings(task_spec)
     if as_json:
@@ -313,6 +346,76 @@ def task_post(
     )
     say(f"  bids until {task.bidding_ends:%H:%M:%S}, reveals until {task.reveal_ends:%H:%M:%S}")
     for warning in data["warnings"]:
+        output.warn(warning)
+
+
+def _eth_key_file(path: Path) -> str:
+    """The hex key of an Ethereum key file. Exits 2 when it cannot be read."""
+    from accord.kit.wallet import WalletError, read_key_file
+
+    try:
+        return read_key_file(path)
+    except WalletError as exc:
+        fail(str(exc), 2)
+
+
+def _post_remote(
+    server: str,
+    request: dict[str, Any],
+    files: Mapping[str, bytes],
+    key: Path | None,
+    eth_key: str | None,
+    rpc_url: str | None,
+    idempotency_key: str | None,
+    as_json: bool,
+) -> None:
+    """Post `request` to the service at `server` as a requester holding its own keys: signed
+    by the did:key in `key`, the escrow deposited from the account in the key file `eth_key`
+    (`accord.kit.Requester`). Exits 2 for missing or unreadable keys, 1 when the chain or the
+    service fails, with the service's problem as the message."""
+    from accord.kit import Requester, Wallet
+    from api.client import AccordClient, ApiError
+    from ledger.errors import AccordError
+    from ledger.signing import load_or_create_keyfile
+
+    if key is None or eth_key is None:
+        fail(
+            "with --server you post as yourself: give --key FILE (your did:key, made there on "
+            "first use) and --eth-key FILE (the account that deposits the budget)",
+            2,
+        )
+    eth_path = Path(eth_key)
+    if not eth_path.is_file():
+        fail(f"--eth-key {eth_key}: no such key file (with --server it is a file, not a key)", 2)
+    try:
+        signer = load_or_create_keyfile(key)
+    except LedgerError as exc:
+        fail(str(exc), 2)
+    try:
+        with AccordClient(server, signer=signer) as client:
+            wallet = Wallet.from_key_file(eth_path, client.get("/chain"), rpc_url)
+            requester = Requester(client, wallet)
+            for content in files.values():
+                client.upload_file(content)
+            posted = requester.post(request, idempotency_key=idempotency_key)
+            deposit = requester.deposit(posted)
+            task = requester.wait_until_bidding(posted)
+    except ApiError as exc:
+        code = 2 if not server.startswith(("http://", "https://")) else exit_code(exc.status)
+        fail(str(exc), code)
+    except AccordError as exc:
+        fail(str(exc), 1)
+    data = {**task, "escrow": posted.escrow, "deposit_tx": deposit.tx_hash or None}
+    if as_json:
+        emit(data)
+        return
+    budget = Wei(int(task["spec"]["budget"]))
+    say(
+        f"[green]✓[/] posted {task['id']}: {escape(task['spec']['title'])!r}, signed by "
+        f"{signer.did}, {amount(budget)} escrowed from {wallet.address}"
+    )
+    say(f"  {task['state']}: bids until {task['bidding_ends']}")
+    for warning in task.get("warnings", []):
         output.warn(warning)
 
 

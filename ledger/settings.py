@@ -45,6 +45,9 @@ class Settings:
     replaced at its nonce with bumped fees (ACCORD_REPLACE_AFTER, default 120).
     public_url: the base URL at which others reach this service (ACCORD_PUBLIC_URL, no
     trailing slash); the URLs it puts in credentials, such as the status list's, start with it.
+    public_rpc_url: the JSON-RPC URL the service tells requesters' wallets to send their
+    deposits to (ACCORD_PUBLIC_RPC_URL; `GET /chain`). None: the managed devnet's own URL, and
+    on an external chain none at all (ACCORD_RPC_URL may carry the operator's provider key).
     test_clock_file: for tests only (ACCORD_TEST_CLOCK): a file holding how many seconds the
     market's clock runs ahead of the real time, which a test moves on instead of waiting for a
     window to close (`ledger.runtime.clock_of`); None: the real time.
@@ -67,6 +70,7 @@ class Settings:
     devnet_port_set: bool = False
     """Whether ACCORD_DEVNET_PORT was set; if not, the port `devnet up` recorded is used."""
     test_clock_file: Path | None = None
+    public_rpc_url: str | None = None
 
     @property
     def keys_dir(self) -> Path:
@@ -130,6 +134,7 @@ class Settings:
             test_clock_file=Path(env["ACCORD_TEST_CLOCK"]).absolute()
             if env.get("ACCORD_TEST_CLOCK")
             else None,
+            public_rpc_url=_url(env, "ACCORD_PUBLIC_RPC_URL"),
         )
 
 

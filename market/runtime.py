@@ -142,6 +142,17 @@ class MarketContext:
         return DEVNET_REQUESTER_KEY
 
 
+def advertised_rpc_url(settings: Settings) -> str | None:
+    """The JSON-RPC URL requesters' wallets are told to use (`GET /chain`): ACCORD_PUBLIC_RPC_URL,
+    else the managed devnet's loopback URL; None on an external chain without it (its
+    ACCORD_RPC_URL is never shown: it may hold the operator's provider key)."""
+    if settings.public_rpc_url is not None:
+        return settings.public_rpc_url
+    if settings.managed_devnet:
+        return devnet_for(settings).rpc_url
+    return None
+
+
 def connect_escrow(settings: Settings, *, start_devnet: bool = True) -> tuple[EscrowChain, str]:
     """TaskEscrow on the configured chain, deployed once; returns it and the operator key.
 

@@ -453,6 +453,36 @@ REQUEST_FIELDS = {
 }
 
 
+def request_of(logged: Any) -> dict[str, Any]:
+    """Pure: a spec as `task.posted` logs it (`TaskSpec.to_json`) written back as a request
+    (the body of `POST /tasks`), so that `spec_from_request` normalizes it again and a
+    requester's own `task.posted` can be checked against what the service would log.
+
+    Raises WorkError when `logged` is not a logged spec.
+    """
+    if not isinstance(logged, Mapping):
+        raise WorkError("$.spec: the entry's body has no task spec (a JSON object)", path="$.spec")
+    try:
+        request = {
+            "title": logged["title"],
+            "description": logged["description"],
+            "budget": str(logged["budget"]),
+            "bidding": f"{int(logged['bidding_seconds'])}s",
+            "reveal": f"{int(logged['reveal_seconds'])}s",
+            "delivery": f"{int(logged['delivery_seconds'])}s",
+            "review": f"{int(logged['review_seconds'])}s",
+            "rule": logged["rule"],
+            "parts": logged["parts"],
+            "checks": logged["checks"],
+        }
+    except (KeyError, TypeError, ValueError) as exc:
+        raise WorkError(
+            f"$.spec: not a task spec as POST /tasks/prepare gives it (missing or bad {exc})",
+            path="$.spec",
+        ) from exc
+    return request
+
+
 def spec_from_request(
     data: Any, files: Mapping[str, tuple[str, str]], *, budget: Wei | None = None
 ) -> TaskSpec:

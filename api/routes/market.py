@@ -1,10 +1,18 @@
 """Tasks, sealed bids, the award, and the per-task audit.
 
 Who may act:
-- `POST /tasks` and `POST /files`: any caller whose key the service holds (a registered agent,
-  or the operator), and a spec names only files its requester uploaded (`Market.post`):
-  `task.posted` is signed by the requester, and the escrow is paid from the managed devnet's
-  funded requester account (`market.runtime.DEVNET_REQUESTER_KEY`) or ACCORD_REQUESTER_ETH_KEY.
+- `POST /tasks` with a spec, and `POST /files`: any caller whose key the service holds (a
+  registered agent, or the operator), and a spec names only files its requester uploaded
+  (`Market.post`): `task.posted` is signed by the requester's hosted key, and the escrow is
+  paid from the managed devnet's funded requester account
+  (`market.runtime.DEVNET_REQUESTER_KEY`) or ACCORD_REQUESTER_ETH_KEY.
+- any DID, holding its own key, posts in two steps: `POST /tasks/prepare` (the spec and the
+  Ethereum account it deposits from) answers the `task.posted` body to sign and the task id
+  (derived from the caller and its Idempotency-Key, one made up when none is sent); then
+  `POST /tasks` with `{"entry": <that entry, signed>}` and the same Idempotency-Key logs it
+  (`Market.post_signed`) and answers the task with `escrow`, the `TaskEscrow.open` call its
+  wallet makes. The task takes bids once that deposit is on chain (`Market.recover`, run by
+  the service's lifecycle). `GET /chain` says which chain, contract and RPC URL.
 - commitments and reveals: only the bidder itself: the signed commitment's (reveal's) bidder
   must be the caller, and it must be for the task of the path.
 - `POST /tasks/{id}/award`: the task's requester or the operator (the network clears auctions
@@ -14,24 +22,28 @@ Who may act:
 from __future__ import annotations
 
 import os
+import uuid
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Body, Depends, Header, Query, Request, Response
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag
 from starlette.concurrency import run_in_threadpool
 
 from api.problems import ProblemError
 from api.routes.deps import Caller, Context, State, next_page, throttle_reads
+from api.routes.remote import EntryBody, parse_entry
 from audit.checks import audit_task
 from identity.errors import RegistryError
+from ledger.events import format_time
 from ledger.signing import Signer
 from ledger.views import DEFAULT_LIMIT, MAX_LIMIT
 from market import sealed
 from market.auction import price_reason
 from market.blobs import Upload
 from market.errors import BidRejected, TaskError
-from market.runtime import MarketContext
-from market.tasks import CAPABILITY_PATTERN, Task, TaskState
+from market.escrow import OPEN_SIGNATURE
+from market.runtime import MarketContext, advertised_rpc_url
+from market.tasks import CAPABILITY_PATTERN, TASK_POSTED, Task, TaskState, request_of
 
 reads = APIRouter(dependencies=[Depends(throttle_reads)])
 writes = APIRouter()
@@ -88,6 +100,36 @@ class TaskPost(BaseModel):
         max_length=128,
         description="[{id, weight, kind, reads|part, ...}]; none: schema and review per part",
     )
+
+
+class PreparePost(BaseModel):
+    """A spec to post, and the Ethereum account the requester's own wallet deposits from."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    spec: TaskPost
+    escrow_from: str = Field(max_length=100, description="0x and 40 hex digits")
+
+
+def _posting_kind(value: Any) -> str:
+    return "entry" if isinstance(value, dict) and "entry" in value else "spec"
+
+
+Posting = Annotated[
+    Annotated[TaskPost, Tag("spec")] | Annotated[EntryBody, Tag("entry")],
+    Discriminator(_posting_kind),
+]
+"""The body of `POST /tasks`: a spec (a requester whose key the service holds), or the
+requester's own signed `task.posted` entry."""
+
+IdempotencyKey = Annotated[
+    str | None,
+    Header(
+        max_length=200,
+        description="Post at most once per key: a retry with the same key and spec "
+        "answers the task the first request posted (409 for another spec)",
+    ),
+]
 
 
 class ReviewBody(BaseModel):
@@ -187,19 +229,18 @@ def task_audit(task_id: str, context: Context, state: State) -> dict[str, Any]:
     "/tasks", tags=["market"], summary="Post a task; its budget is escrowed", status_code=201
 )
 def post_task(
-    body: TaskPost,
+    body: Posting,
     caller: Caller,
     context: Context,
     state: State,
-    idempotency_key: Annotated[
-        str | None,
-        Header(
-            max_length=200,
-            description="Post at most once per key: a retry with the same key and spec "
-            "answers the task the first request posted (409 for another spec)",
-        ),
-    ] = None,
+    idempotency_key: IdempotencyKey = None,
 ) -> dict[str, Any]:
+    """A spec: posted and escrowed from the service's requester account, signed by the
+    caller's key held here (403 for anybody else). `{"entry": ...}`: the caller's own signed
+    `task.posted` (see `POST /tasks/prepare`), with its Idempotency-Key; the answer's
+    `escrow` is the deposit the caller's wallet makes before the task takes bids."""
+    if isinstance(body, EntryBody):
+        return _post_signed(body, caller, context, state, idempotency_key)
     requester = _signer_of(context, caller)
     spec = context.market.spec_from_request(body.model_dump(), requester=caller)
     key = os.environ.get("ACCORD_REQUESTER_ETH_KEY") or context.default_requester_key()
@@ -210,6 +251,107 @@ def post_task(
     data = task_json(context, task)
     data["warnings"] = context.market.warnings(spec)
     return data
+
+
+def _post_signed(
+    body: EntryBody, caller: str, context: MarketContext, state: State, key: str | None
+) -> dict[str, Any]:
+    entry = parse_entry(body.entry, caller)
+    if key is None:
+        raise ProblemError(
+            400,
+            "a task.posted you signed yourself is posted with the Idempotency-Key its task id "
+            "derives from: send the header POST /tasks/prepare answered (idempotency_key)",
+            reason="idempotency-key",
+        )
+    request = request_of(entry.event.body.get("spec"))
+    spec = context.market.spec_from_request(request, requester=caller)
+    with state.write_lock:
+        task = context.market.post_signed(entry, spec, idempotency_key=key)
+    data = task_json(context, task)
+    data["warnings"] = context.market.warnings(spec)
+    data["escrow"] = context.market.escrow_call(task)
+    return data
+
+
+@writes.post(
+    "/tasks/prepare",
+    tags=["market"],
+    summary="What a requester holding its own key signs to post a task (nothing is logged)",
+)
+def prepare_task(
+    body: PreparePost,
+    caller: Caller,
+    context: Context,
+    idempotency_key: IdempotencyKey = None,
+) -> dict[str, Any]:
+    """The `task.posted` entry to sign (`kind`, `subject`, `body`: exactly what the service
+    would log), the task id (derived from the caller and the Idempotency-Key; one is made up
+    and answered as `idempotency_key` when none is sent), and the caller's next `seq` and the
+    service's time to sign it with. Post it with `POST /tasks` `{"entry": ...}` and the same
+    Idempotency-Key. Any DID may ask; a spec names only files the caller uploaded."""
+    spec = context.market.spec_from_request(body.spec.model_dump(), requester=caller)
+    key = idempotency_key if idempotency_key is not None else uuid.uuid4().hex
+    task_id, posted = context.market.prepare_post(caller, spec, body.escrow_from, key)
+    ledger = context.market.ledger
+    return {
+        "task_id": task_id,
+        "idempotency_key": key,
+        "kind": TASK_POSTED,
+        "subject": task_id,
+        "body": posted,
+        "seq": ledger.next_seq(caller),
+        "server_time": format_time(ledger.clock()),
+        "warnings": context.market.warnings(spec),
+    }
+
+
+@reads.get(
+    "/chain",
+    tags=["market"],
+    summary="The chain the escrow lives on: what a requester's wallet needs to deposit",
+)
+def chain(context: Context) -> dict[str, Any]:
+    """`chain_id`, `escrow_contract` (TaskEscrow's address), `rpc_url` (the JSON-RPC endpoint
+    the service advertises, ACCORD_PUBLIC_RPC_URL or the managed devnet's; null on an external
+    chain without one: use your own node for that chain id) and `open_function`."""
+    return {
+        "chain_id": context.escrow.chain_id(),
+        "escrow_contract": context.escrow.escrow_address(),
+        "rpc_url": advertised_rpc_url(context.settings),
+        "open_function": OPEN_SIGNATURE,
+    }
+
+
+@writes.post(
+    "/tasks/{task_id}/cancel",
+    tags=["market"],
+    summary="End a posted task whose escrow never opened (its requester)",
+)
+def cancel_task(
+    task_id: str,
+    caller: Caller,
+    context: Context,
+    state: State,
+    body: Annotated[EntryBody | None, Body()] = None,
+) -> dict[str, Any]:
+    """A requester whose key the service holds sends no body; one holding its own key sends
+    `{"entry": ...}`, its signed `task.cancelled` (body `{"task_id"}`, subject the task id).
+    A task whose key on chain holds an escrow that is not its deposit (a stranger opened it
+    first, or with a wrong amount or deadline) never takes bids: cancel it and post again
+    under a new Idempotency-Key. 409 once the escrow is open."""
+    task = _task(context, task_id)
+    if caller != task.requester:
+        raise ProblemError(403, f"only the requester of {task_id} ({task.requester}) cancels it")
+    with state.write_lock:
+        if body is None:
+            task = context.market.cancel(_signer_of(context, caller), task_id)
+        else:
+            entry = parse_entry(body.entry, caller)
+            if entry.event.subject != task_id:
+                raise ProblemError(400, f"the entry cancels {entry.event.subject!r}, not {task_id}")
+            task = context.market.cancel_signed(entry)
+    return task_json(context, task)
 
 
 @writes.post(

@@ -1,0 +1,147 @@
+"""A requester that holds its own keys: its did:key signs its `task.posted` (the service never
+holds it), and its Ethereum account (`accord.kit.wallet.Wallet`) funds the escrow itself.
+
+    with AccordClient(url, signer=my_did_key) as client:
+        requester = Requester(client, Wallet.from_key_file(path, client.get("/chain")))
+        posted = requester.post(spec)                 # prepare, sign, POST /tasks {"entry"}
+        requester.deposit(posted)                     # TaskEscrow.open from its own account
+        requester.wait_until_bidding(posted.task_id)  # the service saw the deposit
+        ...
+        requester.deliverable(posted.task_id)         # once delivered
+        requester.withdraw()                          # refunds, the unpaid rest of a budget
+
+The HTTP flow underneath (any language can do the same): `POST /tasks/prepare` with the spec
+and the account answers the `task.posted` body to sign, its task id and idempotency key;
+`POST /tasks` with `{"entry": ...}` and that `Idempotency-Key` logs it and answers `escrow`,
+the deposit to make. Posting the same entry again with the key is safe: it answers the same
+task, and has the service look for the deposit at once.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, cast
+from urllib.parse import quote
+
+from accord.kit.wallet import Sent, Wallet
+from api.client import AccordClient, ApiError
+from ledger.events import make_entry, parse_time
+from market.money import Wei
+
+JsonObject = dict[str, Any]
+IDEMPOTENCY_HEADER = "Idempotency-Key"
+WAITING_STATES = ("posted",)
+
+
+@dataclass(frozen=True)
+class Posted:
+    """A task this requester posted: its id, the idempotency key its id derives from, the
+    signed `task.posted` entry, and the service's answer (the task, and `escrow`: the call
+    that opens its escrow)."""
+
+    task_id: str
+    idempotency_key: str
+    entry: JsonObject
+    answer: JsonObject
+
+    @property
+    def escrow(self) -> JsonObject:
+        return cast(JsonObject, self.answer["escrow"])
+
+
+class Requester:
+    """A requester over `client` (whose signer is the requester's own did:key) paying from
+    `wallet` (its own Ethereum account)."""
+
+    def __init__(self, client: AccordClient, wallet: Wallet) -> None:
+        if client.signer is None:
+            raise ApiError("a requester's client signs as the requester: give it a signer")
+        self.client = client
+        self.wallet = wallet
+
+    @property
+    def did(self) -> str:
+        assert self.client.signer is not None
+        return self.client.signer.did
+
+    def prepare(self, spec: Mapping[str, Any], *, idempotency_key: str | None = None) -> JsonObject:
+        """`POST /tasks/prepare`: the `task.posted` to sign for `spec`, paid from the
+        wallet's account. Raises ApiError (an invalid spec is 422 naming its path)."""
+        headers = {IDEMPOTENCY_HEADER: idempotency_key} if idempotency_key else None
+        body = {"spec": dict(spec), "escrow_from": self.wallet.address}
+        answer = self.client.request("POST", "/tasks/prepare", json=body, headers=headers)
+        return cast(JsonObject, answer)
+
+    def post(self, spec: Mapping[str, Any], *, idempotency_key: str | None = None) -> Posted:
+        """Post `spec` signed by the requester's own key; nothing is deposited yet (see
+        `deposit`). With the same `idempotency_key` again, the same task. Raises ApiError."""
+        prepared = self.prepare(spec, idempotency_key=idempotency_key)
+        assert self.client.signer is not None
+        entry = make_entry(
+            self.client.signer,
+            kind=str(prepared["kind"]),
+            seq=int(prepared["seq"]),
+            at=parse_time(str(prepared["server_time"])),
+            subject=str(prepared["subject"]),
+            body=prepared["body"],
+        ).to_json()
+        key = str(prepared["idempotency_key"])
+        answer = self._post_entry(entry, key)
+        return Posted(str(prepared["task_id"]), key, entry, answer)
+
+    def _post_entry(self, entry: JsonObject, key: str) -> JsonObject:
+        return cast(
+            JsonObject,
+            self.client.request(
+                "POST", "/tasks", json={"entry": entry}, headers={IDEMPOTENCY_HEADER: key}
+            ),
+        )
+
+    def deposit(self, posted: Posted) -> Sent:
+        """Open the task's escrow from the wallet: the call the service answered, checked by
+        the wallet before it signs (see `Wallet.deposit`)."""
+        return self.wallet.deposit(posted.task_id, posted.escrow)
+
+    def wait_until_bidding(
+        self, posted: Posted, *, timeout: float = 60.0, poll: float = 0.5
+    ) -> JsonObject:
+        """The task once the service has seen its deposit (its state past `posted`): the
+        posting is sent again (idempotent), which has the service look at the chain at once,
+        then the task is read every `poll` seconds. Raises ApiError after `timeout` seconds,
+        saying what the service knows."""
+        deadline = time.monotonic() + timeout
+        while True:
+            task = self._post_entry(posted.entry, posted.idempotency_key)
+            if task.get("state") not in WAITING_STATES:
+                return task
+            if time.monotonic() >= deadline:
+                raise ApiError(
+                    f"{posted.task_id} still takes no bids after {timeout:g} s: the service has "
+                    "not seen its deposit (was it sent from the account the posting names, with "
+                    "the budget and the deadline the service answered?)"
+                )
+            time.sleep(poll)
+
+    def task(self, task_id: str) -> JsonObject:
+        return self.client.task(task_id)
+
+    def deliverable(self, task_id: str) -> JsonObject:
+        """The delivered work as its requester may read it (`GET /tasks/{id}/deliverable`)."""
+        return self.client.deliverable(task_id)
+
+    def cancel(self, task_id: str) -> JsonObject:
+        """End a posted task whose escrow never opened, with the requester's own signed
+        `task.cancelled` (e.g. after a stranger opened an escrow under its key first)."""
+        entry = self.client.entry("task.cancelled", task_id, {"task_id": task_id})
+        path = f"/tasks/{quote(task_id, safe='')}/cancel"
+        return cast(JsonObject, self.client.request("POST", path, json={"entry": entry}))
+
+    def credit(self) -> Wei:
+        """What the escrow holds for the wallet's account (refunds, a budget's unpaid rest)."""
+        return self.wallet.credit()
+
+    def withdraw(self) -> Sent:
+        """Pull the wallet's whole credit from the escrow, signed with its own key."""
+        return self.wallet.withdraw()
