@@ -1289,9 +1289,19 @@ def posted_body(task_id: str, spec: TaskSpec, escrow_from: str) -> dict[str, Any
 def escrow_account(value: Any) -> str:
     """`value` as a checksummed Ethereum address (EIP-55). Raises TaskError for anything
     else: not 0x and 40 hex digits, a mixed-case address whose checksum is wrong, zero."""
-    from eth_utils.address import is_address, to_checksum_address
+    from eth_utils.address import (
+        is_address,
+        is_checksum_address,
+        is_checksum_formatted_address,
+        to_checksum_address,
+    )
 
-    if not isinstance(value, str) or not is_address(value) or int(value, 16) == 0:
+    wrong_checksum = (
+        isinstance(value, str)
+        and is_checksum_formatted_address(value)
+        and not is_checksum_address(value)
+    )
+    if not isinstance(value, str) or not is_address(value) or wrong_checksum or int(value, 16) == 0:
         shown = repr(value)[:60]
         raise TaskError(
             f"escrow_from {shown} is not an Ethereum address: 0x and 40 hex digits (mixed "
