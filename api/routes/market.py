@@ -73,7 +73,9 @@ def _signer_of(context: MarketContext, did: str, *, acting: str = "") -> Signer:
         raise ProblemError(
             403,
             f"{did} is not an agent this service holds a key for: only registered agents and "
-            f"the operator can post tasks here{acting}",
+            f"the operator post tasks here by their spec{acting}; a requester holding its own "
+            "key posts its own signed task.posted (POST /tasks/prepare, then POST /tasks "
+            '{"entry": ...})',
         ) from exc
 
 
