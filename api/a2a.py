@@ -21,7 +21,9 @@ once that deposit is on chain. Methods (the names the A2A 1.x clients send):
                            newest change first, paged by an opaque cursor
     CancelTask             a posted task whose escrow never opened (`Market.cancel`); any other
                            state is TaskNotCancelable with the reason; a cancelled task is
-                           answered as is (cancelling is idempotent)
+                           answered as is (cancelling is idempotent). A requester holding its
+                           own key sends its signed `task.cancelled` in the request's
+                           `metadata.accord.entry` (`Market.cancel_signed`)
     SubscribeToTask        the stream of SendStreamingMessage for a task that is not terminal
 
 Streams are capped per caller and in all (`ApiConfig.streams_per_caller`, `streams_total`,
@@ -980,13 +982,18 @@ def cancel_task(env: Env, params: Mapping[str, Any]) -> dict[str, Any]:
             metadata={"task": task.task_id, "requester": task.requester},
         )
     if task.state != "cancelled":
+        signed = _signed_cancellation(params, env.caller, task.task_id)
         try:
-            requester = _signer_of(context, env.caller)
+            requester = None if signed is not None else _signer_of(context, env.caller)
         except ProblemError as exc:
             raise rpc_error_of(exc) from exc
         try:
             with env.state.write_lock:
-                task = context.market.cancel(requester, task.task_id)
+                if signed is not None:
+                    task = context.market.cancel_signed(signed)
+                else:
+                    assert requester is not None
+                    task = context.market.cancel(requester, task.task_id)
         except TransitionError as exc:
             now = find_task(env, task.task_id)
             state = state_now(context, now)
@@ -997,6 +1004,31 @@ def cancel_task(env: Env, params: Mapping[str, Any]) -> dict[str, Any]:
                 metadata={"task": task.task_id, "state": state},
             ) from exc
     return task_object(view_of(env, task))
+
+
+def _signed_cancellation(params: Mapping[str, Any], caller: str, task_id: str) -> Entry | None:
+    """The requester's own `task.cancelled` in `metadata.accord.entry`, or None.
+
+    Raises RpcError: INVALID_PARAMS for an entry that is not one, or cancels another task;
+    REFUSED for an entry of another DID than the caller.
+    """
+    from api.routes.remote import parse_entry
+
+    metadata = params.get("metadata")
+    accord = metadata.get("accord") if isinstance(metadata, dict) else None
+    if not isinstance(accord, dict) or "entry" not in accord:
+        return None
+    where = "metadata.accord.entry"
+    try:
+        body = EntryBody.model_validate({"entry": whole_numbers(accord["entry"])})
+        entry = parse_entry(body.entry, caller)
+    except ValidationError as exc:
+        raise invalid_params(f"{where} is not a signed ledger entry", where) from exc
+    except ProblemError as exc:
+        raise rpc_error_of(exc) from exc
+    if entry.event.subject != task_id:
+        raise invalid_params(f"{where} cancels {entry.event.subject!r}, not {task_id}", where)
+    return entry
 
 
 Method = Callable[[Env, Mapping[str, Any]], dict[str, Any]]

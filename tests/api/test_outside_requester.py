@@ -23,7 +23,14 @@ from typing import Any
 
 import httpx
 import pytest
-from a2a.types.a2a_pb2 import GetTaskRequest, Message, Part, Role, SendMessageRequest
+from a2a.types.a2a_pb2 import (
+    CancelTaskRequest,
+    GetTaskRequest,
+    Message,
+    Part,
+    Role,
+    SendMessageRequest,
+)
 from eth_account import Account
 from google.protobuf import struct_pb2
 from google.protobuf.json_format import ParseDict
@@ -371,6 +378,20 @@ def test_an_a2a_client_with_its_own_did_posts_and_deposits(service: Service) -> 
             return await a2a.get_task(GetTaskRequest(id=task.id))
 
     assert accord(asyncio.run(get()))["state"] == "bidding"
+    # a posted task it never funded, cancelled over A2A with its own signed task.cancelled
+    with AccordClient(service.url, signer=me) as client:
+        unfunded = Requester(client, requester.wallet).post(SPEC)
+        cancelled = client.entry("task.cancelled", unfunded.task_id, {"task_id": unfunded.task_id})
+    request = CancelTaskRequest(
+        id=unfunded.task_id,
+        metadata=ParseDict({"accord": {"entry": cancelled}}, struct_pb2.Struct()),
+    )
+
+    async def cancel() -> Any:
+        async with a2a_client(service.url, me) as a2a:
+            return await a2a.cancel_task(request)
+
+    assert accord(asyncio.run(cancel()))["state"] == "cancelled"
 
 
 def test_the_cli_posts_to_a_server_signing_and_depositing_itself(
