@@ -896,6 +896,9 @@ class Market:
             elif task.state == "expired":
                 self._refund(task)
                 moved.append(task.task_id)
+        posted = {task.task_id for task in stuck if task.state == "posted"}
+        for task_id in set(self.unmatched_deposits) - posted:  # cancelled meanwhile
+            self.unmatched_deposits.pop(task_id, None)
         return moved
 
     def cancel(self, requester: Signer, task_id: str) -> Task:
