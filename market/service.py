@@ -1099,10 +1099,50 @@ class Market:
         check, a second review, a window that has ended, a rejection without a reason, beyond
         what the escrow holds or with no evaluator configured; TransitionError before delivery.
         """
+        body = self._review_body(requester.did, task_id, check_id, verdict, reason)
+        index, _ = self.ledger.append(requester, REVIEW_GIVEN, subject=task_id, body=body)
+        return index
+
+    def review_signed(self, entry: Entry) -> int:
+        """`review`, with the `review.given` entry the requester signed itself: its body is
+        exactly what `review` would log (`{"task_id", "check", "verdict"}`, and for a
+        rejection its `reason`, stripped, and the dispute `fee`). Returns the entry's index.
+
+        Raises TaskError for an entry that does not verify or is not that body, and what
+        `review` raises.
+        """
+        event = entry.event
+        body = event.body
+        reason = body.get("reason")
+        expected = self._review_body(
+            event.actor,
+            event.subject,
+            str(body.get("check", "")),
+            str(body.get("verdict", "")),
+            reason if isinstance(reason, str) else None,
+        )
+        try:
+            check_agent_entry(
+                entry,
+                actor=event.actor,
+                kind=REVIEW_GIVEN,
+                subject=event.subject,
+                body=expected,
+                now=self.clock(),
+            )
+        except ExamError as exc:
+            raise TaskError(str(exc)) from exc
+        (index,) = self.ledger.append_entries([entry])
+        return index
+
+    def _review_body(
+        self, requester: str, task_id: str, check_id: str, verdict: str, reason: str | None
+    ) -> dict[str, Any]:
+        """What `review.given` logs for this review; raises what `review` raises."""
         task = self.task(task_id)
         if task.state != "delivered":
             raise TransitionError(task_id, task.state, "reviewed")
-        if requester.did != task.requester:
+        if requester != task.requester:
             raise TaskError(f"only the requester of {task_id} reviews its work")
         if verdict not in ("accept", "reject"):
             raise TaskError(f"a review is accept or reject, not {verdict!r}")
@@ -1133,8 +1173,7 @@ class Market:
                     "set), so a rejection cannot be judged and is refused: accept the work, or "
                     "let the review window end"
                 )
-        index, _ = self.ledger.append(requester, REVIEW_GIVEN, subject=task_id, body=body)
-        return index
+        return body
 
     def replay_auction(self, task: Task) -> tuple[AuctionOutcome, list[str]]:
         """The auction as the log determines it (see `replay_award`)."""

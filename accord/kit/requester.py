@@ -29,6 +29,7 @@ from accord.kit.wallet import Sent, Wallet
 from api.client import AccordClient, ApiError
 from ledger.events import make_entry, parse_time
 from market.money import Wei
+from market.work import dispute_fee
 
 JsonObject = dict[str, Any]
 IDEMPOTENCY_HEADER = "Idempotency-Key"
@@ -130,6 +131,23 @@ class Requester:
     def deliverable(self, task_id: str) -> JsonObject:
         """The delivered work as its requester may read it (`GET /tasks/{id}/deliverable`)."""
         return self.client.deliverable(task_id)
+
+    def review(
+        self, task_id: str, check: str, verdict: str, reason: str | None = None
+    ) -> JsonObject:
+        """Accept or reject a review check of the delivered work, with the requester's own
+        signed `review.given`; a rejection needs a `reason`, and holds the dispute fee
+        (`market.work.dispute_fee` of the price) that the service checks it names."""
+        body: JsonObject = {"task_id": task_id, "check": check, "verdict": verdict}
+        if verdict == "reject":
+            price = self.task(task_id).get("price")
+            body |= {
+                "reason": (reason or "").strip(),
+                "fee": str(dispute_fee(Wei(int(price or 0)))),
+            }
+        entry = self.client.entry("review.given", task_id, body)
+        path = f"/tasks/{quote(task_id, safe='')}/reviews"
+        return cast(JsonObject, self.client.request("POST", path, json={"entry": entry}))
 
     def cancel(self, task_id: str) -> JsonObject:
         """End a posted task whose escrow never opened, with the requester's own signed

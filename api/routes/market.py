@@ -142,6 +142,16 @@ class ReviewBody(BaseModel):
     reason: str | None = Field(default=None, max_length=2000)
 
 
+def _review_kind(value: Any) -> str:
+    return "entry" if isinstance(value, dict) and "entry" in value else "review"
+
+
+Review = Annotated[
+    Annotated[ReviewBody, Tag("review")] | Annotated[EntryBody, Tag("entry")],
+    Discriminator(_review_kind),
+]
+
+
 class CommitmentBody(BaseModel):
     """A `market.sealed.Commitment` as JSON, signed by its bidder."""
 
@@ -437,11 +447,27 @@ def deliverable(task_id: str, caller: Caller, context: Context) -> dict[str, Any
     status_code=201,
 )
 def review(
-    task_id: str, body: ReviewBody, caller: Caller, context: Context, state: State
+    task_id: str, body: Review, caller: Caller, context: Context, state: State
 ) -> dict[str, Any]:
+    """`{"check", "verdict", "reason"}` from a requester whose key the service holds, or
+    `{"entry": ...}`: the requester's own signed `review.given` (body `{"task_id", "check",
+    "verdict"}`, and for a rejection `"reason"` and the dispute `"fee"`)."""
     task = _task(context, task_id)
     if caller != task.requester:
         raise ProblemError(403, f"only the requester of {task_id} reviews its work")
+    if isinstance(body, EntryBody):
+        entry = parse_entry(body.entry, caller)
+        if entry.event.subject != task_id:
+            raise ProblemError(400, f"the entry reviews {entry.event.subject!r}, not {task_id}")
+        with state.write_lock:
+            index = context.market.review_signed(entry)
+        given = entry.event.body
+        return {
+            "task": task_id,
+            "check": given.get("check"),
+            "verdict": given.get("verdict"),
+            "index": index,
+        }
     with state.write_lock:
         index = context.market.review(
             _signer_of(context, caller), task_id, body.check, body.verdict, body.reason

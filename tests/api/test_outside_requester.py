@@ -43,6 +43,7 @@ from api.auth import AccordAuth
 from api.cli import app as cli_app
 from api.client import AccordClient, ApiError
 from api.routes.deps import ApiConfig
+from coordinator.service import run_awarded_task
 from ledger.chain import make_web3
 from ledger.contracts import load_artifact
 from ledger.devnet import find_free_port
@@ -52,7 +53,7 @@ from ledger.signing import Ed25519Signer, write_keyfile
 from market.escrow import ESCROW_CONTRACT, EscrowRefusedError, open_intent, task_id_hash
 from market.lifecycle import run_due
 from market.money import Wei
-from market.sealed import commit_bid
+from market.sealed import commit_bid, reveal_bid
 from market.tasks import TASK_POSTED
 from tests.api.test_a2a_server import a2a_client, accord
 from tests.api.test_app import PART, SALT, assert_problem
@@ -428,3 +429,44 @@ def test_server_time_is_the_services_clock(service: Service) -> None:
     assert prepared["server_time"] == format_time(service.world.clock())
     with AccordClient(service.url) as anonymous, pytest.raises(ApiError, match="signer"):
         Requester(anonymous, Wallet.connect("0x" + "11" * 32, service.chain()))
+
+
+def test_the_whole_task_of_an_outside_requester_through_settlement(service: Service) -> None:
+    """Posted and paid by an outsider, won and done by a hosted agent: the requester reads the
+    deliverable and reviews it with its own signed entries, and takes back the rest of its
+    budget from its own account (this test moves the clock an hour on: it runs last)."""
+    me = Ed25519Signer.generate()
+    price = Wei(4 * 10**15)
+    ada = service.bidder
+    with (
+        AccordClient(service.url, signer=me) as client,
+        AccordClient(service.url, signer=ada) as bidder,
+    ):
+        requester = fresh_requester(service, client)
+        posted = requester.post({**SPEC, "rule": "first-score"})
+        requester.deposit(posted)
+        requester.wait_until_bidding(posted, timeout=10)
+        task_id = posted.task_id
+        bidder.commit(task_id, commit_bid(ada, task_id, price, SALT).to_json())
+        service.world.clock.advance(5)
+        bidder.request(
+            "POST",
+            f"/tasks/{task_id}/reveals",
+            json=reveal_bid(ada, task_id, price, SALT).to_json(),
+        )
+        service.world.clock.advance(5)
+        assert lifecycle(service)[task_id] == ("done", "awarded")
+        run_awarded_task(service.world.context, task_id)
+        delivered = requester.deliverable(task_id)
+        assert [part["part"] for part in delivered["parts"]] == ["sum"]
+        given = requester.review(task_id, "sum-review", "accept")
+        assert given["verdict"] == "accept"
+        with pytest.raises(ApiError, match="already reviewed"):
+            requester.review(task_id, "sum-review", "accept")
+        service.world.clock.advance(3601)  # the review window closes; the service settles
+        assert lifecycle(service)[task_id][0] == "done"
+        assert requester.task(task_id)["state"] == "settled"
+        assert requester.deliverable(task_id)["checks"] is not None
+        assert requester.credit() == BUDGET - price  # the rest of the budget, back
+        requester.withdraw()
+        assert requester.credit() == 0
