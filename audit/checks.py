@@ -951,6 +951,12 @@ def _escrow_events(scope: _Scope, escrow: EscrowChain) -> str:
     posted = next(e.body for _, e in scope.task_events if e.kind == TASK_POSTED)
     if (opened[0].account or "").lower() != str(posted.get("escrow_from", "")).lower():
         raise AuditFailure("the deposit came from another account than the posting names")
+    deadline = int(task.delivery_deadline.timestamp())
+    if opened[0].deadline is not None and opened[0].deadline != deadline:
+        raise AuditFailure(
+            f"the deposit's deadline {opened[0].deadline} is not the task's delivery deadline "
+            f"{deadline}"
+        )
     body = next(e.body for _, e in scope.task_events if e.kind == SETTLEMENT_COMPUTED)
     expected = sorted(
         (body["payees"][p].lower(), int(w)) for p, w in body["payouts"].items() if int(w) > 0

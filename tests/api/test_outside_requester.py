@@ -470,3 +470,9 @@ def test_the_whole_task_of_an_outside_requester_through_settlement(service: Serv
         assert requester.credit() == BUDGET - price  # the rest of the budget, back
         requester.withdraw()
         assert requester.credit() == 0
+    # the audit holds: the requester's own signatures, its deposit on chain, the settlement
+    anchorer = service.world.ledger.anchorer
+    assert anchorer is not None
+    anchorer.anchor_latest()
+    report = httpx.get(f"{service.url}/tasks/{task_id}/audit", timeout=60).json()
+    assert report["verdict"] == "PASS", report
