@@ -48,7 +48,7 @@ from identity.errors import ExamError, IdentityError, RegistryError
 from identity.exams import check_agent_entry
 from identity.onboarding import Onboarding
 from ledger.canonical import canonical_json
-from ledger.errors import AlreadyLoggedError, LedgerError
+from ledger.errors import AlreadyLoggedError, ChainError, LedgerError
 from ledger.events import Entry, Event, parse_time
 from ledger.sealing import Sealed
 from ledger.service import Ledger
@@ -675,7 +675,10 @@ class Market:
             self.ledger.append_entries([entry], once_keys=[task_id])
         posted = self._posted_again(task_id, requester, spec, idempotency_key, escrow_from)
         assert posted is not None
-        return self._opened_if_deposited(posted)
+        try:
+            return self._opened_if_deposited(posted)
+        except ChainError:  # posted all the same: the lifecycle looks at the chain again
+            return posted
 
     def prepare_post(
         self, requester: str, spec: TaskSpec, escrow_from: str, idempotency_key: str
