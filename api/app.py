@@ -26,7 +26,7 @@ from api.problems import (
     install_problem_handlers,
     problem_response,
 )
-from api.routes import identity, market, records, remote
+from api.routes import identity, market, records, remote, work
 from api.routes.deps import ApiConfig, ApiState
 from ledger.chain import AnchorChain
 from ledger.errors import LedgerError
@@ -179,6 +179,7 @@ def create_app(
     for router in (identity.reads, identity.writes, market.reads, market.writes, records.reads):
         app.include_router(router)
     app.include_router(remote.router)
+    app.include_router(work.router)
     app.include_router(a2a.router)
 
     # -- the web audit explorer (api/explorer.py) --

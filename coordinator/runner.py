@@ -42,9 +42,10 @@ from coordinator.team import form_team, helpers_for, parts_of, plan_work, split_
 from coordinator.work import AgentAdapter, SubTask
 from identity.challenges import validate_output, work_item
 from identity.errors import ExamError
+from ledger.canonical import JSONValue
 from ledger.errors import LedgerError
+from ledger.events import Entry
 from ledger.sealing import Sealed, seal
-from ledger.service import Ledger
 from ledger.signing import Signer
 from market.errors import MarketError
 
@@ -60,6 +61,23 @@ class RunSettings:
     max_depth: int = 1
     max_turns: int = 64
     team_up_min_items: int = 2
+
+
+class EventLog(Protocol):
+    """Where a run logs its events: the service's `Ledger`, or, for a leader that keeps its
+    own key, the service it relays them to (`accord.kit.leader.RelayLog`)."""
+
+    def append(
+        self,
+        signer: Signer,
+        kind: str,
+        *,
+        subject: str = "",
+        body: Mapping[str, JSONValue] | None = None,
+        once_key: str | None = None,
+    ) -> tuple[int, Entry]:
+        """Sign the event as `signer` and log it; returns (index, entry)."""
+        ...
 
 
 class Observer(Protocol):
@@ -110,7 +128,7 @@ class TeamRunner:
 
     def __init__(
         self,
-        ledger: Ledger,
+        ledger: EventLog,
         signer_of: Callable[[str], Signer],
         adapter_of: Callable[[str], AgentAdapter],
         directory: Sequence[Member],

@@ -1,0 +1,163 @@
+"""Two self-custody agents (the kit, each with its own keys, none in the service's home) bid
+on a hosted requester's task over the HTTP API; the service awards it by itself, the winner
+leads its team in its own process, the other member signs its own report at its own /sign,
+the service settles by itself, and the audit shows each act signed by its own party."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from accord.kit.agent import KitAgent, fixed_price, load_eth_key, load_key
+from api.auth import AccordAuth
+from api.client import AccordClient, ApiError
+from audit.checks import audit_task
+from identity.runtimes import ReferenceRuntime
+from ledger.events import Entry
+from market.lifecycle import run_due
+from market.money import Wei
+from market.runtime import MarketContext
+from market.tasks import SETTLEMENT_COMPUTED
+from tests.api.test_remote_agent import CAPABILITIES, open_world
+from tests.specs import invoice_request
+
+ETH = 10**18
+
+
+@pytest.fixture
+def world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Any]]:
+    monkeypatch.setenv("ACCORD_ALLOW_PRIVATE_AGENTS", "1")
+    with open_world(tmp_path, allow_private=True) as opened:
+        yield opened
+
+
+def kit_agent(world: dict[str, Any], name: str, price: int) -> KitAgent:
+    keys = world["tmp"] / f"kit-{name}"
+    keys.mkdir()
+    signer = load_key(keys / "key.json")
+    client = AccordClient(world["url"], signer=signer)
+    return KitAgent(
+        client,
+        signer,
+        load_eth_key(keys / "eth.json"),
+        ReferenceRuntime(),
+        name=name,
+        capabilities=CAPABILITIES,
+        strategy=fixed_price(Wei(price)),
+        allow_private=True,
+        exam_items=5,
+    )
+
+
+def kinds_of(context: MarketContext, actor: str) -> list[str]:
+    found = context.market.ledger.store.find(actor=actor, limit=1000)
+    return [json.loads(s.data)["event"]["kind"] for s in found]
+
+
+def test_a_self_custody_winner_leads_its_team_and_is_paid(world: dict[str, Any]) -> None:
+    context: MarketContext = world["context"]
+    kai = kit_agent(world, "kai", 3 * ETH // 10)
+    kim = kit_agent(world, "kim", 4 * ETH // 10)
+    try:
+        for agent in (kai, kim):
+            agent.join(agent.start())
+        with httpx.Client(base_url=world["url"], timeout=30) as http:
+            posted = http.post(
+                "/tasks",
+                json=invoice_request(bidding="1h", reveal="1h", delivery="1h"),
+                auth=AccordAuth(world["req"]),
+            )
+            assert posted.status_code == 201, posted.text
+        task_id = posted.json()["id"]
+        for agent in (kai, kim):
+            agent.step()  # commit
+        world["clock"].advance(3600)
+        for agent in (kai, kim):
+            agent.step()  # reveal
+        world["clock"].advance(3600)
+        [done] = run_due(context)
+        assert (done.due.action, done.outcome) == ("award", "done"), done
+        assert context.market.task(task_id).winner == kai.did
+
+        # The winner leads in its own process; nobody at the service runs anything.
+        kai.step()
+        [leading] = [t for t in kai._threads if t.name == f"lead-{task_id}"]
+        leading.join(timeout=120)
+        task = context.market.task(task_id)
+        assert task.state == "delivered", task.state
+
+        # Each act is signed by its own party: the leader's by kai, kim's reports by kim.
+        assert {"task.started", "conversation.opened", "task.delivered"} <= set(
+            kinds_of(context, kai.did)
+        )
+        assert "conversation.message" in kinds_of(context, kim.did)
+        registry = context.onboarding.registry
+        for agent in (kai, kim):
+            assert not registry.key_path(registry.get(agent.did).name).exists()
+
+        world["clock"].advance(3 * 24 * 3600)  # the review window closes
+        settled = [d for d in run_due(context) if d.due.action == "settle"]
+        assert [d.outcome for d in settled] == ["done"], settled
+        store = context.market.ledger.store
+        found = store.find(kind=SETTLEMENT_COMPUTED, subject=task_id, limit=1)
+        body = Entry.from_bytes(found[0].data).event.body
+        payouts = {did: int(wei) for did, wei in body["payouts"].items()}
+        assert payouts[kai.did] > 0 and payouts[kim.did] > 0, body
+        assert sum(payouts.values()) == int(body["amount"]) > 0
+
+        anchorer = context.market.ledger.anchorer
+        assert anchorer is not None
+        anchorer.anchor_latest()
+        report = audit_task(
+            context.market.ledger.store,
+            task_id,
+            anchors=world["anchors"],
+            escrow=world["escrow_chain"],
+            outputs=context.market.sealed_bytes,
+        )
+        assert report.ok, report.to_json()
+        custody = report.to_json()["facts"]["custody"]
+        assert custody[kai.did] == custody[kim.did] == "self"
+    finally:
+        for agent in (kai, kim):
+            agent.stop()
+
+
+def test_the_service_refuses_work_entries_from_anyone_but_the_winner(
+    world: dict[str, Any],
+) -> None:
+    kai = kit_agent(world, "kai", 3 * ETH // 10)
+    try:
+        kai.join(kai.start())
+        with httpx.Client(base_url=world["url"], timeout=30) as http:
+            posted = http.post(
+                "/tasks",
+                json=invoice_request(bidding="1h", reveal="1h", delivery="1h"),
+                auth=AccordAuth(world["req"]),
+            )
+        task_id = posted.json()["id"]
+        entry = kai.client.entry("task.started", task_id, {"task_id": task_id})
+        with pytest.raises(ApiError) as refused:
+            kai.client.post(f"/tasks/{task_id}/work", {"entry": entry})
+        assert refused.value.status == 403
+        assert "only the winner" in str(refused.value)
+        with pytest.raises(ApiError) as not_sealed:
+            kai.client.post_bytes(f"/tasks/{task_id}/sealed", b"{}")
+        assert not_sealed.value.status == 403
+    finally:
+        kai.stop()
+
+
+def test_threads_stop(world: dict[str, Any]) -> None:
+    kai = kit_agent(world, "kai", ETH // 10)
+    kai.start()
+    stopping = threading.Event()
+    stopping.set()
+    kai.run_until(stopping)
+    kai.stop()
