@@ -209,7 +209,8 @@ def run_awarded_task(
 ) -> Conversation:
     """Start, run and deliver an awarded task; returns the closed top-level conversation.
 
-    Raises TransitionError unless the task is awarded, TeamError when no team can be formed,
+    Raises TransitionError unless the task is awarded, TeamError when no team can be formed
+    or the winner keeps its own key (it leads its own team: `coordinator.contract_work`),
     CoordinatorError from the conversation.
     """
     market = context.market
@@ -217,7 +218,13 @@ def run_awarded_task(
     task = market.task(task_id)
     if task.winner is None:
         raise TeamError(f"{task_id} has no winner yet (award it first)")
-    winner = context.onboarding.member_signer(registry.get(task.winner))
+    winner_record = registry.get(task.winner)
+    if not registry.key_path(winner_record.name).exists():
+        raise TeamError(
+            f"the winner {task.winner} keeps its own key: it leads its own team "
+            "(`accord agent run`), and the service runs no team for it"
+        )
+    winner = context.onboarding.member_signer(winner_record)
     directory = team_directory(context, task)
     leader = next((m for m in directory if m.did == task.winner), None)
     if leader is None:

@@ -161,3 +161,186 @@ def test_threads_stop(world: dict[str, Any]) -> None:
     stopping.set()
     kai.run_until(stopping)
     kai.stop()
+
+
+@pytest.fixture
+def won(world: dict[str, Any]) -> Iterator[tuple[dict[str, Any], KitAgent, KitAgent, str]]:
+    """kai has won a task (awarded by the service), kim is credentialed too."""
+    kai = kit_agent(world, "kai", 3 * ETH // 10)
+    kim = kit_agent(world, "kim", 4 * ETH // 10)
+    try:
+        for agent in (kai, kim):
+            agent.join(agent.start())
+        with httpx.Client(base_url=world["url"], timeout=30) as http:
+            posted = http.post(
+                "/tasks",
+                json=invoice_request(bidding="1h", reveal="1h", delivery="1h"),
+                auth=AccordAuth(world["req"]),
+            )
+        task_id = posted.json()["id"]
+        kai.step()
+        world["clock"].advance(3600)
+        kai.step()
+        world["clock"].advance(3600)
+        run_due(world["context"])
+        assert world["context"].market.task(task_id).winner == kai.did
+        yield world, kai, kim, task_id
+    finally:
+        for agent in (kai, kim):
+            agent.stop()
+
+
+def relay(agent: KitAgent, task_id: str, entry: dict[str, Any]) -> ApiError:
+    with pytest.raises(ApiError) as refused:
+        agent.client.post(f"/tasks/{task_id}/work", {"entry": entry})
+    return refused.value
+
+
+def test_illegal_team_entries_are_refused_and_nothing_is_logged(
+    won: tuple[dict[str, Any], KitAgent, KitAgent, str],
+) -> None:
+    world, kai, kim, task_id = won
+    context: MarketContext = world["context"]
+    store = context.market.ledger.store
+    # Nothing but task.started while the task is awarded.
+    opened = {
+        "conversation": "conv-kai",
+        "task": task_id,
+        "parent": None,
+        "depth": 0,
+        "leader": kai.did,
+        "members": [kai.did, kim.did],
+        "max_turns": 16,
+        "title": "t",
+    }
+    early = relay(kai, task_id, kai.client.entry("conversation.opened", "conv-kai", opened))
+    assert early.status == 409 and "start it first" in str(early)
+    # A task.started signed by kim, relayed by the winner, is not the winner's.
+    not_his = relay(kai, task_id, kim.client.entry("task.started", task_id, {"task_id": task_id}))
+    assert not_his.status == 403
+    kai.client.post(
+        f"/tasks/{task_id}/work",
+        {"entry": kai.client.entry("task.started", task_id, {"task_id": task_id})},
+    )
+    again = relay(kai, task_id, kai.client.entry("task.started", task_id, {"task_id": task_id}))
+    assert again.status == 409
+    size = store.size()
+    # Opened with the requester on the team; opened by someone else than its leader.
+    with_requester = {**opened, "members": [kai.did, world["req"].did]}
+    refused = relay(
+        kai, task_id, kai.client.entry("conversation.opened", "conv-kai", with_requester)
+    )
+    assert refused.status in (403, 422), refused
+    by_kim = relay(kai, task_id, kim.client.entry("conversation.opened", "conv-kai", opened))
+    assert by_kim.status == 403
+    kai.client.post(
+        f"/tasks/{task_id}/work",
+        {"entry": kai.client.entry("conversation.opened", "conv-kai", opened)},
+    )
+    size = store.size()
+    # kim reports before anything was assigned to it: not a legal move.
+    report = {
+        "conversation": "conv-kai",
+        "turn": 0,
+        "message": {
+            "kind": "report",
+            "speaker": kim.did,
+            "next_state": "conclusion",
+            "next_speaker": kai.did,
+            "result": {"sub_id": "s1", "ok": True, "contributions": [], "error": None},
+        },
+    }
+    illegal = relay(kai, task_id, kim.client.entry("conversation.message", "conv-kai", report))
+    assert illegal.status == 422 and "not a legal move" in str(illegal)
+    # The leader concludes at once, with no deliverable worth the name: legal, logged.
+    discuss = {
+        "conversation": "conv-kai",
+        "turn": 0,
+        "message": {
+            "kind": "discuss",
+            "speaker": kai.did,
+            "next_state": "conclusion",
+            "next_speaker": kai.did,
+            "text": "nothing to do",
+        },
+    }
+    kai.client.post(
+        f"/tasks/{task_id}/work",
+        {"entry": kai.client.entry("conversation.message", "conv-kai", discuss)},
+    )
+    conclude = {
+        "conversation": "conv-kai",
+        "turn": 1,
+        "message": {
+            "kind": "conclude",
+            "speaker": kai.did,
+            "next_state": "closed",
+            "next_speaker": None,
+            "deliverable": {"summary": "nothing", "contributions": []},
+        },
+    }
+    kai.client.post(
+        f"/tasks/{task_id}/work",
+        {"entry": kai.client.entry("conversation.message", "conv-kai", conclude)},
+    )
+    size = store.size()
+    # A delivery that is not what the team concluded, or whose hash is not its document's.
+    document = {"task": task_id, "parts": []}
+    from ledger.canonical import canonical_json
+    from market.blobs import sha256_hex
+
+    body = {
+        "task_id": task_id,
+        "conversation": "conv-kai",
+        "deliverable": {"summary": "everything", "contributions": []},
+        "document": document,
+        "sha256": sha256_hex(canonical_json(document)),
+    }
+    other = relay(kai, task_id, kai.client.entry("task.delivered", task_id, body))
+    assert other.status == 422 and "not what the team concluded" in str(other)
+    body["deliverable"] = {"summary": "nothing", "contributions": []}
+    bad_hash = relay(
+        kai, task_id, kai.client.entry("task.delivered", task_id, {**body, "sha256": "0" * 64})
+    )
+    assert bad_hash.status == 422 and "sha256" in str(bad_hash)
+    assert store.size() == size  # nothing refused was logged
+    kai.client.post(
+        f"/tasks/{task_id}/work", {"entry": kai.client.entry("task.delivered", task_id, body)}
+    )
+    assert context.market.task(task_id).state == "delivered"
+
+
+def test_a_report_names_only_outputs_the_service_holds(
+    won: tuple[dict[str, Any], KitAgent, KitAgent, str],
+) -> None:
+    world, kai, kim, task_id = won
+    from ledger.sealing import seal
+
+    kai.client.post(
+        f"/tasks/{task_id}/work",
+        {"entry": kai.client.entry("task.started", task_id, {"task_id": task_id})},
+    )
+    not_sealed = None
+    with pytest.raises(ApiError) as refused:
+        kai.client.post_bytes(f"/tasks/{task_id}/sealed", b'{"value": 1}')
+    not_sealed = refused.value
+    assert not_sealed.status == 422
+    sealed = seal({"total": "1.00"})
+    with pytest.raises(ApiError) as by_kim:
+        kim.client.post_bytes(f"/tasks/{task_id}/sealed", sealed.data)
+    assert by_kim.value.status == 403
+    answer = kai.client.post_bytes(f"/tasks/{task_id}/sealed", sealed.data)
+    assert answer["output_sha256"] == sealed.commitment
+    assert world["context"].market.sealed_bytes(sealed.commitment) == sealed.data
+
+
+def test_the_service_runs_no_team_for_a_self_custody_winner(
+    won: tuple[dict[str, Any], KitAgent, KitAgent, str],
+) -> None:
+    world, _, _, task_id = won
+    from coordinator.errors import TeamError
+    from coordinator.service import run_awarded_task
+
+    with pytest.raises(TeamError, match="keeps its own key"):
+        run_awarded_task(world["context"], task_id)
+    assert world["context"].market.task(task_id).state == "awarded"
