@@ -7,7 +7,9 @@ never signs for any of them: it checks each entry the winner relays and appends 
 
     task.started          the winner, once, while the task is awarded
     conversation.opened   the winner for the task's one top-level conversation, or a member of
-                          a conversation of the task for a sub-team one level deeper
+                          a conversation of the task for a sub-team one level deeper; every
+                          member one the task's team directory lists (credentials checked
+                          here, `GET /tasks/{id}/team`), never the requester
     conversation.message  its speaker; a legal move of the conversation as the log replays it
                           (`coordinator.conversation.step`); a report's outputs must already be
                           held sealed here (`POST /tasks/{id}/sealed`) and valid for their
@@ -35,7 +37,7 @@ from coordinator.conversation import (
 )
 from coordinator.errors import CoordinatorError, IllegalMove
 from coordinator.runner import CONVERSATION_MESSAGE, CONVERSATION_OPENED
-from coordinator.service import conversation_ids, replay_conversation
+from coordinator.service import conversation_ids, replay_conversation, team_directory
 from identity.challenges import validate_output
 from identity.errors import ExamError
 from ledger.canonical import canonical_json
@@ -151,12 +153,16 @@ def _check_opened(context: MarketContext, task: Task, entry: Entry) -> None:
         if event.actor not in outer.members or depth != outer.depth + 1:
             raise WorkRefused("a sub-team is led by a member of its parent, one level deeper")
     members = [str(m) for m in body["members"]]
-    registered = context.onboarding.registry.records(members)
+    if task.requester in members:
+        raise WorkRefused("the requester is never on its own task's team", 403)
+    # The same directory the service forms hosted teams from: credentials checked, not trusted.
+    may_join = {m.did for m in team_directory(context, task)}
     for did in members:
-        if did not in registered:
-            raise WorkRefused(f"{did} is not an agent registered here")
-        if did == task.requester:
-            raise WorkRefused("the requester is never on its own task's team", 403)
+        if did not in may_join:
+            raise WorkRefused(
+                f"{did} may not join {task.task_id}'s team: it holds no valid credential for "
+                "the task's capabilities here (GET /tasks/{id}/team lists who may)"
+            )
     try:
         open_conversation(
             conv_id,
