@@ -321,6 +321,155 @@ async function sitExam(client, capability, items) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// The payout account: a secp256k1 (Ethereum) key, bound to the DID by both keys' signatures
+// ---------------------------------------------------------------------------------------------
+//
+// Node's OpenSSL has SHA3 but not Ethereum's Keccak-256 (same permutation, other padding), and
+// signs ECDSA only over digests it makes itself; so both are written out here. The one point
+// multiplication ECDSA needs (k·G) is Node's ECDH: the "public key" of k is the point k·G.
+
+const KECCAK_ROUND_CONSTANTS = [
+  0x0000000000000001n, 0x0000000000008082n, 0x800000000000808an, 0x8000000080008000n,
+  0x000000000000808bn, 0x0000000080000001n, 0x8000000080008081n, 0x8000000000008009n,
+  0x000000000000008an, 0x0000000000000088n, 0x0000000080008009n, 0x000000008000000an,
+  0x000000008000808bn, 0x800000000000008bn, 0x8000000000008089n, 0x8000000000008003n,
+  0x8000000000008002n, 0x8000000000000080n, 0x000000000000800an, 0x800000008000000an,
+  0x8000000080008081n, 0x8000000000008080n, 0x0000000080000001n, 0x8000000080008008n,
+];
+// Rotation offsets r[x + 5y] of the rho step.
+const KECCAK_ROTATIONS = [0, 1, 62, 28, 27, 36, 44, 6, 55, 20, 3, 10, 43, 25, 39, 41, 45, 15, 21, 8, 18, 2, 61, 56, 14];
+const MASK64 = (1n << 64n) - 1n;
+const rotl64 = (x, n) => (n === 0 ? x : ((x << BigInt(n)) | (x >> BigInt(64 - n))) & MASK64);
+
+/** Keccak-f[1600] on 25 64-bit lanes (BigInt), lane (x, y) at index x + 5y. */
+function keccakF(lanes) {
+  for (const constant of KECCAK_ROUND_CONSTANTS) {
+    const c = [0, 1, 2, 3, 4].map((x) => lanes[x] ^ lanes[x + 5] ^ lanes[x + 10] ^ lanes[x + 15] ^ lanes[x + 20]);
+    for (let x = 0; x < 5; x++) {
+      const d = c[(x + 4) % 5] ^ rotl64(c[(x + 1) % 5], 1);
+      for (let y = 0; y < 25; y += 5) lanes[x + y] ^= d;
+    }
+    const b = new Array(25);
+    for (let x = 0; x < 5; x++) {
+      for (let y = 0; y < 5; y++) b[y + 5 * ((2 * x + 3 * y) % 5)] = rotl64(lanes[x + 5 * y], KECCAK_ROTATIONS[x + 5 * y]);
+    }
+    for (let x = 0; x < 5; x++) {
+      for (let y = 0; y < 25; y += 5) lanes[x + y] = b[x + y] ^ (~b[((x + 1) % 5) + y] & MASK64 & b[((x + 2) % 5) + y]);
+    }
+    lanes[0] ^= constant;
+  }
+}
+
+/** Ethereum's Keccak-256 (the original padding 0x01, not SHA3-256's 0x06). */
+function keccak256(bytes) {
+  const rate = 136;
+  const padded = Buffer.alloc((Math.floor(bytes.length / rate) + 1) * rate);
+  Buffer.from(bytes).copy(padded);
+  padded[bytes.length] ^= 0x01;
+  padded[padded.length - 1] ^= 0x80;
+  const lanes = new Array(25).fill(0n);
+  for (let offset = 0; offset < padded.length; offset += rate) {
+    for (let i = 0; i < rate / 8; i++) lanes[i] ^= padded.readBigUInt64LE(offset + 8 * i);
+    keccakF(lanes);
+  }
+  const out = Buffer.alloc(32);
+  for (let i = 0; i < 4; i++) out.writeBigUInt64LE(lanes[i], 8 * i);
+  return out;
+}
+
+const SECP256K1_N = 0xfffffffffffffffffffffffffffffffebaaedce6af48a03bbfd25e8cd0364141n;
+const toBig = (bytes) => BigInt("0x" + Buffer.from(bytes).toString("hex"));
+const to32 = (number) => Buffer.from(number.toString(16).padStart(64, "0"), "hex");
+
+function modPow(base, exponent, modulus) {
+  let result = 1n;
+  base %= modulus;
+  while (exponent > 0n) {
+    if (exponent & 1n) result = (result * base) % modulus;
+    base = (base * base) % modulus;
+    exponent >>= 1n;
+  }
+  return result;
+}
+
+class EthAccount {
+  constructor(privateKey) {
+    this.privateKey = Buffer.from(privateKey);
+    const ecdh = crypto.createECDH("secp256k1");
+    ecdh.setPrivateKey(this.privateKey);
+    // The address: the last 20 bytes of Keccak-256 of the public point (x || y, no 0x04).
+    const point = ecdh.getPublicKey(); // 0x04 || x || y
+    const lower = keccak256(point.subarray(1)).subarray(12).toString("hex");
+    // EIP-55: upper-case each hex letter whose nibble in Keccak-256(lower-case hex) is >= 8.
+    const hash = keccak256(Buffer.from(lower, "ascii")).toString("hex");
+    this.address = "0x" + [...lower].map((c, i) => (parseInt(hash[i], 16) >= 8 ? c.toUpperCase() : c)).join("");
+  }
+
+  /** EIP-191 personal_sign of `message` (bytes): ECDSA over Keccak-256 of
+   *  "\x19Ethereum Signed Message:\n" + its length in decimal + the message, as 0x-hex of
+   *  r || s || v (65 bytes, v = 27 + the parity of R.y, s in the lower half). */
+  personalSign(message) {
+    const prefix = Buffer.from(`\x19Ethereum Signed Message:\n${message.length}`, "utf8");
+    const z = toBig(keccak256(Buffer.concat([prefix, message])));
+    const d = toBig(this.privateKey);
+    for (;;) {
+      const k = toBig(crypto.randomBytes(32)) % SECP256K1_N; // a fresh secret nonce
+      if (k === 0n) continue;
+      const ecdh = crypto.createECDH("secp256k1");
+      ecdh.setPrivateKey(to32(k));
+      const point = ecdh.getPublicKey(); // R = k·G
+      const r = toBig(point.subarray(1, 33)) % SECP256K1_N;
+      let recovery = point[64] & 1;
+      let s = (modPow(k, SECP256K1_N - 2n, SECP256K1_N) * (z + r * d)) % SECP256K1_N;
+      if (r === 0n || s === 0n) continue;
+      if (s > SECP256K1_N / 2n) {
+        s = SECP256K1_N - s; // the low-s form; R's parity flips with it
+        recovery ^= 1;
+      }
+      return "0x" + Buffer.concat([to32(r), to32(s), Buffer.from([27 + recovery])]).toString("hex");
+    }
+  }
+}
+
+/** The payout account next to the agent's key (FILE.eth.json, {"key": "0x…"}, mode 0600),
+ *  made on first use. */
+function loadEthAccount(keyFile) {
+  const file = keyFile.replace(/\.json$/, "") + ".eth.json";
+  if (!fs.existsSync(file)) {
+    let key;
+    do key = crypto.randomBytes(32); while (toBig(key) === 0n || toBig(key) >= SECP256K1_N);
+    fs.writeFileSync(file, JSON.stringify({ key: "0x" + key.toString("hex") }), { mode: 0o600, flag: "wx" });
+  }
+  return new EthAccount(Buffer.from(JSON.parse(fs.readFileSync(file, "utf8")).key.slice(2), "hex"));
+}
+
+/** Bind the payout address (identity/payout.py): both keys sign the same bytes, JCS of the
+ *  statement, the DID key with raw Ed25519 ("z" + base58btc), the payout key with EIP-191;
+ *  the binding goes in the agent's own `payout.bound` entry. Teams pay (and only take) members
+ *  whose address is bound. */
+async function bindPayout(client, account) {
+  const signer = client.signer;
+  const info = await client.call("GET", `/agents/${signer.did}/next-seq`);
+  const statement = {
+    type: "PayoutAddressBinding",
+    did: signer.did,
+    address: account.address,
+    chainId: info.chain_id,
+    nonce: crypto.randomBytes(16).toString("hex"),
+    issuedAt: info.server_time.replace(/\.\d{3}Z$/, "Z"), // to the second
+  };
+  const message = Buffer.from(jcs(statement), "utf8");
+  const binding = {
+    statement,
+    didSignature: "z" + base58btc(signer.sign(message)),
+    addressSignature: account.personalSign(message),
+  };
+  const entry = await client.entry("payout.bound", signer.did, { binding });
+  const bound = await client.call("POST", `/agents/${signer.did}/payout`, { entry });
+  return bound.address;
+}
+
+// ---------------------------------------------------------------------------------------------
 // The work: capability `arithmetic`, exactly (identity/challenges/arithmetic.py)
 // ---------------------------------------------------------------------------------------------
 
@@ -637,6 +786,8 @@ async function main() {
     const graded = await sitExam(client, capability, args.items);
     say("credential", { capability, passed: graded.passed, credential: graded.credential_id });
   }
+  const address = await bindPayout(client, loadEthAccount(args.key));
+  say("payout", { address });
   say("ready", { did: signer.did, endpoint });
 }
 
@@ -647,4 +798,6 @@ if (require.main === module) {
   });
 }
 
-module.exports = { b64url, base58btc, jcs, Signer, loadKey, signRequest, createPresentation, solve };
+module.exports = {
+  b64url, base58btc, jcs, keccak256, Signer, EthAccount, loadKey, signRequest, createPresentation, solve,
+};
