@@ -1,8 +1,8 @@
 #!/usr/bin/env node
 // An accord agent in JavaScript (Node.js 20, no dependencies, no build step).
 //
-//   node agent.js --server URL --key FILE --port P [--host 127.0.0.1] [--name NAME]
-//                 [--capability arithmetic] [--items N]
+//   node agent.js --server URL --key FILE --port P [--host 127.0.0.1] [--endpoint URL]
+//                 [--name NAME] [--capability arithmetic] [--items N]
 //
 // It does over accord's plain HTTP API what scripts/remote_agent.py does in Python, keeping its
 // own Ed25519 key (a did:key) the whole time; the service never sees it:
@@ -10,16 +10,17 @@
 //   1. registers by DID-auth: POST /registration/challenge, then POST /remote/registration with
 //      a Verifiable Presentation (eddsa-jcs-2022 proof) and its own signed `agent.registered`
 //      ledger entry declaring `"custody": "self"`; its record is an `http` agent at
-//      http://HOST:PORT/run;
+//      http://HOST:PORT/run, or at --endpoint (its public URL, when it listens behind a proxy);
 //   2. sits an exam in each capability (POST /exams, one signed `exam.answered` entry per item,
-//      POST /exams/{id}/grade) and earns the credential;
+//      POST /exams/{id}/grade) and earns the credential, then binds a payout address of its own
+//      (a secp256k1 key next to its key file) with its `payout.bound` entry;
 //   3. serves POST /run (one item in, its answer out: the format of exams and team work alike)
 //      and POST /sign, where it signs its own team reports whose sealed answers are the ones it
 //      gave, nothing else.
 //
 // Every request to the service is signed with an RFC 9421 HTTP message signature. It prints one
-// JSON line per step on stdout (`registered`, `credential`, `ready`, then `ran`, `signed` and
-// `refused` while it serves); SIGTERM or SIGINT stops it (exit 0).
+// JSON line per step on stdout (`registered`, `credential`, `payout`, `ready`, then `ran`,
+// `signed` and `refused` while it serves); SIGTERM or SIGINT stops it (exit 0).
 //
 // Only the `arithmetic` capability has a solver here (exact rational arithmetic with BigInt).
 // Everything is written out with Node's built-ins so it can be ported line by line: RFC 8785
@@ -337,25 +338,37 @@ const KECCAK_ROUND_CONSTANTS = [
   0x8000000080008081n, 0x8000000000008080n, 0x0000000080000001n, 0x8000000080008008n,
 ];
 // Rotation offsets r[x + 5y] of the rho step.
-const KECCAK_ROTATIONS = [0, 1, 62, 28, 27, 36, 44, 6, 55, 20, 3, 10, 43, 25, 39, 41, 45, 15, 21, 8, 18, 2, 61, 56, 14];
+const KECCAK_ROTATIONS = [
+  0, 1, 62, 28, 27, 36, 44, 6, 55, 20, 3, 10, 43, 25, 39, 41, 45, 15, 21, 8, 18, 2, 61, 56, 14,
+];
 const MASK64 = (1n << 64n) - 1n;
 const rotl64 = (x, n) => (n === 0 ? x : ((x << BigInt(n)) | (x >> BigInt(64 - n))) & MASK64);
 
 /** Keccak-f[1600] on 25 64-bit lanes (BigInt), lane (x, y) at index x + 5y. */
 function keccakF(lanes) {
   for (const constant of KECCAK_ROUND_CONSTANTS) {
-    const c = [0, 1, 2, 3, 4].map((x) => lanes[x] ^ lanes[x + 5] ^ lanes[x + 10] ^ lanes[x + 15] ^ lanes[x + 20]);
+    // theta: each lane XORs the parities of two neighbouring columns
+    const c = [0, 1, 2, 3, 4].map(
+      (x) => lanes[x] ^ lanes[x + 5] ^ lanes[x + 10] ^ lanes[x + 15] ^ lanes[x + 20],
+    );
     for (let x = 0; x < 5; x++) {
       const d = c[(x + 4) % 5] ^ rotl64(c[(x + 1) % 5], 1);
       for (let y = 0; y < 25; y += 5) lanes[x + y] ^= d;
     }
+    // rho and pi: rotate each lane, move lane (x, y) to (y, 2x + 3y)
     const b = new Array(25);
     for (let x = 0; x < 5; x++) {
-      for (let y = 0; y < 5; y++) b[y + 5 * ((2 * x + 3 * y) % 5)] = rotl64(lanes[x + 5 * y], KECCAK_ROTATIONS[x + 5 * y]);
+      for (let y = 0; y < 5; y++) {
+        b[y + 5 * ((2 * x + 3 * y) % 5)] = rotl64(lanes[x + 5 * y], KECCAK_ROTATIONS[x + 5 * y]);
+      }
     }
+    // chi: the one non-linear step, along rows
     for (let x = 0; x < 5; x++) {
-      for (let y = 0; y < 25; y += 5) lanes[x + y] = b[x + y] ^ (~b[((x + 1) % 5) + y] & MASK64 & b[((x + 2) % 5) + y]);
+      for (let y = 0; y < 25; y += 5) {
+        lanes[x + y] = b[x + y] ^ (~b[((x + 1) % 5) + y] & MASK64 & b[((x + 2) % 5) + y]);
+      }
     }
+    // iota
     lanes[0] ^= constant;
   }
 }
@@ -402,7 +415,8 @@ class EthAccount {
     const lower = keccak256(point.subarray(1)).subarray(12).toString("hex");
     // EIP-55: upper-case each hex letter whose nibble in Keccak-256(lower-case hex) is >= 8.
     const hash = keccak256(Buffer.from(lower, "ascii")).toString("hex");
-    this.address = "0x" + [...lower].map((c, i) => (parseInt(hash[i], 16) >= 8 ? c.toUpperCase() : c)).join("");
+    const letters = [...lower].map((c, i) => (parseInt(hash[i], 16) >= 8 ? c.toUpperCase() : c));
+    this.address = "0x" + letters.join("");
   }
 
   /** EIP-191 personal_sign of `message` (bytes): ECDSA over Keccak-256 of
@@ -563,12 +577,16 @@ function evaluateExpression(source) {
   }
   function product() {
     let value = primary();
-    while (peek() === "*" || peek() === "/") value = next() === "*" ? value.mul(primary()) : value.div(primary());
+    while (peek() === "*" || peek() === "/") {
+      value = next() === "*" ? value.mul(primary()) : value.div(primary());
+    }
     return value;
   }
   function sum() {
     let value = product();
-    while (peek() === "+" || peek() === "-") value = next() === "+" ? value.add(product()) : value.sub(product());
+    while (peek() === "+" || peek() === "-") {
+      value = next() === "+" ? value.add(product()) : value.sub(product());
+    }
     return value;
   }
   const value = sum();
@@ -589,13 +607,17 @@ const UNITS = {
  *  decimal with as many places as the most precise figure when it has a finite expansion
  *  ("120.50" + "43.19" is "163.69"), otherwise "p/q". */
 function solveFigures(figures, operation) {
-  if (!Array.isArray(figures) || figures.length === 0) throw new TaskError(422, "cannot solve the item: no figures");
+  if (!Array.isArray(figures) || figures.length === 0) {
+    throw new TaskError(422, "cannot solve the item: no figures");
+  }
   const values = figures.map((figure) => Fraction.decimal(figure));
   let places = Math.max(...figures.map((figure) => (String(figure).split(".")[1] || "").length));
   let result;
   if (operation === "sum") result = values.reduce((a, b) => a.add(b));
   else if (operation === "product") { result = values.reduce((a, b) => a.mul(b)); places = 0; }
-  else if (operation === "mean") result = values.reduce((a, b) => a.add(b)).div(new Fraction(BigInt(values.length)));
+  else if (operation === "mean") {
+    result = values.reduce((a, b) => a.add(b)).div(new Fraction(BigInt(values.length)));
+  }
   else if (operation === "min") result = values.reduce((a, b) => (b.cmp(a) < 0 ? b : a));
   else if (operation === "max") result = values.reduce((a, b) => (b.cmp(a) > 0 ? b : a));
   else throw new TaskError(422, `cannot solve the item: unknown figures operation ${operation}`);
@@ -646,7 +668,8 @@ function checkReport(me, answers, text, openings) {
   const keys = Object.keys(event || {}).sort().join(",");
   if (keys !== "actor,at,body,kind,seq,subject,v") throw new TaskError(400, "not one ledger event");
   const message = event.body && event.body.message;
-  if (event.actor !== me || event.kind !== "conversation.message" || typeof message !== "object" || message === null) {
+  const isObject = typeof message === "object" && message !== null;
+  if (event.actor !== me || event.kind !== "conversation.message" || !isObject) {
     throw new TaskError(403, "this agent signs only its own conversation messages");
   }
   if (message.kind !== "report" || message.speaker !== me) {
@@ -691,7 +714,8 @@ function serve(signer, host, port) {
     }
     try {
       if (request.url === "/run") {
-        if (!parsed || typeof parsed.item !== "object" || parsed.item === null || Array.isArray(parsed.item)) {
+        const item = parsed && parsed.item;
+        if (typeof item !== "object" || item === null || Array.isArray(item)) {
           throw new TaskError(400, 'the request must be a JSON object {"item": {...}}');
         }
         const answer = solve(parsed.item);
@@ -699,7 +723,9 @@ function serve(signer, host, port) {
         say("ran", { item: parsed.item.item_id, answer });
         return reply(response, 200, { answer, agent: signer.did });
       }
-      if (typeof parsed.event !== "string") throw new TaskError(400, 'the request must be {"event": text, "openings": {...}}');
+      if (!parsed || typeof parsed.event !== "string") {
+        throw new TaskError(400, 'the request must be {"event": text, "openings": {...}}');
+      }
       checkReport(signer.did, answers, parsed.event, parsed.openings);
       say("signed", { subject: JSON.parse(parsed.event).subject });
       return reply(response, 200, { sig: b64url(signer.sign(Buffer.from(parsed.event, "utf8"))) });
@@ -756,13 +782,17 @@ function parseArgs(argv) {
     else if (flag === "--key") args.key = value;
     else if (flag === "--port") args.port = Number(value);
     else if (flag === "--host") args.host = value;
+    else if (flag === "--endpoint") args.endpoint = value;
     else if (flag === "--name") args.name = value;
     else if (flag === "--capability") args.capability.push(value);
     else if (flag === "--items") args.items = Number(value);
     else throw new Error(`unknown option ${flag}`);
   }
   if (!args.server || !args.key || !Number.isInteger(args.port)) {
-    throw new Error("usage: node agent.js --server URL --key FILE --port P [--host H] [--name N] [--capability C] [--items N]");
+    throw new Error(
+      "usage: node agent.js --server URL --key FILE --port P [--host H] [--endpoint URL] " +
+        "[--name N] [--capability C] [--items N]",
+    );
   }
   return args;
 }
@@ -777,7 +807,8 @@ async function main() {
   };
   process.on("SIGTERM", stop);
   process.on("SIGINT", stop);
-  const endpoint = `http://${args.host}:${server.address().port}/run`;
+  // Where teams reach it: POST {endpoint} with items, POST {its origin}/sign for signatures.
+  const endpoint = args.endpoint || `http://${args.host}:${server.address().port}/run`;
 
   const client = new Client(args.server, signer);
   const record = await register(client, args.name, endpoint);
