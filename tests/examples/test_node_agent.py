@@ -5,13 +5,17 @@ anchored on a `MemoryAnchorChain`, escrow on a `MemoryEscrowChain`, a running cl
 advances to close the bidding windows: nobody waits on the wall clock). The Node agent runs as
 a separate process with its own key, over the plain HTTP API only: it registers by DID-auth
 with its own `agent.registered` entry (custody "self"), passes its `arithmetic` exam with its
-own `exam.answered` entries, and serves `POST /run` and `POST /sign`.
+own `exam.answered` entries, binds its payout address with its `payout.bound` entry, and
+serves `POST /run` and `POST /sign`.
 
 Then it works as a team member: a hosted requester posts a task with an extraction part and an
 arithmetic part, a hosted agent (ada) wins and leads; the leader does the extraction itself
 (the first, synchronous assignment, which only ada can do) and gives the arithmetic part to
 the least loaded member holding it, the Node agent, whose answer is in the deliverable and
-whose report it signed itself at `/sign`, shown the sealed answer.
+whose report it signed itself at `/sign`, shown the sealed answer. The service's own code runs
+the team (`run_awarded_task`, nothing patched). Settlement pays it at the payout address it
+bound itself, and the audit passes and shows its custody. Last, what it refuses at `/sign` and
+`/run`.
 
 Skipped only when `node` is not installed.
 """
@@ -299,19 +303,7 @@ def test_node_agent_registers_passes_its_exam_and_works_in_a_team(
         assert awarded.json()["winner"] == ada.did
 
     # ada's team reaches the Node agent at its endpoint; it signs its own report at /sign.
-    registry = onboarding.registry
-    original = registry.signer
-
-    def signer_of(agent: Any) -> Any:
-        if registry.key_path(agent.name).exists():
-            return original(agent)
-        return onboarding.member_signer(agent)
-
-    registry.signer = signer_of  # type: ignore[method-assign]
-    try:
-        conversation = run_awarded_task(context, task_id)
-    finally:
-        registry.signer = original  # type: ignore[method-assign]
+    conversation = run_awarded_task(context, task_id)
     assert conversation.deliverable is not None
     [mine] = [c for c in conversation.deliverable.contributions if c.agent == did]
     assert mine.part == "lines-sum"
