@@ -249,7 +249,8 @@ class Client {
  *    hashData = SHA-256(JCS(configuration)) || SHA-256(JCS(document without proof));
  *    proofValue = "z" + base58btc(Ed25519 signature of hashData). */
 function addProof(signer, document, options) {
-  const config = { ...options, "@context": document["@context"] };
+  const config = { ...options };
+  if ("@context" in document) config["@context"] = document["@context"];
   const hashData = Buffer.concat([
     sha256(Buffer.from(jcs(config), "utf8")),
     sha256(Buffer.from(jcs(document), "utf8")),
