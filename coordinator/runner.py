@@ -122,8 +122,10 @@ class TeamRunner:
 
     `signer_of(did)` signs for a member, `adapter_of(did)` does its work, `directory` lists
     the agents discovery may pick from, `sealed` keeps the outputs (the log gets only their
-    commitments). Raises CoordinatorError (TeamError, PolicyError,
-    IllegalMove from a policy's bad message) and what the ledger raises.
+    commitments), `may_lead(did)` says whether a member may lead a sub-team for a batch it
+    was given (it must sign the sub-team's acts: an agent that signs only its own reports at
+    its endpoint cannot; by default every member may). Raises CoordinatorError (TeamError,
+    PolicyError, IllegalMove from a policy's bad message) and what the ledger raises.
     """
 
     def __init__(
@@ -137,8 +139,10 @@ class TeamRunner:
         observer: Observer | None = None,
         resolve_files: Callable[[Mapping[str, Any]], Mapping[str, Any]] | None = None,
         sealed: SealedOutputs | None = None,
+        may_lead: Callable[[str], bool] = lambda did: True,
     ) -> None:
         self.ledger = ledger
+        self.may_lead = may_lead
         self.sealed = sealed or SealedOutputs()
         """Every output the team gave, sealed (the log holds only their commitments)."""
         self.resolve_files = resolve_files or (lambda payload: payload)
@@ -217,6 +221,7 @@ class TeamRunner:
             member is not None
             and len(items) >= self.settings.team_up_min_items
             and conversation.depth < self.settings.max_depth
+            and self.may_lead(assignee)
         ):
             helpers = helpers_for(task, member, self.directory, self._busy.__contains__)
             if helpers:

@@ -244,6 +244,9 @@ def run_awarded_task(
         found = sealed.get(commitment)
         return None if found is None else found.data
 
+    def holds_key(did: str) -> bool:
+        return registry.key_path(registry.get(did).name).exists()
+
     def signer_of(did: str) -> Signer:
         # A local agent's key file, or a remote agent signing its own reports at its endpoint
         # (shown the sealed outputs a report names, to check they are its own).
@@ -261,6 +264,8 @@ def run_awarded_task(
             payload, {sha: market.file_text(task, sha) for sha in task.spec.files}
         ),
         sealed=sealed,
+        # A member that keeps its own key signs only its own reports: it leads no sub-team.
+        may_lead=holds_key,
     )
     market.start(task_id, winner)
     parts = [(p.part_id, p.capability, p.input) for p in task.spec.parts]
@@ -270,9 +275,11 @@ def run_awarded_task(
     document = assemble(task, conversation, runner.plan)
     # Contributors are paid at settlement to the address each bound to its DID.
     chain_id = market.escrow.chain_id()
-    # The leader is paid for its plan and assembly even when it did no part itself.
+    # The leader is paid for its plan and assembly even when it did no part itself. An agent
+    # that keeps its own key binds its own account (never one made here for it).
     for did in sorted({c.agent for c in conversation.deliverable.contributions} | {task.winner}):
-        context.onboarding.bind_payout(registry.get(did), chain_id)
+        if holds_key(did):
+            context.onboarding.bind_payout(registry.get(did), chain_id)
     market.deliver(
         task_id, winner, conversation.conv_id, conversation.deliverable.to_json(), document
     )

@@ -185,6 +185,8 @@ def lead(
         run_settings,
         resolve_files=lambda payload: resolve_files(payload, files),
         sealed=sent,
+        # Its members sign only their own reports at their endpoints: sub-teams are its own.
+        may_lead=lambda did: did == signer.did,
     )
     parts = [(p.part_id, p.capability, p.input) for p in task.spec.parts]
     conversation = runner.run_task(task_id, leader, parts, task.spec.title, task.spec.description)

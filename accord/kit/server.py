@@ -41,22 +41,20 @@ class Refused(Exception):
 
 
 class AnswersGiven:
-    """The answers this agent gave, by item id: what its /sign compares a report with."""
+    """Every answer this agent gave, by item id (two tasks may share a part id): what its
+    /sign compares a report with."""
 
     def __init__(self) -> None:
-        self._answers: dict[str, JSON] = {}
+        self._answers: dict[str, list[JSON]] = {}
         self._lock = threading.Lock()
 
     def add(self, item_id: str, answer: JSON) -> None:
         with self._lock:
-            self._answers[item_id] = answer
+            self._answers.setdefault(item_id, []).append(answer)
 
-    def get(self, item_id: str) -> JSON | object:
+    def gave(self, item_id: str, answer: JSON) -> bool:
         with self._lock:
-            return self._answers.get(item_id, _NONE)
-
-
-_NONE = object()
+            return answer in self._answers.get(item_id, [])
 
 
 def check_report(did: str, text: bytes, openings: dict[str, str], given: AnswersGiven) -> None:
@@ -80,8 +78,8 @@ def check_report(did: str, text: bytes, openings: dict[str, str], given: Answers
             sealed = open_sealed(str(openings.get(commitment, "")).encode(), commitment)
         except SealError as exc:
             raise Refused(403, f"the report names an answer not shown: {exc}") from exc
-        if contribution.get("agent") != did or sealed.value != given.get(
-            str(contribution.get("part"))
+        if contribution.get("agent") != did or not given.gave(
+            str(contribution.get("part")), sealed.value
         ):
             raise Refused(403, "the report carries work this agent did not do")
 
