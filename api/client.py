@@ -4,9 +4,10 @@
         for task in client.tasks():
             ...
 
-Reads are plain GETs; with a `signer`, every request is signed (`api.auth.AccordAuth`), as the
-mutating routes require. Every failure (the service unreachable, a problem+json answer, a body
-that is not JSON) is raised as one `ApiError` whose message a person can act on.
+Reads are plain GETs; with a `signer`, every request is signed
+(`identity.http_auth.AccordAuth`), as the mutating routes require. Every failure (the service
+unreachable, a problem+json answer, a body that is not JSON) is raised as one `ApiError` whose
+message a person can act on.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from urllib.parse import quote
 
 import httpx
 
-from api.auth import AccordAuth
+from identity.http_auth import AccordAuth
 from ledger.errors import AccordError
 from ledger.events import make_entry, parse_time
 from ledger.signing import Signer

@@ -36,7 +36,6 @@ if str(ROOT) not in sys.path:
 import httpx  # noqa: E402
 from eth_account import Account  # noqa: E402
 
-from api.auth import AccordAuth  # noqa: E402
 from coordinator.agent_service import (  # noqa: E402
     MAX_REQUEST_BYTES,
     AgentServer,
@@ -46,6 +45,7 @@ from coordinator.agent_service import (  # noqa: E402
     make_server,
 )
 from coordinator.runner import CONVERSATION_MESSAGE  # noqa: E402
+from identity.http_auth import AccordAuth  # noqa: E402
 from identity.payout import bind_payout_address  # noqa: E402
 from identity.presentations import create_presentation  # noqa: E402
 from ledger.canonical import JSONValue, parse_canonical  # noqa: E402
