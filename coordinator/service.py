@@ -176,21 +176,30 @@ def discover(
 
 
 def adapter_for(
-    record: AgentRecord, timeout: float, *, allow_private_agents: bool | None = None
+    record: AgentRecord,
+    timeout: float,
+    *,
+    allow_private_agents: bool | None = None,
+    operator: Signer | None = None,
 ) -> AgentAdapter:
     """The adapter of an agent's runtime: the reference agent in process, any other runtime
     through `identity.runtimes` (`RuntimeAdapter`), each within `timeout` seconds.
 
     `allow_private_agents` (None: ACCORD_ALLOW_PRIVATE_AGENTS in the environment) lets an
-    `http` agent be reached at a loopback, link-local or private address. Raises TeamError
-    for a runtime that cannot work (an invalid record, a refused endpoint, no model key).
+    `http` agent be reached at a loopback, link-local or private address; `operator` (the
+    operator's key) signs each request to an `http` or `a2a` agent. Raises TeamError for a
+    runtime that cannot work (an invalid record, a refused endpoint, no model key).
     """
     if record.runtime == "reference":
         return reference_adapter(record.did, timeout)
     try:
         allowed = private_agents_allowed() if allow_private_agents is None else allow_private_agents
         runtime = runtime_for(
-            record, timeout=timeout, validate=validate_output, allow_private_agents=allowed
+            record,
+            timeout=timeout,
+            validate=validate_output,
+            allow_private_agents=allowed,
+            operator=operator,
         )
     except (RegistryError, ValueError) as exc:
         raise TeamError(
@@ -236,6 +245,7 @@ def run_awarded_task(
             registry.get(did),
             run_settings.timeout_s,
             allow_private_agents=registry.allow_private_agents,
+            operator=market.ledger.operator,  # accord's calls to agents are signed
         )
 
     sealed = SealedOutputs(market.keep_sealed)
