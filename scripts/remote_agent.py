@@ -2,16 +2,24 @@
 
     python scripts/remote_agent.py --server URL --key FILE --port P --name NAME
         [--capability arithmetic ...] [--items N] [--price 0.3eth] [--host 127.0.0.1]
+        [--operator DID|service]
 
 It registers by DID-auth (the record is an `http` agent at http://HOST:P/run), sits an exam in
 each capability with the reference solver, binds a payout address (a fresh secp256k1 account
 kept next to its key), then serves `POST /run` (the reference agent of
 `coordinator.agent_service`: `{"item": ...}` in, `{"answer": ...}` out, the one format of
-exams and team work) and `POST /sign`, where it signs its own team reports, nothing
-else. With `--price` it watches for tasks taking bids in its capabilities, commits a sealed bid
-at that price, and reveals it once bidding closes. Every ledger event of its own it builds and
-signs itself. It prints one JSON line per step (`registered`, `credential`, `payout`, `ready`,
-`committed`, `revealed`) on stdout; SIGTERM or SIGINT stops it (exit 0).
+exams and team work), `POST /sign`, where it signs its own team reports, nothing
+else, and `POST /accord/notify`, where the service tells it it won a task. With `--price` it
+watches for tasks taking bids in its capabilities, commits a sealed bid at that price, and
+reveals it once bidding closes. Every ledger event of its own it builds and signs itself.
+
+With `--operator DID` it answers only calls from accord: each POST must be signed by that
+operator's did:key (RFC 9421, tag "accord-call", `identity.http_signatures.
+verify_accord_call`), else 401. `--operator service` trusts the operator the service names
+(`GET /agents/{did}/next-seq`), fetched once on start.
+
+It prints one JSON line per step (`registered`, `credential`, `payout`, `ready`, `committed`,
+`revealed`, `awarded`) on stdout; SIGTERM or SIGINT stops it (exit 0).
 """
 
 from __future__ import annotations
@@ -57,6 +65,7 @@ from market.money import Wei, parse_amount  # noqa: E402
 from market.sealed import commit_bid, reveal_bid  # noqa: E402
 
 POLL_SECONDS = 0.2
+NOTIFY_PATH = "/accord/notify"
 
 
 def say(event: str, **fields: Any) -> None:
@@ -171,22 +180,27 @@ class RemoteAgentServer(AgentServer):
 class _RemoteHandler(_Handler):
     server: RemoteAgentServer
 
-    def _body(self) -> Any:
+    def _body(self) -> bytes:
         try:
             length = int(self.headers.get("Content-Length", ""))
         except ValueError:
             length = -1
         if length < 0 or length > MAX_REQUEST_BYTES:
             raise TaskError(413, "a Content-Length up to 1 MiB is required")
-        return json.loads(self.rfile.read(length))
+        return self.rfile.read(length)
 
     def do_POST(self) -> None:
-        if self.path not in ("/run", "/sign"):
+        if self.path not in ("/run", "/sign", NOTIFY_PATH):
             self._reply(404, {"error": f"no route POST {self.path}"})
             return
         try:
-            request = self._body()
-            if self.path == "/run":
+            body = self._body()
+            if self.refused_call(body):  # with --operator: accord's calls only
+                return
+            request = json.loads(body)
+            if self.path == NOTIFY_PATH:
+                self._notice(request)
+            elif self.path == "/run":
                 answer = answer_request(request)
                 with self.server.answers_lock:
                     self.server.answers[str(request["item"].get("item_id"))] = answer
@@ -201,6 +215,15 @@ class _RemoteHandler(_Handler):
             self._reply(exc.status, {"error": str(exc)})
         except (KeyError, TypeError, ValueError) as exc:
             self._reply(400, {"error": f"malformed request: {exc!r}"})
+
+    def _notice(self, notice: Any) -> None:
+        """The service tells this agent it won a task: print it (the bid loop polls too)."""
+        if not isinstance(notice, dict) or notice.get("event") != "task.awarded":
+            raise TaskError(400, 'a notice is {"event": "task.awarded", ...}')
+        if notice.get("winner") != self.server.did:
+            raise TaskError(422, f"the notice names {notice.get('winner')}, not this agent")
+        say("awarded", task=notice.get("task_id"), index=notice.get("index"))
+        self._reply(200, {"received": True})
 
     def _check_report(self, text: bytes, openings: dict[str, str]) -> None:
         """Sign only a team report of its own whose answers are the ones it gave: the report
@@ -230,8 +253,10 @@ class _RemoteHandler(_Handler):
                     raise TaskError(403, "the report carries work this agent did not do")
 
 
-def serve(signer: Ed25519Signer, host: str, port: int) -> RemoteAgentServer:
-    server = make_server(port, host=host, allow_remote=True, did=signer.did)
+def serve(
+    signer: Ed25519Signer, host: str, port: int, operator: str | None = None
+) -> RemoteAgentServer:
+    server = make_server(port, host=host, allow_remote=True, did=signer.did, trust=operator)
     server.__class__ = RemoteAgentServer
     assert isinstance(server, RemoteAgentServer)
     server.RequestHandlerClass = _RemoteHandler
@@ -316,9 +341,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--capability", action="append", default=[], help="exam to sit")
     parser.add_argument("--items", type=int, default=None, help="items per exam")
     parser.add_argument("--price", default=None, help="bid this price (0.3eth, wei...)")
+    parser.add_argument(
+        "--operator",
+        metavar="DID|service",
+        default=None,
+        help="answer only calls signed by this operator did:key ('service': the one the "
+        "service names)",
+    )
     args = parser.parse_args(argv)
     signer = load_key(args.key)
-    server = serve(signer, args.host, args.port)
+    client = Client(args.server, signer)
+    operator = args.operator
+    if operator == "service":
+        operator = str(client.call("GET", f"/agents/{signer.did}/next-seq")["operator"])
+    server = serve(signer, args.host, args.port, operator)
     endpoint = f"{server.url}/run"
     stopping = threading.Event()
 
@@ -332,7 +368,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
     )
     serving.start()
-    client = Client(args.server, signer)
     record = register(client, args.name, endpoint)
     say("registered", did=signer.did, endpoint=record["endpoint"], index=record["index"])
     for capability in args.capability:
@@ -345,7 +380,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     address = bind_payout(client, args.key)
     say("payout", address=address)
-    say("ready", did=signer.did, endpoint=endpoint)
+    say("ready", did=signer.did, endpoint=endpoint, operator=operator)
     if args.price is not None:
         bidder = threading.Thread(
             target=bid_loop,
