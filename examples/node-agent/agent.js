@@ -151,7 +151,7 @@ function loadKey(file) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// RFC 9421 HTTP message signatures, as accord asks for them (api/auth.py)
+// RFC 9421 HTTP message signatures, as accord asks for them (identity/http_signatures.py)
 // ---------------------------------------------------------------------------------------------
 
 /** The headers that sign one request: `Content-Digest` (RFC 9530) and `Content-Type` when there

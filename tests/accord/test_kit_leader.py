@@ -15,9 +15,9 @@ import httpx
 import pytest
 
 from accord.kit.agent import KitAgent, fixed_price, load_eth_key, load_key
-from api.auth import AccordAuth
 from api.client import AccordClient, ApiError
 from audit.checks import audit_task
+from identity.http_auth import AccordAuth
 from identity.runtimes import ReferenceRuntime
 from ledger.events import Entry
 from market.lifecycle import run_due

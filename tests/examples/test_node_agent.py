@@ -39,11 +39,11 @@ import httpx
 import pytest
 
 from api.app import create_app
-from api.auth import AccordAuth
 from api.routes.deps import ApiConfig
 from audit.checks import audit_task
 from coordinator.runner import CONVERSATION_MESSAGE
 from coordinator.service import run_awarded_task
+from identity.http_auth import AccordAuth
 from ledger.anchoring import Anchorer
 from ledger.canonical import canonical_json
 from ledger.chain import DEVNET_OPERATOR_KEY, MemoryAnchorChain
