@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from identity.challenges import JSON, JSONObject, validate_output
+from identity.errors import RegistryError
 from identity.runtimes import (
     A2ARuntime,
     AgentRuntime,
@@ -34,7 +35,7 @@ from identity.runtimes import (
 from ledger.errors import AccordError
 
 
-class HandlerError(AccordError):
+class HandlerError(RegistryError):
     """A handler spec that names nothing that can answer."""
 
 

@@ -34,7 +34,7 @@ PACKAGES = ("accord", "ledger", "identity", "market", "coordinator", "audit", "a
 #: Where each package draws its errors (as a tree in the module's docstring). The first drawing
 #: of `ledger.errors` is the root's: the roots every package's errors hang from.
 DRAWINGS = {
-    "accord": (),
+    "accord": ("accord.kit",),
     "ledger": ("ledger.errors",),
     "identity": ("identity.errors", "identity.http_signatures"),
     "market": ("market.errors",),
