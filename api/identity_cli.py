@@ -401,15 +401,15 @@ def agent_run(
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     try:
-        base = agent.start(host, port)
-        agent.join(url or base)
+        base = agent.start(host, port, url)
+        agent.join(base)
     except ApiError as exc:
         agent.stop()
         fail(str(exc), code=2 if exc.status is not None and 400 <= exc.status < 500 else 1)
     except OSError as exc:
         agent.stop()
         fail(f"cannot listen on {host}:{port}: {exc}")
-    line("ready", did=signer.did, endpoint=(url or base).rstrip("/") + "/run")
+    line("ready", did=signer.did, endpoint=base.rstrip("/") + "/run")
     try:
         agent.run_until(stopping, poll_seconds=poll)
     finally:

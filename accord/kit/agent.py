@@ -18,6 +18,7 @@ import json
 import logging
 import secrets
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -44,6 +45,8 @@ from market.money import Wei
 from market.sealed import commit_bid, reveal_bid
 
 log = logging.getLogger("accord.kit")
+LEADERS_TTL = 60.0
+"""Seconds the agent trusts its list of who leads a running task before asking again."""
 
 Strategy = Callable[[Mapping[str, Any]], Wei | None]
 """What to bid on a task (as `GET /tasks` lists it), or None to let it pass."""
@@ -129,6 +132,8 @@ class KitAgent:
         self._bids = _Bids()
         self._lock = threading.Lock()
         self._threads: list[threading.Thread] = []
+        self._leaders: set[str] = set()
+        self._leaders_at = 0.0
 
     @property
     def did(self) -> str:
@@ -136,15 +141,43 @@ class KitAgent:
 
     # -- its own service -------------------------------------------------------------------
 
-    def start(self, host: str = "127.0.0.1", port: int = 0) -> str:
-        """Serve /run, /sign and /accord/notify in a thread; returns the base URL."""
-        self.server = KitServer((host, port), self.signer, self.runtime, self._notice)
+    def start(self, host: str = "127.0.0.1", port: int = 0, public_url: str | None = None) -> str:
+        """Serve /run, /sign and /accord/notify in a thread; returns the base URL others reach
+        it at (`public_url`, else http://HOST:PORT), which its callers sign for. Raises
+        ApiError when the service cannot say who its operator is, OSError when the address
+        cannot be bound."""
+        info = self.client.get(f"/agents/{_segment(self.did)}/next-seq")
+        self.server = KitServer(
+            (host, port),
+            self.signer,
+            self.runtime,
+            self._notice,
+            operator=str(info["operator"]),
+            may_call=self._leads_a_task,
+            public_url=public_url,
+        )
         thread = threading.Thread(
             target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
         )
         thread.start()
         self._threads.append(thread)
-        return self.server.url
+        return public_url or self.server.url
+
+    def _leads_a_task(self, did: str) -> bool:
+        """Whether `did` holds the contract of a running task (so may give this agent work
+        and ask it to sign its reports). Asked of the service, remembered for a minute."""
+        now = time.monotonic()
+        with self._lock:
+            if now - self._leaders_at < LEADERS_TTL and did in self._leaders:
+                return True
+        try:
+            running = self.client.tasks(state="running")
+        except ApiError:
+            return False
+        with self._lock:
+            self._leaders = {str(t["winner"]) for t in running if t.get("winner")}
+            self._leaders_at = now
+            return did in self._leaders
 
     def stop(self) -> None:
         if self.server is not None:
@@ -155,7 +188,7 @@ class KitAgent:
         self.client.close()
 
     def _notice(self, notice: dict[str, Any]) -> None:
-        self.say("notice", **{k: v for k, v in notice.items() if isinstance(v, str | int)})
+        self.say("notice", kind=str(notice.get("event")), task=str(notice.get("task_id")))
         self.wake.set()
 
     # -- joining ---------------------------------------------------------------------------

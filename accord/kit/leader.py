@@ -161,14 +161,21 @@ def lead(
         if did == signer.did:
             return signer
         return EndpointSigner(
-            did, _endpoint(endpoints, did), allow_private=allow_private, openings=openings
+            did,
+            _endpoint(endpoints, did),
+            allow_private=allow_private,
+            openings=openings,
+            operator=signer,  # the call is signed by the leader, as it is the leader's
         )
 
     def adapter_of(did: str) -> AgentAdapter:
         if did == signer.did:
             return RuntimeAdapter(did, runtime)
         http = HttpRuntime(
-            _endpoint(endpoints, did), timeout=run_settings.timeout_s, allow_private=allow_private
+            _endpoint(endpoints, did),
+            timeout=run_settings.timeout_s,
+            allow_private=allow_private,
+            operator=signer,
         )
         return RuntimeAdapter(did, http)
 

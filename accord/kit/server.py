@@ -9,9 +9,11 @@
                          wakes the agent's loop, which then reads the task from the service
     GET  /health         `{"status": "ok", "agent": DID}`
 
-Nothing here trusts a caller: /run does work anyone could ask for (and the leader that asks
-pays only through the market), /sign checks what it signs, and a notice only makes the agent
-look at the service sooner.
+Every call must be signed (RFC 9421, tag "accord-call", `identity.http_signatures`) for this
+agent's own URL: a notice by the service's operator; work and signatures by the operator
+(a hosted leader's team) or by a caller `may_call` admits (the contract holder of a task
+this agent may work on); anything else is 401 or 403. Beyond that, /sign checks what it
+signs, and a notice only makes the agent look at the service sooner.
 """
 
 from __future__ import annotations
@@ -24,6 +26,14 @@ from typing import Any
 
 from coordinator.runner import CONVERSATION_MESSAGE
 from identity.challenges import JSON
+from identity.http_signatures import (
+    CALL_TAG,
+    AuthError,
+    NonceMemory,
+    Target,
+    challenge_headers,
+    verify_request,
+)
 from identity.runtimes import AgentRuntime, AgentRuntimeError
 from ledger.canonical import parse_canonical
 from ledger.errors import SealError
@@ -93,12 +103,35 @@ class KitServer(ThreadingHTTPServer):
         signer: Signer,
         runtime: AgentRuntime,
         on_notice: Callable[[dict[str, Any]], None],
+        *,
+        operator: str,
+        may_call: Callable[[str], bool] = lambda did: False,
+        public_url: str | None = None,
     ) -> None:
         self.signer = signer
         self.runtime = runtime
         self.on_notice = on_notice
+        self.operator = operator
+        self.may_call = may_call
+        self.public_url = public_url
+        self.nonces = NonceMemory()
         self.given = AnswersGiven()
         super().__init__(address, _KitHandler)
+
+    def caller(self, method: str, path: str, headers: list[tuple[str, str]], body: bytes) -> str:
+        """Who signed this call to `path` (401 Refused when nobody did, or not for us)."""
+        base = self.public_url or self.url
+        try:
+            return verify_request(
+                method,
+                Target.from_url(base.rstrip("/") + path),
+                [(name.lower(), value) for name, value in headers],
+                body,
+                nonces=self.nonces,
+                tag=CALL_TAG,
+            )
+        except (AuthError, ValueError) as exc:
+            raise Refused(401, f"{exc} (sign calls to this agent, tag {CALL_TAG!r})") from exc
 
     @property
     def url(self) -> str:
@@ -122,10 +155,12 @@ class _KitHandler(BaseHTTPRequestHandler):
     server: KitServer
     protocol_version = "HTTP/1.1"
 
-    def _reply(self, status: int, value: JSON) -> None:
+    def _reply(self, status: int, value: JSON, *, challenge: bool = False) -> None:
         data = json.dumps(value).encode()
         try:
             self.send_response(status)
+            for name, header in challenge_headers(CALL_TAG).items() if challenge else ():
+                self.send_header(name, header)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(data)))
             self.send_header("Connection", "close")
@@ -143,7 +178,14 @@ class _KitHandler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         try:
-            request = self._body()
+            data = self._read()
+            caller = self.server.caller("POST", self.path, list(self.headers.items()), data)
+            operator = caller == self.server.operator
+            if self.path == "/accord/notify" and not operator:
+                raise Refused(403, f"notices come from the service's operator, not {caller}")
+            if not operator and not self.server.may_call(caller):
+                raise Refused(403, f"{caller} leads no task this agent works on")
+            request = json.loads(data)
             if self.path == "/run":
                 answer = self.server.answer(request)
                 self._reply(200, {"answer": answer, "agent": self.server.signer.did})
@@ -160,20 +202,20 @@ class _KitHandler(BaseHTTPRequestHandler):
             else:
                 self._reply(404, {"error": f"no route POST {self.path}"})
         except Refused as exc:
-            self._reply(exc.status, {"error": str(exc)})
+            self._reply(exc.status, {"error": str(exc)}, challenge=exc.status == 401)
         except json.JSONDecodeError as exc:
             self._reply(400, {"error": f"the request is not JSON: {exc}"})
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             self._reply(400, {"error": f"malformed request: {exc!r}"})
 
-    def _body(self) -> Any:
+    def _read(self) -> bytes:
         try:
             length = int(self.headers.get("Content-Length", ""))
         except ValueError:
             length = -1
         if length < 0 or length > MAX_REQUEST_BYTES:
             raise Refused(413, "a Content-Length up to 1 MiB is required")
-        return json.loads(self.rfile.read(length))
+        return self.rfile.read(length)
 
     def log_message(self, format: str, *args: Any) -> None:
         pass

@@ -344,3 +344,46 @@ def test_the_service_runs_no_team_for_a_self_custody_winner(
     with pytest.raises(TeamError, match="keeps its own key"):
         run_awarded_task(world["context"], task_id)
     assert world["context"].market.task(task_id).state == "awarded"
+
+
+def test_the_kit_answers_only_calls_signed_by_the_operator_or_a_leader(
+    won: tuple[dict[str, Any], KitAgent, KitAgent, str],
+) -> None:
+    world, kai, kim, task_id = won
+    from identity.http_auth import AccordAuth as SignedBy
+    from identity.http_signatures import CALL_TAG
+    from ledger.signing import Ed25519Signer
+
+    assert kim.server is not None
+    run = f"{kim.server.url}/run"
+    item = {"item": {"item_id": "x", "capability": "arithmetic"}}
+    unsigned = httpx.post(run, json=item, timeout=10)
+    assert unsigned.status_code == 401 and "Accept-Signature" in unsigned.headers
+    as_service = httpx.post(run, json=item, timeout=10, auth=SignedBy(world["req"]))
+    assert as_service.status_code == 401  # the "accord" tag is for calls to the service
+    stranger = Ed25519Signer.generate()
+    by_stranger = httpx.post(run, json=item, timeout=10, auth=SignedBy(stranger, tag=CALL_TAG))
+    assert by_stranger.status_code == 403 and "leads no task" in by_stranger.text
+    notice = {"event": "task.awarded", "task_id": task_id}
+    by_kai = httpx.post(
+        f"{kim.server.url}/accord/notify",
+        json=notice,
+        timeout=10,
+        auth=SignedBy(kai.signer, tag=CALL_TAG),
+    )
+    assert by_kai.status_code == 403
+    operator = world["context"].market.ledger.operator
+    by_operator = httpx.post(
+        f"{kim.server.url}/accord/notify",
+        json=notice,
+        timeout=10,
+        auth=SignedBy(operator, tag=CALL_TAG),
+    )
+    assert by_operator.status_code == 202, by_operator.text
+    # Once kai leads a running task, its calls are answered (the item is judged on its own).
+    kai.client.post(
+        f"/tasks/{task_id}/work",
+        {"entry": kai.client.entry("task.started", task_id, {"task_id": task_id})},
+    )
+    by_leader = httpx.post(run, json=item, timeout=10, auth=SignedBy(kai.signer, tag=CALL_TAG))
+    assert by_leader.status_code in (200, 422), by_leader.text
