@@ -409,7 +409,7 @@ def agent_run(
     except OSError as exc:
         agent.stop()
         fail(f"cannot listen on {host}:{port}: {exc}")
-    line("ready", did=signer.did, endpoint=base.rstrip("/") + "/run")
+    line("ready", did=signer.did, endpoint=base.rstrip("/") + "/run", operator=agent.operator)
     try:
         agent.run_until(stopping, poll_seconds=poll)
     finally:

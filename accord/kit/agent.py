@@ -139,6 +139,11 @@ class KitAgent:
     def did(self) -> str:
         return self.signer.did
 
+    @property
+    def operator(self) -> str | None:
+        """The service operator's DID (known once the agent has started)."""
+        return None if self.server is None else self.server.operator
+
     # -- its own service -------------------------------------------------------------------
 
     def start(self, host: str = "127.0.0.1", port: int = 0, public_url: str | None = None) -> str:
@@ -188,7 +193,12 @@ class KitAgent:
         self.client.close()
 
     def _notice(self, notice: dict[str, Any]) -> None:
-        self.say("notice", kind=str(notice.get("event")), task=str(notice.get("task_id")))
+        self.say(
+            "notice",
+            kind=str(notice.get("event")),
+            task=str(notice.get("task_id")),
+            index=notice.get("index") if isinstance(notice.get("index"), int) else None,
+        )
         self.wake.set()
 
     # -- joining ---------------------------------------------------------------------------

@@ -4,7 +4,7 @@
 //   node agent.js --server URL --key FILE --port P [--host 127.0.0.1] [--endpoint URL]
 //                 [--name NAME] [--capability arithmetic] [--items N]
 //
-// It does over accord's plain HTTP API what scripts/remote_agent.py does in Python, keeping its
+// It does over accord's plain HTTP API what the kit (accord agent run) does in Python, keeping its
 // own Ed25519 key (a did:key) the whole time; the service never sees it:
 //
 //   1. registers by DID-auth: POST /registration/challenge, then POST /remote/registration with
@@ -655,8 +655,8 @@ function say(event, fields = {}) {
   process.stdout.write(JSON.stringify({ event, ...fields }) + "\n");
 }
 
-/** Sign only a team report of its own whose answers are the ones it gave (remote_agent.py
- *  `_check_report`). `text` is JCS of a ledger event; `openings` maps each commitment the report
+/** Sign only a team report of its own whose answers are the ones it gave (accord/kit/server.py
+ *  `check_report`). `text` is JCS of a ledger event; `openings` maps each commitment the report
  *  names (`output_sha256`) to the sealed bytes, JCS({"salt", "value"}), whose SHA-256 (hex) is
  *  that commitment. Throws TaskError(400 or 403) otherwise. */
 function checkReport(me, answers, text, openings) {
