@@ -1,8 +1,9 @@
 """The accord HTTP service: `create_app(settings)` builds it; nothing is opened at import.
 
 The market (ledger, credentials, escrow, chain) is opened on the first request that needs it.
-Every mutating request is signed by its caller's DID (see `api.auth`); errors are problem+json
-(see `api.problems`); bodies above `ApiConfig.max_body` get 413, callers over their rate 429.
+Every mutating request is signed by its caller's DID (see `identity.http_signatures`); errors
+are problem+json (see `api.problems`); bodies above `ApiConfig.max_body` get 413, callers over
+their rate 429.
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ from fastapi.routing import APIRoute
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api import a2a, cards
-from api.auth import ALGORITHM, SIGNATURE_HEADER, TAG
 from api.problems import (
     PROBLEM_MEDIA_TYPE,
     Problem,
@@ -26,8 +26,9 @@ from api.problems import (
     install_problem_handlers,
     problem_response,
 )
-from api.routes import identity, market, records, remote
+from api.routes import identity, market, records, remote, work
 from api.routes.deps import ApiConfig, ApiState
+from identity.http_signatures import ALGORITHM, SIGNATURE_HEADER, TAG
 from ledger.chain import AnchorChain
 from ledger.errors import LedgerError
 from ledger.runtime import operator_signer
@@ -179,6 +180,7 @@ def create_app(
     for router in (identity.reads, identity.writes, market.reads, market.writes, records.reads):
         app.include_router(router)
     app.include_router(remote.router)
+    app.include_router(work.router)
     app.include_router(a2a.router)
 
     # -- the web audit explorer (api/explorer.py) --
@@ -222,7 +224,7 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
             "name": SIGNATURE_HEADER,
             "description": f"RFC 9421 HTTP Message Signature, alg {ALGORITHM}, tag {TAG}, keyid "
             "the caller's did:key, covering @method, @target-uri, @authority and the body's "
-            "RFC 9530 Content-Digest and Content-Type (api.auth)",
+            "RFC 9530 Content-Digest and Content-Type (identity.http_signatures)",
         }
     }
     ref = {"$ref": "#/components/schemas/Problem"}

@@ -11,9 +11,10 @@ example input, JSON in and out; their input and output JSON Schemas sit in the
 `DID_EXTENSION` extension.
 
 Requests are signed (RFC 9421 HTTP Message Signatures, Ed25519, `keyid` the caller's did:key
-verification method; `api.auth`). A2A has no scheme type for that, so the card declares it as
-an API-key-like header scheme named `SECURITY_SCHEME`, located in the `Signature` header, whose
-description says the rest; its requirement lists `did:key`, the one kind of key it takes.
+verification method; `identity.http_signatures`). A2A has no scheme type for that, so the card
+declares it as an API-key-like header scheme named `SECURITY_SCHEME`, located in the
+`Signature` header, whose description says the rest; its requirement lists `did:key`, the one
+kind of key it takes.
 
 Card JSON follows the proto3 JSON mapping the a2a-sdk parses strictly: no empty strings, lists
 or objects anywhere (A2A's canonical form would drop them from what is signed), so an empty

@@ -4,9 +4,10 @@
         for task in client.tasks():
             ...
 
-Reads are plain GETs; with a `signer`, every request is signed (`api.auth.AccordAuth`), as the
-mutating routes require. Every failure (the service unreachable, a problem+json answer, a body
-that is not JSON) is raised as one `ApiError` whose message a person can act on.
+Reads are plain GETs; with a `signer`, every request is signed
+(`identity.http_auth.AccordAuth`), as the mutating routes require. Every failure (the service
+unreachable, a problem+json answer, a body that is not JSON) is raised as one `ApiError` whose
+message a person can act on.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from urllib.parse import quote
 
 import httpx
 
-from api.auth import AccordAuth
+from identity.http_auth import AccordAuth
 from ledger.errors import AccordError
 from ledger.events import make_entry, parse_time
 from ledger.signing import Signer
@@ -140,6 +141,21 @@ class AccordClient:
     def get(self, path: str, params: Mapping[str, str | int] | None = None) -> Any:
         return self.request("GET", path, params=params)
 
+    def request_text(self, path: str) -> str:
+        """The text of a GET that answers text (a task's input file). Raises ApiError."""
+        return self._send("GET", path).text
+
+    def post_bytes(self, path: str, data: bytes) -> Any:
+        """The JSON answer of a signed POST of raw bytes. Raises ApiError."""
+        where = f"POST {self.base_url}{path}"
+        try:
+            response = self._http.post(path, content=data)
+        except httpx.HTTPError as exc:
+            raise ApiError(f"{where}: {exc}") from exc
+        if response.is_error:
+            raise _problem(where, response)
+        return self._json("POST", path, response)
+
     def post(self, path: str, body: Any = None) -> Any:
         """The JSON answer of a signed POST. Raises ApiError."""
         return self.request("POST", path, json=body)
@@ -218,14 +234,7 @@ class AccordClient:
 
     def upload_file(self, data: bytes) -> str:
         """Store a file a task input references; returns its sha256 (signed)."""
-        where = f"POST {self.base_url}/files"
-        try:
-            response = self._http.post("/files", content=data)
-        except httpx.HTTPError as exc:
-            raise ApiError(f"{where}: {exc}") from exc
-        if response.is_error:
-            raise _problem(where, response)
-        return str(response.json()["sha256"])
+        return str(self.post_bytes("/files", data)["sha256"])
 
     def deliverable(self, task_id: str) -> JsonObject:
         """The delivered work (signed: the requester, the team or the operator)."""

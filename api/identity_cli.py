@@ -8,6 +8,7 @@ through `accord ledger anchor`). Exit status 0 success, 1 a failure the message 
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -305,6 +306,114 @@ def agent_onboard(
             say(f"[red]✗[/] {exam.capability}: failed {score}, no credential")
     if not all(outcome.exam.passed for outcome in outcomes):
         raise typer.Exit(1)
+
+
+@agent_app.command("run")
+def agent_run(
+    server: Annotated[
+        str,
+        typer.Option("--server", envvar="ACCORD_SERVER", help="The accord service's base URL."),
+    ],
+    key: Annotated[
+        Path,
+        typer.Option(help="The agent's did:key file (made, mode 0600, on first use)."),
+    ],
+    name: Annotated[str, typer.Option(help="The agent's name on the service.")],
+    capability: Annotated[
+        list[str], typer.Option("--capability", "-c", help="A capability to sit an exam in.")
+    ],
+    handler: Annotated[
+        str,
+        typer.Option(
+            help="What does the work: reference, python:MODULE:FUNCTION, command:PROGRAM ..., "
+            "http:URL, openai:MODEL[@BASE_URL] or a2a:CARD_URL."
+        ),
+    ] = "reference",
+    price: Annotated[
+        str | None,
+        typer.Option(help="Bid this price (0.3eth, 20gwei, wei) on every task it can do."),
+    ] = None,
+    eth_key: Annotated[
+        Path | None,
+        typer.Option(help="Its payout account file (default: KEY with .eth.json; made if absent)."),
+    ] = None,
+    host: Annotated[str, typer.Option(help="The address its own service listens on.")] = (
+        "127.0.0.1"
+    ),
+    port: Annotated[int, typer.Option(min=0, max=65535, help="Its port (0: any free one).")] = 0,
+    url: Annotated[
+        str | None,
+        typer.Option(help="The base URL others reach it at (default http://HOST:PORT)."),
+    ] = None,
+    items: Annotated[
+        int | None, typer.Option(min=1, max=1000, help="Items per exam (default: per capability).")
+    ] = None,
+    poll: Annotated[float, typer.Option(min=0.05, help="Seconds between looks at the market.")] = (
+        1.0
+    ),
+    allow_private: Annotated[
+        bool,
+        typer.Option(help="Reach team members at loopback or private addresses (local tests)."),
+    ] = False,
+) -> None:
+    """Run a self-custody agent: its keys stay in KEY's files; it registers, sits its exams,
+    binds its payout account, then bids and leads the teams of the tasks it wins, until it is
+    stopped (SIGTERM or Ctrl-C, exit 0). One JSON line on stdout per step."""
+    import signal
+    import threading
+
+    from accord.kit.agent import KitAgent, fixed_price, load_eth_key, load_key
+    from accord.kit.handlers import HandlerError, handler_from_spec
+    from api.client import AccordClient, ApiError
+    from market.errors import AmountError
+    from market.money import parse_amount
+
+    def line(event: str, **fields: Any) -> None:
+        sys.stdout.write(json.dumps({"event": event, **fields}) + "\n")
+        sys.stdout.flush()
+
+    try:
+        signer = load_key(key)
+        payout = load_eth_key(eth_key or key.with_suffix(".eth.json"))
+        runtime = handler_from_spec(handler, allow_private=allow_private)
+        strategy = None if price is None else fixed_price(parse_amount(price))
+    except (HandlerError, AmountError, MalformedError, OSError, ValueError) as exc:
+        fail(str(exc), code=2)
+    client = AccordClient(server, signer=signer)
+    agent = KitAgent(
+        client,
+        signer,
+        payout,
+        runtime,
+        name=name,
+        capabilities=capability,
+        strategy=strategy,
+        allow_private=allow_private,
+        exam_items=items,
+        say=line,
+    )
+    stopping = threading.Event()
+
+    def on_signal(signum: int, frame: object) -> None:
+        stopping.set()
+        agent.wake.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    try:
+        base = agent.start(host, port, url)
+        agent.join(base)
+    except ApiError as exc:
+        agent.stop()
+        fail(str(exc), code=2 if exc.status is not None and 400 <= exc.status < 500 else 1)
+    except OSError as exc:
+        agent.stop()
+        fail(f"cannot listen on {host}:{port}: {exc}")
+    line("ready", did=signer.did, endpoint=base.rstrip("/") + "/run", operator=agent.operator)
+    try:
+        agent.run_until(stopping, poll_seconds=poll)
+    finally:
+        agent.stop()
 
 
 # -- credential --------------------------------------------------------------------------------

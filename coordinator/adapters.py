@@ -34,6 +34,7 @@ from identity.runtimes import (
     agent_view,
     check_timeout,
 )
+from ledger.signing import Signer
 
 DEFAULT_TIMEOUT = 30.0
 
@@ -77,8 +78,9 @@ class RuntimeAdapter:
 
 class HttpAdapter(RuntimeAdapter):
     """An agent behind an HTTP agent service at `endpoint` (see HttpRuntime: `/run` added to a
-    URL without a path, public addresses only unless `allow_private`). Raises RegistryError
-    for a bad endpoint, ValueError for a bad timeout."""
+    URL without a path, public addresses only unless `allow_private`, each request signed by
+    `operator` when given). Raises RegistryError for a bad endpoint, ValueError for a bad
+    timeout."""
 
     def __init__(
         self,
@@ -87,8 +89,9 @@ class HttpAdapter(RuntimeAdapter):
         timeout: float = DEFAULT_TIMEOUT,
         *,
         allow_private: bool = False,
+        operator: Signer | None = None,
     ) -> None:
-        runtime = HttpRuntime(endpoint, timeout, allow_private=allow_private)
+        runtime = HttpRuntime(endpoint, timeout, allow_private=allow_private, operator=operator)
         super().__init__(agent_did, runtime)
         self.endpoint = runtime.endpoint
 

@@ -2,6 +2,7 @@
 
     python -m coordinator.agent_service --port P [--host 127.0.0.1] [--did DID]
                                         [--fail-rate 0] [--delay 0] [--seed N]
+                                        [--trust OPERATOR_DID [--public-url URL]]
     python -m coordinator.agent_service --stdio      (one item on stdin, answer on stdout)
 
 Protocol (what `identity.runtimes.HttpRuntime` speaks, for exams and team work alike):
@@ -11,6 +12,14 @@ Protocol (what `identity.runtimes.HttpRuntime` speaks, for exams and team work a
                   422 for an item the reference agent cannot solve, 500 for an injected
                   failure (`--fail-rate`)
     GET /health   200 {"status": "ok", "agent": DID}
+
+With `--trust OPERATOR_DID` (`make_server(..., trust=...)`) every POST must be a call from
+accord: signed by that operator's did:key (RFC 9421, tag "accord-call", checked by
+`identity.http_signatures.verify_accord_call` for this method, URL, headers and body, a fresh
+nonce within 5 minutes). Anything else gets 401 `{"error": why, "kind": "unauthenticated"}`
+with `WWW-Authenticate` and `Accept-Signature`. The URL checked is `--public-url` (the origin
+accord calls this agent at, behind a proxy) or `http://` + the request's Host, plus its path.
+Without `--trust` POSTs are not checked.
 
 `--stdio` speaks the `command` runtime's protocol: the item as JSON on stdin, the answer as
 JSON on stdout (exit 1 with the reason on stderr when there is none).
@@ -36,6 +45,14 @@ from types import FrameType
 from typing import Any
 
 from identity.challenges import JSON
+from identity.http_signatures import (
+    CALL_TAG,
+    AuthError,
+    NonceMemory,
+    Target,
+    challenge_headers,
+    verify_accord_call,
+)
 from identity.runtimes import AgentRuntimeError, ReferenceRuntime
 
 # Not imported from coordinator.adapters / identity.agents: those pull in SQLAlchemy, which
@@ -90,14 +107,22 @@ class AgentServer(ThreadingHTTPServer):
         fail_rate: float = 0.0,
         delay: float = 0.0,
         seed: int | None = None,
+        trust: str | None = None,
+        public_url: str | None = None,
     ) -> None:
         if not 0.0 <= fail_rate <= 1.0:
             raise ValueError(f"fail_rate must be between 0 and 1, not {fail_rate}")
         if not delay >= 0.0:
             raise ValueError(f"delay must not be negative, not {delay}")
+        if public_url is not None:
+            origin = Target.from_url(public_url)  # ValueError for anything but http(s)://host
+            public_url = f"{origin.scheme}://{origin.authority}"
         self.did = did
         self.fail_rate = fail_rate
         self.delay = delay
+        self.trust = trust
+        self.public_url = public_url
+        self.nonces = NonceMemory()
         self.rng = random.Random(seed)
         self.rng_lock = threading.Lock()
         self.stopping = threading.Event()
@@ -118,18 +143,53 @@ class _Handler(BaseHTTPRequestHandler):
     server: AgentServer
     protocol_version = "HTTP/1.1"
 
-    def _reply(self, status: int, value: JSON) -> None:
+    def _reply(self, status: int, value: JSON, headers: dict[str, str] | None = None) -> None:
         data = json.dumps(value).encode()
         try:
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(data)))
+            for name, text in (headers or {}).items():
+                self.send_header(name, text)
             self.send_header("Connection", "close")
             self.end_headers()
             self.wfile.write(data)
         except (BrokenPipeError, ConnectionResetError):
             pass
         self.close_connection = True
+
+    def refused_call(self, body: bytes) -> bool:
+        """With `trust` set, check that this request is accord's call, signed by the trusted
+        operator (`verify_accord_call`); when it is not, reply 401 and return True."""
+        operator = self.server.trust
+        if operator is None:
+            return False
+        origin = self.server.public_url
+        if origin is None:
+            host = self.headers.get("Host")
+            if not host:
+                self._refuse("the request has no Host header: send the host it is signed for")
+                return True
+            origin = f"http://{host}"
+        try:
+            verify_accord_call(
+                self.command,
+                origin + self.path,
+                self.headers.items(),
+                body,
+                operator,
+                self.server.nonces,
+            )
+        except AuthError as exc:
+            self._refuse(f"not a call from accord: {exc}")
+            return True
+        except ValueError as exc:  # a Host header that makes no URL
+            self._refuse(f"the request's host does not make a URL: {exc}")
+            return True
+        return False
+
+    def _refuse(self, reason: str) -> None:
+        self._reply(401, {"error": reason, "kind": "unauthenticated"}, challenge_headers(CALL_TAG))
 
     def do_GET(self) -> None:
         if self.path != "/health":
@@ -150,6 +210,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._reply(413, {"error": "the request is larger than 1 MiB"})
             return
         body = self.rfile.read(length)
+        if self.refused_call(body):
+            return
         if self.server.delay and self.server.stopping.wait(self.server.delay):
             self._reply(503, {"error": "the agent service is stopping"})
             return
@@ -179,14 +241,27 @@ def make_server(
     fail_rate: float = 0.0,
     delay: float = 0.0,
     seed: int | None = None,
+    trust: str | None = None,
+    public_url: str | None = None,
 ) -> AgentServer:
-    """A bound (not yet serving) agent service. Raises ValueError for a non-loopback `host`
-    without `allow_remote`, and OSError when the address cannot be bound."""
+    """A bound (not yet serving) agent service. With `trust` (the operator's did:key) every
+    POST must be accord's call signed by it (401 otherwise), checked against `public_url`'s
+    origin when given, else the request's Host. Raises ValueError for a non-loopback `host`
+    without `allow_remote` or a `public_url` that is not http(s), and OSError when the
+    address cannot be bound."""
     if not allow_remote and not is_loopback(host):
         raise ValueError(
             f"refusing to listen on the non-loopback address {host!r} (name it with --host)"
         )
-    return AgentServer((host, port), did=did, fail_rate=fail_rate, delay=delay, seed=seed)
+    return AgentServer(
+        (host, port),
+        did=did,
+        fail_rate=fail_rate,
+        delay=delay,
+        seed=seed,
+        trust=trust,
+        public_url=public_url,
+    )
 
 
 def serve_in_thread(
@@ -197,12 +272,16 @@ def serve_in_thread(
     fail_rate: float = 0.0,
     delay: float = 0.0,
     seed: int | None = None,
+    trust: str | None = None,
 ) -> tuple[AgentServer, threading.Thread]:
-    """Start the service (loopback only) in a daemon thread; `port` 0 picks a free one.
+    """Start the service (loopback only) in a daemon thread; `port` 0 picks a free one;
+    `trust` as for `make_server`.
 
     Stop it with `stop(server, thread)`.
     """
-    server = make_server(port, host=host, did=did, fail_rate=fail_rate, delay=delay, seed=seed)
+    server = make_server(
+        port, host=host, did=did, fail_rate=fail_rate, delay=delay, seed=seed, trust=trust
+    )
     thread = threading.Thread(
         target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
     )
@@ -241,6 +320,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--fail-rate", type=float, default=0.0, help="fraction answered 500")
     parser.add_argument("--delay", type=float, default=0.0, help="seconds to wait per task")
     parser.add_argument("--seed", type=int, default=None, help="seed for --fail-rate")
+    parser.add_argument(
+        "--trust",
+        metavar="OPERATOR_DID",
+        help="answer only calls from accord signed by this operator did:key (401 otherwise)",
+    )
+    parser.add_argument(
+        "--public-url", help="the origin accord calls this agent at (default: the Host header)"
+    )
     parser.add_argument("--stdio", action="store_true", help="answer one item on stdin")
     args = parser.parse_args(argv)
     if args.stdio:
@@ -256,6 +343,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             fail_rate=args.fail_rate,
             delay=args.delay,
             seed=args.seed,
+            trust=args.trust,
+            public_url=args.public_url,
         )
     except (ValueError, OSError) as exc:
         print(f"agent_service: {exc}", file=sys.stderr)

@@ -6,6 +6,8 @@ AccordError
     ├── IllegalMove            a message the conversation's transition table refuses (`reason`)
     ├── TeamError              no team can be formed: nobody holds a needed capability, depth limit
     ├── AgentFailure           an agent adapter failed or timed out on a sub-task (`retriable`)
+    ├── WorkRefused            a self-custody winner's relayed entry the service does not log
+    │                          (contract_work; `status`)
     └── PolicyError            a policy could not decide
         ├── PolicyOutputError  an LLM's output did not parse into a typed message (retriable)
         ├── PromptError        a prompt template and its values do not match (llm_policy)

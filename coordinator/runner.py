@@ -42,9 +42,10 @@ from coordinator.team import form_team, helpers_for, parts_of, plan_work, split_
 from coordinator.work import AgentAdapter, SubTask
 from identity.challenges import validate_output, work_item
 from identity.errors import ExamError
+from ledger.canonical import JSONValue
 from ledger.errors import LedgerError
+from ledger.events import Entry
 from ledger.sealing import Sealed, seal
-from ledger.service import Ledger
 from ledger.signing import Signer
 from market.errors import MarketError
 
@@ -60,6 +61,23 @@ class RunSettings:
     max_depth: int = 1
     max_turns: int = 64
     team_up_min_items: int = 2
+
+
+class EventLog(Protocol):
+    """Where a run logs its events: the service's `Ledger`, or, for a leader that keeps its
+    own key, the service it relays them to (`accord.kit.leader.RelayLog`)."""
+
+    def append(
+        self,
+        signer: Signer,
+        kind: str,
+        *,
+        subject: str = "",
+        body: Mapping[str, JSONValue] | None = None,
+        once_key: str | None = None,
+    ) -> tuple[int, Entry]:
+        """Sign the event as `signer` and log it; returns (index, entry)."""
+        ...
 
 
 class Observer(Protocol):
@@ -104,13 +122,15 @@ class TeamRunner:
 
     `signer_of(did)` signs for a member, `adapter_of(did)` does its work, `directory` lists
     the agents discovery may pick from, `sealed` keeps the outputs (the log gets only their
-    commitments). Raises CoordinatorError (TeamError, PolicyError,
-    IllegalMove from a policy's bad message) and what the ledger raises.
+    commitments), `may_lead(did)` says whether a member may lead a sub-team for a batch it
+    was given (it must sign the sub-team's acts: an agent that signs only its own reports at
+    its endpoint cannot; by default every member may). Raises CoordinatorError (TeamError,
+    PolicyError, IllegalMove from a policy's bad message) and what the ledger raises.
     """
 
     def __init__(
         self,
-        ledger: Ledger,
+        ledger: EventLog,
         signer_of: Callable[[str], Signer],
         adapter_of: Callable[[str], AgentAdapter],
         directory: Sequence[Member],
@@ -119,8 +139,10 @@ class TeamRunner:
         observer: Observer | None = None,
         resolve_files: Callable[[Mapping[str, Any]], Mapping[str, Any]] | None = None,
         sealed: SealedOutputs | None = None,
+        may_lead: Callable[[str], bool] = lambda did: True,
     ) -> None:
         self.ledger = ledger
+        self.may_lead = may_lead
         self.sealed = sealed or SealedOutputs()
         """Every output the team gave, sealed (the log holds only their commitments)."""
         self.resolve_files = resolve_files or (lambda payload: payload)
@@ -199,6 +221,7 @@ class TeamRunner:
             member is not None
             and len(items) >= self.settings.team_up_min_items
             and conversation.depth < self.settings.max_depth
+            and self.may_lead(assignee)
         ):
             helpers = helpers_for(task, member, self.directory, self._busy.__contains__)
             if helpers:

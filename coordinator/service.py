@@ -176,21 +176,30 @@ def discover(
 
 
 def adapter_for(
-    record: AgentRecord, timeout: float, *, allow_private_agents: bool | None = None
+    record: AgentRecord,
+    timeout: float,
+    *,
+    allow_private_agents: bool | None = None,
+    operator: Signer | None = None,
 ) -> AgentAdapter:
     """The adapter of an agent's runtime: the reference agent in process, any other runtime
     through `identity.runtimes` (`RuntimeAdapter`), each within `timeout` seconds.
 
     `allow_private_agents` (None: ACCORD_ALLOW_PRIVATE_AGENTS in the environment) lets an
-    `http` agent be reached at a loopback, link-local or private address. Raises TeamError
-    for a runtime that cannot work (an invalid record, a refused endpoint, no model key).
+    `http` agent be reached at a loopback, link-local or private address; `operator` (the
+    operator's key) signs each request to an `http` or `a2a` agent. Raises TeamError for a
+    runtime that cannot work (an invalid record, a refused endpoint, no model key).
     """
     if record.runtime == "reference":
         return reference_adapter(record.did, timeout)
     try:
         allowed = private_agents_allowed() if allow_private_agents is None else allow_private_agents
         runtime = runtime_for(
-            record, timeout=timeout, validate=validate_output, allow_private_agents=allowed
+            record,
+            timeout=timeout,
+            validate=validate_output,
+            allow_private_agents=allowed,
+            operator=operator,
         )
     except (RegistryError, ValueError) as exc:
         raise TeamError(
@@ -209,7 +218,8 @@ def run_awarded_task(
 ) -> Conversation:
     """Start, run and deliver an awarded task; returns the closed top-level conversation.
 
-    Raises TransitionError unless the task is awarded, TeamError when no team can be formed,
+    Raises TransitionError unless the task is awarded, TeamError when no team can be formed
+    or the winner keeps its own key (it leads its own team: `coordinator.contract_work`),
     CoordinatorError from the conversation.
     """
     market = context.market
@@ -217,7 +227,13 @@ def run_awarded_task(
     task = market.task(task_id)
     if task.winner is None:
         raise TeamError(f"{task_id} has no winner yet (award it first)")
-    winner = context.onboarding.member_signer(registry.get(task.winner))
+    winner_record = registry.get(task.winner)
+    if not registry.key_path(winner_record.name).exists():
+        raise TeamError(
+            f"the winner {task.winner} keeps its own key: it leads its own team "
+            "(`accord agent run`), and the service runs no team for it"
+        )
+    winner = context.onboarding.member_signer(winner_record)
     directory = team_directory(context, task)
     leader = next((m for m in directory if m.did == task.winner), None)
     if leader is None:
@@ -229,6 +245,7 @@ def run_awarded_task(
             registry.get(did),
             run_settings.timeout_s,
             allow_private_agents=registry.allow_private_agents,
+            operator=market.ledger.operator,  # accord's calls to agents are signed
         )
 
     sealed = SealedOutputs(market.keep_sealed)
@@ -236,6 +253,9 @@ def run_awarded_task(
     def openings(commitment: str) -> bytes | None:
         found = sealed.get(commitment)
         return None if found is None else found.data
+
+    def holds_key(did: str) -> bool:
+        return registry.key_path(registry.get(did).name).exists()
 
     def signer_of(did: str) -> Signer:
         # A local agent's key file, or a remote agent signing its own reports at its endpoint
@@ -254,6 +274,8 @@ def run_awarded_task(
             payload, {sha: market.file_text(task, sha) for sha in task.spec.files}
         ),
         sealed=sealed,
+        # A member that keeps its own key signs only its own reports: it leads no sub-team.
+        may_lead=holds_key,
     )
     market.start(task_id, winner)
     parts = [(p.part_id, p.capability, p.input) for p in task.spec.parts]
@@ -263,9 +285,11 @@ def run_awarded_task(
     document = assemble(task, conversation, runner.plan)
     # Contributors are paid at settlement to the address each bound to its DID.
     chain_id = market.escrow.chain_id()
-    # The leader is paid for its plan and assembly even when it did no part itself.
+    # The leader is paid for its plan and assembly even when it did no part itself. An agent
+    # that keeps its own key binds its own account (never one made here for it).
     for did in sorted({c.agent for c in conversation.deliverable.contributions} | {task.winner}):
-        context.onboarding.bind_payout(registry.get(did), chain_id)
+        if holds_key(did):
+            context.onboarding.bind_payout(registry.get(did), chain_id)
     market.deliver(
         task_id, winner, conversation.conv_id, conversation.deliverable.to_json(), document
     )

@@ -17,7 +17,9 @@ Two checks, for two moments:
                              no further than a check made at registration would let it)
 
 `agent_client` is the httpx client every request to an agent goes through; it never follows
-redirects and ignores proxy variables.
+redirects and ignores proxy variables. Given the operator's key, it signs every request
+(RFC 9421, tag "accord-call": `identity.http_signatures`), so the agent can tell a call from
+accord from anyone else's (`identity.http_signatures.verify_accord_call`).
 """
 
 from __future__ import annotations
@@ -31,7 +33,10 @@ from urllib.parse import urlsplit
 import httpx
 
 from identity.errors import PrivateEndpointError
+from identity.http_auth import AccordAuth
+from identity.http_signatures import CALL_TAG
 from ledger.settings import ALLOW_PRIVATE_AGENTS, env_flag
+from ledger.signing import Signer
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 Resolver = Callable[[str, int], Sequence[str]]
@@ -179,17 +184,25 @@ def _pinned(request: httpx.Request, address: IPAddress) -> httpx.Request:
 
 
 def agent_client(
-    timeout: float, *, allow_private: bool, resolver: Resolver = resolve
+    timeout: float,
+    *,
+    allow_private: bool,
+    resolver: Resolver = resolve,
+    operator: Signer | None = None,
 ) -> httpx.Client:
     """The httpx client for requests to agents: redirects never followed, proxy variables
-    ignored, and, unless `allow_private`, only public addresses (`PublicOnlyTransport`)."""
+    ignored, and, unless `allow_private`, only public addresses (`PublicOnlyTransport`).
+    With `operator` (the operator's key) every request is signed by it, as a call from
+    accord (RFC 9421, tag "accord-call", over the method, URL, body digest and content type).
+    """
     transport: httpx.BaseTransport = (
         httpx.HTTPTransport(trust_env=False)
         if allow_private
         else PublicOnlyTransport(resolver=resolver)
     )
+    auth = None if operator is None else AccordAuth(operator, tag=CALL_TAG)
     return httpx.Client(
-        timeout=timeout, follow_redirects=False, trust_env=False, transport=transport
+        timeout=timeout, follow_redirects=False, trust_env=False, transport=transport, auth=auth
     )
 
 

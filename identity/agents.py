@@ -61,7 +61,7 @@ from identity.runtimes import (
 )
 from ledger.errors import MalformedError
 from ledger.events import format_time
-from ledger.signing import Ed25519Signer, read_keyfile, write_keyfile
+from ledger.signing import Ed25519Signer, Signer, read_keyfile, write_keyfile
 from ledger.store import create_tables
 
 RUNTIMES = ("reference", "random", "command", "http", "openai", "a2a")
@@ -197,16 +197,25 @@ class AgentRegistry:
     """The `identity_agents` table plus the agents' key files under `keys_dir/agents/`.
 
     `allow_private_agents` (the operator's `Settings.allow_private_agents`) lets `http` agents
-    be registered and reached at loopback, link-local and private addresses.
+    be registered and reached at loopback, link-local and private addresses. `operator` (the
+    ledger's operator key) signs every request made to an agent: exam items and team work
+    (`runtime`), fetching an A2A card (`new_agent`), asking a remote agent to sign
+    (`identity.remote_signing`). Without it those requests go unsigned.
     Raises RegistryError when the table cannot be prepared.
     """
 
     def __init__(
-        self, engine: Engine, keys_dir: Path, *, allow_private_agents: bool = False
+        self,
+        engine: Engine,
+        keys_dir: Path,
+        *,
+        allow_private_agents: bool = False,
+        operator: Signer | None = None,
     ) -> None:
         self.engine = engine
         self.agent_keys_dir = keys_dir / "agents"
         self.allow_private_agents = allow_private_agents
+        self.operator = operator
         try:
             create_tables(engine, [_AGENTS])
             present = {column["name"] for column in inspect(engine).get_columns(_AGENTS.name)}
@@ -250,13 +259,15 @@ class AgentRegistry:
         timeout: float | None = None,
         validate: AnswerValidator | None = None,
     ) -> AgentRuntime:
-        """`runtime_for(record)` under this registry's address setting (raises as it does)."""
+        """`runtime_for(record)` under this registry's address setting, its requests signed by
+        the operator (raises as it does)."""
         return runtime_for(
             record,
             rng,
             timeout=timeout,
             validate=validate,
             allow_private_agents=self.allow_private_agents,
+            operator=self.operator,
         )
 
     def key_path(self, name: str) -> Path:
@@ -295,7 +306,10 @@ class AgentRegistry:
         if runtime == "a2a":
             assert card is not None
             document = fetch_agent_card(
-                card, timeout=card_timeout, allow_private=self.allow_private_agents
+                card,
+                timeout=card_timeout,
+                allow_private=self.allow_private_agents,
+                operator=self.operator,
             )
             interface = a2a_interface(document, allow_unsigned=allow_unsigned_card)
             endpoint, tenant = interface.url, interface.tenant
@@ -401,11 +415,13 @@ def runtime_for(
     timeout: float | None = None,
     validate: AnswerValidator | None = None,
     allow_private_agents: bool = False,
+    operator: Signer | None = None,
 ) -> AgentRuntime:
     """The runtime that answers for `record` (see `identity.runtimes`).
 
     `timeout` (seconds) replaces the runtime's default for a command, service or model;
-    `validate` checks an `openai` agent's answers. Raises RegistryError for a record that
+    `validate` checks an `openai` agent's answers; `operator` signs every request to an
+    `http` or `a2a` agent (a call from accord, RFC 9421). Raises RegistryError for a record that
     cannot work: an invalid spec, an `http` endpoint at a non-public address without
     `allow_private_agents` (PrivateEndpointError), an `openai` agent on OpenAI's API without
     OPENAI_API_KEY.
@@ -431,6 +447,7 @@ def runtime_for(
                 record.endpoint,
                 timeout or DEFAULT_HTTP_TIMEOUT,
                 allow_private=allow_private_agents,
+                operator=operator,
             )
         case "a2a":
             if record.endpoint is None:
@@ -440,6 +457,7 @@ def runtime_for(
                 record.tenant,
                 timeout or DEFAULT_HTTP_TIMEOUT,
                 allow_private=allow_private_agents,
+                operator=operator,
             )
         case "openai":
             assert record.model is not None

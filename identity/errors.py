@@ -20,6 +20,9 @@ AccordError
     └── RegistryError           an agent or credential name/id is invalid, taken or unknown
         ├── PrivateEndpointError  an agent endpoint at a loopback, link-local or private address
         └── AgentCardError      an A2A agent card cannot be fetched, read or verified
+
+A signed HTTP request that does not hold raises `AuthError` instead, a root of its own under
+`AccordError` drawn with its subclasses in `identity.http_signatures`.
 """
 
 from __future__ import annotations

@@ -279,6 +279,7 @@ def open_onboarding(settings: Settings, ledger: Ledger | None = None) -> Onboard
         ledger.store.engine,
         settings.keys_dir,
         allow_private_agents=settings.allow_private_agents,
+        operator=ledger.operator,  # signs every request to an agent
     )
     return Onboarding(
         ledger,

@@ -38,8 +38,10 @@ class EndpointSigner:
     `{"openings": {commitment: sealed text}}` for the agent to open and compare.
 
     Like every request to an agent it goes to a public address only unless `allow_private`
-    (`identity.address_guard`). `sign` raises KeyStoreError when the agent cannot be reached,
-    is at a refused address, or refuses; SignatureError when its signature does not verify.
+    (`identity.address_guard`), and is signed by `operator` when given (a call from accord,
+    RFC 9421), so the agent can tell accord's request from anyone's. `sign` raises
+    KeyStoreError when the agent cannot be reached, is at a refused address, or refuses;
+    SignatureError when its signature does not verify.
     """
 
     def __init__(
@@ -50,6 +52,7 @@ class EndpointSigner:
         *,
         allow_private: bool = False,
         openings: Callable[[str], bytes | None] | None = None,
+        operator: Signer | None = None,
     ) -> None:
         self.did = did
         self.kid = kid_for(did)
@@ -57,6 +60,7 @@ class EndpointSigner:
         self.timeout = timeout
         self.allow_private = allow_private
         self.openings = openings
+        self.operator = operator
 
     def sign(self, message: bytes) -> bytes:
         request: dict[str, Any] = {"event": message.decode()}
@@ -64,7 +68,9 @@ class EndpointSigner:
             opened = {c: self.openings(c) for c in _commitments(json.loads(message))}
             request["openings"] = {c: d.decode() for c, d in opened.items() if d is not None}
         try:
-            with agent_client(self.timeout, allow_private=self.allow_private) as client:
+            with agent_client(
+                self.timeout, allow_private=self.allow_private, operator=self.operator
+            ) as client:
                 response = client.post(self.url, json=request)
         except httpx.HTTPError as exc:
             raise KeyStoreError(f"cannot reach {self.did} at {self.url}: {exc}") from exc
@@ -102,7 +108,7 @@ def member_signer(
 ) -> Signer:
     """Who signs for `agent` in a team: its key file, or, for a remote `http` agent
     without one, the agent itself at its endpoint (`EndpointSigner`, shown the sealed outputs
-    its events name through `openings`).
+    its events name through `openings`, asked in a request the registry's operator signs).
 
     Raises KeyStoreError when neither is available.
     """
@@ -115,4 +121,5 @@ def member_signer(
         agent.endpoint,
         allow_private=registry.allow_private_agents,
         openings=openings,
+        operator=registry.operator,
     )

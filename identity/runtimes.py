@@ -28,7 +28,10 @@ failed on its side) or not (it answered, but not in a usable form, or refused).
                       hook checks the answer and the model gets one more try
 
 `identity.agents.runtime_for` builds the runtime a registered agent's record names;
-`coordinator.adapters` runs team work through the same runtimes.
+`coordinator.adapters` runs team work through the same runtimes. Given the operator's key
+(`operator`), HttpRuntime and A2ARuntime sign every request to the agent with it (RFC 9421,
+tag "accord-call"), so the agent can check the call comes from accord
+(`identity.http_signatures.verify_accord_call`).
 """
 
 from __future__ import annotations
@@ -53,6 +56,7 @@ from identity.address_guard import PrivateAddressRefused, agent_client, check_en
 from identity.agent_cards import A2A_PROTOCOL_VERSION, jsonrpc_interface, verify_card
 from identity.challenges import JSON, ExamItem, JSONObject, reference
 from identity.errors import AgentCardError, ExamError, RegistryError
+from ledger.signing import Signer
 
 if TYPE_CHECKING:
     from openai import OpenAI
@@ -290,13 +294,15 @@ class HttpRuntime:
 
     `endpoint` gets `/run` when it has no path. Unless `allow_private`, the endpoint may not
     be a non-public address and every connection goes to a public address only
-    (`identity.address_guard`). Raises RegistryError for a URL that is not http(s), or
+    (`identity.address_guard`). With `operator`, every request is signed by the operator's
+    key as a call from accord. Raises RegistryError for a URL that is not http(s), or
     names a non-public address (PrivateEndpointError); ValueError for a bad timeout.
     """
 
     endpoint: str
     timeout: float = DEFAULT_HTTP_TIMEOUT
     allow_private: bool = False
+    operator: Signer | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         check_endpoint_address(self.endpoint, allow_private=self.allow_private)
@@ -312,7 +318,9 @@ class HttpRuntime:
         body = bytearray()
         try:
             with (
-                agent_client(self.timeout, allow_private=self.allow_private) as client,
+                agent_client(
+                    self.timeout, allow_private=self.allow_private, operator=self.operator
+                ) as client,
                 client.stream(
                     "POST", where, json={"item": item}, headers={"Accept": "application/json"}
                 ) as response,
@@ -396,9 +404,10 @@ def _exchange(
     timeout: float,
     allow_private: bool,
     what: str,
+    operator: Signer | None = None,
 ) -> tuple[int, str, str]:
-    """One request to an agent through `agent_client`: (status, text, Location), the whole
-    reply within `timeout` and 1 MiB.
+    """One request to an agent through `agent_client` (signed by `operator` when given):
+    (status, text, Location), the whole reply within `timeout` and 1 MiB.
 
     Raises AgentRuntimeError: retriable when it cannot be reached or is too slow; not
     retriable when its address is refused or the reply is over 1 MiB.
@@ -407,7 +416,7 @@ def _exchange(
     received = bytearray()
     try:
         with (
-            agent_client(timeout, allow_private=allow_private) as client,
+            agent_client(timeout, allow_private=allow_private, operator=operator) as client,
             client.stream(
                 method,
                 url,
@@ -439,11 +448,15 @@ def _exchange(
 
 
 def fetch_agent_card(
-    url: str, *, timeout: float = DEFAULT_HTTP_TIMEOUT, allow_private: bool = False
+    url: str,
+    *,
+    timeout: float = DEFAULT_HTTP_TIMEOUT,
+    allow_private: bool = False,
+    operator: Signer | None = None,
 ) -> JSONObject:
     """The A2A agent card at `url` (its well-known path when `url` has none): one JSON object
     of at most 1 MiB, a 2xx reply, no redirect followed, at a public address unless
-    `allow_private`.
+    `allow_private`; the GET signed by `operator` when given.
 
     Raises AgentCardError (a RegistryError) saying why when it cannot be had;
     PrivateEndpointError for a URL naming a non-public address.
@@ -459,6 +472,7 @@ def fetch_agent_card(
             timeout=check_timeout(timeout),
             allow_private=allow_private,
             what="the agent card",
+            operator=operator,
         )
     except AgentRuntimeError as exc:
         raise AgentCardError(f"cannot fetch the agent card: {exc.reason}") from exc
@@ -621,14 +635,16 @@ class A2ARuntime:
     from the finished task's artifact (a data part `{"answer": ...}`) or the message.
 
     Requests carry `A2A-Version: 1.0`, take at most `timeout` seconds and 1 MiB, follow no
-    redirect, and go to public addresses only unless `allow_private`. Raises RegistryError
-    for an endpoint that is not http(s) or is non-public; ValueError for a bad timeout.
+    redirect, go to public addresses only unless `allow_private`, and are signed by
+    `operator` when given (a call from accord). Raises RegistryError for an endpoint that is
+    not http(s) or is non-public; ValueError for a bad timeout.
     """
 
     endpoint: str
     tenant: str | None = None
     timeout: float = DEFAULT_HTTP_TIMEOUT
     allow_private: bool = False
+    operator: Signer | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         check_url(self.endpoint, "the A2A interface")
@@ -654,6 +670,7 @@ class A2ARuntime:
             timeout=self.timeout,
             allow_private=self.allow_private,
             what="the A2A agent",
+            operator=self.operator,
         )
         reply = json_reply(status, text, location, who="the A2A agent")
         return read_send_message_reply(reply, request_id)

@@ -11,7 +11,7 @@
     ├── AuditFailure        audit.checks: one audit checklist step does not hold
     ├── AuditUnchecked      audit.checks: a step held as far as it could be re-run here
     ├── ApiError            api.client: a call to an accord service failed
-    └── AuthError           api.auth: a request's signature does not hold
+    └── AuthError           identity.http_signatures: a request's signature does not hold
 
 The ledger's own:
 

@@ -29,6 +29,7 @@ from typing import Literal
 
 from ledger.errors import AccordError, AlreadyLoggedError
 from market.errors import SettlementWaits, TransitionError
+from market.notices import tell_winner
 from market.runtime import MarketContext
 from market.tasks import Task, clock_state
 
@@ -91,6 +92,7 @@ def run_due(
         try:
             if item.action == "award":
                 outcome = market.award(item.task_id)
+                tell_winner(context, item.task_id)  # a signed notice, sent in the background
                 detail = "expired: no valid bid" if outcome.winner is None else "awarded"
                 results.append(Done(item, "done", detail))
             elif item.action == "recover":

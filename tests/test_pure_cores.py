@@ -32,9 +32,11 @@ PURE_CORES = (
     "ledger.checkpoint",
     "ledger.note",
     "ledger.fees",
-    # identity: Data Integrity proofs, the exams' items and grades
+    # identity: Data Integrity proofs, RFC 9421 request signatures, the exams' items and grades
     "identity.errors",
     "identity.dataintegrity",
+    "identity.structured_fields",
+    "identity.http_signatures",
     "identity.challenges.base",
     "identity.challenges.names",
     # market: the task state machine, the work and its checks, sealed bids, the auction,

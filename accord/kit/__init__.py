@@ -4,10 +4,27 @@ An accord service never holds a kit user's key. Everything the kit does it signs
 sends over the service's HTTP API (`api.client.AccordClient`); the service checks each
 signature and logs the entry as it was signed.
 
-    Requester   posts tasks signed by its own did:key, deposits from its own account
-    Wallet      an Ethereum account the user holds: deposits, escrow credit, withdraw()
+    agent       `KitAgent`: register, sit exams, bind a payout account, bid, lead (`accord
+                agent run`)
+    leader      leading a team in the agent's own process, relaying its signed entries
+    server      the agent's own HTTP service: /run, /sign, /accord/notify
+    handlers    what does the work: reference, python, command, http, openai, a2a
+    requester   `Requester`: posts tasks signed by its own did:key, deposits from its own
+                account, reviews, withdraws refunds
+    wallet      `Wallet`: an Ethereum account the user holds: deposits, escrow credit,
+                withdraw()
 
-Nothing is imported until it is used (the wallet brings web3).
+Its errors of its own: one drawn under identity's tree (a handler is an agent's runtime), and
+the wallet's, under the root:
+
+RegistryError
+└── HandlerError   a handler spec that names nothing that can answer (handlers)
+AccordError
+└── WalletError    the wallet refuses to sign, cannot read its key, or its transaction
+                   was not mined or reverted (wallet)
+
+`Requester`, `Posted`, `Wallet`, `Sent` and `WalletError` are importable from here; nothing
+is imported until it is used (the wallet brings web3).
 """
 
 from __future__ import annotations

@@ -14,23 +14,21 @@ from urllib.parse import urlencode
 from fastapi import Depends, Request, Response
 from starlette.concurrency import run_in_threadpool
 
-from api.auth import (
+from api.auth import PurgeSchedule, RateLimiter, SqlRequestNonces
+from api.client import NEXT_CURSOR_HEADER
+from api.problems import ProblemError
+from api.streams import StreamSlots
+from identity.errors import IdentityError
+from identity.http_signatures import (
     DEFAULT_WINDOW,
     AuthError,
     NonceMemory,
-    PurgeSchedule,
-    RateLimiter,
     RequestNonces,
-    SqlRequestNonces,
     Target,
     challenge_headers,
     normalize_authority,
     verify_request,
 )
-from api.client import NEXT_CURSOR_HEADER
-from api.problems import ProblemError
-from api.streams import StreamSlots
-from identity.errors import IdentityError
 from ledger.chain import AnchorChain
 from ledger.errors import LedgerError
 from ledger.runtime import connect_chain
@@ -264,9 +262,9 @@ def _unauthenticated(detail: str) -> ProblemError:
 
 
 async def signed_caller(request: Request, state: Annotated[ApiState, Depends(get_state)]) -> str:
-    """The did:key that signed this request (RFC 9421, see `api.auth`), rate-limited per
-    did:key (429). Raises ProblemError 401, with `WWW-Authenticate` and `Accept-Signature`,
-    when the signature is missing or does not hold.
+    """The did:key that signed this request (RFC 9421, see `identity.http_signatures`),
+    rate-limited per did:key (429). Raises ProblemError 401, with `WWW-Authenticate` and
+    `Accept-Signature`, when the signature is missing or does not hold.
 
     The body is read on the event loop; the check runs in a worker thread, because the
     nonce is recorded in the database (and the market may open on the first request):

@@ -11,9 +11,9 @@ out of the way; anchoring every 10^6 entries, so no anchor transaction lands ins
 request); each worker opens the market on its first request, which the warm-up sends.
 
 Load, from this process: a pool of T threads, each with its own keep-alive `httpx.Client`,
-each request signed on the spot with `api.auth.AccordAuth` (an RFC 9421 Ed25519 signature over
-method, target URI, authority and the body's Content-Digest). Side by side in each repetition
-(rotating order):
+each request signed on the spot with `identity.http_auth.AccordAuth` (an RFC 9421 Ed25519
+signature over method, target URI, authority and the body's Content-Digest). Side by side in
+each repetition (rotating order):
 
 - `GET /tasks/{id}` (a read route: one task replayed from its events), signed by one of
   the agents; the service verifies signatures on mutating routes only, so this is the cost of
@@ -58,8 +58,8 @@ from _common import (
     wait_healthy,
 )
 
-from api.auth import AccordAuth
 from identity.challenges import REGISTRY
+from identity.http_auth import AccordAuth
 from ledger.chain import DEVNET_OPERATOR_KEY
 from ledger.devnet import find_free_port
 from ledger.runtime import devnet_for

@@ -95,10 +95,10 @@ from _common import (
 from sqlalchemy import create_engine, insert, text
 from sqlalchemy.engine import make_url
 
-from api.auth import AccordAuth
 from identity.agents import Agent, AgentRecord
 from identity.challenges import REGISTRY
 from identity.credentials import issue_capability_credential, transcript_reference
+from identity.http_auth import AccordAuth
 from identity.issuance import DEFAULT_VALIDITY, ISSUED_EVENT_KIND, IssuedCredential
 from identity.onboarding import open_onboarding
 from identity.presentations import create_presentation

@@ -47,8 +47,8 @@ from google.protobuf import struct_pb2
 from google.protobuf.json_format import MessageToDict, ParseDict
 
 from api.a2a import StreamLimits, a2a_router
-from api.auth import AccordAuth
 from coordinator.service import run_awarded_task
+from identity.http_auth import AccordAuth
 from ledger.signing import Ed25519Signer
 from market.money import Wei, parse_amount
 from market.sealed import commit_bid, reveal_bid

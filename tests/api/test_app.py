@@ -14,10 +14,11 @@ import pytest
 from fastapi.testclient import TestClient
 
 from api.app import create_app
-from api.auth import AccordAuth, sign_request
 from api.routes.deps import ApiConfig
 from identity.agent_cards import card_did, verify_card
 from identity.challenges import REGISTRY
+from identity.http_auth import AccordAuth
+from identity.http_signatures import sign_request
 from identity.onboarding import Onboarding
 from identity.presentations import create_presentation
 from ledger.chain import DEVNET_OPERATOR_KEY, MemoryAnchorChain

@@ -30,10 +30,12 @@ from http_message_signatures import (
     algorithms,
 )
 
-from api.auth import (
+from api.auth import RateLimiter
+from api.routes.deps import ApiConfig
+from identity.http_auth import AccordAuth
+from identity.http_signatures import (
     SIGNATURE_HEADER,
     SIGNATURE_INPUT_HEADER,
-    AccordAuth,
     AuthError,
     BadDigest,
     BadSignature,
@@ -41,7 +43,6 @@ from api.auth import (
     MalformedSignature,
     MissingSignature,
     NonceMemory,
-    RateLimiter,
     ReplayedNonce,
     Target,
     UnknownKey,
@@ -53,9 +54,8 @@ from api.auth import (
     signature_base,
     verify_request,
 )
-from api.routes.deps import ApiConfig
-from api.structured_fields import parse_dictionary
 from identity.presentations import create_presentation
+from identity.structured_fields import parse_dictionary
 from ledger.signing import Ed25519Signer
 from tests.api.test_app import (
     PART,

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from api.auth import AccordAuth
 from api.market_cli import parse_duration
+from identity.http_auth import AccordAuth
 from market.errors import LimitError, TaskError, TransitionError
 from market.money import MAX_WEI, parse_amount, wei
 from market.tasks import TASK_CANCELLED, TASK_POSTED, TaskSpec

@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from api.auth import AccordAuth
 from coordinator.errors import PolicyError
 from coordinator.llm_policy import MODEL_VARIABLE, LLMPolicy, leader_policy
 from coordinator.policy import RulePolicy
+from identity.http_auth import AccordAuth
 from tests.api.test_app import (
     World,
     assert_problem,

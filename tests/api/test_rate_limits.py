@@ -10,8 +10,9 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import func, select
 
-from api.auth import AccordAuth, PurgeSchedule, SqlRequestNonces
+from api.auth import PurgeSchedule, SqlRequestNonces
 from api.routes.deps import ApiConfig
+from identity.http_auth import AccordAuth
 from identity.presentations import IdentityNonce
 from ledger.signing import Ed25519Signer
 from tests.api.test_app import World, build_world

@@ -22,10 +22,10 @@ import httpx
 import pytest
 
 from api.app import create_app
-from api.auth import AccordAuth
 from api.routes.deps import ApiConfig
 from audit.checks import audit_task
 from audit.forgery import change_output, forge_copy
+from identity.http_auth import AccordAuth
 from ledger.chain import AnchorChain
 from ledger.devnet import find_free_port
 from ledger.runtime import devnet_for

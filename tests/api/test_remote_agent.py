@@ -1,8 +1,8 @@
 """A remote agent in another process on 127.0.0.1 onboards, bids and works through the API only.
 
 The service runs with uvicorn in a thread over an in-memory world (SQLite ledger anchored on a
-`MemoryAnchorChain`, escrow on a `MemoryEscrowChain`, the real clock). `scripts/remote_agent.py`
-runs as a separate process with its own key: it registers, sits its exams and binds a payout
+`MemoryAnchorChain`, escrow on a `MemoryEscrowChain`, the real clock). `accord agent run` (the
+kit) runs as a separate process with its own key: it registers, sits its exams and binds a payout
 address with entries it signs itself, serves `POST /run`, and commits and reveals a bid. A local
 agent wins; the team it leads reaches the remote member at its endpoint, the remote signs its
 own report, and its answers are in the deliverable; settlement and the audit pass.
@@ -32,11 +32,14 @@ import httpx
 import pytest
 
 from api.app import create_app
-from api.auth import AccordAuth
 from api.routes.deps import ApiConfig
 from audit.checks import audit_task
 from coordinator.runner import CONVERSATION_MESSAGE
 from coordinator.service import run_awarded_task
+from identity.challenges import REGISTRY
+from identity.http_auth import AccordAuth
+from identity.http_signatures import CALL_TAG, sign_request
+from identity.runtimes import HttpRuntime
 from ledger.anchoring import Anchorer
 from ledger.canonical import canonical_json
 from ledger.chain import DEVNET_OPERATOR_KEY, MemoryAnchorChain
@@ -48,6 +51,7 @@ from ledger.service import Ledger
 from ledger.settings import Settings
 from ledger.signing import Ed25519Signer
 from market.escrow import EscrowActions, MemoryEscrowChain, MemoryEscrowJournal, address_of
+from market.lifecycle import Done, Due, run_due
 from market.money import Wei
 from market.runtime import ChainEscrow, MarketContext
 from market.sealed import commit_bid, reveal_bid
@@ -58,8 +62,8 @@ from tests.serving import serve
 from tests.specs import invoice_request
 
 ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = ROOT / "scripts" / "remote_agent.py"
 CAPABILITIES = ["arithmetic", "extraction"]
+JSON = "application/json"
 
 
 def real_clock() -> datetime:
@@ -170,9 +174,16 @@ def open_world(tmp_path: Path, *, allow_private: bool) -> Iterator[dict[str, Any
 
 
 def remote_agent_argv(world: dict[str, Any], port: int) -> list[str]:
+    """`accord agent run`: the kit agent, its keys in a folder of its own."""
     return [
         sys.executable,
-        str(SCRIPT),
+        "-m",
+        "api.cli",
+        "agent",
+        "run",
+        "--allow-private",
+        "--poll",
+        "0.2",
         "--server",
         world["url"],
         "--key",
@@ -191,10 +202,18 @@ def remote_agent_argv(world: dict[str, Any], port: int) -> list[str]:
 
 @pytest.fixture
 def remote(world: dict[str, Any]) -> Iterator[tuple[subprocess.Popen[str], Lines, int]]:
+    with launch_remote(world) as launched:
+        yield launched
+
+
+@contextmanager
+def launch_remote(
+    world: dict[str, Any], *extra: str
+) -> Iterator[tuple[subprocess.Popen[str], Lines, int]]:
     port = find_free_port()
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     process = subprocess.Popen(
-        remote_agent_argv(world, port),
+        [*remote_agent_argv(world, port), *extra],
         stdout=subprocess.PIPE,
         text=True,
         env=env,
@@ -280,7 +299,7 @@ def test_remote_agent_onboards_bids_and_works_through_the_api(
         )
         assert revealed.status_code == 201, revealed.text
         remote_reveal = lines.wait_for("revealed", 60)
-        assert remote_reveal["task"] == task_id and remote_reveal["status"] == 201
+        assert remote_reveal["task"] == task_id
         bids = {b["bidder"]: b for b in http.get(f"/tasks/{task_id}/bids").json()}
         assert bids[did]["revealed"] and bids[did]["price"] == str(3 * 10**17)
         world["clock"].advance(3600)  # and the reveal window
@@ -361,8 +380,11 @@ def test_remote_agent_onboards_bids_and_works_through_the_api(
     )
     text = canonical_json(report.to_json()).decode()
     sign = f"http://127.0.0.1:{port}/sign"
+    as_operator = AccordAuth(context.market.ledger.operator, tag=CALL_TAG)  # accord's own calls
     for openings in ({}, {forged.commitment: forged.data.decode()}):
-        refused = httpx.post(sign, json={"event": text, "openings": openings}, timeout=30)
+        refused = httpx.post(
+            sign, json={"event": text, "openings": openings}, timeout=30, auth=as_operator
+        )
         assert refused.status_code == 403, (openings, refused.text)
     honest = seal(answer)
     honest_report = json.loads(text.replace(forged.commitment, honest.commitment))
@@ -373,6 +395,7 @@ def test_remote_agent_onboards_bids_and_works_through_the_api(
             "openings": {honest.commitment: honest.data.decode()},
         },
         timeout=30,
+        auth=as_operator,
     )
     assert signed.status_code == 200, signed.text
     assert process.poll() is None, "the remote agent stopped early"
@@ -392,10 +415,59 @@ def test_a_remote_agent_on_loopback_is_refused_without_the_setting(
         timeout=60,
         check=False,
     )
-    assert done.returncode != 0
-    assert "POST /remote/registration: HTTP 422" in done.stderr, done.stderr
+    assert done.returncode == 2
+    assert "(422)" in done.stderr, done.stderr
     assert "a loopback address (127.0.0.1)" in done.stderr
     assert "ACCORD_ALLOW_PRIVATE_AGENTS=1" in done.stderr
     assert '"registered"' not in done.stdout
     onboarding = world["context"].onboarding
     assert [a.name for a in onboarding.registry.list()] == ["ada", "req"]
+
+
+def test_a_remote_agent_trusting_the_operator_answers_only_its_calls_and_hears_it_won(
+    world: dict[str, Any], remote: tuple[subprocess.Popen[str], Lines, int]
+) -> None:
+    process, lines, port = remote
+    context: MarketContext = world["context"]
+    operator = context.market.ledger.operator
+    ready = lines.wait_for("ready", 90)
+    assert ready["operator"] == operator.did  # what the service names, fetched on start
+    run = f"http://127.0.0.1:{port}/run"
+    item = REGISTRY["arithmetic"].generate(b"remote-agent-trusts", 1)[0]
+    body = json.dumps({"item": item.for_agent()}).encode()
+
+    # Anyone's calls are refused: unsigned, or signed by another key (here a hosted agent's).
+    unsigned = httpx.post(run, content=body, timeout=30)
+    assert unsigned.status_code == 401 and "not signed" in unsigned.json()["error"]
+    by_ada = sign_request(world["ada"], "POST", run, body, content_type=JSON, tag=CALL_TAG)
+    refused = httpx.post(run, content=body, headers=by_ada, timeout=30)
+    assert refused.status_code == 403 and "leads no task" in refused.json()["error"]
+    sign = httpx.post(f"http://127.0.0.1:{port}/sign", json={"event": "{}"}, timeout=30)
+    assert sign.status_code == 401
+    # accord's own call is answered
+    answer = HttpRuntime(run, 30, allow_private=True, operator=operator).answer(item.for_agent())
+    assert REGISTRY["arithmetic"].grade(item, answer).full_marks
+
+    # It alone bids; the service awards it by itself, and tells it at once.
+    with httpx.Client(base_url=world["url"], timeout=30) as http:
+        posted = http.post(
+            "/tasks",
+            json=invoice_request(bidding="1h", reveal="1h", delivery="10m"),
+            auth=AccordAuth(world["req"]),
+        )
+    assert posted.status_code == 201, posted.text
+    task_id = posted.json()["id"]
+    assert lines.wait_for("committed", 60)["task"] == task_id
+    world["clock"].advance(3600)  # the bidding window closes
+    assert lines.wait_for("revealed", 60)["task"] == task_id
+    world["clock"].advance(3600)  # and the reveal window
+    results = run_due(context)
+    assert Done(Due(task_id, "award"), "done", "awarded") in results
+    notice = lines.wait_for("notice", 30)
+    index = context.market.ledger.store.once_logged("task.awarded", task_id)
+    assert notice == {"event": "notice", "kind": "task.awarded", "task": task_id, "index": index}
+    # a notice nobody signed is refused
+    notify = f"http://127.0.0.1:{port}/accord/notify"
+    forged = httpx.post(notify, json={"event": "task.awarded", "task_id": task_id}, timeout=30)
+    assert forged.status_code == 401
+    assert process.poll() is None, "the remote agent stopped early"

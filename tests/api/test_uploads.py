@@ -15,8 +15,8 @@ from typing import Any
 import httpx
 import pytest
 
-from api.auth import AccordAuth
 from api.routes.deps import ApiConfig
+from identity.http_auth import AccordAuth
 from ledger.signing import Ed25519Signer, Signer
 from market.blobs import FileQuota, MissingBlob, sha256_hex
 from market.errors import WorkError

@@ -375,6 +375,20 @@ def test_depth_limit_one_with_many_helpers_never_reaches_two(world: World) -> No
     assert 1 in depths and 2 not in depths and max(depths) == 1
 
 
+def test_a_member_that_may_not_lead_does_its_batch_alone(world: World) -> None:
+    """A member that signs only its own reports (a self-custody agent at its endpoint)
+    cannot sign a sub-team's acts: given a batch with helpers free, it does the batch itself."""
+    _nesting_world(world, helpers=4)
+    work = invoice_work(3)
+    runner = world.runner(RunSettings(timeout_s=10, max_depth=1))
+    runner.may_lead = lambda did: False  # as if every member signed at its endpoint
+    top = runner.run_task(
+        TASK, world.members["lead"], work.parts, "check the invoice", "arithmetic and extraction"
+    )
+    assert_complete(top, work, world)
+    assert [r.conversation.depth for r in replay_all(world).values()] == [0]
+
+
 def _failing(did: str) -> InProcessAdapter:
     def fn(task: SubTask) -> JSON:
         raise RuntimeError("this agent is broken")

@@ -7,7 +7,7 @@ from decimal import Decimal
 
 import pytest
 
-from api.structured_fields import (
+from identity.structured_fields import (
     Item,
     Member,
     StructuredFieldError,

@@ -1,0 +1,390 @@
+"""A self-custody agent: its did:key and payout key stay in its owner's files, and it joins an
+accord service through the HTTP API only.
+
+    agent = KitAgent.load(client_url, key_file, handler, name=..., capabilities=[...])
+    agent.start(host, port)          # serve /run, /sign, /accord/notify
+    agent.join()                     # register (DID-auth), sit exams, bind the payout address
+    agent.run_until(stopping)        # bid by its strategy, reveal, lead what it wins
+
+Every ledger event of its own the agent signs itself: its registration (custody `self`), its
+exam answers, its payout binding, its sealed bids and reveals, and, when it wins, every act of
+the contract holder (`accord.kit.leader`). Its team reports it signs at its own `/sign` after
+checking them (`accord.kit.server`). `accord agent run` is the command around this class.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import secrets
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, cast
+from urllib.parse import quote
+
+from eth_account import Account
+from eth_account.signers.local import LocalAccount
+
+from accord.kit.leader import lead
+from accord.kit.server import KitServer
+from api.client import AccordClient, ApiError
+from coordinator.errors import CoordinatorError
+from coordinator.policy import Policy
+from coordinator.runner import RunSettings
+from identity.payout import bind_payout_address
+from identity.presentations import create_presentation
+from identity.runtimes import AgentRuntime, AgentRuntimeError
+from ledger.errors import AccordError
+from ledger.events import parse_time
+from ledger.signing import Ed25519Signer, read_keyfile, write_keyfile
+from market.money import Wei
+from market.sealed import commit_bid, reveal_bid
+
+log = logging.getLogger("accord.kit")
+LEADERS_TTL = 60.0
+"""Seconds the agent trusts its list of who leads a running task before asking again."""
+
+Strategy = Callable[[Mapping[str, Any]], Wei | None]
+"""What to bid on a task (as `GET /tasks` lists it), or None to let it pass."""
+Say = Callable[..., None]
+
+
+def fixed_price(price: Wei) -> Strategy:
+    """Bid `price` on every task whose budget covers it."""
+
+    def strategy(task: Mapping[str, Any]) -> Wei | None:
+        return price if int(task["spec"]["budget"]) >= price else None
+
+    return strategy
+
+
+def load_key(path: Path) -> Ed25519Signer:
+    """The agent's Ed25519 key: read from `path`, or made there (mode 0600) on first use.
+    Raises MalformedError for a file that holds no key."""
+    if not path.exists():
+        write_keyfile(path, Ed25519Signer.generate())
+    return read_keyfile(path)
+
+
+def load_eth_key(path: Path) -> LocalAccount:
+    """The agent's payout account: `{"key": "0x..."}` at `path`, made (0600) on first use."""
+    if not path.exists():
+        path.write_text(json.dumps({"key": "0x" + secrets.token_hex(32)}))
+        path.chmod(0o600)
+    account: LocalAccount = Account.from_key(json.loads(path.read_text())["key"])
+    return account
+
+
+def _segment(value: str) -> str:
+    return quote(value, safe="")
+
+
+def _quiet(event: str, **fields: Any) -> None:
+    log.info("%s %s", event, fields)
+
+
+@dataclass
+class _Bids:
+    """Sealed bids waiting to be revealed, by task, and tasks done with."""
+
+    pending: dict[str, tuple[Wei, bytes]] = field(default_factory=dict)
+    done: set[str] = field(default_factory=set)
+    leading: set[str] = field(default_factory=set)
+
+
+class KitAgent:
+    """One self-custody agent (see the module). `say(event, **fields)` is told each step."""
+
+    def __init__(
+        self,
+        client: AccordClient,
+        signer: Ed25519Signer,
+        payout: LocalAccount,
+        runtime: AgentRuntime,
+        *,
+        name: str,
+        capabilities: Sequence[str],
+        strategy: Strategy | None = None,
+        policy: Policy | None = None,
+        run_settings: RunSettings | None = None,
+        allow_private: bool = False,
+        exam_items: int | None = None,
+        say: Say = _quiet,
+    ) -> None:
+        self.client = client
+        self.signer = signer
+        self.payout = payout
+        self.runtime = runtime
+        self.name = name
+        self.capabilities = tuple(capabilities)
+        self.strategy = strategy
+        self.policy = policy
+        self.run_settings = run_settings
+        self.allow_private = allow_private
+        self.exam_items = exam_items
+        self.say = say
+        self.server: KitServer | None = None
+        self.wake = threading.Event()
+        self._bids = _Bids()
+        self._lock = threading.Lock()
+        self._threads: list[threading.Thread] = []
+        self._leaders: set[str] = set()
+        self._leaders_at = 0.0
+
+    @property
+    def did(self) -> str:
+        return self.signer.did
+
+    @property
+    def operator(self) -> str | None:
+        """The service operator's DID (known once the agent has started)."""
+        return None if self.server is None else self.server.operator
+
+    # -- its own service -------------------------------------------------------------------
+
+    def start(self, host: str = "127.0.0.1", port: int = 0, public_url: str | None = None) -> str:
+        """Serve /run, /sign and /accord/notify in a thread; returns the base URL others reach
+        it at (`public_url`, else http://HOST:PORT), which its callers sign for. Raises
+        ApiError when the service cannot say who its operator is, OSError when the address
+        cannot be bound."""
+        info = self.client.get(f"/agents/{_segment(self.did)}/next-seq")
+        self.server = KitServer(
+            (host, port),
+            self.signer,
+            self.runtime,
+            self._notice,
+            operator=str(info["operator"]),
+            may_call=self._leads_a_task,
+            public_url=public_url,
+        )
+        thread = threading.Thread(
+            target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
+        thread.start()
+        self._threads.append(thread)
+        return public_url or self.server.url
+
+    def _leads_a_task(self, did: str) -> bool:
+        """Whether `did` holds the contract of a running task (so may give this agent work
+        and ask it to sign its reports). Asked of the service, remembered for a minute."""
+        now = time.monotonic()
+        with self._lock:
+            if now - self._leaders_at < LEADERS_TTL and did in self._leaders:
+                return True
+        try:
+            running = self.client.tasks(state="running")
+        except ApiError:
+            return False
+        with self._lock:
+            self._leaders = {str(t["winner"]) for t in running if t.get("winner")}
+            self._leaders_at = now
+            return did in self._leaders
+
+    def stop(self) -> None:
+        if self.server is not None:
+            self.server.shutdown()
+            self.server.server_close()
+        for thread in self._threads:
+            thread.join(timeout=10)
+        self.client.close()
+
+    def _notice(self, notice: dict[str, Any]) -> None:
+        self.say(
+            "notice",
+            kind=str(notice.get("event")),
+            task=str(notice.get("task_id")),
+            index=notice.get("index") if isinstance(notice.get("index"), int) else None,
+        )
+        self.wake.set()
+
+    # -- joining ---------------------------------------------------------------------------
+
+    def join(self, endpoint: str) -> None:
+        """Register at `endpoint` (the base URL others reach this agent at), sit an exam in
+        each capability, bind the payout address. Raises ApiError when the service refuses."""
+        self.register(endpoint)
+        for capability in self.capabilities:
+            self.sit_exam(capability)
+        self.bind_payout()
+
+    def register(self, endpoint: str) -> dict[str, Any]:
+        """DID-auth: a presentation over the service's challenge, and the agent's own
+        `agent.registered` entry declaring custody `self`. Raises ApiError."""
+        challenge = self.client.post("/registration/challenge")
+        presentation = create_presentation(
+            self.signer, [], challenge["challenge"], challenge["domain"], self._now()
+        )
+        entry = self.client.entry(
+            "agent.registered",
+            self.did,
+            {
+                "name": self.name,
+                "domain": challenge["domain"],
+                "challenge": challenge["challenge"],
+                "proof": presentation["proof"],
+                "custody": "self",
+            },
+        )
+        record = cast(
+            dict[str, Any],
+            self.client.post(
+                "/remote/registration",
+                {
+                    "name": self.name,
+                    "endpoint": endpoint.rstrip("/") + "/run",
+                    "challenge": challenge["challenge"],
+                    "presentation": presentation,
+                    "entry": entry,
+                },
+            ),
+        )
+        self.say("registered", did=self.did, endpoint=record["endpoint"], index=record["index"])
+        return record
+
+    def sit_exam(self, capability: str) -> dict[str, Any]:
+        """Sit an exam with the agent's own handler, signing each answer. Raises ApiError."""
+        exam = self.client.post("/exams", {"capability": capability, "items": self.exam_items})
+        exam_id = exam["exam_id"]
+        for item in exam["items"]:
+            try:
+                answer = self.runtime.answer(item)
+            except AgentRuntimeError as exc:
+                self.say("unanswered", exam=exam_id, item=item.get("item_id"), reason=exc.reason)
+                continue
+            body = {"exam_id": exam_id, "item_id": item["item_id"], "answer": answer}
+            entry = self.client.entry("exam.answered", exam_id, body)
+            self.client.post(f"/exams/{_segment(exam_id)}/answers", {"entry": entry})
+        graded = cast(dict[str, Any], self.client.post(f"/exams/{_segment(exam_id)}/grade"))
+        self.say(
+            "credential",
+            capability=capability,
+            passed=graded["passed"],
+            credential=graded["credential_id"],
+        )
+        return graded
+
+    def bind_payout(self) -> str:
+        """Bind the payout account to the DID (both keys sign). Raises ApiError."""
+        info = self.client.get(f"/agents/{_segment(self.did)}/next-seq")
+        binding = bind_payout_address(
+            self.signer,
+            self.payout,
+            int(info["chain_id"]),
+            secrets.token_hex(16),
+            parse_time(str(info["server_time"])),
+        )
+        entry = self.client.entry("payout.bound", self.did, {"binding": binding})
+        bound = self.client.post(f"/agents/{_segment(self.did)}/payout", {"entry": entry})
+        self.say("payout", address=bound["address"])
+        return str(bound["address"])
+
+    def _now(self) -> datetime:
+        info = self.client.get(f"/agents/{_segment(self.did)}/next-seq")
+        return parse_time(str(info["server_time"])) if "server_time" in info else datetime.now(UTC)
+
+    # -- the market ------------------------------------------------------------------------
+
+    def run_until(self, stopping: threading.Event, poll_seconds: float = 0.5) -> None:
+        """Bid, reveal and lead until `stopping` is set; a notice wakes it early. A round
+        the service refuses or cannot answer is logged and tried again."""
+        while not stopping.is_set():
+            try:
+                self.step()
+            except (AccordError, OSError) as exc:
+                self.say("retry", reason=str(exc)[:300])
+            self.wake.wait(poll_seconds)
+            self.wake.clear()
+        for thread in self._threads:
+            if thread.name.startswith("lead-"):
+                thread.join(timeout=60)
+
+    def step(self) -> None:
+        """One round: commit on new calls in our capabilities, reveal once bidding closed,
+        lead each task won. Raises ApiError when the service cannot be reached."""
+        if self.strategy is not None:
+            self._commit_new()
+        self._reveal_and_lead()
+
+    def _commit_new(self) -> None:
+        assert self.strategy is not None
+        seen: dict[str, Mapping[str, Any]] = {}
+        for capability in self.capabilities:
+            for row in self.client.tasks(state="bidding", capability=capability):
+                seen[str(row["id"])] = row
+        for task_id, task in seen.items():
+            with self._lock:
+                if task_id in self._bids.done or task_id in self._bids.pending:
+                    continue
+            if not set(task["spec"]["capabilities"]) <= set(self.capabilities):
+                continue
+            if task["requester"] == self.did:
+                continue
+            price = self.strategy(task)
+            if price is None:
+                continue
+            salt = secrets.token_bytes(32)
+            commitment = commit_bid(self.signer, task_id, price, salt).to_json()
+            try:
+                self.client.commit(task_id, commitment)
+            except ApiError as exc:
+                self.say("refused", task=task_id, status=exc.status, detail=str(exc)[:300])
+                with self._lock:
+                    self._bids.done.add(task_id)
+                continue
+            with self._lock:
+                self._bids.pending[task_id] = (price, salt)
+            self.say("committed", task=task_id, price=str(price))
+
+    def _reveal_and_lead(self) -> None:
+        with self._lock:
+            pending = dict(self._bids.pending)
+        for task_id, (price, salt) in pending.items():
+            state = self.client.task(task_id).get("state")
+            if state == "bidding":
+                continue
+            if state == "revealing":
+                shown = reveal_bid(self.signer, task_id, price, salt).to_json()
+                try:
+                    self.client.post(f"/tasks/{_segment(task_id)}/reveals", shown)
+                except ApiError as exc:
+                    if exc.status == 409 and "early" in str(exc):
+                        continue
+                    self.say("refused", task=task_id, status=exc.status, detail=str(exc)[:300])
+                else:
+                    self.say("revealed", task=task_id, price=str(price))
+            with self._lock:
+                del self._bids.pending[task_id]
+                self._bids.done.add(task_id)
+        for task in self.client.tasks(state="awarded"):
+            if task.get("winner") == self.did:
+                self._lead_in_thread(str(task["id"]))
+
+    def _lead_in_thread(self, task_id: str) -> None:
+        with self._lock:
+            if task_id in self._bids.leading:
+                return
+            self._bids.leading.add(task_id)
+        thread = threading.Thread(target=self._lead, args=(task_id,), name=f"lead-{task_id}")
+        thread.start()
+        self._threads.append(thread)
+
+    def _lead(self, task_id: str) -> None:
+        self.say("leading", task=task_id)
+        try:
+            conversation = lead(
+                self.client,
+                self.signer,
+                self.runtime,
+                task_id,
+                policy=self.policy,
+                settings=self.run_settings,
+                allow_private=self.allow_private,
+            )
+        except (AccordError, CoordinatorError, OSError) as exc:
+            self.say("lead-failed", task=task_id, reason=str(exc)[:500])
+            return
+        self.say("delivered", task=task_id, conversation=conversation.conv_id)

@@ -1,0 +1,226 @@
+"""A winner that keeps its own key leads its team in its own process.
+
+The kit runs the same team runner the service runs for hosted agents
+(`coordinator.runner.TeamRunner`, the same conversation rules and policies), with the service
+at arm's length:
+
+- whom it may team with comes from `GET /tasks/{id}/team` (credentials checked there);
+- each part goes to its member's endpoint (`POST /run`), its own parts to its own handler;
+- each output is sealed here and sent to the service (`POST /tasks/{id}/sealed`) before a
+  report names it; the log gets only commitments (`ledger.sealing`);
+- each event is signed by its own party — the leader's by this process, a member's report by
+  the member at its `/sign` (shown the sealed answers it names) — and relayed to the service
+  (`POST /tasks/{id}/work`), which checks it against the conversation rules and logs it;
+- the deliverable it assembles is signed here and relayed the same way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, cast
+from urllib.parse import quote
+
+from api.client import AccordClient, ApiError
+from coordinator.adapters import RuntimeAdapter
+from coordinator.conversation import Conversation
+from coordinator.errors import CoordinatorError, TeamError
+from coordinator.policy import Member, Policy, RulePolicy
+from coordinator.runner import RunSettings, SealedOutputs, TeamRunner
+from coordinator.service import assemble
+from coordinator.work import AgentAdapter
+from identity.remote_signing import EndpointSigner
+from identity.runtimes import AgentRuntime, HttpRuntime
+from ledger.canonical import JSONValue, canonical_json
+from ledger.errors import SequenceError
+from ledger.events import Entry, make_entry, parse_time
+from ledger.sealing import Sealed
+from ledger.signing import Signer
+from market.blobs import sha256_hex
+from market.tasks import TASK_DELIVERED, TASK_STARTED, Task, TaskSpec
+from market.work import resolve_files
+
+SEQ_RETRIES = 5
+
+
+def _segment(value: str) -> str:
+    return quote(value, safe="")
+
+
+class RelayLog:
+    """The runner's event log for one task: each event is signed by its party with the seq
+    and time the service gives, and relayed to `POST /tasks/{id}/work`. A seq another writer
+    took first (the member is busy elsewhere) is taken again, up to `SEQ_RETRIES` times.
+    Raises ApiError with the service's reason when it refuses an entry."""
+
+    def __init__(self, client: AccordClient, task_id: str) -> None:
+        self.client = client
+        self.path = f"/tasks/{_segment(task_id)}/work"
+
+    def append(
+        self,
+        signer: Signer,
+        kind: str,
+        *,
+        subject: str = "",
+        body: Mapping[str, JSONValue] | None = None,
+        once_key: str | None = None,
+    ) -> tuple[int, Entry]:
+        for attempt in range(SEQ_RETRIES):
+            info = self.client.get(f"/agents/{_segment(signer.did)}/next-seq")
+            entry = make_entry(
+                signer,
+                kind=kind,
+                seq=int(info["seq"]),
+                at=parse_time(str(info["server_time"])),
+                subject=subject,
+                body=body,
+            )
+            try:
+                answer = self.client.post(self.path, {"entry": entry.to_json()})
+            except ApiError as exc:
+                if exc.status == 409 and "seq" in str(exc) and attempt < SEQ_RETRIES - 1:
+                    continue
+                raise
+            return int(answer["index"]), entry
+        raise SequenceError(signer.did, 0, 0)
+
+
+@dataclass(frozen=True)
+class TeamMember:
+    """An agent the leader may team with, as `GET /tasks/{id}/team` lists it."""
+
+    member: Member
+    endpoint: str | None
+
+    @classmethod
+    def from_json(cls, value: Mapping[str, Any]) -> TeamMember:
+        return cls(
+            Member(
+                str(value["did"]),
+                str(value["name"]),
+                tuple(str(c) for c in value["capabilities"]),
+                str(value["reputation"]),
+                str(value.get("description", "")),
+                tuple((str(c), str(r)) for c, r in dict(value.get("reputations", {})).items()),
+            ),
+            None if value.get("endpoint") is None else str(value["endpoint"]),
+        )
+
+
+def task_from_json(value: Mapping[str, Any]) -> Task:
+    """The task as `GET /tasks/{id}` shows it (its spec, requester, winner and state)."""
+    spec = TaskSpec.from_json(value["spec"])
+    return Task(
+        task_id=str(value["id"]),
+        requester=str(value["requester"]),
+        spec=spec,
+        posted_at=datetime.fromisoformat(str(value["posted_at"])),
+        state=cast(Any, value["state"]),
+        winner=value.get("winner"),
+    )
+
+
+def lead(
+    client: AccordClient,
+    signer: Signer,
+    runtime: AgentRuntime,
+    task_id: str,
+    *,
+    policy: Policy | None = None,
+    settings: RunSettings | None = None,
+    allow_private: bool = False,
+) -> Conversation:
+    """Start, run and deliver a task this agent won; returns the closed top-level
+    conversation. Raises TeamError when no team can be formed, CoordinatorError from the
+    conversation, ApiError when the service refuses a step (its reason in the message)."""
+    data = client.task(task_id)
+    if data.get("winner") != signer.did:
+        raise TeamError(f"{signer.did} did not win {task_id}")
+    task = task_from_json(data)
+    run_settings = settings or RunSettings()
+    log = RelayLog(client, task_id)
+    if data.get("state") == "awarded":
+        log.append(signer, TASK_STARTED, subject=task_id, body={"task_id": task_id})
+    listed = [TeamMember.from_json(m) for m in client.get(f"/tasks/{_segment(task_id)}/team")]
+    # Only agents with an endpoint can be reached from here (a hosted agent runs inside the
+    # service, and the service works for nobody's team but its own).
+    team = [t for t in listed if t.endpoint or t.member.did == signer.did]
+    endpoints = {t.member.did: t.endpoint for t in team}
+    leader = next((t.member for t in team if t.member.did == signer.did), None)
+    if leader is None:
+        raise TeamError(f"the service does not list {signer.did} among whom it may team with")
+    sent = SealedOutputs(lambda sealed: _send_sealed(client, task_id, sealed))
+
+    def openings(commitment: str) -> bytes | None:
+        found = sent.get(commitment)
+        return None if found is None else found.data
+
+    def signer_of(did: str) -> Signer:
+        if did == signer.did:
+            return signer
+        return EndpointSigner(
+            did,
+            _endpoint(endpoints, did),
+            allow_private=allow_private,
+            openings=openings,
+            operator=signer,  # the call is signed by the leader, as it is the leader's
+        )
+
+    def adapter_of(did: str) -> AgentAdapter:
+        if did == signer.did:
+            return RuntimeAdapter(did, runtime)
+        http = HttpRuntime(
+            _endpoint(endpoints, did),
+            timeout=run_settings.timeout_s,
+            allow_private=allow_private,
+            operator=signer,
+        )
+        return RuntimeAdapter(did, http)
+
+    files = {
+        sha: client.request_text(f"/tasks/{_segment(task_id)}/files/{sha}")
+        for sha in task.spec.files
+    }
+    runner = TeamRunner(
+        log,
+        signer_of,
+        adapter_of,
+        [t.member for t in team],
+        policy or RulePolicy(),
+        run_settings,
+        resolve_files=lambda payload: resolve_files(payload, files),
+        sealed=sent,
+        # Its members sign only their own reports at their endpoints: sub-teams are its own.
+        may_lead=lambda did: did == signer.did,
+    )
+    parts = [(p.part_id, p.capability, p.input) for p in task.spec.parts]
+    conversation = runner.run_task(task_id, leader, parts, task.spec.title, task.spec.description)
+    if conversation.deliverable is None:
+        raise CoordinatorError(f"the team of {task_id} concluded without a deliverable")
+    document = assemble(task, conversation, runner.plan)
+    log.append(
+        signer,
+        TASK_DELIVERED,
+        subject=task_id,
+        body={
+            "task_id": task_id,
+            "conversation": conversation.conv_id,
+            "deliverable": conversation.deliverable.to_json(),
+            "document": document,
+            "sha256": sha256_hex(canonical_json(document)),
+        },
+    )
+    return conversation
+
+
+def _endpoint(endpoints: Mapping[str, str | None], did: str) -> str:
+    endpoint = endpoints.get(did)
+    if not endpoint:
+        raise TeamError(f"{did} has no endpoint a leader can reach")
+    return endpoint
+
+
+def _send_sealed(client: AccordClient, task_id: str, sealed: Sealed) -> None:
+    client.post_bytes(f"/tasks/{_segment(task_id)}/sealed", sealed.data)

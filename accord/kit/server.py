@@ -1,0 +1,221 @@
+"""A kit agent's own HTTP service, where leaders and the accord service reach it.
+
+    POST /run            `{"item": ...}` -> `{"answer": ..., "agent": DID}`: the item format of
+                         exams and team work; 422 `{"error"}` when its handler cannot answer
+    POST /sign           `{"event": JCS text, "openings": {commitment: sealed text}}` ->
+                         `{"sig": base64url}`: it signs only its own team reports whose answers
+                         are the ones it gave (opened from `openings` and compared)
+    POST /accord/notify  a notice from the service (`{"event": "task.awarded", "task_id"}`):
+                         wakes the agent's loop, which then reads the task from the service
+    GET  /health         `{"status": "ok", "agent": DID}`
+
+Every call must be signed (RFC 9421, tag "accord-call", `identity.http_signatures`) for this
+agent's own URL: a notice by the service's operator; work and signatures by the operator
+(a hosted leader's team) or by a caller `may_call` admits (the contract holder of a task
+this agent may work on); anything else is 401 or 403. Beyond that, /sign checks what it
+signs, and a notice only makes the agent look at the service sooner.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from coordinator.runner import CONVERSATION_MESSAGE
+from identity.challenges import JSON
+from identity.http_signatures import (
+    CALL_TAG,
+    AuthError,
+    NonceMemory,
+    Target,
+    challenge_headers,
+    verify_request,
+)
+from identity.runtimes import AgentRuntime, AgentRuntimeError
+from ledger.canonical import parse_canonical
+from ledger.errors import SealError
+from ledger.events import Event
+from ledger.sealing import open_sealed
+from ledger.signing import Signer, b64url
+
+MAX_REQUEST_BYTES = 1 << 20
+
+
+class Refused(Exception):
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class AnswersGiven:
+    """Every answer this agent gave, by item id (two tasks may share a part id): what its
+    /sign compares a report with."""
+
+    def __init__(self) -> None:
+        self._answers: dict[str, list[JSON]] = {}
+        self._lock = threading.Lock()
+
+    def add(self, item_id: str, answer: JSON) -> None:
+        with self._lock:
+            self._answers.setdefault(item_id, []).append(answer)
+
+    def gave(self, item_id: str, answer: JSON) -> bool:
+        with self._lock:
+            return answer in self._answers.get(item_id, [])
+
+
+def check_report(did: str, text: bytes, openings: dict[str, str], given: AnswersGiven) -> None:
+    """Pure but for `given`: refuse (Refused) unless `text` is the canonical JCS of a team
+    report of `did`'s own, whose every contribution opens (from `openings`) to the answer it
+    gave for that part."""
+    try:
+        event = Event.from_json(parse_canonical(text))
+    except Exception as exc:
+        raise Refused(400, f"not one canonical event: {exc}") from exc
+    message = event.body.get("message")
+    if event.actor != did or event.kind != CONVERSATION_MESSAGE or not isinstance(message, dict):
+        raise Refused(403, "this agent signs only its own conversation messages")
+    if message.get("kind") != "report" or message.get("speaker") != did:
+        raise Refused(403, "this agent signs only its own reports")
+    result = message.get("result")
+    contributions = result.get("contributions", []) if isinstance(result, dict) else []
+    for contribution in contributions:
+        commitment = str(contribution.get("output_sha256"))
+        try:
+            sealed = open_sealed(str(openings.get(commitment, "")).encode(), commitment)
+        except SealError as exc:
+            raise Refused(403, f"the report names an answer not shown: {exc}") from exc
+        if contribution.get("agent") != did or not given.gave(
+            str(contribution.get("part")), sealed.value
+        ):
+            raise Refused(403, "the report carries work this agent did not do")
+
+
+class KitServer(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(
+        self,
+        address: tuple[str, int],
+        signer: Signer,
+        runtime: AgentRuntime,
+        on_notice: Callable[[dict[str, Any]], None],
+        *,
+        operator: str,
+        may_call: Callable[[str], bool] = lambda did: False,
+        public_url: str | None = None,
+    ) -> None:
+        self.signer = signer
+        self.runtime = runtime
+        self.on_notice = on_notice
+        self.operator = operator
+        self.may_call = may_call
+        self.public_url = public_url
+        self.nonces = NonceMemory()
+        self.given = AnswersGiven()
+        super().__init__(address, _KitHandler)
+
+    def caller(self, method: str, path: str, headers: list[tuple[str, str]], body: bytes) -> str:
+        """Who signed this call to `path` (401 Refused when nobody did, or not for us)."""
+        base = self.public_url or self.url
+        try:
+            return verify_request(
+                method,
+                Target.from_url(base.rstrip("/") + path),
+                [(name.lower(), value) for name, value in headers],
+                body,
+                nonces=self.nonces,
+                tag=CALL_TAG,
+            )
+        except (AuthError, ValueError) as exc:
+            raise Refused(401, f"{exc} (sign calls to this agent, tag {CALL_TAG!r})") from exc
+
+    @property
+    def url(self) -> str:
+        host, port = self.server_address[:2]
+        name = host.decode() if isinstance(host, bytes) else host
+        return f"http://{name}:{port}"
+
+    def answer(self, request: Any) -> JSON:
+        if not isinstance(request, dict) or not isinstance(request.get("item"), dict):
+            raise Refused(400, 'the request must be a JSON object {"item": {...}}')
+        item = request["item"]
+        try:
+            answer = self.runtime.answer(item)
+        except AgentRuntimeError as exc:
+            raise Refused(422, f"cannot answer the item: {exc.reason}") from exc
+        self.given.add(str(item.get("item_id")), answer)
+        return answer
+
+
+class _KitHandler(BaseHTTPRequestHandler):
+    server: KitServer
+    protocol_version = "HTTP/1.1"
+
+    def _reply(self, status: int, value: JSON, *, challenge: bool = False) -> None:
+        data = json.dumps(value).encode()
+        try:
+            self.send_response(status)
+            for name, header in challenge_headers(CALL_TAG).items() if challenge else ():
+                self.send_header(name, header)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.send_header("Connection", "close")
+            self.end_headers()
+            self.wfile.write(data)
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+        self.close_connection = True
+
+    def do_GET(self) -> None:
+        if self.path != "/health":
+            self._reply(404, {"error": f"no route GET {self.path}"})
+            return
+        self._reply(200, {"status": "ok", "agent": self.server.signer.did})
+
+    def do_POST(self) -> None:
+        try:
+            data = self._read()
+            caller = self.server.caller("POST", self.path, list(self.headers.items()), data)
+            operator = caller == self.server.operator
+            if self.path == "/accord/notify" and not operator:
+                raise Refused(403, f"notices come from the service's operator, not {caller}")
+            if not operator and not self.server.may_call(caller):
+                raise Refused(403, f"{caller} leads no task this agent works on")
+            request = json.loads(data)
+            if self.path == "/run":
+                answer = self.server.answer(request)
+                self._reply(200, {"answer": answer, "agent": self.server.signer.did})
+            elif self.path == "/sign":
+                text = str(request["event"]).encode()
+                openings = request.get("openings") or {}
+                check_report(self.server.signer.did, text, openings, self.server.given)
+                self._reply(200, {"sig": b64url(self.server.signer.sign(text))})
+            elif self.path == "/accord/notify":
+                if not isinstance(request, dict):
+                    raise Refused(400, "a notice is a JSON object")
+                self.server.on_notice(request)
+                self._reply(202, {"status": "noted"})
+            else:
+                self._reply(404, {"error": f"no route POST {self.path}"})
+        except Refused as exc:
+            self._reply(exc.status, {"error": str(exc)}, challenge=exc.status == 401)
+        except json.JSONDecodeError as exc:
+            self._reply(400, {"error": f"the request is not JSON: {exc}"})
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            self._reply(400, {"error": f"malformed request: {exc!r}"})
+
+    def _read(self) -> bytes:
+        try:
+            length = int(self.headers.get("Content-Length", ""))
+        except ValueError:
+            length = -1
+        if length < 0 or length > MAX_REQUEST_BYTES:
+            raise Refused(413, "a Content-Length up to 1 MiB is required")
+        return self.rfile.read(length)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass

@@ -1,0 +1,389 @@
+"""Two self-custody agents (the kit, each with its own keys, none in the service's home) bid
+on a hosted requester's task over the HTTP API; the service awards it by itself, the winner
+leads its team in its own process, the other member signs its own report at its own /sign,
+the service settles by itself, and the audit shows each act signed by its own party."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from accord.kit.agent import KitAgent, fixed_price, load_eth_key, load_key
+from api.client import AccordClient, ApiError
+from audit.checks import audit_task
+from identity.http_auth import AccordAuth
+from identity.runtimes import ReferenceRuntime
+from ledger.events import Entry
+from market.lifecycle import run_due
+from market.money import Wei
+from market.runtime import MarketContext
+from market.tasks import SETTLEMENT_COMPUTED
+from tests.api.test_remote_agent import CAPABILITIES, open_world
+from tests.specs import invoice_request
+
+ETH = 10**18
+
+
+@pytest.fixture
+def world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Any]]:
+    monkeypatch.setenv("ACCORD_ALLOW_PRIVATE_AGENTS", "1")
+    with open_world(tmp_path, allow_private=True) as opened:
+        yield opened
+
+
+def kit_agent(world: dict[str, Any], name: str, price: int) -> KitAgent:
+    keys = world["tmp"] / f"kit-{name}"
+    keys.mkdir()
+    signer = load_key(keys / "key.json")
+    client = AccordClient(world["url"], signer=signer)
+    return KitAgent(
+        client,
+        signer,
+        load_eth_key(keys / "eth.json"),
+        ReferenceRuntime(),
+        name=name,
+        capabilities=CAPABILITIES,
+        strategy=fixed_price(Wei(price)),
+        allow_private=True,
+        exam_items=5,
+    )
+
+
+def kinds_of(context: MarketContext, actor: str) -> list[str]:
+    found = context.market.ledger.store.find(actor=actor, limit=1000)
+    return [json.loads(s.data)["event"]["kind"] for s in found]
+
+
+def test_a_self_custody_winner_leads_its_team_and_is_paid(world: dict[str, Any]) -> None:
+    context: MarketContext = world["context"]
+    kai = kit_agent(world, "kai", 3 * ETH // 10)
+    kim = kit_agent(world, "kim", 4 * ETH // 10)
+    try:
+        for agent in (kai, kim):
+            agent.join(agent.start())
+        with httpx.Client(base_url=world["url"], timeout=30) as http:
+            posted = http.post(
+                "/tasks",
+                json=invoice_request(bidding="1h", reveal="1h", delivery="1h"),
+                auth=AccordAuth(world["req"]),
+            )
+            assert posted.status_code == 201, posted.text
+        task_id = posted.json()["id"]
+        for agent in (kai, kim):
+            agent.step()  # commit
+        world["clock"].advance(3600)
+        for agent in (kai, kim):
+            agent.step()  # reveal
+        world["clock"].advance(3600)
+        [done] = run_due(context)
+        assert (done.due.action, done.outcome) == ("award", "done"), done
+        assert context.market.task(task_id).winner == kai.did
+
+        # The winner leads in its own process; nobody at the service runs anything.
+        kai.step()
+        [leading] = [t for t in kai._threads if t.name == f"lead-{task_id}"]
+        leading.join(timeout=120)
+        task = context.market.task(task_id)
+        assert task.state == "delivered", task.state
+
+        # Each act is signed by its own party: the leader's by kai, kim's reports by kim.
+        assert {"task.started", "conversation.opened", "task.delivered"} <= set(
+            kinds_of(context, kai.did)
+        )
+        assert "conversation.message" in kinds_of(context, kim.did)
+        registry = context.onboarding.registry
+        for agent in (kai, kim):
+            assert not registry.key_path(registry.get(agent.did).name).exists()
+
+        world["clock"].advance(3 * 24 * 3600)  # the review window closes
+        settled = [d for d in run_due(context) if d.due.action == "settle"]
+        assert [d.outcome for d in settled] == ["done"], settled
+        store = context.market.ledger.store
+        found = store.find(kind=SETTLEMENT_COMPUTED, subject=task_id, limit=1)
+        body = Entry.from_bytes(found[0].data).event.body
+        payouts = {did: int(wei) for did, wei in body["payouts"].items()}
+        assert payouts[kai.did] > 0 and payouts[kim.did] > 0, body
+        assert sum(payouts.values()) == int(body["amount"]) > 0
+
+        anchorer = context.market.ledger.anchorer
+        assert anchorer is not None
+        anchorer.anchor_latest()
+        report = audit_task(
+            context.market.ledger.store,
+            task_id,
+            anchors=world["anchors"],
+            escrow=world["escrow_chain"],
+            outputs=context.market.sealed_bytes,
+        )
+        assert report.ok, report.to_json()
+        custody = report.to_json()["facts"]["custody"]
+        assert custody[kai.did] == custody[kim.did] == "self"
+    finally:
+        for agent in (kai, kim):
+            agent.stop()
+
+
+def test_the_service_refuses_work_entries_from_anyone_but_the_winner(
+    world: dict[str, Any],
+) -> None:
+    kai = kit_agent(world, "kai", 3 * ETH // 10)
+    try:
+        kai.join(kai.start())
+        with httpx.Client(base_url=world["url"], timeout=30) as http:
+            posted = http.post(
+                "/tasks",
+                json=invoice_request(bidding="1h", reveal="1h", delivery="1h"),
+                auth=AccordAuth(world["req"]),
+            )
+        task_id = posted.json()["id"]
+        entry = kai.client.entry("task.started", task_id, {"task_id": task_id})
+        with pytest.raises(ApiError) as refused:
+            kai.client.post(f"/tasks/{task_id}/work", {"entry": entry})
+        assert refused.value.status == 403
+        assert "only the winner" in str(refused.value)
+        with pytest.raises(ApiError) as not_sealed:
+            kai.client.post_bytes(f"/tasks/{task_id}/sealed", b"{}")
+        assert not_sealed.value.status == 403
+    finally:
+        kai.stop()
+
+
+def test_threads_stop(world: dict[str, Any]) -> None:
+    kai = kit_agent(world, "kai", ETH // 10)
+    kai.start()
+    stopping = threading.Event()
+    stopping.set()
+    kai.run_until(stopping)
+    kai.stop()
+
+
+@pytest.fixture
+def won(world: dict[str, Any]) -> Iterator[tuple[dict[str, Any], KitAgent, KitAgent, str]]:
+    """kai has won a task (awarded by the service), kim is credentialed too."""
+    kai = kit_agent(world, "kai", 3 * ETH // 10)
+    kim = kit_agent(world, "kim", 4 * ETH // 10)
+    try:
+        for agent in (kai, kim):
+            agent.join(agent.start())
+        with httpx.Client(base_url=world["url"], timeout=30) as http:
+            posted = http.post(
+                "/tasks",
+                json=invoice_request(bidding="1h", reveal="1h", delivery="1h"),
+                auth=AccordAuth(world["req"]),
+            )
+        task_id = posted.json()["id"]
+        kai.step()
+        world["clock"].advance(3600)
+        kai.step()
+        world["clock"].advance(3600)
+        run_due(world["context"])
+        assert world["context"].market.task(task_id).winner == kai.did
+        yield world, kai, kim, task_id
+    finally:
+        for agent in (kai, kim):
+            agent.stop()
+
+
+def relay(agent: KitAgent, task_id: str, entry: dict[str, Any]) -> ApiError:
+    with pytest.raises(ApiError) as refused:
+        agent.client.post(f"/tasks/{task_id}/work", {"entry": entry})
+    return refused.value
+
+
+def test_illegal_team_entries_are_refused_and_nothing_is_logged(
+    won: tuple[dict[str, Any], KitAgent, KitAgent, str],
+) -> None:
+    world, kai, kim, task_id = won
+    context: MarketContext = world["context"]
+    store = context.market.ledger.store
+    # Nothing but task.started while the task is awarded.
+    opened = {
+        "conversation": "conv-kai",
+        "task": task_id,
+        "parent": None,
+        "depth": 0,
+        "leader": kai.did,
+        "members": [kai.did, kim.did],
+        "max_turns": 16,
+        "title": "t",
+    }
+    early = relay(kai, task_id, kai.client.entry("conversation.opened", "conv-kai", opened))
+    assert early.status == 409 and "start it first" in str(early)
+    # A task.started signed by kim, relayed by the winner, is not the winner's.
+    not_his = relay(kai, task_id, kim.client.entry("task.started", task_id, {"task_id": task_id}))
+    assert not_his.status == 403
+    kai.client.post(
+        f"/tasks/{task_id}/work",
+        {"entry": kai.client.entry("task.started", task_id, {"task_id": task_id})},
+    )
+    again = relay(kai, task_id, kai.client.entry("task.started", task_id, {"task_id": task_id}))
+    assert again.status == 409
+    size = store.size()
+    # Opened with the requester on the team; opened by someone else than its leader.
+    with_requester = {**opened, "members": [kai.did, world["req"].did]}
+    refused = relay(
+        kai, task_id, kai.client.entry("conversation.opened", "conv-kai", with_requester)
+    )
+    assert refused.status in (403, 422), refused
+    by_kim = relay(kai, task_id, kim.client.entry("conversation.opened", "conv-kai", opened))
+    assert by_kim.status == 403
+    kai.client.post(
+        f"/tasks/{task_id}/work",
+        {"entry": kai.client.entry("conversation.opened", "conv-kai", opened)},
+    )
+    size = store.size()
+    # kim reports before anything was assigned to it: not a legal move.
+    report = {
+        "conversation": "conv-kai",
+        "turn": 0,
+        "message": {
+            "kind": "report",
+            "speaker": kim.did,
+            "next_state": "conclusion",
+            "next_speaker": kai.did,
+            "result": {"sub_id": "s1", "ok": True, "contributions": [], "error": None},
+        },
+    }
+    illegal = relay(kai, task_id, kim.client.entry("conversation.message", "conv-kai", report))
+    assert illegal.status == 422 and "not a legal move" in str(illegal)
+    # The leader concludes at once, with no deliverable worth the name: legal, logged.
+    discuss = {
+        "conversation": "conv-kai",
+        "turn": 0,
+        "message": {
+            "kind": "discuss",
+            "speaker": kai.did,
+            "next_state": "conclusion",
+            "next_speaker": kai.did,
+            "text": "nothing to do",
+        },
+    }
+    kai.client.post(
+        f"/tasks/{task_id}/work",
+        {"entry": kai.client.entry("conversation.message", "conv-kai", discuss)},
+    )
+    conclude = {
+        "conversation": "conv-kai",
+        "turn": 1,
+        "message": {
+            "kind": "conclude",
+            "speaker": kai.did,
+            "next_state": "closed",
+            "next_speaker": None,
+            "deliverable": {"summary": "nothing", "contributions": []},
+        },
+    }
+    kai.client.post(
+        f"/tasks/{task_id}/work",
+        {"entry": kai.client.entry("conversation.message", "conv-kai", conclude)},
+    )
+    size = store.size()
+    # A delivery that is not what the team concluded, or whose hash is not its document's.
+    document = {"task": task_id, "parts": []}
+    from ledger.canonical import canonical_json
+    from market.blobs import sha256_hex
+
+    body = {
+        "task_id": task_id,
+        "conversation": "conv-kai",
+        "deliverable": {"summary": "everything", "contributions": []},
+        "document": document,
+        "sha256": sha256_hex(canonical_json(document)),
+    }
+    other = relay(kai, task_id, kai.client.entry("task.delivered", task_id, body))
+    assert other.status == 422 and "not what the team concluded" in str(other)
+    body["deliverable"] = {"summary": "nothing", "contributions": []}
+    bad_hash = relay(
+        kai, task_id, kai.client.entry("task.delivered", task_id, {**body, "sha256": "0" * 64})
+    )
+    assert bad_hash.status == 422 and "sha256" in str(bad_hash)
+    assert store.size() == size  # nothing refused was logged
+    kai.client.post(
+        f"/tasks/{task_id}/work", {"entry": kai.client.entry("task.delivered", task_id, body)}
+    )
+    assert context.market.task(task_id).state == "delivered"
+
+
+def test_a_report_names_only_outputs_the_service_holds(
+    won: tuple[dict[str, Any], KitAgent, KitAgent, str],
+) -> None:
+    world, kai, kim, task_id = won
+    from ledger.sealing import seal
+
+    kai.client.post(
+        f"/tasks/{task_id}/work",
+        {"entry": kai.client.entry("task.started", task_id, {"task_id": task_id})},
+    )
+    not_sealed = None
+    with pytest.raises(ApiError) as refused:
+        kai.client.post_bytes(f"/tasks/{task_id}/sealed", b'{"value": 1}')
+    not_sealed = refused.value
+    assert not_sealed.status == 422
+    sealed = seal({"total": "1.00"})
+    with pytest.raises(ApiError) as by_kim:
+        kim.client.post_bytes(f"/tasks/{task_id}/sealed", sealed.data)
+    assert by_kim.value.status == 403
+    answer = kai.client.post_bytes(f"/tasks/{task_id}/sealed", sealed.data)
+    assert answer["output_sha256"] == sealed.commitment
+    assert world["context"].market.sealed_bytes(sealed.commitment) == sealed.data
+
+
+def test_the_service_runs_no_team_for_a_self_custody_winner(
+    won: tuple[dict[str, Any], KitAgent, KitAgent, str],
+) -> None:
+    world, _, _, task_id = won
+    from coordinator.errors import TeamError
+    from coordinator.service import run_awarded_task
+
+    with pytest.raises(TeamError, match="keeps its own key"):
+        run_awarded_task(world["context"], task_id)
+    assert world["context"].market.task(task_id).state == "awarded"
+
+
+def test_the_kit_answers_only_calls_signed_by_the_operator_or_a_leader(
+    won: tuple[dict[str, Any], KitAgent, KitAgent, str],
+) -> None:
+    world, kai, kim, task_id = won
+    from identity.http_auth import AccordAuth as SignedBy
+    from identity.http_signatures import CALL_TAG
+    from ledger.signing import Ed25519Signer
+
+    assert kim.server is not None
+    run = f"{kim.server.url}/run"
+    item = {"item": {"item_id": "x", "capability": "arithmetic"}}
+    unsigned = httpx.post(run, json=item, timeout=10)
+    assert unsigned.status_code == 401 and "Accept-Signature" in unsigned.headers
+    as_service = httpx.post(run, json=item, timeout=10, auth=SignedBy(world["req"]))
+    assert as_service.status_code == 401  # the "accord" tag is for calls to the service
+    stranger = Ed25519Signer.generate()
+    by_stranger = httpx.post(run, json=item, timeout=10, auth=SignedBy(stranger, tag=CALL_TAG))
+    assert by_stranger.status_code == 403 and "leads no task" in by_stranger.text
+    notice = {"event": "task.awarded", "task_id": task_id}
+    by_kai = httpx.post(
+        f"{kim.server.url}/accord/notify",
+        json=notice,
+        timeout=10,
+        auth=SignedBy(kai.signer, tag=CALL_TAG),
+    )
+    assert by_kai.status_code == 403
+    operator = world["context"].market.ledger.operator
+    by_operator = httpx.post(
+        f"{kim.server.url}/accord/notify",
+        json=notice,
+        timeout=10,
+        auth=SignedBy(operator, tag=CALL_TAG),
+    )
+    assert by_operator.status_code == 202, by_operator.text
+    # Once kai leads a running task, its calls are answered (the item is judged on its own).
+    kai.client.post(
+        f"/tasks/{task_id}/work",
+        {"entry": kai.client.entry("task.started", task_id, {"task_id": task_id})},
+    )
+    by_leader = httpx.post(run, json=item, timeout=10, auth=SignedBy(kai.signer, tag=CALL_TAG))
+    assert by_leader.status_code in (200, 422), by_leader.text
