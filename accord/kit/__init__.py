@@ -15,11 +15,11 @@ signature and logs the entry as it was signed.
                 withdraw()
 
 Its errors of its own: one drawn under identity's tree (a handler is an agent's runtime), and
-the wallet's, under the root:
+the wallet's under the market's (it moves escrowed money):
 
 RegistryError
 └── HandlerError   a handler spec that names nothing that can answer (handlers)
-AccordError
+MarketError
 └── WalletError    the wallet refuses to sign, cannot read its key, or its transaction
                    was not mined or reverted (wallet)
 

@@ -25,7 +25,7 @@ from typing import Any
 from eth_account import Account
 
 from ledger.chain import TxReceipt
-from ledger.errors import AccordError
+from market.errors import MarketError
 from market.escrow import (
     EscrowChain,
     EscrowRefusedError,
@@ -40,7 +40,7 @@ from market.money import Wei
 RECEIPT_TIMEOUT_S = 60.0
 
 
-class WalletError(AccordError):
+class WalletError(MarketError):
     """The wallet refuses to sign (a call that is not the task's deposit, another chain), its
     key cannot be read, or its transaction was not mined or reverted."""
 

@@ -39,11 +39,11 @@ from typer.testing import CliRunner
 from accord.kit import Requester, Wallet
 from accord.kit.wallet import write_key_file
 from api.app import create_app
-from api.auth import AccordAuth
 from api.cli import app as cli_app
 from api.client import AccordClient, ApiError
 from api.routes.deps import ApiConfig
 from coordinator.service import run_awarded_task
+from identity.http_auth import AccordAuth
 from ledger.chain import make_web3
 from ledger.contracts import load_artifact
 from ledger.devnet import find_free_port
