@@ -355,6 +355,17 @@ def agent_run(
         bool,
         typer.Option(help="Reach team members at loopback or private addresses (local tests)."),
     ] = False,
+    withdraw: Annotated[
+        bool,
+        typer.Option(
+            help="Withdraw its pay to its payout account as soon as it is credited (the "
+            "account pays the gas)."
+        ),
+    ] = False,
+    rpc_url: Annotated[
+        str | None,
+        typer.Option(help="The chain's RPC URL for --withdraw (default: the service's)."),
+    ] = None,
 ) -> None:
     """Run a self-custody agent: its keys stay in KEY's files; it registers, sits its exams,
     binds its payout account, then bids and leads the teams of the tasks it wins, until it is
@@ -364,6 +375,7 @@ def agent_run(
 
     from accord.kit.agent import KitAgent, fixed_price, load_eth_key, load_key
     from accord.kit.handlers import HandlerError, handler_from_spec
+    from accord.kit.wallet import Wallet, WalletError, read_key_file
     from api.client import AccordClient, ApiError
     from market.errors import AmountError
     from market.money import parse_amount
@@ -372,14 +384,23 @@ def agent_run(
         sys.stdout.write(json.dumps({"event": event, **fields}) + "\n")
         sys.stdout.flush()
 
+    account_file = eth_key or key.with_suffix(".eth.json")
     try:
         signer = load_key(key)
-        payout = load_eth_key(eth_key or key.with_suffix(".eth.json"))
+        payout = load_eth_key(account_file)
         runtime = handler_from_spec(handler, allow_private=allow_private)
         strategy = None if price is None else fixed_price(parse_amount(price))
-    except (HandlerError, AmountError, MalformedError, OSError, ValueError) as exc:
+    except (HandlerError, AmountError, MalformedError, WalletError, OSError, ValueError) as exc:
         fail(str(exc), code=2)
     client = AccordClient(server, signer=signer)
+    wallet = None
+    if withdraw:
+        try:
+            wallet = Wallet.connect(read_key_file(account_file), client.get("/chain"), rpc_url)
+        except ApiError as exc:
+            fail(str(exc), code=2 if exc.status is not None and 400 <= exc.status < 500 else 1)
+        except WalletError as exc:
+            fail(str(exc), code=2)
     agent = KitAgent(
         client,
         signer,
@@ -390,6 +411,7 @@ def agent_run(
         strategy=strategy,
         allow_private=allow_private,
         exam_items=items,
+        wallet=wallet,
         say=line,
     )
     stopping = threading.Event()
@@ -414,6 +436,60 @@ def agent_run(
         agent.run_until(stopping, poll_seconds=poll)
     finally:
         agent.stop()
+
+
+@agent_app.command("withdraw")
+def agent_withdraw(
+    server: Annotated[
+        str,
+        typer.Option("--server", envvar="ACCORD_SERVER", help="The accord service's base URL."),
+    ],
+    key: Annotated[Path, typer.Option(help="The agent's did:key file (as `agent run` took).")],
+    eth_key: Annotated[
+        Path | None,
+        typer.Option(help="Its payout account file (default: KEY with .eth.json)."),
+    ] = None,
+    rpc_url: Annotated[
+        str | None,
+        typer.Option(help="The chain's RPC URL (default: the one the service advertises)."),
+    ] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Pull a self-custody agent's pay from the escrow to its own payout account, signed with
+    that account's key (which pays the gas). Exit 1 when there is nothing to withdraw."""
+    from accord.kit.wallet import Wallet, WalletError, read_key_file
+    from api.client import AccordClient, ApiError
+    from ledger.errors import ChainError
+    from market.errors import EscrowError
+    from market.money import format_eth
+
+    account_file = eth_key or key.with_suffix(".eth.json")
+    try:
+        key_hex = read_key_file(account_file)
+    except (WalletError, OSError) as exc:
+        fail(f"{account_file}: {exc}", code=2)
+    try:
+        with AccordClient(server) as client:
+            chain = client.get("/chain")
+        wallet = Wallet.connect(key_hex, chain, rpc_url)
+        credit = wallet.credit()
+        if credit == 0:
+            fail(f"nothing to withdraw for {wallet.address}")
+        sent = wallet.withdraw()
+    except ApiError as exc:
+        fail(str(exc), code=2 if exc.status is not None and 400 <= exc.status < 500 else 1)
+    except (WalletError, EscrowError, ChainError) as exc:
+        fail(str(exc))
+    result = {
+        "address": wallet.address,
+        "amount": str(credit),
+        "tx_hash": sent.tx_hash,
+        "block_number": sent.block_number,
+    }
+    if as_json:
+        emit(result)
+    else:
+        say(f"withdrew {format_eth(credit)} to {wallet.address} (tx {sent.tx_hash})")
 
 
 # -- credential --------------------------------------------------------------------------------

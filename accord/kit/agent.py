@@ -14,7 +14,6 @@ checking them (`accord.kit.server`). `accord agent run` is the command around th
 
 from __future__ import annotations
 
-import json
 import logging
 import secrets
 import threading
@@ -31,6 +30,7 @@ from eth_account.signers.local import LocalAccount
 
 from accord.kit.leader import lead
 from accord.kit.server import KitServer
+from accord.kit.wallet import Wallet, WalletError, read_key_file, write_key_file
 from api.client import AccordClient, ApiError
 from coordinator.errors import CoordinatorError
 from coordinator.policy import Policy
@@ -45,6 +45,8 @@ from market.money import Wei
 from market.sealed import commit_bid, reveal_bid
 
 log = logging.getLogger("accord.kit")
+CREDIT_EVERY = 5.0
+"""Seconds between looks at the escrow's credit for an agent that withdraws its pay."""
 LEADERS_TTL = 60.0
 """Seconds the agent trusts its list of who leads a running task before asking again."""
 
@@ -71,11 +73,11 @@ def load_key(path: Path) -> Ed25519Signer:
 
 
 def load_eth_key(path: Path) -> LocalAccount:
-    """The agent's payout account: `{"key": "0x..."}` at `path`, made (0600) on first use."""
+    """The agent's payout account: `{"key": "0x..."}` at `path`, made (0600) on first use.
+    Raises WalletError for a file that holds no key or that others may read."""
     if not path.exists():
-        path.write_text(json.dumps({"key": "0x" + secrets.token_hex(32)}))
-        path.chmod(0o600)
-    account: LocalAccount = Account.from_key(json.loads(path.read_text())["key"])
+        write_key_file(path)
+    account: LocalAccount = Account.from_key(read_key_file(path))
     return account
 
 
@@ -113,6 +115,7 @@ class KitAgent:
         run_settings: RunSettings | None = None,
         allow_private: bool = False,
         exam_items: int | None = None,
+        wallet: Wallet | None = None,
         say: Say = _quiet,
     ) -> None:
         self.client = client
@@ -126,7 +129,11 @@ class KitAgent:
         self.run_settings = run_settings
         self.allow_private = allow_private
         self.exam_items = exam_items
+        self.wallet = wallet
+        """With a wallet (its payout account on the service's chain), pay is withdrawn as soon
+        as the escrow credits it."""
         self.say = say
+        self._credit_checked = 0.0
         self.server: KitServer | None = None
         self.wake = threading.Event()
         self._bids = _Bids()
@@ -308,6 +315,22 @@ class KitAgent:
         if self.strategy is not None:
             self._commit_new()
         self._reveal_and_lead()
+        if self.wallet is not None and time.monotonic() - self._credit_checked >= CREDIT_EVERY:
+            self._credit_checked = time.monotonic()
+            self.withdraw()
+
+    def withdraw(self) -> Wei:
+        """Pull whatever the escrow credits the payout account (its own key signs, and pays
+        the gas); returns the amount (0: nothing to pull). Raises WalletError, EscrowError,
+        ChainError."""
+        if self.wallet is None:
+            raise WalletError("withdrawing needs the agent's wallet (its payout account)")
+        credit = self.wallet.credit()
+        if credit == 0:
+            return credit
+        sent = self.wallet.withdraw()
+        self.say("withdrew", amount=str(credit), address=self.wallet.address, tx=sent.tx_hash)
+        return credit
 
     def _commit_new(self) -> None:
         assert self.strategy is not None
