@@ -388,7 +388,7 @@ def agent_run(
     try:
         signer = load_key(key)
         payout = load_eth_key(account_file)
-        runtime = handler_from_spec(handler, allow_private=allow_private)
+        runtime = handler_from_spec(handler, allow_private=allow_private, agent_did=signer.did)
         strategy = None if price is None else fixed_price(parse_amount(price))
     except (HandlerError, AmountError, MalformedError, WalletError, OSError, ValueError) as exc:
         fail(str(exc), code=2)

@@ -55,9 +55,15 @@ class CallableRuntime:
             raise AgentRuntimeError(f"{type(exc).__name__}: {exc}", retriable=False) from exc
 
 
-def handler_from_spec(spec: str, *, allow_private: bool = False) -> AgentRuntime:
-    """The handler a spec names (see the module's table). Raises HandlerError for a spec that
-    names no handler, a module or function that cannot be imported, a bad URL."""
+def handler_from_spec(
+    spec: str, *, allow_private: bool = False, agent_did: str | None = None
+) -> AgentRuntime:
+    """The handler a spec names (see the module's table). An `a2a` agent's signed card names
+    the DID that signed it: given the kit agent's own `agent_did`, the two must be one, so the
+    agent keeps its card's DID (run the kit with the key that signs the card).
+
+    Raises HandlerError for a spec that names no handler, a module or function that cannot be
+    imported, a bad URL, a card that does not verify or is signed by another DID."""
     kind, _, rest = spec.partition(":")
     try:
         if kind == "reference" and not rest:
@@ -78,6 +84,12 @@ def handler_from_spec(spec: str, *, allow_private: bool = False) -> AgentRuntime
         if kind == "a2a" and rest:
             card = fetch_agent_card(rest, allow_private=allow_private)
             interface = a2a_interface(card)
+            if agent_did is not None and interface.did not in (None, agent_did):
+                raise HandlerError(
+                    f"the agent card at {rest} is signed by {interface.did}, not by this "
+                    f"agent's {agent_did}: run the kit with the key that signs the card "
+                    "(--key), so the agent keeps its card's DID"
+                )
             return A2ARuntime(interface.url, interface.tenant, allow_private=allow_private)
     except HandlerError:
         raise
