@@ -39,7 +39,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import FrameType
 from typing import Any
@@ -139,24 +139,35 @@ class AgentServer(ThreadingHTTPServer):
             return self.fail_rate > 0 and self.rng.random() < self.fail_rate
 
 
+def reply_json(
+    handler: BaseHTTPRequestHandler,
+    status: int,
+    value: JSON,
+    headers: Mapping[str, str] | None = None,
+) -> None:
+    """Answer `value` as JSON with `status` (and `headers`), then close the connection; a
+    caller that hung up first is not an error."""
+    data = json.dumps(value).encode()
+    try:
+        handler.send_response(status)
+        handler.send_header("Content-Type", "application/json")
+        handler.send_header("Content-Length", str(len(data)))
+        for name, text in (headers or {}).items():
+            handler.send_header(name, text)
+        handler.send_header("Connection", "close")
+        handler.end_headers()
+        handler.wfile.write(data)
+    except (BrokenPipeError, ConnectionResetError):
+        pass
+    handler.close_connection = True
+
+
 class _Handler(BaseHTTPRequestHandler):
     server: AgentServer
     protocol_version = "HTTP/1.1"
 
     def _reply(self, status: int, value: JSON, headers: dict[str, str] | None = None) -> None:
-        data = json.dumps(value).encode()
-        try:
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            for name, text in (headers or {}).items():
-                self.send_header(name, text)
-            self.send_header("Connection", "close")
-            self.end_headers()
-            self.wfile.write(data)
-        except (BrokenPipeError, ConnectionResetError):
-            pass
-        self.close_connection = True
+        reply_json(self, status, value, headers)
 
     def refused_call(self, body: bytes) -> bool:
         """With `trust` set, check that this request is accord's call, signed by the trusted

@@ -79,8 +79,16 @@ class Requester:
         """Post `spec` signed by the requester's own key; nothing is deposited yet (see
         `deposit`). With the same `idempotency_key` again, the same task. Raises ApiError."""
         prepared = self.prepare(spec, idempotency_key=idempotency_key)
+        entry = self.sign_prepared(prepared)
+        key = str(prepared["idempotency_key"])
+        answer = self._post_entry(entry, key)
+        return Posted(str(prepared["task_id"]), key, entry, answer)
+
+    def sign_prepared(self, prepared: Mapping[str, Any]) -> JsonObject:
+        """The `task.posted` entry `prepare` answered, signed by this requester: what
+        `POST /tasks` takes, or an A2A `SendMessage` in `metadata.accord.entry`."""
         assert self.client.signer is not None
-        entry = make_entry(
+        return make_entry(
             self.client.signer,
             kind=str(prepared["kind"]),
             seq=int(prepared["seq"]),
@@ -88,9 +96,6 @@ class Requester:
             subject=str(prepared["subject"]),
             body=prepared["body"],
         ).to_json()
-        key = str(prepared["idempotency_key"])
-        answer = self._post_entry(entry, key)
-        return Posted(str(prepared["task_id"]), key, entry, answer)
 
     def _post_entry(self, entry: JsonObject, key: str) -> JsonObject:
         return cast(

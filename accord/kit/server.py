@@ -24,6 +24,7 @@ from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from coordinator.agent_service import reply_json
 from coordinator.runner import CONVERSATION_MESSAGE
 from identity.challenges import JSON
 from identity.http_signatures import (
@@ -156,19 +157,7 @@ class _KitHandler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
 
     def _reply(self, status: int, value: JSON, *, challenge: bool = False) -> None:
-        data = json.dumps(value).encode()
-        try:
-            self.send_response(status)
-            for name, header in challenge_headers(CALL_TAG).items() if challenge else ():
-                self.send_header(name, header)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.send_header("Connection", "close")
-            self.end_headers()
-            self.wfile.write(data)
-        except (BrokenPipeError, ConnectionResetError):
-            pass
-        self.close_connection = True
+        reply_json(self, status, value, challenge_headers(CALL_TAG) if challenge else None)
 
     def do_GET(self) -> None:
         if self.path != "/health":

@@ -55,6 +55,18 @@ def kit_agent(world: dict[str, Any], name: str, price: int) -> KitAgent:
     )
 
 
+def post_invoice(world: dict[str, Any]) -> str:
+    """The hosted requester posts the invoice task (windows of an hour); its id."""
+    with httpx.Client(base_url=world["url"], timeout=30) as http:
+        posted = http.post(
+            "/tasks",
+            json=invoice_request(bidding="1h", reveal="1h", delivery="1h"),
+            auth=AccordAuth(world["req"]),
+        )
+    assert posted.status_code == 201, posted.text
+    return str(posted.json()["id"])
+
+
 def kinds_of(context: MarketContext, actor: str) -> list[str]:
     found = context.market.ledger.store.find(actor=actor, limit=1000)
     return [json.loads(s.data)["event"]["kind"] for s in found]
@@ -67,14 +79,7 @@ def test_a_self_custody_winner_leads_its_team_and_is_paid(world: dict[str, Any])
     try:
         for agent in (kai, kim):
             agent.join(agent.start())
-        with httpx.Client(base_url=world["url"], timeout=30) as http:
-            posted = http.post(
-                "/tasks",
-                json=invoice_request(bidding="1h", reveal="1h", delivery="1h"),
-                auth=AccordAuth(world["req"]),
-            )
-            assert posted.status_code == 201, posted.text
-        task_id = posted.json()["id"]
+        task_id = post_invoice(world)
         for agent in (kai, kim):
             agent.step()  # commit
         world["clock"].advance(3600)
@@ -135,13 +140,7 @@ def test_the_service_refuses_work_entries_from_anyone_but_the_winner(
     kai = kit_agent(world, "kai", 3 * ETH // 10)
     try:
         kai.join(kai.start())
-        with httpx.Client(base_url=world["url"], timeout=30) as http:
-            posted = http.post(
-                "/tasks",
-                json=invoice_request(bidding="1h", reveal="1h", delivery="1h"),
-                auth=AccordAuth(world["req"]),
-            )
-        task_id = posted.json()["id"]
+        task_id = post_invoice(world)
         entry = kai.client.entry("task.started", task_id, {"task_id": task_id})
         with pytest.raises(ApiError) as refused:
             kai.client.post(f"/tasks/{task_id}/work", {"entry": entry})
@@ -171,13 +170,7 @@ def won(world: dict[str, Any]) -> Iterator[tuple[dict[str, Any], KitAgent, KitAg
     try:
         for agent in (kai, kim):
             agent.join(agent.start())
-        with httpx.Client(base_url=world["url"], timeout=30) as http:
-            posted = http.post(
-                "/tasks",
-                json=invoice_request(bidding="1h", reveal="1h", delivery="1h"),
-                auth=AccordAuth(world["req"]),
-            )
-        task_id = posted.json()["id"]
+        task_id = post_invoice(world)
         kai.step()
         world["clock"].advance(3600)
         kai.step()

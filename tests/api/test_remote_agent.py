@@ -15,13 +15,10 @@ from __future__ import annotations
 
 import json
 import os
-import queue
 import secrets
 import signal
 import subprocess
 import sys
-import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -58,6 +55,7 @@ from market.sealed import commit_bid, reveal_bid
 from market.service import Market
 from market.settlement import settle_task
 from tests.clocks import RunningClock
+from tests.processes import JsonLines
 from tests.serving import serve
 from tests.specs import invoice_request
 
@@ -68,37 +66,6 @@ JSON = "application/json"
 
 def real_clock() -> datetime:
     return datetime.now(UTC)
-
-
-class Lines:
-    """The remote process's JSON lines, read in a thread."""
-
-    def __init__(self, process: subprocess.Popen[str]) -> None:
-        self.queue: queue.Queue[dict[str, Any]] = queue.Queue()
-        self.seen: list[dict[str, Any]] = []
-        assert process.stdout is not None
-        stream = process.stdout
-
-        def pump() -> None:
-            for line in stream:
-                try:
-                    self.queue.put(json.loads(line))
-                except json.JSONDecodeError:
-                    continue
-
-        threading.Thread(target=pump, daemon=True).start()
-
-    def wait_for(self, event: str, timeout: float) -> dict[str, Any]:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            try:
-                line = self.queue.get(timeout=0.1)
-            except queue.Empty:
-                continue
-            self.seen.append(line)
-            if line.get("event") == event:
-                return line
-        raise AssertionError(f"no {event!r} from the remote agent; saw {self.seen}")
 
 
 @pytest.fixture
@@ -201,7 +168,7 @@ def remote_agent_argv(world: dict[str, Any], port: int) -> list[str]:
 
 
 @pytest.fixture
-def remote(world: dict[str, Any]) -> Iterator[tuple[subprocess.Popen[str], Lines, int]]:
+def remote(world: dict[str, Any]) -> Iterator[tuple[subprocess.Popen[str], JsonLines, int]]:
     with launch_remote(world) as launched:
         yield launched
 
@@ -209,7 +176,7 @@ def remote(world: dict[str, Any]) -> Iterator[tuple[subprocess.Popen[str], Lines
 @contextmanager
 def launch_remote(
     world: dict[str, Any], *extra: str
-) -> Iterator[tuple[subprocess.Popen[str], Lines, int]]:
+) -> Iterator[tuple[subprocess.Popen[str], JsonLines, int]]:
     port = find_free_port()
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     process = subprocess.Popen(
@@ -220,7 +187,7 @@ def launch_remote(
         cwd=str(world["tmp"]),
     )
     try:
-        yield process, Lines(process), port
+        yield process, JsonLines(process, "the agent"), port
     finally:
         if process.poll() is None:
             process.send_signal(signal.SIGTERM)
@@ -234,7 +201,7 @@ def launch_remote(
 
 
 def test_remote_agent_onboards_bids_and_works_through_the_api(
-    world: dict[str, Any], remote: tuple[subprocess.Popen[str], Lines, int]
+    world: dict[str, Any], remote: tuple[subprocess.Popen[str], JsonLines, int]
 ) -> None:
     process, lines, port = remote
     context: MarketContext = world["context"]
@@ -425,7 +392,7 @@ def test_a_remote_agent_on_loopback_is_refused_without_the_setting(
 
 
 def test_a_remote_agent_trusting_the_operator_answers_only_its_calls_and_hears_it_won(
-    world: dict[str, Any], remote: tuple[subprocess.Popen[str], Lines, int]
+    world: dict[str, Any], remote: tuple[subprocess.Popen[str], JsonLines, int]
 ) -> None:
     process, lines, port = remote
     context: MarketContext = world["context"]

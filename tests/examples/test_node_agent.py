@@ -23,13 +23,10 @@ Skipped only when `node` is not installed.
 from __future__ import annotations
 
 import json
-import queue
 import secrets
 import shutil
 import signal
 import subprocess
-import threading
-import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -61,6 +58,7 @@ from market.sealed import commit_bid, reveal_bid
 from market.service import Market
 from market.settlement import settle_task
 from tests.clocks import RunningClock
+from tests.processes import JsonLines
 from tests.serving import serve
 from tests.specs import INVOICE, field
 
@@ -103,37 +101,6 @@ TASK = {
         }
     ],
 }
-
-
-class Lines:
-    """The agent's JSON lines on stdout, read in a thread."""
-
-    def __init__(self, process: subprocess.Popen[str]) -> None:
-        self.queue: queue.Queue[dict[str, Any]] = queue.Queue()
-        self.seen: list[dict[str, Any]] = []
-        assert process.stdout is not None
-        stream = process.stdout
-
-        def pump() -> None:
-            for line in stream:
-                try:
-                    self.queue.put(json.loads(line))
-                except json.JSONDecodeError:
-                    continue
-
-        threading.Thread(target=pump, daemon=True).start()
-
-    def wait_for(self, event: str, timeout: float) -> dict[str, Any]:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            try:
-                line = self.queue.get(timeout=0.1)
-            except queue.Empty:
-                continue
-            self.seen.append(line)
-            if line.get("event") == event:
-                return line
-        raise AssertionError(f"no {event!r} from the Node agent; saw {self.seen}")
 
 
 @pytest.fixture
@@ -189,7 +156,7 @@ def world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str,
 
 
 @pytest.fixture
-def node_agent(world: dict[str, Any]) -> Iterator[tuple[subprocess.Popen[str], Lines, int]]:
+def node_agent(world: dict[str, Any]) -> Iterator[tuple[subprocess.Popen[str], JsonLines, int]]:
     assert NODE is not None
     port = find_free_port()
     argv = [
@@ -212,7 +179,7 @@ def node_agent(world: dict[str, Any]) -> Iterator[tuple[subprocess.Popen[str], L
         argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=str(world["tmp"])
     )
     try:
-        yield process, Lines(process), port
+        yield process, JsonLines(process, "the Node agent"), port
     finally:
         if process.poll() is None:
             process.send_signal(signal.SIGTERM)
@@ -231,7 +198,7 @@ def stored(context: MarketContext, **query: Any) -> list[Entry]:
 
 
 def test_node_agent_registers_passes_its_exam_and_works_in_a_team(
-    world: dict[str, Any], node_agent: tuple[subprocess.Popen[str], Lines, int]
+    world: dict[str, Any], node_agent: tuple[subprocess.Popen[str], JsonLines, int]
 ) -> None:
     process, lines, port = node_agent
     context: MarketContext = world["context"]

@@ -38,7 +38,6 @@ from google.protobuf.json_format import MessageToDict, ParseDict
 from accord.kit.requester import Requester
 from accord.kit.wallet import Wallet
 from api.client import AccordClient
-from ledger.events import make_entry, parse_time
 from ledger.signing import read_keyfile
 from tests.api.test_a2a_server import a2a_client
 
@@ -106,14 +105,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     with AccordClient(args.server, signer=signer) as client:
         requester = Requester(client, Wallet.from_key_file(args.eth_key, client.get("/chain")))
         prepared = requester.prepare(spec, idempotency_key=message_id)
-    entry = make_entry(
-        signer,
-        kind=str(prepared["kind"]),
-        seq=int(prepared["seq"]),
-        at=parse_time(str(prepared["server_time"])),
-        subject=str(prepared["subject"]),
-        body=prepared["body"],
-    ).to_json()
+        entry = requester.sign_prepared(prepared)
     message = Message(
         message_id=message_id,
         role=Role.ROLE_USER,

@@ -19,11 +19,9 @@ from __future__ import annotations
 
 import json
 import os
-import queue
 import signal
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
@@ -49,56 +47,13 @@ from tests.accord_cli import cli_environ, run_accord
 from tests.api.test_outside_requester import fund
 from tests.clocks import advance_clock_file
 from tests.integration.anvil_world import anvil_settings, settings_env
+from tests.processes import STEP_TIMEOUT, JsonLines
 from tests.specs import invoice_request
 
 pytestmark = pytest.mark.devnet
 
 REPO = Path(__file__).resolve().parents[2]
 CAPABILITIES = ("arithmetic", "extraction")
-STEP_TIMEOUT = 120.0
-"""Seconds a process may take to reach its next line (a loaded machine runs three workers)."""
-
-
-class Lines:
-    """A process's JSON lines on stdout, read in a thread."""
-
-    def __init__(self, name: str, process: subprocess.Popen[str]) -> None:
-        self.name = name
-        self.process = process
-        self.queue: queue.Queue[dict[str, Any]] = queue.Queue()
-        self.seen: list[dict[str, Any]] = []
-        assert process.stdout is not None
-        stream = process.stdout
-
-        def pump() -> None:
-            for line in stream:
-                try:
-                    self.queue.put(json.loads(line))
-                except json.JSONDecodeError:
-                    continue
-
-        threading.Thread(target=pump, daemon=True).start()
-
-    def wait_for(self, event: str, timeout: float = STEP_TIMEOUT, **fields: Any) -> dict[str, Any]:
-        """The next line of `event` with `fields` (earlier lines are kept in `seen`)."""
-        for line in self.seen:
-            if line.get("event") == event and all(line.get(k) == v for k, v in fields.items()):
-                self.seen.remove(line)
-                return line
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            try:
-                line = self.queue.get(timeout=0.1)
-            except queue.Empty:
-                if self.process.poll() is not None and self.queue.empty():
-                    break
-                continue
-            if line.get("event") == event and all(line.get(k) == v for k, v in fields.items()):
-                return line
-            self.seen.append(line)
-        raise AssertionError(
-            f"no {event!r} {fields} from {self.name} (exit {self.process.poll()}); saw {self.seen}"
-        )
 
 
 @dataclass
@@ -125,13 +80,13 @@ def party(root: Path, name: str, rpc_url: str, wei: int) -> Party:
 
 
 @contextmanager
-def started(name: str, argv: list[str], env: dict[str, str], log: Path) -> Iterator[Lines]:
+def started(name: str, argv: list[str], env: dict[str, str], log: Path) -> Iterator[JsonLines]:
     with log.open("w") as errors:
         process = subprocess.Popen(
             argv, stdout=subprocess.PIPE, stderr=errors, text=True, env=env, cwd=REPO
         )
     try:
-        yield Lines(name, process)
+        yield JsonLines(process, name)
     finally:
         if process.poll() is None:
             process.send_signal(signal.SIGTERM)
@@ -144,7 +99,7 @@ def started(name: str, argv: list[str], env: dict[str, str], log: Path) -> Itera
             process.stdout.close()
 
 
-def wait_until_up(url: str, process: Lines, log: Path) -> None:
+def wait_until_up(url: str, process: JsonLines, log: Path) -> None:
     deadline = time.monotonic() + STEP_TIMEOUT
     while time.monotonic() < deadline:
         if process.process.poll() is not None:
