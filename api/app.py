@@ -193,7 +193,7 @@ def create_app(
 
 
 #: The routers whose every route needs a signed request.
-SIGNED_ROUTERS = (identity.writes, market.writes, remote.writes)
+SIGNED_ROUTERS = (identity.writes, market.writes, remote.writes, work.writes)
 
 _PROBLEMS = {
     400: "Bad input: the detail says which field and why",
