@@ -355,6 +355,16 @@ def agent_run(
         bool,
         typer.Option(help="Reach team members at loopback or private addresses (local tests)."),
     ] = False,
+    policy: Annotated[
+        str, typer.Option(help="How it leads the teams of the tasks it wins: rule or llm.")
+    ] = "rule",
+    model: Annotated[
+        str | None, typer.Option(help="The llm policy's model (else ACCORD_LLM_MODEL).")
+    ] = None,
+    model_endpoint: Annotated[
+        str | None,
+        typer.Option(help="The llm policy's OpenAI-compatible base URL (else OPENAI_BASE_URL)."),
+    ] = None,
     withdraw: Annotated[
         bool,
         typer.Option(
@@ -377,6 +387,8 @@ def agent_run(
     from accord.kit.handlers import HandlerError, handler_from_spec
     from accord.kit.wallet import Wallet, WalletError, read_key_file
     from api.client import AccordClient, ApiError
+    from coordinator.errors import PolicyError
+    from coordinator.llm_policy import leader_policy
     from market.errors import AmountError
     from market.money import parse_amount
 
@@ -389,8 +401,19 @@ def agent_run(
         signer = load_key(key)
         payout = load_eth_key(account_file)
         runtime = handler_from_spec(handler, allow_private=allow_private, agent_did=signer.did)
+        leading = leader_policy(
+            policy, model=model, endpoint=model_endpoint, allow_private=allow_private
+        )
         strategy = None if price is None else fixed_price(parse_amount(price))
-    except (HandlerError, AmountError, MalformedError, WalletError, OSError, ValueError) as exc:
+    except (
+        HandlerError,
+        PolicyError,
+        AmountError,
+        MalformedError,
+        WalletError,
+        OSError,
+        ValueError,
+    ) as exc:
         fail(str(exc), code=2)
     client = AccordClient(server, signer=signer)
     wallet = None
@@ -409,6 +432,7 @@ def agent_run(
         name=name,
         capabilities=capability,
         strategy=strategy,
+        policy=leading,
         allow_private=allow_private,
         exam_items=items,
         wallet=wallet,

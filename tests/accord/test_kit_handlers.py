@@ -3,9 +3,13 @@ agent keeps the DID its own card is signed by."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
+from typer.testing import CliRunner
 
 from accord.kit.handlers import CallableRuntime, HandlerError, handler_from_spec
+from api.cli import app as cli_app
 from identity.challenges import reference
 from identity.runtimes import (
     AgentRuntimeError,
@@ -62,3 +66,23 @@ def test_an_a2a_agent_keeps_the_did_its_card_is_signed_by() -> None:
         other = Ed25519Signer.generate().did
         with pytest.raises(HandlerError, match="keeps its card's DID"):
             handler_from_spec(f"a2a:{url}", allow_private=True, agent_did=other)
+
+
+@pytest.mark.parametrize(
+    ("flags", "said"),
+    [
+        (["--handler", "nothing"], "no handler 'nothing'"),
+        (["--price", "lots"], "lots"),
+        (["--policy", "llm"], "needs a model"),
+        (["--policy", "dice"], "unknown policy"),
+    ],
+)
+def test_agent_run_refuses_bad_input_before_it_starts(
+    tmp_path: Path, flags: list[str], said: str
+) -> None:
+    """Exit 2 with one line saying what to fix; nothing listens and nothing is registered
+    (the server named is never reached)."""
+    args = ["agent", "run", "--server", "http://127.0.0.1:9", "--key", str(tmp_path / "k.json")]
+    result = CliRunner().invoke(cli_app, [*args, "--name", "x", "-c", "arithmetic", *flags])
+    assert result.exit_code == 2, result.output
+    assert said in result.output
