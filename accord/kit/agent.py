@@ -49,6 +49,9 @@ CREDIT_EVERY = 5.0
 """Seconds between looks at the escrow's credit for an agent that withdraws its pay."""
 LEADERS_TTL = 60.0
 """Seconds the agent trusts its list of who leads a running task before asking again."""
+LEADERS_REFRESH = 1.0
+"""The least number of seconds between two looks at who leads: strangers cannot make the
+agent ask the service faster than this."""
 
 Strategy = Callable[[Mapping[str, Any]], Wei | None]
 """What to bid on a task (as `GET /tasks` lists it), or None to let it pass."""
@@ -140,7 +143,8 @@ class KitAgent:
         self._lock = threading.Lock()
         self._threads: list[threading.Thread] = []
         self._leaders: set[str] = set()
-        self._leaders_at = 0.0
+        self._leaders_at = -LEADERS_TTL
+        self._refreshing = threading.Lock()
 
     @property
     def did(self) -> str:
@@ -177,19 +181,29 @@ class KitAgent:
 
     def _leads_a_task(self, did: str) -> bool:
         """Whether `did` holds the contract of a running task (so may give this agent work
-        and ask it to sign its reports). Asked of the service, remembered for a minute."""
-        now = time.monotonic()
+        and ask it to sign its reports). Asked of the service: a known leader is remembered
+        for `LEADERS_TTL` seconds; a caller it does not know makes it ask again, but never
+        more often than every `LEADERS_REFRESH` seconds (a caller waits for the next look),
+        however many strangers call."""
         with self._lock:
-            if now - self._leaders_at < LEADERS_TTL and did in self._leaders:
+            if did in self._leaders and time.monotonic() - self._leaders_at < LEADERS_TTL:
                 return True
-        try:
-            running = self.client.tasks(state="running")
-        except ApiError:
-            return False
-        with self._lock:
-            self._leaders = {str(t["winner"]) for t in running if t.get("winner")}
-            self._leaders_at = now
-            return did in self._leaders
+        asked_at = time.monotonic()
+        with self._refreshing:
+            with self._lock:
+                if self._leaders_at >= asked_at:  # another caller looked while this one waited
+                    return did in self._leaders
+                wait = self._leaders_at + LEADERS_REFRESH - time.monotonic()
+            if wait > 0:
+                time.sleep(wait)
+            try:
+                running = self.client.tasks(state="running")
+            except ApiError:
+                return False
+            with self._lock:
+                self._leaders = {str(t["winner"]) for t in running if t.get("winner")}
+                self._leaders_at = time.monotonic()
+                return did in self._leaders
 
     def stop(self) -> None:
         if self.server is not None:
