@@ -951,11 +951,11 @@ def _escrow_events(scope: _Scope, escrow: EscrowChain) -> str:
     posted = next(e.body for _, e in scope.task_events if e.kind == TASK_POSTED)
     if (opened[0].account or "").lower() != str(posted.get("escrow_from", "")).lower():
         raise AuditFailure("the deposit came from another account than the posting names")
-    deadline = int(task.delivery_deadline.timestamp())
+    deadline = int(task.escrow_deadline.timestamp())
     if opened[0].deadline is not None and opened[0].deadline != deadline:
         raise AuditFailure(
-            f"the deposit's deadline {opened[0].deadline} is not the task's delivery deadline "
-            f"{deadline}"
+            f"the deposit's deadline {opened[0].deadline} is not the task's escrow deadline "
+            f"{deadline} (its delivery deadline, review window and settlement grace)"
         )
     body = next(e.body for _, e in scope.task_events if e.kind == SETTLEMENT_COMPUTED)
     expected = sorted(

@@ -1,8 +1,12 @@
 """What the service does by itself when a task's window closes, so that no task waits for
 someone at the CLI (`accord serve` runs it every few seconds; `LifecycleWorker`):
 
-    revealing, its reveal window over   award by the auction rule, or expire the task and
-                                        refund its deposit when no valid bid was revealed
+    revealing, its reveal window over   award by the auction rule (and tell a winner that
+                                        keeps its own key, `market.notices`), or expire the
+                                        task and refund its deposit when no valid bid was
+                                        revealed
+    awarded or running, its delivery    expire it: its winner forfeits (its track record
+    deadline over                       counts it) and the whole deposit goes back
     expired, its refund not made        refund (`Market.recover`: a crash between the two)
     posted, its deposit on chain        log `escrow.opened` (`Market.recover`); an escrow under
                                         its key that is not its deposit (another account, amount
@@ -33,8 +37,8 @@ from market.notices import tell_winner
 from market.runtime import MarketContext
 from market.tasks import Task, clock_state
 
-Action = Literal["award", "recover", "settle"]
-WATCHED_STATES = ("revealing", "expired", "posted", "delivered")
+Action = Literal["award", "recover", "expire", "settle"]
+WATCHED_STATES = ("revealing", "expired", "posted", "awarded", "running", "delivered")
 """The states `due` may act on: the worker lists only these (one indexed query each)."""
 WAITING_RETRY = timedelta(minutes=1)
 """How long a settlement that waits is left before it is tried again."""
@@ -67,6 +71,8 @@ def due(tasks: Iterable[Task], now: datetime) -> list[Due]:
             found.append(Due(task.task_id, "award"))
         elif state in ("expired", "posted"):
             found.append(Due(task.task_id, "recover"))
+        elif state in ("awarded", "running") and now >= task.delivery_deadline:
+            found.append(Due(task.task_id, "expire"))
         elif state == "delivered" and task.review_ends is not None and now >= task.review_ends:
             found.append(Due(task.task_id, "settle"))
     return found
@@ -102,6 +108,9 @@ def run_due(
                     results.append(Done(item, "done", "brought level with the chain"))
                 elif item.task_id in market.unmatched_deposits:
                     results.append(Done(item, "waits", market.unmatched_deposits[item.task_id]))
+            elif item.action == "expire":
+                market.expire_undelivered(item.task_id)
+                results.append(Done(item, "done", "not delivered by the deadline: refunded"))
             else:
                 settled = settle_task(market, context.onboarding, item.task_id)
                 results.append(Done(item, "elsewhere" if settled.already else "done", "settled"))

@@ -369,8 +369,9 @@ class TrackRecords:
 
 @dataclass(frozen=True)
 class Forfeit:
-    """A commitment never revealed (`task.awarded`/`task.expired` at `index` names it), on a
-    task needing `capabilities`."""
+    """A bid not honoured, on a task needing `capabilities`: a commitment never revealed
+    (`task.awarded`/`task.expired` at `index` names it), or a task won and not delivered by
+    its deadline (the `task.expired` that ends it names the winner)."""
 
     index: int
     agent: str

@@ -846,7 +846,7 @@ class Market:
         task = self.task(task_id)
         if task.escrowed:
             return task
-        receipt = self.escrow.open(task_id, task.delivery_deadline, task.spec.budget, requester_key)
+        receipt = self.escrow.open(task_id, task.escrow_deadline, task.spec.budget, requester_key)
         self._log_escrow_opened(task, receipt)
         return self.task(task_id)
 
@@ -1018,6 +1018,35 @@ class Market:
             body=award_body(task_id, outcome, forfeits),
         )
         return outcome
+
+    def expire_undelivered(self, task_id: str) -> Task:
+        """End a task its winner did not deliver by the delivery deadline: `task.expired`
+        (naming the winner as forfeited, which its track record counts) and the whole deposit
+        refunded to the requester. Nothing is paid: no work was handed in.
+
+        Raises TransitionError unless the task is awarded or running, TaskError before the
+        deadline, and what the refund raises (EscrowError, ChainError: `recover` finishes a
+        refund a crash or the chain left undone).
+        """
+        task = self.task(task_id)
+        if task.state not in ("awarded", "running"):
+            raise TransitionError(task_id, task.state, "expired")
+        if self.clock() < task.delivery_deadline:
+            raise TaskError(
+                f"{task_id} may be delivered until {task.delivery_deadline.isoformat()}"
+            )
+        self.ledger.append(
+            self.ledger.operator,
+            TASK_EXPIRED,
+            subject=task_id,
+            body={
+                "task_id": task_id,
+                "reason": "not delivered by the deadline",
+                "forfeited": [] if task.winner is None else [task.winner],
+            },
+        )
+        self._refund(self.task(task_id))
+        return self.task(task_id)
 
     def start(self, task_id: str, winner: Signer) -> Task:
         """The winner starts the awarded work (`task.started`, signed by the winner).
@@ -1356,8 +1385,8 @@ def escrow_account(value: Any) -> str:
 
 
 def escrow_deadline(task: Task) -> int:
-    """The deadline a task's escrow is opened with: its delivery deadline, unix seconds."""
-    return int(task.delivery_deadline.timestamp())
+    """The deadline a task's escrow is opened with (`Task.escrow_deadline`), unix seconds."""
+    return int(task.escrow_deadline.timestamp())
 
 
 def deposit_mismatch(task: Task, escrow_from: str | None, deposit: EscrowDeposit) -> str | None:

@@ -98,6 +98,9 @@ DESCRIPTION_MAX = 10_000
 MIN_WINDOW = timedelta(seconds=1)
 MAX_WINDOW = timedelta(days=30)
 DEFAULT_REVIEW = timedelta(hours=1)
+SETTLEMENT_GRACE = timedelta(days=2)
+"""How long after the last review window can close the service has to settle before the
+requester may refund its escrow on chain by itself (`Task.escrow_deadline`)."""
 DEFAULT_WEIGHTS = ScoringWeights(Fraction(1, 2), Fraction(1, 2))
 CAPABILITY_PATTERN = re.compile(r"^[a-z][a-z0-9_-]{0,63}$")
 
@@ -291,6 +294,15 @@ class Task:
     def delivery_deadline(self) -> datetime:
         return self.reveal_ends + self.spec.delivery
 
+    @property
+    def escrow_deadline(self) -> datetime:
+        """The deadline the escrow is opened with, after which the requester may take its
+        deposit back on chain by itself: the latest a delivery's review window can close, and
+        `SETTLEMENT_GRACE` for the service to settle. Before it only the operator's settlement
+        moves the money, so a requester cannot take back a deposit its team's work has
+        earned while the work is reviewed or settled."""
+        return self.delivery_deadline + self.spec.review + SETTLEMENT_GRACE
+
     def to_json(self) -> dict[str, Any]:
         return {
             "id": self.task_id,
@@ -347,7 +359,8 @@ def step(task: Task | None, event: TaskEvent) -> Task:
                 price=Wei(int(event.body["price"])),
             )
         case "task.expired":
-            _require(task, "bidding", "expired")
+            # No valid bid was revealed, or the winner did not deliver by the deadline.
+            _require(task, ("bidding", "awarded", "running"), "expired")
             return replace(task, state="expired")
         case "escrow.refunded":
             _require(task, ("expired", "posted"), "refunded")

@@ -169,7 +169,7 @@ def test_an_outside_requester_posts_deposits_and_the_task_opens_for_bids(
         # the deposit to make: TaskEscrow.open(taskIdHash, delivery deadline), the budget
         call = posted.escrow
         task = service.world.market.task(posted.task_id)
-        deadline = int(task.delivery_deadline.timestamp())
+        deadline = int(task.escrow_deadline.timestamp())
         contract = make_web3(service.rpc_url).eth.contract(
             address=chain["escrow_contract"], abi=load_artifact(ESCROW_CONTRACT).abi
         )

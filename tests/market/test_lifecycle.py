@@ -13,6 +13,7 @@ from fastapi.testclient import TestClient
 from api.app import create_app
 from api.routes.deps import ApiConfig
 from coordinator.service import run_awarded_task
+from market.errors import TaskError, TransitionError
 from market.escrow import address_of
 from market.lifecycle import Due, LifecycleWorker, due, run_due
 from market.tasks import Task
@@ -50,8 +51,12 @@ def test_each_closed_window_has_its_action() -> None:
     assert due([task("expired"), task("posted")], NOW) == [Due("t", "recover")] * 2
     delivered = task("delivered", delivered=NOW)
     assert due([delivered], NOW + SPEC.review) == [Due("t", "settle")]
-    for state in ("awarded", "running", "settled", "refunded", "cancelled"):
+    for state in ("settled", "refunded", "cancelled"):
         assert due([task(state, delivered=NOW)], NOW + timedelta(days=30)) == [], state
+    deadline = task("running").delivery_deadline
+    for state in ("awarded", "running"):  # won, and not delivered in time
+        assert due([task(state)], deadline - timedelta(seconds=1)) == [], state
+        assert due([task(state)], deadline) == [Due("t", "expire")], state
 
 
 # -- one round over a real market ------------------------------------------------------------
@@ -93,6 +98,33 @@ def test_a_round_settles_once_the_review_window_closes(tmp_path: Path) -> None:
     assert (done.due, done.outcome) == (Due(world.task_id, "settle"), "done")
     assert world.market.task(world.task_id).state == "settled"
     assert run_due(world.context) == []
+
+
+def test_a_winner_that_does_not_deliver_forfeits_and_the_requester_is_refunded(
+    tmp_path: Path,
+) -> None:
+    world = open_world(tmp_path / "home")
+    onboard_agents(world)
+    post_task(world)
+    sealed_auction(world)
+    awarded = world.market.task(world.task_id)
+    assert awarded.state == "awarded" and awarded.winner is not None
+    world.clock.set(awarded.delivery_deadline - timedelta(seconds=1))
+    assert run_due(world.context) == []
+    with pytest.raises(TaskError, match="may be delivered until"):
+        world.market.expire_undelivered(world.task_id)
+    world.clock.set(awarded.delivery_deadline)
+    [done] = run_due(world.context)
+    assert (done.due, done.outcome) == (Due(world.task_id, "expire"), "done")
+    assert world.market.task(world.task_id).state == "refunded"
+    assert world.escrow_chain.credit(address_of(REQUESTER_KEY)) == awarded.spec.budget
+    # the winner's track record counts the task it did not deliver
+    records = world.market.track_records()
+    capabilities = awarded.spec.capabilities
+    assert any(records.forfeits.get((awarded.winner, c)) for c in capabilities)
+    assert run_due(world.context) == []  # done once
+    with pytest.raises(TransitionError):
+        world.market.expire_undelivered(world.task_id)
 
 
 def test_the_service_runs_the_rounds_while_it_serves(tmp_path: Path) -> None:

@@ -45,7 +45,7 @@ def task() -> Task:
 def test_only_the_tasks_own_deposit_opens_it() -> None:
     posted = task()
     deadline = escrow_deadline(posted)
-    assert deadline == int(posted.delivery_deadline.timestamp())
+    assert deadline == int(posted.escrow_deadline.timestamp())
     own = EscrowDeposit(ACCOUNT, posted.spec.budget, deadline, open=True)
     assert deposit_mismatch(posted, ACCOUNT, own) is None
     assert deposit_mismatch(posted, ACCOUNT.lower(), own) is None  # addresses by value

@@ -109,7 +109,7 @@ def test_post_escrows_the_budget_and_opens_bidding(
     assert record is not None and record.state == EscrowState.OPEN
     assert record.deposit == BUDGET and record.requester == REQUESTER_ADDRESS
     assert escrow_chain.balance() == BUDGET
-    assert record.deadline == int(task.delivery_deadline.timestamp())
+    assert record.deadline == int(task.escrow_deadline.timestamp())
     posted, opened = entries_of(ledger, task.task_id)
     for entry in (posted, opened):
         entry.verify()
