@@ -45,7 +45,9 @@ from ledger.errors import LedgerError, SealError
 from ledger.events import Entry, parse_time
 from ledger.sealing import open_sealed
 from market.blobs import sha256_hex
+from market.errors import TaskError
 from market.runtime import MarketContext
+from market.service import check_in_time
 from market.tasks import TASK_DELIVERED, TASK_STARTED, Task
 
 ENTRY_SKEW = timedelta(minutes=5)
@@ -236,6 +238,10 @@ def _check_delivered(context: MarketContext, task: Task, entry: Entry) -> None:
     keys = {"task_id", "conversation", "deliverable", "document", "sha256"}
     if set(body) != keys or body["task_id"] != task.task_id:
         raise WorkRefused(f"a task.delivered body holds {', '.join(sorted(keys))}")
+    try:
+        check_in_time(task, context.market.clock())
+    except TaskError as exc:
+        raise WorkRefused(str(exc), 409) from exc
     top = conversation_ids(context.market.ledger.store, task.task_id)[:1]
     if top != [body["conversation"]]:
         raise WorkRefused("the delivery names another conversation than the task's own")

@@ -1073,14 +1073,16 @@ class Market:
         reports) and the deliverable it assembled from them (`document`: its plan and every
         part's output and producer), stored content-addressed; `task.delivered` names its hash.
 
-        Raises TransitionError unless the task is running, TaskError when `winner` did not win,
-        WorkError when the document is over the size limit.
+        Raises TransitionError unless the task is running, TaskError when `winner` did not win
+        or the delivery deadline has passed, WorkError when the document is over the size
+        limit.
         """
         task = self.task(task_id)
         if task.state != "running":
             raise TransitionError(task_id, task.state, "delivered")
         if winner.did != task.winner:
             raise TaskError(f"{winner.did} did not win {task_id}; {task.winner} did")
+        check_in_time(task, self.clock())
         data = canonical_json(dict(document))
         digest = self.blobs.put(data, name="the deliverable")
         self.ledger.append(
@@ -1382,6 +1384,16 @@ def escrow_account(value: Any) -> str:
             "case only as a valid EIP-55 checksum), the account your wallet deposits from"
         )
     return str(to_checksum_address(value))
+
+
+def check_in_time(task: Task, now: datetime) -> None:
+    """Raises TaskError when `task`'s delivery deadline has passed at `now` (the task
+    expires instead: `Market.expire_undelivered`)."""
+    if now > task.delivery_deadline:
+        raise TaskError(
+            f"{task.task_id} was to be delivered by {task.delivery_deadline.isoformat()}: too "
+            "late (it expires, and its deposit goes back to the requester)"
+        )
 
 
 def escrow_deadline(task: Task) -> int:

@@ -297,10 +297,13 @@ def test_illegal_team_entries_are_refused_and_nothing_is_logged(
     )
     assert bad_hash.status == 422 and "sha256" in str(bad_hash)
     assert store.size() == size  # nothing refused was logged
-    kai.client.post(
-        f"/tasks/{task_id}/work", {"entry": kai.client.entry("task.delivered", task_id, body)}
-    )
-    assert context.market.task(task_id).state == "delivered"
+    # Past the delivery deadline the delivery is too late: the service expires the task.
+    world["clock"].advance(2 * 3600)
+    late = relay(kai, task_id, kai.client.entry("task.delivered", task_id, body))
+    assert late.status == 409 and "too late" in str(late)
+    [expired] = run_due(context)
+    assert (expired.due.action, expired.outcome) == ("expire", "done")
+    assert context.market.task(task_id).state == "refunded"
 
 
 def test_a_report_names_only_outputs_the_service_holds(
