@@ -452,7 +452,7 @@ def ledger_reindex(as_json: JsonFlag = False) -> None:
     import time
 
     from ledger.runtime import open_store, operator_signer
-    from market.views import read_views
+    from market.projections import read_views
 
     settings = _settings()
     with _errors():

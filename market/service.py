@@ -69,6 +69,7 @@ from market.errors import (
     WorkError,
 )
 from market.money import Wei
+from market.projections import read_views
 from market.reputation import (
     Forfeit,
     RequesterRecord,
@@ -109,7 +110,6 @@ from market.views import (
     TaskQuery,
     bids_of,
     list_tasks,
-    read_views,
     requester_record_of,
     track_records_of,
 )

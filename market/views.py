@@ -42,11 +42,9 @@ from sqlalchemy import (
 )
 from sqlmodel import Column, Field, SQLModel
 
-from identity.credential_views import CredentialView
 from ledger.errors import MalformedError, QueryError
 from ledger.events import parse_time
 from ledger.views import (
-    Projection,
     ViewEntry,
     check_limit,
     encode_cursor,
@@ -795,22 +793,6 @@ def requester_record_of(connection: Any, did: str) -> RequesterRecord:
         .where(mine, REJECTIONS.c.actor == did, REJECTIONS.c.overturned.is_(True))
     ).scalar_one()
     return RequesterRecord(did, int(posted), int(settled), int(rejected), int(overturned))
-
-
-def read_views(operator_did: str) -> list[Projection]:
-    """Every read view accord keeps, as `accord ledger reindex` rebuilds them (the market
-    attaches the same ones when it opens): tasks, credentials (trusting `operator_did` as
-    their issuer), bids, reputation and discovery (which reads the credential and reputation
-    views, so it comes after them)."""
-    from market.discovery import DiscoveryView  # it reads this module's reputation view
-
-    return [
-        TaskView(),
-        BidBookView(),
-        CredentialView(operator_did),
-        ReputationView(),
-        DiscoveryView(operator_did),
-    ]
 
 
 @dataclass(frozen=True)

@@ -120,9 +120,9 @@ from market import sealed
 from market.discovery import ranked_page
 from market.escrow import address_of
 from market.money import Wei
+from market.projections import read_views
 from market.runtime import DEVNET_REQUESTER_KEY
 from market.tasks import BID_COMMITTED, ESCROW_OPENED, TASK_POSTED, TaskSpec
-from market.views import read_views
 from market.work import Part
 
 HERE = Path(__file__).resolve().parent

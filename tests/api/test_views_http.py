@@ -21,7 +21,7 @@ from coordinator.team import form_team, rank_candidates
 from ledger.errors import QueryError
 from ledger.views import encode_cursor, view_rows
 from market.discovery import fraction_text
-from market.views import read_views
+from market.projections import read_views
 from tests.api.test_app import World, assert_problem, build_world, post_task
 
 

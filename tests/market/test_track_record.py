@@ -45,12 +45,12 @@ from ledger.views import view_rows
 from market.check_runtime import OpenAIJudge
 from market.errors import BidRejected, ReputationError
 from market.money import parse_amount
+from market.projections import read_views
 from market.reputation import REVOCATION_MIN_PARTS, check_revocation, revocation_evidence
 from market.sealed import commit_bid, reveal_bid
 from market.service import Market
 from market.settlement import settle_task
 from market.tasks import TASK_AWARDED, TASK_SETTLED, spec_from_request
-from market.views import read_views
 from tests.audit.conftest import (
     REQUESTER_KEY,
     World,

@@ -27,9 +27,10 @@ from ledger.views import encode_cursor, reading, view_rows
 from market import sealed
 from market.errors import TransitionError
 from market.escrow import MemoryEscrowChain
+from market.projections import read_views
 from market.service import LIFECYCLE_KINDS, Market
 from market.tasks import TASK_AWARDED, Task, clock_state
-from market.views import TASK_STATES, TASKS, VIEW_NAME, read_views, tasks_by_change
+from market.views import TASK_STATES, TASKS, VIEW_NAME, tasks_by_change
 from tests.ledger.conftest import postgres_schema_url
 from tests.market.conftest import Bidder, Clock
 from tests.market.test_service import SALT_A, post, to_award, to_reveal
