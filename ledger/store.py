@@ -50,6 +50,7 @@ from sqlalchemy import (
     Connection,
     Engine,
     Index,
+    Integer,
     LargeBinary,
     bindparam,
     event,
@@ -105,6 +106,13 @@ def node_key(node: NodeId) -> int:
     return (node.level << NODE_INDEX_BITS) | node.position
 
 
+_ROW_KEY = BigInteger().with_variant(Integer, "sqlite")
+"""The integer key of entries and nodes. On SQLite a primary key declared exactly `INTEGER`
+is the table's rowid: rows are stored in key order with no second b-tree for the key, which
+halves the b-tree writes of a node row (a log made before keeps its `BIGINT` keys and works
+the same, a little slower). 64-bit either way."""
+
+
 class LedgerHead(SQLModel, table=True):
     __tablename__ = "ledger_head"
 
@@ -116,7 +124,7 @@ class LedgerHead(SQLModel, table=True):
 class LedgerEntry(SQLModel, table=True):
     __tablename__ = "ledger_entries"
 
-    idx: int = Field(sa_column=Column(BigInteger, primary_key=True, autoincrement=False))
+    idx: int = Field(sa_column=Column(_ROW_KEY, primary_key=True, autoincrement=False))
     actor: str = Field(index=True)
     seq: int = Field(sa_column=Column(BigInteger, nullable=False))
     kind: str = Field(index=True)
@@ -138,7 +146,7 @@ class LedgerOnce(SQLModel, table=True):
 class LedgerNode(SQLModel, table=True):
     __tablename__ = "ledger_nodes"
 
-    id: int = Field(sa_column=Column(BigInteger, primary_key=True, autoincrement=False))
+    id: int = Field(sa_column=Column(_ROW_KEY, primary_key=True, autoincrement=False))
     hash: bytes = Field(sa_column=Column(LargeBinary, nullable=False))
 
 
