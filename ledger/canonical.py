@@ -25,19 +25,46 @@ _encode = json.JSONEncoder(
 ).encode
 
 
+def _safe_integer(value: int) -> bool:
+    """True; raises CanonicalizationError for an integer outside the I-JSON range."""
+    if -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER:
+        return True
+    raise CanonicalizationError(
+        f"integer {value} is beyond 2**53; write large amounts (wei) as decimal strings"
+    )
+
+
 def _plain(value: JSONValue) -> bool:
     """True when the stdlib encoder's output is already canonical for `value`.
 
-    Raises CanonicalizationError for an integer outside the I-JSON range.
+    Values of exactly the JSON types are checked in a plain loop (the usual event body: a
+    flat object of strings and integers); anything else, subclasses included, by
+    `_plain_value`. Raises CanonicalizationError for an integer outside the I-JSON range.
     """
+    kind = type(value)
+    if kind is dict:
+        for key, item in value.items():
+            if type(key) is not str or not key.isascii():
+                return False
+            of = type(item)
+            if of is str or of is bool or item is None:
+                continue
+            if of is int:
+                _safe_integer(item)
+            elif not _plain(item):
+                return False
+        return True
+    if kind is list:
+        return all(_plain(item) for item in value)
+    return _plain_value(value)
+
+
+def _plain_value(value: JSONValue) -> bool:
+    """`_plain` for any value (the general case, by isinstance)."""
     if isinstance(value, str) or value is None or value is True or value is False:
         return True
     if isinstance(value, int):
-        if -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER:
-            return True
-        raise CanonicalizationError(
-            f"integer {value} is beyond 2**53; write large amounts (wei) as decimal strings"
-        )
+        return _safe_integer(value)
     if isinstance(value, dict):
         return all(
             type(key) is str and key.isascii() and _plain(item) for key, item in value.items()

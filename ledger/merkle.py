@@ -127,12 +127,13 @@ def extend_frontier(
         raise ValueError(f"a tree of {size} leaves has {size.bit_count()} frontier hashes")
     stack = list(frontier)
     made: list[tuple[int, int, bytes]] = []
+    sha256 = _sha256  # `leaf_hash` and `node_hash` inline: the call costs as much as the hash
     for index, data in enumerate(datas, size):
-        acc = leaf_hash(data)
+        acc = sha256(b"\x00" + data).digest()
         made.append((0, index, acc))
         level, position = 0, index
         while position & 1:
-            acc = node_hash(stack.pop(), acc)
+            acc = sha256(b"\x01" + stack.pop() + acc).digest()
             level, position = level + 1, position >> 1
             made.append((level, position, acc))
         stack.append(acc)
