@@ -9,6 +9,7 @@ A property test holds the two paths to the same bytes.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 import rfc8785
@@ -20,9 +21,28 @@ JSONValue = Any
 
 MAX_SAFE_INTEGER = 2**53 - 1
 
-_encode = json.JSONEncoder(
+_ENCODER = json.JSONEncoder(
     ensure_ascii=False, allow_nan=False, sort_keys=True, separators=(",", ":")
-).encode
+)
+_encode: Callable[[JSONValue], str] = _ENCODER.encode
+_c_make_encoder: Any = getattr(json.encoder, "c_make_encoder", None)
+if _c_make_encoder is not None:
+    # What `_ENCODER.encode` builds anew on every call (the C encoder with its settings, no
+    # circular-reference markers: `_plain` has walked the value first), built once.
+    _c_encode = _c_make_encoder(
+        None,  # markers
+        _ENCODER.default,
+        json.encoder.encode_basestring,
+        None,  # indent
+        ":",
+        ",",
+        True,  # sort_keys
+        False,  # skipkeys
+        False,  # allow_nan
+    )
+
+    def _encode(value: JSONValue) -> str:
+        return "".join(_c_encode(value, 0))
 
 
 def _safe_integer(value: int) -> bool:
