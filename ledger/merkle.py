@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import NamedTuple
 
 from ledger.errors import ProofError
@@ -108,6 +108,36 @@ def completed_nodes(
         level, position = level + 1, position >> 1
         made.append((NodeId(level, position), acc))
     return made
+
+
+def extend_frontier(
+    frontier: Sequence[bytes], size: int, datas: Iterable[bytes]
+) -> tuple[list[bytes], list[tuple[int, int, bytes]]]:
+    """Append the leaves `datas` to a tree of `size` leaves known by its frontier.
+
+    The frontier is the hashes of `perfect_subtrees(0, size)`, largest first: one per set bit
+    of `size`. Appending leaf number `i` merges it with the smallest ones, one per trailing
+    set bit of `i` (each the left sibling of what it is merged with), as `completed_nodes`
+    does. Returns the frontier after the last leaf and every perfect subtree completed on the
+    way as `(level, position, hash)`, each leaf (level 0) before the nodes above it.
+
+    Raises ValueError when the frontier does not have one hash per set bit of `size`.
+    """
+    if len(frontier) != size.bit_count():
+        raise ValueError(f"a tree of {size} leaves has {size.bit_count()} frontier hashes")
+    stack = list(frontier)
+    made: list[tuple[int, int, bytes]] = []
+    sha256 = _sha256  # `leaf_hash` and `node_hash` inline: the call costs as much as the hash
+    for index, data in enumerate(datas, size):
+        acc = sha256(b"\x00" + data).digest()
+        made.append((0, index, acc))
+        level, position = 0, index
+        while position & 1:
+            acc = sha256(b"\x01" + stack.pop() + acc).digest()
+            level, position = level + 1, position >> 1
+            made.append((level, position, acc))
+        stack.append(acc)
+    return stack, made
 
 
 # ---------------------------------------------------------------------------------------------

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Protocol
 
 import base58
+import nacl.bindings
 import nacl.exceptions
 import nacl.signing
 
@@ -118,14 +119,15 @@ _B64URL = re.compile(r"^[A-Za-z0-9_-]*$")
 class Ed25519Signer:
     """A libsodium Ed25519 key (PyNaCl) acting as its did:key."""
 
-    __slots__ = ("_key", "did", "kid", "public_key")
+    __slots__ = ("_key", "_secret", "did", "kid", "public_key")
 
     def __init__(self, seed: bytes) -> None:
         """Raises ValueError unless `seed` has 32 bytes."""
         if len(seed) != SEED_SIZE:
             raise ValueError(f"an Ed25519 seed has {SEED_SIZE} bytes, not {len(seed)}")
         self._key = nacl.signing.SigningKey(seed)
-        self.public_key = bytes(self._key.verify_key)
+        # libsodium's 64-byte secret key (seed || public key), signed with directly
+        self.public_key, self._secret = nacl.bindings.crypto_sign_seed_keypair(seed)
         self.did = did_key_from_public_key(self.public_key)
         self.kid = kid_for(self.did)
 
@@ -138,7 +140,9 @@ class Ed25519Signer:
         return bytes(self._key)
 
     def sign(self, message: bytes) -> bytes:
-        return self._key.sign(message).signature
+        """The Ed25519 signature of `message`: libsodium's `crypto_sign`, as
+        `SigningKey.sign` calls it, without wrapping its output in a `SignedMessage`."""
+        return nacl.bindings.crypto_sign(message, self._secret)[:SIGNATURE_SIZE]
 
     def __repr__(self) -> str:  # never print the seed
         return f"Ed25519Signer(did={self.did!r})"

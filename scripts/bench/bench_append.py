@@ -9,7 +9,15 @@ Side by side in each repetition, on the same canonical bytes:
 - hash-only append: the same leaf data, already signed, through `LogStore.append_batch`
   (leaf hash, interior nodes, rows, commit) against pymerkle's `SqliteTree.append_entries`
   with the same 1,000 per transaction;
-- one entry per transaction: `LogStore.append` against pymerkle's `SqliteTree.append_entry`.
+- one entry per transaction: `LogStore.append` against pymerkle's `SqliteTree.append_entry`;
+- the steps of an append alone, in microseconds per event (lower is better), on the same
+  events: building and validating the `Event`, JCS(event), the Ed25519 signature
+  (`Ed25519Signer.sign`), JCS(entry) from JCS(event), and the leaf and interior-node hashes
+  the entries complete (the store's frontier, from an empty log); the rest of a hash-only
+  append is its rows, their indexes and the commit.
+
+The goals of issue 25 are the two ratios in the same run: signed append at least half the signing
+limit, hash-only append at least half pymerkle's batched append.
 
 Run alone: `.venv/bin/python scripts/bench/bench_append.py [--quick] [--reps N]`.
 """
@@ -19,11 +27,13 @@ from __future__ import annotations
 import shutil
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import nacl.signing
 from _common import (
     BATCH,
+    TIMES,
     EventMaker,
     Goal,
     Measure,
@@ -38,7 +48,12 @@ from _common import (
 )
 from pymerkle import SqliteTree
 
+from ledger import store as store_module
+from ledger.events import Event, entry_bytes
+
 GOAL_EVENTS_PER_S = 10_000
+GOAL_SIGNED_RATIO = 0.5
+GOAL_HASH_ONLY_RATIO = 0.5
 
 
 def run(quick: bool, reps: int) -> Section:
@@ -110,6 +125,34 @@ def run(quick: bool, reps: int) -> Section:
         tree.close()
         return rate
 
+    signer_of = {signer.did: signer for signer in maker.signers}
+    events_only = [entry.event for entry in presigned]
+    fields = [(e.kind, e.actor, e.seq, e.at, e.subject, dict(e.body)) for e in events_only]
+
+    def micros(work: Callable[[], object]) -> float:
+        return 1e6 / timed(events, work)
+
+    def step_event() -> float:
+        return micros(
+            lambda: [
+                Event(kind=k, actor=a, seq=q, at=t, subject=u, body=b)
+                for k, a, q, t, u, b in fields
+            ]
+        )
+
+    def step_jcs() -> float:
+        return micros(lambda: [event.canonical() for event in events_only])
+
+    def step_sign() -> float:
+        pairs = [(signer_of[entry.event.actor].sign, entry.event_bytes) for entry in presigned]
+        return micros(lambda: [sign(data) for sign, data in pairs])
+
+    def step_entry_bytes() -> float:
+        return micros(lambda: [entry_bytes(e.event_bytes, e.kid, e.sig) for e in presigned])
+
+    def step_hashes() -> float:
+        return micros(lambda: store_module._extend_frontier([], 0, leaf_data))
+
     limit = Measure("Ed25519 sign, raw PyNaCl (signing limit)", "signs/s")
     made = Measure("make_entry only (build+JCS+sign)", "events/s", baseline=limit.name)
     signed = Measure("signed append: make_entry + append_batch", "events/s", baseline=limit.name)
@@ -121,7 +164,15 @@ def run(quick: bool, reps: int) -> Section:
     ours_one = Measure(
         "single append, accord LogStore.append (1/txn)", "leaves/s", baseline=pm_one.name
     )
+    steps = [
+        (Measure("step: Event built and validated", "µs/event"), step_event),
+        (Measure("step: JCS(event)", "µs/event"), step_jcs),
+        (Measure("step: Ed25519 signature (Ed25519Signer.sign)", "µs/event"), step_sign),
+        (Measure("step: JCS(entry) from JCS(event)", "µs/event"), step_entry_bytes),
+        (Measure("step: leaf and node hashes (store frontier)", "µs/event"), step_hashes),
+    ]
     section.measures = [limit, made, signed, pm_bulk, ours_bulk, pm_one, ours_one]
+    section.measures += [measure for measure, _ in steps]
     try:
         side_by_side(
             reps,
@@ -133,6 +184,7 @@ def run(quick: bool, reps: int) -> Section:
                 (ours_bulk, ours_hash_only),
                 (pm_one, pymerkle_single),
                 (ours_one, ours_single),
+                *steps,
             ],
             label="append: ",
         )
@@ -141,6 +193,22 @@ def run(quick: bool, reps: int) -> Section:
     progress("append: done")
     section.goals.append(
         Goal("signed events persisted (batched)", GOAL_EVENTS_PER_S, signed.median, "events/s")
+    )
+    section.goals.append(
+        Goal(
+            "signed append / raw PyNaCl signing (same events, same run)",
+            GOAL_SIGNED_RATIO,
+            signed.median / limit.median,
+            TIMES,
+        )
+    )
+    section.goals.append(
+        Goal(
+            f"hash-only append / pymerkle SqliteTree ({BATCH:,}/txn, same leaves, same run)",
+            GOAL_HASH_ONLY_RATIO,
+            ours_bulk.median / pm_bulk.median,
+            TIMES,
+        )
     )
     section.notes += [
         f"{events:,} events from {len(maker.signers)} actors per repetition; leaf data "

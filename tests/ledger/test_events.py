@@ -12,7 +12,7 @@ import rfc8785
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ledger.canonical import canonical_json, parse_canonical
+from ledger.canonical import canonical_json, canonical_text, parse_canonical
 from ledger.errors import CanonicalizationError, MalformedError, SignatureError
 from ledger.events import Entry, Event, format_time, make_entry, parse_time, sign_event
 from ledger.signing import (
@@ -181,3 +181,46 @@ def test_entry_with_extra_or_missing_fields_is_malformed() -> None:
     entry["sig"] = entry["sig"][:-4]
     with pytest.raises(MalformedError):
         Entry.from_bytes(canonical_json(entry))
+
+
+@settings(max_examples=500)
+@given(
+    subject=st.text(max_size=40),
+    body=st.dictionaries(st.text(max_size=8), json_values, max_size=5),
+    seq=st.integers(0, 2**60),
+    kind=st.sampled_from(["a.b", "task.posted", "bid.committed", "x_1.y.z"]),
+)
+def test_an_event_is_canonicalized_member_by_member_as_the_reference_does_it(
+    subject: str, body: dict[str, object], seq: int, kind: str
+) -> None:
+    event = Event(
+        kind=kind, actor=ALICE.did, seq=seq, at=format_time(AT), subject=subject, body=body
+    )
+    try:
+        reference = rfc8785.dumps(event.to_json())
+    except rfc8785.CanonicalizationError:
+        with pytest.raises(CanonicalizationError):
+            event.canonical()
+        return
+    assert event.canonical() == reference
+
+
+def test_canonical_text_is_the_canonical_json_of_a_string() -> None:
+    for text in ["", "plain", 'q"uote', "back\\slash", "\n\r\t\b\f\x00\x1f\x7f", "é€😀", "\u2028"]:
+        assert canonical_text(text) == canonical_json(text) == rfc8785.dumps(text)
+    with pytest.raises(CanonicalizationError):
+        canonical_text("\ud800")
+    with pytest.raises(TypeError):
+        canonical_text(1)  # type: ignore[arg-type]
+
+
+def test_the_signer_signs_as_pynacl_does() -> None:
+    """Ed25519 is deterministic: the signer's libsodium call gives PyNaCl's own signature."""
+    import nacl.signing
+
+    for seed in (bytes(32), bytes(range(32)), os.urandom(32)):
+        signer = Ed25519Signer(seed)
+        key = nacl.signing.SigningKey(seed)
+        assert signer.public_key == bytes(key.verify_key)
+        for message in (b"", b"x", os.urandom(500)):
+            assert signer.sign(message) == key.sign(message).signature

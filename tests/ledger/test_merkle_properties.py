@@ -625,3 +625,31 @@ def test_random_trees_match_reference(leaves: list[bytes], data: st.DataObject) 
     proof = merkle.consistency_proof(hashes, m)
     assert proof == ref.proof(m, n)
     assert merkle.verify_consistency(m, n, ref.mth(0, m), ref.mth(0, n), proof) is None
+
+
+@settings(max_examples=200, deadline=None)
+@given(leaves=LEAF_DATA, data=st.data())
+def test_extending_a_frontier_completes_the_reference_subtrees(
+    leaves: list[bytes], data: st.DataObject
+) -> None:
+    """The store's append path: from the frontier of any prefix, `extend_frontier` yields the
+    reference hash of every perfect subtree the remaining leaves complete, each once, and the
+    frontier whose fold is the reference root."""
+    ref = RefTree([h_leaf(d) for d in leaves])
+    n = len(leaves)
+    start = data.draw(st.integers(0, n), label="start")
+    frontier = [ref.mth(node.start, node.end) for node in merkle.perfect_subtrees(0, start)]
+    after, made = merkle.extend_frontier(frontier, start, leaves[start:])
+    expected = [
+        (level, position)
+        for index in range(start, n)
+        for level in range(((index + 1) & -(index + 1)).bit_length())
+        for position in [index >> level]
+    ]
+    assert [(level, position) for level, position, _ in made] == expected
+    for level, position, value in made:
+        assert value == ref.mth(position << level, (position + 1) << level)
+    assert after == [ref.mth(node.start, node.end) for node in merkle.perfect_subtrees(0, n)]
+    assert merkle.fold_right(after) == ref.mth(0, n)
+    with pytest.raises(ValueError):
+        merkle.extend_frontier([*frontier, b"x" * 32], start, leaves[start:])

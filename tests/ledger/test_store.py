@@ -15,8 +15,10 @@
 from __future__ import annotations
 
 import random
+import sqlite3
 import threading
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -27,7 +29,7 @@ from ledger.checkpoint import SignedCheckpoint, take_checkpoint
 from ledger.errors import SequenceError, StoreError
 from ledger.merkle import NodeId
 from ledger.signing import Ed25519Signer
-from ledger.store import LedgerNode, LogStore, node_key
+from ledger.store import LedgerNode, LogStore, make_engine, node_key
 from ledger.verify import verify_log
 from tests.ledger.conftest import LOG_ID, START, EntryMaker, append_signed
 
@@ -426,3 +428,40 @@ def test_stores_opened_at_once_on_a_fresh_database_all_open(
     assert len(opened) == 6
     assert opened[0].append(maker.many(1)[0]) == 0
     assert all(store.size() == 1 for store in opened)
+
+
+# The SQLite tables of entries and nodes as accord made them before their keys were rowids.
+_BIGINT_KEYED_TABLES = (
+    "CREATE TABLE ledger_entries (idx BIGINT NOT NULL, actor VARCHAR NOT NULL, "
+    "seq BIGINT NOT NULL, kind VARCHAR NOT NULL, subject VARCHAR NOT NULL, "
+    "at VARCHAR NOT NULL, data BLOB NOT NULL, PRIMARY KEY (idx))",
+    "CREATE TABLE ledger_nodes (id BIGINT NOT NULL, hash BLOB NOT NULL, PRIMARY KEY (id))",
+)
+
+
+def test_a_sqlite_log_made_with_bigint_keys_appends_and_serves_the_reference(
+    tmp_path: Path, maker: EntryMaker
+) -> None:
+    """New SQLite logs key entries and nodes by rowid (`INTEGER PRIMARY KEY`); one made
+    before, with `BIGINT` keys and their separate key index, is used as it is."""
+    path = tmp_path / "old.db"
+    with sqlite3.connect(path) as db:
+        for statement in _BIGINT_KEYED_TABLES:
+            db.execute(statement)
+    url = f"sqlite:///{path}"
+    store = LogStore(make_engine(url), LOG_ID)
+    append_signed(store, maker, 40, batch=7)
+    assert_serves_reference(store, leaves_of(store))
+    assert verify_log(store, "did:key:unused", None).ok
+    with sqlite3.connect(path) as db:
+        kept = db.execute("SELECT sql FROM sqlite_master WHERE name = 'ledger_nodes'").fetchone()
+    assert "BIGINT" in kept[0]
+    fresh = LogStore(make_engine(f"sqlite:///{tmp_path / 'new.db'}"), LOG_ID)
+    fresh.append_batch(maker.many(3))
+    with sqlite3.connect(tmp_path / "new.db") as db:
+        made = db.execute("SELECT sql FROM sqlite_master WHERE name = 'ledger_nodes'").fetchone()
+        autoindexes = db.execute(
+            "SELECT name FROM sqlite_master WHERE name LIKE 'sqlite_autoindex_ledger_%'"
+            " AND tbl_name IN ('ledger_entries', 'ledger_nodes')"
+        ).fetchall()
+    assert "id INTEGER NOT NULL" in made[0] and autoindexes == []
