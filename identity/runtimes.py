@@ -52,7 +52,12 @@ from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
-from identity.address_guard import PrivateAddressRefused, agent_client, check_endpoint_address
+from identity.address_guard import (
+    PrivateAddressRefused,
+    agent_client,
+    check_endpoint_address,
+    check_url,
+)
 from identity.agent_cards import A2A_PROTOCOL_VERSION, jsonrpc_interface, verify_card
 from identity.challenges import JSON, ExamItem, JSONObject, reference
 from identity.errors import AgentCardError, ExamError, RegistryError
@@ -104,27 +109,6 @@ class AgentRuntime(Protocol):
 
 
 # --- shared helpers -----------------------------------------------------------------------
-
-
-def check_url(url: str, what: str = "--endpoint") -> str:
-    """`url` if it is an absolute http or https URL with a host and no credentials in it.
-
-    Raises RegistryError otherwise.
-    """
-    try:
-        parts = urlsplit(url)
-        parts.port  # noqa: B018 (raises ValueError for a bad port)
-    except ValueError as exc:
-        raise RegistryError(f"{what} {url!r} is not a valid URL: {exc}") from exc
-    if parts.scheme not in ("http", "https"):
-        raise RegistryError(f"{what} {url!r} must be an http:// or https:// URL")
-    if not parts.hostname:
-        raise RegistryError(f"{what} {url!r} has no host")
-    if parts.username is not None or parts.password is not None:
-        raise RegistryError(f"{what} {url!r} must not carry credentials")
-    if any(ch.isspace() or ord(ch) < 32 for ch in url):
-        raise RegistryError(f"{what} {url!r} contains whitespace or control characters")
-    return url
 
 
 def run_url(endpoint: str) -> str:
@@ -883,7 +867,6 @@ __all__ = [
     "a2a_interface",
     "agent_view",
     "check_timeout",
-    "check_url",
     "exam_item",
     "fetch_agent_card",
     "model_prompt",
