@@ -48,7 +48,7 @@ import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx
@@ -64,11 +64,6 @@ from identity.challenges import JSON, ExamItem, JSONObject, reference
 from identity.chat import DEFAULT_TIMEOUT, ChatError, ChatMessage, ChatModel, openai_chat, snippet
 from identity.errors import AgentCardError, ExamError
 from ledger.signing import Signer
-
-if TYPE_CHECKING:
-    from openai import OpenAI
-    from openai.types.chat import ChatCompletion, ChatCompletionMessageParam
-    from openai.types.chat.chat_completion import Choice
 
 DEFAULT_COMMAND_TIMEOUT = 30.0
 DEFAULT_HTTP_TIMEOUT = 30.0
@@ -821,59 +816,6 @@ __all__ = [
     "read_send_message_reply",
     "run_url",
 ]
-
-
-def chat_completion(
-    client: OpenAI, model: str, messages: list[ChatCompletionMessageParam], json_mode: bool
-) -> tuple[ChatCompletion, bool]:
-    """One chat completion from an `openai.OpenAI` client, asking for a JSON object when
-    `json_mode`; a server that refuses JSON mode (400 or 422) is asked again in plain text.
-    Returns the completion and whether JSON mode is still on (callers keep it off from then on).
-
-    Raises what the `openai` client raises; callers map it to their own errors.
-    """
-    import openai
-
-    if not json_mode:
-        return client.chat.completions.create(model=model, messages=messages), False
-    try:
-        completion = client.chat.completions.create(
-            model=model, messages=messages, response_format={"type": "json_object"}
-        )
-        return completion, True
-    except (openai.BadRequestError, openai.UnprocessableEntityError):
-        return client.chat.completions.create(model=model, messages=messages), False
-
-
-def model_failure(exc: Exception, where: str, timeout: float) -> tuple[str, bool]:
-    """What an `openai` client error means, for a person, and whether asking again may help
-    (a timeout, a lost connection, 408, 409, 429 and 5xx may; other refusals will not)."""
-    import openai
-
-    if isinstance(exc, openai.APITimeoutError):
-        return f"the model at {where} did not answer within {timeout:g} s", True
-    if isinstance(exc, openai.APIConnectionError):
-        return f"cannot reach the model at {where}: {exc}", True
-    if isinstance(exc, openai.APIStatusError):
-        status = exc.status_code
-        return (
-            f"the model at {where} answered HTTP {status}: {snippet(str(exc.message))}",
-            status in (408, 409, 429) or status >= 500,
-        )
-    return f"the model at {where} failed: {snippet(str(exc))}", False
-
-
-def usable_choice(completion: ChatCompletion) -> tuple[Choice | None, str]:
-    """The completion's first choice, or None and what makes the reply unusable (no choices,
-    cut off at the length limit, or a refusal)."""
-    if not completion.choices:
-        return None, "has no choices"
-    choice = completion.choices[0]
-    if choice.finish_reason == "length":
-        return None, "was cut off (length)"
-    if choice.message.refusal:
-        return None, f"is a refusal: {snippet(choice.message.refusal)}"
-    return choice, ""
 
 
 def json_reply(status: int, text: str, location: str | None, *, who: str) -> JSON:
