@@ -14,10 +14,11 @@ is parsed at this seam into a typed message and checked against the transition t
     (6) `step` accepts it
 
 Any failure is a `PolicyOutputError` (retriable): `LLMPolicy.decide` asks again, up to
-`max_attempts` times, telling the model why its last answer was refused. A server that refuses
-`response_format` (HTTP 400 or 422) is asked again without it, and from then on. The openai
-client's errors are mapped here, once: `PolicyCallError`, retriable for a connection failure, a
-timeout, a rate limit or a 5xx, not for another status.
+`max_attempts` times, telling the model why its last answer was refused. The model is an
+`identity.chat.ChatModel`, which owns the transport (key, timeout, retries, JSON mode and its
+fallback); its `ChatError` becomes a `PolicyCallError` here, retriable as the ChatError is (a
+connection failure, a timeout, a rate limit or a 5xx), and its `ChatReplyError` (no choices, cut
+off, a refusal) a refused answer, asked again like the others.
 
 `leader_policy(name, model=…, endpoint=…)` is how a caller (the CLI, the API) picks the leader's
 policy: "rule", or "llm" on any OpenAI-compatible endpoint (a key only for OpenAI's own API).
@@ -28,13 +29,10 @@ from __future__ import annotations
 import json
 import os
 import string
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from functools import cache
 from importlib.resources import files
 from importlib.resources.abc import Traversable
-
-import openai
-from openai.types.chat import ChatCompletionMessageParam
 
 from coordinator.conversation import (
     Abandon,
@@ -55,26 +53,24 @@ from coordinator.conversation import (
 from coordinator.errors import IllegalMove, PolicyError, PolicyOutputError
 from coordinator.policy import Member, Policy, RulePolicy, TeamView
 from coordinator.work import JSON, SubTask
-from identity.runtimes import (
-    chat_completion,
-    model_failure,
-    parse_json,
+from identity.chat import (
+    ChatError,
+    ChatMessage,
+    ChatModel,
+    ChatReplyError,
+    openai_chat,
     snippet,
-    usable_choice,
 )
+from identity.errors import RegistryError
+from identity.runtimes import parse_json
 
 PROMPTS_DIR: Traversable = files("coordinator") / "prompts"
 """The prompt templates shipped with the `coordinator` package (package data)."""
 TEMPLATES = ("leader_system", "leader_turn", "leader_retry")
-DEFAULT_MODEL_TIMEOUT = 60.0
 DEFAULT_MAX_ATTEMPTS = 3
-TRANSPORT_RETRIES = 1
 MAX_REPLY_CHARS = 1 << 20
 LEADER_KINDS = ("discuss", "assign_sync", "assign_async", "abandon", "conclude")
 
-ClientFactory = Callable[[], openai.OpenAI]
-PLACEHOLDER_API_KEY = "no-key"
-"""Sent to a server that needs no key: the openai client insists on one."""
 MODEL_VARIABLE = "ACCORD_LLM_MODEL"
 POLICIES = ("rule", "llm")
 
@@ -392,68 +388,14 @@ def _contributions(c: Conversation) -> tuple[Contribution, ...]:
 
 
 class LLMPolicy:
-    """The leader's decisions from an OpenAI-compatible chat model, through `openai`.
+    """The leader's decisions from a chat model (`identity.chat.ChatModel`), each asked in
+    JSON mode, up to `max_attempts` times. Raises PolicyError for `max_attempts` below 1."""
 
-    The base URL is `base_url`, else `OPENAI_BASE_URL`, else OpenAI's; the key is `api_key`,
-    else `OPENAI_API_KEY` (from `environ`), which only OpenAI's own API needs: a server at a
-    base URL without one is sent a placeholder. `allow_private`, when given, sends every
-    request through `identity.address_guard.agent_client` (a base URL that came from outside:
-    public addresses only unless it is True). `client_factory` replaces how the client is built
-    (it is closed after each decision). Raises PolicyError for OpenAI's API without a key or a
-    base URL that is not http(s).
-    """
-
-    def __init__(
-        self,
-        model: str,
-        *,
-        base_url: str | None = None,
-        api_key: str | None = None,
-        environ: Mapping[str, str] = os.environ,
-        timeout: float = DEFAULT_MODEL_TIMEOUT,
-        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
-        client_factory: ClientFactory | None = None,
-        allow_private: bool | None = None,
-    ) -> None:
+    def __init__(self, chat: ChatModel, *, max_attempts: int = DEFAULT_MAX_ATTEMPTS) -> None:
         if max_attempts < 1:
             raise PolicyError("max_attempts must be at least 1")
-        if not model or not model.strip():
-            raise PolicyError("the LLM policy needs a model name")
-        self.model = model
-        self.timeout = timeout
+        self.chat = chat
         self.max_attempts = max_attempts
-        self.json_mode = True
-        self.base_url = base_url or environ.get("OPENAI_BASE_URL") or None
-        if self.base_url is not None and not self.base_url.startswith(("http://", "https://")):
-            raise PolicyError(f"the model base URL must be http:// or https://: {self.base_url}")
-        self.where = self.base_url or "OpenAI"
-        if client_factory is None:
-            key = api_key or environ.get("OPENAI_API_KEY")
-            if not key and self.base_url is None:
-                raise PolicyError(
-                    "the LLM policy on OpenAI's API needs OPENAI_API_KEY "
-                    "(a server without keys needs an endpoint or OPENAI_BASE_URL instead)"
-                )
-            client_factory = self._factory(key or PLACEHOLDER_API_KEY, allow_private)
-        self.client_factory = client_factory
-
-    def _factory(self, api_key: str, allow_private: bool | None) -> ClientFactory:
-        def build() -> openai.OpenAI:
-            http_client = None
-            if allow_private is not None:
-                from identity.address_guard import agent_client
-
-                http_client = agent_client(self.timeout, allow_private=allow_private)
-            return openai.OpenAI(
-                api_key=api_key,
-                base_url=self.base_url,
-                timeout=self.timeout,
-                max_retries=TRANSPORT_RETRIES,
-                # openai accepts an httpx.Client as well as its httpx2.Client (it checks both)
-                http_client=http_client,  # type: ignore[arg-type]
-            )
-
-        return build
 
     def decide(self, view: TeamView) -> Message:
         """The leader's next message.
@@ -462,38 +404,31 @@ class LLMPolicy:
         PolicyCallError when the model cannot be asked, PolicyError when it is not the
         leader's turn, PromptError when a template is broken.
         """
-        messages: list[ChatCompletionMessageParam] = [
+        messages: list[ChatMessage] = [
             {"role": "system", "content": system_prompt(view)},
             {"role": "user", "content": turn_prompt(view)},
         ]
-        with self.client_factory() as client:
-            error: PolicyOutputError | None = None
-            for _ in range(self.max_attempts):
-                content: str | None = None
-                try:
-                    content = self._ask(client, messages)
-                    return parse_decision(content, view)
-                except PolicyOutputError as exc:
-                    error = exc
-                messages.append({"role": "assistant", "content": content or ""})
-                messages.append({"role": "user", "content": retry_prompt(error, view)})
+        error: PolicyOutputError | None = None
+        for _ in range(self.max_attempts):
+            content: str | None = None
+            try:
+                content = self._ask(messages)
+                return parse_decision(content, view)
+            except PolicyOutputError as exc:
+                error = exc
+            messages.append({"role": "assistant", "content": content or ""})
+            messages.append({"role": "user", "content": retry_prompt(error, view)})
         assert error is not None
         raise error
 
-    def _ask(self, client: openai.OpenAI, messages: list[ChatCompletionMessageParam]) -> str | None:
-        """One chat completion's content. Raises PolicyCallError or PolicyOutputError."""
-        where = self.where
+    def _ask(self, messages: list[ChatMessage]) -> str:
+        """One reply's text. Raises PolicyCallError or PolicyOutputError."""
         try:
-            completion, self.json_mode = chat_completion(
-                client, self.model, messages, self.json_mode
-            )
-        except openai.OpenAIError as exc:
-            message, retriable = model_failure(exc, where, self.timeout)
-            raise PolicyCallError(message, retriable=retriable) from exc
-        choice, problem = usable_choice(completion)
-        if choice is None:
-            raise PolicyOutputError(f"the reply {problem}")
-        return choice.message.content
+            return self.chat.complete(messages, json_mode=True).content
+        except ChatReplyError as exc:
+            raise PolicyOutputError(exc.reason) from exc
+        except ChatError as exc:
+            raise PolicyCallError(exc.reason, retriable=exc.retriable) from exc
 
 
 def leader_policy(
@@ -506,10 +441,13 @@ def leader_policy(
 ) -> Policy:
     """The leader's policy called `name`: "rule" (the deterministic default) or "llm", the
     model `model` (else ACCORD_LLM_MODEL) at `endpoint` (else OPENAI_BASE_URL, else OpenAI's
-    API). `allow_private` as for `LLMPolicy`.
+    API; `identity.chat.openai_chat`). `allow_private`, when given, sends every request
+    through `identity.address_guard.agent_client` (a base URL that came from outside: public
+    addresses only unless it is True).
 
     Raises PolicyError for an unknown name, a model or endpoint given to the rule policy, an
-    LLM policy without a model, and what `LLMPolicy` raises.
+    LLM policy without a model, a base URL that is not http(s), or OpenAI's API without
+    OPENAI_API_KEY.
     """
     if name == "rule":
         if model is not None or endpoint is not None:
@@ -520,4 +458,14 @@ def leader_policy(
     chosen = model or environ.get(MODEL_VARIABLE) or None
     if chosen is None:
         raise PolicyError(f"the llm policy needs a model (--model or {MODEL_VARIABLE})")
-    return LLMPolicy(chosen, base_url=endpoint, environ=environ, allow_private=allow_private)
+    try:
+        chat = openai_chat(
+            chosen,
+            endpoint=endpoint,
+            environ=environ,
+            who="the LLM policy",
+            allow_private=allow_private,
+        )
+    except (RegistryError, ValueError) as exc:
+        raise PolicyError(str(exc)) from exc
+    return LLMPolicy(chat)

@@ -19,7 +19,8 @@ Two checks, for two moments:
 `agent_client` is the httpx client every request to an agent goes through; it never follows
 redirects and ignores proxy variables. Given the operator's key, it signs every request
 (RFC 9421, tag "accord-call": `identity.http_signatures`), so the agent can tell a call from
-accord from anyone else's (`identity.http_signatures.verify_accord_call`).
+accord from anyone else's (`identity.http_signatures.verify_accord_call`). `check_url` is the
+shape every endpoint must have first: an absolute http(s) URL with a host and no credentials.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from identity.errors import PrivateEndpointError
+from identity.errors import PrivateEndpointError, RegistryError
 from identity.http_auth import AccordAuth
 from identity.http_signatures import CALL_TAG
 from ledger.settings import ALLOW_PRIVATE_AGENTS, env_flag
@@ -92,6 +93,27 @@ def parse_address(host: str) -> IPAddress | None:
         return ipaddress.IPv4Address(socket.inet_aton(host))
     except (OSError, ValueError):
         return None
+
+
+def check_url(url: str, what: str = "--endpoint") -> str:
+    """`url` if it is an absolute http or https URL with a host and no credentials in it.
+
+    Raises RegistryError otherwise.
+    """
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 (raises ValueError for a bad port)
+    except ValueError as exc:
+        raise RegistryError(f"{what} {url!r} is not a valid URL: {exc}") from exc
+    if parts.scheme not in ("http", "https"):
+        raise RegistryError(f"{what} {url!r} must be an http:// or https:// URL")
+    if not parts.hostname:
+        raise RegistryError(f"{what} {url!r} has no host")
+    if parts.username is not None or parts.password is not None:
+        raise RegistryError(f"{what} {url!r} must not carry credentials")
+    if any(ch.isspace() or ord(ch) < 32 for ch in url):
+        raise RegistryError(f"{what} {url!r} contains whitespace or control characters")
+    return url
 
 
 def check_endpoint_address(url: str, *, allow_private: bool, what: str = "--endpoint") -> None:
@@ -211,6 +233,7 @@ __all__ = [
     "PublicOnlyTransport",
     "agent_client",
     "check_endpoint_address",
+    "check_url",
     "non_public_reason",
     "parse_address",
     "private_agents_allowed",

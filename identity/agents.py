@@ -41,7 +41,7 @@ from sqlalchemy import Engine, insert, inspect, or_, select, text
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlmodel import Field, SQLModel
 
-from identity.address_guard import check_endpoint_address
+from identity.address_guard import check_endpoint_address, check_url
 from identity.errors import KeyStoreError, RegistryError
 from identity.runtimes import (
     DEFAULT_COMMAND_TIMEOUT,
@@ -55,7 +55,6 @@ from identity.runtimes import (
     RandomRuntime,
     ReferenceRuntime,
     a2a_interface,
-    check_url,
     fetch_agent_card,
     openai_runtime,
 )

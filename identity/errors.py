@@ -17,6 +17,8 @@ AccordError
     │   ├── AgentRuntimeError   an agent's runtime got no usable answer (identity.runtimes;
     │   │                       `retriable`)
     │   └── SchemaViolation     a skill's input or output breaks its JSON Schema (`path`, `reason`)
+    ├── ChatError               a chat model could not be asked (identity.chat; `retriable`)
+    │   └── ChatReplyError      it answered, but with no usable reply (none, cut off, a refusal)
     └── RegistryError           an agent or credential name/id is invalid, taken or unknown
         ├── PrivateEndpointError  an agent endpoint at a loopback, link-local or private address
         └── AgentCardError      an A2A agent card cannot be fetched, read or verified
@@ -100,6 +102,29 @@ class SchemaViolation(ExamError):
         super().__init__(f"{path}: {reason}")
         self.path = path
         self.reason = reason
+
+
+class ChatError(IdentityError):
+    """A chat model could not be asked (`identity.chat`).
+
+    `retriable` is True when asking again later may succeed (the server could not be reached,
+    timed out, rate-limited or failed on its side: 408, 409, 429, 5xx), False when it refused
+    the request (another HTTP status). `reason` is the message without the "(retriable)" mark.
+    """
+
+    def __init__(self, message: str, *, retriable: bool) -> None:
+        super().__init__(f"{message} (retriable)" if retriable else message)
+        self.reason = message
+        self.retriable = retriable
+
+
+class ChatReplyError(ChatError):
+    """A chat model answered, but its reply cannot be used: it has no choices, was cut off at
+    the length limit, or is a refusal. Not retriable: the same request gets the same kind of
+    reply; a caller may ask differently (say why, and ask again)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, retriable=False)
 
 
 class RegistryError(IdentityError):

@@ -9,10 +9,9 @@ from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
-from identity.address_guard import agent_client
+from identity.address_guard import agent_client, check_url
 from identity.agents import AgentRecord, AgentRegistry
 from identity.errors import KeyStoreError
-from identity.runtimes import check_url
 from ledger.errors import MalformedError
 from ledger.signing import Signer, from_b64url, kid_for, verify_signature
 

@@ -23,9 +23,10 @@ failed on its side) or not (it answered, but not in a usable form, or refused).
                       to the interface its signed agent card names (`fetch_agent_card`,
                       `a2a_interface`), the answer a data part `{"answer": ...}` of the
                       finished task's artifact or of the message; same limits as HttpRuntime
-    OpenAIRuntime     an OpenAI-compatible chat model through the official `openai` client,
-                      asked for the JSON object `{"answer": ...}`; an optional `validate`
-                      hook checks the answer and the model gets one more try
+    ChatRuntime       a chat model (`identity.chat`: an OpenAI-compatible server through the
+                      official `openai` client), asked for the JSON object `{"answer": ...}`;
+                      an optional `validate` hook checks the answer and the model gets one
+                      more try
 
 `identity.agents.runtime_for` builds the runtime a registered agent's record names;
 `coordinator.adapters` runs team work through the same runtimes. Given the operator's key
@@ -47,31 +48,29 @@ import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
-from identity.address_guard import PrivateAddressRefused, agent_client, check_endpoint_address
+from identity.address_guard import (
+    PrivateAddressRefused,
+    agent_client,
+    check_endpoint_address,
+    check_url,
+)
 from identity.agent_cards import A2A_PROTOCOL_VERSION, jsonrpc_interface, verify_card
 from identity.challenges import JSON, ExamItem, JSONObject, reference
-from identity.errors import AgentCardError, ExamError, RegistryError
+from identity.chat import DEFAULT_TIMEOUT, ChatError, ChatMessage, ChatModel, openai_chat, snippet
+from identity.errors import AgentCardError, ExamError
 from ledger.signing import Signer
-
-if TYPE_CHECKING:
-    from openai import OpenAI
-    from openai.types.chat import ChatCompletion, ChatCompletionMessageParam
-    from openai.types.chat.chat_completion import Choice
 
 DEFAULT_COMMAND_TIMEOUT = 30.0
 DEFAULT_HTTP_TIMEOUT = 30.0
-DEFAULT_MODEL_TIMEOUT = 60.0
-MODEL_MAX_RETRIES = 1
+DEFAULT_MODEL_TIMEOUT = DEFAULT_TIMEOUT
 MAX_ANSWER_BYTES = 1 << 20
 RUN_PATH = "/run"
 ITEM_KEYS = ("item_id", "capability", "prompt", "payload")
-#: Sent as the key to a server that needs none: the `openai` client insists on one.
-PLACEHOLDER_API_KEY = "no-key"
 
 AnswerValidator = Callable[[str, JSON], None]
 """`validate(capability, answer)`: returns when the answer is usable, raises when it is not
@@ -104,27 +103,6 @@ class AgentRuntime(Protocol):
 
 
 # --- shared helpers -----------------------------------------------------------------------
-
-
-def check_url(url: str, what: str = "--endpoint") -> str:
-    """`url` if it is an absolute http or https URL with a host and no credentials in it.
-
-    Raises RegistryError otherwise.
-    """
-    try:
-        parts = urlsplit(url)
-        parts.port  # noqa: B018 (raises ValueError for a bad port)
-    except ValueError as exc:
-        raise RegistryError(f"{what} {url!r} is not a valid URL: {exc}") from exc
-    if parts.scheme not in ("http", "https"):
-        raise RegistryError(f"{what} {url!r} must be an http:// or https:// URL")
-    if not parts.hostname:
-        raise RegistryError(f"{what} {url!r} has no host")
-    if parts.username is not None or parts.password is not None:
-        raise RegistryError(f"{what} {url!r} must not carry credentials")
-    if any(ch.isspace() or ord(ch) < 32 for ch in url):
-        raise RegistryError(f"{what} {url!r} contains whitespace or control characters")
-    return url
 
 
 def run_url(endpoint: str) -> str:
@@ -160,12 +138,6 @@ def exam_item(item: Mapping[str, JSON]) -> ExamItem:
         payload=payload if isinstance(payload, dict) else {},
         private={},
     )
-
-
-def snippet(text: str, limit: int = 200) -> str:
-    """`text` on one line, cut to `limit` characters, for an error message."""
-    flat = " ".join(text.split())
-    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 
 def _refuse_constant(name: str) -> Any:
@@ -676,7 +648,7 @@ class A2ARuntime:
         return read_send_message_reply(reply, request_id)
 
 
-# --- an OpenAI-compatible model -----------------------------------------------------------
+# --- a chat model ------------------------------------------------------------------------
 
 MODEL_INSTRUCTIONS = (
     "You are an agent doing one item of work in a capability. Solve the item you are given "
@@ -749,44 +721,26 @@ def _find_answer_object(text: str) -> JSON | None:
     return None
 
 
-@dataclass
-class OpenAIRuntime:
-    """An agent that is an OpenAI-compatible chat model, through the official `openai` client.
+@dataclass(frozen=True)
+class ChatRuntime:
+    """An agent that is a chat model (`identity.chat`, say an OpenAI-compatible server's).
 
-    `base_url` None means OpenAI's API; `api_key` None means a server that needs no key (a
-    placeholder is sent, since the client insists on one). Each answer opens a client (closed
-    after use) and asks for `{"answer": ...}` with `response_format` json_object; a server
-    that refuses that (HTTP 400 or 422) is asked again without it, and from then on, and its
-    reply is searched for the object. `max_retries` are the client's own retries, each
-    attempt taking up to `timeout`.
+    Each item is asked for `{"answer": ...}` in JSON mode; when the model's server refuses
+    JSON mode (the reply says so) the reply is searched for the object.
 
     `validate(capability, answer)`, when given, checks each answer; when it raises, the model
     is asked once more with the error appended to the conversation, and if the second answer
     is refused too the runtime fails, not retriably.
     """
 
-    model: str
-    base_url: str | None = None
-    api_key: str | None = None
-    timeout: float = DEFAULT_MODEL_TIMEOUT
-    max_retries: int = MODEL_MAX_RETRIES
+    chat: ChatModel
     validate: AnswerValidator | None = None
-    json_mode: bool = True
-
-    def __post_init__(self) -> None:
-        if self.base_url is not None:
-            check_url(self.base_url, "the model base URL")
-        self.timeout = check_timeout(self.timeout)
-
-    @property
-    def where(self) -> str:
-        return self.base_url or "OpenAI"
 
     def answer(self, item: JSONObject) -> JSON:
         """Raises AgentRuntimeError: retriable when the server cannot be reached, times out,
         rate-limits or fails (5xx); not retriable for another API error, a reply that is not
         `{"answer": ...}`, or an answer `validate` refuses twice."""
-        messages: list[ChatCompletionMessageParam] = [
+        messages: list[ChatMessage] = [
             {"role": "system", "content": MODEL_INSTRUCTIONS},
             {"role": "user", "content": model_prompt(item)},
         ]
@@ -809,28 +763,13 @@ class OpenAIRuntime:
             ) from exc
         return value
 
-    def _ask(self, messages: list[ChatCompletionMessageParam]) -> tuple[str, JSON]:
-        """One completion: the reply's text and the answer parsed from it."""
-        import openai  # here, not at import: the client takes half a second to load
-
-        json_mode = self.json_mode
+    def _ask(self, messages: list[ChatMessage]) -> tuple[str, JSON]:
+        """One reply: its text and the answer parsed from it."""
         try:
-            with openai.OpenAI(
-                api_key=self.api_key or PLACEHOLDER_API_KEY,
-                base_url=self.base_url,
-                timeout=self.timeout,
-                max_retries=self.max_retries,
-            ) as client:
-                completion, json_mode = chat_completion(client, self.model, messages, json_mode)
-                self.json_mode = json_mode
-        except openai.OpenAIError as exc:
-            message, retriable = model_failure(exc, self.where, self.timeout)
-            raise AgentRuntimeError(message, retriable=retriable) from exc
-        choice, problem = usable_choice(completion)
-        if choice is None:
-            raise AgentRuntimeError(f"the model's reply {problem}", retriable=False)
-        content = choice.message.content or ""
-        return content, parse_model_answer(content, lenient=not json_mode)
+            reply = self.chat.complete(messages, json_mode=True)
+        except ChatError as exc:
+            raise AgentRuntimeError(exc.reason, retriable=exc.retriable) from exc
+        return reply.content, parse_model_answer(reply.content, lenient=not reply.json_mode)
 
 
 def openai_runtime(
@@ -839,33 +778,19 @@ def openai_runtime(
     endpoint: str | None = None,
     environ: Mapping[str, str] | None = None,
     timeout: float = DEFAULT_MODEL_TIMEOUT,
-    max_retries: int = MODEL_MAX_RETRIES,
     validate: AnswerValidator | None = None,
-) -> OpenAIRuntime:
-    """The OpenAIRuntime for `model` as configured: the base URL is `endpoint`, else
-    `OPENAI_BASE_URL`, else OpenAI's; the key `OPENAI_API_KEY` (from `environ`, default
-    `os.environ`), which only OpenAI's own API requires.
+) -> ChatRuntime:
+    """The ChatRuntime for `model` on an OpenAI-compatible server (`identity.chat.openai_chat`):
+    the base URL is `endpoint`, else `OPENAI_BASE_URL`, else OpenAI's; the key `OPENAI_API_KEY`
+    (from `environ`, default `os.environ`), which only OpenAI's own API requires.
 
-    Raises RegistryError for a base URL that is not http(s), or for OpenAI's API without a key.
+    Raises RegistryError for a base URL that is not http(s), or for OpenAI's API without a key;
+    ValueError for a bad timeout.
     """
-    env = os.environ if environ is None else environ
-    api_key = env.get("OPENAI_API_KEY") or None
-    base_url = endpoint or env.get("OPENAI_BASE_URL") or None
-    if base_url is not None:
-        check_url(base_url, "--endpoint" if endpoint else "OPENAI_BASE_URL")
-    elif api_key is None:
-        raise RegistryError(
-            "an 'openai' agent on OpenAI's API needs OPENAI_API_KEY "
-            "(a local server without keys needs OPENAI_BASE_URL or --endpoint instead)"
-        )
-    return OpenAIRuntime(
-        model,
-        base_url=base_url,
-        api_key=api_key,
-        timeout=timeout,
-        max_retries=max_retries,
-        validate=validate,
+    chat = openai_chat(
+        model, endpoint=endpoint, environ=environ, who="an 'openai' agent", timeout=timeout
     )
+    return ChatRuntime(chat, validate)
 
 
 __all__ = [
@@ -875,15 +800,14 @@ __all__ = [
     "AgentRuntime",
     "AgentRuntimeError",
     "AnswerValidator",
+    "ChatRuntime",
     "CommandRuntime",
     "HttpRuntime",
-    "OpenAIRuntime",
     "RandomRuntime",
     "ReferenceRuntime",
     "a2a_interface",
     "agent_view",
     "check_timeout",
-    "check_url",
     "exam_item",
     "fetch_agent_card",
     "model_prompt",
@@ -892,59 +816,6 @@ __all__ = [
     "read_send_message_reply",
     "run_url",
 ]
-
-
-def chat_completion(
-    client: OpenAI, model: str, messages: list[ChatCompletionMessageParam], json_mode: bool
-) -> tuple[ChatCompletion, bool]:
-    """One chat completion from an `openai.OpenAI` client, asking for a JSON object when
-    `json_mode`; a server that refuses JSON mode (400 or 422) is asked again in plain text.
-    Returns the completion and whether JSON mode is still on (callers keep it off from then on).
-
-    Raises what the `openai` client raises; callers map it to their own errors.
-    """
-    import openai
-
-    if not json_mode:
-        return client.chat.completions.create(model=model, messages=messages), False
-    try:
-        completion = client.chat.completions.create(
-            model=model, messages=messages, response_format={"type": "json_object"}
-        )
-        return completion, True
-    except (openai.BadRequestError, openai.UnprocessableEntityError):
-        return client.chat.completions.create(model=model, messages=messages), False
-
-
-def model_failure(exc: Exception, where: str, timeout: float) -> tuple[str, bool]:
-    """What an `openai` client error means, for a person, and whether asking again may help
-    (a timeout, a lost connection, 408, 409, 429 and 5xx may; other refusals will not)."""
-    import openai
-
-    if isinstance(exc, openai.APITimeoutError):
-        return f"the model at {where} did not answer within {timeout:g} s", True
-    if isinstance(exc, openai.APIConnectionError):
-        return f"cannot reach the model at {where}: {exc}", True
-    if isinstance(exc, openai.APIStatusError):
-        status = exc.status_code
-        return (
-            f"the model at {where} answered HTTP {status}: {snippet(str(exc.message))}",
-            status in (408, 409, 429) or status >= 500,
-        )
-    return f"the model at {where} failed: {snippet(str(exc))}", False
-
-
-def usable_choice(completion: ChatCompletion) -> tuple[Choice | None, str]:
-    """The completion's first choice, or None and what makes the reply unusable (no choices,
-    cut off at the length limit, or a refusal)."""
-    if not completion.choices:
-        return None, "has no choices"
-    choice = completion.choices[0]
-    if choice.finish_reason == "length":
-        return None, "was cut off (length)"
-    if choice.message.refusal:
-        return None, f"is a refusal: {snippet(choice.message.refusal)}"
-    return choice, ""
 
 
 def json_reply(status: int, text: str, location: str | None, *, who: str) -> JSON:

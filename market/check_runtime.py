@@ -2,14 +2,15 @@
 
     run_python_check  runs the requester's `def check(outputs)` in the box
                       (`identity.challenges.sandbox`) with the check's CPU and memory limits
-    OpenAIJudge     asks an OpenAI-compatible model at temperature 0, through the `openai`
-                    client, retrying; when it cannot be reached the settlement waits
-    LogReviews      the requester's signed `review.given` verdicts; a check nobody reviewed is
-                    accepted once the review window has ended, and waits until then; a
-                    rejection is a dispute, which `SettleEnvironment` asks the judge to decide
+    Judge             asks a chat model (`identity.chat`) at temperature 0, in JSON mode;
+                      when it cannot be asked the settlement waits
+    LogReviews        the requester's signed `review.given` verdicts; a check nobody reviewed
+                      is accepted once the review window has ended, and waits until then; a
+                      rejection is a dispute, which `SettleEnvironment` asks the judge to decide
 
 Configuration (read by `judge_from_env`): ACCORD_JUDGE_URL (an OpenAI-compatible base URL),
-ACCORD_JUDGE_MODEL, and ACCORD_JUDGE_KEY or OPENAI_API_KEY (optional: local servers need none).
+ACCORD_JUDGE_MODEL, and ACCORD_JUDGE_KEY or OPENAI_API_KEY (optional: local servers need none);
+the judge is tried `JUDGE_ATTEMPTS` times, each within `JUDGE_TIMEOUT_S` seconds.
 """
 
 from __future__ import annotations
@@ -20,9 +21,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-import openai
-
+from identity.address_guard import check_url
 from identity.challenges.sandbox import SandboxLimits, run_function_cases
+from identity.chat import ChatError, ChatModel, ChatReplyError, OpenAIChat
 from identity.errors import ExamError
 from ledger.sealing import Sealed, seal
 from market.checks import CheckResult, Judged, decide_dispute, dispute_prompt, is_disputed
@@ -71,61 +72,54 @@ def run_python_check(check: PythonCheck, outputs: Mapping[str, Any]) -> CheckRes
     return CheckResult(check.check_id, False, detail, record)
 
 
-class OpenAIJudge:
-    """A judge model behind an OpenAI-compatible endpoint. `calls` counts the requests made."""
+class Judge:
+    """A judge model: a chat model asked at temperature 0, in JSON mode (its prompts ask for
+    one JSON object, `market.checks`)."""
 
-    def __init__(
-        self,
-        base_url: str,
-        model: str,
-        api_key: str | None = None,
-        *,
-        attempts: int = JUDGE_ATTEMPTS,
-        timeout_s: float = JUDGE_TIMEOUT_S,
-    ) -> None:
-        self.base_url = base_url
-        self.model = model
-        self.attempts = attempts
-        # Local servers take no key; the client insists on one, so it gets a placeholder.
-        self.client = openai.OpenAI(
-            base_url=base_url, api_key=api_key or "unused", timeout=timeout_s, max_retries=0
-        )
-        self.calls = 0
+    def __init__(self, chat: ChatModel) -> None:
+        self.chat = chat
 
     def ask(self, prompt: str, model: str | None = None) -> tuple[str, str]:
-        """The model's answer at temperature 0 and the model's name.
+        """The model's answer and the model's name (`model`, else the chat model's own). A
+        reply that cannot be used (none, cut off, a refusal) is the answer "", which gives no
+        verdict.
 
-        Raises SettlementWaits when every attempt fails to reach the model or is refused.
+        Raises SettlementWaits when the model cannot be asked (its retries spent, or refused).
         """
-        name = model or self.model
-        last = "no attempt"
-        for _ in range(self.attempts):
-            self.calls += 1
-            try:
-                reply = self.client.chat.completions.create(
-                    model=name,
-                    temperature=0,
-                    messages=[{"role": "user", "content": prompt}],
-                )
-            except openai.OpenAIError as exc:
-                last = f"{type(exc).__name__}: {str(exc)[:200]}"
-                continue
-            content = reply.choices[0].message.content if reply.choices else None
-            return (content or ""), name
-        raise SettlementWaits(
-            f"the judge model {name} at {self.base_url} could not be reached ({last}); "
-            "nobody is paid on a guess: settle again when it answers"
-        )
+        name = model or self.chat.model
+        try:
+            reply = self.chat.complete(
+                [{"role": "user", "content": prompt}], json_mode=True, temperature=0, model=name
+            )
+        except ChatReplyError:
+            return "", name
+        except ChatError as exc:
+            raise SettlementWaits(
+                f"the judge model {name} could not be asked ({exc.reason}); "
+                "nobody is paid on a guess: settle again when it answers"
+            ) from exc
+        return reply.content, name
 
 
-def judge_from_env(environ: Mapping[str, str] | None = None) -> OpenAIJudge | None:
-    """The judge configured by ACCORD_JUDGE_URL and ACCORD_JUDGE_MODEL, or None."""
+def judge_from_env(environ: Mapping[str, str] | None = None) -> Judge | None:
+    """The judge configured by ACCORD_JUDGE_URL and ACCORD_JUDGE_MODEL (default "judge"), or
+    None when ACCORD_JUDGE_URL is not set.
+
+    Raises RegistryError for an ACCORD_JUDGE_URL that is not an http(s) URL with a host.
+    """
     env = os.environ if environ is None else environ
     url = env.get("ACCORD_JUDGE_URL")
     if not url:
         return None
-    key = env.get("ACCORD_JUDGE_KEY") or env.get("OPENAI_API_KEY")
-    return OpenAIJudge(url, env.get("ACCORD_JUDGE_MODEL", "judge"), key)
+    check_url(url, "ACCORD_JUDGE_URL")
+    chat = OpenAIChat(
+        env.get("ACCORD_JUDGE_MODEL") or "judge",
+        base_url=url,
+        api_key=env.get("ACCORD_JUDGE_KEY") or env.get("OPENAI_API_KEY"),
+        timeout=JUDGE_TIMEOUT_S,
+        retries=JUDGE_ATTEMPTS - 1,
+    )
+    return Judge(chat)
 
 
 @dataclass(frozen=True)
@@ -186,7 +180,7 @@ class SettleEnvironment:
     def __init__(
         self,
         reviews: LogReviews,
-        judge: OpenAIJudge | None,
+        judge: Judge | None,
         keep: Callable[[Sealed], None] | None = None,
     ) -> None:
         self.reviews = reviews

@@ -41,7 +41,7 @@ from identity.onboarding import Onboarding
 from ledger.errors import AlreadyLoggedError, ChainError, SealError
 from ledger.events import Entry
 from ledger.sealing import is_commitment, open_sealed
-from market.check_runtime import LogReviews, OpenAIJudge, SettleEnvironment, judge_from_env
+from market.check_runtime import Judge, LogReviews, SettleEnvironment, judge_from_env
 from market.checks import (
     SEALED,
     CheckEnvironment,
@@ -257,7 +257,7 @@ def delivery_body(market: Market, task_id: str) -> dict[str, Any]:
     return dict(Entry.from_bytes(found[0].data).event.body)
 
 
-def settle_environment(market: Market, task: Task, judge: OpenAIJudge | None) -> SettleEnvironment:
+def settle_environment(market: Market, task: Task, judge: Judge | None) -> SettleEnvironment:
     """The sandbox, the judge, and the requester's reviews as the log holds them now."""
     events = [
         (stored.index, task_event(stored))
@@ -291,7 +291,7 @@ def settle_task(
     onboarding: Onboarding,
     task_id: str,
     *,
-    judge: OpenAIJudge | None = None,
+    judge: Judge | None = None,
     race_wait_s: float = SETTLE_RACE_WAIT_S,
 ) -> SettleOutcome:
     """Settle a delivered task (idempotent, and safe from several processes at once; see the
@@ -358,7 +358,7 @@ def track_record(market: Market, task: Task, computed: Mapping[str, Any]) -> Set
 
 
 def _compute_and_log(
-    market: Market, onboarding: Onboarding, task: Task, judge: OpenAIJudge | None
+    market: Market, onboarding: Onboarding, task: Task, judge: Judge | None
 ) -> dict[str, Any]:
     """(1)-(4): run the checks, compute, log once and anchor; the logged computation is the one
     paid, so a settler that lost the race to log it takes the winner's. Raises

@@ -7,9 +7,9 @@ The rubric is the requester's 8 checks plus the contract holder's two (`market.w
 - 3 expect checks (within a tolerance, equals at a path, matches a pattern) and 1 schema check;
 - 2 python checks, each run for real in the sandbox (`run_python_check`: a fresh limited
   interpreter per check), one reading three parts, one two;
-- 2 judge checks through `OpenAIJudge` (the real openai client, temperature 0) against a local
-  OpenAI-compatible stand-in server on 127.0.0.1 that answers `{"score": 9}` and counts the
-  requests it is sent;
+- 2 judge checks through `Judge` on an `OpenAIChat` (the real openai client, temperature 0)
+  against a local OpenAI-compatible stand-in server on 127.0.0.1 that answers `{"score": 9}`
+  and counts the requests it is sent;
 - the plan and assembly checks (pure).
 
 One repetition, on a fresh `Valuation` (no memo carried over): `evaluate_all` (each check
@@ -36,8 +36,9 @@ from typing import Any
 
 from _common import Goal, Measure, Section, progress, run_alone
 
+from identity.chat import OpenAIChat
 from ledger.sealing import seal
-from market.check_runtime import OpenAIJudge, run_python_check
+from market.check_runtime import Judge, run_python_check
 from market.checks import CheckResult, Delivered, Judged, evaluate_all, valuation
 from market.money import Wei
 from market.shapley import shapley, split_wei
@@ -167,7 +168,7 @@ class StandIn:
 class BenchEnvironment:
     """The sandbox and the judge, as `settle_task` runs them; no review checks here."""
 
-    def __init__(self, judge: OpenAIJudge) -> None:
+    def __init__(self, judge: Judge) -> None:
         self.judge = judge
 
     def run_python(self, check: PythonCheck, outputs: Mapping[str, Any]) -> CheckResult:
@@ -228,7 +229,7 @@ def run(quick: bool, reps: int) -> Section:
     failures: list[str] = []
     server = StandIn()
     try:
-        judge = OpenAIJudge(server.url, "bench-judge", "bench-key")
+        judge = Judge(OpenAIChat("bench-judge", base_url=server.url, api_key="bench-key"))
         env = BenchEnvironment(judge)
         evaluate_all(checks, delivered, env)  # warm-up: imports, the client's connection pool
         for rep in range(reps):

@@ -17,6 +17,7 @@ from fastapi.testclient import TestClient
 from coordinator.errors import PolicyError
 from coordinator.llm_policy import MODEL_VARIABLE, LLMPolicy, leader_policy
 from coordinator.policy import RulePolicy
+from identity.chat import OpenAIChat
 from identity.http_auth import AccordAuth
 from tests.api.test_app import (
     World,
@@ -177,9 +178,10 @@ def test_an_endpoint_at_a_private_address_is_refused_unless_allowed(tmp_path: Pa
 def test_leader_policy_picks_the_policy_and_needs_no_key_at_an_endpoint() -> None:
     assert isinstance(leader_policy("rule", environ={}), RulePolicy)
     llm = leader_policy("llm", model="m", endpoint="http://127.0.0.1:9/v1", environ={})
-    assert isinstance(llm, LLMPolicy) and llm.base_url == "http://127.0.0.1:9/v1"
+    assert isinstance(llm, LLMPolicy) and isinstance(llm.chat, OpenAIChat)
+    assert llm.chat.base_url == "http://127.0.0.1:9/v1" and llm.chat.api_key is None
     from_env = leader_policy("llm", environ={MODEL_VARIABLE: "env-model", "OPENAI_API_KEY": "k"})
-    assert isinstance(from_env, LLMPolicy) and from_env.model == "env-model"
+    assert isinstance(from_env, LLMPolicy) and from_env.chat.model == "env-model"
     with pytest.raises(PolicyError, match="OPENAI_API_KEY"):
         leader_policy("llm", model="m", environ={})  # OpenAI's own API needs a key
     with pytest.raises(PolicyError, match="needs a model"):

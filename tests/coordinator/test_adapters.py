@@ -31,8 +31,9 @@ from coordinator.service import adapter_for
 from coordinator.work import AgentAdapter, SubTask
 from identity.agents import AgentRecord
 from identity.challenges import REGISTRY, ExamItem
+from identity.chat import OpenAIChat
 from identity.errors import RegistryError
-from identity.runtimes import CommandRuntime, OpenAIRuntime, run_url
+from identity.runtimes import ChatRuntime, CommandRuntime, run_url
 from ledger.devnet import find_free_port
 from tests.stand_in import (
     API_KEY,
@@ -481,14 +482,16 @@ def _reference_model(seen: dict[str, Any], request: dict[str, Any]) -> str:
 
 
 def _model(url: str, key: str = API_KEY, timeout: float = 5, **options: Any) -> RuntimeAdapter:
-    return RuntimeAdapter(
-        DID, OpenAIRuntime("m", base_url=url, api_key=key, timeout=timeout, **options)
-    )
+    """A RuntimeAdapter for model "m" at `url`; `validate` goes to the runtime, the rest to
+    OpenAIChat."""
+    validate = options.pop("validate", None)
+    chat = OpenAIChat("m", base_url=url, api_key=key, timeout=timeout, **options)
+    return RuntimeAdapter(DID, ChatRuntime(chat, validate))
 
 
 def test_the_openai_adapter_gets_full_marks(stand_in: Callable[[Handle], StandIn]) -> None:
     server = stand_in(chat_server(_reference_model))
-    runtime = OpenAIRuntime("local-model", base_url=server.url + "/v1", api_key=API_KEY)
+    runtime = ChatRuntime(OpenAIChat("local-model", base_url=server.url + "/v1", api_key=API_KEY))
     items = [*_items("arithmetic", 2), *_items("extraction", 1), *_items("retrieval", 1)]
     _full_marks(RuntimeAdapter(DID, runtime), items)
     assert len(server.requests) == len(items)
@@ -514,7 +517,7 @@ def test_model_server_failures_have_the_right_retriable(
     for status in (429, 503):
         server = stand_in(_status(status, {"error": {}}))
         with pytest.raises(AgentFailure, match=f"HTTP {status}") as raised:
-            _model(server.url + "/v1", max_retries=0).run(_task(ARITH))
+            _model(server.url + "/v1", retries=0).run(_task(ARITH))
         assert raised.value.retriable and not raised.value.reason.endswith("(retriable)")
 
     refused = stand_in(chat_server(_reference_model))
@@ -524,7 +527,7 @@ def test_model_server_failures_have_the_right_retriable(
 
     dead = f"http://127.0.0.1:{find_free_port('127.0.0.1')}/v1"
     with pytest.raises(AgentFailure, match="cannot reach") as raised:
-        _model(dead, timeout=2, max_retries=0).run(_task(ARITH))
+        _model(dead, timeout=2, retries=0).run(_task(ARITH))
     assert raised.value.retriable
 
     def slow(path: str, headers: dict[str, str], body: bytes) -> Reply:
@@ -533,7 +536,7 @@ def test_model_server_failures_have_the_right_retriable(
 
     hanging = stand_in(slow)
     with pytest.raises(AgentFailure, match=r"within 0\.3 s") as raised:
-        _model(hanging.url + "/v1", timeout=0.3, max_retries=0).run(_task(ARITH))
+        _model(hanging.url + "/v1", timeout=0.3, retries=0).run(_task(ARITH))
     assert raised.value.retriable
 
 

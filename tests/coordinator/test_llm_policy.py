@@ -25,10 +25,12 @@ from coordinator.conversation import (
 )
 from coordinator.errors import PolicyError, PolicyOutputError
 from coordinator.llm_policy import (
+    DEFAULT_MAX_ATTEMPTS,
     TEMPLATES,
     LLMPolicy,
     PolicyCallError,
     PromptError,
+    leader_policy,
     load_template,
     render,
     render_prompt,
@@ -38,6 +40,7 @@ from coordinator.llm_policy import (
 )
 from coordinator.policy import Member, TeamView
 from coordinator.work import SubTask
+from identity.chat import OpenAIChat
 from ledger.sealing import seal
 from tests.stand_in import API_KEY, StandIn, completion, json_reply
 from tests.stand_in import Reply as StandInReply
@@ -178,8 +181,10 @@ class ChatServer:
     def close(self) -> None:
         self.stand_in.close()
 
-    def policy(self, **options: Any) -> LLMPolicy:
-        return LLMPolicy("local-leader", base_url=self.url, api_key=API_KEY, **options)
+    def policy(self, max_attempts: int = DEFAULT_MAX_ATTEMPTS, **options: Any) -> LLMPolicy:
+        """The LLM policy on this server; `options` go to its OpenAIChat."""
+        chat = OpenAIChat("local-leader", base_url=self.url, api_key=API_KEY, **options)
+        return LLMPolicy(chat, max_attempts=max_attempts)
 
 
 @pytest.fixture
@@ -350,6 +355,22 @@ def test_a_server_that_fixes_its_answer_on_the_second_attempt_succeeds(
     assert '"discuss" message' in retry[3]["content"]
 
 
+def test_a_cut_off_reply_is_refused_and_asked_again(
+    serve: Callable[[Answer], ChatServer],
+) -> None:
+    def answer(request: dict[str, Any]) -> Reply:
+        if len(request["messages"]) == 2:
+            cut = completion("local-leader", '{"kind": "disc')
+            cut["choices"][0]["finish_reason"] = "length"
+            return 200, json.dumps(cut).encode()
+        return _completion(json.dumps(_DISCUSS))
+
+    server = serve(answer)
+    assert server.policy().decide(_view(_open())) == Discuss(LEAD, "plan", "sync_task_assign", LEAD)
+    assert len(server.requests) == 2
+    assert "was cut off" in server.requests[1]["messages"][3]["content"]
+
+
 def test_the_leader_must_abandon_what_failed_first(serve: Callable[[Answer], ChatServer]) -> None:
     c = step(_open(), Discuss(LEAD, "plan", "async_task_assign", LEAD))
     c = step(c, AssignAsync(LEAD, ((CY, SUBTASKS[1]),), "pause_trigger", CY))
@@ -414,7 +435,7 @@ def test_a_503_is_a_retriable_policy_error(serve: Callable[[Answer], ChatServer]
 
 def test_a_4xx_is_not_retriable(serve: Callable[[Answer], ChatServer]) -> None:
     server = serve(_scripted_leader)
-    policy = LLMPolicy("local-leader", base_url=server.url, api_key="wrong")
+    policy = LLMPolicy(OpenAIChat("local-leader", base_url=server.url, api_key="wrong"))
     with pytest.raises(PolicyCallError, match="HTTP 401") as raised:
         policy.decide(_view(_open()))
     assert not raised.value.retriable
@@ -425,7 +446,7 @@ def test_an_unreachable_model_is_retriable(serve: Callable[[Answer], ChatServer]
     server = serve(_scripted_leader)
     url = server.url
     server.close()
-    policy = LLMPolicy("m", base_url=url, api_key="test-key", timeout=2)
+    policy = LLMPolicy(OpenAIChat("m", base_url=url, api_key="test-key", timeout=2))
     with pytest.raises(PolicyCallError, match="cannot reach the model") as raised:
         policy.decide(_view(_open()))
     assert raised.value.retriable
@@ -447,33 +468,18 @@ def test_a_slow_model_is_a_retriable_timeout(serve: Callable[[Answer], ChatServe
         release.set()
 
 
-def test_the_client_is_closed_after_each_decision(serve: Callable[[Answer], ChatServer]) -> None:
-    import openai
-
-    server = serve(_scripted_leader)
-    clients: list[openai.OpenAI] = []
-
-    def factory() -> openai.OpenAI:
-        clients.append(openai.OpenAI(api_key="test-key", base_url=server.url, max_retries=0))
-        return clients[-1]
-
-    policy = LLMPolicy("local-leader", client_factory=factory, environ={})
-    policy.decide(_view(_open()))
-    policy.decide(_view(_open()))
-    assert len(clients) == 2 and all(client.is_closed() for client in clients)
-
-
 def test_configuration_errors() -> None:
     with pytest.raises(PolicyError, match="needs OPENAI_API_KEY"):
-        LLMPolicy("m", environ={})
+        leader_policy("llm", model="m", environ={})
     with pytest.raises(PolicyError, match="http:// or https://"):
-        LLMPolicy("m", environ={"OPENAI_API_KEY": "k", "OPENAI_BASE_URL": "file:///etc"})
+        environ = {"OPENAI_API_KEY": "k", "OPENAI_BASE_URL": "file:///etc"}
+        leader_policy("llm", model="m", environ=environ)
     with pytest.raises(PolicyError, match="max_attempts"):
-        LLMPolicy("m", api_key="k", max_attempts=0, environ={})
+        LLMPolicy(OpenAIChat("m", api_key="k"), max_attempts=0)
     c = step(_open(), Discuss(LEAD, "plan", "async_task_assign", LEAD))
     c = step(c, AssignAsync(LEAD, ((CY, SUBTASKS[1]),), "pause_trigger", CY))
     with pytest.raises(PolicyError, match="does not speak in pause_trigger"):
-        LLMPolicy("m", api_key="k", environ={}).decide(_view(c))
+        LLMPolicy(OpenAIChat("m", api_key="k")).decide(_view(c))
 
 
 def test_a_server_that_refuses_json_mode_is_asked_without_it_from_then_on(

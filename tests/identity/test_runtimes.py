@@ -13,12 +13,13 @@ import pytest
 
 from identity.agents import check_agent_spec, runtime_for
 from identity.challenges import JSON, ExamItem, reference
+from identity.chat import OpenAIChat
 from identity.errors import ExamError, RegistryError
 from identity.onboarding import Onboarding, open_onboarding
 from identity.runtimes import (
     AgentRuntimeError,
+    ChatRuntime,
     HttpRuntime,
-    OpenAIRuntime,
     openai_runtime,
     parse_model_answer,
 )
@@ -54,6 +55,13 @@ def onboarding(tmp_path: Path) -> Onboarding:
     """Onboarding whose agents may be on loopback (the test servers are)."""
     environ = {"ACCORD_HOME": str(tmp_path / "home"), "ACCORD_ALLOW_PRIVATE_AGENTS": "1"}
     return open_onboarding(Settings.from_env(environ))
+
+
+def _model_runtime(url: str, key: str = API_KEY, **options: Any) -> ChatRuntime:
+    """A ChatRuntime for model "m" at `url`; `validate` goes to the runtime, the rest to
+    OpenAIChat."""
+    validate = options.pop("validate", None)
+    return ChatRuntime(OpenAIChat("m", base_url=url, api_key=key, **options), validate)
 
 
 def _solve(seen: dict[str, Any]) -> Any:
@@ -249,7 +257,8 @@ def test_a_keyless_local_server_needs_no_key(
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     monkeypatch.setenv("OPENAI_BASE_URL", server.url + "/v1")
     runtime = openai_runtime("local-model")
-    assert runtime.api_key is None and runtime.base_url == server.url + "/v1"
+    assert isinstance(runtime.chat, OpenAIChat)
+    assert runtime.chat.api_key is None and runtime.chat.base_url == server.url + "/v1"
     assert runtime.answer(ITEM) == _solve(ITEM)
     # The client insists on a key: a placeholder is sent, never a real one.
     assert server.requests[0][1]["authorization"] == "Bearer no-key"
@@ -277,14 +286,14 @@ def test_a_server_without_json_mode_is_asked_in_plain_text(
         return f"Here is the result.\n```json\n{answer}\n```\nAnything else?"
 
     server = serve(chat_server(chatty, json_mode=False))
-    runtime = OpenAIRuntime("m", base_url=server.url + "/v1", api_key=API_KEY, max_retries=0)
+    runtime = _model_runtime(server.url + "/v1", retries=0)
     assert runtime.answer(ITEM) == 5
     refused, plain = (json.loads(body) for _, _, body in server.requests)
     assert refused["response_format"] == {"type": "json_object"}
     assert "response_format" not in plain
     # Remembered: the next item is asked in plain text straight away.
     assert runtime.answer(ITEM) == 5 and len(server.requests) == 3
-    assert not runtime.json_mode
+    assert isinstance(runtime.chat, OpenAIChat) and not runtime.chat.json_mode
 
 
 def test_the_answer_object_is_found_in_text_only_without_json_mode() -> None:
@@ -317,7 +326,7 @@ def test_a_refused_answer_is_asked_for_once_more_with_the_reason(
 
     server = serve(chat_server(learns))
     validate = _Validator()
-    runtime = OpenAIRuntime("m", base_url=server.url + "/v1", api_key=API_KEY, validate=validate)
+    runtime = _model_runtime(server.url + "/v1", validate=validate)
     assert runtime.answer(ITEM) == 5
     assert validate.calls == [("arithmetic", "five"), ("arithmetic", 5)]
     first, second = (json.loads(body)["messages"] for _, _, body in server.requests)
@@ -330,7 +339,7 @@ def test_a_refused_answer_is_asked_for_once_more_with_the_reason(
 def test_an_answer_refused_twice_fails_for_good(serve: Callable[[Handle], StandIn]) -> None:
     server = serve(chat_server(lambda seen, request: '{"answer": -1}'))
     validate = _Validator()
-    runtime = OpenAIRuntime("m", base_url=server.url + "/v1", api_key=API_KEY, validate=validate)
+    runtime = _model_runtime(server.url + "/v1", validate=validate)
     with pytest.raises(AgentRuntimeError, match=r"refused twice.*not -1") as raised:
         runtime.answer(ITEM)
     assert not raised.value.retriable
@@ -344,17 +353,17 @@ def test_model_server_failures_are_typed_exam_errors(serve: Callable[[Handle], S
         )
     )
     with pytest.raises(AgentRuntimeError, match=r"HTTP 503.*\(retriable\)") as raised:
-        OpenAIRuntime("m", base_url=overloaded.url + "/v1", api_key=API_KEY).answer(ITEM)
+        _model_runtime(overloaded.url + "/v1").answer(ITEM)
     assert raised.value.retriable and len(overloaded.requests) == 2  # the client retried once
 
     refused = serve(chat_server(_reference_model))
     with pytest.raises(AgentRuntimeError, match="HTTP 401") as raised:
-        OpenAIRuntime("m", base_url=refused.url + "/v1", api_key="wrong").answer(ITEM)
+        _model_runtime(refused.url + "/v1", key="wrong").answer(ITEM)
     assert not raised.value.retriable
 
     dead = f"http://127.0.0.1:{free_port()}/v1"
     with pytest.raises(AgentRuntimeError, match="cannot reach") as raised:
-        OpenAIRuntime("m", base_url=dead, api_key=API_KEY, max_retries=0).answer(ITEM)
+        _model_runtime(dead, retries=0).answer(ITEM)
     assert raised.value.retriable
 
     def slow(path: str, headers: dict[str, str], body: bytes) -> Reply:
@@ -362,9 +371,7 @@ def test_model_server_failures_are_typed_exam_errors(serve: Callable[[Handle], S
         return json_reply(200, completion("m", '{"answer": 5}'))
 
     hanging = serve(slow)
-    runtime = OpenAIRuntime(
-        "m", base_url=hanging.url + "/v1", api_key=API_KEY, timeout=0.3, max_retries=0
-    )
+    runtime = _model_runtime(hanging.url + "/v1", timeout=0.3, retries=0)
     with pytest.raises(AgentRuntimeError, match=r"within 0\.3 s") as raised:
         runtime.answer(ITEM)
     assert raised.value.retriable
@@ -373,10 +380,11 @@ def test_model_server_failures_are_typed_exam_errors(serve: Callable[[Handle], S
 def test_the_openai_runtime_needs_a_key_for_openai_and_a_good_base_url() -> None:
     with pytest.raises(RegistryError, match="OPENAI_API_KEY"):
         openai_runtime("m", environ={})
-    assert openai_runtime("m", environ=ENVIRON).base_url is None  # OpenAI's, with the key
+    on_openai = openai_runtime("m", environ=ENVIRON).chat
+    assert isinstance(on_openai, OpenAIChat) and on_openai.base_url is None  # with the key
     with pytest.raises(RegistryError, match="http:// or https://"):
         openai_runtime("m", environ={**ENVIRON, "OPENAI_BASE_URL": "ftp://x/v1"})
     with pytest.raises(RegistryError, match="http:// or https://"):
         openai_runtime("m", endpoint="file:///etc/passwd", environ=ENVIRON)
     with pytest.raises(ValueError, match="timeout"):
-        OpenAIRuntime("m", base_url="http://127.0.0.1:1/v1", timeout=0)
+        openai_runtime("m", endpoint="http://127.0.0.1:1/v1", timeout=0, environ={})

@@ -1,5 +1,5 @@
-"""The I/O behind a task's checks (`market.check_runtime`): `OpenAIJudge` through the real
-openai client against a local OpenAI-compatible server on 127.0.0.1 (no mocks), and settling a
+"""The I/O behind a task's checks (`market.check_runtime`): `Judge` on an `OpenAIChat` (the
+real openai client) against a local OpenAI-compatible server on 127.0.0.1 (no mocks), and settling a
 real delivered task (the in-process world of `tests.audit.conftest`) whose checks include judge
 and review checks: the model asked once per judge check, the audit holding the logged answers,
 and the requester's reviews and their window."""
@@ -21,14 +21,16 @@ import pytest
 
 from audit.checks import AuditReport, audit_task
 from coordinator.service import run_awarded_task
+from identity.chat import OpenAIChat
+from identity.errors import RegistryError
 from ledger.chain import MemoryAnchorChain
 from ledger.events import Event
 from ledger.sealing import open_sealed, seal
 from ledger.store import LogStore
 from market.check_runtime import (
     JUDGE_ATTEMPTS,
+    Judge,
     LogReviews,
-    OpenAIJudge,
     SettleEnvironment,
     judge_from_env,
 )
@@ -67,6 +69,7 @@ from tests.audit.conftest import (
 )
 from tests.coordinator.test_llm_policy import ChatServer, Reply, _completion
 from tests.specs import JUDGE_CHECKS, invoice_spec_with
+from tests.stand_in import completion
 
 API_KEY = "test-key"  # what ChatServer requires
 PART = Part("fields", "extraction", {"document": "Total: 3.00 EUR", "fields": {}})
@@ -76,10 +79,26 @@ DELIVERED = Delivered(
 JUDGE = JudgeCheck("plausible", 1, ("fields",), "The total is plausible.", 7)
 
 
+def openai_judge(
+    url: str, model: str, key: str = API_KEY, attempts: int = JUDGE_ATTEMPTS, timeout: float = 60
+) -> Judge:
+    """A judge on the OpenAI-compatible server at `url`, tried `attempts` times at once."""
+    chat = OpenAIChat(
+        model, base_url=url, api_key=key, timeout=timeout, retries=attempts - 1, backoff=0
+    )
+    return Judge(chat)
+
+
+def calls(judge: Judge) -> int:
+    """The requests `judge` sent."""
+    assert isinstance(judge.chat, OpenAIChat)
+    return judge.chat.calls
+
+
 class JudgeOnly(SettleEnvironment):
     """The settlement's environment, for judge checks alone; it keeps the sealed exchanges."""
 
-    def __init__(self, judge: OpenAIJudge) -> None:
+    def __init__(self, judge: Judge) -> None:
         self.kept: dict[str, Any] = {}
         super().__init__(None, judge, lambda sealed: self.kept.update({sealed.commitment: sealed}))  # type: ignore[arg-type]
 
@@ -131,13 +150,13 @@ def test_the_judge_sends_the_prompt_at_temperature_zero_and_passes_by_score(
     serve: Callable[..., ChatServer],
 ) -> None:
     server = serve(scored(8, "plausible"))
-    judge = OpenAIJudge(server.url, "local-judge", API_KEY)
+    judge = openai_judge(server.url, "local-judge")
     env = JudgeOnly(judge)
     result = evaluate(JUDGE, DELIVERED, env)
     assert result.passed
     assert result.detail == "score 8/10 (passes at 7)"
     [request] = server.requests
-    assert request["temperature"] == 0
+    assert request["temperature"] == 0 and request["response_format"] == {"type": "json_object"}
     assert request["model"] == "local-judge"
     prompt = judge_prompt(JUDGE, {"fields": DELIVERED.outputs["fields"]})
     assert request["messages"] == [{"role": "user", "content": prompt}]
@@ -145,12 +164,12 @@ def test_the_judge_sends_the_prompt_at_temperature_zero_and_passes_by_score(
     answer = json.dumps({"score": 8, "reason": "plausible"})
     assert env.exchange(result) == {"prompt": prompt, "answer": answer}
     assert result.record == {"model": "local-judge", "exchange": env.kept_commitment(result)}
-    assert judge.calls == 1
+    assert calls(judge) == 1
 
 
 def test_a_low_score_fails_the_check(serve: Callable[..., ChatServer]) -> None:
     server = serve(scored(6, "the total looks off"))
-    env = JudgeOnly(OpenAIJudge(server.url, "m", API_KEY))
+    env = JudgeOnly(openai_judge(server.url, "m"))
     result = evaluate(JUDGE, DELIVERED, env)
     assert not result.passed
     assert "score 6/10" in result.detail
@@ -159,7 +178,7 @@ def test_a_low_score_fails_the_check(serve: Callable[..., ChatServer]) -> None:
 
 def test_an_answer_without_a_score_fails_the_check(serve: Callable[..., ChatServer]) -> None:
     server = serve(lambda request: _completion("I think it is fine."))
-    env = JudgeOnly(OpenAIJudge(server.url, "m", API_KEY))
+    env = JudgeOnly(openai_judge(server.url, "m"))
     result = evaluate(JUDGE, DELIVERED, env)
     assert not result.passed
     assert env.exchange(result)["answer"] == "I think it is fine."
@@ -168,9 +187,32 @@ def test_an_answer_without_a_score_fails_the_check(serve: Callable[..., ChatServ
 def test_the_checks_model_overrides_the_judges(serve: Callable[..., ChatServer]) -> None:
     server = serve(scored(9))
     check = JudgeCheck("j", 1, ("fields",), "ok", 7, "bigger-model")
-    result = evaluate(check, DELIVERED, JudgeOnly(OpenAIJudge(server.url, "m", API_KEY)))
+    result = evaluate(check, DELIVERED, JudgeOnly(openai_judge(server.url, "m")))
     assert server.requests[0]["model"] == "bigger-model"
     assert result.record is not None and result.record["model"] == "bigger-model"
+
+
+def test_a_refusal_is_an_answer_without_a_verdict(serve: Callable[..., ChatServer]) -> None:
+    refusal = completion("m", "")
+    refusal["choices"][0]["message"] = {"role": "assistant", "content": None, "refusal": "no"}
+    server = serve(lambda request: (200, json.dumps(refusal).encode()))
+    env = JudgeOnly(openai_judge(server.url, "m"))
+    result = evaluate(JUDGE, DELIVERED, env)
+    assert not result.passed and env.exchange(result)["answer"] == ""
+    assert len(server.requests) == 1
+
+
+def test_a_server_without_json_mode_is_asked_in_plain_text(
+    serve: Callable[..., ChatServer],
+) -> None:
+    def plain_only(request: dict[str, Any]) -> Reply:
+        if "response_format" in request:
+            return 400, b'{"error": {"message": "response_format is not supported"}}'
+        return _completion('{"score": 8}')
+
+    server = serve(plain_only)
+    assert evaluate(JUDGE, DELIVERED, JudgeOnly(openai_judge(server.url, "m"))).passed
+    assert ["response_format" in r for r in server.requests] == [True, False]
 
 
 @pytest.mark.parametrize("attempts", [1, JUDGE_ATTEMPTS, 5])
@@ -178,31 +220,31 @@ def test_a_judge_that_is_down_makes_the_settlement_wait_after_every_attempt(
     attempts: int,
 ) -> None:
     url = f"http://127.0.0.1:{closed_port()}/v1"
-    judge = OpenAIJudge(url, "local-judge", API_KEY, attempts=attempts, timeout_s=2)
+    judge = openai_judge(url, "local-judge", attempts=attempts, timeout=2)
     with pytest.raises(SettlementWaits) as caught:
         evaluate(JUDGE, DELIVERED, JudgeOnly(judge))
-    assert judge.calls == attempts
-    assert "could not be reached" in str(caught.value)
-    assert "APIConnectionError" in str(caught.value)
+    assert calls(judge) == attempts
+    assert "could not be asked" in str(caught.value)
+    assert "cannot reach the model" in str(caught.value)
 
 
 def test_a_500_then_a_good_answer_passes(serve: Callable[..., ChatServer]) -> None:
     replies = iter([(500, b'{"error": {"message": "overloaded"}}'), _completion('{"score": 9}')])
     server = serve(lambda request: next(replies))
-    judge = OpenAIJudge(server.url, "local-judge", API_KEY)
+    judge = openai_judge(server.url, "local-judge")
     result = evaluate(JUDGE, DELIVERED, JudgeOnly(judge))
     assert result.passed
-    assert judge.calls == len(server.requests) == 2
+    assert calls(judge) == len(server.requests) == 2
 
 
 def test_a_server_that_always_fails_makes_the_settlement_wait(
     serve: Callable[..., ChatServer],
 ) -> None:
     server = serve(lambda request: (503, b'{"error": {"message": "busy"}}'))
-    judge = OpenAIJudge(server.url, "local-judge", API_KEY, attempts=2)
-    with pytest.raises(SettlementWaits, match="InternalServerError"):
+    judge = openai_judge(server.url, "local-judge", attempts=2)
+    with pytest.raises(SettlementWaits, match="HTTP 503"):
         judge.ask("prompt")
-    assert judge.calls == len(server.requests) == 2
+    assert calls(judge) == len(server.requests) == 2
 
 
 def test_without_a_judge_a_judge_check_waits() -> None:
@@ -218,14 +260,17 @@ def test_judge_from_env() -> None:
         {"ACCORD_JUDGE_URL": "http://127.0.0.1:9/v1", "ACCORD_JUDGE_MODEL": "qwen"}
     )
     assert judge is not None
-    assert (judge.base_url, judge.model, judge.attempts) == (
+    assert isinstance(judge.chat, OpenAIChat)
+    assert (judge.chat.base_url, judge.chat.model, judge.chat.retries) == (
         "http://127.0.0.1:9/v1",
         "qwen",
-        JUDGE_ATTEMPTS,
+        JUDGE_ATTEMPTS - 1,
     )
     default = judge_from_env({"ACCORD_JUDGE_URL": "http://127.0.0.1:9/v1", "OPENAI_API_KEY": "k"})
-    assert default is not None and default.model == "judge"
-    assert default.client.api_key == "k"
+    assert default is not None and isinstance(default.chat, OpenAIChat)
+    assert default.chat.model == "judge" and default.chat.api_key == "k"
+    with pytest.raises(RegistryError, match="ACCORD_JUDGE_URL"):
+        judge_from_env({"ACCORD_JUDGE_URL": "127.0.0.1:8080/v1"})
 
 
 # -- settling a real delivered task -----------------------------------------------------------
@@ -301,7 +346,7 @@ def grade(request: dict[str, Any]) -> Reply:
 class Judged:
     world: World
     server: ChatServer
-    judge: OpenAIJudge
+    judge: Judge
     waited: SettlementWaits
     requests_while_waiting: int
     outcome: SettleOutcome
@@ -315,7 +360,7 @@ def judged(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Judged]:
     try:
         spec = invoice_spec_with(*JUDGE_CHECKS, REVIEW)
         world = delivered_world(tmp_path_factory.mktemp("judged") / "home", spec)
-        judge = OpenAIJudge(server.url, "local-judge", API_KEY)
+        judge = openai_judge(server.url, "local-judge")
         with pytest.raises(SettlementWaits) as waited:
             settle_task(world.market, world.onboarding, world.task_id, judge=judge)
         requests_while_waiting = len(server.requests)
@@ -341,7 +386,7 @@ def test_a_settlement_waiting_for_a_review_asks_no_model(judged: Judged) -> None
 
 
 def test_the_model_is_called_exactly_once_per_judge_check(judged: Judged) -> None:
-    assert judged.judge.calls == len(judged.server.requests) == len(JUDGE_CHECKS)
+    assert calls(judged.judge) == len(judged.server.requests) == len(JUDGE_CHECKS)
     assert sorted(r["model"] for r in judged.server.requests) == [
         "local-judge",
         "local-judge-large",
@@ -538,7 +583,7 @@ def test_a_rejection_of_correct_work_is_disputed_and_the_requester_loses(
     assert logged_settlement(market, task_id) is None
 
     server = serve(disputes(9))
-    judge = OpenAIJudge(server.url, "evaluator", API_KEY)
+    judge = openai_judge(server.url, "evaluator")
     outcome = settle_task(market, world.onboarding, task_id, judge=judge)
     finish(world)
     review = logged_checks(world)["looks-right"]
@@ -586,7 +631,7 @@ def test_a_rejection_of_wrong_work_is_disputed_and_the_team_loses(
     monkeypatch.setenv("ACCORD_JUDGE_URL", server.url)  # the service has an evaluator
     market.review(world.requester, task_id, "looks-right", "reject", "the fields are wrong")
     world.clock.advance(1)
-    judge = OpenAIJudge(server.url, "evaluator", API_KEY)
+    judge = openai_judge(server.url, "evaluator")
     outcome = settle_task(market, world.onboarding, task_id, judge=judge)
     finish(world)
     review = logged_checks(world)["looks-right"]

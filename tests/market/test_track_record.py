@@ -35,6 +35,7 @@ from audit.checks import audit_task
 from coordinator.service import discover, run_awarded_task
 from identity.agents import AgentRecord
 from identity.challenges.registry import REGISTRY
+from identity.chat import OpenAIChat
 from identity.credential_views import CREDENTIALS
 from identity.credentials import REVOCATION_EVENT_KIND
 from identity.errors import RegistryError
@@ -42,7 +43,7 @@ from identity.issuance import _CREDENTIALS
 from ledger.events import Entry, Event
 from ledger.signing import Signer
 from ledger.views import view_rows
-from market.check_runtime import OpenAIJudge
+from market.check_runtime import Judge
 from market.errors import BidRejected, ReputationError
 from market.money import parse_amount
 from market.projections import read_views
@@ -372,7 +373,7 @@ def test_bidders_see_the_requesters_record(
     world.clock.set(ends)
     world.clock.advance(1)
     try:
-        judge = OpenAIJudge(evaluator.url, "evaluator", "test-key")
+        judge = Judge(OpenAIChat("evaluator", base_url=evaluator.url, api_key="test-key"))
         settle_task(market, world.onboarding, task.task_id, judge=judge)
     finally:
         evaluator.close()
