@@ -1199,7 +1199,14 @@ class Market:
         body: dict[str, Any] = {"task_id": task_id, "check": check_id, "verdict": verdict}
         if verdict == "reject":
             body |= rejection_terms(task, reason, given)
-            if judge_from_env() is None:
+            try:
+                judge = judge_from_env()
+            except RegistryError as exc:  # the operator's setting, not the requester's fault
+                raise TaskError(
+                    f"this service's evaluator is misconfigured ({exc}), so a rejection cannot "
+                    "be judged now: accept the work, or reject later once the operator fixes it"
+                ) from exc
+            if judge is None:
                 # A dispute nobody can decide would hold the team's pay until the escrow's
                 # deadline hands the whole deposit back to the requester: refused instead.
                 raise TaskError(

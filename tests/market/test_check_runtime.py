@@ -568,6 +568,9 @@ def test_a_rejection_of_correct_work_is_disputed_and_the_requester_loses(
     monkeypatch.delenv("ACCORD_JUDGE_URL", raising=False)
     with pytest.raises(TaskError, match="no evaluator"):
         market.review(world.requester, task_id, "looks-right", "reject", reason)
+    monkeypatch.setenv("ACCORD_JUDGE_URL", "not a url")  # the operator's mistake, said as such
+    with pytest.raises(TaskError, match="evaluator is misconfigured"):
+        market.review(world.requester, task_id, "looks-right", "reject", reason)
     assert not world.ledger.store.find(kind=REVIEW_GIVEN, subject=task_id, limit=10)
 
     monkeypatch.setenv("ACCORD_JUDGE_URL", f"http://127.0.0.1:{closed_port()}/v1")
