@@ -143,7 +143,7 @@ def check_agent_spec(
     `allow_private_agents`. (An `openai` endpoint is the operator's own model server, which
     may well be local.)
     """
-    if not NAME_PATTERN.match(name):
+    if not NAME_PATTERN.fullmatch(name):
         raise RegistryError(
             f"agent name {name!r} must be 1-64 lower-case letters, digits, '-' or '_', "
             "starting with a letter or digit"
@@ -173,7 +173,7 @@ def check_agent_spec(
     if runtime == "openai":
         if not model:
             raise RegistryError("an 'openai' agent needs --model, the model that answers")
-        if not MODEL_PATTERN.match(model):
+        if not MODEL_PATTERN.fullmatch(model):
             raise RegistryError(f"model name {model!r} is not a valid model name")
         if endpoint is not None:
             check_url(endpoint)

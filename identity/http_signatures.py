@@ -486,7 +486,7 @@ def _parameters(covered: Member, signature: bytes) -> _Selected:
         ) from exc
     if created is None:
         raise MalformedSignature("the signature has no created time: set created (Unix seconds)")
-    if nonce is None or not _NONCE.match(nonce):
+    if nonce is None or not _NONCE.fullmatch(nonce):
         raise MalformedSignature(
             "the signature needs a nonce of 16 to 128 characters from [A-Za-z0-9._~+/=-], "
             "never used twice"

@@ -56,7 +56,7 @@ def format_time(moment: datetime) -> str:
 
 def parse_time(text: str) -> datetime:
     """Inverse of `format_time`; raises MalformedError on anything else."""
-    if not isinstance(text, str) or not _TIME_PATTERN.match(text):
+    if not isinstance(text, str) or not _TIME_PATTERN.fullmatch(text):
         raise MalformedError(f"{text!r} is not a UTC time like 2026-01-01T00:00:00.000Z")
     try:
         return datetime.fromisoformat(text)
@@ -79,7 +79,7 @@ class Event:
     def __post_init__(self) -> None:
         if self.v != EVENT_VERSION:
             raise MalformedError(f"event version {self.v!r} is not {EVENT_VERSION}")
-        if not isinstance(self.kind, str) or not KIND_PATTERN.match(self.kind):
+        if not isinstance(self.kind, str) or not KIND_PATTERN.fullmatch(self.kind):
             raise MalformedError(
                 f"event kind {self.kind!r} must be dotted lower-case words, like 'task.posted'"
             )

@@ -102,7 +102,7 @@ def from_b64url(text: str) -> bytes:
     """Inverse of `b64url`, strictly: only the one canonical spelling of each byte string is
     accepted (no padding, no '+' or '/', no stray bits in the last character), so a signed
     value has exactly one text form. Raises MalformedError otherwise."""
-    if not isinstance(text, str) or not _B64URL.match(text):
+    if not isinstance(text, str) or not _B64URL.fullmatch(text):
         raise MalformedError("expected unpadded base64url text")
     try:
         data = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))

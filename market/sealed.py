@@ -150,7 +150,7 @@ def _bytes_field(body: Mapping[str, str], key: str) -> bytes:
 
 
 def _price_field(text: str) -> Wei:
-    if not _DECIMAL.match(text) or len(text) > MAX_PRICE_DIGITS:
+    if not _DECIMAL.fullmatch(text) or len(text) > MAX_PRICE_DIGITS:
         raise _malformed(f"the price must be wei as a decimal string, not {text!r}")
     return Wei(int(text))
 

@@ -142,7 +142,7 @@ class TaskSpec:
                 "a task needs at least one part: [{id, capability, input}]", path="$.parts"
             )
         for capability in self.capabilities:
-            if not CAPABILITY_PATTERN.match(capability):
+            if not CAPABILITY_PATTERN.fullmatch(capability):
                 raise TaskError(f"{capability!r} is not a capability name")
         wei(self.budget)
         if self.budget == 0:

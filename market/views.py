@@ -320,7 +320,7 @@ class TaskQuery:
             raise QueryError(
                 "state", f"{self.state!r} is not a task state (one of {', '.join(TASK_STATES)})"
             )
-        if self.capability is not None and not CAPABILITY_PATTERN.match(self.capability):
+        if self.capability is not None and not CAPABILITY_PATTERN.fullmatch(self.capability):
             raise QueryError("capability", f"{self.capability[:80]!r} is not a capability name")
         if self.requester is not None and not 0 < len(self.requester) <= 200:
             raise QueryError("requester", "the requester is a DID of at most 200 characters")

@@ -336,7 +336,7 @@ def _object(value: Any, path: str) -> Mapping[str, Any]:
 
 
 def _identifier(value: Any, path: str, what: str) -> str:
-    if not isinstance(value, str) or not PART_ID.match(value):
+    if not isinstance(value, str) or not PART_ID.fullmatch(value):
         raise _at(path, f"{value!r} is not a {what} id (lowercase letters, digits, - and _)")
     return value
 
