@@ -18,9 +18,7 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
-
-import openai
+from typing import TYPE_CHECKING, Any
 
 from identity.challenges.sandbox import SandboxLimits, run_function_cases
 from identity.errors import ExamError
@@ -29,6 +27,9 @@ from market.checks import CheckResult, Judged, decide_dispute, dispute_prompt, i
 from market.errors import SettlementError, SettlementWaits
 from market.tasks import REVIEW_GIVEN, Task, TaskEvent
 from market.work import Check, JudgeCheck, PythonCheck, ReviewCheck
+
+if TYPE_CHECKING:
+    import openai
 
 MiB = 1 << 20
 JUDGE_ATTEMPTS = 3
@@ -86,8 +87,11 @@ class OpenAIJudge:
         self.base_url = base_url
         self.model = model
         self.attempts = attempts
+        import openai  # here, not at import: the client takes a second to load, and every
+        # command that opens the market imports this module
+
         # Local servers take no key; the client insists on one, so it gets a placeholder.
-        self.client = openai.OpenAI(
+        self.client: openai.OpenAI = openai.OpenAI(
             base_url=base_url, api_key=api_key or "unused", timeout=timeout_s, max_retries=0
         )
         self.calls = 0
@@ -97,6 +101,8 @@ class OpenAIJudge:
 
         Raises SettlementWaits when every attempt fails to reach the model or is refused.
         """
+        import openai
+
         name = model or self.model
         last = "no attempt"
         for _ in range(self.attempts):
