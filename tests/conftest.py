@@ -11,6 +11,22 @@ import pytest
 from ledger.devnet import find_free_port
 from tests.accord_cli import AccordCli
 
+REPOSITORY = Path(__file__).resolve().parent.parent
+PACKAGES = ("accord", "api", "audit", "coordinator", "identity", "ledger", "market")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Compile accord's packages to bytecode once, in the controller before any xdist worker
+    starts. With PYTHONDONTWRITEBYTECODE set Python never caches them itself, and every
+    `accord` a test runs as a subprocess (hundreds per run) would compile some 80 modules
+    from source again. Up-to-date files are skipped; a folder it cannot write is no error."""
+    if hasattr(config, "workerinput"):
+        return
+    import compileall
+
+    for package in PACKAGES:
+        compileall.compile_dir(REPOSITORY / package, quiet=2)
+
 
 @pytest.fixture
 def accord(tmp_path: Path) -> Iterator[AccordCli]:
