@@ -16,7 +16,6 @@ from ledger.errors import LedgerError
 from ledger.sealing import is_commitment
 from ledger.settings import Settings
 from market.errors import MarketError
-from market.work import MAX_FILE_BYTES
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -93,6 +92,7 @@ def sealed_outputs(store: LogStore, folder: Path | None) -> Callable[[str], byte
     file named by the commitment, directly in it or in its `sealed/`). The audit checks every
     one against its commitment, so a wrong file is found, not trusted."""
     from market.blobs import BlobError, BlobStore
+    from market.work import MAX_FILE_BYTES
 
     blobs = BlobStore(store.engine)
 

@@ -17,14 +17,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from fastapi import FastAPI, Request
-from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 from sqlalchemy.exc import InterfaceError, OperationalError
-from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from coordinator.errors import CoordinatorError
 from identity.errors import (
@@ -63,6 +59,11 @@ from market.errors import (
     TransitionError,
     WorkError,
 )
+
+if TYPE_CHECKING:  # FastAPI is imported where a response is made: the CLI maps its exit
+    # codes through `domain_problem` and never serves (`api.output.exit_code_of`)
+    from fastapi import FastAPI, Request
+    from fastapi.responses import JSONResponse
 
 PROBLEM_MEDIA_TYPE = "application/problem+json"
 PROBLEM_BASE = "urn:accord:problem:"
@@ -154,6 +155,8 @@ def problem_response(
     headers: Mapping[str, str] | None = None,
     path: str | None = None,
 ) -> JSONResponse:
+    from fastapi.responses import JSONResponse
+
     return JSONResponse(
         problem_body(status, detail, kind=kind, reason=reason, path=path),
         status_code=status,
@@ -258,6 +261,8 @@ DOMAIN_ERRORS: tuple[type[Exception], ...] = (
 
 def install_problem_handlers(app: FastAPI) -> None:
     """Every error the app can raise answers as problem+json."""
+    from fastapi.exceptions import RequestValidationError
+    from starlette.exceptions import HTTPException as StarletteHTTPException
 
     async def on_problem(_: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, ProblemError)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from coordinator.adapters import RuntimeAdapter, reference_adapter
 from coordinator.conversation import (
@@ -47,9 +47,11 @@ from market.discovery import DEPENDS_ON, description, fraction_text, ranked_page
 from market.discovery import VIEW_NAME as DISCOVERY_VIEW
 from market.privacy import WorkReaders
 from market.reputation import DEFAULT_PRIOR_MEAN
-from market.runtime import MarketContext
 from market.tasks import Task
 from market.work import resolve_files
+
+if TYPE_CHECKING:  # the chain's wiring (web3): a read of conversations never imports it
+    from market.runtime import MarketContext
 
 MAX_CONVERSATION_EVENTS = 100_000
 

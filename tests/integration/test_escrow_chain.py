@@ -11,7 +11,7 @@ from __future__ import annotations
 import itertools
 import random
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -56,6 +56,8 @@ OPERATOR, REQUESTER, OTHER, PAYEE_A, PAYEE_B = KEYS
 ADDR = [address_of(k) for k in KEYS]
 DEADLINE_AHEAD = 1_000
 STATE_MACHINE_RUNS = 200
+STATE_MACHINE_SHARDS = 4
+"""The state machine's runs are split into this many tests (each with its own histories)."""
 _ids = itertools.count()
 
 
@@ -432,12 +434,17 @@ def _check_invariants(
     assert len(done) == len(set(done))
 
 
-def run_state_machine(harness: Harness, runs: int, seed: int, steps: int = 5) -> dict[str, int]:
-    """Random open/settle/refund/withdraw sequences with crashes; returns counts per outcome."""
+def run_state_machine(
+    harness: Harness, runs: int | Sequence[int], seed: int, steps: int = 5
+) -> dict[str, int]:
+    """Random open/settle/refund/withdraw sequences with crashes; returns counts per outcome.
+
+    `runs` is how many runs, or which of them (run numbers): run `n` draws from its own
+    generator seeded by (`seed`, `n`), so a run is the same history whichever shard runs it."""
     chain = harness.chain
-    rng = random.Random(seed)
     stats: dict[str, int] = {}
-    for run in range(runs):
+    for run in range(runs) if isinstance(runs, int) else runs:
+        rng = random.Random(f"{seed}:{run}")
         tasks = [f"sm-{seed}-{run}-{i}-{time.time_ns()}" for i in range(2)]
         journal = MemoryEscrowJournal()
         actions = EscrowActions(chain, journal, receipt_timeout=5)
@@ -512,11 +519,20 @@ def anvil_harness(anvil: Anvil) -> Harness:
 
 
 @pytest.mark.devnet
-def test_state_machine_with_crashes(anvil: Anvil, capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize("shard", range(STATE_MACHINE_SHARDS))
+def test_state_machine_with_crashes(
+    anvil: Anvil, shard: int, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Shard `shard` of the STATE_MACHINE_RUNS runs (every STATE_MACHINE_SHARDS-th): the shards
+    together run each history once, and xdist may run them side by side (tests/conftest.py).
+    Each shard must see its share of every outcome, so together they see at least as many as
+    one run of them all was asked to (over 100 confirmed, 10 dropped, 50 refused)."""
+    runs = range(shard, STATE_MACHINE_RUNS, STATE_MACHINE_SHARDS)
     started = time.monotonic()
-    stats = run_state_machine(anvil_harness(anvil), STATE_MACHINE_RUNS, seed=4)
+    stats = run_state_machine(anvil_harness(anvil), runs, seed=4)
     elapsed = time.monotonic() - started
     with capsys.disabled():
-        print(f"\nstate machine: {STATE_MACHINE_RUNS} runs in {elapsed:.1f} s, {stats}")
-    assert stats.get("confirmed", 0) > 100 and stats.get("dropped", 0) > 10
-    assert stats.get("refused", 0) > 50
+        print(f"\nstate machine shard {shard}: {len(runs)} runs in {elapsed:.1f} s, {stats}")
+    assert stats.get("confirmed", 0) > 100 // STATE_MACHINE_SHARDS
+    assert stats.get("dropped", 0) > 10 // STATE_MACHINE_SHARDS
+    assert stats.get("refused", 0) > 50 // STATE_MACHINE_SHARDS
