@@ -24,7 +24,7 @@ from market.lifecycle import run_due
 from market.money import Wei
 from market.runtime import MarketContext
 from market.tasks import SETTLEMENT_COMPUTED
-from tests.api.test_remote_agent import CAPABILITIES, open_world
+from tests.served_world import CAPABILITIES, open_world
 from tests.specs import invoice_request
 
 ETH = 10**18

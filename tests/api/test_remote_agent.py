@@ -21,15 +21,12 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from api.app import create_app
-from api.routes.deps import ApiConfig
 from audit.checks import audit_task
 from coordinator.runner import CONVERSATION_MESSAGE
 from coordinator.service import run_awarded_task
@@ -37,35 +34,22 @@ from identity.challenges import REGISTRY
 from identity.http_auth import AccordAuth
 from identity.http_signatures import CALL_TAG, sign_request
 from identity.runtimes import HttpRuntime
-from ledger.anchoring import Anchorer
 from ledger.canonical import canonical_json
-from ledger.chain import DEVNET_OPERATOR_KEY, MemoryAnchorChain
 from ledger.devnet import find_free_port
 from ledger.events import Event, format_time, make_entry
-from ledger.runtime import open_store, operator_signer
 from ledger.sealing import seal
-from ledger.service import Ledger
-from ledger.settings import Settings
 from ledger.signing import Ed25519Signer
-from market.escrow import EscrowActions, MemoryEscrowChain, MemoryEscrowJournal, address_of
 from market.lifecycle import Done, Due, run_due
 from market.money import Wei
-from market.runtime import ChainEscrow, MarketContext
+from market.runtime import MarketContext
 from market.sealed import commit_bid, reveal_bid
-from market.service import Market
 from market.settlement import settle_task
-from tests.clocks import RunningClock
 from tests.processes import JsonLines
-from tests.serving import serve
+from tests.served_world import CAPABILITIES, open_world, real_clock
 from tests.specs import invoice_request
 
 ROOT = Path(__file__).resolve().parents[2]
-CAPABILITIES = ["arithmetic", "extraction"]
 JSON = "application/json"
-
-
-def real_clock() -> datetime:
-    return datetime.now(UTC)
 
 
 @pytest.fixture
@@ -83,61 +67,6 @@ def public_only_world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterat
     monkeypatch.delenv("ACCORD_ALLOW_PRIVATE_AGENTS", raising=False)
     with open_world(tmp_path, allow_private=False) as opened:
         yield opened
-
-
-@contextmanager
-def open_world(tmp_path: Path, *, allow_private: bool) -> Iterator[dict[str, Any]]:
-    environ = {"ACCORD_HOME": str(tmp_path / "home")}
-    if allow_private:
-        environ["ACCORD_ALLOW_PRIVATE_AGENTS"] = "1"
-    settings = Settings.from_env(environ)
-    assert settings.allow_private_agents is allow_private
-    store = open_store(settings)
-    operator = operator_signer(settings)
-    anchors = MemoryAnchorChain()
-    clock = RunningClock()  # the test closes the windows by advancing it
-    anchorer = Anchorer(
-        store,
-        anchors,
-        operator,
-        clock,
-        every_entries=10**9,
-        every_seconds=1e12,
-        receipt_timeout=0,
-    )
-    ledger = Ledger(store, operator, clock, anchorer)
-    from identity.onboarding import open_onboarding
-
-    onboarding = open_onboarding(settings, ledger)
-    escrow_chain = MemoryEscrowChain(address_of(DEVNET_OPERATOR_KEY))
-    actions = EscrowActions(escrow_chain, MemoryEscrowJournal(), receipt_timeout=0)
-    escrow = ChainEscrow(escrow_chain, actions, DEVNET_OPERATOR_KEY)
-    market = Market(ledger, onboarding, escrow)
-    context = MarketContext(settings, onboarding, market, escrow)
-    registry = onboarding.registry
-    requester = registry.new_agent("req", now=real_clock())
-    onboarding.register(requester)
-    ada = registry.new_agent("ada", now=real_clock())
-    outcomes = onboarding.onboard(ada, CAPABILITIES, item_count=5)
-    assert all(o.exam.passed for o in outcomes)
-    app = create_app(
-        settings,
-        config=ApiConfig(rate=1000.0, burst=10_000.0),
-        context=context,
-        anchors=anchors,
-        escrow_chain=escrow_chain,
-    )
-    with serve(app) as url:
-        yield {
-            "url": url,
-            "context": context,
-            "anchors": anchors,
-            "escrow_chain": escrow_chain,
-            "req": registry.signer(requester),
-            "ada": registry.signer(ada),
-            "tmp": tmp_path,
-            "clock": clock,
-        }
 
 
 def remote_agent_argv(world: dict[str, Any], port: int) -> list[str]:

@@ -35,31 +35,21 @@ from typing import Any
 import httpx
 import pytest
 
-from api.app import create_app
-from api.routes.deps import ApiConfig
 from audit.checks import audit_task
 from coordinator.runner import CONVERSATION_MESSAGE
 from coordinator.service import run_awarded_task
 from identity.http_auth import AccordAuth
-from ledger.anchoring import Anchorer
 from ledger.canonical import canonical_json
-from ledger.chain import DEVNET_OPERATOR_KEY, MemoryAnchorChain
 from ledger.devnet import find_free_port
 from ledger.events import Entry, Event, format_time
-from ledger.runtime import open_store, operator_signer
 from ledger.sealing import seal
-from ledger.service import Ledger
-from ledger.settings import Settings
 from ledger.signing import kid_for
-from market.escrow import EscrowActions, MemoryEscrowChain, MemoryEscrowJournal, address_of
 from market.money import Wei
-from market.runtime import ChainEscrow, MarketContext
+from market.runtime import MarketContext
 from market.sealed import commit_bid, reveal_bid
-from market.service import Market
 from market.settlement import settle_task
-from tests.clocks import RunningClock
 from tests.processes import JsonLines
-from tests.serving import serve
+from tests.served_world import open_world
 from tests.specs import INVOICE, field
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -109,50 +99,8 @@ def world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str,
     runner reads the same setting from the environment. A hosted requester and a hosted agent
     (ada, arithmetic and extraction) live in its home."""
     monkeypatch.setenv("ACCORD_ALLOW_PRIVATE_AGENTS", "1")
-    settings = Settings.from_env(
-        {"ACCORD_HOME": str(tmp_path / "home"), "ACCORD_ALLOW_PRIVATE_AGENTS": "1"}
-    )
-    store = open_store(settings)
-    operator = operator_signer(settings)
-    anchors = MemoryAnchorChain()
-    clock = RunningClock()
-    anchorer = Anchorer(
-        store, anchors, operator, clock, every_entries=10**9, every_seconds=1e12, receipt_timeout=0
-    )
-    ledger = Ledger(store, operator, clock, anchorer)
-    from identity.onboarding import open_onboarding
-
-    onboarding = open_onboarding(settings, ledger)
-    escrow_chain = MemoryEscrowChain(address_of(DEVNET_OPERATOR_KEY))
-    actions = EscrowActions(escrow_chain, MemoryEscrowJournal(), receipt_timeout=0)
-    escrow = ChainEscrow(escrow_chain, actions, DEVNET_OPERATOR_KEY)
-    market = Market(ledger, onboarding, escrow)
-    context = MarketContext(settings, onboarding, market, escrow)
-    registry = onboarding.registry
-    now = datetime.now(UTC)
-    requester = registry.new_agent("req", now=now)
-    onboarding.register(requester)
-    ada = registry.new_agent("ada", now=now)
-    outcomes = onboarding.onboard(ada, ["arithmetic", "extraction"], item_count=5)
-    assert all(o.exam.passed for o in outcomes)
-    app = create_app(
-        settings,
-        config=ApiConfig(rate=1000.0, burst=10_000.0),
-        context=context,
-        anchors=anchors,
-        escrow_chain=escrow_chain,
-    )
-    with serve(app) as url:
-        yield {
-            "url": url,
-            "context": context,
-            "anchors": anchors,
-            "escrow_chain": escrow_chain,
-            "req": registry.signer(requester),
-            "ada": registry.signer(ada),
-            "tmp": tmp_path,
-            "clock": clock,
-        }
+    with open_world(tmp_path, allow_private=True) as opened:
+        yield opened
 
 
 @pytest.fixture
