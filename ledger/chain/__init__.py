@@ -18,7 +18,8 @@ The package, by what each module holds:
 
     values        signed anchors, receipts, events, deployment records, the registry's
                   refusal, and the pure arithmetic on them (no web3)
-    protocol      `AnchorChain`, the seam, and the receipt polling every chain shares
+    protocol      `TxChain`, what every chain answers (extended by `AnchorChain` and the
+                  escrow's `EscrowChain`), and the receipt polling every chain shares
     web3_chain    `Web3AnchorChain` and the JSON-RPC helpers the escrow's chain shares
     deploy        deploying the registry, checking a recorded deployment
     memory_chain  `MemoryAnchorChain` and `MemoryChainFaults`, for unit tests (no web3)
@@ -58,6 +59,7 @@ if TYPE_CHECKING:
     )
     from ledger.chain.protocol import (
         AnchorChain,
+        TxChain,
         poll_receipt,
         wait_until_deep,
     )
@@ -123,6 +125,7 @@ _EXPORTS = {
     "validate_anchor": "ledger.chain.values",
     "with_gas_margin": "ledger.chain.values",
     "AnchorChain": "ledger.chain.protocol",
+    "TxChain": "ledger.chain.protocol",
     "poll_receipt": "ledger.chain.protocol",
     "wait_until_deep": "ledger.chain.protocol",
     "Web3AnchorChain": "ledger.chain.web3_chain",
@@ -187,6 +190,7 @@ __all__ = [
     "MemoryChainFaults",
     "OnChainAnchor",
     "SignedAnchorTx",
+    "TxChain",
     "TxReceipt",
     "Web3AnchorChain",
     "Web3Transactions",

@@ -1,5 +1,6 @@
-"""`AnchorChain`, what the anchoring service needs from a chain, and the receipt polling
-every implementation shares.
+"""The seams to a chain: `TxChain`, what every chain that sends transactions answers (the
+journal engine asks it), `AnchorChain`, what the anchoring service needs, and the receipt
+polling every implementation shares.
 """
 
 from __future__ import annotations
@@ -10,7 +11,6 @@ from typing import Protocol
 
 from ledger.chain.values import (
     RECEIPT_POLL_S,
-    AnchorReceipt,
     OnChainAnchor,
     SignedAnchorTx,
     TxReceipt,
@@ -19,11 +19,54 @@ from ledger.chain.values import (
 from ledger.fees import FeeMarket, FeePolicy, Fees
 
 
-class AnchorChain(Protocol):
-    """What the anchoring service needs from a chain. Every method may raise
-    ChainUnavailableError (nothing happened; retry later) or ChainError."""
+class TxChain(Protocol):
+    """What every chain that sends transactions answers: the anchor chain and the escrow
+    chain extend it, and it is what the transaction journal's engine (`ledger.txjournal`)
+    asks. Every method may raise ChainUnavailableError (nothing happened; retry later) or
+    ChainError.
+
+    (`broadcast` and `account_nonce` are each chain's own: they take its transaction, and the
+    escrow's nonce is per account.)"""
 
     def chain_id(self) -> int: ...
+
+    def receipt(self, tx_hash: bytes) -> TxReceipt | None:
+        """The receipt, or None when the transaction is not mined (or unknown)."""
+        ...
+
+    def wait_for_receipt(self, tx_hash: bytes, timeout_s: float) -> TxReceipt | None:
+        """Poll `receipt` until mined or `timeout_s` passes (then None)."""
+        ...
+
+    def nonce_of(self, address: str, latest: bool) -> int:
+        """The account's nonce: mined transactions only (latest) or with pending ones."""
+        ...
+
+    def block_hash(self, number: int) -> bytes | None:
+        """The canonical block's hash at `number` (None beyond the head)."""
+        ...
+
+    def block_number(self) -> int:
+        """The number of the chain's latest block."""
+        ...
+
+    def knows(self, tx_hash: bytes) -> bool:
+        """Whether the node holds the transaction (pending or mined)."""
+        ...
+
+    def fee_market(self) -> FeeMarket: ...
+
+    def fees_of(self, raw: bytes) -> Fees | None:
+        """The fees signed into `raw` (None when they cannot be read)."""
+        ...
+
+    def fee_policy(self) -> FeePolicy:
+        """The ceiling and tip this chain's transactions are signed under."""
+        ...
+
+
+class AnchorChain(TxChain, Protocol):
+    """What the anchoring service needs from a chain: a `TxChain` with the registry."""
 
     def registry_address(self) -> str: ...
 
@@ -60,14 +103,6 @@ class AnchorChain(Protocol):
         """
         ...
 
-    def receipt(self, tx_hash: bytes) -> AnchorReceipt | None:
-        """The receipt, or None when the transaction is not mined (or unknown)."""
-        ...
-
-    def wait_for_receipt(self, tx_hash: bytes, timeout_s: float) -> AnchorReceipt | None:
-        """Poll `receipt` until mined or `timeout_s` passes (then None)."""
-        ...
-
     def account_nonce(self, latest: bool) -> int:
         """The operator's nonce: mined transactions only (latest) or with pending ones."""
         ...
@@ -76,32 +111,8 @@ class AnchorChain(Protocol):
         """Every `Anchored` event of the log, oldest first."""
         ...
 
-    def block_number(self) -> int:
-        """The number of the chain's latest block."""
-        ...
-
     def operator_address(self) -> str:
         """The account that signs anchors."""
-        ...
-
-    def nonce_of(self, address: str, latest: bool) -> int: ...
-
-    def block_hash(self, number: int) -> bytes | None:
-        """The canonical block's hash at `number` (None beyond the head)."""
-        ...
-
-    def knows(self, tx_hash: bytes) -> bool:
-        """Whether the node holds the transaction (pending or mined)."""
-        ...
-
-    def fee_market(self) -> FeeMarket: ...
-
-    def fees_of(self, raw: bytes) -> Fees | None:
-        """The fees signed into `raw` (None when they cannot be read)."""
-        ...
-
-    def fee_policy(self) -> FeePolicy:
-        """The ceiling and tip this chain's transactions are signed under."""
         ...
 
 
