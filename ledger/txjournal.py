@@ -45,7 +45,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Generic, Literal, Protocol, TypeVar
 
-from ledger.chain import TxReceipt
+from ledger.chain.protocol import TxChain
+from ledger.chain.values import TxReceipt
 from ledger.errors import FeesAboveCeilingError
 from ledger.fees import FeeMarket, FeePolicy, Fees, below_market, bumped_fees
 
@@ -260,26 +261,6 @@ def _mined(record: TxView, tx_hash: bytes, block: int, head: int, rules: TxRules
 # -- the I/O shell -----------------------------------------------------------------------
 
 R = TypeVar("R")
-
-
-class TxChain(Protocol):
-    """What the engine asks the chain. Every method may raise ChainUnavailableError."""
-
-    def receipt(self, tx_hash: bytes) -> TxReceipt | None: ...
-
-    def block_hash(self, number: int) -> bytes | None:
-        """The hash of the canonical block at `number` (None beyond the head)."""
-        ...
-
-    def block_number(self) -> int: ...
-
-    def nonce_of(self, address: str, latest: bool) -> int: ...
-
-    def knows(self, tx_hash: bytes) -> bool:
-        """Whether the node holds the transaction (pending or mined)."""
-        ...
-
-    def fee_market(self) -> FeeMarket: ...
 
 
 class TxAction(Protocol[R]):

@@ -3,7 +3,7 @@
 
 Transactions are signed locally by the acting account's key (requester, operator or payee), as
 `SignedEscrowTx`, and sent by `broadcast` (idempotent). The chain also answers what the journal
-engine (`ledger.txjournal.TxChain`) asks: block hashes, the pool, the fee market.
+engine asks (`ledger.chain.TxChain`): block hashes, the pool, the fee market.
 """
 
 from __future__ import annotations
@@ -11,11 +11,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
-from ledger.fees import FeeMarket, FeePolicy, Fees
+from ledger.chain.protocol import TxChain
+from ledger.fees import Fees
 from market.escrow.values import (
     EscrowEvent,
     EscrowIntent,
-    EscrowReceipt,
     EscrowRecord,
     SignedEscrowTx,
     open_intent,
@@ -26,11 +26,9 @@ from market.escrow.values import (
 from market.money import Wei
 
 
-class EscrowChain(Protocol):
-    """What the market needs from the escrow contract. Every method may raise
-    ChainUnavailableError (nothing happened; retry later) or ChainError."""
-
-    def chain_id(self) -> int: ...
+class EscrowChain(TxChain, Protocol):
+    """What the market needs from the escrow contract: a `TxChain` with the contract. Every
+    method may raise ChainUnavailableError (nothing happened; retry later) or ChainError."""
 
     def escrow_address(self) -> str: ...
 
@@ -65,42 +63,12 @@ class EscrowChain(Protocol):
         Raises EscrowTxRejectedError when the node refuses it for good."""
         ...
 
-    def receipt(self, tx_hash: bytes) -> EscrowReceipt | None: ...
-
-    def wait_for_receipt(self, tx_hash: bytes, timeout_s: float) -> EscrowReceipt | None: ...
-
     def account_nonce(self, address: str, latest: bool) -> int:
-        """Mined transactions only (latest) or with pending ones."""
-        ...
-
-    def nonce_of(self, address: str, latest: bool) -> int:
-        """The same as `account_nonce` (the name the journal engine asks for)."""
-        ...
-
-    def block_hash(self, number: int) -> bytes | None:
-        """The canonical block's hash at `number` (None beyond the head)."""
-        ...
-
-    def knows(self, tx_hash: bytes) -> bool:
-        """Whether the node holds the transaction (pending or mined)."""
-        ...
-
-    def fee_market(self) -> FeeMarket: ...
-
-    def fees_of(self, raw: bytes) -> Fees | None:
-        """The fees signed into `raw` (None when they cannot be read)."""
-        ...
-
-    def fee_policy(self) -> FeePolicy:
-        """The ceiling and tip this chain's transactions are signed under."""
+        """Mined transactions only (latest) or with pending ones (the same as `nonce_of`)."""
         ...
 
     def events(self, task_id: str | None = None, *, from_block: int = 0) -> list[EscrowEvent]:
         """Decoded events, oldest first: the task's (without Withdrawn) or all of them."""
-        ...
-
-    def block_number(self) -> int:
-        """The number of the chain's latest block."""
         ...
 
 

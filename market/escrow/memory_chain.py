@@ -9,7 +9,8 @@ from typing import Any
 from eth_utils.address import to_checksum_address
 from eth_utils.crypto import keccak
 
-from ledger.chain import MemoryChainFaults, poll_receipt
+from ledger.chain.memory_chain import MemoryChainFaults
+from ledger.chain.protocol import poll_receipt
 from ledger.errors import ChainUnavailableError
 from ledger.fees import FeePolicy, Fees
 from market.escrow.values import (

@@ -28,7 +28,7 @@ from eth_account import Account
 from eth_utils.address import to_checksum_address
 from eth_utils.crypto import keccak
 
-from ledger.chain import TxReceipt
+from ledger.chain.values import TxReceipt
 from market.errors import EscrowError
 from market.money import Wei
 

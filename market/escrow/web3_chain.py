@@ -18,21 +18,22 @@ from web3.exceptions import ContractLogicError
 from web3.types import Nonce, TxParams
 from web3.types import Wei as Web3Wei
 
-from ledger.chain import (
+from ledger.chain.deploy import deploy_registry, ensure_contract
+from ledger.chain.values import (
     DEFAULT_FEE_POLICY,
     DEPLOY_TIMEOUT_S,
     RPC_TIMEOUT_S,
     Deployment,
+    with_gas_margin,
+)
+from ledger.chain.web3_chain import (
     Web3Transactions,
     decode_custom_error,
-    deploy_registry,
-    ensure_contract,
     make_web3,
     mapped_chain_errors,
     nonce_at,
     revert_data,
     send_raw_transaction,
-    with_gas_margin,
 )
 from ledger.contracts import ContractArtifact, load_artifact
 from ledger.fees import FeePolicy, Fees, fees_for
