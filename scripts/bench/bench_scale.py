@@ -464,6 +464,19 @@ class Services:
                 process.wait()
 
 
+def services_cpu(services: Services) -> float | None:
+    """The CPU seconds (user and system) the service processes have used so far, from
+    /proc; None where there is no /proc."""
+    total = 0.0
+    for process in services.processes:
+        try:
+            fields = Path(f"/proc/{process.pid}/stat").read_text().rpartition(")")[2].split()
+        except OSError:
+            return None
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
 def latencies(
     base: str, paths: Sequence[str], budget: float, timeout: float = 60.0
 ) -> tuple[list[float], int]:
@@ -667,8 +680,13 @@ def measure_round(
     # running in the services and take the CPU from them.
     if "commits" in only:
         rate = into.measure("commits", f"signed bid commits, 2 processes ({tag})", "commits/s")
+        spent = services_cpu(services)
         per_second, refused = commits_per_second(services, seed, commits, rng)
         rate.samples.append(per_second)
+        if spent is not None and (now := services_cpu(services)) is not None:
+            into.measure(
+                "commit-cpu", f"service CPU per bid commit, both processes ({tag})", "ms"
+            ).samples.append((now - spent) * 1000 / commits)
         into.for_goals["commits"] = rate
         if refused:
             into.failures.append(f"{tag}: {refused} of {commits} commits not answered 201")
