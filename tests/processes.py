@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import queue
+import signal
 import subprocess
 import threading
 import time
@@ -64,3 +65,18 @@ class JsonLines:
         raise AssertionError(
             f"no {event!r} {fields} from {self.name} (exit {self.process.poll()}); saw {self.seen}"
         )
+
+
+def stop_process(process: subprocess.Popen[str], timeout: float = 10.0) -> None:
+    """End `process` as a person would (SIGTERM), killing it when it does not stop within
+    `timeout` seconds, and close the pipes it was given."""
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=timeout)
+    for stream in (process.stdout, process.stderr):
+        if stream is not None:
+            stream.close()

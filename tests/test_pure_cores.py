@@ -24,6 +24,7 @@ IO_LIBRARIES = (
 PURE_CORES = (
     # ledger: the formats and the Merkle tree
     "ledger.errors",
+    "ledger.lazy",
     "ledger.canonical",
     "ledger.events",
     "ledger.signing",

@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import os
 import secrets
-import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -44,7 +43,7 @@ from market.money import Wei
 from market.runtime import MarketContext
 from market.sealed import commit_bid, reveal_bid
 from market.settlement import settle_task
-from tests.processes import JsonLines
+from tests.processes import JsonLines, stop_process
 from tests.served_world import CAPABILITIES, open_world, real_clock
 from tests.specs import invoice_request
 
@@ -118,15 +117,7 @@ def launch_remote(
     try:
         yield process, JsonLines(process, "the agent"), port
     finally:
-        if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(timeout=5)
-        if process.stdout is not None:
-            process.stdout.close()
+        stop_process(process)
 
 
 def test_remote_agent_onboards_bids_and_works_through_the_api(

@@ -25,7 +25,6 @@ from __future__ import annotations
 import json
 import secrets
 import shutil
-import signal
 import subprocess
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -48,7 +47,7 @@ from market.money import Wei
 from market.runtime import MarketContext
 from market.sealed import commit_bid, reveal_bid
 from market.settlement import settle_task
-from tests.processes import JsonLines
+from tests.processes import JsonLines, stop_process
 from tests.served_world import open_world
 from tests.specs import INVOICE, field
 
@@ -129,16 +128,7 @@ def node_agent(world: dict[str, Any]) -> Iterator[tuple[subprocess.Popen[str], J
     try:
         yield process, JsonLines(process, "the Node agent"), port
     finally:
-        if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(timeout=5)
-        for stream in (process.stdout, process.stderr):
-            if stream is not None:
-                stream.close()
+        stop_process(process)
 
 
 def stored(context: MarketContext, **query: Any) -> list[Entry]:

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -47,7 +46,7 @@ from tests.accord_cli import cli_environ, run_accord
 from tests.api.test_outside_requester import fund
 from tests.clocks import advance_clock_file
 from tests.integration.anvil_world import anvil_settings, settings_env
-from tests.processes import STEP_TIMEOUT, JsonLines
+from tests.processes import STEP_TIMEOUT, JsonLines, stop_process
 from tests.specs import invoice_request
 
 pytestmark = pytest.mark.devnet
@@ -88,15 +87,7 @@ def started(name: str, argv: list[str], env: dict[str, str], log: Path) -> Itera
     try:
         yield JsonLines(process, name)
     finally:
-        if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(timeout=10)
-        if process.stdout is not None:
-            process.stdout.close()
+        stop_process(process, timeout=30)
 
 
 def wait_until_up(url: str, process: JsonLines, log: Path) -> None:
