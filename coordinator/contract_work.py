@@ -44,17 +44,23 @@ from ledger.canonical import canonical_json
 from ledger.errors import LedgerError, SealError
 from ledger.events import Entry, parse_time
 from ledger.sealing import open_sealed
-from market.blobs import sha256_hex
+from market.blobs import MIB, FileQuota, sha256_hex
 from market.errors import TaskError
 from market.runtime import MarketContext
 from market.service import check_in_time
 from market.tasks import TASK_DELIVERED, TASK_STARTED, Task
+from market.work import MAX_PARTS
 
 ENTRY_SKEW = timedelta(minutes=5)
 """How far an entry's time may be from the service's clock."""
 MAX_DEPTH = 1
 """How deep a self-custody leader's sub-teams may nest (as `RunSettings.max_depth`)."""
 MAX_TURNS = 256
+SEALED_QUOTA = FileQuota(
+    ttl=3600.0, files_per_caller=4 * MAX_PARTS, bytes_per_caller=64 * MIB, bytes_total=256 * MIB
+)
+"""What a winner may hold sealed and not yet named by a report: a stranger who wins a task
+cannot fill the service's disk with outputs no report will ever name."""
 WORK_KINDS = (TASK_STARTED, CONVERSATION_OPENED, CONVERSATION_MESSAGE, TASK_DELIVERED)
 
 
@@ -98,6 +104,7 @@ def admit_work_entry(context: MarketContext, task_id: str, caller: str, entry: E
         _check_message(context, task, entry)
     else:
         _check_delivered(context, task, entry)
+    _claim_reported(context, task, entry)
     (index,) = market.ledger.append_entries([entry])
     return index
 
@@ -264,8 +271,9 @@ def _mapping(value: Any) -> Mapping[str, Any]:
 
 def admit_sealed(context: MarketContext, task_id: str, caller: str, data: bytes) -> str:
     """Keep a sealed output the winner of a running `task_id` sends before a report names it.
-    Returns its commitment. Raises WorkRefused (403 not the winner, 409 not running, 422 not
-    sealed bytes), and what the blob store raises (WorkError over the size limit)."""
+    It is held for the winner under `SEALED_QUOTA` until an admitted report names it (then
+    kept for good) or its hold expires. Returns its commitment. Raises WorkRefused (403 not
+    the winner, 409 not running, 422 not sealed bytes), QuotaExceeded over the quota."""
     task = context.market.task(task_id)
     if task.winner is None or caller != task.winner:
         raise WorkRefused(f"only the winner of {task_id} sends its team's outputs", 403)
@@ -276,5 +284,38 @@ def admit_sealed(context: MarketContext, task_id: str, caller: str, data: bytes)
         sealed = open_sealed(data, commitment)
     except SealError as exc:
         raise WorkRefused(f"not sealed bytes: {exc}") from exc
-    context.market.keep_sealed(sealed)
+    market = context.market
+    market.blobs.upload(
+        sealed.data,
+        holder=sealed_holder(caller),
+        now=market.clock(),
+        quota=SEALED_QUOTA,
+        name="a sealed output",
+    )
     return commitment
+
+
+def sealed_holder(winner: str) -> str:
+    """Who holds a winner's sealed outputs in the blob store until a report names them."""
+    return f"{winner} sealed"
+
+
+def _claim_reported(context: MarketContext, task: Task, entry: Entry) -> None:
+    """Keep for good the sealed outputs an admitted report names (those held unnamed expire
+    with `SEALED_QUOTA.ttl`). Raises WorkRefused (409) for one the winner does not hold."""
+    message = entry.event.body.get("message")
+    if entry.event.kind != CONVERSATION_MESSAGE or not isinstance(message, Mapping):
+        return
+    if message.get("kind") != "report" or task.winner is None:
+        return
+    result = message.get("result")
+    contributions = result.get("contributions", []) if isinstance(result, Mapping) else []
+    named = [str(c.get("output_sha256")) for c in contributions if isinstance(c, Mapping)]
+    market = context.market
+    missing = market.blobs.claim(sealed_holder(task.winner), named, task.task_id, market.clock())
+    if missing:
+        raise WorkRefused(
+            f"output {missing[0]} is not held for this task: send its sealed bytes first "
+            "(POST /tasks/{id}/sealed)",
+            409,
+        )

@@ -330,6 +330,28 @@ def test_a_report_names_only_outputs_the_service_holds(
     assert world["context"].market.sealed_bytes(sealed.commitment) == sealed.data
 
 
+def test_a_winner_holds_unreported_outputs_only_within_a_quota(
+    won: tuple[dict[str, Any], KitAgent, KitAgent, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Sealed outputs no report names are held under a quota (then expire): a stranger who
+    wins a task cannot fill the service's disk."""
+    _, kai, _, task_id = won
+    from coordinator import contract_work
+    from ledger.sealing import seal
+    from market.blobs import FileQuota
+
+    monkeypatch.setattr(contract_work, "SEALED_QUOTA", FileQuota(files_per_caller=2))
+    kai.client.post(
+        f"/tasks/{task_id}/work",
+        {"entry": kai.client.entry("task.started", task_id, {"task_id": task_id})},
+    )
+    for n in range(2):
+        kai.client.post_bytes(f"/tasks/{task_id}/sealed", seal({"n": n}).data)
+    with pytest.raises(ApiError) as over:
+        kai.client.post_bytes(f"/tasks/{task_id}/sealed", seal({"n": 2}).data)
+    assert over.value.status in (413, 429), over.value
+
+
 def test_the_service_runs_no_team_for_a_self_custody_winner(
     won: tuple[dict[str, Any], KitAgent, KitAgent, str],
 ) -> None:
