@@ -13,9 +13,9 @@ from importlib.resources import files
 from importlib.resources.abc import Traversable
 from typing import Any
 
-from ledger.errors import DeploymentError
+from accord.ledger.errors import DeploymentError
 
-ARTIFACTS_DIR: Traversable = files("ledger") / "artifacts"
+ARTIFACTS_DIR: Traversable = files("accord.ledger") / "artifacts"
 """The artifacts shipped with the `ledger` package: `<Name>.json` per contract."""
 
 

@@ -50,21 +50,30 @@ if grep -niE "deprecat|BuildBackendWarning|SetuptoolsWarning" "$WORK/build.log" 
 fi
 WHEEL="$(ls "$WORK"/dist/accord-*.whl)"
 echo "built $(basename "$WHEEL")"
-for data in ledger/artifacts/AnchorRegistry.json ledger/artifacts/TaskEscrow.json \
-  coordinator/prompts/leader_system.txt identity/challenges/templates/arithmetic.txt; do
+for data in accord/ledger/artifacts/AnchorRegistry.json accord/ledger/artifacts/TaskEscrow.json \
+  accord/coordinator/prompts/leader_system.txt accord/identity/challenges/templates/arithmetic.txt; do
   "$PYTHON" -c 'import sys, zipfile; sys.exit(sys.argv[2] not in zipfile.ZipFile(sys.argv[1]).namelist())' \
     "$WHEEL" "$data" || fail "the wheel lacks $data"
 done
-# PEP 561: every package the wheel installs carries py.typed, or a user's mypy sees no types.
-"$PYTHON" - "$WHEEL" <<'EOF' || fail "a package of the wheel lacks its py.typed marker"
+# One top-level package, accord, with its PEP 561 marker (or a user's mypy sees no types), and
+# every folder of the source tree that is a package inside it (setuptools' package mapping).
+"$PYTHON" - "$WHEEL" "$WORK/src" <<'EOF' || fail "the wheel's packages are not accord.* with py.typed"
 import sys, zipfile
+from pathlib import Path
 
 names = set(zipfile.ZipFile(sys.argv[1]).namelist())
-packages = sorted(n.split("/")[0] for n in names if n.count("/") == 1 and n.endswith("/__init__.py"))
-assert "accord" in packages, packages
-missing = [p for p in packages if f"{p}/py.typed" not in names]
-assert not missing, f"no py.typed in {missing}"
-print("py.typed in", ", ".join(packages))
+top = sorted({n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")})
+assert top == ["accord"], f"top-level names in the wheel: {top}"
+assert "accord/py.typed" in names, "no accord/py.typed"
+src = Path(sys.argv[2])
+expected = {
+    f"accord/{init.parent.relative_to(src)}/__init__.py"
+    for base in ("api", "audit", "coordinator", "identity", "ledger", "market")
+    for init in (src / base).rglob("__init__.py")
+}
+missing = sorted(expected - names)
+assert not missing, f"packages of the source tree missing from the wheel: {missing}"
+print("one top-level package, accord, with py.typed and", len(expected), "mapped packages")
 EOF
 
 # -- 2. a fresh venv outside the repository, the wheel and its dependencies (pip's cache) -------
@@ -105,10 +114,10 @@ import sys
 from pathlib import Path
 
 import accord
-import coordinator.llm_policy as llm
-import ledger
-from identity.challenges.base import TEMPLATES_DIR
-from ledger.contracts import load_artifact
+import accord.coordinator.llm_policy as llm
+import accord.ledger as ledger
+from accord.identity.challenges.base import TEMPLATES_DIR
+from accord.ledger.contracts import load_artifact
 
 repo = Path(sys.argv[1]).resolve()
 assert accord.__version__ != "0+unknown", "accord is not installed"
@@ -120,6 +129,13 @@ for name in llm.TEMPLATES:
     assert llm.load_template(name).strip()
 assert any(TEMPLATES_DIR.glob("*.txt"))
 assert issubclass(accord.LedgerError, accord.AccordError)
+for bare in ("api", "audit", "coordinator", "identity", "ledger", "market"):
+    try:
+        __import__(bare)
+    except ModuleNotFoundError:
+        continue
+    raise AssertionError(f"the wheel installs a top-level package {bare!r}: only accord.* belongs")
+print("accord.* only: no top-level api, audit, coordinator, identity, ledger or market")
 print("package data: contract artifacts, prompt and capability templates")
 EOF
 step "a user's mypy --strict reads accord's types from the installed wheel"
@@ -162,7 +178,7 @@ fi
 grep -q 'Incompatible types in assignment' <<<"$MISUSE" || fail "mypy said: $MISUSE"
 echo "mypy --strict: accord's types are seen (a misuse is refused)"
 
-export ACCORD_DEVNET_PORT="$("$VENV/bin/python" -c 'from ledger.devnet import find_free_port; print(find_free_port())')"
+export ACCORD_DEVNET_PORT="$("$VENV/bin/python" -c 'from accord.ledger.devnet import find_free_port; print(find_free_port())')"
 
 field() { "$VENV/bin/python" -c 'import json, sys; print(json.load(sys.stdin)[sys.argv[1]])' "$1"; }
 # The market's clock runs ahead of the real time by the seconds this file holds (README: no

@@ -40,9 +40,9 @@ def cli_environ(home: Path, *, columns: int = 200, **settings: str) -> dict[str,
 def run_accord(
     environ: dict[str, str], *args: str, timeout: float = TIMEOUT
 ) -> subprocess.CompletedProcess[str]:
-    """`accord ARGS` (as `python -m api.cli`) in `environ`, its output captured as text."""
+    """`accord ARGS` (as `python -m accord.api.cli`) in `environ`, its output captured as text."""
     return subprocess.run(
-        [sys.executable, "-m", "api.cli", *args],
+        [sys.executable, "-m", "accord.api.cli", *args],
         env=environ,
         capture_output=True,
         text=True,
@@ -56,8 +56,16 @@ class AccordCli:
 
     def __init__(self, home: Path, port: int | None = None) -> None:
         self.home = home
+        # anchoring only when asked: not after 1,000 entries, nor after a minute of the real
+        # time (on a loaded machine a few commands take that long, and an append would anchor)
         devnet = (
-            {} if port is None else {"ACCORD_DEVNET_PORT": str(port), "ACCORD_ANCHOR_EVERY": "1000"}
+            {}
+            if port is None
+            else {
+                "ACCORD_DEVNET_PORT": str(port),
+                "ACCORD_ANCHOR_EVERY": "1000",
+                "ACCORD_ANCHOR_INTERVAL": "1000000",
+            }
         )
         self.clock_file = home.parent / f"{home.name}.clock"
         """The market's test clock (ACCORD_TEST_CLOCK): seconds ahead of the real time."""

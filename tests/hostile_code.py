@@ -74,7 +74,7 @@ def check(outputs):
 import sys
 def check(outputs):
     sys.path[:0] = ["{project}", "{site}"]
-    import ledger.signing
+    import accord.ledger.signing
     import accord
     return True
 """,

@@ -9,14 +9,18 @@ from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("accord", "ledger", "identity", "market", "coordinator", "audit", "api")
+SUBPACKAGES = ("ledger", "identity", "market", "coordinator", "audit", "api")
+"""accord's subpackages: each a folder at the repository's root, installed as accord.<name>
+(pyproject.toml maps them; accord/<name> is a symlink to the folder in the checkout)."""
 
 
 def modules() -> dict[str, Path]:
+    """Every module of accord by its import name, read from the real folders (`rglob` does not
+    follow accord/'s symlinks, so no file is seen twice)."""
     found = {}
-    for package in PACKAGES:
-        for path in (ROOT / package).rglob("*.py"):
-            parts = path.relative_to(ROOT).with_suffix("").parts
+    for folder, prefix in [("accord", ()), *((name, ("accord",)) for name in SUBPACKAGES)]:
+        for path in (ROOT / folder).rglob("*.py"):
+            parts = (*prefix, *path.relative_to(ROOT).with_suffix("").parts)
             name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
             found[name] = path
     return found
@@ -104,4 +108,26 @@ def test_no_module_imports_itself_back() -> None:
     # a package's __init__ re-exporting its modules is not a cycle through them
     for name in list(graph):
         graph[name] = {m for m in graph[name] if not name.startswith(m + ".")}
+    assert "accord.ledger.errors" in graph["accord.ledger.store"]  # the walk sees imports
     assert cycles(graph) == []
+
+
+def bare_imports(path: Path) -> Iterator[str]:
+    """Imports in `path` of a subpackage by its folder's name (`ledger...`, not
+    `accord.ledger...`): they would load a second copy of the module beside accord's."""
+    for node in ast.walk(ast.parse(path.read_text())):
+        names = []
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            names = [node.module]
+        for name in names:
+            if name.split(".")[0] in SUBPACKAGES:
+                yield f"{path.relative_to(ROOT)}:{node.lineno}: {name}"
+
+
+def test_every_import_is_of_accord() -> None:
+    folders = ("accord", *SUBPACKAGES, "tests", "scripts", "examples")
+    paths = [path for folder in folders for path in (ROOT / folder).rglob("*.py")]
+    assert len(paths) > 200
+    assert [found for path in paths for found in bare_imports(path)] == []

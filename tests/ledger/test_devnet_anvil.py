@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-import ledger.chain
-import ledger.runtime
-from ledger.devnet import (
+import accord.ledger.chain
+import accord.ledger.runtime
+from accord.ledger.devnet import (
     ANVIL_PACKAGE,
     ANVIL_VARIABLE,
     ANVIL_VERSION,
@@ -31,9 +31,9 @@ from ledger.devnet import (
     platform_package_name,
     port_of_command,
 )
-from ledger.errors import DeploymentError, DevnetError
-from ledger.runtime import connect_chain, devnet_for, start_devnet
-from ledger.settings import Settings
+from accord.ledger.errors import DeploymentError, DevnetError
+from accord.ledger.runtime import connect_chain, devnet_for, start_devnet
+from accord.ledger.settings import Settings
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -181,8 +181,8 @@ def test_a_failed_devnet_up_leaves_no_anvil_running(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     settings = _settings(tmp_path / "home")
-    ledger.runtime.prepare_home(settings)
-    monkeypatch.setattr(ledger.chain, "ensure_registry", _refuse)  # connect_chain imports it
+    accord.ledger.runtime.prepare_home(settings)
+    monkeypatch.setattr(accord.ledger.chain, "ensure_registry", _refuse)  # connect_chain imports it
     devnet = devnet_for(settings)
     try:
         with pytest.raises(DeploymentError, match="cannot be deployed"):
@@ -199,9 +199,9 @@ def test_a_failed_connect_stops_the_devnet_it_started_but_not_a_running_one(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     settings = _settings(tmp_path / "home")
-    ledger.runtime.prepare_home(settings)
+    accord.ledger.runtime.prepare_home(settings)
     devnet = devnet_for(settings)
-    monkeypatch.setattr(ledger.chain, "ensure_registry", _refuse)
+    monkeypatch.setattr(accord.ledger.chain, "ensure_registry", _refuse)
     try:
         with pytest.raises(DeploymentError):
             connect_chain(settings)
@@ -237,7 +237,7 @@ def test_accord_devnet_install_puts_anvil_in_the_user_cache(tmp_path: Path) -> N
         "PYTHONPATH": str(REPO_ROOT),
     }
     done = subprocess.run(
-        [sys.executable, "-m", "api.cli", "devnet", "install", "--json"],
+        [sys.executable, "-m", "accord.api.cli", "devnet", "install", "--json"],
         env=env,
         capture_output=True,
         text=True,
@@ -252,7 +252,7 @@ def test_accord_devnet_install_puts_anvil_in_the_user_cache(tmp_path: Path) -> N
 
     failing = {**env, "PATH": str(tmp_path / "nothing")}
     refused = subprocess.run(
-        [sys.executable, "-m", "api.cli", "devnet", "install"],
+        [sys.executable, "-m", "accord.api.cli", "devnet", "install"],
         env=failing,
         capture_output=True,
         text=True,
@@ -266,7 +266,7 @@ def test_accord_devnet_install_puts_anvil_in_the_user_cache(tmp_path: Path) -> N
 def test_an_installed_accord_names_the_places_too(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("ledger.devnet.CHECKOUT_ROOT", tmp_path / "site-packages")
+    monkeypatch.setattr("accord.ledger.devnet.CHECKOUT_ROOT", tmp_path / "site-packages")
     with pytest.raises(DevnetError) as raised:
         find_anvil({"PATH": ""}, cache_dir=tmp_path / "cache")
     message = str(raised.value)
@@ -284,7 +284,7 @@ def test_a_running_devnet_that_answers_late_is_reused_and_one_that_never_answers
     its timeout before calling it unanswering. The busy devnet is a real anvil held stopped
     (SIGSTOP) and let go (SIGCONT) a second and a half later, past the probe's 1 s."""
     settings = _settings(tmp_path / "home")
-    ledger.runtime.prepare_home(settings)
+    accord.ledger.runtime.prepare_home(settings)
     devnet = devnet_for(settings)
     info = devnet.up()
     try:

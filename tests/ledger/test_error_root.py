@@ -10,9 +10,14 @@ import re
 import pytest
 
 import accord
-from ledger.errors import AccordError
+from accord.ledger.errors import AccordError
 
-ERROR_MODULES = ("ledger.errors", "identity.errors", "market.errors", "coordinator.errors")
+ERROR_MODULES = (
+    "accord.ledger.errors",
+    "accord.identity.errors",
+    "accord.market.errors",
+    "accord.coordinator.errors",
+)
 
 
 @pytest.mark.parametrize("module_name", ERROR_MODULES)
@@ -32,13 +37,13 @@ def test_every_error_of_every_errors_module_is_an_accord_error(module_name: str)
 
 PACKAGES = ("accord", "ledger", "identity", "market", "coordinator", "audit", "api")
 #: Where each package draws its errors (as a tree in the module's docstring). The first drawing
-#: of `ledger.errors` is the root's: the roots every package's errors hang from.
+#: of `accord.ledger.errors` is the root's: the roots every package's errors hang from.
 DRAWINGS = {
     "accord": ("accord.kit",),
-    "ledger": ("ledger.errors",),
-    "identity": ("identity.errors", "identity.http_signatures"),
-    "market": ("market.errors",),
-    "coordinator": ("coordinator.errors",),
+    "ledger": ("accord.ledger.errors",),
+    "identity": ("accord.identity.errors", "accord.identity.http_signatures"),
+    "market": ("accord.market.errors",),
+    "coordinator": ("accord.coordinator.errors",),
     "audit": (),
     "api": (),
 }
@@ -65,19 +70,27 @@ def drawn_parents(text: str) -> dict[str, str | None]:
     return parents
 
 
+def package_of(module: str) -> str | None:
+    """Which of PACKAGES a module of accord belongs to (`accord.market.x` is market's,
+    `accord.kit.x` accord's own); None for a module that is not accord's."""
+    parts = module.split(".")
+    if parts[0] != "accord":
+        return None
+    return parts[1] if len(parts) > 1 and parts[1] in PACKAGES else "accord"
+
+
 def every_accord_error() -> list[type[AccordError]]:
     """Every subclass of AccordError any module of the packages defines (each module imported,
     then the subclasses walked, so a class defined anywhere, even in a function, is found)."""
-    for package in PACKAGES:
-        root = importlib.import_module(package)
-        for module in pkgutil.walk_packages(root.__path__, f"{package}."):
-            importlib.import_module(module.name)
+    root = importlib.import_module("accord")  # its subpackages are walked through it
+    for module in pkgutil.walk_packages(root.__path__, "accord."):
+        importlib.import_module(module.name)
     found: list[type[AccordError]] = []
     waiting = list(AccordError.__subclasses__())
     while waiting:
         cls = waiting.pop()
         waiting.extend(cls.__subclasses__())
-        if cls.__module__.split(".")[0] in PACKAGES and cls not in found:
+        if package_of(cls.__module__) is not None and cls not in found:
             found.append(cls)
     return sorted(found, key=lambda cls: (cls.__module__, cls.__name__))
 
@@ -103,7 +116,7 @@ def test_drawn_parents_reads_a_tree() -> None:
 def test_every_accord_error_is_drawn_under_its_parent_in_its_packages_tree() -> None:
     """Wherever an AccordError subclass is defined, its package's drawing names it under its
     own base class, and its bases lead to a root the root drawing hangs from AccordError."""
-    doc = importlib.import_module("ledger.errors").__doc__ or ""
+    doc = importlib.import_module("accord.ledger.errors").__doc__ or ""
     root_drawing = doc[: doc.index("The ledger's own")]
     roots = {n for n, parent in drawn_parents(root_drawing).items() if parent == "AccordError"}
     assert {"LedgerError", "AuditFailure", "ApiError", "AuthError"} <= roots
@@ -112,7 +125,8 @@ def test_every_accord_error_is_drawn_under_its_parent_in_its_packages_tree() -> 
     assert len(errors) > 60
     wrong = []
     for cls in errors:
-        package = cls.__module__.split(".")[0]
+        package = package_of(cls.__module__)
+        assert package is not None
         drawn: dict[str, str | None] = {}
         for module in DRAWINGS[package]:
             drawn |= drawn_parents(importlib.import_module(module).__doc__ or "")
@@ -134,9 +148,9 @@ def test_every_accord_error_is_drawn_under_its_parent_in_its_packages_tree() -> 
 @pytest.mark.parametrize(
     ("module_name", "root"),
     [
-        ("audit.checks", "AuditFailure"),
-        ("api.client", "ApiError"),
-        ("identity.http_signatures", "AuthError"),
+        ("accord.audit.checks", "AuditFailure"),
+        ("accord.api.client", "ApiError"),
+        ("accord.identity.http_signatures", "AuthError"),
     ],
 )
 def test_the_audit_and_api_roots_are_accord_errors(module_name: str, root: str) -> None:
@@ -152,7 +166,7 @@ def test_accord_exports_the_root_and_the_package_roots() -> None:
 
 
 def test_catching_the_root_catches_a_package_failure() -> None:
-    from market.money import parse_amount
+    from accord.market.money import parse_amount
 
     with pytest.raises(accord.AccordError):
         parse_amount("not an amount")

@@ -2,8 +2,8 @@
 
 * appends hand back their indices, and what is read back is what was appended;
 * every root, inclusion proof and consistency proof the store serves from its stored nodes
-  equals `ledger.merkle` over the same leaves, and verifies (every size 0..300 for roots, every
-  index / every old size for a spread of sizes up to 300);
+  equals `accord.ledger.merkle` over the same leaves, and verifies (every size 0..300 for roots,
+  every index / every old size for a spread of sizes up to 300);
 * a batch is atomic: a seq that does not grow, or a database failure on its last rows, leaves
   size, root, entries and nodes exactly as they were, and the store keeps working;
 * the seq check of one LogStore notices what another LogStore appended to the same database;
@@ -24,13 +24,13 @@ from typing import Any
 import pytest
 from sqlalchemy import delete, insert
 
-from ledger import merkle
-from ledger.checkpoint import SignedCheckpoint, take_checkpoint
-from ledger.errors import SequenceError, StoreError
-from ledger.merkle import NodeId
-from ledger.signing import Ed25519Signer
-from ledger.store import LedgerNode, LogStore, make_engine, node_key
-from ledger.verify import verify_log
+from accord.ledger import merkle
+from accord.ledger.checkpoint import SignedCheckpoint, take_checkpoint
+from accord.ledger.errors import SequenceError, StoreError
+from accord.ledger.merkle import NodeId
+from accord.ledger.signing import Ed25519Signer
+from accord.ledger.store import LedgerNode, LogStore, make_engine, node_key
+from accord.ledger.verify import verify_log
 from tests.ledger.conftest import LOG_ID, START, EntryMaker, append_signed
 
 LOG_SIZE = 300
@@ -245,9 +245,9 @@ def test_seq_check_notices_many_appends_by_another_store(
 ) -> None:
     """More entries appended elsewhere than an append reads back: its cached seqs start over
     (read again from the log) instead of being brought level entry by entry."""
-    import ledger.store
+    import accord.ledger.store
 
-    monkeypatch.setattr(ledger.store, "_SEQ_CATCH_UP", 2)
+    monkeypatch.setattr(accord.ledger.store, "_SEQ_CATCH_UP", 2)
     one, two = open_store(), open_store()
     alice, bob = actors[0], actors[1]
     assert two.append(maker.one(alice, seq=1)) == 0

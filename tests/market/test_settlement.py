@@ -16,22 +16,22 @@ from typing import Any
 import pytest
 from sqlalchemy import text
 
-import coordinator.service
-from audit.checks import audit_task
-from coordinator.service import run_awarded_task
-from identity.agents import AgentRecord
-from identity.onboarding import open_onboarding
-from ledger.anchoring import Anchorer
-from ledger.errors import ChainUnavailableError
-from ledger.events import Entry
-from ledger.runtime import operator_signer
-from ledger.service import Ledger
-from ledger.store import LogStore, make_engine
-from market.errors import EscrowError, SettlementError
-from market.escrow import EscrowActions, address_of
-from market.runtime import ChainEscrow, MarketContext
-from market.service import Market
-from market.settlement import (
+import accord.coordinator.service
+from accord.audit.checks import audit_task
+from accord.coordinator.service import run_awarded_task
+from accord.identity.agents import AgentRecord
+from accord.identity.onboarding import open_onboarding
+from accord.ledger.anchoring import Anchorer
+from accord.ledger.errors import ChainUnavailableError
+from accord.ledger.events import Entry
+from accord.ledger.runtime import operator_signer
+from accord.ledger.service import Ledger
+from accord.ledger.store import LogStore, make_engine
+from accord.market.errors import EscrowError, SettlementError
+from accord.market.escrow import EscrowActions, address_of
+from accord.market.runtime import ChainEscrow, MarketContext
+from accord.market.service import Market
+from accord.market.settlement import (
     SETTLEMENT_COMPUTED,
     delivery_body,
     logged_settlement,
@@ -40,8 +40,8 @@ from market.settlement import (
     settle_environment,
     settle_task,
 )
-from market.tasks import TASK_SETTLED, spec_from_request
-from market.work import REQUESTER_KINDS
+from accord.market.tasks import TASK_SETTLED, spec_from_request
+from accord.market.work import REQUESTER_KINDS
 from tests.audit.conftest import (
     OPERATOR_KEY,
     REQUESTER_KEY,
@@ -419,12 +419,12 @@ def _delivered_with_wrong_answers(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, count: int, spec: Any = None
 ) -> tuple[World, list[str]]:
     wrong: list[str] = []
-    real = coordinator.service.adapter_for
+    real = accord.coordinator.service.adapter_for
 
     def adapter_for(record: AgentRecord, timeout: float, **options: Any) -> Any:
         return _AnswersWrong(real(record, timeout, **options), wrong, record.did, count)
 
-    monkeypatch.setattr(coordinator.service, "adapter_for", adapter_for)
+    monkeypatch.setattr(accord.coordinator.service, "adapter_for", adapter_for)
     if spec is None:
         world = build_world(tmp_path / "home", until="delivered")
     else:
@@ -498,9 +498,9 @@ def test_a_log_holding_repeated_settlements_still_replays_and_fails_the_audit(
     """Today's code, racing, logged `settlement.computed` and `task.settled` twice: the task
     replays (the first kept, the repeats named), settling answers the logged outcome, and the
     audit fails at step 6 on the first repeat."""
-    from ledger.errors import AlreadyLoggedError
-    from ledger.events import make_entry
-    from market.settlement import SETTLEMENT_COMPUTED
+    from accord.ledger.errors import AlreadyLoggedError
+    from accord.ledger.events import make_entry
+    from accord.market.settlement import SETTLEMENT_COMPUTED
 
     world = build_world(tmp_path / "home", until="settled")
     store = world.ledger.store

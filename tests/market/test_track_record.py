@@ -27,31 +27,31 @@ from fastapi.testclient import TestClient
 from sqlalchemy import update
 from typer.testing import CliRunner
 
-import coordinator.service
-from api.app import create_app
-from api.cli import app as cli_app
-from api.routes.deps import ApiConfig
-from audit.checks import audit_task
-from coordinator.service import discover, run_awarded_task
-from identity.agents import AgentRecord
-from identity.challenges.registry import REGISTRY
-from identity.chat import OpenAIChat
-from identity.credential_views import CREDENTIALS
-from identity.credentials import REVOCATION_EVENT_KIND
-from identity.errors import RegistryError
-from identity.issuance import _CREDENTIALS
-from ledger.events import Entry, Event
-from ledger.signing import Signer
-from ledger.views import view_rows
-from market.check_runtime import Judge
-from market.errors import BidRejected, ReputationError
-from market.money import parse_amount
-from market.projections import read_views
-from market.reputation import REVOCATION_MIN_PARTS, check_revocation, revocation_evidence
-from market.sealed import commit_bid, reveal_bid
-from market.service import Market
-from market.settlement import settle_task
-from market.tasks import TASK_AWARDED, TASK_SETTLED, spec_from_request
+import accord.coordinator.service
+from accord.api.app import create_app
+from accord.api.cli import app as cli_app
+from accord.api.routes.deps import ApiConfig
+from accord.audit.checks import audit_task
+from accord.coordinator.service import discover, run_awarded_task
+from accord.identity.agents import AgentRecord
+from accord.identity.challenges.registry import REGISTRY
+from accord.identity.chat import OpenAIChat
+from accord.identity.credential_views import CREDENTIALS
+from accord.identity.credentials import REVOCATION_EVENT_KIND
+from accord.identity.errors import RegistryError
+from accord.identity.issuance import _CREDENTIALS
+from accord.ledger.events import Entry, Event
+from accord.ledger.signing import Signer
+from accord.ledger.views import view_rows
+from accord.market.check_runtime import Judge
+from accord.market.errors import BidRejected, ReputationError
+from accord.market.money import parse_amount
+from accord.market.projections import read_views
+from accord.market.reputation import REVOCATION_MIN_PARTS, check_revocation, revocation_evidence
+from accord.market.sealed import commit_bid, reveal_bid
+from accord.market.service import Market
+from accord.market.settlement import settle_task
+from accord.market.tasks import TASK_AWARDED, TASK_SETTLED, spec_from_request
 from tests.audit.conftest import (
     REQUESTER_KEY,
     World,
@@ -226,9 +226,9 @@ def test_failing_real_work_costs_the_credential_once_and_the_audit_replays_it(
     reason and evidence. It can no longer bid; settling again revokes nothing more; a second
     process racing to revoke it is refused by the log; the audit recomputes it."""
     sloppy = onboard(world, "sloppy", "arithmetic")
-    real = coordinator.service.adapter_for
+    real = accord.coordinator.service.adapter_for
     monkeypatch.setattr(
-        coordinator.service,
+        accord.coordinator.service,
         "adapter_for",
         lambda record, timeout, **options: _AnswersWrong(real(record, timeout, **options)),
     )
