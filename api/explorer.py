@@ -38,9 +38,8 @@ from audit.html import (
     move_kind,
     settlement_entry,
 )
-from coordinator.conversation import message_from_json
+from coordinator.conversation import CONVERSATION_MESSAGE, message_from_json
 from coordinator.errors import CoordinatorError
-from coordinator.runner import CONVERSATION_MESSAGE
 from ledger import merkle
 from ledger.chain import AnchorChain, OnChainAnchor
 from ledger.errors import LedgerError, MalformedError, ProofError

@@ -29,6 +29,8 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from coordinator.conversation import (
+    CONVERSATION_MESSAGE,
+    CONVERSATION_OPENED,
     Conversation,
     Report,
     message_from_json,
@@ -36,7 +38,6 @@ from coordinator.conversation import (
     step,
 )
 from coordinator.errors import CoordinatorError, IllegalMove
-from coordinator.runner import CONVERSATION_MESSAGE, CONVERSATION_OPENED
 from coordinator.service import conversation_ids, replay_conversation, team_directory
 from identity.challenges import validate_output
 from identity.errors import ExamError

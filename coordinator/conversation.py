@@ -22,17 +22,24 @@ conversation or raises `IllegalMove` with the rule it broke:
 Bounds: at most `max_turns` messages (only `Conclude` may use the last turn); sub-task ids are
 unique; an assignee must be a member; nothing concludes while an assignment is outstanding; the
 deliverable's contributions are exactly the successful results, each tagged with its agent.
+
+`conversation_from_events` folds a logged conversation (its verified `conversation.opened` and
+`conversation.message` events) back through `step`: the replay the service and the audit share.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-from coordinator.errors import IllegalMove
+from coordinator.errors import CoordinatorError, IllegalMove
 from coordinator.work import JSON, SubTask
+from ledger.events import Event
 from ledger.sealing import is_commitment
+
+CONVERSATION_OPENED = "conversation.opened"
+CONVERSATION_MESSAGE = "conversation.message"
 
 ConversationState = Literal[
     "discussion",
@@ -528,3 +535,87 @@ def message_from_json(value: Mapping[str, JSON]) -> Message:
                 raise IllegalMove(f"unknown message kind {kind!r}")
     except (KeyError, TypeError, ValueError) as exc:
         raise IllegalMove(f"not a message: {exc!r}") from exc
+
+
+# -- replaying a logged conversation ---------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LoggedMessage:
+    index: int
+    turn: int
+    message: Message
+
+
+@dataclass(frozen=True)
+class ConversationRecord:
+    """A conversation as replayed from the ledger."""
+
+    conversation: Conversation
+    messages: tuple[LoggedMessage, ...]
+    opened_index: int
+    title: str
+
+    def to_json(self) -> dict[str, object]:
+        c = self.conversation
+        return {
+            "id": c.conv_id,
+            "task": c.task_id,
+            "parent": c.parent,
+            "depth": c.depth,
+            "state": c.state,
+            "leader": c.leader,
+            "members": list(c.members),
+            "turns": c.turn,
+            "title": self.title,
+        }
+
+
+def conversation_from_events(
+    conv_id: str, events: Iterable[tuple[int, Event]], *, max_depth: int = 8
+) -> ConversationRecord:
+    """Replay conversation `conv_id` through the state machine from its verified events, each
+    with its log index, in log order (events of other subjects and kinds are skipped). Pure:
+    the caller reads the entries and checks their signatures; the events are consumed in
+    order, so a lazy caller's error for a later entry comes after this one's for an earlier.
+
+    Raises IllegalMove naming the entry when the first event is not the opening, the opening
+    is not the leader's, or a message breaks the transition table, is not signed by its
+    speaker or is out of turn; CoordinatorError when there are no events.
+    """
+    kinds = (CONVERSATION_OPENED, CONVERSATION_MESSAGE)
+    logged = ((i, e) for i, e in events if e.subject == conv_id and e.kind in kinds)
+    first = next(logged, None)
+    if first is None:
+        raise CoordinatorError(f"no conversation {conv_id!r} (see `accord conversation list`)")
+    opened_index, opened = first
+    if opened.kind != CONVERSATION_OPENED:
+        raise IllegalMove(f"entry {opened_index}: {conv_id} does not start with its opening")
+    body = opened.body
+    conversation = open_conversation(
+        conv_id,
+        str(body["task"]),
+        str(body["leader"]),
+        tuple(body["members"]),
+        parent=body["parent"],
+        depth=int(body["depth"]),
+        max_depth=max_depth,
+        max_turns=int(body["max_turns"]),
+    )
+    if opened.actor != conversation.leader:
+        raise IllegalMove(f"entry {opened_index}: opened by someone else than its leader")
+    messages = []
+    for index, event in logged:
+        message = message_from_json(event.body["message"])
+        if event.actor != message.speaker:
+            raise IllegalMove(f"entry {index}: signed by {event.actor}, not its speaker")
+        if int(event.body["turn"]) != conversation.turn:
+            raise IllegalMove(f"entry {index}: turn {event.body['turn']} out of order")
+        try:
+            conversation = step(conversation, message)
+        except IllegalMove as exc:
+            raise IllegalMove(f"entry {index}: {exc.reason}") from exc
+        messages.append(LoggedMessage(index, int(event.body["turn"]), message))
+    return ConversationRecord(
+        conversation, tuple(messages), opened_index, str(body.get("title", ""))
+    )

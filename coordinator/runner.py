@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from coordinator.conversation import (
+    CONVERSATION_MESSAGE,
+    CONVERSATION_OPENED,
     Abandon,
     AssignAsync,
     AssignSync,
@@ -48,9 +50,6 @@ from ledger.events import Entry
 from ledger.sealing import Sealed, seal
 from ledger.signing import Signer
 from market.errors import MarketError
-
-CONVERSATION_OPENED = "conversation.opened"
-CONVERSATION_MESSAGE = "conversation.message"
 
 
 @dataclass(frozen=True)

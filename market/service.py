@@ -63,7 +63,6 @@ from market.errors import (
     AuctionError,
     BidRejected,
     IdempotencyConflict,
-    MarketError,
     TaskError,
     TransitionError,
     WorkError,
@@ -71,16 +70,15 @@ from market.errors import (
 from market.money import Wei
 from market.projections import read_views
 from market.reputation import (
-    Forfeit,
     RequesterRecord,
-    SettledWork,
     TrackRecords,
     check_revocation,
-    fold_track_records,
+    reputations_from_events,
     revocation_due,
     revocation_evidence,
     revocation_reason,
     settled_work,
+    track_records_from_events,
 )
 from market.tasks import (
     BID_COMMITTED,
@@ -1295,57 +1293,33 @@ def _mean_score(scores: Sequence[Fraction | None]) -> Fraction:
     return sum((s for s in scores if s is not None), Fraction(0)) / len(scores)
 
 
-def settled_works(store: LogStore, *, before: int | None = None) -> list[SettledWork]:
-    """The track record of every `task.settled` logged before index `before` (all: None), in
-    log order; a settlement that carries none (a log from before track records) is skipped."""
-    works = []
-    for stored in store.find(kind=TASK_SETTLED, limit=MAX_TASK_EVENTS):
-        if before is not None and stored.index >= before:
-            break
-        event = Entry.from_bytes(stored.data).event
-        work = settled_work(stored.index, event.subject, event.body)
-        if work is not None:
-            works.append(work)
-    return works
-
-
-def forfeits_from_log(store: LogStore, *, before: int | None = None) -> list[Forfeit]:
-    """Every forfeit `task.awarded` and `task.expired` name before index `before`, each with
-    the capabilities of its task (from its posting; none when the posting is not a spec)."""
-    found: list[Forfeit] = []
-    needs: dict[str, tuple[str, ...]] = {}
-    for kind in (TASK_AWARDED, TASK_EXPIRED):
+def _reputation_events(store: LogStore, *, before: int | None) -> list[tuple[int, Event]]:
+    """The events the track records fold (`market.reputation.track_records_from_events`):
+    every `task.settled`, `task.awarded` and `task.expired` before index `before` (all: None),
+    and the first posting of each task one of those names a forfeit on. Read from the
+    operator's own store, whose entries were checked when appended."""
+    events: list[tuple[int, Event]] = []
+    for kind in (TASK_SETTLED, TASK_AWARDED, TASK_EXPIRED):
         for stored in store.find(kind=kind, limit=MAX_TASK_EVENTS):
             if before is not None and stored.index >= before:
                 break
-            event = Entry.from_bytes(stored.data).event
-            forfeited = event.body.get("forfeited", [])
-            if not isinstance(forfeited, list) or not all(isinstance(d, str) for d in forfeited):
-                continue
-            if forfeited and event.subject not in needs:
-                needs[event.subject] = _posted_capabilities(store, event.subject)
-            found += [Forfeit(stored.index, did, needs[event.subject]) for did in forfeited]
-    return found
-
-
-def _posted_capabilities(store: LogStore, task_id: str) -> tuple[str, ...]:
-    posted = store.find(kind=TASK_POSTED, subject=task_id, limit=1)
-    if not posted:
-        return ()
-    try:
-        spec = Entry.from_bytes(posted[0].data).event.body["spec"]
-        return TaskSpec.from_json(dict(spec)).capabilities
-    except (MarketError, KeyError, TypeError, ValueError):
-        return ()
+            events.append((stored.index, Entry.from_bytes(stored.data).event))
+    forfeiting = {
+        event.subject
+        for _, event in events
+        if event.kind != TASK_SETTLED and event.body.get("forfeited")
+    }
+    for task_id in sorted(forfeiting):
+        for stored in store.find(kind=TASK_POSTED, subject=task_id, limit=1):
+            events.append((stored.index, Entry.from_bytes(stored.data).event))
+    return events
 
 
 def track_records_from_log(store: LogStore, *, before: int | None = None) -> TrackRecords:
     """Every agent's track record from the settled tasks and forfeits logged before index
-    `before` (all of the log when None): a pure fold anyone can redo, as the award did at its
-    time (`market.reputation.fold_track_records`)."""
-    return fold_track_records(
-        settled_works(store, before=before), forfeits_from_log(store, before=before)
-    )
+    `before` (all of the log when None): the entries read from `store`, then the pure fold
+    anyone can redo (`market.reputation.track_records_from_events`)."""
+    return track_records_from_events(_reputation_events(store, before=before), before=before)
 
 
 def reputations_from_log(
@@ -1355,10 +1329,10 @@ def reputations_from_log(
     *,
     before: int | None = None,
 ) -> dict[str, Fraction]:
-    """Each DID's reputation for a task needing `capabilities` (the mean of its reputations
-    in them) from the log before index `before`: what the auction scored it by."""
-    records = track_records_from_log(store, before=before)
-    return {did: records.reputation_for(did, capabilities) for did in sorted(set(dids))}
+    """Each DID's reputation for a task needing `capabilities` from the log before index
+    `before`: what the auction scored it by (`market.reputation.reputations_from_events`)."""
+    events = _reputation_events(store, before=before)
+    return reputations_from_events(events, dids, capabilities, before=before)
 
 
 MAX_IDEMPOTENCY_KEY = 200

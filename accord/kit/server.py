@@ -25,7 +25,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from coordinator.agent_service import reply_json
-from coordinator.runner import CONVERSATION_MESSAGE
+from coordinator.conversation import CONVERSATION_MESSAGE
 from identity.challenges import JSON
 from identity.http_signatures import (
     CALL_TAG,

@@ -17,9 +17,13 @@ from starlette.concurrency import run_in_threadpool
 from api.problems import ProblemError
 from api.routes.deps import Context, State, address_of, throttle_reads
 from api.streams import SlotStream
-from coordinator.conversation import message_from_json, message_to_json
+from coordinator.conversation import (
+    CONVERSATION_MESSAGE,
+    CONVERSATION_OPENED,
+    message_from_json,
+    message_to_json,
+)
 from coordinator.errors import CoordinatorError, IllegalMove
-from coordinator.runner import CONVERSATION_MESSAGE, CONVERSATION_OPENED
 from coordinator.service import conversation_ids, replay_conversation
 from identity.onboarding import STATUS_LIST_PATH
 from ledger import merkle

@@ -57,10 +57,10 @@ from _common import Goal, Measure, Section, run_alone, side_by_side, temp_root
 
 import coordinator.runner as runner_module
 from coordinator.adapters import InProcessAdapter, solve_task
-from coordinator.conversation import Message
+from coordinator.conversation import CONVERSATION_MESSAGE, CONVERSATION_OPENED, Message
 from coordinator.policy import Member, RulePolicy, TeamView
 from coordinator.repetition import message_bytes, repeated_fraction, text_of
-from coordinator.runner import CONVERSATION_MESSAGE, CONVERSATION_OPENED, RunSettings, TeamRunner
+from coordinator.runner import RunSettings, TeamRunner
 from coordinator.team import plan_work
 from coordinator.work import JSON, SubTask
 from identity.challenges import REGISTRY, validate_output, work_item

@@ -27,7 +27,7 @@ import httpx
 import pytest
 
 from audit.checks import audit_task
-from coordinator.runner import CONVERSATION_MESSAGE
+from coordinator.conversation import CONVERSATION_MESSAGE
 from coordinator.service import run_awarded_task
 from identity.challenges import REGISTRY
 from identity.http_auth import AccordAuth

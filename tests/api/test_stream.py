@@ -15,9 +15,9 @@ import httpx
 import pytest
 
 from coordinator.adapters import reference_adapter
-from coordinator.conversation import Conversation, message_to_json
+from coordinator.conversation import CONVERSATION_OPENED, Conversation, message_to_json
 from coordinator.policy import Member, RulePolicy
-from coordinator.runner import CONVERSATION_OPENED, RunSettings, TeamRunner
+from coordinator.runner import RunSettings, TeamRunner
 from coordinator.service import conversation_ids, replay_conversation
 from coordinator.work import JSON, AgentAdapter, SubTask
 from ledger.signing import Ed25519Signer

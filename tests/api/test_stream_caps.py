@@ -17,7 +17,7 @@ import pytest
 
 from api.routes.deps import ApiConfig, ApiState
 from api.streams import StreamSlots
-from coordinator.runner import CONVERSATION_OPENED
+from coordinator.conversation import CONVERSATION_OPENED
 from identity.http_auth import AccordAuth
 from ledger.signing import Ed25519Signer, Signer
 from market.tasks import TASK_POSTED

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from audit.checks import AuditReport, audit_task
-from coordinator.runner import CONVERSATION_MESSAGE
+from coordinator.conversation import CONVERSATION_MESSAGE
 from coordinator.service import directory_for, run_awarded_task, team_directory
 from ledger.chain import MemoryAnchorChain
 from ledger.events import Entry, Event, entry_bytes, make_entry

@@ -23,19 +23,21 @@ import pytest
 
 from coordinator.adapters import HttpAdapter, InProcessAdapter, reference_adapter, solve_task
 from coordinator.conversation import (
+    CONVERSATION_MESSAGE,
     Abandon,
     AssignAsync,
     AssignSync,
     Contribution,
     Conversation,
+    ConversationRecord,
     ConversationState,
     Message,
     Report,
 )
 from coordinator.errors import AgentFailure, IllegalMove
 from coordinator.policy import Member, RulePolicy
-from coordinator.runner import CONVERSATION_MESSAGE, RunSettings, SealedOutputs, TeamRunner
-from coordinator.service import ConversationRecord, conversation_ids, replay_conversation
+from coordinator.runner import RunSettings, SealedOutputs, TeamRunner
+from coordinator.service import conversation_ids, replay_conversation
 from coordinator.work import JSON, AgentAdapter, SubTask
 from identity.challenges import REGISTRY, validate_output
 from ledger.devnet import find_free_port
