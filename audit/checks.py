@@ -74,6 +74,7 @@ from ledger.events import Entry, Event, parse_time
 from ledger.store import LogStore
 from ledger.verify import StepResult
 from market import sealed
+from market.award import BidBook, replay_award
 from market.check_runtime import LogReviews, run_python_check
 from market.checks import CheckResult, RecheckEnvironment, Valuation
 from market.errors import MarketError, ReputationError
@@ -86,7 +87,6 @@ from market.reputation import (
     settled_work,
     track_records_from_events,
 )
-from market.service import BidBook, replay_award
 from market.settlement import SETTLEMENT_COMPUTED, Settlement, opener, recompute_settlement
 from market.tasks import (
     BID_COMMITTED,

@@ -44,8 +44,8 @@ PURE_CORES = (
     "identity.http_signatures",
     "identity.challenges.base",
     "identity.challenges.names",
-    # market: the task state machine, the work and its checks, sealed bids, the auction,
-    # reputation, Shapley, who reads the work
+    # market: the task state machine, the work and its checks, sealed bids, the auction and
+    # its replay from the log, reputation, Shapley, who reads the work
     "market.errors",
     "market.money",
     "market.tasks",
@@ -53,6 +53,7 @@ PURE_CORES = (
     "market.checks",
     "market.sealed",
     "market.auction",
+    "market.award",
     "market.reputation",
     "market.strategies",
     "market.shapley",

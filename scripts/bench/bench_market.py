@@ -14,7 +14,7 @@ reputation (`market.reputation.reputation` of a few random deliveries); a `Task`
 - admission, with the pure checks: `sealed.check_commitment` for each of the N commitments (the
   committed set growing as each is admitted), then `sealed.check_reveal` for each reveal
   (every commitment known, the revealed set growing), each inside its window;
-- `service.replay_award(task, commitments, reveals, reputations)`: every commitment and reveal
+- `market.award.replay_award(task, commitments, reveals, reputations)`: every commitment and reveal
   signature, every commitment re-hashed from its reveal, then `clear_auction` and forfeits;
   this is the goal (what an auditor, and `Market.award`, runs to clear the auction).
 
@@ -63,11 +63,11 @@ from ledger.signing import Ed25519Signer
 from ledger.store import make_engine
 from market import sealed
 from market.auction import RevealedBid, clear_auction
+from market.award import AdmittedCommitment, AdmittedReveal, replay_award
 from market.escrow import EscrowActions, SqlEscrowJournal, Web3EscrowChain, ensure_escrow
 from market.money import Wei
 from market.reputation import reputation
 from market.runtime import DEVNET_REQUESTER_KEY, ESCROW_DEPLOYMENT_FILE, open_market
-from market.service import AdmittedCommitment, AdmittedReveal, replay_award
 from market.tasks import ESCROW_OPENED, TASK_POSTED, Task, TaskEvent, TaskSpec, replay
 from market.work import Part
 

@@ -24,12 +24,13 @@ from ledger.settings import Settings
 from ledger.signing import Ed25519Signer
 from market import sealed
 from market.auction import RESERVE_SCORE, quality, score
+from market.award import AdmittedCommitment, AdmittedReveal, replay_award
 from market.errors import AuctionError, BidRejected, TransitionError
 from market.escrow import EscrowActions, EscrowState, MemoryEscrowChain
 from market.money import Wei
 from market.reputation import reputation
 from market.runtime import ChainEscrow
-from market.service import AdmittedCommitment, AdmittedReveal, Market, replay_award
+from market.service import Market
 from market.tasks import (
     BID_COMMITTED,
     BID_REVEALED,
