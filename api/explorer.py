@@ -14,7 +14,7 @@ filters the timeline by conversation):
 
 Everything shown is read from the ledger and the chain (as `accord audit` does); every value
 is escaped. `context_provider` is called once per request and returns the store, the anchor
-chain and the escrow chain (see `sources_from_settings`).
+chain and the escrow chain (`ExplorerSources`; the service's are `api.app._ExplorerSources`).
 """
 
 from __future__ import annotations
@@ -44,7 +44,6 @@ from ledger import merkle
 from ledger.chain import AnchorChain, OnChainAnchor
 from ledger.errors import LedgerError, MalformedError, ProofError
 from ledger.events import Entry
-from ledger.settings import Settings
 from ledger.store import LogStore
 from market.blobs import BlobStore
 from market.escrow import EscrowChain
@@ -73,20 +72,6 @@ class ExplorerContext:
     store: LogStore
     anchors: AnchorChain
     escrow: EscrowChain
-
-
-def sources_from_settings(settings: Settings) -> ExplorerContext:
-    """Open the log and the chains as `accord audit` does (the devnet must be running).
-
-    Raises LedgerError, MarketError.
-    """
-    from ledger.runtime import connect_chain, open_store
-    from market.runtime import connect_escrow
-
-    store = open_store(settings)
-    anchors = connect_chain(settings, start_devnet=False)
-    escrow, _ = connect_escrow(settings, start_devnet=False)
-    return ExplorerContext(store, anchors, escrow)
 
 
 def explorer_router(context_provider: Callable[[], ExplorerSources]) -> APIRouter:

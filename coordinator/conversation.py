@@ -57,7 +57,6 @@ STATES: tuple[ConversationState, ...] = (
     "conclusion",
     "closed",
 )
-OPEN_STATES = STATES[:-1]
 DEFAULT_MAX_TURNS = 64
 
 
@@ -205,7 +204,6 @@ class Conclude:
 
 
 Message = Discuss | AssignSync | AssignAsync | Report | Abandon | Conclude
-MESSAGE_KINDS = ("discuss", "assign_sync", "assign_async", "report", "abandon", "conclude")
 
 
 def is_part_of(sub_id: str, of: str) -> bool:
@@ -406,7 +404,7 @@ def _assign_async(c: Conversation, m: AssignAsync) -> Conversation:
     return _next(c, m, allowed, triggers=triggers, assigned=assigned)
 
 
-def _check_result(c: Conversation, result: Result, reporter: str) -> None:
+def _check_result(c: Conversation, result: Result) -> None:
     task = c.assigned.get(result.sub_id)
     if task is None:
         raise IllegalMove(f"no sub-task {result.sub_id} was assigned")
@@ -424,13 +422,13 @@ def _report(c: Conversation, m: Report) -> Conversation:
         sub_id, assignee = c.blocked_on
         if m.speaker != assignee or m.result.sub_id != sub_id:
             raise IllegalMove(f"the conversation waits for {assignee}'s result for {sub_id}")
-        _check_result(c, m.result, m.speaker)
+        _check_result(c, m.result)
         return _next(c, m, _AFTER_RESULT, blocked_on=None, results=(*c.results, m.result))
     if c.state == "pause_trigger":
         _expect_speaker(c, m)
         if c.triggers.get(m.result.sub_id) != m.speaker:
             raise IllegalMove(f"{m.speaker} has no pending trigger for {m.result.sub_id}")
-        _check_result(c, m.result, m.speaker)
+        _check_result(c, m.result)
         remaining = {k: v for k, v in c.triggers.items() if k != m.result.sub_id}
         allowed: tuple[ConversationState, ...] = ("pause_trigger",) if remaining else _AFTER_RESULT
         return _next(c, m, allowed, triggers=remaining, results=(*c.results, m.result))

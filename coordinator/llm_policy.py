@@ -69,7 +69,6 @@ PROMPTS_DIR: Traversable = files("coordinator") / "prompts"
 TEMPLATES = ("leader_system", "leader_turn", "leader_retry")
 DEFAULT_MAX_ATTEMPTS = 3
 MAX_REPLY_CHARS = 1 << 20
-LEADER_KINDS = ("discuss", "assign_sync", "assign_async", "abandon", "conclude")
 
 MODEL_VARIABLE = "ACCORD_LLM_MODEL"
 POLICIES = ("rule", "llm")

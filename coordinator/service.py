@@ -386,11 +386,3 @@ def _verified(index: int, data: bytes) -> Entry:
     except LedgerError as exc:
         raise IllegalMove(f"entry {index}: {exc}") from exc
     return entry
-
-
-def reputation_text(value: Fraction) -> str:
-    return f"{value.numerator}/{value.denominator}"
-
-
-def members_by_did(members: Iterable[Member]) -> dict[str, Member]:
-    return {m.did: m for m in members}

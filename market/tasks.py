@@ -23,7 +23,6 @@ from datetime import datetime, timedelta
 from fractions import Fraction
 from typing import Any, Literal
 
-from ledger.events import parse_time
 from market.auction import PAYMENT_RULES, PaymentRule, ScoringWeights
 from market.errors import AuctionError, LimitError, TaskError, TransitionError, WorkError
 from market.money import Wei, parse_amount, wei
@@ -420,11 +419,6 @@ def _require(task: Task, states: TaskState | tuple[TaskState, ...], action: str)
     allowed = (states,) if isinstance(states, str) else states
     if task.state not in allowed:
         raise TransitionError(task.task_id, task.state, action)
-
-
-def event_time(text: str) -> datetime:
-    """The datetime of a ledger event's `at`."""
-    return parse_time(text)
 
 
 _WINDOW = re.compile(r"^\s*([0-9]{1,9})\s*(s|m|h|d)?\s*$")

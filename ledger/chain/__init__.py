@@ -62,7 +62,6 @@ if TYPE_CHECKING:
         AnchorChain,
         TxChain,
         poll_receipt,
-        wait_until_deep,
     )
     from ledger.chain.values import (
         DEFAULT_FEE_POLICY,
@@ -128,7 +127,6 @@ _EXPORTS = {
     "AnchorChain": "ledger.chain.protocol",
     "TxChain": "ledger.chain.protocol",
     "poll_receipt": "ledger.chain.protocol",
-    "wait_until_deep": "ledger.chain.protocol",
     "Web3AnchorChain": "ledger.chain.web3_chain",
     "Web3Transactions": "ledger.chain.web3_chain",
     "block_hash_at": "ledger.chain.web3_chain",
@@ -221,7 +219,6 @@ __all__ = [
     "send_raw_transaction",
     "transaction_receipt",
     "validate_anchor",
-    "wait_until_deep",
     "with_gas_margin",
     "write_deployment",
 ]

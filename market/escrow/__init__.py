@@ -24,10 +24,6 @@ if TYPE_CHECKING:
     from market.escrow.actions import EscrowActions, EscrowOutcome, OutcomeStatus
     from market.escrow.chain import (
         EscrowChain,
-        build_open_tx,
-        build_refund_tx,
-        build_settle_tx,
-        build_withdraw_tx,
     )
     from market.escrow.journal import (
         EscrowJournal,
@@ -78,10 +74,6 @@ _EXPORTS = {
     "EscrowOutcome": "market.escrow.actions",
     "OutcomeStatus": "market.escrow.actions",
     "EscrowChain": "market.escrow.chain",
-    "build_open_tx": "market.escrow.chain",
-    "build_refund_tx": "market.escrow.chain",
-    "build_settle_tx": "market.escrow.chain",
-    "build_withdraw_tx": "market.escrow.chain",
     "EscrowJournal": "market.escrow.journal",
     "EscrowTxRecord": "market.escrow.journal",
     "JournalStatus": "market.escrow.journal",
@@ -151,10 +143,6 @@ __all__ = [
     "SqlEscrowJournal",
     "Web3EscrowChain",
     "address_of",
-    "build_open_tx",
-    "build_refund_tx",
-    "build_settle_tx",
-    "build_withdraw_tx",
     "deploy_escrow",
     "ensure_escrow",
     "open_calldata",

@@ -126,7 +126,7 @@ def _model_of(c: Conversation) -> Model:
     )
 
 
-def _result_ok(m: Model, result: Result, reporter: str) -> bool:
+def _result_ok(m: Model, result: Result) -> bool:
     """A result is well-formed: for an assigned sub-task, contributions iff ok, each naming that
     sub-task or a part of it. (The reporter's own name need not be on it: since 4987d5b a member
     may hand the whole piece to a sub-team.)"""
@@ -197,7 +197,7 @@ def _oracle(m: Model, msg: Message) -> Model | None:
             allowed = frozenset({"pause_trigger"}) if triggers else AFTER_RESULT
         else:
             return None
-        if not _result_ok(m, r, msg.speaker):
+        if not _result_ok(m, r):
             return None
         new_tags = [(x.agent, x.sub_id) for x in r.contributions] if r.ok else []
         nxt["tags"] = tuple(sorted([*m.tags, *new_tags]))
@@ -317,10 +317,6 @@ def _deliverables(m: Model) -> list[Deliverable]:
 
 
 # -- the walk ----------------------------------------------------------------------------------
-
-
-def _agrees(c: Conversation, m: Model) -> bool:
-    return _model_of(c) == m
 
 
 def _explore(
