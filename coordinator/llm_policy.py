@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import json
 import os
-import string
 from collections.abc import Iterable, Mapping
 from functools import cache
 from importlib.resources import files
@@ -53,6 +52,7 @@ from coordinator.conversation import (
 from coordinator.errors import IllegalMove, PolicyError, PolicyOutputError
 from coordinator.policy import Member, Policy, RulePolicy, TeamView
 from coordinator.work import JSON, SubTask
+from identity.challenges.base import render_template
 from identity.chat import (
     ChatError,
     ChatMessage,
@@ -92,22 +92,13 @@ class PolicyCallError(PolicyError):
 
 
 def render(template: str, values: Mapping[str, str], name: str = "template") -> str:
-    """Substitute `values` into a `string.Template` text, strictly.
+    """Substitute `values` into a `string.Template` text, strictly
+    (`identity.challenges.base.render_template`).
 
     Raises PromptError for an invalid placeholder, a placeholder without a value, or a value
     without a placeholder.
     """
-    tmpl = string.Template(template)
-    if not tmpl.is_valid():
-        raise PromptError(f"{name} has an invalid placeholder (write $$ for a dollar sign)")
-    names = set(tmpl.get_identifiers())
-    missing = sorted(names - set(values))
-    if missing:
-        raise PromptError(f"{name} needs a value for {', '.join(missing)}")
-    unused = sorted(set(values) - names)
-    if unused:
-        raise PromptError(f"{name} has no placeholder for {', '.join(unused)}")
-    return tmpl.substitute(values)
+    return render_template(template, values, name, error=PromptError)
 
 
 @cache

@@ -54,6 +54,7 @@ from ledger.events import Entry, Event, format_time, parse_time
 from ledger.service import Ledger
 from ledger.signing import Signer
 from ledger.store import LogStore, create_tables
+from ledger.views import from_micros, micros
 
 COMMITTED = "exam.committed"
 ANSWERED = "exam.answered"
@@ -439,14 +440,6 @@ class ExamAttempt(SQLModel, table=True):
 _ATTEMPTS = ExamAttempt.__table__  # type: ignore[attr-defined]
 
 
-def _micros(moment: datetime) -> int:
-    return round(moment.timestamp() * 1_000_000)
-
-
-def _from_micros(value: int, like: datetime) -> datetime:
-    return datetime.fromtimestamp(value / 1_000_000, tz=like.tzinfo)
-
-
 @dataclass(frozen=True)
 class ExamSession:
     """A started exam as the agent sees it: items without their private grading data."""
@@ -665,7 +658,7 @@ class ExamService:
 
     def _record_attempt(self, plan: ExamPlan, exam_seed: bytes, now: datetime) -> None:
         """Check the rate limit and record the attempt in one transaction (serialised writers)."""
-        since = _micros(now - self.attempt_window)
+        since = micros(now - self.attempt_window)
         try:
             with self.engine.begin() as connection:
                 starts = connection.execute(
@@ -676,7 +669,7 @@ class ExamService:
                     )
                 ).scalars()
                 check_rate_limit(
-                    [_from_micros(int(value), now) for value in starts],
+                    [from_micros(int(value)) for value in starts],
                     now,
                     max_attempts=self.max_attempts,
                     window=self.attempt_window,
@@ -686,7 +679,7 @@ class ExamService:
                         exam_id=plan.exam_id,
                         agent_did=plan.agent_did,
                         capability=plan.capability,
-                        started_at=_micros(now),
+                        started_at=micros(now),
                         seed_hex=exam_seed.hex(),
                         graded=False,
                     )
