@@ -14,7 +14,7 @@ from typing import Any
 
 import rfc8785
 
-from ledger.errors import CanonicalizationError, MalformedError
+from accord.ledger.errors import CanonicalizationError, MalformedError
 
 JSONValue = Any
 """A value made of dict (str keys), list, str, int, float, bool and None."""
@@ -162,8 +162,8 @@ def parse_canonical(data: bytes) -> JSONValue:
 def whole_numbers(value: JSONValue) -> JSONValue:
     """`value` with each whole float within 2**53 as an int: an A2A data part is a protobuf
     `Value`, whose numbers are doubles, so an agent's 42 or a client's check weight 3 may
-    arrive as 42.0 or 3.0 (the A2A runtime in `identity.runtimes` and the server in `api.a2a`
-    both read them through this)."""
+    arrive as 42.0 or 3.0 (the A2A runtime in `accord.identity.runtimes` and the server in
+    `accord.api.a2a` both read them through this)."""
     if isinstance(value, float) and value.is_integer() and abs(value) <= 2**53:
         return int(value)
     if isinstance(value, dict):

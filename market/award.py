@@ -10,11 +10,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 
-from ledger.events import Event
-from market import sealed
-from market.auction import AuctionOutcome, RevealedBid, clear_auction
-from market.errors import BidRejected
-from market.tasks import BID_COMMITTED, BID_REVEALED, Task
+from accord.ledger.events import Event
+from accord.market import sealed
+from accord.market.auction import AuctionOutcome, RevealedBid, clear_auction
+from accord.market.errors import BidRejected
+from accord.market.tasks import BID_COMMITTED, BID_REVEALED, Task
 
 
 @dataclass(frozen=True)

@@ -23,8 +23,8 @@ capability of its task. An agent loses its credential in a capability (`revocati
 its independent parts there (those of units whose requester is outside its circle) number at
 least REVOCATION_MIN_PARTS and their mean score is below the exam's threshold. Every rule
 here is a pure function of the records; `track_records_from_events` folds them from the log's
-verified events (`market.service.track_records_from_log` reads those from a store) and the
-reputation view (`market.views`) keeps the same fold by agent.
+verified events (`accord.market.service.track_records_from_log` reads those from a store) and the
+reputation view (`accord.market.views`) keeps the same fold by agent.
 """
 
 from __future__ import annotations
@@ -35,9 +35,9 @@ from fractions import Fraction
 from functools import cached_property
 from typing import Any
 
-from ledger.events import Event
-from market.errors import MarketError, ReputationError
-from market.tasks import TASK_AWARDED, TASK_EXPIRED, TASK_POSTED, TASK_SETTLED, TaskSpec
+from accord.ledger.events import Event
+from accord.market.errors import MarketError, ReputationError
+from accord.market.tasks import TASK_AWARDED, TASK_EXPIRED, TASK_POSTED, TASK_SETTLED, TaskSpec
 
 DEFAULT_PRIOR_MEAN = Fraction(1, 2)
 DEFAULT_PRIOR_WEIGHT = 2

@@ -23,10 +23,10 @@ from datetime import datetime, timedelta
 from fractions import Fraction
 from typing import Any, Literal
 
-from market.auction import PAYMENT_RULES, PaymentRule, ScoringWeights
-from market.errors import AuctionError, LimitError, TaskError, TransitionError, WorkError
-from market.money import Wei, parse_amount, wei
-from market.work import (
+from accord.market.auction import PAYMENT_RULES, PaymentRule, ScoringWeights
+from accord.market.errors import AuctionError, LimitError, TaskError, TransitionError, WorkError
+from accord.market.money import Wei, parse_amount, wei
+from accord.market.work import (
     Check,
     Part,
     check_to_json,
@@ -63,7 +63,7 @@ TASK_STARTED = "task.started"
 TASK_DELIVERED = "task.delivered"
 TASK_SETTLED = "task.settled"
 SETTLEMENT_COMPUTED = "settlement.computed"
-"""The operator's computed settlement of a task (logged by `market.settlement`)."""
+"""The operator's computed settlement of a task (logged by `accord.market.settlement`)."""
 REVIEW_GIVEN = "review.given"
 ONCE_PER_TASK = (
     ESCROW_OPENED,
@@ -106,7 +106,7 @@ CAPABILITY_PATTERN = re.compile(r"^[a-z][a-z0-9_-]{0,63}$")
 
 @dataclass(frozen=True)
 class TaskSpec:
-    """What a requester posts: the terms, and the work (parts and checks, `market.work`).
+    """What a requester posts: the terms, and the work (parts and checks, `accord.market.work`).
 
     Validated on construction; raises TaskError naming the field (WorkError naming the JSON
     path for parts and checks). The parts' inputs are checked against their capabilities'
@@ -430,7 +430,7 @@ _MAX_SECONDS = int(MAX_WINDOW.total_seconds())
 def duration_seconds(text: str) -> int | None:
     """The seconds `text` names: `30s`, `5m`, `2h`, `1d` or bare seconds, spaces around
     allowed; None for anything else or more than MAX_DURATION_TEXT characters. Pure; the
-    callers bound it (`parse_window`, the CLI's `api.market_cli.parse_duration`)."""
+    callers bound it (`parse_window`, the CLI's `accord.api.market_cli.parse_duration`)."""
     match = _DURATION.match(text) if len(text) <= MAX_DURATION_TEXT else None
     if match is None:
         return None

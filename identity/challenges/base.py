@@ -24,7 +24,7 @@ from functools import cache
 from pathlib import Path
 from typing import ClassVar, Protocol, TypeAlias
 
-from identity.errors import DeadlineError, ExamError
+from accord.identity.errors import DeadlineError, ExamError
 
 JSON: TypeAlias = bool | int | float | str | list["JSON"] | dict[str, "JSON"] | None
 JSONObject: TypeAlias = dict[str, JSON]
@@ -196,7 +196,7 @@ def render_template(
     error: Callable[[str], Exception] = ExamError,
 ) -> str:
     """`template` with `values` substituted by `string.Template.substitute`, strictly: the
-    instruction templates here and the policy's prompts (`coordinator.llm_policy`) alike.
+    instruction templates here and the policy's prompts (`accord.coordinator.llm_policy`) alike.
 
     Raises `error(reason)` (ExamError unless given) for an invalid placeholder (write `$$`
     for a dollar sign), a placeholder without a value, or a value without a placeholder.

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from market.errors import ReputationError
-from market.reputation import (
+from accord.market.errors import ReputationError
+from accord.market.reputation import (
     PAIR_DECAY,
     REVOCATION_MIN_PARTS,
     Forfeit,
@@ -287,9 +287,9 @@ def test_a_circle_cannot_revoke_nor_shield_its_members() -> None:
 def test_track_records_fold_from_verified_events_alone() -> None:
     """The reputation the auction scored by is a pure fold of the log's events: settled work,
     forfeits with their task's capabilities from its posting, and nothing at or after `before`."""
-    from ledger.events import Event
-    from ledger.signing import Ed25519Signer
-    from market.tasks import TASK_AWARDED, TASK_EXPIRED, TASK_POSTED, TASK_SETTLED
+    from accord.ledger.events import Event
+    from accord.ledger.signing import Ed25519Signer
+    from accord.market.tasks import TASK_AWARDED, TASK_EXPIRED, TASK_POSTED, TASK_SETTLED
     from tests.specs import invoice_spec
 
     operator = Ed25519Signer(b"\x01" * 32).did
