@@ -36,6 +36,7 @@ lint: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
+	$(VENV)/bin/vulture
 
 test: setup lint
 	$(PY) scripts/compile_contracts.py --check

@@ -94,6 +94,7 @@ from accord.api.routes.deps import ApiState, Caller, State
 from accord.api.routes.market import TaskPost, post_task
 from accord.api.routes.remote import EntryBody
 from accord.api.streams import SlotStream
+from accord.ledger.canonical import whole_numbers
 from accord.ledger.events import Entry, parse_time
 from accord.market.runtime import MarketContext
 from accord.market.service import LIFECYCLE_KINDS
@@ -480,18 +481,6 @@ def signed_posting_of(params: Mapping[str, Any]) -> SignedPosting | None:
             "message.metadata.accord.idempotency_key",
         )
     return SignedPosting(entry, key)
-
-
-def whole_numbers(value: Any) -> Any:
-    """`value` with its whole floats as integers: A2A carries a data part as a protobuf
-    Value, whose numbers are doubles, so a client's check weight 3 arrives as 3.0."""
-    if isinstance(value, float) and value.is_integer() and abs(value) < 2**53:
-        return int(value)
-    if isinstance(value, dict):
-        return {key: whole_numbers(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [whole_numbers(item) for item in value]
-    return value
 
 
 def validated_spec(spec: Mapping[str, Any]) -> TaskPost:

@@ -14,7 +14,7 @@ filters the timeline by conversation):
 
 Everything shown is read from the ledger and the chain (as `accord audit` does); every value
 is escaped. `context_provider` is called once per request and returns the store, the anchor
-chain and the escrow chain (see `sources_from_settings`).
+chain and the escrow chain (`ExplorerSources`; the service's are `accord.api.app._ExplorerSources`).
 """
 
 from __future__ import annotations
@@ -38,14 +38,12 @@ from accord.audit.html import (
     move_kind,
     settlement_entry,
 )
-from accord.coordinator.conversation import message_from_json
+from accord.coordinator.conversation import CONVERSATION_MESSAGE, message_from_json
 from accord.coordinator.errors import CoordinatorError
-from accord.coordinator.runner import CONVERSATION_MESSAGE
 from accord.ledger import merkle
 from accord.ledger.chain import AnchorChain, OnChainAnchor
 from accord.ledger.errors import LedgerError, MalformedError, ProofError
 from accord.ledger.events import Entry
-from accord.ledger.settings import Settings
 from accord.ledger.store import LogStore
 from accord.market.blobs import BlobStore
 from accord.market.escrow import EscrowChain
@@ -74,20 +72,6 @@ class ExplorerContext:
     store: LogStore
     anchors: AnchorChain
     escrow: EscrowChain
-
-
-def sources_from_settings(settings: Settings) -> ExplorerContext:
-    """Open the log and the chains as `accord audit` does (the devnet must be running).
-
-    Raises LedgerError, MarketError.
-    """
-    from accord.ledger.runtime import connect_chain, open_store
-    from accord.market.runtime import connect_escrow
-
-    store = open_store(settings)
-    anchors = connect_chain(settings, start_devnet=False)
-    escrow, _ = connect_escrow(settings, start_devnet=False)
-    return ExplorerContext(store, anchors, escrow)
 
 
 def explorer_router(context_provider: Callable[[], ExplorerSources]) -> APIRouter:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import secrets
 import sys
 import time
@@ -63,9 +62,6 @@ ServerOption = Annotated[
         help="Read from the accord service at this URL instead of the local store.",
     ),
 ]
-_DURATION = re.compile(r"^\s*([0-9]+)\s*(s|m|h|d)?\s*$")
-_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-_MAX_DURATION_TEXT = 40
 
 
 def parse_duration(text: str, limit: timedelta | None = None) -> timedelta:
@@ -74,16 +70,15 @@ def parse_duration(text: str, limit: timedelta | None = None) -> timedelta:
 
     Raises TaskError for anything else, LimitError beyond `limit`.
     """
-    if limit is None:
-        from accord.market.tasks import MAX_WINDOW
+    from accord.market.tasks import MAX_DURATION_TEXT, MAX_WINDOW, duration_seconds
 
+    if limit is None:
         limit = MAX_WINDOW
-    match = _DURATION.match(text[: _MAX_DURATION_TEXT + 1])
-    if match is None or len(text) > _MAX_DURATION_TEXT:
+    seconds = duration_seconds(text)
+    if seconds is None:
         raise TaskError(
-            f"{text[:_MAX_DURATION_TEXT]!r} is not a duration: write e.g. 30s, 5m, 2h or 1d"
+            f"{text[:MAX_DURATION_TEXT]!r} is not a duration: write e.g. 30s, 5m, 2h or 1d"
         )
-    seconds = int(match.group(1)) * _SECONDS[match.group(2) or "s"]
     if seconds > limit.total_seconds():
         raise LimitError(
             f"{text.strip()} is longer than the {_days(limit)} a window may last",

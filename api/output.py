@@ -52,11 +52,6 @@ def reset() -> None:
     _remember_json(False)
 
 
-def json_errors() -> bool:
-    """Whether errors are reported as JSON on stdout (the command was given `--json`)."""
-    return _json_errors
-
-
 JsonFlag = Annotated[
     bool,
     typer.Option(

@@ -45,13 +45,17 @@ from datetime import datetime
 from fractions import Fraction
 from typing import Any
 
+from accord.coordinator.conversation import (
+    CONVERSATION_MESSAGE,
+    CONVERSATION_OPENED,
+    ConversationRecord,
+    conversation_from_events,
+)
 from accord.coordinator.errors import CoordinatorError
-from accord.coordinator.runner import CONVERSATION_MESSAGE, CONVERSATION_OPENED
-from accord.coordinator.service import ConversationRecord, replay_conversation
 from accord.identity.challenges.registry import get_capability
 from accord.identity.credentials import REVOCATION_EVENT_KIND, VerifiedCredential, verify_credential
 from accord.identity.errors import BindingError, ExamError, IdentityError, SandboxUnavailable
-from accord.identity.exams import ANSWERED, COMMITTED, GRADED, regrade_from_ledger
+from accord.identity.exams import ANSWERED, COMMITTED, GRADED, regrade_from_events
 from accord.identity.onboarding import ISSUED_EVENT_KIND, PAYOUT_BOUND_KIND
 from accord.identity.payout import verify_binding
 from accord.identity.registration import HOSTED, REGISTERED_KIND, Custody, custody_of
@@ -70,16 +74,18 @@ from accord.ledger.events import Entry, Event, parse_time
 from accord.ledger.store import LogStore
 from accord.ledger.verify import StepResult
 from accord.market import sealed
+from accord.market.award import BidBook, replay_award
 from accord.market.check_runtime import LogReviews, run_python_check
 from accord.market.checks import CheckResult, RecheckEnvironment, Valuation
 from accord.market.errors import MarketError, ReputationError
 from accord.market.escrow import EscrowChain
-from accord.market.reputation import SettledWork, check_revocation, scored_parts, settled_work
-from accord.market.service import (
-    BidBook,
-    replay_award,
-    reputations_from_log,
-    track_records_from_log,
+from accord.market.reputation import (
+    SettledWork,
+    check_revocation,
+    reputations_from_events,
+    scored_parts,
+    settled_work,
+    track_records_from_events,
 )
 from accord.market.settlement import SETTLEMENT_COMPUTED, Settlement, opener, recompute_settlement
 from accord.market.tasks import (
@@ -191,6 +197,10 @@ class _Scope:
     touched: dict[int, Entry]
     operator: str
     bidders: list[tuple[int, sealed.Commitment]]
+    log: Mapping[int, Entry] = field(default_factory=dict)
+    """Every entry of the log, verified (`_signed_log`): what the replayers fold."""
+    by_subject: Mapping[str, Sequence[int]] = field(default_factory=dict)
+    """The indices of `log`'s entries by subject, in log order."""
     custody: dict[str, Custody] = field(default_factory=dict)
     """Who holds each registered agent's key, as its `agent.registered` declares."""
     held_to_log: list[str] | None = None
@@ -216,10 +226,10 @@ def audit_task(
     checks: list[tuple[int, Callable[[_Scope], str]]] = [
         (1, lambda s: _signatures(s)),
         (2, lambda s: _anchored(store, s, anchors)),
-        (3, lambda s: _credentials(store, s)),
-        (4, lambda s: _auction(store, s)),
+        (3, lambda s: _credentials(s)),
+        (4, lambda s: _auction(s)),
         (5, lambda s: _conversations(s)),
-        (6, lambda s: _settlement(store, s, escrow, outputs)),
+        (6, lambda s: _settlement(s, escrow, outputs)),
         (7, lambda s: _escrow_events(s, escrow)),
     ]
     try:
@@ -361,7 +371,8 @@ def _scope(store: LogStore, task_id: str, operator_did: str | None) -> _Scope:
             ]
         )
         try:
-            conversations.append(replay_conversation(store, conv_id))
+            conv_events = [(i, log[i].event) for i in by_subject.get(conv_id, [])]
+            conversations.append(conversation_from_events(conv_id, conv_events))
         except CoordinatorError:
             conversations.append(_unreplayed(conv_id))
     agents = {c.bidder for _, c in bidders} | {
@@ -373,7 +384,15 @@ def _scope(store: LogStore, task_id: str, operator_did: str | None) -> _Scope:
         take(by_kind.get(ISSUED_EVENT_KIND, []))
     take(by_kind.get(REVOCATION_EVENT_KIND, []))
     custody = custody_of(log[i].event for i in by_kind.get(REGISTERED_KIND, []))
-    return _Scope(task, events, conversations, touched, operator, bidders, custody)
+    return _Scope(task, events, conversations, touched, operator, bidders, log, by_subject, custody)
+
+
+def _events_of(scope: _Scope, subject: str | None = None) -> list[tuple[int, Event]]:
+    """The verified events of the log (of one subject, when given), with their indices, in
+    log order: what the pure replayers fold."""
+    if subject is None:
+        return [(index, entry.event) for index, entry in sorted(scope.log.items())]
+    return [(index, scope.log[index].event) for index in scope.by_subject.get(subject, [])]
 
 
 def _unreplayed(conv_id: str) -> ConversationRecord:
@@ -613,7 +632,7 @@ def _anchored(store: LogStore, scope: _Scope, chain: AnchorChain) -> str:
 # -- (3) credentials and exams ---------------------------------------------------------------
 
 
-def _credentials(store: LogStore, scope: _Scope) -> str:
+def _credentials(scope: _Scope) -> str:
     issued: list[tuple[int, Mapping[str, Any]]] = []
     revoked: dict[str, int] = {}
     for index in sorted(scope.touched):
@@ -639,7 +658,8 @@ def _credentials(store: LogStore, scope: _Scope) -> str:
             exam_id = str(credential.get("examId"))
             if exam_id not in regraded and exam_id not in unboxed:
                 try:
-                    regrade_from_ledger(store, exam_id, scope.operator)  # raises unless it matches
+                    # raises unless it matches
+                    regrade_from_events(exam_id, _events_of(scope, exam_id), scope.operator)
                 except SandboxUnavailable as exc:
                     unboxed[exam_id] = str(exc)
                     continue
@@ -698,7 +718,7 @@ def _held_at(
 # -- (4) the auction -------------------------------------------------------------------------
 
 
-def _auction(store: LogStore, scope: _Scope) -> str:
+def _auction(scope: _Scope) -> str:
     task = scope.task
     book = BidBook()
     awarded: tuple[int, Mapping[str, Any]] | None = None
@@ -713,8 +733,8 @@ def _auction(store: LogStore, scope: _Scope) -> str:
             awarded = (index, event.body)
     if awarded is None:
         raise AuditFailure("the task was never awarded")
-    reputations = reputations_from_log(
-        store, book.reveals.keys(), task.spec.capabilities, before=awarded[0]
+    reputations = reputations_from_events(
+        _events_of(scope), book.reveals.keys(), task.spec.capabilities, before=awarded[0]
     )
     try:
         outcome, forfeited = replay_award(
@@ -769,7 +789,6 @@ def _conversations(scope: _Scope) -> str:
 
 
 def _settlement(
-    store: LogStore,
     scope: _Scope,
     escrow: EscrowChain,
     outputs: Callable[[str], bytes | None] | None,
@@ -845,7 +864,7 @@ def _settlement(
         bound = _bound_address(scope, player, chain_id)
         if bound != address:
             raise AuditFailure(f"{player} bound {bound} for payouts, not {address}", index)
-    _track_record(store, scope, settlement, valuation)
+    _track_record(scope, settlement, valuation)
     passed = sum(1 for r in settlement.checks.values() if r.passed)
     held = env.unopened_checks
     how = (
@@ -873,9 +892,7 @@ def _holds_none(commitment: str) -> None:
     return None
 
 
-def _track_record(
-    store: LogStore, scope: _Scope, settlement: Settlement, valuation: Valuation
-) -> None:
+def _track_record(scope: _Scope, settlement: Settlement, valuation: Valuation) -> None:
     """(6c) `task.settled` records the track record the settlement gives (each part's producer
     and score, `accord.market.reputation`), and every revocation it made due recomputes from the log
     up to it. Raises AuditFailure."""
@@ -903,7 +920,8 @@ def _track_record(
         try:
             threshold = get_capability(str(evidence.get("capability"))).threshold
             _revoked_credential(scope, revocation, evidence)
-            check_revocation(evidence, track_records_from_log(store, before=index + 1), threshold)
+            records = track_records_from_events(_events_of(scope), before=index + 1)
+            check_revocation(evidence, records, threshold)
         except (MarketError, ExamError) as exc:
             raise AuditFailure(f"the revocation was not due: {exc}", at) from exc
 

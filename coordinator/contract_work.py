@@ -29,6 +29,8 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from accord.coordinator.conversation import (
+    CONVERSATION_MESSAGE,
+    CONVERSATION_OPENED,
     Conversation,
     Report,
     message_from_json,
@@ -36,7 +38,6 @@ from accord.coordinator.conversation import (
     step,
 )
 from accord.coordinator.errors import CoordinatorError, IllegalMove
-from accord.coordinator.runner import CONVERSATION_MESSAGE, CONVERSATION_OPENED
 from accord.coordinator.service import conversation_ids, replay_conversation, team_directory
 from accord.identity.challenges import validate_output
 from accord.identity.errors import ExamError

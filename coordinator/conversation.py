@@ -22,17 +22,24 @@ conversation or raises `IllegalMove` with the rule it broke:
 Bounds: at most `max_turns` messages (only `Conclude` may use the last turn); sub-task ids are
 unique; an assignee must be a member; nothing concludes while an assignment is outstanding; the
 deliverable's contributions are exactly the successful results, each tagged with its agent.
+
+`conversation_from_events` folds a logged conversation (its verified `conversation.opened` and
+`conversation.message` events) back through `step`: the replay the service and the audit share.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-from accord.coordinator.errors import IllegalMove
+from accord.coordinator.errors import CoordinatorError, IllegalMove
 from accord.coordinator.work import JSON, SubTask
+from accord.ledger.events import Event
 from accord.ledger.sealing import is_commitment
+
+CONVERSATION_OPENED = "conversation.opened"
+CONVERSATION_MESSAGE = "conversation.message"
 
 ConversationState = Literal[
     "discussion",
@@ -50,7 +57,6 @@ STATES: tuple[ConversationState, ...] = (
     "conclusion",
     "closed",
 )
-OPEN_STATES = STATES[:-1]
 DEFAULT_MAX_TURNS = 64
 
 
@@ -198,7 +204,6 @@ class Conclude:
 
 
 Message = Discuss | AssignSync | AssignAsync | Report | Abandon | Conclude
-MESSAGE_KINDS = ("discuss", "assign_sync", "assign_async", "report", "abandon", "conclude")
 
 
 def is_part_of(sub_id: str, of: str) -> bool:
@@ -399,7 +404,7 @@ def _assign_async(c: Conversation, m: AssignAsync) -> Conversation:
     return _next(c, m, allowed, triggers=triggers, assigned=assigned)
 
 
-def _check_result(c: Conversation, result: Result, reporter: str) -> None:
+def _check_result(c: Conversation, result: Result) -> None:
     task = c.assigned.get(result.sub_id)
     if task is None:
         raise IllegalMove(f"no sub-task {result.sub_id} was assigned")
@@ -417,13 +422,13 @@ def _report(c: Conversation, m: Report) -> Conversation:
         sub_id, assignee = c.blocked_on
         if m.speaker != assignee or m.result.sub_id != sub_id:
             raise IllegalMove(f"the conversation waits for {assignee}'s result for {sub_id}")
-        _check_result(c, m.result, m.speaker)
+        _check_result(c, m.result)
         return _next(c, m, _AFTER_RESULT, blocked_on=None, results=(*c.results, m.result))
     if c.state == "pause_trigger":
         _expect_speaker(c, m)
         if c.triggers.get(m.result.sub_id) != m.speaker:
             raise IllegalMove(f"{m.speaker} has no pending trigger for {m.result.sub_id}")
-        _check_result(c, m.result, m.speaker)
+        _check_result(c, m.result)
         remaining = {k: v for k, v in c.triggers.items() if k != m.result.sub_id}
         allowed: tuple[ConversationState, ...] = ("pause_trigger",) if remaining else _AFTER_RESULT
         return _next(c, m, allowed, triggers=remaining, results=(*c.results, m.result))
@@ -528,3 +533,87 @@ def message_from_json(value: Mapping[str, JSON]) -> Message:
                 raise IllegalMove(f"unknown message kind {kind!r}")
     except (KeyError, TypeError, ValueError) as exc:
         raise IllegalMove(f"not a message: {exc!r}") from exc
+
+
+# -- replaying a logged conversation ---------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LoggedMessage:
+    index: int
+    turn: int
+    message: Message
+
+
+@dataclass(frozen=True)
+class ConversationRecord:
+    """A conversation as replayed from the ledger."""
+
+    conversation: Conversation
+    messages: tuple[LoggedMessage, ...]
+    opened_index: int
+    title: str
+
+    def to_json(self) -> dict[str, object]:
+        c = self.conversation
+        return {
+            "id": c.conv_id,
+            "task": c.task_id,
+            "parent": c.parent,
+            "depth": c.depth,
+            "state": c.state,
+            "leader": c.leader,
+            "members": list(c.members),
+            "turns": c.turn,
+            "title": self.title,
+        }
+
+
+def conversation_from_events(
+    conv_id: str, events: Iterable[tuple[int, Event]], *, max_depth: int = 8
+) -> ConversationRecord:
+    """Replay conversation `conv_id` through the state machine from its verified events, each
+    with its log index, in log order (events of other subjects and kinds are skipped). Pure:
+    the caller reads the entries and checks their signatures; the events are consumed in
+    order, so a lazy caller's error for a later entry comes after this one's for an earlier.
+
+    Raises IllegalMove naming the entry when the first event is not the opening, the opening
+    is not the leader's, or a message breaks the transition table, is not signed by its
+    speaker or is out of turn; CoordinatorError when there are no events.
+    """
+    kinds = (CONVERSATION_OPENED, CONVERSATION_MESSAGE)
+    logged = ((i, e) for i, e in events if e.subject == conv_id and e.kind in kinds)
+    first = next(logged, None)
+    if first is None:
+        raise CoordinatorError(f"no conversation {conv_id!r} (see `accord conversation list`)")
+    opened_index, opened = first
+    if opened.kind != CONVERSATION_OPENED:
+        raise IllegalMove(f"entry {opened_index}: {conv_id} does not start with its opening")
+    body = opened.body
+    conversation = open_conversation(
+        conv_id,
+        str(body["task"]),
+        str(body["leader"]),
+        tuple(body["members"]),
+        parent=body["parent"],
+        depth=int(body["depth"]),
+        max_depth=max_depth,
+        max_turns=int(body["max_turns"]),
+    )
+    if opened.actor != conversation.leader:
+        raise IllegalMove(f"entry {opened_index}: opened by someone else than its leader")
+    messages = []
+    for index, event in logged:
+        message = message_from_json(event.body["message"])
+        if event.actor != message.speaker:
+            raise IllegalMove(f"entry {index}: signed by {event.actor}, not its speaker")
+        if int(event.body["turn"]) != conversation.turn:
+            raise IllegalMove(f"entry {index}: turn {event.body['turn']} out of order")
+        try:
+            conversation = step(conversation, message)
+        except IllegalMove as exc:
+            raise IllegalMove(f"entry {index}: {exc.reason}") from exc
+        messages.append(LoggedMessage(index, int(event.body["turn"]), message))
+    return ConversationRecord(
+        conversation, tuple(messages), opened_index, str(body.get("title", ""))
+    )

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import json
 import os
-import string
 from collections.abc import Iterable, Mapping
 from functools import cache
 from importlib.resources import files
@@ -53,6 +52,7 @@ from accord.coordinator.conversation import (
 from accord.coordinator.errors import IllegalMove, PolicyError, PolicyOutputError
 from accord.coordinator.policy import Member, Policy, RulePolicy, TeamView
 from accord.coordinator.work import JSON, SubTask
+from accord.identity.challenges.base import render_template
 from accord.identity.chat import (
     ChatError,
     ChatMessage,
@@ -69,7 +69,6 @@ PROMPTS_DIR: Traversable = files("accord.coordinator") / "prompts"
 TEMPLATES = ("leader_system", "leader_turn", "leader_retry")
 DEFAULT_MAX_ATTEMPTS = 3
 MAX_REPLY_CHARS = 1 << 20
-LEADER_KINDS = ("discuss", "assign_sync", "assign_async", "abandon", "conclude")
 
 MODEL_VARIABLE = "ACCORD_LLM_MODEL"
 POLICIES = ("rule", "llm")
@@ -93,22 +92,13 @@ class PolicyCallError(PolicyError):
 
 
 def render(template: str, values: Mapping[str, str], name: str = "template") -> str:
-    """Substitute `values` into a `string.Template` text, strictly.
+    """Substitute `values` into a `string.Template` text, strictly
+    (`accord.identity.challenges.base.render_template`).
 
     Raises PromptError for an invalid placeholder, a placeholder without a value, or a value
     without a placeholder.
     """
-    tmpl = string.Template(template)
-    if not tmpl.is_valid():
-        raise PromptError(f"{name} has an invalid placeholder (write $$ for a dollar sign)")
-    names = set(tmpl.get_identifiers())
-    missing = sorted(names - set(values))
-    if missing:
-        raise PromptError(f"{name} needs a value for {', '.join(missing)}")
-    unused = sorted(set(values) - names)
-    if unused:
-        raise PromptError(f"{name} has no placeholder for {', '.join(unused)}")
-    return tmpl.substitute(values)
+    return render_template(template, values, name, error=PromptError)
 
 
 @cache

@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from accord.coordinator.conversation import (
+    CONVERSATION_MESSAGE,
+    CONVERSATION_OPENED,
     Abandon,
     AssignAsync,
     AssignSync,
@@ -48,9 +50,6 @@ from accord.ledger.events import Entry
 from accord.ledger.sealing import Sealed, seal
 from accord.ledger.signing import Signer
 from accord.market.errors import MarketError
-
-CONVERSATION_OPENED = "conversation.opened"
-CONVERSATION_MESSAGE = "conversation.message"
 
 
 @dataclass(frozen=True)

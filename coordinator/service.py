@@ -2,8 +2,10 @@
 
 `run_awarded_task` is what `accord task run` does: the winner starts the task, leads a team of
 credentialed agents through the conversation, and delivers the concluded deliverable.
-`replay_conversation` re-checks a logged conversation move by move through the state machine,
-each message against the key that signed it; the audit does the same.
+`replay_conversation` reads a logged conversation, checks each entry against the key that
+signed it, and folds it move by move through the state machine
+(`accord.coordinator.conversation.conversation_from_events`, which the audit runs on its verified
+log).
 """
 
 from __future__ import annotations
@@ -15,18 +17,16 @@ from typing import TYPE_CHECKING, Any
 
 from accord.coordinator.adapters import RuntimeAdapter, reference_adapter
 from accord.coordinator.conversation import (
+    CONVERSATION_MESSAGE,
+    CONVERSATION_OPENED,
     Contribution,
     Conversation,
-    Message,
-    message_from_json,
-    open_conversation,
-    step,
+    ConversationRecord,
+    conversation_from_events,
 )
 from accord.coordinator.errors import CoordinatorError, IllegalMove, TeamError
 from accord.coordinator.policy import Member, Policy, RulePolicy
 from accord.coordinator.runner import (
-    CONVERSATION_MESSAGE,
-    CONVERSATION_OPENED,
     Observer,
     RunSettings,
     SealedOutputs,
@@ -333,37 +333,6 @@ def assemble(task: Task, conversation: Conversation, plan: Mapping[str, str]) ->
     }
 
 
-@dataclass(frozen=True)
-class LoggedMessage:
-    index: int
-    turn: int
-    message: Message
-
-
-@dataclass(frozen=True)
-class ConversationRecord:
-    """A conversation as replayed from the ledger."""
-
-    conversation: Conversation
-    messages: tuple[LoggedMessage, ...]
-    opened_index: int
-    title: str
-
-    def to_json(self) -> dict[str, object]:
-        c = self.conversation
-        return {
-            "id": c.conv_id,
-            "task": c.task_id,
-            "parent": c.parent,
-            "depth": c.depth,
-            "state": c.state,
-            "leader": c.leader,
-            "members": list(c.members),
-            "turns": c.turn,
-            "title": self.title,
-        }
-
-
 def team_of(store: LogStore, task_id: str) -> set[str]:
     """Every agent in a conversation of the task (its team, sub-teams included)."""
     members: set[str] = set()
@@ -391,50 +360,20 @@ def conversation_ids(store: LogStore, task_id: str | None = None) -> list[str]:
 
 
 def replay_conversation(store: LogStore, conv_id: str, *, max_depth: int = 8) -> ConversationRecord:
-    """Replay a logged conversation through the state machine.
+    """Replay a logged conversation through the state machine: its entries read from `store`
+    and each signature checked as `conversation_from_events` folds them.
 
-    Raises IllegalMove naming the entry when a message breaks the transition table or was not
-    signed by its speaker, CoordinatorError when there is no such conversation.
+    Raises IllegalMove naming the entry when an entry does not verify, or a message breaks the
+    transition table or was not signed by its speaker; CoordinatorError when there is no such
+    conversation.
     """
     entries = store.find(
         subject=conv_id,
         kinds=(CONVERSATION_OPENED, CONVERSATION_MESSAGE),
         limit=MAX_CONVERSATION_EVENTS,
     )
-    if not entries:
-        raise CoordinatorError(f"no conversation {conv_id!r} (see `accord conversation list`)")
-    opened = _verified(entries[0].index, entries[0].data)
-    if opened.event.kind != CONVERSATION_OPENED:
-        raise IllegalMove(f"entry {entries[0].index}: {conv_id} does not start with its opening")
-    body = opened.event.body
-    conversation = open_conversation(
-        conv_id,
-        str(body["task"]),
-        str(body["leader"]),
-        tuple(body["members"]),
-        parent=body["parent"],
-        depth=int(body["depth"]),
-        max_depth=max_depth,
-        max_turns=int(body["max_turns"]),
-    )
-    if opened.event.actor != conversation.leader:
-        raise IllegalMove(f"entry {entries[0].index}: opened by someone else than its leader")
-    messages = []
-    for stored in entries[1:]:
-        event = _verified(stored.index, stored.data).event
-        message = message_from_json(event.body["message"])
-        if event.actor != message.speaker:
-            raise IllegalMove(f"entry {stored.index}: signed by {event.actor}, not its speaker")
-        if int(event.body["turn"]) != conversation.turn:
-            raise IllegalMove(f"entry {stored.index}: turn {event.body['turn']} out of order")
-        try:
-            conversation = step(conversation, message)
-        except IllegalMove as exc:
-            raise IllegalMove(f"entry {stored.index}: {exc.reason}") from exc
-        messages.append(LoggedMessage(stored.index, int(event.body["turn"]), message))
-    return ConversationRecord(
-        conversation, tuple(messages), entries[0].index, str(body.get("title", ""))
-    )
+    verified = ((stored.index, _verified(stored.index, stored.data).event) for stored in entries)
+    return conversation_from_events(conv_id, verified, max_depth=max_depth)
 
 
 def _verified(index: int, data: bytes) -> Entry:
@@ -448,11 +387,3 @@ def _verified(index: int, data: bytes) -> Entry:
     except LedgerError as exc:
         raise IllegalMove(f"entry {index}: {exc}") from exc
     return entry
-
-
-def reputation_text(value: Fraction) -> str:
-    return f"{value.numerator}/{value.denominator}"
-
-
-def members_by_did(members: Iterable[Member]) -> dict[str, Member]:
-    return {m.did: m for m in members}

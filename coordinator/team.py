@@ -15,7 +15,6 @@ from typing import Any
 from accord.coordinator.errors import TeamError
 from accord.coordinator.policy import Member
 from accord.coordinator.work import SubTask
-from accord.identity.challenges import REGISTRY
 from accord.market.discovery import relevance
 
 BATCH_PREFIX = "batch:"
@@ -141,7 +140,3 @@ def helpers_for(
         if c.member.did != leader.did and not busy(c.member.did)
     ]
     return tuple(found[:limit])
-
-
-def capability_names() -> tuple[str, ...]:
-    return tuple(REGISTRY)

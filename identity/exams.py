@@ -12,7 +12,8 @@ exam id:
 Items are `capability.generate(item_seed(seed, agent_did, server_nonce), n)`, so answers copied
 from another agent's or another attempt's exam answer different questions (and name item ids
 that are not in this exam, which `answer` refuses outright). Anyone holding the log can run
-`regrade_from_ledger` to regenerate the items from the revealed seed and re-grade the answers.
+`regrade_from_events` (on the verified events; `regrade_from_ledger` reads them from a store) to
+regenerate the items from the revealed seed and re-grade the answers.
 
 The pure core (`plan_exam`, `check_answer`, `check_rate_limit`, `grade_answers`) takes times,
 seeds and nonces as arguments. `ExamService` is the edge: it draws the randomness, reads the
@@ -23,7 +24,7 @@ clock, keeps the secret seed and the attempt history in one small SQL table
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -49,10 +50,11 @@ from accord.identity.challenges.sandbox import check_box
 from accord.identity.errors import DeadlineError, ExamError, RateLimitedError, SandboxUnavailable
 from accord.ledger.canonical import JSONValue
 from accord.ledger.errors import LedgerError
-from accord.ledger.events import Entry, format_time, parse_time
+from accord.ledger.events import Entry, Event, format_time, parse_time
 from accord.ledger.service import Ledger
 from accord.ledger.signing import Signer
 from accord.ledger.store import LogStore, create_tables
+from accord.ledger.views import from_micros, micros
 
 COMMITTED = "exam.committed"
 ANSWERED = "exam.answered"
@@ -285,70 +287,69 @@ def grade_json(grade: Grade) -> dict[str, JSONValue]:
     }
 
 
-# --- reading transcripts from the log -----------------------------------------------------
+# --- re-grading from the log's verified events (pure) -----------------------------------------
 
 
-def _events(store: LogStore, kind: str, exam_id: str, actor: str | None = None) -> list[Entry]:
-    return [entry for _, entry in _index_events(store, kind, exam_id, actor)]
+def _exam_events(
+    events: Iterable[tuple[int, Event]], kind: str, exam_id: str, actor: str | None = None
+) -> list[tuple[int, Event]]:
+    return [
+        (index, event)
+        for index, event in events
+        if event.kind == kind
+        and event.subject == exam_id
+        and (actor is None or event.actor == actor)
+    ]
 
 
-def _index_events(
-    store: LogStore, kind: str, exam_id: str, actor: str | None = None
-) -> list[tuple[int, Entry]]:
-    found = store.find(kind=kind, subject=exam_id, actor=actor, limit=MAX_ITEMS_PER_CALL + 10)
-    pairs = []
-    for stored in found:
-        entry = Entry.from_bytes(stored.data)
-        entry.verify()
-        pairs.append((stored.index, entry))
-    return pairs
+def plan_from_events(
+    exam_id: str, events: Iterable[tuple[int, Event]], operator_did: str | None = None
+) -> ExamPlan:
+    """The committed plan of `exam_id` among verified `events` (log index, event). Pure.
 
-
-def read_plan(store: LogStore, exam_id: str, operator_did: str | None = None) -> ExamPlan:
-    """The committed plan of `exam_id`.
-
-    Raises ExamError when there is no (or more than one) `exam.committed` event for it, or it
-    is not signed by `operator_did` (when given); SignatureError when an entry does not verify.
+    Raises ExamError when there is no (or more than one) `exam.committed` event for it signed
+    by `operator_did` (any signer when None), or its body is not a plan.
     """
-    committed = _events(store, COMMITTED, exam_id, operator_did)
+    committed = _exam_events(events, COMMITTED, exam_id, operator_did)
     if len(committed) != 1:
         raise ExamError(f"no single {COMMITTED} event for exam {exam_id!r}")
-    return ExamPlan.from_body(committed[0].event.body)
+    return ExamPlan.from_body(committed[0][1].body)
 
 
-def read_answers(store: LogStore, plan: ExamPlan) -> dict[str, LoggedAnswer]:
-    """The agent's signed answers of `plan`, first answer per item (later ones are ignored).
-
-    Raises SignatureError when an entry does not verify.
-    """
+def answers_from_events(
+    plan: ExamPlan, events: Iterable[tuple[int, Event]]
+) -> dict[str, LoggedAnswer]:
+    """The agent's answers of `plan` among verified `events`, in log order, first answer per
+    item (later ones, and answers naming no item of the plan, are ignored). Pure."""
     answers: dict[str, LoggedAnswer] = {}
-    for index, entry in _index_events(store, ANSWERED, plan.exam_id, plan.agent_did):
-        body = entry.event.body
+    for index, event in _exam_events(events, ANSWERED, plan.exam_id, plan.agent_did):
+        body = event.body
         item_id = body.get("item_id")
         if body.get("exam_id") != plan.exam_id or not isinstance(item_id, str):
             continue
         if item_id in plan.item_ids and item_id not in answers:
             answer: Any = body.get("answer")
-            answers[item_id] = LoggedAnswer(index, item_id, answer, parse_time(entry.event.at))
+            answers[item_id] = LoggedAnswer(index, item_id, answer, parse_time(event.at))
     return answers
 
 
-def regrade_from_ledger(
-    store: LogStore, exam_id: str, operator_did: str | None = None
+def regrade_from_events(
+    exam_id: str, events: Sequence[tuple[int, Event]], operator_did: str | None = None
 ) -> tuple[int, int]:
-    """Re-grade exam `exam_id` from the log alone; returns (earned, possible).
+    """Re-grade exam `exam_id` from the log's verified `events` (log index, event, in log
+    order; those of other exams are skipped); returns (earned, possible). Pure but for
+    grading code answers in the box.
 
-    Reads the committed plan, the revealed seed (checked against the commitment), regenerates
-    the items, re-grades the agent's signed answers and compares with the logged score.
+    Takes the committed plan, the revealed seed (checked against the commitment), regenerates
+    the items, re-grades the agent's answers and compares with the logged score.
     Raises ExamError when the exam is not graded, the seed does not match, the items differ
-    from the committed ones, or the re-graded score is not the logged one; SignatureError when
-    an entry does not verify.
+    from the committed ones, or the re-graded score is not the logged one.
     """
-    plan = read_plan(store, exam_id, operator_did)
-    graded = _events(store, GRADED, exam_id, operator_did)
+    plan = plan_from_events(exam_id, events, operator_did)
+    graded = _exam_events(events, GRADED, exam_id, operator_did)
     if len(graded) != 1:
         raise ExamError(f"exam {exam_id!r} has no single {GRADED} event")
-    body = graded[0].event.body
+    body = graded[0][1].body
     try:
         seed = bytes.fromhex(str(body["seed"]))
         logged = (int(str(body["earned"])), int(str(body["possible"])))
@@ -356,13 +357,65 @@ def regrade_from_ledger(
         raise ExamError(f"malformed {GRADED} body: {exc}") from exc
     capability = get_capability(plan.capability)
     items = exam_items(capability, plan, seed)
-    regraded = score(grade_answers(capability, plan, items, read_answers(store, plan)))
+    regraded = score(grade_answers(capability, plan, items, answers_from_events(plan, events)))
     if regraded != logged:
         raise ExamError(
             f"exam {exam_id}: re-graded {regraded[0]}/{regraded[1]}, "
             f"but the log says {logged[0]}/{logged[1]}"
         )
     return regraded
+
+
+# --- reading transcripts from the log (the edge) ---------------------------------------------
+
+
+def _verified_events(
+    store: LogStore, exam_id: str, kinds: tuple[str, ...], actor: str | None = None
+) -> list[tuple[int, Event]]:
+    """The entries of `exam_id` of `kinds` (by `actor`, when given), each signature checked.
+    Raises SignatureError when an entry does not verify."""
+    limit = len(kinds) * (MAX_ITEMS_PER_CALL + 10)
+    found = store.find(kinds=kinds, subject=exam_id, actor=actor, limit=limit)
+    pairs = []
+    for stored in found:
+        entry = Entry.from_bytes(stored.data)
+        entry.verify()
+        pairs.append((stored.index, entry.event))
+    return pairs
+
+
+def read_plan(store: LogStore, exam_id: str, operator_did: str | None = None) -> ExamPlan:
+    """The committed plan of `exam_id` (`plan_from_events`).
+
+    Raises ExamError when there is no (or more than one) `exam.committed` event for it, or it
+    is not signed by `operator_did` (when given); SignatureError when an entry does not verify.
+    """
+    events = _verified_events(store, exam_id, (COMMITTED,), operator_did)
+    return plan_from_events(exam_id, events, operator_did)
+
+
+def read_answers(store: LogStore, plan: ExamPlan) -> dict[str, LoggedAnswer]:
+    """The agent's signed answers of `plan`, first answer per item (`answers_from_events`).
+
+    Raises SignatureError when an entry does not verify.
+    """
+    return answers_from_events(
+        plan, _verified_events(store, plan.exam_id, (ANSWERED,), plan.agent_did)
+    )
+
+
+def regrade_from_ledger(
+    store: LogStore, exam_id: str, operator_did: str | None = None
+) -> tuple[int, int]:
+    """Re-grade exam `exam_id` from the log alone; returns (earned, possible): its entries
+    read from `store`, each signature checked, then `regrade_from_events`.
+
+    Raises ExamError when the exam is not graded, the seed does not match, the items differ
+    from the committed ones, or the re-graded score is not the logged one; SignatureError when
+    an entry does not verify.
+    """
+    events = _verified_events(store, exam_id, (COMMITTED, ANSWERED, GRADED))
+    return regrade_from_events(exam_id, events, operator_did)
 
 
 # --- the service (SQL + ledger edge) ------------------------------------------------------
@@ -385,14 +438,6 @@ class ExamAttempt(SQLModel, table=True):
 
 
 _ATTEMPTS = ExamAttempt.__table__  # type: ignore[attr-defined]
-
-
-def _micros(moment: datetime) -> int:
-    return round(moment.timestamp() * 1_000_000)
-
-
-def _from_micros(value: int, like: datetime) -> datetime:
-    return datetime.fromtimestamp(value / 1_000_000, tz=like.tzinfo)
 
 
 @dataclass(frozen=True)
@@ -613,7 +658,7 @@ class ExamService:
 
     def _record_attempt(self, plan: ExamPlan, exam_seed: bytes, now: datetime) -> None:
         """Check the rate limit and record the attempt in one transaction (serialised writers)."""
-        since = _micros(now - self.attempt_window)
+        since = micros(now - self.attempt_window)
         try:
             with self.engine.begin() as connection:
                 starts = connection.execute(
@@ -624,7 +669,7 @@ class ExamService:
                     )
                 ).scalars()
                 check_rate_limit(
-                    [_from_micros(int(value), now) for value in starts],
+                    [from_micros(int(value)) for value in starts],
                     now,
                     max_attempts=self.max_attempts,
                     window=self.attempt_window,
@@ -634,7 +679,7 @@ class ExamService:
                         exam_id=plan.exam_id,
                         agent_did=plan.agent_did,
                         capability=plan.capability,
-                        started_at=_micros(now),
+                        started_at=micros(now),
                         seed_hex=exam_seed.hex(),
                         graded=False,
                     )

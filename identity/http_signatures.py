@@ -78,7 +78,6 @@ from accord.ledger.signing import Signer, b64url, public_key_from_did, verify_si
 SIGNATURE_INPUT_HEADER = "Signature-Input"
 SIGNATURE_HEADER = "Signature"
 CONTENT_DIGEST_HEADER = "Content-Digest"
-SIGNED_HEADERS = (SIGNATURE_INPUT_HEADER, SIGNATURE_HEADER, CONTENT_DIGEST_HEADER)
 TAG = "accord"
 """The `tag` parameter of a request signed for the accord service (by its caller)."""
 CALL_TAG = "accord-call"

@@ -23,7 +23,7 @@ import secrets
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any, NoReturn, Protocol
 
 from sqlalchemy import BigInteger, Engine, insert, select, update
@@ -42,6 +42,7 @@ from accord.identity.status import VC_V2_CONTEXT, format_timestamp
 from accord.ledger.errors import MalformedError
 from accord.ledger.signing import Ed25519Signer, b64url, public_key_from_did
 from accord.ledger.store import create_tables
+from accord.ledger.views import micros
 
 PRESENTATION_TYPE = "VerifiablePresentation"
 PROOF_PURPOSE = "authentication"
@@ -229,14 +230,6 @@ def new_nonce(random_bytes: Callable[[int], bytes] = secrets.token_bytes) -> str
     return b64url(random_bytes(NONCE_BYTES))
 
 
-def _micros(moment: datetime) -> int:
-    """UTC microseconds since the Unix epoch; raises ValueError for a naive datetime."""
-    if not isinstance(moment, datetime) or moment.tzinfo is None:
-        raise ValueError("times must be timezone-aware datetimes")
-    delta = moment.astimezone(UTC) - datetime(1970, 1, 1, tzinfo=UTC)
-    return delta // timedelta(microseconds=1)
-
-
 def _check_issue(domain: str, ttl: timedelta) -> None:
     _require_text(domain, "domain")
     if not isinstance(ttl, timedelta) or ttl <= timedelta(0):
@@ -275,7 +268,7 @@ class InMemoryNonceStore:
     def issue(self, domain: str, now: datetime, ttl: timedelta) -> str:
         """See `NonceStore.issue`."""
         _check_issue(domain, ttl)
-        record = _NonceRecord(domain, _micros(now), _micros(now + ttl))
+        record = _NonceRecord(domain, micros(now), micros(now + ttl))
         with self._lock:
             nonce = new_nonce(self._random_bytes)
             while nonce in self._records:
@@ -285,7 +278,7 @@ class InMemoryNonceStore:
 
     def consume(self, nonce: str, domain: str, now: datetime) -> None:
         """See `NonceStore.consume`."""
-        at = _micros(now)
+        at = micros(now)
         with self._lock:
             record = self._records.get(nonce)
             if (
@@ -299,7 +292,7 @@ class InMemoryNonceStore:
 
     def purge_expired(self, now: datetime) -> int:
         """Forget nonces that expired by `now`; returns how many."""
-        at = _micros(now)
+        at = micros(now)
         with self._lock:
             stale = [nonce for nonce, record in self._records.items() if record.expires_at <= at]
             for nonce in stale:
@@ -349,8 +342,8 @@ class SqlNonceStore:
                     insert(_NONCES).values(
                         nonce=nonce,
                         domain=domain,
-                        issued_at=_micros(now),
-                        expires_at=_micros(now + ttl),
+                        issued_at=micros(now),
+                        expires_at=micros(now + ttl),
                         used_at=None,
                     )
                 )
@@ -360,7 +353,7 @@ class SqlNonceStore:
 
     def consume(self, nonce: str, domain: str, now: datetime) -> None:
         """See `NonceStore.consume`. Also raises NonceError when the database fails."""
-        at = _micros(now)
+        at = micros(now)
         try:
             with self.engine.begin() as connection:
                 changed = connection.execute(
@@ -394,7 +387,7 @@ class SqlNonceStore:
         try:
             with self.engine.begin() as connection:
                 result = connection.execute(
-                    _NONCES.delete().where(_NONCES.c.expires_at <= _micros(now))
+                    _NONCES.delete().where(_NONCES.c.expires_at <= micros(now))
                 )
         except SQLAlchemyError as exc:
             raise NonceError(f"cannot purge nonces: {exc}") from exc

@@ -70,6 +70,7 @@ from accord.identity.chat import (
     snippet,
 )
 from accord.identity.errors import AgentCardError, ExamError
+from accord.ledger.canonical import whole_numbers
 from accord.ledger.signing import Signer
 
 DEFAULT_COMMAND_TIMEOUT = 30.0
@@ -520,18 +521,6 @@ def _answer_in_parts(parts: object) -> tuple[bool, JSON]:
         if isinstance(value, dict) and "answer" in value:
             return True, whole_numbers(value["answer"])
     return False, None
-
-
-def whole_numbers(value: JSON) -> JSON:
-    """`value` with each whole float within 2**53 as an int: an A2A data part is a protobuf
-    `Value`, whose numbers are doubles, so an agent's 42 may arrive as 42.0."""
-    if isinstance(value, float) and value.is_integer() and abs(value) <= 2**53:
-        return int(value)
-    if isinstance(value, dict):
-        return {key: whole_numbers(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [whole_numbers(item) for item in value]
-    return value
 
 
 def read_send_message_reply(reply: JSON, request_id: str) -> JSON:

@@ -157,3 +157,17 @@ def parse_canonical(data: bytes) -> JSONValue:
     if again != data:
         raise MalformedError("JSON is not in RFC 8785 canonical form")
     return value
+
+
+def whole_numbers(value: JSONValue) -> JSONValue:
+    """`value` with each whole float within 2**53 as an int: an A2A data part is a protobuf
+    `Value`, whose numbers are doubles, so an agent's 42 or a client's check weight 3 may
+    arrive as 42.0 or 3.0 (the A2A runtime in `accord.identity.runtimes` and the server in
+    `accord.api.a2a` both read them through this)."""
+    if isinstance(value, float) and value.is_integer() and abs(value) <= 2**53:
+        return int(value)
+    if isinstance(value, dict):
+        return {key: whole_numbers(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [whole_numbers(item) for item in value]
+    return value

@@ -92,24 +92,6 @@ def fold_right(hashes: Sequence[bytes]) -> bytes:
     return acc
 
 
-def completed_nodes(
-    index: int, leaf: bytes, left_siblings: Callable[[NodeId], bytes]
-) -> list[tuple[NodeId, bytes]]:
-    """The perfect subtrees that appending leaf number `index` completes, leaf included.
-
-    `left_siblings(node)` returns the stored hash of an already complete left sibling.
-    Appending costs one node per level that `index + 1` is divisible by: amortised two rows.
-    """
-    made = [(NodeId(0, index), leaf)]
-    level, position, acc = 0, index, leaf
-    while position & 1:
-        left = left_siblings(NodeId(level, position - 1))
-        acc = node_hash(left, acc)
-        level, position = level + 1, position >> 1
-        made.append((NodeId(level, position), acc))
-    return made
-
-
 def extend_frontier(
     frontier: Sequence[bytes], size: int, datas: Iterable[bytes]
 ) -> tuple[list[bytes], list[tuple[int, int, bytes]]]:
@@ -117,9 +99,9 @@ def extend_frontier(
 
     The frontier is the hashes of `perfect_subtrees(0, size)`, largest first: one per set bit
     of `size`. Appending leaf number `i` merges it with the smallest ones, one per trailing
-    set bit of `i` (each the left sibling of what it is merged with), as `completed_nodes`
-    does. Returns the frontier after the last leaf and every perfect subtree completed on the
-    way as `(level, position, hash)`, each leaf (level 0) before the nodes above it.
+    set bit of `i` (each the left sibling of what it is merged with). Returns the frontier
+    after the last leaf and every perfect subtree completed on the way as
+    `(level, position, hash)`, each leaf (level 0) before the nodes above it.
 
     Raises ValueError when the frontier does not have one hash per set bit of `size`.
     """

@@ -53,8 +53,10 @@ _MICROSECOND = timedelta(microseconds=1)
 
 
 def micros(moment: datetime) -> int:
-    """Microseconds since the Unix epoch as an integer: how views store times they sort or
-    compare with the clock (no float)."""
+    """Microseconds since the Unix epoch as an integer: how views and tables store times they
+    sort or compare with the clock (no float). Raises ValueError for a naive datetime."""
+    if not isinstance(moment, datetime) or moment.tzinfo is None:
+        raise ValueError("times must be timezone-aware datetimes")
     return (moment - _EPOCH) // _MICROSECOND
 
 

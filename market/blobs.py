@@ -51,7 +51,6 @@ from accord.ledger.store import create_tables
 from accord.market.errors import MarketError, WorkError
 from accord.market.work import MAX_FILE_BYTES
 
-MAX_TASK_FILES = 16
 SERVICE = ""
 """The holder of the blobs the service stores itself (deliverables) and of those stored before
 holders were recorded: kept for good, and nobody's to name in a spec."""

@@ -22,8 +22,9 @@ A forfeit (a commitment never revealed) counts as a unit of quality 0 and weight
 capability of its task. An agent loses its credential in a capability (`revocation_due`) when
 its independent parts there (those of units whose requester is outside its circle) number at
 least REVOCATION_MIN_PARTS and their mean score is below the exam's threshold. Every rule
-here is a pure function of the records; `accord.market.service.track_records_from_log` reads them
-from the log and the reputation view (`accord.market.views`) keeps the same fold by agent.
+here is a pure function of the records; `track_records_from_events` folds them from the log's
+verified events (`accord.market.service.track_records_from_log` reads those from a store) and the
+reputation view (`accord.market.views`) keeps the same fold by agent.
 """
 
 from __future__ import annotations
@@ -32,12 +33,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 from functools import cached_property
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from accord.market.errors import ReputationError
-
-if TYPE_CHECKING:
-    from accord.market.tasks import TaskSpec
+from accord.ledger.events import Event
+from accord.market.errors import MarketError, ReputationError
+from accord.market.tasks import TASK_AWARDED, TASK_EXPIRED, TASK_POSTED, TASK_SETTLED, TaskSpec
 
 DEFAULT_PRIOR_MEAN = Fraction(1, 2)
 DEFAULT_PRIOR_WEIGHT = 2
@@ -401,6 +401,77 @@ def fold_track_records(works: Iterable[SettledWork], forfeits: Iterable[Forfeit]
     return TrackRecords(
         {key: tuple(found) for key, found in units.items()}, forfeited, frozenset(counts)
     )
+
+
+def settled_works(
+    events: Iterable[tuple[int, Event]], *, before: int | None = None
+) -> list[SettledWork]:
+    """The track record of every `task.settled` among the log's verified `events` (log index,
+    event) before index `before` (all: None), in log order; a settlement that carries none (a
+    log from before track records) is skipped. Pure."""
+    works = []
+    for index, event in sorted(events, key=lambda pair: pair[0]):
+        if event.kind != TASK_SETTLED or (before is not None and index >= before):
+            continue
+        work = settled_work(index, event.subject, event.body)
+        if work is not None:
+            works.append(work)
+    return works
+
+
+def forfeits(events: Iterable[tuple[int, Event]], *, before: int | None = None) -> list[Forfeit]:
+    """Every forfeit `task.awarded` and `task.expired` name among the log's verified `events`
+    before index `before`, each with the capabilities of its task (from its first posting among
+    `events`; none when there is none or its spec does not parse). Pure."""
+    logged = sorted(events, key=lambda pair: pair[0])
+    postings: dict[str, Mapping[str, Any]] = {}
+    for _, event in logged:
+        if event.kind == TASK_POSTED:
+            postings.setdefault(event.subject, event.body)
+    found: list[Forfeit] = []
+    for kind in (TASK_AWARDED, TASK_EXPIRED):
+        for index, event in logged:
+            if event.kind != kind or (before is not None and index >= before):
+                continue
+            forfeited = event.body.get("forfeited", [])
+            if not isinstance(forfeited, list) or not all(isinstance(d, str) for d in forfeited):
+                continue
+            needs = _capabilities(postings.get(event.subject))
+            found += [Forfeit(index, did, needs) for did in forfeited]
+    return found
+
+
+def _capabilities(posted: Mapping[str, Any] | None) -> tuple[str, ...]:
+    """The capabilities of a `task.posted` body's spec; none without one that parses."""
+    if posted is None:
+        return ()
+    try:
+        return TaskSpec.from_json(dict(posted["spec"])).capabilities
+    except (MarketError, KeyError, TypeError, ValueError):
+        return ()
+
+
+def track_records_from_events(
+    events: Sequence[tuple[int, Event]], *, before: int | None = None
+) -> TrackRecords:
+    """Every agent's track record from the settled tasks and forfeits among the log's verified
+    `events` (log index, event) before index `before` (all when None): the fold the award
+    scored bids by at its time (`fold_track_records`). Pure."""
+    return fold_track_records(settled_works(events, before=before), forfeits(events, before=before))
+
+
+def reputations_from_events(
+    events: Sequence[tuple[int, Event]],
+    dids: Iterable[str],
+    capabilities: Sequence[str],
+    *,
+    before: int | None = None,
+) -> dict[str, Fraction]:
+    """Each DID's reputation for a task needing `capabilities` (the mean of its reputations
+    in them) from the log's verified `events` before index `before`: what the auction scored
+    it by. Pure."""
+    records = track_records_from_events(events, before=before)
+    return {did: records.reputation_for(did, capabilities) for did in sorted(set(dids))}
 
 
 def work_by_agent(work: SettledWork) -> dict[str, dict[str, tuple[int, Fraction]]]:

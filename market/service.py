@@ -56,14 +56,14 @@ from accord.ledger.signing import Signer
 from accord.ledger.store import LogStore, StoredEntry
 from accord.ledger.views import MAX_LIMIT, reading
 from accord.market import sealed
-from accord.market.auction import AuctionOutcome, RevealedBid, clear_auction
+from accord.market.auction import AuctionOutcome
+from accord.market.award import AdmittedCommitment, AdmittedReveal, BidBook, replay_award
 from accord.market.blobs import BlobError, BlobStore, FileQuota, Upload, sha256_hex
 from accord.market.check_runtime import judge_from_env
 from accord.market.errors import (
     AuctionError,
     BidRejected,
     IdempotencyConflict,
-    MarketError,
     TaskError,
     TransitionError,
     WorkError,
@@ -71,16 +71,15 @@ from accord.market.errors import (
 from accord.market.money import Wei
 from accord.market.projections import read_views
 from accord.market.reputation import (
-    Forfeit,
     RequesterRecord,
-    SettledWork,
     TrackRecords,
     check_revocation,
-    fold_track_records,
+    reputations_from_events,
     revocation_due,
     revocation_evidence,
     revocation_reason,
     settled_work,
+    track_records_from_events,
 )
 from accord.market.tasks import (
     BID_COMMITTED,
@@ -213,45 +212,6 @@ class BidView:
         }
 
 
-@dataclass(frozen=True)
-class AdmittedCommitment:
-    """A commitment the operator admitted: its ledger index and the bidder's exam score then."""
-
-    index: int
-    commitment: sealed.Commitment
-    exam_score: Fraction
-
-
-@dataclass(frozen=True)
-class AdmittedReveal:
-    index: int
-    reveal: sealed.Reveal
-
-
-@dataclass
-class BidBook:
-    """The admitted bids of one task, keyed by bidder, in log order."""
-
-    commitments: dict[str, AdmittedCommitment] = field(default_factory=dict)
-    reveals: dict[str, AdmittedReveal] = field(default_factory=dict)
-    last_index: int = -1
-
-    def add(self, index: int, event: Event) -> None:
-        """Take one bid event. Raises BidRejected (malformed) for a body that is not a bid."""
-        if event.kind == BID_COMMITTED:
-            commitment = sealed.Commitment.from_json(event.body["commitment"])
-            self.commitments[commitment.bidder] = AdmittedCommitment(
-                index, commitment, Fraction(event.body["exam_score"])
-            )
-        elif event.kind == BID_REVEALED:
-            reveal = sealed.Reveal.from_json(event.body["reveal"])
-            self.reveals[reveal.bidder] = AdmittedReveal(index, reveal)
-        self.last_index = index
-
-    def copy(self) -> BidBook:
-        return BidBook(dict(self.commitments), dict(self.reveals), self.last_index)
-
-
 @dataclass
 class _TaskLog:
     """A task's logged events as one process has read them so far: its lifecycle (replayed
@@ -307,55 +267,6 @@ def rejection_terms(
             f"{disputes} dispute{'s' * (disputes != 1)} need"
         )
     return {"reason": reason, "fee": str(fee)}
-
-
-def replay_award(
-    task: Task,
-    commitments: Sequence[AdmittedCommitment],
-    reveals: Sequence[AdmittedReveal],
-    reputations: Mapping[str, Fraction],
-) -> tuple[AuctionOutcome, list[str]]:
-    """Clear `task`'s auction from its logged bids, checking again what admission checked:
-    each commitment and reveal is signed by its bidder for this task, no bidder is the task's
-    requester, each reveal opens its commitment and is within the budget. Pure: an auditor
-    runs exactly this.
-
-    Raises BidRejected when a logged bid does not hold (a log that was tampered with).
-    """
-    committed = {admitted.commitment.bidder: admitted for admitted in commitments}
-    for admitted in commitments:
-        commitment = admitted.commitment
-        if commitment.task_id != task.task_id:
-            raise BidRejected("wrong-task", f"entry {admitted.index} commits to another task")
-        if commitment.bidder == task.requester:
-            raise BidRejected("own-task", f"entry {admitted.index} is the requester's own bid")
-        sealed.verify_commitment_signature(commitment)
-    bids = []
-    for shown in reveals:
-        reveal = shown.reveal
-        commitment_of = committed.get(reveal.bidder)
-        if commitment_of is None:
-            raise BidRejected("unknown-commitment", f"entry {shown.index} reveals no commitment")
-        if reveal.task_id != task.task_id:
-            raise BidRejected("wrong-task", f"entry {shown.index} reveals for another task")
-        sealed.verify_reveal_signature(reveal)
-        opened = sealed.commitment_hash(task.task_id, reveal.bidder, reveal.price, reveal.salt)
-        if opened != commitment_of.commitment.digest:
-            raise BidRejected("mismatch", f"entry {shown.index} does not open its commitment")
-        bids.append(
-            RevealedBid(
-                bidder=reveal.bidder,
-                price=reveal.price,
-                reputation=reputations[reveal.bidder],
-                exam_score=commitment_of.exam_score,
-                committed_at_index=commitment_of.index,
-            )
-        )
-    outcome = clear_auction(
-        bids, budget=task.spec.budget, weights=task.spec.weights, rule=task.spec.rule
-    )
-    forfeits = sealed.forfeited((c.commitment for c in commitments), (r.reveal for r in reveals))
-    return outcome, forfeits
 
 
 class Market:
@@ -1296,57 +1207,33 @@ def _mean_score(scores: Sequence[Fraction | None]) -> Fraction:
     return sum((s for s in scores if s is not None), Fraction(0)) / len(scores)
 
 
-def settled_works(store: LogStore, *, before: int | None = None) -> list[SettledWork]:
-    """The track record of every `task.settled` logged before index `before` (all: None), in
-    log order; a settlement that carries none (a log from before track records) is skipped."""
-    works = []
-    for stored in store.find(kind=TASK_SETTLED, limit=MAX_TASK_EVENTS):
-        if before is not None and stored.index >= before:
-            break
-        event = Entry.from_bytes(stored.data).event
-        work = settled_work(stored.index, event.subject, event.body)
-        if work is not None:
-            works.append(work)
-    return works
-
-
-def forfeits_from_log(store: LogStore, *, before: int | None = None) -> list[Forfeit]:
-    """Every forfeit `task.awarded` and `task.expired` name before index `before`, each with
-    the capabilities of its task (from its posting; none when the posting is not a spec)."""
-    found: list[Forfeit] = []
-    needs: dict[str, tuple[str, ...]] = {}
-    for kind in (TASK_AWARDED, TASK_EXPIRED):
+def _reputation_events(store: LogStore, *, before: int | None) -> list[tuple[int, Event]]:
+    """The events the track records fold (`accord.market.reputation.track_records_from_events`):
+    every `task.settled`, `task.awarded` and `task.expired` before index `before` (all: None),
+    and the first posting of each task one of those names a forfeit on. Read from the
+    operator's own store, whose entries were checked when appended."""
+    events: list[tuple[int, Event]] = []
+    for kind in (TASK_SETTLED, TASK_AWARDED, TASK_EXPIRED):
         for stored in store.find(kind=kind, limit=MAX_TASK_EVENTS):
             if before is not None and stored.index >= before:
                 break
-            event = Entry.from_bytes(stored.data).event
-            forfeited = event.body.get("forfeited", [])
-            if not isinstance(forfeited, list) or not all(isinstance(d, str) for d in forfeited):
-                continue
-            if forfeited and event.subject not in needs:
-                needs[event.subject] = _posted_capabilities(store, event.subject)
-            found += [Forfeit(stored.index, did, needs[event.subject]) for did in forfeited]
-    return found
-
-
-def _posted_capabilities(store: LogStore, task_id: str) -> tuple[str, ...]:
-    posted = store.find(kind=TASK_POSTED, subject=task_id, limit=1)
-    if not posted:
-        return ()
-    try:
-        spec = Entry.from_bytes(posted[0].data).event.body["spec"]
-        return TaskSpec.from_json(dict(spec)).capabilities
-    except (MarketError, KeyError, TypeError, ValueError):
-        return ()
+            events.append((stored.index, Entry.from_bytes(stored.data).event))
+    forfeiting = {
+        event.subject
+        for _, event in events
+        if event.kind != TASK_SETTLED and event.body.get("forfeited")
+    }
+    for task_id in sorted(forfeiting):
+        for stored in store.find(kind=TASK_POSTED, subject=task_id, limit=1):
+            events.append((stored.index, Entry.from_bytes(stored.data).event))
+    return events
 
 
 def track_records_from_log(store: LogStore, *, before: int | None = None) -> TrackRecords:
     """Every agent's track record from the settled tasks and forfeits logged before index
-    `before` (all of the log when None): a pure fold anyone can redo, as the award did at its
-    time (`accord.market.reputation.fold_track_records`)."""
-    return fold_track_records(
-        settled_works(store, before=before), forfeits_from_log(store, before=before)
-    )
+    `before` (all of the log when None): the entries read from `store`, then the pure fold
+    anyone can redo (`accord.market.reputation.track_records_from_events`)."""
+    return track_records_from_events(_reputation_events(store, before=before), before=before)
 
 
 def reputations_from_log(
@@ -1356,10 +1243,10 @@ def reputations_from_log(
     *,
     before: int | None = None,
 ) -> dict[str, Fraction]:
-    """Each DID's reputation for a task needing `capabilities` (the mean of its reputations
-    in them) from the log before index `before`: what the auction scored it by."""
-    records = track_records_from_log(store, before=before)
-    return {did: records.reputation_for(did, capabilities) for did in sorted(set(dids))}
+    """Each DID's reputation for a task needing `capabilities` from the log before index
+    `before`: what the auction scored it by (`accord.market.reputation.reputations_from_events`)."""
+    events = _reputation_events(store, before=before)
+    return reputations_from_events(events, dids, capabilities, before=before)
 
 
 MAX_IDEMPOTENCY_KEY = 200

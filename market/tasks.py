@@ -23,7 +23,6 @@ from datetime import datetime, timedelta
 from fractions import Fraction
 from typing import Any, Literal
 
-from accord.ledger.events import parse_time
 from accord.market.auction import PAYMENT_RULES, PaymentRule, ScoringWeights
 from accord.market.errors import AuctionError, LimitError, TaskError, TransitionError, WorkError
 from accord.market.money import Wei, parse_amount, wei
@@ -422,15 +421,20 @@ def _require(task: Task, states: TaskState | tuple[TaskState, ...], action: str)
         raise TransitionError(task.task_id, task.state, action)
 
 
-def event_time(text: str) -> datetime:
-    """The datetime of a ledger event's `at`."""
-    return parse_time(text)
-
-
-_WINDOW = re.compile(r"^\s*([0-9]{1,9})\s*(s|m|h|d)?\s*$")
-_WINDOW_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-_WINDOW_DIGITS = re.compile(r"^\s*[0-9]+\s*(s|m|h|d)?\s*$")
+_DURATION = re.compile(r"^\s*([0-9]+)\s*(s|m|h|d)?\s*$")
+_DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+MAX_DURATION_TEXT = 40
 _MAX_SECONDS = int(MAX_WINDOW.total_seconds())
+
+
+def duration_seconds(text: str) -> int | None:
+    """The seconds `text` names: `30s`, `5m`, `2h`, `1d` or bare seconds, spaces around
+    allowed; None for anything else or more than MAX_DURATION_TEXT characters. Pure; the
+    callers bound it (`parse_window`, the CLI's `accord.api.market_cli.parse_duration`)."""
+    match = _DURATION.match(text) if len(text) <= MAX_DURATION_TEXT else None
+    if match is None:
+        return None
+    return int(match.group(1)) * _DURATION_UNITS[match.group(2) or "s"]
 
 
 def parse_window(value: Any, what: str) -> timedelta:
@@ -439,14 +443,14 @@ def parse_window(value: Any, what: str) -> timedelta:
     Raises LimitError beyond 30 days, TaskError for anything else.
     """
     text = str(value) if isinstance(value, int) and not isinstance(value, bool) else value
-    match = _WINDOW.match(text) if isinstance(text, str) and len(text) <= 40 else None
-    if match is None:
-        if isinstance(text, str) and _WINDOW_DIGITS.match(text):
+    seconds = duration_seconds(text) if isinstance(text, str) else None
+    if seconds is None:
+        if isinstance(text, str) and _DURATION.match(text):  # digits past the length limit
             raise LimitError(f"the {what} window {text!r} is beyond 30 days", _MAX_SECONDS)
         raise TaskError(f"the {what} window {value!r} is not a duration: write e.g. 30s, 5m or 2h")
-    window = timedelta(seconds=int(match.group(1)) * _WINDOW_SECONDS[match.group(2) or "s"])
-    if window > MAX_WINDOW:
+    if seconds > _MAX_SECONDS:
         raise LimitError(f"the {what} window {value!r} is beyond 30 days", _MAX_SECONDS)
+    window = timedelta(seconds=seconds)
     if window < MIN_WINDOW:
         raise TaskError(f"the {what} window must be at least 1 s, not {value!r}")
     return window

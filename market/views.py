@@ -362,15 +362,6 @@ def list_tasks(connection: Any, query: TaskQuery, now: datetime) -> TaskPage:
     return TaskPage(tuple(task_of(row) for row in rows), cursor)
 
 
-def view_task(connection: Any, subject: str) -> Task | None:
-    """The task of `subject` as the view holds it (None when there is none, or its events do
-    not replay)."""
-    row = connection.execute(select(TASKS).where(TASKS.c.subject == subject)).first()
-    if row is None or row.problem is not None:
-        return None
-    return task_of(row)
-
-
 # -- bids ------------------------------------------------------------------------------------
 
 
@@ -762,16 +753,6 @@ def track_records_of(connection: Any, dids: Iterable[str]) -> TrackRecords:
     return TrackRecords(
         {key: tuple(found) for key, found in units.items()}, forfeits, work_pairs(connection)
     )
-
-
-def reputations_of(connection: Any, dids: Iterable[str]) -> dict[str, dict[str, Fraction]]:
-    """Each DID's reputation in each capability it has a record in, from the view (a
-    capability it has none in is at the prior, `accord.market.reputation.DEFAULT_PRIOR_MEAN`)."""
-    wanted = sorted(set(dids))
-    records = track_records_of(connection, wanted)
-    return {
-        did: {c: records.reputation(did, c) for c in records.capabilities_of(did)} for did in wanted
-    }
 
 
 def requester_record_of(connection: Any, did: str) -> RequesterRecord:

@@ -60,10 +60,8 @@ from accord.identity.errors import ExamError, SchemaViolation
 from accord.market.errors import WorkError
 
 PART_ID = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
-CHECK_ID = PART_ID
 PLAN_PART = "_plan"
 ASSEMBLY_PART = "_assembly"
-CONTRACTOR_PARTS = (PLAN_PART, ASSEMBLY_PART)
 PLAN_CHECK = "_plan-covers-every-part"
 ASSEMBLY_CHECK = "_assembly-holds-every-output"
 CONTRACTOR_SHARE = Fraction(1, 5)
@@ -79,11 +77,9 @@ MAX_PYTHON_MEMORY_MIB = 1024
 FILE_KEY = "$file"
 MAX_FILE_BYTES = 1 << 20
 """A task's input file is at most 1 MiB."""
-SHA256_HEX = re.compile(r"^[0-9a-f]{64}$")
 MAX_EXPONENT = 1_000
 """The largest power of ten an exact number may carry (`1e1000`); beyond, it is refused."""
 
-CheckKind = Literal["expect", "schema", "python", "judge", "review", "plan", "assembly"]
 REQUESTER_KINDS = ("expect", "schema", "python", "judge", "review")
 
 

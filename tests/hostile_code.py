@@ -11,7 +11,6 @@ the way an attacker who knows the machine would.
 from __future__ import annotations
 
 import os
-import platform
 import socket
 import sys
 import threading
@@ -183,10 +182,6 @@ def hostile_programs(target: Target) -> dict[str, str]:
         "python": os.path.realpath(sys.executable),
     }
     return {name: source.format(**values) for name, source in PROGRAMS.items()}
-
-
-def native_x86_64() -> bool:
-    return platform.machine() == "x86_64"
 
 
 @dataclass

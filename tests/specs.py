@@ -7,7 +7,6 @@ need arithmetic and extraction, two of each, so a member given a capability's ba
 
 from __future__ import annotations
 
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -177,9 +176,6 @@ def single_part_spec(
         {},
         budget=budget or parse_amount("0.5eth"),
     )
-
-
-WINDOW = timedelta(seconds=60)
 
 
 JUDGE_CHECKS: list[dict[str, Any]] = [

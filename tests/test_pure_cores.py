@@ -44,8 +44,8 @@ PURE_CORES = (
     "accord.identity.http_signatures",
     "accord.identity.challenges.base",
     "accord.identity.challenges.names",
-    # market: the task state machine, the work and its checks, sealed bids, the auction,
-    # reputation, Shapley, who reads the work
+    # market: the task state machine, the work and its checks, sealed bids, the auction and
+    # its replay from the log, reputation, Shapley, who reads the work
     "accord.market.errors",
     "accord.market.money",
     "accord.market.tasks",
@@ -53,6 +53,7 @@ PURE_CORES = (
     "accord.market.checks",
     "accord.market.sealed",
     "accord.market.auction",
+    "accord.market.award",
     "accord.market.reputation",
     "accord.market.strategies",
     "accord.market.shapley",

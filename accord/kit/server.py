@@ -25,7 +25,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from accord.coordinator.agent_service import reply_json
-from accord.coordinator.runner import CONVERSATION_MESSAGE
+from accord.coordinator.conversation import CONVERSATION_MESSAGE
 from accord.identity.challenges import JSON
 from accord.identity.http_signatures import (
     CALL_TAG,

@@ -17,9 +17,13 @@ from starlette.concurrency import run_in_threadpool
 from accord.api.problems import ProblemError
 from accord.api.routes.deps import Context, State, address_of, throttle_reads
 from accord.api.streams import SlotStream
-from accord.coordinator.conversation import message_from_json, message_to_json
+from accord.coordinator.conversation import (
+    CONVERSATION_MESSAGE,
+    CONVERSATION_OPENED,
+    message_from_json,
+    message_to_json,
+)
 from accord.coordinator.errors import CoordinatorError, IllegalMove
-from accord.coordinator.runner import CONVERSATION_MESSAGE, CONVERSATION_OPENED
 from accord.coordinator.service import conversation_ids, replay_conversation
 from accord.identity.onboarding import STATUS_LIST_PATH
 from accord.ledger import merkle

@@ -188,22 +188,29 @@ def load_template(name: str) -> str:
     return text.removesuffix("\n")
 
 
-def render_template(template: str, values: Mapping[str, str], name: str = "template") -> str:
-    """`template` with `values` substituted by `string.Template.substitute`, strictly.
+def render_template(
+    template: str,
+    values: Mapping[str, str],
+    name: str = "template",
+    *,
+    error: Callable[[str], Exception] = ExamError,
+) -> str:
+    """`template` with `values` substituted by `string.Template.substitute`, strictly: the
+    instruction templates here and the policy's prompts (`accord.coordinator.llm_policy`) alike.
 
-    Raises ExamError for an invalid placeholder (write `$$` for a dollar sign), a placeholder
-    without a value, or a value without a placeholder.
+    Raises `error(reason)` (ExamError unless given) for an invalid placeholder (write `$$`
+    for a dollar sign), a placeholder without a value, or a value without a placeholder.
     """
     parsed = string.Template(template)
     if not parsed.is_valid():
-        raise ExamError(f"{name} has an invalid placeholder (write $$ for a dollar sign)")
+        raise error(f"{name} has an invalid placeholder (write $$ for a dollar sign)")
     placeholders = set(parsed.get_identifiers())
     missing = sorted(placeholders - set(values))
     if missing:
-        raise ExamError(f"{name} needs a value for {', '.join(missing)}")
+        raise error(f"{name} needs a value for {', '.join(missing)}")
     unused = sorted(set(values) - placeholders)
     if unused:
-        raise ExamError(f"{name} has no placeholder for {', '.join(unused)}")
+        raise error(f"{name} has no placeholder for {', '.join(unused)}")
     return parsed.substitute(values)
 
 

@@ -519,7 +519,6 @@ FAMILIES: tuple[TaskFamily, ...] = (
         lambda p: [[[], []], [[1], []], [[], [2, 3]]],
     ),
 )
-FAMILIES_BY_NAME = {family.name: family for family in FAMILIES}
 
 
 def _call_text(function_name: str, args: list[JSON]) -> str:

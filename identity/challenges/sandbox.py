@@ -78,7 +78,6 @@ SANDBOX_ENV = "ACCORD_SANDBOX"
 BOXED: Literal["bwrap"] = "bwrap"
 UNBOXED: Literal["none"] = "none"
 SandboxMode = Literal["bwrap", "none"]
-MODES: tuple[SandboxMode, ...] = (BOXED, UNBOXED)
 BOX_UID = 65534
 BOX_TMP = "/tmp"
 STDERR_BYTES = 16 * 1024

@@ -62,7 +62,6 @@ if TYPE_CHECKING:
         AnchorChain,
         TxChain,
         poll_receipt,
-        wait_until_deep,
     )
     from accord.ledger.chain.values import (
         DEFAULT_FEE_POLICY,
@@ -128,7 +127,6 @@ _EXPORTS = {
     "AnchorChain": "accord.ledger.chain.protocol",
     "TxChain": "accord.ledger.chain.protocol",
     "poll_receipt": "accord.ledger.chain.protocol",
-    "wait_until_deep": "accord.ledger.chain.protocol",
     "Web3AnchorChain": "accord.ledger.chain.web3_chain",
     "Web3Transactions": "accord.ledger.chain.web3_chain",
     "block_hash_at": "accord.ledger.chain.web3_chain",
@@ -221,7 +219,6 @@ __all__ = [
     "send_raw_transaction",
     "transaction_receipt",
     "validate_anchor",
-    "wait_until_deep",
     "with_gas_margin",
     "write_deployment",
 ]

@@ -14,7 +14,6 @@ from accord.ledger.chain.values import (
     OnChainAnchor,
     SignedAnchorTx,
     TxReceipt,
-    deep_enough,
 )
 from accord.ledger.fees import FeeMarket, FeePolicy, Fees
 
@@ -125,17 +124,4 @@ def poll_receipt(
         found = receipt(tx_hash)
         if found is not None or time.monotonic() >= deadline:
             return found
-        time.sleep(min(RECEIPT_POLL_S, max(0.0, deadline - time.monotonic())))
-
-
-def wait_until_deep(
-    head: Callable[[], int], receipt: TxReceipt, confirmations: int, timeout_s: float
-) -> bool:
-    """Poll `head()` until the receipt is `confirmations` deep or `timeout_s` passes."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        if deep_enough(receipt, head(), confirmations):
-            return True
-        if time.monotonic() >= deadline:
-            return False
         time.sleep(min(RECEIPT_POLL_S, max(0.0, deadline - time.monotonic())))

@@ -24,10 +24,6 @@ if TYPE_CHECKING:
     from accord.market.escrow.actions import EscrowActions, EscrowOutcome, OutcomeStatus
     from accord.market.escrow.chain import (
         EscrowChain,
-        build_open_tx,
-        build_refund_tx,
-        build_settle_tx,
-        build_withdraw_tx,
     )
     from accord.market.escrow.journal import (
         EscrowJournal,
@@ -78,10 +74,6 @@ _EXPORTS = {
     "EscrowOutcome": "accord.market.escrow.actions",
     "OutcomeStatus": "accord.market.escrow.actions",
     "EscrowChain": "accord.market.escrow.chain",
-    "build_open_tx": "accord.market.escrow.chain",
-    "build_refund_tx": "accord.market.escrow.chain",
-    "build_settle_tx": "accord.market.escrow.chain",
-    "build_withdraw_tx": "accord.market.escrow.chain",
     "EscrowJournal": "accord.market.escrow.journal",
     "EscrowTxRecord": "accord.market.escrow.journal",
     "JournalStatus": "accord.market.escrow.journal",
@@ -151,10 +143,6 @@ __all__ = [
     "SqlEscrowJournal",
     "Web3EscrowChain",
     "address_of",
-    "build_open_tx",
-    "build_refund_tx",
-    "build_settle_tx",
-    "build_withdraw_tx",
     "deploy_escrow",
     "ensure_escrow",
     "open_calldata",

@@ -8,7 +8,6 @@ engine asks (`accord.ledger.chain.TxChain`): block hashes, the pool, the fee mar
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Protocol
 
 from accord.ledger.chain.protocol import TxChain
@@ -18,10 +17,6 @@ from accord.market.escrow.values import (
     EscrowIntent,
     EscrowRecord,
     SignedEscrowTx,
-    open_intent,
-    refund_intent,
-    settle_intent,
-    withdraw_intent,
 )
 from accord.market.money import Wei
 
@@ -70,27 +65,3 @@ class EscrowChain(TxChain, Protocol):
     def events(self, task_id: str | None = None, *, from_block: int = 0) -> list[EscrowEvent]:
         """Decoded events, oldest first: the task's (without Withdrawn) or all of them."""
         ...
-
-
-def build_open_tx(
-    chain: EscrowChain, key_hex: str, task_id: str, deposit: int, deadline: int
-) -> SignedEscrowTx:
-    return chain.build_tx(key_hex, open_intent(task_id, deposit, deadline))
-
-
-def build_settle_tx(
-    chain: EscrowChain,
-    key_hex: str,
-    task_id: str,
-    payees: Sequence[str],
-    amounts: Sequence[int],
-) -> SignedEscrowTx:
-    return chain.build_tx(key_hex, settle_intent(task_id, payees, amounts))
-
-
-def build_refund_tx(chain: EscrowChain, key_hex: str, task_id: str) -> SignedEscrowTx:
-    return chain.build_tx(key_hex, refund_intent(task_id))
-
-
-def build_withdraw_tx(chain: EscrowChain, key_hex: str) -> SignedEscrowTx:
-    return chain.build_tx(key_hex, withdraw_intent())

@@ -60,13 +60,6 @@ class EscrowTxRecord:
     sent_at: float | None = None
     """Seconds since the epoch when it was signed (None in records of an older accord)."""
 
-    @property
-    def intent_key(self) -> str:
-        """What may be done at most once: the task's open/settle/refund, or one withdrawal."""
-        if self.intent.kind == "withdraw":
-            return f"withdraw:{self.sender}:{self.nonce}"
-        return f"{self.intent.kind}:{self.intent.task_id}"
-
     def signed(self) -> SignedEscrowTx:
         return SignedEscrowTx(
             self.intent.kind, self.intent.task_id, self.nonce, self.tx_hash, self.raw, self.sender

@@ -14,8 +14,8 @@ reputation (`accord.market.reputation.reputation` of a few random deliveries); a
 - admission, with the pure checks: `sealed.check_commitment` for each of the N commitments (the
   committed set growing as each is admitted), then `sealed.check_reveal` for each reveal
   (every commitment known, the revealed set growing), each inside its window;
-- `service.replay_award(task, commitments, reveals, reputations)`: every commitment and reveal
-  signature, every commitment re-hashed from its reveal, then `clear_auction` and forfeits;
+- `accord.market.award.replay_award(task, commitments, reveals, reputations)`: every commitment and
+  reveal signature, every commitment re-hashed from its reveal, then `clear_auction` and forfeits;
   this is the goal (what an auditor, and `Market.award`, runs to clear the auction).
 
 The did:key → public key and public key → VerifyKey caches of `accord.ledger.signing` are cleared
@@ -63,11 +63,11 @@ from accord.ledger.signing import Ed25519Signer
 from accord.ledger.store import make_engine
 from accord.market import sealed
 from accord.market.auction import RevealedBid, clear_auction
+from accord.market.award import AdmittedCommitment, AdmittedReveal, replay_award
 from accord.market.escrow import EscrowActions, SqlEscrowJournal, Web3EscrowChain, ensure_escrow
 from accord.market.money import Wei
 from accord.market.reputation import reputation
 from accord.market.runtime import DEVNET_REQUESTER_KEY, ESCROW_DEPLOYMENT_FILE, open_market
-from accord.market.service import AdmittedCommitment, AdmittedReveal, replay_award
 from accord.market.tasks import ESCROW_OPENED, TASK_POSTED, Task, TaskEvent, TaskSpec, replay
 from accord.market.work import Part
 

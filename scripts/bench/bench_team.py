@@ -57,15 +57,10 @@ from _common import Goal, Measure, Section, run_alone, side_by_side, temp_root
 
 import accord.coordinator.runner as runner_module
 from accord.coordinator.adapters import InProcessAdapter, solve_task
-from accord.coordinator.conversation import Message
+from accord.coordinator.conversation import CONVERSATION_MESSAGE, CONVERSATION_OPENED, Message
 from accord.coordinator.policy import Member, RulePolicy, TeamView
 from accord.coordinator.repetition import message_bytes, repeated_fraction, text_of
-from accord.coordinator.runner import (
-    CONVERSATION_MESSAGE,
-    CONVERSATION_OPENED,
-    RunSettings,
-    TeamRunner,
-)
+from accord.coordinator.runner import RunSettings, TeamRunner
 from accord.coordinator.team import plan_work
 from accord.coordinator.work import JSON, SubTask
 from accord.identity.challenges import REGISTRY, validate_output, work_item

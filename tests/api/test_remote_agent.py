@@ -27,7 +27,7 @@ import httpx
 import pytest
 
 from accord.audit.checks import audit_task
-from accord.coordinator.runner import CONVERSATION_MESSAGE
+from accord.coordinator.conversation import CONVERSATION_MESSAGE
 from accord.coordinator.service import run_awarded_task
 from accord.identity.challenges import REGISTRY
 from accord.identity.http_auth import AccordAuth

@@ -15,9 +15,9 @@ import httpx
 import pytest
 
 from accord.coordinator.adapters import reference_adapter
-from accord.coordinator.conversation import Conversation, message_to_json
+from accord.coordinator.conversation import CONVERSATION_OPENED, Conversation, message_to_json
 from accord.coordinator.policy import Member, RulePolicy
-from accord.coordinator.runner import CONVERSATION_OPENED, RunSettings, TeamRunner
+from accord.coordinator.runner import RunSettings, TeamRunner
 from accord.coordinator.service import conversation_ids, replay_conversation
 from accord.coordinator.work import JSON, AgentAdapter, SubTask
 from accord.ledger.signing import Ed25519Signer

@@ -17,7 +17,7 @@ import pytest
 
 from accord.api.routes.deps import ApiConfig, ApiState
 from accord.api.streams import StreamSlots
-from accord.coordinator.runner import CONVERSATION_OPENED
+from accord.coordinator.conversation import CONVERSATION_OPENED
 from accord.identity.http_auth import AccordAuth
 from accord.ledger.signing import Ed25519Signer, Signer
 from accord.market.tasks import TASK_POSTED

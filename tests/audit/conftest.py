@@ -13,11 +13,10 @@ from __future__ import annotations
 import copy
 import re
 import secrets
-import shutil
 import sqlite3
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from fractions import Fraction
 from pathlib import Path
 from typing import Any, Literal
@@ -59,7 +58,6 @@ AGENTS = (
 )
 COSTS = {"ada": "0.12eth", "linus": "0.10eth"}
 MARGIN = Fraction(1, 5)
-WINDOW = timedelta(seconds=60)
 
 Stage = Literal["awarded", "delivered", "settled"]
 
@@ -291,13 +289,6 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> World:
 @pytest.fixture
 def scratch(tmp_path: Path) -> Path:
     return tmp_path
-
-
-def clone_home(world: World, destination: Path) -> Path:
-    """A copy of the world's whole home (keys, credentials, log), for a world to reopen."""
-    shutil.copytree(world.settings.home, destination, ignore=shutil.ignore_patterns("*.db*"))
-    copy_db(world, destination / "accord.db")
-    return destination
 
 
 def assert_deliverable_section(

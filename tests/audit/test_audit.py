@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from accord.audit.checks import AuditReport, audit_task
-from accord.coordinator.runner import CONVERSATION_MESSAGE
+from accord.coordinator.conversation import CONVERSATION_MESSAGE
 from accord.coordinator.service import directory_for, run_awarded_task, team_directory
 from accord.ledger.chain import MemoryAnchorChain
 from accord.ledger.events import Entry, Event, entry_bytes, make_entry

@@ -126,7 +126,7 @@ def _model_of(c: Conversation) -> Model:
     )
 
 
-def _result_ok(m: Model, result: Result, reporter: str) -> bool:
+def _result_ok(m: Model, result: Result) -> bool:
     """A result is well-formed: for an assigned sub-task, contributions iff ok, each naming that
     sub-task or a part of it. (The reporter's own name need not be on it: since 4987d5b a member
     may hand the whole piece to a sub-team.)"""
@@ -197,7 +197,7 @@ def _oracle(m: Model, msg: Message) -> Model | None:
             allowed = frozenset({"pause_trigger"}) if triggers else AFTER_RESULT
         else:
             return None
-        if not _result_ok(m, r, msg.speaker):
+        if not _result_ok(m, r):
             return None
         new_tags = [(x.agent, x.sub_id) for x in r.contributions] if r.ok else []
         nxt["tags"] = tuple(sorted([*m.tags, *new_tags]))
@@ -317,10 +317,6 @@ def _deliverables(m: Model) -> list[Deliverable]:
 
 
 # -- the walk ----------------------------------------------------------------------------------
-
-
-def _agrees(c: Conversation, m: Model) -> bool:
-    return _model_of(c) == m
 
 
 def _explore(
@@ -666,3 +662,56 @@ def test_conclude_refuses_a_tampered_output() -> None:
     forged = Contribution("did:A", "s0", "cap", "s0", seal(41, SALT).commitment)
     with pytest.raises(IllegalMove):
         step(c, Conclude(LEADER, Deliverable("done", (forged,))))
+
+
+# -- replaying a logged conversation from its verified events ----------------------------------
+
+
+def test_a_logged_conversation_replays_from_its_events_alone() -> None:
+    """`conversation_from_events` folds the opening and the messages through `step`, skipping
+    other subjects' events, and names the entry of the first move that does not hold."""
+    from accord.coordinator.conversation import (
+        CONVERSATION_MESSAGE,
+        CONVERSATION_OPENED,
+        conversation_from_events,
+    )
+    from accord.coordinator.errors import CoordinatorError
+    from accord.ledger.events import Event
+    from accord.ledger.signing import Ed25519Signer
+
+    leader, member = (Ed25519Signer(bytes([n]) * 32).did for n in (1, 2))
+    at = "2026-03-01T12:00:00.000Z"
+    opened = {
+        "task": "task-1",
+        "leader": leader,
+        "members": [leader, member],
+        "parent": None,
+        "depth": 0,
+        "max_turns": 8,
+        "title": "the invoice",
+    }
+
+    def message(index: int, turn: int, speaker: str, m: Message) -> tuple[int, Event]:
+        body = {"turn": turn, "message": message_to_json(m)}
+        return index, Event(CONVERSATION_MESSAGE, speaker, index, at, "conv-1", body)
+
+    events = [
+        (3, Event(CONVERSATION_OPENED, leader, 0, at, "conv-1", opened)),
+        (4, Event(CONVERSATION_OPENED, leader, 1, at, "conv-2", {**opened, "title": "other"})),
+        message(5, 0, leader, Discuss(leader, "hello", "discussion", member)),
+        message(6, 1, member, Discuss(member, "hi", "conclusion", leader)),
+        message(7, 2, leader, Conclude(leader, Deliverable("nothing", ()))),
+    ]
+    record = conversation_from_events("conv-1", events)
+    assert record.opened_index == 3 and record.title == "the invoice"
+    assert [(m.index, m.turn) for m in record.messages] == [(5, 0), (6, 1), (7, 2)]
+    assert record.conversation.state == "closed" and record.conversation.turn == 3
+    reply = Discuss(member, "hi", "conclusion", leader)
+    with pytest.raises(IllegalMove, match=r"^entry 6: signed by .*, not its speaker"):
+        conversation_from_events("conv-1", [*events[:3], message(6, 1, leader, reply)])
+    with pytest.raises(IllegalMove, match=r"^entry 6: turn 0 out of order"):
+        conversation_from_events("conv-1", [*events[:3], message(6, 0, member, reply)])
+    with pytest.raises(IllegalMove, match=r"^entry 5: conv-1 does not start with its opening"):
+        conversation_from_events("conv-1", events[2:])
+    with pytest.raises(CoordinatorError, match="no conversation 'conv-3'"):
+        conversation_from_events("conv-3", events)

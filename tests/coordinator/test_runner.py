@@ -23,19 +23,21 @@ import pytest
 
 from accord.coordinator.adapters import HttpAdapter, InProcessAdapter, reference_adapter, solve_task
 from accord.coordinator.conversation import (
+    CONVERSATION_MESSAGE,
     Abandon,
     AssignAsync,
     AssignSync,
     Contribution,
     Conversation,
+    ConversationRecord,
     ConversationState,
     Message,
     Report,
 )
 from accord.coordinator.errors import AgentFailure, IllegalMove
 from accord.coordinator.policy import Member, RulePolicy
-from accord.coordinator.runner import CONVERSATION_MESSAGE, RunSettings, SealedOutputs, TeamRunner
-from accord.coordinator.service import ConversationRecord, conversation_ids, replay_conversation
+from accord.coordinator.runner import RunSettings, SealedOutputs, TeamRunner
+from accord.coordinator.service import conversation_ids, replay_conversation
 from accord.coordinator.work import JSON, AgentAdapter, SubTask
 from accord.identity.challenges import REGISTRY, validate_output
 from accord.ledger.devnet import find_free_port

@@ -35,7 +35,7 @@ import httpx
 import pytest
 
 from accord.audit.checks import audit_task
-from accord.coordinator.runner import CONVERSATION_MESSAGE
+from accord.coordinator.conversation import CONVERSATION_MESSAGE
 from accord.coordinator.service import run_awarded_task
 from accord.identity.http_auth import AccordAuth
 from accord.ledger.canonical import canonical_json

@@ -14,6 +14,8 @@ from accord.identity.exams import (
     GRADED,
     ExamService,
     check_rate_limit,
+    plan_from_events,
+    regrade_from_events,
     regrade_from_ledger,
 )
 from accord.identity.runtimes import ReferenceRuntime
@@ -58,6 +60,28 @@ def test_regrade_from_the_ledger_equals_the_logged_score(ledger: Ledger, clock: 
     assert graded.actor == ledger.operator.did and graded.body["earned"] == 3
     answers = [Entry.from_bytes(s.data).event for s in ledger.store.find(kind=ANSWERED)]
     assert {event.actor for event in answers} == {agent.did}  # signed by the agent
+
+
+def test_regrade_is_a_pure_fold_of_the_verified_events(ledger: Ledger) -> None:
+    """`regrade_from_events` re-grades from the events alone (another exam's are skipped); an
+    answer dropped from them changes the score, and the fold says it does not match."""
+    exams = service(ledger)
+    agent = Ed25519Signer.generate()
+    sessions = [exams.start(agent.did, "arithmetic", 3) for _ in range(2)]
+    for session in sessions:
+        for item in session.items:
+            exams.answer(agent, session.exam_id, str(item["item_id"]), REFERENCE.answer(item))
+        exams.grade(session.exam_id)
+    events = [(s.index, Entry.from_bytes(s.data).event) for s in ledger.store.entries()]
+    exam_id, operator = sessions[0].exam_id, ledger.operator.did
+    assert regrade_from_events(exam_id, events, operator) == (3, 3)
+    assert plan_from_events(exam_id, events) == sessions[0].plan
+    first_answer = next(i for i, e in events if e.kind == ANSWERED and e.subject == exam_id)
+    fewer = [(i, e) for i, e in events if i != first_answer]
+    with pytest.raises(ExamError, match=r"re-graded 2/3, but the log says 3/3"):
+        regrade_from_events(exam_id, fewer, operator)
+    with pytest.raises(ExamError, match=r"no single exam\.committed"):
+        regrade_from_events(exam_id, events, agent.did)  # the operator signs the plan
 
 
 def test_regrade_detects_a_score_the_answers_do_not_support(ledger: Ledger) -> None:

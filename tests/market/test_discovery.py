@@ -45,7 +45,6 @@ from tests.ledger.conftest import postgres_schema_url
 
 NOW = datetime(2026, 6, 1, tzinfo=UTC)
 WEEK = timedelta(days=7)
-SCORES = (None, *(Fraction(q, 4) for q in range(5)))
 CAPABILITIES = ("arithmetic", "extraction", "retrieval", "python_code")
 NAME_WORDS = ("ada", "fast", "arithmetic", "agent", "sum", "bot", "extraction", "careful", "7")
 NEEDS = ("", "careful arithmetic agent", "sum numbers fast", "python code", "zzz", "ada-7 bot")

@@ -21,11 +21,15 @@ from accord.market.reputation import (
     check_revocation,
     circles,
     fold_track_records,
+    forfeits,
     reputation,
+    reputations_from_events,
     revocation_due,
     revocation_evidence,
     settled_parts,
     settled_work,
+    settled_works,
+    track_records_from_events,
 )
 
 qualities = st.fractions(min_value=0, max_value=1, max_denominator=100)
@@ -120,7 +124,7 @@ def test_tends_to_the_observed_average(
 )
 def test_out_of_range_inputs_refused(args: tuple[object, ...], message: str) -> None:
     with pytest.raises(ReputationError, match=message):
-        reputation(*args)  # type: ignore[arg-type]
+        reputation(*args)
 
 
 # -- track records: units, pairs, circles (market.reputation) ---------------------------------
@@ -275,3 +279,40 @@ def test_a_circle_cannot_revoke_nor_shield_its_members() -> None:
     records = fold_track_records(ring, [])
     assert records.record(A, "arithmetic").parts == 0
     assert not revocation_due(records.record(A, "arithmetic"), Fraction(4, 5))
+
+
+# -- the fold over the log's verified events ----------------------------------------------------
+
+
+def test_track_records_fold_from_verified_events_alone() -> None:
+    """The reputation the auction scored by is a pure fold of the log's events: settled work,
+    forfeits with their task's capabilities from its posting, and nothing at or after `before`."""
+    from accord.ledger.events import Event
+    from accord.ledger.signing import Ed25519Signer
+    from accord.market.tasks import TASK_AWARDED, TASK_EXPIRED, TASK_POSTED, TASK_SETTLED
+    from tests.specs import invoice_spec
+
+    operator = Ed25519Signer(b"\x01" * 32).did
+    spec = invoice_spec()
+
+    def event(kind: str, subject: str, body: dict[str, object]) -> Event:
+        return Event(kind, operator, 0, "2026-03-01T12:00:00.000Z", subject, body)
+
+    settled = work(3, R, (A, "arithmetic", ONE))
+    events = [
+        (0, event(TASK_POSTED, "task-a", {"spec": spec.to_json()})),
+        (1, event(TASK_POSTED, "task-b", {"spec": "not a spec"})),
+        (2, event(TASK_AWARDED, "task-a", {"forfeited": [B]})),
+        (3, event(TASK_SETTLED, "task-3", {"track_record": settled.to_json()})),
+        (4, event(TASK_EXPIRED, "task-b", {"forfeited": [C]})),
+        (5, event(TASK_EXPIRED, "task-a", {"forfeited": "not a list"})),
+        (6, event(TASK_SETTLED, "task-6", {"quality": {}})),  # from before track records
+    ]
+    assert settled_works(reversed(events)) == [settled]
+    assert forfeits(events) == [Forfeit(2, B, spec.capabilities), Forfeit(4, C, ())]
+    assert forfeits(events, before=4) == [Forfeit(2, B, spec.capabilities)]
+    records = track_records_from_events(events)
+    assert records == fold_track_records([settled], forfeits(events))
+    assert records.reputation(A, "arithmetic") == Fraction(2, 3)  # (1 + 1) / (2 + 1)
+    reputations = reputations_from_events(events, [A, A, B], ["arithmetic"], before=3)
+    assert reputations == {A: Fraction(1, 2), B: records.reputation_for(B, ["arithmetic"])}

@@ -24,12 +24,13 @@ from accord.ledger.settings import Settings
 from accord.ledger.signing import Ed25519Signer
 from accord.market import sealed
 from accord.market.auction import RESERVE_SCORE, quality, score
+from accord.market.award import AdmittedCommitment, AdmittedReveal, replay_award
 from accord.market.errors import AuctionError, BidRejected, TransitionError
 from accord.market.escrow import EscrowActions, EscrowState, MemoryEscrowChain
 from accord.market.money import Wei
 from accord.market.reputation import reputation
 from accord.market.runtime import ChainEscrow
-from accord.market.service import AdmittedCommitment, AdmittedReveal, Market, replay_award
+from accord.market.service import Market
 from accord.market.tasks import (
     BID_COMMITTED,
     BID_REVEALED,
