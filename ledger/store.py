@@ -206,12 +206,19 @@ def make_engine(db_url: str) -> Engine:
                 connection.exec_driver_sql("BEGIN IMMEDIATE")
 
             return engine
-        engine = create_engine(db_url)
+        engine = create_engine(db_url, pool_size=POOL_SIZE, max_overflow=POOL_OVERFLOW)
         _ping_after_idle(engine)
         return engine
     except (SQLAlchemyError, ValueError, ModuleNotFoundError) as exc:
         raise StoreError(f"cannot open the log database {db_url!r}: {_reason(exc)}") from exc
 
+
+POOL_SIZE = 20
+POOL_OVERFLOW = 20
+"""Server connections a process keeps open, and how many more it opens (and closes again) at
+a peak. A service runs up to 40 requests at once in worker threads, each taking a connection
+for its statements: with SQLAlchemy's default of 5 kept, a service under load opened and
+closed a connection (a server process on PostgreSQL) every few requests."""
 
 IDLE_PING_S = 2.0
 """A pooled server connection unused for this long is pinged before it is handed out."""
