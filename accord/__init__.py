@@ -28,17 +28,17 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from accord._home import Home, open_home
-    from api.client import AccordClient as Client
-    from audit.checks import AuditReport
-    from coordinator.errors import CoordinatorError
-    from identity.errors import IdentityError
-    from ledger.errors import AccordError, LedgerError
-    from ledger.settings import Settings
-    from market.deliverable import Deliverable, DeliveredPart
-    from market.errors import MarketError
-    from market.money import Wei, format_eth, parse_amount
-    from market.tasks import Task, TaskSpec
-    from market.views import TaskPage
+    from accord.api.client import AccordClient as Client
+    from accord.audit.checks import AuditReport
+    from accord.coordinator.errors import CoordinatorError
+    from accord.identity.errors import IdentityError
+    from accord.ledger.errors import AccordError, LedgerError
+    from accord.ledger.settings import Settings
+    from accord.market.deliverable import Deliverable, DeliveredPart
+    from accord.market.errors import MarketError
+    from accord.market.money import Wei, format_eth, parse_amount
+    from accord.market.tasks import Task, TaskSpec
+    from accord.market.views import TaskPage
 
 try:
     __version__ = version("accord")
@@ -48,22 +48,22 @@ except PackageNotFoundError:  # running from a source tree that was never instal
 _EXPORTS = {
     "Home": ("accord._home", "Home"),
     "open_home": ("accord._home", "open_home"),
-    "Client": ("api.client", "AccordClient"),
-    "Settings": ("ledger.settings", "Settings"),
-    "TaskSpec": ("market.tasks", "TaskSpec"),
-    "Task": ("market.tasks", "Task"),
-    "TaskPage": ("market.views", "TaskPage"),
-    "Deliverable": ("market.deliverable", "Deliverable"),
-    "DeliveredPart": ("market.deliverable", "DeliveredPart"),
-    "AuditReport": ("audit.checks", "AuditReport"),
-    "Wei": ("market.money", "Wei"),
-    "parse_amount": ("market.money", "parse_amount"),
-    "format_eth": ("market.money", "format_eth"),
-    "AccordError": ("ledger.errors", "AccordError"),
-    "LedgerError": ("ledger.errors", "LedgerError"),
-    "IdentityError": ("identity.errors", "IdentityError"),
-    "MarketError": ("market.errors", "MarketError"),
-    "CoordinatorError": ("coordinator.errors", "CoordinatorError"),
+    "Client": ("accord.api.client", "AccordClient"),
+    "Settings": ("accord.ledger.settings", "Settings"),
+    "TaskSpec": ("accord.market.tasks", "TaskSpec"),
+    "Task": ("accord.market.tasks", "Task"),
+    "TaskPage": ("accord.market.views", "TaskPage"),
+    "Deliverable": ("accord.market.deliverable", "Deliverable"),
+    "DeliveredPart": ("accord.market.deliverable", "DeliveredPart"),
+    "AuditReport": ("accord.audit.checks", "AuditReport"),
+    "Wei": ("accord.market.money", "Wei"),
+    "parse_amount": ("accord.market.money", "parse_amount"),
+    "format_eth": ("accord.market.money", "format_eth"),
+    "AccordError": ("accord.ledger.errors", "AccordError"),
+    "LedgerError": ("accord.ledger.errors", "LedgerError"),
+    "IdentityError": ("accord.identity.errors", "IdentityError"),
+    "MarketError": ("accord.market.errors", "MarketError"),
+    "CoordinatorError": ("accord.coordinator.errors", "CoordinatorError"),
 }
 
 __all__ = [

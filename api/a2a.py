@@ -3,7 +3,7 @@
 An A2A client posts a paid task by sending a message whose one data part is the task spec —
 the body of `POST /tasks` (title, budget, windows, parts, checks); the text parts, if any,
 become the description when the spec has none. The request is signed like every mutating
-request (`api.auth`): the signer is the requester, and an unsigned call gets 401 problem+json
+request (`accord.api.auth`): the signer is the requester, and an unsigned call gets 401 problem+json
 before any JSON-RPC is read. That posts for a requester whose key the service holds.
 
 A requester holding its own key (any did:key) sends instead its own signed `task.posted` in
@@ -27,7 +27,7 @@ once that deposit is on chain. Methods (the names the A2A 1.x clients send):
     SubscribeToTask        the stream of SendStreamingMessage for a task that is not terminal
 
 Streams are capped per caller and in all (`ApiConfig.streams_per_caller`, `streams_total`,
-see `api.streams`): over a cap, the streaming methods answer the JSON-RPC error -32000 with
+see `accord.api.streams`): over a cap, the streaming methods answer the JSON-RPC error -32000 with
 ErrorInfo reason TOO_MANY_STREAMS (metadata `status` 429, `reason` which cap) before anything
 is posted or streamed.
 
@@ -47,7 +47,7 @@ accord's lifecycle as A2A task states (the accord state is in `metadata.accord.s
     cancelled                    TASK_STATE_CANCELED    its requester cancelled it unfunded
 
 From delivery on, the deliverable is the artifact `deliverable` (a data part, the view of
-`market.settlement.deliverable_view`), sent again when it changes (the outputs the requester
+`accord.market.settlement.deliverable_view`), sent again when it changes (the outputs the requester
 may read once the settlement is computed, the checks and the payouts). A stream follows a
 task through settlement: the input-required state does not end it.
 
@@ -84,20 +84,20 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
 
-from api.problems import (
+from accord.api.problems import (
     DOMAIN_ERRORS,
     PROBLEM_MEDIA_TYPE,
     ProblemError,
     domain_problem,
 )
-from api.routes.deps import ApiState, Caller, State
-from api.routes.market import TaskPost, post_task
-from api.routes.remote import EntryBody
-from api.streams import SlotStream
-from ledger.events import Entry, parse_time
-from market.runtime import MarketContext
-from market.service import LIFECYCLE_KINDS
-from market.tasks import Task, TaskState, clock_state
+from accord.api.routes.deps import ApiState, Caller, State
+from accord.api.routes.market import TaskPost, post_task
+from accord.api.routes.remote import EntryBody
+from accord.api.streams import SlotStream
+from accord.ledger.events import Entry, parse_time
+from accord.market.runtime import MarketContext
+from accord.market.service import LIFECYCLE_KINDS
+from accord.market.tasks import Task, TaskState, clock_state
 
 logger = logging.getLogger(__name__)
 
@@ -212,7 +212,7 @@ def invalid_params(message: str, field: str, *, reason: str = "INVALID_PARAMS") 
 
 
 def rpc_error_of(problem: ProblemError, *, spec: bool = False) -> RpcError:
-    """The JSON-RPC error of a problem detail (`api.problems`). With `spec`, bad input is the
+    """The JSON-RPC error of a problem detail (`accord.api.problems`). With `spec`, bad input is the
     task spec's: its `path` is relative to the message's data part."""
     metadata = {"status": str(problem.status), "kind": problem.kind}
     if problem.reason is not None:
@@ -791,8 +791,8 @@ def view_of(
 ) -> TaskView:
     """The caller's view of `task` now (`changed`: its `changed_at`, when known). Raises
     BlobError when a stored deliverable was altered, StoreError when the database is away."""
-    from coordinator.service import work_readers
-    from market.settlement import deliverable_view, logged_settlement
+    from accord.coordinator.service import work_readers
+    from accord.market.settlement import deliverable_view, logged_settlement
 
     context = env.context()
     state = state_now(context, task)
@@ -817,7 +817,7 @@ def view_of(
 
 def find_task(env: Env, task_id: str) -> Task:
     """Raises RpcError TASK_NOT_FOUND."""
-    from market.errors import TaskError
+    from accord.market.errors import TaskError
 
     try:
         return env.context().market.task(task_id)
@@ -922,8 +922,8 @@ def _page_of_market(
 ) -> tuple[list[TaskView], str, int]:
     """One page of every task, newest change first, from the task view (indexed by the
     time of each task's last lifecycle entry): (page, next page token or "", total)."""
-    from ledger.views import reading
-    from market.views import VIEW_NAME, tasks_by_change
+    from accord.ledger.views import reading
+    from accord.market.views import VIEW_NAME, tasks_by_change
 
     states = None if state is None else {s for s, named in A2A_STATE.items() if named == state}
     with reading(env.context().market.ledger.store, VIEW_NAME) as connection:
@@ -969,8 +969,8 @@ def cancel_task(env: Env, params: Mapping[str, Any]) -> dict[str, Any]:
 
     Raises RpcError TASK_NOT_FOUND, REFUSED (not the requester), TASK_NOT_CANCELABLE.
     """
-    from api.routes.market import _signer_of
-    from market.errors import TransitionError
+    from accord.api.routes.market import _signer_of
+    from accord.market.errors import TransitionError
 
     task = find_task(env, _task_id(params))
     context = env.context()
@@ -1012,7 +1012,7 @@ def _signed_cancellation(params: Mapping[str, Any], caller: str, task_id: str) -
     Raises RpcError: INVALID_PARAMS for an entry that is not one, or cancels another task;
     REFUSED for an entry of another DID than the caller.
     """
-    from api.routes.remote import parse_entry
+    from accord.api.routes.remote import parse_entry
 
     metadata = params.get("metadata")
     accord = metadata.get("accord") if isinstance(metadata, dict) else None
@@ -1256,4 +1256,4 @@ def _unknown_method(method: str) -> RpcError:
 
 
 router = a2a_router()
-"""The endpoint as the service includes it (`api.app`)."""
+"""The endpoint as the service includes it (`accord.api.app`)."""

@@ -1,9 +1,9 @@
 """The accord HTTP service: `create_app(settings)` builds it; nothing is opened at import.
 
 The market (ledger, credentials, escrow, chain) is opened on the first request that needs it.
-Every mutating request is signed by its caller's DID (see `identity.http_signatures`); errors
-are problem+json (see `api.problems`); bodies above `ApiConfig.max_body` get 413, callers over
-their rate 429.
+Every mutating request is signed by its caller's DID (see `accord.identity.http_signatures`); errors
+are problem+json (see `accord.api.problems`); bodies above `ApiConfig.max_body` get 413, callers
+over their rate 429.
 """
 
 from __future__ import annotations
@@ -18,26 +18,26 @@ from fastapi.openapi.utils import get_openapi
 from fastapi.routing import APIRoute
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from api import a2a, cards
-from api.problems import (
+from accord.api import a2a, cards
+from accord.api.problems import (
     PROBLEM_MEDIA_TYPE,
     Problem,
     ProblemError,
     install_problem_handlers,
     problem_response,
 )
-from api.routes import identity, market, records, remote, work
-from api.routes.deps import ApiConfig, ApiState
-from identity.http_signatures import ALGORITHM, SIGNATURE_HEADER, TAG
-from ledger.chain import AnchorChain
-from ledger.errors import LedgerError
-from ledger.runtime import operator_signer
-from ledger.settings import Settings
-from ledger.signing import Signer
-from ledger.store import LogStore
-from market.escrow import EscrowChain
-from market.lifecycle import LifecycleWorker
-from market.runtime import MarketContext
+from accord.api.routes import identity, market, records, remote, work
+from accord.api.routes.deps import ApiConfig, ApiState
+from accord.identity.http_signatures import ALGORITHM, SIGNATURE_HEADER, TAG
+from accord.ledger.chain import AnchorChain
+from accord.ledger.errors import LedgerError
+from accord.ledger.runtime import operator_signer
+from accord.ledger.settings import Settings
+from accord.ledger.signing import Signer
+from accord.ledger.store import LogStore
+from accord.market.escrow import EscrowChain
+from accord.market.lifecycle import LifecycleWorker
+from accord.market.runtime import MarketContext
 
 DESCRIPTION = (
     "The trust and economics layer for an Internet of Agents: DID-auth onboarding, capability "
@@ -125,7 +125,7 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        """The lifecycle rounds (`market.lifecycle`) run while the service does."""
+        """The lifecycle rounds (`accord.market.lifecycle`) run while the service does."""
         worker = None
         if config.lifecycle_interval > 0:
             worker = LifecycleWorker(state.context, config.lifecycle_interval, state.write_lock)
@@ -168,7 +168,7 @@ def create_app(
 
     @app.get("/.well-known/agent-card.json", tags=["meta"], summary="The service's A2A agent card")
     def service_card(request: Request) -> dict[str, Any]:
-        """The A2A v1.0 card of the service, signed by the operator (`api.cards`)."""
+        """The A2A v1.0 card of the service, signed by the operator (`accord.api.cards`)."""
         return cards.service_card(
             str(request.base_url).rstrip("/"),
             name=config.service_name,
@@ -184,7 +184,7 @@ def create_app(
     app.include_router(a2a.router)
 
     # -- the web audit explorer (api/explorer.py) --
-    from api.explorer import explorer_router
+    from accord.api.explorer import explorer_router
 
     app.include_router(explorer_router(lambda: _ExplorerSources.of(state)))
 

@@ -10,18 +10,18 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from api import output
-from api.output import JsonFlag, amount, amounts, emit, escape, fail
-from ledger.errors import LedgerError
-from ledger.sealing import is_commitment
-from ledger.settings import Settings
-from market.errors import MarketError
+from accord.api import output
+from accord.api.output import JsonFlag, amount, amounts, emit, escape, fail
+from accord.ledger.errors import LedgerError
+from accord.ledger.sealing import is_commitment
+from accord.ledger.settings import Settings
+from accord.market.errors import MarketError
 
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from audit.checks import AuditReport
-    from ledger.store import LogStore
+    from accord.audit.checks import AuditReport
+    from accord.ledger.store import LogStore
 
 
 def audit(
@@ -44,10 +44,10 @@ def audit(
     log does not hold, an outputs folder that is not one or an HTML path that cannot be
     written. A read: it starts no devnet and creates no home. The report says whether the
     checks re-ran on the outputs or were held to their signed verdicts."""
-    from audit.checks import NO_SUCH_TASK, audit_task
-    from audit.html import render_html
-    from ledger.runtime import check_recorded_devnet, connect_chain, open_store
-    from market.runtime import connect_escrow
+    from accord.audit.checks import NO_SUCH_TASK, audit_task
+    from accord.audit.html import render_html
+    from accord.ledger.runtime import check_recorded_devnet, connect_chain, open_store
+    from accord.market.runtime import connect_escrow
 
     if html is not None and (html.is_dir() or not html.parent.is_dir()):
         fail(f"cannot write the HTML report to {html}: not a file in an existing folder", 2)
@@ -91,8 +91,8 @@ def sealed_outputs(store: LogStore, folder: Path | None) -> Callable[[str], byte
     """The sealed bytes of a commitment: from this home's blob store, else from `folder` (a
     file named by the commitment, directly in it or in its `sealed/`). The audit checks every
     one against its commitment, so a wrong file is found, not trusted."""
-    from market.blobs import BlobError, BlobStore
-    from market.work import MAX_FILE_BYTES
+    from accord.market.blobs import BlobError, BlobStore
+    from accord.market.work import MAX_FILE_BYTES
 
     blobs = BlobStore(store.engine)
 
@@ -116,7 +116,7 @@ def sealed_outputs(store: LogStore, folder: Path | None) -> Callable[[str], byte
 def _holds_task(store: LogStore, task_id: str) -> bool:
     """Whether any stored entry is about `task_id`: by the subject index, or else by the
     signed bytes themselves (an operator may have edited the index; the audit then says so)."""
-    from market.tasks import TASK_POSTED
+    from accord.market.tasks import TASK_POSTED
 
     if store.find(kind=TASK_POSTED, subject=task_id, limit=1):
         return True
@@ -155,7 +155,7 @@ def print_report(report: AuditReport, console: Console) -> None:
 
 def print_chain_facts(facts: object, console: Console) -> None:
     """The payouts, addresses and transaction hashes of the report, for a cross-check on a
-    block explorer (`facts` is the report's `on_chain`, from `audit.checks.chain_facts`)."""
+    block explorer (`facts` is the report's `on_chain`, from `accord.audit.checks.chain_facts`)."""
     if not isinstance(facts, dict):
         return
     console.print("on chain, to cross-check:")

@@ -1,5 +1,5 @@
 """The service's side of signed requests, beyond the RFC 9421 rules themselves (those are
-`identity.http_signatures`, which clients and agents use too): what a service with several
+`accord.identity.http_signatures`, which clients and agents use too): what a service with several
 workers and a database needs.
 
     SqlRequestNonces   the replay guard in the service's database (table `api_request_nonces`),
@@ -7,8 +7,8 @@ workers and a database needs.
     PurgeSchedule      when that table's expired rows are deleted
     RateLimiter        a token bucket per signing DID (or client address), in memory
 
-`api.routes.deps.signed_caller` is the FastAPI dependency that verifies a request with
-`identity.http_signatures.verify_request` and these.
+`accord.api.routes.deps.signed_caller` is the FastAPI dependency that verifies a request with
+`accord.identity.http_signatures.verify_request` and these.
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from sqlalchemy import Engine, delete, insert
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Field, SQLModel
 
-from identity.http_signatures import DEFAULT_WINDOW
-from ledger.store import create_tables, statement_connection
+from accord.identity.http_signatures import DEFAULT_WINDOW
+from accord.ledger.store import create_tables, statement_connection
 
 
 class ApiRequestNonce(SQLModel, table=True):

@@ -1,18 +1,18 @@
-"""The service's and each agent's A2A v1.0 agent card, signed (see `identity.agent_cards`).
+"""The service's and each agent's A2A v1.0 agent card, signed (see `accord.identity.agent_cards`).
 
     service_card(base, ...)        `/.well-known/agent-card.json`, signed by the operator
     agent_card(base, record, ...)  `/agents/{did}/card`, signed by the agent's own key
 
 Both list one interface, the service's JSON-RPC endpoint `POST {base}/a2a` (binding JSONRPC,
 protocol version 1.0); an agent's card names the agent as the interface's `tenant`, its DID.
-Skills are the typed capabilities (`identity.challenges.REGISTRY`): name, description, one
+Skills are the typed capabilities (`accord.identity.challenges.REGISTRY`): name, description, one
 example input, JSON in and out; their input and output JSON Schemas sit in the
 `SKILL_SCHEMAS_EXTENSION` extension (an AgentSkill has no field for them), the DID in the
 `DID_EXTENSION` extension.
 
 Requests are signed (RFC 9421 HTTP Message Signatures, Ed25519, `keyid` the caller's did:key
-verification method; `identity.http_signatures`). A2A has no scheme type for that, so the card
-declares it as an API-key-like header scheme named `SECURITY_SCHEME`, located in the
+verification method; `accord.identity.http_signatures`). A2A has no scheme type for that, so the
+card declares it as an API-key-like header scheme named `SECURITY_SCHEME`, located in the
 `Signature` header, whose description says the rest; its requirement lists `did:key`, the one
 kind of key it takes.
 
@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from identity.agent_cards import (
+from accord.identity.agent_cards import (
     A2A_PROTOCOL_VERSION,
     DID_EXTENSION,
     JSON_MEDIA_TYPE,
@@ -35,9 +35,9 @@ from identity.agent_cards import (
     CardJSON,
     sign_card,
 )
-from identity.challenges import REGISTRY
-from ledger.canonical import canonical_json
-from ledger.signing import Signer
+from accord.identity.challenges import REGISTRY
+from accord.ledger.canonical import canonical_json
+from accord.ledger.signing import Signer
 
 A2A_PATH = "/a2a"
 JSON_MODES = [JSON_MEDIA_TYPE]

@@ -16,27 +16,27 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from api import output
-from api.audit_cli import audit
-from api.coordinator_cli import conversation_app
-from api.identity_cli import agent_app, capability_app, credential_app
-from api.market_cli import agent_withdraw, bid_app, task_app
-from api.output import JsonFlag, emit, fail, plural, say
-from api.serve_cli import serve
-from ledger.errors import (
+from accord.api import output
+from accord.api.audit_cli import audit
+from accord.api.coordinator_cli import conversation_app
+from accord.api.identity_cli import agent_app, capability_app, credential_app
+from accord.api.market_cli import agent_withdraw, bid_app, task_app
+from accord.api.output import JsonFlag, emit, fail, plural, say
+from accord.api.serve_cli import serve
+from accord.ledger.errors import (
     CanonicalizationError,
     ChainError,
     DevnetError,
     LedgerError,
     MalformedError,
 )
-from ledger.settings import Settings
+from accord.ledger.settings import Settings
 
 if TYPE_CHECKING:
-    from ledger.anchoring import AnchorOutcome
-    from ledger.chain import AnchorChain
-    from ledger.events import Entry
-    from ledger.verify import VerificationReport
+    from accord.ledger.anchoring import AnchorOutcome
+    from accord.ledger.chain import AnchorChain
+    from accord.ledger.events import Entry
+    from accord.ledger.verify import VerificationReport
 
 app = typer.Typer(
     name="accord",
@@ -147,8 +147,8 @@ def _errors() -> Iterator[None]:
 @devnet_app.command("up")
 def devnet_up(as_json: JsonFlag = False) -> None:
     """Start the devnet (or reuse the running one) and deploy the registry once."""
-    from ledger.devnet import ChainMismatchError
-    from ledger.runtime import prepare_home, start_devnet
+    from accord.ledger.devnet import ChainMismatchError
+    from accord.ledger.runtime import prepare_home, start_devnet
 
     settings = _settings()
     with _errors():
@@ -186,7 +186,7 @@ def devnet_up(as_json: JsonFlag = False) -> None:
 @devnet_app.command("install")
 def devnet_install(as_json: JsonFlag = False) -> None:
     """Install the pinned anvil with npm into the user cache, where `devnet up` finds it."""
-    from ledger.devnet import ANVIL_VERSION, install_anvil
+    from accord.ledger.devnet import ANVIL_VERSION, install_anvil
 
     with _errors():
         anvil = install_anvil()
@@ -199,7 +199,7 @@ def devnet_install(as_json: JsonFlag = False) -> None:
 @devnet_app.command("down")
 def devnet_down(as_json: JsonFlag = False) -> None:
     """Stop the devnet; its state is kept for the next `up`."""
-    from ledger.runtime import devnet_for
+    from accord.ledger.runtime import devnet_for
 
     settings = _settings()
     with _errors():
@@ -214,8 +214,8 @@ def devnet_down(as_json: JsonFlag = False) -> None:
 @devnet_app.command("status")
 def devnet_status(as_json: JsonFlag = False) -> None:
     """Whether the devnet runs, where, and at which block."""
-    from ledger.devnet import read_record
-    from ledger.runtime import devnet_for
+    from accord.ledger.devnet import read_record
+    from accord.ledger.runtime import devnet_for
 
     settings = _settings()
     with _errors():
@@ -250,7 +250,7 @@ def devnet_status(as_json: JsonFlag = False) -> None:
 
 def _optional_chain(settings: Settings) -> tuple[AnchorChain | None, str | None]:
     """The chain if it is up; appends never wait for it."""
-    from ledger.runtime import connect_chain
+    from accord.ledger.runtime import connect_chain
 
     try:
         return connect_chain(settings, start_devnet=False), None
@@ -273,8 +273,8 @@ def ledger_append(
     as_json: JsonFlag = False,
 ) -> None:
     """Sign an event and append it to the log."""
-    from ledger.runtime import open_ledger, operator_signer
-    from ledger.signing import read_keyfile
+    from accord.ledger.runtime import open_ledger, operator_signer
+    from accord.ledger.signing import read_keyfile
 
     settings = _settings()
     try:
@@ -311,8 +311,8 @@ def ledger_show(
     """List entries of the log (a read: it creates nothing)."""
     from rich.table import Table
 
-    from ledger.events import Entry
-    from ledger.runtime import open_store
+    from accord.ledger.events import Entry
+    from accord.ledger.runtime import open_store
 
     settings = _settings()
     if start > MAX_INDEX:
@@ -355,8 +355,8 @@ def ledger_proof(
     as_json: JsonFlag = False,
 ) -> None:
     """The RFC 9162 inclusion proof of one entry, checked before it is printed."""
-    from ledger import merkle
-    from ledger.runtime import open_store
+    from accord.ledger import merkle
+    from accord.ledger.runtime import open_store
 
     settings = _settings()
     if max(index, size or 0) > MAX_INDEX:
@@ -396,8 +396,8 @@ def ledger_checkpoints(as_json: JsonFlag = False) -> None:
     transaction and block. A read: it starts no devnet and reads no chain."""
     from rich.table import Table
 
-    from ledger.checkpoint import SignedCheckpoint
-    from ledger.runtime import open_store
+    from accord.ledger.checkpoint import SignedCheckpoint
+    from accord.ledger.runtime import open_store
 
     settings = _settings()
     with _errors():
@@ -451,8 +451,8 @@ def ledger_reindex(as_json: JsonFlag = False) -> None:
     (appends wait meanwhile). The views answer lists and filters; the audit never reads them."""
     import time
 
-    from ledger.runtime import open_store, operator_signer
-    from market.projections import read_views
+    from accord.ledger.runtime import open_store, operator_signer
+    from accord.market.projections import read_views
 
     settings = _settings()
     with _errors():
@@ -491,7 +491,7 @@ def ledger_anchor(
     as_json: JsonFlag = False,
 ) -> None:
     """Checkpoint the log and anchor it on the chain (reconciling pending anchors first)."""
-    from ledger.runtime import connect_chain, open_ledger
+    from accord.ledger.runtime import connect_chain, open_ledger
 
     settings = _settings()
     with _errors():
@@ -538,8 +538,13 @@ def ledger_verify(
     as_json: JsonFlag = False,
 ) -> None:
     """Verify the log as a numbered checklist; exit 1 naming the first failing step."""
-    from ledger.runtime import check_recorded_devnet, connect_chain, open_store, operator_signer
-    from ledger.verify import verify_log
+    from accord.ledger.runtime import (
+        check_recorded_devnet,
+        connect_chain,
+        open_store,
+        operator_signer,
+    )
+    from accord.ledger.verify import verify_log
 
     settings = _settings()
     with _errors():

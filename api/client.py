@@ -5,7 +5,7 @@
             ...
 
 Reads are plain GETs; with a `signer`, every request is signed
-(`identity.http_auth.AccordAuth`), as the mutating routes require. Every failure (the service
+(`accord.identity.http_auth.AccordAuth`), as the mutating routes require. Every failure (the service
 unreachable, a problem+json answer, a body that is not JSON) is raised as one `ApiError` whose
 message a person can act on.
 """
@@ -20,14 +20,15 @@ from urllib.parse import quote
 
 import httpx
 
-from identity.http_auth import AccordAuth
-from ledger.errors import AccordError
-from ledger.events import make_entry, parse_time
-from ledger.signing import Signer
+from accord.identity.http_auth import AccordAuth
+from accord.ledger.errors import AccordError
+from accord.ledger.events import make_entry, parse_time
+from accord.ledger.signing import Signer
 
 SERVER_ENV = "ACCORD_SERVER"
 NEXT_CURSOR_HEADER = "Accord-Next-Cursor"
-"""The header of a paged list's answer that holds the next page's cursor (`api.routes.deps`)."""
+"""The header of a paged list's answer that holds the next page's cursor
+(`accord.api.routes.deps`)."""
 DEFAULT_TIMEOUT = 30.0
 
 JsonObject = dict[str, Any]

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from api.market_cli import (
+from accord.api.market_cli import (
     ServerOption,
     agent_names,
     open_market,
@@ -17,17 +17,17 @@ from api.market_cli import (
     require_task,
     task_app,
 )
-from api.output import JsonFlag, emit, escape, fail, plural, say
-from coordinator.errors import CoordinatorError, IllegalMove, PolicyError
-from identity.errors import IdentityError
-from ledger.errors import LedgerError
-from ledger.settings import Settings
-from market.errors import MarketError
+from accord.api.output import JsonFlag, emit, escape, fail, plural, say
+from accord.coordinator.errors import CoordinatorError, IllegalMove, PolicyError
+from accord.identity.errors import IdentityError
+from accord.ledger.errors import LedgerError
+from accord.ledger.settings import Settings
+from accord.market.errors import MarketError
 
 if TYPE_CHECKING:
-    from coordinator.conversation import Conversation, Message
-    from market.runtime import MarketContext
-    from market.service import Market
+    from accord.coordinator.conversation import Conversation, Message
+    from accord.market.runtime import MarketContext
+    from accord.market.service import Market
 
 conversation_app = typer.Typer(
     help="Team conversations: list them, replay one.", no_args_is_help=True
@@ -59,7 +59,7 @@ def _read() -> Iterator[Market]:
 
 def describe(message: Message, names: dict[str, str]) -> str:
     """One line for a message, naming agents by their registered names."""
-    from coordinator.conversation import (
+    from accord.coordinator.conversation import (
         Abandon,
         AssignAsync,
         AssignSync,
@@ -118,9 +118,9 @@ def task_run(
 ) -> None:
     """Run the awarded task's team, with a live view of the conversation (turns numbered as
     `conversation show` numbers them: the turn each message was logged at, from t00)."""
-    from coordinator.llm_policy import leader_policy
-    from coordinator.runner import RunSettings
-    from coordinator.service import agent_names, run_awarded_task
+    from accord.coordinator.llm_policy import leader_policy
+    from accord.coordinator.runner import RunSettings
+    from accord.coordinator.service import agent_names, run_awarded_task
 
     try:
         leader = leader_policy(policy, model=model, endpoint=endpoint)
@@ -175,7 +175,7 @@ def conversation_list(
 ) -> None:
     """Every logged conversation: id, task, parent, state and members. A read: it starts no
     devnet and reaches no chain."""
-    from coordinator.service import conversation_ids, replay_conversation
+    from accord.coordinator.service import conversation_ids, replay_conversation
 
     if server:
         with remote(server) as client:
@@ -218,8 +218,8 @@ def conversation_list(
 def conversation_show(conv_id: str, as_json: JsonFlag = False, server: ServerOption = None) -> None:
     """Replay a conversation through the state machine, message by message. A read: it
     starts no devnet and reaches no chain."""
-    from coordinator.conversation import message_from_json, message_to_json
-    from coordinator.service import replay_conversation
+    from accord.coordinator.conversation import message_from_json, message_to_json
+    from accord.coordinator.service import replay_conversation
 
     if server:
         with remote(server) as client:

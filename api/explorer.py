@@ -30,27 +30,27 @@ from typing import Annotated, Any, Protocol
 from fastapi import APIRouter, Path
 from fastapi.responses import HTMLResponse
 
-from audit.checks import AuditReport, audit_task
-from audit.html import (
+from accord.audit.checks import AuditReport, audit_task
+from accord.audit.html import (
     agent_names,
     checks_html,
     deliverable_html,
     move_kind,
     settlement_entry,
 )
-from coordinator.conversation import message_from_json
-from coordinator.errors import CoordinatorError
-from coordinator.runner import CONVERSATION_MESSAGE
-from ledger import merkle
-from ledger.chain import AnchorChain, OnChainAnchor
-from ledger.errors import LedgerError, MalformedError, ProofError
-from ledger.events import Entry
-from ledger.settings import Settings
-from ledger.store import LogStore
-from market.blobs import BlobStore
-from market.escrow import EscrowChain
-from market.money import format_eth
-from market.tasks import BID_REVEALED, TASK_AWARDED, TASK_KINDS, TASK_POSTED
+from accord.coordinator.conversation import message_from_json
+from accord.coordinator.errors import CoordinatorError
+from accord.coordinator.runner import CONVERSATION_MESSAGE
+from accord.ledger import merkle
+from accord.ledger.chain import AnchorChain, OnChainAnchor
+from accord.ledger.errors import LedgerError, MalformedError, ProofError
+from accord.ledger.events import Entry
+from accord.ledger.settings import Settings
+from accord.ledger.store import LogStore
+from accord.market.blobs import BlobStore
+from accord.market.escrow import EscrowChain
+from accord.market.money import format_eth
+from accord.market.tasks import BID_REVEALED, TASK_AWARDED, TASK_KINDS, TASK_POSTED
 
 MAX_TASKS_LISTED = 200
 MAX_EVENTS = 100_000
@@ -81,8 +81,8 @@ def sources_from_settings(settings: Settings) -> ExplorerContext:
 
     Raises LedgerError, MarketError.
     """
-    from ledger.runtime import connect_chain, open_store
-    from market.runtime import connect_escrow
+    from accord.ledger.runtime import connect_chain, open_store
+    from accord.market.runtime import connect_escrow
 
     store = open_store(settings)
     anchors = connect_chain(settings, start_devnet=False)
@@ -109,7 +109,7 @@ def explorer_router(context_provider: Callable[[], ExplorerSources]) -> APIRoute
         if not sources.store.find(kind=TASK_POSTED, subject=task_id, limit=1):
             return _not_found(f"The log holds no task {task_id!r}.")
         # The service re-runs the checks on the outputs it holds; the page shows only their
-        # commitments and the verdicts (`market.privacy`).
+        # commitments and the verdicts (`accord.market.privacy`).
         report = audit_task(
             sources.store,
             task_id,
@@ -499,8 +499,8 @@ def _bids(store: LogStore, report: AuditReport, names: Mapping[str, str]) -> str
 
 
 def _lone_bidder(award: Mapping[str, Any], budget: object) -> str:
-    """Why a lone bidder is paid what it is (`market.auction`: with no runner-up the winner is
-    measured against the reserve, a bid of zero quality asking the whole budget)."""
+    """Why a lone bidder is paid what it is (`accord.market.auction`: with no runner-up the winner
+    is measured against the reserve, a bid of zero quality asking the whole budget)."""
     ranking = award.get("ranking")
     if not isinstance(ranking, list) or len(ranking) != 1 or award.get("runner_up") is not None:
         return ""
@@ -583,7 +583,7 @@ def _payouts(store: LogStore, report: AuditReport, names: Mapping[str, str]) -> 
 
 
 def _timeline(store: LogStore, report: AuditReport, names: Mapping[str, str]) -> str:
-    from api.coordinator_cli import describe
+    from accord.api.coordinator_cli import describe
 
     rows = []
     timeline = sorted(report.facts.get("timeline", []), key=lambda t: int(t["index"]))

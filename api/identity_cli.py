@@ -1,4 +1,4 @@
-"""`accord capability|agent|credential …`: identity commands over `identity.onboarding`.
+"""`accord capability|agent|credential …`: identity commands over `accord.identity.onboarding`.
 
 None of them needs the chain: the ledger is opened without one (anchoring catches up later
 through `accord ledger anchor`). Exit status 0 success, 1 a failure the message explains
@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from api import output
-from api.output import JsonFlag, emit, fail, say
-from identity.errors import (
+from accord.api import output
+from accord.api.output import JsonFlag, emit, fail, say
+from accord.identity.errors import (
     CredentialError,
     ExamError,
     IdentityError,
@@ -26,11 +26,11 @@ from identity.errors import (
     RateLimitedError,
     RegistryError,
 )
-from ledger.errors import LedgerError, MalformedError
-from ledger.settings import Settings
+from accord.ledger.errors import LedgerError, MalformedError
+from accord.ledger.settings import Settings
 
 if TYPE_CHECKING:
-    from identity.onboarding import Onboarding
+    from accord.identity.onboarding import Onboarding
 
 capability_app = typer.Typer(help="Capabilities with exams.", no_args_is_help=True)
 agent_app = typer.Typer(help="Agents: keys, runtimes, onboarding.", no_args_is_help=True)
@@ -55,7 +55,7 @@ def _onboarding() -> Onboarding:
         settings = Settings.from_env()
     except ValueError as exc:
         fail(str(exc), code=2)
-    from identity.onboarding import open_onboarding
+    from accord.identity.onboarding import open_onboarding
 
     with _errors():
         return open_onboarding(settings)
@@ -67,7 +67,7 @@ def _onboarding() -> Onboarding:
 @capability_app.command("list")
 def capability_list(as_json: JsonFlag = False) -> None:
     """The capabilities with exams, their item counts and pass thresholds."""
-    from identity.challenges import REGISTRY
+    from accord.identity.challenges import REGISTRY
 
     rows = [
         {
@@ -105,7 +105,7 @@ def capability_show(
     as_json: JsonFlag = False,
 ) -> None:
     """A capability as a skill: its input and output schemas and an example of each."""
-    from identity.challenges import get_capability
+    from accord.identity.challenges import get_capability
 
     try:
         skill = get_capability(name)
@@ -264,7 +264,7 @@ def agent_onboard(
     as_json: JsonFlag = False,
 ) -> None:
     """Exam the agent in each capability and issue a credential for each one it passes."""
-    from identity.challenges import get_capability
+    from accord.identity.challenges import get_capability
 
     onboarding = _onboarding()
     with _errors():
@@ -383,14 +383,14 @@ def agent_run(
     import signal
     import threading
 
+    from accord.api.client import AccordClient, ApiError
+    from accord.coordinator.errors import PolicyError
+    from accord.coordinator.llm_policy import leader_policy
     from accord.kit.agent import KitAgent, fixed_price, load_eth_key, load_key
     from accord.kit.handlers import HandlerError, handler_from_spec
     from accord.kit.wallet import Wallet, WalletError, read_key_file
-    from api.client import AccordClient, ApiError
-    from coordinator.errors import PolicyError
-    from coordinator.llm_policy import leader_policy
-    from market.errors import AmountError
-    from market.money import parse_amount
+    from accord.market.errors import AmountError
+    from accord.market.money import parse_amount
 
     def line(event: str, **fields: Any) -> None:
         sys.stdout.write(json.dumps({"event": event, **fields}) + "\n")
@@ -481,11 +481,11 @@ def agent_withdraw(
 ) -> None:
     """Pull a self-custody agent's pay from the escrow to its own payout account, signed with
     that account's key (which pays the gas). Exit 1 when there is nothing to withdraw."""
+    from accord.api.client import AccordClient, ApiError
     from accord.kit.wallet import Wallet, WalletError, read_key_file
-    from api.client import AccordClient, ApiError
-    from ledger.errors import ChainError
-    from market.errors import EscrowError
-    from market.money import format_eth
+    from accord.ledger.errors import ChainError
+    from accord.market.errors import EscrowError
+    from accord.market.money import format_eth
 
     account_file = eth_key or key.with_suffix(".eth.json")
     try:

@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 
-from api import output
-from api.output import (
+from accord.api import output
+from accord.api.output import (
     JsonFlag,
     amount,
     amounts,
@@ -33,26 +33,27 @@ from api.output import (
     plural,
     say,
 )
-from identity.errors import IdentityError
-from ledger.errors import ChainError, LedgerError
-from ledger.sealing import is_commitment
-from ledger.settings import Settings
-from market.errors import BidRejected, LimitError, MarketError, TaskError, WorkError
-from market.money import Wei, parse_amount
+from accord.identity.errors import IdentityError
+from accord.ledger.errors import ChainError, LedgerError
+from accord.ledger.sealing import is_commitment
+from accord.ledger.settings import Settings
+from accord.market.errors import BidRejected, LimitError, MarketError, TaskError, WorkError
+from accord.market.money import Wei, parse_amount
 
 if TYPE_CHECKING:
-    from api.client import AccordClient
-    from identity.onboarding import Onboarding
-    from market.runtime import MarketContext
-    from market.service import Market
-    from market.tasks import Task
+    from accord.api.client import AccordClient
+    from accord.identity.onboarding import Onboarding
+    from accord.market.runtime import MarketContext
+    from accord.market.service import Market
+    from accord.market.tasks import Task
 
 task_app = typer.Typer(help="Paid tasks: post, show, list, bids, award.", no_args_is_help=True)
 bid_app = typer.Typer(help="Sealed bids by hand: commit, then reveal.", no_args_is_help=True)
 
 SERVER_ENV = "ACCORD_SERVER"
-"""The environment variable naming the service `--server` reads from (`api.client.SERVER_ENV`,
-spelled out here so building the command tree does not import the HTTP client)."""
+"""The environment variable naming the service `--server` reads from
+(`accord.api.client.SERVER_ENV`, spelled out here so building the command tree does not import the
+HTTP client)."""
 
 ServerOption = Annotated[
     str | None,
@@ -69,12 +70,12 @@ _MAX_DURATION_TEXT = 40
 
 def parse_duration(text: str, limit: timedelta | None = None) -> timedelta:
     """`30s`, `5m`, `2h`, `1d` or bare seconds, at most `limit` (default: a task's longest
-    window, `market.tasks.MAX_WINDOW`).
+    window, `accord.market.tasks.MAX_WINDOW`).
 
     Raises TaskError for anything else, LimitError beyond `limit`.
     """
     if limit is None:
-        from market.tasks import MAX_WINDOW
+        from accord.market.tasks import MAX_WINDOW
 
         limit = MAX_WINDOW
     match = _DURATION.match(text[: _MAX_DURATION_TEXT + 1])
@@ -100,10 +101,10 @@ def _days(span: timedelta) -> str:
 
 
 def open_market(settings: Settings) -> MarketContext:
-    """The market over the configured ledger and chain (`market.runtime.open_market`, imported
-    when a command needs it); a managed devnet it has to start is said on stderr. Raises what
-    that raises."""
-    from market.runtime import open_market as open_configured_market
+    """The market over the configured ledger and chain (`accord.market.runtime.open_market`,
+    imported when a command needs it); a managed devnet it has to start is said on stderr. Raises
+    what that raises."""
+    from accord.market.runtime import open_market as open_configured_market
 
     return open_configured_market(settings, devnet_started=output.devnet_started)
 
@@ -173,10 +174,10 @@ def read_market() -> Iterator[Market]:
         settings = Settings.from_env()
     except ValueError as exc:
         fail(str(exc), code=2)
-    from identity.onboarding import open_onboarding
-    from ledger.runtime import clock_of, open_store, operator_signer
-    from ledger.service import Ledger
-    from market.service import Market
+    from accord.identity.onboarding import open_onboarding
+    from accord.ledger.runtime import clock_of, open_store, operator_signer
+    from accord.ledger.service import Ledger
+    from accord.market.service import Market
 
     try:
         store = open_store(settings, create=False)
@@ -203,7 +204,7 @@ def _task_view(market: Market, task: Any) -> dict[str, Any]:
 def remote(server: str) -> Iterator[AccordClient]:
     """A client of the service at `server`; its failures become one line (exit 2 when the
     request was at fault: an unknown object or bad input, else 1)."""
-    from api.client import AccordClient, ApiError
+    from accord.api.client import AccordClient, ApiError
 
     try:
         with AccordClient(server) as client:
@@ -279,7 +280,7 @@ def task_post(
     With --server URL you are a requester holding your own keys: --key signs the posting,
     and your account (--eth-key FILE) deposits the budget itself; the command returns once
     the service has seen the deposit and the task takes bids."""
-    from market.auction import PAYMENT_RULES
+    from accord.market.auction import PAYMENT_RULES
 
     if rule not in PAYMENT_RULES:
         fail(f"--rule must be one of {', '.join(PAYMENT_RULES)}", code=2)
@@ -373,10 +374,10 @@ def _post_remote(
     by the did:key in `key`, the escrow deposited from the account in the key file `eth_key`
     (`accord.kit.Requester`). Exits 2 for missing or unreadable keys, 1 when the chain or the
     service fails, with the service's problem as the message."""
+    from accord.api.client import AccordClient, ApiError
     from accord.kit import Requester, Wallet
-    from api.client import AccordClient, ApiError
-    from ledger.errors import AccordError
-    from ledger.signing import load_or_create_keyfile
+    from accord.ledger.errors import AccordError
+    from accord.ledger.signing import load_or_create_keyfile
 
     if key is None or eth_key is None:
         fail(
@@ -435,7 +436,7 @@ def _json_arg(text: str | None) -> Any:
 def _read_spec(path: Path) -> tuple[dict[str, Any], dict[str, bytes]]:
     """The spec file, its `{"$file": "name"}` references replaced by the files' sha256, and the
     files to store. Exits 2 for a spec that cannot be read or names a file that cannot be."""
-    from market.work import attach_files
+    from accord.market.work import attach_files
 
     try:
         request = json.loads(path.read_text())
@@ -623,11 +624,11 @@ def task_award(
     as_json: JsonFlag = False,
 ) -> None:
     """Clear the auction once the windows are over (or expire the task and refund)."""
-    from market.auction import price_reason
+    from accord.market.auction import price_reason
 
     task = require_task(task_id)
     if wait and task.state == "bidding":  # escrowed and not cleared: its windows decide
-        from ledger.runtime import clock_of
+        from accord.ledger.runtime import clock_of
 
         wait_for_reveals(task, clock_of(Settings.from_env()))
     with _market() as context:
@@ -666,10 +667,10 @@ def wait_for_reveals(
     sleep: Callable[[float], None] = time.sleep,
 ) -> None:
     """Sleep until the task's reveal window has closed (by `clock`, default UTC now; the
-    award passes the market's clock, `ledger.runtime.clock_of`), first saying on stderr how
+    award passes the market's clock, `accord.ledger.runtime.clock_of`), first saying on stderr how
     long and until when; nothing is opened or started meanwhile. Ctrl-C ends the wait (exit
     1)."""
-    from ledger.runtime import utc_now, wait_until
+    from accord.ledger.runtime import utc_now, wait_until
 
     clock = clock or utc_now
     left = (task.reveal_ends - clock()).total_seconds()
@@ -697,7 +698,7 @@ def bid_commit(
     """Send a sealed commitment; the price and salt stay on this machine until the reveal.
     A price over the task's budget is refused here, before anything is sent: the commitment
     hides the price, so the market itself could only refuse it at the reveal."""
-    from market import sealed
+    from accord.market import sealed
 
     task = require_task(task_id)
     with _market() as context:
@@ -726,7 +727,7 @@ def bid_reveal(
     as_json: JsonFlag = False,
 ) -> None:
     """Reveal the price and salt committed from this machine."""
-    from market import sealed
+    from accord.market import sealed
 
     require_task(task_id)
     with _market() as context:
@@ -748,7 +749,7 @@ def bid_reveal(
 @task_app.command("settle")
 def task_settle(task_id: str, as_json: JsonFlag = False) -> None:
     """Pay a delivered task's team by Shapley value through the escrow (once; safe to rerun)."""
-    from market.settlement import settle_task
+    from accord.market.settlement import settle_task
 
     require_task(task_id)
     with _market() as context:
@@ -797,7 +798,7 @@ def task_result(
             data = client.deliverable(task_id)
         names: dict[str, str] = {}
     else:
-        from market.settlement import deliverable_view
+        from accord.market.settlement import deliverable_view
 
         require_task(task_id)
         with _market() as context:
@@ -910,7 +911,7 @@ def agent_withdraw(
     with _market() as context:
         record = context.onboarding.registry.get(agent)
         key = context.onboarding.payout_key(record)
-        from market.escrow import address_of
+        from accord.market.escrow import address_of
 
         address = address_of(key)
         credit = context.escrow.credit(address)

@@ -24,7 +24,7 @@ import typer
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from ledger.devnet import DevnetInfo
+    from accord.ledger.devnet import DevnetInfo
 
 UNWRAPPED_WIDTH = 100_000
 """The width of a console that writes to a file or a pipe: no line is ever that long, so
@@ -133,7 +133,7 @@ def report_error(message: str, code: int) -> None:
 
 
 BAD_INPUT_STATUSES = frozenset({400, 404, 413, 422})
-"""The problem statuses (`api.problems`) that put the fault in the request: malformed or
+"""The problem statuses (`accord.api.problems`) that put the fault in the request: malformed or
 invalid input, an unknown object, a file that can never fit. The CLI exits 2 for them."""
 
 
@@ -145,9 +145,9 @@ def exit_code(status: int | None) -> int:
 
 def exit_code_of(exc: Exception) -> int:
     """The exit status of an expected failure: `exit_code` of the status the service answers
-    it with (`api.problems.domain_problem`). Imports the problem mapping (and FastAPI with it)
-    only here, on the way out of a failed command."""
-    from api.problems import domain_problem
+    it with (`accord.api.problems.domain_problem`). Imports the problem mapping (and FastAPI with
+    it) only here, on the way out of a failed command."""
+    from accord.api.problems import domain_problem
 
     return exit_code(domain_problem(exc).status)
 
@@ -193,8 +193,8 @@ def plural(count: int, noun: str, nouns: str | None = None) -> str:
 
 def amount(wei: int) -> str:
     """An amount of wei as a person reads it: `0.25 ETH`, `≈0.066667 ETH`, `1000 wei`
-    (`market.money.display_eth`; `--json` keeps the exact wei as an integer string)."""
-    from market.money import display_eth
+    (`accord.market.money.display_eth`; `--json` keeps the exact wei as an integer string)."""
+    from accord.market.money import display_eth
 
     return display_eth(wei)
 
@@ -202,7 +202,7 @@ def amount(wei: int) -> str:
 def amounts(text: str) -> str:
     """`text` (a message, a check's detail) with each amount of wei in it written as
     `amount` writes it."""
-    from market.money import with_amounts
+    from accord.market.money import with_amounts
 
     return with_amounts(text)
 

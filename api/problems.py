@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel
 from sqlalchemy.exc import InterfaceError, OperationalError
 
-from coordinator.errors import CoordinatorError
-from identity.errors import (
+from accord.coordinator.errors import CoordinatorError
+from accord.identity.errors import (
     CredentialError,
     IdentityError,
     KeyStoreError,
@@ -32,7 +32,7 @@ from identity.errors import (
     RegistryError,
     SandboxUnavailable,
 )
-from ledger.errors import (
+from accord.ledger.errors import (
     AlreadyLoggedError,
     CanonicalizationError,
     ChainError,
@@ -45,8 +45,8 @@ from ledger.errors import (
     SequenceError,
     StoreError,
 )
-from market.blobs import BlobError, MissingBlob, QuotaExceeded
-from market.errors import (
+from accord.market.blobs import BlobError, MissingBlob, QuotaExceeded
+from accord.market.errors import (
     AmountError,
     AuctionError,
     BidRejected,
@@ -61,7 +61,7 @@ from market.errors import (
 )
 
 if TYPE_CHECKING:  # FastAPI is imported where a response is made: the CLI maps its exit
-    # codes through `domain_problem` and never serves (`api.output.exit_code_of`)
+    # codes through `domain_problem` and never serves (`accord.api.output.exit_code_of`)
     from fastapi import FastAPI, Request
     from fastapi.responses import JSONResponse
 

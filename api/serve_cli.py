@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from ledger.settings import Settings
+from accord.ledger.settings import Settings
 
 SERVE_LIFECYCLE_INTERVAL = 5.0
 
@@ -32,10 +32,10 @@ def serve(
     (ACCORD_LIFECYCLE_INTERVAL seconds, default 5; 0 turns it off)."""
     import uvicorn
 
-    from api.app import create_app
-    from api.routes.deps import ApiConfig
-    from ledger.errors import HomeError
-    from ledger.runtime import prepare_home
+    from accord.api.app import create_app
+    from accord.api.routes.deps import ApiConfig
+    from accord.ledger.errors import HomeError
+    from accord.ledger.runtime import prepare_home
 
     try:
         settings = Settings.from_env()

@@ -26,7 +26,7 @@ from typing import Any
 from fastapi.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
-from api.problems import ProblemError
+from accord.api.problems import ProblemError
 
 
 class StreamSlot:

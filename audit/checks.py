@@ -15,7 +15,7 @@
         reviews and disputes held to their logged, signed records), then the same share paid,
         v(S), Shapley values and wei for each payee, paid to the address each payee bound to
         its DID, and the same dispute fees; the track record `task.settled` logs is the
-        settlement's, and each credential revoked for it was due (`market.reputation`)
+        settlement's, and each credential revoked for it was due (`accord.market.reputation`)
     (7) the chain's escrow events equal the deposit, the settlement and the refunds, and funds
         are conserved
 
@@ -23,17 +23,17 @@ Nothing here reads the operator's own tables (agents, credentials, journals): on
 entries, signed checkpoints, and the chain. Steps stop at the first failure, which names the
 entry (log index) it failed on where there is one.
 
-The log holds commitments to the parts' outputs, never the outputs (`ledger.sealing`). An
+The log holds commitments to the parts' outputs, never the outputs (`accord.ledger.sealing`). An
 auditor who holds the sealed outputs (the operator's own blob store, or a folder the requester
 hands over: `accord task outputs`, then `accord audit TASK --outputs DIR`) re-runs every check
 on them; one who does not re-runs the plan and assembly checks against the commitments and
 holds the checks that read outputs to their operator-signed verdicts, and step (6) and the
 report's `outputs` fact say which it did.
 
-Python checks and python exam answers re-run in the box (`identity.challenges.sandbox`). Where
-the box cannot be made, they do not run unboxed: the step holds their logged verdicts as given,
-checks the rest, and reports `unchecked` naming what it could not re-run and why. A report with
-an unchecked step and no failure is INCOMPLETE, never PASS.
+Python checks and python exam answers re-run in the box (`accord.identity.challenges.sandbox`).
+Where the box cannot be made, they do not run unboxed: the step holds their logged verdicts as
+given, checks the rest, and reports `unchecked` naming what it could not re-run and why. A report
+with an unchecked step and no failure is INCOMPLETE, never PASS.
 """
 
 from __future__ import annotations
@@ -45,20 +45,20 @@ from datetime import datetime
 from fractions import Fraction
 from typing import Any
 
-from coordinator.errors import CoordinatorError
-from coordinator.runner import CONVERSATION_MESSAGE, CONVERSATION_OPENED
-from coordinator.service import ConversationRecord, replay_conversation
-from identity.challenges.registry import get_capability
-from identity.credentials import REVOCATION_EVENT_KIND, VerifiedCredential, verify_credential
-from identity.errors import BindingError, ExamError, IdentityError, SandboxUnavailable
-from identity.exams import ANSWERED, COMMITTED, GRADED, regrade_from_ledger
-from identity.onboarding import ISSUED_EVENT_KIND, PAYOUT_BOUND_KIND
-from identity.payout import verify_binding
-from identity.registration import HOSTED, REGISTERED_KIND, Custody, custody_of
-from ledger import merkle
-from ledger.chain import AnchorChain
-from ledger.checkpoint import SignedCheckpoint
-from ledger.errors import (
+from accord.coordinator.errors import CoordinatorError
+from accord.coordinator.runner import CONVERSATION_MESSAGE, CONVERSATION_OPENED
+from accord.coordinator.service import ConversationRecord, replay_conversation
+from accord.identity.challenges.registry import get_capability
+from accord.identity.credentials import REVOCATION_EVENT_KIND, VerifiedCredential, verify_credential
+from accord.identity.errors import BindingError, ExamError, IdentityError, SandboxUnavailable
+from accord.identity.exams import ANSWERED, COMMITTED, GRADED, regrade_from_ledger
+from accord.identity.onboarding import ISSUED_EVENT_KIND, PAYOUT_BOUND_KIND
+from accord.identity.payout import verify_binding
+from accord.identity.registration import HOSTED, REGISTERED_KIND, Custody, custody_of
+from accord.ledger import merkle
+from accord.ledger.chain import AnchorChain
+from accord.ledger.checkpoint import SignedCheckpoint
+from accord.ledger.errors import (
     AccordError,
     ChainError,
     LedgerError,
@@ -66,18 +66,23 @@ from ledger.errors import (
     ProofError,
     SignatureError,
 )
-from ledger.events import Entry, Event, parse_time
-from ledger.store import LogStore
-from ledger.verify import StepResult
-from market import sealed
-from market.check_runtime import LogReviews, run_python_check
-from market.checks import CheckResult, RecheckEnvironment, Valuation
-from market.errors import MarketError, ReputationError
-from market.escrow import EscrowChain
-from market.reputation import SettledWork, check_revocation, scored_parts, settled_work
-from market.service import BidBook, replay_award, reputations_from_log, track_records_from_log
-from market.settlement import SETTLEMENT_COMPUTED, Settlement, opener, recompute_settlement
-from market.tasks import (
+from accord.ledger.events import Entry, Event, parse_time
+from accord.ledger.store import LogStore
+from accord.ledger.verify import StepResult
+from accord.market import sealed
+from accord.market.check_runtime import LogReviews, run_python_check
+from accord.market.checks import CheckResult, RecheckEnvironment, Valuation
+from accord.market.errors import MarketError, ReputationError
+from accord.market.escrow import EscrowChain
+from accord.market.reputation import SettledWork, check_revocation, scored_parts, settled_work
+from accord.market.service import (
+    BidBook,
+    replay_award,
+    reputations_from_log,
+    track_records_from_log,
+)
+from accord.market.settlement import SETTLEMENT_COMPUTED, Settlement, opener, recompute_settlement
+from accord.market.tasks import (
     BID_COMMITTED,
     BID_REVEALED,
     ESCROW_OPENED,
@@ -94,7 +99,7 @@ from market.tasks import (
     TaskEvent,
     replay,
 )
-from market.work import PythonCheck
+from accord.market.work import PythonCheck
 
 STEP_TITLES = {
     1: "every entry's signature and actor",
@@ -373,7 +378,7 @@ def _scope(store: LogStore, task_id: str, operator_did: str | None) -> _Scope:
 
 def _unreplayed(conv_id: str) -> ConversationRecord:
     """A placeholder that makes step 5 fail (the replay error is raised there again)."""
-    from coordinator.conversation import open_conversation
+    from accord.coordinator.conversation import open_conversation
 
     conversation = open_conversation(conv_id, "?", "?", ("?",))
     return ConversationRecord(conversation, (), -1, "unreplayable")
@@ -872,7 +877,7 @@ def _track_record(
     store: LogStore, scope: _Scope, settlement: Settlement, valuation: Valuation
 ) -> None:
     """(6c) `task.settled` records the track record the settlement gives (each part's producer
-    and score, `market.reputation`), and every revocation it made due recomputes from the log
+    and score, `accord.market.reputation`), and every revocation it made due recomputes from the log
     up to it. Raises AuditFailure."""
     found = [(i, e) for i, e in scope.task_events if e.kind == TASK_SETTLED]
     if not found:

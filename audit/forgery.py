@@ -3,8 +3,8 @@ catches it: rewrite events, re-sign each changed one with its own actor's key, a
 copy anew, so that signatures and anchors hold and only the semantic checks are left.
 
 `change_output(body, part, commitment)` changes the commitment to one part's output
-(`ledger.sealing`) wherever a member's report or the delivered deliverable names it; the forger
-seals its new output and hands it to the auditor with the others. `forge_copy` writes the
+(`accord.ledger.sealing`) wherever a member's report or the delivered deliverable names it; the
+forger seals its new output and hands it to the auditor with the others. `forge_copy` writes the
 rewritten log into another database.
 Used by `make demo` and the tests; nothing in the service calls it.
 """
@@ -14,11 +14,11 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ledger.anchoring import Anchorer
-from ledger.chain import MemoryAnchorChain
-from ledger.events import Entry, Event, sign_event
-from ledger.signing import Signer
-from ledger.store import LogStore
+from accord.ledger.anchoring import Anchorer
+from accord.ledger.chain import MemoryAnchorChain
+from accord.ledger.events import Entry, Event, sign_event
+from accord.ledger.signing import Signer
+from accord.ledger.store import LogStore
 
 Rewrite = Callable[[int, Event], Mapping[str, Any]]
 """Given (index, event): the body the event should have in the copy."""

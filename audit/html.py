@@ -3,7 +3,7 @@ tree, payouts chart, timeline.
 
 Plain server-rendered HTML with an inline SVG bar chart; every value is escaped. The pieces
 that show a deliverable and a settlement's check results (`deliverable_html`, `checks_html`)
-are shared with the web explorer (`api.explorer`), which links DIDs and entries its own way.
+are shared with the web explorer (`accord.api.explorer`), which links DIDs and entries its own way.
 
 The audit's facts carry the deliverable and the check results; the payouts, the rule's
 contractor share and the agents' names are read from the log's `settlement.computed` and
@@ -19,14 +19,14 @@ from fractions import Fraction
 from html import escape
 from typing import Any
 
-from audit.checks import AuditReport
-from identity.onboarding import REGISTERED_KIND
-from ledger.errors import MalformedError
-from ledger.events import Entry
-from ledger.store import LogStore
-from market.money import format_eth, with_amounts
-from market.settlement import SETTLEMENT_COMPUTED
-from market.work import ASSEMBLY_CHECK, PLAN_CHECK
+from accord.audit.checks import AuditReport
+from accord.identity.onboarding import REGISTERED_KIND
+from accord.ledger.errors import MalformedError
+from accord.ledger.events import Entry
+from accord.ledger.store import LogStore
+from accord.market.money import format_eth, with_amounts
+from accord.market.settlement import SETTLEMENT_COMPUTED
+from accord.market.work import ASSEMBLY_CHECK, PLAN_CHECK
 
 MAX_NAMES = 100_000
 MAX_SHOWN_OUTPUT = 20_000
@@ -73,7 +73,7 @@ def _e(value: object) -> str:
 
 
 def amounts_html(text: str) -> str:
-    """Escaped `text` with each amount of wei in it (`market.money.WEI_IN_TEXT`) shown in
+    """Escaped `text` with each amount of wei in it (`accord.market.money.WEI_IN_TEXT`) shown in
     ETH, exactly, the wei on hover: `at 200000000000000000 wei` reads `at 0.2 ETH`."""
     return with_amounts(
         _e(text), lambda wei: f'<span class="amount" title="{wei} wei">{_e(format_eth(wei))}</span>'

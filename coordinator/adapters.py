@@ -1,13 +1,13 @@
 """Agent adapters: how an agent plugs into a team, one method `run(task) -> answer`.
 
-Team work reaches agents through the same seam as exams (`identity.runtimes`): a sub-task's
+Team work reaches agents through the same seam as exams (`accord.identity.runtimes`): a sub-task's
 item has exactly the shape of an exam item (`ExamItem.for_agent()`), and an adapter hands it
-to the agent's runtime. Every adapter satisfies `coordinator.work.AgentAdapter` and carries
+to the agent's runtime. Every adapter satisfies `accord.coordinator.work.AgentAdapter` and carries
 the DID of the agent it speaks for; every failure is an `AgentFailure` naming that agent, with
 the runtime's `retriable`.
 
-    RuntimeAdapter     any `identity.runtimes.AgentRuntime` (a program, an HTTP agent service,
-                       an OpenAI-compatible model, ...): `runtime.answer(task's item)`
+    RuntimeAdapter     any `accord.identity.runtimes.AgentRuntime` (a program, an HTTP agent
+                       service, an OpenAI-compatible model, ...): `runtime.answer(task's item)`
     HttpAdapter        a RuntimeAdapter over an `HttpRuntime` at `endpoint`
     InProcessAdapter   a Python function `fn(task) -> answer`, run in a worker thread
     reference_adapter  the built-in reference agent, in process
@@ -23,10 +23,10 @@ import json
 import threading
 from collections.abc import Callable
 
-from coordinator.errors import AgentFailure
-from coordinator.work import JSON, SubTask
-from identity.errors import ExamError
-from identity.runtimes import (
+from accord.coordinator.errors import AgentFailure
+from accord.coordinator.work import JSON, SubTask
+from accord.identity.errors import ExamError
+from accord.identity.runtimes import (
     AgentRuntime,
     AgentRuntimeError,
     HttpRuntime,
@@ -34,7 +34,7 @@ from identity.runtimes import (
     agent_view,
     check_timeout,
 )
-from ledger.signing import Signer
+from accord.ledger.signing import Signer
 
 DEFAULT_TIMEOUT = 30.0
 
@@ -58,7 +58,7 @@ def _check_json(agent: str, value: JSON) -> JSON:
 
 
 class RuntimeAdapter:
-    """An agent behind an `identity.runtimes.AgentRuntime`: `run(task)` sends the task's item
+    """An agent behind an `accord.identity.runtimes.AgentRuntime`: `run(task)` sends the task's item
     (`work_item`) to `runtime.answer`. The runtime's AgentRuntimeError becomes AgentFailure
     with the same `retriable`; another ExamError, AgentFailure not retriable."""
 

@@ -1,11 +1,11 @@
 """A small HTTP agent service: the reference agent (the exam skills) behind `POST /run`.
 
-    python -m coordinator.agent_service --port P [--host 127.0.0.1] [--did DID]
+    python -m accord.coordinator.agent_service --port P [--host 127.0.0.1] [--did DID]
                                         [--fail-rate 0] [--delay 0] [--seed N]
                                         [--trust OPERATOR_DID [--public-url URL]]
-    python -m coordinator.agent_service --stdio      (one item on stdin, answer on stdout)
+    python -m accord.coordinator.agent_service --stdio      (one item on stdin, answer on stdout)
 
-Protocol (what `identity.runtimes.HttpRuntime` speaks, for exams and team work alike):
+Protocol (what `accord.identity.runtimes.HttpRuntime` speaks, for exams and team work alike):
 
     POST /run     {"item": {item_id, capability, prompt, payload}}  ->  200 {"answer": ...,
                   "agent": DID}; 400 for a malformed request, 413 for a body over 1 MiB,
@@ -15,7 +15,7 @@ Protocol (what `identity.runtimes.HttpRuntime` speaks, for exams and team work a
 
 With `--trust OPERATOR_DID` (`make_server(..., trust=...)`) every POST must be a call from
 accord: signed by that operator's did:key (RFC 9421, tag "accord-call", checked by
-`identity.http_signatures.verify_accord_call` for this method, URL, headers and body, a fresh
+`accord.identity.http_signatures.verify_accord_call` for this method, URL, headers and body, a fresh
 nonce within 5 minutes). Anything else gets 401 `{"error": why, "kind": "unauthenticated"}`
 with `WWW-Authenticate` and `Accept-Signature`. The URL checked is `--public-url` (the origin
 accord calls this agent at, behind a proxy) or `http://` + the request's Host, plus its path.
@@ -44,8 +44,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import FrameType
 from typing import Any
 
-from identity.challenges import JSON
-from identity.http_signatures import (
+from accord.identity.challenges import JSON
+from accord.identity.http_signatures import (
     CALL_TAG,
     AuthError,
     NonceMemory,
@@ -53,7 +53,7 @@ from identity.http_signatures import (
     challenge_headers,
     verify_accord_call,
 )
-from identity.runtimes import AgentRuntimeError, ReferenceRuntime
+from accord.identity.runtimes import AgentRuntimeError, ReferenceRuntime
 
 # Not imported from coordinator.adapters / identity.agents: those pull in SQLAlchemy, which
 # would triple the start-up time of every agent process (identity.runtimes loads the openai
@@ -322,7 +322,7 @@ def run_stdio() -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m coordinator.agent_service",
+        prog="python -m accord.coordinator.agent_service",
         description="Serve the reference agent over HTTP (POST /run, GET /health).",
     )
     parser.add_argument("--port", type=int, help="the port to listen on")

@@ -11,8 +11,8 @@ never signs for any of them: it checks each entry the winner relays and appends 
                           member one the task's team directory lists (credentials checked
                           here, `GET /tasks/{id}/team`), never the requester
     conversation.message  its speaker; a legal move of the conversation as the log replays it
-                          (`coordinator.conversation.step`); a report's outputs must already be
-                          held sealed here (`POST /tasks/{id}/sealed`) and valid for their
+                          (`accord.coordinator.conversation.step`); a report's outputs must already
+                          be held sealed here (`POST /tasks/{id}/sealed`) and valid for their
                           capability, so the checks can read them at settlement
     task.delivered        the winner, once, naming the top-level conversation's conclusion and
                           a document whose hash it carries
@@ -28,28 +28,28 @@ from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
-from coordinator.conversation import (
+from accord.coordinator.conversation import (
     Conversation,
     Report,
     message_from_json,
     open_conversation,
     step,
 )
-from coordinator.errors import CoordinatorError, IllegalMove
-from coordinator.runner import CONVERSATION_MESSAGE, CONVERSATION_OPENED
-from coordinator.service import conversation_ids, replay_conversation, team_directory
-from identity.challenges import validate_output
-from identity.errors import ExamError
-from ledger.canonical import canonical_json
-from ledger.errors import LedgerError, SealError
-from ledger.events import Entry, parse_time
-from ledger.sealing import open_sealed
-from market.blobs import MIB, FileQuota, sha256_hex
-from market.errors import TaskError
-from market.runtime import MarketContext
-from market.service import check_in_time
-from market.tasks import TASK_DELIVERED, TASK_STARTED, Task
-from market.work import MAX_PARTS
+from accord.coordinator.errors import CoordinatorError, IllegalMove
+from accord.coordinator.runner import CONVERSATION_MESSAGE, CONVERSATION_OPENED
+from accord.coordinator.service import conversation_ids, replay_conversation, team_directory
+from accord.identity.challenges import validate_output
+from accord.identity.errors import ExamError
+from accord.ledger.canonical import canonical_json
+from accord.ledger.errors import LedgerError, SealError
+from accord.ledger.events import Entry, parse_time
+from accord.ledger.sealing import open_sealed
+from accord.market.blobs import MIB, FileQuota, sha256_hex
+from accord.market.errors import TaskError
+from accord.market.runtime import MarketContext
+from accord.market.service import check_in_time
+from accord.market.tasks import TASK_DELIVERED, TASK_STARTED, Task
+from accord.market.work import MAX_PARTS
 
 ENTRY_SKEW = timedelta(minutes=5)
 """How far an entry's time may be from the service's clock."""

@@ -30,9 +30,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-from coordinator.errors import IllegalMove
-from coordinator.work import JSON, SubTask
-from ledger.sealing import is_commitment
+from accord.coordinator.errors import IllegalMove
+from accord.coordinator.work import JSON, SubTask
+from accord.ledger.sealing import is_commitment
 
 ConversationState = Literal[
     "discussion",
@@ -60,7 +60,7 @@ DEFAULT_MAX_TURNS = 64
 @dataclass(frozen=True)
 class Contribution:
     """One agent's part of the deliverable: which part of the work it answered, in which
-    sub-task, and the commitment to its output (`ledger.sealing`). The output itself never
+    sub-task, and the commitment to its output (`accord.ledger.sealing`). The output itself never
     enters the conversation: the log is public, the work is the requester's until it is paid."""
 
     agent: str

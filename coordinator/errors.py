@@ -16,7 +16,7 @@ AccordError
 
 from __future__ import annotations
 
-from ledger.errors import AccordError
+from accord.ledger.errors import AccordError
 
 
 class CoordinatorError(AccordError):

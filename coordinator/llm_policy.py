@@ -15,7 +15,7 @@ is parsed at this seam into a typed message and checked against the transition t
 
 Any failure is a `PolicyOutputError` (retriable): `LLMPolicy.decide` asks again, up to
 `max_attempts` times, telling the model why its last answer was refused. The model is an
-`identity.chat.ChatModel`, which owns the transport (key, timeout, retries, JSON mode and its
+`accord.identity.chat.ChatModel`, which owns the transport (key, timeout, retries, JSON mode and its
 fallback); its `ChatError` becomes a `PolicyCallError` here, retriable as the ChatError is (a
 connection failure, a timeout, a rate limit or a 5xx), and its `ChatReplyError` (no choices, cut
 off, a refusal) a refused answer, asked again like the others.
@@ -34,7 +34,7 @@ from functools import cache
 from importlib.resources import files
 from importlib.resources.abc import Traversable
 
-from coordinator.conversation import (
+from accord.coordinator.conversation import (
     Abandon,
     AssignAsync,
     AssignSync,
@@ -50,10 +50,10 @@ from coordinator.conversation import (
     message_to_json,
     step,
 )
-from coordinator.errors import IllegalMove, PolicyError, PolicyOutputError
-from coordinator.policy import Member, Policy, RulePolicy, TeamView
-from coordinator.work import JSON, SubTask
-from identity.chat import (
+from accord.coordinator.errors import IllegalMove, PolicyError, PolicyOutputError
+from accord.coordinator.policy import Member, Policy, RulePolicy, TeamView
+from accord.coordinator.work import JSON, SubTask
+from accord.identity.chat import (
     ChatError,
     ChatMessage,
     ChatModel,
@@ -61,8 +61,8 @@ from identity.chat import (
     openai_chat,
     snippet,
 )
-from identity.errors import RegistryError
-from identity.runtimes import parse_json
+from accord.identity.errors import RegistryError
+from accord.identity.runtimes import parse_json
 
 PROMPTS_DIR: Traversable = files("coordinator") / "prompts"
 """The prompt templates shipped with the `coordinator` package (package data)."""
@@ -388,7 +388,7 @@ def _contributions(c: Conversation) -> tuple[Contribution, ...]:
 
 
 class LLMPolicy:
-    """The leader's decisions from a chat model (`identity.chat.ChatModel`), each asked in
+    """The leader's decisions from a chat model (`accord.identity.chat.ChatModel`), each asked in
     JSON mode, up to `max_attempts` times. Raises PolicyError for `max_attempts` below 1."""
 
     def __init__(self, chat: ChatModel, *, max_attempts: int = DEFAULT_MAX_ATTEMPTS) -> None:
@@ -441,8 +441,8 @@ def leader_policy(
 ) -> Policy:
     """The leader's policy called `name`: "rule" (the deterministic default) or "llm", the
     model `model` (else ACCORD_LLM_MODEL) at `endpoint` (else OPENAI_BASE_URL, else OpenAI's
-    API; `identity.chat.openai_chat`). `allow_private`, when given, sends every request
-    through `identity.address_guard.agent_client` (a base URL that came from outside: public
+    API; `accord.identity.chat.openai_chat`). `allow_private`, when given, sends every request
+    through `accord.identity.address_guard.agent_client` (a base URL that came from outside: public
     addresses only unless it is True).
 
     Raises PolicyError for an unknown name, a model or endpoint given to the rule policy, an

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Protocol
 
-from coordinator.conversation import (
+from accord.coordinator.conversation import (
     Abandon,
     AssignAsync,
     Conclude,
@@ -24,7 +24,7 @@ from coordinator.conversation import (
     Message,
     assign_sync,
 )
-from coordinator.work import SubTask
+from accord.coordinator.work import SubTask
 
 
 @dataclass(frozen=True)
@@ -39,7 +39,7 @@ class Member:
     description: str = ""
     reputations: tuple[tuple[str, str], ...] = ()
     """Its reputation in each capability it has a track record in, `n/d`
-    (`market.reputation`); `reputation_in` falls back to `reputation` for the others."""
+    (`accord.market.reputation`); `reputation_in` falls back to `reputation` for the others."""
 
     def reputation_in(self, capability: str) -> Fraction:
         """Its reputation in `capability`: what discovery ranks it by for that work."""

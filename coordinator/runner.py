@@ -22,7 +22,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from coordinator.conversation import (
+from accord.coordinator.conversation import (
     Abandon,
     AssignAsync,
     AssignSync,
@@ -36,18 +36,18 @@ from coordinator.conversation import (
     open_conversation,
     step,
 )
-from coordinator.errors import AgentFailure, CoordinatorError
-from coordinator.policy import MAX_ATTEMPTS, Member, Policy, TeamView, base_id
-from coordinator.team import form_team, helpers_for, parts_of, plan_work, split_batch
-from coordinator.work import AgentAdapter, SubTask
-from identity.challenges import validate_output, work_item
-from identity.errors import ExamError
-from ledger.canonical import JSONValue
-from ledger.errors import LedgerError
-from ledger.events import Entry
-from ledger.sealing import Sealed, seal
-from ledger.signing import Signer
-from market.errors import MarketError
+from accord.coordinator.errors import AgentFailure, CoordinatorError
+from accord.coordinator.policy import MAX_ATTEMPTS, Member, Policy, TeamView, base_id
+from accord.coordinator.team import form_team, helpers_for, parts_of, plan_work, split_batch
+from accord.coordinator.work import AgentAdapter, SubTask
+from accord.identity.challenges import validate_output, work_item
+from accord.identity.errors import ExamError
+from accord.ledger.canonical import JSONValue
+from accord.ledger.errors import LedgerError
+from accord.ledger.events import Entry
+from accord.ledger.sealing import Sealed, seal
+from accord.ledger.signing import Signer
+from accord.market.errors import MarketError
 
 CONVERSATION_OPENED = "conversation.opened"
 CONVERSATION_MESSAGE = "conversation.message"
@@ -93,7 +93,7 @@ class _Assignment:
 
 
 class SealedOutputs:
-    """The outputs a team gave, sealed (`ledger.sealing`): each is handed to `store` (the
+    """The outputs a team gave, sealed (`accord.ledger.sealing`): each is handed to `store` (the
     service's blob store; nothing by default) as it is given, and kept here by commitment for
     the team's own use. Safe to use from the runner's worker threads."""
 

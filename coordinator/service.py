@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
-from coordinator.adapters import RuntimeAdapter, reference_adapter
-from coordinator.conversation import (
+from accord.coordinator.adapters import RuntimeAdapter, reference_adapter
+from accord.coordinator.conversation import (
     Contribution,
     Conversation,
     Message,
@@ -22,9 +22,9 @@ from coordinator.conversation import (
     open_conversation,
     step,
 )
-from coordinator.errors import CoordinatorError, IllegalMove, TeamError
-from coordinator.policy import Member, Policy, RulePolicy
-from coordinator.runner import (
+from accord.coordinator.errors import CoordinatorError, IllegalMove, TeamError
+from accord.coordinator.policy import Member, Policy, RulePolicy
+from accord.coordinator.runner import (
     CONVERSATION_MESSAGE,
     CONVERSATION_OPENED,
     Observer,
@@ -32,26 +32,26 @@ from coordinator.runner import (
     SealedOutputs,
     TeamRunner,
 )
-from coordinator.team import Candidate
-from coordinator.work import AgentAdapter
-from identity.address_guard import private_agents_allowed
-from identity.agents import AgentRecord, runtime_for
-from identity.challenges import validate_output
-from identity.errors import RegistryError
-from ledger.errors import LedgerError
-from ledger.events import Entry
-from ledger.signing import Signer
-from ledger.store import LogStore
-from ledger.views import check_limit, encode_cursor, int_key, reading
-from market.discovery import DEPENDS_ON, description, fraction_text, ranked_page
-from market.discovery import VIEW_NAME as DISCOVERY_VIEW
-from market.privacy import WorkReaders
-from market.reputation import DEFAULT_PRIOR_MEAN
-from market.tasks import Task
-from market.work import resolve_files
+from accord.coordinator.team import Candidate
+from accord.coordinator.work import AgentAdapter
+from accord.identity.address_guard import private_agents_allowed
+from accord.identity.agents import AgentRecord, runtime_for
+from accord.identity.challenges import validate_output
+from accord.identity.errors import RegistryError
+from accord.ledger.errors import LedgerError
+from accord.ledger.events import Entry
+from accord.ledger.signing import Signer
+from accord.ledger.store import LogStore
+from accord.ledger.views import check_limit, encode_cursor, int_key, reading
+from accord.market.discovery import DEPENDS_ON, description, fraction_text, ranked_page
+from accord.market.discovery import VIEW_NAME as DISCOVERY_VIEW
+from accord.market.privacy import WorkReaders
+from accord.market.reputation import DEFAULT_PRIOR_MEAN
+from accord.market.tasks import Task
+from accord.market.work import resolve_files
 
 if TYPE_CHECKING:  # the chain's wiring (web3): a read of conversations never imports it
-    from market.runtime import MarketContext
+    from accord.market.runtime import MarketContext
 
 MAX_CONVERSATION_EVENTS = 100_000
 
@@ -113,7 +113,7 @@ def member_of(
 ) -> Member:
     """An agent as discovery and the leader see it: what it holds, its reputation in each
     (its track record there), and the description discovery ranks by relevance
-    (`market.discovery.description`)."""
+    (`accord.market.discovery.description`)."""
     overall = sum(reputations.values(), Fraction(0)) / len(reputations) if reputations else None
     return Member(
         agent.did,
@@ -141,7 +141,7 @@ def discover(
     limit: int | None = None,
     cursor: str | None = None,
 ) -> DiscoveryPage:
-    """Discovery for a need from the discovery view (`market.discovery`), not a scan of every
+    """Discovery for a need from the discovery view (`accord.market.discovery`), not a scan of every
     agent: the agents holding a valid credential for `capability`, ranked exactly as
     `rank_candidates` ranks the whole directory (relevance of the description, reputation,
     DID), the database returning only the rows up to the page. `limit` 1..200 (default 50),
@@ -185,7 +185,7 @@ def adapter_for(
     operator: Signer | None = None,
 ) -> AgentAdapter:
     """The adapter of an agent's runtime: the reference agent in process, any other runtime
-    through `identity.runtimes` (`RuntimeAdapter`), each within `timeout` seconds.
+    through `accord.identity.runtimes` (`RuntimeAdapter`), each within `timeout` seconds.
 
     `allow_private_agents` (None: ACCORD_ALLOW_PRIVATE_AGENTS in the environment) lets an
     `http` agent be reached at a loopback, link-local or private address; `operator` (the
@@ -221,7 +221,7 @@ def run_awarded_task(
     """Start, run and deliver an awarded task; returns the closed top-level conversation.
 
     Raises TransitionError unless the task is awarded, TeamError when no team can be formed
-    or the winner keeps its own key (it leads its own team: `coordinator.contract_work`),
+    or the winner keeps its own key (it leads its own team: `accord.coordinator.contract_work`),
     CoordinatorError from the conversation.
     """
     market = context.market
@@ -303,7 +303,7 @@ def assemble(task: Task, conversation: Conversation, plan: Mapping[str, str]) ->
     for every part its team did, the commitment to its output and its producer, from the
     team's signed reports (the first report of a part counts). A part nobody did is left out:
     the checks that read it fail, and so does the assembly check. The outputs stay sealed in
-    the blob store (`ledger.sealing`); the deliverable names them."""
+    the blob store (`accord.ledger.sealing`); the deliverable names them."""
     assert conversation.deliverable is not None
     wanted = {p.part_id for p in task.spec.parts}
     made: dict[str, Contribution] = {}
@@ -375,7 +375,7 @@ def team_of(store: LogStore, task_id: str) -> set[str]:
 
 
 def work_readers(context: MarketContext, task: Task) -> WorkReaders:
-    """Who is at work on `task`, as the log says (`market.privacy`)."""
+    """Who is at work on `task`, as the log says (`accord.market.privacy`)."""
     store = context.market.ledger.store
     return WorkReaders(context.market.ledger.operator.did, team_of(store, task.task_id))
 

@@ -1,6 +1,6 @@
 """Teams: the work a task holds, discovery of agents for a need, and team formation.
 
-The work of a task is the requester's parts (`market.work`): each a capability and an input.
+The work of a task is the requester's parts (`accord.market.work`): each a capability and an input.
 The leader plans them by capability; the member who does a part gets the capability's
 instruction for the input and answers with an output its output schema accepts.
 """
@@ -12,11 +12,11 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
-from coordinator.errors import TeamError
-from coordinator.policy import Member
-from coordinator.work import SubTask
-from identity.challenges import REGISTRY
-from market.discovery import relevance
+from accord.coordinator.errors import TeamError
+from accord.coordinator.policy import Member
+from accord.coordinator.work import SubTask
+from accord.identity.challenges import REGISTRY
+from accord.market.discovery import relevance
 
 BATCH_PREFIX = "batch:"
 

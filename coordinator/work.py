@@ -1,6 +1,6 @@
 """The unit of work agents do for a team: a sub-task in, a result out.
 
-A sub-task carries an exam-style item of one capability (`identity.challenges`): the same
+A sub-task carries an exam-style item of one capability (`accord.identity.challenges`): the same
 skills agents were credentialed for, so reference agents do real work offline and the work can
 be graded by the capability's deterministic grader at settlement.
 """

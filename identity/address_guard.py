@@ -18,8 +18,8 @@ Two checks, for two moments:
 
 `agent_client` is the httpx client every request to an agent goes through; it never follows
 redirects and ignores proxy variables. Given the operator's key, it signs every request
-(RFC 9421, tag "accord-call": `identity.http_signatures`), so the agent can tell a call from
-accord from anyone else's (`identity.http_signatures.verify_accord_call`). `check_url` is the
+(RFC 9421, tag "accord-call": `accord.identity.http_signatures`), so the agent can tell a call from
+accord from anyone else's (`accord.identity.http_signatures.verify_accord_call`). `check_url` is the
 shape every endpoint must have first: an absolute http(s) URL with a host and no credentials.
 """
 
@@ -33,11 +33,11 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from identity.errors import PrivateEndpointError, RegistryError
-from identity.http_auth import AccordAuth
-from identity.http_signatures import CALL_TAG
-from ledger.settings import ALLOW_PRIVATE_AGENTS, env_flag
-from ledger.signing import Signer
+from accord.identity.errors import PrivateEndpointError, RegistryError
+from accord.identity.http_auth import AccordAuth
+from accord.identity.http_signatures import CALL_TAG
+from accord.ledger.settings import ALLOW_PRIVATE_AGENTS, env_flag
+from accord.ledger.signing import Signer
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 Resolver = Callable[[str, int], Sequence[str]]

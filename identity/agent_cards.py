@@ -9,8 +9,8 @@ served with v0.3 fields merged in verifies as the card its signer signed), witho
 `signatures`, with every property whose value is an empty string, list or object, or an
 extension's `required: false`, removed (recursively: the proto3 JSON mapping leaves default
 values out, and the `a2a-sdk` verifier removes exactly these), in RFC 8785 canonical
-form (`ledger.canonical.canonical_json`). The signature is a detached compact JWS
-(`identity.jws`), alg EdDSA, kid the did:key verification method, held in the card as
+form (`accord.ledger.canonical.canonical_json`). The signature is a detached compact JWS
+(`accord.identity.jws`), alg EdDSA, kid the did:key verification method, held in the card as
 `{"protected", "signature"}`. A verifier also accepts a signature over the card with its
 empty values kept (a signer reading §8.4.1 to keep required empty fields).
 
@@ -38,11 +38,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from identity.errors import AgentCardError, JwsError
-from identity.jws import join_detached, sign_detached, split_detached, verify_detached
-from ledger.canonical import canonical_json
-from ledger.errors import CanonicalizationError
-from ledger.signing import Signer
+from accord.identity.errors import AgentCardError, JwsError
+from accord.identity.jws import join_detached, sign_detached, split_detached, verify_detached
+from accord.ledger.canonical import canonical_json
+from accord.ledger.errors import CanonicalizationError
+from accord.ledger.signing import Signer
 
 A2A_PROTOCOL_VERSION = "1.0"
 JSONRPC_BINDING = "JSONRPC"

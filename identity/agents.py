@@ -2,21 +2,21 @@
 
 An agent is a name, a did:key whose key lives in `$ACCORD_HOME/keys/agents/<name>.json`
 (mode 0600), and a *runtime*, the thing that answers items on its behalf (exam items and team
-work alike; see `identity.runtimes`):
+work alike; see `accord.identity.runtimes`):
 
-    reference   the built-in reference agent (`identity.challenges.reference.solve`)
+    reference   the built-in reference agent (`accord.identity.challenges.reference.solve`)
     random      answers at random, of the right shape (`reference.random_answer`); it fails
     command     a program: it reads one item as JSON on stdin ({item_id, capability, prompt,
                 payload}) and writes its answer as JSON on stdout, within a timeout
     http        an agent service at `endpoint` (http or https): each item is POSTed as
                 `{"item": {item_id, capability, prompt, payload}}` and the service replies
                 `{"answer": ...}`; only at a public address unless the operator allows
-                private agents (ACCORD_ALLOW_PRIVATE_AGENTS=1, `identity.address_guard`)
+                private agents (ACCORD_ALLOW_PRIVATE_AGENTS=1, `accord.identity.address_guard`)
     a2a         an A2A v1.0 agent whose agent card is at `card`: registering fetches the card,
-                verifies its JWS signature (`identity.agent_cards`; a card with no signature
+                verifies its JWS signature (`accord.identity.agent_cards`; a card with no signature
                 only with `allow_unsigned_card`) and keeps its JSON-RPC interface (`endpoint`,
                 and `tenant` when the interface names one); items go to it as `SendMessage`
-                (`identity.runtimes.A2ARuntime`); public addresses only, as for `http`
+                (`accord.identity.runtimes.A2ARuntime`); public addresses only, as for `http`
     openai      an OpenAI-compatible model `model`, through the official `openai` client: the
                 base URL is `endpoint`, else `OPENAI_BASE_URL`, else OpenAI's; the key is
                 `OPENAI_API_KEY` (not needed by a local server without keys)
@@ -41,9 +41,9 @@ from sqlalchemy import Engine, insert, inspect, or_, select, text
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlmodel import Field, SQLModel
 
-from identity.address_guard import check_endpoint_address, check_url
-from identity.errors import KeyStoreError, RegistryError
-from identity.runtimes import (
+from accord.identity.address_guard import check_endpoint_address, check_url
+from accord.identity.errors import KeyStoreError, RegistryError
+from accord.identity.runtimes import (
     DEFAULT_COMMAND_TIMEOUT,
     DEFAULT_HTTP_TIMEOUT,
     DEFAULT_MODEL_TIMEOUT,
@@ -58,10 +58,10 @@ from identity.runtimes import (
     fetch_agent_card,
     openai_runtime,
 )
-from ledger.errors import MalformedError
-from ledger.events import format_time
-from ledger.signing import Ed25519Signer, Signer, read_keyfile, write_keyfile
-from ledger.store import create_tables
+from accord.ledger.errors import MalformedError
+from accord.ledger.events import format_time
+from accord.ledger.signing import Ed25519Signer, Signer, read_keyfile, write_keyfile
+from accord.ledger.store import create_tables
 
 RUNTIMES = ("reference", "random", "command", "http", "openai", "a2a")
 #: Nullable columns added after the table was first made, added to older tables on open.
@@ -199,7 +199,7 @@ class AgentRegistry:
     be registered and reached at loopback, link-local and private addresses. `operator` (the
     ledger's operator key) signs every request made to an agent: exam items and team work
     (`runtime`), fetching an A2A card (`new_agent`), asking a remote agent to sign
-    (`identity.remote_signing`). Without it those requests go unsigned.
+    (`accord.identity.remote_signing`). Without it those requests go unsigned.
     Raises RegistryError when the table cannot be prepared.
     """
 
@@ -287,7 +287,7 @@ class AgentRegistry:
     ) -> AgentRecord:
         """Create a key (mode 0600) and register the agent.
 
-        An `a2a` agent's card is fetched and must verify (see `identity.runtimes.
+        An `a2a` agent's card is fetched and must verify (see `accord.identity.runtimes.
         a2a_interface`; `allow_unsigned_card` takes a card with no signature at all); its
         JSON-RPC interface becomes the record's `endpoint` and `tenant`.
 
@@ -416,7 +416,7 @@ def runtime_for(
     allow_private_agents: bool = False,
     operator: Signer | None = None,
 ) -> AgentRuntime:
-    """The runtime that answers for `record` (see `identity.runtimes`).
+    """The runtime that answers for `record` (see `accord.identity.runtimes`).
 
     `timeout` (seconds) replaces the runtime's default for a command, service or model;
     `validate` checks an `openai` agent's answers; `operator` signs every request to an

@@ -21,11 +21,11 @@ decided here, once:
     the reply   the first choice's text; no choices, a reply cut off at the length limit, or a
                 refusal is a ChatReplyError
     addresses   with `allow_private` given, every request goes through
-                `identity.address_guard.agent_client` (a base URL that came from outside:
+                `accord.identity.address_guard.agent_client` (a base URL that came from outside:
                 public addresses only unless it is True)
 
-Errors (`identity.errors`): ChatError, `retriable` as above, its message naming the server and
-what went wrong; ChatReplyError (a ChatError, not retriable) when the server answered but the
+Errors (`accord.identity.errors`): ChatError, `retriable` as above, its message naming the server
+and what went wrong; ChatReplyError (a ChatError, not retriable) when the server answered but the
 reply cannot be used. `openai` errors are mapped here and go no further.
 
 `openai_chat(model, endpoint=…, environ=…)` is the configuration every caller shares: the base
@@ -43,8 +43,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Protocol, TypedDict
 
-from identity.address_guard import PrivateAddressRefused, check_url
-from identity.errors import ChatError, ChatReplyError, RegistryError
+from accord.identity.address_guard import PrivateAddressRefused, check_url
+from accord.identity.errors import ChatError, ChatReplyError, RegistryError
 
 if TYPE_CHECKING:
     import openai
@@ -188,7 +188,7 @@ class OpenAIChat:
 
         http_client = None
         if self.allow_private is not None:
-            from identity.address_guard import agent_client
+            from accord.identity.address_guard import agent_client
 
             http_client = agent_client(self.timeout, allow_private=self.allow_private)
         return openai.OpenAI(

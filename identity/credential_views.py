@@ -1,4 +1,5 @@
-"""The credential view: who holds a credential for what, folded from the log (`ledger.views`).
+"""The credential view: who holds a credential for what, folded from the log
+(`accord.ledger.views`).
 
     view_credentials    one row per `credential.issued` the operator logged: the holder, the
                         capability, its validity window (epoch µs), the log index, and
@@ -22,11 +23,11 @@ from typing import Any
 from sqlalchemy import BigInteger, Index, Table, delete, insert, select, update
 from sqlmodel import Column, Field, SQLModel
 
-from identity.credentials import REVOCATION_EVENT_KIND
-from identity.status import parse_timestamp
-from ledger.errors import MalformedError
-from ledger.events import parse_time
-from ledger.views import ViewEntry, micros
+from accord.identity.credentials import REVOCATION_EVENT_KIND
+from accord.identity.status import parse_timestamp
+from accord.ledger.errors import MalformedError
+from accord.ledger.events import parse_time
+from accord.ledger.views import ViewEntry, micros
 
 VIEW_NAME = "credentials"
 ISSUED_KIND = "credential.issued"
@@ -50,7 +51,8 @@ CREDENTIALS: Table = CredentialRow.__table__  # type: ignore[attr-defined]
 
 
 class CredentialView:
-    """The credential projection (`ledger.views.Projection`), trusting `operator_did` only."""
+    """The credential projection (`accord.ledger.views.Projection`), trusting `operator_did`
+    only."""
 
     name = VIEW_NAME
     tables: Sequence[Table] = (CREDENTIALS,)

@@ -49,8 +49,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, NoReturn
 
-from identity.errors import CredentialError
-from identity.status import (
+from accord.identity.errors import CredentialError
+from accord.identity.status import (
     STATUS_ENTRY_TYPE,
     VC_V2_CONTEXT,
     StatusList,
@@ -60,7 +60,7 @@ from identity.status import (
     sign_assertion,
     verify_issuer_proof,
 )
-from ledger.signing import Ed25519Signer
+from accord.ledger.signing import Ed25519Signer
 
 CREDENTIAL_TYPE = "CapabilityCredential"
 REVOCATION_EVENT_KIND = "credential.revoked"
@@ -147,7 +147,7 @@ def issue_capability_credential(
     """A signed `CapabilityCredential` (see the module docstring), valid from `now` for
     `valid_for`, signed by `issuer` with an eddsa-jcs-2022 `assertionMethod` proof.
 
-    `status_entry` comes from `identity.status.status_entry`. `credential_id` defaults to a
+    `status_entry` comes from `accord.identity.status.status_entry`. `credential_id` defaults to a
     fresh random `urn:uuid:`; pass one to make issuance reproducible.
 
     Raises ValueError when the arguments cannot make a credential: a naive `now`, a `valid_for`

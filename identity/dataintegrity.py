@@ -35,10 +35,10 @@ import base58
 import nacl.exceptions
 import nacl.signing
 
-from identity.errors import CredentialError, ProofFormatError
-from ledger.canonical import canonical_json
-from ledger.errors import CanonicalizationError, MalformedError
-from ledger.signing import ED25519_MULTICODEC, public_key_from_did
+from accord.identity.errors import CredentialError, ProofFormatError
+from accord.ledger.canonical import canonical_json
+from accord.ledger.errors import CanonicalizationError, MalformedError
+from accord.ledger.signing import ED25519_MULTICODEC, public_key_from_did
 
 PROOF_TYPE = "DataIntegrityProof"
 CRYPTOSUITE = "eddsa-jcs-2022"

@@ -24,12 +24,12 @@ AccordError
         └── AgentCardError      an A2A agent card cannot be fetched, read or verified
 
 A signed HTTP request that does not hold raises `AuthError` instead, a root of its own under
-`AccordError` drawn with its subclasses in `identity.http_signatures`.
+`AccordError` drawn with its subclasses in `accord.identity.http_signatures`.
 """
 
 from __future__ import annotations
 
-from ledger.errors import AccordError
+from accord.ledger.errors import AccordError
 
 
 class IdentityError(AccordError):
@@ -105,7 +105,7 @@ class SchemaViolation(ExamError):
 
 
 class ChatError(IdentityError):
-    """A chat model could not be asked (`identity.chat`).
+    """A chat model could not be asked (`accord.identity.chat`).
 
     `retriable` is True when asking again later may succeed (the server could not be reached,
     timed out, rate-limited or failed on its side: 408, 409, 429, 5xx), False when it refused

@@ -32,7 +32,7 @@ from sqlalchemy import BigInteger, Engine, delete, func, insert, select, update
 from sqlalchemy.exc import SQLAlchemyError
 from sqlmodel import Column, Field, SQLModel
 
-from identity.challenges import (
+from accord.identity.challenges import (
     JSON,
     Capability,
     ExamItem,
@@ -44,15 +44,15 @@ from identity.challenges import (
     score,
     seed_commitment,
 )
-from identity.challenges.base import MAX_ITEMS_PER_CALL
-from identity.challenges.sandbox import check_box
-from identity.errors import DeadlineError, ExamError, RateLimitedError, SandboxUnavailable
-from ledger.canonical import JSONValue
-from ledger.errors import LedgerError
-from ledger.events import Entry, format_time, parse_time
-from ledger.service import Ledger
-from ledger.signing import Signer
-from ledger.store import LogStore, create_tables
+from accord.identity.challenges.base import MAX_ITEMS_PER_CALL
+from accord.identity.challenges.sandbox import check_box
+from accord.identity.errors import DeadlineError, ExamError, RateLimitedError, SandboxUnavailable
+from accord.ledger.canonical import JSONValue
+from accord.ledger.errors import LedgerError
+from accord.ledger.events import Entry, format_time, parse_time
+from accord.ledger.service import Ledger
+from accord.ledger.signing import Signer
+from accord.ledger.store import LogStore, create_tables
 
 COMMITTED = "exam.committed"
 ANSWERED = "exam.answered"

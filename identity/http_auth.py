@@ -1,11 +1,11 @@
-"""httpx authentication by RFC 9421 signatures (the rules are `identity.http_signatures`).
+"""httpx authentication by RFC 9421 signatures (the rules are `accord.identity.http_signatures`).
 
 One class, for both directions:
 
     AccordAuth(signer)                  signs a request to the accord service as its caller
                                         (tag "accord"): what clients, agents and requesters use
     AccordAuth(operator, tag=CALL_TAG)  signs a call accord makes to an agent as the operator
-                                        (tag "accord-call"): what `identity.address_guard.
+                                        (tag "accord-call"): what `accord.identity.address_guard.
                                         agent_client` adds when it is given the operator's key
 """
 
@@ -16,8 +16,8 @@ from typing import Any, TypeVar
 
 import httpx
 
-from identity.http_signatures import CALL_TAG, TAG, sign_request
-from ledger.signing import Signer
+from accord.identity.http_signatures import CALL_TAG, TAG, sign_request
+from accord.ledger.signing import Signer
 
 __all__ = ["CALL_TAG", "TAG", "AccordAuth"]
 
@@ -26,7 +26,7 @@ _Request = TypeVar("_Request", bound=Any)
 
 class AccordAuth(httpx.Auth):
     """httpx authentication that signs every request as `signer` with tag `tag` (see
-    `identity.http_signatures.sign_request`)."""
+    `accord.identity.http_signatures.sign_request`)."""
 
     requires_request_body = True
 

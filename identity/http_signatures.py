@@ -3,7 +3,7 @@
 
     to accord     every mutating request an agent, a requester or any client sends the
                   service, signed by its caller, tag "accord" (`verify_request`, checked by
-                  `api.routes.deps.signed_caller`)
+                  `accord.api.routes.deps.signed_caller`)
     from accord   every call accord makes to an agent (exam items, team work, `/sign`, a
                   notice), signed by the operator, tag "accord-call" (`verify_accord_call`,
                   checked by the agent)
@@ -31,7 +31,7 @@ other. What accord asks of a signature (any RFC 9421 implementation can make one
 A nonce is remembered (with its `created`) for as long as it could still be accepted, so a
 replay inside the window is refused and a replay after it is refused as expired.
 
-`sign_request` makes the headers (`identity.http_auth.AccordAuth` signs every request of an
+`sign_request` makes the headers (`accord.identity.http_auth.AccordAuth` signs every request of an
 httpx client), `verify_request` checks one; failures raise one `AuthError` subclass per cause:
 
     AuthError
@@ -61,7 +61,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from identity.structured_fields import (
+from accord.identity.structured_fields import (
     BareItem,
     Item,
     Member,
@@ -72,8 +72,8 @@ from identity.structured_fields import (
     serialize_dictionary,
     serialize_member,
 )
-from ledger.errors import AccordError, MalformedError, SignatureError
-from ledger.signing import Signer, b64url, public_key_from_did, verify_signature
+from accord.ledger.errors import AccordError, MalformedError, SignatureError
+from accord.ledger.signing import Signer, b64url, public_key_from_did, verify_signature
 
 SIGNATURE_INPUT_HEADER = "Signature-Input"
 SIGNATURE_HEADER = "Signature"
@@ -417,7 +417,7 @@ def _select(fields: Sequence[tuple[str, str]], tag: str) -> tuple[Member, bytes]
         raise MissingSignature(
             "the request is not signed: it lacks the Signature-Input and Signature headers; sign "
             f'{who} with RFC 9421 (tag "{tag}", alg "{ALGORITHM}", keyid your did:key), e.g. '
-            "identity.http_auth.AccordAuth"
+            "accord.identity.http_auth.AccordAuth"
         )
     try:
         inputs = parse_dictionary(inputs_text)

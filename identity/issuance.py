@@ -7,7 +7,7 @@ issue(exam result)
 
 revoke(credential_id, reason)
     set its status bit, re-sign and publish the status list credential
-    (`identity.status_lists`), log `credential.revoked`.
+    (`accord.identity.status_lists`), log `credential.revoked`.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from sqlalchemy import BigInteger, Engine, bindparam, func, insert, select, upda
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlmodel import Column, Field, SQLModel
 
-from identity.credentials import (
+from accord.identity.credentials import (
     REVOCATION_EVENT_KIND,
     VerifiedCredential,
     issue_capability_credential,
@@ -34,14 +34,14 @@ from identity.credentials import (
     transcript_reference,
     verify_credential,
 )
-from identity.errors import RegistryError
-from identity.exams import ExamResult
-from identity.status import status_entry
-from identity.status_lists import StatusLists, operator_key, write_document
-from ledger.errors import AlreadyLoggedError
-from ledger.events import format_time
-from ledger.service import Ledger
-from ledger.store import create_tables, statement_connection
+from accord.identity.errors import RegistryError
+from accord.identity.exams import ExamResult
+from accord.identity.status import status_entry
+from accord.identity.status_lists import StatusLists, operator_key, write_document
+from accord.ledger.errors import AlreadyLoggedError
+from accord.ledger.events import format_time
+from accord.ledger.service import Ledger
+from accord.ledger.store import create_tables, statement_connection
 
 ISSUED_EVENT_KIND = "credential.issued"
 DEFAULT_VALIDITY = timedelta(days=180)

@@ -21,7 +21,7 @@ Verification is a checklist; the first step that fails raises JwsError naming it
     (6) the signature, 64 bytes, verifies under that key over `protected '.' BASE64URL(payload)`
 
 The header is written in canonical JSON (RFC 8785), so the same signer, header and payload
-always give the same text. Keys are Ed25519 through PyNaCl (`ledger.signing`).
+always give the same text. Keys are Ed25519 through PyNaCl (`accord.ledger.signing`).
 """
 
 from __future__ import annotations
@@ -31,11 +31,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from identity.errors import JwsError
-from ledger.canonical import canonical_json
-from ledger.errors import LedgerError, MalformedError
-from ledger.signing import Signer, b64url, from_b64url, kid_for, public_key_from_did
-from ledger.signing import verify_signature as verify_ed25519
+from accord.identity.errors import JwsError
+from accord.ledger.canonical import canonical_json
+from accord.ledger.errors import LedgerError, MalformedError
+from accord.ledger.signing import Signer, b64url, from_b64url, kid_for, public_key_from_did
+from accord.ledger.signing import verify_signature as verify_ed25519
 
 ALGORITHM = "EdDSA"
 TYPE = "JOSE"

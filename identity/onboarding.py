@@ -1,10 +1,10 @@
 """Onboarding: exam an agent in each capability and issue a credential for each one it passes.
 
     onboard(agent, ["arithmetic", …], progress)
-        register the agent if it has not (DID-auth, `identity.registration`); for each
+        register the agent if it has not (DID-auth, `accord.identity.registration`); for each
         capability: start an exam (operator commits), let the agent's runtime answer every
         item (each answer signed by the agent's key), grade and reveal; on a pass, issue a
-        `CapabilityCredential` (`identity.issuance`).
+        `CapabilityCredential` (`accord.identity.issuance`).
 
 `Onboarding` is the one object the service, the CLI and the market hold; it ties together
 the parts that each live in their own module and answers for them:
@@ -26,21 +26,21 @@ from typing import Any
 
 from sqlalchemy import Engine
 
-from identity.agents import AgentRecord, AgentRegistry
-from identity.challenges import JSON, get_capability
-from identity.credentials import VerifiedCredential
-from identity.errors import ExamError
-from identity.exams import ExamResult, ExamService
-from identity.issuance import DEFAULT_VALIDITY, ISSUED_EVENT_KIND, CredentialIssuer
-from identity.payout_accounts import PAYOUT_BOUND_KIND, PayoutAccounts
-from identity.registration import REGISTERED_KIND, REGISTRATION_CHALLENGE_TTL, Registration
-from identity.remote_signing import EndpointSigner, member_signer
-from identity.runtimes import AgentRuntime
-from identity.status_lists import STATUS_LIST_PATH, StatusLists, status_list_url
-from ledger.events import Entry
-from ledger.service import Ledger
-from ledger.settings import DEFAULT_PUBLIC_URL, Settings
-from ledger.signing import Ed25519Signer, Signer
+from accord.identity.agents import AgentRecord, AgentRegistry
+from accord.identity.challenges import JSON, get_capability
+from accord.identity.credentials import VerifiedCredential
+from accord.identity.errors import ExamError
+from accord.identity.exams import ExamResult, ExamService
+from accord.identity.issuance import DEFAULT_VALIDITY, ISSUED_EVENT_KIND, CredentialIssuer
+from accord.identity.payout_accounts import PAYOUT_BOUND_KIND, PayoutAccounts
+from accord.identity.registration import REGISTERED_KIND, REGISTRATION_CHALLENGE_TTL, Registration
+from accord.identity.remote_signing import EndpointSigner, member_signer
+from accord.identity.runtimes import AgentRuntime
+from accord.identity.status_lists import STATUS_LIST_PATH, StatusLists, status_list_url
+from accord.ledger.events import Entry
+from accord.ledger.service import Ledger
+from accord.ledger.settings import DEFAULT_PUBLIC_URL, Settings
+from accord.ledger.signing import Ed25519Signer, Signer
 
 __all__ = [
     "ISSUED_EVENT_KIND",
@@ -172,7 +172,7 @@ class Onboarding:
     def member_signer(
         self, agent: AgentRecord, openings: Callable[[str], bytes | None] | None = None
     ) -> Signer:
-        """See `identity.remote_signing.member_signer`."""
+        """See `accord.identity.remote_signing.member_signer`."""
         return member_signer(self.registry, agent, openings)
 
     # -- onboarding --
@@ -272,7 +272,7 @@ def open_onboarding(settings: Settings, ledger: Ledger | None = None) -> Onboard
     """Onboarding over the configured store and keys; the ledger is opened without a chain
     unless one is given. Raises StoreError, RegistryError, ExamError."""
     if ledger is None:
-        from ledger.runtime import open_ledger  # the chain client: imported only when needed
+        from accord.ledger.runtime import open_ledger  # the chain client: imported only when needed
 
         ledger = open_ledger(settings)
     registry = AgentRegistry(

@@ -34,12 +34,12 @@ if TYPE_CHECKING:
     from eth_account.signers.local import LocalAccount
 
 
-from identity.dataintegrity import from_multibase_b58, multibase_b58
-from identity.errors import BindingError, ProofFormatError
-from identity.status import format_timestamp, parse_timestamp
-from ledger.canonical import canonical_json
-from ledger.errors import CanonicalizationError, MalformedError, SignatureError
-from ledger.signing import Ed25519Signer, verify_signature
+from accord.identity.dataintegrity import from_multibase_b58, multibase_b58
+from accord.identity.errors import BindingError, ProofFormatError
+from accord.identity.status import format_timestamp, parse_timestamp
+from accord.ledger.canonical import canonical_json
+from accord.ledger.errors import CanonicalizationError, MalformedError, SignatureError
+from accord.ledger.signing import Ed25519Signer, verify_signature
 
 BINDING_TYPE = "PayoutAddressBinding"
 STATEMENT_KEYS = frozenset({"type", "did", "address", "chainId", "nonce", "issuedAt"})

@@ -1,6 +1,6 @@
 """Agents' payout accounts: the secp256k1 key each one is paid to, and its binding on the log.
 
-`identity.payout` makes and checks a binding (signed by the agent's DID key and by its payout
+`accord.identity.payout` makes and checks a binding (signed by the agent's DID key and by its payout
 account); this module keeps the account keys (`<keys>/agents/<name>.eth.json`, mode 0600) and
 logs the bindings as `payout.bound` events, the agent's own (`bind_payout_signed`, for a remote
 agent that holds its keys) or made here (`bind_payout`).
@@ -12,12 +12,12 @@ import json
 import os
 import secrets
 
-from identity.agents import AgentRecord, AgentRegistry
-from identity.errors import BindingError, KeyStoreError
-from identity.exams import check_agent_entry
-from identity.payout import bind_payout_address, verify_binding
-from ledger.events import Entry
-from ledger.service import Ledger
+from accord.identity.agents import AgentRecord, AgentRegistry
+from accord.identity.errors import BindingError, KeyStoreError
+from accord.identity.exams import check_agent_entry
+from accord.identity.payout import bind_payout_address, verify_binding
+from accord.ledger.events import Entry
+from accord.ledger.service import Ledger
 
 PAYOUT_BOUND_KIND = "payout.bound"
 

@@ -30,18 +30,18 @@ from sqlalchemy import BigInteger, Engine, insert, select, update
 from sqlalchemy.exc import SQLAlchemyError
 from sqlmodel import Column, Field, SQLModel
 
-from identity.credentials import (
+from accord.identity.credentials import (
     STEP_CAPABILITY,
     StatusLookup,
     VerifiedCredential,
     verify_credential,
 )
-from identity.dataintegrity import CRYPTOSUITE, PROOF_TYPE, add_proof, verify_proof
-from identity.errors import CredentialError, NonceError, ProofFormatError
-from identity.status import VC_V2_CONTEXT, format_timestamp
-from ledger.errors import MalformedError
-from ledger.signing import Ed25519Signer, b64url, public_key_from_did
-from ledger.store import create_tables
+from accord.identity.dataintegrity import CRYPTOSUITE, PROOF_TYPE, add_proof, verify_proof
+from accord.identity.errors import CredentialError, NonceError, ProofFormatError
+from accord.identity.status import VC_V2_CONTEXT, format_timestamp
+from accord.ledger.errors import MalformedError
+from accord.ledger.signing import Ed25519Signer, b64url, public_key_from_did
+from accord.ledger.store import create_tables
 
 PRESENTATION_TYPE = "VerifiablePresentation"
 PROOF_PURPOSE = "authentication"

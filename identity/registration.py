@@ -21,13 +21,13 @@ from typing import Any, Literal
 from sqlalchemy import Engine, insert
 from sqlalchemy.exc import SQLAlchemyError
 
-from identity.agents import Agent, AgentRecord, AgentRegistry
-from identity.errors import CredentialError, RegistryError
-from identity.exams import check_agent_entry
-from identity.presentations import SqlNonceStore, create_presentation, verify_presentation
-from ledger.events import Entry, Event, format_time
-from ledger.service import Ledger
-from ledger.signing import Ed25519Signer
+from accord.identity.agents import Agent, AgentRecord, AgentRegistry
+from accord.identity.errors import CredentialError, RegistryError
+from accord.identity.exams import check_agent_entry
+from accord.identity.presentations import SqlNonceStore, create_presentation, verify_presentation
+from accord.ledger.events import Entry, Event, format_time
+from accord.ledger.service import Ledger
+from accord.ledger.signing import Ed25519Signer
 
 REGISTERED_KIND = "agent.registered"
 REGISTRATION_CHALLENGE_TTL = timedelta(minutes=5)

@@ -9,11 +9,11 @@ from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
-from identity.address_guard import agent_client, check_url
-from identity.agents import AgentRecord, AgentRegistry
-from identity.errors import KeyStoreError
-from ledger.errors import MalformedError
-from ledger.signing import Signer, from_b64url, kid_for, verify_signature
+from accord.identity.address_guard import agent_client, check_url
+from accord.identity.agents import AgentRecord, AgentRegistry
+from accord.identity.errors import KeyStoreError
+from accord.ledger.errors import MalformedError
+from accord.ledger.signing import Signer, from_b64url, kid_for, verify_signature
 
 SIGN_PATH = "/sign"
 SIGN_TIMEOUT = 30.0
@@ -31,13 +31,13 @@ class EndpointSigner:
     it signs (a team member signs only its own reports) and replies `{"sig": base64url}`.
     The signature is checked before it is returned.
 
-    An event names outputs by their commitments only (`ledger.sealing`), so the agent could
+    An event names outputs by their commitments only (`accord.ledger.sealing`), so the agent could
     not tell its own answers from others': `openings(commitment)` gives the sealed bytes of
     each `output_sha256` the event names, and they travel beside it as
     `{"openings": {commitment: sealed text}}` for the agent to open and compare.
 
     Like every request to an agent it goes to a public address only unless `allow_private`
-    (`identity.address_guard`), and is signed by `operator` when given (a call from accord,
+    (`accord.identity.address_guard`), and is signed by `operator` when given (a call from accord,
     RFC 9421), so the agent can tell accord's request from anyone's. `sign` raises
     KeyStoreError when the agent cannot be reached, is at a refused address, or refuses;
     SignatureError when its signature does not verify.

@@ -10,7 +10,7 @@ which raises AgentRuntimeError (an ExamError) when it cannot; its `retriable` sa
 asking again later may help (the agent could not be reached, timed out, was overloaded or
 failed on its side) or not (it answered, but not in a usable form, or refused).
 
-    ReferenceRuntime  the built-in reference agent (`identity.challenges.reference.solve`)
+    ReferenceRuntime  the built-in reference agent (`accord.identity.challenges.reference.solve`)
     RandomRuntime     answers of the right shape, at random (`reference.random_answer`)
     CommandRuntime    a program: the item as JSON on stdin, the answer as JSON on stdout
                       (at most 1 MiB), within a timeout; it runs in its own session and its
@@ -18,21 +18,21 @@ failed on its side) or not (it answered, but not in a usable form, or refused).
     HttpRuntime       an agent service: POST `{"item": item}` to its endpoint (`/run` when
                       the URL has no path), a 2xx reply `{"answer": ...}` of at most 1 MiB,
                       within a timeout; redirects never followed; only public addresses
-                      unless private agents are allowed (`identity.address_guard`)
+                      unless private agents are allowed (`accord.identity.address_guard`)
     A2ARuntime        an A2A v1.0 agent: JSON-RPC `SendMessage` with the item as a data part
                       to the interface its signed agent card names (`fetch_agent_card`,
                       `a2a_interface`), the answer a data part `{"answer": ...}` of the
                       finished task's artifact or of the message; same limits as HttpRuntime
-    ChatRuntime       a chat model (`identity.chat`: an OpenAI-compatible server through the
+    ChatRuntime       a chat model (`accord.identity.chat`: an OpenAI-compatible server through the
                       official `openai` client), asked for the JSON object `{"answer": ...}`;
                       an optional `validate` hook checks the answer and the model gets one
                       more try
 
-`identity.agents.runtime_for` builds the runtime a registered agent's record names;
-`coordinator.adapters` runs team work through the same runtimes. Given the operator's key
+`accord.identity.agents.runtime_for` builds the runtime a registered agent's record names;
+`accord.coordinator.adapters` runs team work through the same runtimes. Given the operator's key
 (`operator`), HttpRuntime and A2ARuntime sign every request to the agent with it (RFC 9421,
 tag "accord-call"), so the agent can check the call comes from accord
-(`identity.http_signatures.verify_accord_call`).
+(`accord.identity.http_signatures.verify_accord_call`).
 """
 
 from __future__ import annotations
@@ -53,17 +53,24 @@ from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
-from identity.address_guard import (
+from accord.identity.address_guard import (
     PrivateAddressRefused,
     agent_client,
     check_endpoint_address,
     check_url,
 )
-from identity.agent_cards import A2A_PROTOCOL_VERSION, jsonrpc_interface, verify_card
-from identity.challenges import JSON, ExamItem, JSONObject, reference
-from identity.chat import DEFAULT_TIMEOUT, ChatError, ChatMessage, ChatModel, openai_chat, snippet
-from identity.errors import AgentCardError, ExamError
-from ledger.signing import Signer
+from accord.identity.agent_cards import A2A_PROTOCOL_VERSION, jsonrpc_interface, verify_card
+from accord.identity.challenges import JSON, ExamItem, JSONObject, reference
+from accord.identity.chat import (
+    DEFAULT_TIMEOUT,
+    ChatError,
+    ChatMessage,
+    ChatModel,
+    openai_chat,
+    snippet,
+)
+from accord.identity.errors import AgentCardError, ExamError
+from accord.ledger.signing import Signer
 
 DEFAULT_COMMAND_TIMEOUT = 30.0
 DEFAULT_HTTP_TIMEOUT = 30.0
@@ -261,12 +268,12 @@ def _kill_group(process: subprocess.Popen[str]) -> None:
 
 @dataclass(frozen=True)
 class HttpRuntime:
-    """An agent behind an HTTP agent service (`coordinator.agent_service`, or anything that
+    """An agent behind an HTTP agent service (`accord.coordinator.agent_service`, or anything that
     speaks its protocol): POST `{"item": item}`, read `{"answer": ...}`.
 
     `endpoint` gets `/run` when it has no path. Unless `allow_private`, the endpoint may not
     be a non-public address and every connection goes to a public address only
-    (`identity.address_guard`). With `operator`, every request is signed by the operator's
+    (`accord.identity.address_guard`). With `operator`, every request is signed by the operator's
     key as a call from accord. Raises RegistryError for a URL that is not http(s), or
     names a non-public address (PrivateEndpointError); ValueError for a bad timeout.
     """
@@ -466,7 +473,7 @@ def fetch_agent_card(
 def a2a_interface(card: JSONObject, *, allow_unsigned: bool = False) -> A2AInterface:
     """The interface accord calls an A2A agent at, from its card, once the card holds.
 
-    The card's signature must verify (`identity.agent_cards.verify_card`); only a card with
+    The card's signature must verify (`accord.identity.agent_cards.verify_card`); only a card with
     no signatures at all passes unverified, and only with `allow_unsigned`. Raises
     AgentCardError naming why a card is refused, or when it lists no JSON-RPC 1.x interface.
     """
@@ -723,7 +730,7 @@ def _find_answer_object(text: str) -> JSON | None:
 
 @dataclass(frozen=True)
 class ChatRuntime:
-    """An agent that is a chat model (`identity.chat`, say an OpenAI-compatible server's).
+    """An agent that is a chat model (`accord.identity.chat`, say an OpenAI-compatible server's).
 
     Each item is asked for `{"answer": ...}` in JSON mode; when the model's server refuses
     JSON mode (the reply says so) the reply is searched for the object.
@@ -780,9 +787,10 @@ def openai_runtime(
     timeout: float = DEFAULT_MODEL_TIMEOUT,
     validate: AnswerValidator | None = None,
 ) -> ChatRuntime:
-    """The ChatRuntime for `model` on an OpenAI-compatible server (`identity.chat.openai_chat`):
-    the base URL is `endpoint`, else `OPENAI_BASE_URL`, else OpenAI's; the key `OPENAI_API_KEY`
-    (from `environ`, default `os.environ`), which only OpenAI's own API requires.
+    """The ChatRuntime for `model` on an OpenAI-compatible server
+    (`accord.identity.chat.openai_chat`): the base URL is `endpoint`, else `OPENAI_BASE_URL`, else
+    OpenAI's; the key `OPENAI_API_KEY` (from `environ`, default `os.environ`), which only OpenAI's
+    own API requires.
 
     Raises RegistryError for a base URL that is not http(s), or for OpenAI's API without a key;
     ValueError for a bad timeout.

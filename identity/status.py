@@ -33,10 +33,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, NoReturn
 
-from identity.dataintegrity import CRYPTOSUITE, PROOF_TYPE, add_proof, verify_proof
-from identity.errors import CredentialError, ProofFormatError
-from ledger.errors import MalformedError
-from ledger.signing import Ed25519Signer, public_key_from_did
+from accord.identity.dataintegrity import CRYPTOSUITE, PROOF_TYPE, add_proof, verify_proof
+from accord.identity.errors import CredentialError, ProofFormatError
+from accord.ledger.errors import MalformedError
+from accord.ledger.signing import Ed25519Signer, public_key_from_did
 
 VC_V2_CONTEXT = "https://www.w3.org/ns/credentials/v2"
 """The VC Data Model 2.0 context; it defines every Bitstring Status List term."""

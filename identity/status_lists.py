@@ -22,11 +22,11 @@ from sqlalchemy import Engine, insert, select, update
 from sqlalchemy.exc import SQLAlchemyError
 from sqlmodel import Field, SQLModel
 
-from identity.errors import RegistryError
-from identity.status import StatusList, status_list_credential
-from ledger.service import Ledger
-from ledger.signing import Ed25519Signer
-from ledger.store import create_tables
+from accord.identity.errors import RegistryError
+from accord.identity.status import StatusList, status_list_credential
+from accord.ledger.service import Ledger
+from accord.ledger.signing import Ed25519Signer
+from accord.ledger.store import create_tables
 
 STATUS_LIST_FILE = "status-list.json"
 STATUS_LIST_PATH = "/credentials/status/revocation"

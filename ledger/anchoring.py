@@ -1,6 +1,6 @@
 """Anchoring checkpoints on the chain, without ever anchoring one twice.
 
-A checkpoint's anchor is one transaction of the journal engine (`ledger.txjournal`): signed
+A checkpoint's anchor is one transaction of the journal engine (`accord.ledger.txjournal`): signed
 (nonce and fees fixed), recorded as *pending* in `ledger_anchors` with its raw bytes, only then
 broadcast, and settled against the chain by the engine: mined and `confirmations` deep →
 confirmed; the root already on chain (this transaction's logs, or the one it replaced) →
@@ -26,14 +26,14 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, Literal
 
-from ledger.chain import AnchorChain, AnchorRefusedError, SignedAnchorTx
-from ledger.checkpoint import SignedCheckpoint, take_checkpoint
-from ledger.errors import AnchorError
-from ledger.events import Entry, format_time, parse_time
-from ledger.fees import Fees
-from ledger.signing import Signer
-from ledger.store import LogStore, StoredAnchor
-from ledger.txjournal import (
+from accord.ledger.chain import AnchorChain, AnchorRefusedError, SignedAnchorTx
+from accord.ledger.checkpoint import SignedCheckpoint, take_checkpoint
+from accord.ledger.errors import AnchorError
+from accord.ledger.events import Entry, format_time, parse_time
+from accord.ledger.fees import Fees
+from accord.ledger.signing import Signer
+from accord.ledger.store import LogStore, StoredAnchor
+from accord.ledger.txjournal import (
     DEFAULT_REPLACE_AFTER_S,
     OnChain,
     Settled,

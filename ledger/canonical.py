@@ -14,7 +14,7 @@ from typing import Any
 
 import rfc8785
 
-from ledger.errors import CanonicalizationError, MalformedError
+from accord.ledger.errors import CanonicalizationError, MalformedError
 
 JSONValue = Any
 """A value made of dict (str keys), list, str, int, float, bool and None."""

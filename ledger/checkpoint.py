@@ -6,14 +6,14 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from ledger.canonical import canonical_json, parse_canonical
-from ledger.errors import MalformedError, SignatureError
-from ledger.events import format_time, parse_time
-from ledger.merkle import HASH_SIZE
-from ledger.signing import Signer, b64url, from_b64url, kid_for, verify_signature
+from accord.ledger.canonical import canonical_json, parse_canonical
+from accord.ledger.errors import MalformedError, SignatureError
+from accord.ledger.events import format_time, parse_time
+from accord.ledger.merkle import HASH_SIZE
+from accord.ledger.signing import Signer, b64url, from_b64url, kid_for, verify_signature
 
 if TYPE_CHECKING:  # the store is passed in: the checkpoint format itself needs no database
-    from ledger.store import LogStore
+    from accord.ledger.store import LogStore
 
 
 @dataclass(frozen=True)

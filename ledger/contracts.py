@@ -13,7 +13,7 @@ from importlib.resources import files
 from importlib.resources.abc import Traversable
 from typing import Any
 
-from ledger.errors import DeploymentError
+from accord.ledger.errors import DeploymentError
 
 ARTIFACTS_DIR: Traversable = files("ledger") / "artifacts"
 """The artifacts shipped with the `ledger` package: `<Name>.json` per contract."""

@@ -35,7 +35,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from ledger.errors import DevnetError
+from accord.ledger.errors import DevnetError
 
 DEVNET_CHAIN_ID = 31337
 DEVNET_HOST = "127.0.0.1"

@@ -80,7 +80,7 @@ class ProofError(LedgerError):
 
 
 class SealError(ProofError):
-    """Sealed bytes do not open to the commitment the log names (`ledger.sealing`)."""
+    """Sealed bytes do not open to the commitment the log names (`accord.ledger.sealing`)."""
 
 
 class StoreError(LedgerError):
@@ -104,7 +104,7 @@ class AlreadyLoggedError(LedgerError):
 
 
 class QueryError(LedgerError):
-    """A query of a read view (`ledger.views`) names a filter value, limit or cursor it does
+    """A query of a read view (`accord.ledger.views`) names a filter value, limit or cursor it does
     not answer; `parameter` names the one (`state`, `limit`, `cursor`, ...)."""
 
     def __init__(self, parameter: str, message: str) -> None:

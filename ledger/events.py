@@ -16,15 +16,15 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from ledger.canonical import (
+from accord.ledger.canonical import (
     MAX_SAFE_INTEGER,
     JSONValue,
     canonical_json,
     canonical_text,
     parse_canonical,
 )
-from ledger.errors import MalformedError, SignatureError
-from ledger.signing import (
+from accord.ledger.errors import MalformedError, SignatureError
+from accord.ledger.signing import (
     SIGNATURE_SIZE,
     Signer,
     b64url,

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ledger.errors import FeesAboveCeilingError
+from accord.ledger.errors import FeesAboveCeilingError
 
 DEFAULT_MAX_FEE_GWEI = 500
 WEI_PER_GWEI = 10**9

@@ -1,6 +1,7 @@
 """A package's public names, imported on first use (PEP 562): the package's `__init__` names
 where each lives, and importing the package loads none of them, so a pure module inside it
-(`ledger.chain.values`, `market.escrow.values`) is imported without the I/O modules beside it.
+(`accord.ledger.chain.values`, `accord.market.escrow.values`) is imported without the I/O modules
+beside it.
 
     __getattr__, __dir__ = lazy_exports(__name__, {"Name": "package.module", ...}, globals())
 """

@@ -20,7 +20,7 @@ import hmac
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import NamedTuple
 
-from ledger.errors import ProofError
+from accord.ledger.errors import ProofError
 
 HASH_SIZE = 32
 EMPTY_ROOT = hashlib.sha256(b"").digest()

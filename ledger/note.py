@@ -14,7 +14,7 @@ newline, without the blank line). The key name is the origin. The key ID is the 
 bytes of SHA-256(key name || 0x0A || 0x01 || public key), 0x01 being the Ed25519 signature
 type. Bytes in, bytes out; nothing here reads a clock, a file or the network.
 
-Raises, from one tree (`ledger.errors`):
+Raises, from one tree (`accord.ledger.errors`):
 
     MalformedError   a note, origin or checkpoint that does not follow the format
     SignatureError   no signature line of the expected key, or one that does not verify
@@ -32,9 +32,9 @@ from urllib.parse import urlsplit
 import nacl.exceptions
 import nacl.signing
 
-from ledger.errors import MalformedError, SignatureError
-from ledger.merkle import HASH_SIZE
-from ledger.signing import Ed25519Signer
+from accord.ledger.errors import MalformedError, SignatureError
+from accord.ledger.merkle import HASH_SIZE
+from accord.ledger.signing import Ed25519Signer
 
 ED25519_TYPE = b"\x01"
 """The signed-note signature type of Ed25519."""

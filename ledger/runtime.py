@@ -16,7 +16,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ledger.devnet import (
+from accord.ledger.devnet import (
     Devnet,
     DevnetInfo,
     DevnetRecord,
@@ -25,14 +25,14 @@ from ledger.devnet import (
     read_record,
     write_record,
 )
-from ledger.errors import ChainError, DevnetError, HomeError
-from ledger.service import Ledger
-from ledger.settings import Settings
-from ledger.signing import Ed25519Signer, load_or_create_keyfile
-from ledger.store import LogStore, make_engine
+from accord.ledger.errors import ChainError, DevnetError, HomeError
+from accord.ledger.service import Ledger
+from accord.ledger.settings import Settings
+from accord.ledger.signing import Ed25519Signer, load_or_create_keyfile
+from accord.ledger.store import LogStore, make_engine
 
 if TYPE_CHECKING:
-    from ledger.chain import AnchorChain
+    from accord.ledger.chain import AnchorChain
 
 OPERATOR_KEYFILE = "operator.json"
 
@@ -291,7 +291,7 @@ def connect_chain(
     devnet this call started (not of one it found running), once the registry is there.
     Raises ChainUnavailableError, DeploymentError, DevnetError.
     """
-    from ledger.chain import DEVNET_OPERATOR_KEY, Web3AnchorChain, ensure_registry
+    from accord.ledger.chain import DEVNET_OPERATOR_KEY, Web3AnchorChain, ensure_registry
 
     if settings.rpc_url is not None:
         if settings.operator_eth_key is None:
@@ -348,7 +348,7 @@ def open_ledger(settings: Settings, chain: AnchorChain | None = None) -> Ledger:
     anchorer = None
     if chain is not None:
         # the chain client (web3, eth_account: over a second to import): only with a chain
-        from ledger.anchoring import Anchorer
+        from accord.ledger.anchoring import Anchorer
 
         anchorer = Anchorer(
             store,

@@ -7,7 +7,7 @@ The log is public, but a task's work is the requester's until it is paid for. So
 delivers (each part's output) and what an evaluator was shown and said (a judge's prompt and
 answer) enter the log only as commitments; the sealed bytes are kept in the blob store, whose
 content address is the commitment itself, and shown to those who may read them
-(`market.privacy`). Whoever holds the sealed bytes can open them and check them against the
+(`accord.market.privacy`). Whoever holds the sealed bytes can open them and check them against the
 signed log; whoever does not learns nothing from the commitment:
 
 - the salt is 128 random bits, so a guessable value (a total, "yes", a date) cannot be found
@@ -27,8 +27,8 @@ import re
 import secrets
 from dataclasses import dataclass, field
 
-from ledger.canonical import JSONValue, canonical_json, parse_canonical
-from ledger.errors import MalformedError, SealError
+from accord.ledger.canonical import JSONValue, canonical_json, parse_canonical
+from accord.ledger.errors import MalformedError, SealError
 
 SALT_HEX = 32
 _HEX64 = re.compile(r"[0-9a-f]{64}")

@@ -7,15 +7,15 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from ledger.canonical import JSONValue
-from ledger.checkpoint import SignedCheckpoint, take_checkpoint
-from ledger.errors import ChainError, SequenceError
-from ledger.events import Entry, make_entry
-from ledger.signing import Ed25519Signer, Signer
-from ledger.store import LogStore
+from accord.ledger.canonical import JSONValue
+from accord.ledger.checkpoint import SignedCheckpoint, take_checkpoint
+from accord.ledger.errors import ChainError, SequenceError
+from accord.ledger.events import Entry, make_entry
+from accord.ledger.signing import Ed25519Signer, Signer
+from accord.ledger.store import LogStore
 
 if TYPE_CHECKING:
-    from ledger.anchoring import Anchorer, AnchorOutcome
+    from accord.ledger.anchoring import Anchorer, AnchorOutcome
 
 _SEQ_RETRIES = 5
 

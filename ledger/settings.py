@@ -12,7 +12,7 @@ from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from ledger.fees import DEFAULT_MAX_FEE_GWEI, WEI_PER_GWEI, FeePolicy
+from accord.ledger.fees import DEFAULT_MAX_FEE_GWEI, WEI_PER_GWEI, FeePolicy
 
 DEFAULT_HOME = ".accord"
 DEFAULT_LOG_ID = "accord-main"
@@ -50,7 +50,7 @@ class Settings:
     on an external chain none at all (ACCORD_RPC_URL may carry the operator's provider key).
     test_clock_file: for tests only (ACCORD_TEST_CLOCK): a file holding how many seconds the
     market's clock runs ahead of the real time, which a test moves on instead of waiting for a
-    window to close (`ledger.runtime.clock_of`); None: the real time.
+    window to close (`accord.ledger.runtime.clock_of`); None: the real time.
     """
 
     home: Path

@@ -21,7 +21,7 @@ import nacl.bindings
 import nacl.exceptions
 import nacl.signing
 
-from ledger.errors import MalformedError, SignatureError
+from accord.ledger.errors import MalformedError, SignatureError
 
 ED25519_MULTICODEC = b"\xed\x01"
 DID_KEY_PREFIX = "did:key:z"

@@ -33,7 +33,7 @@ once-key is taken, is refused alone, and the others are written.
 Writers serialise on the head row (`BEGIN IMMEDIATE` on SQLite, `SELECT … FOR UPDATE` on
 PostgreSQL), so several processes may append to one log safely.
 
-Read views (`ledger.views`: tasks, credentials...) attached to the store are folded from each
+Read views (`accord.ledger.views`: tasks, credentials...) attached to the store are folded from each
 append in the same transaction, and can be rebuilt from the log alone (`reindex`).
 """
 
@@ -69,11 +69,11 @@ from sqlalchemy.exc import (
 )
 from sqlmodel import Column, Field, SQLModel, create_engine
 
-from ledger import merkle, views
-from ledger.errors import AlreadyLoggedError, LedgerError, SequenceError, StoreError
-from ledger.events import Entry
-from ledger.merkle import NodeId
-from ledger.views import Projection, ViewEntry
+from accord.ledger import merkle, views
+from accord.ledger.errors import AlreadyLoggedError, LedgerError, SequenceError, StoreError
+from accord.ledger.events import Entry
+from accord.ledger.merkle import NodeId
+from accord.ledger.views import Projection, ViewEntry
 
 NODE_INDEX_BITS = 48
 
@@ -821,7 +821,7 @@ class LogStore:
         frontier size that matches no head makes `_sync_caches` start over, under the lock)."""
         self._frontier_size = -1
 
-    # -- read views (`ledger.views`) ---------------------------------------------------------
+    # -- read views (`accord.ledger.views`) ---
 
     def attach(self, projection: Projection) -> None:
         """Keep `projection` from now on: create its tables, fold in what it has not applied,

@@ -1,6 +1,6 @@
 """One transaction-journal engine for every transaction accord sends (anchors and escrow).
 
-The algorithm, shared by `ledger.anchoring` and `market.escrow.actions`:
+The algorithm, shared by `accord.ledger.anchoring` and `accord.market.escrow.actions`:
 
 1. sign the transaction locally (nonce and fees fixed) and *journal* it as pending, raw bytes
    included, before anything is broadcast;
@@ -45,10 +45,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Generic, Literal, Protocol, TypeVar
 
-from ledger.chain.protocol import TxChain
-from ledger.chain.values import TxReceipt
-from ledger.errors import FeesAboveCeilingError
-from ledger.fees import FeeMarket, FeePolicy, Fees, below_market, bumped_fees
+from accord.ledger.chain.protocol import TxChain
+from accord.ledger.chain.values import TxReceipt
+from accord.ledger.errors import FeesAboveCeilingError
+from accord.ledger.fees import FeeMarket, FeePolicy, Fees, below_market, bumped_fees
 
 DEFAULT_REPLACE_AFTER_S = 120.0
 _POLL_S = 0.1

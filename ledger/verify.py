@@ -24,10 +24,10 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from ledger import merkle
-from ledger.chain import AnchorChain, OnChainAnchor
-from ledger.checkpoint import SignedCheckpoint
-from ledger.errors import (
+from accord.ledger import merkle
+from accord.ledger.chain import AnchorChain, OnChainAnchor
+from accord.ledger.checkpoint import SignedCheckpoint
+from accord.ledger.errors import (
     ChainError,
     LedgerError,
     MalformedError,
@@ -35,9 +35,9 @@ from ledger.errors import (
     SignatureError,
     VerificationError,
 )
-from ledger.events import Entry
-from ledger.merkle import NodeId
-from ledger.store import NODE_INDEX_BITS, LogStore
+from accord.ledger.events import Entry
+from accord.ledger.merkle import NodeId
+from accord.ledger.store import NODE_INDEX_BITS, LogStore
 
 STEP_TITLES = {
     1: "every entry's signature",

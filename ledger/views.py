@@ -40,11 +40,11 @@ from sqlalchemy import BigInteger, Table, bindparam, insert, inspect, select, up
 from sqlalchemy.exc import SQLAlchemyError
 from sqlmodel import Column, Field, SQLModel
 
-from ledger.errors import MalformedError, QueryError, StoreError
-from ledger.events import Event
+from accord.ledger.errors import MalformedError, QueryError, StoreError
+from accord.ledger.events import Event
 
 if TYPE_CHECKING:
-    from ledger.store import LogStore
+    from accord.ledger.store import LogStore
 
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 200

@@ -30,7 +30,7 @@ bid. With no bid at all there is no winner: the task expires and its escrow is r
 
 `clear_auction` refuses (raises `InvalidBidError`) a bid above the budget, a bidder that bids
 twice, and two bids claiming one commitment index: those are refused at reveal by
-`market.sealed`, and an auction that still sees one fails closed rather than guessing.
+`accord.market.sealed`, and an auction that still sees one fails closed rather than guessing.
 """
 
 from __future__ import annotations
@@ -41,8 +41,8 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Literal, get_args
 
-from market.errors import AuctionError, InvalidBidError
-from market.money import Wei
+from accord.market.errors import AuctionError, InvalidBidError
+from accord.market.money import Wei
 
 PaymentRule = Literal["second-score", "first-score"]
 PAYMENT_RULES: tuple[PaymentRule, ...] = get_args(PaymentRule)

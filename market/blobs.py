@@ -47,9 +47,9 @@ from sqlalchemy import update as sql_update
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlmodel import Column, Field, LargeBinary, SQLModel
 
-from ledger.store import create_tables
-from market.errors import MarketError, WorkError
-from market.work import MAX_FILE_BYTES
+from accord.ledger.store import create_tables
+from accord.market.errors import MarketError, WorkError
+from accord.market.work import MAX_FILE_BYTES
 
 MAX_TASK_FILES = 16
 SERVICE = ""
@@ -467,7 +467,7 @@ class BlobStore:
         return data
 
     def sealed(self, commitment: str) -> bytes | None:
-        """The sealed bytes named `commitment` (`ledger.sealing`), or None when not held.
+        """The sealed bytes named `commitment` (`accord.ledger.sealing`), or None when not held.
         Raises BlobError when they were altered or cannot be read."""
         try:
             return self.get(commitment)

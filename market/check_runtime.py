@@ -1,8 +1,8 @@
 """The I/O behind a task's checks: the sandbox, the judge model, and the requester's reviews.
 
     run_python_check  runs the requester's `def check(outputs)` in the box
-                      (`identity.challenges.sandbox`) with the check's CPU and memory limits
-    Judge             asks a chat model (`identity.chat`) at temperature 0, in JSON mode;
+                      (`accord.identity.challenges.sandbox`) with the check's CPU and memory limits
+    Judge             asks a chat model (`accord.identity.chat`) at temperature 0, in JSON mode;
                       when it cannot be asked the settlement waits
     LogReviews        the requester's signed `review.given` verdicts; a check nobody reviewed
                       is accepted once the review window has ended, and waits until then; a
@@ -21,15 +21,15 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from identity.address_guard import check_url
-from identity.challenges.sandbox import SandboxLimits, run_function_cases
-from identity.chat import ChatError, ChatModel, ChatReplyError, OpenAIChat
-from identity.errors import ExamError
-from ledger.sealing import Sealed, seal
-from market.checks import CheckResult, Judged, decide_dispute, dispute_prompt, is_disputed
-from market.errors import SettlementError, SettlementWaits
-from market.tasks import REVIEW_GIVEN, Task, TaskEvent
-from market.work import Check, JudgeCheck, PythonCheck, ReviewCheck
+from accord.identity.address_guard import check_url
+from accord.identity.challenges.sandbox import SandboxLimits, run_function_cases
+from accord.identity.chat import ChatError, ChatModel, ChatReplyError, OpenAIChat
+from accord.identity.errors import ExamError
+from accord.ledger.sealing import Sealed, seal
+from accord.market.checks import CheckResult, Judged, decide_dispute, dispute_prompt, is_disputed
+from accord.market.errors import SettlementError, SettlementWaits
+from accord.market.tasks import REVIEW_GIVEN, Task, TaskEvent
+from accord.market.work import Check, JudgeCheck, PythonCheck, ReviewCheck
 
 MiB = 1 << 20
 JUDGE_ATTEMPTS = 3
@@ -74,7 +74,7 @@ def run_python_check(check: PythonCheck, outputs: Mapping[str, Any]) -> CheckRes
 
 class Judge:
     """A judge model: a chat model asked at temperature 0, in JSON mode (its prompts ask for
-    one JSON object, `market.checks`)."""
+    one JSON object, `accord.market.checks`)."""
 
     def __init__(self, chat: ChatModel) -> None:
         self.chat = chat
@@ -174,7 +174,7 @@ class LogReviews:
 
 class SettleEnvironment:
     """What `settle_task` runs checks with: the sandbox, the judge (if any), the reviews; each
-    exchange with the judge is sealed (`ledger.sealing`) and handed to `keep` (the service's
+    exchange with the judge is sealed (`accord.ledger.sealing`) and handed to `keep` (the service's
     blob store), so the signed record names it without showing the outputs in its prompt."""
 
     def __init__(

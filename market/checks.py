@@ -4,7 +4,7 @@ A check reads some parts. It passes for a coalition S when every part it reads w
 member of S and the check passes on those outputs. A part has one output, whoever is in S, so
 a check's result does not depend on S beyond that: each check is evaluated exactly once, on the
 outputs of the parts it reads (a judge check calls the model once per (check, part set)), and
-v(S) is the sum of the shares (`market.work.check_shares`) of the passed checks whose parts S
+v(S) is the sum of the shares (`accord.market.work.check_shares`) of the passed checks whose parts S
 made. `Valuation.value` memoises by the set of parts S made.
 
 The deterministic kinds (expect, schema, plan, assembly) are evaluated here, purely. The others
@@ -12,7 +12,7 @@ go through a `CheckEnvironment`: python (the sandbox), judge (a model), review (
 signed verdicts and the clock). The audit re-runs the deterministic kinds and python, and holds
 judge and review results to their logged, signed records (`recheck`).
 
-The log holds only commitments to the outputs (`ledger.sealing`), so a reader without the
+The log holds only commitments to the outputs (`accord.ledger.sealing`), so a reader without the
 sealed outputs sees each part as `SEALED`: plan and assembly still run (they read only the
 plan and the commitments), and every check that reads a sealed part is held to its logged,
 operator-signed verdict (`CheckEnvironment.unopened`). What a judge was shown and answered is
@@ -33,9 +33,9 @@ from typing import Any, Protocol
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError
 
-from identity.challenges.base import json_equal
-from market.errors import SettlementError
-from market.work import (
+from accord.identity.challenges.base import json_equal
+from accord.market.errors import SettlementError
+from accord.market.work import (
     ASSEMBLY_PART,
     DISPUTE_PASS_SCORE,
     MISSING,
@@ -97,7 +97,7 @@ class Delivered:
 @dataclass(frozen=True)
 class Judged:
     """A model's answer to a prompt: its raw `answer`, the `model`, and the commitment of the
-    sealed exchange `{"prompt", "answer"}` (`ledger.sealing`), which the record names."""
+    sealed exchange `{"prompt", "answer"}` (`accord.ledger.sealing`), which the record names."""
 
     answer: str
     model: str

@@ -1,4 +1,4 @@
-"""The requester's deliverable as a typed value: what `market.settlement.deliverable_view`
+"""The requester's deliverable as a typed value: what `accord.market.settlement.deliverable_view`
 returns as JSON (the CLI's `accord task result --json`), read into frozen dataclasses for
 Python callers (`accord.Home.deliverable`).
 
@@ -12,15 +12,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from market.checks import CheckResult
-from market.errors import SettlementError
-from market.money import Wei
+from accord.market.checks import CheckResult
+from accord.market.errors import SettlementError
+from accord.market.money import Wei
 
 
 @dataclass(frozen=True)
 class DeliveredPart:
     """One part the team delivered: who made it, the commitment to its output in the log,
-    and the output itself when the reader may see it (`shown`; see `market.privacy`)."""
+    and the output itself when the reader may see it (`shown`; see `accord.market.privacy`)."""
 
     part_id: str
     capability: str

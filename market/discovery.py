@@ -5,7 +5,7 @@ holders of a capability for a need is one indexed query that returns a page, not
                     signed by the agent), the capabilities of its unrevoked credentials
                     (`credential.issued`/`credential.revoked`, signed by the operator), the
                     words of its description, their number, its reputation in that
-                    capability (its track record there, `market.reputation`: exact `n/d` and
+                    capability (its track record there, `accord.market.reputation`: exact `n/d` and
                     a double to sort by), and the window within which all its credentials
                     are valid
 
@@ -74,20 +74,20 @@ from sqlalchemy import (
 )
 from sqlmodel import Column, Field, SQLModel
 
-from identity.credential_views import CREDENTIALS, ISSUED_KIND, capabilities_of, issued_row
-from identity.credential_views import VIEW_NAME as CREDENTIAL_VIEW
-from identity.credentials import REVOCATION_EVENT_KIND
-from identity.registration import REGISTERED_KIND
-from ledger.views import ViewEntry, micros
-from market.reputation import circles, work_by_agent
-from market.views import (
+from accord.identity.credential_views import CREDENTIALS, ISSUED_KIND, capabilities_of, issued_row
+from accord.identity.credential_views import VIEW_NAME as CREDENTIAL_VIEW
+from accord.identity.credentials import REVOCATION_EVENT_KIND
+from accord.identity.registration import REGISTERED_KIND
+from accord.ledger.views import ViewEntry, micros
+from accord.market.reputation import circles, work_by_agent
+from accord.market.views import (
     REPUTATION_VIEW,
     forfeited_in,
     settled_of,
     track_records_of,
     work_pairs,
 )
-from market.views import VIEW_NAME as TASK_VIEW
+from accord.market.views import VIEW_NAME as TASK_VIEW
 
 VIEW_NAME = "discovery"
 DEPENDS_ON = (TASK_VIEW, CREDENTIAL_VIEW, REPUTATION_VIEW)
@@ -187,7 +187,7 @@ Index(
 
 
 class DiscoveryView:
-    """The discovery projection (`ledger.views.Projection`). Credentials count only when the
+    """The discovery projection (`accord.ledger.views.Projection`). Credentials count only when the
     operator `operator_did` logged them; names only as their agent signed them."""
 
     name = VIEW_NAME
@@ -221,7 +221,7 @@ class DiscoveryView:
                 dirty.update(forfeited_in(entry))
         if requesters:
             # New work can close a circle: every agent in the requester's circle now may
-            # weigh its units otherwise (`market.reputation.circles`).
+            # weigh its units otherwise (`accord.market.reputation.circles`).
             merged = circles(work_pairs(connection))
             for requester in requesters:
                 dirty.update(merged.get(requester, ()))

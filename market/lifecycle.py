@@ -2,7 +2,7 @@
 someone at the CLI (`accord serve` runs it every few seconds; `LifecycleWorker`):
 
     revealing, its reveal window over   award by the auction rule (and tell a winner that
-                                        keeps its own key, `market.notices`), or expire the
+                                        keeps its own key, `accord.market.notices`), or expire the
                                         task and refund its deposit when no valid bid was
                                         revealed
     awarded or running, its delivery    expire it: its winner forfeits (its track record
@@ -18,7 +18,7 @@ someone at the CLI (`accord serve` runs it every few seconds; `LifecycleWorker`)
 Each is safe from several service processes at once: a lifecycle event is logged once per task
 (the store refuses a second: `TransitionError` or `AlreadyLoggedError` is a race another
 process won, not a failure), the escrow settles once, and a settler that loses the race takes
-what the winner logged (`market.settlement`). What the chain refuses is tried again on the
+what the winner logged (`accord.market.settlement`). What the chain refuses is tried again on the
 next round. `due` is the pure rule; `run_due` does one round.
 """
 
@@ -31,11 +31,11 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Literal
 
-from ledger.errors import AccordError, AlreadyLoggedError
-from market.errors import SettlementWaits, TransitionError
-from market.notices import tell_winner
-from market.runtime import MarketContext
-from market.tasks import Task, clock_state
+from accord.ledger.errors import AccordError, AlreadyLoggedError
+from accord.market.errors import SettlementWaits, TransitionError
+from accord.market.notices import tell_winner
+from accord.market.runtime import MarketContext
+from accord.market.tasks import Task, clock_state
 
 Action = Literal["award", "recover", "expire", "settle"]
 WATCHED_STATES = ("revealing", "expired", "posted", "awarded", "running", "delivered")
@@ -85,7 +85,7 @@ def run_due(
 ) -> list[Done]:
     """One round: every action due now, but those `skip` names. Never raises for an
     expected failure: each outcome is returned (and logged)."""
-    from market.settlement import settle_task
+    from accord.market.settlement import settle_task
 
     market = context.market
     now = market.clock()

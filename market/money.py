@@ -10,7 +10,7 @@ import re
 from collections.abc import Callable
 from typing import NewType
 
-from market.errors import AmountError, LimitError
+from accord.market.errors import AmountError, LimitError
 
 Wei = NewType("Wei", int)
 

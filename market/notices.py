@@ -1,14 +1,14 @@
-"""Telling the winner: when the service awards a task by itself (`market.lifecycle`), a winner
-that keeps its own key and has an endpoint hears of it at once, instead of at its next poll.
+"""Telling the winner: when the service awards a task by itself (`accord.market.lifecycle`), a
+winner that keeps its own key and has an endpoint hears of it at once, instead of at its next poll.
 
     POST {the origin of the agent's endpoint}/accord/notify
     {"event": "task.awarded", "task_id": "...", "winner": "did:key:...", "index": N}
 
 `index` is the log index of the `task.awarded` entry (the agent can fetch it and check it).
 The request is signed by the operator's key (RFC 9421, tag "accord-call"), so the agent can
-tell it from anyone's with `identity.http_signatures.verify_accord_call`. It goes through
-`identity.address_guard.agent_client`: no redirect followed, and no private address unless the
-service allows private agents.
+tell it from anyone's with `accord.identity.http_signatures.verify_accord_call`. It goes through
+`accord.identity.address_guard.agent_client`: no redirect followed, and no private address unless
+the service allows private agents.
 
 A notice is a courtesy, not a step of the lifecycle: it is sent from a daemon thread with a
 short timeout, and a failure (the agent away, a refusal, a private address) is logged and
@@ -26,14 +26,14 @@ from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
-from identity.address_guard import agent_client
-from identity.registration import SELF
-from ledger.errors import AccordError
-from ledger.signing import Signer
-from market.tasks import TASK_AWARDED
+from accord.identity.address_guard import agent_client
+from accord.identity.registration import SELF
+from accord.ledger.errors import AccordError
+from accord.ledger.signing import Signer
+from accord.market.tasks import TASK_AWARDED
 
 if TYPE_CHECKING:
-    from market.runtime import MarketContext
+    from accord.market.runtime import MarketContext
 
 NOTIFY_PATH = "/accord/notify"
 NOTIFY_TIMEOUT = 5.0

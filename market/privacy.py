@@ -1,5 +1,5 @@
 """Who reads a task's work, and when. The log is public; the work is the requester's only once
-it is paid for, so the log holds commitments to the outputs (`ledger.sealing`) and this rule
+it is paid for, so the log holds commitments to the outputs (`accord.ledger.sealing`) and this rule
 says who is shown the sealed outputs themselves:
 
     the operator, the contract holder and   the input files, and every part's output from the
@@ -20,8 +20,8 @@ from __future__ import annotations
 from collections.abc import Collection
 from dataclasses import dataclass
 
-from market.tasks import Task
-from market.work import ReviewCheck
+from accord.market.tasks import Task
+from accord.market.work import ReviewCheck
 
 
 @dataclass(frozen=True)

@@ -1,13 +1,13 @@
 """Every read view the market keeps, in the order they fold: what `Market` attaches when it
-opens and `accord ledger reindex` rebuilds. Above both `market.views` and
-`market.discovery` (which reads the reputation view), so neither imports the other back."""
+opens and `accord ledger reindex` rebuilds. Above both `accord.market.views` and
+`accord.market.discovery` (which reads the reputation view), so neither imports the other back."""
 
 from __future__ import annotations
 
-from identity.credential_views import CredentialView
-from ledger.views import Projection
-from market.discovery import DiscoveryView
-from market.views import BidBookView, ReputationView, TaskView
+from accord.identity.credential_views import CredentialView
+from accord.ledger.views import Projection
+from accord.market.discovery import DiscoveryView
+from accord.market.views import BidBookView, ReputationView, TaskView
 
 
 def read_views(operator_did: str) -> list[Projection]:

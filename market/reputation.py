@@ -22,8 +22,8 @@ A forfeit (a commitment never revealed) counts as a unit of quality 0 and weight
 capability of its task. An agent loses its credential in a capability (`revocation_due`) when
 its independent parts there (those of units whose requester is outside its circle) number at
 least REVOCATION_MIN_PARTS and their mean score is below the exam's threshold. Every rule
-here is a pure function of the records; `market.service.track_records_from_log` reads them
-from the log and the reputation view (`market.views`) keeps the same fold by agent.
+here is a pure function of the records; `accord.market.service.track_records_from_log` reads them
+from the log and the reputation view (`accord.market.views`) keeps the same fold by agent.
 """
 
 from __future__ import annotations
@@ -34,10 +34,10 @@ from fractions import Fraction
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
-from market.errors import ReputationError
+from accord.market.errors import ReputationError
 
 if TYPE_CHECKING:
-    from market.tasks import TaskSpec
+    from accord.market.tasks import TaskSpec
 
 DEFAULT_PRIOR_MEAN = Fraction(1, 2)
 DEFAULT_PRIOR_WEIGHT = 2

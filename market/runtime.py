@@ -6,16 +6,16 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from identity.onboarding import Onboarding, open_onboarding
-from ledger.chain import DEVNET_OPERATOR_KEY
-from ledger.devnet import DevnetInfo, rpc_call
-from ledger.errors import ChainError
-from ledger.runtime import connect_chain, devnet_for, open_ledger
-from ledger.service import Ledger
-from ledger.settings import Settings
-from ledger.signing import Signer
-from market.errors import EscrowError
-from market.escrow import (
+from accord.identity.onboarding import Onboarding, open_onboarding
+from accord.ledger.chain import DEVNET_OPERATOR_KEY
+from accord.ledger.devnet import DevnetInfo, rpc_call
+from accord.ledger.errors import ChainError
+from accord.ledger.runtime import connect_chain, devnet_for, open_ledger
+from accord.ledger.service import Ledger
+from accord.ledger.settings import Settings
+from accord.ledger.signing import Signer
+from accord.market.errors import EscrowError
+from accord.market.escrow import (
     EscrowActions,
     EscrowChain,
     EscrowOutcome,
@@ -25,8 +25,8 @@ from market.escrow import (
     address_of,
     ensure_escrow,
 )
-from market.money import Wei
-from market.service import EscrowDeposit, EscrowReceipt, Market
+from accord.market.money import Wei
+from accord.market.service import EscrowDeposit, EscrowReceipt, Market
 
 ESCROW_DEPLOYMENT_FILE = "escrow-deployment.json"
 

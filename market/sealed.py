@@ -33,11 +33,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from ledger.canonical import canonical_json
-from ledger.errors import MalformedError, SignatureError
-from ledger.signing import Signer, b64url, from_b64url, verify_signature
-from market.errors import BidRejected, TaskError
-from market.money import Wei
+from accord.ledger.canonical import canonical_json
+from accord.ledger.errors import MalformedError, SignatureError
+from accord.ledger.signing import Signer, b64url, from_b64url, verify_signature
+from accord.market.errors import BidRejected, TaskError
+from accord.market.money import Wei
 
 DIGEST_SIZE = 32
 SIGNATURE_SIZE = 64

@@ -22,7 +22,7 @@ Every action is a signed ledger event whose subject is the task id, and a task i
     task.cancelled   requester   a posted task whose escrow never opened ends (`cancel`,
                                  or `cancel_signed` with the requester's own entry)
 
-A task's input files and its deliverable are blobs named by their SHA-256 (`market.blobs`).
+A task's input files and its deliverable are blobs named by their SHA-256 (`accord.market.blobs`).
 
 Rejected commitments and reveals are not logged; they raise `BidRejected` with the reason.
 """
@@ -41,25 +41,25 @@ from datetime import datetime
 from fractions import Fraction
 from typing import Any, Protocol
 
-from identity.challenges.registry import get_capability
-from identity.credential_views import VIEW_NAME as CREDENTIAL_VIEW
-from identity.credential_views import capabilities_of, credentials_held, holders
-from identity.errors import ExamError, IdentityError, RegistryError
-from identity.exams import check_agent_entry
-from identity.onboarding import Onboarding
-from ledger.canonical import canonical_json
-from ledger.errors import AlreadyLoggedError, ChainError, LedgerError
-from ledger.events import Entry, Event, parse_time
-from ledger.sealing import Sealed
-from ledger.service import Ledger
-from ledger.signing import Signer
-from ledger.store import LogStore, StoredEntry
-from ledger.views import MAX_LIMIT, reading
-from market import sealed
-from market.auction import AuctionOutcome, RevealedBid, clear_auction
-from market.blobs import BlobError, BlobStore, FileQuota, Upload, sha256_hex
-from market.check_runtime import judge_from_env
-from market.errors import (
+from accord.identity.challenges.registry import get_capability
+from accord.identity.credential_views import VIEW_NAME as CREDENTIAL_VIEW
+from accord.identity.credential_views import capabilities_of, credentials_held, holders
+from accord.identity.errors import ExamError, IdentityError, RegistryError
+from accord.identity.exams import check_agent_entry
+from accord.identity.onboarding import Onboarding
+from accord.ledger.canonical import canonical_json
+from accord.ledger.errors import AlreadyLoggedError, ChainError, LedgerError
+from accord.ledger.events import Entry, Event, parse_time
+from accord.ledger.sealing import Sealed
+from accord.ledger.service import Ledger
+from accord.ledger.signing import Signer
+from accord.ledger.store import LogStore, StoredEntry
+from accord.ledger.views import MAX_LIMIT, reading
+from accord.market import sealed
+from accord.market.auction import AuctionOutcome, RevealedBid, clear_auction
+from accord.market.blobs import BlobError, BlobStore, FileQuota, Upload, sha256_hex
+from accord.market.check_runtime import judge_from_env
+from accord.market.errors import (
     AuctionError,
     BidRejected,
     IdempotencyConflict,
@@ -68,9 +68,9 @@ from market.errors import (
     TransitionError,
     WorkError,
 )
-from market.money import Wei
-from market.projections import read_views
-from market.reputation import (
+from accord.market.money import Wei
+from accord.market.projections import read_views
+from accord.market.reputation import (
     Forfeit,
     RequesterRecord,
     SettledWork,
@@ -82,7 +82,7 @@ from market.reputation import (
     revocation_reason,
     settled_work,
 )
-from market.tasks import (
+from accord.market.tasks import (
     BID_COMMITTED,
     BID_REVEALED,
     ESCROW_OPENED,
@@ -103,7 +103,7 @@ from market.tasks import (
     replay,
     spec_from_request,
 )
-from market.views import (
+from accord.market.views import (
     BID_VIEW,
     REPUTATION_VIEW,
     TaskPage,
@@ -113,8 +113,8 @@ from market.views import (
     requester_record_of,
     track_records_of,
 )
-from market.views import VIEW_NAME as TASK_VIEW
-from market.work import dispute_fee, file_refs
+from accord.market.views import VIEW_NAME as TASK_VIEW
+from accord.market.work import dispute_fee, file_refs
 
 log = logging.getLogger("accord.market")
 
@@ -145,7 +145,7 @@ class EscrowDeposit:
 
 
 class EscrowPort(Protocol):
-    """What the market needs of the escrow contract (see `market.escrow`)."""
+    """What the market needs of the escrow contract (see `accord.market.escrow`)."""
 
     def open(
         self, task_id: str, deadline: datetime, deposit: Wei, requester_key: str
@@ -288,7 +288,7 @@ def rejection_terms(
     dispute fee, given the review bodies already logged.
 
     Raises TaskError without a reason, or when the escrow does not hold the fee of every
-    rejection beyond the price (`market.work.dispute_fee` each).
+    rejection beyond the price (`accord.market.work.dispute_fee` each).
     """
     reason = (reason or "").strip()
     if not reason or len(reason) > MAX_REJECTION_REASON:
@@ -408,8 +408,8 @@ class Market:
         limit: int | None = None,
         cursor: str | None = None,
     ) -> TaskPage:
-        """One page of tasks, oldest posting first, from the task view (`market.views`): those
-        in `state` now (the clock decides bidding and revealing, as `state` does), needing
+        """One page of tasks, oldest posting first, from the task view (`accord.market.views`):
+        those in `state` now (the clock decides bidding and revealing, as `state` does), needing
         `capability`, posted by `requester`; `limit` 1..200 (default 50); `cursor` the
         `next_cursor` of the page before. One indexed query, however long the log.
 
@@ -421,7 +421,7 @@ class Market:
 
     def credentialed(self, capability: str) -> list[str]:
         """The DIDs holding an unrevoked credential for `capability` valid now, by DID, from
-        the credential view (`identity.credential_views`; bids still verify the document)."""
+        the credential view (`accord.identity.credential_views`; bids still verify the document)."""
         with reading(self.ledger.store, CREDENTIAL_VIEW) as connection:
             return holders(connection, capability, self.clock(), after=None, limit=None)
 
@@ -437,7 +437,7 @@ class Market:
             return track_records_of(connection, dids)
 
     def requester_record(self, did: str) -> RequesterRecord:
-        """What bidders see of a requester (`market.reputation.RequesterRecord`), from the
+        """What bidders see of a requester (`accord.market.reputation.RequesterRecord`), from the
         task and reputation views."""
         with reading(self.ledger.store, REPUTATION_VIEW, TASK_VIEW) as connection:
             return requester_record_of(connection, did)
@@ -521,7 +521,8 @@ class Market:
         return track_records_from_log(self.ledger.store, before=before)
 
     def reputation_of(self, did: str, capability: str) -> Fraction:
-        """`did`'s reputation in `capability`: its track record there (`market.reputation`)."""
+        """`did`'s reputation in `capability`: its track record there
+        (`accord.market.reputation`)."""
         return self.track_records().reputation(did, capability)
 
     def reputations(self, dids: Iterable[str], capabilities: Sequence[str]) -> dict[str, Fraction]:
@@ -532,7 +533,7 @@ class Market:
     def revoke_failing(self, task_id: str) -> list[str]:
         """The track-record rule, once a task is settled: each agent with parts in it loses
         its credentials in a capability of those parts whose record, as of the task's
-        `task.settled`, is due for revocation (`market.reputation.revocation_due`). Each
+        `task.settled`, is due for revocation (`accord.market.reputation.revocation_due`). Each
         revocation is logged by the operator with its reason and evidence, once per
         credential whichever process gets there first; credentials issued after the
         settlement are left alone. Idempotent. Returns the ids of the credentials it revoked.
@@ -724,7 +725,7 @@ class Market:
         """The transaction that opens `task`'s escrow, for the requester's own wallet to sign
         and send: `TaskEscrow.open(task_id_hash, deadline)` from `escrow_from` with the
         budget as its value, the deadline the task's delivery deadline (unix seconds)."""
-        from market.escrow.values import OPEN_SIGNATURE, open_calldata, task_id_hash
+        from accord.market.escrow.values import OPEN_SIGNATURE, open_calldata, task_id_hash
 
         deadline = escrow_deadline(task)
         return {
@@ -825,9 +826,9 @@ class Market:
             raise not_held(missing[0], where)
 
     def keep_sealed(self, sealed: Sealed) -> None:
-        """Keep a sealed output or evaluator exchange (`ledger.sealing`) in the blob store,
+        """Keep a sealed output or evaluator exchange (`accord.ledger.sealing`) in the blob store,
         where its commitment is its name; nobody reads it there but through
-        `market.privacy`'s rules. Raises WorkError over the size limit, BlobError."""
+        `accord.market.privacy`'s rules. Raises WorkError over the size limit, BlobError."""
         self.blobs.put(sealed.data, name="a sealed output")
 
     def sealed_bytes(self, commitment: str) -> bytes | None:
@@ -1126,7 +1127,7 @@ class Market:
         """The requester accepts or rejects one review check of a delivered task, within the
         review window, once (`review.given`). Returns the entry's index.
 
-        A rejection opens a dispute (see `market.work`): it needs a `reason`, the escrow must
+        A rejection opens a dispute (see `accord.market.work`): it needs a `reason`, the escrow must
         hold the dispute fee of every rejection beyond the price, and the service must have an
         evaluator (`ACCORD_JUDGE_URL`) to decide it.
 
@@ -1345,7 +1346,7 @@ def _posted_capabilities(store: LogStore, task_id: str) -> tuple[str, ...]:
 def track_records_from_log(store: LogStore, *, before: int | None = None) -> TrackRecords:
     """Every agent's track record from the settled tasks and forfeits logged before index
     `before` (all of the log when None): a pure fold anyone can redo, as the award did at its
-    time (`market.reputation.fold_track_records`)."""
+    time (`accord.market.reputation.fold_track_records`)."""
     return fold_track_records(
         settled_works(store, before=before), forfeits_from_log(store, before=before)
     )

@@ -1,10 +1,10 @@
 """Settlement: pay the team of a delivered task by Shapley value, on chain, exactly once.
 
-    1. run the task's checks on the delivered parts once each (`market.checks`): v(S) for every
-       coalition is the share of the passed checks whose parts S made
+    1. run the task's checks on the delivered parts once each (`accord.market.checks`): v(S) for
+       every coalition is the share of the passed checks whose parts S made
     2. Shapley values over the contributors (exact up to 16; sampled with a logged seed beyond)
     3. the amount paid, the auction price times the share of the requester's check weight that
-       passed (`market.work.paid_share`, rounded down to the wei), less the fees of the
+       passed (`accord.market.work.paid_share`, rounded down to the wei), less the fees of the
        disputes the team lost, split by Shapley value into integer wei by largest remainder:
        the parts sum exactly to the amount; nothing passed, nothing paid. The fees of every
        decided dispute (the team's, and the requester's from its refund) go to the evaluator
@@ -12,7 +12,7 @@
        then the log is anchored
     5. `TaskEscrow.settle(payees, amounts)` (journalled; the rest of the deposit is credited to
        the requester), then `task.settled` with each contributor's delivered quality and the
-       track record (each part's producer and score, `market.reputation`), the credentials
+       track record (each part's producer and score, `accord.market.reputation`), the credentials
        that record makes due are revoked (`Market.revoke_failing`), and the log is anchored
        again so that `accord audit` finds the whole settlement anchored
 
@@ -37,12 +37,12 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
-from identity.onboarding import Onboarding
-from ledger.errors import AlreadyLoggedError, ChainError, SealError
-from ledger.events import Entry
-from ledger.sealing import is_commitment, open_sealed
-from market.check_runtime import Judge, LogReviews, SettleEnvironment, judge_from_env
-from market.checks import (
+from accord.identity.onboarding import Onboarding
+from accord.ledger.errors import AlreadyLoggedError, ChainError, SealError
+from accord.ledger.events import Entry
+from accord.ledger.sealing import is_commitment, open_sealed
+from accord.market.check_runtime import Judge, LogReviews, SettleEnvironment, judge_from_env
+from accord.market.checks import (
     SEALED,
     CheckEnvironment,
     CheckResult,
@@ -52,19 +52,19 @@ from market.checks import (
     evaluate_all,
     valuation,
 )
-from market.errors import EscrowError, SettlementError
-from market.money import Wei
-from market.reputation import SettledWork, scored_parts
-from market.service import MAX_TASK_EVENTS, EscrowReceipt, Market, task_event
-from market.shapley import ShapleyResult, shapley, split_wei
-from market.tasks import (
+from accord.market.errors import EscrowError, SettlementError
+from accord.market.money import Wei
+from accord.market.reputation import SettledWork, scored_parts
+from accord.market.service import MAX_TASK_EVENTS, EscrowReceipt, Market, task_event
+from accord.market.shapley import ShapleyResult, shapley, split_wei
+from accord.market.tasks import (
     REVIEW_GIVEN,
     TASK_DELIVERED,
     TASK_SETTLED,
     Task,
 )
-from market.tasks import SETTLEMENT_COMPUTED as SETTLEMENT_COMPUTED  # logged here
-from market.work import (
+from accord.market.tasks import SETTLEMENT_COMPUTED as SETTLEMENT_COMPUTED  # logged here
+from accord.market.work import (
     ASSEMBLY_PART,
     CONTRACTOR_SHARE,
     PLAN_PART,
@@ -138,8 +138,8 @@ def settlement_seed(task_id: str) -> int:
 
 
 def opener(read: Callable[[str], bytes | None], *, required: bool) -> Callable[[str], Any]:
-    """The value sealed under a commitment (`ledger.sealing`), from the bytes `read` gives for
-    it; where it gives none, `SEALED` (an auditor without the outputs), or, when `required`
+    """The value sealed under a commitment (`accord.ledger.sealing`), from the bytes `read` gives
+    for it; where it gives none, `SEALED` (an auditor without the outputs), or, when `required`
     (the settlement, which pays only on checked work), SettlementError. Bytes that do not open
     to their commitment raise SettlementError."""
 
@@ -336,7 +336,7 @@ def settle_task(
         )
     except AlreadyLoggedError:
         return _logged_outcome(market, market.task(task_id))  # another settler logged it
-    market.revoke_failing(task_id)  # the track-record rule (`market.reputation`)
+    market.revoke_failing(task_id)  # the track-record rule (`accord.market.reputation`)
     if market.ledger.anchorer is not None:
         # Paid and logged: anchored again so the audit finds `task.settled` anchored too. A
         # chain that went away now leaves it to `accord ledger anchor` (the audit says so).
@@ -346,8 +346,8 @@ def settle_task(
 
 
 def track_record(market: Market, task: Task, computed: Mapping[str, Any]) -> SettledWork:
-    """What `task.settled` records for reputation (`market.reputation`): each delivered part's
-    producer, scored by the requester's checks as the logged settlement `computed` decided
+    """What `task.settled` records for reputation (`accord.market.reputation`): each delivered
+    part's producer, scored by the requester's checks as the logged settlement `computed` decided
     them. Raises SettlementError for a delivery or a settlement that does not parse."""
     producers = delivered_work(task, delivery_body(market, task.task_id)).producers
     try:
@@ -454,12 +454,12 @@ def deliverable_view(
     market: Market, task_id: str, readable: Collection[str] | None = None
 ) -> dict[str, Any]:
     """What the requester gets back: every part's producer and output commitment, the output
-    itself for the parts in `readable` (None: every part; see `market.privacy` for who reads
+    itself for the parts in `readable` (None: every part; see `accord.market.privacy` for who reads
     which), the contract holder's plan, and, once settled, each check's result and the payouts.
 
     `withheld` lists the delivered parts whose outputs are not shown. `openings` maps the
     commitment of every output shown, and, where every part is readable, of every exchange
-    with an evaluator the checks name, to its sealed text (`ledger.sealing`): what an auditor
+    with an evaluator the checks name, to its sealed text (`accord.ledger.sealing`): what an auditor
     needs to re-run the checks (`accord audit TASK --outputs DIR`).
 
     Raises TaskError before delivery, BlobError when the stored deliverable was altered,

@@ -39,8 +39,8 @@ from functools import lru_cache
 from operator import add, attrgetter, mul
 from typing import Any, Literal
 
-from market.errors import SettlementError
-from market.money import Wei
+from accord.market.errors import SettlementError
+from accord.market.money import Wei
 
 Coalition = frozenset[str]
 Game = Callable[[Coalition], Fraction]

@@ -1,8 +1,8 @@
 """Reference bidding strategies for the reference agents: pure functions of cost and budget.
 
 Under the second-score rule bidding one's true cost is a weakly dominant strategy (see
-`market.auction`), so `truthful` is what a rational agent bids there; `cost_plus_margin` is the
-simple rule a demo agent uses, and what makes sense under the first-score rule. Both return
+`accord.market.auction`), so `truthful` is what a rational agent bids there; `cost_plus_margin` is
+the simple rule a demo agent uses, and what makes sense under the first-score rule. Both return
 None when the bid would exceed the budget: such a bid is refused, so the agent does not bid.
 """
 
@@ -11,8 +11,8 @@ from __future__ import annotations
 import math
 from fractions import Fraction
 
-from market.errors import AmountError
-from market.money import Wei
+from accord.market.errors import AmountError
+from accord.market.money import Wei
 
 
 def _check_wei(name: str, value: object) -> None:

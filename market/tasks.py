@@ -23,11 +23,11 @@ from datetime import datetime, timedelta
 from fractions import Fraction
 from typing import Any, Literal
 
-from ledger.events import parse_time
-from market.auction import PAYMENT_RULES, PaymentRule, ScoringWeights
-from market.errors import AuctionError, LimitError, TaskError, TransitionError, WorkError
-from market.money import Wei, parse_amount, wei
-from market.work import (
+from accord.ledger.events import parse_time
+from accord.market.auction import PAYMENT_RULES, PaymentRule, ScoringWeights
+from accord.market.errors import AuctionError, LimitError, TaskError, TransitionError, WorkError
+from accord.market.money import Wei, parse_amount, wei
+from accord.market.work import (
     Check,
     Part,
     check_to_json,
@@ -64,7 +64,7 @@ TASK_STARTED = "task.started"
 TASK_DELIVERED = "task.delivered"
 TASK_SETTLED = "task.settled"
 SETTLEMENT_COMPUTED = "settlement.computed"
-"""The operator's computed settlement of a task (logged by `market.settlement`)."""
+"""The operator's computed settlement of a task (logged by `accord.market.settlement`)."""
 REVIEW_GIVEN = "review.given"
 ONCE_PER_TASK = (
     ESCROW_OPENED,
@@ -107,7 +107,7 @@ CAPABILITY_PATTERN = re.compile(r"^[a-z][a-z0-9_-]{0,63}$")
 
 @dataclass(frozen=True)
 class TaskSpec:
-    """What a requester posts: the terms, and the work (parts and checks, `market.work`).
+    """What a requester posts: the terms, and the work (parts and checks, `accord.market.work`).
 
     Validated on construction; raises TaskError naming the field (WorkError naming the JSON
     path for parts and checks). The parts' inputs are checked against their capabilities'

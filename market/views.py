@@ -1,5 +1,5 @@
 """The task view: one row per task, folded from the log by the same state machine as
-`market.tasks.replay`, and indexed for the lists users ask for (see `ledger.views`).
+`accord.market.tasks.replay`, and indexed for the lists users ask for (see `accord.ledger.views`).
 
     view_tasks              one row per task (keyed by the subject of its events): its
                             stored state, requester, posted index, bidding end (epoch µs),
@@ -42,9 +42,9 @@ from sqlalchemy import (
 )
 from sqlmodel import Column, Field, SQLModel
 
-from ledger.errors import MalformedError, QueryError
-from ledger.events import parse_time
-from ledger.views import (
+from accord.ledger.errors import MalformedError, QueryError
+from accord.ledger.events import parse_time
+from accord.ledger.views import (
     ViewEntry,
     check_limit,
     encode_cursor,
@@ -52,10 +52,10 @@ from ledger.views import (
     int_key,
     micros,
 )
-from market import sealed
-from market.errors import MarketError
-from market.money import Wei
-from market.reputation import (
+from accord.market import sealed
+from accord.market.errors import MarketError
+from accord.market.money import Wei
+from accord.market.reputation import (
     RequesterRecord,
     SettledWork,
     TrackRecords,
@@ -63,7 +63,7 @@ from market.reputation import (
     settled_work,
     work_by_agent,
 )
-from market.tasks import (
+from accord.market.tasks import (
     BID_COMMITTED,
     BID_REVEALED,
     CAPABILITY_PATTERN,
@@ -157,7 +157,7 @@ class TaskPage:
 
 
 class TaskView:
-    """The task projection (`ledger.views.Projection`)."""
+    """The task projection (`accord.ledger.views.Projection`)."""
 
     name = VIEW_NAME
     tables: Sequence[Table] = (TASKS, CAPABILITIES)
@@ -394,7 +394,7 @@ BIDS: Table = BidRow.__table__  # type: ignore[attr-defined]
 
 class BidBookView:
     """The bid projection: the admitted commitments and reveals of each task, as
-    `market.service.BidBook` folds them (a body that is no bid is skipped)."""
+    `accord.market.service.BidBook` folds them (a body that is no bid is skipped)."""
 
     name = BID_VIEW
     tables: Sequence[Table] = (BIDS,)
@@ -531,7 +531,7 @@ def bids_of(connection: Any, subject: str) -> list[BidRow]:
 
 
 class TrackRecordRow(SQLModel, table=True):
-    """One unit of an agent's track record (`market.reputation.Unit`): a settled task
+    """One unit of an agent's track record (`accord.market.reputation.Unit`): a settled task
     (`task.settled` at `entry_index`) in which it made scored parts of `capability`."""
 
     __tablename__ = "view_track_record"
@@ -549,7 +549,7 @@ class TrackRecordRow(SQLModel, table=True):
 
 class WorkPairRow(SQLModel, table=True):
     """A requester and an agent that made parts of its settled tasks, and how many such tasks:
-    the edges of the circles (`market.reputation.circles`) and each pair's k so far."""
+    the edges of the circles (`accord.market.reputation.circles`) and each pair's k so far."""
 
     __tablename__ = "view_work_pairs"
 
@@ -594,7 +594,7 @@ REJECTIONS: Table = RejectionRow.__table__  # type: ignore[attr-defined]
 
 class ReputationView:
     """The reputation projection: each agent's track record units and forfeits, the pairs
-    that settled work, and the review checks requesters rejected (`market.reputation`)."""
+    that settled work, and the review checks requesters rejected (`accord.market.reputation`)."""
 
     name = REPUTATION_VIEW
     tables: Sequence[Table] = (TRACK_RECORD, WORK_PAIRS, FORFEITS, REJECTIONS)
@@ -768,7 +768,7 @@ def work_pairs(connection: Any) -> frozenset[tuple[str, str]]:
 
 def track_records_of(connection: Any, dids: Iterable[str]) -> TrackRecords:
     """The track records of `dids` from the view (with every pair, for the circles): what
-    `market.service.track_records_from_log` folds, read by agent. Reads the task view's
+    `accord.market.service.track_records_from_log` folds, read by agent. Reads the task view's
     capability rows (for forfeits): bring it level too."""
     wanted = sorted(set(dids))
     units: dict[tuple[str, str], list[Unit]] = {}
@@ -803,7 +803,7 @@ def track_records_of(connection: Any, dids: Iterable[str]) -> TrackRecords:
 
 def reputations_of(connection: Any, dids: Iterable[str]) -> dict[str, dict[str, Fraction]]:
     """Each DID's reputation in each capability it has a record in, from the view (a
-    capability it has none in is at the prior, `market.reputation.DEFAULT_PRIOR_MEAN`)."""
+    capability it has none in is at the prior, `accord.market.reputation.DEFAULT_PRIOR_MEAN`)."""
     wanted = sorted(set(dids))
     records = track_records_of(connection, wanted)
     return {

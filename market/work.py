@@ -55,9 +55,9 @@ from typing import Any, Literal, TypeAlias
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 
-from identity.challenges import REGISTRY, validate_input
-from identity.errors import ExamError, SchemaViolation
-from market.errors import WorkError
+from accord.identity.challenges import REGISTRY, validate_input
+from accord.identity.errors import ExamError, SchemaViolation
+from accord.market.errors import WorkError
 
 PART_ID = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
 CHECK_ID = PART_ID

@@ -105,10 +105,10 @@ import sys
 from pathlib import Path
 
 import accord
-import coordinator.llm_policy as llm
+import accord.coordinator.llm_policy as llm
 import ledger
-from identity.challenges.base import TEMPLATES_DIR
-from ledger.contracts import load_artifact
+from accord.identity.challenges.base import TEMPLATES_DIR
+from accord.ledger.contracts import load_artifact
 
 repo = Path(sys.argv[1]).resolve()
 assert accord.__version__ != "0+unknown", "accord is not installed"
@@ -162,7 +162,7 @@ fi
 grep -q 'Incompatible types in assignment' <<<"$MISUSE" || fail "mypy said: $MISUSE"
 echo "mypy --strict: accord's types are seen (a misuse is refused)"
 
-export ACCORD_DEVNET_PORT="$("$VENV/bin/python" -c 'from ledger.devnet import find_free_port; print(find_free_port())')"
+export ACCORD_DEVNET_PORT="$("$VENV/bin/python" -c 'from accord.ledger.devnet import find_free_port; print(find_free_port())')"
 
 field() { "$VENV/bin/python" -c 'import json, sys; print(json.load(sys.stdin)[sys.argv[1]])' "$1"; }
 # The market's clock runs ahead of the real time by the seconds this file holds (README: no

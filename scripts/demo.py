@@ -33,33 +33,33 @@ from pathlib import Path
 
 from rich.console import Console
 
-from api.audit_cli import print_report
-from api.coordinator_cli import describe
-from audit.checks import audit_task
-from audit.forgery import change_output, forge_copy
-from audit.html import render_html
-from coordinator.conversation import Conversation, Message
-from coordinator.errors import CoordinatorError
-from coordinator.service import agent_names, run_awarded_task
-from identity.agents import AgentRecord
-from identity.errors import IdentityError, KeyStoreError, RateLimitedError, RegistryError
-from identity.onboarding import Onboarding, open_onboarding
-from ledger.errors import LedgerError
-from ledger.runtime import connect_chain, devnet_for, open_ledger
-from ledger.sealing import seal
-from ledger.service import Ledger
-from ledger.settings import Settings
-from ledger.signing import Signer, load_or_create_keyfile
-from ledger.store import LogStore, make_engine
-from ledger.verify import verify_log
-from market.errors import BidRejected, MarketError
-from market.escrow import address_of
-from market.money import Wei, format_eth, parse_amount
-from market.runtime import MarketContext, open_market
-from market.sealed import commit_bid, reveal_bid
-from market.settlement import deliverable_view, settle_task
-from market.strategies import cost_plus_margin
-from market.work import attach_files
+from accord.api.audit_cli import print_report
+from accord.api.coordinator_cli import describe
+from accord.audit.checks import audit_task
+from accord.audit.forgery import change_output, forge_copy
+from accord.audit.html import render_html
+from accord.coordinator.conversation import Conversation, Message
+from accord.coordinator.errors import CoordinatorError
+from accord.coordinator.service import agent_names, run_awarded_task
+from accord.identity.agents import AgentRecord
+from accord.identity.errors import IdentityError, KeyStoreError, RateLimitedError, RegistryError
+from accord.identity.onboarding import Onboarding, open_onboarding
+from accord.ledger.errors import LedgerError
+from accord.ledger.runtime import connect_chain, devnet_for, open_ledger
+from accord.ledger.sealing import seal
+from accord.ledger.service import Ledger
+from accord.ledger.settings import Settings
+from accord.ledger.signing import Signer, load_or_create_keyfile
+from accord.ledger.store import LogStore, make_engine
+from accord.ledger.verify import verify_log
+from accord.market.errors import BidRejected, MarketError
+from accord.market.escrow import address_of
+from accord.market.money import Wei, format_eth, parse_amount
+from accord.market.runtime import MarketContext, open_market
+from accord.market.sealed import commit_bid, reveal_bid
+from accord.market.settlement import deliverable_view, settle_task
+from accord.market.strategies import cost_plus_margin
+from accord.market.work import attach_files
 
 console = Console(emoji=False, highlight=False)
 

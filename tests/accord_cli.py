@@ -40,9 +40,9 @@ def cli_environ(home: Path, *, columns: int = 200, **settings: str) -> dict[str,
 def run_accord(
     environ: dict[str, str], *args: str, timeout: float = TIMEOUT
 ) -> subprocess.CompletedProcess[str]:
-    """`accord ARGS` (as `python -m api.cli`) in `environ`, its output captured as text."""
+    """`accord ARGS` (as `python -m accord.api.cli`) in `environ`, its output captured as text."""
     return subprocess.run(
-        [sys.executable, "-m", "api.cli", *args],
+        [sys.executable, "-m", "accord.api.cli", *args],
         env=environ,
         capture_output=True,
         text=True,

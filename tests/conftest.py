@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from ledger.devnet import find_free_port
+from accord.ledger.devnet import find_free_port
 from tests.accord_cli import AccordCli
 
 REPOSITORY = Path(__file__).resolve().parent.parent

@@ -15,16 +15,16 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from api.app import create_app
-from api.routes.deps import ApiConfig
-from ledger.anchoring import Anchorer
-from ledger.chain import DEVNET_OPERATOR_KEY, MemoryAnchorChain
-from ledger.runtime import open_store, operator_signer
-from ledger.service import Ledger
-from ledger.settings import Settings
-from market.escrow import EscrowActions, MemoryEscrowChain, MemoryEscrowJournal, address_of
-from market.runtime import ChainEscrow, MarketContext
-from market.service import Market
+from accord.api.app import create_app
+from accord.api.routes.deps import ApiConfig
+from accord.ledger.anchoring import Anchorer
+from accord.ledger.chain import DEVNET_OPERATOR_KEY, MemoryAnchorChain
+from accord.ledger.runtime import open_store, operator_signer
+from accord.ledger.service import Ledger
+from accord.ledger.settings import Settings
+from accord.market.escrow import EscrowActions, MemoryEscrowChain, MemoryEscrowJournal, address_of
+from accord.market.runtime import ChainEscrow, MarketContext
+from accord.market.service import Market
 from tests.clocks import RunningClock
 from tests.serving import serve
 
@@ -56,7 +56,7 @@ def open_world(tmp_path: Path, *, allow_private: bool) -> Iterator[dict[str, Any
         receipt_timeout=0,
     )
     ledger = Ledger(store, operator, clock, anchorer)
-    from identity.onboarding import open_onboarding
+    from accord.identity.onboarding import open_onboarding
 
     onboarding = open_onboarding(settings, ledger)
     escrow_chain = MemoryEscrowChain(address_of(DEVNET_OPERATOR_KEY))

@@ -16,7 +16,7 @@ from typing import Any
 
 import uvicorn
 
-from ledger.devnet import find_free_port
+from accord.ledger.devnet import find_free_port
 
 START_TIMEOUT = 20.0
 """Seconds uvicorn may take to start listening (a loaded machine runs three test workers)."""

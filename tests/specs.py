@@ -11,8 +11,8 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from market.money import Wei, parse_amount
-from market.tasks import TaskSpec, spec_from_request
+from accord.market.money import Wei, parse_amount
+from accord.market.tasks import TaskSpec, spec_from_request
 
 INVOICE_PATH = Path(__file__).resolve().parents[1] / "scripts" / "demo_work" / "invoice.txt"
 INVOICE = INVOICE_PATH.read_text()
@@ -152,7 +152,7 @@ def single_part_spec(
 ) -> TaskSpec:
     """One part of `capability` with its example input, checked by its output schema and an
     expect check on the example's output."""
-    from identity.challenges import REGISTRY
+    from accord.identity.challenges import REGISTRY
 
     example_input, example_output = REGISTRY[capability].example()
     return spec_from_request(

@@ -23,49 +23,49 @@ IO_LIBRARIES = (
 
 PURE_CORES = (
     # ledger: the formats and the Merkle tree
-    "ledger.errors",
-    "ledger.lazy",
-    "ledger.canonical",
-    "ledger.events",
-    "ledger.signing",
-    "ledger.merkle",
-    "ledger.sealing",
-    "ledger.checkpoint",
-    "ledger.note",
-    "ledger.fees",
+    "accord.ledger.errors",
+    "accord.ledger.lazy",
+    "accord.ledger.canonical",
+    "accord.ledger.events",
+    "accord.ledger.signing",
+    "accord.ledger.merkle",
+    "accord.ledger.sealing",
+    "accord.ledger.checkpoint",
+    "accord.ledger.note",
+    "accord.ledger.fees",
     # ledger.chain: its values, the AnchorChain seam and the in-memory chain (no web3)
-    "ledger.chain.values",
-    "ledger.chain.protocol",
-    "ledger.chain.memory_chain",
+    "accord.ledger.chain.values",
+    "accord.ledger.chain.protocol",
+    "accord.ledger.chain.memory_chain",
     # identity: Data Integrity proofs, RFC 9421 request signatures, the exams' items and grades
-    "identity.errors",
-    "identity.dataintegrity",
-    "identity.structured_fields",
-    "identity.http_signatures",
-    "identity.challenges.base",
-    "identity.challenges.names",
+    "accord.identity.errors",
+    "accord.identity.dataintegrity",
+    "accord.identity.structured_fields",
+    "accord.identity.http_signatures",
+    "accord.identity.challenges.base",
+    "accord.identity.challenges.names",
     # market: the task state machine, the work and its checks, sealed bids, the auction,
     # reputation, Shapley, who reads the work
-    "market.errors",
-    "market.money",
-    "market.tasks",
-    "market.work",
-    "market.checks",
-    "market.sealed",
-    "market.auction",
-    "market.reputation",
-    "market.strategies",
-    "market.shapley",
-    "market.privacy",
-    "market.deliverable",
+    "accord.market.errors",
+    "accord.market.money",
+    "accord.market.tasks",
+    "accord.market.work",
+    "accord.market.checks",
+    "accord.market.sealed",
+    "accord.market.auction",
+    "accord.market.reputation",
+    "accord.market.strategies",
+    "accord.market.shapley",
+    "accord.market.privacy",
+    "accord.market.deliverable",
     # market.escrow: its values and the EscrowChain seam (no web3, no SQL journal)
-    "market.escrow.values",
-    "market.escrow.chain",
+    "accord.market.escrow.values",
+    "accord.market.escrow.chain",
     # coordinator: the conversation state machine and the rule policy
-    "coordinator.errors",
-    "coordinator.conversation",
-    "coordinator.policy",
-    "coordinator.repetition",
+    "accord.coordinator.errors",
+    "accord.coordinator.conversation",
+    "accord.coordinator.policy",
+    "accord.coordinator.repetition",
 )
 
 #: module -> why it still loads an I/O library (each an expected failure, strict)
@@ -104,4 +104,4 @@ def test_a_pure_core_imports_no_io_library(module: str) -> None:
 
 
 def test_the_probe_sees_an_io_library() -> None:
-    assert io_loaded_by("ledger.store") == ["sqlalchemy", "sqlmodel"]
+    assert io_loaded_by("accord.ledger.store") == ["sqlalchemy", "sqlmodel"]

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from ledger.devnet import find_free_port
+from accord.ledger.devnet import find_free_port
 
 pytestmark = pytest.mark.devnet
 
@@ -37,7 +37,7 @@ def test_the_readme_example_runs(tmp_path: Path) -> None:
 
 
 def test_import_accord_is_cheap_and_lazy() -> None:
-    code = "import sys, accord; print('market.service' in sys.modules, accord.__version__)"
+    code = "import sys, accord; print('accord.market.service' in sys.modules, accord.__version__)"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     loaded, version = result.stdout.split()

@@ -28,21 +28,21 @@ from urllib.parse import quote
 from eth_account import Account
 from eth_account.signers.local import LocalAccount
 
+from accord.api.client import AccordClient, ApiError
+from accord.coordinator.errors import CoordinatorError
+from accord.coordinator.policy import Policy
+from accord.coordinator.runner import RunSettings
+from accord.identity.payout import bind_payout_address
+from accord.identity.presentations import create_presentation
+from accord.identity.runtimes import AgentRuntime, AgentRuntimeError
 from accord.kit.leader import lead
 from accord.kit.server import KitServer
 from accord.kit.wallet import Wallet, WalletError, read_key_file, write_key_file
-from api.client import AccordClient, ApiError
-from coordinator.errors import CoordinatorError
-from coordinator.policy import Policy
-from coordinator.runner import RunSettings
-from identity.payout import bind_payout_address
-from identity.presentations import create_presentation
-from identity.runtimes import AgentRuntime, AgentRuntimeError
-from ledger.errors import AccordError
-from ledger.events import parse_time
-from ledger.signing import Ed25519Signer, read_keyfile, write_keyfile
-from market.money import Wei
-from market.sealed import commit_bid, reveal_bid
+from accord.ledger.errors import AccordError
+from accord.ledger.events import parse_time
+from accord.ledger.signing import Ed25519Signer, read_keyfile, write_keyfile
+from accord.market.money import Wei
+from accord.market.sealed import commit_bid, reveal_bid
 
 log = logging.getLogger("accord.kit")
 CREDIT_EVERY = 5.0

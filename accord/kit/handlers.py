@@ -1,5 +1,5 @@
 """What does a kit agent's work: a handler, given the exam and team item format and answering
-with the capability's answer (JSON), as `identity.runtimes.AgentRuntime` does.
+with the capability's answer (JSON), as `accord.identity.runtimes.AgentRuntime` does.
 
     reference               the built-in reference solver
     python:MODULE:FUNCTION  a Python callable `f(item) -> answer`
@@ -19,9 +19,9 @@ import shlex
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from identity.challenges import JSON, JSONObject, validate_output
-from identity.errors import RegistryError
-from identity.runtimes import (
+from accord.identity.challenges import JSON, JSONObject, validate_output
+from accord.identity.errors import RegistryError
+from accord.identity.runtimes import (
     A2ARuntime,
     AgentRuntime,
     AgentRuntimeError,
@@ -32,7 +32,7 @@ from identity.runtimes import (
     fetch_agent_card,
     openai_runtime,
 )
-from ledger.errors import AccordError
+from accord.ledger.errors import AccordError
 
 
 class HandlerError(RegistryError):

@@ -1,13 +1,13 @@
 """A winner that keeps its own key leads its team in its own process.
 
 The kit runs the same team runner the service runs for hosted agents
-(`coordinator.runner.TeamRunner`, the same conversation rules and policies), with the service
+(`accord.coordinator.runner.TeamRunner`, the same conversation rules and policies), with the service
 at arm's length:
 
 - whom it may team with comes from `GET /tasks/{id}/team` (credentials checked there);
 - each part goes to its member's endpoint (`POST /run`), its own parts to its own handler;
 - each output is sealed here and sent to the service (`POST /tasks/{id}/sealed`) before a
-  report names it; the log gets only commitments (`ledger.sealing`);
+  report names it; the log gets only commitments (`accord.ledger.sealing`);
 - each event is signed by its own party — the leader's by this process, a member's report by
   the member at its `/sign` (shown the sealed answers it names) — and relayed to the service
   (`POST /tasks/{id}/work`), which checks it against the conversation rules and logs it;
@@ -22,24 +22,24 @@ from datetime import datetime
 from typing import Any, cast
 from urllib.parse import quote
 
-from api.client import AccordClient, ApiError
-from coordinator.adapters import RuntimeAdapter
-from coordinator.conversation import Conversation
-from coordinator.errors import CoordinatorError, TeamError
-from coordinator.policy import Member, Policy, RulePolicy
-from coordinator.runner import RunSettings, SealedOutputs, TeamRunner
-from coordinator.service import assemble
-from coordinator.work import AgentAdapter
-from identity.remote_signing import EndpointSigner
-from identity.runtimes import AgentRuntime, HttpRuntime
-from ledger.canonical import JSONValue, canonical_json
-from ledger.errors import SequenceError
-from ledger.events import Entry, make_entry, parse_time
-from ledger.sealing import Sealed
-from ledger.signing import Signer
-from market.blobs import sha256_hex
-from market.tasks import TASK_DELIVERED, TASK_STARTED, Task, TaskSpec
-from market.work import resolve_files
+from accord.api.client import AccordClient, ApiError
+from accord.coordinator.adapters import RuntimeAdapter
+from accord.coordinator.conversation import Conversation
+from accord.coordinator.errors import CoordinatorError, TeamError
+from accord.coordinator.policy import Member, Policy, RulePolicy
+from accord.coordinator.runner import RunSettings, SealedOutputs, TeamRunner
+from accord.coordinator.service import assemble
+from accord.coordinator.work import AgentAdapter
+from accord.identity.remote_signing import EndpointSigner
+from accord.identity.runtimes import AgentRuntime, HttpRuntime
+from accord.ledger.canonical import JSONValue, canonical_json
+from accord.ledger.errors import SequenceError
+from accord.ledger.events import Entry, make_entry, parse_time
+from accord.ledger.sealing import Sealed
+from accord.ledger.signing import Signer
+from accord.market.blobs import sha256_hex
+from accord.market.tasks import TASK_DELIVERED, TASK_STARTED, Task, TaskSpec
+from accord.market.work import resolve_files
 
 SEQ_RETRIES = 5
 

@@ -25,11 +25,11 @@ from dataclasses import dataclass
 from typing import Any, cast
 from urllib.parse import quote
 
+from accord.api.client import AccordClient, ApiError
 from accord.kit.wallet import Sent, Wallet
-from api.client import AccordClient, ApiError
-from ledger.events import make_entry, parse_time
-from market.money import Wei
-from market.work import dispute_fee
+from accord.ledger.events import make_entry, parse_time
+from accord.market.money import Wei
+from accord.market.work import dispute_fee
 
 JsonObject = dict[str, Any]
 IDEMPOTENCY_HEADER = "Idempotency-Key"
@@ -142,7 +142,7 @@ class Requester:
     ) -> JsonObject:
         """Accept or reject a review check of the delivered work, with the requester's own
         signed `review.given`; a rejection needs a `reason`, and holds the dispute fee
-        (`market.work.dispute_fee` of the price) that the service checks it names."""
+        (`accord.market.work.dispute_fee` of the price) that the service checks it names."""
         body: JsonObject = {"task_id": task_id, "check": check, "verdict": verdict}
         if verdict == "reject":
             price = self.task(task_id).get("price")

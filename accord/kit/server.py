@@ -9,7 +9,7 @@
                          wakes the agent's loop, which then reads the task from the service
     GET  /health         `{"status": "ok", "agent": DID}`
 
-Every call must be signed (RFC 9421, tag "accord-call", `identity.http_signatures`) for this
+Every call must be signed (RFC 9421, tag "accord-call", `accord.identity.http_signatures`) for this
 agent's own URL: a notice by the service's operator; work and signatures by the operator
 (a hosted leader's team) or by a caller `may_call` admits (the contract holder of a task
 this agent may work on); anything else is 401 or 403. Beyond that, /sign checks what it
@@ -24,10 +24,10 @@ from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from coordinator.agent_service import reply_json
-from coordinator.runner import CONVERSATION_MESSAGE
-from identity.challenges import JSON
-from identity.http_signatures import (
+from accord.coordinator.agent_service import reply_json
+from accord.coordinator.runner import CONVERSATION_MESSAGE
+from accord.identity.challenges import JSON
+from accord.identity.http_signatures import (
     CALL_TAG,
     AuthError,
     NonceMemory,
@@ -35,12 +35,12 @@ from identity.http_signatures import (
     challenge_headers,
     verify_request,
 )
-from identity.runtimes import AgentRuntime, AgentRuntimeError
-from ledger.canonical import parse_canonical
-from ledger.errors import SealError
-from ledger.events import Event
-from ledger.sealing import open_sealed
-from ledger.signing import Signer, b64url
+from accord.identity.runtimes import AgentRuntime, AgentRuntimeError
+from accord.ledger.canonical import parse_canonical
+from accord.ledger.errors import SealError
+from accord.ledger.events import Event
+from accord.ledger.sealing import open_sealed
+from accord.ledger.signing import Signer, b64url
 
 MAX_REQUEST_BYTES = 1 << 20
 

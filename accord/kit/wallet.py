@@ -2,7 +2,7 @@
 credit the escrow holds for it (refunds, the rest of a settled budget; an agent's pay), pulled
 with `withdraw()`. Nothing here goes through an accord service: the wallet signs with its own
 key and talks to the chain's JSON-RPC endpoint (`GET /chain` names the chain, the contract and
-an RPC URL), over the same escrow seam the service uses (`market.escrow.EscrowChain`).
+an RPC URL), over the same escrow seam the service uses (`accord.market.escrow.EscrowChain`).
 
     wallet = Wallet.from_key_file(Path("requester.eth.json"), chain_info)
     wallet.deposit(task_id, answer["escrow"])     # the call POST /tasks answered
@@ -24,9 +24,9 @@ from typing import Any
 
 from eth_account import Account
 
-from ledger.chain import TxReceipt
-from market.errors import MarketError
-from market.escrow import (
+from accord.ledger.chain import TxReceipt
+from accord.market.errors import MarketError
+from accord.market.escrow import (
     EscrowChain,
     EscrowRefusedError,
     SignedEscrowTx,
@@ -35,7 +35,7 @@ from market.escrow import (
     open_intent,
     withdraw_intent,
 )
-from market.money import Wei
+from accord.market.money import Wei
 
 RECEIPT_TIMEOUT_S = 60.0
 

@@ -14,12 +14,12 @@ from urllib.parse import urlencode
 from fastapi import Depends, Request, Response
 from starlette.concurrency import run_in_threadpool
 
-from api.auth import PurgeSchedule, RateLimiter, SqlRequestNonces
-from api.client import NEXT_CURSOR_HEADER
-from api.problems import ProblemError
-from api.streams import StreamSlots
-from identity.errors import IdentityError
-from identity.http_signatures import (
+from accord.api.auth import PurgeSchedule, RateLimiter, SqlRequestNonces
+from accord.api.client import NEXT_CURSOR_HEADER
+from accord.api.problems import ProblemError
+from accord.api.streams import StreamSlots
+from accord.identity.errors import IdentityError
+from accord.identity.http_signatures import (
     DEFAULT_WINDOW,
     AuthError,
     NonceMemory,
@@ -29,14 +29,14 @@ from identity.http_signatures import (
     normalize_authority,
     verify_request,
 )
-from ledger.chain import AnchorChain
-from ledger.errors import LedgerError
-from ledger.runtime import connect_chain
-from ledger.settings import Settings
-from market.blobs import FileQuota
-from market.errors import MarketError
-from market.escrow import EscrowChain
-from market.runtime import MarketContext, connect_escrow, open_market
+from accord.ledger.chain import AnchorChain
+from accord.ledger.errors import LedgerError
+from accord.ledger.runtime import connect_chain
+from accord.ledger.settings import Settings
+from accord.market.blobs import FileQuota
+from accord.market.errors import MarketError
+from accord.market.escrow import EscrowChain
+from accord.market.runtime import MarketContext, connect_escrow, open_market
 
 
 @dataclass(frozen=True)
@@ -51,7 +51,7 @@ class ApiConfig:
     purge_every: expired request nonces and challenges are deleted at most this often (s).
     window: signed requests are accepted within ±window seconds of the service's clock.
     file_ttl, files_per_caller, file_bytes_per_caller, file_bytes_total: `POST /files` (see
-    `market.blobs.FileQuota`): an upload no posted task names expires after `file_ttl`
+    `accord.market.blobs.FileQuota`): an upload no posted task names expires after `file_ttl`
     seconds; until then it counts against its uploader's number and bytes, and against the
     bytes of all callers' together (429 above them, 413 for a file that can never fit).
     streams_per_caller, streams_total: server-sent event streams open at once in this
@@ -61,12 +61,12 @@ class ApiConfig:
     `@target-uri` (a request signed for another host is refused, whatever Host it carries).
     None: the scheme and Host header of each request, as received.
     lifecycle_interval: seconds between the rounds in which the service awards, expires,
-    refunds and settles the tasks whose windows closed (`market.lifecycle`); 0 runs none
+    refunds and settles the tasks whose windows closed (`accord.market.lifecycle`); 0 runs none
     (`accord serve` runs one every 5 s unless ACCORD_LIFECYCLE_INTERVAL says otherwise).
     """
 
     max_body: int = 1024 * 1024 + 64 * 1024
-    """Large enough for a task input file of `market.blobs.MAX_FILE_BYTES`."""
+    """Large enough for a task input file of `accord.market.blobs.MAX_FILE_BYTES`."""
     rate: float = 20.0
     burst: float = 100.0
     window: float = DEFAULT_WINDOW
@@ -166,7 +166,8 @@ class ApiState:
     challenge_limiter: RateLimiter = field(init=False)
     challenge_purge: PurgeSchedule = field(init=False)
     streams: StreamSlots = field(init=False)
-    """The event streams open in this process, capped per caller and in all (`api.streams`)."""
+    """The event streams open in this process, capped per caller and in all
+    (`accord.api.streams`)."""
     write_lock: threading.RLock = field(default_factory=threading.RLock)
     """One write at a time in this process for the routes that move money or change a task's
     state. Bids do not take it: the log's head lock and once-keys admit them correctly from
@@ -269,7 +270,7 @@ def _unauthenticated(detail: str) -> ProblemError:
 
 
 async def signed_caller(request: Request, state: Annotated[ApiState, Depends(get_state)]) -> str:
-    """The did:key that signed this request (RFC 9421, see `identity.http_signatures`),
+    """The did:key that signed this request (RFC 9421, see `accord.identity.http_signatures`),
     rate-limited per did:key (429). Raises ProblemError 401, with `WWW-Authenticate` and
     `Accept-Signature`, when the signature is missing or does not hold.
 

@@ -7,9 +7,9 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Query, Request, Response
 from pydantic import BaseModel, Field
 
-from api import cards
-from api.problems import ProblemError
-from api.routes.deps import (
+from accord.api import cards
+from accord.api.problems import ProblemError
+from accord.api.routes.deps import (
     Caller,
     Context,
     State,
@@ -18,16 +18,16 @@ from api.routes.deps import (
     throttle_challenges,
     throttle_reads,
 )
-from coordinator.service import discover
-from identity.agents import AgentRecord
-from identity.challenges import REGISTRY
-from identity.errors import CredentialError, KeyStoreError, RegistryError
-from identity.onboarding import REGISTRATION_CHALLENGE_TTL
-from ledger.signing import Signer
-from ledger.views import DEFAULT_LIMIT, MAX_LIMIT, check_limit, decode_cursor, encode_cursor
-from market.discovery import VIEW_NAME as DISCOVERY_VIEW
-from market.discovery import fraction_text
-from market.runtime import MarketContext
+from accord.coordinator.service import discover
+from accord.identity.agents import AgentRecord
+from accord.identity.challenges import REGISTRY
+from accord.identity.errors import CredentialError, KeyStoreError, RegistryError
+from accord.identity.onboarding import REGISTRATION_CHALLENGE_TTL
+from accord.ledger.signing import Signer
+from accord.ledger.views import DEFAULT_LIMIT, MAX_LIMIT, check_limit, decode_cursor, encode_cursor
+from accord.market.discovery import VIEW_NAME as DISCOVERY_VIEW
+from accord.market.discovery import fraction_text
+from accord.market.runtime import MarketContext
 
 reads = APIRouter(dependencies=[Depends(throttle_reads)])
 AGENTS_VIEW = "agents"
@@ -141,7 +141,7 @@ def show_agent(agent: str, context: Context) -> dict[str, Any]:
 
 @reads.get("/agents/{agent}/card", tags=["identity"], summary="The agent's A2A agent card")
 def agent_card(agent: str, request: Request, context: Context) -> dict[str, Any]:
-    """The agent's A2A v1.0 card (`api.cards`): its credentialed capabilities as skills, the
+    """The agent's A2A v1.0 card (`accord.api.cards`): its credentialed capabilities as skills, the
     service's JSON-RPC endpoint with the agent's DID as tenant, signed by the agent's key, or,
     for a remote agent whose key the service never holds, by the operator."""
     record = _agent(context, agent)

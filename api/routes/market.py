@@ -5,7 +5,7 @@ Who may act:
   registered agent, or the operator), and a spec names only files its requester uploaded
   (`Market.post`): `task.posted` is signed by the requester's hosted key, and the escrow is
   paid from the managed devnet's funded requester account
-  (`market.runtime.DEVNET_REQUESTER_KEY`) or ACCORD_REQUESTER_ETH_KEY.
+  (`accord.market.runtime.DEVNET_REQUESTER_KEY`) or ACCORD_REQUESTER_ETH_KEY.
 - any DID, holding its own key, posts in two steps: `POST /tasks/prepare` (the spec and the
   Ethereum account it deposits from) answers the `task.posted` body to sign and the task id
   (derived from the caller and its Idempotency-Key, one made up when none is sent); then
@@ -29,21 +29,21 @@ from fastapi import APIRouter, Body, Depends, Header, Query, Request, Response
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag
 from starlette.concurrency import run_in_threadpool
 
-from api.problems import ProblemError
-from api.routes.deps import Caller, Context, State, next_page, throttle_reads
-from api.routes.remote import EntryBody, parse_entry
-from audit.checks import audit_task
-from identity.errors import RegistryError
-from ledger.events import format_time
-from ledger.signing import Signer
-from ledger.views import DEFAULT_LIMIT, MAX_LIMIT
-from market import sealed
-from market.auction import price_reason
-from market.blobs import Upload
-from market.errors import BidRejected, TaskError
-from market.escrow import OPEN_SIGNATURE
-from market.runtime import MarketContext, advertised_rpc_url
-from market.tasks import CAPABILITY_PATTERN, TASK_POSTED, Task, TaskState, request_of
+from accord.api.problems import ProblemError
+from accord.api.routes.deps import Caller, Context, State, next_page, throttle_reads
+from accord.api.routes.remote import EntryBody, parse_entry
+from accord.audit.checks import audit_task
+from accord.identity.errors import RegistryError
+from accord.ledger.events import format_time
+from accord.ledger.signing import Signer
+from accord.ledger.views import DEFAULT_LIMIT, MAX_LIMIT
+from accord.market import sealed
+from accord.market.auction import price_reason
+from accord.market.blobs import Upload
+from accord.market.errors import BidRejected, TaskError
+from accord.market.escrow import OPEN_SIGNATURE
+from accord.market.runtime import MarketContext, advertised_rpc_url
+from accord.market.tasks import CAPABILITY_PATTERN, TASK_POSTED, Task, TaskState, request_of
 
 reads = APIRouter(dependencies=[Depends(throttle_reads)])
 writes = APIRouter()
@@ -81,7 +81,7 @@ def _signer_of(context: MarketContext, did: str, *, acting: str = "") -> Signer:
 
 class TaskPost(BaseModel):
     """A task spec: the terms, the requester's parts and the checks its deliverable must pass
-    (see `market.work`). Files an input references are uploaded first (`POST /files`) and
+    (see `accord.market.work`). Files an input references are uploaded first (`POST /files`) and
     named `{"$file": "<sha256>"}`."""
 
     model_config = ConfigDict(extra="forbid")
@@ -153,7 +153,7 @@ Review = Annotated[
 
 
 class CommitmentBody(BaseModel):
-    """A `market.sealed.Commitment` as JSON, signed by its bidder."""
+    """A `accord.market.sealed.Commitment` as JSON, signed by its bidder."""
 
     task: str
     bidder: str
@@ -162,7 +162,7 @@ class CommitmentBody(BaseModel):
 
 
 class RevealBody(BaseModel):
-    """A `market.sealed.Reveal` as JSON, signed by its bidder."""
+    """A `accord.market.sealed.Reveal` as JSON, signed by its bidder."""
 
     task: str
     bidder: str
@@ -410,7 +410,7 @@ def _work_forbidden(task: Task) -> ProblemError:
     response_class=Response,
 )
 def task_file(task_id: str, digest: str, caller: Caller, context: Context) -> Response:
-    from coordinator.service import work_readers
+    from accord.coordinator.service import work_readers
 
     task = _task(context, task_id)
     if not work_readers(context, task).may_see_files(task, caller):
@@ -428,9 +428,9 @@ def task_file(task_id: str, digest: str, caller: Caller, context: Context) -> Re
 def deliverable(task_id: str, caller: Caller, context: Context) -> dict[str, Any]:
     """The team and the operator read every output; the requester the parts its review checks
     read during the review window, and every part once the settlement is computed
-    (`market.privacy`); `sealed` lists the parts not shown."""
-    from coordinator.service import work_readers
-    from market.settlement import deliverable_view, logged_settlement
+    (`accord.market.privacy`); `sealed` lists the parts not shown."""
+    from accord.coordinator.service import work_readers
+    from accord.market.settlement import deliverable_view, logged_settlement
 
     task = _task(context, task_id)
     computed = logged_settlement(context.market, task_id) is not None
@@ -587,11 +587,11 @@ def run_task(
     state: State,
     body: Annotated[RunRequest | None, Body()] = None,
 ) -> dict[str, Any]:
-    from coordinator.errors import CoordinatorError, PolicyError
-    from coordinator.llm_policy import leader_policy
-    from coordinator.service import run_awarded_task
-    from identity.address_guard import check_endpoint_address
-    from identity.errors import PrivateEndpointError
+    from accord.coordinator.errors import CoordinatorError, PolicyError
+    from accord.coordinator.llm_policy import leader_policy
+    from accord.coordinator.service import run_awarded_task
+    from accord.identity.address_guard import check_endpoint_address
+    from accord.identity.errors import PrivateEndpointError
 
     task = _task(context, task_id)
     if caller not in (task.winner, context.market.ledger.operator.did):
@@ -629,7 +629,7 @@ def run_task(
     summary="Pay the team by Shapley value through the escrow (requester or operator; once)",
 )
 def settle(task_id: str, caller: Caller, context: Context, state: State) -> dict[str, Any]:
-    from market.settlement import settle_task
+    from accord.market.settlement import settle_task
 
     task = _task(context, task_id)
     if caller not in (task.requester, context.market.ledger.operator.did):

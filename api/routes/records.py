@@ -14,20 +14,20 @@ from fastapi import APIRouter, Depends, Header, Path, Query, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
-from api.problems import ProblemError
-from api.routes.deps import Context, State, address_of, throttle_reads
-from api.streams import SlotStream
-from coordinator.conversation import message_from_json, message_to_json
-from coordinator.errors import CoordinatorError, IllegalMove
-from coordinator.runner import CONVERSATION_MESSAGE, CONVERSATION_OPENED
-from coordinator.service import conversation_ids, replay_conversation
-from identity.onboarding import STATUS_LIST_PATH
-from ledger import merkle
-from ledger.checkpoint import SignedCheckpoint
-from ledger.events import Entry
-from ledger.note import NOTE_MEDIA_TYPE, checkpoint_note, origin_for
-from ledger.signing import Ed25519Signer
-from ledger.store import LogStore
+from accord.api.problems import ProblemError
+from accord.api.routes.deps import Context, State, address_of, throttle_reads
+from accord.api.streams import SlotStream
+from accord.coordinator.conversation import message_from_json, message_to_json
+from accord.coordinator.errors import CoordinatorError, IllegalMove
+from accord.coordinator.runner import CONVERSATION_MESSAGE, CONVERSATION_OPENED
+from accord.coordinator.service import conversation_ids, replay_conversation
+from accord.identity.onboarding import STATUS_LIST_PATH
+from accord.ledger import merkle
+from accord.ledger.checkpoint import SignedCheckpoint
+from accord.ledger.events import Entry
+from accord.ledger.note import NOTE_MEDIA_TYPE, checkpoint_note, origin_for
+from accord.ledger.signing import Ed25519Signer
+from accord.ledger.store import LogStore
 
 reads = APIRouter(dependencies=[Depends(throttle_reads)])
 
@@ -180,7 +180,7 @@ def sse(event: str, data: Any, event_id: int | None = None) -> str:
             "after, speaker, kind, text, message) from the start (or after Last-Event-ID), "
             "then each new one as it is logged, and a last `end` event once the "
             "conversation is closed. Open streams are capped per client address and in "
-            "all (429 over a cap, see `api.streams`)",
+            "all (429 over a cap, see `accord.api.streams`)",
             "content": {SSE_MEDIA_TYPE: {"schema": {"type": "string"}}},
         }
     },
@@ -203,7 +203,7 @@ async def conversation_events(
         raise ProblemError(404, f"no conversation {conv_id!r} (see GET /conversations)")
     after = int(last_event_id) if last_event_id and last_event_id.isdigit() else -1
     follower = ConversationFollower(store, conv_id, after)
-    slot = state.streams.take(address_of(request))  # 429 over the caps (`api.streams`)
+    slot = state.streams.take(address_of(request))  # 429 over the caps (`accord.api.streams`)
 
     async def stream() -> AsyncIterator[str]:
         started = quiet = time.monotonic()

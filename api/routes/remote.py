@@ -1,7 +1,7 @@
 """Remote agents: agents in other processes or on other machines that hold their own keys.
 
 The service holds no key for them: every ledger event that is theirs they build and sign
-themselves (`ledger.events.make_entry`) with the seq from `GET /agents/{did}/next-seq`, and
+themselves (`accord.ledger.events.make_entry`) with the seq from `GET /agents/{did}/next-seq`, and
 POST the entry's JSON; the service checks its signature, that its actor is the signed
 request's caller, that its kind and body are what the route would have logged, and appends it.
 
@@ -19,7 +19,7 @@ request's caller, that its kind and body are what the route would have logged, a
 Bids need nothing new: commitments and reveals are already signed by their bidder
 (`POST /tasks/{id}/commitments`, `/reveals`). A team reaches a remote member at its endpoint
 (`POST /run`) and asks it to sign its own reports there (`POST /sign`, see
-`identity.onboarding.EndpointSigner`).
+`accord.identity.onboarding.EndpointSigner`).
 """
 
 from __future__ import annotations
@@ -29,16 +29,16 @@ from typing import Any
 from fastapi import APIRouter, Depends
 from pydantic import BaseModel, Field
 
-from api.problems import ProblemError
-from api.routes.deps import Caller, Context, State, throttle_reads
-from identity.agents import AgentRecord
-from identity.challenges import get_capability
-from identity.challenges.base import MAX_ITEMS_PER_CALL
-from identity.errors import ExamError, PrivateEndpointError, RegistryError
-from ledger.canonical import canonical_json
-from ledger.errors import LedgerError
-from ledger.events import Entry, format_time
-from market.runtime import MarketContext
+from accord.api.problems import ProblemError
+from accord.api.routes.deps import Caller, Context, State, throttle_reads
+from accord.identity.agents import AgentRecord
+from accord.identity.challenges import get_capability
+from accord.identity.challenges.base import MAX_ITEMS_PER_CALL
+from accord.identity.errors import ExamError, PrivateEndpointError, RegistryError
+from accord.ledger.canonical import canonical_json
+from accord.ledger.errors import LedgerError
+from accord.ledger.events import Entry, format_time
+from accord.market.runtime import MarketContext
 
 reads = APIRouter(dependencies=[Depends(throttle_reads)])
 writes = APIRouter()

@@ -1,11 +1,11 @@
-"""The team work of a winner that keeps its own key (`coordinator.contract_work`).
+"""The team work of a winner that keeps its own key (`accord.coordinator.contract_work`).
 
 A self-custody winner leads its team in its own process (`accord agent run`): it reads whom it
 may team with, sends each output it was given sealed, and relays the entries its team signed.
 
     GET  /tasks/{id}/team      whom the winner may form its team from: each agent's DID, name,
                                capabilities held, reputations and endpoint
-    POST /tasks/{id}/sealed    one sealed output (`ledger.sealing`), before a report names it
+    POST /tasks/{id}/sealed    one sealed output (`accord.ledger.sealing`), before a report names it
     POST /tasks/{id}/work      `{"entry": ...}`: task.started, conversation.opened,
                                conversation.message or task.delivered, each signed by its own
                                party (a member's report by the member); logged as signed
@@ -20,12 +20,12 @@ from typing import Any
 
 from fastapi import APIRouter, Depends, Request
 
-from api.problems import ProblemError
-from api.routes.deps import Caller, Context, State, throttle_reads
-from api.routes.remote import EntryBody, parse_entry
-from coordinator.contract_work import WorkRefused, admit_sealed, admit_work_entry
-from coordinator.service import team_directory
-from market.errors import TaskError, WorkError
+from accord.api.problems import ProblemError
+from accord.api.routes.deps import Caller, Context, State, throttle_reads
+from accord.api.routes.remote import EntryBody, parse_entry
+from accord.coordinator.contract_work import WorkRefused, admit_sealed, admit_work_entry
+from accord.coordinator.service import team_directory
+from accord.market.errors import TaskError, WorkError
 
 MAX_SEALED_BYTES = 1 << 20
 

@@ -20,7 +20,7 @@ instruction rendered from `templates/<name>.txt`, and an example. Real work for 
     validate_output("arithmetic", answer)
 """
 
-from identity.challenges.base import (
+from accord.identity.challenges.base import (
     JSON,
     Capability,
     ExamItem,
@@ -32,8 +32,8 @@ from identity.challenges.base import (
     score,
     seed_commitment,
 )
-from identity.challenges.registry import REGISTRY, get_capability
-from identity.challenges.skills import validate_input, validate_output, work_item
+from accord.identity.challenges.registry import REGISTRY, get_capability
+from accord.identity.challenges.skills import validate_input, validate_output, work_item
 
 __all__ = [
     "JSON",

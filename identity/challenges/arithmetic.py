@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from fractions import Fraction
 
-from identity.challenges.base import (
+from accord.identity.challenges.base import (
     JSON,
     JSON_SCHEMA_DIALECT,
     DeclaredSchemas,
@@ -30,7 +30,7 @@ from identity.challenges.base import (
     render_instruction,
     wrong,
 )
-from identity.errors import ExamError
+from accord.identity.errors import ExamError
 
 NAME = "arithmetic"
 VERSION = "1"

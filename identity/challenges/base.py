@@ -24,7 +24,7 @@ from functools import cache
 from pathlib import Path
 from typing import ClassVar, Protocol, TypeAlias
 
-from identity.errors import DeadlineError, ExamError
+from accord.identity.errors import DeadlineError, ExamError
 
 JSON: TypeAlias = bool | int | float | str | list["JSON"] | dict[str, "JSON"] | None
 JSONObject: TypeAlias = dict[str, JSON]

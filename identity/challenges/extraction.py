@@ -20,8 +20,8 @@ from datetime import date, timedelta
 from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
 from fractions import Fraction
 
-from identity.challenges import names
-from identity.challenges.base import (
+from accord.identity.challenges import names
+from accord.identity.challenges.base import (
     JSON,
     JSON_SCHEMA_DIALECT,
     DeclaredSchemas,
@@ -35,7 +35,7 @@ from identity.challenges.base import (
     render_instruction,
     wrong,
 )
-from identity.errors import ExamError
+from accord.identity.errors import ExamError
 
 NAME = "extraction"
 VERSION = "1"

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from fractions import Fraction
 
-from identity.challenges.base import (
+from accord.identity.challenges.base import (
     JSON,
     JSON_SCHEMA_DIALECT,
     DeclaredSchemas,
@@ -37,8 +37,13 @@ from identity.challenges.base import (
     render_instruction,
     wrong,
 )
-from identity.challenges.sandbox import DEFAULT_LIMITS, MiB, SandboxLimits, run_function_cases
-from identity.errors import ExamError
+from accord.identity.challenges.sandbox import (
+    DEFAULT_LIMITS,
+    MiB,
+    SandboxLimits,
+    run_function_cases,
+)
+from accord.identity.errors import ExamError
 
 NAME = "python"
 VERSION = "2"
@@ -654,7 +659,8 @@ class PythonCapability(DeclaredSchemas):
     threshold: Fraction = Fraction(3, 5)
     limits: SandboxLimits = DEFAULT_LIMITS
     runs_code: bool = True
-    """Grading runs strangers' code: the exam needs the box (`identity.challenges.sandbox`)."""
+    """Grading runs strangers' code: the exam needs the box
+    (`accord.identity.challenges.sandbox`)."""
 
     def instruction(self, input: JSONObject) -> str:
         """Raises ExamError if the spec lacks a name, signature or description, or has

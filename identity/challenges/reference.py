@@ -23,8 +23,8 @@ from decimal import Decimal
 from fractions import Fraction
 from string import Template
 
-from identity.challenges.base import JSON, ExamItem, JSONObject
-from identity.errors import ExamError
+from accord.identity.challenges.base import JSON, ExamItem, JSONObject
+from accord.identity.errors import ExamError
 
 # --- arithmetic ---------------------------------------------------------------------------------
 

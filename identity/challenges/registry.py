@@ -5,12 +5,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from types import MappingProxyType
 
-from identity.challenges.arithmetic import ARITHMETIC
-from identity.challenges.base import Capability
-from identity.challenges.extraction import EXTRACTION
-from identity.challenges.python_tasks import PYTHON
-from identity.challenges.retrieval import RETRIEVAL
-from identity.errors import ExamError
+from accord.identity.challenges.arithmetic import ARITHMETIC
+from accord.identity.challenges.base import Capability
+from accord.identity.challenges.extraction import EXTRACTION
+from accord.identity.challenges.python_tasks import PYTHON
+from accord.identity.challenges.retrieval import RETRIEVAL
+from accord.identity.errors import ExamError
 
 _CAPABILITIES: tuple[Capability, ...] = (ARITHMETIC, PYTHON, EXTRACTION, RETRIEVAL)
 

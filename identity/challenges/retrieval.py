@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from datetime import date
 from fractions import Fraction
 
-from identity.challenges import names
-from identity.challenges.base import (
+from accord.identity.challenges import names
+from accord.identity.challenges.base import (
     JSON,
     JSON_SCHEMA_DIALECT,
     DeclaredSchemas,
@@ -36,7 +36,7 @@ from identity.challenges.base import (
     render_instruction,
     wrong,
 )
-from identity.errors import ExamError
+from accord.identity.errors import ExamError
 
 NAME = "retrieval"
 VERSION = "2"

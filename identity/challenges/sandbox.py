@@ -15,7 +15,7 @@ case, return each case's JSON result. Every run is a fresh interpreter inside a 
   private `/dev/shm`; the environment is built from scratch;
 - **no privileges**: every capability dropped (`--cap-drop ALL`), `NO_NEW_PRIVS`, a new session
   with no controlling terminal (`--new-session`), and the seccomp filter of
-  `identity.challenges.seccomp` (one process: no fork, vfork or non-thread clone; no ptrace,
+  `accord.identity.challenges.seccomp` (one process: no fork, vfork or non-thread clone; no ptrace,
   mount, bpf, keyctl, io_uring, AF_VSOCK, new namespaces, memfd or System V memory; other
   architectures are killed);
 - **limits**: a private tmpfs of `tmp_bytes` at /tmp (the working directory) and one of a
@@ -68,9 +68,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from identity.challenges.base import JSON
-from identity.challenges.seccomp import filter_program
-from identity.errors import ExamError, SandboxUnavailable
+from accord.identity.challenges.base import JSON
+from accord.identity.challenges.seccomp import filter_program
+from accord.identity.errors import ExamError, SandboxUnavailable
 
 MiB = 1024 * 1024
 RESULT_MARKER = "\x1eACCORD-SANDBOX-RESULT\x1e"

@@ -36,7 +36,7 @@ import functools
 import os
 import threading
 
-from identity.errors import SandboxUnavailable
+from accord.identity.errors import SandboxUnavailable
 
 SCMP_ACT_ALLOW = 0x7FFF0000
 SCMP_ACT_KILL_PROCESS = 0x80000000

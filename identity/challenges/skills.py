@@ -21,9 +21,9 @@ from typing import Any, Literal
 from jsonschema import Draft202012Validator, validators
 from jsonschema.exceptions import SchemaError, best_match
 
-from identity.challenges.base import JSON, ExamItem, JSONObject
-from identity.challenges.registry import get_capability
-from identity.errors import ExamError, SchemaViolation
+from accord.identity.challenges.base import JSON, ExamItem, JSONObject
+from accord.identity.challenges.registry import get_capability
+from accord.identity.errors import ExamError, SchemaViolation
 
 MAX_PART_ID_CHARS = 200
 MAX_REASON_CHARS = 300

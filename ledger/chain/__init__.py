@@ -25,23 +25,23 @@ The package, by what each module holds:
     memory_chain  `MemoryAnchorChain` and `MemoryChainFaults`, for unit tests (no web3)
 
 Everything public is re-exported here, lazily: `from ledger.chain import X` imports only the
-module that holds X, so `ledger.chain.values` (or the in-memory chain) never loads web3.
+module that holds X, so `accord.ledger.chain.values` (or the in-memory chain) never loads web3.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ledger.lazy import lazy_exports
+from accord.ledger.lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from ledger.chain.deploy import (
+    from accord.ledger.chain.deploy import (
         deploy_registry,
         ensure_contract,
         ensure_registry,
         write_deployment,
     )
-    from ledger.chain.memory_chain import (
+    from accord.ledger.chain.memory_chain import (
         MEMORY_BASE_FEE,
         MEMORY_EXEC_GAS_FIRST_ANCHOR,
         MEMORY_EXEC_GAS_LATER_ANCHOR,
@@ -58,13 +58,13 @@ if TYPE_CHECKING:
         memory_fees_of,
         replaces_queued,
     )
-    from ledger.chain.protocol import (
+    from accord.ledger.chain.protocol import (
         AnchorChain,
         TxChain,
         poll_receipt,
         wait_until_deep,
     )
-    from ledger.chain.values import (
+    from accord.ledger.chain.values import (
         DEFAULT_FEE_POLICY,
         DEPLOY_TIMEOUT_S,
         DEVNET_OPERATOR_KEY,
@@ -86,7 +86,7 @@ if TYPE_CHECKING:
         validate_anchor,
         with_gas_margin,
     )
-    from ledger.chain.web3_chain import (
+    from accord.ledger.chain.web3_chain import (
         Web3AnchorChain,
         Web3Transactions,
         block_hash_at,
@@ -105,64 +105,64 @@ if TYPE_CHECKING:
     )
 
 _EXPORTS = {
-    "AnchorReceipt": "ledger.chain.values",
-    "AnchorRefusedError": "ledger.chain.values",
-    "DEFAULT_FEE_POLICY": "ledger.chain.values",
-    "DEPLOY_TIMEOUT_S": "ledger.chain.values",
-    "DEVNET_OPERATOR_KEY": "ledger.chain.values",
-    "Deployment": "ledger.chain.values",
-    "DeploymentAction": "ledger.chain.values",
-    "GAS_MARGIN_DENOMINATOR": "ledger.chain.values",
-    "GAS_MARGIN_NUMERATOR": "ledger.chain.values",
-    "OnChainAnchor": "ledger.chain.values",
-    "RECEIPT_POLL_S": "ledger.chain.values",
-    "REGISTRY_CONTRACT": "ledger.chain.values",
-    "RPC_TIMEOUT_S": "ledger.chain.values",
-    "SignedAnchorTx": "ledger.chain.values",
-    "TxReceipt": "ledger.chain.values",
-    "deep_enough": "ledger.chain.values",
-    "fees_of_raw": "ledger.chain.values",
-    "log_id_hash": "ledger.chain.values",
-    "validate_anchor": "ledger.chain.values",
-    "with_gas_margin": "ledger.chain.values",
-    "AnchorChain": "ledger.chain.protocol",
-    "TxChain": "ledger.chain.protocol",
-    "poll_receipt": "ledger.chain.protocol",
-    "wait_until_deep": "ledger.chain.protocol",
-    "Web3AnchorChain": "ledger.chain.web3_chain",
-    "Web3Transactions": "ledger.chain.web3_chain",
-    "block_hash_at": "ledger.chain.web3_chain",
-    "decode_custom_error": "ledger.chain.web3_chain",
-    "eip1559_fees": "ledger.chain.web3_chain",
-    "fee_market": "ledger.chain.web3_chain",
-    "head_block_number": "ledger.chain.web3_chain",
-    "make_web3": "ledger.chain.web3_chain",
-    "mapped_chain_errors": "ledger.chain.web3_chain",
-    "node_knows": "ledger.chain.web3_chain",
-    "nonce_at": "ledger.chain.web3_chain",
-    "refusal_from_revert": "ledger.chain.web3_chain",
-    "revert_data": "ledger.chain.web3_chain",
-    "send_raw_transaction": "ledger.chain.web3_chain",
-    "transaction_receipt": "ledger.chain.web3_chain",
-    "deploy_registry": "ledger.chain.deploy",
-    "ensure_contract": "ledger.chain.deploy",
-    "ensure_registry": "ledger.chain.deploy",
-    "write_deployment": "ledger.chain.deploy",
-    "MEMORY_BASE_FEE": "ledger.chain.memory_chain",
-    "MEMORY_EXEC_GAS_FIRST_ANCHOR": "ledger.chain.memory_chain",
-    "MEMORY_EXEC_GAS_LATER_ANCHOR": "ledger.chain.memory_chain",
-    "MEMORY_EXEC_GAS_REVERTED": "ledger.chain.memory_chain",
-    "MEMORY_OPERATOR_ADDRESS": "ledger.chain.memory_chain",
-    "MEMORY_REGISTRY_ADDRESS": "ledger.chain.memory_chain",
-    "MEMORY_RPC_URL": "ledger.chain.memory_chain",
-    "MEMORY_TIP": "ledger.chain.memory_chain",
-    "MemoryAnchorChain": "ledger.chain.memory_chain",
-    "MemoryChainFaults": "ledger.chain.memory_chain",
-    "anchor_calldata": "ledger.chain.memory_chain",
-    "intrinsic_gas": "ledger.chain.memory_chain",
-    "memory_block_hash": "ledger.chain.memory_chain",
-    "memory_fees_of": "ledger.chain.memory_chain",
-    "replaces_queued": "ledger.chain.memory_chain",
+    "AnchorReceipt": "accord.ledger.chain.values",
+    "AnchorRefusedError": "accord.ledger.chain.values",
+    "DEFAULT_FEE_POLICY": "accord.ledger.chain.values",
+    "DEPLOY_TIMEOUT_S": "accord.ledger.chain.values",
+    "DEVNET_OPERATOR_KEY": "accord.ledger.chain.values",
+    "Deployment": "accord.ledger.chain.values",
+    "DeploymentAction": "accord.ledger.chain.values",
+    "GAS_MARGIN_DENOMINATOR": "accord.ledger.chain.values",
+    "GAS_MARGIN_NUMERATOR": "accord.ledger.chain.values",
+    "OnChainAnchor": "accord.ledger.chain.values",
+    "RECEIPT_POLL_S": "accord.ledger.chain.values",
+    "REGISTRY_CONTRACT": "accord.ledger.chain.values",
+    "RPC_TIMEOUT_S": "accord.ledger.chain.values",
+    "SignedAnchorTx": "accord.ledger.chain.values",
+    "TxReceipt": "accord.ledger.chain.values",
+    "deep_enough": "accord.ledger.chain.values",
+    "fees_of_raw": "accord.ledger.chain.values",
+    "log_id_hash": "accord.ledger.chain.values",
+    "validate_anchor": "accord.ledger.chain.values",
+    "with_gas_margin": "accord.ledger.chain.values",
+    "AnchorChain": "accord.ledger.chain.protocol",
+    "TxChain": "accord.ledger.chain.protocol",
+    "poll_receipt": "accord.ledger.chain.protocol",
+    "wait_until_deep": "accord.ledger.chain.protocol",
+    "Web3AnchorChain": "accord.ledger.chain.web3_chain",
+    "Web3Transactions": "accord.ledger.chain.web3_chain",
+    "block_hash_at": "accord.ledger.chain.web3_chain",
+    "decode_custom_error": "accord.ledger.chain.web3_chain",
+    "eip1559_fees": "accord.ledger.chain.web3_chain",
+    "fee_market": "accord.ledger.chain.web3_chain",
+    "head_block_number": "accord.ledger.chain.web3_chain",
+    "make_web3": "accord.ledger.chain.web3_chain",
+    "mapped_chain_errors": "accord.ledger.chain.web3_chain",
+    "node_knows": "accord.ledger.chain.web3_chain",
+    "nonce_at": "accord.ledger.chain.web3_chain",
+    "refusal_from_revert": "accord.ledger.chain.web3_chain",
+    "revert_data": "accord.ledger.chain.web3_chain",
+    "send_raw_transaction": "accord.ledger.chain.web3_chain",
+    "transaction_receipt": "accord.ledger.chain.web3_chain",
+    "deploy_registry": "accord.ledger.chain.deploy",
+    "ensure_contract": "accord.ledger.chain.deploy",
+    "ensure_registry": "accord.ledger.chain.deploy",
+    "write_deployment": "accord.ledger.chain.deploy",
+    "MEMORY_BASE_FEE": "accord.ledger.chain.memory_chain",
+    "MEMORY_EXEC_GAS_FIRST_ANCHOR": "accord.ledger.chain.memory_chain",
+    "MEMORY_EXEC_GAS_LATER_ANCHOR": "accord.ledger.chain.memory_chain",
+    "MEMORY_EXEC_GAS_REVERTED": "accord.ledger.chain.memory_chain",
+    "MEMORY_OPERATOR_ADDRESS": "accord.ledger.chain.memory_chain",
+    "MEMORY_REGISTRY_ADDRESS": "accord.ledger.chain.memory_chain",
+    "MEMORY_RPC_URL": "accord.ledger.chain.memory_chain",
+    "MEMORY_TIP": "accord.ledger.chain.memory_chain",
+    "MemoryAnchorChain": "accord.ledger.chain.memory_chain",
+    "MemoryChainFaults": "accord.ledger.chain.memory_chain",
+    "anchor_calldata": "accord.ledger.chain.memory_chain",
+    "intrinsic_gas": "accord.ledger.chain.memory_chain",
+    "memory_block_hash": "accord.ledger.chain.memory_chain",
+    "memory_fees_of": "accord.ledger.chain.memory_chain",
+    "replaces_queued": "accord.ledger.chain.memory_chain",
 }
 
 __all__ = [

@@ -15,7 +15,7 @@ from eth_utils.address import to_checksum_address
 from eth_utils.crypto import keccak
 from web3.exceptions import TimeExhausted
 
-from ledger.chain.values import (
+from accord.ledger.chain.values import (
     DEFAULT_FEE_POLICY,
     DEPLOY_TIMEOUT_S,
     RECEIPT_POLL_S,
@@ -23,15 +23,15 @@ from ledger.chain.values import (
     Deployment,
     with_gas_margin,
 )
-from ledger.chain.web3_chain import (
+from accord.ledger.chain.web3_chain import (
     Web3AnchorChain,
     eip1559_fees,
     make_web3,
     mapped_chain_errors,
 )
-from ledger.contracts import ContractArtifact, load_artifact
-from ledger.errors import DeploymentError
-from ledger.fees import FeePolicy
+from accord.ledger.contracts import ContractArtifact, load_artifact
+from accord.ledger.errors import DeploymentError
+from accord.ledger.fees import FeePolicy
 
 
 def deploy_registry(

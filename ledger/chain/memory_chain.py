@@ -9,8 +9,8 @@ import json
 
 from eth_utils.crypto import keccak
 
-from ledger.chain.protocol import poll_receipt
-from ledger.chain.values import (
+from accord.ledger.chain.protocol import poll_receipt
+from accord.ledger.chain.values import (
     AnchorReceipt,
     AnchorRefusedError,
     OnChainAnchor,
@@ -18,8 +18,8 @@ from ledger.chain.values import (
     log_id_hash,
     validate_anchor,
 )
-from ledger.errors import AnchorError, ChainUnavailableError
-from ledger.fees import FeeMarket, FeePolicy, Fees, fees_for
+from accord.ledger.errors import AnchorError, ChainUnavailableError
+from accord.ledger.fees import FeeMarket, FeePolicy, Fees, fees_for
 
 MEMORY_RPC_URL = "memory://anchor-chain"
 MEMORY_REGISTRY_ADDRESS = "0x000000000000000000000000000000000000A4C0"

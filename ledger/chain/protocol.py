@@ -9,19 +9,19 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
-from ledger.chain.values import (
+from accord.ledger.chain.values import (
     RECEIPT_POLL_S,
     OnChainAnchor,
     SignedAnchorTx,
     TxReceipt,
     deep_enough,
 )
-from ledger.fees import FeeMarket, FeePolicy, Fees
+from accord.ledger.fees import FeeMarket, FeePolicy, Fees
 
 
 class TxChain(Protocol):
     """What every chain that sends transactions answers: the anchor chain and the escrow
-    chain extend it, and it is what the transaction journal's engine (`ledger.txjournal`)
+    chain extend it, and it is what the transaction journal's engine (`accord.ledger.txjournal`)
     asks. Every method may raise ChainUnavailableError (nothing happened; retry later) or
     ChainError.
 

@@ -12,8 +12,8 @@ import rlp  # type: ignore[import-untyped]
 from eth_utils.address import to_checksum_address
 from eth_utils.crypto import keccak
 
-from ledger.errors import AnchorError, DeploymentError
-from ledger.fees import FeePolicy, Fees
+from accord.ledger.errors import AnchorError, DeploymentError
+from accord.ledger.fees import FeePolicy, Fees
 
 REGISTRY_CONTRACT = "AnchorRegistry"
 

@@ -29,8 +29,8 @@ from web3.exceptions import (
 from web3.providers.rpc import HTTPProvider
 from web3.types import Nonce, RPCEndpoint, TxParams, Wei
 
-from ledger.chain.protocol import poll_receipt
-from ledger.chain.values import (
+from accord.ledger.chain.protocol import poll_receipt
+from accord.ledger.chain.values import (
     DEFAULT_FEE_POLICY,
     REGISTRY_CONTRACT,
     RPC_TIMEOUT_S,
@@ -43,9 +43,9 @@ from ledger.chain.values import (
     validate_anchor,
     with_gas_margin,
 )
-from ledger.contracts import ContractArtifact, load_artifact
-from ledger.errors import AnchorError, ChainError, ChainUnavailableError
-from ledger.fees import FeeMarket, FeePolicy, Fees, fees_for
+from accord.ledger.contracts import ContractArtifact, load_artifact
+from accord.ledger.errors import AnchorError, ChainError, ChainUnavailableError
+from accord.ledger.fees import FeeMarket, FeePolicy, Fees, fees_for
 
 _ZERO_ROOT = bytes(32)
 

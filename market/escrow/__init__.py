@@ -8,28 +8,28 @@ The package, by what each module holds:
     memory_chain  `MemoryEscrowChain`, the contract's rules in process, for unit tests
     journal       `EscrowJournal`: where each transaction is recorded before it is sent
     actions       `EscrowActions`: open, settle, refund, withdraw through the journal engine
-                  of `ledger.txjournal`, so that no action ever moves money twice
+                  of `accord.ledger.txjournal`, so that no action ever moves money twice
 
-Everything public is re-exported here, lazily: import from `market.escrow`. Importing a name
-imports only the module that holds it, so `market.escrow.values` loads no web3 or SQLAlchemy.
+Everything public is re-exported here, lazily: import from `accord.market.escrow`. Importing a name
+imports only the module that holds it, so `accord.market.escrow.values` loads no web3 or SQLAlchemy.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ledger.lazy import lazy_exports
+from accord.ledger.lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from market.escrow.actions import EscrowActions, EscrowOutcome, OutcomeStatus
-    from market.escrow.chain import (
+    from accord.market.escrow.actions import EscrowActions, EscrowOutcome, OutcomeStatus
+    from accord.market.escrow.chain import (
         EscrowChain,
         build_open_tx,
         build_refund_tx,
         build_settle_tx,
         build_withdraw_tx,
     )
-    from market.escrow.journal import (
+    from accord.market.escrow.journal import (
         EscrowJournal,
         EscrowTxRecord,
         JournalStatus,
@@ -37,14 +37,14 @@ if TYPE_CHECKING:
         MemoryEscrowJournal,
         SqlEscrowJournal,
     )
-    from market.escrow.memory_chain import (
+    from accord.market.escrow.memory_chain import (
         MEMORY_ESCROW_ADDRESS,
         MEMORY_GAS,
         MEMORY_GAS_REVERTED,
         MEMORY_RPC_URL,
         MemoryEscrowChain,
     )
-    from market.escrow.values import (
+    from accord.market.escrow.values import (
         ESCROW_CONTRACT,
         OPEN_SIGNATURE,
         EscrowEvent,
@@ -66,7 +66,7 @@ if TYPE_CHECKING:
         task_id_hash,
         withdraw_intent,
     )
-    from market.escrow.web3_chain import (
+    from accord.market.escrow.web3_chain import (
         EscrowDeployment,
         Web3EscrowChain,
         deploy_escrow,
@@ -74,49 +74,49 @@ if TYPE_CHECKING:
     )
 
 _EXPORTS = {
-    "EscrowActions": "market.escrow.actions",
-    "EscrowOutcome": "market.escrow.actions",
-    "OutcomeStatus": "market.escrow.actions",
-    "EscrowChain": "market.escrow.chain",
-    "build_open_tx": "market.escrow.chain",
-    "build_refund_tx": "market.escrow.chain",
-    "build_settle_tx": "market.escrow.chain",
-    "build_withdraw_tx": "market.escrow.chain",
-    "EscrowJournal": "market.escrow.journal",
-    "EscrowTxRecord": "market.escrow.journal",
-    "JournalStatus": "market.escrow.journal",
-    "MarketEscrowTx": "market.escrow.journal",
-    "MemoryEscrowJournal": "market.escrow.journal",
-    "SqlEscrowJournal": "market.escrow.journal",
-    "MEMORY_ESCROW_ADDRESS": "market.escrow.memory_chain",
-    "MEMORY_GAS": "market.escrow.memory_chain",
-    "MEMORY_GAS_REVERTED": "market.escrow.memory_chain",
-    "MEMORY_RPC_URL": "market.escrow.memory_chain",
-    "MemoryEscrowChain": "market.escrow.memory_chain",
-    "ESCROW_CONTRACT": "market.escrow.values",
-    "OPEN_SIGNATURE": "market.escrow.values",
-    "EscrowEvent": "market.escrow.values",
-    "EscrowEventName": "market.escrow.values",
-    "EscrowIntent": "market.escrow.values",
-    "EscrowPendingError": "market.escrow.values",
-    "EscrowReceipt": "market.escrow.values",
-    "EscrowRecord": "market.escrow.values",
-    "EscrowRefusedError": "market.escrow.values",
-    "EscrowState": "market.escrow.values",
-    "EscrowTxKind": "market.escrow.values",
-    "EscrowTxRejectedError": "market.escrow.values",
-    "SignedEscrowTx": "market.escrow.values",
-    "address_of": "market.escrow.values",
-    "open_calldata": "market.escrow.values",
-    "open_intent": "market.escrow.values",
-    "refund_intent": "market.escrow.values",
-    "settle_intent": "market.escrow.values",
-    "task_id_hash": "market.escrow.values",
-    "withdraw_intent": "market.escrow.values",
-    "EscrowDeployment": "market.escrow.web3_chain",
-    "Web3EscrowChain": "market.escrow.web3_chain",
-    "deploy_escrow": "market.escrow.web3_chain",
-    "ensure_escrow": "market.escrow.web3_chain",
+    "EscrowActions": "accord.market.escrow.actions",
+    "EscrowOutcome": "accord.market.escrow.actions",
+    "OutcomeStatus": "accord.market.escrow.actions",
+    "EscrowChain": "accord.market.escrow.chain",
+    "build_open_tx": "accord.market.escrow.chain",
+    "build_refund_tx": "accord.market.escrow.chain",
+    "build_settle_tx": "accord.market.escrow.chain",
+    "build_withdraw_tx": "accord.market.escrow.chain",
+    "EscrowJournal": "accord.market.escrow.journal",
+    "EscrowTxRecord": "accord.market.escrow.journal",
+    "JournalStatus": "accord.market.escrow.journal",
+    "MarketEscrowTx": "accord.market.escrow.journal",
+    "MemoryEscrowJournal": "accord.market.escrow.journal",
+    "SqlEscrowJournal": "accord.market.escrow.journal",
+    "MEMORY_ESCROW_ADDRESS": "accord.market.escrow.memory_chain",
+    "MEMORY_GAS": "accord.market.escrow.memory_chain",
+    "MEMORY_GAS_REVERTED": "accord.market.escrow.memory_chain",
+    "MEMORY_RPC_URL": "accord.market.escrow.memory_chain",
+    "MemoryEscrowChain": "accord.market.escrow.memory_chain",
+    "ESCROW_CONTRACT": "accord.market.escrow.values",
+    "OPEN_SIGNATURE": "accord.market.escrow.values",
+    "EscrowEvent": "accord.market.escrow.values",
+    "EscrowEventName": "accord.market.escrow.values",
+    "EscrowIntent": "accord.market.escrow.values",
+    "EscrowPendingError": "accord.market.escrow.values",
+    "EscrowReceipt": "accord.market.escrow.values",
+    "EscrowRecord": "accord.market.escrow.values",
+    "EscrowRefusedError": "accord.market.escrow.values",
+    "EscrowState": "accord.market.escrow.values",
+    "EscrowTxKind": "accord.market.escrow.values",
+    "EscrowTxRejectedError": "accord.market.escrow.values",
+    "SignedEscrowTx": "accord.market.escrow.values",
+    "address_of": "accord.market.escrow.values",
+    "open_calldata": "accord.market.escrow.values",
+    "open_intent": "accord.market.escrow.values",
+    "refund_intent": "accord.market.escrow.values",
+    "settle_intent": "accord.market.escrow.values",
+    "task_id_hash": "accord.market.escrow.values",
+    "withdraw_intent": "accord.market.escrow.values",
+    "EscrowDeployment": "accord.market.escrow.web3_chain",
+    "Web3EscrowChain": "accord.market.escrow.web3_chain",
+    "deploy_escrow": "accord.market.escrow.web3_chain",
+    "ensure_escrow": "accord.market.escrow.web3_chain",
 }
 
 __all__ = [

@@ -1,6 +1,6 @@
 """Open, settle, refund and withdraw, never moving money twice.
 
-Each action is one transaction of the journal engine (`ledger.txjournal`): signed (nonce and
+Each action is one transaction of the journal engine (`accord.ledger.txjournal`): signed (nonce and
 fees fixed), recorded in an `EscrowJournal` as *pending* with its raw bytes, only then
 broadcast, and settled by the engine (confirmation depth, the same bytes sent again, a stuck
 transaction replaced at its nonce, a reorganised one sent again once). What is specific to the
@@ -25,8 +25,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Literal
 
-from ledger.fees import Fees
-from ledger.txjournal import (
+from accord.ledger.fees import Fees
+from accord.ledger.txjournal import (
     DEFAULT_REPLACE_AFTER_S,
     OnChain,
     Settled,
@@ -34,9 +34,9 @@ from ledger.txjournal import (
     TxRules,
     TxView,
 )
-from market.escrow.chain import EscrowChain
-from market.escrow.journal import DONE, EscrowJournal, EscrowTxRecord, JournalStatus
-from market.escrow.values import (
+from accord.market.escrow.chain import EscrowChain
+from accord.market.escrow.journal import DONE, EscrowJournal, EscrowTxRecord, JournalStatus
+from accord.market.escrow.values import (
     EscrowEventName,
     EscrowIntent,
     EscrowPendingError,

@@ -1,9 +1,9 @@
 """The seam to the TaskEscrow contract: `EscrowChain`, implemented over JSON-RPC by
-`market.escrow.web3_chain` and in process by `market.escrow.memory_chain`.
+`accord.market.escrow.web3_chain` and in process by `accord.market.escrow.memory_chain`.
 
 Transactions are signed locally by the acting account's key (requester, operator or payee), as
 `SignedEscrowTx`, and sent by `broadcast` (idempotent). The chain also answers what the journal
-engine asks (`ledger.chain.TxChain`): block hashes, the pool, the fee market.
+engine asks (`accord.ledger.chain.TxChain`): block hashes, the pool, the fee market.
 """
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
-from ledger.chain.protocol import TxChain
-from ledger.fees import Fees
-from market.escrow.values import (
+from accord.ledger.chain.protocol import TxChain
+from accord.ledger.fees import Fees
+from accord.market.escrow.values import (
     EscrowEvent,
     EscrowIntent,
     EscrowRecord,
@@ -23,7 +23,7 @@ from market.escrow.values import (
     settle_intent,
     withdraw_intent,
 )
-from market.money import Wei
+from accord.market.money import Wei
 
 
 class EscrowChain(TxChain, Protocol):

@@ -26,9 +26,9 @@ from sqlalchemy import (
 from sqlalchemy.exc import SQLAlchemyError
 from sqlmodel import Column, Field, SQLModel
 
-from ledger.store import create_tables
-from market.errors import EscrowError
-from market.escrow.values import EscrowIntent, SignedEscrowTx
+from accord.ledger.store import create_tables
+from accord.market.errors import EscrowError
+from accord.market.escrow.values import EscrowIntent, SignedEscrowTx
 
 JournalStatus = Literal[
     "pending", "confirmed", "superseded", "reverted", "dropped", "forgotten", "replaced"

@@ -9,11 +9,11 @@ from typing import Any
 from eth_utils.address import to_checksum_address
 from eth_utils.crypto import keccak
 
-from ledger.chain.memory_chain import MemoryChainFaults
-from ledger.chain.protocol import poll_receipt
-from ledger.errors import ChainUnavailableError
-from ledger.fees import FeePolicy, Fees
-from market.escrow.values import (
+from accord.ledger.chain.memory_chain import MemoryChainFaults
+from accord.ledger.chain.protocol import poll_receipt
+from accord.ledger.errors import ChainUnavailableError
+from accord.ledger.fees import FeePolicy, Fees
+from accord.market.escrow.values import (
     EscrowEvent,
     EscrowIntent,
     EscrowReceipt,
@@ -27,7 +27,7 @@ from market.escrow.values import (
     task_id_hash,
     validate_intent,
 )
-from market.money import Wei
+from accord.market.money import Wei
 
 MEMORY_RPC_URL = "memory://escrow-chain"
 MEMORY_ESCROW_ADDRESS = "0x000000000000000000000000000000000000E5C0"

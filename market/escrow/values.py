@@ -28,9 +28,9 @@ from eth_account import Account
 from eth_utils.address import to_checksum_address
 from eth_utils.crypto import keccak
 
-from ledger.chain.values import TxReceipt
-from market.errors import EscrowError
-from market.money import Wei
+from accord.ledger.chain.values import TxReceipt
+from accord.market.errors import EscrowError
+from accord.market.money import Wei
 
 ESCROW_CONTRACT = "TaskEscrow"
 

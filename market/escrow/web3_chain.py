@@ -18,15 +18,15 @@ from web3.exceptions import ContractLogicError
 from web3.types import Nonce, TxParams
 from web3.types import Wei as Web3Wei
 
-from ledger.chain.deploy import deploy_registry, ensure_contract
-from ledger.chain.values import (
+from accord.ledger.chain.deploy import deploy_registry, ensure_contract
+from accord.ledger.chain.values import (
     DEFAULT_FEE_POLICY,
     DEPLOY_TIMEOUT_S,
     RPC_TIMEOUT_S,
     Deployment,
     with_gas_margin,
 )
-from ledger.chain.web3_chain import (
+from accord.ledger.chain.web3_chain import (
     Web3Transactions,
     decode_custom_error,
     make_web3,
@@ -35,9 +35,9 @@ from ledger.chain.web3_chain import (
     revert_data,
     send_raw_transaction,
 )
-from ledger.contracts import ContractArtifact, load_artifact
-from ledger.fees import FeePolicy, Fees, fees_for
-from market.escrow.values import (
+from accord.ledger.contracts import ContractArtifact, load_artifact
+from accord.ledger.fees import FeePolicy, Fees, fees_for
+from accord.market.escrow.values import (
     ESCROW_CONTRACT,
     EscrowEvent,
     EscrowEventName,
@@ -51,7 +51,7 @@ from market.escrow.values import (
     task_id_hash,
     validate_intent,
 )
-from market.money import Wei
+from accord.market.money import Wei
 
 
 class Web3EscrowChain(Web3Transactions):
@@ -283,7 +283,7 @@ def ensure_escrow(
     fee_policy: FeePolicy = DEFAULT_FEE_POLICY,
 ) -> EscrowDeployment:
     """The escrow recorded in `deployment_file`, checked on chain; deploys when needed
-    (`ledger.chain.ensure_contract`: "deployed", "redeployed" or "reused"), with fees under
+    (`accord.ledger.chain.ensure_contract`: "deployed", "redeployed" or "reused"), with fees under
     `fee_policy`.
 
     Raises DeploymentError when the record is malformed, names another chain, or the address

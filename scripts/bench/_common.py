@@ -26,9 +26,9 @@ import httpx
 from rich.console import Console
 from rich.table import Table
 
-from ledger.events import Entry, make_entry
-from ledger.signing import Ed25519Signer
-from ledger.store import LogStore, make_engine
+from accord.ledger.events import Entry, make_entry
+from accord.ledger.signing import Ed25519Signer
+from accord.ledger.store import LogStore, make_engine
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_REPS = 5
@@ -211,7 +211,7 @@ def _version(package: str) -> str:
 
 def _anvil_version() -> str:
     try:
-        from ledger.devnet import find_anvil
+        from accord.ledger.devnet import find_anvil
 
         out = subprocess.run(
             [str(find_anvil()), "--version"], capture_output=True, text=True, timeout=20

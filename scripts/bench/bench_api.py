@@ -11,7 +11,7 @@ out of the way; anchoring every 10^6 entries, so no anchor transaction lands ins
 request); each worker opens the market on its first request, which the warm-up sends.
 
 Load, from this process: a pool of T threads, each with its own keep-alive `httpx.Client`,
-each request signed on the spot with `identity.http_auth.AccordAuth` (an RFC 9421 Ed25519
+each request signed on the spot with `accord.identity.http_auth.AccordAuth` (an RFC 9421 Ed25519
 signature over method, target URI, authority and the body's Content-Digest). Side by side in
 each repetition (rotating order):
 
@@ -58,19 +58,19 @@ from _common import (
     wait_healthy,
 )
 
-from identity.challenges import REGISTRY
-from identity.http_auth import AccordAuth
-from ledger.chain import DEVNET_OPERATOR_KEY
-from ledger.devnet import find_free_port
-from ledger.runtime import devnet_for
-from ledger.settings import Settings
-from ledger.signing import Ed25519Signer
-from market import sealed
-from market.escrow import ensure_escrow
-from market.money import Wei
-from market.runtime import DEVNET_REQUESTER_KEY, ESCROW_DEPLOYMENT_FILE, open_market
-from market.tasks import TaskSpec
-from market.work import Part
+from accord.identity.challenges import REGISTRY
+from accord.identity.http_auth import AccordAuth
+from accord.ledger.chain import DEVNET_OPERATOR_KEY
+from accord.ledger.devnet import find_free_port
+from accord.ledger.runtime import devnet_for
+from accord.ledger.settings import Settings
+from accord.ledger.signing import Ed25519Signer
+from accord.market import sealed
+from accord.market.escrow import ensure_escrow
+from accord.market.money import Wei
+from accord.market.runtime import DEVNET_REQUESTER_KEY, ESCROW_DEPLOYMENT_FILE, open_market
+from accord.market.tasks import TaskSpec
+from accord.market.work import Part
 
 HERE = Path(__file__).resolve().parent
 WORKERS = 2
@@ -83,8 +83,8 @@ SALT = bytes(range(32))
 def service() -> Any:
     """The uvicorn factory the workers import (`bench_api:service`): the service over
     `$ACCORD_HOME`, with rate limits far above the load."""
-    from api.app import create_app
-    from api.routes.deps import ApiConfig
+    from accord.api.app import create_app
+    from accord.api.routes.deps import ApiConfig
 
     return create_app(Settings.from_env(), config=ApiConfig(rate=1e9, burst=1e9))
 

@@ -48,8 +48,8 @@ from _common import (
 )
 from pymerkle import SqliteTree
 
-from ledger import store as store_module
-from ledger.events import Event, entry_bytes
+from accord.ledger import store as store_module
+from accord.ledger.events import Event, entry_bytes
 
 GOAL_EVENTS_PER_S = 10_000
 GOAL_SIGNED_RATIO = 0.5

@@ -17,7 +17,7 @@ store and chains are opened as `accord audit` opens them (`open_store`, `connect
 entry, and `audit_task(...)` runs `--reps` times against the live chain, side by side with
 `verify_log` of the whole log (every entry's signature, the Merkle tree, the checkpoints and
 their on-chain anchors) as the baseline. The per-step split wraps the module-level step
-functions of `audit.checks` (`_scope` gathering, then steps 1-7); steps 2 and 7 include the
+functions of `accord.audit.checks` (`_scope` gathering, then steps 1-7); steps 2 and 7 include the
 JSON-RPC calls to anvil. The first audit after opening (cold: web3 connections, caches) is
 reported on its own and left out of the medians.
 
@@ -41,15 +41,15 @@ from typing import Any
 
 from _common import REPO_ROOT, Goal, Measure, Section, progress, run_alone, side_by_side, temp_root
 
-import audit.checks as checks
-from ledger.devnet import Devnet, find_free_port
-from ledger.errors import DevnetError
-from ledger.events import Entry
-from ledger.runtime import connect_chain, open_store, operator_signer
-from ledger.settings import Settings
-from ledger.verify import verify_log
-from market.runtime import connect_escrow
-from market.tasks import TASK_SETTLED
+import accord.audit.checks as checks
+from accord.ledger.devnet import Devnet, find_free_port
+from accord.ledger.errors import DevnetError
+from accord.ledger.events import Entry
+from accord.ledger.runtime import connect_chain, open_store, operator_signer
+from accord.ledger.settings import Settings
+from accord.ledger.verify import verify_log
+from accord.market.runtime import connect_escrow
+from accord.market.tasks import TASK_SETTLED
 
 DEMO = REPO_ROOT / "scripts" / "demo.py"
 DEMO_TIMEOUT_S = 300.0

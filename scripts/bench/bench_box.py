@@ -29,10 +29,15 @@ from typing import Any
 
 from _common import Goal, Measure, Section, percentile, progress, run_alone, side_by_side
 
-from identity.challenges.sandbox import SandboxLimits, SandboxMode, check_box, run_function_cases
-from market.check_runtime import run_python_check
-from market.checks import CheckResult, Delivered, Judged, evaluate_all
-from market.work import Check, JudgeCheck, Part, PythonCheck, ReviewCheck
+from accord.identity.challenges.sandbox import (
+    SandboxLimits,
+    SandboxMode,
+    check_box,
+    run_function_cases,
+)
+from accord.market.check_runtime import run_python_check
+from accord.market.checks import CheckResult, Delivered, Judged, evaluate_all
+from accord.market.work import Check, JudgeCheck, Part, PythonCheck, ReviewCheck
 
 GOAL_OVERHEAD_MEDIAN_MS = 10.0
 GOAL_OVERHEAD_P95_MS = 25.0

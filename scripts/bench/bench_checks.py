@@ -2,7 +2,7 @@
 
 The delivery of a task of six parts (three arithmetic, three extraction), one part per
 member, and the contract holder's plan and assembly: seven players, so 2^7 = 128 coalitions.
-The rubric is the requester's 8 checks plus the contract holder's two (`market.work.rubric`):
+The rubric is the requester's 8 checks plus the contract holder's two (`accord.market.work.rubric`):
 
 - 3 expect checks (within a tolerance, equals at a path, matches a pattern) and 1 schema check;
 - 2 python checks, each run for real in the sandbox (`run_python_check`: a fresh limited
@@ -14,7 +14,7 @@ The rubric is the requester's 8 checks plus the contract holder's two (`market.w
 
 One repetition, on a fresh `Valuation` (no memo carried over): `evaluate_all` (each check
 once), then `Valuation.value` for all 128 coalitions, then exact Shapley values
-(`market.shapley.shapley`, which asks v for the same 128 coalitions, memoised) and the wei
+(`accord.market.shapley.shapley`, which asks v for the same 128 coalitions, memoised) and the wei
 split. Each step is timed on its own; the goal is on their sum. The model calls of a
 repetition are the stand-in server's count before and after: each judge check reads one part
 set, so there are 2 distinct (check, part set) pairs and there must be exactly 2 calls,
@@ -36,13 +36,13 @@ from typing import Any
 
 from _common import Goal, Measure, Section, progress, run_alone
 
-from identity.chat import OpenAIChat
-from ledger.sealing import seal
-from market.check_runtime import Judge, run_python_check
-from market.checks import CheckResult, Delivered, Judged, evaluate_all, valuation
-from market.money import Wei
-from market.shapley import shapley, split_wei
-from market.work import (
+from accord.identity.chat import OpenAIChat
+from accord.ledger.sealing import seal
+from accord.market.check_runtime import Judge, run_python_check
+from accord.market.checks import CheckResult, Delivered, Judged, evaluate_all, valuation
+from accord.market.money import Wei
+from accord.market.shapley import shapley, split_wei
+from accord.market.work import (
     ASSEMBLY_PART,
     PLAN_PART,
     Check,

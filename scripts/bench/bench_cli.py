@@ -8,8 +8,8 @@ chain from then on.
 
 Measures: each repetition runs, side by side in a rotating order, `python -c pass` (the
 interpreter alone: the baseline), `accord --help`, `accord --version` and
-`accord task show TASK`, each as a subprocess of the venv's Python (`python -m api.cli …`, the
-module the `accord` script runs), timed from spawn to exit. Output goes to a pipe, as in a
+`accord task show TASK`, each as a subprocess of the venv's Python (`python -m accord.api.cli …`,
+the module the `accord` script runs), timed from spawn to exit. Output goes to a pipe, as in a
 script. The figures are wall-clock medians in seconds; `vs` is against `python -c pass`.
 
 Run alone: `.venv/bin/python scripts/bench/bench_cli.py [--quick] [--reps N]`.
@@ -29,7 +29,7 @@ from pathlib import Path
 
 from _common import REPO_ROOT, Goal, Measure, Section, progress, run_alone, side_by_side, temp_root
 
-from ledger.devnet import Devnet, find_free_port
+from accord.ledger.devnet import Devnet, find_free_port
 
 GOAL_HELP_S = 0.5
 GOAL_VERSION_S = 0.5
@@ -57,7 +57,7 @@ class Home:
         """Run `accord ARGS`; its stdout. Raises RuntimeError naming the command when it
         exits non-zero."""
         result = subprocess.run(
-            [sys.executable, "-m", "api.cli", *args],
+            [sys.executable, "-m", "accord.api.cli", *args],
             env=self.env,
             cwd=REPO_ROOT,
             capture_output=True,
@@ -127,7 +127,7 @@ def run(quick: bool, reps: int) -> Section:
         version = Measure("accord --version", "s", baseline=baseline.name)
         shown = Measure("accord task show TASK", "s", baseline=baseline.name)
         section.measures += [baseline, helped, version, shown]
-        cli = [python, "-m", "api.cli"]
+        cli = [python, "-m", "accord.api.cli"]
         side_by_side(
             reps + (0 if quick else 2),
             [
@@ -151,7 +151,7 @@ def run(quick: bool, reps: int) -> Section:
         ]
         section.notes.append(
             "Find what a command imports, and what each import costs: "
-            "`python -X importtime -m api.cli task show TASK 2> imports.txt`."
+            "`python -X importtime -m accord.api.cli task show TASK 2> imports.txt`."
         )
     except (RuntimeError, subprocess.TimeoutExpired) as exc:
         section.error = str(exc)

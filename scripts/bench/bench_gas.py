@@ -1,7 +1,7 @@
 """gas: anchoring gas per event, one anchor per 1,000 events against one anchor per event.
 
-A managed `ledger.devnet.Devnet` (anvil from node_modules) on a free port in a tmp dir, a
-fresh `AnchorRegistry` (`ledger.chain.deploy_registry`) and a `Web3AnchorChain` with
+A managed `accord.ledger.devnet.Devnet` (anvil from node_modules) on a free port in a tmp dir, a
+fresh `AnchorRegistry` (`accord.ledger.chain.deploy_registry`) and a `Web3AnchorChain` with
 `DEVNET_OPERATOR_KEY`. A log of real signed events gives the roots. Two logs are anchored on
 the same contract, alternating transaction by transaction:
 
@@ -35,8 +35,8 @@ from _common import (
     temp_root,
 )
 
-from ledger.chain import DEVNET_OPERATOR_KEY, Web3AnchorChain, deploy_registry
-from ledger.devnet import Devnet, find_free_port
+from accord.ledger.chain import DEVNET_OPERATOR_KEY, Web3AnchorChain, deploy_registry
+from accord.ledger.devnet import Devnet, find_free_port
 
 GOAL_CHEAPER = 500
 PER_BATCH = 1_000

@@ -4,7 +4,7 @@ Side by side in each repetition (offline, no chain):
 
 - the signing limit: raw Ed25519 signatures per second (PyNaCl) of 64-byte messages, the
   size of an eddsa-jcs-2022 `hashData`;
-- issuing: `identity.credentials.issue_capability_credential` (build, check, JCS, SHA-256,
+- issuing: `accord.identity.credentials.issue_capability_credential` (build, check, JCS, SHA-256,
   Ed25519) by one operator key to distinct agents, each with its own status-list entry;
 - verifying in one process: `verify_credential` (format, the credential's proof, issuer,
   holder, validity, the status list credential's proof and bit, capability) over the issued
@@ -49,11 +49,11 @@ from _common import (
     timed,
 )
 
-from identity.credentials import issue_capability_credential, verify_credential
-from identity.onboarding import open_onboarding
-from identity.status import StatusList, status_entry, status_list_credential
-from ledger.settings import Settings
-from ledger.signing import Ed25519Signer
+from accord.identity.credentials import issue_capability_credential, verify_credential
+from accord.identity.onboarding import open_onboarding
+from accord.identity.status import StatusList, status_entry, status_list_credential
+from accord.ledger.settings import Settings
+from accord.ledger.signing import Ed25519Signer
 
 CAPABILITY = "arithmetic"
 EXAM_ITEMS = 30

@@ -3,7 +3,7 @@
 Clearing (offline, side by side in each repetition). Setup, untimed: N bidders
 (`Ed25519Signer.generate`), each with a signed commitment and reveal (`sealed.commit_bid`,
 `sealed.reveal_bid`: random price up to the budget, 32-byte salt), an exam score k/30 and a
-reputation (`market.reputation.reputation` of a few random deliveries); a `Task` replayed
+reputation (`accord.market.reputation.reputation` of a few random deliveries); a `Task` replayed
 (`tasks.replay`) from a synthetic `task.posted` + `escrow.opened` pair. Timed:
 
 - the floor: raw Ed25519 verification (PyNaCl `VerifyKey(pk).verify`) of the 2·N signed
@@ -18,13 +18,13 @@ reputation (`market.reputation.reputation` of a few random deliveries); a `Task`
   signature, every commitment re-hashed from its reveal, then `clear_auction` and forfeits;
   this is the goal (what an auditor, and `Market.award`, runs to clear the auction).
 
-The did:key → public key and public key → VerifyKey caches of `ledger.signing` are cleared
+The did:key → public key and public key → VerifyKey caches of `accord.ledger.signing` are cleared
 before every variant that verifies a signature, so each one pays the decoding like an auditor
 replaying a log it has never seen.
 
 Posting (anvil). A managed `Devnet` on a free port in a tmp `ACCORD_HOME`
 (`Settings.from_env({"ACCORD_HOME", "ACCORD_DEVNET_PORT"})`), always stopped; the TaskEscrow
-deployed by `ensure_escrow`, then the market opened as `market.runtime.open_market` does
+deployed by `ensure_escrow`, then the market opened as `accord.market.runtime.open_market` does
 (SQLite ledger anchoring on the same devnet, onboarding, journalled escrow). Alternating task
 by task (rotating the order), one of each untimed first as a warm-up:
 
@@ -53,23 +53,23 @@ from pathlib import Path
 import nacl.signing
 from _common import TIMES, Goal, Measure, Section, progress, run_alone, side_by_side, temp_root
 
-from identity.challenges import REGISTRY
-from ledger import signing
-from ledger.chain import DEVNET_OPERATOR_KEY
-from ledger.devnet import find_free_port
-from ledger.runtime import devnet_for
-from ledger.settings import Settings
-from ledger.signing import Ed25519Signer
-from ledger.store import make_engine
-from market import sealed
-from market.auction import RevealedBid, clear_auction
-from market.escrow import EscrowActions, SqlEscrowJournal, Web3EscrowChain, ensure_escrow
-from market.money import Wei
-from market.reputation import reputation
-from market.runtime import DEVNET_REQUESTER_KEY, ESCROW_DEPLOYMENT_FILE, open_market
-from market.service import AdmittedCommitment, AdmittedReveal, replay_award
-from market.tasks import ESCROW_OPENED, TASK_POSTED, Task, TaskEvent, TaskSpec, replay
-from market.work import Part
+from accord.identity.challenges import REGISTRY
+from accord.ledger import signing
+from accord.ledger.chain import DEVNET_OPERATOR_KEY
+from accord.ledger.devnet import find_free_port
+from accord.ledger.runtime import devnet_for
+from accord.ledger.settings import Settings
+from accord.ledger.signing import Ed25519Signer
+from accord.ledger.store import make_engine
+from accord.market import sealed
+from accord.market.auction import RevealedBid, clear_auction
+from accord.market.escrow import EscrowActions, SqlEscrowJournal, Web3EscrowChain, ensure_escrow
+from accord.market.money import Wei
+from accord.market.reputation import reputation
+from accord.market.runtime import DEVNET_REQUESTER_KEY, ESCROW_DEPLOYMENT_FILE, open_market
+from accord.market.service import AdmittedCommitment, AdmittedReveal, replay_award
+from accord.market.tasks import ESCROW_OPENED, TASK_POSTED, Task, TaskEvent, TaskSpec, replay
+from accord.market.work import Part
 
 BUDGET = Wei(10**18)
 DEPOSIT = Wei(10**15)

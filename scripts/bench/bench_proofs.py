@@ -50,8 +50,8 @@ from _common import (
 from pymerkle import SqliteTree
 from sqlalchemy import select
 
-from ledger import merkle
-from ledger.store import _HEAD, LogStore
+from accord.ledger import merkle
+from accord.ledger.store import _HEAD, LogStore
 
 GOAL_PROOFS_PER_S = 10_000
 GOAL_SIZE = 1_000_000

@@ -46,7 +46,7 @@ where the command exists, once, after the rounds. The goals: p99 ≤ 20 ms for e
 10^6 events, within 1.5 times its 10^4 figure, and ≥ 200 bid commits/s with two processes
 on PostgreSQL.
 
-Beside discovery's route, its query alone: `market.discovery.ranked_page` called in the bench
+Beside discovery's route, its query alone: `accord.market.discovery.ranked_page` called in the bench
 process on its own connection to the home's database (the same capability, need and page of
 50; 200 calls a round), p50 and p99: what the database and the ranking cost without HTTP, the
 service and the views' level check around them.
@@ -95,35 +95,35 @@ from _common import (
 from sqlalchemy import create_engine, insert, text
 from sqlalchemy.engine import make_url
 
-from identity.agents import Agent, AgentRecord
-from identity.challenges import REGISTRY
-from identity.credentials import issue_capability_credential, transcript_reference
-from identity.http_auth import AccordAuth
-from identity.issuance import DEFAULT_VALIDITY, ISSUED_EVENT_KIND, IssuedCredential
-from identity.onboarding import open_onboarding
-from identity.presentations import create_presentation
-from identity.registration import REGISTERED_KIND
-from identity.status import StatusList, status_entry, status_list_credential
-from identity.status_lists import PublishedStatusList
-from ledger.devnet import find_free_port
-from ledger.events import Entry, format_time, make_entry
-from ledger.runtime import (
+from accord.identity.agents import Agent, AgentRecord
+from accord.identity.challenges import REGISTRY
+from accord.identity.credentials import issue_capability_credential, transcript_reference
+from accord.identity.http_auth import AccordAuth
+from accord.identity.issuance import DEFAULT_VALIDITY, ISSUED_EVENT_KIND, IssuedCredential
+from accord.identity.onboarding import open_onboarding
+from accord.identity.presentations import create_presentation
+from accord.identity.registration import REGISTERED_KIND
+from accord.identity.status import StatusList, status_entry, status_list_credential
+from accord.identity.status_lists import PublishedStatusList
+from accord.ledger.devnet import find_free_port
+from accord.ledger.events import Entry, format_time, make_entry
+from accord.ledger.runtime import (
     OPERATOR_KEYFILE,
     devnet_for,
     open_ledger,
     prepare_home,
 )
-from ledger.settings import Settings
-from ledger.signing import Ed25519Signer, load_or_create_keyfile
-from ledger.store import make_engine
-from market import sealed
-from market.discovery import ranked_page
-from market.escrow import address_of
-from market.money import Wei
-from market.projections import read_views
-from market.runtime import DEVNET_REQUESTER_KEY
-from market.tasks import BID_COMMITTED, ESCROW_OPENED, TASK_POSTED, TaskSpec
-from market.work import Part
+from accord.ledger.settings import Settings
+from accord.ledger.signing import Ed25519Signer, load_or_create_keyfile
+from accord.ledger.store import make_engine
+from accord.market import sealed
+from accord.market.discovery import ranked_page
+from accord.market.escrow import address_of
+from accord.market.money import Wei
+from accord.market.projections import read_views
+from accord.market.runtime import DEVNET_REQUESTER_KEY
+from accord.market.tasks import BID_COMMITTED, ESCROW_OPENED, TASK_POSTED, TaskSpec
+from accord.market.work import Part
 
 HERE = Path(__file__).resolve().parent
 PG_ENV = "ACCORD_TEST_PG_URL"
@@ -507,7 +507,7 @@ def accord_cli(home: Home, *args: str, timeout: float = CLI_TIMEOUT_S) -> tuple[
     start = time.perf_counter()
     try:
         done = subprocess.run(
-            [sys.executable, "-m", "api.cli", *args],
+            [sys.executable, "-m", "accord.api.cli", *args],
             env=env, capture_output=True, text=True, timeout=timeout,
         )  # fmt: skip
     except subprocess.TimeoutExpired:

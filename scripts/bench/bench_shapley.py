@@ -7,10 +7,10 @@ function `game(frozenset) -> Fraction` is evaluated, once per coalition, by both
 
 Exact, n = 8, 12, 16 (side by side in each repetition, rotating the order):
 
-- `market.shapley.shapley(players, game)`: 2^n evaluations, exact `Fraction` values (its sums
+- `accord.market.shapley.shapley(players, game)`: 2^n evaluations, exact `Fraction` values (its sums
   run in numpy int64 arrays at n = 10 to 13 when numpy is installed and they fit, as here: shap
   needs numpy);
-- the same with numpy hidden from it (`market.shapley._numpy` patched to None): the sums in
+- the same with numpy hidden from it (`accord.market.shapley._numpy` patched to None): the sums in
   Python integers only, as on an install without numpy;
 - v alone: the 2^n calls of the game on coalitions made beforehand, the collector paused, in
   the same rotation: the floor both sides share, and a CPU probe of the machine's speed;
@@ -43,8 +43,8 @@ from unittest import mock
 
 from _common import TIMES, Goal, Measure, Section, progress, run_alone, side_by_side
 
-from market import shapley as shapley_module
-from market.shapley import shapley
+from accord.market import shapley as shapley_module
+from accord.market.shapley import shapley
 
 GOAL_SPEEDUP = 2.0
 GOAL_AGREEMENT = 1e-9

@@ -55,21 +55,26 @@ from typing import Any
 
 from _common import Goal, Measure, Section, run_alone, side_by_side, temp_root
 
-import coordinator.runner as runner_module
-from coordinator.adapters import InProcessAdapter, solve_task
-from coordinator.conversation import Message
-from coordinator.policy import Member, RulePolicy, TeamView
-from coordinator.repetition import message_bytes, repeated_fraction, text_of
-from coordinator.runner import CONVERSATION_MESSAGE, CONVERSATION_OPENED, RunSettings, TeamRunner
-from coordinator.team import plan_work
-from coordinator.work import JSON, SubTask
-from identity.challenges import REGISTRY, validate_output, work_item
-from ledger.events import Entry
-from ledger.runtime import open_ledger
-from ledger.service import Ledger
-from ledger.settings import Settings
-from ledger.signing import Ed25519Signer
-from market.work import attach_files, resolve_files
+import accord.coordinator.runner as runner_module
+from accord.coordinator.adapters import InProcessAdapter, solve_task
+from accord.coordinator.conversation import Message
+from accord.coordinator.policy import Member, RulePolicy, TeamView
+from accord.coordinator.repetition import message_bytes, repeated_fraction, text_of
+from accord.coordinator.runner import (
+    CONVERSATION_MESSAGE,
+    CONVERSATION_OPENED,
+    RunSettings,
+    TeamRunner,
+)
+from accord.coordinator.team import plan_work
+from accord.coordinator.work import JSON, SubTask
+from accord.identity.challenges import REGISTRY, validate_output, work_item
+from accord.ledger.events import Entry
+from accord.ledger.runtime import open_ledger
+from accord.ledger.service import Ledger
+from accord.ledger.settings import Settings
+from accord.ledger.signing import Ed25519Signer
+from accord.market.work import attach_files, resolve_files
 
 CAPABILITIES = ("arithmetic", "extraction", "retrieval")
 TITLE = "a benchmark task"

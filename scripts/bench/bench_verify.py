@@ -1,4 +1,4 @@
-"""verify: entries per second through `ledger.verify.verify_log(store, operator_did, None)`.
+"""verify: entries per second through `accord.ledger.verify.verify_log(store, operator_did, None)`.
 
 One log of signed events (8 actors, `make_entry` + `append_batch` of 1,000) with a signed
 checkpoint at its head, on SQLite in a tmp dir. Side by side in each repetition:
@@ -34,10 +34,10 @@ from _common import (
     timed,
 )
 
-from ledger.checkpoint import take_checkpoint
-from ledger.events import Entry
-from ledger.signing import Ed25519Signer, public_key_from_did
-from ledger.verify import verify_log
+from accord.ledger.checkpoint import take_checkpoint
+from accord.ledger.events import Entry
+from accord.ledger.signing import Ed25519Signer, public_key_from_did
+from accord.ledger.verify import verify_log
 
 GOAL_ENTRIES_PER_S = 10_000
 

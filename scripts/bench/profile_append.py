@@ -22,7 +22,7 @@ from typing import Any
 from _common import BATCH, EventMaker, console, new_store, parser, temp_root
 from sqlalchemy import event
 
-from ledger.events import Entry
+from accord.ledger.events import Entry
 
 
 def one_log(folder: Path, presigned: list[Entry]) -> dict[str, float]:

@@ -8,12 +8,12 @@ import pytest
 
 import accord
 from accord import Home
-from audit.checks import AuditReport
-from ledger.errors import QueryError
-from market.checks import CheckResult
-from market.deliverable import Deliverable
-from market.errors import SettlementError, TaskError
-from market.tasks import Task
+from accord.audit.checks import AuditReport
+from accord.ledger.errors import QueryError
+from accord.market.checks import CheckResult
+from accord.market.deliverable import Deliverable
+from accord.market.errors import SettlementError, TaskError
+from accord.market.tasks import Task
 from tests.audit.conftest import World, build_world
 from tests.specs import invoice_spec, single_part_spec
 

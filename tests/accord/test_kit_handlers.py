@@ -8,17 +8,17 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from accord.kit.handlers import CallableRuntime, HandlerError, handler_from_spec
-from api.cli import app as cli_app
-from identity.challenges import reference
-from identity.runtimes import (
+from accord.api.cli import app as cli_app
+from accord.identity.challenges import reference
+from accord.identity.runtimes import (
     AgentRuntimeError,
     CommandRuntime,
     HttpRuntime,
     ReferenceRuntime,
     exam_item,
 )
-from ledger.signing import Ed25519Signer
+from accord.kit.handlers import CallableRuntime, HandlerError, handler_from_spec
+from accord.ledger.signing import Ed25519Signer
 from tests.identity.test_a2a_runtime import a2a_agent
 
 ITEM = {

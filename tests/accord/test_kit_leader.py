@@ -14,16 +14,16 @@ from typing import Any
 import httpx
 import pytest
 
+from accord.api.client import AccordClient, ApiError
+from accord.audit.checks import audit_task
+from accord.identity.http_auth import AccordAuth
+from accord.identity.runtimes import ReferenceRuntime
 from accord.kit.agent import KitAgent, fixed_price, load_eth_key, load_key
-from api.client import AccordClient, ApiError
-from audit.checks import audit_task
-from identity.http_auth import AccordAuth
-from identity.runtimes import ReferenceRuntime
-from ledger.events import Entry
-from market.lifecycle import run_due
-from market.money import Wei
-from market.runtime import MarketContext
-from market.tasks import SETTLEMENT_COMPUTED
+from accord.ledger.events import Entry
+from accord.market.lifecycle import run_due
+from accord.market.money import Wei
+from accord.market.runtime import MarketContext
+from accord.market.tasks import SETTLEMENT_COMPUTED
 from tests.served_world import CAPABILITIES, open_world
 from tests.specs import invoice_request
 
@@ -279,8 +279,8 @@ def test_illegal_team_entries_are_refused_and_nothing_is_logged(
     size = store.size()
     # A delivery that is not what the team concluded, or whose hash is not its document's.
     document = {"task": task_id, "parts": []}
-    from ledger.canonical import canonical_json
-    from market.blobs import sha256_hex
+    from accord.ledger.canonical import canonical_json
+    from accord.market.blobs import sha256_hex
 
     body = {
         "task_id": task_id,
@@ -310,7 +310,7 @@ def test_a_report_names_only_outputs_the_service_holds(
     won: tuple[dict[str, Any], KitAgent, KitAgent, str],
 ) -> None:
     world, kai, kim, task_id = won
-    from ledger.sealing import seal
+    from accord.ledger.sealing import seal
 
     kai.client.post(
         f"/tasks/{task_id}/work",
@@ -336,9 +336,9 @@ def test_a_winner_holds_unreported_outputs_only_within_a_quota(
     """Sealed outputs no report names are held under a quota (then expire): a stranger who
     wins a task cannot fill the service's disk."""
     _, kai, _, task_id = won
-    from coordinator import contract_work
-    from ledger.sealing import seal
-    from market.blobs import FileQuota
+    from accord.coordinator import contract_work
+    from accord.ledger.sealing import seal
+    from accord.market.blobs import FileQuota
 
     monkeypatch.setattr(contract_work, "SEALED_QUOTA", FileQuota(files_per_caller=2))
     kai.client.post(
@@ -356,8 +356,8 @@ def test_the_service_runs_no_team_for_a_self_custody_winner(
     won: tuple[dict[str, Any], KitAgent, KitAgent, str],
 ) -> None:
     world, _, _, task_id = won
-    from coordinator.errors import TeamError
-    from coordinator.service import run_awarded_task
+    from accord.coordinator.errors import TeamError
+    from accord.coordinator.service import run_awarded_task
 
     with pytest.raises(TeamError, match="keeps its own key"):
         run_awarded_task(world["context"], task_id)
@@ -368,9 +368,9 @@ def test_the_kit_answers_only_calls_signed_by_the_operator_or_a_leader(
     won: tuple[dict[str, Any], KitAgent, KitAgent, str],
 ) -> None:
     world, kai, kim, task_id = won
-    from identity.http_auth import AccordAuth as SignedBy
-    from identity.http_signatures import CALL_TAG
-    from ledger.signing import Ed25519Signer
+    from accord.identity.http_auth import AccordAuth as SignedBy
+    from accord.identity.http_signatures import CALL_TAG
+    from accord.ledger.signing import Ed25519Signer
 
     assert kim.server is not None
     run = f"{kim.server.url}/run"

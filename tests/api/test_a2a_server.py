@@ -46,15 +46,15 @@ from a2a.utils.errors import (
 from google.protobuf import struct_pb2
 from google.protobuf.json_format import MessageToDict, ParseDict
 
-from api.a2a import StreamLimits, a2a_router
-from coordinator.service import run_awarded_task
-from identity.http_auth import AccordAuth
-from ledger.signing import Ed25519Signer
-from market.money import Wei, parse_amount
-from market.sealed import commit_bid, reveal_bid
-from market.settlement import settle_task
-from market.tasks import TASK_POSTED, TaskSpec
-from market.tasks import Part as SpecPart
+from accord.api.a2a import StreamLimits, a2a_router
+from accord.coordinator.service import run_awarded_task
+from accord.identity.http_auth import AccordAuth
+from accord.ledger.signing import Ed25519Signer
+from accord.market.money import Wei, parse_amount
+from accord.market.sealed import commit_bid, reveal_bid
+from accord.market.settlement import settle_task
+from accord.market.tasks import TASK_POSTED, TaskSpec
+from accord.market.tasks import Part as SpecPart
 from tests.api.test_app import PART, SALT, World, build_world
 from tests.serving import serve
 

@@ -13,21 +13,21 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from api.app import create_app
-from api.routes.deps import ApiConfig
-from identity.agent_cards import card_did, verify_card
-from identity.challenges import REGISTRY
-from identity.http_auth import AccordAuth
-from identity.http_signatures import sign_request
-from identity.onboarding import Onboarding
-from identity.presentations import create_presentation
-from ledger.chain import DEVNET_OPERATOR_KEY, MemoryAnchorChain
-from ledger.settings import Settings
-from ledger.signing import Ed25519Signer
-from market.escrow import MemoryEscrowChain
-from market.money import Wei
-from market.runtime import MarketContext
-from market.sealed import commit_bid, reveal_bid
+from accord.api.app import create_app
+from accord.api.routes.deps import ApiConfig
+from accord.identity.agent_cards import card_did, verify_card
+from accord.identity.challenges import REGISTRY
+from accord.identity.http_auth import AccordAuth
+from accord.identity.http_signatures import sign_request
+from accord.identity.onboarding import Onboarding
+from accord.identity.presentations import create_presentation
+from accord.ledger.chain import DEVNET_OPERATOR_KEY, MemoryAnchorChain
+from accord.ledger.settings import Settings
+from accord.ledger.signing import Ed25519Signer
+from accord.market.escrow import MemoryEscrowChain
+from accord.market.money import Wei
+from accord.market.runtime import MarketContext
+from accord.market.sealed import commit_bid, reveal_bid
 from tests.audit.conftest import open_world
 from tests.clocks import Clock
 

@@ -30,10 +30,10 @@ from http_message_signatures import (
     algorithms,
 )
 
-from api.auth import RateLimiter
-from api.routes.deps import ApiConfig
-from identity.http_auth import AccordAuth
-from identity.http_signatures import (
+from accord.api.auth import RateLimiter
+from accord.api.routes.deps import ApiConfig
+from accord.identity.http_auth import AccordAuth
+from accord.identity.http_signatures import (
     SIGNATURE_HEADER,
     SIGNATURE_INPUT_HEADER,
     AuthError,
@@ -54,9 +54,9 @@ from identity.http_signatures import (
     signature_base,
     verify_request,
 )
-from identity.presentations import create_presentation
-from identity.structured_fields import parse_dictionary
-from ledger.signing import Ed25519Signer
+from accord.identity.presentations import create_presentation
+from accord.identity.structured_fields import parse_dictionary
+from accord.ledger.signing import Ed25519Signer
 from tests.api.test_app import (
     PART,
     World,
@@ -440,8 +440,8 @@ def test_token_bucket() -> None:
 
 def test_sql_nonces_refuse_a_replay_across_workers(tmp_path: Any) -> None:
     """Two workers share the service's database: a nonce used at one is refused at the other."""
-    from api.auth import SqlRequestNonces
-    from ledger.store import make_engine
+    from accord.api.auth import SqlRequestNonces
+    from accord.ledger.store import make_engine
 
     engine = make_engine(f"sqlite:///{tmp_path / 'shared.db'}")
     worker_a, worker_b = SqlRequestNonces(engine, 300), SqlRequestNonces(engine, 300)

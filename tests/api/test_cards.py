@@ -25,20 +25,20 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from fastapi.testclient import TestClient
 from google.protobuf.json_format import ParseDict
 
-from api.app import create_app
-from api.cards import A2A_PATH, SECURITY_SCHEME
-from api.routes.deps import ApiConfig
-from identity.agent_cards import (
+from accord.api.app import create_app
+from accord.api.cards import A2A_PATH, SECURITY_SCHEME
+from accord.api.routes.deps import ApiConfig
+from accord.identity.agent_cards import (
     DID_EXTENSION,
     SKILL_SCHEMAS_EXTENSION,
     card_did,
     card_payload,
     verify_card,
 )
-from identity.challenges import REGISTRY
-from identity.errors import AgentCardError, JwsError
-from identity.jws import sign_detached, verify_detached
-from ledger.signing import Ed25519Signer, b64url, public_key_from_did
+from accord.identity.challenges import REGISTRY
+from accord.identity.errors import AgentCardError, JwsError
+from accord.identity.jws import sign_detached, verify_detached
+from accord.ledger.signing import Ed25519Signer, b64url, public_key_from_did
 from tests.audit.conftest import World, open_world
 from tests.serving import serve
 
@@ -268,7 +268,7 @@ def test_the_jws_checklist(make: Callable[[str, Ed25519Signer], str], step: str)
 def test_the_service_card_needs_no_open_market(tmp_path: Path) -> None:
     """The card is served with the chain away: only the operator's key is read."""
     env = {"ACCORD_HOME": str(tmp_path / "home"), "ACCORD_RPC_URL": "http://127.0.0.1:9"}
-    from ledger.settings import Settings
+    from accord.ledger.settings import Settings
 
     card = TestClient(create_app(Settings.from_env(env))).get("/.well-known/agent-card.json")
     assert card.status_code == 200

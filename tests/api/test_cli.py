@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from ledger.devnet import find_free_port
+from accord.ledger.devnet import find_free_port
 from tests.accord_cli import AccordCli
 
 pytestmark = pytest.mark.devnet
@@ -83,7 +83,7 @@ def test_show_proof_and_bad_input(accord: AccordCli) -> None:
 
 
 def test_append_as_another_key(accord: AccordCli, tmp_path: Path) -> None:
-    from ledger.signing import Ed25519Signer, write_keyfile
+    from accord.ledger.signing import Ed25519Signer, write_keyfile
 
     agent = Ed25519Signer.generate()
     keyfile = tmp_path / "agent.json"

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from ledger.devnet import find_free_port
+from accord.ledger.devnet import find_free_port
 from tests.accord_cli import cli_environ, run_accord
 
 

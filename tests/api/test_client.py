@@ -1,4 +1,4 @@
-"""`api.client` and the CLI's `--server URL`: uvicorn on 127.0.0.1 over an in-memory world
+"""`accord.api.client` and the CLI's `--server URL`: uvicorn on 127.0.0.1 over an in-memory world
 (a posted task with bids, a logged team conversation); each read command run with `--server`
 through typer's CliRunner prints exactly what the same command prints from the local store."""
 
@@ -11,12 +11,12 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from api import coordinator_cli, market_cli
-from api.cli import app
-from api.client import AccordClient, ApiError
-from ledger.devnet import find_free_port
-from ledger.settings import Settings
-from market.runtime import MarketContext
+from accord.api import coordinator_cli, market_cli
+from accord.api.cli import app
+from accord.api.client import AccordClient, ApiError
+from accord.ledger.devnet import find_free_port
+from accord.ledger.settings import Settings
+from accord.market.runtime import MarketContext
 from tests.api.test_app import World, build_world, commitment_json
 from tests.api.test_stream import part_tuples, team_runner
 from tests.serving import serve

@@ -1,5 +1,5 @@
 """The CLI's exit status of an expected failure comes from the status the service answers it
-with (`api.problems.domain_problem`): 2 when the request is at fault (400, 404, 413, 422),
+with (`accord.api.problems.domain_problem`): 2 when the request is at fault (400, 404, 413, 422),
 1 for every other failure. No command maps class names to codes."""
 
 from __future__ import annotations
@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 import typer
 
-from api.market_cli import read_market
-from api.output import BAD_INPUT_STATUSES, exit_code, exit_code_of
-from api.problems import domain_problem
-from identity.errors import CredentialError, KeyStoreError, RateLimitedError, RegistryError
-from ledger.errors import (
+from accord.api.market_cli import read_market
+from accord.api.output import BAD_INPUT_STATUSES, exit_code, exit_code_of
+from accord.api.problems import domain_problem
+from accord.identity.errors import CredentialError, KeyStoreError, RateLimitedError, RegistryError
+from accord.ledger.errors import (
     AccordError,
     ChainUnavailableError,
     MalformedError,
@@ -23,10 +23,10 @@ from ledger.errors import (
     SequenceError,
     StoreError,
 )
-from ledger.runtime import open_store
-from ledger.settings import Settings
-from market.blobs import BlobError, MissingBlob, QuotaExceeded
-from market.errors import (
+from accord.ledger.runtime import open_store
+from accord.ledger.settings import Settings
+from accord.market.blobs import BlobError, MissingBlob, QuotaExceeded
+from accord.market.errors import (
     AmountError,
     AuctionError,
     BidRejected,

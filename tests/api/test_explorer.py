@@ -18,22 +18,22 @@ import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
-from api.explorer import ExplorerContext, eth, explorer_router, render_task
-from audit.checks import audit_task
-from audit.html import percent
-from coordinator.service import conversation_ids, run_awarded_task
-from identity.onboarding import open_onboarding
-from ledger import merkle
-from ledger.chain import DEVNET_OPERATOR_KEY, MemoryAnchorChain
-from ledger.runtime import open_ledger
-from ledger.settings import Settings
-from market.escrow import EscrowActions, MemoryEscrowChain, MemoryEscrowJournal, address_of
-from market.money import parse_amount
-from market.runtime import DEVNET_REQUESTER_KEY, ChainEscrow, MarketContext
-from market.sealed import commit_bid, reveal_bid
-from market.service import Market
-from market.settlement import settle_task
-from market.strategies import cost_plus_margin
+from accord.api.explorer import ExplorerContext, eth, explorer_router, render_task
+from accord.audit.checks import audit_task
+from accord.audit.html import percent
+from accord.coordinator.service import conversation_ids, run_awarded_task
+from accord.identity.onboarding import open_onboarding
+from accord.ledger import merkle
+from accord.ledger.chain import DEVNET_OPERATOR_KEY, MemoryAnchorChain
+from accord.ledger.runtime import open_ledger
+from accord.ledger.settings import Settings
+from accord.market.escrow import EscrowActions, MemoryEscrowChain, MemoryEscrowJournal, address_of
+from accord.market.money import parse_amount
+from accord.market.runtime import DEVNET_REQUESTER_KEY, ChainEscrow, MarketContext
+from accord.market.sealed import commit_bid, reveal_bid
+from accord.market.service import Market
+from accord.market.settlement import settle_task
+from accord.market.strategies import cost_plus_margin
 from tests.audit.conftest import assert_deliverable_section
 from tests.clocks import Clock
 from tests.serving import serve

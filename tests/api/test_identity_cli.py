@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from identity.challenges import get_capability, validate_input, validate_output
+from accord.identity.challenges import get_capability, validate_input, validate_output
 from tests.accord_cli import AccordCli
 
 

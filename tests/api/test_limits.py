@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from api.market_cli import parse_duration
-from identity.http_auth import AccordAuth
-from market.errors import LimitError, TaskError, TransitionError
-from market.money import MAX_WEI, parse_amount, wei
-from market.tasks import TASK_CANCELLED, TASK_POSTED, TaskSpec
-from market.work import Part
+from accord.api.market_cli import parse_duration
+from accord.identity.http_auth import AccordAuth
+from accord.market.errors import LimitError, TaskError, TransitionError
+from accord.market.money import MAX_WEI, parse_amount, wei
+from accord.market.tasks import TASK_CANCELLED, TASK_POSTED, TaskSpec
+from accord.market.work import Part
 from tests.api.test_app import World, assert_problem, build_world, post_task
 
 HUGE = [str(10**80), str(2**256), str(2**256 - 1), str(MAX_WEI + 1), "1" + "0" * 200]

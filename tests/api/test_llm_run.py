@@ -14,11 +14,11 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from coordinator.errors import PolicyError
-from coordinator.llm_policy import MODEL_VARIABLE, LLMPolicy, leader_policy
-from coordinator.policy import RulePolicy
-from identity.chat import OpenAIChat
-from identity.http_auth import AccordAuth
+from accord.coordinator.errors import PolicyError
+from accord.coordinator.llm_policy import MODEL_VARIABLE, LLMPolicy, leader_policy
+from accord.coordinator.policy import RulePolicy
+from accord.identity.chat import OpenAIChat
+from accord.identity.http_auth import AccordAuth
 from tests.api.test_app import (
     World,
     assert_problem,

@@ -1,11 +1,11 @@
-"""The shared formatting of `api.output`: counts that agree with their number, and amounts a
+"""The shared formatting of `accord.api.output`: counts that agree with their number, and amounts a
 person reads at a glance (the exact wei stay in `--json`)."""
 
 from __future__ import annotations
 
 import pytest
 
-from api.output import amount, amounts, duration, plural
+from accord.api.output import amount, amounts, duration, plural
 
 
 @pytest.mark.parametrize(

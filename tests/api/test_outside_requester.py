@@ -6,8 +6,8 @@ anvil devnet managed by accord (`tests.integration.anvil_world`), with one clock
 (no waiting for windows). Each requester is a fresh did:key with a fresh Ethereum account
 funded from one of anvil's default accounts; it prepares, signs and posts through
 `accord.kit.Requester` (or raw signed httpx), deposits with `accord.kit.Wallet`, and the market's
-lifecycle round (`market.lifecycle.run_due`) sees the deposit, or refuses a deposit that is not
-the task's.
+lifecycle round (`accord.market.lifecycle.run_due`) sees the deposit, or refuses a deposit that is
+not the task's.
 """
 
 from __future__ import annotations
@@ -36,25 +36,25 @@ from google.protobuf import struct_pb2
 from google.protobuf.json_format import ParseDict
 from typer.testing import CliRunner
 
+from accord.api.app import create_app
+from accord.api.cli import app as cli_app
+from accord.api.client import AccordClient, ApiError
+from accord.api.routes.deps import ApiConfig
+from accord.coordinator.service import run_awarded_task
+from accord.identity.http_auth import AccordAuth
 from accord.kit import Requester, Wallet
 from accord.kit.wallet import write_key_file
-from api.app import create_app
-from api.cli import app as cli_app
-from api.client import AccordClient, ApiError
-from api.routes.deps import ApiConfig
-from coordinator.service import run_awarded_task
-from identity.http_auth import AccordAuth
-from ledger.chain import make_web3
-from ledger.contracts import load_artifact
-from ledger.devnet import find_free_port
-from ledger.events import Entry, format_time, make_entry, parse_time
-from ledger.runtime import devnet_for
-from ledger.signing import Ed25519Signer, write_keyfile
-from market.escrow import ESCROW_CONTRACT, EscrowRefusedError, open_intent, task_id_hash
-from market.lifecycle import run_due
-from market.money import Wei
-from market.sealed import commit_bid, reveal_bid
-from market.tasks import TASK_POSTED
+from accord.ledger.chain import make_web3
+from accord.ledger.contracts import load_artifact
+from accord.ledger.devnet import find_free_port
+from accord.ledger.events import Entry, format_time, make_entry, parse_time
+from accord.ledger.runtime import devnet_for
+from accord.ledger.signing import Ed25519Signer, write_keyfile
+from accord.market.escrow import ESCROW_CONTRACT, EscrowRefusedError, open_intent, task_id_hash
+from accord.market.lifecycle import run_due
+from accord.market.money import Wei
+from accord.market.sealed import commit_bid, reveal_bid
+from accord.market.tasks import TASK_POSTED
 from tests.api.test_a2a_server import a2a_client, accord
 from tests.api.test_app import PART, SALT, assert_problem
 from tests.audit.conftest import World

@@ -1,4 +1,4 @@
-"""The problem handlers of the service (`api.problems`) for a database that is away: a
+"""The problem handlers of the service (`accord.api.problems`) for a database that is away: a
 request whose database is unreachable, or whose connection the server cut, answers 503
 problem+json with Retry-After and without the driver's text, never a bare 500."""
 
@@ -12,9 +12,9 @@ from fastapi.testclient import TestClient
 from httpx import Response
 from sqlalchemy import create_engine, text
 
-from api.problems import PROBLEM_MEDIA_TYPE, install_problem_handlers
-from ledger.devnet import find_free_port
-from ledger.store import make_engine
+from accord.api.problems import PROBLEM_MEDIA_TYPE, install_problem_handlers
+from accord.ledger.devnet import find_free_port
+from accord.ledger.store import make_engine
 from tests.ledger.conftest import PG_ENV, PG_SKIP_REASON
 
 

@@ -10,11 +10,11 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import func, select
 
-from api.auth import PurgeSchedule, SqlRequestNonces
-from api.routes.deps import ApiConfig
-from identity.http_auth import AccordAuth
-from identity.presentations import IdentityNonce
-from ledger.signing import Ed25519Signer
+from accord.api.auth import PurgeSchedule, SqlRequestNonces
+from accord.api.routes.deps import ApiConfig
+from accord.identity.http_auth import AccordAuth
+from accord.identity.presentations import IdentityNonce
+from accord.ledger.signing import Ed25519Signer
 from tests.api.test_app import World, build_world
 
 _NONCES = IdentityNonce.__table__  # type: ignore[attr-defined]

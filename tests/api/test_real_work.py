@@ -21,21 +21,21 @@ from typing import Any
 import httpx
 import pytest
 
-from api.app import create_app
-from api.routes.deps import ApiConfig
-from audit.checks import audit_task
-from audit.forgery import change_output, forge_copy
-from identity.http_auth import AccordAuth
-from ledger.chain import AnchorChain
-from ledger.devnet import find_free_port
-from ledger.runtime import devnet_for
-from ledger.sealing import seal
-from ledger.settings import Settings
-from ledger.signing import Signer
-from ledger.store import LogStore, make_engine
-from market.money import Wei
-from market.runtime import MarketContext, open_market
-from market.sealed import commit_bid, reveal_bid
+from accord.api.app import create_app
+from accord.api.routes.deps import ApiConfig
+from accord.audit.checks import audit_task
+from accord.audit.forgery import change_output, forge_copy
+from accord.identity.http_auth import AccordAuth
+from accord.ledger.chain import AnchorChain
+from accord.ledger.devnet import find_free_port
+from accord.ledger.runtime import devnet_for
+from accord.ledger.sealing import seal
+from accord.ledger.settings import Settings
+from accord.ledger.signing import Signer
+from accord.ledger.store import LogStore, make_engine
+from accord.market.money import Wei
+from accord.market.runtime import MarketContext, open_market
+from accord.market.sealed import commit_bid, reveal_bid
 from tests.clocks import advance_clock_file
 from tests.serving import serve
 from tests.specs import INVOICE_PATH, invoice_request

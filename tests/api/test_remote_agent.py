@@ -26,23 +26,23 @@ from typing import Any
 import httpx
 import pytest
 
-from audit.checks import audit_task
-from coordinator.runner import CONVERSATION_MESSAGE
-from coordinator.service import run_awarded_task
-from identity.challenges import REGISTRY
-from identity.http_auth import AccordAuth
-from identity.http_signatures import CALL_TAG, sign_request
-from identity.runtimes import HttpRuntime
-from ledger.canonical import canonical_json
-from ledger.devnet import find_free_port
-from ledger.events import Event, format_time, make_entry
-from ledger.sealing import seal
-from ledger.signing import Ed25519Signer
-from market.lifecycle import Done, Due, run_due
-from market.money import Wei
-from market.runtime import MarketContext
-from market.sealed import commit_bid, reveal_bid
-from market.settlement import settle_task
+from accord.audit.checks import audit_task
+from accord.coordinator.runner import CONVERSATION_MESSAGE
+from accord.coordinator.service import run_awarded_task
+from accord.identity.challenges import REGISTRY
+from accord.identity.http_auth import AccordAuth
+from accord.identity.http_signatures import CALL_TAG, sign_request
+from accord.identity.runtimes import HttpRuntime
+from accord.ledger.canonical import canonical_json
+from accord.ledger.devnet import find_free_port
+from accord.ledger.events import Event, format_time, make_entry
+from accord.ledger.sealing import seal
+from accord.ledger.signing import Ed25519Signer
+from accord.market.lifecycle import Done, Due, run_due
+from accord.market.money import Wei
+from accord.market.runtime import MarketContext
+from accord.market.sealed import commit_bid, reveal_bid
+from accord.market.settlement import settle_task
 from tests.processes import JsonLines, stop_process
 from tests.served_world import CAPABILITIES, open_world, real_clock
 from tests.specs import invoice_request
@@ -73,7 +73,7 @@ def remote_agent_argv(world: dict[str, Any], port: int) -> list[str]:
     return [
         sys.executable,
         "-m",
-        "api.cli",
+        "accord.api.cli",
         "agent",
         "run",
         "--allow-private",

@@ -15,8 +15,8 @@ import schemathesis
 from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, given, settings
 
-from api.app import create_app
-from ledger.settings import Settings
+from accord.api.app import create_app
+from accord.ledger.settings import Settings
 from tests.api.test_app import World, build_world, post_task
 
 _OFFLINE = create_app(Settings.from_env({"ACCORD_HOME": str(Path("/nonexistent/accord"))}))

@@ -14,13 +14,13 @@ from typing import Any
 import httpx
 import pytest
 
-from coordinator.adapters import reference_adapter
-from coordinator.conversation import Conversation, message_to_json
-from coordinator.policy import Member, RulePolicy
-from coordinator.runner import CONVERSATION_OPENED, RunSettings, TeamRunner
-from coordinator.service import conversation_ids, replay_conversation
-from coordinator.work import JSON, AgentAdapter, SubTask
-from ledger.signing import Ed25519Signer
+from accord.coordinator.adapters import reference_adapter
+from accord.coordinator.conversation import Conversation, message_to_json
+from accord.coordinator.policy import Member, RulePolicy
+from accord.coordinator.runner import CONVERSATION_OPENED, RunSettings, TeamRunner
+from accord.coordinator.service import conversation_ids, replay_conversation
+from accord.coordinator.work import JSON, AgentAdapter, SubTask
+from accord.ledger.signing import Ed25519Signer
 from tests.api.test_app import World, build_world
 from tests.serving import serve
 from tests.specs import invoice_parts

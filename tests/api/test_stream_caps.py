@@ -15,12 +15,12 @@ from typing import Any
 import httpx
 import pytest
 
-from api.routes.deps import ApiConfig, ApiState
-from api.streams import StreamSlots
-from coordinator.runner import CONVERSATION_OPENED
-from identity.http_auth import AccordAuth
-from ledger.signing import Ed25519Signer, Signer
-from market.tasks import TASK_POSTED
+from accord.api.routes.deps import ApiConfig, ApiState
+from accord.api.streams import StreamSlots
+from accord.coordinator.runner import CONVERSATION_OPENED
+from accord.identity.http_auth import AccordAuth
+from accord.ledger.signing import Ed25519Signer, Signer
+from accord.market.tasks import TASK_POSTED
 from tests.api.test_app import FIGURES, World, assert_problem, build_world
 from tests.serving import serve
 

@@ -15,13 +15,13 @@ from typing import Any
 import httpx
 import pytest
 
-from api.routes.deps import ApiConfig
-from identity.http_auth import AccordAuth
-from ledger.signing import Ed25519Signer, Signer
-from market.blobs import FileQuota, MissingBlob, sha256_hex
-from market.errors import WorkError
-from market.runtime import DEVNET_REQUESTER_KEY
-from market.tasks import TASK_POSTED
+from accord.api.routes.deps import ApiConfig
+from accord.identity.http_auth import AccordAuth
+from accord.ledger.signing import Ed25519Signer, Signer
+from accord.market.blobs import FileQuota, MissingBlob, sha256_hex
+from accord.market.errors import WorkError
+from accord.market.runtime import DEVNET_REQUESTER_KEY
+from accord.market.tasks import TASK_POSTED
 from tests.api.test_app import World, assert_problem, build_world
 from tests.serving import serve
 
@@ -145,7 +145,7 @@ def test_the_bytes_all_callers_hold_unnamed_are_bounded(world: World) -> None:
 
 
 def test_a_file_over_the_size_limit_is_413(world: World) -> None:
-    from market.work import MAX_FILE_BYTES
+    from accord.market.work import MAX_FILE_BYTES
 
     before = stored(world)
     with service(world) as url:

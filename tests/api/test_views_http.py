@@ -14,14 +14,14 @@ import pytest
 from fastapi.testclient import TestClient
 from typer.testing import CliRunner
 
-from api.cli import app as cli_app
-from api.client import AccordClient
-from coordinator.service import directory_for, directory_of, discover
-from coordinator.team import form_team, rank_candidates
-from ledger.errors import QueryError
-from ledger.views import encode_cursor, view_rows
-from market.discovery import fraction_text
-from market.projections import read_views
+from accord.api.cli import app as cli_app
+from accord.api.client import AccordClient
+from accord.coordinator.service import directory_for, directory_of, discover
+from accord.coordinator.team import form_team, rank_candidates
+from accord.ledger.errors import QueryError
+from accord.ledger.views import encode_cursor, view_rows
+from accord.market.discovery import fraction_text
+from accord.market.projections import read_views
 from tests.api.test_app import World, assert_problem, build_world, post_task
 
 

@@ -24,25 +24,25 @@ from typing import Any, Literal
 
 import pytest
 
-from coordinator.service import run_awarded_task
-from identity.agents import AgentRecord
-from identity.onboarding import Onboarding, open_onboarding
-from ledger.anchoring import Anchorer
-from ledger.chain import DEVNET_OPERATOR_KEY, MemoryAnchorChain
-from ledger.checkpoint import take_checkpoint
-from ledger.events import Entry, Event, sign_event
-from ledger.runtime import open_store, operator_signer
-from ledger.service import Ledger
-from ledger.settings import Settings
-from ledger.signing import Ed25519Signer, Signer, load_or_create_keyfile
-from ledger.store import LogStore, make_engine
-from market.escrow import EscrowActions, MemoryEscrowChain, MemoryEscrowJournal, address_of
-from market.money import Wei, parse_amount
-from market.runtime import DEVNET_REQUESTER_KEY, ChainEscrow, MarketContext
-from market.sealed import commit_bid, reveal_bid
-from market.service import Market
-from market.settlement import settle_task
-from market.strategies import cost_plus_margin
+from accord.coordinator.service import run_awarded_task
+from accord.identity.agents import AgentRecord
+from accord.identity.onboarding import Onboarding, open_onboarding
+from accord.ledger.anchoring import Anchorer
+from accord.ledger.chain import DEVNET_OPERATOR_KEY, MemoryAnchorChain
+from accord.ledger.checkpoint import take_checkpoint
+from accord.ledger.events import Entry, Event, sign_event
+from accord.ledger.runtime import open_store, operator_signer
+from accord.ledger.service import Ledger
+from accord.ledger.settings import Settings
+from accord.ledger.signing import Ed25519Signer, Signer, load_or_create_keyfile
+from accord.ledger.store import LogStore, make_engine
+from accord.market.escrow import EscrowActions, MemoryEscrowChain, MemoryEscrowJournal, address_of
+from accord.market.money import Wei, parse_amount
+from accord.market.runtime import DEVNET_REQUESTER_KEY, ChainEscrow, MarketContext
+from accord.market.sealed import commit_bid, reveal_bid
+from accord.market.service import Market
+from accord.market.settlement import settle_task
+from accord.market.strategies import cost_plus_margin
 from tests.clocks import Clock
 from tests.specs import invoice_spec
 

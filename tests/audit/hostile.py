@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ledger.events import Entry, format_time, parse_time
+from accord.ledger.events import Entry, format_time, parse_time
 from tests.audit.conftest import World, sql
 
 Edit = Callable[[Path], None]

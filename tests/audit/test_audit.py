@@ -11,19 +11,25 @@ from typing import Any
 
 import pytest
 
-from audit.checks import AuditReport, audit_task
-from coordinator.runner import CONVERSATION_MESSAGE
-from coordinator.service import directory_for, run_awarded_task, team_directory
-from ledger.chain import MemoryAnchorChain
-from ledger.events import Entry, Event, entry_bytes, make_entry
-from ledger.sealing import seal
-from ledger.store import LogStore
-from market.errors import BidRejected
-from market.escrow import EscrowActions, EscrowChain, MemoryEscrowJournal
-from market.sealed import commit_bid
-from market.settlement import SETTLEMENT_COMPUTED, logged_settlement, settle_task
-from market.tasks import BID_COMMITTED, BID_REVEALED, TASK_AWARDED, TASK_DELIVERED, TASK_STARTED
-from market.work import ASSEMBLY_CHECK, PLAN_CHECK
+from accord.audit.checks import AuditReport, audit_task
+from accord.coordinator.runner import CONVERSATION_MESSAGE
+from accord.coordinator.service import directory_for, run_awarded_task, team_directory
+from accord.ledger.chain import MemoryAnchorChain
+from accord.ledger.events import Entry, Event, entry_bytes, make_entry
+from accord.ledger.sealing import seal
+from accord.ledger.store import LogStore
+from accord.market.errors import BidRejected
+from accord.market.escrow import EscrowActions, EscrowChain, MemoryEscrowJournal
+from accord.market.sealed import commit_bid
+from accord.market.settlement import SETTLEMENT_COMPUTED, logged_settlement, settle_task
+from accord.market.tasks import (
+    BID_COMMITTED,
+    BID_REVEALED,
+    TASK_AWARDED,
+    TASK_DELIVERED,
+    TASK_STARTED,
+)
+from accord.market.work import ASSEMBLY_CHECK, PLAN_CHECK
 from tests.audit.conftest import (
     OPERATOR_KEY,
     REQUESTER_KEY,

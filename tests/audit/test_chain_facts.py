@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from audit.checks import audit_task
-from ledger.events import Entry
-from market.settlement import SETTLEMENT_COMPUTED
+from accord.audit.checks import audit_task
+from accord.ledger.events import Entry
+from accord.market.settlement import SETTLEMENT_COMPUTED
 from tests.audit.conftest import World
 
 

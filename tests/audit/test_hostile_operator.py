@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from audit.checks import audit_task
-from identity.credentials import REVOCATION_EVENT_KIND
-from ledger.verify import verify_log
-from market.tasks import BID_COMMITTED
+from accord.audit.checks import audit_task
+from accord.identity.credentials import REVOCATION_EVENT_KIND
+from accord.ledger.verify import verify_log
+from accord.market.tasks import BID_COMMITTED
 from tests.audit.conftest import (
     World,
     copy_db,

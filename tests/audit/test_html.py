@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from audit.checks import AuditReport, audit_task
-from audit.html import percent, render_html
-from market.money import format_eth
-from market.settlement import settle_task
+from accord.audit.checks import AuditReport, audit_task
+from accord.audit.html import percent, render_html
+from accord.market.money import format_eth
+from accord.market.settlement import settle_task
 from tests.audit.conftest import World, assert_deliverable_section, build_world
 
 HOSTILE = '<script>alert("owned")</script>'
@@ -132,7 +132,7 @@ def test_without_the_log_the_report_says_where_the_payouts_are(audited: Audited)
 
 
 def test_the_report_can_be_written_and_read_back(audited: Audited, tmp_path: Path) -> None:
-    path = tmp_path / "audit.html"
+    path = tmp_path / "accord.audit.html"
     path.write_text(render_html(audited.settled, audited.world.ledger.store))
     assert 'id="verdict">PASS<' in path.read_text()
 

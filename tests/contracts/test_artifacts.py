@@ -13,8 +13,8 @@ import pytest
 import solcx
 from packaging.version import Version
 
-from ledger.contracts import ARTIFACTS_DIR, load_artifact, mask_ranges
-from ledger.errors import DeploymentError
+from accord.ledger.contracts import ARTIFACTS_DIR, load_artifact, mask_ranges
+from accord.ledger.errors import DeploymentError
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 WRAPPER = REPO_ROOT / "scripts" / "solc"

@@ -1,6 +1,7 @@
 """Agent adapters on real sub-tasks (exam items, graded by the capability's grader), against
 real local servers and processes on 127.0.0.1 (no mocks). Team work goes through the same
-runtimes as exams (`identity.runtimes`); these tests drive them through `AgentAdapter.run`."""
+runtimes as exams (`accord.identity.runtimes`); these tests drive them through
+`AgentAdapter.run`."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from typing import Any
 import httpx
 import pytest
 
-from coordinator.adapters import (
+from accord.coordinator.adapters import (
     HttpAdapter,
     InProcessAdapter,
     RuntimeAdapter,
@@ -25,16 +26,16 @@ from coordinator.adapters import (
     solve_task,
     work_item,
 )
-from coordinator.agent_service import make_server, serve_in_thread, stop
-from coordinator.errors import AgentFailure, TeamError
-from coordinator.service import adapter_for
-from coordinator.work import AgentAdapter, SubTask
-from identity.agents import AgentRecord
-from identity.challenges import REGISTRY, ExamItem
-from identity.chat import OpenAIChat
-from identity.errors import RegistryError
-from identity.runtimes import ChatRuntime, CommandRuntime, run_url
-from ledger.devnet import find_free_port
+from accord.coordinator.agent_service import make_server, serve_in_thread, stop
+from accord.coordinator.errors import AgentFailure, TeamError
+from accord.coordinator.service import adapter_for
+from accord.coordinator.work import AgentAdapter, SubTask
+from accord.identity.agents import AgentRecord
+from accord.identity.challenges import REGISTRY, ExamItem
+from accord.identity.chat import OpenAIChat
+from accord.identity.errors import RegistryError
+from accord.identity.runtimes import ChatRuntime, CommandRuntime, run_url
+from accord.ledger.devnet import find_free_port
 from tests.stand_in import (
     API_KEY,
     Handle,
@@ -50,7 +51,7 @@ from tests.stand_in import (
 SEED = b"accord-coordinator-adapter-tests-seed"
 REPO = Path(__file__).resolve().parents[2]
 DID = "did:example:agent-a"
-SERVICE = [sys.executable, "-m", "coordinator.agent_service"]
+SERVICE = [sys.executable, "-m", "accord.coordinator.agent_service"]
 
 
 def _items(capability: str, n: int, salt: bytes = b"") -> list[ExamItem]:

@@ -8,7 +8,7 @@ outsider) x each next state x each next speaker (members, an outsider, None) x p
 ok/failed, right/wrong sub_id, with/without the reporter's own contribution, inconsistent ok
 flags, contributions naming another sub-task; deliverables with exactly / not exactly the
 reported contributions). Each message is judged by `_oracle`, written here from the table in
-`coordinator.conversation`'s docstring (it never calls `step`): a legal move must be accepted
+`accord.coordinator.conversation`'s docstring (it never calls `step`): a legal move must be accepted
 with the predicted next state, speaker, turn and bookkeeping; an illegal one must raise
 `IllegalMove` with a reason.
 
@@ -33,7 +33,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from coordinator.conversation import (
+from accord.coordinator.conversation import (
     STATES,
     Abandon,
     AssignAsync,
@@ -52,10 +52,10 @@ from coordinator.conversation import (
     open_conversation,
     step,
 )
-from coordinator.errors import IllegalMove
-from coordinator.policy import Member, RulePolicy, TeamView
-from coordinator.work import SubTask
-from ledger.sealing import seal
+from accord.coordinator.errors import IllegalMove
+from accord.coordinator.policy import Member, RulePolicy, TeamView
+from accord.coordinator.work import SubTask
+from accord.ledger.sealing import seal
 
 LEADER = "did:L"
 OUTSIDER = "did:X"

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from coordinator.conversation import (
+from accord.coordinator.conversation import (
     AssignAsync,
     AssignSync,
     Conclude,
@@ -23,8 +23,8 @@ from coordinator.conversation import (
     open_conversation,
     step,
 )
-from coordinator.errors import PolicyError, PolicyOutputError
-from coordinator.llm_policy import (
+from accord.coordinator.errors import PolicyError, PolicyOutputError
+from accord.coordinator.llm_policy import (
     DEFAULT_MAX_ATTEMPTS,
     TEMPLATES,
     LLMPolicy,
@@ -38,10 +38,10 @@ from coordinator.llm_policy import (
     system_prompt,
     turn_prompt,
 )
-from coordinator.policy import Member, TeamView
-from coordinator.work import SubTask
-from identity.chat import OpenAIChat
-from ledger.sealing import seal
+from accord.coordinator.policy import Member, TeamView
+from accord.coordinator.work import SubTask
+from accord.identity.chat import OpenAIChat
+from accord.ledger.sealing import seal
 from tests.stand_in import API_KEY, StandIn, completion, json_reply
 from tests.stand_in import Reply as StandInReply
 

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from coordinator.conversation import Discuss, message_to_json
-from coordinator.repetition import (
+from accord.coordinator.conversation import Discuss, message_to_json
+from accord.coordinator.repetition import (
     RepetitionGuard,
     message_bytes,
     repeated_fraction,

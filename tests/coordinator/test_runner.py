@@ -21,8 +21,8 @@ from typing import Any
 import httpx
 import pytest
 
-from coordinator.adapters import HttpAdapter, InProcessAdapter, reference_adapter, solve_task
-from coordinator.conversation import (
+from accord.coordinator.adapters import HttpAdapter, InProcessAdapter, reference_adapter, solve_task
+from accord.coordinator.conversation import (
     Abandon,
     AssignAsync,
     AssignSync,
@@ -32,19 +32,19 @@ from coordinator.conversation import (
     Message,
     Report,
 )
-from coordinator.errors import AgentFailure, IllegalMove
-from coordinator.policy import Member, RulePolicy
-from coordinator.runner import CONVERSATION_MESSAGE, RunSettings, SealedOutputs, TeamRunner
-from coordinator.service import ConversationRecord, conversation_ids, replay_conversation
-from coordinator.work import JSON, AgentAdapter, SubTask
-from identity.challenges import REGISTRY, validate_output
-from ledger.devnet import find_free_port
-from ledger.events import Entry, Event, entry_bytes, sign_event
-from ledger.runtime import open_ledger
-from ledger.service import Ledger
-from ledger.settings import Settings
-from ledger.signing import Ed25519Signer
-from market.work import resolve_files
+from accord.coordinator.errors import AgentFailure, IllegalMove
+from accord.coordinator.policy import Member, RulePolicy
+from accord.coordinator.runner import CONVERSATION_MESSAGE, RunSettings, SealedOutputs, TeamRunner
+from accord.coordinator.service import ConversationRecord, conversation_ids, replay_conversation
+from accord.coordinator.work import JSON, AgentAdapter, SubTask
+from accord.identity.challenges import REGISTRY, validate_output
+from accord.ledger.devnet import find_free_port
+from accord.ledger.events import Entry, Event, entry_bytes, sign_event
+from accord.ledger.runtime import open_ledger
+from accord.ledger.service import Ledger
+from accord.ledger.settings import Settings
+from accord.ledger.signing import Ed25519Signer
+from accord.market.work import resolve_files
 from tests.specs import INVOICE, invoice_parts
 
 CAPS = ("arithmetic", "extraction")
@@ -710,7 +710,7 @@ def services(request: pytest.FixtureRequest) -> Iterator[list[str]]:
         port = find_free_port()
         processes.append(
             subprocess.Popen(
-                [sys.executable, "-m", "coordinator.agent_service", "--port", str(port)],
+                [sys.executable, "-m", "accord.coordinator.agent_service", "--port", str(port)],
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
             )
@@ -805,7 +805,7 @@ def test_a_part_dropped_inside_a_sub_team_fails_the_batch(world: World) -> None:
 
 
 def test_retries_inside_a_reassigned_batch_keep_their_part() -> None:
-    from coordinator.policy import base_id
+    from accord.coordinator.policy import base_id
 
     assert base_id("batch:arithmetic#2") == "batch:arithmetic"
     assert base_id("batch:arithmetic#2/tax") == "batch:arithmetic#2/tax"

@@ -13,14 +13,14 @@ from typing import Any
 import httpx
 import pytest
 
-from coordinator.agent_service import AgentServer, serve_in_thread, stop
-from coordinator.service import run_awarded_task
-from identity.challenges import REGISTRY
-from identity.http_signatures import CALL_TAG, sign_request
-from identity.onboarding import open_onboarding
-from identity.runtimes import HttpRuntime
-from ledger.settings import Settings
-from ledger.signing import Ed25519Signer, Signer
+from accord.coordinator.agent_service import AgentServer, serve_in_thread, stop
+from accord.coordinator.service import run_awarded_task
+from accord.identity.challenges import REGISTRY
+from accord.identity.http_signatures import CALL_TAG, sign_request
+from accord.identity.onboarding import open_onboarding
+from accord.identity.runtimes import HttpRuntime
+from accord.ledger.settings import Settings
+from accord.ledger.signing import Ed25519Signer, Signer
 from tests.audit.conftest import AGENTS, COSTS, open_world, post_task, sealed_auction
 
 ARITH = REGISTRY["arithmetic"].generate(b"trusted-agent-seed-16", 1)[0]

@@ -34,19 +34,19 @@ from typing import Any
 import httpx
 import pytest
 
-from audit.checks import audit_task
-from coordinator.runner import CONVERSATION_MESSAGE
-from coordinator.service import run_awarded_task
-from identity.http_auth import AccordAuth
-from ledger.canonical import canonical_json
-from ledger.devnet import find_free_port
-from ledger.events import Entry, Event, format_time
-from ledger.sealing import seal
-from ledger.signing import kid_for
-from market.money import Wei
-from market.runtime import MarketContext
-from market.sealed import commit_bid, reveal_bid
-from market.settlement import settle_task
+from accord.audit.checks import audit_task
+from accord.coordinator.runner import CONVERSATION_MESSAGE
+from accord.coordinator.service import run_awarded_task
+from accord.identity.http_auth import AccordAuth
+from accord.ledger.canonical import canonical_json
+from accord.ledger.devnet import find_free_port
+from accord.ledger.events import Entry, Event, format_time
+from accord.ledger.sealing import seal
+from accord.ledger.signing import kid_for
+from accord.market.money import Wei
+from accord.market.runtime import MarketContext
+from accord.market.sealed import commit_bid, reveal_bid
+from accord.market.settlement import settle_task
 from tests.processes import JsonLines, stop_process
 from tests.served_world import open_world
 from tests.specs import INVOICE, field

@@ -37,23 +37,23 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from coordinator.service import run_awarded_task
-from identity.agent_cards import DID_EXTENSION
-from identity.agents import AgentRegistry
-from identity.challenges import reference
-from identity.errors import AgentCardError, RegistryError
-from identity.runtimes import (
+from accord.coordinator.service import run_awarded_task
+from accord.identity.agent_cards import DID_EXTENSION
+from accord.identity.agents import AgentRegistry
+from accord.identity.challenges import reference
+from accord.identity.errors import AgentCardError, RegistryError
+from accord.identity.runtimes import (
     A2ARuntime,
     AgentRuntimeError,
     exam_item,
     read_send_message_reply,
     whole_numbers,
 )
-from ledger.devnet import find_free_port
-from ledger.signing import Ed25519Signer, b64url
-from ledger.store import make_engine
-from market.sealed import commit_bid, reveal_bid
-from market.settlement import settle_task
+from accord.ledger.devnet import find_free_port
+from accord.ledger.signing import Ed25519Signer, b64url
+from accord.ledger.store import make_engine
+from accord.market.sealed import commit_bid, reveal_bid
+from accord.market.settlement import settle_task
 from tests.audit.conftest import open_world, post_task
 from tests.serving import serve
 

@@ -13,8 +13,8 @@ from typing import Any
 import httpx
 import pytest
 
-from identity.http_auth import AccordAuth
-from identity.http_signatures import (
+from accord.identity.http_auth import AccordAuth
+from accord.identity.http_signatures import (
     CALL_TAG,
     BadDigest,
     BadSignature,
@@ -28,9 +28,9 @@ from identity.http_signatures import (
     verify_accord_call,
     verify_request,
 )
-from identity.remote_signing import EndpointSigner
-from identity.runtimes import A2ARuntime, AgentRuntimeError, HttpRuntime
-from ledger.signing import Ed25519Signer, b64url
+from accord.identity.remote_signing import EndpointSigner
+from accord.identity.runtimes import A2ARuntime, AgentRuntimeError, HttpRuntime
+from accord.ledger.signing import Ed25519Signer, b64url
 from tests.stand_in import Handle, Reply, StandIn, json_reply, starter
 
 OPERATOR = Ed25519Signer.generate()

@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from identity.address_guard import (
+from accord.identity.address_guard import (
     PrivateAddressRefused,
     PublicOnlyTransport,
     agent_client,
@@ -26,11 +26,11 @@ from identity.address_guard import (
     private_agents_allowed,
     resolve,
 )
-from identity.agents import AgentRegistry, check_agent_spec
-from identity.errors import KeyStoreError, PrivateEndpointError, RegistryError
-from identity.onboarding import EndpointSigner, Onboarding, open_onboarding
-from identity.runtimes import AgentRuntimeError, HttpRuntime
-from ledger.settings import Settings
+from accord.identity.agents import AgentRegistry, check_agent_spec
+from accord.identity.errors import KeyStoreError, PrivateEndpointError, RegistryError
+from accord.identity.onboarding import EndpointSigner, Onboarding, open_onboarding
+from accord.identity.runtimes import AgentRuntimeError, HttpRuntime
+from accord.ledger.settings import Settings
 from tests.stand_in import Handle, StandIn, json_reply, starter
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
@@ -171,7 +171,7 @@ def _cli(home: Path, *args: str, allow: bool) -> subprocess.CompletedProcess[str
     if allow:
         env[SETTING] = "1"
     return subprocess.run(
-        [sys.executable, "-m", "api.cli", *args],
+        [sys.executable, "-m", "accord.api.cli", *args],
         env=env,
         capture_output=True,
         text=True,

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from identity.challenges.sandbox import (
+from accord.identity.challenges.sandbox import (
     BOX_TMP,
     SandboxLimits,
     bwrap_arguments,
@@ -28,7 +28,7 @@ from identity.challenges.sandbox import (
     runtime_view,
     sandbox_mode,
 )
-from identity.errors import SandboxUnavailable
+from accord.identity.errors import SandboxUnavailable
 from tests.hostile_code import (
     BENIGN,
     Listener,
@@ -189,8 +189,8 @@ def test_where_user_namespaces_are_off_the_box_says_why() -> None:
     bwrap = shutil.which("bwrap")
     assert bwrap is not None
     probe = (
-        "from identity.challenges.sandbox import run_function_cases\n"
-        "from identity.errors import SandboxUnavailable\n"
+        "from accord.identity.challenges.sandbox import run_function_cases\n"
+        "from accord.identity.errors import SandboxUnavailable\n"
         "try:\n"
         "    run_function_cases('def f():\\n    return 1\\n', 'f', [[]])\n"
         "    print('RAN')\n"

@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from identity.challenges import (
+from accord.identity.challenges import (
     JSON,
     REGISTRY,
     Capability,
@@ -33,9 +33,9 @@ from identity.challenges import (
     score,
     seed_commitment,
 )
-from identity.challenges.reference import evaluate_expression, random_answer, solve
-from identity.errors import DeadlineError, ExamError
-from ledger.canonical import canonical_json
+from accord.identity.challenges.reference import evaluate_expression, random_answer, solve
+from accord.identity.errors import DeadlineError, ExamError
+from accord.ledger.canonical import canonical_json
 
 CHEAP = ["arithmetic", "extraction", "retrieval"]
 EXAM_SEED = bytes(range(32))

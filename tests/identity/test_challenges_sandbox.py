@@ -11,16 +11,16 @@ from pathlib import Path
 
 import pytest
 
-from identity.challenges.base import ExamItem
-from identity.challenges.python_tasks import PythonCapability
-from identity.challenges.reference import solve
-from identity.challenges.sandbox import (
+from accord.identity.challenges.base import ExamItem
+from accord.identity.challenges.python_tasks import PythonCapability
+from accord.identity.challenges.reference import solve
+from accord.identity.challenges.sandbox import (
     DEFAULT_LIMITS,
     MiB,
     SandboxLimits,
     run_function_cases,
 )
-from identity.errors import ExamError
+from accord.identity.errors import ExamError
 
 FAST = SandboxLimits(cpu_seconds=1, wall_seconds=2.0)
 CAPABILITY = PythonCapability(limits=FAST)

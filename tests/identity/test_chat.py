@@ -1,4 +1,4 @@
-"""The chat-model seam (`identity.chat`): `OpenAIChat` through the real openai client against
+"""The chat-model seam (`accord.identity.chat`): `OpenAIChat` through the real openai client against
 local OpenAI-compatible stand-in servers on 127.0.0.1 (no mocks): its retries, JSON mode and
 its fallback, timeouts, unusable replies, the placeholder key, and its configuration."""
 
@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from identity.chat import (
+from accord.identity.chat import (
     PLACEHOLDER_API_KEY,
     ChatMessage,
     ChatModel,
@@ -19,7 +19,7 @@ from identity.chat import (
     openai_chat,
     retry_after,
 )
-from identity.errors import ChatError, ChatReplyError, IdentityError, RegistryError
+from accord.identity.errors import ChatError, ChatReplyError, IdentityError, RegistryError
 from tests.stand_in import API_KEY, Handle, Reply, StandIn, completion, free_port, json_reply
 
 ASK: list[ChatMessage] = [

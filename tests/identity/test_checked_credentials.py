@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 
-from identity.credentials import VerifiedCredential
-from identity.errors import CredentialError
-from identity.issuance import STATUS_RECHECK_S, CheckedCredentials
-from identity.onboarding import Onboarding, open_onboarding
-from ledger.settings import Settings
+from accord.identity.credentials import VerifiedCredential
+from accord.identity.errors import CredentialError
+from accord.identity.issuance import STATUS_RECHECK_S, CheckedCredentials
+from accord.identity.onboarding import Onboarding, open_onboarding
+from accord.ledger.settings import Settings
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 

@@ -23,7 +23,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from identity.credentials import (
+from accord.identity.credentials import (
     CHECKLIST,
     CREDENTIAL_TYPE,
     REVOCATION_EVENT_KIND,
@@ -34,8 +34,8 @@ from identity.credentials import (
     transcript_reference,
     verify_credential,
 )
-from identity.errors import CredentialError, ProofFormatError
-from identity.status import (
+from accord.identity.errors import CredentialError, ProofFormatError
+from accord.identity.status import (
     MIN_BITS,
     StatusList,
     check_status,
@@ -43,10 +43,10 @@ from identity.status import (
     status_list_credential,
     verify_issuer_proof,
 )
-from ledger.events import Entry
-from ledger.service import Ledger
-from ledger.signing import Ed25519Signer
-from ledger.store import LogStore, make_engine
+from accord.ledger.events import Entry
+from accord.ledger.service import Ledger
+from accord.ledger.signing import Ed25519Signer
+from accord.ledger.store import LogStore, make_engine
 
 NOW = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
 VALID_FOR = timedelta(days=180)
@@ -298,7 +298,7 @@ def _forged_with_own_key(world: World) -> tuple[Mapping[str, Any], dict[str, Any
     credential = world.issue(issuer=STRANGER)
     unsigned = {key: value for key, value in credential.items() if key != "proof"}
     unsigned["issuer"] = OPERATOR.did
-    from identity.status import sign_assertion
+    from accord.identity.status import sign_assertion
 
     return sign_assertion(unsigned, STRANGER, NOW), {}
 
@@ -308,7 +308,7 @@ def _untrusted_issuer(world: World) -> tuple[Mapping[str, Any], dict[str, Any]]:
 
 
 def _wrong_purpose(world: World) -> tuple[Mapping[str, Any], dict[str, Any]]:
-    from identity.dataintegrity import add_proof
+    from accord.identity.dataintegrity import add_proof
 
     credential = world.issue()
     options = {key: value for key, value in credential["proof"].items() if key != "proofValue"}

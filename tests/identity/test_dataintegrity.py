@@ -1,10 +1,11 @@
-"""`identity.dataintegrity` against the W3C `eddsa-jcs-2022` test vectors, and its failure modes.
+"""`accord.identity.dataintegrity` against the W3C `eddsa-jcs-2022` test vectors, and its failure
+modes.
 
 The vectors live in `vectors/eddsa-jcs-2022/`, copied verbatim from w3c/vc-di-eddsa (the
 README there names path and commit of every file): `rec-2025/` is Appendix B.3 of the W3C
 Recommendation of 15 May 2025; `editors-draft/` and `legacy-2023/` are other revisions of the
 repository's `TestVectors/eddsa-jcs-2022/` folder. Nothing expected here is computed with
-`identity.dataintegrity`: `test_vector_files_are_self_consistent` guards the transcription
+`accord.identity.dataintegrity`: `test_vector_files_are_self_consistent` guards the transcription
 with plain `hashlib`, `base58` and PyNaCl, and everything else compares against the files.
 """
 
@@ -22,7 +23,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from identity.dataintegrity import (
+from accord.identity.dataintegrity import (
     add_proof,
     canonical_document,
     canonical_proof_configuration,
@@ -33,8 +34,8 @@ from identity.dataintegrity import (
     public_key_from_multikey,
     verify_proof,
 )
-from identity.errors import CredentialError, ProofFormatError
-from ledger.signing import Ed25519Signer, did_key_from_public_key, public_key_from_did
+from accord.identity.errors import CredentialError, ProofFormatError
+from accord.ledger.signing import Ed25519Signer, did_key_from_public_key, public_key_from_did
 
 VECTORS = Path(__file__).parent / "vectors" / "eddsa-jcs-2022"
 

@@ -8,19 +8,19 @@ from pathlib import Path
 
 import pytest
 
-from identity.errors import DeadlineError, ExamError, RateLimitedError
-from identity.exams import (
+from accord.identity.errors import DeadlineError, ExamError, RateLimitedError
+from accord.identity.exams import (
     ANSWERED,
     GRADED,
     ExamService,
     check_rate_limit,
     regrade_from_ledger,
 )
-from identity.runtimes import ReferenceRuntime
-from ledger.events import Entry
-from ledger.service import Ledger
-from ledger.signing import Ed25519Signer
-from ledger.store import LogStore, make_engine
+from accord.identity.runtimes import ReferenceRuntime
+from accord.ledger.events import Entry
+from accord.ledger.service import Ledger
+from accord.ledger.signing import Ed25519Signer
+from accord.ledger.store import LogStore, make_engine
 from tests.clocks import Clock
 
 START = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)

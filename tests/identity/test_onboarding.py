@@ -11,15 +11,15 @@ from typing import Any
 
 import pytest
 
-from identity import issuance
-from identity.agents import AgentRegistry
-from identity.credentials import REVOCATION_EVENT_KIND
-from identity.errors import CredentialError, ExamError, RegistryError
-from identity.exams import regrade_from_ledger
-from identity.onboarding import ISSUED_EVENT_KIND, Onboarding, open_onboarding
-from identity.runtimes import CommandRuntime, RandomRuntime
-from ledger.events import Entry
-from ledger.settings import Settings
+from accord.identity import issuance
+from accord.identity.agents import AgentRegistry
+from accord.identity.credentials import REVOCATION_EVENT_KIND
+from accord.identity.errors import CredentialError, ExamError, RegistryError
+from accord.identity.exams import regrade_from_ledger
+from accord.identity.onboarding import ISSUED_EVENT_KIND, Onboarding, open_onboarding
+from accord.identity.runtimes import CommandRuntime, RandomRuntime
+from accord.ledger.events import Entry
+from accord.ledger.settings import Settings
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 
@@ -103,7 +103,7 @@ def test_a_command_agent_answers_through_stdin_and_stdout(
     script = tmp_path / "agent.py"
     script.write_text(
         "import json, sys\n"
-        "from identity.runtimes import ReferenceRuntime\n"
+        "from accord.identity.runtimes import ReferenceRuntime\n"
         "print(json.dumps(ReferenceRuntime().answer(json.load(sys.stdin))))\n"
     )
     agent = onboarding.registry.new_agent(

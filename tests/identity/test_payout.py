@@ -13,9 +13,9 @@ from eth_account import Account
 from eth_account.messages import encode_defunct
 from eth_account.signers.local import LocalAccount
 
-from identity.dataintegrity import from_multibase_b58, multibase_b58
-from identity.errors import BindingError
-from identity.payout import (
+from accord.identity.dataintegrity import from_multibase_b58, multibase_b58
+from accord.identity.errors import BindingError
+from accord.identity.payout import (
     assemble_binding,
     bind_payout_address,
     binding_message,
@@ -24,8 +24,8 @@ from identity.payout import (
     sign_statement_with_did,
     verify_binding,
 )
-from ledger.canonical import canonical_json
-from ledger.signing import Ed25519Signer
+from accord.ledger.canonical import canonical_json
+from accord.ledger.signing import Ed25519Signer
 
 NOW = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
 CHAIN_ID = 31337

@@ -11,16 +11,16 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine
 
-from identity.errors import CredentialError, NonceError
-from identity.presentations import (
+from accord.identity.errors import CredentialError, NonceError
+from accord.identity.presentations import (
     InMemoryNonceStore,
     NonceStore,
     SqlNonceStore,
     create_presentation,
     verify_presentation,
 )
-from ledger.signing import from_b64url
-from ledger.store import make_engine
+from accord.ledger.signing import from_b64url
+from accord.ledger.store import make_engine
 from tests.identity.test_credentials import AGENT, NOW, OPERATOR, STRANGER, World
 
 DOMAIN = "accord.example"

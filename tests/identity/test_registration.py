@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from identity.errors import CredentialError, NonceError
-from identity.onboarding import REGISTERED_KIND, Onboarding, open_onboarding
-from identity.presentations import create_presentation
-from ledger.events import Entry
-from ledger.settings import Settings
-from ledger.signing import Ed25519Signer
+from accord.identity.errors import CredentialError, NonceError
+from accord.identity.onboarding import REGISTERED_KIND, Onboarding, open_onboarding
+from accord.identity.presentations import create_presentation
+from accord.ledger.events import Entry
+from accord.ledger.settings import Settings
+from accord.ledger.signing import Ed25519Signer
 
 
 @pytest.fixture
@@ -21,7 +21,7 @@ def onboarding(tmp_path: Path) -> Onboarding:
 
 
 def _challenge(onboarding: Onboarding) -> str:
-    from identity.onboarding import REGISTRATION_CHALLENGE_TTL
+    from accord.identity.onboarding import REGISTRATION_CHALLENGE_TTL
 
     return onboarding.nonces.issue(
         onboarding.domain, onboarding.ledger.clock(), REGISTRATION_CHALLENGE_TTL
@@ -134,8 +134,8 @@ def test_a_registration_raced_by_another_process_is_refused_as_a_conflict(
     """Two services on one database each checked that the agent is not registered yet and
     admit its presentations over two challenges: the log keeps the first, the second is a 409
     problem and nothing more is logged."""
-    from api.problems import domain_problem
-    from ledger.errors import AlreadyLoggedError
+    from accord.api.problems import domain_problem
+    from accord.ledger.errors import AlreadyLoggedError
 
     settings = Settings.from_env({"ACCORD_HOME": str(tmp_path / "home")})
     here, there = open_onboarding(settings), open_onboarding(settings)

@@ -1,4 +1,4 @@
-"""The runtimes of `identity.runtimes` that speak to other servers (an HTTP agent service, an
+"""The runtimes of `accord.identity.runtimes` that speak to other servers (an HTTP agent service, an
 OpenAI-compatible model), against real local servers on 127.0.0.1 (no mocks)."""
 
 from __future__ import annotations
@@ -11,19 +11,19 @@ from typing import Any
 
 import pytest
 
-from identity.agents import check_agent_spec, runtime_for
-from identity.challenges import JSON, ExamItem, reference
-from identity.chat import OpenAIChat
-from identity.errors import ExamError, RegistryError
-from identity.onboarding import Onboarding, open_onboarding
-from identity.runtimes import (
+from accord.identity.agents import check_agent_spec, runtime_for
+from accord.identity.challenges import JSON, ExamItem, reference
+from accord.identity.chat import OpenAIChat
+from accord.identity.errors import ExamError, RegistryError
+from accord.identity.onboarding import Onboarding, open_onboarding
+from accord.identity.runtimes import (
     AgentRuntimeError,
     ChatRuntime,
     HttpRuntime,
     openai_runtime,
     parse_model_answer,
 )
-from ledger.settings import Settings
+from accord.ledger.settings import Settings
 from tests.stand_in import (
     API_KEY,
     Handle,

@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from jsonschema import Draft202012Validator
 
-from identity.challenges import (
+from accord.identity.challenges import (
     JSON,
     REGISTRY,
     ExamItem,
@@ -31,17 +31,17 @@ from identity.challenges import (
     validate_output,
     work_item,
 )
-from identity.challenges.base import (
+from accord.identity.challenges.base import (
     JSON_SCHEMA_DIALECT,
     TEMPLATES_DIR,
     load_template,
     render_instruction,
     render_template,
 )
-from identity.challenges.reference import exact_decimal_text, solve
-from identity.challenges.sandbox import run_function_cases
-from identity.challenges.skills import json_path
-from identity.errors import ExamError, SchemaViolation
+from accord.identity.challenges.reference import exact_decimal_text, solve
+from accord.identity.challenges.sandbox import run_function_cases
+from accord.identity.challenges.skills import json_path
+from accord.identity.errors import ExamError, SchemaViolation
 
 CHEAP = ["arithmetic", "extraction", "retrieval"]
 SNAPSHOTS = Path(__file__).with_name("snapshots")

@@ -14,20 +14,20 @@ from typing import Any
 import httpx
 import pytest
 
-from api.app import create_app
-from api.routes.deps import ApiConfig
-from identity.credentials import verify_credential
-from identity.errors import CredentialError
-from identity.onboarding import Onboarding, open_onboarding, status_list_url
-from identity.status import StatusList, verify_issuer_proof
-from ledger.chain import DEVNET_OPERATOR_KEY
-from ledger.devnet import find_free_port
-from ledger.runtime import open_store, operator_signer
-from ledger.service import Ledger
-from ledger.settings import DEFAULT_PUBLIC_URL, Settings
-from market.escrow import EscrowActions, MemoryEscrowChain, MemoryEscrowJournal, address_of
-from market.runtime import ChainEscrow, MarketContext
-from market.service import Market
+from accord.api.app import create_app
+from accord.api.routes.deps import ApiConfig
+from accord.identity.credentials import verify_credential
+from accord.identity.errors import CredentialError
+from accord.identity.onboarding import Onboarding, open_onboarding, status_list_url
+from accord.identity.status import StatusList, verify_issuer_proof
+from accord.ledger.chain import DEVNET_OPERATOR_KEY
+from accord.ledger.devnet import find_free_port
+from accord.ledger.runtime import open_store, operator_signer
+from accord.ledger.service import Ledger
+from accord.ledger.settings import DEFAULT_PUBLIC_URL, Settings
+from accord.market.escrow import EscrowActions, MemoryEscrowChain, MemoryEscrowJournal, address_of
+from accord.market.runtime import ChainEscrow, MarketContext
+from accord.market.service import Market
 from tests.serving import serve
 
 

@@ -7,7 +7,7 @@ from decimal import Decimal
 
 import pytest
 
-from identity.structured_fields import (
+from accord.identity.structured_fields import (
     Item,
     Member,
     StructuredFieldError,

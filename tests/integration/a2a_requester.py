@@ -35,10 +35,10 @@ from a2a.types.a2a_pb2 import (
 from google.protobuf import struct_pb2
 from google.protobuf.json_format import MessageToDict, ParseDict
 
+from accord.api.client import AccordClient
 from accord.kit.requester import Requester
 from accord.kit.wallet import Wallet
-from api.client import AccordClient
-from ledger.signing import read_keyfile
+from accord.ledger.signing import read_keyfile
 from tests.api.test_a2a_server import a2a_client
 
 RESUBSCRIBE_LIMIT = 200

@@ -13,13 +13,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from coordinator.service import run_awarded_task
-from identity.onboarding import open_onboarding
-from ledger.runtime import connect_chain, open_ledger
-from ledger.settings import Settings
-from ledger.signing import load_or_create_keyfile
-from market.runtime import open_market
-from market.settlement import settle_task
+from accord.coordinator.service import run_awarded_task
+from accord.identity.onboarding import open_onboarding
+from accord.ledger.runtime import connect_chain, open_ledger
+from accord.ledger.settings import Settings
+from accord.ledger.signing import load_or_create_keyfile
+from accord.market.runtime import open_market
+from accord.market.settlement import settle_task
 from tests.audit.conftest import Clock, World, onboard_agents, post_task, sealed_auction
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from web3 import Web3
 
-from ledger.chain import (
+from accord.ledger.chain import (
     DEVNET_OPERATOR_KEY,
     MEMORY_EXEC_GAS_FIRST_ANCHOR,
     MEMORY_EXEC_GAS_LATER_ANCHOR,
@@ -34,8 +34,8 @@ from ledger.chain import (
     log_id_hash,
     make_web3,
 )
-from ledger.devnet import Devnet, DevnetInfo, find_free_port
-from ledger.errors import (
+from accord.ledger.devnet import Devnet, DevnetInfo, find_free_port
+from accord.ledger.errors import (
     AnchorError,
     ChainError,
     ChainUnavailableError,

@@ -20,11 +20,11 @@ from eth_account import Account
 from hexbytes import HexBytes
 from web3 import Web3
 
-from ledger.chain import DEVNET_OPERATOR_KEY, eip1559_fees, make_web3
-from ledger.devnet import Devnet, DevnetInfo, find_free_port
-from ledger.errors import DeploymentError
-from market.errors import EscrowError
-from market.escrow import (
+from accord.ledger.chain import DEVNET_OPERATOR_KEY, eip1559_fees, make_web3
+from accord.ledger.devnet import Devnet, DevnetInfo, find_free_port
+from accord.ledger.errors import DeploymentError
+from accord.market.errors import EscrowError
+from accord.market.escrow import (
     EscrowActions,
     EscrowChain,
     EscrowDeployment,

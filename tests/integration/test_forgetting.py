@@ -20,15 +20,15 @@ from pathlib import Path
 
 import pytest
 
-from audit.checks import audit_task
-from ledger.devnet import Devnet, find_free_port
-from ledger.events import Entry
-from ledger.runtime import connect_chain, devnet_for, open_ledger, operator_signer
-from ledger.settings import Settings
-from ledger.verify import verify_log
-from market.runtime import open_market
-from market.settlement import SETTLEMENT_COMPUTED, settle_task
-from market.tasks import TASK_SETTLED
+from accord.audit.checks import audit_task
+from accord.ledger.devnet import Devnet, find_free_port
+from accord.ledger.events import Entry
+from accord.ledger.runtime import connect_chain, devnet_for, open_ledger, operator_signer
+from accord.ledger.settings import Settings
+from accord.ledger.verify import verify_log
+from accord.market.runtime import open_market
+from accord.market.settlement import SETTLEMENT_COMPUTED, settle_task
+from accord.market.tasks import TASK_SETTLED
 from tests.integration.anvil_world import anvil_settings, build_anvil_world, settings_env
 from tests.ledger.conftest import postgres_schema_url
 
@@ -68,7 +68,7 @@ def logged(store: object, kind: str, subject: str) -> list[int]:
 def test_a_clean_down_never_loses_a_block(settings: Settings) -> None:
     net = devnet_for(settings)
     info = net.up()
-    from ledger.devnet import rpc_call
+    from accord.ledger.devnet import rpc_call
 
     for _ in range(3):
         for _ in range(4):
@@ -148,9 +148,9 @@ SETTLER = """
 import faulthandler, json, sys, time
 from pathlib import Path
 faulthandler.dump_traceback_later(180, exit=True)  # a hang ends with where each thread was
-from ledger.settings import Settings
-from market.runtime import open_market
-from market.settlement import settle_task
+from accord.ledger.settings import Settings
+from accord.market.runtime import open_market
+from accord.market.settlement import settle_task
 
 task_id, barrier, me, count = sys.argv[1], Path(sys.argv[2]), sys.argv[3], int(sys.argv[4])
 context = open_market(Settings.from_env())

@@ -23,14 +23,14 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from api.audit_cli import print_report
-from audit.checks import audit_task
-from audit.html import render_html
-from coordinator.service import run_awarded_task
-from identity.challenges.reference import solve_python
-from identity.errors import SandboxUnavailable
-from market.errors import SettlementWaits
-from market.settlement import SETTLEMENT_COMPUTED, settle_task
+from accord.api.audit_cli import print_report
+from accord.audit.checks import audit_task
+from accord.audit.html import render_html
+from accord.coordinator.service import run_awarded_task
+from accord.identity.challenges.reference import solve_python
+from accord.identity.errors import SandboxUnavailable
+from accord.market.errors import SettlementWaits
+from accord.market.settlement import SETTLEMENT_COMPUTED, settle_task
 from tests.audit.conftest import REQUESTER_KEY, World, onboard_agents, open_world, sealed_auction
 from tests.hostile_code import BENIGN, Listener, Target, home_files, hostile_programs, survivors
 from tests.specs import invoice_spec_with
@@ -237,7 +237,7 @@ def test_in_the_python_exam_every_hostile_answer_earns_nothing(
 
 
 def _entries(world: World) -> list[Any]:
-    from ledger.events import Entry
+    from accord.ledger.events import Entry
 
     store = world.ledger.store
     return [Entry.from_bytes(s.data) for s in store.entries(0, store.size())]

@@ -19,15 +19,15 @@ from typing import Any
 
 import pytest
 
-from ledger.anchoring import Anchorer
-from ledger.chain import DEVNET_OPERATOR_KEY, Web3AnchorChain, ensure_registry
-from ledger.devnet import Devnet, DevnetInfo, find_free_port, rpc_call
-from ledger.errors import FeesAboveCeilingError
-from ledger.events import make_entry
-from ledger.fees import FeePolicy
-from ledger.signing import Ed25519Signer
-from ledger.store import LogStore, make_engine
-from market.escrow import (
+from accord.ledger.anchoring import Anchorer
+from accord.ledger.chain import DEVNET_OPERATOR_KEY, Web3AnchorChain, ensure_registry
+from accord.ledger.devnet import Devnet, DevnetInfo, find_free_port, rpc_call
+from accord.ledger.errors import FeesAboveCeilingError
+from accord.ledger.events import make_entry
+from accord.ledger.fees import FeePolicy
+from accord.ledger.signing import Ed25519Signer
+from accord.ledger.store import LogStore, make_engine
+from accord.market.escrow import (
     EscrowActions,
     EscrowRefusedError,
     SqlEscrowJournal,

@@ -31,17 +31,17 @@ from typing import Any
 import httpx
 import pytest
 
-from api.client import AccordClient, ApiError
-from identity.presentations import create_presentation
-from ledger.devnet import find_free_port
-from ledger.events import Entry
-from ledger.runtime import prepare_home, utc_now
-from ledger.settings import Settings
-from ledger.signing import Signer
-from ledger.store import LogStore, make_engine
-from market.money import parse_amount
-from market.runtime import DEVNET_REQUESTER_KEY, MarketContext, open_market
-from market.sealed import commit_bid
+from accord.api.client import AccordClient, ApiError
+from accord.identity.presentations import create_presentation
+from accord.ledger.devnet import find_free_port
+from accord.ledger.events import Entry
+from accord.ledger.runtime import prepare_home, utc_now
+from accord.ledger.settings import Settings
+from accord.ledger.signing import Signer
+from accord.ledger.store import LogStore, make_engine
+from accord.market.money import parse_amount
+from accord.market.runtime import DEVNET_REQUESTER_KEY, MarketContext, open_market
+from accord.market.sealed import commit_bid
 from tests.integration.anvil_world import anvil_settings, settings_env
 from tests.ledger.conftest import postgres_schema_url
 from tests.specs import single_part_spec
@@ -75,7 +75,7 @@ def start_service(settings: Settings, port: int, log: Path) -> Service:
         env.pop(name, None)
     with log.open("wb") as out:
         process = subprocess.Popen(
-            [sys.executable, "-m", "api.cli", "serve", "--port", str(port)],
+            [sys.executable, "-m", "accord.api.cli", "serve", "--port", str(port)],
             env=env,
             stdout=out,
             stderr=subprocess.STDOUT,
@@ -153,7 +153,7 @@ def home(tmp_path: Path) -> Iterator[Home]:
         finally:
             context.market.ledger.store.engine.dispose()
             subprocess.run(
-                [sys.executable, "-m", "api.cli", "devnet", "down"],
+                [sys.executable, "-m", "accord.api.cli", "devnet", "down"],
                 env={**os.environ, **settings_env(settings), "PYTHONPATH": str(REPO)},
                 capture_output=True,
                 timeout=60,
@@ -306,7 +306,7 @@ def test_two_services_on_one_database_admit_each_request_once(
     assert all(registered[signer.did] == 1 for signer in home.newcomers), registered
 
     verified = subprocess.run(
-        [sys.executable, "-m", "api.cli", "ledger", "verify", "--json"],
+        [sys.executable, "-m", "accord.api.cli", "ledger", "verify", "--json"],
         env={**os.environ, **settings_env(home.settings), "PYTHONPATH": str(REPO)},
         capture_output=True,
         text=True,

@@ -32,11 +32,11 @@ import httpx
 import pytest
 
 from accord.kit.wallet import write_key_file
-from ledger.devnet import find_free_port
-from ledger.events import Entry
-from ledger.runtime import open_store
-from ledger.signing import Ed25519Signer, write_keyfile
-from market.sealed import (
+from accord.ledger.devnet import find_free_port
+from accord.ledger.events import Entry
+from accord.ledger.runtime import open_store
+from accord.ledger.signing import Ed25519Signer, write_keyfile
+from accord.market.sealed import (
     Commitment,
     Reveal,
     verify_commitment_signature,
@@ -132,7 +132,7 @@ def test_a_requester_two_agents_and_a_service_sharing_no_key(tmp_path: Path) -> 
 
     def agent_argv(agent: Party, price: str) -> list[str]:
         return [
-            *(sys.executable, "-m", "api.cli", "agent", "run", "--server", url),
+            *(sys.executable, "-m", "accord.api.cli", "agent", "run", "--server", url),
             *("--key", str(agent.folder / "key.json"), "--eth-key", str(agent.eth_file)),
             *("--name", agent.name, "--price", price, "--items", "5", "--poll", "0.2"),
             *("--allow-private", "--withdraw"),
@@ -145,7 +145,7 @@ def test_a_requester_two_agents_and_a_service_sharing_no_key(tmp_path: Path) -> 
             service = stack.enter_context(
                 started(
                     "the service",
-                    [sys.executable, "-m", "api.cli", "serve", "--port", str(port)],
+                    [sys.executable, "-m", "accord.api.cli", "serve", "--port", str(port)],
                     service_env,
                     serve_log,
                 )

@@ -69,11 +69,11 @@ from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 
-from ledger.checkpoint import take_checkpoint
-from ledger.events import Entry, make_entry
-from ledger.signing import Ed25519Signer
-from ledger.store import NODE_INDEX_BITS, LogStore, make_engine
-from ledger.verify import VerificationReport, verify_log
+from accord.ledger.checkpoint import take_checkpoint
+from accord.ledger.events import Entry, make_entry
+from accord.ledger.signing import Ed25519Signer
+from accord.ledger.store import NODE_INDEX_BITS, LogStore, make_engine
+from accord.ledger.verify import VerificationReport, verify_log
 from tests.ledger.conftest import LOG_ID, START, EntryMaker, signer_from
 
 SEED = 20261129

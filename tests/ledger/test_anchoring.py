@@ -7,14 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from ledger.anchoring import Anchorer
-from ledger.chain import MemoryAnchorChain
-from ledger.errors import ChainUnavailableError
-from ledger.events import make_entry
-from ledger.service import Ledger
-from ledger.signing import Ed25519Signer
-from ledger.store import LogStore, make_engine
-from ledger.verify import verify_log
+from accord.ledger.anchoring import Anchorer
+from accord.ledger.chain import MemoryAnchorChain
+from accord.ledger.errors import ChainUnavailableError
+from accord.ledger.events import make_entry
+from accord.ledger.service import Ledger
+from accord.ledger.signing import Ed25519Signer
+from accord.ledger.store import LogStore, make_engine
+from accord.ledger.verify import verify_log
 
 START = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 
@@ -105,7 +105,7 @@ def test_crash_before_broadcast_sends_the_recorded_transaction(setup) -> None:
     chain.available = True
     # Simulate a crash right after the record step: build and record, never send.
     tx = chain.build_anchor_tx("test-log", 7, store.root(7))
-    from ledger.store import StoredAnchor
+    from accord.ledger.store import StoredAnchor
 
     store.record_anchor(
         StoredAnchor(
@@ -226,8 +226,8 @@ def stuck_nonce(chain: MemoryAnchorChain, tx_hash: bytes | None) -> int:
 
 
 def test_fees_above_the_ceiling_record_and_send_nothing(tmp_path: Path) -> None:
-    from ledger.errors import FeesAboveCeilingError
-    from ledger.fees import FeePolicy
+    from accord.ledger.errors import FeesAboveCeilingError
+    from accord.ledger.fees import FeePolicy
 
     store = LogStore(make_engine(f"sqlite:///{tmp_path / 'log.db'}"), "test-log")
     chain = MemoryAnchorChain(fee_policy=FeePolicy(ceiling=5 * GWEI))
@@ -245,7 +245,7 @@ def test_fees_above_the_ceiling_record_and_send_nothing(tmp_path: Path) -> None:
 
 
 def fees(max_fee: int, tip: int) -> object:
-    from ledger.fees import Fees
+    from accord.ledger.fees import Fees
 
     return Fees(max_fee, tip)
 

@@ -15,15 +15,15 @@ import pytest
 from sqlalchemy import Engine, create_engine, event, text
 from sqlalchemy.exc import OperationalError
 
-from ledger import merkle
-from ledger import store as store_module
-from ledger.anchoring import Anchorer
-from ledger.chain import MemoryAnchorChain
-from ledger.errors import AlreadyLoggedError, SequenceError
-from ledger.events import Entry, make_entry
-from ledger.service import Ledger
-from ledger.signing import Ed25519Signer
-from ledger.store import LogStore, make_engine
+from accord.ledger import merkle
+from accord.ledger import store as store_module
+from accord.ledger.anchoring import Anchorer
+from accord.ledger.chain import MemoryAnchorChain
+from accord.ledger.errors import AlreadyLoggedError, SequenceError
+from accord.ledger.events import Entry, make_entry
+from accord.ledger.service import Ledger
+from accord.ledger.signing import Ed25519Signer
+from accord.ledger.store import LogStore, make_engine
 from tests.ledger.conftest import LOG_ID, START, postgres_schema_url
 from tests.ledger.test_anchoring import Clock
 

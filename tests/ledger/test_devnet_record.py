@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from ledger.devnet import (
+from accord.ledger.devnet import (
     ChainMismatchError,
     Devnet,
     DevnetError,

@@ -10,9 +10,14 @@ import re
 import pytest
 
 import accord
-from ledger.errors import AccordError
+from accord.ledger.errors import AccordError
 
-ERROR_MODULES = ("ledger.errors", "identity.errors", "market.errors", "coordinator.errors")
+ERROR_MODULES = (
+    "accord.ledger.errors",
+    "accord.identity.errors",
+    "accord.market.errors",
+    "accord.coordinator.errors",
+)
 
 
 @pytest.mark.parametrize("module_name", ERROR_MODULES)
@@ -32,13 +37,13 @@ def test_every_error_of_every_errors_module_is_an_accord_error(module_name: str)
 
 PACKAGES = ("accord", "ledger", "identity", "market", "coordinator", "audit", "api")
 #: Where each package draws its errors (as a tree in the module's docstring). The first drawing
-#: of `ledger.errors` is the root's: the roots every package's errors hang from.
+#: of `accord.ledger.errors` is the root's: the roots every package's errors hang from.
 DRAWINGS = {
     "accord": ("accord.kit",),
-    "ledger": ("ledger.errors",),
-    "identity": ("identity.errors", "identity.http_signatures"),
-    "market": ("market.errors",),
-    "coordinator": ("coordinator.errors",),
+    "ledger": ("accord.ledger.errors",),
+    "identity": ("accord.identity.errors", "accord.identity.http_signatures"),
+    "market": ("accord.market.errors",),
+    "coordinator": ("accord.coordinator.errors",),
     "audit": (),
     "api": (),
 }
@@ -103,7 +108,7 @@ def test_drawn_parents_reads_a_tree() -> None:
 def test_every_accord_error_is_drawn_under_its_parent_in_its_packages_tree() -> None:
     """Wherever an AccordError subclass is defined, its package's drawing names it under its
     own base class, and its bases lead to a root the root drawing hangs from AccordError."""
-    doc = importlib.import_module("ledger.errors").__doc__ or ""
+    doc = importlib.import_module("accord.ledger.errors").__doc__ or ""
     root_drawing = doc[: doc.index("The ledger's own")]
     roots = {n for n, parent in drawn_parents(root_drawing).items() if parent == "AccordError"}
     assert {"LedgerError", "AuditFailure", "ApiError", "AuthError"} <= roots
@@ -134,9 +139,9 @@ def test_every_accord_error_is_drawn_under_its_parent_in_its_packages_tree() -> 
 @pytest.mark.parametrize(
     ("module_name", "root"),
     [
-        ("audit.checks", "AuditFailure"),
-        ("api.client", "ApiError"),
-        ("identity.http_signatures", "AuthError"),
+        ("accord.audit.checks", "AuditFailure"),
+        ("accord.api.client", "ApiError"),
+        ("accord.identity.http_signatures", "AuthError"),
     ],
 )
 def test_the_audit_and_api_roots_are_accord_errors(module_name: str, root: str) -> None:
@@ -152,7 +157,7 @@ def test_accord_exports_the_root_and_the_package_roots() -> None:
 
 
 def test_catching_the_root_catches_a_package_failure() -> None:
-    from market.money import parse_amount
+    from accord.market.money import parse_amount
 
     with pytest.raises(accord.AccordError):
         parse_amount("not an amount")

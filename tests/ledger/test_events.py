@@ -12,10 +12,10 @@ import rfc8785
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ledger.canonical import canonical_json, canonical_text, parse_canonical
-from ledger.errors import CanonicalizationError, MalformedError, SignatureError
-from ledger.events import Entry, Event, format_time, make_entry, parse_time, sign_event
-from ledger.signing import (
+from accord.ledger.canonical import canonical_json, canonical_text, parse_canonical
+from accord.ledger.errors import CanonicalizationError, MalformedError, SignatureError
+from accord.ledger.events import Entry, Event, format_time, make_entry, parse_time, sign_event
+from accord.ledger.signing import (
     Ed25519Signer,
     did_key_from_public_key,
     load_or_create_keyfile,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from ledger.fees import DEFAULT_MAX_FEE_GWEI, FeePolicy
-from ledger.settings import Settings
+from accord.ledger.fees import DEFAULT_MAX_FEE_GWEI, FeePolicy
+from accord.ledger.settings import Settings
 
 GWEI = 10**9
 

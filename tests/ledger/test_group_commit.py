@@ -24,12 +24,12 @@ from typing import Any
 
 from sqlalchemy import delete, event, insert, select
 
-from ledger.errors import AlreadyLoggedError, SequenceError, StoreError
-from ledger.events import Entry, make_entry
-from ledger.merkle import NodeId
-from ledger.signing import Ed25519Signer
-from ledger.store import LedgerEntry, LedgerHead, LedgerNode, LogStore, node_key
-from ledger.verify import verify_log
+from accord.ledger.errors import AlreadyLoggedError, SequenceError, StoreError
+from accord.ledger.events import Entry, make_entry
+from accord.ledger.merkle import NodeId
+from accord.ledger.signing import Ed25519Signer
+from accord.ledger.store import LedgerEntry, LedgerHead, LedgerNode, LogStore, node_key
+from accord.ledger.verify import verify_log
 from tests.ledger.conftest import START
 
 _ENTRIES = LedgerEntry.__table__  # type: ignore[attr-defined]

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from ledger.errors import HomeError
-from ledger.events import make_entry
-from ledger.runtime import open_store, operator_signer, prepare_home
-from ledger.settings import Settings
+from accord.ledger.errors import HomeError
+from accord.ledger.events import make_entry
+from accord.ledger.runtime import open_store, operator_signer, prepare_home
+from accord.ledger.settings import Settings
 
 
 def _settings(home: Path) -> Settings:

@@ -1,4 +1,4 @@
-"""Exhaustive and property tests of `ledger.merkle` against an in-test RFC 9162 reference.
+"""Exhaustive and property tests of `accord.ledger.merkle` against an in-test RFC 9162 reference.
 
 Coverage, and where it stops being exhaustive:
 
@@ -39,8 +39,8 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from ledger import merkle
-from ledger.errors import ProofError
+from accord.ledger import merkle
+from accord.ledger.errors import ProofError
 
 MAX_SIZE = 130
 EXHAUSTIVE_MUTATION_MAX = 64

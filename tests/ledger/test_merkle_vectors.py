@@ -1,10 +1,10 @@
-"""`ledger.merkle` against the published RFC 6962 test vectors of Certificate Transparency.
+"""`accord.ledger.merkle` against the published RFC 6962 test vectors of Certificate Transparency.
 
 The data lives in `vectors/rfc6962.json`, copied verbatim from transparency-dev/merkle
 (`testonly/constants.go`, `proof/verify_test.go`, `testonly/reference_test.go`,
 `rfc6962/rfc6962_test.go`, `proof/proof_test.go`) and cross-checked against
 google/certificate-transparency-go `merkletree/merkle_verifier_test.go`; the file names the
-commits. Nothing expected here is computed with `ledger.merkle`: the only hashing done by the
+commits. Nothing expected here is computed with `accord.ledger.merkle`: the only hashing done by the
 tests themselves is plain `hashlib` in `test_vector_file_is_self_consistent` (which guards the
 transcription) and the `rehash` fold of the `proof_test.go` node-id vectors.
 
@@ -24,8 +24,8 @@ from typing import Any
 
 import pytest
 
-from ledger import merkle
-from ledger.errors import LedgerError, ProofError
+from accord.ledger import merkle
+from accord.ledger.errors import LedgerError, ProofError
 
 VECTORS: dict[str, Any] = json.loads(
     (Path(__file__).parent / "vectors" / "rfc6962.json").read_text(encoding="utf-8")

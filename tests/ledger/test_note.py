@@ -25,11 +25,11 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from fastapi.testclient import TestClient
 from pymerkle import InmemoryTree
 
-from api.app import create_app
-from api.routes.deps import ApiConfig
-from ledger.checkpoint import take_checkpoint
-from ledger.errors import MalformedError, SignatureError
-from ledger.note import (
+from accord.api.app import create_app
+from accord.api.routes.deps import ApiConfig
+from accord.ledger.checkpoint import take_checkpoint
+from accord.ledger.errors import MalformedError, SignatureError
+from accord.ledger.note import (
     checkpoint_note,
     checkpoint_text,
     key_id,
@@ -38,7 +38,7 @@ from ledger.note import (
     sign_note,
     verify_note,
 )
-from ledger.signing import Ed25519Signer
+from accord.ledger.signing import Ed25519Signer
 from tests.accord_cli import cli_environ, run_accord
 from tests.api.test_app import World, build_world
 

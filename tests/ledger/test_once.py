@@ -9,13 +9,13 @@ from datetime import timedelta
 import pytest
 from sqlalchemy import Engine
 
-from ledger.anchoring import Anchorer
-from ledger.chain import MemoryAnchorChain
-from ledger.errors import AlreadyLoggedError
-from ledger.events import make_entry
-from ledger.signing import Ed25519Signer
-from ledger.store import LogStore
-from ledger.verify import verify_log
+from accord.ledger.anchoring import Anchorer
+from accord.ledger.chain import MemoryAnchorChain
+from accord.ledger.errors import AlreadyLoggedError
+from accord.ledger.events import make_entry
+from accord.ledger.signing import Ed25519Signer
+from accord.ledger.store import LogStore
+from accord.ledger.verify import verify_log
 from tests.ledger.conftest import LOG_ID, START
 
 

@@ -1,4 +1,4 @@
-"""`ledger.sealing`: a sealed value opens only to its own commitment, and a commitment says
+"""`accord.ledger.sealing`: a sealed value opens only to its own commitment, and a commitment says
 nothing a guess could confirm without the salt."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ledger.canonical import canonical_json
-from ledger.errors import ProofError, SealError
-from ledger.sealing import SALT_HEX, is_commitment, open_sealed, seal
+from accord.ledger.canonical import canonical_json
+from accord.ledger.errors import ProofError, SealError
+from accord.ledger.sealing import SALT_HEX, is_commitment, open_sealed, seal
 
 _values = st.recursive(
     st.none() | st.booleans() | st.integers(-(2**53) + 1, 2**53 - 1) | st.text(max_size=20),

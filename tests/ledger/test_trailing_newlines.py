@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import pytest
 
-from identity.agents import MODEL_PATTERN, NAME_PATTERN
-from ledger.errors import MalformedError
-from ledger.events import Event
-from ledger.signing import from_b64url
-from market.errors import BidRejected, WorkError
-from market.sealed import _price_field
-from market.work import parse_parts
+from accord.identity.agents import MODEL_PATTERN, NAME_PATTERN
+from accord.ledger.errors import MalformedError
+from accord.ledger.events import Event
+from accord.ledger.signing import from_b64url
+from accord.market.errors import BidRejected, WorkError
+from accord.market.sealed import _price_field
+from accord.market.work import parse_parts
 
 
 def test_an_event_kind_or_time_with_a_trailing_newline_is_refused() -> None:

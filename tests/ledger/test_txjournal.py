@@ -8,10 +8,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ledger.chain import TxReceipt
-from ledger.errors import ChainError, FeesAboveCeilingError
-from ledger.fees import FeeMarket, FeePolicy, Fees, below_market, bumped_fees, fees_for
-from ledger.txjournal import (
+from accord.ledger.chain import TxReceipt
+from accord.ledger.errors import ChainError, FeesAboveCeilingError
+from accord.ledger.fees import FeeMarket, FeePolicy, Fees, below_market, bumped_fees, fees_for
+from accord.ledger.txjournal import (
     ChainFacts,
     Confirm,
     Drop,
@@ -209,8 +209,8 @@ def test_nothing_is_decided_on_nonces_that_were_not_read() -> None:
 
 
 def test_fees_above_the_ceiling_are_named_in_exact_gwei_with_their_own_problem_kind() -> None:
-    from api.problems import domain_problem
-    from ledger.errors import gwei_text
+    from accord.api.problems import domain_problem
+    from accord.ledger.errors import gwei_text
 
     error = FeesAboveCeilingError(1_500_000_001, 500 * 10**9, "anchoring")
     assert "needs 1.500000001 gwei per gas" in str(error)

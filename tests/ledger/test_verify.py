@@ -25,12 +25,12 @@ from pathlib import Path
 import pytest
 from sqlalchemy import delete, update
 
-from ledger.anchoring import Anchorer
-from ledger.chain import MemoryAnchorChain
-from ledger.checkpoint import Checkpoint, sign_checkpoint, take_checkpoint
-from ledger.events import Entry, Event, format_time, sign_event
-from ledger.signing import Ed25519Signer
-from ledger.store import (
+from accord.ledger.anchoring import Anchorer
+from accord.ledger.chain import MemoryAnchorChain
+from accord.ledger.checkpoint import Checkpoint, sign_checkpoint, take_checkpoint
+from accord.ledger.events import Entry, Event, format_time, sign_event
+from accord.ledger.signing import Ed25519Signer
+from accord.ledger.store import (
     NODE_INDEX_BITS,
     LedgerAnchor,
     LedgerCheckpoint,
@@ -40,7 +40,7 @@ from ledger.store import (
     LogStore,
     make_engine,
 )
-from ledger.verify import STEP_TITLES, VerificationReport, verify_log
+from accord.ledger.verify import STEP_TITLES, VerificationReport, verify_log
 from tests.ledger.conftest import LOG_ID, START, EntryMaker, append_signed, signer_from
 
 ANCHORED = (40, 100)
@@ -329,10 +329,10 @@ def test_a_long_log_is_checked_in_worker_processes_with_the_same_verdicts(tmp_pa
     import sqlite3
     from datetime import UTC, datetime
 
-    from ledger import verify as verify_module
-    from ledger.events import make_entry
-    from ledger.signing import Ed25519Signer
-    from ledger.store import LogStore, make_engine
+    from accord.ledger import verify as verify_module
+    from accord.ledger.events import make_entry
+    from accord.ledger.signing import Ed25519Signer
+    from accord.ledger.store import LogStore, make_engine
 
     path = tmp_path / "long.db"
     store = LogStore(make_engine(f"sqlite:///{path}"), "long")

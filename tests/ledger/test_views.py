@@ -1,4 +1,4 @@
-"""The projection seam of the store (`ledger.views`), on SQLite and PostgreSQL, with a small
+"""The projection seam of the store (`accord.ledger.views`), on SQLite and PostgreSQL, with a small
 real projection (entries per kind): attaching folds what is logged, every append folds its
 entries in its own transaction, a refused append folds nothing, entries appended by a store
 without the view are folded when it is next read, `reindex` rebuilds from the log alone; and
@@ -13,9 +13,9 @@ import pytest
 from sqlalchemy import Column, Integer, MetaData, String, Table, delete, insert, select, update
 from sqlmodel import Field, SQLModel
 
-from ledger.errors import QueryError, SequenceError
-from ledger.store import LogStore
-from ledger.views import (
+from accord.ledger.errors import QueryError, SequenceError
+from accord.ledger.store import LogStore
+from accord.ledger.views import (
     MAX_LIMIT,
     ViewEntry,
     check_limit,

@@ -11,7 +11,7 @@ from fractions import Fraction
 
 import pytest
 
-from market.auction import (
+from accord.market.auction import (
     RESERVE_SCORE,
     AuctionOutcome,
     PaymentRule,
@@ -22,9 +22,9 @@ from market.auction import (
     ranking_key,
     score,
 )
-from market.errors import AmountError, AuctionError, InvalidBidError
-from market.money import Wei
-from market.strategies import cost_plus_margin, truthful
+from accord.market.errors import AmountError, AuctionError, InvalidBidError
+from accord.market.money import Wei
+from accord.market.strategies import cost_plus_margin, truthful
 
 WEIGHTS = ScoringWeights(reputation=Fraction(1, 2), exam=Fraction(1, 2))
 

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from sqlalchemy import insert, update
 
-from ledger.store import create_tables, make_engine
-from market.blobs import (
+from accord.ledger.store import create_tables, make_engine
+from accord.market.blobs import (
     _BLOBS,
     SERVICE,
     BlobError,
@@ -25,10 +25,10 @@ from market.blobs import (
     QuotaExceeded,
     sha256_hex,
 )
-from market.errors import WorkError
-from market.service import Market
-from market.settlement import deliverable_view
-from market.work import MAX_FILE_BYTES
+from accord.market.errors import WorkError
+from accord.market.service import Market
+from accord.market.settlement import deliverable_view
+from accord.market.work import MAX_FILE_BYTES
 from tests.audit.conftest import build_world
 from tests.ledger.conftest import postgres_schema_url
 
@@ -89,7 +89,7 @@ def test_an_altered_stored_deliverable_is_refused_to_the_requester(tmp_path: Pat
 
 
 def test_a_missing_file_is_404_and_an_altered_one_500_over_http(blobs: BlobStore) -> None:
-    from api.problems import domain_problem
+    from accord.api.problems import domain_problem
 
     with pytest.raises(BlobError) as missing:
         blobs.get("0" * 64)

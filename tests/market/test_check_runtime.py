@@ -1,4 +1,4 @@
-"""The I/O behind a task's checks (`market.check_runtime`): `Judge` on an `OpenAIChat` (the
+"""The I/O behind a task's checks (`accord.market.check_runtime`): `Judge` on an `OpenAIChat` (the
 real openai client) against a local OpenAI-compatible server on 127.0.0.1 (no mocks), and settling a
 real delivered task (the in-process world of `tests.audit.conftest`) whose checks include judge
 and review checks: the model asked once per judge check, the audit holding the logged answers,
@@ -19,38 +19,38 @@ from typing import Any
 
 import pytest
 
-from audit.checks import AuditReport, audit_task
-from coordinator.service import run_awarded_task
-from identity.chat import OpenAIChat
-from identity.errors import RegistryError
-from ledger.chain import MemoryAnchorChain
-from ledger.events import Event
-from ledger.sealing import open_sealed, seal
-from ledger.store import LogStore
-from market.check_runtime import (
+from accord.audit.checks import AuditReport, audit_task
+from accord.coordinator.service import run_awarded_task
+from accord.identity.chat import OpenAIChat
+from accord.identity.errors import RegistryError
+from accord.ledger.chain import MemoryAnchorChain
+from accord.ledger.events import Event
+from accord.ledger.sealing import open_sealed, seal
+from accord.ledger.store import LogStore
+from accord.market.check_runtime import (
     JUDGE_ATTEMPTS,
     Judge,
     LogReviews,
     SettleEnvironment,
     judge_from_env,
 )
-from market.checks import (
+from accord.market.checks import (
     DISPUTE_PROMPT_VERSION,
     CheckResult,
     Delivered,
     evaluate,
     judge_prompt,
 )
-from market.errors import SettlementWaits, TaskError
-from market.service import rejection_terms
-from market.settlement import (
+from accord.market.errors import SettlementWaits, TaskError
+from accord.market.service import rejection_terms
+from accord.market.settlement import (
     SETTLEMENT_COMPUTED,
     SettleOutcome,
     logged_settlement,
     settle_task,
 )
-from market.tasks import REVIEW_GIVEN, TaskEvent, TaskSpec
-from market.work import (
+from accord.market.tasks import REVIEW_GIVEN, TaskEvent, TaskSpec
+from accord.market.work import (
     JudgeCheck,
     Part,
     PythonCheck,

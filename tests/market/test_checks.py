@@ -1,5 +1,5 @@
-"""Every check kind on passing and failing outputs (`market.checks`), python checks for real in
-the sandbox, and the Shapley axioms on settlements valued by checks: efficiency to the wei,
+"""Every check kind on passing and failing outputs (`accord.market.checks`), python checks for real
+in the sandbox, and the Shapley axioms on settlements valued by checks: efficiency to the wei,
 symmetry, the null player, and what a contract holder who does no part itself earns."""
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ledger.sealing import seal
-from market.check_runtime import run_python_check
-from market.checks import (
+from accord.ledger.sealing import seal
+from accord.market.check_runtime import run_python_check
+from accord.market.checks import (
     JUDGE_PROMPT_VERSION,
     SEALED,
     CheckResult,
@@ -32,10 +32,10 @@ from market.checks import (
     schema,
     valuation,
 )
-from market.errors import SettlementWaits
-from market.money import Wei
-from market.shapley import shapley, split_wei
-from market.work import (
+from accord.market.errors import SettlementWaits
+from accord.market.money import Wei
+from accord.market.shapley import shapley, split_wei
+from accord.market.work import (
     ASSEMBLY_CHECK,
     ASSEMBLY_PART,
     PLAN_CHECK,

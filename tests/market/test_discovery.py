@@ -1,4 +1,4 @@
-"""The discovery view (`market.discovery`) against a ranking of every agent done by hand, on
+"""The discovery view (`accord.market.discovery`) against a ranking of every agent done by hand, on
 SQLite and PostgreSQL: names that share words with capabilities and needs, agents holding
 several capabilities, revoked, expired and not-yet-valid credentials, agents credentialed
 before they registered or never registered, reputations in each capability from settled
@@ -21,26 +21,26 @@ import pytest
 from sqlalchemy import event
 from sqlalchemy.engine import Engine
 
-from identity.credential_views import CredentialView
-from identity.credentials import REVOCATION_EVENT_KIND
-from identity.registration import REGISTERED_KIND
-from identity.status import format_timestamp
-from ledger.events import Entry, make_entry
-from ledger.signing import Ed25519Signer
-from ledger.store import LogStore, make_engine
-from ledger.views import view_rows
-from market.discovery import DiscoveryView, description, ranked_page, relevance
-from market.money import Wei
-from market.reputation import (
+from accord.identity.credential_views import CredentialView
+from accord.identity.credentials import REVOCATION_EVENT_KIND
+from accord.identity.registration import REGISTERED_KIND
+from accord.identity.status import format_timestamp
+from accord.ledger.events import Entry, make_entry
+from accord.ledger.signing import Ed25519Signer
+from accord.ledger.store import LogStore, make_engine
+from accord.ledger.views import view_rows
+from accord.market.discovery import DiscoveryView, description, ranked_page, relevance
+from accord.market.money import Wei
+from accord.market.reputation import (
     Forfeit,
     PartScore,
     SettledWork,
     TrackRecords,
     fold_track_records,
 )
-from market.tasks import TASK_AWARDED, TASK_POSTED, TASK_SETTLED, TaskSpec
-from market.views import ReputationView, TaskView
-from market.work import Part
+from accord.market.tasks import TASK_AWARDED, TASK_POSTED, TASK_SETTLED, TaskSpec
+from accord.market.views import ReputationView, TaskView
+from accord.market.work import Part
 from tests.ledger.conftest import postgres_schema_url
 
 NOW = datetime(2026, 6, 1, tzinfo=UTC)

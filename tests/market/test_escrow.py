@@ -11,8 +11,8 @@ import pytest
 from sqlalchemy import create_engine
 from web3 import Web3
 
-from ledger.errors import ChainUnavailableError
-from market.escrow import (
+from accord.ledger.errors import ChainUnavailableError
+from accord.market.escrow import (
     EscrowActions,
     EscrowIntent,
     EscrowPendingError,
@@ -255,8 +255,8 @@ def test_when_the_replaced_twin_is_mined_the_journal_follows_it(chain: MemoryEsc
 
 
 def test_a_stuck_settle_under_the_ceiling_fails_typed_and_sends_nothing_more() -> None:
-    from ledger.errors import FeesAboveCeilingError
-    from ledger.fees import FeePolicy
+    from accord.ledger.errors import FeesAboveCeilingError
+    from accord.ledger.fees import FeePolicy
 
     chain = MemoryEscrowChain(ADDR[0], fee_policy=FeePolicy(ceiling=20 * GWEI))
     actions, _clock, stuck = _stuck_settle(chain)
@@ -277,7 +277,7 @@ def test_an_old_journal_table_gains_sent_at_and_keeps_its_records(
 
     from sqlalchemy import text
 
-    from ledger.store import make_engine
+    from accord.ledger.store import make_engine
     from tests.ledger.conftest import postgres_schema_url
 
     where = (

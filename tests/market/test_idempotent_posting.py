@@ -8,14 +8,14 @@ from typing import Any
 
 import pytest
 
-from ledger.errors import AlreadyLoggedError, ChainUnavailableError
-from ledger.service import Ledger
-from ledger.signing import Ed25519Signer
-from market.errors import IdempotencyConflict, TaskError
-from market.escrow import MemoryEscrowChain
-from market.money import Wei
-from market.service import Market, posted_task_id
-from market.tasks import TASK_POSTED, Task
+from accord.ledger.errors import AlreadyLoggedError, ChainUnavailableError
+from accord.ledger.service import Ledger
+from accord.ledger.signing import Ed25519Signer
+from accord.market.errors import IdempotencyConflict, TaskError
+from accord.market.escrow import MemoryEscrowChain
+from accord.market.money import Wei
+from accord.market.service import Market, posted_task_id
+from accord.market.tasks import TASK_POSTED, Task
 from tests.market.conftest import REQUESTER_KEY
 from tests.market.test_service import BUDGET, spec
 

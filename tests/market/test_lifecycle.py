@@ -1,4 +1,4 @@
-"""`market.lifecycle`: the service awards, expires, refunds and settles by itself once a
+"""`accord.market.lifecycle`: the service awards, expires, refunds and settles by itself once a
 task's window closes, once, and says what it did."""
 
 from __future__ import annotations
@@ -10,13 +10,13 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from api.app import create_app
-from api.routes.deps import ApiConfig
-from coordinator.service import run_awarded_task
-from market.errors import TaskError, TransitionError
-from market.escrow import address_of
-from market.lifecycle import Due, LifecycleWorker, due, run_due
-from market.tasks import Task
+from accord.api.app import create_app
+from accord.api.routes.deps import ApiConfig
+from accord.coordinator.service import run_awarded_task
+from accord.market.errors import TaskError, TransitionError
+from accord.market.escrow import address_of
+from accord.market.lifecycle import Due, LifecycleWorker, due, run_due
+from accord.market.tasks import Task
 from tests.audit.conftest import (
     REQUESTER_KEY,
     World,

@@ -6,8 +6,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from market.errors import AmountError
-from market.money import WEI_PER_ETH, display_eth, format_eth, parse_amount, wei, with_amounts
+from accord.market.errors import AmountError
+from accord.market.money import (
+    WEI_PER_ETH,
+    display_eth,
+    format_eth,
+    parse_amount,
+    wei,
+    with_amounts,
+)
 
 
 @pytest.mark.parametrize(

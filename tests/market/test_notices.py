@@ -1,4 +1,4 @@
-"""`market.notices`: when the service awards a task by itself, a self-custody winner with an
+"""`accord.market.notices`: when the service awards a task by itself, a self-custody winner with an
 endpoint is told at once, in a call the operator signs; a failing or slow endpoint costs the
 lifecycle round nothing. Real servers on 127.0.0.1, a real market (no anvil)."""
 
@@ -14,18 +14,18 @@ from pathlib import Path
 
 import pytest
 
-from coordinator.agent_service import serve_in_thread, stop
-from identity.http_signatures import NonceMemory, verify_accord_call
-from identity.presentations import create_presentation
-from identity.registration import REGISTERED_KIND, REGISTRATION_CHALLENGE_TTL, SELF
-from identity.runtimes import ReferenceRuntime
-from ledger.events import make_entry
-from ledger.signing import Ed25519Signer
-from market.lifecycle import Due, run_due
-from market.money import Wei
-from market.notices import NOTIFY_PATH, Notice, award_notice, notify_url, send_notice
-from market.sealed import commit_bid, reveal_bid
-from market.tasks import TASK_AWARDED
+from accord.coordinator.agent_service import serve_in_thread, stop
+from accord.identity.http_signatures import NonceMemory, verify_accord_call
+from accord.identity.presentations import create_presentation
+from accord.identity.registration import REGISTERED_KIND, REGISTRATION_CHALLENGE_TTL, SELF
+from accord.identity.runtimes import ReferenceRuntime
+from accord.ledger.events import make_entry
+from accord.ledger.signing import Ed25519Signer
+from accord.market.lifecycle import Due, run_due
+from accord.market.money import Wei
+from accord.market.notices import NOTIFY_PATH, Notice, award_notice, notify_url, send_notice
+from accord.market.sealed import commit_bid, reveal_bid
+from accord.market.tasks import TASK_AWARDED
 from tests.audit.conftest import World, open_world, post_task
 from tests.stand_in import Handle, Reply, StandIn, free_port, json_reply, starter
 

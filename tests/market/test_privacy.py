@@ -1,12 +1,12 @@
-"""`market.privacy`: who reads a task's work, and when."""
+"""`accord.market.privacy`: who reads a task's work, and when."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
 from typing import Any
 
-from market.privacy import WorkReaders
-from market.tasks import Task
+from accord.market.privacy import WorkReaders
+from accord.market.tasks import Task
 from tests.specs import invoice_spec_with
 
 OPERATOR, REQUESTER, LEADER, MEMBER, STRANGER = (

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from market.errors import ReputationError
-from market.reputation import (
+from accord.market.errors import ReputationError
+from accord.market.reputation import (
     PAIR_DECAY,
     REVOCATION_MIN_PARTS,
     Forfeit,

@@ -10,11 +10,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ledger.canonical import canonical_json
-from ledger.signing import Ed25519Signer, b64url
-from market.errors import BidRejected, TaskError
-from market.money import Wei
-from market.sealed import (
+from accord.ledger.canonical import canonical_json
+from accord.ledger.signing import Ed25519Signer, b64url
+from accord.market.errors import BidRejected, TaskError
+from accord.market.money import Wei
+from accord.market.sealed import (
     Commitment,
     Reveal,
     SealedTerms,

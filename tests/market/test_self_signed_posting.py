@@ -1,5 +1,5 @@
-"""The pure rules behind a requester that holds its own keys (`market.service`,
-`market.tasks`): a logged spec reads back as the request that made it, so the service can
+"""The pure rules behind a requester that holds its own keys (`accord.market.service`,
+`accord.market.tasks`): a logged spec reads back as the request that made it, so the service can
 check a requester's own `task.posted`; only the task's own deposit opens bidding; the
 escrow account is a checksummed address. The flows over HTTP and a real chain are in
 tests/api/test_outside_requester.py."""
@@ -10,11 +10,11 @@ from datetime import UTC, datetime
 
 import pytest
 
-from market.errors import TaskError
-from market.escrow import open_calldata, task_id_hash
-from market.money import Wei
-from market.service import EscrowDeposit, deposit_mismatch, escrow_account, escrow_deadline
-from market.tasks import Task, request_of, spec_from_request
+from accord.market.errors import TaskError
+from accord.market.escrow import open_calldata, task_id_hash
+from accord.market.money import Wei
+from accord.market.service import EscrowDeposit, deposit_mismatch, escrow_account, escrow_deadline
+from accord.market.tasks import Task, request_of, spec_from_request
 from tests.specs import invoice_request
 
 ACCOUNT = "0x70997970C51812dc3A010C7d01b50e0d17dc79C8"

@@ -14,23 +14,23 @@ from fractions import Fraction
 
 import pytest
 
-from identity.challenges import REGISTRY
-from identity.onboarding import Onboarding, open_onboarding
-from ledger.errors import ChainUnavailableError
-from ledger.events import Entry
-from ledger.runtime import open_ledger
-from ledger.service import Ledger
-from ledger.settings import Settings
-from ledger.signing import Ed25519Signer
-from market import sealed
-from market.auction import RESERVE_SCORE, quality, score
-from market.errors import AuctionError, BidRejected, TransitionError
-from market.escrow import EscrowActions, EscrowState, MemoryEscrowChain
-from market.money import Wei
-from market.reputation import reputation
-from market.runtime import ChainEscrow
-from market.service import AdmittedCommitment, AdmittedReveal, Market, replay_award
-from market.tasks import (
+from accord.identity.challenges import REGISTRY
+from accord.identity.onboarding import Onboarding, open_onboarding
+from accord.ledger.errors import ChainUnavailableError
+from accord.ledger.events import Entry
+from accord.ledger.runtime import open_ledger
+from accord.ledger.service import Ledger
+from accord.ledger.settings import Settings
+from accord.ledger.signing import Ed25519Signer
+from accord.market import sealed
+from accord.market.auction import RESERVE_SCORE, quality, score
+from accord.market.errors import AuctionError, BidRejected, TransitionError
+from accord.market.escrow import EscrowActions, EscrowState, MemoryEscrowChain
+from accord.market.money import Wei
+from accord.market.reputation import reputation
+from accord.market.runtime import ChainEscrow
+from accord.market.service import AdmittedCommitment, AdmittedReveal, Market, replay_award
+from accord.market.tasks import (
     BID_COMMITTED,
     BID_REVEALED,
     ESCROW_OPENED,
@@ -42,7 +42,7 @@ from market.tasks import (
     Task,
     TaskSpec,
 )
-from market.work import Part
+from accord.market.work import Part
 from tests.market.conftest import REQUESTER_ADDRESS, REQUESTER_KEY, Bidder, Clock
 
 BUDGET = Wei(1_000)

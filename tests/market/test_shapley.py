@@ -13,10 +13,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from market import shapley as shapley_module
-from market.errors import MarketError, SettlementError
-from market.money import Wei
-from market.shapley import ShapleyResult, shapley, split_wei
+from accord.market import shapley as shapley_module
+from accord.market.errors import MarketError, SettlementError
+from accord.market.money import Wei
+from accord.market.shapley import ShapleyResult, shapley, split_wei
 
 Game = Callable[[frozenset[str]], Fraction]
 

@@ -1,4 +1,4 @@
-"""The task view (`market.views`) against the replay it stands in for, on SQLite and
+"""The task view (`accord.market.views`) against the replay it stands in for, on SQLite and
 PostgreSQL: every filter and page equals filtering `Market.task` replays; dropping the view and
 folding the log again gives identical rows; entries a view-less writer appended are folded in;
 a hostile log never fails an append; a hand-edited view fools neither `Market.task` nor the
@@ -14,23 +14,23 @@ from pathlib import Path
 import pytest
 from sqlalchemy import update
 
-from audit.checks import audit_task
-from ledger.chain import MemoryAnchorChain
-from ledger.errors import QueryError
-from ledger.events import Entry, make_entry, parse_time
-from ledger.runtime import open_ledger
-from ledger.service import Ledger
-from ledger.settings import Settings
-from ledger.signing import Ed25519Signer
-from ledger.store import LogStore
-from ledger.views import encode_cursor, reading, view_rows
-from market import sealed
-from market.errors import TransitionError
-from market.escrow import MemoryEscrowChain
-from market.projections import read_views
-from market.service import LIFECYCLE_KINDS, Market
-from market.tasks import TASK_AWARDED, Task, clock_state
-from market.views import TASK_STATES, TASKS, VIEW_NAME, tasks_by_change
+from accord.audit.checks import audit_task
+from accord.ledger.chain import MemoryAnchorChain
+from accord.ledger.errors import QueryError
+from accord.ledger.events import Entry, make_entry, parse_time
+from accord.ledger.runtime import open_ledger
+from accord.ledger.service import Ledger
+from accord.ledger.settings import Settings
+from accord.ledger.signing import Ed25519Signer
+from accord.ledger.store import LogStore
+from accord.ledger.views import encode_cursor, reading, view_rows
+from accord.market import sealed
+from accord.market.errors import TransitionError
+from accord.market.escrow import MemoryEscrowChain
+from accord.market.projections import read_views
+from accord.market.service import LIFECYCLE_KINDS, Market
+from accord.market.tasks import TASK_AWARDED, Task, clock_state
+from accord.market.views import TASK_STATES, TASKS, VIEW_NAME, tasks_by_change
 from tests.ledger.conftest import postgres_schema_url
 from tests.market.conftest import Bidder, Clock
 from tests.market.test_service import SALT_A, post, to_award, to_reveal

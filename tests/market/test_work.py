@@ -1,5 +1,5 @@
-"""Parsing the requester's work (`market.work`, `market.tasks.spec_from_request`): every bad
-input is a WorkError naming the JSON path of the problem; the defaults; JSON paths; exact
+"""Parsing the requester's work (`accord.market.work`, `accord.market.tasks.spec_from_request`):
+every bad input is a WorkError naming the JSON path of the problem; the defaults; JSON paths; exact
 numbers; and the shares of v(N) each check carries."""
 
 from __future__ import annotations
@@ -13,11 +13,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from identity.challenges import REGISTRY
-from market.errors import LimitError, MarketError, TaskError, WorkError
-from market.money import MAX_WEI
-from market.tasks import TaskSpec, parse_window, spec_from_request
-from market.work import (
+from accord.identity.challenges import REGISTRY
+from accord.market.errors import LimitError, MarketError, TaskError, WorkError
+from accord.market.money import MAX_WEI
+from accord.market.tasks import TaskSpec, parse_window, spec_from_request
+from accord.market.work import (
     ASSEMBLY_CHECK,
     ASSEMBLY_PART,
     CONTRACTOR_SHARE,
