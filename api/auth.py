@@ -36,6 +36,7 @@ class ApiRequestNonce(SQLModel, table=True):
 
 
 _REQUEST_NONCES = ApiRequestNonce.__table__  # type: ignore[attr-defined]
+_INSERT_NONCE = insert(_REQUEST_NONCES)  # built once: every signed request runs it
 
 
 class PurgeSchedule:
@@ -86,7 +87,7 @@ class SqlRequestNonces:
                         )
                     )
                 connection.execute(
-                    insert(_REQUEST_NONCES).values(did=did, nonce=nonce, timestamp=timestamp)
+                    _INSERT_NONCE, {"did": did, "nonce": nonce, "timestamp": timestamp}
                 )
         except IntegrityError:
             return False

@@ -22,7 +22,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import BigInteger, Engine, func, insert, select, update
+from sqlalchemy import BigInteger, Engine, bindparam, func, insert, select, update
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlmodel import Column, Field, SQLModel
 
@@ -65,6 +65,12 @@ class IssuedCredential(SQLModel, table=True):
 
 
 _CREDENTIALS = IssuedCredential.__table__  # type: ignore[attr-defined]
+# Built once: building the query on every bid cost more than running it.
+_CREDENTIALS_OF = (
+    select(_CREDENTIALS)
+    .where(_CREDENTIALS.c.agent_did == bindparam("agent_did"))
+    .order_by(_CREDENTIALS.c.issued_at, _CREDENTIALS.c.id)
+)
 
 
 class CredentialIssuer:
@@ -194,11 +200,7 @@ class CredentialIssuer:
         """The stored rows of `agent_did`'s credentials as JSON, oldest first (one query; the
         rows' `revoked_at` is read fresh every time)."""
         with statement_connection(self.engine) as connection:
-            rows = connection.execute(
-                select(_CREDENTIALS)
-                .where(_CREDENTIALS.c.agent_did == agent_did)
-                .order_by(_CREDENTIALS.c.issued_at, _CREDENTIALS.c.id)
-            ).all()
+            rows = connection.execute(_CREDENTIALS_OF, {"agent_did": agent_did}).all()
         return [_row_json(row) for row in rows]
 
     def revoke(

@@ -24,6 +24,8 @@ from __future__ import annotations
 import base64
 import binascii
 import gzip
+import hashlib
+import json
 import re
 import zlib
 from collections.abc import Callable, Mapping
@@ -291,7 +293,39 @@ def verify_issuer_proof(document: Mapping[str, Any], issuer: str, step: str) -> 
     The proof's `verificationMethod` must be a method of the issuer's did:key; the key comes from
     the DID itself. Raises CredentialError with `step`: "unsigned" when there is no proof, and
     the reason otherwise.
+
+    A proof that held is remembered (`_PROVEN`): the check is a pure function of the document
+    and the issuer, so the same document by the same issuer holds again (a credential at every
+    bid of its holder, the status list at every credential checked against it). Revocation,
+    validity and the rest of a checklist are not remembered here.
     """
+    key = _proven_key(document, issuer)
+    if key is not None and key in _PROVEN:
+        return
+    _verify_issuer_proof(document, issuer, step)
+    if key is not None:
+        if len(_PROVEN) >= _PROVEN_MAX:
+            _PROVEN.clear()
+        _PROVEN[key] = None
+
+
+_PROVEN_MAX = 65536
+_PROVEN: dict[bytes, None] = {}
+"""SHA-256 of (issuer, document) of the proofs `verify_issuer_proof` found to hold; emptied
+when full. A dict's single reads and writes are atomic, so threads share it without a lock."""
+
+
+def _proven_key(document: Mapping[str, Any], issuer: str) -> bytes | None:
+    """The key of `document` by `issuer` in `_PROVEN`: the SHA-256 of its JSON with sorted
+    keys (one text per JSON value), or None for a document that has none (it is checked)."""
+    try:
+        text = json.dumps([issuer, document], sort_keys=True, ensure_ascii=False, allow_nan=False)
+    except (TypeError, ValueError):
+        return None
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).digest()
+
+
+def _verify_issuer_proof(document: Mapping[str, Any], issuer: str, step: str) -> None:
     if "proof" not in document:
         raise CredentialError(step, "unsigned: the document has no proof")
     proof = document["proof"]
@@ -394,10 +428,23 @@ def _read_list_credential(
     listed = purposes if isinstance(purposes, list) else [purposes]
     if purpose not in listed:
         _fail(f"the status list is for {purposes!r}, the entry for {purpose!r}")
+    encoded = subject.get("encodedList")
+    if isinstance(encoded, str) and (known := _DECODED.get(encoded)) is not None:
+        return known
     try:
-        return StatusList.decode(subject.get("encodedList"))
+        decoded = StatusList.decode(encoded)
     except ProofFormatError as exc:
         _fail(f"encodedList: {exc}")
+    if len(_DECODED) >= _DECODED_MAX:
+        _DECODED.clear()
+    _DECODED[str(encoded)] = decoded
+    return decoded
+
+
+_DECODED_MAX = 64
+_DECODED: dict[str, StatusList] = {}
+"""The lists `encodedList` texts decode to (immutable), so a list read once is not unzipped
+again for every credential checked against it; emptied when full."""
 
 
 def _fail(reason: str) -> NoReturn:

@@ -206,12 +206,19 @@ def make_engine(db_url: str) -> Engine:
                 connection.exec_driver_sql("BEGIN IMMEDIATE")
 
             return engine
-        engine = create_engine(db_url)
+        engine = create_engine(db_url, pool_size=POOL_SIZE, max_overflow=POOL_OVERFLOW)
         _ping_after_idle(engine)
         return engine
     except (SQLAlchemyError, ValueError, ModuleNotFoundError) as exc:
         raise StoreError(f"cannot open the log database {db_url!r}: {_reason(exc)}") from exc
 
+
+POOL_SIZE = 20
+POOL_OVERFLOW = 20
+"""Server connections a process keeps open, and how many more it opens (and closes again) at
+a peak. A service runs up to 40 requests at once in worker threads, each taking a connection
+for its statements: with SQLAlchemy's default of 5 kept, a service under load opened and
+closed a connection (a server process on PostgreSQL) every few requests."""
 
 IDLE_PING_S = 2.0
 """A pooled server connection unused for this long is pinged before it is handed out."""
@@ -588,25 +595,35 @@ class LogStore:
 
         Group commit: the appends that arrive while this process is writing wait, then the
         first of them writes all of them in one transaction (one head lock, one statement per
-        table), each still checked, keyed and failed on its own (`_write_group`)."""
+        table), each still checked, keyed and failed on its own (`_write_group`). The group
+        is every append waiting once the head is locked, not when the writer started: the
+        appends that arrive while it waits for another process's transaction join it."""
         mine = _Append(entries_for, once_keys)
         with self._waiting_lock:
             self._waiting.append(mine)
         with self._appending:
             if not mine.done:
-                with self._waiting_lock:
-                    group, self._waiting = self._waiting, []
+                group: list[_Append] = []
                 try:
                     self._write_group(group)
                 finally:
+                    if not group:  # the head was never locked: those waiting fail with it
+                        group += self._take_waiting()
                     for append in group:
                         if not append.done:  # the writer itself was interrupted
                             append.fail(StoreError("the append was interrupted"))
         return mine.outcome()
 
+    def _take_waiting(self) -> list[_Append]:
+        """The appends waiting to be written, taken (so the next writer does not)."""
+        with self._waiting_lock:
+            taken, self._waiting = self._waiting, []
+        return taken
+
     def _write_group(self, group: list[_Append]) -> None:
-        """Write `group` in one transaction; an append whose once-only entry is already
-        logged makes the group start over, checking each append's keys first."""
+        """Write the waiting appends in one transaction, into `group` (empty: `_write` fills
+        it once the head is locked); an append whose once-only entry is already logged makes
+        the group start over, checking each append's keys first."""
         try:
             try:
                 self._write(group, careful=False)
@@ -636,23 +653,27 @@ class LogStore:
             self._forget_caches()  # the seqs taken for the group were never written
             raise
 
-    @staticmethod
-    def _fail_open(group: Sequence[_Append], error: LedgerError) -> None:
-        """Fail every append of a group whose transaction failed with `error`, but those
-        refused for a reason of their own, which still holds."""
+    def _fail_open(self, group: list[_Append], error: LedgerError) -> None:
+        """Fail every append of a group whose transaction failed with `error` (the appends
+        waiting, when it failed before the head was locked), but those refused for a reason
+        of their own, which still holds."""
+        if not group:
+            group += self._take_waiting()
         for append in group:
             if not append.done:
                 own = None if append.refused_by_group else append.refused
                 append.fail(own or error)
 
-    def _write(self, group: Sequence[_Append], *, careful: bool) -> None:
-        """One append transaction for `group`: lock the head, bring the caches level, take
-        each append's entries and check them (an append that fails is left out, with its
-        error), then insert the rest with their nodes, once-rows and view folds. `careful`:
-        read each append's once-rows before taking it, so no insert can clash. Raises
-        _OnceClash, SQLAlchemyError."""
+    def _write(self, group: list[_Append], *, careful: bool) -> None:
+        """One append transaction for `group`: lock the head, take the waiting appends into
+        `group` when it is empty, bring the caches level, take each append's entries and
+        check them (an append that fails is left out, with its error), then insert the rest
+        with their nodes, once-rows and view folds. `careful`: read each append's once-rows
+        before taking it, so no insert can clash. Raises _OnceClash, SQLAlchemyError."""
         with self.engine.begin() as connection:
             size, views_level = self._lock_head_and_views(connection)
+            if not group:
+                group += self._take_waiting()
             self._sync_caches(connection, size)
             taken: list[tuple[_Append, int, Sequence[Entry]]] = []
             refused: list[_Append] = []

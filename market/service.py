@@ -221,6 +221,7 @@ class _TaskLog:
     book: BidBook = field(default_factory=BidBook)
     last_index: int = -1
     _task: Task | None = None
+    lock: threading.Lock = field(default_factory=threading.Lock)
 
     def add(self, stored: StoredEntry) -> None:
         """Take the next entry of the task. Raises BidRejected for a malformed bid body."""
@@ -1151,9 +1152,11 @@ class Market:
         read, lifecycle and bids alike, in one query (a page of `_BOOK_PAGE` at a time).
         Entries are appended in index order under the head lock, so none can appear later
         below the last index read. The threads of a process share what it knows: one at a
-        time brings it level, and each gets its own copy of the book."""
+        time per task brings it level (bids on other tasks do not wait for its query), and
+        each gets its own copy of the book."""
         with self._bidding_lock:
             known = self._bidding.setdefault(task_id, _TaskLog())
+        with known.lock:
             while True:
                 found = self.ledger.store.find(
                     kinds=TASK_KINDS, subject=task_id, after=known.last_index, limit=_BOOK_PAGE

@@ -396,6 +396,26 @@ class BidBookView:
         if not folded_moves:
             return
         pairs = {(move[0], move[1]) for move in folded_moves}
+        if len(pairs) == len(folded_moves) and all(move[3] is not None for move in folded_moves):
+            # Commitments only, one per bidder (a bid commit's append): one upsert, with no
+            # read first, does what the fold below does (a row already there keeps where it
+            # began and its reveal).
+            connection.execute(
+                _commitments_upsert(connection.dialect.name),
+                [
+                    {
+                        "subject": subject,
+                        "bidder": bidder,
+                        "first_index": index,
+                        "committed_index": index,
+                        "commitment": digest,
+                        "revealed": False,
+                        "price": None,
+                    }
+                    for subject, bidder, index, digest, _price in folded_moves
+                ],
+            )
+            return
         subjects = sorted({subject for subject, _ in pairs})
         rows: dict[tuple[str, str], dict[str, Any]] = {}
         for start in range(0, len(subjects), _IN_CHUNK):
@@ -453,6 +473,23 @@ class BidBookView:
 
     def reset(self, connection: Any) -> None:
         connection.execute(delete(BIDS))
+
+
+@lru_cache(maxsize=2)
+def _commitments_upsert(dialect: str) -> Any:
+    """INSERT into the bid view, or on a (task, bidder) already there set only its latest
+    commitment, in `dialect` (postgresql or sqlite: both say ON CONFLICT DO UPDATE)."""
+    from sqlalchemy.dialects import postgresql, sqlite  # the CLI's start-up needs neither
+
+    insert_into = postgresql.insert if dialect == "postgresql" else sqlite.insert
+    statement = insert_into(BIDS)
+    return statement.on_conflict_do_update(
+        index_elements=[BIDS.c.subject, BIDS.c.bidder],
+        set_={
+            "committed_index": statement.excluded.committed_index,
+            "commitment": statement.excluded.commitment,
+        },
+    )
 
 
 _BID_KINDS = frozenset({BID_COMMITTED, BID_REVEALED})

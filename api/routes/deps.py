@@ -210,13 +210,20 @@ class ApiState:
         return anchors, escrow
 
 
-def get_state(request: Request) -> ApiState:
+# Both dependencies are async so that FastAPI calls them on the event loop: a sync one costs
+# a hop to a worker thread and back on every request, for an attribute read once the market
+# is open. Opening it (the first request's) still runs in a worker thread.
+
+
+async def get_state(request: Request) -> ApiState:
     state: ApiState = request.app.state.accord
     return state
 
 
-def get_context(state: Annotated[ApiState, Depends(get_state)]) -> MarketContext:
-    return state.context()
+async def get_context(state: Annotated[ApiState, Depends(get_state)]) -> MarketContext:
+    if state.context_ is not None:
+        return state.context_
+    return await run_in_threadpool(state.context)
 
 
 def _throttle(state: ApiState, key: str) -> None:

@@ -491,7 +491,17 @@ def _own_bid(caller: str, task_id: str, bidder: str, what: str) -> None:
     summary="Commit a sealed bid (signed by the bidder, who must be the caller)",
     status_code=201,
 )
-def commit(task_id: str, body: CommitmentBody, caller: Caller, context: Context) -> dict[str, Any]:
+async def commit(
+    task_id: str, body: CommitmentBody, caller: Caller, context: Context
+) -> dict[str, Any]:
+    # One hop to a worker thread for the work; the answer is then serialised on the event
+    # loop (a sync route's answer is validated in a worker thread, a second hop per bid).
+    return await run_in_threadpool(_commit, task_id, body, caller, context)
+
+
+def _commit(
+    task_id: str, body: CommitmentBody, caller: str, context: MarketContext
+) -> dict[str, Any]:
     _own_bid(caller, task_id, body.bidder, "commitment")
     commitment = sealed.Commitment.from_json(body.model_dump())
     if commitment.task_id != task_id:

@@ -119,4 +119,7 @@ def test_the_audit_is_a_report_over_the_homes_own_chains(home: Home, world: Worl
 def test_the_typed_values_are_exported() -> None:
     for name in ("Task", "TaskPage", "Deliverable", "DeliveredPart", "AuditReport"):
         assert name in accord.__all__
-        assert getattr(accord, name).__module__.split(".")[:2] in (["accord", "market"], ["accord", "audit"])
+        assert getattr(accord, name).__module__.split(".")[:2] in (
+            ["accord", "market"],
+            ["accord", "audit"],
+        )

@@ -41,6 +41,7 @@ from accord.identity.status import (
     check_status,
     status_entry,
     status_list_credential,
+    verify_issuer_proof,
 )
 from accord.ledger.events import Entry
 from accord.ledger.service import Ledger
@@ -492,6 +493,26 @@ def test_unsigned_says_so() -> None:
 def test_revoked_says_so() -> None:
     world = World()
     credential, _ = _revoked(world)
+    with pytest.raises(CredentialError, match="revoked"):
+        world.verify(credential)
+
+
+def test_a_proof_that_held_is_remembered_for_that_document_and_issuer_only() -> None:
+    """`verify_issuer_proof` remembers the proofs that held; a changed document, a proof
+    checked for another issuer, or a list that revokes the credential since is still refused."""
+    world = World()
+    credential = world.issue()
+    world.verify(credential)
+    world.verify(copy.deepcopy(credential))  # the same document again: it holds
+    changed = copy.deepcopy(credential)
+    changed["credentialSubject"]["score"]["earned"] = 10
+    with pytest.raises(CredentialError, match="does not verify") as caught:
+        world.verify(changed)
+    assert caught.value.step == "proof"
+    with pytest.raises(CredentialError) as caught:
+        verify_issuer_proof(credential, STRANGER.did, "proof")
+    assert "not a key of" in caught.value.reason
+    world.revoke()
     with pytest.raises(CredentialError, match="revoked"):
         world.verify(credential)
 

@@ -28,12 +28,13 @@ from accord.ledger.errors import AlreadyLoggedError, SequenceError, StoreError
 from accord.ledger.events import Entry, make_entry
 from accord.ledger.merkle import NodeId
 from accord.ledger.signing import Ed25519Signer
-from accord.ledger.store import LedgerEntry, LedgerNode, LogStore, node_key
+from accord.ledger.store import LedgerEntry, LedgerHead, LedgerNode, LogStore, node_key
 from accord.ledger.verify import verify_log
 from tests.ledger.conftest import START
 
 _ENTRIES = LedgerEntry.__table__  # type: ignore[attr-defined]
 _NODES = LedgerNode.__table__  # type: ignore[attr-defined]
+_HEAD = LedgerHead.__table__  # type: ignore[attr-defined]
 
 Outcome = list[int] | BaseException
 
@@ -198,6 +199,42 @@ def test_a_group_whose_transaction_fails_fails_every_append_and_writes_nothing(
     outcomes = in_one_group(store, appends)
     assert sorted(i for o in outcomes for i in o) == [4, 5, 6]  # type: ignore[union-attr]
     assert seqs(store, operator.did) == [1, 2, 3, 4, 5, 6, 7]
+    assert verify_log(store, "did:key:unused", None).ok
+
+
+def test_appends_arriving_while_the_writer_waits_for_the_head_join_its_group(
+    store: LogStore, operator: Ed25519Signer
+) -> None:
+    """Another writer (another process) holds the head: the writer of this process waits for
+    it with the head unlocked, and the appends that arrive meanwhile are written with its own,
+    in one transaction, once the head is free."""
+    outcomes: list[Outcome | None] = [None] * 3
+
+    def run(k: int) -> None:
+        try:
+            outcomes[k] = next_of(store, operator, f"task-1 bidder-{k}")()
+        except BaseException as exc:  # returned to the test
+            outcomes[k] = exc
+
+    threads = [threading.Thread(target=run, args=(k,)) for k in range(3)]
+    deadline = time.monotonic() + 30
+    with transactions(store) as counts:
+        with store.engine.begin() as other:  # SQLite: BEGIN IMMEDIATE; PostgreSQL: the row
+            other.execute(select(_HEAD.c.size).with_for_update())
+            threads[0].start()
+            while not store._appending.locked():  # the first one writes, and waits
+                assert time.monotonic() < deadline, "the first append never started writing"
+                time.sleep(0.005)
+            for thread in threads[1:]:
+                thread.start()
+            while len(store._waiting) < 3:
+                assert time.monotonic() < deadline, "the appends never all waited"
+                time.sleep(0.005)
+        for thread in threads:
+            thread.join(timeout=60)
+        assert counts["commit"] == 2, counts  # the other writer's, then one for all three
+    assert sorted(i for o in outcomes for i in o) == [0, 1, 2]  # type: ignore[union-attr]
+    assert seqs(store, operator.did) == [1, 2, 3]
     assert verify_log(store, "did:key:unused", None).ok
 
 
