@@ -234,7 +234,8 @@ class Seed:
             task_id = f"task-{t:016x}"
             taking_bids = t % OPEN_EVERY == OPEN_EVERY - 1
             spec = _spec(t, capability, taking_bids)
-            requester = self.agents[self.rng.randrange(len(self.agents))]
+            requester_k = self.rng.randrange(len(self.agents))
+            requester = self.agents[requester_k]
             body = {"task_id": task_id, "spec": spec.to_json(), "escrow_from": escrow_from}
             yield self._entry(requester, index, TASK_POSTED, task_id, body)
             index += 1
@@ -253,7 +254,9 @@ class Seed:
             bids_left -= count
             pool = self.credentialed[capability]
             chosen = self.rng.sample(pool, min(count, len(pool)))
-            self.bidders[task_id] = set(chosen)
+            # the requester counts as a bidder already: the commits measured later pick
+            # fresh bidders, and a requester's bid on its own task is refused (self-bid)
+            self.bidders[task_id] = set(chosen) | {requester_k}
             for k in chosen:
                 price = Wei(10**14 + self.rng.randrange(10**15))
                 commitment = sealed.commit_bid(
