@@ -1153,7 +1153,7 @@ class Market:
         Entries are appended in index order under the head lock, so none can appear later
         below the last index read. The threads of a process share what it knows: one at a
         time per task brings it level (bids on other tasks do not wait for its query), and
-        each gets its own copy of the book."""
+        each gets its own copy of the book. An id with nothing posted under it is not kept."""
         with self._bidding_lock:
             known = self._bidding.setdefault(task_id, _TaskLog())
         with known.lock:
@@ -1164,7 +1164,13 @@ class Market:
                 for stored in found:
                     known.add(stored)
                 if len(found) < _BOOK_PAGE:  # a short page is the end of the log
-                    return known.task(), known.book.copy()
+                    task = known.task()
+                    if task is None:
+                        # nothing is posted under this id: keep nothing for it, or a caller
+                        # naming ids at random would grow this process's memory without end
+                        with self._bidding_lock:
+                            self._bidding.pop(task_id, None)
+                    return task, known.book.copy()
 
     def _log_bid(self, kind: str, task_id: str, bidder: str, body: dict[str, Any]) -> int:
         """Log an admitted commitment or reveal, once per task and bidder whichever process

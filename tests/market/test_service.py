@@ -210,6 +210,7 @@ def test_every_commit_rejection_has_its_reason_and_logs_nothing(
         "wrong-task",
         lambda: market.commit(sealed.commit_bid(alice, "task-nosuch", 1, SALT_A)),
     )
+    assert "task-nosuch" not in market._bidding  # nothing kept for an id nobody posted
     # replay from another task: the signature binds the task id, so an edited copy fails
     mine = sealed.commit_bid(alice, other.task_id, 100, SALT_A)
     rejected(ledger, "bad-signature", lambda: market.commit(replace(mine, task_id=tid)))
