@@ -1,5 +1,5 @@
 # accord: `make demo` runs the main job, `make test` is what CI runs (then checks the wheel on
-# its own: scripts/check_wheel.sh). Both set themselves up.
+# its own, beside pytest: scripts/test_and_wheel.sh). Both set themselves up.
 SHELL := /bin/bash
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -41,8 +41,7 @@ lint: setup
 test: setup lint
 	$(PY) scripts/compile_contracts.py --check
 	scripts/install_browser.sh
-	scripts/with_postgres.sh $(VENV)/bin/pytest -q -p no:cacheprovider -n 3 --dist loadfile --durations=10
-	scripts/check_wheel.sh
+	scripts/test_and_wheel.sh
 
 bench: setup
 	scripts/with_postgres.sh $(PY) scripts/bench/run_all.py
