@@ -4,6 +4,7 @@ anchor and escrow chains, reference agents), read by HTTP and by a real headless
 from __future__ import annotations
 
 import copy
+import dataclasses
 import os
 import re
 import secrets
@@ -18,9 +19,9 @@ import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
-from accord.api.explorer import ExplorerContext, eth, explorer_router, render_task
+from accord.api.explorer import ExplorerContext, explorer_router, render_task
 from accord.audit.checks import audit_task
-from accord.audit.html import percent
+from accord.audit.html_kit import eth, percent
 from accord.coordinator.service import conversation_ids, run_awarded_task
 from accord.identity.onboarding import open_onboarding
 from accord.ledger import merkle
@@ -269,6 +270,11 @@ def test_a_malicious_output_never_appears_unescaped(world: World) -> None:
     report.facts["checks"][0]["detail"] = hostile
     report.facts["checks"][1]["record"] = {"model": hostile, "prompt": hostile, "answer": hostile}
     report.facts["checks"][2]["record"] = {"entry": 3, "verdict": hostile}
+    # what a stranger names: the task's title, a team's title, a speaker, a step's detail
+    report.facts["title"] = hostile
+    report.facts["conversations"][0]["title"] = hostile
+    report.facts["timeline"][0]["speaker"] = hostile
+    report.steps[0] = dataclasses.replace(report.steps[0], detail=hostile)
     html = render_task(world.context.store, report)
     assert "<script>alert" not in html
     assert escape(hostile) in html

@@ -4,6 +4,7 @@ deliverable, each check's result, the contract holder's share and the payouts, a
 from __future__ import annotations
 
 import copy
+import dataclasses
 import re
 from dataclasses import dataclass
 from fractions import Fraction
@@ -13,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from accord.audit.checks import AuditReport, audit_task
-from accord.audit.html import percent, render_html
+from accord.audit.html import render_html
+from accord.audit.html_kit import percent
 from accord.market.money import format_eth
 from accord.market.settlement import settle_task
 from tests.audit.conftest import World, assert_deliverable_section, build_world
@@ -119,6 +121,11 @@ def test_a_malicious_output_is_escaped(audited: Audited) -> None:
     report.facts["checks"][0]["detail"] = HOSTILE
     report.facts["checks"][1]["record"] = {"model": HOSTILE, "prompt": HOSTILE, "answer": HOSTILE}
     report.facts["checks"][2]["record"] = {"entry": 3, "verdict": HOSTILE}
+    # what a stranger names: the task's title, a team's title, a speaker, a step's detail
+    report.facts["title"] = HOSTILE
+    report.facts["conversations"][0]["title"] = HOSTILE
+    report.facts["timeline"][0]["speaker"] = HOSTILE
+    report.steps[0] = dataclasses.replace(report.steps[0], detail=HOSTILE)
     page = render_html(report, audited.world.ledger.store)
     assert "<script" not in page
     assert escape(HOSTILE) in page

@@ -69,10 +69,6 @@ def _outcome(call: Callable[..., object], *args: object) -> str:
     return "accepted"
 
 
-def _short(value: bytes) -> str:
-    return value.hex()[:8] + "..." if value else "<empty>"
-
-
 # ---------------------------------------------------------------------------------------------
 # The vector file itself
 
