@@ -396,13 +396,14 @@ def ledger_checkpoints(as_json: JsonFlag = False) -> None:
     transaction and block. A read: it starts no devnet and reads no chain."""
     from rich.table import Table
 
+    from accord.ledger.anchor_journal import AnchorJournal
     from accord.ledger.checkpoint import SignedCheckpoint
     from accord.ledger.runtime import open_store
 
     settings = _settings()
     with _errors():
         store = open_store(settings, create=False)
-        anchors = {anchor.size: anchor for anchor in store.anchors()}
+        anchors = {anchor.size: anchor for anchor in AnchorJournal(store.engine).records()}
         rows: list[dict[str, Any]] = []
         for stored in store.checkpoints():
             signed = SignedCheckpoint.from_bytes(stored.data)

@@ -1,15 +1,15 @@
 """Anchoring checkpoints on the chain, without ever anchoring one twice.
 
-A checkpoint's anchor is one transaction of the journal engine (`accord.ledger.txjournal`): signed
-(nonce and fees fixed), recorded as *pending* in `ledger_anchors` with its raw bytes, only then
-broadcast, and settled against the chain by the engine: mined and `confirmations` deep →
-confirmed; the root already on chain (this transaction's logs, or the one it replaced) →
-confirmed with the transaction that put it there; a larger anchor on chain → dropped (it
-covers this one); not mined and its nonce free → the *same signed bytes* again; stuck under a
-risen base fee → replaced at the same nonce with bumped fees (`replace_anchor_tx`, one write);
-its nonce used by another transaction → dropped, and only then a fresh anchor may be signed.
-So no checkpoint is anchored twice, and nothing appended is lost while the chain is away: the
-next anchor covers it.
+A checkpoint's anchor is one transaction of the journal engine (`accord.ledger.txjournal`):
+signed (nonce and fees fixed), recorded as *pending* in the anchor journal
+(`accord.ledger.anchor_journal`) with its raw bytes, only then broadcast, and settled against
+the chain by the engine: mined and `confirmations` deep → confirmed; the root already on chain
+(this transaction's logs, or the one it replaced) → confirmed with the transaction that put it
+there; a larger anchor on chain → dropped (it covers this one); not mined and its nonce free →
+the *same signed bytes* again; stuck under a risen base fee → replaced at the same nonce with
+bumped fees (`AnchorJournal.replace`, one write); its nonce used by another transaction →
+dropped, and only then a fresh anchor may be signed. So no checkpoint is anchored twice, and
+nothing appended is lost while the chain is away: the next anchor covers it.
 
 What is specific to anchors lives here: which call to make (`build_anchor_tx`), what the
 registry's state means (`_AnchorTxs.on_chain`), and the chain *forgetting* a confirmed anchor
@@ -26,13 +26,14 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, Literal
 
+from accord.ledger.anchor_journal import AnchorJournal, AnchorRecord
 from accord.ledger.chain import AnchorChain, AnchorRefusedError, SignedAnchorTx
 from accord.ledger.checkpoint import SignedCheckpoint, take_checkpoint
 from accord.ledger.errors import AnchorError
 from accord.ledger.events import Entry, format_time, parse_time
 from accord.ledger.fees import Fees
 from accord.ledger.signing import Signer
-from accord.ledger.store import LogStore, StoredAnchor
+from accord.ledger.store import LogStore
 from accord.ledger.txjournal import (
     DEFAULT_REPLACE_AFTER_S,
     OnChain,
@@ -61,7 +62,8 @@ class AnchorOutcome:
 
 
 class Anchorer:
-    """Anchors the log's checkpoints through an `AnchorChain`.
+    """Anchors the log's checkpoints through an `AnchorChain`, journalled in an `AnchorJournal`
+    in the store's database (`journal`).
 
     Raises ChainUnavailableError when the chain does not answer (the record stays pending and
     is settled next time), FeesAboveCeilingError when the fee market is above the configured
@@ -82,8 +84,10 @@ class Anchorer:
         confirmations: int = 0,
         replace_after_s: float = DEFAULT_REPLACE_AFTER_S,
     ) -> None:
-        """Raises ValueError for a negative `confirmations` or `replace_after_s`."""
+        """Raises ValueError for a negative `confirmations` or `replace_after_s`, StoreError
+        when the journal's table cannot be prepared."""
         self.store = store
+        self.journal = AnchorJournal(store.engine)
         self.chain = chain
         self.operator = operator
         self.clock = clock
@@ -95,7 +99,7 @@ class Anchorer:
             replace_after_s=replace_after_s,
             fees=chain.fee_policy(),
         )
-        self._latest: StoredAnchor | None = _UNREAD
+        self._latest: AnchorRecord | None = _UNREAD
         self._first_at: datetime | None = None
 
     @property
@@ -137,7 +141,7 @@ class Anchorer:
         signed = self.checkpoint()
         root = signed.checkpoint.root
         tx = self.chain.build_anchor_tx(log_id, size, root)
-        record = StoredAnchor(
+        record = AnchorRecord(
             size=size,
             root=root,
             status="pending",
@@ -149,7 +153,7 @@ class Anchorer:
             block_number=None,
             sent_at=format_time(self.clock()),
         )
-        if not self.store.record_anchor(record):
+        if not self.journal.add(record):
             # Another process records this checkpoint's anchor: settle its record instead.
             return self._settle_recorded(size)
         txs = _AnchorTxs(self)
@@ -160,13 +164,13 @@ class Anchorer:
         against the chain (see the module docstring)."""
         self._latest = _UNREAD
         outcomes = self.reopen_forgotten()
-        for pending in self.store.anchors(status="pending"):
+        for pending in self.journal.pending():
             outcomes.append(self._reconcile_one(pending))
         return outcomes
 
     def reopen_forgotten(self) -> list[AnchorOutcome]:
         """Mark pending again each confirmed anchor whose root the chain does not hold."""
-        confirmed = self.store.anchors(status="confirmed")
+        confirmed = self.journal.records("confirmed")
         if not confirmed:
             return []
         held = {(a.size, a.root) for a in self.chain.anchors(self.store.log_id)}
@@ -174,14 +178,14 @@ class Anchorer:
         for record in confirmed:
             if (record.size, record.root) in held:
                 continue
-            if self.store.reopen_anchor(record.size):
+            if self.journal.reopen(record.size):
                 outcomes.append(
                     AnchorOutcome("forgotten-by-chain", record.size, record.root, record.tx_hash)
                 )
         return outcomes
 
     def _settle_recorded(self, size: int) -> AnchorOutcome:
-        for record in self.store.anchors():
+        for record in self.journal.records():
             if record.size != size:
                 continue
             if record.status == "pending":
@@ -191,7 +195,7 @@ class Anchorer:
             )
         return AnchorOutcome("dropped", size)
 
-    def _reconcile_one(self, pending: StoredAnchor) -> AnchorOutcome:
+    def _reconcile_one(self, pending: AnchorRecord) -> AnchorOutcome:
         txs = _AnchorTxs(self)
         return _outcome(self._engine().settle(pending, txs, txs))
 
@@ -213,10 +217,10 @@ class Anchorer:
             size = self.store.size()
         if self._latest is not _UNREAD and not self._due_since(self._latest, size, now):
             return False
-        self._latest = self.store.latest_anchor()
+        self._latest = self.journal.latest()
         return self._due_since(self._latest, size, now)
 
-    def _due_since(self, last: StoredAnchor | None, size: int, now: datetime) -> bool:
+    def _due_since(self, last: AnchorRecord | None, size: int, now: datetime) -> bool:
         if last is None:
             if size == 0:
                 return False
@@ -237,7 +241,7 @@ _UNREAD: Any = object()
 """The latest anchor record before `Anchorer.due` first reads it."""
 
 
-def _outcome(settled: Settled[StoredAnchor]) -> AnchorOutcome:
+def _outcome(settled: Settled[AnchorRecord]) -> AnchorOutcome:
     record = settled.record
     match settled.status:
         case "confirmed":
@@ -250,18 +254,18 @@ def _outcome(settled: Settled[StoredAnchor]) -> AnchorOutcome:
 
 
 class _AnchorTxs:
-    """The engine's `TxAction` and `TxJournal` for anchors: `ledger_anchors` rows of the store,
-    one per checkpoint size."""
+    """The engine's `TxAction` and `TxJournal` for anchors: records of the anchor journal, one
+    per checkpoint size."""
 
     def __init__(self, anchorer: Anchorer) -> None:
-        self.store = anchorer.store
+        self.journal = anchorer.journal
         self.chain = anchorer.chain
         self.log_id = anchorer.store.log_id
         self.clock = anchorer.clock
 
     # TxAction
 
-    def view(self, record: StoredAnchor) -> TxView:
+    def view(self, record: AnchorRecord) -> TxView:
         return TxView(
             tx_hash=record.tx_hash,
             sender=self.chain.operator_address(),
@@ -272,7 +276,7 @@ class _AnchorTxs:
             fees=self.chain.fees_of(record.raw_tx),
         )
 
-    def on_chain(self, record: StoredAnchor) -> OnChain | None:
+    def on_chain(self, record: AnchorRecord) -> OnChain | None:
         """Raises AnchorError when the chain holds another root for the record's size."""
         on_chain = self.chain.root_at(self.log_id, record.size)
         if on_chain is not None:
@@ -289,7 +293,7 @@ class _AnchorTxs:
             return OnChain(b"", 0, ours=False)  # a larger anchor covers it
         return None
 
-    def broadcast(self, record: StoredAnchor) -> None:
+    def broadcast(self, record: AnchorRecord) -> None:
         self.chain.broadcast(
             SignedAnchorTx(
                 self.log_id, record.size, record.root, record.nonce, record.tx_hash, record.raw_tx
@@ -297,8 +301,8 @@ class _AnchorTxs:
         )
 
     def sign(
-        self, record: StoredAnchor, nonce: int | None, fees: Fees | None
-    ) -> StoredAnchor | None:
+        self, record: AnchorRecord, nonce: int | None, fees: Fees | None
+    ) -> AnchorRecord | None:
         try:
             tx = self.chain.build_anchor_tx(
                 self.log_id, record.size, record.root, nonce=nonce, fees=fees
@@ -315,31 +319,29 @@ class _AnchorTxs:
 
     # TxJournal
 
-    def seen(self, record: StoredAnchor, block_number: int) -> StoredAnchor:
+    def seen(self, record: AnchorRecord, block_number: int) -> AnchorRecord:
         return replace(record, block_number=block_number)  # kept in memory until confirmed
 
-    def confirm(self, record: StoredAnchor, tx_hash: bytes, block_number: int) -> None:
-        self.store.confirm_anchor(record.size, block_number, tx_hash)
+    def confirm(self, record: AnchorRecord, tx_hash: bytes, block_number: int) -> None:
+        self.journal.confirm(record.size, tx_hash, block_number)
 
-    def superseded(self, record: StoredAnchor) -> None:
-        self.store.forget_anchor(record.size)
+    def superseded(self, record: AnchorRecord) -> None:
+        self.journal.drop(record.size)  # a larger anchor covers it
 
-    def reverted(self, record: StoredAnchor, block_number: int) -> None:
+    def reverted(self, record: AnchorRecord, block_number: int) -> None:
         """Raises AnchorError: the registry refused an anchor nothing on chain covers."""
         raise AnchorError(
             f"the anchor of size {record.size} was reverted on chain "
             f"(transaction {record.tx_hash.hex()}, block {block_number})"
         )
 
-    def reopen(self, record: StoredAnchor) -> StoredAnchor:
-        self.store.reopen_anchor(record.size)
+    def reopen(self, record: AnchorRecord) -> AnchorRecord:
+        self.journal.reopen(record.size)
         return replace(record, status="pending", block_number=None)
 
-    def drop(self, record: StoredAnchor) -> None:
-        self.store.forget_anchor(record.size)
+    def drop(self, record: AnchorRecord) -> None:
+        self.journal.drop(record.size)
 
-    def swap(self, old: StoredAnchor, new: StoredAnchor, same_nonce: bool) -> bool:
+    def swap(self, old: AnchorRecord, new: AnchorRecord, same_nonce: bool) -> bool:
         del same_nonce  # one row per size: the row follows the newest signing
-        return self.store.replace_anchor_tx(
-            old.size, old.tx_hash, new.nonce, new.tx_hash, new.raw_tx, new.sent_at
-        )
+        return self.journal.replace(old.tx_hash, new)

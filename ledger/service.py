@@ -1,4 +1,5 @@
-"""The ledger as the rest of accord uses it: append signed events, checkpoint, anchor."""
+"""The ledger as the rest of accord uses it: append signed events, checkpoint, anchor (and the
+anchor journal, beside the log)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING
 
+from accord.ledger.anchor_journal import AnchorJournal
 from accord.ledger.canonical import JSONValue
 from accord.ledger.checkpoint import SignedCheckpoint, take_checkpoint
 from accord.ledger.errors import ChainError, SequenceError
@@ -40,10 +42,22 @@ class Ledger:
         self.anchorer = anchorer
         self.last_anchor_error: ChainError | None = None
         self._anchoring = threading.Lock()
+        self._anchor_journal: AnchorJournal | None = None
 
     @property
     def log_id(self) -> str:
         return self.store.log_id
+
+    @property
+    def anchor_journal(self) -> AnchorJournal:
+        """The journal of the transactions that anchor the log's checkpoints (in the log's
+        database): the anchorer's, or one opened on first use when there is none. Raises
+        StoreError when its table cannot be prepared."""
+        if self.anchorer is not None:
+            return self.anchorer.journal
+        if self._anchor_journal is None:
+            self._anchor_journal = AnchorJournal(self.store.engine)
+        return self._anchor_journal
 
     def next_seq(self, actor: str) -> int:
         last = self.store.last_seq(actor)

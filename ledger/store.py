@@ -5,7 +5,6 @@ Tables
     ledger_entries      index, actor, seq, kind, subject, time, leaf data (JCS of the entry)
     ledger_nodes        perfect-subtree hashes keyed by `level << 48 | index` (leaves at level 0)
     ledger_checkpoints  signed tree heads
-    ledger_anchors      each checkpoint sent to the chain: pending until reconciled
     ledger_once         (kind, subject) -> index for the kinds logged at most once per subject,
                         and (kind, key) for entries appended with a once-key
 
@@ -35,6 +34,9 @@ PostgreSQL), so several processes may append to one log safely.
 
 Read views (`accord.ledger.views`: tasks, credentials...) attached to the store are folded from each
 append in the same transaction, and can be rebuilt from the log alone (`reindex`).
+
+The journal of the transactions that anchor checkpoints on chain is not the log's: it is
+`accord.ledger.anchor_journal` (table `ledger_anchors`, in the same database).
 """
 
 from __future__ import annotations
@@ -159,28 +161,12 @@ class LedgerCheckpoint(SQLModel, table=True):
     data: bytes = Field(sa_column=Column(LargeBinary, nullable=False))
 
 
-class LedgerAnchor(SQLModel, table=True):
-    __tablename__ = "ledger_anchors"
-
-    size: int = Field(sa_column=Column(BigInteger, primary_key=True, autoincrement=False))
-    root: bytes = Field(sa_column=Column(LargeBinary, nullable=False))
-    status: str = Field(index=True)  # pending | confirmed
-    chain_id: int
-    registry_address: str
-    nonce: int
-    tx_hash: bytes = Field(sa_column=Column(LargeBinary, nullable=False))
-    raw_tx: bytes = Field(sa_column=Column(LargeBinary, nullable=False))
-    block_number: int | None = None
-    sent_at: str
-
-
 _ENTRIES = LedgerEntry.__table__  # type: ignore[attr-defined]
 _NODES = LedgerNode.__table__  # type: ignore[attr-defined]
 _HEAD = LedgerHead.__table__  # type: ignore[attr-defined]
 _CHECKPOINTS = LedgerCheckpoint.__table__  # type: ignore[attr-defined]
-_ANCHORS = LedgerAnchor.__table__  # type: ignore[attr-defined]
 _ONCE = LedgerOnce.__table__  # type: ignore[attr-defined]
-_LEDGER_TABLES = [_HEAD, _ENTRIES, _NODES, _CHECKPOINTS, _ANCHORS, _ONCE]
+_LEDGER_TABLES = [_HEAD, _ENTRIES, _NODES, _CHECKPOINTS, _ONCE]
 
 
 def make_engine(db_url: str) -> Engine:
@@ -301,20 +287,6 @@ class StoredCheckpoint:
     root: bytes
     at: str
     data: bytes
-
-
-@dataclass(frozen=True)
-class StoredAnchor:
-    size: int
-    root: bytes
-    status: str
-    chain_id: int
-    registry_address: str
-    nonce: int
-    tx_hash: bytes
-    raw_tx: bytes
-    block_number: int | None
-    sent_at: str
 
 
 class LogStore:
@@ -945,7 +917,7 @@ class LogStore:
         if behind:
             views.record_applied_all(connection, behind, size)
 
-    # -- checkpoints and anchors -------------------------------------------------------------
+    # -- checkpoints -------------------------------------------------------------------------
 
     def save_checkpoint(self, size: int, root: bytes, at: str, data: bytes) -> None:
         """Store a signed checkpoint (idempotent for the same size and root).
@@ -983,113 +955,6 @@ class LogStore:
                 select(_CHECKPOINTS).order_by(_CHECKPOINTS.c.size.desc()).limit(1)
             ).one_or_none()
         return None if row is None else _checkpoint(row)
-
-    def record_anchor(self, anchor: StoredAnchor) -> bool:
-        """Record a signed anchor transaction before it is sent.
-
-        Returns False, writing nothing, when an anchor of that size is already recorded (by
-        another process anchoring the same checkpoint). Raises StoreError.
-        """
-        try:
-            with self.engine.begin() as connection:
-                connection.execute(insert(_ANCHORS).values(**anchor.__dict__))
-        except IntegrityError:
-            if any(a.size == anchor.size for a in self.anchors()):
-                return False
-            raise StoreError(f"cannot record the anchor of size {anchor.size}") from None
-        except SQLAlchemyError as exc:
-            raise StoreError(
-                f"cannot record the anchor of size {anchor.size}: {_reason(exc)}"
-            ) from exc
-        return True
-
-    def reopen_anchor(self, size: int) -> bool:
-        """Mark a confirmed anchor pending again: the chain no longer holds it (a restart
-        from an older state, a reorg), so it is reconciled (re-sent) like any pending one.
-        Returns False when no confirmed anchor of that size is recorded. Raises StoreError."""
-        try:
-            with self.engine.begin() as connection:
-                result = connection.execute(
-                    update(_ANCHORS)
-                    .where(_ANCHORS.c.size == size, _ANCHORS.c.status == "confirmed")
-                    .values(status="pending", block_number=None)
-                )
-        except SQLAlchemyError as exc:
-            raise StoreError(f"cannot reopen the anchor of size {size}: {_reason(exc)}") from exc
-        return bool(result.rowcount == 1)
-
-    def confirm_anchor(self, size: int, block_number: int, tx_hash: bytes) -> None:
-        try:
-            with self.engine.begin() as connection:
-                connection.execute(
-                    update(_ANCHORS)
-                    .where(_ANCHORS.c.size == size)
-                    .values(status="confirmed", block_number=block_number, tx_hash=tx_hash)
-                )
-        except SQLAlchemyError as exc:
-            raise StoreError(f"cannot confirm the anchor of size {size}: {_reason(exc)}") from exc
-
-    def replace_anchor_tx(
-        self, size: int, old_hash: bytes, nonce: int, tx_hash: bytes, raw_tx: bytes, sent_at: str
-    ) -> bool:
-        """In one write, swap a pending anchor's transaction for another signing of it (the
-        same nonce with higher fees, or a new nonce). Returns False when the record no longer
-        holds `old_hash` pending (another process settled it). Raises StoreError."""
-        try:
-            with self.engine.begin() as connection:
-                result = connection.execute(
-                    update(_ANCHORS)
-                    .where(
-                        _ANCHORS.c.size == size,
-                        _ANCHORS.c.tx_hash == old_hash,
-                        _ANCHORS.c.status == "pending",
-                    )
-                    .values(nonce=nonce, tx_hash=tx_hash, raw_tx=raw_tx, sent_at=sent_at)
-                )
-        except SQLAlchemyError as exc:
-            raise StoreError(f"cannot replace the anchor of size {size}: {_reason(exc)}") from exc
-        return bool(result.rowcount == 1)
-
-    def forget_anchor(self, size: int) -> None:
-        """Drop a pending anchor that the chain proved was never mined (it is re-sent anew)."""
-        try:
-            with self.engine.begin() as connection:
-                connection.execute(
-                    _ANCHORS.delete().where(_ANCHORS.c.size == size, _ANCHORS.c.status == "pending")
-                )
-        except SQLAlchemyError as exc:
-            raise StoreError(f"cannot drop the anchor of size {size}: {_reason(exc)}") from exc
-
-    def anchors(self, status: str | None = None) -> list[StoredAnchor]:
-        """The recorded anchors (of `status` when given), by size."""
-        query = select(_ANCHORS).order_by(_ANCHORS.c.size)
-        if status is not None:
-            query = query.where(_ANCHORS.c.status == status)
-        return self._anchors(query)
-
-    def latest_anchor(self) -> StoredAnchor | None:
-        """The recorded anchor of the largest size, or None (one row read, not all)."""
-        found = self._anchors(select(_ANCHORS).order_by(_ANCHORS.c.size.desc()).limit(1))
-        return found[0] if found else None
-
-    def _anchors(self, query: Any) -> list[StoredAnchor]:
-        with self._read() as connection:
-            rows = connection.execute(query).all()
-        return [
-            StoredAnchor(
-                size=int(row.size),
-                root=bytes(row.root),
-                status=row.status,
-                chain_id=int(row.chain_id),
-                registry_address=row.registry_address,
-                nonce=int(row.nonce),
-                tx_hash=bytes(row.tx_hash),
-                raw_tx=bytes(row.raw_tx),
-                block_number=None if row.block_number is None else int(row.block_number),
-                sent_at=row.sent_at,
-            )
-            for row in rows
-        ]
 
     # -- internals ---------------------------------------------------------------------------
 

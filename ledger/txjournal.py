@@ -72,6 +72,24 @@ class TxRules:
             raise ValueError(f"replace_after_s must be 0 or more, got {self.replace_after_s}")
 
 
+JournalStatus = Literal[
+    "pending", "confirmed", "superseded", "reverted", "dropped", "forgotten", "replaced"
+]
+"""What a journal record says of its transaction, in every journal of this engine (escrow:
+`accord.market.escrow.journal`; anchors: `accord.ledger.anchor_journal`, which uses two).
+`pending`: journalled, sent or about to be; `confirmed`: done on chain; `superseded`: its effect
+is on chain through another transaction; `dropped`: it can never be mined (its nonce went to
+another transaction); `reverted`: mined, refused by the contract; `forgotten`: recorded as done
+but the chain no longer holds it (unresolved, like pending; owed: signed anew when its own
+bytes cannot be mined any more); `replaced`: signed again as another record (a forgotten one at
+a new nonce, or a stuck one at the same nonce with higher fees: the journal follows whichever
+of the two is mined)."""
+
+UNRESOLVED: tuple[JournalStatus, ...] = ("pending", "forgotten")
+"""The statuses `settle` still works on."""
+DONE: tuple[JournalStatus, ...] = ("confirmed", "superseded")
+"""The statuses whose effect is on chain."""
+
 UnresolvedStatus = Literal["pending", "forgotten"]
 
 

@@ -6,7 +6,8 @@
         to each stored checkpoint's root
     (4) each checkpoint is signed by the operator, for this log, as stored
     (5) each anchor the chain holds for this log equals the log's root at that size, and each
-        anchor the log recorded as confirmed is on the chain
+        anchor the anchor journal (`accord.ledger.anchor_journal`) records as confirmed is on
+        the chain
     (6) successive on-chain anchors are consistent (RFC 9162 consistency proofs)
 
 Steps run in order and stop at the first failure, which names the entry (log index) it failed
@@ -25,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from accord.ledger import merkle
+from accord.ledger.anchor_journal import AnchorJournal
 from accord.ledger.chain import AnchorChain, OnChainAnchor
 from accord.ledger.checkpoint import SignedCheckpoint
 from accord.ledger.errors import (
@@ -370,7 +372,7 @@ def _check_chain(
                 raise _changed_after_anchoring(anchor, matched)
             matched = anchor
         anchored_sizes = {anchor.size for anchor in on_chain}
-        for recorded in store.anchors(status="confirmed"):
+        for recorded in AnchorJournal(store.engine).records("confirmed"):
             if recorded.size not in anchored_sizes:
                 raise VerificationError(
                     5, f"the log recorded an anchor of size {recorded.size} the chain lacks"

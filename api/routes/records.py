@@ -340,8 +340,9 @@ def ledger_consistency(
 
 @reads.get("/ledger/checkpoints", tags=["ledger"], summary="Signed checkpoints and anchors")
 def ledger_checkpoints(context: Context) -> dict[str, Any]:
-    store = context.market.ledger.store
-    anchors = {anchor.size: anchor for anchor in store.anchors()}
+    ledger = context.market.ledger
+    store = ledger.store
+    anchors = {anchor.size: anchor for anchor in ledger.anchor_journal.records()}
     rows = []
     for stored in store.checkpoints():
         anchor = anchors.get(stored.size)

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 from accord.ledger.lazy import lazy_exports
 
 if TYPE_CHECKING:
+    from accord.ledger.txjournal import JournalStatus
     from accord.market.escrow.actions import EscrowActions, EscrowOutcome, OutcomeStatus
     from accord.market.escrow.chain import (
         EscrowChain,
@@ -28,7 +29,6 @@ if TYPE_CHECKING:
     from accord.market.escrow.journal import (
         EscrowJournal,
         EscrowTxRecord,
-        JournalStatus,
         MarketEscrowTx,
         MemoryEscrowJournal,
         SqlEscrowJournal,
@@ -76,7 +76,7 @@ _EXPORTS = {
     "EscrowChain": "accord.market.escrow.chain",
     "EscrowJournal": "accord.market.escrow.journal",
     "EscrowTxRecord": "accord.market.escrow.journal",
-    "JournalStatus": "accord.market.escrow.journal",
+    "JournalStatus": "accord.ledger.txjournal",
     "MarketEscrowTx": "accord.market.escrow.journal",
     "MemoryEscrowJournal": "accord.market.escrow.journal",
     "SqlEscrowJournal": "accord.market.escrow.journal",

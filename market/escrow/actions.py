@@ -28,6 +28,8 @@ from typing import Literal
 from accord.ledger.fees import Fees
 from accord.ledger.txjournal import (
     DEFAULT_REPLACE_AFTER_S,
+    DONE,
+    JournalStatus,
     OnChain,
     Settled,
     TxEngine,
@@ -35,7 +37,7 @@ from accord.ledger.txjournal import (
     TxView,
 )
 from accord.market.escrow.chain import EscrowChain
-from accord.market.escrow.journal import DONE, EscrowJournal, EscrowTxRecord, JournalStatus
+from accord.market.escrow.journal import EscrowJournal, EscrowTxRecord
 from accord.market.escrow.values import (
     EscrowEventName,
     EscrowIntent,

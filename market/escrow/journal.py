@@ -2,12 +2,16 @@
 memory (`MemoryEscrowJournal`) or in the market's SQL database (`SqlEscrowJournal`, table
 `market_escrow_txs`; a table of an older accord, without `sent_at`, gains the column when
 opened; `market_escrow_intact` remembers up to which block the chain held every done one).
+
+A record's statuses are the journal engine's (`accord.ledger.txjournal.JournalStatus`), all of
+them; the ledger's anchor journal (`accord.ledger.anchor_journal`) is built the same way and
+says where anchors differ.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any, Literal, Protocol
+from typing import Any, Protocol
 
 from sqlalchemy import (
     BigInteger,
@@ -27,21 +31,9 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlmodel import Column, Field, SQLModel
 
 from accord.ledger.store import create_tables
+from accord.ledger.txjournal import DONE, UNRESOLVED, JournalStatus
 from accord.market.errors import EscrowError
 from accord.market.escrow.values import EscrowIntent, SignedEscrowTx
-
-JournalStatus = Literal[
-    "pending", "confirmed", "superseded", "reverted", "dropped", "forgotten", "replaced"
-]
-"""`superseded`: its effect is on chain through another transaction; `dropped`: it can never be
-mined (its nonce went to another transaction); `reverted`: mined, refused by the contract;
-`forgotten`: recorded as done but the chain no longer holds it (unresolved, like pending; owed:
-signed anew when its own bytes cannot be mined any more); `replaced`: signed again as another
-record (a forgotten one at a new nonce, or a stuck one at the same nonce with higher fees: the
-journal follows whichever of the two is mined)."""
-
-UNRESOLVED: tuple[JournalStatus, ...] = ("pending", "forgotten")
-DONE: tuple[JournalStatus, ...] = ("confirmed", "superseded")
 
 
 @dataclass(frozen=True)

@@ -132,7 +132,9 @@ def test_an_anchor_whose_block_is_reorganised_away_is_sent_again_once(
     assert [a.size for a in chain.anchors(store.log_id)] == [3]
     assert [o.status for o in anchorer.reconcile()] == []  # settled: nothing is sent again
     assert anchorer.anchor_latest().status == "already-anchored"
-    assert [(a.status, a.tx_hash) for a in store.anchors()] == [("confirmed", first.tx_hash)]
+    assert [(a.status, a.tx_hash) for a in anchorer.journal.records()] == [
+        ("confirmed", first.tx_hash)
+    ]
 
 
 @pytest.mark.devnet
@@ -235,13 +237,13 @@ def test_fees_above_the_ceiling_are_a_typed_error_and_nothing_is_sent(
     assert caught.value.ceiling == 20 * GWEI and caught.value.needed > 50 * GWEI
     with pytest.raises(FeesAboveCeilingError):
         anchorer.anchor_latest()
-    assert actions.journal.records() == [] and store.anchors() == []
+    assert actions.journal.records() == [] and anchorer.journal.records() == []
     assert (escrow.account_nonce(requester, False), escrow.account_nonce(OPERATOR, False)) == (
         nonces
     )
     calm.raise_base_fee(1)
     assert anchorer.anchor_latest().status == "confirmed"
-    [record] = store.anchors()
+    [record] = anchorer.journal.records()
     fees = escrow.fees_of(record.raw_tx)
     assert fees is not None and fees.max_fee <= 20 * GWEI
 
@@ -261,7 +263,7 @@ def test_an_anchor_stuck_under_a_risen_base_fee_is_replaced_not_duplicated(
     assert stuck.status == "pending"
     calm.raise_base_fee(100)
     [replaced] = anchorer.reconcile()
-    [record] = store.anchors(status="pending")
+    [record] = anchorer.journal.pending()
     assert replaced.tx_hash == record.tx_hash != stuck.tx_hash and record.nonce == nonce0
     fees = chain.fees_of(record.raw_tx)
     assert fees is not None and 100 * GWEI < fees.max_fee <= 300 * GWEI

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from accord.ledger.anchor_journal import AnchorJournal
 from accord.ledger.anchoring import Anchorer
 from accord.ledger.chain import MemoryAnchorChain
 from accord.ledger.errors import ChainUnavailableError
@@ -55,7 +56,7 @@ def test_anchor_confirms_and_is_not_repeated(setup) -> None:
     assert chain.root_at("test-log", 3) == store.root(3)
     assert anchorer.anchor_latest().status == "already-anchored"
     assert len(chain.anchors("test-log")) == 1
-    assert [a.status for a in store.anchors()] == ["confirmed"]
+    assert [a.status for a in anchorer.journal.records()] == ["confirmed"]
 
 
 def test_chain_down_loses_nothing_and_anchors_later(setup) -> None:
@@ -78,7 +79,7 @@ def test_lost_broadcast_reply_is_reconciled_not_resent_with_new_nonce(setup) -> 
     chain.lose_broadcast_replies = 1  # the tx reaches the node, the reply is lost
     with pytest.raises(ChainUnavailableError):
         anchorer.anchor_latest()
-    [pending] = store.anchors(status="pending")
+    [pending] = anchorer.journal.pending()
     outcome = anchorer.anchor_latest()
     assert outcome.status == "confirmed"
     assert outcome.tx_hash == pending.tx_hash  # the same signed transaction, not a new one
@@ -105,10 +106,10 @@ def test_crash_before_broadcast_sends_the_recorded_transaction(setup) -> None:
     chain.available = True
     # Simulate a crash right after the record step: build and record, never send.
     tx = chain.build_anchor_tx("test-log", 7, store.root(7))
-    from accord.ledger.store import StoredAnchor
+    from accord.ledger.anchor_journal import AnchorRecord
 
-    store.record_anchor(
-        StoredAnchor(
+    anchorer.journal.add(
+        AnchorRecord(
             7,
             store.root(7),
             "pending",
@@ -136,7 +137,7 @@ def test_pending_whose_nonce_was_spent_elsewhere_is_dropped_then_anchored_fresh(
     # of another log); ours can never be mined now.
     chain._mempool.clear()  # the node dropped ours...
     other = chain.build_anchor_tx("other-log", 1, b"\x01" * 32)  # ...and the nonce went here
-    assert other.nonce == pending_nonce(store)
+    assert other.nonce == pending_nonce(anchorer.journal)
     chain.broadcast(other)
     chain.mine()
     chain.auto_mine = True
@@ -147,8 +148,8 @@ def test_pending_whose_nonce_was_spent_elsewhere_is_dropped_then_anchored_fresh(
     assert [a.size for a in chain.anchors("test-log")] == [3]
 
 
-def pending_nonce(store: LogStore) -> int:
-    [record] = store.anchors(status="pending")
+def pending_nonce(journal: AnchorJournal) -> int:
+    [record] = journal.pending()
     return record.nonce
 
 
@@ -195,7 +196,7 @@ def test_a_stuck_anchor_is_replaced_at_its_nonce_not_duplicated(tmp_path: Path) 
     chain.auto_mine = False
     stuck = anchorer.anchor_latest()
     assert stuck.status == "pending"
-    [record] = store.anchors(status="pending")
+    [record] = anchorer.journal.pending()
     old_fees = chain.fees_of(record.raw_tx)
     assert old_fees is not None
     chain.base_fee = 20 * GWEI  # the market rose above its maxFee: it will never be mined
@@ -205,7 +206,7 @@ def test_a_stuck_anchor_is_replaced_at_its_nonce_not_duplicated(tmp_path: Path) 
     assert anchorer.reconcile()[0].tx_hash == stuck.tx_hash  # not stuck long enough yet
     clock.now += timedelta(seconds=1)
     [replaced] = anchorer.reconcile()
-    [record] = store.anchors(status="pending")
+    [record] = anchorer.journal.pending()
     assert replaced.tx_hash == record.tx_hash != stuck.tx_hash
     assert record.nonce == stuck_nonce(chain, stuck.tx_hash)  # the same nonce
     new_fees = chain.fees_of(record.raw_tx)
@@ -237,10 +238,10 @@ def test_fees_above_the_ceiling_record_and_send_nothing(tmp_path: Path) -> None:
     chain.base_fee = 5 * GWEI
     with pytest.raises(FeesAboveCeilingError, match="ACCORD_MAX_FEE_GWEI"):
         anchorer.anchor_latest()
-    assert store.anchors() == [] and chain.account_nonce(latest=False) == 0
+    assert anchorer.journal.records() == [] and chain.account_nonce(latest=False) == 0
     chain.base_fee = 2 * GWEI  # cheaper again: max fee = min(2 * 2 + 1, 5) gwei
     assert anchorer.anchor_latest().status == "confirmed"
-    [record] = store.anchors()
+    [record] = anchorer.journal.records()
     assert chain.fees_of(record.raw_tx) == fees(5 * GWEI, GWEI)
 
 

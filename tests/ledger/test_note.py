@@ -276,6 +276,6 @@ def test_accord_ledger_checkpoints_lists_checkpoints_and_anchors(world: World) -
     assert all(c["signer"] == world.operator.did for c in listed["checkpoints"])
     [anchored] = [c for c in listed["checkpoints"] if c["size"] == outcome.size]
     assert anchored["anchor"]["status"] == "confirmed"
-    assert anchored["anchor"]["tx_hash"] == "0x" + ledger.store.anchors()[-1].tx_hash.hex()
+    assert anchored["anchor"]["tx_hash"] == "0x" + ledger.anchor_journal.records()[-1].tx_hash.hex()
     human = accord()
     assert human.returncode == 0 and anchored["anchor"]["tx_hash"] in "".join(human.stdout.split())

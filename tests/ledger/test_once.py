@@ -102,7 +102,10 @@ def test_a_forgotten_anchor_is_sent_again_before_the_newer_checkpoint(
     chain.rewind(0)
     assert anchorer.anchor_latest().size == 6
     assert [a.size for a in chain.anchors(LOG_ID)] == [3, 6]
-    assert [(a.size, a.status) for a in store.anchors()] == [(3, "confirmed"), (6, "confirmed")]
+    assert [(a.size, a.status) for a in anchorer.journal.records()] == [
+        (3, "confirmed"),
+        (6, "confirmed"),
+    ]
     assert verify_log(store, operator.did, chain).ok
 
 
@@ -115,10 +118,10 @@ def test_confirmation_waits_for_the_configured_depth(
     anchorer = Anchorer(store, chain, operator, lambda: START, receipt_timeout=0, confirmations=2)
     append_signed(store, maker, 2)  # type: ignore[arg-type]
     assert anchorer.anchor_latest().status == "pending"
-    assert [a.status for a in store.anchors()] == ["pending"]
+    assert [a.status for a in anchorer.journal.records()] == ["pending"]
     chain.mine_empty(2)
     assert anchorer.anchor_latest().status == "confirmed"
-    assert [a.status for a in store.anchors()] == ["confirmed"]
+    assert [a.status for a in anchorer.journal.records()] == ["confirmed"]
 
 
 def committed(signer: Ed25519Signer, seq: int, subject: str = "task-1") -> object:
