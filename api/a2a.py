@@ -866,7 +866,7 @@ def send_message(env: Env, params: Mapping[str, Any]) -> dict[str, Any]:
         raise rpc_error_of(exc, spec=True) from exc
     except DOMAIN_ERRORS as exc:
         raise rpc_error_of(domain_problem(exc), spec=True) from exc
-    task = context.market.task(posted["id"])
+    task = context.market.task(posted["task_id"])
     view = view_of(env, task, warnings=tuple(posted.get("warnings", ())))
     answer = task_object(view)
     if "escrow" in posted:  # the deposit the requester's own wallet makes

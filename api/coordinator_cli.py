@@ -150,8 +150,8 @@ def task_run(
         deliverable = conversation.deliverable
         assert deliverable is not None
     data = {
-        "task": task_id,
-        "conversation": conversation.conv_id,
+        "task_id": task_id,
+        "conv_id": conversation.conv_id,
         "state": "delivered",
         "turns": conversation.turn,
         "deliverable": deliverable.to_json(),
@@ -203,8 +203,8 @@ def conversation_list(
         table.add_column(column, overflow="fold")
     for row in rows:
         table.add_row(
-            str(row["id"]),
-            str(row["task"]),
+            str(row["conv_id"]),
+            str(row["task_id"]),
             str(row["parent"] or "-"),
             str(row["depth"]),
             str(row["state"]),
@@ -241,7 +241,9 @@ def conversation_show(conv_id: str, as_json: JsonFlag = False, server: ServerOpt
         emit(data)
         return
     parent = data["parent"] or "-"
-    say(f"[bold]{data['id']}[/] for {data['task']} (depth {data['depth']}, parent {parent})")
+    say(
+        f"[bold]{data['conv_id']}[/] for {data['task_id']} (depth {data['depth']}, parent {parent})"
+    )
     for logged in data["messages"]:
         message = message_from_json(logged["message"])
         say(f"  t{logged['turn']:02d} #{logged['index']:<5} {escape(describe(message, names))}")

@@ -420,8 +420,8 @@ def _timeline(store: LogStore, report: AuditReport, names: Mapping[str, str]) ->
         depth = int(item.get("depth", 0))
         move = move_kind(str(item["kind"]))
         rows.append(
-            f'<tr class="tl-depth-{min(depth, 2)}" data-row-conv="{escaped(item["conversation"])}">'
-            f'<td><code class="muted nowrap">{"↳ " * min(depth, 2)}{escaped(item["conversation"])}'
+            f'<tr class="tl-depth-{min(depth, 2)}" data-row-conv="{escaped(item["conv_id"])}">'
+            f'<td><code class="muted nowrap">{"↳ " * min(depth, 2)}{escaped(item["conv_id"])}'
             "</code></td>"
             f'<td class="num">t{int(item["turn"]):02d}</td>'
             f"<td>{_entry_link(index)}</td>"
@@ -442,7 +442,7 @@ def _touched(store: LogStore, report: AuditReport) -> list[tuple[int, str]]:
     for index, entry in _events(store, subject=report.task_id):
         indices[index] = entry.event.kind
     for conversation in report.facts.get("conversations", []):
-        for index, entry in _events(store, subject=str(conversation["id"])):
+        for index, entry in _events(store, subject=str(conversation["conv_id"])):
             indices[index] = entry.event.kind
     return sorted(indices.items())
 

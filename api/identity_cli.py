@@ -582,6 +582,6 @@ def credential_revoke(
         index = onboarding.revoke(credential_id, reason)
         row = onboarding.credential(credential_id)
     if as_json:
-        emit({"id": row["id"], "revoked_at": row["revoked_at"], "log_index": index})
+        emit({"credential_id": row["id"], "revoked_at": row["revoked_at"], "index": index})
         return
     say(f"[green]✓[/] revoked {row['id']} (log entry {index})")

@@ -407,7 +407,7 @@ def _post_remote(
         return
     budget = Wei(int(task["spec"]["budget"]))
     say(
-        f"[green]✓[/] posted {task['id']}: {escape(task['spec']['title'])!r}, signed by "
+        f"[green]✓[/] posted {task['task_id']}: {escape(task['spec']['title'])!r}, signed by "
         f"{signer.did}, {amount(budget)} escrowed from {wallet.address}"
     )
     say(f"  {task['state']}: bids until {task['bidding_ends']}")
@@ -472,7 +472,7 @@ def task_show(task_id: str, as_json: JsonFlag = False, server: ServerOption = No
         emit(data)
         return
     spec = data["spec"]
-    say(f"[bold]{data['id']}[/]  {escape(spec['title'])}  ({data['state']})")
+    say(f"[bold]{data['task_id']}[/]  {escape(spec['title'])}  ({data['state']})")
     say(f"  requester   {data['requester']}")
     record = data.get("requester_record")
     if record is not None:
@@ -549,7 +549,7 @@ def task_list(
     for row in rows:
         spec = row["spec"]
         table.add_row(
-            row["id"],
+            row["task_id"],
             row["state"],
             spec["title"],
             amount(int(spec["budget"])),
@@ -632,7 +632,7 @@ def task_award(
     winner = outcome.winner
     reason = with_names(price_reason(outcome), names)
     data = {
-        "task": task_id,
+        "task_id": task_id,
         "winner": None if winner is None else winner.bidder,
         "winner_name": None if winner is None else names.get(winner.bidder),
         "price": str(outcome.price),
@@ -708,9 +708,9 @@ def bid_commit(
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w") as handle:
-            json.dump({"task": task_id, "price": str(offered), "salt": salt.hex()}, handle)
+            json.dump({"task_id": task_id, "price": str(offered), "salt": salt.hex()}, handle)
     if as_json:
-        emit({"task": task_id, "bidder": signer.did, "index": index})
+        emit({"task_id": task_id, "bidder": signer.did, "index": index})
     else:
         say(f"[green]✓[/] sealed bid committed to {task_id} (entry {index}); reveal later")
 
@@ -736,7 +736,7 @@ def bid_reveal(
         )
         index = context.market.reveal(reveal)
     if as_json:
-        emit({"task": task_id, "bidder": signer.did, "price": saved["price"], "index": index})
+        emit({"task_id": task_id, "bidder": signer.did, "price": saved["price"], "index": index})
     else:
         say(f"[green]✓[/] revealed {amount(int(saved['price']))} on {task_id} (entry {index})")
 
@@ -753,7 +753,7 @@ def task_settle(task_id: str, as_json: JsonFlag = False) -> None:
     if as_json:
         emit(
             {
-                "task": task_id,
+                "task_id": task_id,
                 "amount": str(outcome.amount),
                 "refund": str(outcome.refund),
                 "payouts": {p: str(w) for p, w in outcome.payouts.items()},
@@ -804,7 +804,7 @@ def task_result(
     if as_json:
         emit(data)
         return
-    say(f"[bold]{data['task']}[/]  {escape(data['title'])}  ({data['state']})")
+    say(f"[bold]{data['task_id']}[/]  {escape(data['title'])}  ({data['state']})")
     say(f"  deliverable sha256 {data['sha256']}")
     say(f"  assembled by {names.get(data['leader'], data['leader'])}")
     for entry in data["parts"]:
@@ -881,7 +881,7 @@ def task_review(
     with _market() as context:
         index = context.market.review(context.signer_for(as_agent), task_id, check, verdict, reason)
     if as_json:
-        emit({"task": task_id, "check": check, "verdict": verdict, "index": index})
+        emit({"task_id": task_id, "check": check, "verdict": verdict, "index": index})
     else:
         say(f"[green]✓[/] {verdict}ed {check} of {task_id} (entry {index})")
 

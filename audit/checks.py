@@ -178,7 +178,7 @@ class AuditReport:
     def to_json(self) -> dict[str, Any]:
         failure = self.first_failure
         return {
-            "task": self.task_id,
+            "task_id": self.task_id,
             "verdict": self.verdict,
             "failed_step": None if failure is None else failure.number,
             "failed_entry": None if failure is None else failure.entry,
@@ -438,7 +438,7 @@ def _facts(scope: _Scope) -> dict[str, Any]:
         "conversations": [r.to_json() for r in scope.conversations],
         "timeline": [
             {
-                "conversation": r.conversation.conv_id,
+                "conv_id": r.conversation.conv_id,
                 "depth": r.conversation.depth,
                 "turn": m.turn,
                 "index": m.index,

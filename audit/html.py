@@ -274,12 +274,12 @@ def team_tree(
             for m in c.get("members", [])
         )
         items.append(
-            f'<li><div class="conv" data-conv="{escaped(c["id"])}">'
-            f"<b>{escaped(c.get('title') or c['id'])}</b> "
-            f'<span class="muted">· <code>{escaped(c["id"])}</code> · depth '
+            f'<li><div class="conv" data-conv="{escaped(c["conv_id"])}">'
+            f"<b>{escaped(c.get('title') or c['conv_id'])}</b> "
+            f'<span class="muted">· <code>{escaped(c["conv_id"])}</code> · depth '
             f"{escaped(c['depth'])} · {escaped(c['turns'])} turns · {escaped(c['state'])}"
             f"</span><div>{members}</div></div>"
-            f"{team_tree(conversations, names, str(c['id']))}</li>"
+            f"{team_tree(conversations, names, str(c['conv_id']))}</li>"
         )
     return '<ul class="tree">' + "".join(items) + "</ul>"
 
@@ -364,7 +364,7 @@ def render_html(report: AuditReport, store: LogStore | None = None) -> str:
     found = settlement_entry(store, report.task_id) if store is not None else None
     settlement = found[1] if found is not None else None
     timeline = [
-        f"<tr><td><code>{escaped(t['conversation'])}</code></td>"
+        f"<tr><td><code>{escaped(t['conv_id'])}</code></td>"
         f'<td class="num">t{int(t["turn"]):02d}</td><td>{escaped(t["index"])}</td>'
         f'<td><span class="kind {escaped(move)}">{escaped(move)}</span></td>'
         f"<td>{agent(t['speaker'], names)}</td></tr>"

@@ -8,10 +8,10 @@
 Protocol (what `accord.identity.runtimes.HttpRuntime` speaks, for exams and team work alike):
 
     POST /run     {"item": {item_id, capability, prompt, payload}}  ->  200 {"answer": ...,
-                  "agent": DID}; 400 for a malformed request, 413 for a body over 1 MiB,
+                  "did": DID}; 400 for a malformed request, 413 for a body over 1 MiB,
                   422 for an item the reference agent cannot solve, 500 for an injected
                   failure (`--fail-rate`)
-    GET /health   200 {"status": "ok", "agent": DID}
+    GET /health   200 {"status": "ok", "did": DID}
 
 With `--trust OPERATOR_DID` (`make_server(..., trust=...)`) every POST must be a call from
 accord: signed by that operator's did:key (RFC 9421, tag "accord-call", checked by
@@ -206,7 +206,7 @@ class _Handler(BaseHTTPRequestHandler):
         if self.path != "/health":
             self._reply(404, {"error": f"no route GET {self.path}"})
             return
-        self._reply(200, {"status": "ok", "agent": self.server.did})
+        self._reply(200, {"status": "ok", "did": self.server.did})
 
     def do_POST(self) -> None:
         if self.path != "/run":
@@ -237,7 +237,7 @@ class _Handler(BaseHTTPRequestHandler):
         except TaskError as exc:
             self._reply(exc.status, {"error": str(exc)})
             return
-        self._reply(200, {"answer": answer, "agent": self.server.did})
+        self._reply(200, {"answer": answer, "did": self.server.did})
 
     def log_message(self, format: str, *args: Any) -> None:
         pass

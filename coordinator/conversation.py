@@ -241,8 +241,8 @@ class Conversation:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "id": self.conv_id,
-            "task": self.task_id,
+            "conv_id": self.conv_id,
+            "task_id": self.task_id,
             "parent": self.parent,
             "depth": self.depth,
             "leader": self.leader,
@@ -557,8 +557,8 @@ class ConversationRecord:
     def to_json(self) -> dict[str, object]:
         c = self.conversation
         return {
-            "id": c.conv_id,
-            "task": c.task_id,
+            "conv_id": c.conv_id,
+            "task_id": c.task_id,
             "parent": c.parent,
             "depth": c.depth,
             "state": c.state,

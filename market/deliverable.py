@@ -77,7 +77,7 @@ class Deliverable:
             checks = view["checks"]
             payouts = view["payouts"]
             return cls(
-                task_id=str(view["task"]),
+                task_id=str(view["task_id"]),
                 title=str(view["title"]),
                 state=str(view["state"]),
                 sha256=str(view["sha256"]),

@@ -501,7 +501,7 @@ def deliverable_view(
         for exchange in _exchanges(checks or []):
             opened(exchange)
     return {
-        "task": task_id,
+        "task_id": task_id,
         "title": task.spec.title,
         "state": market.state(task),
         "sha256": digest,

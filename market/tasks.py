@@ -304,7 +304,7 @@ class Task:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "id": self.task_id,
+            "task_id": self.task_id,
             "state": self.state,
             "requester": self.requester,
             "spec": self.spec.to_json(),

@@ -203,7 +203,7 @@ step "accord task post (flag form)"
 POSTED="$("$ACCORD" task post --title "Add these" --budget 0.5eth --capability arithmetic \
   --input '{"kind":"figures","figures":["1.50","2.25"],"operation":"sum"}' \
   --bidding 1h --reveal 1h --delivery 1h --json)"
-TASK="$(field id <<<"$POSTED")"
+TASK="$(field task_id <<<"$POSTED")"
 echo "posted $TASK"
 step "accord bid commit / reveal"
 "$ACCORD" bid commit "$TASK" --agent alice --price 0.2eth

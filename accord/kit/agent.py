@@ -217,7 +217,7 @@ class KitAgent:
         self.say(
             "notice",
             kind=str(notice.get("event")),
-            task=str(notice.get("task_id")),
+            task_id=str(notice.get("task_id")),
             index=notice.get("index") if isinstance(notice.get("index"), int) else None,
         )
         self.wake.set()
@@ -274,7 +274,9 @@ class KitAgent:
             try:
                 answer = self.runtime.answer(item)
             except AgentRuntimeError as exc:
-                self.say("unanswered", exam=exam_id, item=item.get("item_id"), reason=exc.reason)
+                self.say(
+                    "unanswered", exam_id=exam_id, item_id=item.get("item_id"), reason=exc.reason
+                )
                 continue
             body = {"exam_id": exam_id, "item_id": item["item_id"], "answer": answer}
             entry = self.client.entry("exam.answered", exam_id, body)
@@ -284,7 +286,7 @@ class KitAgent:
             "credential",
             capability=capability,
             passed=graded["passed"],
-            credential=graded["credential_id"],
+            credential_id=graded["credential_id"],
         )
         return graded
 
@@ -343,7 +345,7 @@ class KitAgent:
         if credit == 0:
             return credit
         sent = self.wallet.withdraw()
-        self.say("withdrew", amount=str(credit), address=self.wallet.address, tx=sent.tx_hash)
+        self.say("withdrew", amount=str(credit), address=self.wallet.address, tx_hash=sent.tx_hash)
         return credit
 
     def _commit_new(self) -> None:
@@ -351,7 +353,7 @@ class KitAgent:
         seen: dict[str, Mapping[str, Any]] = {}
         for capability in self.capabilities:
             for row in self.client.tasks(state="bidding", capability=capability):
-                seen[str(row["id"])] = row
+                seen[str(row["task_id"])] = row
         for task_id, task in seen.items():
             with self._lock:
                 if task_id in self._bids.done or task_id in self._bids.pending:
@@ -368,13 +370,13 @@ class KitAgent:
             try:
                 self.client.commit(task_id, commitment)
             except ApiError as exc:
-                self.say("refused", task=task_id, status=exc.status, detail=str(exc)[:300])
+                self.say("refused", task_id=task_id, status=exc.status, detail=str(exc)[:300])
                 with self._lock:
                     self._bids.done.add(task_id)
                 continue
             with self._lock:
                 self._bids.pending[task_id] = (price, salt)
-            self.say("committed", task=task_id, price=str(price))
+            self.say("committed", task_id=task_id, price=str(price))
 
     def _reveal_and_lead(self) -> None:
         with self._lock:
@@ -390,15 +392,15 @@ class KitAgent:
                 except ApiError as exc:
                     if exc.status == 409 and "early" in str(exc):
                         continue
-                    self.say("refused", task=task_id, status=exc.status, detail=str(exc)[:300])
+                    self.say("refused", task_id=task_id, status=exc.status, detail=str(exc)[:300])
                 else:
-                    self.say("revealed", task=task_id, price=str(price))
+                    self.say("revealed", task_id=task_id, price=str(price))
             with self._lock:
                 del self._bids.pending[task_id]
                 self._bids.done.add(task_id)
         for task in self.client.tasks(state="awarded"):
             if task.get("winner") == self.did:
-                self._lead_in_thread(str(task["id"]))
+                self._lead_in_thread(str(task["task_id"]))
 
     def _lead_in_thread(self, task_id: str) -> None:
         with self._lock:
@@ -410,7 +412,7 @@ class KitAgent:
         self._threads.append(thread)
 
     def _lead(self, task_id: str) -> None:
-        self.say("leading", task=task_id)
+        self.say("leading", task_id=task_id)
         try:
             conversation = lead(
                 self.client,
@@ -422,6 +424,6 @@ class KitAgent:
                 allow_private=self.allow_private,
             )
         except (AccordError, CoordinatorError, OSError) as exc:
-            self.say("lead-failed", task=task_id, reason=str(exc)[:500])
+            self.say("lead-failed", task_id=task_id, reason=str(exc)[:500])
             return
-        self.say("delivered", task=task_id, conversation=conversation.conv_id)
+        self.say("delivered", task_id=task_id, conv_id=conversation.conv_id)

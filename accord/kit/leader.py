@@ -113,7 +113,7 @@ def task_from_json(value: Mapping[str, Any]) -> Task:
     """The task as `GET /tasks/{id}` shows it (its spec, requester, winner and state)."""
     spec = TaskSpec.from_json(value["spec"])
     return Task(
-        task_id=str(value["id"]),
+        task_id=str(value["task_id"]),
         requester=str(value["requester"]),
         spec=spec,
         posted_at=datetime.fromisoformat(str(value["posted_at"])),

@@ -1,13 +1,13 @@
 """A kit agent's own HTTP service, where leaders and the accord service reach it.
 
-    POST /run            `{"item": ...}` -> `{"answer": ..., "agent": DID}`: the item format of
+    POST /run            `{"item": ...}` -> `{"answer": ..., "did": DID}`: the item format of
                          exams and team work; 422 `{"error"}` when its handler cannot answer
     POST /sign           `{"event": JCS text, "openings": {commitment: sealed text}}` ->
                          `{"sig": base64url}`: it signs only its own team reports whose answers
                          are the ones it gave (opened from `openings` and compared)
     POST /accord/notify  a notice from the service (`{"event": "task.awarded", "task_id"}`):
                          wakes the agent's loop, which then reads the task from the service
-    GET  /health         `{"status": "ok", "agent": DID}`
+    GET  /health         `{"status": "ok", "did": DID}`
 
 Every call must be signed (RFC 9421, tag "accord-call", `accord.identity.http_signatures`) for this
 agent's own URL: a notice by the service's operator; work and signatures by the operator
@@ -163,7 +163,7 @@ class _KitHandler(BaseHTTPRequestHandler):
         if self.path != "/health":
             self._reply(404, {"error": f"no route GET {self.path}"})
             return
-        self._reply(200, {"status": "ok", "agent": self.server.signer.did})
+        self._reply(200, {"status": "ok", "did": self.server.signer.did})
 
     def do_POST(self) -> None:
         try:
@@ -177,7 +177,7 @@ class _KitHandler(BaseHTTPRequestHandler):
             request = json.loads(data)
             if self.path == "/run":
                 answer = self.server.answer(request)
-                self._reply(200, {"answer": answer, "agent": self.server.signer.did})
+                self._reply(200, {"answer": answer, "did": self.server.signer.did})
             elif self.path == "/sign":
                 text = str(request["event"]).encode()
                 openings = request.get("openings") or {}

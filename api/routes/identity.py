@@ -250,7 +250,7 @@ def revoke_credential(
             index = context.onboarding.revoke(credential_id, body.reason)
         except RegistryError as exc:
             raise ProblemError(404, str(exc)) from exc
-    return {"credential": credential_id, "revoked": True, "index": index}
+    return {"credential_id": credential_id, "revoked": True, "index": index}
 
 
 @reads.get("/credentials/{credential_id}", tags=["identity"], summary="An issued credential")

@@ -468,7 +468,7 @@ def review(
             index = context.market.review_signed(entry)
         given = entry.event.body
         return {
-            "task": task_id,
+            "task_id": task_id,
             "check": given.get("check"),
             "verdict": given.get("verdict"),
             "index": index,
@@ -477,7 +477,7 @@ def review(
         index = context.market.review(
             _signer_of(context, caller), task_id, body.check, body.verdict, body.reason
         )
-    return {"task": task_id, "check": body.check, "verdict": body.verdict, "index": index}
+    return {"task_id": task_id, "check": body.check, "verdict": body.verdict, "index": index}
 
 
 def _own_bid(caller: str, task_id: str, bidder: str, what: str) -> None:
@@ -521,7 +521,7 @@ def _commit(
         if exc.reason == "wrong-task":  # the commitment names the path's task: there is none
             raise ProblemError(404, f"no task {task_id!r} (see `accord task list`)") from exc
         raise
-    return {"task": task_id, "bidder": caller, "index": index}
+    return {"task_id": task_id, "bidder": caller, "index": index}
 
 
 @writes.post(
@@ -539,7 +539,7 @@ def reveal(task_id: str, body: RevealBody, caller: Caller, context: Context) -> 
             400, f"the reveal is signed for {shown.task_id}, not {task_id}", reason="wrong-task"
         )
     index = context.market.reveal(shown)
-    return {"task": task_id, "bidder": caller, "price": str(shown.price), "index": index}
+    return {"task_id": task_id, "bidder": caller, "price": str(shown.price), "index": index}
 
 
 @writes.post(
@@ -557,7 +557,7 @@ def award(task_id: str, caller: Caller, context: Context, state: State) -> dict[
         outcome = context.market.award(task_id)
     winner = outcome.winner
     return {
-        "task": task_id,
+        "task_id": task_id,
         "winner": None if winner is None else winner.bidder,
         "price": str(outcome.price),
         "rule": outcome.rule,
@@ -621,8 +621,8 @@ def run_task(
             raise ProblemError(409, str(exc)) from exc
     deliverable = conversation.deliverable
     return {
-        "task": task_id,
-        "conversation": conversation.conv_id,
+        "task_id": task_id,
+        "conv_id": conversation.conv_id,
         "turns": conversation.turn,
         "deliverable": None if deliverable is None else deliverable.to_json(),
     }
@@ -642,7 +642,7 @@ def settle(task_id: str, caller: Caller, context: Context, state: State) -> dict
     with state.write_lock:
         outcome = settle_task(context.market, context.onboarding, task_id)
     return {
-        "task": task_id,
+        "task_id": task_id,
         "amount": str(outcome.amount),
         "refund": str(outcome.refund),
         "payouts": {p: str(w) for p, w in outcome.payouts.items()},

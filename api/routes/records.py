@@ -48,7 +48,7 @@ def list_conversations(
         try:
             rows.append({**replay_conversation(store, conv_id).to_json(), "valid": True})
         except IllegalMove as exc:
-            rows.append({"id": conv_id, "valid": False, "reason": exc.reason})
+            rows.append({"conv_id": conv_id, "valid": False, "reason": exc.reason})
     return rows
 
 
@@ -131,7 +131,7 @@ class ConversationFollower:
         kind = str(raw.get("kind"))
         return {
             "index": index,
-            "conversation": conv_id,
+            "conv_id": conv_id,
             "depth": self.depth.get(conv_id, 0),
             "turn": int(body.get("turn", 0)),
             "state": message.next_state,
@@ -180,7 +180,7 @@ def sse(event: str, data: Any, event_id: int | None = None) -> str:
     response_class=StreamingResponse,
     responses={
         200: {
-            "description": "`message` events (JSON: index, conversation, depth, turn, state "
+            "description": "`message` events (JSON: index, conv_id, depth, turn, state "
             "after, speaker, kind, text, message) from the start (or after Last-Event-ID), "
             "then each new one as it is logged, and a last `end` event once the "
             "conversation is closed. Open streams are capped per client address and in "
@@ -215,7 +215,7 @@ async def conversation_events(
             try:
                 events = await run_in_threadpool(follower.poll)
             except IllegalMove as exc:
-                yield sse("error", {"conversation": conv_id, "detail": exc.reason})
+                yield sse("error", {"conv_id": conv_id, "detail": exc.reason})
                 return
             for data in events:
                 yield sse("message", data, data["index"])
@@ -223,7 +223,7 @@ async def conversation_events(
             if events:
                 quiet = now
             if follower.closed or not follow:
-                yield sse("end", {"conversation": conv_id, "closed": follower.closed})
+                yield sse("end", {"conv_id": conv_id, "closed": follower.closed})
                 return
             if now - started > MAX_STREAM_SECONDS or await request.is_disconnected():
                 return

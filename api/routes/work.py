@@ -80,7 +80,7 @@ async def send_sealed(
         raise ProblemError(exc.status, str(exc)) from exc
     except WorkError as exc:
         raise ProblemError(413, str(exc)) from exc
-    return {"task": task_id, "output_sha256": commitment}
+    return {"task_id": task_id, "output_sha256": commitment}
 
 
 @writes.post(
@@ -101,7 +101,7 @@ def relay_work(
         raise ProblemError(404, str(exc)) from exc
     except WorkRefused as exc:
         raise ProblemError(exc.status, str(exc)) from exc
-    return {"task": task_id, "kind": entry.event.kind, "index": index}
+    return {"task_id": task_id, "kind": entry.event.kind, "index": index}
 
 
 #: Both, for `create_app` to include in one line.

@@ -727,8 +727,8 @@ function serve(signer, host, port) {
         const answer = solve(parsed.item);
         const key = String(parsed.item.item_id);
         answers.set(key, (answers.get(key) || new Set()).add(jcs(answer)));
-        say("ran", { item: parsed.item.item_id, answer });
-        return reply(response, 200, { answer, agent: signer.did });
+        say("ran", { item_id: parsed.item.item_id, answer });
+        return reply(response, 200, { answer, did: signer.did });
       }
       if (!parsed || typeof parsed.event !== "string") {
         throw new TaskError(400, 'the request must be {"event": text, "openings": {...}}');
@@ -745,7 +745,7 @@ function serve(signer, host, port) {
 
   const server = http.createServer((request, response) => {
     if (request.method === "GET" && request.url === "/health") {
-      return reply(response, 200, { status: "ok", agent: signer.did });
+      return reply(response, 200, { status: "ok", did: signer.did });
     }
     if (request.method !== "POST" || (request.url !== "/run" && request.url !== "/sign")) {
       return reply(response, 404, { error: `no route ${request.method} ${request.url}` });
@@ -822,7 +822,7 @@ async function main() {
   say("registered", { did: signer.did, endpoint: record.endpoint, index: record.index });
   for (const capability of args.capability) {
     const graded = await sitExam(client, capability, args.items);
-    say("credential", { capability, passed: graded.passed, credential: graded.credential_id });
+    say("credential", { capability, passed: graded.passed, credential_id: graded.credential_id });
   }
   const address = await bindPayout(client, loadEthAccount(args.key));
   say("payout", { address });

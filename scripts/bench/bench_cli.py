@@ -90,7 +90,7 @@ class Home:
             )
         finally:
             self.accord("devnet", "down")
-        return str(json.loads(posted)["id"])
+        return str(json.loads(posted)["task_id"])
 
     def timed(self, argv: list[str]) -> Callable[[], float]:
         """A run of `argv` as a subprocess, returning its wall time in seconds. Raises

@@ -64,7 +64,7 @@ def post_invoice(world: dict[str, Any]) -> str:
             auth=AccordAuth(world["req"]),
         )
     assert posted.status_code == 201, posted.text
-    return str(posted.json()["id"])
+    return str(posted.json()["task_id"])
 
 
 def kinds_of(context: MarketContext, actor: str) -> list[str]:

@@ -434,7 +434,7 @@ def test_the_stream_follows_a_task_through_settlement(url: str, world: World) ->
     mine = asyncio.run(read(req))
     assert mine.status.state == TaskState.TASK_STATE_COMPLETED
     deliverable = deliverable_of(mine)
-    assert deliverable["task"] == task_id and deliverable["state"] == "settled"
+    assert deliverable["task_id"] == task_id and deliverable["state"] == "settled"
     assert [(p["part"], p["output"]) for p in deliverable["parts"]] == [("sum", "163.69")]
     assert deliverable["sha256"] == MessageToDict(mine.artifacts[0].metadata)["sha256"]
     theirs = asyncio.run(read(world.signers["carol"]))

@@ -223,9 +223,9 @@ def test_credentials_show_and_verify(client: TestClient, world: World) -> None:
 def test_post_bid_reveal_award_audit(client: TestClient, world: World) -> None:
     req, ada, bob = (world.signers[n] for n in ("req", "ada", "bob"))
     task = post_task(client, req)
-    task_id = task["id"]
+    task_id = task["task_id"]
     assert task["state"] == "bidding" and task["requester"] == req.did
-    assert any(t["id"] == task_id for t in client.get("/tasks").json())
+    assert any(t["task_id"] == task_id for t in client.get("/tasks").json())
     assert client.get(f"/tasks/{task_id}").json()["escrowed"] is True
 
     for signer, price in ((ada, 2 * 10**17), (bob, 3 * 10**17)):
@@ -304,7 +304,7 @@ def test_post_bid_reveal_award_audit(client: TestClient, world: World) -> None:
     world.context.market.ledger.anchorer.anchor_latest()  # type: ignore[union-attr]
 
     report = client.get(f"/tasks/{task_id}/audit").json()
-    assert report["task"] == task_id
+    assert report["task_id"] == task_id
     assert report["verdict"] == "PASS", report
     assert len(report["steps"]) == 7
 
@@ -330,8 +330,8 @@ def test_discovery_and_revocation(client: TestClient, world: World) -> None:
 
 def test_refused_bids_are_problems(client: TestClient, world: World) -> None:
     req, ada, carol = (world.signers[n] for n in ("req", "ada", "carol"))
-    task_id = post_task(client, req)["id"]
-    other = post_task(client, req)["id"]
+    task_id = post_task(client, req)["task_id"]
+    other = post_task(client, req)["task_id"]
     # signed for another task
     wrong = client.post(
         f"/tasks/{task_id}/commitments",
@@ -445,8 +445,8 @@ def test_ledger_routes(client: TestClient, world: World) -> None:
     checkpoints = client.get("/ledger/checkpoints").json()["checkpoints"]
     assert checkpoints and checkpoints[-1]["anchor"]["status"] == "confirmed"
     for conversation in client.get("/conversations").json():
-        shown = client.get(f"/conversations/{conversation['id']}").json()
-        assert shown["id"] == conversation["id"] and shown["state"] == "closed"
+        shown = client.get(f"/conversations/{conversation['conv_id']}").json()
+        assert shown["conv_id"] == conversation["conv_id"] and shown["state"] == "closed"
     assert_problem(client.get("/conversations/conv-none"), 404)
     assert_problem(client.get("/ledger/entries", params={"limit": 0}), 422)
 
@@ -516,14 +516,14 @@ def test_a_retried_posting_with_its_idempotency_key_answers_the_first_task(
     size = world.context.market.ledger.store.size()
     again = client.post("/tasks", json=body, headers=key, auth=AccordAuth(req))
     assert again.status_code == 201, again.text
-    assert again.json()["id"] == first.json()["id"]
+    assert again.json()["task_id"] == first.json()["task_id"]
     assert world.context.market.ledger.store.size() == size  # nothing posted, nothing paid
 
     other = client.post(
         "/tasks", json={**body, "budget": "0.6eth"}, headers=key, auth=AccordAuth(req)
     )
     problem = assert_problem(other, 409)
-    assert problem["type"].endswith(":idempotency") and first.json()["id"] in problem["detail"]
+    assert problem["type"].endswith(":idempotency") and first.json()["task_id"] in problem["detail"]
     long_key = {"Idempotency-Key": "k" * 201}
     assert_problem(client.post("/tasks", json=body, headers=long_key, auth=AccordAuth(req)), 422)
     assert world.context.market.ledger.store.size() == size

@@ -83,7 +83,7 @@ def client(world: World) -> TestClient:
 
 @pytest.fixture(scope="module")
 def task_id(client: TestClient, world: World) -> str:
-    return str(post_task(client, world.signers["req"])["id"])
+    return str(post_task(client, world.signers["req"])["task_id"])
 
 
 Route = tuple[str, Callable[[World, str], dict[str, Any] | None]]
@@ -371,7 +371,7 @@ def test_our_requests_verify_with_http_message_signatures(client: TestClient, wo
 
 def test_b_cannot_commit_or_reveal_for_a(client: TestClient, world: World) -> None:
     ada, bob = world.signers["ada"], world.signers["bob"]
-    task = str(post_task(client, world.signers["req"])["id"])
+    task = str(post_task(client, world.signers["req"])["task_id"])
     as_bob = AccordAuth(bob)
     commit_a = commitment_json(ada, task, 10**17)
     assert_problem(client.post(f"/tasks/{task}/commitments", json=commit_a, auth=as_bob), 403)
@@ -388,7 +388,7 @@ def test_b_cannot_commit_or_reveal_for_a(client: TestClient, world: World) -> No
 
 
 def test_only_the_requester_or_operator_awards(client: TestClient, world: World) -> None:
-    task = str(post_task(client, world.signers["req"])["id"])
+    task = str(post_task(client, world.signers["req"])["task_id"])
     for intruder in ("ada", "bob", "carol"):
         response = client.post(f"/tasks/{task}/award", auth=AccordAuth(world.signers[intruder]))
         assert "only the requester" in assert_problem(response, 403)["detail"]

@@ -42,7 +42,7 @@ def server(world: World) -> Iterator[tuple[str, str, str]]:
                     "POST",
                     "/tasks",
                     json={"title": "Sum [these] figures", "budget": "0.5eth", "parts": parts},
-                )["id"]
+                )["task_id"]
             )
         for name in ("ada", "bob"):
             signer = world.signers[name]
@@ -135,11 +135,11 @@ def test_client_signed_calls_and_problems(world: World, server: tuple[str, str, 
     ada = world.signers["ada"]
     with AccordClient(base) as client:
         assert client.health()["status"] == "ok"
-        assert any(t["id"] == task_id for t in client.tasks())
+        assert any(t["task_id"] == task_id for t in client.tasks())
         bidders = {b["bidder"] for b in client.bids(task_id)}
         assert bidders == {ada.did, world.signers["bob"].did}
         assert client.conversation(conv_id)["state"] == "closed"
-        assert client.conversations(task_id)[0]["id"] == conv_id
+        assert client.conversations(task_id)[0]["conv_id"] == conv_id
         assert client.checkpoints()["log_id"]
         with pytest.raises(ApiError) as unsigned:
             client.commit(task_id, commitment_json(ada, task_id, 10**17))

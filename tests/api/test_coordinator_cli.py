@@ -48,7 +48,7 @@ def test_task_run_and_conversations(accord: AccordCli, tmp_path: Path) -> None:
     spec_file = tmp_path / "task.json"
     spec_file.write_text(json.dumps(request))
     task = accord.json("task", "post", "--spec", str(spec_file))
-    task_id = task["id"]
+    task_id = task["task_id"]
     accord.json("bid", "commit", task_id, "--agent", "alice", "--price", "0.1eth")
     accord.json("bid", "commit", task_id, "--agent", "bob", "--price", "0.2eth")
 
@@ -93,10 +93,10 @@ def test_task_run_and_conversations(accord: AccordCli, tmp_path: Path) -> None:
     conversations = accord.json("conversation", "list")
     assert isinstance(conversations, list) and conversations
     for row in conversations:
-        assert {"id", "task", "parent", "state", "members"} <= set(row)
-        assert row["task"] == task_id and row["state"] == "closed"
+        assert {"conv_id", "task_id", "parent", "state", "members"} <= set(row)
+        assert row["task_id"] == task_id and row["state"] == "closed"
         assert isinstance(row["members"], list) and len(row["members"]) >= 2
-    ids = {row["id"] for row in conversations}
+    ids = {row["conv_id"] for row in conversations}
     [top] = [row for row in conversations if row["parent"] is None]
     assert top["leader"] == winner and winner in top["members"]
     # carol (arithmetic only) is not on the top team: the arithmetic member teams up with her
@@ -108,16 +108,16 @@ def test_task_run_and_conversations(accord: AccordCli, tmp_path: Path) -> None:
     assert any(dids["carol"] in child["members"] for child in children)
     assert dids["carol"] not in top["members"]
     filtered = accord.json("conversation", "list", "--task", task_id)
-    assert [row["id"] for row in filtered] == [row["id"] for row in conversations]
+    assert [row["conv_id"] for row in filtered] == [row["conv_id"] for row in conversations]
 
-    replay = accord.json("conversation", "show", top["id"])
-    assert replay["id"] == top["id"] and replay["state"] == "closed"
+    replay = accord.json("conversation", "show", top["conv_id"])
+    assert replay["conv_id"] == top["conv_id"] and replay["state"] == "closed"
     kinds = [m["message"]["kind"] for m in replay["messages"]]
     assert kinds[0] == "discuss" and kinds[-1] == "conclude"
     assert kinds.index("assign_sync") < kinds.index("assign_async")
     assert [m["turn"] for m in replay["messages"]] == list(range(len(kinds)))
-    human = accord.run("conversation", "show", children[0]["id"])
-    assert "every move checked" in human.stdout and children[0]["id"] in human.stdout
+    human = accord.run("conversation", "show", children[0]["conv_id"])
+    assert "every move checked" in human.stdout and children[0]["conv_id"] in human.stdout
 
     # bad input: clear one-line errors, no traceback
     missing = accord.run("conversation", "show", "nosuch", check=1)

@@ -115,4 +115,4 @@ def test_an_escrowed_task_cannot_be_cancelled(world: World) -> None:
     client = TestClient(world.app())
     task = post_task(client, world.signers["req"])
     with pytest.raises(TransitionError):
-        world.context.market.cancel(world.signers["req"], task["id"])
+        world.context.market.cancel(world.signers["req"], task["task_id"])

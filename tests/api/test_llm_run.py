@@ -97,7 +97,7 @@ def keyless_plain_server(seen: list[dict[str, Any]]) -> Handle:
 
 def _awarded(world: World, client: TestClient) -> tuple[str, Any]:
     req, ada, bob = (world.signers[n] for n in ("req", "ada", "bob"))
-    task_id = post_task(client, req)["id"]
+    task_id = post_task(client, req)["task_id"]
     for signer, price in ((ada, 2 * 10**17), (bob, 3 * 10**17)):
         client.post(
             f"/tasks/{task_id}/commitments",

@@ -40,7 +40,7 @@ def test_post_bid_reveal_award_and_bad_input(accord: AccordCli) -> None:
         "--reveal",
         "1h",
     )
-    task_id = task["id"]
+    task_id = task["task_id"]
     assert task["state"] == "bidding" and task["escrowed"] is True
     assert task["spec"]["budget"] == str(ETH // 2)
 
@@ -135,7 +135,7 @@ def test_post_bid_reveal_award_and_bad_input(accord: AccordCli) -> None:
     assert accord.ledger_size() == size
 
     listed = accord.json("task", "list")
-    assert [(row["id"], row["state"]) for row in listed["tasks"]] == [(task_id, "awarded")]
+    assert [(row["task_id"], row["state"]) for row in listed["tasks"]] == [(task_id, "awarded")]
     assert listed["next_cursor"] is None
     shown = accord.json("task", "show", task_id)
     assert (shown["state"], shown["winner"], shown["price"]) == (
@@ -175,15 +175,17 @@ def test_a_bid_over_the_budget_is_refused_before_it_is_sent(accord: AccordCli) -
     post = ("task", "post", "--title", "t", "--budget", "0.5eth", "--capability", "arithmetic")
     task = accord.json(*post, "--input", FIGURES, "--bidding", "1h")  # open all the test long
     size = accord.ledger_size()
-    over = accord.run("bid", "commit", task["id"], "--agent", "alice", "--price", "0.6eth", check=1)
+    over = accord.run(
+        "bid", "commit", task["task_id"], "--agent", "alice", "--price", "0.6eth", check=1
+    )
     assert " ".join(over.stderr.split()) == (
         f"error: bid rejected (over-budget): price 0.6 ETH exceeds the budget of task "
-        f"{task['id']} (0.5 ETH)"
+        f"{task['task_id']} (0.5 ETH)"
     )
     assert accord.ledger_size() == size
-    assert not (accord.home / "bids" / task["id"]).exists()  # no salt kept for a reveal
+    assert not (accord.home / "bids" / task["task_id"]).exists()  # no salt kept for a reveal
     # the whole budget may be asked: that bid goes to the market (which checks credentials)
     whole = accord.run(
-        "bid", "commit", task["id"], "--agent", "alice", "--price", "0.5eth", check=1
+        "bid", "commit", task["task_id"], "--agent", "alice", "--price", "0.5eth", check=1
     )
     assert "bid rejected (not-eligible)" in " ".join(whole.stderr.split()), whole.stderr

@@ -117,7 +117,7 @@ def test_the_requesters_work_done_delivered_paid_and_audited(
     posted = _call(url, req, "POST", "/tasks", json=request)
     assert posted.status_code == 201, posted.text
     task = posted.json()
-    task_id = task["id"]
+    task_id = task["task_id"]
     assert task["state"] == "bidding" and task["spec"]["files"][digest]["size"] > 0
 
     # sealed bids through the API, then the award

@@ -130,7 +130,7 @@ def test_remote_agent_onboards_bids_and_works_through_the_api(
     did = registered["did"]
     for _ in CAPABILITIES:
         credential = lines.wait_for("credential", 60)
-        assert credential["passed"] and credential["credential"]
+        assert credential["passed"] and credential["credential_id"]
     payout = lines.wait_for("payout", 30)
     lines.wait_for("ready", 30)
 
@@ -167,7 +167,7 @@ def test_remote_agent_onboards_bids_and_works_through_the_api(
         )
         assert posted.status_code == 201, posted.text
         task = posted.json()
-        task_id = task["id"]
+        task_id = task["task_id"]
         ada: Ed25519Signer = world["ada"]
         salt = secrets.token_bytes(32)
         price = Wei(2 * 10**17)
@@ -177,7 +177,7 @@ def test_remote_agent_onboards_bids_and_works_through_the_api(
             auth=AccordAuth(ada),
         )
         assert committed.status_code == 201, committed.text
-        assert lines.wait_for("committed", 60)["task"] == task_id
+        assert lines.wait_for("committed", 60)["task_id"] == task_id
         world["clock"].advance(3600)  # the bidding window closes
         revealed = http.post(
             f"/tasks/{task_id}/reveals",
@@ -186,7 +186,7 @@ def test_remote_agent_onboards_bids_and_works_through_the_api(
         )
         assert revealed.status_code == 201, revealed.text
         remote_reveal = lines.wait_for("revealed", 60)
-        assert remote_reveal["task"] == task_id
+        assert remote_reveal["task_id"] == task_id
         bids = {b["bidder"]: b for b in http.get(f"/tasks/{task_id}/bids").json()}
         assert bids[did]["revealed"] and bids[did]["price"] == str(3 * 10**17)
         world["clock"].advance(3600)  # and the reveal window
@@ -343,16 +343,16 @@ def test_a_remote_agent_trusting_the_operator_answers_only_its_calls_and_hears_i
             auth=AccordAuth(world["req"]),
         )
     assert posted.status_code == 201, posted.text
-    task_id = posted.json()["id"]
-    assert lines.wait_for("committed", 60)["task"] == task_id
+    task_id = posted.json()["task_id"]
+    assert lines.wait_for("committed", 60)["task_id"] == task_id
     world["clock"].advance(3600)  # the bidding window closes
-    assert lines.wait_for("revealed", 60)["task"] == task_id
+    assert lines.wait_for("revealed", 60)["task_id"] == task_id
     world["clock"].advance(3600)  # and the reveal window
     results = run_due(context)
     assert Done(Due(task_id, "award"), "done", "awarded") in results
     notice = lines.wait_for("notice", 30)
     index = context.market.ledger.store.once_logged("task.awarded", task_id)
-    assert notice == {"event": "notice", "kind": "task.awarded", "task": task_id, "index": index}
+    assert notice == {"event": "notice", "kind": "task.awarded", "task_id": task_id, "index": index}
     # a notice nobody signed is refused
     notify = f"http://127.0.0.1:{port}/accord/notify"
     forged = httpx.post(notify, json={"event": "task.awarded", "task_id": task_id}, timeout=30)

@@ -144,7 +144,7 @@ def test_stream_follows_a_live_nested_conversation(world: World) -> None:
     assert top.conv_id == root and top.state == "closed"
     kinds = [event for event, _, _ in received]
     assert kinds[-1] == "end" and kinds.count("end") == 1
-    assert received[-1][1] == {"conversation": root, "closed": True}
+    assert received[-1][1] == {"conv_id": root, "closed": True}
     messages = [data for event, data, _ in received if event == "message"]
     assert live_before_done > 0, "nothing arrived while the team was still working"
 
@@ -160,7 +160,7 @@ def test_stream_follows_a_live_nested_conversation(world: World) -> None:
         for cid in tree
         for m in replay_conversation(store, cid).messages
     )
-    assert [(m["index"], m["conversation"], m["turn"], m["message"]) for m in messages] == expected
+    assert [(m["index"], m["conv_id"], m["turn"], m["message"]) for m in messages] == expected
     assert [int(event_id or -1) for event, _, event_id in received if event == "message"] == [
         m["index"] for m in messages
     ]
@@ -169,9 +169,9 @@ def test_stream_follows_a_live_nested_conversation(world: World) -> None:
         assert m["kind"] == m["message"]["kind"]
         assert m["state"] == m["message"]["next_state"]
         assert isinstance(m["text"], str) and m["text"]
-        assert m["depth"] == (0 if m["conversation"] == root else 1)
+        assert m["depth"] == (0 if m["conv_id"] == root else 1)
     assert messages[-1]["kind"] == "conclude" and messages[-1]["state"] == "closed"
-    assert messages[-1]["conversation"] == root
+    assert messages[-1]["conv_id"] == root
 
     # a finished conversation streams at once and ends; Last-Event-ID resumes after an entry
     with serve(world.app(), ws="none") as base, httpx.Client(base_url=base, timeout=10) as client:

@@ -60,7 +60,7 @@ def task_id(world: World) -> str:
     with serve(world.app()) as url:
         posted = call(url, world.signers["req"], SPEC)
     assert posted.status_code == 201, posted.text
-    return str(posted.json()["id"])
+    return str(posted.json()["task_id"])
 
 
 @contextmanager

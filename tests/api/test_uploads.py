@@ -188,7 +188,7 @@ def test_an_upload_no_task_names_expires_and_a_named_one_stays(world: World) -> 
         assert answer["expires_unless_posted"] == expires.isoformat()
         posted = call(url, req, "POST", "/tasks", json=spec(sha256_hex(named)))
         assert posted.status_code == 201, posted.text
-        task_id = posted.json()["id"]
+        task_id = posted.json()["task_id"]
         count = blobs.count()
 
         world.clock.advance(TTL - 1)  # not yet: still held, still stored

@@ -185,7 +185,7 @@ def test_http_adapter_against_the_agent_service_gets_full_marks(
     with httpx.Client() as client:
         health = client.get(url + "/health")
         exam_style = client.post(url + "/run", json={"item": ARITH.for_agent()})
-    assert health.json() == {"status": "ok", "agent": DID}
+    assert health.json() == {"status": "ok", "did": DID}
     assert REGISTRY["arithmetic"].grade(ARITH, exam_style.json()["answer"]).full_marks
 
 
@@ -374,7 +374,7 @@ def test_agents_as_separate_http_processes_complete_a_task_together(
         grade = REGISTRY[item.capability].grade(item, answers[index])
         assert grade.full_marks, (item.capability, grade.reason)
     with httpx.Client() as client:
-        reported = {client.get(url + "/health").json()["agent"] for _, url in agents}
+        reported = {client.get(url + "/health").json()["did"] for _, url in agents}
     assert reported == {did for did, _ in agents}
     # SIGTERM stops each service cleanly.
     processes: list[subprocess.Popen[str]] = agent_processes.processes  # type: ignore[attr-defined]

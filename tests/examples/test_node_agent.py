@@ -172,7 +172,7 @@ def test_node_agent_registers_passes_its_exam_and_works_in_a_team(
         answer.verify()
     [held] = [c for c in onboarding.credentials_of(did) if c["capability"] == "arithmetic"]
     verified = onboarding.verify(held["document"], holder_did=did, capability="arithmetic")
-    assert verified.id == credential["credential"] and verified.subject == did
+    assert verified.id == credential["credential_id"] and verified.subject == did
     assert verified.issuer == context.market.ledger.operator.did
     assert context.market.eligible(did, ["arithmetic"])
 
@@ -187,7 +187,7 @@ def test_node_agent_registers_passes_its_exam_and_works_in_a_team(
     with httpx.Client(base_url=world["url"], timeout=30) as http:
         posted = http.post("/tasks", json=TASK, auth=AccordAuth(requester))
         assert posted.status_code == 201, posted.text
-        task_id = posted.json()["id"]
+        task_id = posted.json()["task_id"]
         salt, price = secrets.token_bytes(32), Wei(2 * 10**17)
         committed = http.post(
             f"/tasks/{task_id}/commitments",
@@ -214,7 +214,7 @@ def test_node_agent_registers_passes_its_exam_and_works_in_a_team(
     assert mine.part == "lines-sum"
     sealed = context.market.sealed_bytes(mine.output_sha256)
     assert sealed is not None and json.loads(sealed)["value"] == "2585.50"
-    assert lines.wait_for("ran", 10)["item"] == "lines-sum"
+    assert lines.wait_for("ran", 10)["item_id"] == "lines-sum"
     lines.wait_for("signed", 10)
     reports = stored(context, kind=CONVERSATION_MESSAGE, actor=did)
     assert reports

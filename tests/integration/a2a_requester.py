@@ -114,16 +114,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     task = asyncio.run(post(args.server, signer, message))
     call = accord_of(task)["escrow"]
-    say("posted", task=task.id, requester=signer.did)
+    say("posted", task_id=task.id, requester=signer.did)
     sent = requester.wallet.deposit(task.id, {**call, "deadline": int(call["deadline"])})
-    say("deposited", task=task.id, tx=sent.tx_hash, value=str(call["value"]))
+    say("deposited", task_id=task.id, tx_hash=sent.tx_hash, value=str(call["value"]))
     settled = asyncio.run(follow(args.server, signer, task.id))
     artifact = [MessageToDict(a) for a in settled.artifacts]
-    say("settled", task=task.id, accord=accord_of(settled), artifacts=artifact)
+    say("settled", task_id=task.id, accord=accord_of(settled), artifacts=artifact)
     credit = requester.wallet.credit()
     if credit > 0:
         withdrawn = requester.wallet.withdraw()
-        say("withdrew", amount=str(credit), tx=withdrawn.tx_hash)
+        say("withdrew", amount=str(credit), tx_hash=withdrawn.tx_hash)
     return 0
 
 

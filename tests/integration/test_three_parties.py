@@ -176,17 +176,17 @@ def test_a_requester_two_agents_and_a_service_sharing_no_key(tmp_path: Path) -> 
                     tmp_path / "requester.log",
                 )
             )
-            task_id = asking.wait_for("deposited")["task"]
+            task_id = asking.wait_for("deposited")["task_id"]
             for lines in agents.values():
-                lines.wait_for("committed", task=task_id)
+                lines.wait_for("committed", task_id=task_id)
             advance_clock_file(clock, 61)  # bidding closes
             for lines in agents.values():
-                lines.wait_for("revealed", task=task_id)
+                lines.wait_for("revealed", task_id=task_id)
             advance_clock_file(clock, 61)  # the reveal window closes: the service awards
-            agents["kai"].wait_for("notice", task=task_id)
-            agents["kai"].wait_for("delivered", task=task_id)
+            agents["kai"].wait_for("notice", task_id=task_id)
+            agents["kai"].wait_for("delivered", task_id=task_id)
             advance_clock_file(clock, 2 * 3600)  # the review window closes: the service settles
-            settled = asking.wait_for("settled", task=task_id)
+            settled = asking.wait_for("settled", task_id=task_id)
             assert settled["accord"]["state"] == "settled"
             paid = {did: int(w) for did, w in settled["accord"]["settlement"]["payouts"].items()}
             assert paid[kai.signer.did] > 0 and paid[kim.signer.did] > 0, paid
