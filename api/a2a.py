@@ -96,9 +96,9 @@ from accord.api.routes.remote import EntryBody
 from accord.api.streams import SlotStream
 from accord.ledger.canonical import whole_numbers
 from accord.ledger.events import Entry, parse_time
-from accord.market.runtime import MarketContext
 from accord.market.service import LIFECYCLE_KINDS
 from accord.market.tasks import Task, TaskState, clock_state
+from accord.market.wiring import MarketContext
 
 logger = logging.getLogger(__name__)
 

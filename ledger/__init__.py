@@ -5,6 +5,6 @@ Canonical JSON (RFC 8785, `canonical`), the event envelope and its Ed25519 signa
 SQLite or PostgreSQL (`store`) and the service that appends to it (`service`), checkpoints and
 C2SP signed notes (`checkpoint`, `note`), the chain client and the local anvil devnet
 (`chain`, `devnet`, `contracts`), anchoring checkpoints on chain (`anchoring`), and the
-verification checklist (`verify`); settings and opening them (`settings`, `runtime`), and one
+verification checklist (`verify`); settings and opening them (`settings`, `wiring`), and one
 error tree (`errors`). It imports nothing else of accord's.
 """

@@ -34,8 +34,8 @@ from typing import Literal
 from accord.ledger.errors import AccordError, AlreadyLoggedError
 from accord.market.errors import SettlementWaits, TransitionError
 from accord.market.notices import tell_winner
-from accord.market.runtime import MarketContext
 from accord.market.tasks import Task, clock_state
+from accord.market.wiring import MarketContext
 
 Action = Literal["award", "recover", "expire", "settle"]
 WATCHED_STATES = ("revealing", "expired", "posted", "awarded", "running", "delivered")

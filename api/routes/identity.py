@@ -27,7 +27,7 @@ from accord.ledger.signing import Signer
 from accord.ledger.views import DEFAULT_LIMIT, MAX_LIMIT, check_limit, decode_cursor, encode_cursor
 from accord.market.discovery import VIEW_NAME as DISCOVERY_VIEW
 from accord.market.discovery import fraction_text
-from accord.market.runtime import MarketContext
+from accord.market.wiring import MarketContext
 
 reads = APIRouter(dependencies=[Depends(throttle_reads)])
 AGENTS_VIEW = "agents"

@@ -339,7 +339,7 @@ def test_an_on_chain_payout_that_differs_fails_step_7(world: World, how: str) ->
     if how == "moved":
         amounts[1] += 1
     actions = EscrowActions(chain, MemoryEscrowJournal(), receipt_timeout=0)
-    outcome = actions.settle(OPERATOR_KEY, world.task_id, [a for a, _ in paid], amounts)
+    outcome = actions.pay_out(OPERATOR_KEY, world.task_id, [a for a, _ in paid], amounts)
     assert outcome.status == "confirmed"
     report = audit(world, escrow=chain)
     assert failure(report)[0] == 7
