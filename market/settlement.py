@@ -319,7 +319,7 @@ def settle_task(
     if body is None:
         body = _compute_and_log(market, onboarding, task, judge)
 
-    # (5): pay once. A settled escrow is not settled again.
+    # (5): pay once. An escrow paid out is not paid out again.
     payees = dict(body["payees"])
     paid = [(payees[p], Wei(int(w))) for p, w in body["payouts"].items() if int(w) > 0]
     fee = Wei(int(body.get("evaluator_fee", "0")))
