@@ -15,17 +15,17 @@ from accord.coordinator.conversation import Conversation
 from accord.coordinator.service import run_awarded_task
 from accord.identity.agents import AgentRecord
 from accord.identity.onboarding import CapabilityOutcome
-from accord.ledger.runtime import devnet_for, wait_until
 from accord.ledger.settings import Settings
 from accord.ledger.signing import Signer
+from accord.ledger.wiring import devnet_for, wait_until
 from accord.market.auction import AuctionOutcome
 from accord.market.deliverable import Deliverable
 from accord.market.money import Wei, parse_amount
-from accord.market.runtime import MarketContext, open_market
 from accord.market.sealed import check_within_budget, commit_bid, reveal_bid
 from accord.market.settlement import SettleOutcome, deliverable_view, settle_task
 from accord.market.tasks import Task, TaskSpec
 from accord.market.views import TaskPage
+from accord.market.wiring import MarketContext, open_market
 
 Agent = AgentRecord | str
 
@@ -172,7 +172,7 @@ class Home:
             ledger.anchorer.anchor_latest()
             anchors = ledger.anchorer.chain
         else:
-            from accord.ledger.runtime import connect_chain
+            from accord.ledger.wiring import connect_chain
 
             anchors = connect_chain(self.settings, start_devnet=False)
         market = self.context.market

@@ -96,9 +96,9 @@ from accord.ledger.canonical import whole_numbers
 from accord.ledger.errors import QueryError
 from accord.ledger.events import Entry, parse_time
 from accord.ledger.views import decode_cursor, encode_cursor, from_micros, micros
-from accord.market.runtime import MarketContext
 from accord.market.service import LIFECYCLE_KINDS
 from accord.market.tasks import Task, TaskState, clock_state
+from accord.market.wiring import MarketContext
 
 logger = logging.getLogger(__name__)
 

@@ -31,13 +31,13 @@ from accord.api.routes.deps import ApiConfig, ApiState
 from accord.identity.http_signatures import ALGORITHM, SIGNATURE_HEADER, TAG
 from accord.ledger.chain import AnchorChain
 from accord.ledger.errors import LedgerError
-from accord.ledger.runtime import operator_signer
 from accord.ledger.settings import Settings
 from accord.ledger.signing import Signer
 from accord.ledger.store import LogStore
+from accord.ledger.wiring import operator_signer
 from accord.market.escrow import EscrowChain
 from accord.market.lifecycle import LifecycleWorker
-from accord.market.runtime import MarketContext
+from accord.market.wiring import MarketContext
 
 DESCRIPTION = (
     "The trust and economics layer for an Internet of Agents: DID-auth onboarding, capability "

@@ -46,8 +46,8 @@ def audit(
     checks re-ran on the outputs or were held to their signed verdicts."""
     from accord.audit.checks import NO_SUCH_TASK, audit_task
     from accord.audit.html import render_html
-    from accord.ledger.runtime import check_recorded_devnet, connect_chain, open_store
-    from accord.market.runtime import connect_escrow
+    from accord.ledger.wiring import check_recorded_devnet, connect_chain, open_store
+    from accord.market.wiring import connect_escrow
 
     if html is not None and (html.is_dir() or not html.parent.is_dir()):
         fail(f"cannot write the HTML report to {html}: not a file in an existing folder", 2)

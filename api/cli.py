@@ -148,7 +148,7 @@ def _errors() -> Iterator[None]:
 def devnet_up(as_json: JsonFlag = False) -> None:
     """Start the devnet (or reuse the running one) and deploy the registry once."""
     from accord.ledger.devnet import ChainMismatchError
-    from accord.ledger.runtime import prepare_home, start_devnet
+    from accord.ledger.wiring import prepare_home, start_devnet
 
     settings = _settings()
     with _errors():
@@ -199,7 +199,7 @@ def devnet_install(as_json: JsonFlag = False) -> None:
 @devnet_app.command("down")
 def devnet_down(as_json: JsonFlag = False) -> None:
     """Stop the devnet; its state is kept for the next `up`."""
-    from accord.ledger.runtime import devnet_for
+    from accord.ledger.wiring import devnet_for
 
     settings = _settings()
     with _errors():
@@ -215,7 +215,7 @@ def devnet_down(as_json: JsonFlag = False) -> None:
 def devnet_status(as_json: JsonFlag = False) -> None:
     """Whether the devnet runs, where, and at which block."""
     from accord.ledger.devnet import read_record
-    from accord.ledger.runtime import devnet_for
+    from accord.ledger.wiring import devnet_for
 
     settings = _settings()
     with _errors():
@@ -250,7 +250,7 @@ def devnet_status(as_json: JsonFlag = False) -> None:
 
 def _optional_chain(settings: Settings) -> tuple[AnchorChain | None, str | None]:
     """The chain if it is up; appends never wait for it."""
-    from accord.ledger.runtime import connect_chain
+    from accord.ledger.wiring import connect_chain
 
     try:
         return connect_chain(settings, start_devnet=False), None
@@ -273,8 +273,8 @@ def ledger_append(
     as_json: JsonFlag = False,
 ) -> None:
     """Sign an event and append it to the log."""
-    from accord.ledger.runtime import open_ledger, operator_signer
     from accord.ledger.signing import read_keyfile
+    from accord.ledger.wiring import open_ledger, operator_signer
 
     settings = _settings()
     try:
@@ -312,7 +312,7 @@ def ledger_show(
     from rich.table import Table
 
     from accord.ledger.events import Entry
-    from accord.ledger.runtime import open_store
+    from accord.ledger.wiring import open_store
 
     settings = _settings()
     if start > MAX_INDEX:
@@ -356,7 +356,7 @@ def ledger_proof(
 ) -> None:
     """The RFC 9162 inclusion proof of one entry, checked before it is printed."""
     from accord.ledger import merkle
-    from accord.ledger.runtime import open_store
+    from accord.ledger.wiring import open_store
 
     settings = _settings()
     if max(index, size or 0) > MAX_INDEX:
@@ -398,7 +398,7 @@ def ledger_checkpoints(as_json: JsonFlag = False) -> None:
 
     from accord.ledger.anchor_journal import AnchorJournal
     from accord.ledger.checkpoint import SignedCheckpoint
-    from accord.ledger.runtime import open_store
+    from accord.ledger.wiring import open_store
 
     settings = _settings()
     with _errors():
@@ -452,7 +452,7 @@ def ledger_reindex(as_json: JsonFlag = False) -> None:
     (appends wait meanwhile). The views answer lists and filters; the audit never reads them."""
     import time
 
-    from accord.ledger.runtime import open_store, operator_signer
+    from accord.ledger.wiring import open_store, operator_signer
     from accord.market.projections import read_views
 
     settings = _settings()
@@ -492,7 +492,7 @@ def ledger_anchor(
     as_json: JsonFlag = False,
 ) -> None:
     """Checkpoint the log and anchor it on the chain (reconciling pending anchors first)."""
-    from accord.ledger.runtime import connect_chain, open_ledger
+    from accord.ledger.wiring import connect_chain, open_ledger
 
     settings = _settings()
     with _errors():
@@ -539,13 +539,13 @@ def ledger_verify(
     as_json: JsonFlag = False,
 ) -> None:
     """Verify the log as a numbered checklist; exit 1 naming the first failing step."""
-    from accord.ledger.runtime import (
+    from accord.ledger.verify import verify_log
+    from accord.ledger.wiring import (
         check_recorded_devnet,
         connect_chain,
         open_store,
         operator_signer,
     )
-    from accord.ledger.verify import verify_log
 
     settings = _settings()
     with _errors():

@@ -26,8 +26,8 @@ from accord.market.errors import MarketError
 
 if TYPE_CHECKING:
     from accord.coordinator.conversation import Conversation, Message
-    from accord.market.runtime import MarketContext
     from accord.market.service import Market
+    from accord.market.wiring import MarketContext
 
 conversation_app = typer.Typer(
     help="Team conversations: list them, replay one.", no_args_is_help=True

@@ -42,9 +42,9 @@ from accord.market.money import Wei, parse_amount
 if TYPE_CHECKING:
     from accord.api.client import AccordClient
     from accord.identity.onboarding import Onboarding
-    from accord.market.runtime import MarketContext
     from accord.market.service import Market
     from accord.market.tasks import Task
+    from accord.market.wiring import MarketContext
 
 task_app = typer.Typer(help="Paid tasks: post, show, list, bids, award.", no_args_is_help=True)
 bid_app = typer.Typer(help="Sealed bids by hand: commit, then reveal.", no_args_is_help=True)
@@ -96,10 +96,10 @@ def _days(span: timedelta) -> str:
 
 
 def open_market(settings: Settings) -> MarketContext:
-    """The market over the configured ledger and chain (`accord.market.runtime.open_market`,
+    """The market over the configured ledger and chain (`accord.market.wiring.open_market`,
     imported when a command needs it); a managed devnet it has to start is said on stderr. Raises
     what that raises."""
-    from accord.market.runtime import open_market as open_configured_market
+    from accord.market.wiring import open_market as open_configured_market
 
     return open_configured_market(settings, devnet_started=output.devnet_started)
 
@@ -157,7 +157,7 @@ class _ReadOnlyEscrow:
     def _refuse(self, *_: Any, **__: Any) -> NoReturn:
         raise ChainError("this command only reads the log: it does not reach the chain")
 
-    open = refund_to_requester = requester_address = deposit_of = settle = chain_id = _refuse
+    open = refund_to_requester = requester_address = deposit_of = pay_out = chain_id = _refuse
     operator_address = deposit_record = escrow_address = _refuse
 
 
@@ -170,8 +170,8 @@ def read_market() -> Iterator[Market]:
     except ValueError as exc:
         fail(str(exc), code=2)
     from accord.identity.onboarding import open_onboarding
-    from accord.ledger.runtime import clock_of, open_store, operator_signer
     from accord.ledger.service import Ledger
+    from accord.ledger.wiring import clock_of, open_store, operator_signer
     from accord.market.service import Market
 
     try:
@@ -623,7 +623,7 @@ def task_award(
 
     task = require_task(task_id)
     if wait and task.state == "bidding":  # escrowed and not cleared: its windows decide
-        from accord.ledger.runtime import clock_of
+        from accord.ledger.wiring import clock_of
 
         wait_for_reveals(task, clock_of(Settings.from_env()))
     with _market() as context:
@@ -662,10 +662,10 @@ def wait_for_reveals(
     sleep: Callable[[float], None] = time.sleep,
 ) -> None:
     """Sleep until the task's reveal window has closed (by `clock`, default UTC now; the
-    award passes the market's clock, `accord.ledger.runtime.clock_of`), first saying on stderr how
+    award passes the market's clock, `accord.ledger.wiring.clock_of`), first saying on stderr how
     long and until when; nothing is opened or started meanwhile. Ctrl-C ends the wait (exit
     1)."""
-    from accord.ledger.runtime import utc_now, wait_until
+    from accord.ledger.wiring import utc_now, wait_until
 
     clock = clock or utc_now
     left = (task.reveal_ends - clock()).total_seconds()

@@ -35,7 +35,7 @@ def serve(
     from accord.api.app import create_app
     from accord.api.routes.deps import ApiConfig
     from accord.ledger.errors import HomeError
-    from accord.ledger.runtime import prepare_home
+    from accord.ledger.wiring import prepare_home
 
     try:
         settings = Settings.from_env()

@@ -75,7 +75,7 @@ from accord.ledger.store import LogStore
 from accord.ledger.verify import StepResult
 from accord.market import sealed
 from accord.market.award import BidBook, replay_award
-from accord.market.check_runtime import LogReviews, run_python_check
+from accord.market.check_io import LogReviews, run_python_check
 from accord.market.checks import CheckResult, RecheckEnvironment, Valuation
 from accord.market.errors import MarketError, ReputationError
 from accord.market.escrow import EscrowChain

@@ -47,9 +47,9 @@ from accord.ledger.events import Entry, parse_time
 from accord.ledger.sealing import open_sealed
 from accord.market.blobs import MIB, FileQuota, sha256_hex
 from accord.market.errors import TaskError
-from accord.market.runtime import MarketContext
 from accord.market.service import check_in_time
 from accord.market.tasks import TASK_DELIVERED, TASK_STARTED, Task
+from accord.market.wiring import MarketContext
 from accord.market.work import MAX_PARTS
 
 ENTRY_SKEW = timedelta(minutes=5)

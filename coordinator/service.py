@@ -51,7 +51,7 @@ from accord.market.tasks import Task
 from accord.market.work import resolve_files
 
 if TYPE_CHECKING:  # the chain's wiring (web3): a read of conversations never imports it
-    from accord.market.runtime import MarketContext
+    from accord.market.wiring import MarketContext
 
 MAX_CONVERSATION_EVENTS = 100_000
 

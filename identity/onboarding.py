@@ -272,7 +272,7 @@ def open_onboarding(settings: Settings, ledger: Ledger | None = None) -> Onboard
     """Onboarding over the configured store and keys; the ledger is opened without a chain
     unless one is given. Raises StoreError, RegistryError, ExamError."""
     if ledger is None:
-        from accord.ledger.runtime import open_ledger  # the chain client: imported only when needed
+        from accord.ledger.wiring import open_ledger  # the chain client: imported only when needed
 
         ledger = open_ledger(settings)
     registry = AgentRegistry(

@@ -6,6 +6,6 @@ SQLite or PostgreSQL (`store`) and the service that appends to it (`service`), c
 C2SP signed notes (`checkpoint`, `note`), the chain client and the local anvil devnet
 (`chain`, `devnet`, `contracts`), anchoring checkpoints on chain (`anchoring`) through the
 transaction-journal engine (`txjournal`) and the anchor journal (`anchor_journal`), and the
-verification checklist (`verify`); settings and opening them (`settings`, `runtime`), and one
+verification checklist (`verify`); settings and opening them (`settings`, `wiring`), and one
 error tree (`errors`). It imports nothing else of accord's.
 """

@@ -4,7 +4,7 @@
 
 The same design as the escrow's journal (`accord.market.escrow.journal`), for the same engine
 (`accord.ledger.txjournal`, which `accord.ledger.anchoring` drives): a transaction is signed,
-journalled *pending* with its raw bytes, and only then broadcast; the engine settles the
+journalled *pending* with its raw bytes, and only then broadcast; the engine resolves the
 record against the chain and the journal follows it, so a crash anywhere leaves at most a
 pending record, which the next reconciliation finishes without sending anything twice. The
 statuses are the engine's (`JournalStatus`); an anchor's record takes two of them, and differs
@@ -154,7 +154,7 @@ class AnchorJournal:
         """In one write, put `record`'s transaction (another signing of the same anchor: the
         same nonce with higher fees, or a new nonce) in the place of the pending `old_hash`
         in the record of `record.size`. Returns False, writing nothing, when that record no
-        longer holds `old_hash` pending (another process settled it). Raises StoreError."""
+        longer holds `old_hash` pending (another process resolved it). Raises StoreError."""
         size = record.size
         try:
             with self.engine.begin() as connection:

@@ -2,7 +2,7 @@
 
 A checkpoint's anchor is one transaction of the journal engine (`accord.ledger.txjournal`):
 signed (nonce and fees fixed), recorded as *pending* in the anchor journal
-(`accord.ledger.anchor_journal`) with its raw bytes, only then broadcast, and settled against
+(`accord.ledger.anchor_journal`) with its raw bytes, only then broadcast, and resolved against
 the chain by the engine: mined and `confirmations` deep → confirmed; the root already on chain
 (this transaction's logs, or the one it replaced) → confirmed with the transaction that put it
 there; a larger anchor on chain → dropped (it covers this one); not mined and its nonce free →
@@ -16,7 +16,7 @@ registry's state means (`_AnchorTxs.on_chain`), and the chain *forgetting* a con
 (anvil restarted from an older state, a reorg on a public chain): `reconcile` first compares
 the confirmed records with the anchors the chain holds; one the chain lacks is marked pending
 again (that mark is the journal: it is reconciled once, whatever crashes follow) and then
-settled as above.
+resolved as above.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from accord.ledger.store import LogStore
 from accord.ledger.txjournal import (
     DEFAULT_REPLACE_AFTER_S,
     OnChain,
-    Settled,
+    Resolution,
     TxEngine,
     TxRules,
     TxView,
@@ -66,7 +66,7 @@ class Anchorer:
     in the store's database (`journal`).
 
     Raises ChainUnavailableError when the chain does not answer (the record stays pending and
-    is settled next time), FeesAboveCeilingError when the fee market is above the configured
+    is resolved next time), FeesAboveCeilingError when the fee market is above the configured
     ceiling (nothing new is signed or sent), AnchorError when the chain refuses or contradicts
     the log.
     """
@@ -154,13 +154,13 @@ class Anchorer:
             sent_at=format_time(self.clock()),
         )
         if not self.journal.add(record):
-            # Another process records this checkpoint's anchor: settle its record instead.
-            return self._settle_recorded(size)
+            # Another process records this checkpoint's anchor: resolve its record instead.
+            return self._resolve_recorded(size)
         txs = _AnchorTxs(self)
         return _outcome(self._engine().send(record, txs, txs))
 
     def reconcile(self) -> list[AnchorOutcome]:
-        """Reopen confirmed anchors the chain forgot, then settle every pending anchor
+        """Reopen confirmed anchors the chain forgot, then resolve every pending anchor
         against the chain (see the module docstring)."""
         self._latest = _UNREAD
         outcomes = self.reopen_forgotten()
@@ -184,7 +184,7 @@ class Anchorer:
                 )
         return outcomes
 
-    def _settle_recorded(self, size: int) -> AnchorOutcome:
+    def _resolve_recorded(self, size: int) -> AnchorOutcome:
         for record in self.journal.records():
             if record.size != size:
                 continue
@@ -197,7 +197,7 @@ class Anchorer:
 
     def _reconcile_one(self, pending: AnchorRecord) -> AnchorOutcome:
         txs = _AnchorTxs(self)
-        return _outcome(self._engine().settle(pending, txs, txs))
+        return _outcome(self._engine().resolve(pending, txs, txs))
 
     # -- automatic anchoring -----------------------------------------------------------------
 
@@ -241,16 +241,18 @@ _UNREAD: Any = object()
 """The latest anchor record before `Anchorer.due` first reads it."""
 
 
-def _outcome(settled: Settled[AnchorRecord]) -> AnchorOutcome:
-    record = settled.record
-    match settled.status:
+def _outcome(resolution: Resolution[AnchorRecord]) -> AnchorOutcome:
+    record = resolution.record
+    match resolution.status:
         case "confirmed":
             status: AnchorStatus = "confirmed"
         case "pending":
             status = "pending"
         case _:
             status = "dropped"
-    return AnchorOutcome(status, record.size, record.root, settled.tx_hash, settled.block_number)
+    return AnchorOutcome(
+        status, record.size, record.root, resolution.tx_hash, resolution.block_number
+    )
 
 
 class _AnchorTxs:

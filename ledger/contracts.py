@@ -24,7 +24,7 @@ class ContractArtifact:
     """One compiled contract.
 
     deployed_bytecode holds zeros where the constructor patches immutables in;
-    immutable_ranges lists those `(start, length)` byte ranges of the runtime code.
+    immutable_ranges lists those `(start, length)` byte ranges of the deployed code.
     """
 
     name: str
@@ -33,8 +33,8 @@ class ContractArtifact:
     deployed_bytecode: bytes
     immutable_ranges: tuple[tuple[int, int], ...] = ()
 
-    def runtime_code_matches(self, code: bytes) -> bool:
-        """True when on-chain runtime `code` is this artifact's, whatever its immutables hold."""
+    def deployed_code_matches(self, code: bytes) -> bool:
+        """True when deployed `code` on chain is this artifact's, whatever its immutables hold."""
         return len(code) == len(self.deployed_bytecode) and mask_ranges(
             code, self.immutable_ranges
         ) == mask_ranges(self.deployed_bytecode, self.immutable_ranges)

@@ -659,7 +659,7 @@ class DevnetRecord:
     """What `accord devnet up` saw: where the devnet listens and which chain it was.
 
     `block_number` and `block_hash` name one block of its history (the head at recording);
-    `registry` and `registry_code_hash` (hex keccak256 of its runtime code) the anchor registry.
+    `registry` and `registry_code_hash` (hex keccak256 of its deployed code) the anchor registry.
     """
 
     port: int

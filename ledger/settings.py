@@ -50,7 +50,7 @@ class Settings:
     on an external chain none at all (ACCORD_RPC_URL may carry the operator's provider key).
     test_clock_file: for tests only (ACCORD_TEST_CLOCK): a file holding how many seconds the
     market's clock runs ahead of the real time, which a test moves on instead of waiting for a
-    window to close (`accord.ledger.runtime.clock_of`); None: the real time.
+    window to close (`accord.ledger.wiring.clock_of`); None: the real time.
     """
 
     home: Path

@@ -29,10 +29,10 @@ It answers with one `Decision`:
     Wait         in the node's pool: nothing to do yet
     Fail         a typed error (fees above the ceiling): nothing new is sent
 
-`TxEngine.settle` is the thin I/O shell around it: it gathers the facts through a `TxChain`,
+`TxEngine.resolve` is the thin I/O shell around it: it gathers the facts through a `TxChain`,
 asks the domain (`TxAction`: what the transaction's effect on its contract is, how to sign it
 again) and writes the journal (`TxJournal`) before every broadcast, so a crash anywhere leaves
-at most a pending record that the next `settle` finishes; no action is ever paid twice.
+at most a pending record that the next `resolve` finishes; no action is ever paid twice.
 
 Fees follow EIP-1559: maxFeePerGas = min(2 * baseFee + tip, ceiling), the tip from the node's
 eth_maxPriorityFeePerGas or a configured default (`FeePolicy`).
@@ -86,7 +86,7 @@ a new nonce, or a stuck one at the same nonce with higher fees: the journal foll
 of the two is mined)."""
 
 UNRESOLVED: tuple[JournalStatus, ...] = ("pending", "forgotten")
-"""The statuses `settle` still works on."""
+"""The statuses `resolve` still works on."""
 DONE: tuple[JournalStatus, ...] = ("confirmed", "superseded")
 """The statuses whose effect is on chain."""
 
@@ -325,27 +325,28 @@ class TxJournal(Protocol[R]):
 
     def swap(self, old: R, new: R, same_nonce: bool) -> bool:
         """In one write: retire `old` (replaced) and add `new` (pending). False, writing
-        nothing, when `old` is no longer unresolved (another process settled it)."""
+        nothing, when `old` is no longer unresolved (another process resolved it)."""
         ...
 
 
-SettleStatus = Literal["confirmed", "superseded", "reverted", "dropped", "pending", "forgotten"]
+ResolutionStatus = Literal["confirmed", "superseded", "reverted", "dropped", "pending", "forgotten"]
 
 
 @dataclass(frozen=True)
-class Settled(Generic[R]):
-    """What `settle` made of a record: its final status and the record it ended on."""
+class Resolution(Generic[R]):
+    """What `resolve` made of a record: its final status (or "pending" when it is not
+    resolved yet) and the record it ended on."""
 
-    status: SettleStatus
+    status: ResolutionStatus
     record: R
     tx_hash: bytes
     block_number: int | None = None
 
 
 class TxEngine:
-    """Settles journal records against the chain (module docstring).
+    """Resolves journal records against the chain (module docstring).
 
-    Raises ChainUnavailableError (the record stays as journalled; settle again later),
+    Raises ChainUnavailableError (the record stays as journalled; resolve again later),
     FeesAboveCeilingError (a stuck transaction cannot be replaced under the ceiling: it stays
     pending), and whatever the domain's `TxAction` raises.
     """
@@ -398,14 +399,14 @@ class TxEngine:
             return None, canonical  # its block was reorganised away (decide says so too)
         return receipt, canonical
 
-    def send(self, record: R, action: TxAction[R], journal: TxJournal[R]) -> Settled[R]:
-        """Broadcast a journalled record, then settle it."""
+    def send(self, record: R, action: TxAction[R], journal: TxJournal[R]) -> Resolution[R]:
+        """Broadcast a journalled record, then resolve it."""
         action.broadcast(record)
-        return self.settle(record, action, journal, sent=True)
+        return self.resolve(record, action, journal, sent=True)
 
-    def settle(
+    def resolve(
         self, record: R, action: TxAction[R], journal: TxJournal[R], *, sent: bool = False
-    ) -> Settled[R]:
+    ) -> Resolution[R]:
         """Decide and act until the record is resolved or `timeout_s` passes (then "pending").
 
         Every new signed transaction is journalled before it is broadcast; the same bytes are
@@ -419,16 +420,16 @@ class TxEngine:
             match decision:
                 case Confirm(tx_hash, block):
                     journal.confirm(record, tx_hash, block)
-                    return Settled("confirmed", record, tx_hash, block)
+                    return Resolution("confirmed", record, tx_hash, block)
                 case Superseded():
                     journal.superseded(record)
-                    return Settled("superseded", record, view.tx_hash)
+                    return Resolution("superseded", record, view.tx_hash)
                 case Reverted(block):
                     journal.reverted(record, block)
-                    return Settled("reverted", record, view.tx_hash, block)
+                    return Resolution("reverted", record, view.tx_hash, block)
                 case Drop():
                     journal.drop(record)
-                    return Settled("dropped", record, view.tx_hash)
+                    return Resolution("dropped", record, view.tx_hash)
                 case Reorged():
                     record = journal.reopen(record)
                     sent = False
@@ -436,9 +437,9 @@ class TxEngine:
                 case SignAnew():
                     fresh = action.sign(record, None, None)
                     if fresh is None:
-                        return Settled("forgotten", record, view.tx_hash)
+                        return Resolution("forgotten", record, view.tx_hash)
                     if not journal.swap(record, fresh, same_nonce=False):
-                        return Settled("pending", record, view.tx_hash)
+                        return Resolution("pending", record, view.tx_hash)
                     record, sent = fresh, True
                     action.broadcast(record)
                     continue
@@ -446,7 +447,7 @@ class TxEngine:
                     bumped = action.sign(record, view.nonce, fees)
                     if bumped is not None:
                         if not journal.swap(record, bumped, same_nonce=True):
-                            return Settled("pending", record, view.tx_hash)
+                            return Resolution("pending", record, view.tx_hash)
                         record, sent, replaced = bumped, True, True
                         action.broadcast(record)
                         continue
@@ -463,5 +464,5 @@ class TxEngine:
                     pass
             if time.monotonic() >= deadline:
                 last = action.view(record)  # block_number: where it was seen mined, if it was
-                return Settled("pending", record, last.tx_hash, last.block_number)
+                return Resolution("pending", record, last.tx_hash, last.block_number)
             time.sleep(min(_POLL_S, max(0.0, deadline - time.monotonic())))

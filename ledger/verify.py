@@ -218,7 +218,9 @@ def _scan_entries(store: LogStore, size: int, progress: Progress | None) -> _Log
     )
     pending: deque[tuple[list[int], Future[Any] | None, list[Any]]] = deque()
 
-    def settle(indices: list[int], result: tuple[list[tuple[str, int]], Any]) -> None:
+    def record_chunk(indices: list[int], result: tuple[list[tuple[str, int]], Any]) -> None:
+        """Fold one checked chunk into the scan: each actor's seq must grow (step 2), and the
+        chunk's first bad signature is the scan's (step 1) unless one came before."""
         checked, failure = result
         for index, (actor, seq) in zip(indices, checked, strict=False):
             previous = last_seq.get(actor, -1)
@@ -234,7 +236,7 @@ def _scan_entries(store: LogStore, size: int, progress: Progress | None) -> _Log
         while len(pending) > keep:
             indices, future, rows = pending.popleft()
             if scan.signatures is None:
-                settle(indices, future.result() if future else check_entries(rows))
+                record_chunk(indices, future.result() if future else check_entries(rows))
             if progress is not None and indices:
                 progress(indices[-1] + 1, size)
 

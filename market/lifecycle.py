@@ -17,7 +17,7 @@ someone at the CLI (`accord serve` runs it every few seconds; `LifecycleWorker`)
 
 Each is safe from several service processes at once: a lifecycle event is logged once per task
 (the store refuses a second: `TransitionError` or `AlreadyLoggedError` is a race another
-process won, not a failure), the escrow settles once, and a settler that loses the race takes
+process won, not a failure), the escrow pays out once, and a settler that loses the race takes
 what the winner logged (`accord.market.settlement`). What the chain refuses is tried again on the
 next round. `due` is the pure rule; `run_due` does one round.
 """
@@ -34,8 +34,8 @@ from typing import Literal
 from accord.ledger.errors import AccordError, AlreadyLoggedError
 from accord.market.errors import SettlementWaits, TransitionError
 from accord.market.notices import tell_winner
-from accord.market.runtime import MarketContext
 from accord.market.tasks import Task, clock_state
+from accord.market.wiring import MarketContext
 
 Action = Literal["award", "recover", "expire", "settle"]
 WATCHED_STATES = ("revealing", "expired", "posted", "awarded", "running", "delivered")

@@ -33,7 +33,7 @@ from accord.ledger.signing import Signer
 from accord.market.tasks import TASK_AWARDED
 
 if TYPE_CHECKING:
-    from accord.market.runtime import MarketContext
+    from accord.market.wiring import MarketContext
 
 NOTIFY_PATH = "/accord/notify"
 NOTIFY_TIMEOUT = 5.0

@@ -59,7 +59,7 @@ from accord.market import sealed
 from accord.market.auction import AuctionOutcome
 from accord.market.award import AdmittedCommitment, AdmittedReveal, BidBook, replay_award
 from accord.market.blobs import BlobError, BlobStore, FileQuota, Upload, sha256_hex
-from accord.market.check_runtime import judge_from_env
+from accord.market.check_io import judge_from_env
 from accord.market.errors import (
     AuctionError,
     BidRejected,
@@ -156,7 +156,8 @@ class EscrowPort(Protocol):
         ...
 
     def refund_to_requester(self, task_id: str) -> EscrowReceipt:
-        """Settle `task_id` with no payees, crediting the whole deposit to the requester."""
+        """Pay out `task_id`'s escrow to no payees, crediting the whole deposit to the
+        requester."""
         ...
 
     def requester_address(self, requester_key: str) -> str:
@@ -175,10 +176,11 @@ class EscrowPort(Protocol):
         """The address of the escrow contract (where a requester's own wallet deposits)."""
         ...
 
-    def settle(self, task_id: str, payees: Sequence[str], amounts: Sequence[Wei]) -> EscrowReceipt:
-        """Pay `amounts` to `payees` from the deposit (the rest to the requester), once.
+    def pay_out(self, task_id: str, payees: Sequence[str], amounts: Sequence[Wei]) -> EscrowReceipt:
+        """Pay `amounts` to `payees` from the deposit (the rest to the requester), once: the
+        contract's `TaskEscrow.settle`.
 
-        Raises EscrowError when the contract refuses (already settled, over the deposit).
+        Raises EscrowError when the contract refuses (already paid out, over the deposit).
         """
         ...
 
@@ -187,7 +189,7 @@ class EscrowPort(Protocol):
         ...
 
     def operator_address(self) -> str:
-        """The operator's chain account, which settles escrows and is paid the fees of the
+        """The operator's chain account, which pays out escrows and is paid the fees of the
         disputes its judge model decides."""
         ...
 
@@ -800,7 +802,7 @@ class Market:
         from its `escrow_from`, its budget, its deadline) gets its `escrow.opened`, and one
         whose key holds any other escrow stays posted (`unmatched_deposits`); an expired task
         gets its
-        refund made (at most once: the escrow refuses a second settle) and logged. Returns
+        refund made (at most once: the escrow refuses a second payout) and logged. Returns
         the ids of the tasks it moved on."""
         moved = []
         stuck = [*self.iter_tasks(state="posted"), *self.iter_tasks(state="expired")]

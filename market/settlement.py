@@ -17,12 +17,12 @@
        again so that `accord audit` finds the whole settlement anchored
 
 Every step first looks at what is already done (a logged computation is reused, never
-recomputed with another seed; a settled escrow is not paid again), so a crash anywhere and a
+recomputed with another seed; an escrow paid out is not paid again), so a crash anywhere and a
 second run pay each payee once. `recompute_settlement` is the pure part the audit replays.
 
 Several processes (or machines) may settle one task at once: the log takes one
 `settlement.computed` and one `task.settled` per task (the store refuses a second with
-AlreadyLoggedError), and the escrow one settle. Losing a race is not an error: the loser pays
+AlreadyLoggedError), and the escrow one payout. Losing a race is not an error: the loser pays
 what the winner logged, waits for the winner's payment when it is under way, and returns the
 logged outcome.
 """
@@ -41,7 +41,7 @@ from accord.identity.onboarding import Onboarding
 from accord.ledger.errors import AlreadyLoggedError, ChainError, SealError
 from accord.ledger.events import Entry
 from accord.ledger.sealing import is_commitment, open_sealed
-from accord.market.check_runtime import Judge, LogReviews, SettleEnvironment, judge_from_env
+from accord.market.check_io import Judge, LogReviews, ServiceCheckEnvironment, judge_from_env
 from accord.market.checks import (
     SEALED,
     CheckEnvironment,
@@ -257,7 +257,9 @@ def delivery_body(market: Market, task_id: str) -> dict[str, Any]:
     return dict(Entry.from_bytes(found[0].data).event.body)
 
 
-def settle_environment(market: Market, task: Task, judge: Judge | None) -> SettleEnvironment:
+def service_check_environment(
+    market: Market, task: Task, judge: Judge | None
+) -> ServiceCheckEnvironment:
     """The sandbox, the judge, and the requester's reviews as the log holds them now."""
     events = [
         (stored.index, task_event(stored))
@@ -265,7 +267,9 @@ def settle_environment(market: Market, task: Task, judge: Judge | None) -> Settl
             subject=task.task_id, kind=REVIEW_GIVEN, limit=MAX_TASK_EVENTS
         )
     ]
-    return SettleEnvironment(LogReviews(task, events, market.clock()), judge, market.keep_sealed)
+    return ServiceCheckEnvironment(
+        LogReviews(task, events, market.clock()), judge, market.keep_sealed
+    )
 
 
 def logged_settlement(market: Market, task_id: str) -> dict[str, Any] | None:
@@ -315,7 +319,7 @@ def settle_task(
     if body is None:
         body = _compute_and_log(market, onboarding, task, judge)
 
-    # (5): pay once. A settled escrow is not settled again.
+    # (5): pay once. An escrow paid out is not paid out again.
     payees = dict(body["payees"])
     paid = [(payees[p], Wei(int(w))) for p, w in body["payouts"].items() if int(w) > 0]
     fee = Wei(int(body.get("evaluator_fee", "0")))
@@ -365,7 +369,7 @@ def _compute_and_log(
     SettlementError, SettlementWaits."""
     task_id = task.task_id
     chain_id = market.escrow.chain_id()
-    env = settle_environment(market, task, judge_from_env() if judge is None else judge)
+    env = service_check_environment(market, task, judge_from_env() if judge is None else judge)
     settlement, _, _ = recompute_settlement(
         task, delivery_body(market, task_id), env, opener(market.sealed_bytes, required=True)
     )
@@ -400,9 +404,9 @@ def _compute_and_log(
 
 
 def _pay(market: Market, task_id: str, paid: Sequence[tuple[str, Wei]], wait_s: float) -> str:
-    """Settle the escrow unless it is settled already; returns the transaction hash ("" when
+    """Pay out the escrow unless it is paid out already; returns the transaction hash ("" when
     it was paid before, by this process or another). When the escrow refuses, or another
-    settler's transaction is under way, waits up to `wait_s` for the escrow to close.
+    process's payout is under way, waits up to `wait_s` for the escrow to close.
 
     Raises EscrowError when there is no escrow or it stays open, ChainError.
     """
@@ -412,7 +416,7 @@ def _pay(market: Market, task_id: str, paid: Sequence[tuple[str, Wei]], wait_s: 
     if not deposit[1]:
         return ""
     try:
-        receipt: EscrowReceipt = market.escrow.settle(
+        receipt: EscrowReceipt = market.escrow.pay_out(
             task_id, [a for a, _ in paid], [w for _, w in paid]
         )
     except EscrowError:

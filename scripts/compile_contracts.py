@@ -75,7 +75,7 @@ def standard_json_input(sources: dict[str, str]) -> dict[str, Any]:
 
 
 def immutable_ranges(references: dict[str, list[dict[str, int]]]) -> list[list[int]]:
-    """Sorted `[start, length]` byte ranges of immutables in the runtime code."""
+    """Sorted `[start, length]` byte ranges of immutables in the deployed code."""
     return sorted([ref["start"], ref["length"]] for refs in references.values() for ref in refs)
 
 

@@ -45,20 +45,20 @@ from accord.identity.agents import AgentRecord
 from accord.identity.errors import IdentityError, KeyStoreError, RateLimitedError, RegistryError
 from accord.identity.onboarding import Onboarding, open_onboarding
 from accord.ledger.errors import LedgerError
-from accord.ledger.runtime import connect_chain, devnet_for, open_ledger
 from accord.ledger.sealing import seal
 from accord.ledger.service import Ledger
 from accord.ledger.settings import Settings
 from accord.ledger.signing import Signer, load_or_create_keyfile
 from accord.ledger.store import LogStore, make_engine
 from accord.ledger.verify import verify_log
+from accord.ledger.wiring import connect_chain, devnet_for, open_ledger
 from accord.market.errors import BidRejected, MarketError
 from accord.market.escrow import address_of
 from accord.market.money import Wei, format_eth, parse_amount
-from accord.market.runtime import MarketContext, open_market
 from accord.market.sealed import commit_bid, reveal_bid
 from accord.market.settlement import deliverable_view, settle_task
 from accord.market.strategies import cost_plus_margin
+from accord.market.wiring import MarketContext, open_market
 from accord.market.work import attach_files
 
 console = Console(emoji=False, highlight=False)

@@ -40,7 +40,7 @@ class RunningClock:
 
 
 def advance_clock_file(path: Path, seconds: float) -> None:
-    """Move a test clock file (ACCORD_TEST_CLOCK, read by `accord.ledger.runtime.OffsetClock`) on by
+    """Move a test clock file (ACCORD_TEST_CLOCK, read by `accord.ledger.wiring.OffsetClock`) on by
     `seconds`: the market's windows close without anyone waiting for them."""
     before = float(path.read_text()) if path.exists() else 0.0
     path.write_text(repr(before + seconds))

@@ -19,12 +19,12 @@ from accord.api.app import create_app
 from accord.api.routes.deps import ApiConfig
 from accord.ledger.anchoring import Anchorer
 from accord.ledger.chain import DEVNET_OPERATOR_KEY, MemoryAnchorChain
-from accord.ledger.runtime import open_store, operator_signer
 from accord.ledger.service import Ledger
 from accord.ledger.settings import Settings
+from accord.ledger.wiring import open_store, operator_signer
 from accord.market.escrow import EscrowActions, MemoryEscrowChain, MemoryEscrowJournal, address_of
-from accord.market.runtime import ChainEscrow, MarketContext
 from accord.market.service import Market
+from accord.market.wiring import ChainEscrow, MarketContext
 from tests.clocks import RunningClock
 from tests.serving import serve
 

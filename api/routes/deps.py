@@ -31,12 +31,12 @@ from accord.identity.http_signatures import (
 )
 from accord.ledger.chain import AnchorChain
 from accord.ledger.errors import LedgerError
-from accord.ledger.runtime import connect_chain
 from accord.ledger.settings import Settings
+from accord.ledger.wiring import connect_chain
 from accord.market.blobs import FileQuota
 from accord.market.errors import MarketError
 from accord.market.escrow import EscrowChain
-from accord.market.runtime import MarketContext, connect_escrow, open_market
+from accord.market.wiring import MarketContext, connect_escrow, open_market
 
 
 @dataclass(frozen=True)

@@ -35,7 +35,7 @@ from accord.ledger.views import (
 )
 from accord.market.discovery import VIEW_NAME as DISCOVERY_VIEW
 from accord.market.discovery import fraction_text
-from accord.market.runtime import MarketContext
+from accord.market.wiring import MarketContext
 
 reads = APIRouter(dependencies=[Depends(throttle_reads)])
 AGENTS_VIEW = "agents"

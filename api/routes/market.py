@@ -5,7 +5,7 @@ Who may act:
   registered agent, or the operator), and a spec names only files its requester uploaded
   (`Market.post`): `task.posted` is signed by the requester's hosted key, and the escrow is
   paid from the managed devnet's funded requester account
-  (`accord.market.runtime.DEVNET_REQUESTER_KEY`) or ACCORD_REQUESTER_ETH_KEY.
+  (`accord.market.wiring.DEVNET_REQUESTER_KEY`) or ACCORD_REQUESTER_ETH_KEY.
 - any DID, holding its own key, posts in two steps: `POST /tasks/prepare` (the spec and the
   Ethereum account it deposits from) answers the `task.posted` body to sign and the task id
   (derived from the caller and its Idempotency-Key, one made up when none is sent); then
@@ -43,8 +43,8 @@ from accord.market.auction import price_reason
 from accord.market.blobs import Upload
 from accord.market.errors import BidRejected, TaskError
 from accord.market.escrow import OPEN_SIGNATURE
-from accord.market.runtime import MarketContext, advertised_rpc_url
 from accord.market.tasks import CAPABILITY_PATTERN, TASK_POSTED, Task, TaskState, request_of
+from accord.market.wiring import MarketContext, advertised_rpc_url
 
 reads = APIRouter(dependencies=[Depends(throttle_reads)])
 writes = APIRouter()

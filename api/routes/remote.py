@@ -38,7 +38,7 @@ from accord.identity.errors import ExamError, PrivateEndpointError, RegistryErro
 from accord.ledger.canonical import canonical_json
 from accord.ledger.errors import LedgerError
 from accord.ledger.events import Entry, format_time
-from accord.market.runtime import MarketContext
+from accord.market.wiring import MarketContext
 
 reads = APIRouter(dependencies=[Depends(throttle_reads)])
 writes = APIRouter()

@@ -8,7 +8,7 @@ case, return each case's JSON result. Every run is a fresh interpreter inside a 
   --unshare-uts --unshare-cgroup-try --disable-userns`): the box has its own users (it runs as
   uid 65534), its own process tree, no network at all (not even the host's loopback), its own
   System V IPC and host name, and may make no further user namespace;
-- **a read-only view of the runtime only**: the shared libraries (`/usr/lib`, `/lib*`), the
+- **a read-only view of the interpreter only**: the shared libraries (`/usr/lib`, `/lib*`), the
   interpreter's binary and its standard library, with every site-packages directory masked by
   an empty one. No home, no `ACCORD_HOME`, no project source, no `/etc`, no shell, no `/proc`
   at all; `/dev` holds only the null, zero, full, random and tty devices (read-only) and a
@@ -369,7 +369,7 @@ def sandbox_mode(environ: Mapping[str, str] | None = None) -> SandboxMode:
 
 
 @dataclass(frozen=True)
-class RuntimeView:
+class InterpreterView:
     """What the box shows of the host: read-only binds, symlinks, and directories masked."""
 
     interpreter: str
@@ -383,7 +383,7 @@ def _under(path: str, roots: Sequence[str]) -> bool:
 
 
 @functools.cache
-def runtime_view() -> RuntimeView:
+def interpreter_view() -> InterpreterView:
     """The running interpreter's binary, standard library and shared libraries, as paths.
 
     Raises SandboxUnavailable when the interpreter or its standard library cannot be found.
@@ -413,13 +413,13 @@ def runtime_view() -> RuntimeView:
         shared = os.path.realpath(os.path.join(libdir, soname))
         if os.path.isfile(shared) and not _under(shared, binds):
             binds.append(shared)
-    # Installed packages are not the runtime: every site directory inside a bind is masked.
+    # Installed packages are not the interpreter: every site directory inside a bind is masked.
     sites = {os.path.join(stdlib, "site-packages"), os.path.join(stdlib, "dist-packages")}
     sites |= set(glob.glob("/usr/lib/python3*/*-packages"))
     sites |= {*site.getsitepackages(), site.getusersitepackages()}
     sites = {os.path.realpath(p) for p in sites}
     masks = tuple(sorted(p for p in sites if os.path.isdir(p) and _under(p, binds)))
-    return RuntimeView(interpreter, tuple(binds), tuple(symlinks), masks)
+    return InterpreterView(interpreter, tuple(binds), tuple(symlinks), masks)
 
 
 def box_environment() -> dict[str, str]:
@@ -435,7 +435,7 @@ def box_environment() -> dict[str, str]:
     }
 
 
-def bwrap_arguments(view: RuntimeView, limits: SandboxLimits, seccomp_fd: int) -> list[str]:
+def bwrap_arguments(view: InterpreterView, limits: SandboxLimits, seccomp_fd: int) -> list[str]:
     """Pure: bubblewrap's options for one run (everything between `bwrap` and the command)."""
     args = [
         "--unshare-user",
@@ -594,7 +594,7 @@ def _harness_limits(limits: SandboxLimits, processes: int) -> str:
 def _run_boxed(request: bytes, limits: SandboxLimits) -> _Exit:
     """Raises SandboxUnavailable when bubblewrap or libseccomp is missing or cannot start."""
     bwrap = _bwrap_path()
-    view = runtime_view()
+    view = interpreter_view()
     program = filter_program()
     read_end, write_end = os.pipe()
     try:

@@ -82,7 +82,7 @@ def deploy_registry(
             raise DeploymentError(f"registry deployment 0x{bytes(signed.hash).hex()} reverted")
         address = to_checksum_address(created)
         code = bytes(w3.eth.get_code(address))
-    if not artifact.runtime_code_matches(code):
+    if not artifact.deployed_code_matches(code):
         raise DeploymentError(f"the code deployed at {address} is not {artifact.name}'s")
     return Deployment(
         address=address,
@@ -133,7 +133,7 @@ def ensure_contract(
     makes a fresh one when needed, `operator_of(address)` reads a deployed one's operator.
 
     - no record: deploy, record, action="deployed";
-    - recorded and on chain with the recorded code hash, the artifact's runtime code (up to
+    - recorded and on chain with the recorded code hash, the artifact's deployed code (up to
       the immutables) and this operator: action="reused";
     - recorded but no code at the address (the chain was reset): deploy again, record,
       action="redeployed".
@@ -167,7 +167,7 @@ def ensure_contract(
         return deployment
     if keccak(code) != recorded.code_hash:
         refuse(f"the code at {recorded.address} has another hash")
-    if not artifact.runtime_code_matches(code):
+    if not artifact.deployed_code_matches(code):
         refuse(
             f"the code at {recorded.address} is not the current {name} artifact "
             "(the contract changed since it was deployed)"

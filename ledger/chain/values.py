@@ -72,7 +72,7 @@ DeploymentAction = Literal["deployed", "reused", "redeployed"]
 
 @dataclass(frozen=True)
 class Deployment:
-    """Where a contract lives. `code_hash` = keccak256 of its runtime code on chain.
+    """Where a contract lives. `code_hash` = keccak256 of its deployed code on chain.
 
     `action` says what `ensure_registry` (or `ensure_escrow`) did; it is not recorded.
     """

@@ -7,7 +7,7 @@ The package, by what each module holds:
     web3_chain    `Web3EscrowChain` over JSON-RPC; deploying and checking the contract
     memory_chain  `MemoryEscrowChain`, the contract's rules in process, for unit tests
     journal       `EscrowJournal`: where each transaction is recorded before it is sent
-    actions       `EscrowActions`: open, settle, refund, withdraw through the journal engine
+    actions       `EscrowActions`: open, pay out, refund, withdraw through the journal engine
                   of `accord.ledger.txjournal`, so that no action ever moves money twice
 
 Everything public is re-exported here, lazily: import from `accord.market.escrow`. Importing a name
@@ -57,8 +57,8 @@ if TYPE_CHECKING:
         address_of,
         open_calldata,
         open_intent,
+        pay_out_intent,
         refund_intent,
-        settle_intent,
         task_id_hash,
         withdraw_intent,
     )
@@ -102,7 +102,7 @@ _EXPORTS = {
     "open_calldata": "accord.market.escrow.values",
     "open_intent": "accord.market.escrow.values",
     "refund_intent": "accord.market.escrow.values",
-    "settle_intent": "accord.market.escrow.values",
+    "pay_out_intent": "accord.market.escrow.values",
     "task_id_hash": "accord.market.escrow.values",
     "withdraw_intent": "accord.market.escrow.values",
     "EscrowDeployment": "accord.market.escrow.web3_chain",
@@ -147,8 +147,8 @@ __all__ = [
     "ensure_escrow",
     "open_calldata",
     "open_intent",
+    "pay_out_intent",
     "refund_intent",
-    "settle_intent",
     "task_id_hash",
     "withdraw_intent",
 ]

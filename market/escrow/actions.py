@@ -1,8 +1,9 @@
-"""Open, settle, refund and withdraw, never moving money twice.
+"""Open, pay out, refund and withdraw, never moving money twice (paying out calls the
+contract's `settle`).
 
 Each action is one transaction of the journal engine (`accord.ledger.txjournal`): signed (nonce and
 fees fixed), recorded in an `EscrowJournal` as *pending* with its raw bytes, only then
-broadcast, and settled by the engine (confirmation depth, the same bytes sent again, a stuck
+broadcast, and resolved by the engine (confirmation depth, the same bytes sent again, a stuck
 transaction replaced at its nonce, a reorganised one sent again once). What is specific to the
 escrow lives here: which call an intent makes, what the contract's state means for it
 (`_effect_on_chain`: its effect is there, through one of our transactions at that nonce or
@@ -13,9 +14,9 @@ marks them *forgotten*; a forgotten record is owed: where a pending one would be
 signed anew (when the actions hold the sender's key), the new record replacing the old in one
 journal write, so it is sent again exactly once across crashes.
 
-A settle cannot be paid twice: a signed transaction can be mined once; a new signing happens
+A payout cannot be paid twice: a signed transaction can be mined once; a new signing happens
 only when the journal proves the old one can never be mined and the contract shows the task
-still open; and the contract itself refuses a second settle (NotOpen).
+still open; and the contract itself refuses a second `settle` (NotOpen).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from accord.ledger.txjournal import (
     DONE,
     JournalStatus,
     OnChain,
-    Settled,
+    Resolution,
     TxEngine,
     TxRules,
     TxView,
@@ -47,8 +48,8 @@ from accord.market.escrow.values import (
     EscrowTxKind,
     address_of,
     open_intent,
+    pay_out_intent,
     refund_intent,
-    settle_intent,
     withdraw_intent,
 )
 
@@ -85,11 +86,11 @@ _EVENT_OF: dict[EscrowTxKind, EscrowEventName] = {
 
 
 class EscrowActions:
-    """Open, settle, refund and withdraw through an EscrowChain, journalled so that a crash
+    """Open, pay out, refund and withdraw through an EscrowChain, journalled so that a crash
     between the chain and the record is reconciled on the next start (module docstring).
 
     Raises ChainUnavailableError when the chain does not answer (a record may stay pending and
-    is settled next time), EscrowRefusedError when the contract refuses, EscrowPendingError
+    is resolved next time), EscrowRefusedError when the contract refuses, EscrowPendingError
     when the acting account still has an unresolved transaction, FeesAboveCeilingError when
     the fee market is above the ceiling (nothing new is signed or sent).
     """
@@ -132,11 +133,12 @@ class EscrowActions:
         """Deposit `deposit` wei for `task_id` from the requester's key."""
         return self.perform(key_hex, open_intent(task_id, deposit, deadline))
 
-    def settle(
+    def pay_out(
         self, key_hex: str, task_id: str, payees: Sequence[str], amounts: Sequence[int]
     ) -> EscrowOutcome:
-        """Settle `task_id` with the operator's key."""
-        return self.perform(key_hex, settle_intent(task_id, payees, amounts))
+        """Pay `amounts` to `payees` from `task_id`'s deposit with the operator's key (the
+        contract's `TaskEscrow.settle`)."""
+        return self.perform(key_hex, pay_out_intent(task_id, payees, amounts))
 
     def refund(self, key_hex: str, task_id: str) -> EscrowOutcome:
         """Refund `task_id` to its requester (the key's account) after the deadline."""
@@ -147,7 +149,7 @@ class EscrowActions:
         return self.perform(key_hex, withdraw_intent())
 
     def perform(self, key_hex: str, intent: EscrowIntent) -> EscrowOutcome:
-        """Reconcile, then sign, record, send and settle `intent` unless it is already done
+        """Reconcile, then sign, record, send and resolve `intent` unless it is already done
         (status "already-done") or still pending from before (that record's outcome)."""
         sender = address_of(key_hex)
         self._used[sender] = key_hex
@@ -198,13 +200,13 @@ class EscrowActions:
         return _outcome(self._engine().send(record, txs, txs))
 
     def reconcile(self) -> list[EscrowOutcome]:
-        """Mark forgotten the records the chain no longer holds, then settle every
+        """Mark forgotten the records the chain no longer holds, then resolve every
         unresolved record against the chain, oldest first."""
         outcomes = self.find_forgotten()
         txs = _EscrowTxs(self)
         engine = self._engine()
         outcomes.extend(
-            _outcome(engine.settle(record, txs, txs)) for record in self.journal.pending()
+            _outcome(engine.resolve(record, txs, txs)) for record in self.journal.pending()
         )
         return outcomes
 
@@ -293,10 +295,10 @@ class EscrowActions:
             return None  # the contract refuses it now: left as it is, the outcome says so
 
 
-def _outcome(settled: Settled[EscrowTxRecord]) -> EscrowOutcome:
-    record = settled.record
+def _outcome(resolution: Resolution[EscrowTxRecord]) -> EscrowOutcome:
+    record = resolution.record
     return EscrowOutcome(
-        settled.status, record.intent, record.sender, settled.tx_hash, settled.block_number
+        resolution.status, record.intent, record.sender, resolution.tx_hash, resolution.block_number
     )
 
 

@@ -79,7 +79,7 @@ class EscrowJournal(Protocol):
 
     def replace(self, old_hash: bytes, record: EscrowTxRecord) -> bool:
         """In one write: mark `old_hash` replaced and add `record` (pending). Returns False,
-        writing nothing, when `old_hash` is not unresolved (another process settled it).
+        writing nothing, when `old_hash` is not unresolved (another process resolved it).
         Raises EscrowError if `record` is known."""
         ...
 
@@ -183,7 +183,7 @@ class MarketEscrowIntact(SQLModel, table=True):
 _INTACT = MarketEscrowIntact.__table__  # type: ignore[attr-defined]
 
 
-class _Settled(Exception):
+class _AlreadyResolved(Exception):
     """Inside a journal write: the record to replace is no longer unresolved (roll back)."""
 
 
@@ -232,9 +232,9 @@ class SqlEscrowJournal:
                     .values(status="replaced")
                 )
                 if result.rowcount != 1:
-                    raise _Settled
+                    raise _AlreadyResolved
                 self._insert(connection, record)
-        except _Settled:
+        except _AlreadyResolved:
             return False  # rolled back: nothing written
         except SQLAlchemyError as exc:
             raise EscrowError(f"cannot replace escrow tx 0x{old_hash.hex()}: {exc}") from exc

@@ -134,7 +134,9 @@ def open_intent(task_id: str, deposit: int, deadline: int) -> EscrowIntent:
     return EscrowIntent("open", task_id, deposit=Wei(deposit), deadline=deadline)
 
 
-def settle_intent(task_id: str, payees: Sequence[str], amounts: Sequence[int]) -> EscrowIntent:
+def pay_out_intent(task_id: str, payees: Sequence[str], amounts: Sequence[int]) -> EscrowIntent:
+    """The intent to pay `amounts` to `payees` from the deposit: kind "settle", a call of the
+    contract's `TaskEscrow.settle` (the kind names the contract's function)."""
     return EscrowIntent(
         "settle",
         task_id,

@@ -62,14 +62,14 @@ from accord.identity.challenges import REGISTRY
 from accord.identity.http_auth import AccordAuth
 from accord.ledger.chain import DEVNET_OPERATOR_KEY
 from accord.ledger.devnet import find_free_port
-from accord.ledger.runtime import devnet_for
 from accord.ledger.settings import Settings
 from accord.ledger.signing import Ed25519Signer
+from accord.ledger.wiring import devnet_for
 from accord.market import sealed
 from accord.market.escrow import ensure_escrow
 from accord.market.money import Wei
-from accord.market.runtime import DEVNET_REQUESTER_KEY, ESCROW_DEPLOYMENT_FILE, open_market
 from accord.market.tasks import TaskSpec
+from accord.market.wiring import DEVNET_REQUESTER_KEY, ESCROW_DEPLOYMENT_FILE, open_market
 from accord.market.work import Part
 
 HERE = Path(__file__).resolve().parent

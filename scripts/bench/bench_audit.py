@@ -45,11 +45,11 @@ import accord.audit.checks as checks
 from accord.ledger.devnet import Devnet, find_free_port
 from accord.ledger.errors import DevnetError
 from accord.ledger.events import Entry
-from accord.ledger.runtime import connect_chain, open_store, operator_signer
 from accord.ledger.settings import Settings
 from accord.ledger.verify import verify_log
-from accord.market.runtime import connect_escrow
+from accord.ledger.wiring import connect_chain, open_store, operator_signer
 from accord.market.tasks import TASK_SETTLED
+from accord.market.wiring import connect_escrow
 
 DEMO = REPO_ROOT / "scripts" / "demo.py"
 DEMO_TIMEOUT_S = 300.0

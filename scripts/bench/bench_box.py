@@ -35,7 +35,7 @@ from accord.identity.challenges.sandbox import (
     check_box,
     run_function_cases,
 )
-from accord.market.check_runtime import run_python_check
+from accord.market.check_io import run_python_check
 from accord.market.checks import CheckResult, Delivered, Judged, evaluate_all
 from accord.market.work import Check, JudgeCheck, Part, PythonCheck, ReviewCheck
 
@@ -88,7 +88,8 @@ def _harness(mode: SandboxMode) -> Callable[[], float]:
 
 
 class PythonOnly:
-    """The settlement's environment for python checks alone (as `SettleEnvironment` runs them)."""
+    """The settlement's environment for python checks alone (as `ServiceCheckEnvironment` runs
+    them)."""
 
     def run_python(self, check: PythonCheck, outputs: Any) -> CheckResult:
         return run_python_check(check, outputs)

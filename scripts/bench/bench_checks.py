@@ -38,7 +38,7 @@ from _common import Goal, Measure, Section, progress, run_alone
 
 from accord.identity.chat import OpenAIChat
 from accord.ledger.sealing import seal
-from accord.market.check_runtime import Judge, run_python_check
+from accord.market.check_io import Judge, run_python_check
 from accord.market.checks import CheckResult, Delivered, Judged, evaluate_all, valuation
 from accord.market.money import Wei
 from accord.market.shapley import shapley, split_wei

@@ -24,7 +24,7 @@ replaying a log it has never seen.
 
 Posting (anvil). A managed `Devnet` on a free port in a tmp `ACCORD_HOME`
 (`Settings.from_env({"ACCORD_HOME", "ACCORD_DEVNET_PORT"})`), always stopped; the TaskEscrow
-deployed by `ensure_escrow`, then the market opened as `accord.market.runtime.open_market` does
+deployed by `ensure_escrow`, then the market opened as `accord.market.wiring.open_market` does
 (SQLite ledger anchoring on the same devnet, onboarding, journalled escrow). Alternating task
 by task (rotating the order), one of each untimed first as a warm-up:
 
@@ -57,18 +57,18 @@ from accord.identity.challenges import REGISTRY
 from accord.ledger import signing
 from accord.ledger.chain import DEVNET_OPERATOR_KEY
 from accord.ledger.devnet import find_free_port
-from accord.ledger.runtime import devnet_for
 from accord.ledger.settings import Settings
 from accord.ledger.signing import Ed25519Signer
 from accord.ledger.store import make_engine
+from accord.ledger.wiring import devnet_for
 from accord.market import sealed
 from accord.market.auction import RevealedBid, clear_auction
 from accord.market.award import AdmittedCommitment, AdmittedReveal, replay_award
 from accord.market.escrow import EscrowActions, SqlEscrowJournal, Web3EscrowChain, ensure_escrow
 from accord.market.money import Wei
 from accord.market.reputation import reputation
-from accord.market.runtime import DEVNET_REQUESTER_KEY, ESCROW_DEPLOYMENT_FILE, open_market
 from accord.market.tasks import ESCROW_OPENED, TASK_POSTED, Task, TaskEvent, TaskSpec, replay
+from accord.market.wiring import DEVNET_REQUESTER_KEY, ESCROW_DEPLOYMENT_FILE, open_market
 from accord.market.work import Part
 
 BUDGET = Wei(10**18)

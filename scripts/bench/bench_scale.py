@@ -107,22 +107,22 @@ from accord.identity.status import StatusList, status_entry, status_list_credent
 from accord.identity.status_lists import PublishedStatusList
 from accord.ledger.devnet import find_free_port
 from accord.ledger.events import Entry, format_time, make_entry
-from accord.ledger.runtime import (
+from accord.ledger.settings import Settings
+from accord.ledger.signing import Ed25519Signer, load_or_create_keyfile
+from accord.ledger.store import make_engine
+from accord.ledger.wiring import (
     OPERATOR_KEYFILE,
     devnet_for,
     open_ledger,
     prepare_home,
 )
-from accord.ledger.settings import Settings
-from accord.ledger.signing import Ed25519Signer, load_or_create_keyfile
-from accord.ledger.store import make_engine
 from accord.market import sealed
 from accord.market.discovery import ranked_page
 from accord.market.escrow import address_of
 from accord.market.money import Wei
 from accord.market.projections import read_views
-from accord.market.runtime import DEVNET_REQUESTER_KEY
 from accord.market.tasks import BID_COMMITTED, ESCROW_OPENED, TASK_POSTED, TaskSpec
+from accord.market.wiring import DEVNET_REQUESTER_KEY
 from accord.market.work import Part
 
 HERE = Path(__file__).resolve().parent

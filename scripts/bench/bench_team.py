@@ -65,10 +65,10 @@ from accord.coordinator.team import plan_work
 from accord.coordinator.work import JSON, SubTask
 from accord.identity.challenges import REGISTRY, validate_output, work_item
 from accord.ledger.events import Entry
-from accord.ledger.runtime import open_ledger
 from accord.ledger.service import Ledger
 from accord.ledger.settings import Settings
 from accord.ledger.signing import Ed25519Signer
+from accord.ledger.wiring import open_ledger
 from accord.market.work import attach_files, resolve_files
 
 CAPABILITIES = ("arithmetic", "extraction", "retrieval")

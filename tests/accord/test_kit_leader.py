@@ -22,8 +22,8 @@ from accord.kit.agent import KitAgent, fixed_price, load_eth_key, load_key
 from accord.ledger.events import Entry
 from accord.market.lifecycle import run_due
 from accord.market.money import Wei
-from accord.market.runtime import MarketContext
 from accord.market.tasks import SETTLEMENT_COMPUTED
+from accord.market.wiring import MarketContext
 from tests.served_world import CAPABILITIES, open_world
 from tests.specs import invoice_request
 

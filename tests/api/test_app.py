@@ -26,8 +26,8 @@ from accord.ledger.settings import Settings
 from accord.ledger.signing import Ed25519Signer
 from accord.market.escrow import MemoryEscrowChain
 from accord.market.money import Wei
-from accord.market.runtime import MarketContext
 from accord.market.sealed import commit_bid, reveal_bid
+from accord.market.wiring import MarketContext
 from tests.audit.conftest import open_world
 from tests.clocks import Clock
 

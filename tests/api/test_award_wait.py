@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from accord.api.market_cli import wait_for_reveals
-from accord.ledger.runtime import WAKE_MARGIN_S
+from accord.ledger.wiring import WAKE_MARGIN_S
 from tests.clocks import Clock
 
 START = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)

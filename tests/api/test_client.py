@@ -16,7 +16,7 @@ from accord.api.cli import app
 from accord.api.client import AccordClient, ApiError
 from accord.ledger.devnet import find_free_port
 from accord.ledger.settings import Settings
-from accord.market.runtime import MarketContext
+from accord.market.wiring import MarketContext
 from tests.api.test_app import World, build_world, commitment_json
 from tests.api.test_stream import part_tuples, team_runner
 from tests.serving import serve

@@ -23,8 +23,8 @@ from accord.ledger.errors import (
     SequenceError,
     StoreError,
 )
-from accord.ledger.runtime import open_store
 from accord.ledger.settings import Settings
+from accord.ledger.wiring import open_store
 from accord.market.blobs import BlobError, MissingBlob, QuotaExceeded
 from accord.market.errors import (
     AmountError,

@@ -26,15 +26,15 @@ from accord.coordinator.service import conversation_ids, run_awarded_task
 from accord.identity.onboarding import open_onboarding
 from accord.ledger import merkle
 from accord.ledger.chain import DEVNET_OPERATOR_KEY, MemoryAnchorChain
-from accord.ledger.runtime import open_ledger
 from accord.ledger.settings import Settings
+from accord.ledger.wiring import open_ledger
 from accord.market.escrow import EscrowActions, MemoryEscrowChain, MemoryEscrowJournal, address_of
 from accord.market.money import parse_amount
-from accord.market.runtime import DEVNET_REQUESTER_KEY, ChainEscrow, MarketContext
 from accord.market.sealed import commit_bid, reveal_bid
 from accord.market.service import Market
 from accord.market.settlement import settle_task
 from accord.market.strategies import cost_plus_margin
+from accord.market.wiring import DEVNET_REQUESTER_KEY, ChainEscrow, MarketContext
 from tests.audit.conftest import assert_deliverable_section
 from tests.clocks import Clock
 from tests.serving import serve

@@ -48,8 +48,8 @@ from accord.ledger.chain import make_web3
 from accord.ledger.contracts import load_artifact
 from accord.ledger.devnet import find_free_port
 from accord.ledger.events import Entry, format_time, make_entry, parse_time
-from accord.ledger.runtime import devnet_for
 from accord.ledger.signing import Ed25519Signer, write_keyfile
+from accord.ledger.wiring import devnet_for
 from accord.market.escrow import ESCROW_CONTRACT, EscrowRefusedError, open_intent, task_id_hash
 from accord.market.lifecycle import run_due
 from accord.market.money import Wei

@@ -28,14 +28,14 @@ from accord.audit.forgery import change_output, forge_copy
 from accord.identity.http_auth import AccordAuth
 from accord.ledger.chain import AnchorChain
 from accord.ledger.devnet import find_free_port
-from accord.ledger.runtime import devnet_for
 from accord.ledger.sealing import seal
 from accord.ledger.settings import Settings
 from accord.ledger.signing import Signer
 from accord.ledger.store import LogStore, make_engine
+from accord.ledger.wiring import devnet_for
 from accord.market.money import Wei
-from accord.market.runtime import MarketContext, open_market
 from accord.market.sealed import commit_bid, reveal_bid
+from accord.market.wiring import MarketContext, open_market
 from tests.clocks import advance_clock_file
 from tests.serving import serve
 from tests.specs import INVOICE_PATH, invoice_request

@@ -40,9 +40,9 @@ from accord.ledger.sealing import seal
 from accord.ledger.signing import Ed25519Signer
 from accord.market.lifecycle import Done, Due, run_due
 from accord.market.money import Wei
-from accord.market.runtime import MarketContext
 from accord.market.sealed import commit_bid, reveal_bid
 from accord.market.settlement import settle_task
+from accord.market.wiring import MarketContext
 from tests.processes import JsonLines, stop_process
 from tests.served_world import CAPABILITIES, open_world, real_clock
 from tests.specs import invoice_request

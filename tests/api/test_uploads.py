@@ -20,8 +20,8 @@ from accord.identity.http_auth import AccordAuth
 from accord.ledger.signing import Ed25519Signer, Signer
 from accord.market.blobs import FileQuota, MissingBlob, sha256_hex
 from accord.market.errors import WorkError
-from accord.market.runtime import DEVNET_REQUESTER_KEY
 from accord.market.tasks import TASK_POSTED
+from accord.market.wiring import DEVNET_REQUESTER_KEY
 from tests.api.test_app import World, assert_problem, build_world
 from tests.serving import serve
 

@@ -30,18 +30,18 @@ from accord.ledger.anchoring import Anchorer
 from accord.ledger.chain import DEVNET_OPERATOR_KEY, MemoryAnchorChain
 from accord.ledger.checkpoint import take_checkpoint
 from accord.ledger.events import Entry, Event, sign_event
-from accord.ledger.runtime import open_store, operator_signer
 from accord.ledger.service import Ledger
 from accord.ledger.settings import Settings
 from accord.ledger.signing import Ed25519Signer, Signer, load_or_create_keyfile
 from accord.ledger.store import LogStore, make_engine
+from accord.ledger.wiring import open_store, operator_signer
 from accord.market.escrow import EscrowActions, MemoryEscrowChain, MemoryEscrowJournal, address_of
 from accord.market.money import Wei, parse_amount
-from accord.market.runtime import DEVNET_REQUESTER_KEY, ChainEscrow, MarketContext
 from accord.market.sealed import commit_bid, reveal_bid
 from accord.market.service import Market
 from accord.market.settlement import settle_task
 from accord.market.strategies import cost_plus_margin
+from accord.market.wiring import DEVNET_REQUESTER_KEY, ChainEscrow, MarketContext
 from tests.clocks import Clock
 from tests.specs import invoice_spec
 

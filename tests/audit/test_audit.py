@@ -328,7 +328,7 @@ def test_a_redirected_payee_address_fails_step_6(world: World, tmp_path: Path) -
 
 @pytest.mark.parametrize("how", ["moved", "withheld"])
 def test_an_on_chain_payout_that_differs_fails_step_7(world: World, how: str) -> None:
-    """The escrow as it was before the settlement, settled with other amounts than logged
+    """The escrow as it was before the settlement, paid out with other amounts than logged
     (one wei moved between payees; or one wei withheld, back to the requester)."""
     body = logged_settlement(world.market, world.task_id)
     assert body is not None and world.before_settlement is not None
@@ -339,7 +339,7 @@ def test_an_on_chain_payout_that_differs_fails_step_7(world: World, how: str) ->
     if how == "moved":
         amounts[1] += 1
     actions = EscrowActions(chain, MemoryEscrowJournal(), receipt_timeout=0)
-    outcome = actions.settle(OPERATOR_KEY, world.task_id, [a for a, _ in paid], amounts)
+    outcome = actions.pay_out(OPERATOR_KEY, world.task_id, [a for a, _ in paid], amounts)
     assert outcome.status == "confirmed"
     report = audit(world, escrow=chain)
     assert failure(report)[0] == 7

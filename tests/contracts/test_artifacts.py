@@ -105,7 +105,7 @@ def test_wrapper_reports_compile_errors_through_solcx() -> None:
 def test_load_artifact_reads_bytes_and_immutables() -> None:
     artifact = load_artifact("AnchorRegistry")
     assert artifact.name == "AnchorRegistry"
-    # The creation code carries the runtime code it returns.
+    # The creation code carries the deployed code it returns.
     assert artifact.deployed_bytecode[:64] in artifact.bytecode
     assert len(artifact.bytecode) > len(artifact.deployed_bytecode)
     assert {entry.get("name") for entry in artifact.abi} >= {
@@ -117,7 +117,7 @@ def test_load_artifact_reads_bytes_and_immutables() -> None:
         "NotOperator",
         "SizeNotGrowing",
     }
-    # `operator` is immutable: its slots in the runtime code are zero in the artifact.
+    # `operator` is immutable: its slots in the deployed code are zero in the artifact.
     assert artifact.immutable_ranges
     for start, length in artifact.immutable_ranges:
         assert artifact.deployed_bytecode[start : start + length] == bytes(length)
@@ -130,11 +130,11 @@ def test_runtime_code_matches_ignores_only_immutables() -> None:
     code[start + length - 20 : start + length] = bytes.fromhex(
         "f39fd6e51aad88f6f4ce6ab8827279cfffb92266"
     )
-    assert artifact.runtime_code_matches(bytes(code))
+    assert artifact.deployed_code_matches(bytes(code))
     assert mask_ranges(bytes(code), artifact.immutable_ranges) == artifact.deployed_bytecode
     code[0] ^= 0xFF
-    assert not artifact.runtime_code_matches(bytes(code))
-    assert not artifact.runtime_code_matches(artifact.deployed_bytecode + b"\x00")
+    assert not artifact.deployed_code_matches(bytes(code))
+    assert not artifact.deployed_code_matches(artifact.deployed_bytecode + b"\x00")
 
 
 def test_missing_artifact_is_a_deployment_error(tmp_path: Path) -> None:

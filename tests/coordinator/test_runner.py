@@ -42,10 +42,10 @@ from accord.coordinator.work import JSON, AgentAdapter, SubTask
 from accord.identity.challenges import REGISTRY, validate_output
 from accord.ledger.devnet import find_free_port
 from accord.ledger.events import Entry, Event, entry_bytes, sign_event
-from accord.ledger.runtime import open_ledger
 from accord.ledger.service import Ledger
 from accord.ledger.settings import Settings
 from accord.ledger.signing import Ed25519Signer
+from accord.ledger.wiring import open_ledger
 from accord.market.work import resolve_files
 from tests.specs import INVOICE, invoice_parts
 

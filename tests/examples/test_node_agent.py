@@ -44,9 +44,9 @@ from accord.ledger.events import Entry, Event, format_time
 from accord.ledger.sealing import seal
 from accord.ledger.signing import kid_for
 from accord.market.money import Wei
-from accord.market.runtime import MarketContext
 from accord.market.sealed import commit_bid, reveal_bid
 from accord.market.settlement import settle_task
+from accord.market.wiring import MarketContext
 from tests.processes import JsonLines, stop_process
 from tests.served_world import open_world
 from tests.specs import INVOICE, field

@@ -24,8 +24,8 @@ from accord.identity.challenges.sandbox import (
     bwrap_arguments,
     check_box,
     exception_name,
+    interpreter_view,
     run_function_cases,
-    runtime_view,
     sandbox_mode,
 )
 from accord.identity.errors import SandboxUnavailable
@@ -99,7 +99,7 @@ def test_the_box_sees_only_the_runtime() -> None:
 
 
 def test_the_view_binds_no_home_project_or_etc(home: Path) -> None:
-    view = runtime_view()
+    view = interpreter_view()
     for path in view.binds:
         assert not path.startswith(str(PROJECT)), path
         assert not path.startswith(str(home)), path

@@ -22,12 +22,12 @@ from accord.identity.onboarding import Onboarding, open_onboarding, status_list_
 from accord.identity.status import StatusList, verify_issuer_proof
 from accord.ledger.chain import DEVNET_OPERATOR_KEY
 from accord.ledger.devnet import find_free_port
-from accord.ledger.runtime import open_store, operator_signer
 from accord.ledger.service import Ledger
 from accord.ledger.settings import DEFAULT_PUBLIC_URL, Settings
+from accord.ledger.wiring import open_store, operator_signer
 from accord.market.escrow import EscrowActions, MemoryEscrowChain, MemoryEscrowJournal, address_of
-from accord.market.runtime import ChainEscrow, MarketContext
 from accord.market.service import Market
+from accord.market.wiring import ChainEscrow, MarketContext
 from tests.serving import serve
 
 

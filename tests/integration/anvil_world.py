@@ -15,11 +15,11 @@ from typing import Any
 
 from accord.coordinator.service import run_awarded_task
 from accord.identity.onboarding import open_onboarding
-from accord.ledger.runtime import connect_chain, open_ledger
 from accord.ledger.settings import Settings
 from accord.ledger.signing import load_or_create_keyfile
-from accord.market.runtime import open_market
+from accord.ledger.wiring import connect_chain, open_ledger
 from accord.market.settlement import settle_task
+from accord.market.wiring import open_market
 from tests.audit.conftest import Clock, World, onboard_agents, post_task, sealed_auction
 
 

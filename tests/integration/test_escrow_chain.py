@@ -38,8 +38,8 @@ from accord.market.escrow import (
     deploy_escrow,
     ensure_escrow,
     open_intent,
+    pay_out_intent,
     refund_intent,
-    settle_intent,
     task_id_hash,
     withdraw_intent,
 )
@@ -174,7 +174,7 @@ def test_open_settle_withdraw_and_refund(anvil: Anvil, capsys: pytest.CaptureFix
     assert record.task_id_hash == task_id_hash(task) == bytes(Web3.keccak(text=task))
     assert chain.balance() == balance0 + 1_000
 
-    gas["settle"] = act(chain, OPERATOR, settle_intent(task, [ADDR[3], ADDR[4]], [600, 300]))
+    gas["settle"] = act(chain, OPERATOR, pay_out_intent(task, [ADDR[3], ADDR[4]], [600, 300]))
     record = chain.escrow(task)
     assert record is not None and record.state == EscrowState.SETTLED
     assert chain.credit(ADDR[3]) == credits0[ADDR[3]] + 600
@@ -225,14 +225,14 @@ def test_every_revert_has_its_custom_error(anvil: Anvil) -> None:
     act(chain, REQUESTER, open_intent(task, 1_000, deadline))
     double = refused(chain, OTHER, open_intent(task, 5, deadline))
     assert double.reason == "AlreadyOpened" and double.reason_args == (task_id_hash(task),)
-    assert refused(chain, OTHER, settle_intent(task, [], [])).reason == "NotOperator"
-    assert refused(chain, REQUESTER, settle_intent(task, [], [])).reason == "NotOperator"
-    over = refused(chain, OPERATOR, settle_intent(task, [ADDR[3], ADDR[4]], [600, 401]))
+    assert refused(chain, OTHER, pay_out_intent(task, [], [])).reason == "NotOperator"
+    assert refused(chain, REQUESTER, pay_out_intent(task, [], [])).reason == "NotOperator"
+    over = refused(chain, OPERATOR, pay_out_intent(task, [ADDR[3], ADDR[4]], [600, 401]))
     assert over.reason == "OverDeposit" and over.reason_args == (1_001, 1_000)
     mismatch = refused(chain, OPERATOR, EscrowIntent("settle", task, payees=(ADDR[3],)))
     assert mismatch.reason == "LengthMismatch"
     zero = "0x0000000000000000000000000000000000000000"
-    assert refused(chain, OPERATOR, settle_intent(task, [zero], [1])).reason == "ZeroPayee"
+    assert refused(chain, OPERATOR, pay_out_intent(task, [zero], [1])).reason == "ZeroPayee"
     early = refused(chain, REQUESTER, refund_intent(task))
     assert early.reason == "DeadlineNotReached"
     anvil.pass_time()
@@ -240,12 +240,12 @@ def test_every_revert_has_its_custom_error(anvil: Anvil) -> None:
     act(chain, REQUESTER, refund_intent(task))
     twice = refused(chain, REQUESTER, refund_intent(task))
     assert twice.reason == "NotOpen" and twice.reason_args == (task_id_hash(task), 3)
-    assert refused(chain, OPERATOR, settle_intent(task, [], [])).reason == "NotOpen"
+    assert refused(chain, OPERATOR, pay_out_intent(task, [], [])).reason == "NotOpen"
 
     settled = fresh_task()
     act(chain, REQUESTER, open_intent(settled, 100, anvil.now() + DEADLINE_AHEAD))
-    act(chain, OPERATOR, settle_intent(settled, [ADDR[4]], [100]))
-    again = refused(chain, OPERATOR, settle_intent(settled, [ADDR[4]], [1]))
+    act(chain, OPERATOR, pay_out_intent(settled, [ADDR[4]], [100]))
+    again = refused(chain, OPERATOR, pay_out_intent(settled, [ADDR[4]], [1]))
     assert again.reason == "NotOpen" and again.reason_args == (task_id_hash(settled), 2)
     anvil.pass_time()
     assert refused(chain, REQUESTER, refund_intent(settled)).reason == "NotOpen"
@@ -262,10 +262,10 @@ def test_a_mined_revert_is_reconciled_as_reverted(anvil: Anvil) -> None:
     actions = EscrowActions(chain, MemoryEscrowJournal(), receipt_timeout=5)
     assert actions.open(REQUESTER, task, 100, anvil.now() + DEADLINE_AHEAD).status == "confirmed"
     credit_b = chain.credit(ADDR[4])
-    first = actions.record(OPERATOR, settle_intent(task, [ADDR[3]], [10]))
+    first = actions.record(OPERATOR, pay_out_intent(task, [ADDR[3]], [10]))
     # A second settle signed while the first is unmined passes the estimate, reverts when mined.
     nonce = chain.account_nonce(ADDR[0], latest=False) + 1
-    second = chain.build_tx(OPERATOR, settle_intent(task, [ADDR[4]], [20]), nonce=nonce)
+    second = chain.build_tx(OPERATOR, pay_out_intent(task, [ADDR[4]], [20]), nonce=nonce)
     assert actions.send(first).status == "confirmed"
     chain.broadcast(second)
     receipt = chain.wait_for_receipt(second.tx_hash, 5)
@@ -286,13 +286,13 @@ def test_a_crash_is_reconciled_without_paying_twice(anvil: Anvil, crash: str) ->
     task = fresh_task()
     EscrowActions(chain, journal).open(REQUESTER, task, 700, anvil.now() + DEADLINE_AHEAD)
     credit0 = chain.credit(ADDR[3])
-    record = EscrowActions(chain, journal).record(OPERATOR, settle_intent(task, [ADDR[3]], [700]))
+    record = EscrowActions(chain, journal).record(OPERATOR, pay_out_intent(task, [ADDR[3]], [700]))
     if crash == "after-broadcast":
         chain.broadcast(record.signed())
     restarted = EscrowActions(chain, journal)
     [outcome] = restarted.reconcile()
     assert outcome.status == "confirmed" and outcome.tx_hash == record.tx_hash
-    again = restarted.settle(OPERATOR, task, [ADDR[3]], [700])
+    again = restarted.pay_out(OPERATOR, task, [ADDR[3]], [700])
     assert again.status == "already-done"
     assert chain.credit(ADDR[3]) == credit0 + 700
     assert [e.name for e in chain.events(task)] == ["Opened", "Settled"]
@@ -391,7 +391,7 @@ def _random_intent(rng: random.Random, tasks: list[str], now: int) -> tuple[str,
         key = OPERATOR if rng.random() < 0.85 else rng.choice(KEYS[1:])
         payees = rng.sample(ADDR[1:], rng.randint(0, 3))
         amounts = [rng.randint(0, 400) for _ in payees]
-        return key, settle_intent(task, payees, amounts)
+        return key, pay_out_intent(task, payees, amounts)
     if kind == "refund":
         return rng.choice(KEYS[1:3]), refund_intent(task)
     return rng.choice(KEYS[1:]), withdraw_intent()

@@ -23,12 +23,12 @@ import pytest
 from accord.audit.checks import audit_task
 from accord.ledger.devnet import Devnet, find_free_port
 from accord.ledger.events import Entry
-from accord.ledger.runtime import connect_chain, devnet_for, open_ledger, operator_signer
 from accord.ledger.settings import Settings
 from accord.ledger.verify import verify_log
-from accord.market.runtime import open_market
+from accord.ledger.wiring import connect_chain, devnet_for, open_ledger, operator_signer
 from accord.market.settlement import SETTLEMENT_COMPUTED, settle_task
 from accord.market.tasks import TASK_SETTLED
+from accord.market.wiring import open_market
 from tests.integration.anvil_world import anvil_settings, build_anvil_world, settings_env
 from tests.ledger.conftest import postgres_schema_url
 
@@ -149,7 +149,7 @@ import faulthandler, json, sys, time
 from pathlib import Path
 faulthandler.dump_traceback_later(180, exit=True)  # a hang ends with where each thread was
 from accord.ledger.settings import Settings
-from accord.market.runtime import open_market
+from accord.market.wiring import open_market
 from accord.market.settlement import settle_task
 
 task_id, barrier, me, count = sys.argv[1], Path(sys.argv[2]), sys.argv[3], int(sys.argv[4])

@@ -34,7 +34,7 @@ from accord.market.escrow import (
     Web3EscrowChain,
     address_of,
     ensure_escrow,
-    settle_intent,
+    pay_out_intent,
 )
 
 REQUESTER = "0x59c6995e998f97a5a0044966f0945389dc9e86dae88c7a8412f4603b6b78690d"
@@ -169,7 +169,7 @@ def test_a_settle_whose_block_is_reorganised_away_is_paid_exactly_once(
     assert actions.open(REQUESTER, task, 1_000, calm.now() + 3_600).status == "confirmed"
     credit0 = chain.credit(PAYEE)
     snapshot = calm.rpc("evm_snapshot")
-    settled = actions.settle(DEVNET_OPERATOR_KEY, task, [PAYEE], [700])
+    settled = actions.pay_out(DEVNET_OPERATOR_KEY, task, [PAYEE], [700])
     assert settled.status == "confirmed" and chain.credit(PAYEE) == credit0 + 700
     calm.rpc("evm_revert", snapshot)
     assert chain.credit(PAYEE) == credit0  # the payment went with the block
@@ -178,11 +178,11 @@ def test_a_settle_whose_block_is_reorganised_away_is_paid_exactly_once(
     assert outcomes[1].tx_hash == settled.tx_hash  # the same bytes: they can be mined once
     assert chain.credit(PAYEE) == credit0 + 700
     assert actions.reconcile() == []
-    again = actions.settle(DEVNET_OPERATOR_KEY, task, [PAYEE], [700])
+    again = actions.pay_out(DEVNET_OPERATOR_KEY, task, [PAYEE], [700])
     assert again.status == "already-done" and chain.credit(PAYEE) == credit0 + 700
     assert [e.name for e in chain.events(task)] == ["Opened", "Settled"]
     with pytest.raises(EscrowRefusedError) as refused:  # and the contract refuses a second
-        chain.build_tx(DEVNET_OPERATOR_KEY, settle_intent(task, [PAYEE], [700]))
+        chain.build_tx(DEVNET_OPERATOR_KEY, pay_out_intent(task, [PAYEE], [700]))
     assert refused.value.reason == "NotOpen"
 
 
@@ -200,7 +200,7 @@ def test_a_settle_stuck_under_a_risen_base_fee_is_replaced_not_duplicated(
     credit0 = chain.credit(PAYEE)
     nonce0 = chain.account_nonce(OPERATOR, latest=True)
     calm.rpc("evm_setAutomine", False)
-    stuck = actions.settle(DEVNET_OPERATOR_KEY, task, [PAYEE], [600])
+    stuck = actions.pay_out(DEVNET_OPERATOR_KEY, task, [PAYEE], [600])
     assert stuck.status == "pending"
     calm.raise_base_fee(100)  # its maxFee (a few gwei) is now under the base fee
     assert chain.receipt(stuck.tx_hash or b"") is None
@@ -322,7 +322,7 @@ def test_the_check_for_forgotten_transactions_starts_above_the_block_found_whole
     task = fresh("watermark")
     opened = actions.open(REQUESTER, task, 1_000, calm.now() + 3_600)
     credit0 = chain.credit(PAYEE)
-    settled = actions.settle(DEVNET_OPERATOR_KEY, task, [PAYEE], [700])
+    settled = actions.pay_out(DEVNET_OPERATOR_KEY, task, [PAYEE], [700])
     assert opened.status == settled.status == "confirmed"
     assert actions.find_forgotten() == []
     whole_through, _ = actions.journal.intact_through() or (-1, b"")

@@ -35,13 +35,13 @@ from accord.api.client import AccordClient, ApiError
 from accord.identity.presentations import create_presentation
 from accord.ledger.devnet import find_free_port
 from accord.ledger.events import Entry
-from accord.ledger.runtime import prepare_home, utc_now
 from accord.ledger.settings import Settings
 from accord.ledger.signing import Signer
 from accord.ledger.store import LogStore, make_engine
+from accord.ledger.wiring import prepare_home, utc_now
 from accord.market.money import parse_amount
-from accord.market.runtime import DEVNET_REQUESTER_KEY, MarketContext, open_market
 from accord.market.sealed import commit_bid
+from accord.market.wiring import DEVNET_REQUESTER_KEY, MarketContext, open_market
 from tests.integration.anvil_world import anvil_settings, settings_env
 from tests.ledger.conftest import postgres_schema_url
 from tests.specs import single_part_spec

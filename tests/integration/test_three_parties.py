@@ -34,8 +34,8 @@ import pytest
 from accord.kit.wallet import write_key_file
 from accord.ledger.devnet import find_free_port
 from accord.ledger.events import Entry
-from accord.ledger.runtime import open_store
 from accord.ledger.signing import Ed25519Signer, write_keyfile
+from accord.ledger.wiring import open_store
 from accord.market.sealed import (
     Commitment,
     Reveal,

@@ -107,7 +107,7 @@ def test_replace_writes_only_over_the_pending_transaction_it_names(store: LogSto
     assert journal.records() == [bumped]
     assert not journal.replace(old.tx_hash, _record(4, b"\x03" * 32))  # replaced already
     journal.confirm(4, bumped.tx_hash, 2)
-    assert not journal.replace(bumped.tx_hash, _record(4, b"\x03" * 32))  # settled
+    assert not journal.replace(bumped.tx_hash, _record(4, b"\x03" * 32))  # resolved
     assert journal.records()[0].tx_hash == bumped.tx_hash
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 import accord.ledger.chain
-import accord.ledger.runtime
+import accord.ledger.wiring
 from accord.ledger.devnet import (
     ANVIL_PACKAGE,
     ANVIL_VARIABLE,
@@ -32,8 +32,8 @@ from accord.ledger.devnet import (
     port_of_command,
 )
 from accord.ledger.errors import DeploymentError, DevnetError
-from accord.ledger.runtime import connect_chain, devnet_for, start_devnet
 from accord.ledger.settings import Settings
+from accord.ledger.wiring import connect_chain, devnet_for, start_devnet
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -181,7 +181,7 @@ def test_a_failed_devnet_up_leaves_no_anvil_running(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     settings = _settings(tmp_path / "home")
-    accord.ledger.runtime.prepare_home(settings)
+    accord.ledger.wiring.prepare_home(settings)
     monkeypatch.setattr(accord.ledger.chain, "ensure_registry", _refuse)  # connect_chain imports it
     devnet = devnet_for(settings)
     try:
@@ -199,7 +199,7 @@ def test_a_failed_connect_stops_the_devnet_it_started_but_not_a_running_one(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     settings = _settings(tmp_path / "home")
-    accord.ledger.runtime.prepare_home(settings)
+    accord.ledger.wiring.prepare_home(settings)
     devnet = devnet_for(settings)
     monkeypatch.setattr(accord.ledger.chain, "ensure_registry", _refuse)
     try:
@@ -284,7 +284,7 @@ def test_a_running_devnet_that_answers_late_is_reused_and_one_that_never_answers
     its timeout before calling it unanswering. The busy devnet is a real anvil held stopped
     (SIGSTOP) and let go (SIGCONT) a second and a half later, past the probe's 1 s."""
     settings = _settings(tmp_path / "home")
-    accord.ledger.runtime.prepare_home(settings)
+    accord.ledger.wiring.prepare_home(settings)
     devnet = devnet_for(settings)
     info = devnet.up()
     try:

@@ -12,8 +12,8 @@ import pytest
 
 from accord.ledger.errors import HomeError
 from accord.ledger.events import make_entry
-from accord.ledger.runtime import open_store, operator_signer, prepare_home
 from accord.ledger.settings import Settings
+from accord.ledger.wiring import open_store, operator_signer, prepare_home
 
 
 def _settings(home: Path) -> Settings:

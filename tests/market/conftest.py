@@ -12,13 +12,13 @@ import pytest
 from accord.identity.agents import AgentRecord
 from accord.identity.onboarding import Onboarding, open_onboarding
 from accord.ledger.chain import DEVNET_OPERATOR_KEY
-from accord.ledger.runtime import open_ledger
 from accord.ledger.service import Ledger
 from accord.ledger.settings import Settings
 from accord.ledger.signing import Ed25519Signer
+from accord.ledger.wiring import open_ledger
 from accord.market.escrow import EscrowActions, MemoryEscrowChain, MemoryEscrowJournal, address_of
-from accord.market.runtime import DEVNET_REQUESTER_KEY, ChainEscrow
 from accord.market.service import Market
+from accord.market.wiring import DEVNET_REQUESTER_KEY, ChainEscrow
 from tests.clocks import Clock
 
 START = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)

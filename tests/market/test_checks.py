@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from accord.ledger.sealing import seal
-from accord.market.check_runtime import run_python_check
+from accord.market.check_io import run_python_check
 from accord.market.checks import (
     JUDGE_PROMPT_VERSION,
     SEALED,

@@ -24,8 +24,8 @@ from accord.market.escrow import (
     SqlEscrowJournal,
     address_of,
     open_intent,
+    pay_out_intent,
     refund_intent,
-    settle_intent,
     task_id_hash,
     withdraw_intent,
 )
@@ -65,14 +65,14 @@ def test_task_id_hash_is_keccak_of_the_utf8_id() -> None:
 
 
 def test_intent_json_round_trips_big_amounts() -> None:
-    intent = settle_intent("t", [ADDR[3]], [2**200])
+    intent = pay_out_intent("t", [ADDR[3]], [2**200])
     assert EscrowIntent.from_json(intent.to_json()) == intent
 
 
 def test_happy_path_and_events(chain: MemoryEscrowChain) -> None:
     deadline = chain.timestamp + DAY
     do(chain, REQUESTER, open_intent("t", 1_000, deadline))
-    do(chain, OPERATOR, settle_intent("t", [ADDR[3]], [700]))
+    do(chain, OPERATOR, pay_out_intent("t", [ADDR[3]], [700]))
     assert (chain.credit(ADDR[3]), chain.credit(ADDR[1]), chain.balance()) == (700, 300, 1_000)
     do(chain, PAYEE_A, withdraw_intent())
     assert (chain.credit(ADDR[3]), chain.balance()) == (0, 300)
@@ -98,8 +98,8 @@ def test_every_rule(chain: MemoryEscrowChain) -> None:
     assert reason(chain, REQUESTER, open_intent("t", 1, chain.timestamp)) == "DeadlineNotInFuture"
     do(chain, REQUESTER, open_intent("t", 100, deadline))
     assert reason(chain, OTHER, open_intent("t", 1, deadline)) == "AlreadyOpened"
-    assert reason(chain, REQUESTER, settle_intent("t", [], [])) == "NotOperator"
-    assert reason(chain, OPERATOR, settle_intent("t", [ADDR[3]], [101])) == "OverDeposit"
+    assert reason(chain, REQUESTER, pay_out_intent("t", [], [])) == "NotOperator"
+    assert reason(chain, OPERATOR, pay_out_intent("t", [ADDR[3]], [101])) == "OverDeposit"
     assert reason(chain, OPERATOR, EscrowIntent("settle", "t", payees=(ADDR[3],))) == (
         "LengthMismatch"
     )
@@ -108,10 +108,10 @@ def test_every_rule(chain: MemoryEscrowChain) -> None:
     assert reason(chain, OTHER, refund_intent("t")) == "NotRequester"
     do(chain, REQUESTER, refund_intent("t"))
     assert reason(chain, REQUESTER, refund_intent("t")) == "NotOpen"
-    assert reason(chain, OPERATOR, settle_intent("t", [], [])) == "NotOpen"
+    assert reason(chain, OPERATOR, pay_out_intent("t", [], [])) == "NotOpen"
     do(chain, REQUESTER, open_intent("s", 100, chain.timestamp + DAY))
-    do(chain, OPERATOR, settle_intent("s", [], []))
-    assert reason(chain, OPERATOR, settle_intent("s", [], [])) == "NotOpen"
+    do(chain, OPERATOR, pay_out_intent("s", [], []))
+    assert reason(chain, OPERATOR, pay_out_intent("s", [], [])) == "NotOpen"
     chain.advance_time(2 * DAY)
     assert reason(chain, REQUESTER, refund_intent("s")) == "NotOpen"
     assert reason(chain, PAYEE_A, withdraw_intent()) == "NothingToWithdraw"
@@ -164,11 +164,11 @@ def test_sql_journal_survives_a_restart(chain: MemoryEscrowChain, tmp_path: Path
     engine = create_engine(f"sqlite:///{tmp_path / 'market.db'}")
     actions = EscrowActions(chain, SqlEscrowJournal(engine))
     actions.open(REQUESTER, "t", 500, chain.timestamp + DAY)
-    record = actions.record(OPERATOR, settle_intent("t", [ADDR[3]], [400]))  # then "crash"
+    record = actions.record(OPERATOR, pay_out_intent("t", [ADDR[3]], [400]))  # then "crash"
     restarted = EscrowActions(chain, SqlEscrowJournal(engine))
     [outcome] = restarted.reconcile()
     assert outcome.status == "confirmed" and outcome.tx_hash == record.tx_hash
-    assert restarted.settle(OPERATOR, "t", [ADDR[3]], [400]).status == "already-done"
+    assert restarted.pay_out(OPERATOR, "t", [ADDR[3]], [400]).status == "already-done"
     statuses = [(r.intent.kind, r.status) for r in restarted.journal.records("t")]
     assert statuses == [("open", "confirmed"), ("settle", "confirmed")]
     assert (chain.credit(ADDR[3]), chain.credit(ADDR[1])) == (400, 100)
@@ -213,7 +213,7 @@ def _stuck_settle(chain: MemoryEscrowChain) -> tuple[EscrowActions, Seconds, byt
     )
     actions.open(REQUESTER, "t", 500, chain.timestamp + DAY)
     chain.auto_mine = False
-    pending = actions.settle(OPERATOR, "t", [ADDR[3]], [400])
+    pending = actions.pay_out(OPERATOR, "t", [ADDR[3]], [400])
     assert pending.status == "pending" and pending.tx_hash is not None
     chain.base_fee = 30 * GWEI  # the market rose above its maxFee
     chain.mine()
@@ -250,7 +250,7 @@ def test_when_the_replaced_twin_is_mined_the_journal_follows_it(chain: MemoryEsc
     assert done.status == "confirmed" and done.tx_hash == stuck
     statuses = {r.tx_hash: r.status for r in actions.journal.records("t")}
     assert (statuses[old.tx_hash], statuses[new.tx_hash]) == ("confirmed", "replaced")
-    assert actions.settle(OPERATOR, "t", [ADDR[3]], [400]).status == "already-done"
+    assert actions.pay_out(OPERATOR, "t", [ADDR[3]], [400]).status == "already-done"
     assert chain.credit(ADDR[3]) == 400
 
 
@@ -295,7 +295,7 @@ def test_an_old_journal_table_gains_sent_at_and_keeps_its_records(
             reopened = SqlEscrowJournal(engine)
             [record] = reopened.records("t")
             assert (record.status, record.sent_at) == ("confirmed", None)
-            settled = EscrowActions(chain, reopened).settle(OPERATOR, "t", [ADDR[3]], [1])
+            settled = EscrowActions(chain, reopened).pay_out(OPERATOR, "t", [ADDR[3]], [1])
             assert settled.status == "confirmed"
             assert reopened.records("t")[1].sent_at is not None
             SqlEscrowJournal(engine)  # opening it again changes nothing

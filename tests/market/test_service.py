@@ -17,10 +17,10 @@ from accord.identity.challenges import REGISTRY
 from accord.identity.onboarding import Onboarding, open_onboarding
 from accord.ledger.errors import ChainUnavailableError
 from accord.ledger.events import Entry
-from accord.ledger.runtime import open_ledger
 from accord.ledger.service import Ledger
 from accord.ledger.settings import Settings
 from accord.ledger.signing import Ed25519Signer
+from accord.ledger.wiring import open_ledger
 from accord.market import sealed
 from accord.market.auction import RESERVE_SCORE, quality, score
 from accord.market.award import AdmittedCommitment, AdmittedReveal, replay_award
@@ -28,7 +28,6 @@ from accord.market.errors import AuctionError, BidRejected, TransitionError
 from accord.market.escrow import EscrowActions, EscrowState, MemoryEscrowChain
 from accord.market.money import Wei
 from accord.market.reputation import reputation
-from accord.market.runtime import ChainEscrow
 from accord.market.service import Market
 from accord.market.tasks import (
     BID_COMMITTED,
@@ -42,6 +41,7 @@ from accord.market.tasks import (
     Task,
     TaskSpec,
 )
+from accord.market.wiring import ChainEscrow
 from accord.market.work import Part
 from tests.market.conftest import REQUESTER_ADDRESS, REQUESTER_KEY, Bidder, Clock
 

@@ -24,12 +24,11 @@ from accord.identity.onboarding import open_onboarding
 from accord.ledger.anchoring import Anchorer
 from accord.ledger.errors import ChainUnavailableError
 from accord.ledger.events import Entry
-from accord.ledger.runtime import operator_signer
 from accord.ledger.service import Ledger
 from accord.ledger.store import LogStore, make_engine
+from accord.ledger.wiring import operator_signer
 from accord.market.errors import EscrowError, SettlementError
 from accord.market.escrow import EscrowActions, address_of
-from accord.market.runtime import ChainEscrow, MarketContext
 from accord.market.service import Market
 from accord.market.settlement import (
     SETTLEMENT_COMPUTED,
@@ -37,10 +36,11 @@ from accord.market.settlement import (
     logged_settlement,
     opener,
     recompute_settlement,
-    settle_environment,
+    service_check_environment,
     settle_task,
 )
 from accord.market.tasks import TASK_SETTLED, spec_from_request
+from accord.market.wiring import ChainEscrow, MarketContext
 from accord.market.work import REQUESTER_KINDS
 from tests.audit.conftest import (
     OPERATOR_KEY,
@@ -155,7 +155,7 @@ def test_settle_pays_each_contributor_its_shapley_share(delivered: World) -> Non
     body = assert_paid_exactly_once(world)
 
     # v(S) logged for every coalition of the contributors, each as the checks value it
-    env = settle_environment(world.market, task, None)
+    env = service_check_environment(world.market, task, None)
     delivered = delivery_body(world.market, world.task_id)
     open_value = opener(world.market.sealed_bytes, required=True)
     _, valuation, _ = recompute_settlement(task, delivered, env, open_value)

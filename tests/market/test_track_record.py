@@ -43,7 +43,7 @@ from accord.identity.issuance import _CREDENTIALS
 from accord.ledger.events import Entry, Event
 from accord.ledger.signing import Signer
 from accord.ledger.views import view_rows
-from accord.market.check_runtime import Judge
+from accord.market.check_io import Judge
 from accord.market.errors import BidRejected, ReputationError
 from accord.market.money import parse_amount
 from accord.market.projections import read_views
@@ -335,7 +335,7 @@ def test_bidders_see_the_requesters_record(
     """The requester posted two tasks, one settled after it rejected its review check and
     the evaluator (a local stand-in judge) found for it: its record (from the views, rebuilt
     alike) says so in `GET /tasks/{id}` and `accord task show`, nothing overturned; another
-    requester's record is its own. (Overturned rejections: tests/market/test_check_runtime.py.)
+    requester's record is its own. (Overturned rejections: tests/market/test_check_io.py.)
     """
     onboard(world, "ada", "arithmetic")
     market = world.market

@@ -18,12 +18,12 @@ from accord.audit.checks import audit_task
 from accord.ledger.chain import MemoryAnchorChain
 from accord.ledger.errors import QueryError
 from accord.ledger.events import Entry, make_entry, parse_time
-from accord.ledger.runtime import open_ledger
 from accord.ledger.service import Ledger
 from accord.ledger.settings import Settings
 from accord.ledger.signing import Ed25519Signer
 from accord.ledger.store import LogStore
 from accord.ledger.views import encode_cursor, reading, view_rows
+from accord.ledger.wiring import open_ledger
 from accord.market import sealed
 from accord.market.errors import TransitionError
 from accord.market.escrow import MemoryEscrowChain

@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from accord.ledger.runtime import WAKE_MARGIN_S, wait_until
+from accord.ledger.wiring import WAKE_MARGIN_S, wait_until
 from tests.clocks import Clock
 
 OPEN_WITHOUT_A_CHAIN = """
 import sys
-from accord.ledger.runtime import open_ledger
+from accord.ledger.wiring import open_ledger
 from accord.ledger.settings import Settings
 ledger = open_ledger(Settings.from_env({"ACCORD_HOME": sys.argv[1]}))
 assert ledger.anchorer is None
@@ -64,8 +64,8 @@ def test_wait_until_sleeps_again_when_it_wakes_too_early() -> None:
 
 
 def test_the_test_clock_runs_ahead_by_its_file_and_never_goes_back(tmp_path: Path) -> None:
-    from accord.ledger.runtime import OffsetClock, clock_of, utc_now
     from accord.ledger.settings import Settings
+    from accord.ledger.wiring import OffsetClock, clock_of, utc_now
 
     assert clock_of(Settings.from_env({"ACCORD_HOME": str(tmp_path)})) is utc_now
     path = tmp_path / "clock"

@@ -1,4 +1,4 @@
-"""The I/O behind a task's checks (`accord.market.check_runtime`): `Judge` on an `OpenAIChat` (the
+"""The I/O behind a task's checks (`accord.market.check_io`): `Judge` on an `OpenAIChat` (the
 real openai client) against a local OpenAI-compatible server on 127.0.0.1 (no mocks), and settling a
 real delivered task (the in-process world of `tests.audit.conftest`) whose checks include judge
 and review checks: the model asked once per judge check, the audit holding the logged answers,
@@ -27,11 +27,11 @@ from accord.ledger.chain import MemoryAnchorChain
 from accord.ledger.events import Event
 from accord.ledger.sealing import open_sealed, seal
 from accord.ledger.store import LogStore
-from accord.market.check_runtime import (
+from accord.market.check_io import (
     JUDGE_ATTEMPTS,
     Judge,
     LogReviews,
-    SettleEnvironment,
+    ServiceCheckEnvironment,
     judge_from_env,
 )
 from accord.market.checks import (
@@ -95,7 +95,7 @@ def calls(judge: Judge) -> int:
     return judge.chat.calls
 
 
-class JudgeOnly(SettleEnvironment):
+class JudgeOnly(ServiceCheckEnvironment):
     """The settlement's environment, for judge checks alone; it keeps the sealed exchanges."""
 
     def __init__(self, judge: Judge) -> None:
@@ -250,7 +250,7 @@ def test_a_server_that_always_fails_makes_the_settlement_wait(
 def test_without_a_judge_a_judge_check_waits() -> None:
     reviews: Any = None  # not consulted by a judge check
     with pytest.raises(SettlementWaits, match="ACCORD_JUDGE_URL"):
-        evaluate(JUDGE, DELIVERED, SettleEnvironment(reviews, None))
+        evaluate(JUDGE, DELIVERED, ServiceCheckEnvironment(reviews, None))
 
 
 def test_judge_from_env() -> None:

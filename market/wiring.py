@@ -10,10 +10,10 @@ from accord.identity.onboarding import Onboarding, open_onboarding
 from accord.ledger.chain import DEVNET_OPERATOR_KEY
 from accord.ledger.devnet import DevnetInfo, rpc_call
 from accord.ledger.errors import ChainError
-from accord.ledger.runtime import connect_chain, devnet_for, open_ledger
 from accord.ledger.service import Ledger
 from accord.ledger.settings import Settings
 from accord.ledger.signing import Signer
+from accord.ledger.wiring import connect_chain, devnet_for, open_ledger
 from accord.market.errors import EscrowError
 from accord.market.escrow import (
     EscrowActions,
@@ -49,10 +49,10 @@ class ChainEscrow:
         return _receipt(outcome)
 
     def refund_to_requester(self, task_id: str) -> EscrowReceipt:
-        return _receipt(self.actions.settle(self.operator_key, task_id, [], []))
+        return _receipt(self.actions.pay_out(self.operator_key, task_id, [], []))
 
-    def settle(self, task_id: str, payees: Sequence[str], amounts: Sequence[Wei]) -> EscrowReceipt:
-        return _receipt(self.actions.settle(self.operator_key, task_id, payees, amounts))
+    def pay_out(self, task_id: str, payees: Sequence[str], amounts: Sequence[Wei]) -> EscrowReceipt:
+        return _receipt(self.actions.pay_out(self.operator_key, task_id, payees, amounts))
 
     def chain_id(self) -> int:
         return self.chain.chain_id()

@@ -6,7 +6,8 @@
                       when it cannot be asked the settlement waits
     LogReviews        the requester's signed `review.given` verdicts; a check nobody reviewed
                       is accepted once the review window has ended, and waits until then; a
-                      rejection is a dispute, which `SettleEnvironment` asks the judge to decide
+                      rejection is a dispute, which `ServiceCheckEnvironment` asks the judge
+                      to decide
 
 Configuration (read by `judge_from_env`): ACCORD_JUDGE_URL (an OpenAI-compatible base URL),
 ACCORD_JUDGE_MODEL, and ACCORD_JUDGE_KEY or OPENAI_API_KEY (optional: local servers need none);
@@ -172,10 +173,11 @@ class LogReviews:
         )
 
 
-class SettleEnvironment:
-    """What `settle_task` runs checks with: the sandbox, the judge (if any), the reviews; each
-    exchange with the judge is sealed (`accord.ledger.sealing`) and handed to `keep` (the service's
-    blob store), so the signed record names it without showing the outputs in its prompt."""
+class ServiceCheckEnvironment:
+    """The service's `CheckEnvironment` (the audit's is `RecheckEnvironment`), what `settle_task`
+    runs checks with: the sandbox, the judge (if any), the reviews; each exchange with the judge
+    is sealed (`accord.ledger.sealing`) and handed to `keep` (the service's blob store), so the
+    signed record names it without showing the outputs in its prompt."""
 
     def __init__(
         self,
