@@ -15,8 +15,8 @@ once that deposit is on chain. Methods (the names the A2A 1.x clients send):
 
     SendMessage            post the task; answers {"task": Task} once it is posted and escrowed
     SendStreamingMessage   the same, then SSE: the Task, then a status update at each change of
-                           state (and the deliverable as an artifact update) until the task is
-                           terminal or `StreamLimits.horizon` seconds have passed
+                           state and an artifact update at each change of the deliverable, until
+                           the task is terminal or `StreamLimits.horizon` seconds have passed
     GetTask                one task; ListTasks: every task of the market (the market is public),
                            newest change first, paged by an opaque cursor
     CancelTask             a posted task whose escrow never opened (`Market.cancel`); any other
@@ -1103,8 +1103,9 @@ def first_view(env: Env, method: str, params: Mapping[str, Any]) -> TaskView:
 async def follow(
     env: Env, request: Request, request_id: RequestId, view: TaskView, limits: StreamLimits
 ) -> AsyncIterator[str]:
-    """SSE: the Task, then a status update (after the artifact update of a deliverable) at
-    each change of state, until the task is terminal or the horizon has passed."""
+    """SSE: the Task, then an artifact update at each change of the deliverable and a status
+    update at each change of state (the artifact first when both change), until the task is
+    terminal or the horizon has passed."""
     yield sse_data(response(request_id, {"task": task_object(view)}))
     started = quiet = time.monotonic()
     task_id = view.task.task_id
@@ -1128,11 +1129,15 @@ async def follow(
         except RpcError as exc:
             yield sse_data(error_response(request_id, exc))
             return
+        # the deliverable may change without the state (a review logged while it is still
+        # delivered): each change is sent, or one that lands between two polls with the
+        # next change of state would be missed
+        if current.deliverable is not None and current.deliverable != view.deliverable:
+            update = artifact_update(current)
+            if update is not None:
+                yield sse_data(response(request_id, update))
+                quiet = time.monotonic()
         if (current.state, current.a2a_state) != (view.state, view.a2a_state):
-            if current.deliverable is not None and current.deliverable != view.deliverable:
-                update = artifact_update(current)
-                if update is not None:
-                    yield sse_data(response(request_id, update))
             yield sse_data(response(request_id, status_update(current)))
             quiet = time.monotonic()
         elif time.monotonic() - quiet >= limits.keepalive:

@@ -397,7 +397,11 @@ def test_the_stream_follows_a_task_through_settlement(url: str, world: World) ->
     assert first.HasField("task") and first.task.status.state == TaskState.TASK_STATE_SUBMITTED
     task_id = first.task.id
     states = [(accord_state(e), e.status_update.status.state) for e in updates]
-    assert [s for s in states if s[0] != "running"] == [
+    # a change of the deliverable is sent when a poll sees it: the review and the settlement
+    # may land between two polls (one artifact update) or apart (two in a row)
+    shown = [s for s in states if s[0] != "running"]
+    shown = [s for i, s in enumerate(shown) if i == 0 or s[0] is not None or s != shown[i - 1]]
+    assert shown == [
         ("revealing", TaskState.TASK_STATE_SUBMITTED),
         ("awarded", TaskState.TASK_STATE_WORKING),
         (None, TaskState.TASK_STATE_UNSPECIFIED),  # the artifact update
@@ -415,7 +419,7 @@ def test_the_stream_follows_a_task_through_settlement(url: str, world: World) ->
     assert settlement["paid_share"] == "1/1" and sum(map(int, settlement["payouts"].values())) == (
         int(settlement["amount"])
     )
-    delivered_artifact, settled_artifact = [
+    delivered_artifact, *_, settled_artifact = [
         MessageToDict(e.artifact_update.artifact.parts[0].data)
         for e in updates
         if e.HasField("artifact_update")

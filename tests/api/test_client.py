@@ -41,7 +41,14 @@ def server(world: World) -> Iterator[tuple[str, str, str]]:
                 client.request(
                     "POST",
                     "/tasks",
-                    json={"title": "Sum [these] figures", "budget": "0.5eth", "parts": parts},
+                    json={
+                        "title": "Sum [these] figures",
+                        "budget": "0.5eth",
+                        # the state read here and through the server must not change between
+                        # the two reads: no window closes while the test runs, however slow
+                        "bidding": "1h",
+                        "parts": parts,
+                    },
                 )["task_id"]
             )
         for name in ("ada", "bob"):
