@@ -69,6 +69,8 @@ refuses the request in its current state (the ErrorInfo `reason` says which).
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 import json
 import logging
 import time
@@ -93,9 +95,7 @@ from accord.api.routes.market import TaskPost, post_task
 from accord.api.routes.remote import EntryBody
 from accord.api.streams import SlotStream
 from accord.ledger.canonical import whole_numbers
-from accord.ledger.errors import QueryError
 from accord.ledger.events import Entry, parse_time
-from accord.ledger.views import decode_cursor, encode_cursor, from_micros, micros
 from accord.market.service import LIFECYCLE_KINDS
 from accord.market.tasks import Task, TaskState, clock_state
 from accord.market.wiring import MarketContext
@@ -505,29 +505,21 @@ def validated_spec(spec: Mapping[str, Any]) -> TaskPost:
         ) from exc
 
 
-PAGE_VIEW: Final = "task-changes"
-"""The list a ListTasks `pageToken` pages (`accord.ledger.views.encode_cursor`): tasks by their
-last change, newest first; its key is the last task's change (microseconds) and id."""
+def encode_cursor(changed_at: datetime, task_id: str) -> str:
+    raw = json.dumps([changed_at.isoformat(), task_id]).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
 
-def page_token(changed_at: datetime, task_id: str) -> str:
-    """The `nextPageToken` that resumes after the task `task_id` last changed at `changed_at`."""
-    return encode_cursor(PAGE_VIEW, str(micros(changed_at)), task_id)
-
-
-def page_after(token: str) -> tuple[datetime, str]:
-    """The (change, task id) a `pageToken` resumes after.
-
-    Raises RpcError INVALID_PARAMS for a token this service did not hand out."""
+def decode_cursor(token: str) -> tuple[datetime, str]:
+    """Raises RpcError INVALID_PARAMS for a token this service did not hand out."""
     try:
-        decoded = decode_cursor(PAGE_VIEW, token, parts=2)
-        if decoded is None:
-            raise QueryError("cursor", "an empty token pages nothing")
-        changed, task_id = decoded
-        if not changed.isascii() or not changed.isdigit() or len(changed) > 18:
-            raise QueryError("cursor", "the token does not hold a time")
-        return from_micros(int(changed)), task_id
-    except (QueryError, OverflowError) as exc:  # OverflowError: a time past the year 9999
+        raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
+        stamp, task_id = json.loads(raw)
+        moment = datetime.fromisoformat(stamp)
+        if moment.tzinfo is None or not isinstance(task_id, str):
+            raise ValueError("a token names an aware time and a task id")
+        return moment, task_id
+    except (binascii.Error, ValueError, TypeError) as exc:
         raise invalid_params("`pageToken` is not one this service handed out", "pageToken") from exc
 
 
@@ -743,7 +735,7 @@ def page_of(
         chosen = [v for v in chosen if (v.changed_at, v.task.task_id) < cursor]
     page = chosen[:size]
     more = len(chosen) > size
-    token = page_token(page[-1].changed_at, page[-1].task.task_id) if more and page else ""
+    token = encode_cursor(page[-1].changed_at, page[-1].task.task_id) if more and page else ""
     return page, token, total
 
 
@@ -889,7 +881,7 @@ def list_tasks(env: Env, params: Mapping[str, Any]) -> dict[str, Any]:
     token = params.get("pageToken") or ""
     if not isinstance(token, str):
         raise invalid_params("`pageToken` must be a string", "pageToken")
-    cursor = page_after(token) if token else None
+    cursor = decode_cursor(token) if token else None
     raw_after = params.get("statusTimestampAfter")
     after = None if raw_after is None else _time(raw_after, "statusTimestampAfter")
     include = _bool(params, "includeArtifacts")
@@ -930,7 +922,7 @@ def _page_of_market(
     page = [view_of(env, task, artifacts=False, changed=changed) for task, changed in found.tasks]
     more = len(page) > size
     page = page[:size]
-    token = page_token(page[-1].changed_at, page[-1].task.task_id) if more else ""
+    token = encode_cursor(page[-1].changed_at, page[-1].task.task_id) if more else ""
     return page, token, found.total
 
 

@@ -24,16 +24,12 @@ do not parse (only a tampered store holds one) is skipped: the audit names it.
 
 Paging, shared by every view: `limit` is 1..`MAX_LIMIT` (default `DEFAULT_LIMIT`), and a page
 ends with a cursor that the next query passes back (`encode_cursor`/`decode_cursor`): keyset
-pages, so a page costs the same however deep it is. The same pair makes every page token
-accord hands out (the HTTP lists, the CLI, the A2A `pageToken`): one opaque format.
+pages, so a page costs the same however deep it is.
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
 import json
-import re
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -234,65 +230,34 @@ def check_limit(limit: int | None) -> int:
     return limit
 
 
-MAX_CURSOR = 512
-"""Characters of the longest cursor accepted: room for a view's name and a key of a few
-hundred characters (a task id and a time, an agent's name); anything longer was not handed
-out."""
-CURSOR_PATTERN = rf"^[A-Za-z0-9_-]{{0,{MAX_CURSOR}}}$"
-"""A cursor's form, for an API to declare (the HTTP lists' `cursor` in the OpenAPI): the
-alphabet of unpadded base64url. Only `decode_cursor` tells whether a view handed it out."""
-_CURSOR = re.compile(CURSOR_PATTERN)
+def encode_cursor(view: str, key: str) -> str:
+    """A cursor of `view` that resumes after `key`: `<view>.<key>` (clients pass it back as
+    they got it; its form is declared in the OpenAPI so a malformed one is refused there)."""
+    return f"{view}.{key}"
 
 
-def encode_cursor(view: str, *key: str) -> str:
-    """A cursor of `view` that resumes after `key` (one or more strings, the last row's sort
-    key): the unpadded base64url of the JSON array `[view, *key]`.
+def decode_cursor(view: str, cursor: str | None) -> str | None:
+    """The key a cursor of `view` resumes after (None for no cursor).
 
-    The one format of every page token accord hands out: the HTTP lists' `cursor` (and
-    `Accord-Next-Cursor`), the CLI's `--cursor`, the A2A `pageToken`. Clients pass it back as
-    they got it and read nothing into it."""
-    raw = json.dumps([view, *key], ensure_ascii=False, separators=(",", ":")).encode()
-    return base64.urlsafe_b64encode(raw).decode("ascii").rstrip("=")
-
-
-def decode_cursor(view: str, cursor: str | None, *, parts: int = 1) -> tuple[str, ...] | None:
-    """The key (`parts` strings) a cursor of `view` resumes after; None for no cursor (None or
-    the empty string).
-
-    Raises QueryError (parameter `cursor`) for anything `encode_cursor(view, ...)` did not
-    make with `parts` strings: text that is not base64url JSON, a cursor of another view, one
-    too long.
+    Raises QueryError for a cursor this view did not hand out.
     """
     if cursor is None or cursor == "":
         return None
-    refused = QueryError(
-        "cursor",
-        f"{cursor[:80]!r} is not a cursor of the {view} list: pass back the next_cursor "
-        "of a previous page, or none for the first page",
-    )
-    if not isinstance(cursor, str) or not _CURSOR.fullmatch(cursor):
-        raise refused
-    try:
-        decoded = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
-    except (binascii.Error, ValueError) as exc:  # UnicodeDecodeError is a ValueError
-        raise refused from exc
-    if (
-        not isinstance(decoded, list)
-        or len(decoded) != parts + 1
-        or decoded[0] != view
-        or not all(isinstance(part, str) and part for part in decoded[1:])
-    ):
-        raise refused
-    return tuple(decoded[1:])
+    prefix, _, key = cursor.partition(".")
+    if prefix != view or not key or len(cursor) > 400:
+        raise QueryError(
+            "cursor",
+            f"{cursor[:80]!r} is not a cursor of the {view} list: pass back the next_cursor "
+            "of a previous page, or none for the first page",
+        )
+    return key
 
 
 def int_key(view: str, cursor: str | None) -> int | None:
-    """The position a cursor of `view` holds (its key a log index or an offset, written by
-    `encode_cursor(view, str(n))`); None for no cursor. Raises QueryError for anything else."""
-    decoded = decode_cursor(view, cursor)
-    if decoded is None:
+    """A cursor whose key is a log index. Raises QueryError for anything else."""
+    key = decode_cursor(view, cursor)
+    if key is None:
         return None
-    [key] = decoded
-    if not key.isascii() or not key.isdigit() or len(key) > 18:
+    if not key.isdigit() or len(key) > 18:
         raise QueryError("cursor", f"the cursor of the {view} list does not hold a position")
     return int(key)

@@ -37,7 +37,7 @@ from accord.audit.checks import audit_task
 from accord.identity.errors import RegistryError
 from accord.ledger.events import format_time
 from accord.ledger.signing import Signer
-from accord.ledger.views import CURSOR_PATTERN, DEFAULT_LIMIT, MAX_LIMIT
+from accord.ledger.views import DEFAULT_LIMIT, MAX_LIMIT
 from accord.market import sealed
 from accord.market.auction import price_reason
 from accord.market.blobs import Upload
@@ -198,7 +198,7 @@ def list_tasks(
     ] = None,
     cursor: Annotated[
         str | None,
-        Query(pattern=CURSOR_PATTERN, description="The next page (from Link)"),
+        Query(pattern=r"^(tasks\.[0-9]{1,18})?$", description="The next page (from Link)"),
     ] = None,
 ) -> JSONResponse:
     """Oldest posting first. The body stays a plain list; when more tasks match, the answer
