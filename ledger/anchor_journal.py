@@ -38,7 +38,7 @@ from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlmodel import Column, Field, SQLModel
 
 from accord.ledger.errors import StoreError
-from accord.ledger.store import _reason, create_tables, statement_connection
+from accord.ledger.store import create_tables, db_reason, statement_connection
 
 AnchorRecordStatus = Literal["pending", "confirmed"]
 """The two `accord.ledger.txjournal.JournalStatus` values an anchor's record takes: "pending"
@@ -99,7 +99,7 @@ class AnchorJournal:
         try:
             create_tables(engine, [_ANCHORS])
         except SQLAlchemyError as exc:
-            raise StoreError(f"cannot prepare the anchor journal: {_reason(exc)}") from exc
+            raise StoreError(f"cannot prepare the anchor journal: {db_reason(exc)}") from exc
 
     # -- writing -----------------------------------------------------------------------------
 
@@ -118,7 +118,7 @@ class AnchorJournal:
             raise StoreError(f"cannot record the anchor of size {record.size}") from None
         except SQLAlchemyError as exc:
             raise StoreError(
-                f"cannot record the anchor of size {record.size}: {_reason(exc)}"
+                f"cannot record the anchor of size {record.size}: {db_reason(exc)}"
             ) from exc
         return True
 
@@ -133,7 +133,7 @@ class AnchorJournal:
                     .values(status="confirmed", block_number=block_number, tx_hash=tx_hash)
                 )
         except SQLAlchemyError as exc:
-            raise StoreError(f"cannot confirm the anchor of size {size}: {_reason(exc)}") from exc
+            raise StoreError(f"cannot confirm the anchor of size {size}: {db_reason(exc)}") from exc
 
     def reopen(self, size: int) -> bool:
         """Mark a confirmed anchor pending again: the chain no longer holds it (a restart
@@ -147,7 +147,7 @@ class AnchorJournal:
                     .values(status="pending", block_number=None)
                 )
         except SQLAlchemyError as exc:
-            raise StoreError(f"cannot reopen the anchor of size {size}: {_reason(exc)}") from exc
+            raise StoreError(f"cannot reopen the anchor of size {size}: {db_reason(exc)}") from exc
         return bool(result.rowcount == 1)
 
     def replace(self, old_hash: bytes, record: AnchorRecord) -> bool:
@@ -173,7 +173,7 @@ class AnchorJournal:
                     )
                 )
         except SQLAlchemyError as exc:
-            raise StoreError(f"cannot replace the anchor of size {size}: {_reason(exc)}") from exc
+            raise StoreError(f"cannot replace the anchor of size {size}: {db_reason(exc)}") from exc
         return bool(result.rowcount == 1)
 
     def drop(self, size: int) -> None:
@@ -186,7 +186,7 @@ class AnchorJournal:
                     delete(_ANCHORS).where(_ANCHORS.c.size == size, _ANCHORS.c.status == "pending")
                 )
         except SQLAlchemyError as exc:
-            raise StoreError(f"cannot drop the anchor of size {size}: {_reason(exc)}") from exc
+            raise StoreError(f"cannot drop the anchor of size {size}: {db_reason(exc)}") from exc
 
     # -- reading -----------------------------------------------------------------------------
 
@@ -215,7 +215,7 @@ class AnchorJournal:
             with statement_connection(self.engine) as connection:
                 rows = connection.execute(query).all()
         except SQLAlchemyError as exc:
-            raise StoreError(f"cannot read the anchor journal: {_reason(exc)}") from exc
+            raise StoreError(f"cannot read the anchor journal: {db_reason(exc)}") from exc
         return [
             AnchorRecord(
                 size=int(row.size),

@@ -97,8 +97,9 @@ ONCE_PER_SUBJECT: frozenset[str] = frozenset(
 )
 
 
-def _reason(exc: BaseException) -> str:
-    """The driver's message without SQLAlchemy's statement and parameter dump."""
+def db_reason(exc: BaseException) -> str:
+    """The driver's message without SQLAlchemy's statement and parameter dump: what a
+    StoreError says of a database failure (the log store and the anchor journal)."""
     original = getattr(exc, "orig", None)
     return str(original if original is not None else exc).strip().splitlines()[0]
 
@@ -196,7 +197,7 @@ def make_engine(db_url: str) -> Engine:
         _ping_after_idle(engine)
         return engine
     except (SQLAlchemyError, ValueError, ModuleNotFoundError) as exc:
-        raise StoreError(f"cannot open the log database {db_url!r}: {_reason(exc)}") from exc
+        raise StoreError(f"cannot open the log database {db_url!r}: {db_reason(exc)}") from exc
 
 
 POOL_SIZE = 20
@@ -336,7 +337,7 @@ class LogStore:
         except IntegrityError:
             pass  # another process created the head row first
         except SQLAlchemyError as exc:
-            raise StoreError(f"cannot prepare the log tables: {_reason(exc)}") from exc
+            raise StoreError(f"cannot prepare the log tables: {db_reason(exc)}") from exc
         self._index_actor_seqs()
         self._index_once_only()
         for projection in projections:
@@ -373,7 +374,7 @@ class LogStore:
         except IntegrityError:
             pass  # another process indexed it first
         except SQLAlchemyError as exc:
-            raise StoreError(f"cannot index the once-only events: {_reason(exc)}") from exc
+            raise StoreError(f"cannot index the once-only events: {db_reason(exc)}") from exc
 
     # -- reading -----------------------------------------------------------------------------
 
@@ -611,12 +612,12 @@ class LogStore:
             self._forget_caches()
             self._fail_open(
                 group,
-                StoreError(f"the log refused the batch (a concurrent writer?): {_reason(exc)}"),
+                StoreError(f"the log refused the batch (a concurrent writer?): {db_reason(exc)}"),
             )
         except SQLAlchemyError as exc:
             self._forget_caches()
             self._fail_open(
-                group, StoreError(f"the log database failed during an append: {_reason(exc)}")
+                group, StoreError(f"the log database failed during an append: {db_reason(exc)}")
             )
         except LedgerError as exc:  # the log itself is not as the caches say
             self._forget_caches()
@@ -816,7 +817,8 @@ class LogStore:
             if views.outdated(stored, projection.tables, done):
                 self._rebuild_view(projection)
         except SQLAlchemyError as exc:
-            raise StoreError(f"cannot prepare the {projection.name} view: {_reason(exc)}") from exc
+            reason = db_reason(exc)
+            raise StoreError(f"cannot prepare the {projection.name} view: {reason}") from exc
         self._projections[projection.name] = projection
         self.refresh_view(projection.name)
 
@@ -855,7 +857,7 @@ class LogStore:
                 self._catch_up(connection, wanted, size)
         except SQLAlchemyError as exc:
             raise StoreError(
-                f"cannot bring the {', '.join(names)} view up to date: {_reason(exc)}"
+                f"cannot bring the {', '.join(names)} view up to date: {db_reason(exc)}"
             ) from exc
 
     def reindex(self) -> dict[str, int]:
@@ -870,7 +872,7 @@ class LogStore:
                     views.record_applied(connection, name, 0)
                 self._catch_up(connection, list(self._projections.values()), size)
         except SQLAlchemyError as exc:
-            raise StoreError(f"cannot rebuild the read views: {_reason(exc)}") from exc
+            raise StoreError(f"cannot rebuild the read views: {db_reason(exc)}") from exc
         return dict.fromkeys(self._projections, size)
 
     def _project(
@@ -935,7 +937,7 @@ class LogStore:
                     insert(_CHECKPOINTS).values(size=size, root=root, at=at, data=data)
                 )
         except SQLAlchemyError as exc:
-            raise StoreError(f"cannot store checkpoint {size}: {_reason(exc)}") from exc
+            raise StoreError(f"cannot store checkpoint {size}: {db_reason(exc)}") from exc
 
     def checkpoint(self, size: int) -> StoredCheckpoint | None:
         with self._read() as connection:
@@ -962,7 +964,7 @@ class LogStore:
         try:
             return statement_connection(self.engine)
         except OperationalError as exc:
-            raise StoreError(f"cannot reach the log database: {_reason(exc)}") from exc
+            raise StoreError(f"cannot reach the log database: {db_reason(exc)}") from exc
 
     def _lock_head(self, connection: Any) -> int:
         """The log's size, its head row locked until the transaction ends (on SQLite the
@@ -1064,7 +1066,7 @@ class LogStore:
             try:
                 found = self.once_logged(row["kind"], row["subject"])
             except (StoreError, SQLAlchemyError) as exc:
-                return StoreError(f"the log refused the batch: {_reason(exc)}")
+                return StoreError(f"the log refused the batch: {db_reason(exc)}")
             if found is not None:
                 return AlreadyLoggedError(row["kind"], row["subject"], found)
         return StoreError("the log refused the batch's once-only entries, yet holds none of them")
@@ -1142,7 +1144,7 @@ class LogStore:
         try:
             raw = self.engine.raw_connection()
         except SQLAlchemyError as exc:
-            raise StoreError(f"cannot reach the log database: {_reason(exc)}") from exc
+            raise StoreError(f"cannot reach the log database: {db_reason(exc)}") from exc
         try:
             if not raw.info.get(_MMAP_DONE):
                 setup = raw.cursor()
@@ -1158,7 +1160,7 @@ class LogStore:
             finally:
                 cursor.close()
         except self._dbapi_error as exc:
-            raise StoreError(f"cannot read the log database: {_reason(exc)}") from exc
+            raise StoreError(f"cannot read the log database: {db_reason(exc)}") from exc
         finally:
             raw.close()
 
