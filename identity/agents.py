@@ -61,7 +61,7 @@ from accord.identity.runtimes import (
 from accord.ledger.errors import MalformedError
 from accord.ledger.events import format_time
 from accord.ledger.signing import Ed25519Signer, Signer, read_keyfile, write_keyfile
-from accord.ledger.store import create_tables
+from accord.ledger.store import create_tables, db_reason
 
 RUNTIMES = ("reference", "random", "command", "http", "openai", "a2a")
 #: Nullable columns added after the table was first made, added to older tables on open.
@@ -225,7 +225,7 @@ class AgentRegistry:
                             text(f"ALTER TABLE {_AGENTS.name} ADD COLUMN {column} VARCHAR")
                         )
         except SQLAlchemyError as exc:
-            raise RegistryError(f"cannot prepare the agent table: {exc}") from exc
+            raise RegistryError(f"cannot prepare the agent table: {db_reason(exc)}") from exc
 
     def check_spec(
         self,
@@ -338,7 +338,7 @@ class AgentRegistry:
             raise RegistryError(f"an agent called {name!r} already exists") from None
         except SQLAlchemyError as exc:
             path.unlink(missing_ok=True)
-            raise RegistryError(f"cannot register the agent: {exc}") from exc
+            raise RegistryError(f"cannot register the agent: {db_reason(exc)}") from exc
         return record
 
     def get(self, name_or_did: str) -> AgentRecord:

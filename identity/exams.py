@@ -53,7 +53,7 @@ from accord.ledger.errors import LedgerError
 from accord.ledger.events import Entry, Event, format_time, parse_time
 from accord.ledger.service import Ledger
 from accord.ledger.signing import Signer
-from accord.ledger.store import LogStore, create_tables
+from accord.ledger.store import LogStore, create_tables, db_reason
 from accord.ledger.views import from_micros, micros
 
 COMMITTED = "exam.committed"
@@ -493,7 +493,7 @@ class ExamService:
         try:
             create_tables(self.engine, [_ATTEMPTS])
         except SQLAlchemyError as exc:
-            raise ExamError(f"cannot prepare the exam table: {exc}") from exc
+            raise ExamError(f"cannot prepare the exam table: {db_reason(exc)}") from exc
 
     @property
     def operator_did(self) -> str:
@@ -685,7 +685,7 @@ class ExamService:
                     )
                 )
         except SQLAlchemyError as exc:
-            raise ExamError(f"cannot record the exam attempt: {exc}") from exc
+            raise ExamError(f"cannot record the exam attempt: {db_reason(exc)}") from exc
 
     def _forget_attempt(self, exam_id: str) -> None:
         with self.engine.begin() as connection:
@@ -698,7 +698,7 @@ class ExamService:
                     select(_ATTEMPTS).where(_ATTEMPTS.c.exam_id == exam_id)
                 ).first()
         except SQLAlchemyError as exc:
-            raise ExamError(f"cannot read the exam attempts: {exc}") from exc
+            raise ExamError(f"cannot read the exam attempts: {db_reason(exc)}") from exc
         if row is None:
             raise ExamError(f"no exam {exam_id!r}")
         return row

@@ -41,7 +41,7 @@ from accord.identity.status_lists import StatusLists, operator_key, write_docume
 from accord.ledger.errors import AlreadyLoggedError
 from accord.ledger.events import format_time
 from accord.ledger.service import Ledger
-from accord.ledger.store import create_tables, statement_connection
+from accord.ledger.store import create_tables, db_reason, statement_connection
 
 ISSUED_EVENT_KIND = "credential.issued"
 DEFAULT_VALIDITY = timedelta(days=180)
@@ -98,7 +98,7 @@ class CredentialIssuer:
         try:
             create_tables(self.engine, [_CREDENTIALS])
         except SQLAlchemyError as exc:
-            raise RegistryError(f"cannot prepare the credential tables: {exc}") from exc
+            raise RegistryError(f"cannot prepare the credential tables: {db_reason(exc)}") from exc
 
     def issue(self, result: ExamResult) -> tuple[str, Path]:
         """Issue, log and store the credential for a passed exam; returns its id and file.

@@ -41,7 +41,7 @@ from accord.identity.errors import CredentialError, NonceError, ProofFormatError
 from accord.identity.status import VC_V2_CONTEXT, format_timestamp
 from accord.ledger.errors import MalformedError
 from accord.ledger.signing import Ed25519Signer, b64url, public_key_from_did
-from accord.ledger.store import create_tables
+from accord.ledger.store import create_tables, db_reason
 from accord.ledger.views import micros
 
 PRESENTATION_TYPE = "VerifiablePresentation"
@@ -330,7 +330,7 @@ class SqlNonceStore:
         try:
             create_tables(engine, [_NONCES])
         except SQLAlchemyError as exc:
-            raise NonceError(f"cannot prepare the nonce table: {exc}") from exc
+            raise NonceError(f"cannot prepare the nonce table: {db_reason(exc)}") from exc
 
     def issue(self, domain: str, now: datetime, ttl: timedelta) -> str:
         """See `NonceStore.issue`."""
@@ -348,7 +348,7 @@ class SqlNonceStore:
                     )
                 )
         except SQLAlchemyError as exc:
-            raise NonceError(f"cannot store the nonce: {exc}") from exc
+            raise NonceError(f"cannot store the nonce: {db_reason(exc)}") from exc
         return nonce
 
     def consume(self, nonce: str, domain: str, now: datetime) -> None:
@@ -377,7 +377,7 @@ class SqlNonceStore:
                     ).where(_NONCES.c.nonce == nonce)
                 ).first()
         except SQLAlchemyError as exc:
-            raise NonceError(f"cannot consume the nonce: {exc}") from exc
+            raise NonceError(f"cannot consume the nonce: {db_reason(exc)}") from exc
         record = None if row is None else _NonceRecord(str(row[0]), row[1], row[2], row[3])
         raise _refusal(record, domain, at)
 
@@ -390,5 +390,5 @@ class SqlNonceStore:
                     _NONCES.delete().where(_NONCES.c.expires_at <= micros(now))
                 )
         except SQLAlchemyError as exc:
-            raise NonceError(f"cannot purge nonces: {exc}") from exc
+            raise NonceError(f"cannot purge nonces: {db_reason(exc)}") from exc
         return int(result.rowcount)

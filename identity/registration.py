@@ -28,6 +28,7 @@ from accord.identity.presentations import SqlNonceStore, create_presentation, ve
 from accord.ledger.events import Entry, Event, format_time
 from accord.ledger.service import Ledger
 from accord.ledger.signing import Ed25519Signer
+from accord.ledger.store import db_reason
 
 REGISTERED_KIND = "agent.registered"
 REGISTRATION_CHALLENGE_TTL = timedelta(minutes=5)
@@ -150,7 +151,7 @@ class Registration:
             with self.engine.begin() as connection:
                 connection.execute(insert(_AGENTS).values(**record.to_json()))
         except SQLAlchemyError as exc:
-            raise RegistryError(f"cannot register the agent: {exc}") from exc
+            raise RegistryError(f"cannot register the agent: {db_reason(exc)}") from exc
         (index,) = self.ledger.append_entries([entry])
         return record, index
 

@@ -26,7 +26,7 @@ from accord.identity.errors import RegistryError
 from accord.identity.status import StatusList, status_list_credential
 from accord.ledger.service import Ledger
 from accord.ledger.signing import Ed25519Signer
-from accord.ledger.store import create_tables
+from accord.ledger.store import create_tables, db_reason
 
 STATUS_LIST_FILE = "status-list.json"
 STATUS_LIST_PATH = "/credentials/status/revocation"
@@ -86,7 +86,7 @@ class StatusLists:
         try:
             create_tables(self.engine, [_STATUS_LISTS])
         except SQLAlchemyError as exc:
-            raise RegistryError(f"cannot prepare the status list table: {exc}") from exc
+            raise RegistryError(f"cannot prepare the status list table: {db_reason(exc)}") from exc
 
     def status_lookup(self, url: str) -> dict[str, Any]:
         """The published status list credential at `url`. Raises KeyError when there is none."""

@@ -371,3 +371,17 @@ def test_concurrent_consumers_in_memory_exactly_one_wins() -> None:
         successes, errors = _race([store], nonce, 2 + round_number % 7)
         assert successes == 1
         assert all(isinstance(error, NonceError) for error in errors)
+
+
+def test_a_database_failure_names_the_driver_reason_not_the_sql(engine: Engine) -> None:
+    """The message of a failed nonce write reaches the caller as a problem's detail: it says
+    what the database said, without SQLAlchemy's statement and parameters (the table's layout
+    and other callers' values are the operator's)."""
+    store = SqlNonceStore(engine)
+    with engine.begin() as connection:
+        connection.exec_driver_sql("DROP TABLE identity_nonces")
+    with pytest.raises(NonceError) as raised:
+        store.issue(DOMAIN, NOW, TTL)
+    message = str(raised.value)
+    assert message.startswith("cannot store the nonce: ") and "identity_nonces" in message
+    assert "[SQL" not in message and "parameters" not in message and "INSERT" not in message
