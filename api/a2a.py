@@ -69,8 +69,6 @@ refuses the request in its current state (the ErrorInfo `reason` says which).
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
 import json
 import logging
 import time
@@ -94,7 +92,9 @@ from accord.api.routes.deps import ApiState, Caller, State
 from accord.api.routes.market import TaskPost, post_task
 from accord.api.routes.remote import EntryBody
 from accord.api.streams import SlotStream
+from accord.ledger import views
 from accord.ledger.canonical import whole_numbers
+from accord.ledger.errors import QueryError
 from accord.ledger.events import Entry, parse_time
 from accord.market.service import LIFECYCLE_KINDS
 from accord.market.tasks import Task, TaskState, clock_state
@@ -505,22 +505,29 @@ def validated_spec(spec: Mapping[str, Any]) -> TaskPost:
         ) from exc
 
 
+A2A_VIEW: Final = "a2a"
+"""The view name in ListTasks' pageToken: `a2a.<changed-at micros>.<task id>`, the one cursor
+form every paged list of accord hands out (`accord.ledger.views.encode_cursor`)."""
+
+
 def encode_cursor(changed_at: datetime, task_id: str) -> str:
-    raw = json.dumps([changed_at.isoformat(), task_id]).encode()
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+    """ListTasks' next pageToken: resume after the task `task_id` last changed at `changed_at`."""
+    return views.encode_cursor(A2A_VIEW, f"{views.micros(changed_at)}.{task_id}")
 
 
 def decode_cursor(token: str) -> tuple[datetime, str]:
-    """Raises RpcError INVALID_PARAMS for a token this service did not hand out."""
+    """The (changed at, task id) a pageToken resumes after.
+
+    Raises RpcError INVALID_PARAMS for a token this service did not hand out."""
+    refused = invalid_params("`pageToken` is not one this service handed out", "pageToken")
     try:
-        raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
-        stamp, task_id = json.loads(raw)
-        moment = datetime.fromisoformat(stamp)
-        if moment.tzinfo is None or not isinstance(task_id, str):
-            raise ValueError("a token names an aware time and a task id")
-        return moment, task_id
-    except (binascii.Error, ValueError, TypeError) as exc:
-        raise invalid_params("`pageToken` is not one this service handed out", "pageToken") from exc
+        key = views.decode_cursor(A2A_VIEW, token)
+    except QueryError as exc:
+        raise refused from exc
+    stamp, _, task_id = (key or "").partition(".")
+    if not stamp.isdigit() or len(stamp) > 18 or not task_id:
+        raise refused
+    return views.from_micros(int(stamp)), task_id
 
 
 def state_filter(value: Any) -> str | None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -273,6 +274,9 @@ def test_list_tasks_pages_newest_first_and_filters_by_state(url: str, world: Wor
     listed = [task.id for page in pages for task in page.tasks]
     assert len(listed) == len(set(listed)) == pages[0].total_size
     assert all(len(page.tasks) <= 2 for page in pages)
+    # One cursor form across accord's lists: `<view>.<key>`, here `a2a.<micros>.<task id>`.
+    tokens = [page.next_page_token for page in pages[:-1]]
+    assert tokens and all(re.fullmatch(r"a2a\.[0-9]{1,18}\.task-\S+", t) for t in tokens)
     assert set(ids) <= set(listed)
     stamps = [task.status.timestamp.ToDatetime() for page in pages for task in page.tasks]
     assert stamps == sorted(stamps, reverse=True)
@@ -520,6 +524,9 @@ def call(method: str, params: Any = None, request_id: Any = 7) -> bytes:
         (call("GetTask", {"id": "x", "historyLength": "many"}), -32602, 7),
         (call("ListTasks", {"pageSize": 1000}), -32602, 7),
         (call("ListTasks", {"pageToken": "not-a-token"}), -32602, 7),
+        (call("ListTasks", {"pageToken": "tasks.12"}), -32602, 7),
+        (call("ListTasks", {"pageToken": "a2a.12"}), -32602, 7),
+        (call("ListTasks", {"pageToken": "a2a.x1.task-1"}), -32602, 7),
         (call("ListTasks", {"status": "TASK_STATE_BORED"}), -32602, 7),
         (call("CancelTask", {"id": 12}), -32602, 7),
         (call("SendMessage", {}), -32602, 7),
