@@ -12,11 +12,16 @@ a bidding or reveal window by advancing the clock, never by sleeping through it.
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
+import shutil
+import socket
 import sqlite3
 import subprocess
 import sys
+import tempfile
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -40,14 +45,80 @@ def cli_environ(home: Path, *, columns: int = 200, **settings: str) -> dict[str,
 def run_accord(
     environ: dict[str, str], *args: str, timeout: float = TIMEOUT
 ) -> subprocess.CompletedProcess[str]:
-    """`accord ARGS` (as `python -m accord.api.cli`) in `environ`, its output captured as text."""
-    return subprocess.run(
-        [sys.executable, "-m", "accord.api.cli", *args],
-        env=environ,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+    """`accord ARGS` (as `python -m accord.api.cli`) in `environ`, its output captured as text.
+
+    The process is forked from this test process's zygote (tests/cli_zygote.py), which has
+    imported accord once; with ACCORD_TEST_NO_ZYGOTE=1 in the caller's environment it is a
+    fresh interpreter instead. Raises subprocess.TimeoutExpired after `timeout` seconds."""
+    argv = [sys.executable, "-m", "accord.api.cli", *args]
+    if os.environ.get("ACCORD_TEST_NO_ZYGOTE") == "1":
+        return subprocess.run(argv, env=environ, capture_output=True, text=True, timeout=timeout)
+    return _ZYGOTE.run(argv, environ, timeout)
+
+
+class _Zygote:
+    """This process's `python -m tests.cli_zygote`, started at the first command and stopped
+    when this process exits. One command at a time (a lock), as a test runs them."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.process: subprocess.Popen[bytes] | None = None
+        self.folder = Path()
+        self.socket = Path()
+        self.count = 0
+
+    def _start(self) -> None:
+        root = Path(__file__).resolve().parent.parent
+        self.folder = Path(tempfile.mkdtemp(prefix="accord-zygote-"))
+        self.socket = self.folder / "socket"
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "tests.cli_zygote", str(self.socket)],
+            cwd=root,
+            env={**os.environ, "PYTHONPATH": str(root)},
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+        )
+        assert self.process.stdout is not None
+        if self.process.stdout.readline() != b"ready\n":
+            raise RuntimeError(f"the CLI zygote did not start (exit {self.process.wait()})")
+        atexit.register(self.stop)
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+        if self.folder != Path():
+            shutil.rmtree(self.folder, ignore_errors=True)
+
+    def run(
+        self, argv: list[str], environ: dict[str, str], timeout: float
+    ) -> subprocess.CompletedProcess[str]:
+        with self.lock:
+            if self.process is None or self.process.poll() is not None:
+                self._start()
+            self.count += 1
+            out, err = self.folder / f"{self.count}.out", self.folder / f"{self.count}.err"
+            request = {
+                "argv": argv[3:],
+                "env": environ,
+                "cwd": os.getcwd(),
+                "stdout": str(out),
+                "stderr": str(err),
+                "timeout": timeout,
+            }
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as connection:
+                connection.connect(str(self.socket))
+                connection.sendall(json.dumps(request).encode() + b"\n")
+                answer = json.loads(connection.makefile("rb").readline())
+            stdout, stderr = out.read_text(), err.read_text()
+            out.unlink()
+            err.unlink()
+        if answer.get("timeout"):
+            raise subprocess.TimeoutExpired(argv, timeout, stdout, stderr)
+        return subprocess.CompletedProcess(argv, int(answer["returncode"]), stdout, stderr)
+
+
+_ZYGOTE = _Zygote()
 
 
 class AccordCli:

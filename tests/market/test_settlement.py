@@ -331,8 +331,8 @@ def test_a_crash_anywhere_then_a_restart_pays_everyone_exactly_once(
 ) -> None:
     world = delivered
     raised = crash(world, monkeypatch)
-    with pytest.raises(raised):
-        settle_task(world.market, world.onboarding, world.task_id)
+    with pytest.raises(raised):  # no other settler: nothing to wait for (race_wait_s=0)
+        settle_task(world.market, world.onboarding, world.task_id, race_wait_s=0)
     monkeypatch.undo()
     assert len(logged(world, SETTLEMENT_COMPUTED)) == 1
     assert not logged(world, TASK_SETTLED)
@@ -350,11 +350,12 @@ def test_a_crash_anywhere_then_a_restart_pays_everyone_exactly_once(
 def test_a_transaction_still_unmined_after_a_restart_is_not_sent_twice(delivered: World) -> None:
     world = delivered
     world.escrow_chain.auto_mine = False
+    # Nothing mines and no other settler pays, so the refusal needs no wait (race_wait_s=0).
     with pytest.raises(EscrowError):
-        settle_task(world.market, world.onboarding, world.task_id)
+        settle_task(world.market, world.onboarding, world.task_id, race_wait_s=0)
     restarted = restart(world)  # reconciles: the same bytes again, still not mined
     with pytest.raises(EscrowError, match="not mined yet"):
-        settle_task(restarted.market, restarted.onboarding, restarted.task_id)
+        settle_task(restarted.market, restarted.onboarding, restarted.task_id, race_wait_s=0)
     assert not [e for e in world.escrow_chain.events(world.task_id) if e.name == "Settled"]
     world.escrow_chain.mine()
     world.escrow_chain.auto_mine = True
