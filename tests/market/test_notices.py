@@ -122,7 +122,9 @@ def test_the_winner_hears_it_won_in_a_signed_call(
 
     [done] = run_due(world.context)
     assert (done.due, done.outcome, done.detail) == (Due(task_id, "award"), "done", "awarded")
-    wait_for(lambda: len(agent.requests) == 1)
+    # The stand-in records a request before its handler runs (a slow handler's call is seen
+    # while it waits), so the handler's verdict is waited for as well, not assumed.
+    wait_for(lambda: len(agent.requests) == 1 and len(outcomes) == 1)
     path, _, body = agent.requests[0]
     assert path == NOTIFY_PATH and outcomes == [operator]
     assert json.loads(body) == {
