@@ -527,7 +527,10 @@ def decode_cursor(token: str) -> tuple[datetime, str]:
     stamp, _, task_id = (key or "").partition(".")
     if not stamp.isdigit() or len(stamp) > 18 or not task_id:
         raise refused
-    return views.from_micros(int(stamp)), task_id
+    try:
+        return views.from_micros(int(stamp)), task_id
+    except OverflowError as exc:  # 18 digits of microseconds reach past the year 9999
+        raise refused from exc
 
 
 def state_filter(value: Any) -> str | None:

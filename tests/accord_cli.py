@@ -32,6 +32,9 @@ CLEARED = ("ACCORD_RPC_URL", "ACCORD_DB_URL", "ACCORD_REQUESTER_ETH_KEY")
 
 TIMEOUT = 120
 
+ACCORD_ARGV = (sys.executable, "-m", "accord.api.cli")
+"""How a test starts `accord` unforked: `python -m accord.api.cli`."""
+
 
 def cli_environ(home: Path, *, columns: int = 200, **settings: str) -> dict[str, str]:
     """The environment of an `accord` run with home `home`: the caller's, without CLEARED,
@@ -50,10 +53,18 @@ def run_accord(
     The process is forked from this test process's zygote (tests/cli_zygote.py), which has
     imported accord once; with ACCORD_TEST_NO_ZYGOTE=1 in the caller's environment it is a
     fresh interpreter instead. Raises subprocess.TimeoutExpired after `timeout` seconds."""
-    argv = [sys.executable, "-m", "accord.api.cli", *args]
     if os.environ.get("ACCORD_TEST_NO_ZYGOTE") == "1":
-        return subprocess.run(argv, env=environ, capture_output=True, text=True, timeout=timeout)
-    return _ZYGOTE.run(argv, environ, timeout)
+        return run_unforked(environ, *args, timeout=timeout)
+    return _ZYGOTE.run(list(args), environ, timeout)
+
+
+def run_unforked(
+    environ: dict[str, str], *args: str, timeout: float = TIMEOUT
+) -> subprocess.CompletedProcess[str]:
+    """`accord ARGS` in a fresh interpreter (what the zygote's children stand in for)."""
+    return subprocess.run(
+        [*ACCORD_ARGV, *args], env=environ, capture_output=True, text=True, timeout=timeout
+    )
 
 
 class _Zygote:
@@ -91,7 +102,7 @@ class _Zygote:
             shutil.rmtree(self.folder, ignore_errors=True)
 
     def run(
-        self, argv: list[str], environ: dict[str, str], timeout: float
+        self, args: list[str], environ: dict[str, str], timeout: float
     ) -> subprocess.CompletedProcess[str]:
         with self.lock:
             if self.process is None or self.process.poll() is not None:
@@ -99,7 +110,7 @@ class _Zygote:
             self.count += 1
             out, err = self.folder / f"{self.count}.out", self.folder / f"{self.count}.err"
             request = {
-                "argv": argv[3:],
+                "argv": args,
                 "env": environ,
                 "cwd": os.getcwd(),
                 "stdout": str(out),
@@ -113,6 +124,7 @@ class _Zygote:
             stdout, stderr = out.read_text(), err.read_text()
             out.unlink()
             err.unlink()
+        argv = [*ACCORD_ARGV, *args]
         if answer.get("timeout"):
             raise subprocess.TimeoutExpired(argv, timeout, stdout, stderr)
         return subprocess.CompletedProcess(argv, int(answer["returncode"]), stdout, stderr)

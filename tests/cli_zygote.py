@@ -4,8 +4,8 @@ dependencies once, and forks a child per command line.
 Started as `python -m tests.cli_zygote SOCKET`, it serves one request at a time on the Unix
 socket SOCKET. A request is one JSON line: {"argv", "env", "cwd", "stdout", "stderr",
 "timeout"}. The zygote forks; the child takes the environment, folder and argv, points file
-descriptors 0/1/2 at /dev/null and the two output files, and runs `accord.api.cli.main()`, as
-`python -m accord.api.cli` would, then exits with its code. The zygote answers one JSON line:
+descriptors 0/1/2 at /dev/null and the two output files, and runs `accord.api.cli` as
+`python -m accord.api.cli` does, then exits with its code. The zygote answers one JSON line:
 {"returncode": N} or {"timeout": true} (the child was killed).
 
 Why: importing web3, FastAPI and SQLAlchemy costs an `accord` process 2 to 3 s of CPU before the
@@ -23,6 +23,7 @@ import importlib
 import json
 import os
 import pkgutil
+import runpy
 import signal
 import socket
 import sys
@@ -68,10 +69,12 @@ def _child(request: dict[str, object], sockets: tuple[socket.socket, ...]) -> No
         argv = request["argv"]
         assert isinstance(argv, list)
         sys.argv = ["accord", *(str(a) for a in argv)]
-        from accord.api.cli import main
-
         try:
-            main()
+            # as `python -m accord.api.cli`: __main__ and argv[0] are that module's, which is
+            # what click names in its usage lines (and, as there, not also in sys.modules under
+            # its own name, or runpy warns)
+            sys.modules.pop("accord.api.cli", None)
+            runpy.run_module("accord.api.cli", run_name="__main__", alter_sys=True)
             code = 0
         except SystemExit as exc:
             if exc.code is None:

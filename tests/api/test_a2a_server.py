@@ -527,6 +527,7 @@ def call(method: str, params: Any = None, request_id: Any = 7) -> bytes:
         (call("ListTasks", {"pageToken": "tasks.12"}), -32602, 7),
         (call("ListTasks", {"pageToken": "a2a.12"}), -32602, 7),
         (call("ListTasks", {"pageToken": "a2a.x1.task-1"}), -32602, 7),
+        (call("ListTasks", {"pageToken": "a2a.999999999999999999.task-1"}), -32602, 7),
         (call("ListTasks", {"status": "TASK_STATE_BORED"}), -32602, 7),
         (call("CancelTask", {"id": 12}), -32602, 7),
         (call("SendMessage", {}), -32602, 7),

@@ -103,7 +103,8 @@ def checking(operator_did: str, outcomes: list[str], reply: Reply) -> Handle:
     return handle
 
 
-def wait_for(condition: Callable[[], bool], seconds: float = 10.0) -> None:
+def wait_for(condition: Callable[[], bool], seconds: float = 120.0) -> None:
+    """Until `condition` holds; `seconds` only bounds a hang (a slow machine waits longer)."""
     deadline = time.monotonic() + seconds
     while not condition():
         assert time.monotonic() < deadline, "timed out"
