@@ -37,7 +37,7 @@ def test_a_forked_command_answers_as_a_fresh_interpreter(tmp_path: Path, args: t
 
 
 def test_a_command_past_its_timeout_is_killed_and_reported(tmp_path: Path) -> None:
-    # `devnet up` on a port nothing answers starts anvil and waits for it: longer than 0.05 s
+    # `ledger verify` opens the home and asks the devnet on port 1: more than 0.05 s of work
     environ = cli_environ(tmp_path / "home", ACCORD_DEVNET_PORT="1")
     with pytest.raises(subprocess.TimeoutExpired):
         run_accord(environ, "ledger", "verify", timeout=0.05)
