@@ -5,6 +5,11 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PY_STAMP := $(VENV)/.accord-installed
 NPM_STAMP := node_modules/.accord-installed
+# uv resolves and installs the same packages as pip from the same index, in parallel and
+# from a cache of unpacked wheels: 143 s -> about 10 s for the whole setup on a fresh clone here
+# (README, "Dependencies, and why"). pip stays in the venv: `pip wheel` builds the wheel.
+UV_REQUIREMENT := uv>=0.13,<0.14
+UV := $(VENV)/bin/uv
 
 .PHONY: setup box demo test lint bench contracts wheel clean
 
@@ -16,10 +21,11 @@ box:
 
 $(PY_STAMP): pyproject.toml
 	@echo "==> setup: installing accord and its dependencies from PyPI into $(VENV)"
-	@echo "    (web3, fastapi, sqlmodel, openai, the test tools...); a few minutes on a fresh machine"
+	@echo "    (web3, fastapi, sqlmodel, openai, the test tools...) with uv; under a minute"
 	test -x $(PY) || python3 -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev]'
+	$(PY) -m pip install --quiet '$(UV_REQUIREMENT)'
+	$(UV) pip install --quiet --python $(PY) --upgrade pip
+	$(UV) pip install --quiet --python $(PY) -e '.[dev]'
 	@echo "==> setup: $(VENV) ready"
 	touch $@
 
