@@ -180,24 +180,32 @@ class Web3EscrowChain(Web3Transactions):
         return nonce_at(self._w3, self._rpc_url, address, latest)
 
     def events(self, task_id: str | None = None, *, from_block: int = 0) -> list[EscrowEvent]:
+        """One `eth_getLogs` for every event kind (topic 0 any of them; topic 1 the task's
+        hash when `task_id` is given, which leaves out Withdrawn, a task-less event)."""
         names: list[EscrowEventName] = ["Opened", "Settled", "Refunded"]
-        filters: dict[str, Any] = {}
         if task_id is None:
             names.append("Withdrawn")
-        else:
-            filters = {"taskId": task_id_hash(task_id)}
-        logs: list[Any] = []
+        kinds = {
+            bytes.fromhex(event.topic.removeprefix("0x")): event
+            for event in (getattr(self._contract.events, name)() for name in names)
+        }
+        topics: list[Any] = [["0x" + topic.hex() for topic in kinds]]
+        if task_id is not None:
+            topics.append("0x" + task_id_hash(task_id).hex())
         with mapped_chain_errors(self._rpc_url, "eth_getLogs"):
             if from_block > 0 and from_block > int(self._w3.eth.block_number):
                 return []  # nodes refuse a range that starts after the head
-            for name in names:
-                logs.extend(
-                    getattr(self._contract.events, name).get_logs(
-                        from_block=from_block, to_block="latest", argument_filters=filters
-                    )
-                )
-        logs.sort(key=lambda log: (log["blockNumber"], log["logIndex"]))
-        return [_decode_event(log) for log in logs]
+            logs = self._w3.eth.get_logs(
+                {
+                    "address": self._address,
+                    "fromBlock": from_block,
+                    "toBlock": "latest",
+                    "topics": topics,
+                }
+            )
+            decoded = [kinds[bytes(log["topics"][0])].process_log(log) for log in logs]
+        decoded.sort(key=lambda log: (log["blockNumber"], log["logIndex"]))
+        return [_decode_event(log) for log in decoded]
 
 
 def _decode_event(log: Any) -> EscrowEvent:
