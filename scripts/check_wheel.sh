@@ -84,7 +84,7 @@ UV_BIN="${UV:-$(dirname "$PYTHON")/uv}"
 if [[ -x "$UV_BIN" ]]; then
   step "installing the wheel and its dependencies into a fresh venv in $WORK (uv)"
   "$PYTHON" -m venv --without-pip "$VENV"
-  INSTALL=("$UV_BIN" pip install --python "$VENV/bin/python" "$WHEEL")
+  INSTALL=("$UV_BIN" pip install --compile-bytecode --python "$VENV/bin/python" "$WHEEL")
 else
   step "installing the wheel and its dependencies into a fresh venv in $WORK (pip)"
   "$PYTHON" -m venv "$VENV"
