@@ -3,6 +3,7 @@ this one (`tests.accord_cli`, `tests.serving`, `tests.stand_in`, `tests.specs`).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -11,6 +12,12 @@ import pytest
 
 from accord.ledger.devnet import find_free_port
 from tests.accord_cli import AccordCli
+
+# shap, the tests' cross-check of exact Shapley values, runs its explainers through numba, whose
+# first call in a process compiled them for 12.5 s; run as plain Python they take milliseconds
+# at the sizes the tests use (n <= 10) and compute the same values. Read when numba is imported,
+# which only shap does. The benchmarks leave it unset: they time shap compiled.
+os.environ.setdefault("NUMBA_DISABLE_JIT", "1")
 
 REPOSITORY = Path(__file__).resolve().parent.parent
 PACKAGES = ("accord", "api", "audit", "coordinator", "identity", "ledger", "market")
