@@ -21,6 +21,7 @@ from tests.ledger.tamper import (
     ROW_KINDS,
     Corpus,
     Lab,
+    N,
     Pristine,
     assert_caught_where_expected,
     set_data,
@@ -67,7 +68,7 @@ def _sig_aliases(data: bytes) -> list[tuple[int, int]]:
 
 def test_sig_encoding_aliases_of_an_entry_fail_step_1(pristine: Pristine, lab: Lab) -> None:
     checked = 0
-    for k in (0, 150, 299):
+    for k in (0, N // 2, N - 1):
         data = pristine.rows[k].data
         for position, new in _sig_aliases(data):
             changed = data[:position] + bytes([new]) + data[position + 1 :]
@@ -97,12 +98,12 @@ def test_sig_encoding_aliases_of_a_checkpoint_fail_step_4(pristine: Pristine, la
 
 def test_sig_encoding_aliases_of_an_entry_are_caught(pristine: Pristine, lab: Lab) -> None:
     """Today they are caught by step 3 (the leaf hash), at the right entry."""
-    data = pristine.rows[150].data
+    data = pristine.rows[N // 2].data
     for position, new in _sig_aliases(data)[:8]:
         changed = data[:position] + bytes([new]) + data[position + 1 :]
-        report = lab.run(lambda db, changed=changed: set_data(db, 150, changed))
+        report = lab.run(lambda db, changed=changed: set_data(db, N // 2, changed))
         failure = report.first_failure
-        assert failure is not None and failure.entry == 150
+        assert failure is not None and failure.entry == N // 2
 
 
 @pytest.mark.parametrize(
@@ -129,8 +130,8 @@ def test_swapping_only_the_data_of_two_entries_fails_step_1(pristine: Pristine, 
     rows = pristine.rows
 
     def apply(db: sqlite3.Connection) -> None:
-        set_data(db, 40, rows[200].data)
-        set_data(db, 200, rows[40].data)
+        set_data(db, 40, rows[N - 20].data)
+        set_data(db, N - 20, rows[40].data)
 
     failure = lab.run(apply).first_failure
     assert failure is not None and (failure.number, failure.entry) == (1, 40)
