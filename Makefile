@@ -1,5 +1,6 @@
-# accord: `make demo` runs the main job, `make test` is what CI runs (then checks the wheel on
-# its own, beside pytest: scripts/test_and_wheel.sh). Both set themselves up.
+# accord: `make demo` runs the main job, `make test` is what CI runs (pytest, with lint, the
+# contracts' artifacts and the wheel checked beside it: scripts/test_all.sh). Both set
+# themselves up.
 SHELL := /bin/bash
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -16,7 +17,9 @@ UV := $(VENV)/bin/uv
 
 .PHONY: setup box demo test lint bench contracts wheel clean
 
-setup: $(PY_STAMP) $(NPM_STAMP) box
+# The three at once: pip's and npm's downloads and Debian's packages do not wait on each other.
+setup:
+	@$(MAKE) --no-print-directory -j3 --output-sync=target $(PY_STAMP) $(NPM_STAMP) box
 
 # bubblewrap and libseccomp from Debian: strangers' code runs in their box or not at all.
 box:
@@ -47,10 +50,9 @@ lint: setup
 	$(VENV)/bin/mypy
 	$(VENV)/bin/vulture
 
-test: setup lint
-	$(PY) scripts/compile_contracts.py --check
+test: setup
 	scripts/install_browser.sh
-	scripts/test_and_wheel.sh
+	scripts/test_all.sh
 
 bench: setup
 	scripts/with_postgres.sh $(PY) scripts/bench/run_all.py
