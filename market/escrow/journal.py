@@ -19,7 +19,6 @@ from sqlalchemy import (
     Float,
     Integer,
     LargeBinary,
-    delete,
     insert,
     inspect,
     or_,
@@ -306,12 +305,28 @@ class SqlEscrowJournal:
         return None if row is None else (int(row[0]), bytes(row[1]))
 
     def record_intact(self, block_number: int, block_hash: bytes) -> None:
+        """One statement, an upsert of the one row: services sharing the database record it at
+        the same time (with a DELETE then an INSERT, two of them could both find no row, and
+        the second INSERT failed on the key). The last writer's block wins; any of them is a
+        block the chain held every done transaction through."""
+        from sqlalchemy.dialects import postgresql, sqlite  # the CLI's start-up needs neither
+
+        insert_into = (
+            postgresql.insert if self.engine.dialect.name == "postgresql" else sqlite.insert
+        )
+        statement = insert_into(_INTACT).values(
+            id=1, block_number=block_number, block_hash=block_hash
+        )
+        upsert = statement.on_conflict_do_update(
+            index_elements=[_INTACT.c.id],
+            set_={
+                "block_number": statement.excluded.block_number,
+                "block_hash": statement.excluded.block_hash,
+            },
+        )
         try:
             with self.engine.begin() as connection:
-                connection.execute(delete(_INTACT))
-                connection.execute(
-                    insert(_INTACT).values(id=1, block_number=block_number, block_hash=block_hash)
-                )
+                connection.execute(upsert)
         except SQLAlchemyError as exc:
             raise EscrowError(f"cannot update the escrow journal: {exc}") from exc
 

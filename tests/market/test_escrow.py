@@ -5,10 +5,12 @@ The same state machine as on anvil (tests/integration/test_escrow_chain.py) runs
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
-from sqlalchemy import create_engine
+from sqlalchemy import create_engine, text
 from web3 import Web3
 
 from accord.ledger.errors import ChainUnavailableError
@@ -38,6 +40,7 @@ from tests.integration.test_escrow_chain import (
     Harness,
     run_state_machine,
 )
+from tests.ledger.conftest import postgres_schema_url
 
 DAY = 86_400
 
@@ -301,3 +304,59 @@ def test_an_old_journal_table_gains_sent_at_and_keeps_its_records(
             SqlEscrowJournal(engine)  # opening it again changes nothing
         finally:
             engine.dispose()
+
+
+def test_the_intact_mark_is_recorded_twice_and_the_last_wins(tmp_path: Path) -> None:
+    journal = SqlEscrowJournal(create_engine(f"sqlite:///{tmp_path / 'market.db'}"))
+    assert journal.intact_through() is None
+    journal.record_intact(3, b"\x03" * 32)
+    journal.record_intact(9, b"\x09" * 32)
+    assert journal.intact_through() == (9, b"\x09" * 32)
+
+
+@pytest.mark.postgres
+def test_two_services_recording_the_intact_mark_at_once_both_succeed() -> None:
+    """Services sharing one PostgreSQL database reconcile at the same time. One holds its
+    uncommitted row; the other's record waits on the key, then, once the first commits,
+    updates the row instead of failing on it (found by a run under load of
+    test_forgetting.py: 'duplicate key value violates unique constraint')."""
+    with postgres_schema_url() as url:
+        first, second = create_engine(url), create_engine(url)
+        try:
+            SqlEscrowJournal(first)
+            journal = SqlEscrowJournal(second)
+            outcome: list[BaseException | None] = []
+            with first.connect() as holder:
+                holder.execute(
+                    text(
+                        "INSERT INTO market_escrow_intact (id, block_number, block_hash)"
+                        " VALUES (1, 3, :hash)"
+                    ),
+                    {"hash": b"\x03" * 32},
+                )  # the first service's transaction, not yet committed
+
+                def record() -> None:
+                    try:
+                        journal.record_intact(9, b"\x09" * 32)
+                        outcome.append(None)
+                    except BaseException as exc:  # reported below, in the test's thread
+                        outcome.append(exc)
+
+                recorder = threading.Thread(target=record)
+                recorder.start()
+                while not _a_lock_is_awaited(holder):  # the record waits on the key
+                    recorder.join(0.05)
+                    assert recorder.is_alive(), outcome
+                holder.commit()
+                recorder.join()
+            assert outcome == [None]
+            assert journal.intact_through() == (9, b"\x09" * 32)
+        finally:
+            first.dispose()
+            second.dispose()
+
+
+def _a_lock_is_awaited(connection: Any) -> bool:
+    return bool(
+        connection.execute(text("SELECT count(*) FROM pg_locks WHERE NOT granted")).scalar()
+    )
