@@ -357,6 +357,13 @@ def test_two_services_recording_the_intact_mark_at_once_both_succeed() -> None:
 
 
 def _a_lock_is_awaited(connection: Any) -> bool:
+    """Whether a session waits on `connection`'s transaction (not merely any lock on the
+    PostgreSQL the suite's workers share)."""
     return bool(
-        connection.execute(text("SELECT count(*) FROM pg_locks WHERE NOT granted")).scalar()
+        connection.execute(
+            text(
+                "SELECT count(*) FROM pg_stat_activity"
+                " WHERE pg_backend_pid() = ANY(pg_blocking_pids(pid))"
+            )
+        ).scalar()
     )
