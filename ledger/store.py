@@ -255,6 +255,22 @@ def statement_connection(engine: Engine) -> Connection:
     return connection
 
 
+def upsert(table: Any, dialect: str, keys: Sequence[Any], updated: Sequence[str]) -> Any:
+    """One statement that INSERTs a row into `table` or, where a row with the same `keys`
+    (its primary key or a unique index) is already there, sets only its `updated` columns to
+    the new row's values: ON CONFLICT DO UPDATE, which both of accord's databases speak
+    (`dialect` is "postgresql" or "sqlite"). Rows go in as the statement's parameters. Unlike a
+    read, then an INSERT or an UPDATE, it cannot fail on the key when two processes write the
+    same row at once."""
+    from sqlalchemy.dialects import postgresql, sqlite  # the CLI's start-up needs neither
+
+    insert_into = postgresql.insert if dialect == "postgresql" else sqlite.insert
+    statement = insert_into(table)
+    return statement.on_conflict_do_update(
+        index_elements=list(keys), set_={name: statement.excluded[name] for name in updated}
+    )
+
+
 def create_tables(engine: Engine, tables: Sequence[Any]) -> None:
     """Create the missing `tables` (and their indexes). Several processes may start at once on
     one PostgreSQL: a CREATE racing another one's for the same table fails on the catalog's

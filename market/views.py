@@ -44,6 +44,7 @@ from sqlmodel import Column, Field, SQLModel
 
 from accord.ledger.errors import MalformedError, QueryError
 from accord.ledger.events import parse_time
+from accord.ledger.store import upsert
 from accord.ledger.views import (
     ViewEntry,
     check_limit,
@@ -478,18 +479,8 @@ class BidBookView:
 @lru_cache(maxsize=2)
 def _commitments_upsert(dialect: str) -> Any:
     """INSERT into the bid view, or on a (task, bidder) already there set only its latest
-    commitment, in `dialect` (postgresql or sqlite: both say ON CONFLICT DO UPDATE)."""
-    from sqlalchemy.dialects import postgresql, sqlite  # the CLI's start-up needs neither
-
-    insert_into = postgresql.insert if dialect == "postgresql" else sqlite.insert
-    statement = insert_into(BIDS)
-    return statement.on_conflict_do_update(
-        index_elements=[BIDS.c.subject, BIDS.c.bidder],
-        set_={
-            "committed_index": statement.excluded.committed_index,
-            "commitment": statement.excluded.commitment,
-        },
-    )
+    commitment, in `dialect`."""
+    return upsert(BIDS, dialect, [BIDS.c.subject, BIDS.c.bidder], ["committed_index", "commitment"])
 
 
 _BID_KINDS = frozenset({BID_COMMITTED, BID_REVEALED})

@@ -29,7 +29,7 @@ from sqlalchemy import (
 from sqlalchemy.exc import SQLAlchemyError
 from sqlmodel import Column, Field, SQLModel
 
-from accord.ledger.store import create_tables
+from accord.ledger.store import create_tables, upsert
 from accord.ledger.txjournal import DONE, UNRESOLVED, JournalStatus
 from accord.market.errors import EscrowError
 from accord.market.escrow.values import EscrowIntent, SignedEscrowTx
@@ -309,24 +309,13 @@ class SqlEscrowJournal:
         the same time (with a DELETE then an INSERT, two of them could both find no row, and
         the second INSERT failed on the key). The last writer's block wins; any of them is a
         block the chain held every done transaction through."""
-        from sqlalchemy.dialects import postgresql, sqlite  # the CLI's start-up needs neither
-
-        insert_into = (
-            postgresql.insert if self.engine.dialect.name == "postgresql" else sqlite.insert
+        statement = upsert(
+            _INTACT, self.engine.dialect.name, [_INTACT.c.id], ["block_number", "block_hash"]
         )
-        statement = insert_into(_INTACT).values(
-            id=1, block_number=block_number, block_hash=block_hash
-        )
-        upsert = statement.on_conflict_do_update(
-            index_elements=[_INTACT.c.id],
-            set_={
-                "block_number": statement.excluded.block_number,
-                "block_hash": statement.excluded.block_hash,
-            },
-        )
+        row = {"id": 1, "block_number": block_number, "block_hash": block_hash}
         try:
             with self.engine.begin() as connection:
-                connection.execute(upsert)
+                connection.execute(statement, row)
         except SQLAlchemyError as exc:
             raise EscrowError(f"cannot update the escrow journal: {exc}") from exc
 
