@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # `make test` after setup: the pytest suite in the foreground, and beside it, in the background,
-# the checks that do not need it: lint (`make lint`: ruff, ruff format, mypy, vulture), the
-# committed contract artifacts against a fresh compile, and the wheel checked on its own
-# (scripts/check_wheel.sh). Each background check's output is kept in a file and printed after
-# pytest's. Run one after the other they kept a core idle: mypy is one process, and the wheel
-# check waits on its installs and its devnet, time in which the suite's workers use the cores.
+# the checks that do not need it: lint (`make lint`: ruff, ruff format, mypy, vulture) and the
+# wheel checked on its own (scripts/check_wheel.sh). The committed contract artifacts are
+# compared with a fresh compile by the suite (tests/contracts/test_artifacts.py). Each
+# background check's output is kept in a file and printed after pytest's. Run one after the
+# other they kept a core idle: mypy is one process, and the wheel check waits on its installs
+# and its devnet, time in which the suite's workers use the cores.
 # Exit status: 0 when all pass, else pytest's status, else the first failing check's.
 #
 #   scripts/test_all.sh [PYTEST ARGS...]   extra arguments go to pytest
@@ -13,7 +14,6 @@ cd "$(dirname "$0")/.."
 
 CHECKS=(
   "lint|make --no-print-directory lint"
-  "contracts|.venv/bin/python scripts/compile_contracts.py --check"
   "wheel|scripts/check_wheel.sh"
 )
 LOGS=()

@@ -324,15 +324,33 @@ def test_report_json_of_a_failure(log: Log) -> None:
     ]
 
 
-def test_a_long_log_is_checked_in_worker_processes_with_the_same_verdicts(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    """Above PARALLEL_MIN_ENTRIES step 1 runs in a process pool: verdicts stay the same."""
+def test_a_long_log_is_checked_in_worker_processes_with_the_same_verdicts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Above PARALLEL_MIN_ENTRIES step 1 runs in a process pool: verdicts stay the same. The
+    threshold and the chunk are lowered (20,000 and 4,000 in the product), so that a log of
+    3,500 entries takes the pool's path in seven chunks; the pool counts what it was given."""
+    import os
     import sqlite3
+    from concurrent.futures import Future, ProcessPoolExecutor
     from datetime import UTC, datetime
+    from typing import Any
 
     from accord.ledger import verify as verify_module
     from accord.ledger.events import make_entry
-    from accord.ledger.signing import Ed25519Signer
     from accord.ledger.store import LogStore, make_engine
+
+    submitted: list[int] = []
+
+    class CountingPool(ProcessPoolExecutor):
+        def submit(self, fn: Any, /, *args: Any, **kwargs: Any) -> Future[Any]:
+            submitted.append(len(args[0]))
+            return super().submit(fn, *args, **kwargs)
+
+    monkeypatch.setattr(verify_module, "PARALLEL_MIN_ENTRIES", 2_000)
+    monkeypatch.setattr(verify_module, "_CHUNK", 500)
+    monkeypatch.setattr(verify_module, "ProcessPoolExecutor", CountingPool)
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)  # a pool on a one-core machine too
 
     path = tmp_path / "long.db"
     store = LogStore(make_engine(f"sqlite:///{path}"), "long")
@@ -349,6 +367,7 @@ def test_a_long_log_is_checked_in_worker_processes_with_the_same_verdicts(tmp_pa
     store.append_batch(batch)
     operator = Ed25519Signer.generate()
     assert verify_log(store, operator.did, None).ok
+    assert submitted == [500] * 7
 
     target = size - 1_000  # in the last chunks, checked by a worker
     with sqlite3.connect(path) as db:
@@ -358,6 +377,7 @@ def test_a_long_log_is_checked_in_worker_processes_with_the_same_verdicts(tmp_pa
     reopened = LogStore(make_engine(f"sqlite:///{path}"), "long")
     failure = verify_log(reopened, operator.did, None).first_failure
     assert failure is not None and (failure.number, failure.entry) == (1, target)
+    assert len(submitted) > 7  # the second verification went through the pool too
 
 
 def test_a_resigned_and_rebuilt_log_is_named_from_the_last_matching_anchor(
