@@ -9,6 +9,7 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any
 
+import requests
 from eth_abi.abi import decode as abi_decode
 from eth_account import Account
 from eth_utils.address import to_checksum_address
@@ -56,16 +57,32 @@ def make_web3(rpc_url: str, timeout_s: float = RPC_TIMEOUT_S) -> Web3:
     web3's default retries connection errors five times with backoff (~2 s): a down node
     must be reported at once, the anchoring service does its own retrying. The chain id, which
     web3 asks before every call and estimate it makes, is cached per Web3 (nearly half of all
-    requests otherwise); nothing else is.
+    requests otherwise); nothing else is. Its requests go through `endpoint_session`.
     """
     provider = HTTPProvider(
         rpc_url,
         request_kwargs={"timeout": timeout_s},
+        session=endpoint_session(rpc_url),
         exception_retry_configuration=None,
         cache_allowed_requests=True,
         cacheable_requests={RPCEndpoint("eth_chainId")},
     )
     return Web3(provider)
+
+
+def endpoint_session(rpc_url: str) -> requests.Session:
+    """A requests Session for `rpc_url` that reads what the environment says about it (its
+    proxy, or none under NO_PROXY; REQUESTS_CA_BUNDLE; a ~/.netrc login) once, here. A default
+    Session reads them again on every request: it walks the whole environment and looks for
+    ~/.netrc each time, which was a third of a JSON-RPC call's CPU in the client (2.25 ms a
+    call against 1.6 ms, eth_blockNumber on anvil). No I/O beyond reading ~/.netrc."""
+    session = requests.Session()
+    settings = session.merge_environment_settings(rpc_url, {}, None, None, None)
+    session.proxies.update(settings["proxies"])
+    session.verify = settings["verify"]
+    session.auth = requests.utils.get_netrc_auth(rpc_url)
+    session.trust_env = False
+    return session
 
 
 @contextlib.contextmanager
