@@ -27,6 +27,7 @@ from accord.ledger.chain.values import (
     with_gas_margin,
 )
 from accord.ledger.chain.web3_chain import (
+    ViewCalls,
     Web3Transactions,
     decode_custom_error,
     make_web3,
@@ -74,19 +75,19 @@ class Web3EscrowChain(Web3Transactions):
         self._contract: Contract = self._w3.eth.contract(
             address=self._address, abi=self._artifact.abi
         )
+        self._views = ViewCalls(self._w3, rpc_url, self._address, self._artifact.abi)
         self._chain_id: int | None = None
 
     def escrow_address(self) -> str:
         return self._address
 
     def operator(self) -> str:
-        with mapped_chain_errors(self._rpc_url, "operator"):
-            return str(to_checksum_address(self._contract.functions.operator().call()))
+        (operator,) = self._views.call("operator")
+        return str(to_checksum_address(operator))
 
     def escrow(self, task_id: str) -> EscrowRecord | None:
         key = task_id_hash(task_id)
-        with mapped_chain_errors(self._rpc_url, "escrows"):
-            requester, deposit, deadline, state = self._contract.functions.escrows(key).call()
+        requester, deposit, deadline, state = self._views.call("escrows", key)
         if int(state) == EscrowState.NONE:
             return None
         return EscrowRecord(
@@ -98,8 +99,8 @@ class Web3EscrowChain(Web3Transactions):
         )
 
     def credit(self, address: str) -> Wei:
-        with mapped_chain_errors(self._rpc_url, "credit"):
-            return Wei(int(self._contract.functions.credit(to_checksum_address(address)).call()))
+        (credit,) = self._views.call("credit", to_checksum_address(address))
+        return Wei(int(credit))
 
     def balance(self) -> Wei:
         with mapped_chain_errors(self._rpc_url, "eth_getBalance"):

@@ -1,0 +1,163 @@
+"""accord's JSON-RPC transport, against a real HTTP server on loopback that stands in for a
+node and for a proxy (it records each request line, whose absolute URL shows a proxied
+request, and answers every call with what the test sets):
+
+* the session reads the environment's proxy settings once, and obeys them;
+* `ViewCalls` encodes a view function's call as the ABI says, decodes its answer, and turns a
+  node's error or a malformed answer into a ChainError that names the function.
+
+Its answers from the real contracts on anvil are checked in tests/integration (the escrow's
+credits and records against the state machine's model, the registry's sizes and roots)."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+from eth_abi.abi import encode
+from eth_utils.crypto import keccak
+
+from accord.ledger.chain.web3_chain import ViewCalls, make_web3
+from accord.ledger.errors import ChainError, ChainUnavailableError
+
+
+class StandIn(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), _Answer)
+        self.request_lines: list[str] = []
+        self.calls: list[dict[str, Any]] = []
+        self.answer: dict[str, Any] = {"result": "0x7a69"}  # 31337, anvil's chain id
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}"
+
+
+class _Answer(BaseHTTPRequestHandler):
+    server: StandIn
+
+    def do_POST(self) -> None:
+        self.server.request_lines.append(self.requestline)
+        call = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        self.server.calls.append(call)
+        body = json.dumps({"jsonrpc": "2.0", "id": call["id"], **self.server.answer}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def stand_in() -> Iterator[StandIn]:
+    server = StandIn()
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.fixture(autouse=True)
+def no_proxy_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+        monkeypatch.delenv(name.lower(), raising=False)
+
+
+def test_a_proxy_named_by_the_environment_carries_the_calls(
+    stand_in: StandIn, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HTTP_PROXY", stand_in.url)
+    w3 = make_web3("http://node.invalid:8545")
+    assert w3.eth.chain_id == 31337
+    assert stand_in.request_lines and set(stand_in.request_lines) == {
+        "POST http://node.invalid:8545/ HTTP/1.1"
+    }
+
+
+def test_no_proxy_sends_the_calls_straight_to_the_node(
+    stand_in: StandIn, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HTTP_PROXY", "http://127.0.0.1:9")  # nothing listens: a proxied call fails
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1")
+    assert make_web3(stand_in.url).eth.chain_id == 31337
+    assert stand_in.request_lines and set(stand_in.request_lines) == {"POST / HTTP/1.1"}
+
+
+def test_the_environment_is_read_when_the_web3_is_made_not_on_each_call(
+    stand_in: StandIn, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    w3 = make_web3(stand_in.url)
+    monkeypatch.setenv("HTTP_PROXY", "http://127.0.0.1:9")
+    assert w3.eth.chain_id == 31337
+    assert stand_in.request_lines and set(stand_in.request_lines) == {"POST / HTTP/1.1"}
+
+
+ABI: list[dict[str, Any]] = [
+    {
+        "type": "function",
+        "name": "escrows",
+        "stateMutability": "view",
+        "inputs": [{"name": "taskId", "type": "bytes32"}],
+        "outputs": [
+            {"name": "requester", "type": "address"},
+            {"name": "deposit", "type": "uint256"},
+            {"name": "state", "type": "uint8"},
+        ],
+    },
+    {"type": "function", "name": "withdraw", "stateMutability": "nonpayable", "inputs": []},
+]
+ADDRESS = "0x5FbDB2315678afecb367f032d93F642f64180aa3"
+REQUESTER = "0x70997970c51812dc3a010c7d01b50e0d17dc79c8"
+
+
+def test_a_view_call_is_one_eth_call_encoded_and_decoded_as_the_abi_says(
+    stand_in: StandIn,
+) -> None:
+    answer = encode(["address", "uint256", "uint8"], [REQUESTER, 10**18, 1])
+    stand_in.answer = {"result": "0x" + answer.hex()}
+    views = ViewCalls(make_web3(stand_in.url), stand_in.url, ADDRESS, ABI)
+    task = bytes(range(32))
+    assert views.call("escrows", task) == (REQUESTER, 10**18, 1)
+    [call] = stand_in.calls
+    selector = keccak(text="escrows(bytes32)")[:4]
+    assert call["method"] == "eth_call"
+    assert call["params"] == [{"to": ADDRESS, "data": "0x" + (selector + task).hex()}, "latest"]
+
+
+@pytest.mark.parametrize(
+    ("answer", "named"),
+    [
+        ({"error": {"code": 3, "message": "execution reverted"}}, "execution reverted"),
+        ({"result": "0x1234"}, "not ABI-encoded (address, uint256, uint8)"),
+        ({"result": "nonsense"}, "not ABI-encoded"),
+        ({"result": None}, "not ABI-encoded"),
+    ],
+)
+def test_an_error_or_a_malformed_answer_is_a_chain_error_naming_the_function(
+    stand_in: StandIn, answer: dict[str, Any], named: str
+) -> None:
+    stand_in.answer = answer
+    views = ViewCalls(make_web3(stand_in.url), stand_in.url, ADDRESS, ABI)
+    with pytest.raises(ChainError, match="escrows") as raised:
+        views.call("escrows", bytes(32))
+    assert named in str(raised.value)
+
+
+def test_a_node_that_does_not_answer_is_unavailable_and_a_non_view_is_unknown() -> None:
+    url = "http://127.0.0.1:9"  # nothing listens
+    views = ViewCalls(make_web3(url), url, ADDRESS, ABI)
+    with pytest.raises(ChainUnavailableError):
+        views.call("escrows", bytes(32))
+    with pytest.raises(KeyError):
+        views.call("withdraw")  # not a view: it is sent as a transaction, never called
