@@ -33,6 +33,7 @@ class StandIn(ThreadingHTTPServer):
         self.request_lines: list[str] = []
         self.calls: list[dict[str, Any]] = []
         self.answer: dict[str, Any] = {"result": "0x7a69"}  # 31337, anvil's chain id
+        self.body: bytes | None = None  # when set, answered as it is (no JSON-RPC object)
 
     @property
     def url(self) -> str:
@@ -46,7 +47,10 @@ class _Answer(BaseHTTPRequestHandler):
         self.server.request_lines.append(self.requestline)
         call = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         self.server.calls.append(call)
-        body = json.dumps({"jsonrpc": "2.0", "id": call["id"], **self.server.answer}).encode()
+        body = (
+            self.server.body
+            or json.dumps({"jsonrpc": "2.0", "id": call["id"], **self.server.answer}).encode()
+        )
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(body)))
@@ -142,6 +146,7 @@ def test_a_view_call_is_one_eth_call_encoded_and_decoded_as_the_abi_says(
         ({"result": "0x1234"}, "not ABI-encoded (address, uint256, uint8)"),
         ({"result": "nonsense"}, "not ABI-encoded"),
         ({"result": None}, "not ABI-encoded"),
+        ({"error": {"code": -32000, "message": "x" * 10_000}}, "x" * 200),
     ],
 )
 def test_an_error_or_a_malformed_answer_is_a_chain_error_naming_the_function(
@@ -151,7 +156,7 @@ def test_an_error_or_a_malformed_answer_is_a_chain_error_naming_the_function(
     views = ViewCalls(make_web3(stand_in.url), stand_in.url, ADDRESS, ABI)
     with pytest.raises(ChainError, match="escrows") as raised:
         views.call("escrows", bytes(32))
-    assert named in str(raised.value)
+    assert named in str(raised.value) and len(str(raised.value)) < 400
 
 
 def test_a_node_that_does_not_answer_is_unavailable_and_a_non_view_is_unknown() -> None:
@@ -161,3 +166,13 @@ def test_a_node_that_does_not_answer_is_unavailable_and_a_non_view_is_unknown() 
         views.call("escrows", bytes(32))
     with pytest.raises(KeyError):
         views.call("withdraw")  # not a view: it is sent as a transaction, never called
+
+
+@pytest.mark.parametrize("body", [b'["not", "an", "object"]', b"not json", b" "])
+def test_an_answer_that_is_no_json_rpc_object_is_a_chain_error(
+    stand_in: StandIn, body: bytes
+) -> None:
+    stand_in.body = body
+    views = ViewCalls(make_web3(stand_in.url), stand_in.url, ADDRESS, ABI)
+    with pytest.raises(ChainError, match="escrows"):
+        views.call("escrows", bytes(32))
