@@ -26,6 +26,10 @@ from importlib import import_module
 from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any
 
+from accord._stack import keep_recursion_limit
+
+keep_recursion_limit()  # first: py_ecc (under eth_account and web3) would raise it to 100,000
+
 if TYPE_CHECKING:
     from accord._home import Home, open_home
     from accord.api.client import AccordClient as Client

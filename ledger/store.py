@@ -261,9 +261,13 @@ def upsert(table: Any, dialect: str, keys: Sequence[Any], updated: Sequence[str]
     the new row's values: ON CONFLICT DO UPDATE, which both of accord's databases speak
     (`dialect` is "postgresql" or "sqlite"). Rows go in as the statement's parameters. Unlike a
     read, then an INSERT or an UPDATE, it cannot fail on the key when two processes write the
-    same row at once."""
+    same row at once. Raises ValueError for another dialect."""
     from sqlalchemy.dialects import postgresql, sqlite  # the CLI's start-up needs neither
 
+    if dialect not in ("postgresql", "sqlite"):
+        raise ValueError(
+            f"no upsert for the {dialect} dialect: accord stores in SQLite or PostgreSQL"
+        )
     insert_into = postgresql.insert if dialect == "postgresql" else sqlite.insert
     statement = insert_into(table)
     return statement.on_conflict_do_update(

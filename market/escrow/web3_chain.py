@@ -37,6 +37,7 @@ from accord.ledger.chain.web3_chain import (
     send_raw_transaction,
 )
 from accord.ledger.contracts import ContractArtifact, load_artifact
+from accord.ledger.errors import ChainError
 from accord.ledger.fees import FeePolicy, Fees, fees_for
 from accord.market.escrow.values import (
     ESCROW_CONTRACT,
@@ -90,12 +91,15 @@ class Web3EscrowChain(Web3Transactions):
         requester, deposit, deadline, state = self._views.call("escrows", key)
         if int(state) == EscrowState.NONE:
             return None
+        try:
+            known = EscrowState(state)
+        except ValueError:
+            raise ChainError(
+                f"escrows on {self._rpc_url}: task {task_id!r} is in state {state}, which "
+                "TaskEscrow does not have"
+            ) from None
         return EscrowRecord(
-            key,
-            to_checksum_address(requester),
-            Wei(int(deposit)),
-            int(deadline),
-            EscrowState(state),
+            key, to_checksum_address(requester), Wei(int(deposit)), int(deadline), known
         )
 
     def credit(self, address: str) -> Wei:

@@ -164,6 +164,20 @@ def test_chain_down_is_503(tmp_path: Path) -> None:
 # -- reads ----------------------------------------------------------------------------------
 
 
+def test_a_body_nested_past_the_recursion_limit_is_400_and_the_service_lives(
+    client: TestClient,
+) -> None:
+    """100,000 brackets (200 KB, under the body limit), to a route that reads JSON before any
+    signature: a clear 400. With py_ecc's recursion limit (accord/_stack.py) this killed the
+    process."""
+    deep = b"[" * 100_000 + b"]" * 100_000
+    response = client.post(
+        "/credentials/verify", content=deep, headers={"Content-Type": "application/json"}
+    )
+    assert_problem(response, 400)
+    assert client.get("/health").status_code == 200
+
+
 def test_service_card(client: TestClient) -> None:
     card = client.get("/.well-known/agent-card.json").json()
     for key in (

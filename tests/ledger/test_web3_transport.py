@@ -22,7 +22,11 @@ from eth_abi.abi import encode
 from eth_utils.crypto import keccak
 
 from accord.ledger.chain.web3_chain import ViewCalls, make_web3
+from accord.ledger.devnet import find_free_port
 from accord.ledger.errors import ChainError, ChainUnavailableError
+
+NOWHERE = f"http://127.0.0.1:{find_free_port()}"
+"""A loopback port nothing listens on (found free when the tests were collected)."""
 
 
 class StandIn(ThreadingHTTPServer):
@@ -92,7 +96,7 @@ def test_a_proxy_named_by_the_environment_carries_the_calls(
 def test_no_proxy_sends_the_calls_straight_to_the_node(
     stand_in: StandIn, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("HTTP_PROXY", "http://127.0.0.1:9")  # nothing listens: a proxied call fails
+    monkeypatch.setenv("HTTP_PROXY", NOWHERE)  # nothing listens: a proxied call would fail
     monkeypatch.setenv("NO_PROXY", "127.0.0.1")
     assert make_web3(stand_in.url).eth.chain_id == 31337
     assert stand_in.request_lines and set(stand_in.request_lines) == {"POST / HTTP/1.1"}
@@ -102,7 +106,7 @@ def test_the_environment_is_read_when_the_web3_is_made_not_on_each_call(
     stand_in: StandIn, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     w3 = make_web3(stand_in.url)
-    monkeypatch.setenv("HTTP_PROXY", "http://127.0.0.1:9")
+    monkeypatch.setenv("HTTP_PROXY", NOWHERE)
     assert w3.eth.chain_id == 31337
     assert stand_in.request_lines and set(stand_in.request_lines) == {"POST / HTTP/1.1"}
 
@@ -157,10 +161,11 @@ def test_an_error_or_a_malformed_answer_is_a_chain_error_naming_the_function(
     with pytest.raises(ChainError, match="escrows") as raised:
         views.call("escrows", bytes(32))
     assert named in str(raised.value) and len(str(raised.value)) < 400
+    assert type(raised.value) is ChainError  # the node answered: not "unavailable"
 
 
 def test_a_node_that_does_not_answer_is_unavailable_and_a_non_view_is_unknown() -> None:
-    url = "http://127.0.0.1:9"  # nothing listens
+    url = NOWHERE
     views = ViewCalls(make_web3(url), url, ADDRESS, ABI)
     with pytest.raises(ChainUnavailableError):
         views.call("escrows", bytes(32))
@@ -168,11 +173,22 @@ def test_a_node_that_does_not_answer_is_unavailable_and_a_non_view_is_unknown() 
         views.call("withdraw")  # not a view: it is sent as a transaction, never called
 
 
-@pytest.mark.parametrize("body", [b'["not", "an", "object"]', b"not json", b" "])
+@pytest.mark.parametrize(
+    "body",
+    [
+        b'["not", "an", "object"]',
+        b"not json",
+        b" ",
+        b"\xff\xfe not UTF-8",
+        b"[" * 100_000,  # deeper than the recursion limit (accord/_stack.py)
+    ],
+    ids=["list", "not-json", "blank", "not-utf8", "deep"],
+)
 def test_an_answer_that_is_no_json_rpc_object_is_a_chain_error(
     stand_in: StandIn, body: bytes
 ) -> None:
     stand_in.body = body
     views = ViewCalls(make_web3(stand_in.url), stand_in.url, ADDRESS, ABI)
-    with pytest.raises(ChainError, match="escrows"):
+    with pytest.raises(ChainError, match="escrows") as raised:
         views.call("escrows", bytes(32))
+    assert type(raised.value) is ChainError  # the node answered: not "unavailable"

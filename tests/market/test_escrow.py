@@ -13,7 +13,7 @@ import pytest
 from sqlalchemy import create_engine, text
 from web3 import Web3
 
-from accord.ledger.errors import ChainUnavailableError
+from accord.ledger.errors import ChainError, ChainUnavailableError
 from accord.market.escrow import (
     EscrowActions,
     EscrowIntent,
@@ -41,6 +41,7 @@ from tests.integration.test_escrow_chain import (
     run_state_machine,
 )
 from tests.ledger.conftest import postgres_schema_url
+from tests.ledger.test_web3_transport import StandIn
 
 DAY = 86_400
 
@@ -367,3 +368,28 @@ def _a_lock_is_awaited(connection: Any) -> bool:
             )
         ).scalar()
     )
+
+
+def test_an_escrow_state_the_contract_does_not_have_is_a_chain_error() -> None:
+    """A node that answers `escrows` with state 9 (TaskEscrow has four): a ChainError naming
+    the task, not a ValueError from the enum."""
+    from eth_abi.abi import encode
+
+    from accord.market.escrow.web3_chain import Web3EscrowChain
+
+    node = StandIn()
+    thread = threading.Thread(target=node.serve_forever, daemon=True)
+    thread.start()
+    try:
+        record = encode(["address", "uint256", "uint64", "uint8"], [ADDR[1], 10**18, 0, 9])
+        node.answer = {"result": "0x" + record.hex()}
+        chain = Web3EscrowChain(node.url, "0x5FbDB2315678afecb367f032d93F642f64180aa3")
+        with pytest.raises(ChainError, match=r"task-x.* state 9"):
+            chain.escrow("task-x")
+        node.answer = {"result": "0x" + record[:-32].hex() + (1).to_bytes(32, "big").hex()}
+        found = chain.escrow("task-x")
+        assert found is not None and found.state == EscrowState.OPEN
+        assert found.requester == ADDR[1] and found.deposit == 10**18
+    finally:
+        node.shutdown()
+        node.server_close()
