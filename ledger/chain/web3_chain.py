@@ -207,6 +207,11 @@ def revert_data(exc: ContractLogicError) -> bytes:
     return b""
 
 
+def abi_selector(name: str, types: list[str]) -> bytes:
+    """The 4-byte selector of a function or custom error: keccak256 of `name(type,...)` (pure)."""
+    return keccak(text=f"{name}({','.join(types)})")[:4]
+
+
 class ViewCalls:
     """A contract's view functions, each called by one bare `eth_call`: selectors and ABI
     types are worked out once, from the artifact's ABI, and eth_abi encodes the arguments and
@@ -226,8 +231,7 @@ class ViewCalls:
                     raise ValueError(f"the ABI has two view functions named {name}")
                 inputs = [collapse_if_tuple(param) for param in entry.get("inputs", [])]
                 outputs = [collapse_if_tuple(param) for param in entry.get("outputs", [])]
-                selector = keccak(text=f"{name}({','.join(inputs)})")[:4]
-                self._functions[name] = (selector, inputs, outputs)
+                self._functions[name] = (abi_selector(name, inputs), inputs, outputs)
 
     def call(self, name: str, *args: Any) -> tuple[Any, ...]:
         """The view function `name`'s outputs at the latest block (addresses as lower-case hex,
@@ -262,9 +266,8 @@ def decode_custom_error(abi: list[dict[str, Any]], data: bytes) -> tuple[str, tu
     for entry in abi:
         if entry.get("type") != "error":
             continue
-        types = [param["type"] for param in entry.get("inputs", [])]
-        selector = keccak(text=f"{entry['name']}({','.join(types)})")[:4]
-        if data[:4] == selector:
+        types = [collapse_if_tuple(param) for param in entry.get("inputs", [])]
+        if data[:4] == abi_selector(str(entry["name"]), types):
             try:
                 return str(entry["name"]), tuple(abi_decode(types, data[4:]))
             except Exception:  # malformed arguments: report the name alone

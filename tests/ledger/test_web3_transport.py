@@ -11,10 +11,7 @@ credits and records against the state machine's model, the registry's sizes and 
 
 from __future__ import annotations
 
-import json
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
@@ -24,55 +21,16 @@ from eth_utils.crypto import keccak
 from accord.ledger.chain.web3_chain import ViewCalls, make_web3
 from accord.ledger.devnet import find_free_port
 from accord.ledger.errors import ChainError, ChainUnavailableError
+from tests.rpc_stand_in import StandIn, serving
 
 NOWHERE = f"http://127.0.0.1:{find_free_port()}"
 """A loopback port nothing listens on (found free when the tests were collected)."""
 
 
-class StandIn(ThreadingHTTPServer):
-    daemon_threads = True
-
-    def __init__(self) -> None:
-        super().__init__(("127.0.0.1", 0), _Answer)
-        self.request_lines: list[str] = []
-        self.calls: list[dict[str, Any]] = []
-        self.answer: dict[str, Any] = {"result": "0x7a69"}  # 31337, anvil's chain id
-        self.body: bytes | None = None  # when set, answered as it is (no JSON-RPC object)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}"
-
-
-class _Answer(BaseHTTPRequestHandler):
-    server: StandIn
-
-    def do_POST(self) -> None:
-        self.server.request_lines.append(self.requestline)
-        call = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        self.server.calls.append(call)
-        body = (
-            self.server.body
-            or json.dumps({"jsonrpc": "2.0", "id": call["id"], **self.server.answer}).encode()
-        )
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, format: str, *args: object) -> None:
-        pass
-
-
 @pytest.fixture
 def stand_in() -> Iterator[StandIn]:
-    server = StandIn()
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield server
-    server.shutdown()
-    server.server_close()
+    with serving() as node:
+        yield node
 
 
 @pytest.fixture(autouse=True)

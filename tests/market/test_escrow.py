@@ -41,7 +41,7 @@ from tests.integration.test_escrow_chain import (
     run_state_machine,
 )
 from tests.ledger.conftest import postgres_schema_url
-from tests.ledger.test_web3_transport import StandIn
+from tests.rpc_stand_in import serving
 
 DAY = 86_400
 
@@ -377,10 +377,7 @@ def test_an_escrow_state_the_contract_does_not_have_is_a_chain_error() -> None:
 
     from accord.market.escrow.web3_chain import Web3EscrowChain
 
-    node = StandIn()
-    thread = threading.Thread(target=node.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with serving() as node:
         record = encode(["address", "uint256", "uint64", "uint8"], [ADDR[1], 10**18, 0, 9])
         node.answer = {"result": "0x" + record.hex()}
         chain = Web3EscrowChain(node.url, "0x5FbDB2315678afecb367f032d93F642f64180aa3")
@@ -390,6 +387,3 @@ def test_an_escrow_state_the_contract_does_not_have_is_a_chain_error() -> None:
         found = chain.escrow("task-x")
         assert found is not None and found.state == EscrowState.OPEN
         assert found.requester == ADDR[1] and found.deposit == 10**18
-    finally:
-        node.shutdown()
-        node.server_close()
