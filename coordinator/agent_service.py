@@ -234,6 +234,9 @@ class _Handler(BaseHTTPRequestHandler):
         except json.JSONDecodeError as exc:
             self._reply(400, {"error": f"the request is not JSON: {exc}"})
             return
+        except RecursionError:
+            self._reply(400, {"error": "the request's JSON is nested too deep"})
+            return
         except TaskError as exc:
             self._reply(exc.status, {"error": str(exc)})
             return

@@ -153,8 +153,12 @@ def _refuse_constant(name: str) -> Any:
 
 
 def parse_json(text: str) -> JSON:
-    """`text` as one JSON value (NaN and Infinity refused). Raises ValueError otherwise."""
-    value: JSON = json.loads(text, parse_constant=_refuse_constant)
+    """`text` as one JSON value (NaN and Infinity refused). Raises ValueError otherwise, and
+    for a value nested deeper than the recursion limit (an agent's answer is anyone's)."""
+    try:
+        value: JSON = json.loads(text, parse_constant=_refuse_constant)
+    except RecursionError:
+        raise ValueError("the JSON is nested too deep") from None
     return value
 
 

@@ -194,6 +194,8 @@ class _KitHandler(BaseHTTPRequestHandler):
             self._reply(exc.status, {"error": str(exc)}, challenge=exc.status == 401)
         except json.JSONDecodeError as exc:
             self._reply(400, {"error": f"the request is not JSON: {exc}"})
+        except RecursionError:
+            self._reply(400, {"error": "the request's JSON is nested too deep"})
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             self._reply(400, {"error": f"malformed request: {exc!r}"})
 

@@ -398,6 +398,14 @@ def test_the_kit_answers_only_calls_signed_by_the_operator_or_a_leader(
         auth=SignedBy(operator, tag=CALL_TAG),
     )
     assert by_operator.status_code == 202, by_operator.text
+    too_deep = httpx.post(  # 200 KB of brackets, signed: a clear 400, and the kit lives on
+        f"{kim.server.url}/accord/notify",
+        content=b"[" * 100_000 + b"]" * 100_000,
+        headers={"Content-Type": "application/json"},
+        timeout=60,
+        auth=SignedBy(operator, tag=CALL_TAG),
+    )
+    assert too_deep.status_code == 400 and "too deep" in too_deep.text
     # Once kai leads a running task, its calls are answered (the item is judged on its own).
     kai.client.post(
         f"/tasks/{task_id}/work",

@@ -207,6 +207,16 @@ def test_the_service_speaks_only_the_item_format(service: Callable[..., str]) ->
     assert REGISTRY["arithmetic"].grade(ARITH, item.json()["answer"]).full_marks
 
 
+def test_the_service_answers_json_nested_too_deep_with_400(service: Callable[..., str]) -> None:
+    url = service()
+    deep = b"[" * 100_000 + b"]" * 100_000
+    with httpx.Client() as client:
+        refused = client.post(url + "/run", content=deep)
+        item = client.post(url + "/run", json={"item": ARITH.for_agent()})
+    assert refused.status_code == 400 and "too deep" in refused.json()["error"]
+    assert item.status_code == 200  # the service lives on
+
+
 def test_the_service_refuses_non_loopback_hosts_unless_named() -> None:
     with pytest.raises(ValueError, match="non-loopback"):
         make_server(0, host="0.0.0.0")

@@ -388,3 +388,13 @@ def test_the_openai_runtime_needs_a_key_for_openai_and_a_good_base_url() -> None
         openai_runtime("m", endpoint="file:///etc/passwd", environ=ENVIRON)
     with pytest.raises(ValueError, match="timeout"):
         openai_runtime("m", endpoint="http://127.0.0.1:1/v1", timeout=0, environ={})
+
+
+def test_parse_json_refuses_a_value_nested_too_deep_as_bad_json() -> None:
+    """An agent's answer is anyone's: 100,000 brackets are a ValueError, as other bad JSON is,
+    not a RecursionError its callers do not catch."""
+    from accord.identity.runtimes import parse_json
+
+    with pytest.raises(ValueError, match="too deep"):
+        parse_json("[" * 100_000)
+    assert parse_json("[[1]]") == [[1]]
