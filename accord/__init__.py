@@ -26,9 +26,11 @@ from importlib import import_module
 from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any
 
+from accord._bls import defer_bls_keystores
 from accord._stack import keep_recursion_limit
 
 keep_recursion_limit()  # first: py_ecc (under eth_account and web3) would raise it to 100,000
+defer_bls_keystores()  # eth_account's keystores load py_ecc's BLS code on first use, not at import
 
 if TYPE_CHECKING:
     from accord._home import Home, open_home
