@@ -8,5 +8,4 @@ trace  # __exit__'s third argument (api/client.py): the context-manager protocol
 frame  # a signal handler's second argument (api/identity_cli.py, coordinator/agent_service.py)
 checker  # a jsonschema type checker's first argument (identity/challenges/skills.py)
 sums_in  # a fixture the shapley tests request for its parameters (numpy sums or Python's)
-trust_env  # requests reads it on each request (ledger/chain/web3_chain.py's endpoint_session)
 curve_order  # eth_keyfile.keyfile reads it from the placeholder module (accord/_bls.py)

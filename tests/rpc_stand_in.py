@@ -1,6 +1,7 @@
 """A JSON-RPC node stand-in for tests: a real HTTP server on loopback that records each
 request line (an absolute URL there shows a proxied request) and each call, and answers every
-call with what the test sets (`answer`, or raw `body`). It is also a proxy to itself."""
+call with what the test sets (`answer`, or raw `body`, with `status`). It is also a proxy to
+itself. Each request's headers are kept too."""
 
 from __future__ import annotations
 
@@ -18,6 +19,8 @@ class StandIn(ThreadingHTTPServer):
     def __init__(self) -> None:
         super().__init__(("127.0.0.1", 0), _Answer)
         self.request_lines: list[str] = []
+        self.headers: list[dict[str, str]] = []
+        self.status = 200
         self.calls: list[dict[str, Any]] = []
         self.answer: dict[str, Any] = {"result": "0x7a69"}  # 31337, anvil's chain id
         self.body: bytes | None = None  # when set, answered as it is (no JSON-RPC object)
@@ -32,13 +35,14 @@ class _Answer(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         self.server.request_lines.append(self.requestline)
+        self.server.headers.append(dict(self.headers))
         call = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         self.server.calls.append(call)
         body = (
             self.server.body
             or json.dumps({"jsonrpc": "2.0", "id": call["id"], **self.server.answer}).encode()
         )
-        self.send_response(200)
+        self.send_response(self.server.status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()

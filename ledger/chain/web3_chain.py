@@ -10,7 +10,6 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
-import requests
 from eth_abi.abi import decode as abi_decode
 from eth_abi.abi import encode as abi_encode
 from eth_account import Account
@@ -30,10 +29,10 @@ from web3.exceptions import (
     Web3Exception,
     Web3RPCError,
 )
-from web3.providers.rpc import HTTPProvider
 from web3.types import Nonce, RPCEndpoint, TxParams, Wei
 
 from accord.ledger.chain.protocol import poll_receipt
+from accord.ledger.chain.transport import EndpointProvider
 from accord.ledger.chain.values import (
     DEFAULT_FEE_POLICY,
     REGISTRY_CONTRACT,
@@ -55,42 +54,15 @@ _ZERO_ROOT = bytes(32)
 
 
 def make_web3(rpc_url: str, timeout_s: float = RPC_TIMEOUT_S) -> Web3:
-    """A Web3 on an HTTP endpoint with a short timeout and no retries (no I/O here).
+    """A Web3 on an HTTP(S) endpoint with a short timeout and no retries (no network I/O).
 
-    web3's default retries connection errors five times with backoff (~2 s): a down node
-    must be reported at once, the anchoring service does its own retrying. The chain id, which
-    web3 asks before every call and estimate it makes, is cached per Web3 (nearly half of all
-    requests otherwise); nothing else is. Its requests go through `endpoint_session`.
+    Its calls go out through `EndpointProvider` (ledger/chain/transport.py): http.client on a
+    keep-alive connection per thread, the environment's proxy, CA bundle and ~/.netrc login
+    read once, here. No retries: a down node must be reported at once, the anchoring service
+    does its own retrying. The chain id, which web3 asks before every transaction it fills
+    in, is kept per Web3. Raises ValueError for a URL that is not http(s).
     """
-    provider = HTTPProvider(
-        rpc_url,
-        request_kwargs={"timeout": timeout_s},
-        session=endpoint_session(rpc_url),
-        exception_retry_configuration=None,
-        cache_allowed_requests=True,
-        cacheable_requests={RPCEndpoint("eth_chainId")},
-    )
-    return Web3(provider)
-
-
-def endpoint_session(rpc_url: str) -> requests.Session:
-    """A requests Session for `rpc_url` that reads what the environment says about it (its
-    proxy, or none under NO_PROXY; REQUESTS_CA_BUNDLE; a ~/.netrc login) once, here. A default
-    Session reads them again on every request: it walks the whole environment and looks for
-    ~/.netrc each time, which was a third of a JSON-RPC call's CPU in the client (2.25 ms a
-    call against 1.6 ms, eth_blockNumber on anvil). web3 uses a session it is given for every
-    thread (its own are one per thread); requests' connection pool is thread-safe, and JSON-RPC
-    keeps no cookies. No I/O beyond reading ~/.netrc."""
-    session = requests.Session()
-    # one pool for every thread (the service's thread pool has 40): room for each connection
-    for scheme in ("http://", "https://"):
-        session.mount(scheme, requests.adapters.HTTPAdapter(pool_maxsize=40))
-    settings = session.merge_environment_settings(rpc_url, {}, None, None, None)
-    session.proxies.update(settings["proxies"])
-    session.verify = settings["verify"]
-    session.auth = requests.utils.get_netrc_auth(rpc_url)
-    session.trust_env = False
-    return session
+    return Web3(EndpointProvider(rpc_url, timeout_s))
 
 
 @contextlib.contextmanager
@@ -101,7 +73,7 @@ def mapped_chain_errors(rpc_url: str, doing: str) -> Iterator[None]:
     except ChainError:
         raise
     except (OSError, ProviderConnectionError, TimeExhausted, RequestTimedOut) as exc:
-        # requests' ConnectionError, Timeout and HTTPError are OSErrors.
+        # the transport's failures (ledger/chain/transport.py) are OSErrors
         raise ChainUnavailableError(rpc_url, f"{doing}: {type(exc).__name__}") from exc
     except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
         # web3 lets these out as they are: an answer that is no UTF-8 or JSON, or JSON nested
@@ -341,7 +313,7 @@ class Web3Transactions:
 
 
 class Web3AnchorChain(Web3Transactions):
-    """AnchorChain over JSON-RPC (web3 HTTPProvider). Constructing it does no I/O."""
+    """AnchorChain over JSON-RPC (web3 on `EndpointProvider`). Constructing it does no I/O."""
 
     def __init__(
         self,
