@@ -21,6 +21,7 @@ from urllib.parse import quote
 import httpx
 
 from accord.identity.http_auth import AccordAuth
+from accord.identity.tls import tls_context
 from accord.ledger.errors import AccordError
 from accord.ledger.events import make_entry, parse_time
 from accord.ledger.signing import Signer
@@ -68,6 +69,7 @@ class AccordClient:
             auth=AccordAuth(signer) if signer is not None else None,
             transport=transport,
             headers={"Accept": "application/json"},
+            verify=tls_context(),  # one per process, not one per client (identity/tls.py)
         )
 
     @classmethod

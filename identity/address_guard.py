@@ -36,6 +36,7 @@ import httpx
 from accord.identity.errors import PrivateEndpointError, RegistryError
 from accord.identity.http_auth import AccordAuth
 from accord.identity.http_signatures import CALL_TAG
+from accord.identity.tls import tls_context
 from accord.ledger.settings import ALLOW_PRIVATE_AGENTS, env_flag
 from accord.ledger.signing import Signer
 
@@ -154,7 +155,8 @@ class PublicOnlyTransport(httpx.BaseTransport):
     For each request the host is resolved (`resolver`, default the system's), every address
     is checked with `non_public_reason`, and the request goes to the first public one: the
     URL names that address, the Host header and TLS server name stay the host's. `inner`
-    (default `httpx.HTTPTransport(trust_env=False)`) sends it.
+    (default an `httpx.HTTPTransport` ignoring the environment, on the process's TLS context:
+    identity/tls.py) sends it.
 
     `handle_request` raises PrivateAddressRefused (an httpx.ConnectError) when no address is
     public, httpx.ConnectError when the host does not resolve, and what `inner` raises.
@@ -164,7 +166,7 @@ class PublicOnlyTransport(httpx.BaseTransport):
         self, *, resolver: Resolver = resolve, inner: httpx.BaseTransport | None = None
     ) -> None:
         self.resolver = resolver
-        self.inner = inner if inner is not None else httpx.HTTPTransport(trust_env=False)
+        self.inner = inner if inner is not None else _direct_transport()
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         url = request.url
@@ -205,6 +207,11 @@ def _pinned(request: httpx.Request, address: IPAddress) -> httpx.Request:
     )
 
 
+def _direct_transport() -> httpx.HTTPTransport:
+    """httpx's transport, the environment ignored, on the process's TLS context."""
+    return httpx.HTTPTransport(trust_env=False, verify=tls_context(trust_env=False))
+
+
 def agent_client(
     timeout: float,
     *,
@@ -218,9 +225,7 @@ def agent_client(
     accord (RFC 9421, tag "accord-call", over the method, URL, body digest and content type).
     """
     transport: httpx.BaseTransport = (
-        httpx.HTTPTransport(trust_env=False)
-        if allow_private
-        else PublicOnlyTransport(resolver=resolver)
+        _direct_transport() if allow_private else PublicOnlyTransport(resolver=resolver)
     )
     auth = None if operator is None else AccordAuth(operator, tag=CALL_TAG)
     return httpx.Client(

@@ -186,7 +186,10 @@ class OpenAIChat:
     def _client(self) -> openai.OpenAI:
         import openai
 
-        http_client = None
+        from accord.identity.tls import tls_context
+
+        # openai's own client (its httpx), on the process's TLS context, not a new one each time
+        http_client: Any = openai.DefaultHttpxClient(verify=tls_context())
         if self.allow_private is not None:
             from accord.identity.address_guard import agent_client
 
@@ -196,8 +199,8 @@ class OpenAIChat:
             base_url=self.base_url,
             timeout=self.timeout,
             max_retries=0,  # retried here, counted and mapped once
-            # openai accepts an httpx.Client as well as its own subclass (it checks both)
-            http_client=http_client,  # type: ignore[arg-type]
+            # openai accepts an httpx.Client as well as its own (it checks both)
+            http_client=http_client,
         )
 
     def _once(
