@@ -4,12 +4,16 @@ at the step that names it and at the entry that was edited."""
 
 from __future__ import annotations
 
+import sqlite3
+from collections.abc import Iterator
+from contextlib import closing
 from pathlib import Path
 
 import pytest
 
 from accord.audit.checks import audit_task
 from accord.identity.credentials import REVOCATION_EVENT_KIND
+from accord.ledger.store import LogStore
 from accord.ledger.verify import verify_log
 from accord.market.tasks import BID_COMMITTED
 from tests.audit.conftest import (
@@ -23,11 +27,49 @@ from tests.audit.conftest import (
     sql,
 )
 from tests.audit.hostile import COLUMNS, HostileCase, hostile_cases
+from tests.ledger.warm_lab import Scratch, remembered_signature_checks
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _remembered_signatures() -> Iterator[None]:
+    """Signatures that verified once are not checked again (tests/ledger/warm_lab.py)."""
+    with remembered_signature_checks():
+        yield
 
 
 @pytest.fixture(scope="module")
 def cases(world: World) -> list[HostileCase]:
     return hostile_cases(world)
+
+
+@pytest.fixture(scope="module")
+def copy(world: World, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scratch]:
+    """A copy of the world's log that each case resets to the world's content before its
+    edit, through one engine that stays connected (tests/ledger/warm_lab.py)."""
+    scratch = Scratch.of_file(world.db_path, tmp_path_factory.mktemp("hostile") / "copy.db")
+    yield scratch
+    scratch.close()
+
+
+def edited(world: World, copy: Scratch, case: HostileCase) -> LogStore:
+    """The world's log with `case`'s edit, opened afresh."""
+    copy.reset()
+    case.edit(copy.path)
+    return LogStore(copy.engine, world.ledger.log_id)
+
+
+def test_each_case_starts_from_the_worlds_log(
+    world: World, cases: list[HostileCase], copy: Scratch
+) -> None:
+    honest = copy_db(world, copy.path.with_name("honest.db"))
+    with closing(sqlite3.connect(honest)) as db:
+        assert copy.pristine_dump() == list(db.iterdump())
+    edited(world, copy, cases[-1])
+    assert copy.dump() != copy.pristine_dump()
+    copy.reset()
+    assert copy.dump() == copy.pristine_dump()
+    store = LogStore(copy.engine, world.ledger.log_id)
+    assert verify_log(store, world.ledger.operator.did, world.anchors).ok
 
 
 def test_the_corpus_covers_every_kind_the_audit_reads(cases: list[HostileCase]) -> None:
@@ -51,14 +93,12 @@ def test_the_corpus_covers_every_kind_the_audit_reads(cases: list[HostileCase]) 
 
 
 def test_every_hostile_edit_fails_the_audit_at_its_step_and_entry(
-    world: World, cases: list[HostileCase], tmp_path: Path
+    world: World, cases: list[HostileCase], copy: Scratch
 ) -> None:
     wrong = []
-    for number, case in enumerate(cases):
-        path = copy_db(world, tmp_path / f"{number}.db")
-        case.edit(path)
+    for case in cases:
         report = audit_task(
-            open_copy(world, path),
+            edited(world, copy, case),
             world.task_id,
             anchors=world.anchors,
             escrow=world.escrow_chain,
@@ -71,14 +111,12 @@ def test_every_hostile_edit_fails_the_audit_at_its_step_and_entry(
 
 
 def test_every_hostile_edit_fails_ledger_verify_at_its_step_and_entry(
-    world: World, cases: list[HostileCase], tmp_path: Path
+    world: World, cases: list[HostileCase], copy: Scratch
 ) -> None:
     operator = world.ledger.operator.did
     wrong = []
-    for number, case in enumerate(cases):
-        path = copy_db(world, tmp_path / f"{number}.db")
-        case.edit(path)
-        report = verify_log(open_copy(world, path), operator, world.anchors)
+    for case in cases:
+        report = verify_log(edited(world, copy, case), operator, world.anchors)
         failure = report.first_failure
         found = None if failure is None else (failure.number, failure.entry)
         if found != (case.verify_step, case.index):

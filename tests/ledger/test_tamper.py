@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections import Counter
+from collections.abc import Iterator
 
 import pytest
 
@@ -26,6 +27,21 @@ from tests.ledger.tamper import (
     assert_caught_where_expected,
     set_data,
 )
+from tests.ledger.warm_lab import WarmLab, remembered_signature_checks, warm_lab
+
+# -- the lab (see warm_lab.py: the same verifications, without their repeated costs) --------
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _remembered_signatures() -> Iterator[None]:
+    with remembered_signature_checks():
+        yield
+
+
+@pytest.fixture(scope="module")
+def lab(pristine: Pristine, tmp_path_factory: pytest.TempPathFactory) -> Iterator[WarmLab]:
+    yield from warm_lab(pristine, tmp_path_factory.mktemp("lab"))
+
 
 # -- the random mutations ---------------------------------------------------------------------
 

@@ -5,9 +5,51 @@ one of these seeded mutations is caught, at its exact (step, entry).
 
 from __future__ import annotations
 
+import sqlite3
+from collections.abc import Iterator
+
 import pytest
 
-from tests.ledger.tamper import ROW_KINDS, Corpus, assert_caught_where_expected
+from tests.ledger.tamper import (
+    ROW_KINDS,
+    Corpus,
+    N,
+    Pristine,
+    assert_caught_where_expected,
+    set_data,
+)
+from tests.ledger.warm_lab import WarmLab, remembered_signature_checks, warm_lab
+
+# -- the lab (see warm_lab.py: the same verifications, without their repeated costs) --------
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _remembered_signatures() -> Iterator[None]:
+    with remembered_signature_checks():
+        yield
+
+
+@pytest.fixture(scope="module")
+def lab(pristine: Pristine, tmp_path_factory: pytest.TempPathFactory) -> Iterator[WarmLab]:
+    yield from warm_lab(pristine, tmp_path_factory.mktemp("lab"))
+
+
+def test_each_run_starts_from_the_pristine_log(pristine: Pristine, lab: WarmLab) -> None:
+    """The scratch copy is reset page for page: no mutation leaks into the next case."""
+    assert lab.scratch.pristine.serialize() == pristine.image
+    clean = lab.scratch.pristine_dump()
+
+    def wreck(db: sqlite3.Connection) -> None:
+        db.execute("DELETE FROM ledger_entries WHERE idx = 3")
+        db.execute("UPDATE ledger_nodes SET hash = x'00' WHERE id = 0")
+        db.execute("DELETE FROM ledger_checkpoints WHERE size = 50")
+        db.execute("UPDATE ledger_head SET size = 7")
+        set_data(db, N - 1, b"junk")
+
+    assert not lab.run(wreck).ok
+    assert lab.scratch.dump() != clean
+    assert lab.run(lambda _db: None).ok
+    assert lab.scratch.dump() == clean
 
 
 @pytest.mark.parametrize("kind", ROW_KINDS)
