@@ -26,6 +26,7 @@ import http.client
 import select
 import ssl
 import threading
+import weakref
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote, urlsplit
@@ -138,18 +139,47 @@ def _tls_context(verify: str | bool) -> ssl.SSLContext:
     return ssl.create_default_context(cafile=certifi.where() if verify is True else verify)
 
 
-class _Held:
-    """A thread's connection, closed when the thread ends or the provider goes, whichever
-    drops it first (a socket left to the garbage collector is a ResourceWarning)."""
-
-    __slots__ = ("connection",)
+class _Open:
+    """The connections a provider has open, in every thread. Whatever is still open when the
+    provider is collected is closed then (`weakref.finalize`), so no socket of it is ever left
+    to the garbage collector (a ResourceWarning), whatever cycle the provider was part of."""
 
     def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.connections: set[http.client.HTTPConnection] = set()
+
+    def add(self, connection: http.client.HTTPConnection) -> None:
+        with self.lock:
+            self.connections.add(connection)
+
+    def close(self, connection: http.client.HTTPConnection) -> None:
+        with self.lock:
+            self.connections.discard(connection)
+        connection.close()
+
+    def close_all(self) -> None:
+        with self.lock:
+            left, self.connections = self.connections, set()
+        for connection in left:
+            connection.close()
+
+
+class _Held:
+    """A thread's connection, closed when the thread ends (its thread-local data goes)."""
+
+    __slots__ = ("connection", "open")
+
+    def __init__(self, open_: _Open) -> None:
         self.connection: http.client.HTTPConnection | None = None
+        self.open = open_
+
+    def drop(self) -> None:
+        if self.connection is not None:
+            self.open.close(self.connection)
+            self.connection = None
 
     def __del__(self) -> None:
-        if self.connection is not None:
-            self.connection.close()
+        self.drop()
 
 
 class EndpointProvider(JSONBaseProvider):
@@ -168,6 +198,8 @@ class EndpointProvider(JSONBaseProvider):
         needs_tls = self.route.tls or self.route.tunnel is not None
         self._tls = _tls_context(self.route.verify) if needs_tls else None
         self._local = threading.local()
+        self._open = _Open()
+        weakref.finalize(self, self._open.close_all)
         self._cached: dict[str, RPCResponse] = {}
 
     def make_request(self, method: RPCEndpoint, params: Any) -> RPCResponse:
@@ -191,14 +223,12 @@ class EndpointProvider(JSONBaseProvider):
             response = connection.getresponse()
             answer = response.read()
         except BaseException as exc:
-            connection.close()  # half a request or answer is on it: never reuse it
-            self._held().connection = None
+            self._held().drop()  # half a request or answer is on it: never reuse it
             if isinstance(exc, http.client.HTTPException) and not isinstance(exc, OSError):
                 raise EndpointError(f"{self.endpoint_uri} answered no HTTP: {exc!r}"[:300]) from exc
             raise
         if response.will_close:
-            connection.close()
-            self._held().connection = None
+            self._held().drop()
         if not 200 <= response.status < 300:
             raise EndpointError(f"HTTP {response.status} {response.reason}".strip())
         return answer
@@ -207,16 +237,16 @@ class EndpointProvider(JSONBaseProvider):
         """This thread's connection, a new one when it has none or the peer closed it."""
         held = self._held()
         if held.connection is not None and _closed_by_peer(held.connection):
-            held.connection.close()
-            held.connection = None
+            held.drop()
         if held.connection is None:
             held.connection = self._connect()
+            self._open.add(held.connection)
         return held.connection
 
     def _held(self) -> _Held:
         held: _Held | None = getattr(self._local, "held", None)
         if held is None:
-            held = self._local.held = _Held()
+            held = self._local.held = _Held(self._open)
         return held
 
     def _connect(self) -> http.client.HTTPConnection:

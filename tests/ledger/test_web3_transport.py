@@ -13,7 +13,9 @@ credits and records against the state machine's model, the registry's sizes and 
 
 from __future__ import annotations
 
+import gc
 import socket
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,8 +24,9 @@ from typing import Any
 import pytest
 from eth_abi.abi import encode
 from eth_utils.crypto import keccak
+from web3.types import RPCEndpoint
 
-from accord.ledger.chain.transport import route_for
+from accord.ledger.chain.transport import EndpointProvider, route_for
 from accord.ledger.chain.web3_chain import ViewCalls, make_web3
 from accord.ledger.devnet import find_free_port
 from accord.ledger.errors import ChainError, ChainUnavailableError
@@ -142,6 +145,40 @@ def test_a_connection_the_node_closed_is_replaced_not_failed() -> None:
         assert closed.acquire(timeout=60)  # the node closed it before the next call
     thread.join(timeout=60)
     assert len(set(peers)) == 3  # a new connection each time the node had closed the last
+
+
+def test_a_provider_collected_in_a_cycle_closes_its_connection_itself() -> None:
+    """No socket of the transport is left to the garbage collector (a ResourceWarning): one
+    still open when its provider goes, in a reference cycle, is closed."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    ended = threading.Event()
+
+    def serve() -> None:
+        with listener, listener.accept()[0] as connection:
+            connection.recv(65536)
+            answer = b'{"jsonrpc": "2.0", "id": 0, "result": "0x10"}'
+            connection.sendall(
+                b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                + f"Content-Length: {len(answer)}\r\n\r\n".encode()
+                + answer
+            )
+            while connection.recv(65536):  # kept alive until the client closes it
+                pass
+            ended.set()
+
+    threading.Thread(target=serve, daemon=True).start()
+    unraisable: list[object] = []
+    hook, sys.unraisablehook = sys.unraisablehook, unraisable.append
+    try:
+        provider = EndpointProvider(f"http://127.0.0.1:{listener.getsockname()[1]}", 60.0)
+        assert provider.make_request(RPCEndpoint("eth_blockNumber"), [])["result"] == "0x10"
+        provider.cycle = provider  # type: ignore[attr-defined]
+        del provider
+        gc.collect()
+    finally:
+        sys.unraisablehook = hook
+    assert ended.wait(timeout=60)
+    assert unraisable == []
 
 
 def test_routes_through_proxies_are_worked_out_once(monkeypatch: pytest.MonkeyPatch) -> None:
