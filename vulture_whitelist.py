@@ -9,3 +9,4 @@ frame  # a signal handler's second argument (api/identity_cli.py, coordinator/ag
 checker  # a jsonschema type checker's first argument (identity/challenges/skills.py)
 sums_in  # a fixture the shapley tests request for its parameters (numpy sums or Python's)
 curve_order  # eth_keyfile.keyfile reads it from the placeholder module (accord/_bls.py)
+cycle  # ties a provider to itself (tests/ledger/test_web3_transport.py)
