@@ -272,8 +272,8 @@ def _closed_by_peer(connection: http.client.HTTPConnection) -> bool:
     sock = connection.sock
     if sock is None:
         return False
-    try:
-        readable, _, _ = select.select([sock], [], [], 0)
-    except (OSError, ValueError):
-        return True
-    return bool(readable)
+    # poll, not select: select refuses descriptors above 1024, which a busy service reaches,
+    # and every call would then open a new connection
+    poller = select.poll()
+    poller.register(sock, select.POLLIN)
+    return bool(poller.poll(0))
