@@ -3,7 +3,8 @@
 Tables
     ledger_head         one row: the log id and its size; every append locks it
     ledger_entries      index, actor, seq, kind, subject, time, leaf data (JCS of the entry)
-    ledger_nodes        perfect-subtree hashes keyed by `level << 48 | index` (leaves at level 0)
+    ledger_nodes        perfect-subtree hashes keyed by `level << 48 | index`: the leaves (level
+                        0) and levels 2 and up; a pair of leaves (level 1) is not stored
     ledger_checkpoints  signed tree heads
     ledger_once         (kind, subject) -> index for the kinds logged at most once per subject,
                         and (kind, key) for entries appended with a once-key
@@ -23,6 +24,12 @@ at most log2(n) perfect subtrees that make up the current tree), inserts them wi
 in one transaction, and so costs O(log n). Proofs read the O(log n) nodes they need in one query;
 nodes never change once written, so the upper levels are also kept in a small in-memory cache.
 A batch is one transaction: durable or absent, never half there.
+
+The hash of a pair of leaves (level 1) is not stored: a proof or root that needs one reads the
+two leaf hashes under it in the same query and hashes them, which costs about what reading it
+did, while its row was a quarter of every append's node rows. Leaf hashes stay stored, keyed
+by position, so `verify_log` names the very entry that was inserted, deleted or moved. A log
+written before keeps its level-1 rows; they are never read, and verification still checks them.
 
 Group commit: the appends a process's threads make while one of them is writing wait for it,
 then the first of them writes all that waited in one transaction (one head lock, one insert
@@ -78,6 +85,9 @@ from accord.ledger.merkle import NodeId
 from accord.ledger.views import Projection, ViewEntry
 
 NODE_INDEX_BITS = 48
+UNSTORED_LEVEL = 1
+"""The tree level whose nodes (pairs of leaves) are computed from the two leaf hashes under
+them instead of stored."""
 
 #: Event kinds logged at most once per subject (an agent's registration, the market's
 #: lifecycle steps that move money or decide who is paid). A property of the log, so that
@@ -128,7 +138,9 @@ class LedgerEntry(SQLModel, table=True):
     __tablename__ = "ledger_entries"
 
     idx: int = Field(sa_column=Column(_ROW_KEY, primary_key=True, autoincrement=False))
-    actor: str = Field(index=True)
+    # No index of its own: (actor, seq) serves every lookup by actor, and a second index of
+    # the same did strings cost a tenth of an append (a log made before keeps its own).
+    actor: str
     seq: int = Field(sa_column=Column(BigInteger, nullable=False))
     kind: str = Field(index=True)
     subject: str = Field(index=True)
@@ -514,7 +526,8 @@ class LogStore:
         return merkle.consistency_proof_by(old_size, new_size, merkle.subtree_from_nodes(nodes))
 
     def stored_nodes(self, start_key: int = 0, chunk: int = 20000) -> Iterator[tuple[int, bytes]]:
-        """Every stored node as (key, hash), by key (for verification)."""
+        """Every stored node as (key, hash), by key (for verification): none of
+        `UNSTORED_LEVEL` but those a log written before holds."""
         position = start_key
         while True:
             with self._read() as connection:
@@ -1123,18 +1136,18 @@ class LogStore:
 
         Raises StoreError when a node is missing or the database cannot be read.
         """
+        asked = list(keys)
         cache = self._node_cache
         found: dict[int, bytes] = {}
         wanted: list[int] = []
-        for key in keys:
+        for key in _stored_keys(asked):
             value = cache.get(key)
             if value is None:
                 wanted.append(key)
             else:
                 found[key] = value
         if not wanted:
-            return found
-        wanted = list(dict.fromkeys(wanted))
+            return _with_pairs(asked, found)
         if self._raw_sqlite:
             query = _NODE_QUERIES.get(len(wanted))
             if query is None:
@@ -1157,7 +1170,7 @@ class LogStore:
         if len(rows) != len(wanted):
             missing = sorted(_node_id(key) for key in set(wanted) - found.keys())
             raise StoreError(f"the log is missing stored tree nodes {missing[:3]}")
-        return found
+        return _with_pairs(asked, found)
 
     def _raw_select(self, query: str, params: Sequence[Any]) -> list[Any]:
         """Run one SELECT on a pooled SQLite connection's driver cursor (autocommit)."""
@@ -1185,17 +1198,20 @@ class LogStore:
             raw.close()
 
     def _nodes(self, connection: Any, needed: Iterable[NodeId]) -> dict[NodeId, bytes]:
+        """The hashes of `needed`, read on `connection` (inside a write). Raises StoreError
+        when the log lacks a node."""
         wanted = {node_key(node): node for node in needed}
         if not wanted:
             return {}
+        stored = _stored_keys(wanted)
         rows = connection.execute(
-            select(_NODES.c.id, _NODES.c.hash).where(_NODES.c.id.in_(list(wanted)))
+            select(_NODES.c.id, _NODES.c.hash).where(_NODES.c.id.in_(stored))
         ).all()
-        found = {wanted[int(key)]: bytes(value) for key, value in rows}
-        if len(found) != len(wanted):
-            missing = sorted(set(wanted.values()) - found.keys())
+        found = {int(key): bytes(value) for key, value in rows}
+        if len(found) != len(stored):
+            missing = sorted(_node_id(key) for key in set(stored) - found.keys())
             raise StoreError(f"the log is missing stored tree nodes {missing[:3]}")
-        return found
+        return {wanted[key]: value for key, value in _with_pairs(wanted, found).items()}
 
 
 def _once_index(connection: Any, kind: str, subject: str) -> int | None:
@@ -1277,6 +1293,36 @@ def _node_id(key: int) -> NodeId:
     return NodeId(key >> NODE_INDEX_BITS, key & ((1 << NODE_INDEX_BITS) - 1))
 
 
+_PAIR_LOW = UNSTORED_LEVEL << NODE_INDEX_BITS
+_PAIR_HIGH = (UNSTORED_LEVEL + 1) << NODE_INDEX_BITS
+
+
+def _stored_keys(keys: Iterable[int]) -> list[int]:
+    """The keys of the stored nodes that give the nodes `keys`: a pair of leaves (level 1) by
+    its two leaves, any other node by itself (pure; no key twice, in first-seen order)."""
+    stored: dict[int, None] = {}
+    for key in keys:
+        if _PAIR_LOW <= key < _PAIR_HIGH:
+            left = (key - _PAIR_LOW) << 1
+            stored[left] = stored[left + 1] = None
+        else:
+            stored[key] = None
+    return list(stored)
+
+
+def _with_pairs(keys: Iterable[int], stored: dict[int, bytes]) -> dict[int, bytes]:
+    """The hashes of the nodes `keys` from `stored`, which holds `_stored_keys(keys)`: a pair
+    of leaves is hashed from its two leaves (pure)."""
+    hashes: dict[int, bytes] = {}
+    for key in keys:
+        if _PAIR_LOW <= key < _PAIR_HIGH:
+            left = (key - _PAIR_LOW) << 1
+            hashes[key] = merkle.node_hash(stored[left], stored[left + 1])
+        else:
+            hashes[key] = stored[key]
+    return hashes
+
+
 def _inclusion_groups(index: int, size: int) -> list[list[int]]:
     """The node keys behind each element of PATH(index, D[0:size]), leaf side first.
 
@@ -1318,11 +1364,15 @@ def _extend_frontier(
     frontier: Sequence[tuple[NodeId, bytes]], start: int, datas: Sequence[bytes]
 ) -> tuple[list[tuple[NodeId, bytes]], list[tuple[int, bytes]]]:
     """The frontier of a log of `start` entries after the entries `datas` follow them, and
-    the tree nodes those entries complete as (node key, hash) rows (pure; each leaf hashed
-    once, each node once, O(1) amortised per entry)."""
+    the stored tree nodes (none of `UNSTORED_LEVEL`) those entries complete as (node key,
+    hash) rows (pure; each leaf hashed once, each node once, O(1) amortised per entry)."""
     hashes, made = merkle.extend_frontier([value for _node, value in frontier], start, datas)
     pieces = merkle.perfect_subtrees(0, start + len(datas))
-    rows = [((level << NODE_INDEX_BITS) | position, value) for level, position, value in made]
+    rows = [
+        ((level << NODE_INDEX_BITS) | position, value)
+        for level, position, value in made
+        if level != UNSTORED_LEVEL
+    ]
     return list(zip(pieces, hashes, strict=True)), rows
 
 

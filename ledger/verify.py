@@ -23,7 +23,7 @@ from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, NoReturn
 
 from accord.ledger import merkle
 from accord.ledger.anchor_journal import AnchorJournal
@@ -39,7 +39,7 @@ from accord.ledger.errors import (
 )
 from accord.ledger.events import Entry
 from accord.ledger.merkle import NodeId
-from accord.ledger.store import NODE_INDEX_BITS, LogStore
+from accord.ledger.store import NODE_INDEX_BITS, UNSTORED_LEVEL, LogStore
 
 STEP_TITLES = {
     1: "every entry's signature",
@@ -286,31 +286,38 @@ def _node_id(key: int) -> NodeId:
     return NodeId(key >> NODE_INDEX_BITS, key & ((1 << NODE_INDEX_BITS) - 1))
 
 
+def _no_entry_behind(key: int, leaves: int) -> NoReturn:
+    """Raise step 3's failure for a stored node beyond the tree over `leaves` entries."""
+    extra = _node_id(key)
+    what = f"leaf hash {extra.start}" if extra.level == 0 else f"tree node {tuple(extra)}"
+    at = min(extra.start, leaves)
+    raise VerificationError(3, f"the stored {what} has no entry behind it", at)
+
+
 def _check_tree(store: LogStore, size: int, scan: _LogScan) -> str:
     if scan.contiguity is not None:
         raise scan.contiguity
     # Stored nodes first, in key order (all leaves, then each level up): the first mismatch
     # names the first entry that differs, which a count comparison could not.
-    expected = _expected_nodes(scan.leaves)
+    # Pairs of leaves (UNSTORED_LEVEL) are absent, or there from a log written before.
     levels = scan.levels
-    for key, stored_hash in store.stored_nodes():
-        want = next(expected, None)
-        if want is None or key < want[0]:
-            extra = _node_id(key)
-            what = f"leaf hash {extra.start}" if extra.level == 0 else f"tree node {tuple(extra)}"
-            raise VerificationError(
-                3, f"the stored {what} has no entry behind it", min(extra.start, len(scan.leaves))
-            )
-        want_key, node, value = want
-        if key > want_key:
+    stored = store.stored_nodes()
+    have = next(stored, None)
+    for want_key, node, value in _expected_nodes(scan.leaves):
+        if have is not None and have[0] < want_key:
+            _no_entry_behind(have[0], len(scan.leaves))
+        if have is not None and have[0] == want_key:
+            if have[1] != value:
+                what = "leaf hash" if node.level == 0 else f"tree node {tuple(node)}"
+                raise VerificationError(
+                    3, f"the stored {what} does not match the entries", node.start
+                )
+            have = next(stored, None)
+        elif node.level != UNSTORED_LEVEL:
             raise VerificationError(3, f"tree node {tuple(node)} is missing", node.start)
-        if stored_hash != value:
-            what = "leaf hash" if node.level == 0 else f"tree node {tuple(node)}"
-            raise VerificationError(3, f"the stored {what} does not match the entries", node.start)
         levels.setdefault(node.level, []).append(value)
-    leftover = next(expected, None)
-    if leftover is not None:
-        raise VerificationError(3, f"tree node {tuple(leftover[1])} is missing", leftover[1].start)
+    if have is not None:
+        _no_entry_behind(have[0], len(scan.leaves))
     if len(scan.leaves) != size:
         raise VerificationError(
             3,

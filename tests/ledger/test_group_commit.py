@@ -184,9 +184,9 @@ def test_a_group_whose_transaction_fails_fails_every_append_and_writes_nothing(
 ) -> None:
     for _ in range(4):
         store.append_next(operator.did, lambda seq: note(operator, seq))
-    # Leaf 5 completes the interior node (1, 2): a row already holding its key makes the
-    # group's node insert fail after its entries were inserted.
-    conflict = node_key(NodeId(1, 2))
+    # A row already holding leaf 5's key makes the group's node insert fail after its
+    # entries were inserted.
+    conflict = node_key(NodeId(0, 5))
     with store.engine.begin() as connection:
         connection.execute(insert(_NODES).values(id=conflict, hash=b"\xee" * 32))
     appends = [next_of(store, operator, f"task-1 bidder-{k}") for k in range(3)]

@@ -22,14 +22,21 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import delete, insert
+from sqlalchemy import delete, insert, update
 
 from accord.ledger import merkle
 from accord.ledger.checkpoint import SignedCheckpoint, take_checkpoint
 from accord.ledger.errors import SequenceError, StoreError
 from accord.ledger.merkle import NodeId
 from accord.ledger.signing import Ed25519Signer
-from accord.ledger.store import LedgerNode, LogStore, make_engine, node_key
+from accord.ledger.store import (
+    NODE_INDEX_BITS,
+    UNSTORED_LEVEL,
+    LedgerNode,
+    LogStore,
+    make_engine,
+    node_key,
+)
 from accord.ledger.verify import verify_log
 from tests.ledger.conftest import LOG_ID, START, EntryMaker, append_signed
 
@@ -263,9 +270,9 @@ def test_database_failure_mid_batch_leaves_nothing_half_written(
     store: LogStore, maker: EntryMaker, actors: list[Ed25519Signer]
 ) -> None:
     appended = append_signed(store, maker, 4)
-    # Leaf 5 completes the interior node (1, 2); a row already holding its key makes the node
-    # insert of a 3-entry batch (leaves 4, 5, 6) fail after its entries were inserted.
-    conflict = node_key(NodeId(1, 2))
+    # A row already holding leaf 5's key makes the node insert of a 3-entry batch (leaves 4,
+    # 5, 6) fail after its entries were inserted.
+    conflict = node_key(NodeId(0, 5))
     with store.engine.begin() as connection:
         connection.execute(insert(_NODES).values(id=conflict, hash=b"\xee" * 32))
     before = snapshot(store, actors)
@@ -465,3 +472,44 @@ def test_a_sqlite_log_made_with_bigint_keys_appends_and_serves_the_reference(
             " AND tbl_name IN ('ledger_entries', 'ledger_nodes')"
         ).fetchall()
     assert "id INTEGER NOT NULL" in made[0] and autoindexes == []
+
+
+def test_no_pair_of_leaves_is_stored_and_proofs_still_equal_the_reference(
+    store: LogStore, maker: EntryMaker
+) -> None:
+    """Level 1 (a pair of leaves) is computed from the two stored leaf hashes: no row of it
+    is written, every other level is, and roots and proofs come out as the reference's."""
+    append_signed(store, maker, 37, batch=5)
+    levels = {key >> NODE_INDEX_BITS for key, _ in store.stored_nodes()}
+    assert UNSTORED_LEVEL not in levels
+    assert levels == {0, 2, 3, 4, 5}
+    assert_serves_reference(store, leaves_of(store))
+
+
+def test_a_log_written_with_pair_rows_and_an_actor_index_is_used_as_it_is(
+    store: LogStore, maker: EntryMaker
+) -> None:
+    """A log written before stored the pairs of leaves too, and indexed actors twice: both are
+    kept, appends go on, proofs equal the reference, and verification still checks every
+    stored pair (one altered is found, at its first entry)."""
+    append_signed(store, maker, 10, batch=3)
+
+    leaves = leaves_of(store)
+    pairs = [
+        {"id": node_key(NodeId(1, k)), "hash": merkle.node_hash(leaves[2 * k], leaves[2 * k + 1])}
+        for k in range(len(leaves) // 2)
+    ]
+    with store.engine.begin() as connection:
+        connection.execute(insert(_NODES), pairs)
+        connection.exec_driver_sql("CREATE INDEX ix_ledger_entries_actor ON ledger_entries (actor)")
+    append_signed(store, maker, 9, batch=4)  # the new entries' pairs are not stored
+    assert_serves_reference(store, leaves_of(store))
+    assert verify_log(store, "did:key:unused", None).ok
+
+    with store.engine.begin() as connection:
+        connection.execute(
+            update(_NODES).where(_NODES.c.id == node_key(NodeId(1, 3))).values(hash=b"\x00" * 32)
+        )
+    failure = verify_log(store, "did:key:unused", None).first_failure
+    assert failure is not None
+    assert (failure.number, failure.entry) == (3, 6)
