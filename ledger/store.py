@@ -355,6 +355,7 @@ class LogStore:
         self._known_size = 0
         self._node_cache: dict[int, bytes] = {}
         self._raw_sqlite = engine.dialect.name == "sqlite"
+        self._find_texts: dict[tuple[bool, int, bool, bool, bool], str] = {}
         self._dbapi_error: type[Exception] = getattr(engine.dialect.dbapi, "Error", Exception)
         try:
             create_tables(engine, _LEDGER_TABLES)
@@ -474,20 +475,53 @@ class LogStore:
         newest_first: bool = False,
     ) -> list[StoredEntry]:
         """Entries matching every given field (`kinds`: any of them) after index `after`,
-        oldest first (`newest_first`: the latest `limit` of them, newest first)."""
-        query = select(_ENTRIES.c.idx, _ENTRIES.c.data).where(_ENTRIES.c.idx > after)
+        oldest first (`newest_first`: the latest `limit` of them, newest first).
+
+        One SQL text per shape of the question, built once and sent to the driver as it is:
+        building and compiling the select through SQLAlchemy on every call cost more than the
+        database's answer (a bid's read of its task's new entries spent a fifth of its time
+        there). Raises StoreError when the database cannot be read."""
+        kind_list = [] if kinds is None else sorted(set(kinds))
+        shape = (kind is not None, len(kind_list) if kinds is not None else -1)
+        text = self._find_sql((*shape, subject is not None, actor is not None, newest_first))
+        params: list[Any] = [after]
         if kind is not None:
-            query = query.where(_ENTRIES.c.kind == kind)
-        if kinds is not None:
-            query = query.where(_ENTRIES.c.kind.in_(list(kinds)))
-        if subject is not None:
-            query = query.where(_ENTRIES.c.subject == subject)
-        if actor is not None:
-            query = query.where(_ENTRIES.c.actor == actor)
+            params.append(kind)
+        params += kind_list
+        params += [value for value in (subject, actor) if value is not None]
+        params.append(limit)
         with self._read() as connection:
-            order = _ENTRIES.c.idx.desc() if newest_first else _ENTRIES.c.idx
-            rows = connection.execute(query.order_by(order).limit(limit)).all()
-        return [StoredEntry(int(idx), bytes(data)) for idx, data in rows]
+            try:
+                rows = connection.exec_driver_sql(text, tuple(params)).all()
+            except SQLAlchemyError as exc:
+                raise StoreError(f"cannot read the log database: {db_reason(exc)}") from exc
+        return [StoredEntry(int(idx), _as_bytes(data)) for idx, data in rows]
+
+    def _find_sql(self, shape: tuple[bool, int, bool, bool, bool]) -> str:
+        """The SQL text of `find` for a shape (kind given, how many kinds or -1, subject
+        given, actor given, newest first), in the driver's parameter style."""
+        text = self._find_texts.get(shape)
+        if text is None:
+            has_kind, kind_count, has_subject, has_actor, newest_first = shape
+            mark = "?" if self.engine.dialect.paramstyle == "qmark" else "%s"
+            where = [f"idx > {mark}"]
+            if has_kind:
+                where.append(f"kind = {mark}")
+            if kind_count == 0:
+                where.append("1 = 0")
+            elif kind_count > 0:
+                where.append(f"kind IN ({', '.join([mark] * kind_count)})")
+            if has_subject:
+                where.append(f"subject = {mark}")
+            if has_actor:
+                where.append(f"actor = {mark}")
+            order = "idx DESC" if newest_first else "idx"
+            text = (
+                f"SELECT idx, data FROM ledger_entries WHERE {' AND '.join(where)} "
+                f"ORDER BY {order} LIMIT {mark}"
+            )
+            self._find_texts[shape] = text
+        return text
 
     def last_seq(self, actor: str) -> int | None:
         """The highest seq `actor` has logged, or None."""

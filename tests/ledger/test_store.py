@@ -513,3 +513,41 @@ def test_a_log_written_with_pair_rows_and_an_actor_index_is_used_as_it_is(
     failure = verify_log(store, "did:key:unused", None).first_failure
     assert failure is not None
     assert (failure.number, failure.entry) == (3, 6)
+
+
+def test_find_answers_every_shape_of_question_as_a_filter_of_the_log_would(
+    store: LogStore, maker: EntryMaker, actors: list[Ed25519Signer]
+) -> None:
+    """`find` sends one SQL text per shape (kind, kinds, subject, actor, order): each shape
+    answers what filtering every entry in order gives, with `after` and `limit` applied."""
+    appended = maker.many(30)
+    store.append_batch(appended)
+    events = [entry.event for entry in appended]
+    kinds = sorted({event.kind for event in events})
+    subjects = sorted({event.subject for event in events})
+    rng = random.Random(7)
+    for _ in range(60):
+        ask: dict[str, Any] = {}
+        if rng.random() < 0.4:
+            ask["kind"] = rng.choice([*kinds, "no.such-kind"])
+        if rng.random() < 0.4:
+            ask["kinds"] = rng.sample([*kinds, "no.such-kind"], rng.randint(0, len(kinds)))
+        if rng.random() < 0.4:
+            ask["subject"] = rng.choice([*subjects, "no-such-subject"])
+        if rng.random() < 0.4:
+            ask["actor"] = rng.choice(actors).did
+        after, limit, newest_first = rng.randint(-1, 29), rng.randint(1, 40), rng.random() < 0.5
+
+        def matches(event: Any, ask: dict[str, Any] = ask) -> bool:
+            return (
+                ask.get("kind", event.kind) == event.kind
+                and event.kind in ask.get("kinds", [event.kind])
+                and ask.get("subject", event.subject) == event.subject
+                and ask.get("actor", event.actor) == event.actor
+            )
+
+        expected = [i for i, event in enumerate(events) if i > after and matches(event)]
+        expected = (expected[::-1] if newest_first else expected)[:limit]
+        found = store.find(after=after, limit=limit, newest_first=newest_first, **ask)
+        assert [stored.index for stored in found] == expected, ask
+        assert [stored.data for stored in found] == [appended[i].data for i in expected]
