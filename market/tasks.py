@@ -16,11 +16,13 @@ repeat in `Task.duplicates`, so the task still replays and the audit can name th
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from fractions import Fraction
+from functools import cached_property
 from typing import Any, Literal
 
 from accord.market.auction import PAYMENT_RULES, PaymentRule, ScoringWeights
@@ -102,6 +104,11 @@ SETTLEMENT_GRACE = timedelta(days=2)
 requester may refund its escrow on chain by itself (`Task.escrow_deadline`)."""
 DEFAULT_WEIGHTS = ScoringWeights(Fraction(1, 2), Fraction(1, 2))
 CAPABILITY_PATTERN = re.compile(r"^[a-z][a-z0-9_-]{0,63}$")
+
+
+compact_json = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode
+"""JSON text as the service's JSON answers are encoded (Starlette's JSONResponse: UTF-8 left
+unescaped, no spaces, NaN refused with ValueError), for parts of an answer encoded ahead."""
 
 
 @dataclass(frozen=True)
@@ -211,6 +218,14 @@ class TaskSpec:
                 "exam": str(self.weights.exam),
             },
         }
+
+    @cached_property
+    def json_text(self) -> str:
+        """`to_json()` as `compact_json` encodes it, worked out once per spec (a spec never
+        changes; the task view hands out one TaskSpec per stored spec text,
+        `accord.market.views.parsed_spec`, so a list of the same open tasks encodes each spec
+        once). Raises ValueError for a check weight that is not a finite number."""
+        return compact_json(self.to_json())
 
     @classmethod
     def from_json(cls, value: Mapping[str, Any]) -> TaskSpec:
