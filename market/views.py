@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from fractions import Fraction
 from functools import cache, lru_cache
+from types import SimpleNamespace
 from typing import Any, get_args
 
 from sqlalchemy import (
@@ -298,6 +299,18 @@ def task_of(row: Any, spec: dict[str, Any] | None = None) -> Task:
     )
 
 
+_TASK_COLUMNS = tuple(TASKS.c.keys())
+
+
+@lru_cache(maxsize=4096)
+def listed_task(values: tuple[Any, ...]) -> Task:
+    """`task_of` the row of `view_tasks` with these values (in the table's column order),
+    built once per distinct row: a Task is immutable, and the lists of open tasks return the
+    same rows request after request (a row that changes is another key). Raises TaskError
+    when the stored spec is not a task spec."""
+    return task_of(SimpleNamespace(**dict(zip(_TASK_COLUMNS, values, strict=True))))
+
+
 # -- queries ---------------------------------------------------------------------------------
 
 
@@ -360,7 +373,7 @@ def list_tasks(connection: Any, query: TaskQuery, now: datetime) -> TaskPage:
     more = len(rows) > query.size
     rows = rows[: query.size]
     cursor = encode_cursor(VIEW_NAME, str(rows[-1].posted_index)) if more else None
-    return TaskPage(tuple(task_of(row) for row in rows), cursor)
+    return TaskPage(tuple(listed_task(tuple(row)) for row in rows), cursor)
 
 
 _BY_CLOCK = ("bidding", "revealing")
