@@ -323,6 +323,32 @@ class Task:
             "state": self.state,
             "requester": self.requester,
             "spec": self.spec.to_json(),
+            **self._after_spec(),
+        }
+
+    def json_text(self, state: str) -> str:
+        """`to_json()` with `state` for the stored state (the clock's, `clock_state`), as
+        `compact_json` encodes it; all but the state is encoded once per Task (the task
+        lists hand out one Task per view row, `accord.market.views.listed_task`). Raises
+        ValueError for a spec that JSON cannot hold (a check weight that is no finite
+        number)."""
+        before, after = self._json_around_state
+        return f"{before}{compact_json(state)}{after}"
+
+    @cached_property
+    def _json_around_state(self) -> tuple[str, str]:
+        """`to_json()`'s text before and after the state's value."""
+        before = compact_json({"task_id": self.task_id})[:-1]
+        after = compact_json(self._after_spec())[1:]
+        requester = compact_json(self.requester)
+        return (
+            f'{before},"state":',
+            f',"requester":{requester},"spec":{self.spec.json_text},{after}',
+        )
+
+    def _after_spec(self) -> dict[str, Any]:
+        """`to_json()`'s fields after the spec, in order."""
+        return {
             "posted_at": self.posted_at.isoformat(),
             "bidding_ends": self.bidding_ends.isoformat(),
             "reveal_ends": self.reveal_ends.isoformat(),

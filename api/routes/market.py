@@ -49,7 +49,6 @@ from accord.market.tasks import (
     TASK_POSTED,
     Task,
     TaskState,
-    compact_json,
     request_of,
 )
 from accord.market.wiring import MarketContext, advertised_rpc_url
@@ -66,30 +65,13 @@ def task_json(context: MarketContext, task: Task) -> dict[str, Any]:
 
 def tasks_body(context: MarketContext, tasks: Iterable[Task]) -> bytes:
     """The JSON answer `[task_json(context, task) for task in tasks]`, byte for byte as
-    JSONResponse encodes it, with each spec's text encoded once per spec
-    (`TaskSpec.json_text`) rather than converted to a dict and encoded again for every task
-    of every page: the specs are most of a page. Raises ValueError for a spec that JSON
-    cannot hold (a check weight that is no finite number), as JSONResponse would."""
+    JSONResponse encodes it, from each task's `Task.json_text`: a task's text but its state
+    (the clock's) is encoded once per Task, its spec's once per spec, rather than converted
+    to dicts and encoded again for every task of every page (the specs are most of a page).
+    Raises ValueError for a spec that JSON cannot hold (a check weight that is no finite
+    number), as JSONResponse would."""
     market = context.market
-    texts = []
-    for task in tasks:
-        head = compact_json(
-            {"task_id": task.task_id, "state": market.state(task), "requester": task.requester}
-        )
-        tail = compact_json(
-            {
-                "posted_at": task.posted_at.isoformat(),
-                "bidding_ends": task.bidding_ends.isoformat(),
-                "reveal_ends": task.reveal_ends.isoformat(),
-                "delivery_deadline": task.delivery_deadline.isoformat(),
-                "escrowed": task.escrowed,
-                "winner": task.winner,
-                "price": None if task.price is None else str(task.price),
-            }
-        )
-        # `Task.to_json`'s keys in its order, "spec" fourth (tests/api pins the bytes)
-        texts.append(f'{head[:-1]},"spec":{task.spec.json_text},{tail[1:]}')
-    return f"[{','.join(texts)}]".encode()
+    return f"[{','.join(task.json_text(market.state(task)) for task in tasks)}]".encode()
 
 
 def _task(context: MarketContext, task_id: str) -> Task:

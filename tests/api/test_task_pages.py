@@ -92,6 +92,15 @@ def test_a_spec_text_is_its_json_and_follows_the_spec() -> None:
     assert spec == with_a_file()  # the remembered text is no part of the spec's value
 
 
+@pytest.mark.parametrize("state", ["bidding", "revealing", "awarded"])
+def test_a_task_text_is_its_json_with_the_state_given(state: str) -> None:
+    for task in tasks():
+        expected = compact_json({**task.to_json(), "state": state})
+        assert task.json_text(state) == expected
+        assert task.json_text(state) == expected  # again, from the text kept
+        assert task == dataclasses.replace(task)  # the kept text is no part of its value
+
+
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory) -> World:
     world = build_world(tmp_path_factory.mktemp("pages-world") / "home")
