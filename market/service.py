@@ -41,6 +41,8 @@ from datetime import datetime
 from fractions import Fraction
 from typing import Any, Protocol
 
+from sqlalchemy.exc import SQLAlchemyError
+
 from accord.identity.challenges.registry import get_capability
 from accord.identity.credential_views import VIEW_NAME as CREDENTIAL_VIEW
 from accord.identity.credential_views import capabilities_of, credentials_held, holders
@@ -48,12 +50,12 @@ from accord.identity.errors import ExamError, IdentityError, RegistryError
 from accord.identity.exams import check_agent_entry
 from accord.identity.onboarding import Onboarding
 from accord.ledger.canonical import canonical_json
-from accord.ledger.errors import AlreadyLoggedError, ChainError, LedgerError
+from accord.ledger.errors import AlreadyLoggedError, ChainError, LedgerError, StoreError
 from accord.ledger.events import Entry, Event, parse_time
 from accord.ledger.sealing import Sealed
 from accord.ledger.service import Ledger
 from accord.ledger.signing import Signer
-from accord.ledger.store import LogStore, StoredEntry
+from accord.ledger.store import LogStore, StoredEntry, statement_connection
 from accord.ledger.views import MAX_LIMIT, reading
 from accord.market import sealed
 from accord.market.auction import AuctionOutcome
@@ -326,11 +328,20 @@ class Market:
         `capability`, posted by `requester`; `limit` 1..200 (default 50); `cursor` the
         `next_cursor` of the page before. One indexed query, however long the log.
 
+        The view is brought level first (`LogStore.refresh_view`); the page is then one
+        statement, so it runs on a connection without a transaction of its own
+        (`statement_connection`: on PostgreSQL no BEGIN and ROLLBACK round trips around it).
+
         Raises QueryError (ledger.errors) naming a bad parameter, StoreError.
         """
         query = TaskQuery(state, capability, requester, limit, cursor)
-        with reading(self.ledger.store, TASK_VIEW) as connection:
-            return list_tasks(connection, query, self.clock())
+        store = self.ledger.store
+        store.refresh_view(TASK_VIEW)
+        try:
+            with statement_connection(store.engine) as connection:
+                return list_tasks(connection, query, self.clock())
+        except SQLAlchemyError as exc:
+            raise StoreError(f"cannot read the {TASK_VIEW} view: {exc}") from exc
 
     def credentialed(self, capability: str) -> list[str]:
         """The DIDs holding an unrevoked credential for `capability` valid now, by DID, from

@@ -16,11 +16,13 @@ repeat in `Task.duplicates`, so the task still replays and the audit can name th
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from fractions import Fraction
+from functools import cached_property
 from typing import Any, Literal
 
 from accord.market.auction import PAYMENT_RULES, PaymentRule, ScoringWeights
@@ -102,6 +104,11 @@ SETTLEMENT_GRACE = timedelta(days=2)
 requester may refund its escrow on chain by itself (`Task.escrow_deadline`)."""
 DEFAULT_WEIGHTS = ScoringWeights(Fraction(1, 2), Fraction(1, 2))
 CAPABILITY_PATTERN = re.compile(r"^[a-z][a-z0-9_-]{0,63}$")
+
+
+compact_json = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode
+"""JSON text as the service's JSON answers are encoded (Starlette's JSONResponse: UTF-8 left
+unescaped, no spaces, NaN refused with ValueError), for parts of an answer encoded ahead."""
 
 
 @dataclass(frozen=True)
@@ -212,6 +219,14 @@ class TaskSpec:
             },
         }
 
+    @cached_property
+    def json_text(self) -> str:
+        """`to_json()` as `compact_json` encodes it, worked out once per spec (a spec never
+        changes; the task view hands out one TaskSpec per stored spec text,
+        `accord.market.views.parsed_spec`, so a list of the same open tasks encodes each spec
+        once). Raises ValueError for a check weight that is not a finite number."""
+        return compact_json(self.to_json())
+
     @classmethod
     def from_json(cls, value: Mapping[str, Any]) -> TaskSpec:
         """A spec as logged in `task.posted` (validated when it was posted; checks are not
@@ -308,6 +323,32 @@ class Task:
             "state": self.state,
             "requester": self.requester,
             "spec": self.spec.to_json(),
+            **self._after_spec(),
+        }
+
+    def json_text(self, state: str) -> str:
+        """`to_json()` with `state` for the stored state (the clock's, `clock_state`), as
+        `compact_json` encodes it; all but the state is encoded once per Task (the task
+        lists hand out one Task per view row, `accord.market.views.listed_task`). Raises
+        ValueError for a spec that JSON cannot hold (a check weight that is no finite
+        number)."""
+        before, after = self._json_around_state
+        return f"{before}{compact_json(state)}{after}"
+
+    @cached_property
+    def _json_around_state(self) -> tuple[str, str]:
+        """`to_json()`'s text before and after the state's value."""
+        before = compact_json({"task_id": self.task_id})[:-1]
+        after = compact_json(self._after_spec())[1:]
+        requester = compact_json(self.requester)
+        return (
+            f'{before},"state":',
+            f',"requester":{requester},"spec":{self.spec.json_text},{after}',
+        )
+
+    def _after_spec(self) -> dict[str, Any]:
+        """`to_json()`'s fields after the spec, in order."""
+        return {
             "posted_at": self.posted_at.isoformat(),
             "bidding_ends": self.bidding_ends.isoformat(),
             "reveal_ends": self.reveal_ends.isoformat(),

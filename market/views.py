@@ -24,12 +24,15 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from fractions import Fraction
-from functools import lru_cache
+from functools import cache, lru_cache
+from types import SimpleNamespace
 from typing import Any, get_args
 
 from sqlalchemy import (
     BigInteger,
     Index,
+    Integer,
+    String,
     Table,
     and_,
     bindparam,
@@ -296,6 +299,18 @@ def task_of(row: Any, spec: dict[str, Any] | None = None) -> Task:
     )
 
 
+_TASK_COLUMNS = tuple(TASKS.c.keys())
+
+
+@lru_cache(maxsize=4096)
+def listed_task(values: tuple[Any, ...]) -> Task:
+    """`task_of` the row of `view_tasks` with these values (in the table's column order),
+    built once per distinct row: a Task is immutable, and the lists of open tasks return the
+    same rows request after request (a row that changes is another key). Raises TaskError
+    when the stored spec is not a task spec."""
+    return task_of(SimpleNamespace(**dict(zip(_TASK_COLUMNS, values, strict=True))))
+
+
 # -- queries ---------------------------------------------------------------------------------
 
 
@@ -330,37 +345,76 @@ class TaskQuery:
 
 
 def list_tasks(connection: Any, query: TaskQuery, now: datetime) -> TaskPage:
-    """One page of tasks matching `query` at `now`, from the view: one indexed query.
+    """One page of tasks matching `query` at `now`, from the view: one indexed query, the
+    statement built once per shape of query (`_page_statement`).
 
     Raises TaskError when a stored spec does not parse (a view edited by hand: reindex it).
     """
-    now_us = micros(now)
-    if query.capability is not None:
-        source = CAPABILITIES
-        wanted = [CAPABILITIES.c.capability == query.capability, CAPABILITIES.c.listed]
-        joined = TASKS.join(CAPABILITIES, TASKS.c.subject == CAPABILITIES.c.subject)
-        statement = select(TASKS).select_from(joined)
-    else:
-        source = TASKS
-        wanted = [TASKS.c.problem.is_(None)]
-        statement = select(TASKS)
-    if query.state == "bidding":
-        wanted += [source.c.state == "bidding", source.c.bidding_ends_us > now_us]
-    elif query.state == "revealing":
-        wanted += [source.c.state == "bidding", source.c.bidding_ends_us <= now_us]
-    elif query.state is not None:
-        wanted.append(source.c.state == query.state)
-    if query.requester is not None:
-        wanted.append(TASKS.c.requester == query.requester)
-    if query.after is not None:
-        wanted.append(source.c.posted_index > query.after)
-    rows = connection.execute(
-        statement.where(and_(*wanted)).order_by(source.c.posted_index).limit(query.size + 1)
-    ).all()
+    window: str | None = None
+    state = query.state
+    if state in _BY_CLOCK:
+        window, state = state, "bidding"
+    statement = _page_statement(
+        query.capability is not None,
+        window,
+        state is not None,
+        query.requester is not None,
+        query.after is not None,
+    )
+    values = {
+        "capability": query.capability,
+        "now_us": micros(now),
+        "state": state,
+        "requester": query.requester,
+        "after": query.after,
+        "limit": query.size + 1,
+    }
+    rows = connection.execute(statement, values).all()
     more = len(rows) > query.size
     rows = rows[: query.size]
     cursor = encode_cursor(VIEW_NAME, str(rows[-1].posted_index)) if more else None
-    return TaskPage(tuple(task_of(row) for row in rows), cursor)
+    return TaskPage(tuple(listed_task(tuple(row)) for row in rows), cursor)
+
+
+_BY_CLOCK = ("bidding", "revealing")
+"""The states the clock decides: a stored `bidding` task bids until `bidding_ends_us`."""
+
+
+@cache
+def _page_statement(
+    by_capability: bool, window: str | None, by_state: bool, by_requester: bool, after: bool
+) -> Any:
+    """The statement of a task list page of one shape (built once: building and keying a
+    statement cost more than running it). Parameters: capability, state, now_us (`window`
+    `bidding`: bidding has not ended by then; `revealing`: it has), requester, after (the
+    cursor's posted index), limit. By capability, the task rows are joined to the
+    capability index's, whose copies of the state, bidding end and posted index are filtered
+    and ordered by; otherwise the task rows' own."""
+    if by_capability:
+        source = CAPABILITIES
+        joined = TASKS.join(CAPABILITIES, TASKS.c.subject == CAPABILITIES.c.subject)
+        statement = select(TASKS).select_from(joined)
+        wanted = [
+            CAPABILITIES.c.capability == bindparam("capability", type_=String),
+            CAPABILITIES.c.listed,
+        ]
+    else:
+        source = TASKS
+        statement = select(TASKS)
+        wanted = [TASKS.c.problem.is_(None)]
+    if by_state:
+        wanted.append(source.c.state == bindparam("state", type_=String))
+    now_us = bindparam("now_us", type_=BigInteger)
+    if window == "bidding":
+        wanted.append(source.c.bidding_ends_us > now_us)
+    elif window == "revealing":
+        wanted.append(source.c.bidding_ends_us <= now_us)
+    if by_requester:
+        wanted.append(TASKS.c.requester == bindparam("requester", type_=String))
+    if after:
+        wanted.append(source.c.posted_index > bindparam("after", type_=BigInteger))
+    limit = bindparam("limit", type_=Integer)
+    return statement.where(and_(*wanted)).order_by(source.c.posted_index).limit(limit)
 
 
 # -- bids ------------------------------------------------------------------------------------

@@ -246,9 +246,13 @@ def _address(request: Request) -> str:
     return f"address {request.client.host if request.client else 'unknown'}"
 
 
-def throttle_reads(request: Request, state: Annotated[ApiState, Depends(get_state)]) -> None:
+async def throttle_reads(request: Request, state: Annotated[ApiState, Depends(get_state)]) -> None:
     """Unsigned requests are rate-limited per client address (429). A claimed `keyid` in a
-    Signature-Input is ignored: nothing proves it, and it must not spend its owner's bucket."""
+    Signature-Input is ignored: nothing proves it, and it must not spend its owner's bucket.
+
+    Async, so that it runs on the event loop: taking a token is a dictionary update under a
+    lock held for nothing else, and a sync dependency would cost every read a hop to a worker
+    thread and back before the route's own."""
     _throttle(state, _address(request))
 
 

@@ -252,6 +252,30 @@ def test_a_hand_edited_view_fools_neither_the_replay_nor_the_audit(
     assert world.market.list_tasks(state="awarded").tasks[0] == world.market.task(awarded)
 
 
+def test_a_listed_task_is_its_row_now_not_the_row_it_was(
+    world: World, make_bidder: MakeBidder
+) -> None:
+    """The lists build a Task once per distinct row (`views.listed_task`): a task that moves
+    on, or a row edited in place, is listed as it is now, and the same row the same again."""
+    market, youngest = world.market, world.ids[-1]
+    before = listed(market, requester=world.requester.did)
+    assert listed(market, requester=world.requester.did) == before
+    assert market.list_tasks(state="bidding").tasks[-1].task_id == youngest
+    _, bea = make_bidder("bea")
+    market.commit(sealed.commit_bid(bea, youngest, 200, SALT_A))
+    to_reveal(world.clock, market.task(youngest))
+    market.reveal(sealed.reveal_bid(bea, youngest, 200, SALT_A))
+    to_award(world.clock, market.task(youngest))
+    market.award(youngest)
+    after = listed(market, requester=world.requester.did)
+    assert after == replayed(world, requester=world.requester.did) != before
+    assert [t.task_id for t in after] == [t.task_id for t in before]
+    assert market.list_tasks(state="awarded").tasks[-1] == market.task(youngest)
+    with world.ledger.store.engine.begin() as connection:
+        connection.execute(update(TASKS).where(TASKS.c.task_id == youngest).values(price="7"))
+    assert market.list_tasks(state="awarded").tasks[-1].price == 7
+
+
 @pytest.mark.parametrize(
     ("filters", "parameter"),
     [
