@@ -356,6 +356,7 @@ class LogStore:
         self._node_cache: dict[int, bytes] = {}
         self._raw_sqlite = engine.dialect.name == "sqlite"
         self._find_texts: dict[tuple[bool, int, bool, bool, bool], str] = {}
+        self._level_texts: dict[int, str] = {}
         self._dbapi_error: type[Exception] = getattr(engine.dialect.dbapi, "Error", Exception)
         try:
             create_tables(engine, _LEDGER_TABLES)
@@ -905,19 +906,17 @@ class LogStore:
     def refresh_view(self, *names: str) -> None:
         """Fold into the attached views `names` the entries they have not applied yet
         (appended by a process that did not keep them), in the order they were attached; one
-        read when they are level. Raises StoreError."""
+        read when they are level: one statement, sent to the driver as it is (every read of
+        a view asks it first). Raises StoreError."""
         wanted = [p for name, p in self._projections.items() if name in names]
+        if not wanted:
+            return
         try:
             with self._read() as connection:
-                head = int(connection.execute(select(_HEAD.c.size)).scalar_one())
-                done = dict(
-                    connection.execute(
-                        select(views.VIEWS_TABLE.c.name, views.VIEWS_TABLE.c.applied).where(
-                            views.VIEWS_TABLE.c.name.in_(names)
-                        )
-                    ).all()
-                )
-            if all(int(done.get(p.name, -1)) >= head for p in wanted):
+                level = connection.exec_driver_sql(
+                    self._level_sql(len(wanted)), tuple(p.name for p in wanted)
+                ).scalar_one()
+            if int(level) == len(wanted):
                 return
             with self.engine.begin() as connection:
                 size = self._lock_head(connection)
@@ -926,6 +925,20 @@ class LogStore:
             raise StoreError(
                 f"cannot bring the {', '.join(names)} view up to date: {db_reason(exc)}"
             ) from exc
+
+    def _level_sql(self, count: int) -> str:
+        """The SQL text counting how many of `count` named views have applied exactly the
+        log's size, in the driver's parameter style."""
+        text = self._level_texts.get(count)
+        if text is None:
+            mark = "?" if self.engine.dialect.paramstyle == "qmark" else "%s"
+            text = (
+                "SELECT (SELECT count(*) FROM ledger_views WHERE name IN "
+                f"({', '.join([mark] * count)}) AND applied = ledger_head.size) "
+                "FROM ledger_head WHERE id = 1"
+            )
+            self._level_texts[count] = text
+        return text
 
     def reindex(self) -> dict[str, int]:
         """Empty every attached view and fold the whole log into it again, in one transaction
