@@ -1171,7 +1171,8 @@ class LogStore:
     def _read_nodes(self, needed: Iterable[NodeId], size: int) -> dict[NodeId, bytes]:
         """`_read_keys` by NodeId."""
         wanted = {node_key(node): node for node in needed}
-        return {wanted[key]: value for key, value in self._read_keys(wanted, size).items()}
+        found = self._read_keys(wanted, size)
+        return {node: found[key] for key, node in wanted.items()}
 
     def _read_keys(self, keys: Iterable[int], size: int) -> dict[int, bytes]:
         """Stored nodes (by key) for a proof or root within the tree of `size`, outside writes.
@@ -1184,17 +1185,19 @@ class LogStore:
         Raises StoreError when a node is missing or the database cannot be read.
         """
         asked = list(keys)
+        pairs = [key for key in asked if _PAIR_LOW <= key < _PAIR_HIGH]
         cache = self._node_cache
         found: dict[int, bytes] = {}
         wanted: list[int] = []
-        for key in _stored_keys(asked):
+        for key in _stored_keys(asked) if pairs else asked:
             value = cache.get(key)
             if value is None:
                 wanted.append(key)
             else:
                 found[key] = value
         if not wanted:
-            return _with_pairs(asked, found)
+            return _add_pairs(pairs, found)
+        wanted = list(dict.fromkeys(wanted))
         if self._raw_sqlite:
             query = _NODE_QUERIES.get(len(wanted))
             if query is None:
@@ -1217,7 +1220,7 @@ class LogStore:
         if len(rows) != len(wanted):
             missing = sorted(_node_id(key) for key in set(wanted) - found.keys())
             raise StoreError(f"the log is missing stored tree nodes {missing[:3]}")
-        return _with_pairs(asked, found)
+        return _add_pairs(pairs, found)
 
     def _raw_select(self, query: str, params: Sequence[Any]) -> list[Any]:
         """Run one SELECT on a pooled SQLite connection's driver cursor (autocommit)."""
@@ -1258,7 +1261,8 @@ class LogStore:
         if len(found) != len(stored):
             missing = sorted(_node_id(key) for key in set(stored) - found.keys())
             raise StoreError(f"the log is missing stored tree nodes {missing[:3]}")
-        return {wanted[key]: value for key, value in _with_pairs(wanted, found).items()}
+        _add_pairs([key for key in wanted if _PAIR_LOW <= key < _PAIR_HIGH], found)
+        return {node: found[key] for key, node in wanted.items()}
 
 
 def _once_index(connection: Any, kind: str, subject: str) -> int | None:
@@ -1357,17 +1361,13 @@ def _stored_keys(keys: Iterable[int]) -> list[int]:
     return list(stored)
 
 
-def _with_pairs(keys: Iterable[int], stored: dict[int, bytes]) -> dict[int, bytes]:
-    """The hashes of the nodes `keys` from `stored`, which holds `_stored_keys(keys)`: a pair
-    of leaves is hashed from its two leaves (pure)."""
-    hashes: dict[int, bytes] = {}
-    for key in keys:
-        if _PAIR_LOW <= key < _PAIR_HIGH:
-            left = (key - _PAIR_LOW) << 1
-            hashes[key] = merkle.node_hash(stored[left], stored[left + 1])
-        else:
-            hashes[key] = stored[key]
-    return hashes
+def _add_pairs(pairs: Iterable[int], found: dict[int, bytes]) -> dict[int, bytes]:
+    """`found` (stored nodes by key, the leaves under `pairs` among them) with the hash of
+    each pair of leaves of `pairs` added, hashed from its two leaves; returns `found`."""
+    for key in pairs:
+        left = (key - _PAIR_LOW) << 1
+        found[key] = merkle.node_hash(found[left], found[left + 1])
+    return found
 
 
 def _inclusion_groups(index: int, size: int) -> list[list[int]]:
