@@ -256,9 +256,14 @@ async def throttle_reads(request: Request, state: Annotated[ApiState, Depends(ge
     _throttle(state, _address(request))
 
 
-def throttle_challenges(request: Request, state: Annotated[ApiState, Depends(get_state)]) -> None:
+async def throttle_challenges(
+    request: Request, state: Annotated[ApiState, Depends(get_state)]
+) -> None:
     """Registration challenges are limited per client address (429), and issuing one purges
-    the expired ones at most every `ApiConfig.purge_every` seconds."""
+    the expired ones at most every `ApiConfig.purge_every` seconds.
+
+    Async, as `throttle_reads` is: a token is taken from memory, so a worker-thread hop
+    would cost more than the check."""
     wait = state.challenge_limiter.take(_address(request))
     if wait is not None:
         seconds = max(1, int(wait + 0.999))
