@@ -95,6 +95,17 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     return SpreadSlowTests(config, log)
 
 
+@pytest.fixture(scope="module")
+def remembered_signatures() -> Iterator[None]:
+    """Within the test module that asks for it, a signature that verified once is not sent to
+    libsodium again (tests/ledger/warm_lab.py): for the tampering labs, which verify the same
+    log hundreds of times. Mark a module `pytest.mark.usefixtures("remembered_signatures")`."""
+    from tests.ledger.warm_lab import remembered_signature_checks
+
+    with remembered_signature_checks():
+        yield
+
+
 @pytest.fixture
 def accord(tmp_path: Path) -> Iterator[AccordCli]:
     """`accord` in a subprocess with its own home and devnet port; the devnet, if the test

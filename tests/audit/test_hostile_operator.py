@@ -27,14 +27,10 @@ from tests.audit.conftest import (
     sql,
 )
 from tests.audit.hostile import COLUMNS, HostileCase, hostile_cases
-from tests.ledger.warm_lab import Scratch, remembered_signature_checks
+from tests.ledger.warm_lab import Scratch
 
-
-@pytest.fixture(scope="module", autouse=True)
-def _remembered_signatures() -> Iterator[None]:
-    """Signatures that verified once are not checked again (tests/ledger/warm_lab.py)."""
-    with remembered_signature_checks():
-        yield
+# Signatures that verified once are not checked again (tests/ledger/warm_lab.py).
+pytestmark = pytest.mark.usefixtures("remembered_signatures")
 
 
 @pytest.fixture(scope="module")

@@ -195,12 +195,15 @@ def pristine(tmp_path_factory: pytest.TempPathFactory) -> Pristine:
 
 @pytest.fixture(scope="module")
 def lab(pristine: Pristine, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
-    """Applies one mutation to a fresh copy of `pristine` and verifies it."""
-    from tests.ledger.tamper import Lab
+    """Applies one mutation to a copy of `pristine` and verifies it; the copy is reset in
+    place between mutations (tests/ledger/warm_lab.py)."""
+    from tests.ledger.warm_lab import WarmLab
 
-    lab = Lab(pristine, tmp_path_factory.mktemp("lab"))
-    yield lab
-    lab.close()
+    lab = WarmLab(pristine, tmp_path_factory.mktemp("lab"))
+    try:
+        yield lab
+    finally:
+        lab.close()
 
 
 @pytest.fixture(scope="module")

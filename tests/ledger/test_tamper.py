@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import sqlite3
 from collections import Counter
-from collections.abc import Iterator
 
 import pytest
 
@@ -27,20 +26,11 @@ from tests.ledger.tamper import (
     assert_caught_where_expected,
     set_data,
 )
-from tests.ledger.warm_lab import WarmLab, remembered_signature_checks, warm_lab
 
-# -- the lab (see warm_lab.py: the same verifications, without their repeated costs) --------
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _remembered_signatures() -> Iterator[None]:
-    with remembered_signature_checks():
-        yield
-
-
-@pytest.fixture(scope="module")
-def lab(pristine: Pristine, tmp_path_factory: pytest.TempPathFactory) -> Iterator[WarmLab]:
-    yield from warm_lab(pristine, tmp_path_factory.mktemp("lab"))
+# The lab (`lab`, tests/ledger/conftest.py) resets one scratch copy in place, and signatures
+# that verified once are remembered (tests/ledger/warm_lab.py): the same verifications,
+# without their repeated costs.
+pytestmark = pytest.mark.usefixtures("remembered_signatures")
 
 
 # -- the random mutations ---------------------------------------------------------------------

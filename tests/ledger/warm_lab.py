@@ -120,12 +120,3 @@ class WarmLab(Lab):
 
     def close(self) -> None:
         self.scratch.close()
-
-
-def warm_lab(pristine: Pristine, directory: Path) -> Iterator[WarmLab]:
-    """For a module-scoped `lab` fixture."""
-    lab = WarmLab(pristine, directory)
-    try:
-        yield lab
-    finally:
-        lab.close()
