@@ -551,3 +551,15 @@ def test_find_answers_every_shape_of_question_as_a_filter_of_the_log_would(
         found = store.find(after=after, limit=limit, newest_first=newest_first, **ask)
         assert [stored.index for stored in found] == expected, ask
         assert [stored.data for stored in found] == [appended[i].data for i in expected]
+
+
+def test_find_on_a_database_that_fails_raises_store_error(
+    store: LogStore, maker: EntryMaker
+) -> None:
+    """`find` sends its SQL text to the driver itself: a failing database is a StoreError
+    naming the read, not the driver's exception."""
+    store.append_batch(maker.many(3))
+    with store.engine.begin() as connection:
+        connection.exec_driver_sql("ALTER TABLE ledger_entries RENAME TO ledger_entries_gone")
+    with pytest.raises(StoreError, match="cannot read the log database"):
+        store.find(subject="task-1", kinds=["note.added"], after=-1)
