@@ -55,7 +55,7 @@ from accord.ledger.events import Entry, Event, parse_time
 from accord.ledger.sealing import Sealed
 from accord.ledger.service import Ledger
 from accord.ledger.signing import Signer
-from accord.ledger.store import LogStore, StoredEntry, statement_connection
+from accord.ledger.store import LogStore, StoredEntry, db_reason, statement_connection
 from accord.ledger.views import MAX_LIMIT, reading
 from accord.market import sealed
 from accord.market.auction import AuctionOutcome
@@ -341,7 +341,7 @@ class Market:
             with statement_connection(store.engine) as connection:
                 return list_tasks(connection, query, self.clock())
         except SQLAlchemyError as exc:
-            raise StoreError(f"cannot read the {TASK_VIEW} view: {exc}") from exc
+            raise StoreError(f"cannot read the {TASK_VIEW} view: {db_reason(exc)}") from exc
 
     def credentialed(self, capability: str) -> list[str]:
         """The DIDs holding an unrevoked credential for `capability` valid now, by DID, from

@@ -16,7 +16,7 @@ from sqlalchemy import update
 
 from accord.audit.checks import audit_task
 from accord.ledger.chain import MemoryAnchorChain
-from accord.ledger.errors import QueryError
+from accord.ledger.errors import QueryError, StoreError
 from accord.ledger.events import Entry, make_entry, parse_time
 from accord.ledger.service import Ledger
 from accord.ledger.settings import Settings
@@ -378,3 +378,14 @@ def test_tasks_by_change_pages_as_sorting_every_replay(
             connection, states=states, changed_after=newest, before=None, size=9
         )
     assert later.total == 0 and later.tasks == ()
+
+
+def test_a_failing_view_table_is_a_store_error_naming_the_view(world: World) -> None:
+    """The task list runs its page on the driver's connection: a database failure is a
+    StoreError naming the view, with the driver's reason and not SQLAlchemy's statement dump."""
+    store = world.ledger.store
+    with store.engine.begin() as connection:
+        connection.exec_driver_sql(f"ALTER TABLE {TASKS.name} RENAME TO {TASKS.name}_gone")
+    with pytest.raises(StoreError, match=f"cannot read the {VIEW_NAME} view") as caught:
+        world.market.list_tasks(state="bidding")
+    assert "[SQL:" not in str(caught.value)
