@@ -29,6 +29,7 @@ from accord.identity.credentials import (
     REVOCATION_EVENT_KIND,
     VerifiedCredential,
     issue_capability_credential,
+    json_copy,
     revocation_event_body,
     revoke,
     transcript_reference,
@@ -143,6 +144,44 @@ def test_issue_then_verify_round_trips() -> None:
     assert verified.valid_from == NOW
     assert verified.valid_until == NOW + VALID_FOR
     assert verified.document == credential
+
+
+def test_the_verified_document_is_the_verifiers_own_copy() -> None:
+    world = World()
+    credential = world.issue()
+    verified = world.verify(credential)
+    credential["credentialSubject"]["score"]["earned"] = 0  # the caller's dict changes after
+    credential["credentialStatus"]["statusListIndex"] = "99"
+    assert verified.document["credentialSubject"]["score"]["earned"] == 9
+    assert verified.status_entries[0]["statusListIndex"] != "99"
+    assert verified.status_entries[0] is verified.document["credentialStatus"]
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
+    lambda inner: st.lists(inner) | st.tuples(inner, inner) | st.dictionaries(st.text(), inner),
+    max_leaves=30,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(_JSON)
+def test_json_copy_is_deepcopy_for_json(value: Any) -> None:
+    copied = json_copy(value)
+    assert copied == copy.deepcopy(value)
+    assert type(copied) is type(value)
+
+    def containers(node: Any) -> list[Any]:
+        """Every dict and list in `node` (tuples are looked into, not counted)."""
+        if isinstance(node, dict):
+            return [node] + [c for item in node.values() for c in containers(item)]
+        if isinstance(node, list | tuple):
+            inner = [c for item in node for c in containers(item)]
+            return inner if isinstance(node, tuple) else [node, *inner]
+        return []
+
+    theirs = {id(node) for node in containers(value)}
+    assert not theirs & {id(node) for node in containers(copied)}  # nothing mutable shared
 
 
 def test_issued_credential_has_the_vc_2_0_shape() -> None:
