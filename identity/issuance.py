@@ -22,7 +22,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import BigInteger, Engine, bindparam, func, insert, select, update
+from sqlalchemy import BigInteger, Engine, func, insert, select, update
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlmodel import Column, Field, SQLModel
 
@@ -41,7 +41,7 @@ from accord.identity.status_lists import StatusLists, operator_key, write_docume
 from accord.ledger.errors import AlreadyLoggedError
 from accord.ledger.events import format_time
 from accord.ledger.service import Ledger
-from accord.ledger.store import create_tables, db_reason, statement_connection
+from accord.ledger.store import create_tables, db_reason, driver_mark, statement_connection
 
 ISSUED_EVENT_KIND = "credential.issued"
 DEFAULT_VALIDITY = timedelta(days=180)
@@ -65,12 +65,19 @@ class IssuedCredential(SQLModel, table=True):
 
 
 _CREDENTIALS = IssuedCredential.__table__  # type: ignore[attr-defined]
-# Built once: building the query on every bid cost more than running it.
-_CREDENTIALS_OF = (
-    select(_CREDENTIALS)
-    .where(_CREDENTIALS.c.agent_did == bindparam("agent_did"))
-    .order_by(_CREDENTIALS.c.issued_at, _CREDENTIALS.c.id)
+_CREDENTIAL_COLUMNS = (
+    "id, agent_did, capability, status_index, exam_id, issued_at, revoked_at, "
+    "revocation_reason, document"
 )
+
+
+def _credentials_of_sql(engine: Engine) -> str:
+    """The SQL text of `credentials_of`, sent to the driver itself: every bid runs it, and
+    SQLAlchemy's compiled-statement machinery cost more CPU than the database's answer."""
+    return (
+        f"SELECT {_CREDENTIAL_COLUMNS} FROM identity_credentials "
+        f"WHERE agent_did = {driver_mark(engine)} ORDER BY issued_at, id"
+    )
 
 
 class CredentialIssuer:
@@ -95,6 +102,7 @@ class CredentialIssuer:
         self.engine: Engine = ledger.store.engine
         self.checked = CheckedCredentials(status_lists.status_lookup)
         """The status lists read and credentials verified lately (see `verify`)."""
+        self._credentials_of = _credentials_of_sql(self.engine)
         try:
             create_tables(self.engine, [_CREDENTIALS])
         except SQLAlchemyError as exc:
@@ -200,7 +208,7 @@ class CredentialIssuer:
         """The stored rows of `agent_did`'s credentials as JSON, oldest first (one query; the
         rows' `revoked_at` is read fresh every time)."""
         with statement_connection(self.engine) as connection:
-            rows = connection.execute(_CREDENTIALS_OF, {"agent_did": agent_did}).all()
+            rows = connection.exec_driver_sql(self._credentials_of, (agent_did,)).all()
         return [_row_json(row) for row in rows]
 
     def revoke(

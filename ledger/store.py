@@ -61,6 +61,7 @@ from sqlalchemy import (
     Index,
     Integer,
     LargeBinary,
+    Table,
     bindparam,
     event,
     func,
@@ -267,6 +268,26 @@ def statement_connection(engine: Engine) -> Connection:
     return connection
 
 
+def driver_mark(bind: Engine | Connection) -> str:
+    """The positional parameter marker of `bind`'s driver, for SQL text sent to it with
+    `exec_driver_sql`: "?" for sqlite3 (qmark), "%s" for psycopg (format)."""
+    return "?" if bind.dialect.paramstyle == "qmark" else "%s"
+
+
+def upsert_sql(mark: str, table: Table, keys: Sequence[str], updated: Sequence[str]) -> str:
+    """`upsert` as SQL text for the driver itself (`exec_driver_sql`, parameter marker
+    `mark`), each row a tuple of every column of `table` in its order: for statements run at
+    every append, where SQLAlchemy's compiled-statement machinery costs more CPU than the
+    database's insert."""
+    columns = [column.name for column in table.columns]
+    return (
+        f"INSERT INTO {table.name} ({', '.join(columns)}) "
+        f"VALUES ({', '.join([mark] * len(columns))}) "
+        f"ON CONFLICT ({', '.join(keys)}) DO UPDATE SET "
+        + ", ".join(f"{name} = excluded.{name}" for name in updated)
+    )
+
+
 def upsert(table: Any, dialect: str, keys: Sequence[Any], updated: Sequence[str]) -> Any:
     """One statement that INSERTs a row into `table` or, where a row with the same `keys`
     (its primary key or a unique index) is already there, sets only its `updated` columns to
@@ -356,7 +377,7 @@ class LogStore:
         self._node_cache: dict[int, bytes] = {}
         self._raw_sqlite = engine.dialect.name == "sqlite"
         self._find_texts: dict[tuple[bool, int, bool, bool, bool], str] = {}
-        self._level_texts: dict[int, str] = {}
+        self._level_texts: dict[tuple[int, bool], str] = {}
         self._dbapi_error: type[Exception] = getattr(engine.dialect.dbapi, "Error", Exception)
         try:
             create_tables(engine, _LEDGER_TABLES)
@@ -504,7 +525,7 @@ class LogStore:
         text = self._find_texts.get(shape)
         if text is None:
             has_kind, kind_count, has_subject, has_actor, newest_first = shape
-            mark = "?" if self.engine.dialect.paramstyle == "qmark" else "%s"
+            mark = driver_mark(self.engine)
             where = [f"idx > {mark}"]
             if has_kind:
                 where.append(f"kind = {mark}")
@@ -913,9 +934,9 @@ class LogStore:
             return
         try:
             with self._read() as connection:
-                level = connection.exec_driver_sql(
+                _size, level = connection.exec_driver_sql(
                     self._level_sql(len(wanted)), tuple(p.name for p in wanted)
-                ).scalar_one()
+                ).one()
             if int(level) == len(wanted):
                 return
             with self.engine.begin() as connection:
@@ -926,18 +947,22 @@ class LogStore:
                 f"cannot bring the {', '.join(names)} view up to date: {db_reason(exc)}"
             ) from exc
 
-    def _level_sql(self, count: int) -> str:
-        """The SQL text counting how many of `count` named views have applied exactly the
-        log's size, in the driver's parameter style."""
-        text = self._level_texts.get(count)
+    def _level_sql(self, count: int, *, lock: bool = False) -> str:
+        """The SQL text of the log's size and how many of `count` named views have applied
+        exactly that many entries, in the driver's parameter style; `lock`: the head row is
+        locked too (FOR UPDATE on PostgreSQL; SQLite's writer already holds the database)."""
+        key = (count, lock and self._postgres)
+        text = self._level_texts.get(key)
         if text is None:
-            mark = "?" if self.engine.dialect.paramstyle == "qmark" else "%s"
+            mark = driver_mark(self.engine)
             text = (
-                "SELECT (SELECT count(*) FROM ledger_views WHERE name IN "
+                "SELECT size, (SELECT count(*) FROM ledger_views WHERE name IN "
                 f"({', '.join([mark] * count)}) AND applied = ledger_head.size) "
                 "FROM ledger_head WHERE id = 1"
             )
-            self._level_texts[count] = text
+            if key[1]:
+                text += " FOR UPDATE OF ledger_head"
+            self._level_texts[key] = text
         return text
 
     def reindex(self) -> dict[str, int]:
@@ -1057,9 +1082,10 @@ class LogStore:
         many entries (then an append need not read each view's count), in one statement."""
         if not self._projections:
             return self._lock_head(connection), True
-        query = _LOCK_HEAD_AND_VIEWS if self._postgres else _READ_HEAD_AND_VIEWS
-        names = list(self._projections)
-        size, level = connection.execute(query, {"names": names}).one()
+        names = tuple(self._projections)
+        size, level = connection.exec_driver_sql(
+            self._level_sql(len(names), lock=True), names
+        ).one()
         return int(size), int(level) == len(names)
 
     def _sync_caches(self, connection: Any, size: int) -> None:
@@ -1426,16 +1452,6 @@ def _extend_frontier(
 # The append's statements, built once (building one costs about as much as running it).
 _READ_HEAD = select(_HEAD.c.size).where(_HEAD.c.id == 1)
 _LOCK_HEAD = _READ_HEAD.with_for_update()
-_LEVEL_VIEWS = (
-    select(func.count())
-    .where(
-        views.VIEWS_TABLE.c.name.in_(bindparam("names", expanding=True)),
-        views.VIEWS_TABLE.c.applied == _HEAD.c.size,
-    )
-    .scalar_subquery()
-)
-_READ_HEAD_AND_VIEWS = select(_HEAD.c.size, _LEVEL_VIEWS).where(_HEAD.c.id == 1)
-_LOCK_HEAD_AND_VIEWS = _READ_HEAD_AND_VIEWS.with_for_update(of=_HEAD)
 _SET_HEAD = update(_HEAD).values(size=bindparam("new_size"))
 _INSERT_ENTRIES = insert(_ENTRIES)
 _INSERT_NODES = insert(_NODES)

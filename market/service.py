@@ -417,12 +417,19 @@ class Market:
 
     def eligible(self, did: str, capabilities: Iterable[str]) -> bool:
         """Whether `did` holds a valid, unrevoked credential for every capability, now."""
-        return all(self._exam_score(did, capability) is not None for capability in capabilities)
+        return all(score is not None for score in self._exam_scores(did, capabilities))
 
-    def _exam_score(self, did: str, capability: str) -> Fraction | None:
-        """The best verified exam score of `did` for `capability`, or None."""
+    def _exam_scores(self, did: str, capabilities: Iterable[str]) -> list[Fraction | None]:
+        """The best verified exam score of `did` for each capability (None where it holds no
+        valid, unrevoked credential), from one read of its credentials."""
+        records = self.onboarding.credentials_of(did)
+        return [self._best_score(did, capability, records) for capability in capabilities]
+
+    def _best_score(
+        self, did: str, capability: str, records: Sequence[dict[str, Any]]
+    ) -> Fraction | None:
         best: Fraction | None = None
-        for record in self.onboarding.credentials_of(did):
+        for record in records:
             if record["capability"] != capability or record["revoked_at"] is not None:
                 continue
             try:
@@ -438,7 +445,7 @@ class Market:
     def exam_score(self, did: str, capabilities: Sequence[str]) -> Fraction:
         """The mean of the bidder's best exam scores over the required capabilities (0 if any
         is missing)."""
-        return _mean_score([self._exam_score(did, capability) for capability in capabilities])
+        return _mean_score(self._exam_scores(did, capabilities))
 
     def track_records(self, *, before: int | None = None) -> TrackRecords:
         """Every track record, folded from the log before index `before` (all of it: None)."""
@@ -886,7 +893,7 @@ class Market:
         """
         task, book = self._task_for_bid(commitment.task_id)
         now = self.clock()
-        scores = [self._exam_score(commitment.bidder, c) for c in task.spec.capabilities]
+        scores = self._exam_scores(commitment.bidder, task.spec.capabilities)
         sealed.check_commitment(
             commitment,
             terms=self._terms(task),

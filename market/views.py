@@ -47,7 +47,7 @@ from sqlmodel import Column, Field, SQLModel
 
 from accord.ledger.errors import MalformedError, QueryError
 from accord.ledger.events import parse_time
-from accord.ledger.store import upsert
+from accord.ledger.store import driver_mark, upsert_sql
 from accord.ledger.views import (
     ViewEntry,
     check_limit,
@@ -455,18 +455,12 @@ class BidBookView:
             # Commitments only, one per bidder (a bid commit's append): one upsert, with no
             # read first, does what the fold below does (a row already there keeps where it
             # began and its reveal).
-            connection.execute(
-                _commitments_upsert(connection.dialect.name),
+            connection.exec_driver_sql(
+                _commitments_upsert(driver_mark(connection)),
                 [
-                    {
-                        "subject": subject,
-                        "bidder": bidder,
-                        "first_index": index,
-                        "committed_index": index,
-                        "commitment": digest,
-                        "revealed": False,
-                        "price": None,
-                    }
+                    # the columns of BIDS in order: subject, bidder, first_index,
+                    # committed_index, commitment, revealed, price
+                    (subject, bidder, index, index, digest, False, None)
                     for subject, bidder, index, digest, _price in folded_moves
                 ],
             )
@@ -531,10 +525,10 @@ class BidBookView:
 
 
 @lru_cache(maxsize=2)
-def _commitments_upsert(dialect: str) -> Any:
+def _commitments_upsert(mark: str) -> str:
     """INSERT into the bid view, or on a (task, bidder) already there set only its latest
-    commitment, in `dialect`."""
-    return upsert(BIDS, dialect, [BIDS.c.subject, BIDS.c.bidder], ["committed_index", "commitment"])
+    commitment: SQL text for the driver (parameter marker `mark`), run at every bid commit."""
+    return upsert_sql(mark, BIDS, ["subject", "bidder"], ["committed_index", "commitment"])
 
 
 _BID_KINDS = frozenset({BID_COMMITTED, BID_REVEALED})
