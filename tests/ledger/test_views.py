@@ -6,15 +6,29 @@ the paging helpers refuse what they did not hand out."""
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import pytest
-from sqlalchemy import Column, Integer, MetaData, String, Table, delete, insert, select, update
+from sqlalchemy import (
+    Column,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    delete,
+    event,
+    insert,
+    select,
+    text,
+    update,
+)
 from sqlmodel import Field, SQLModel
 
 from accord.ledger.errors import QueryError, SequenceError
-from accord.ledger.store import LogStore
+from accord.ledger.store import LogStore, make_engine
 from accord.ledger.views import (
     MAX_LIMIT,
     ViewEntry,
@@ -25,7 +39,7 @@ from accord.ledger.views import (
     reading,
     view_rows,
 )
-from tests.ledger.conftest import EntryMaker, append_signed
+from tests.ledger.conftest import LOG_ID, EntryMaker, append_signed, postgres_schema_url
 
 
 class KindCount(SQLModel, table=True):
@@ -120,6 +134,75 @@ def test_a_refused_append_folds_nothing(
     with pytest.raises(SequenceError):
         store.append_batch([maker.one(maker.signers[1]), replayed])
     assert counted(store) == before == expected(store) and store.size() == len(entries)
+
+
+class HeldKindCounts(KindCounts):
+    """KindCounts that, once `hold` is set, waits in `apply` (inside its writer's append, the
+    head lock held) until `release` is set."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.hold, self.holding, self.release = (
+            threading.Event(),
+            threading.Event(),
+            threading.Event(),
+        )
+
+    def apply(self, connection: Any, entries: Sequence[ViewEntry]) -> None:
+        super().apply(connection, entries)
+        if self.hold.is_set():
+            self.holding.set()
+            assert self.release.wait(60), "the test never released the append"
+
+
+@pytest.mark.postgres
+def test_a_writer_that_waited_for_the_head_lock_finds_the_views_level(
+    maker: EntryMaker,
+) -> None:
+    """On PostgreSQL, a writer blocked on the head lock reads the head row as the writer
+    before it left it, but the views' counts from before that writer's commit (READ COMMITTED
+    re-reads only the locked row). Its append must still see that the views are level: no
+    catching up, no separate statement recording their new count."""
+    with postgres_schema_url() as url:
+        first_engine, second_engine = make_engine(url), make_engine(url)
+        try:
+            first, second = LogStore(first_engine, LOG_ID), LogStore(second_engine, LOG_ID)
+            held = HeldKindCounts()
+            first.attach(held)
+            second.attach(KindCounts())
+            append_signed(first, maker, 3)
+            statements: list[str] = []
+            event.listen(
+                second_engine,
+                "before_cursor_execute",
+                lambda _c, _cur, statement, *_rest: statements.append(statement),
+            )
+            held.hold.set()
+            held_entries, waiting_entries = maker.many(1), maker.many(1)
+            holder = threading.Thread(target=first.append_batch, args=(held_entries,))
+            holder.start()
+            assert held.holding.wait(60)
+            waiter = threading.Thread(target=second.append_batch, args=(waiting_entries,))
+            waiter.start()
+            with first_engine.connect() as probe:  # until the second writer waits on the lock
+                while not probe.execute(
+                    text(
+                        "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                        " AND query LIKE '%FOR UPDATE OF ledger_head%'"
+                    )
+                ).scalar_one():
+                    assert waiter.is_alive(), "the second append did not wait for the lock"
+                    time.sleep(0.01)
+            held.release.set()
+            holder.join(60)
+            waiter.join(60)
+            assert second.size() == 5
+            assert counted(second) == expected(second)
+            recorded_apart = [s for s in statements if s.lstrip().startswith("UPDATE ledger_views")]
+            assert recorded_apart == [], "the waiting writer caught its views up"
+        finally:
+            first_engine.dispose()
+            second_engine.dispose()
 
 
 def test_paging_helpers_refuse_what_they_did_not_hand_out() -> None:
