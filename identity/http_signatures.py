@@ -592,11 +592,38 @@ def verify_request(
         check_content_digest(digest, body)
     # (5) the nonce, once
     if not nonces.use(selected.keyid, selected.nonce, float(selected.created), moment):
-        raise ReplayedNonce(
-            f"the nonce {selected.nonce} was already used by {selected.keyid}: a replay is "
-            "refused; sign each request with a fresh nonce"
-        )
+        raise _replayed(selected.keyid, selected.nonce)
     return selected.keyid
+
+
+def _replayed(did: str, nonce: str) -> ReplayedNonce:
+    return ReplayedNonce(
+        f"the nonce {nonce} was already used by {did}: a replay is refused; sign each request "
+        "with a fresh nonce"
+    )
+
+
+class PendingNonce:
+    """A `RequestNonces` for `verify_request` that keeps the nonce it is asked to use rather
+    than using it, so that a service whose replay guard is a database can check the signature
+    where it is (the event loop) and spend the nonce later, where it does its other database
+    work (`spend`). The request is not verified until it is spent."""
+
+    def __init__(self) -> None:
+        self._asked: tuple[str, str, float, float] | None = None
+
+    def use(self, did: str, nonce: str, timestamp: float, now: float) -> bool:
+        self._asked = (did, nonce, timestamp, now)
+        return True
+
+    def spend(self, nonces: RequestNonces) -> None:
+        """Use the kept nonce with `nonces`. Raises ReplayedNonce when its did:key used it
+        already, and RuntimeError when `verify_request` never reached the nonce."""
+        if self._asked is None:
+            raise RuntimeError("no nonce to spend: the request's signature was not verified")
+        did, nonce, timestamp, now = self._asked
+        if not nonces.use(did, nonce, timestamp, now):
+            raise _replayed(did, nonce)
 
 
 def _verifies(

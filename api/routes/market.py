@@ -32,7 +32,15 @@ from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag
 from starlette.concurrency import run_in_threadpool
 
 from accord.api.problems import ProblemError
-from accord.api.routes.deps import Caller, Context, State, next_page, throttle_reads
+from accord.api.routes.deps import (
+    Caller,
+    Context,
+    SignedCaller,
+    SignedLater,
+    State,
+    next_page,
+    throttle_reads,
+)
 from accord.api.routes.remote import EntryBody, parse_entry
 from accord.audit.checks import audit_task
 from accord.identity.errors import RegistryError
@@ -516,16 +524,18 @@ def _own_bid(caller: str, task_id: str, bidder: str, what: str) -> None:
     status_code=201,
 )
 async def commit(
-    task_id: str, body: CommitmentBody, caller: Caller, context: Context
+    task_id: str, body: CommitmentBody, signed: SignedLater, context: Context
 ) -> dict[str, Any]:
-    # One hop to a worker thread for the work; the answer is then serialised on the event
-    # loop (a sync route's answer is validated in a worker thread, a second hop per bid).
-    return await run_in_threadpool(_commit, task_id, body, caller, context)
+    # One hop to a worker thread for the work, the request's nonce included (`SignedLater`);
+    # the answer is then serialised on the event loop (a sync route's answer is validated in
+    # a worker thread, a second hop per bid).
+    return await run_in_threadpool(_commit, task_id, body, signed, context)
 
 
 def _commit(
-    task_id: str, body: CommitmentBody, caller: str, context: MarketContext
+    task_id: str, body: CommitmentBody, signed: SignedCaller, context: MarketContext
 ) -> dict[str, Any]:
+    caller = signed.confirm()
     _own_bid(caller, task_id, body.bidder, "commitment")
     commitment = sealed.Commitment.from_json(body.model_dump())
     if commitment.task_id != task_id:
@@ -549,7 +559,17 @@ def _commit(
     summary="Reveal a sealed bid (signed by the bidder, who must be the caller)",
     status_code=201,
 )
-def reveal(task_id: str, body: RevealBody, caller: Caller, context: Context) -> dict[str, Any]:
+async def reveal(
+    task_id: str, body: RevealBody, signed: SignedLater, context: Context
+) -> dict[str, Any]:
+    # one hop to a worker thread, as `commit`
+    return await run_in_threadpool(_reveal, task_id, body, signed, context)
+
+
+def _reveal(
+    task_id: str, body: RevealBody, signed: SignedCaller, context: MarketContext
+) -> dict[str, Any]:
+    caller = signed.confirm()
     _own_bid(caller, task_id, body.bidder, "reveal")
     _task(context, task_id)
     shown = sealed.Reveal.from_json(body.model_dump())

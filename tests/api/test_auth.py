@@ -43,6 +43,7 @@ from accord.identity.http_signatures import (
     MalformedSignature,
     MissingSignature,
     NonceMemory,
+    PendingNonce,
     ReplayedNonce,
     Target,
     UnknownKey,
@@ -436,6 +437,47 @@ def test_token_bucket() -> None:
     assert wait is not None and 0 < wait <= 1
     now[0] += 1.0
     assert limiter.take("k") is None
+
+
+def test_a_pending_nonce_is_spent_once_where_the_route_says() -> None:
+    """`PendingNonce` (what `signed_later` verifies with) records nothing until it is spent:
+    a request verified with it twice is refused on the second spend, not before."""
+    ada = Ed25519Signer.generate()
+    body = b'{"a": 1}'
+    signed = sign_request(ada, "POST", TARGET.uri, body, content_type=JSON, created=NOW)
+    nonces = NonceMemory()
+    first, second = PendingNonce(), PendingNonce()
+    assert _verify(signed, body, nonces=first) == _verify(signed, body, nonces=second) == ada.did
+    first.spend(nonces)
+    with pytest.raises(ReplayedNonce, match="already used"):
+        second.spend(nonces)
+    with pytest.raises(RuntimeError, match="not verified"):
+        PendingNonce().spend(nonces)
+    with pytest.raises(BadDigest):  # a request that fails verification keeps no nonce
+        _verify(signed, b'{"a": 2}', nonces=(refused := PendingNonce()))
+    with pytest.raises(RuntimeError):
+        refused.spend(nonces)
+
+
+def test_a_replayed_bid_is_refused_and_logged_once(
+    client: TestClient, world: World, task_id: str
+) -> None:
+    """Commitments and reveals spend their nonce in the route's worker thread
+    (`signed_later`): the replay of a bid that went through is still 401, and the log holds
+    the bid once."""
+    from accord.ledger.wiring import open_store
+
+    bob = world.signers["bob"]
+    path = f"/tasks/{task_id}/commitments"
+    body = json.dumps(commitment_json(bob, task_id, 10**17)).encode()
+    headers = _signed(bob, path, body)
+    assert _send(client, path, body, headers).status_code == 201
+    assert "replay" in assert_problem(_send(client, path, body, headers), 401)["detail"]
+    store = open_store(world.settings)
+    logged = [
+        s for s in store.find(kind="bid.committed", subject=task_id) if bob.did in s.data.decode()
+    ]
+    assert len(logged) == 1
 
 
 def test_sql_nonces_refuse_a_replay_across_workers(tmp_path: Any) -> None:
