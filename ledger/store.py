@@ -734,14 +734,12 @@ class LogStore:
         before taking it, so no insert can clash. Raises _OnceClash, SQLAlchemyError."""
         with self.engine.begin() as connection:
             size, views_level = self._lock_head_and_views(connection)
-            applied: dict[str, int] | None = None
-            if not views_level:
+            if not views_level and self._postgres:
                 # A writer that waited for the head lock on PostgreSQL reads the head row as the
                 # writer before it left it, but the views' counts as they were when its own
                 # statement began (READ COMMITTED re-reads only the row it locks): asked again
                 # now the lock is held, the views of that writer's append are level after all.
-                applied = views.applied_all(connection, list(self._projections))
-                views_level = all(count == size for count in applied.values())
+                views_level = self._views_level(connection)
             if not group:
                 group += self._take_waiting()
             self._sync_caches(connection, size)
@@ -800,9 +798,7 @@ class LogStore:
             )
             if self._projections:
                 folded = [ViewEntry(size + k, entry.event) for k, entry in enumerate(entries)]
-                self._project(
-                    connection, size, folded, level=views_level, recorded=recorded, applied=applied
-                )
+                self._project(connection, size, folded, level=views_level, recorded=recorded)
             # The caches are levelled while the head lock is still held, so writers in
             # other threads of this process, which touch them only under that lock too,
             # never see half of an update; only the COMMIT can fail after this (and then
@@ -998,33 +994,24 @@ class LogStore:
         *,
         level: bool = False,
         recorded: bool = False,
-        applied: dict[str, int] | None = None,
     ) -> None:
         """Apply every attached view to an append's entries (they start at index `start`);
         `level`: every view is known to have applied the `start` entries before them, so
-        none needs catching up; `recorded`: their new count is written already; `applied`:
-        each view's count, when it was read under the head lock already."""
+        none needs catching up; `recorded`: their new count is written already."""
         projections = list(self._projections.values())
         if not level:
-            self._catch_up(connection, projections, start, applied)
+            self._catch_up(connection, projections, start)
         for projection in projections:
             projection.apply(connection, batch)
         if not recorded:
             views.record_applied_all(connection, list(self._projections), start + len(batch))
 
     def _catch_up(
-        self,
-        connection: Any,
-        projections: Sequence[Projection],
-        size: int,
-        applied: dict[str, int] | None = None,
-        chunk: int = 5000,
+        self, connection: Any, projections: Sequence[Projection], size: int, chunk: int = 5000
     ) -> None:
         """Fold into each view the stored entries it has not applied, up to `size`, under the
-        head lock; each chunk of the log is read and parsed once for all of them. `applied`:
-        the views' counts, read under that lock already."""
-        names = [p.name for p in projections]
-        done = views.applied_all(connection, names) if applied is None else applied
+        head lock; each chunk of the log is read and parsed once for all of them."""
+        done = views.applied_all(connection, [p.name for p in projections])
         position = min(done.values(), default=size)
         while position < size:
             stop = min(size, position + chunk)
@@ -1106,6 +1093,12 @@ class LogStore:
             self._level_sql(len(names), lock=True), names
         ).one()
         return int(size), int(level) == len(names)
+
+    def _views_level(self, connection: Any) -> bool:
+        """Whether every attached view has applied exactly the log's size, read now."""
+        names = tuple(self._projections)
+        _size, level = connection.exec_driver_sql(self._level_sql(len(names)), names).one()
+        return int(level) == len(names)
 
     def _sync_caches(self, connection: Any, size: int) -> None:
         """Bring the frontier and the actors' last seqs level with a log of `size` (under the
