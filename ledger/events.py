@@ -77,7 +77,8 @@ class Event:
     v: int = EVENT_VERSION
 
     def __post_init__(self) -> None:
-        if self.v != EVENT_VERSION:
+        # exactly the int 1: `true` equals 1 too, and would be signed as the version
+        if type(self.v) is not int or self.v != EVENT_VERSION:
             raise MalformedError(f"event version {self.v!r} is not {EVENT_VERSION}")
         if not isinstance(self.kind, str) or not KIND_PATTERN.fullmatch(self.kind):
             raise MalformedError(

@@ -163,6 +163,7 @@ def test_a_changed_body_breaks_the_signature() -> None:
         ("subject", "x" * 600, "at most"),
         ("body", [], "JSON object"),
         ("v", 2, "version"),
+        ("v", True, "version"),  # equals 1, but is not the version 1
     ],
 )
 def test_bad_events_are_refused_with_a_reason(field: str, value: object, message: str) -> None:
@@ -234,3 +235,10 @@ def test_the_signer_signs_as_pynacl_does() -> None:
         assert signer.public_key == bytes(key.verify_key)
         for message in (b"", b"x", os.urandom(500)):
             assert signer.sign(message) == key.sign(message).signature
+
+
+def test_an_entry_of_version_true_is_malformed() -> None:
+    entry = json.loads(make_entry(ALICE, kind="a.b", seq=1, at=AT).data)
+    entry["event"]["v"] = True
+    with pytest.raises(MalformedError, match="version"):
+        Entry.from_bytes(canonical_json(entry))
