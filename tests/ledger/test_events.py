@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import base64
+import dataclasses
+import hashlib
 import json
 import os
 from datetime import UTC, datetime, timedelta, timezone
@@ -14,7 +17,16 @@ from hypothesis import strategies as st
 
 from accord.ledger.canonical import canonical_json, canonical_text, parse_canonical
 from accord.ledger.errors import CanonicalizationError, MalformedError, SignatureError
-from accord.ledger.events import Entry, Event, format_time, make_entry, parse_time, sign_event
+from accord.ledger.events import (
+    Entry,
+    Event,
+    _frozen,
+    entry_bytes,
+    format_time,
+    make_entry,
+    parse_time,
+    sign_event,
+)
 from accord.ledger.signing import (
     Ed25519Signer,
     did_key_from_public_key,
@@ -163,6 +175,7 @@ def test_a_changed_body_breaks_the_signature() -> None:
         ("subject", "x" * 600, "at most"),
         ("body", [], "JSON object"),
         ("v", 2, "version"),
+        ("v", True, "version"),  # equals 1, but is not the version 1
     ],
 )
 def test_bad_events_are_refused_with_a_reason(field: str, value: object, message: str) -> None:
@@ -234,3 +247,136 @@ def test_the_signer_signs_as_pynacl_does() -> None:
         assert signer.public_key == bytes(key.verify_key)
         for message in (b"", b"x", os.urandom(500)):
             assert signer.sign(message) == key.sign(message).signature
+
+
+def test_an_entry_of_version_true_is_malformed() -> None:
+    entry = json.loads(make_entry(ALICE, kind="a.b", seq=1, at=AT).data)
+    entry["event"]["v"] = True
+    with pytest.raises(MalformedError, match="version"):
+        Entry.from_bytes(canonical_json(entry))
+
+
+def test_make_entry_writes_the_bytes_it_always_wrote() -> None:
+    """Pinned: the leaf data of one entry, as the code before issue 25's fast path wrote it
+    (the log's format is checked by outside verifiers; Ed25519 is deterministic)."""
+    signer = Ed25519Signer(bytes(range(32)))
+    at = datetime(2026, 11, 29, 15, 0, 0, 123999, tzinfo=timezone(timedelta(hours=1)))
+    body = {"amount": "10", "n": 3, "tags": ["x", None, True], "é": 1.5}
+    entry = make_entry(signer, kind="task.posted", seq=7, at=at, subject='task:1 "é"\n', body=body)
+    assert hashlib.sha256(entry.data).hexdigest() == (
+        "9c36dcae6c4b3e12432a300c556b1da5a6244416aeb25a75af52d6332216dbbf"
+    )
+    assert entry.data.endswith(
+        b'"sig":"6owOygi5zauF5mCsrB0gILoo7NqYpp6nasOw_McgXlo-Pr8wKYoccXNRWUM0o12jKkNJFiSahcrYmhed'
+        b'507RAQ"}'
+    )
+
+
+def reference_entry(
+    seed: bytes, kind: str, seq: int, at: datetime, subject: str, body: dict[str, object]
+) -> bytes:
+    """JCS(entry) the slow, obvious way: the envelope as a dict, rfc8785 for every byte, the
+    time by `isoformat`, PyNaCl's own signature."""
+    import nacl.signing
+
+    signer = Ed25519Signer(seed)
+    event = {
+        "v": 1,
+        "kind": kind,
+        "actor": signer.did,
+        "seq": seq,
+        "at": at.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+        "subject": subject,
+        "body": body,
+    }
+    signature = nacl.signing.SigningKey(seed).sign(rfc8785.dumps(event)).signature
+    sig = base64.urlsafe_b64encode(signature).rstrip(b"=").decode()
+    return rfc8785.dumps({"event": event, "kid": signer.kid, "sig": sig})
+
+
+times = st.datetimes(
+    min_value=datetime(1, 1, 2),
+    max_value=datetime(9999, 12, 30),
+    timezones=st.sampled_from(
+        [UTC, timezone(timedelta(hours=-11)), timezone(timedelta(hours=5, minutes=30))]
+    ),
+)
+
+
+@settings(max_examples=300)
+@given(
+    seed=st.binary(min_size=32, max_size=32),
+    kind=st.sampled_from(["a.b", "task.posted", "bid.committed", "x_1.y.z"]),
+    seq=st.integers(0, 2**53 - 1),
+    at=times,
+    subject=st.text(max_size=40),
+    body=st.dictionaries(st.text(max_size=8), json_values_up_to(5), max_size=5),
+)
+def test_make_entry_gives_the_reference_bytes_and_objects(
+    seed: bytes, kind: str, seq: int, at: datetime, subject: str, body: dict[str, object]
+) -> None:
+    """The fast path (checks once, `_frozen` objects, cached kid bytes) against the reference
+    bytes and against the general path: `Event(...)` validated in full, then `sign_event`."""
+    signer = Ed25519Signer(seed)
+    try:
+        reference = reference_entry(seed, kind, seq, at, subject, body)
+    except rfc8785.CanonicalizationError:
+        with pytest.raises(CanonicalizationError):
+            make_entry(signer, kind=kind, seq=seq, at=at, subject=subject, body=body)
+        return
+    entry = make_entry(signer, kind=kind, seq=seq, at=at, subject=subject, body=body)
+    assert entry.data == reference
+    event = Event(kind, signer.did, seq, format_time(at), subject, dict(body))
+    general = sign_event(signer, event)
+    assert entry == general and vars(entry) == vars(general)
+    assert vars(entry.event) == vars(event) and hash(entry.event) == hash(event)
+    assert entry.event_bytes == event.canonical() == rfc8785.dumps(event.to_json())
+    assert entry == Entry.from_bytes(entry.data)
+
+
+@settings(max_examples=300)
+@given(at=times)
+def test_format_time_writes_what_isoformat_writes_and_parse_time_reads_it(at: datetime) -> None:
+    text = format_time(at)
+    assert text == at.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    assert parse_time(text) == at.replace(microsecond=at.microsecond // 1000 * 1000)
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "error"),
+    [
+        ("kind", "Task Posted", MalformedError),
+        ("kind", 7, MalformedError),
+        ("seq", -1, MalformedError),
+        ("seq", True, MalformedError),
+        ("seq", 2**53, CanonicalizationError),
+        ("subject", "x" * 600, MalformedError),
+        ("subject", None, MalformedError),
+        ("body", {"x": float("nan")}, CanonicalizationError),
+        ("body", {"x": "\ud800"}, CanonicalizationError),
+        ("at", datetime(2026, 1, 1), ValueError),
+    ],
+)
+def test_make_entry_refuses_what_event_refuses(field: str, value: object, error: type) -> None:
+    fields: dict[str, object] = {"kind": "a.b", "seq": 1, "at": AT, "subject": "", "body": {}}
+    fields[field] = value
+    with pytest.raises(error):
+        make_entry(ALICE, **fields)  # type: ignore[arg-type]
+
+
+def test_a_bad_kid_is_refused_every_time() -> None:
+    """`entry_bytes` remembers good kids; a bad one is checked, and refused, on each call."""
+    for _ in range(2):
+        with pytest.raises(MalformedError, match="key id"):
+            entry_bytes(b"{}", 'did:key:z6Mk"', bytes(64))
+
+
+def test_frozen_builds_what_the_constructor_builds() -> None:
+    event = Event("a.b", ALICE.did, 1, format_time(AT), "s", {"n": 1})
+    fast = _frozen(Event, **vars(event))
+    assert fast == event and hash(fast) == hash(event) and repr(fast) == repr(event)
+    assert list(vars(fast)) == [f.name for f in dataclasses.fields(Event)]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        fast.seq = 2  # type: ignore[misc]
+    entry = sign_event(ALICE, event)
+    assert list(vars(entry)) == [f.name for f in dataclasses.fields(Entry)]
