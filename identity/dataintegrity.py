@@ -38,7 +38,7 @@ import nacl.signing
 from accord.identity.errors import CredentialError, ProofFormatError
 from accord.ledger.canonical import canonical_json
 from accord.ledger.errors import CanonicalizationError, MalformedError
-from accord.ledger.signing import ED25519_MULTICODEC, public_key_from_did
+from accord.ledger.signing import ED25519_MULTICODEC, base58btc_decode, public_key_from_did
 
 PROOF_TYPE = "DataIntegrityProof"
 CRYPTOSUITE = "eddsa-jcs-2022"
@@ -81,8 +81,8 @@ def from_multibase_b58(text: str) -> bytes:
     if not body:
         raise ProofFormatError("multibase base58btc text has no data after 'z'")
     try:
-        return base58.b58decode(body.encode("ascii"))
-    except (ValueError, UnicodeEncodeError) as exc:
+        return base58btc_decode(body)
+    except ValueError as exc:
         raise ProofFormatError(f"not base58btc: {exc}") from exc
 
 

@@ -58,7 +58,21 @@ def kid_for(did: str) -> str:
     return f"{did}#{did.removeprefix('did:key:')}"
 
 
-@lru_cache(maxsize=65536)
+_BASE58BTC = re.compile(r"[1-9A-HJ-NP-Za-km-z]+")
+
+
+def base58btc_decode(text: str) -> bytes:
+    """The bytes `text` spells in base58btc (the Bitcoin alphabet).
+
+    Raises ValueError for an empty text or any character outside the alphabet. The `base58`
+    package would strip surrounding whitespace (Unicode's too) and decode the rest, so one key
+    or signature would have many spellings: a did:key with a trailing space naming the same key
+    as another actor, a proofValue with a newline a second form of the same signed document."""
+    if not _BASE58BTC.fullmatch(text):
+        raise ValueError("only the base58btc alphabet may appear (no spaces, no 0, O, I or l)")
+    return base58.b58decode(text)
+
+
 @lru_cache(maxsize=65536)
 def public_key_from_did(did: str) -> bytes:
     """The Ed25519 public key inside a did:key (remembered: base58 decoding in Python costs
@@ -69,7 +83,7 @@ def public_key_from_did(did: str) -> bytes:
     if not did.startswith(DID_KEY_PREFIX):
         raise MalformedError(f"{did!r} is not a did:key (want 'did:key:z6Mk…')")
     try:
-        raw = base58.b58decode(did[len(DID_KEY_PREFIX) :])
+        raw = base58btc_decode(did[len(DID_KEY_PREFIX) :])
     except ValueError as exc:
         raise MalformedError(f"{did!r} is not base58btc: {exc}") from exc
     if not raw.startswith(ED25519_MULTICODEC) or len(raw) != 2 + PUBLIC_KEY_SIZE:

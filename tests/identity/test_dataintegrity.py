@@ -173,6 +173,14 @@ def test_verify_proof_accepts_the_published_credential() -> None:
     verify_proof(SIGNED, public_key_from_did(SIGNED["proof"]["verificationMethod"].split("#")[0]))
 
 
+def test_a_proof_value_with_whitespace_is_not_the_same_signature() -> None:
+    """One signature, one proofValue: a trailing newline (stripped by the base58 package)
+    would make a second byte form of the same signed document."""
+    secured = {**SIGNED, "proof": {**SIGNED["proof"], "proofValue": PROOF_VALUE + "\n"}}
+    with pytest.raises(CredentialError):
+        verify_proof(secured, PUBLIC_KEY)
+
+
 def test_multibase_helpers_on_the_published_signature() -> None:
     assert from_multibase_b58(PROOF_VALUE) == bytes.fromhex(SIG_HEX)
     assert multibase_b58(bytes.fromhex(SIG_HEX)) == PROOF_VALUE
@@ -519,7 +527,10 @@ def test_multibase_round_trip_keeps_leading_zeros(data: bytes) -> None:
         assert from_multibase_b58(text) == data
 
 
-@pytest.mark.parametrize("text", ["", "z", "2Hn", "uAAAA", "z0OIl", 5, None])
+@pytest.mark.parametrize(
+    "text",
+    ["", "z", "2Hn", "uAAAA", "z0OIl", 5, None, "z2Hn ", "z2Hn\n", " z2Hn", "z2H n", "z2Hn\u3000"],
+)
 def test_from_multibase_rejects(text: Any) -> None:
     with pytest.raises(ProofFormatError):
         from_multibase_b58(text)

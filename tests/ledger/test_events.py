@@ -110,6 +110,15 @@ def test_did_key_matches_the_spec_example_and_round_trips() -> None:
             public_key_from_did(bad)
 
 
+@pytest.mark.parametrize("spelling", [" ", "\n", "\t", "\u3000", "\u00a0"])
+def test_a_did_key_has_one_spelling(spelling: str) -> None:
+    """The base58 package strips whitespace, Unicode's too: a did:key followed by any would
+    name the same key under another actor string (its own seqs, credentials, rate limits)."""
+    for alias in (ALICE.did + spelling, ALICE.did[:20] + spelling + ALICE.did[20:]):
+        with pytest.raises(MalformedError, match="base58btc"):
+            public_key_from_did(alias)
+
+
 def test_keyfiles_are_private_and_checked(tmp_path: Path) -> None:
     path = tmp_path / "keys" / "agent.json"
     signer = load_or_create_keyfile(path)
