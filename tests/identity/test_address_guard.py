@@ -5,10 +5,8 @@ host resolves to then; real sockets on 127.0.0.1, no mocks of the code under tes
 from __future__ import annotations
 
 import ipaddress
-import os
 import socket
 import subprocess
-import sys
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -31,10 +29,10 @@ from accord.identity.errors import KeyStoreError, PrivateEndpointError, Registry
 from accord.identity.onboarding import EndpointSigner, Onboarding, open_onboarding
 from accord.identity.runtimes import AgentRuntimeError, HttpRuntime
 from accord.ledger.settings import Settings
+from tests.accord_cli import cli_environ, run_accord
 from tests.stand_in import Handle, StandIn, json_reply, starter
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
-REPO = Path(__file__).resolve().parents[2]
 ITEM = {"item_id": "x", "capability": "arithmetic", "prompt": "p", "payload": {}}
 SETTING = "ACCORD_ALLOW_PRIVATE_AGENTS"
 
@@ -166,18 +164,13 @@ def test_the_setting_is_read_from_the_environment() -> None:
 
 
 def _cli(home: Path, *args: str, allow: bool) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "ACCORD_HOME": str(home), "PYTHONPATH": str(REPO)}
+    """`accord ARGS` in a process of its own (forked from the tests' CLI zygote, which has
+    imported accord once: tests/accord_cli.py), with SETTING set only when `allow`."""
+    env = cli_environ(home)
     env.pop(SETTING, None)
     if allow:
         env[SETTING] = "1"
-    return subprocess.run(
-        [sys.executable, "-m", "accord.api.cli", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    return run_accord(env, *args)
 
 
 def test_the_cli_refuses_a_private_endpoint_with_exit_2(tmp_path: Path) -> None:

@@ -8,8 +8,6 @@ import os
 import platform
 import signal
 import stat
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -34,6 +32,7 @@ from accord.ledger.devnet import (
 from accord.ledger.errors import DeploymentError, DevnetError
 from accord.ledger.settings import Settings
 from accord.ledger.wiring import connect_chain, devnet_for, start_devnet
+from tests.accord_cli import run_accord
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -236,14 +235,8 @@ def test_accord_devnet_install_puts_anvil_in_the_user_cache(tmp_path: Path) -> N
         "ACCORD_HOME": str(tmp_path / "home"),
         "PYTHONPATH": str(REPO_ROOT),
     }
-    done = subprocess.run(
-        [sys.executable, "-m", "accord.api.cli", "devnet", "install", "--json"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    # each command a process of its own, forked from the tests' CLI zygote (tests/accord_cli.py)
+    done = run_accord(env, "devnet", "install", "--json", timeout=60)
     assert done.returncode == 0, done.stderr
     installed = json.loads(done.stdout)
     cache = tmp_path / "cache" / "accord" / "anvil"
@@ -251,14 +244,7 @@ def test_accord_devnet_install_puts_anvil_in_the_user_cache(tmp_path: Path) -> N
     assert (bin_dir / "argv").read_text().split()[:3] == ["install", "--prefix", str(cache)]
 
     failing = {**env, "PATH": str(tmp_path / "nothing")}
-    refused = subprocess.run(
-        [sys.executable, "-m", "accord.api.cli", "devnet", "install"],
-        env=failing,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    refused = run_accord(failing, "devnet", "install", timeout=60)
     assert refused.returncode == 1
     assert "npm not found" in refused.stderr and "Traceback" not in refused.stderr
 
