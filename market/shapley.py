@@ -8,7 +8,7 @@
 - **Exact** when n ≤ `exact_limit` (16 by default): v is evaluated once per coalition (2^n
   calls, in bitmask order); the sums are done in integers over the common denominator of
   every v(S), one pass over the 2^n values for all players (`_exact_sums`), so the values are
-  exact `Fraction`s. From 10 to 13 players, when numpy is installed and no sum can leave int64
+  exact `Fraction`s. From 10 to 16 players, when numpy is installed and no sum can leave int64
   (a bound checked first), that pass runs in numpy int64 arrays; otherwise in Python integers.
   Both give the same values to the last digit.
 - **Sampled** beyond that: permutation sampling with antithetic pairs (a random permutation
@@ -56,11 +56,12 @@ _SQRT_SCALE = 10**12
 #: Coalitions are made in blocks over the first this many players (see `_exact`).
 _LOW_PLAYERS = 8
 #: From _INT64_FROM to _INT64_UP_TO players the exact sums run in numpy int64 arrays when
-#: numpy is installed and they fit (`_fold_in_int64`). Below, numpy's fixed costs outweigh
-#: what it saves; above, n!·2^n leaves int64 too little room for most games (at 16 players,
-#: |v(S)| ≤ 6) and reading the values into arrays would be wasted.
+#: numpy is installed and they fit (`_int64_room`): weighted (`_fold_in_int64`) where n!·2^n
+#: leaves room, else by coalition size (`_fold_by_size_in_int64`), which needs only 2^(n-1).
+#: Below, numpy's fixed costs outweigh what it saves; above, exact values are not the default
+#: (16 is `shapley`'s exact limit) and the arrays grow as 2^n.
 _INT64_FROM = 10
-_INT64_UP_TO = 13
+_INT64_UP_TO = 16
 # A Fraction keeps its terms in two slots, behind the properties `numerator` and `denominator`:
 # read directly, 2^n of them cost half as much (the values are checked to be Fractions first).
 if hasattr(Fraction(1), "_numerator") and hasattr(Fraction(1), "_denominator"):
@@ -214,8 +215,11 @@ def _exact_sums(roster: list[str], numbers: list[Fraction]) -> dict[str, Fractio
     else:
         distinct = set(np.unique(denominators).tolist())
     denominator = math.lcm(*distinct)
-    if np is not None and _fits_int64(numerators, distinct, denominator, n):
+    room = _int64_room(numerators, distinct, denominator, n) if np is not None else None
+    if room == "weighted":
         holding = _fold_in_int64(np, numerators, denominators, len(distinct), denominator)
+    elif room == "by size":
+        holding = _fold_by_size_in_int64(np, numerators, denominators, len(distinct), denominator)
     else:
         if np is not None:
             numerators, denominators = numerators.tolist(), denominators.tolist()
@@ -248,13 +252,25 @@ def _fold_in_python(
     return holding
 
 
-def _fits_int64(numerators: Any, distinct: set[int], denominator: int, n: int) -> bool:
-    """Whether `_fold_in_int64` stays in int64: every V(S) is at most max|numerator|·D/min(d)
-    in size, every term c(|S|)·V(S) that times n! at most (c(s) ≤ 2(n-1)!), and a sum has at
-    most 2^n terms. Checked in Python integers."""
+def _int64_room(
+    numerators: Any, distinct: set[int], denominator: int, n: int
+) -> Literal["weighted", "by size"] | None:
+    """Which int64 sums cannot overflow, checked in Python integers: every V(S) is at most
+    L = max|numerator|·D/min(d) in size.
+    - "weighted" (`_fold_in_int64`): each term c(|S|)·V(S) is at most 2(n-1)!·L ≤ n!·L, and a
+      sum has at most 2^n terms: n!·L·2^n < 2^63.
+    - "by size" (`_fold_by_size_in_int64`): only sums of V(S) over at most 2^(n-1) coalitions
+      are int64; the weights multiply them in Python integers: L·2^(n-1) < 2^63.
+    None when neither fits (the sums run in Python integers)."""
     largest = max(-int(numerators.min()), int(numerators.max()), 1)
     largest *= denominator // min(distinct)
-    return denominator < 1 << 63 and (largest * math.factorial(n)) << n < 1 << 63
+    if denominator >= 1 << 63:
+        return None
+    if (largest * math.factorial(n)) << n < 1 << 63:
+        return "weighted"
+    if largest << (n - 1) < 1 << 63:
+        return "by size"
+    return None
 
 
 def _fold_in_int64(
@@ -271,6 +287,49 @@ def _fold_in_int64(
         holding[i] = int(block[half:].sum())
         block = block[:half] + block[half:]
     return holding
+
+
+def _fold_by_size_in_int64(
+    np: Any, numerators: Any, denominators: Any, distinct: int, denominator: int
+) -> list[int]:
+    """`_fold_in_python`'s H_i = Σ_{S∋i} c(|S|)·V(S), as Σ_s c(s)·(Σ_{S∋i, |S|=s} V(S)): the
+    inner sums in numpy int64 (one pass over the coalitions ordered by size per player), the
+    n+1 products per player in Python integers. For games whose weighted terms would leave
+    int64 (most at 14 to 16 players) but whose values are not huge (only where
+    `_int64_room` says "by size")."""
+    n = len(numerators).bit_length() - 1
+    values = numerators * (denominator // denominators) if distinct > 1 else numerators
+    masks, starts = _masks_by_size(n)
+    values = values[masks]
+    weights = _size_weights(n)
+    holding = []
+    for i in range(n):
+        by_size = np.add.reduceat(np.where((masks >> i) & 1, values, 0), starts)
+        holding.append(sum(map(mul, weights, by_size.tolist())))
+    return holding
+
+
+@lru_cache(maxsize=4)
+def _masks_by_size(n: int) -> tuple[Any, Any]:
+    """Every mask of n players as a numpy int64 array ordered by size (then by mask), and
+    where each size 0..n starts in it (none is empty: there are C(n, s) of each)."""
+    np = _numpy()
+    assert np is not None
+    sizes = np.fromiter(map(int.bit_count, range(1 << n)), np.int64, 1 << n)
+    masks = np.argsort(sizes, kind="stable").astype(np.int64)
+    starts = np.searchsorted(sizes[masks], np.arange(n + 1))
+    return masks, starts
+
+
+@lru_cache(maxsize=4)
+def _size_weights(n: int) -> tuple[int, ...]:
+    """c(s) of `_exact_sums` for each coalition size s = 0..n."""
+    factorial = [math.factorial(k) for k in range(n + 1)]
+    return (
+        factorial[n - 1],
+        *(n * factorial[s - 1] * factorial[n - s - 1] for s in range(1, n)),
+        factorial[n - 1],
+    )
 
 
 @lru_cache(maxsize=4)
@@ -294,13 +353,7 @@ def _numpy() -> Any:
 @lru_cache(maxsize=4)
 def _mask_weights(n: int) -> tuple[int, ...]:
     """c(|S|) of `_exact_sums` for every mask of n players (a table per n, kept for reuse)."""
-    factorial = [math.factorial(k) for k in range(n + 1)]
-    by_size = [
-        factorial[n - 1],
-        *(n * factorial[s - 1] * factorial[n - s - 1] for s in range(1, n)),
-        factorial[n - 1],
-    ]
-    return tuple(map(by_size.__getitem__, map(int.bit_count, range(1 << n))))
+    return tuple(map(_size_weights(n).__getitem__, map(int.bit_count, range(1 << n))))
 
 
 class CoalitionValues(Mapping[Coalition, Fraction]):

@@ -246,7 +246,7 @@ def test_exact_is_the_textbook_sum_to_the_last_digit(n: int, sums_in: str) -> No
 
 
 @pytest.mark.parametrize("n", [10, 11, 12])
-@pytest.mark.parametrize("largest", [1, 7, 10**4, 10**12, 2**62, 2**63, 10**30])
+@pytest.mark.parametrize("largest", [1, 7, 10**4, 10**12, 2**50, 2**62, 2**63, 10**30])
 def test_exact_sums_at_the_edge_of_int64(n: int, largest: int, sums_in: str) -> None:
     # Values near where the int64 sums stop being safe (and past it): the same exact values
     # as the definition, whichever sums ran.
@@ -280,6 +280,30 @@ def test_exact_sums_take_int64_when_they_fit(monkeypatch: pytest.MonkeyPatch) ->
     huge = [x * 10**20 for x in table]
     shapley(players, table_game(players, huge))
     assert calls == [1]  # past int64: Python integers
+
+
+def test_exact_sums_by_size_when_only_they_fit(monkeypatch: pytest.MonkeyPatch) -> None:
+    # 14 players, values up to 10^6 in thirds and sevenths: the weighted terms would leave
+    # int64, the sums by coalition size do not. Same values as the Python integers give.
+    pytest.importorskip("numpy")
+    calls: list[str] = []
+    by_size = shapley_module._fold_by_size_in_int64
+
+    def counted(*args: object) -> list[int]:
+        calls.append("by size")
+        return by_size(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(shapley_module, "_fold_by_size_in_int64", counted)
+    rng = random.Random(14)
+    players = names(14)
+    table = [Fraction(rng.randint(-(10**6), 10**6), rng.choice([1, 3, 7])) for _ in range(1 << 14)]
+    game = table_game(players, table)
+    in_int64 = shapley(players, game).values
+    assert calls == ["by size"]
+    monkeypatch.setattr(shapley_module, "_numpy", lambda: None)
+    assert shapley(players, game).values == in_int64
+    assert calls == ["by size"]
+    assert sum(in_int64.values()) == table[-1] - table[0]
 
 
 def test_exact_evaluated_maps_every_coalition_to_its_value() -> None:
