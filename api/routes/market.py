@@ -507,14 +507,17 @@ def review(
     return {"task_id": task_id, "check": body.check, "verdict": body.verdict, "index": index}
 
 
-def _own_bid(caller: str, task_id: str, bidder: str, what: str) -> None:
+def _own_bid(signed: SignedCaller, bidder: str, what: str) -> str:
+    """The did:key that signed a bid's request, its nonce spent (`SignedCaller.confirm`), when
+    it is the bidder's. Raises ProblemError 401 (a replay) or 403 (another's bid)."""
+    caller = signed.confirm()
     if bidder != caller:
         raise ProblemError(
             403,
             f"the {what} is {bidder}'s, but the request is signed by {caller}: "
             "an agent bids only for itself",
         )
-    del task_id
+    return caller
 
 
 @writes.post(
@@ -535,8 +538,7 @@ async def commit(
 def _commit(
     task_id: str, body: CommitmentBody, signed: SignedCaller, context: MarketContext
 ) -> dict[str, Any]:
-    caller = signed.confirm()
-    _own_bid(caller, task_id, body.bidder, "commitment")
+    caller = _own_bid(signed, body.bidder, "commitment")
     commitment = sealed.Commitment.from_json(body.model_dump())
     if commitment.task_id != task_id:
         raise ProblemError(
@@ -569,8 +571,7 @@ async def reveal(
 def _reveal(
     task_id: str, body: RevealBody, signed: SignedCaller, context: MarketContext
 ) -> dict[str, Any]:
-    caller = signed.confirm()
-    _own_bid(caller, task_id, body.bidder, "reveal")
+    caller = _own_bid(signed, body.bidder, "reveal")
     _task(context, task_id)
     shown = sealed.Reveal.from_json(body.model_dump())
     if shown.task_id != task_id:
