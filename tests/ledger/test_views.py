@@ -172,30 +172,28 @@ def test_a_writer_that_waited_for_the_head_lock_finds_the_views_level(
             second.attach(KindCounts())
             append_signed(first, maker, 3)
             statements: list[str] = []
-            event.listen(
-                second_engine,
-                "before_cursor_execute",
-                lambda _c, _cur, statement, *_rest: statements.append(statement),
-            )
+            locking = threading.Event()
+
+            def seen(_c: Any, _cur: Any, statement: str, *_rest: Any) -> None:
+                statements.append(statement)
+                if "FOR UPDATE OF ledger_head" in statement:
+                    locking.set()
+
+            event.listen(second_engine, "before_cursor_execute", seen)
             held.hold.set()
             held_entries, waiting_entries = maker.many(1), maker.many(1)
             holder = threading.Thread(target=first.append_batch, args=(held_entries,))
-            holder.start()
-            assert held.holding.wait(60)
             waiter = threading.Thread(target=second.append_batch, args=(waiting_entries,))
-            waiter.start()
-            with first_engine.connect() as probe:  # until the second writer waits on the lock
-                while not probe.execute(
-                    text(
-                        "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
-                        " AND query LIKE '%FOR UPDATE OF ledger_head%'"
-                    )
-                ).scalar_one():
-                    assert waiter.is_alive(), "the second append did not wait for the lock"
-                    time.sleep(0.01)
-            held.release.set()
-            holder.join(60)
-            waiter.join(60)
+            try:
+                holder.start()
+                assert held.holding.wait(60)
+                waiter.start()
+                assert locking.wait(60), "the second append never asked for the head lock"
+                _until_waiting_on_a_lock(first_engine)
+            finally:
+                held.release.set()
+                holder.join(60)
+                waiter.join(60)
             assert second.size() == 5
             assert counted(second) == expected(second)
             recorded_apart = [s for s in statements if s.lstrip().startswith("UPDATE ledger_views")]
@@ -203,6 +201,22 @@ def test_a_writer_that_waited_for_the_head_lock_finds_the_views_level(
         finally:
             first_engine.dispose()
             second_engine.dispose()
+
+
+def _until_waiting_on_a_lock(engine: Any, polls: int = 1000) -> None:
+    """Poll (up to `polls` times, 10 ms apart) until a session waits on a lock to run the
+    head's FOR UPDATE; the append it belongs to has sent it, so this is normally at once."""
+    with engine.connect() as probe:
+        for _ in range(polls):
+            waiting = probe.execute(
+                text(
+                    "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                    " AND query LIKE '%FOR UPDATE OF ledger_head%'"
+                )
+            ).scalar_one()
+            if waiting:
+                return
+            time.sleep(0.01)
 
 
 def test_paging_helpers_refuse_what_they_did_not_hand_out() -> None:
