@@ -739,7 +739,7 @@ class LogStore:
                 # writer before it left it, but the views' counts as they were when its own
                 # statement began (READ COMMITTED re-reads only the row it locks): asked again
                 # now the lock is held, the views of that writer's append are level after all.
-                views_level = self._views_level(connection)
+                _size, views_level = self._head_and_level(connection, tuple(self._projections))
             if not group:
                 group += self._take_waiting()
             self._sync_caches(connection, size)
@@ -940,10 +940,8 @@ class LogStore:
             return
         try:
             with self._read() as connection:
-                _size, level = connection.exec_driver_sql(
-                    self._level_sql(len(wanted)), tuple(p.name for p in wanted)
-                ).one()
-            if int(level) == len(wanted):
+                _size, level = self._head_and_level(connection, tuple(p.name for p in wanted))
+            if level:
                 return
             with self.engine.begin() as connection:
                 size = self._lock_head(connection)
@@ -1088,17 +1086,17 @@ class LogStore:
         many entries (then an append need not read each view's count), in one statement."""
         if not self._projections:
             return self._lock_head(connection), True
-        names = tuple(self._projections)
+        return self._head_and_level(connection, tuple(self._projections), lock=True)
+
+    def _head_and_level(
+        self, connection: Any, names: tuple[str, ...], *, lock: bool = False
+    ) -> tuple[int, bool]:
+        """The log's size, and whether every view of `names` (at least one) has applied
+        exactly that many entries: one driver statement (`_level_sql`)."""
         size, level = connection.exec_driver_sql(
-            self._level_sql(len(names), lock=True), names
+            self._level_sql(len(names), lock=lock), names
         ).one()
         return int(size), int(level) == len(names)
-
-    def _views_level(self, connection: Any) -> bool:
-        """Whether every attached view has applied exactly the log's size, read now."""
-        names = tuple(self._projections)
-        _size, level = connection.exec_driver_sql(self._level_sql(len(names)), names).one()
-        return int(level) == len(names)
 
     def _sync_caches(self, connection: Any, size: int) -> None:
         """Bring the frontier and the actors' last seqs level with a log of `size` (under the
