@@ -148,10 +148,10 @@ def _exact_number(number: object, coalition: Coalition) -> Fraction:
 def _exact(roster: list[str], value: Game) -> ShapleyResult:
     # v is called once per coalition, in mask order (bit i for roster[i]). A coalition is the
     # union of its part in the first _LOW_PLAYERS players (one of `lows`) and its part in the
-    # rest (`high`): they are made a block of 2^_LOW_PLAYERS at a time and freed after their
-    # calls, so the sets v reads stay in the CPU's cache (all 2^n sets at once are tens of MB
-    # at n = 16, and v ran about a third slower on them), and the result holds no 2^n
-    # frozensets (`CoalitionValues` keeps v(S) by mask).
+    # rest (`high`): each is made as v asks for it (`low | high`, copying the larger part) and
+    # freed once v returns, so the sets v reads stay in the CPU's cache (all 2^n sets at once
+    # are tens of MB at n = 16, and v ran about a third slower on them), and the result holds
+    # no 2^n frozensets (`CoalitionValues` keeps v(S) by mask).
     # The values stay alive until the sums are done: the cyclic garbage collector would scan
     # them again and again for nothing, so it pauses for the whole computation.
     split = min(len(roster), _LOW_PLAYERS)
@@ -162,15 +162,18 @@ def _exact(roster: list[str], value: Game) -> ShapleyResult:
         numbers = list(map(value, lows))
         for high in _coalitions(roster[split:])[1:]:
             numbers += map(value, [high | low for low in lows])
-        if set(map(type, numbers)) != {Fraction}:
+        if list(map(type, numbers)).count(Fraction) != len(numbers):
             numbers = [
                 _exact_number(x, c) for x, c in zip(numbers, _coalitions(roster), strict=True)
             ]
-        values = _exact_sums(roster, numbers)
+        values, numerators, denominators = _exact_sums(roster, numbers)
+        # The 2^n Fractions die here, before the collector resumes: the result keeps their
+        # terms as untracked ints, so no collection ever has to walk them.
+        del numbers
+        evaluated = CoalitionValues(roster, numerators, denominators)
     finally:
         if collecting:
             gc.enable()
-    evaluated = CoalitionValues(roster, numbers)
     return ShapleyResult(
         method="exact",
         values=values,
@@ -184,8 +187,10 @@ def _exact(roster: list[str], value: Game) -> ShapleyResult:
     )
 
 
-def _exact_sums(roster: list[str], numbers: list[Fraction]) -> dict[str, Fraction]:
-    """φ of every player from v(S) = numbers[mask of S] (bit i for roster[i]), in integers.
+def _exact_sums(roster: list[str], numbers: list[Fraction]) -> tuple[dict[str, Fraction], Any, Any]:
+    """φ of every player from v(S) = numbers[mask of S] (bit i for roster[i]), in integers;
+    with the numerators and denominators of `numbers` (lists of ints, or numpy int64 arrays
+    when the sums ran in numpy).
 
     Over the common denominator D of every v(S), with V(S) = D·v(S) (an integer):
 
@@ -212,34 +217,49 @@ def _exact_sums(roster: list[str], numbers: list[Fraction]) -> dict[str, Fractio
         numerators = list(map(_NUMERATOR, numbers))
         denominators = list(map(_DENOMINATOR, numbers))
         distinct = set(denominators)
+        denominator, smallest = math.lcm(*distinct), min(distinct)
     else:
-        distinct = set(np.unique(denominators).tolist())
-    denominator = math.lcm(*distinct)
-    room = _int64_room(numerators, distinct, denominator, n) if np is not None else None
+        denominator, smallest = _common_denominator_int64(np, denominators)
+    room = _int64_room(numerators, smallest, denominator, n) if np is not None else None
+    several = smallest != denominator
     if room == "weighted":
-        holding = _fold_in_int64(np, numerators, denominators, len(distinct), denominator)
+        holding = _fold_in_int64(np, numerators, denominators, several, denominator)
     elif room == "by size":
-        holding = _fold_by_size_in_int64(np, numerators, denominators, len(distinct), denominator)
+        holding = _fold_by_size_in_int64(np, numerators, denominators, several, denominator)
     else:
         if np is not None:
             numerators, denominators = numerators.tolist(), denominators.tolist()
-        holding = _fold_in_python(numerators, denominators, distinct, denominator)
+        holding = _fold_in_python(numerators, denominators, several, denominator)
     factorial = math.factorial(n)
     ends = (numbers[-1] - numbers[0]) * denominator
     without, remainder = divmod(sum(holding) - factorial * int(ends), n)
     assert remainder == 0, "the Shapley weights are efficient"
     scale = factorial * denominator
-    return {player: Fraction(h - without, scale) for player, h in zip(roster, holding, strict=True)}
+    values = {
+        player: Fraction(h - without, scale) for player, h in zip(roster, holding, strict=True)
+    }
+    return values, numerators, denominators
+
+
+def _common_denominator_int64(np: Any, denominators: Any) -> tuple[int, int]:
+    """The least common multiple of a numpy int64 array of denominators, and the smallest.
+    Usually the largest is a multiple of all the others (checked in one array pass), so the
+    distinct ones need not be sorted out."""
+    largest, smallest = int(denominators.max()), int(denominators.min())
+    if largest == smallest or not (largest % denominators).any():
+        return largest, smallest
+    return math.lcm(*np.unique(denominators).tolist()), smallest
 
 
 def _fold_in_python(
-    numerators: list[int], denominators: list[int], distinct: set[int], denominator: int
+    numerators: list[int], denominators: list[int], several: bool, denominator: int
 ) -> list[int]:
-    """H_i for every bit i, in Python integers, from the terms of every v(S) by mask."""
+    """H_i for every bit i, in Python integers, from the terms of every v(S) by mask (over
+    `denominator`, a multiple of each: `several` when they are not all equal to it)."""
     n = len(numerators).bit_length() - 1
     scaled: Iterable[int] = numerators
-    if len(distinct) > 1:
-        factor = {d: denominator // d for d in distinct}
+    if several:
+        factor = {d: denominator // d for d in set(denominators)}
         scaled = map(mul, numerators, map(factor.__getitem__, denominators))
     block = list(map(mul, _mask_weights(n), scaled))
     holding = [0] * n
@@ -253,17 +273,17 @@ def _fold_in_python(
 
 
 def _int64_room(
-    numerators: Any, distinct: set[int], denominator: int, n: int
+    numerators: Any, smallest: int, denominator: int, n: int
 ) -> Literal["weighted", "by size"] | None:
     """Which int64 sums cannot overflow, checked in Python integers: every V(S) is at most
-    L = max|numerator|·D/min(d) in size.
+    L = max|numerator|·D/min(d) in size (min(d) is `smallest`).
     - "weighted" (`_fold_in_int64`): each term c(|S|)·V(S) is at most 2(n-1)!·L ≤ n!·L, and a
       sum has at most 2^n terms: n!·L·2^n < 2^63.
     - "by size" (`_fold_by_size_in_int64`): only sums of V(S) over at most 2^(n-1) coalitions
       are int64; the weights multiply them in Python integers: L·2^(n-1) < 2^63.
     None when neither fits (the sums run in Python integers)."""
     largest = max(-int(numerators.min()), int(numerators.max()), 1)
-    largest *= denominator // min(distinct)
+    largest *= denominator // smallest
     if denominator >= 1 << 63:
         return None
     if (largest * math.factorial(n)) << n < 1 << 63:
@@ -274,11 +294,11 @@ def _int64_room(
 
 
 def _fold_in_int64(
-    np: Any, numerators: Any, denominators: Any, distinct: int, denominator: int
+    np: Any, numerators: Any, denominators: Any, several: bool, denominator: int
 ) -> list[int]:
-    """`_fold_in_python` in numpy int64 arrays (only where `_fits_int64`)."""
+    """`_fold_in_python` in numpy int64 arrays (only where `_int64_room` says "weighted")."""
     n = len(numerators).bit_length() - 1
-    if distinct > 1:
+    if several:
         numerators = numerators * (denominator // denominators)
     block = numerators * _mask_weights_int64(n)
     holding = [0] * n
@@ -290,7 +310,7 @@ def _fold_in_int64(
 
 
 def _fold_by_size_in_int64(
-    np: Any, numerators: Any, denominators: Any, distinct: int, denominator: int
+    np: Any, numerators: Any, denominators: Any, several: bool, denominator: int
 ) -> list[int]:
     """`_fold_in_python`'s H_i = Σ_{S∋i} c(|S|)·V(S), as Σ_s c(s)·(Σ_{S∋i, |S|=s} V(S)): the
     inner sums in numpy int64 (one pass over the coalitions ordered by size per player), the
@@ -298,7 +318,7 @@ def _fold_by_size_in_int64(
     int64 (most at 14 to 16 players) but whose values are not huge (only where
     `_int64_room` says "by size")."""
     n = len(numerators).bit_length() - 1
-    values = numerators * (denominator // denominators) if distinct > 1 else numerators
+    values = numerators * (denominator // denominators) if several else numerators
     masks, starts = _masks_by_size(n)
     values = values[masks]
     weights = _size_weights(n)
@@ -358,17 +378,30 @@ def _mask_weights(n: int) -> tuple[int, ...]:
 
 class CoalitionValues(Mapping[Coalition, Fraction]):
     """v(S) for every coalition S of `roster`, a read-only mapping keyed by frozenset, kept by
-    bitmask (bit i for roster[i]) rather than as 2^n frozensets. Iterates the coalitions in
-    mask order (∅, {roster[0]}, {roster[1]}, {roster[0], roster[1]}, ...)."""
+    bitmask (bit i for roster[i]) rather than as 2^n frozensets, and as the integer terms of
+    each v(S) (`numerators[mask]` / `denominators[mask]`, in lowest terms) rather than as 2^n
+    Fractions: ints are not tracked by the cyclic garbage collector, Fractions are. Iterates
+    the coalitions in mask order (∅, {roster[0]}, {roster[1]}, {roster[0], roster[1]}, ...).
 
-    __slots__ = ("_bits", "_numbers", "_roster")
+    Raises ValueError when the terms are not one per coalition."""
 
-    def __init__(self, roster: Sequence[str], numbers: Sequence[Fraction]) -> None:
-        if len(numbers) != 1 << len(roster):
+    __slots__ = ("_bits", "_denominators", "_numerators", "_roster")
+
+    def __init__(self, roster: Sequence[str], numerators: Any, denominators: Any) -> None:
+        """`numerators` and `denominators`: lists of ints, or numpy int64 arrays (turned into
+        lists on first read: the result of a computation need not pay for it unread)."""
+        if not len(numerators) == len(denominators) == 1 << len(roster):
             raise ValueError(f"{len(roster)} players have {1 << len(roster)} coalitions")
         self._roster = tuple(roster)
         self._bits = {player: 1 << i for i, player in enumerate(self._roster)}
-        self._numbers = tuple(numbers)
+        self._numerators = numerators
+        self._denominators = denominators
+
+    def _terms(self) -> tuple[list[int], list[int]]:
+        if not isinstance(self._numerators, list):
+            self._numerators = self._numerators.tolist()
+            self._denominators = self._denominators.tolist()
+        return self._numerators, self._denominators
 
     def __getitem__(self, coalition: Coalition) -> Fraction:
         if not isinstance(coalition, frozenset):
@@ -379,16 +412,18 @@ class CoalitionValues(Mapping[Coalition, Fraction]):
             if bit is None:
                 raise KeyError(coalition)
             mask |= bit
-        return self._numbers[mask]
+        numerators, denominators = self._terms()
+        return Fraction(numerators[mask], denominators[mask])
 
     def __iter__(self) -> Iterator[Coalition]:
         return iter(_coalitions(self._roster))
 
     def __len__(self) -> int:
-        return len(self._numbers)
+        return len(self._numerators)
 
     def items(self) -> ItemsView[Coalition, Fraction]:
-        return dict(zip(_coalitions(self._roster), self._numbers, strict=True)).items()
+        numbers = map(Fraction, *self._terms())
+        return dict(zip(_coalitions(self._roster), numbers, strict=True)).items()
 
     def __repr__(self) -> str:
         return f"CoalitionValues({dict(self.items())!r})"

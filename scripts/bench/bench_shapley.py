@@ -8,7 +8,7 @@ function `game(frozenset) -> Fraction` is evaluated, once per coalition, by both
 Exact, n = 8, 12, 16 (side by side in each repetition, rotating the order):
 
 - `accord.market.shapley.shapley(players, game)`: 2^n evaluations, exact `Fraction` values (its sums
-  run in numpy int64 arrays at n = 10 to 13 when numpy is installed and they fit, as here: shap
+  run in numpy int64 arrays at n = 10 to 16 when numpy is installed and they fit, as here: shap
   needs numpy);
 - the same with numpy hidden from it (`accord.market.shapley._numpy` patched to None): the sums in
   Python integers only, as on an install without numpy;

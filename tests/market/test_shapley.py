@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from accord.market import shapley as shapley_module
 from accord.market.errors import MarketError, SettlementError
 from accord.market.money import Wei
-from accord.market.shapley import ShapleyResult, shapley, split_wei
+from accord.market.shapley import CoalitionValues, ShapleyResult, shapley, split_wei
 
 Game = Callable[[frozenset[str]], Fraction]
 
@@ -306,7 +306,9 @@ def test_exact_sums_by_size_when_only_they_fit(monkeypatch: pytest.MonkeyPatch) 
     assert sum(in_int64.values()) == table[-1] - table[0]
 
 
-def test_exact_evaluated_maps_every_coalition_to_its_value() -> None:
+def test_exact_evaluated_maps_every_coalition_to_its_value(sums_in: str) -> None:
+    # Kept as the integer terms of each v(S) (numpy arrays or lists, by which sums ran), read
+    # back as Fractions of Python ints.
     players = names(10)
     table = [Fraction(mask * 3 - 700, 1 + mask % 5) for mask in range(1 << 10)]
     result = shapley(players, table_game(players, table))
@@ -319,10 +321,29 @@ def test_exact_evaluated_maps_every_coalition_to_its_value() -> None:
     assert evaluated == everything and everything == evaluated
     assert dict(evaluated.items()) == everything and set(evaluated) == set(everything)
     assert evaluated[frozenset({"p03", "p07"})] == table[(1 << 3) | (1 << 7)]
+    for value in [evaluated[frozenset({"p01"})], *dict(evaluated.items()).values()]:
+        assert type(value) is Fraction
+        assert type(value.numerator) is int and type(value.denominator) is int
     assert frozenset({"p03", "nobody"}) not in evaluated
     assert evaluated.get(frozenset({"nobody"})) is None
     with pytest.raises(KeyError):
         evaluated[frozenset({"nobody"})]
+
+
+def test_coalition_values_need_one_value_per_coalition() -> None:
+    with pytest.raises(ValueError, match="3 players have 8 coalitions"):
+        CoalitionValues(names(3), [0] * 8, [1] * 7)
+
+
+@pytest.mark.parametrize("denominators", [[6, 4, 10], [1, 7], [5]])
+def test_exact_sums_over_any_common_denominator(denominators: list[int], sums_in: str) -> None:
+    # The largest denominator a multiple of the rest, or not (then their lcm): the same exact
+    # values as the definition.
+    rng = random.Random(sum(denominators))
+    players = names(11)
+    table = [Fraction(rng.randint(-999, 999), rng.choice(denominators)) for _ in range(1 << 11)]
+    v = table_game(players, table)
+    assert shapley(players, v).values == textbook_shapley(players, v)
 
 
 @pytest.mark.parametrize(
