@@ -148,10 +148,13 @@ def _exact_number(number: object, coalition: Coalition) -> Fraction:
 def _exact(roster: list[str], value: Game) -> ShapleyResult:
     # v is called once per coalition, in mask order (bit i for roster[i]). A coalition is the
     # union of its part in the first _LOW_PLAYERS players (one of `lows`) and its part in the
-    # rest (`high`): each is made as v asks for it (`low | high`, copying the larger part) and
-    # freed once v returns, so the sets v reads stay in the CPU's cache (all 2^n sets at once
-    # are tens of MB at n = 16, and v ran about a third slower on them), and the result holds
-    # no 2^n frozensets (`CoalitionValues` keeps v(S) by mask).
+    # rest (`high`), made as `low | high`: the low part, the larger, is copied slot for slot
+    # and the high part's few players are added (the other way round, each of the low part's
+    # players is hashed into a new table: at n = 12, 1M more instructions per call, 8% of
+    # what shapley adds to v's own). They are made a block of 2^_LOW_PLAYERS at a time and
+    # freed after their calls, so the sets v reads stay in the CPU's cache (all 2^n sets at
+    # once are tens of MB at n = 16, and v ran about a third slower on them), and the result
+    # holds no 2^n frozensets (`CoalitionValues` keeps v(S) by mask).
     # The values stay alive until the sums are done: the cyclic garbage collector would scan
     # them again and again for nothing, so it pauses for the whole computation.
     split = min(len(roster), _LOW_PLAYERS)
@@ -161,7 +164,7 @@ def _exact(roster: list[str], value: Game) -> ShapleyResult:
         lows = _coalitions(roster[:split])
         numbers = list(map(value, lows))
         for high in _coalitions(roster[split:])[1:]:
-            numbers += map(value, [high | low for low in lows])
+            numbers += map(value, [low | high for low in lows])
         if list(map(type, numbers)).count(Fraction) != len(numbers):
             numbers = [
                 _exact_number(x, c) for x, c in zip(numbers, _coalitions(roster), strict=True)
