@@ -388,7 +388,7 @@ class CoalitionValues(Mapping[Coalition, Fraction]):
 
     Raises ValueError when the terms are not one per coalition."""
 
-    __slots__ = ("_bits", "_denominators", "_numerators", "_roster")
+    __slots__ = ("_bits", "_roster", "_terms_of")
 
     def __init__(self, roster: Sequence[str], numerators: Any, denominators: Any) -> None:
         """`numerators` and `denominators`: lists of ints, or numpy int64 arrays (turned into
@@ -397,14 +397,16 @@ class CoalitionValues(Mapping[Coalition, Fraction]):
             raise ValueError(f"{len(roster)} players have {1 << len(roster)} coalitions")
         self._roster = tuple(roster)
         self._bits = {player: 1 << i for i, player in enumerate(self._roster)}
-        self._numerators = numerators
-        self._denominators = denominators
+        self._terms_of: tuple[Any, Any] = (numerators, denominators)
 
     def _terms(self) -> tuple[list[int], list[int]]:
-        if not isinstance(self._numerators, list):
-            self._numerators = self._numerators.tolist()
-            self._denominators = self._denominators.tolist()
-        return self._numerators, self._denominators
+        # Replaced in one assignment, so a reader in another thread sees both as lists or
+        # neither.
+        numerators, denominators = self._terms_of
+        if not isinstance(numerators, list):
+            numerators, denominators = numerators.tolist(), denominators.tolist()
+            self._terms_of = (numerators, denominators)
+        return numerators, denominators
 
     def __getitem__(self, coalition: Coalition) -> Fraction:
         if not isinstance(coalition, frozenset):
@@ -422,7 +424,7 @@ class CoalitionValues(Mapping[Coalition, Fraction]):
         return iter(_coalitions(self._roster))
 
     def __len__(self) -> int:
-        return len(self._numerators)
+        return len(self._terms_of[0])
 
     def items(self) -> ItemsView[Coalition, Fraction]:
         numbers = map(Fraction, *self._terms())
