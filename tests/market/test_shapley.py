@@ -8,6 +8,7 @@ import warnings
 from collections.abc import Callable
 from fractions import Fraction
 from itertools import compress
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -282,9 +283,44 @@ def test_exact_sums_take_int64_when_they_fit(monkeypatch: pytest.MonkeyPatch) ->
     assert calls == [1]  # past int64: Python integers
 
 
+@pytest.mark.parametrize(
+    ("largest", "fold"),
+    [(10**6, "weighted"), (2_929_101_905, "weighted"), (2_929_101_906, "by size")],
+)
+def test_exact_sums_at_16_players_weigh_by_the_reduced_weights(
+    largest: int, fold: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # At 16 players the weights c(s) reach 1.4·10^12, but divided by their gcd at most 48,048:
+    # values up to 2,929,101,905 still sum weighted in int64 (that times 48,048·2^16 is just
+    # under 2^63), one more by coalition size. Either way, the same values as the Python
+    # integers give.
+    np = pytest.importorskip("numpy")
+    calls: list[str] = []
+    for name, label in (("_fold_in_int64", "weighted"), ("_fold_by_size_in_int64", "by size")):
+        original = getattr(shapley_module, name)
+
+        def counted(*args: object, original: Any = original, label: str = label) -> list[int]:
+            calls.append(label)
+            return original(*args)  # type: ignore[no-any-return]
+
+        monkeypatch.setattr(shapley_module, name, counted)
+    rng = np.random.default_rng(largest)
+    players = names(16)
+    table = [Fraction(int(x)) for x in rng.integers(-largest, largest, 1 << 16, endpoint=True)]
+    table[-1] = Fraction(largest)
+    game = table_game(players, table)
+    in_int64 = shapley(players, game).values
+    assert calls == [fold]
+    monkeypatch.setattr(shapley_module, "_numpy", lambda: None)
+    assert shapley(players, game).values == in_int64
+    assert calls == [fold]
+    assert sum(in_int64.values()) == table[-1] - table[0]
+
+
 def test_exact_sums_by_size_when_only_they_fit(monkeypatch: pytest.MonkeyPatch) -> None:
-    # 14 players, values up to 10^6 in thirds and sevenths: the weighted terms would leave
-    # int64, the sums by coalition size do not. Same values as the Python integers give.
+    # 14 players, values up to 10^12 in thirds and sevenths: the weighted terms would leave
+    # int64 even with the weights divided by their gcd, the sums by coalition size do not.
+    # Same values as the Python integers give.
     pytest.importorskip("numpy")
     calls: list[str] = []
     by_size = shapley_module._fold_by_size_in_int64
@@ -296,7 +332,7 @@ def test_exact_sums_by_size_when_only_they_fit(monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setattr(shapley_module, "_fold_by_size_in_int64", counted)
     rng = random.Random(14)
     players = names(14)
-    table = [Fraction(rng.randint(-(10**6), 10**6), rng.choice([1, 3, 7])) for _ in range(1 << 14)]
+    table = [Fraction(rng.randint(-(10**12), 10**12), rng.choice([1, 3, 7])) for _ in range(2**14)]
     game = table_game(players, table)
     in_int64 = shapley(players, game).values
     assert calls == ["by size"]
