@@ -57,8 +57,8 @@ _SQRT_SCALE = 10**12
 _LOW_PLAYERS = 8
 #: From _INT64_FROM to _INT64_UP_TO players the exact sums run in numpy int64 arrays when
 #: numpy is installed and they fit (`_int64_room`): weighted (`_fold_in_int64`, the weights
-#: divided by their gcd: at most 2^16 of them per 2^n terms) where that leaves room, else by
-#: coalition size (`_fold_by_size_in_int64`), which needs only 2^(n-1).
+#: divided by their gcd, each then under 2^16) where that leaves room, else by coalition size
+#: (`_fold_by_size_in_int64`), which needs only 2^(n-1).
 #: Below, numpy's fixed costs outweigh what it saves; above, exact values are not the default
 #: (16 is `shapley`'s exact limit) and the arrays grow as 2^n.
 _INT64_FROM = 10
@@ -149,13 +149,14 @@ def _exact_number(number: object, coalition: Coalition) -> Fraction:
 def _exact(roster: list[str], value: Game) -> ShapleyResult:
     # v is called once per coalition, in mask order (bit i for roster[i]). A coalition is the
     # union of its part in the first _LOW_PLAYERS players (one of `lows`) and its part in the
-    # rest (`high`), made as `low | high`: the low part, the larger, is copied slot for slot
-    # and the high part's few players are added (the other way round, each of the low part's
-    # players is hashed into a new table: at n = 12, 1M more instructions per call, 8% of
-    # what shapley adds to v's own). They are made a block of 2^_LOW_PLAYERS at a time and
-    # freed after their calls, so the sets v reads stay in the CPU's cache (all 2^n sets at
-    # once are tens of MB at n = 16, and v ran about a third slower on them), and the result
-    # holds no 2^n frozensets (`CoalitionValues` keeps v(S) by mask).
+    # rest (`high`), made as `low | high`: the low part is copied slot for slot and the high
+    # part's players are added (the other way round, each of the low part's players is hashed
+    # into a new table: at n = 12, where the high part has at most 4 players, 1M more
+    # instructions per call, 8% of what shapley adds to v's own). They are made a block of
+    # 2^_LOW_PLAYERS at a time and freed after their calls, so the sets v reads stay in the
+    # CPU's cache (all 2^n sets at once are tens of MB at n = 16, and v ran about a third
+    # slower on them), and the result holds no 2^n frozensets (`CoalitionValues` keeps v(S)
+    # by mask).
     # The values stay alive until the sums are done: the cyclic garbage collector would scan
     # them again and again for nothing, so it pauses for the whole computation.
     split = min(len(roster), _LOW_PLAYERS)
@@ -171,8 +172,9 @@ def _exact(roster: list[str], value: Game) -> ShapleyResult:
                 _exact_number(x, c) for x, c in zip(numbers, _coalitions(roster), strict=True)
             ]
         values, numerators, denominators = _exact_sums(roster, numbers)
-        # The 2^n Fractions die here, before the collector resumes: the result keeps their
-        # terms as untracked ints, so no collection ever has to walk them.
+        # The 2^n Fractions are released here, before the collector resumes (they die unless
+        # v keeps them): the result keeps their terms as ints, which the collector does not
+        # track, so no collection has to walk 2^n Fractions for it.
         del numbers
         evaluated = CoalitionValues(roster, numerators, denominators)
     finally:
@@ -413,8 +415,9 @@ class CoalitionValues(Mapping[Coalition, Fraction]):
     __slots__ = ("_bits", "_roster", "_terms_of")
 
     def __init__(self, roster: Sequence[str], numerators: Any, denominators: Any) -> None:
-        """`numerators` and `denominators`: lists of ints, or numpy int64 arrays (turned into
-        lists on first read: the result of a computation need not pay for it unread)."""
+        """`numerators` and `denominators`: lists of Python ints, or numpy int64 arrays
+        (turned into lists on first read: the result of a computation need not pay for it
+        unread). Not checked term by term: `shapley` makes them."""
         if not len(numerators) == len(denominators) == 1 << len(roster):
             raise ValueError(f"{len(roster)} players have {1 << len(roster)} coalitions")
         self._roster = tuple(roster)
