@@ -274,12 +274,16 @@ def driver_mark(bind: Engine | Connection) -> str:
     return "?" if bind.dialect.paramstyle == "qmark" else "%s"
 
 
-def upsert_sql(mark: str, table: Table, keys: Sequence[str], updated: Sequence[str]) -> str:
+def upsert_sql(
+    mark: str, table: Table, columns: Sequence[str], keys: Sequence[str], updated: Sequence[str]
+) -> str:
     """`upsert` as SQL text for the driver itself (`exec_driver_sql`, parameter marker
-    `mark`), each row a tuple of every column of `table` in its order: for statements run at
-    every append, where SQLAlchemy's compiled-statement machinery costs more CPU than the
-    database's insert."""
-    columns = [column.name for column in table.columns]
+    `mark`), each row a tuple of `columns` in that order: for statements run at every append,
+    where SQLAlchemy's compiled-statement machinery costs more CPU than the database's insert.
+    Raises ValueError for a name that is not a column of `table`."""
+    unknown = sorted({*columns, *keys, *updated} - {column.name for column in table.columns})
+    if unknown:
+        raise ValueError(f"{table.name} has no column {', '.join(unknown)}")
     return (
         f"INSERT INTO {table.name} ({', '.join(columns)}) "
         f"VALUES ({', '.join([mark] * len(columns))}) "

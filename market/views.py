@@ -458,8 +458,7 @@ class BidBookView:
             connection.exec_driver_sql(
                 _commitments_upsert(driver_mark(connection)),
                 [
-                    # the columns of BIDS in order: subject, bidder, first_index,
-                    # committed_index, commitment, revealed, price
+                    # in the order of _COMMITMENT_ROW
                     (subject, bidder, index, index, digest, False, None)
                     for subject, bidder, index, digest, _price in folded_moves
                 ],
@@ -528,7 +527,21 @@ class BidBookView:
 def _commitments_upsert(mark: str) -> str:
     """INSERT into the bid view, or on a (task, bidder) already there set only its latest
     commitment: SQL text for the driver (parameter marker `mark`), run at every bid commit."""
-    return upsert_sql(mark, BIDS, ["subject", "bidder"], ["committed_index", "commitment"])
+    return upsert_sql(
+        mark, BIDS, _COMMITMENT_ROW, ["subject", "bidder"], ["committed_index", "commitment"]
+    )
+
+
+#: A commitment's row in the bid view, as `_commitments_upsert` takes it.
+_COMMITMENT_ROW = (
+    "subject",
+    "bidder",
+    "first_index",
+    "committed_index",
+    "commitment",
+    "revealed",
+    "price",
+)
 
 
 _BID_KINDS = frozenset({BID_COMMITTED, BID_REVEALED})

@@ -34,8 +34,10 @@ from accord.ledger.store import (
     UNSTORED_LEVEL,
     LedgerNode,
     LogStore,
+    driver_mark,
     make_engine,
     node_key,
+    upsert_sql,
 )
 from accord.ledger.verify import verify_log
 from tests.ledger.conftest import LOG_ID, START, EntryMaker, append_signed
@@ -563,3 +565,27 @@ def test_find_on_a_database_that_fails_raises_store_error(
         connection.exec_driver_sql("ALTER TABLE ledger_entries RENAME TO ledger_entries_gone")
     with pytest.raises(StoreError, match="cannot read the log database"):
         store.find(subject="task-1", kinds=["note.added"], after=-1)
+
+
+def test_upsert_sql_writes_rows_in_the_order_it_names(tmp_path: Path) -> None:
+    # The driver's SQL text inserts a row, then on a clash sets only the columns it updates;
+    # the tuple follows the column order the caller names, not the table's.
+    from sqlalchemy import Column, Integer, MetaData, String, Table
+
+    table = Table(
+        "pairs",
+        MetaData(),
+        Column("key", String, primary_key=True),
+        Column("kept", Integer),
+        Column("value", Integer),
+    )
+    engine = make_engine(f"sqlite:///{tmp_path / 'pairs.db'}")
+    table.create(engine)
+    text = upsert_sql(driver_mark(engine), table, ["value", "kept", "key"], ["key"], ["value"])
+    with engine.begin() as connection:
+        connection.exec_driver_sql(text, [(1, 10, "a"), (2, 20, "b")])
+        connection.exec_driver_sql(text, [(3, 99, "a")])
+        rows = connection.exec_driver_sql("SELECT key, kept, value FROM pairs ORDER BY key")
+        assert rows.all() == [("a", 10, 3), ("b", 20, 2)]
+    with pytest.raises(ValueError, match="pairs has no column other"):
+        upsert_sql("?", table, ["key", "other"], ["key"], ["other"])
