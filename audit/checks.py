@@ -75,7 +75,7 @@ from accord.ledger.store import LogStore
 from accord.ledger.verify import StepResult
 from accord.market import sealed
 from accord.market.award import BidBook, replay_award
-from accord.market.check_io import LogReviews, run_python_check
+from accord.market.check_io import LogReviews, check_world, run_python_check
 from accord.market.checks import CheckResult, RecheckEnvironment, Valuation
 from accord.market.errors import MarketError, ReputationError
 from accord.market.escrow import EscrowChain
@@ -814,17 +814,29 @@ def _settlement(
             parse_time(computed.at),
         )
         unrun: dict[str, str] = {}
+        unreproduced: dict[str, str] = {}
 
         def rerun_python(check: PythonCheck, outputs: Mapping[str, Any]) -> CheckResult:
+            """The check re-run in the world it ran in at settlement (`check_world`). A re-run
+            that disagrees with the logged verdict is the check's own non-determinism, as
+            far as this auditor can tell: the step is left unchecked (INCOMPLETE) and names
+            it, never a FAIL of the operator's settlement."""
+            was = logged.get(check.check_id)
+            if was is None:
+                raise AuditFailure(f"python check {check.check_id} has no logged result")
+            world = check_world(scope.task.task_id, scope.task.posted_at, check.check_id)
             try:
-                return run_python_check(check, outputs)
+                result = run_python_check(check, outputs, world)
             except SandboxUnavailable as exc:  # nothing runs unboxed: hold it to its log
-                if check.check_id not in logged:
-                    raise AuditFailure(
-                        f"python check {check.check_id} has no logged result"
-                    ) from exc
                 unrun[check.check_id] = str(exc)
-                return logged[check.check_id]
+                return was
+            if (result.passed, result.inconclusive) != (was.passed, was.inconclusive):
+                unreproduced[check.check_id] = (
+                    f"{_verdict_word(result)} here ({result.detail}), {_verdict_word(was)} "
+                    "at settlement"
+                )
+                return was
+            return result
 
         open_value = opener(outputs or _holds_none, required=False)
         env = RecheckEnvironment(logged, rerun_python, reviews.review, open_value)
@@ -879,12 +891,26 @@ def _settlement(
         f"{len(settlement.evaluated)} values of v(S), {settlement.method} Shapley values and "
         f"{len(payouts)} payouts recompute exactly ({settlement.amount} wei)"
     )
+    if unreproduced:
+        said = "; ".join(f"{check_id}: {how}" for check_id, how in sorted(unreproduced.items()))
+        raise AuditUnchecked(
+            f"python checks {', '.join(sorted(unreproduced))} do not reproduce in their fixed "
+            f"world ({said}): the requester's test code is not a function of the outputs it "
+            "reads (it escapes the fixed clock and seed), or this machine's limits differ; "
+            f"their logged verdicts taken as given; otherwise {summary}"
+        )
     if unrun:
         raise AuditUnchecked(
             f"python checks {', '.join(sorted(unrun))} were not re-run here, their logged "
             f"verdicts taken as given ({next(iter(unrun.values()))}); otherwise {summary}"
         )
     return summary
+
+
+def _verdict_word(result: CheckResult) -> str:
+    if result.inconclusive:
+        return "inconclusive"
+    return "pass" if result.passed else "fail"
 
 
 def _holds_none(commitment: str) -> None:

@@ -1,7 +1,10 @@
 """The I/O behind a task's checks: the sandbox, the judge model, and the requester's reviews.
 
     run_python_check  runs the requester's `def check(outputs)` in the box
-                      (`accord.identity.challenges.sandbox`) with the check's CPU and memory limits
+                      (`accord.identity.challenges.sandbox`) with the check's CPU and memory
+                      limits, in a fixed world (`check_world`: the clock at the task's
+                      posting, entropy from a seed of the task and check), twice; what it
+                      cannot decide from the outputs is inconclusive and counts for the team
     Judge             asks a chat model (`accord.identity.chat`) at temperature 0, in JSON mode;
                       when it cannot be asked the settlement waits
     LogReviews        the requester's signed `review.given` verdicts; a check nobody reviewed
@@ -16,6 +19,7 @@ the judge is tried `JUDGE_ATTEMPTS` times, each within `JUDGE_TIMEOUT_S` seconds
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -23,7 +27,7 @@ from datetime import datetime
 from typing import Any
 
 from accord.identity.address_guard import check_url
-from accord.identity.challenges.sandbox import SandboxLimits, run_function_cases
+from accord.identity.challenges.sandbox import Frozen, SandboxLimits, run_function_cases
 from accord.identity.chat import ChatError, ChatModel, ChatReplyError, OpenAIChat
 from accord.identity.errors import ExamError
 from accord.ledger.sealing import Sealed, seal
@@ -45,9 +49,49 @@ def _shown(value: Any) -> str:
     return next((name for kind, name in kinds if isinstance(value, kind)), "an object")
 
 
-def run_python_check(check: PythonCheck, outputs: Mapping[str, Any]) -> CheckResult:
-    """The requester's test code on `outputs`, in the box: passes when `check(outputs)`
-    returns True.
+CHECK_RUNS = 2
+"""A python check is called this many times on the same outputs, in one box: calls that
+disagree make it inconclusive."""
+WALL_BACKSTOP_S = 5.0
+"""Seconds of wall clock a box may take beyond its CPU limit before the host ends it."""
+CHECK_WORLD_VERSION = "accord-check-world/1"
+
+
+def check_world(task_id: str, posted_at: datetime, check_id: str) -> Frozen:
+    """Pure: the world a task's python check runs in, at settlement, before delivery and in
+    every audit: the clock stands at the task's posting (whole seconds), and its entropy comes
+    from a seed fixed by the task and the check."""
+    seed = hashlib.sha256(f"{CHECK_WORLD_VERSION}|{task_id}|{check_id}".encode()).hexdigest()
+    return Frozen(at=int(posted_at.timestamp()), seed=seed)
+
+
+def python_check_limits(check: PythonCheck) -> SandboxLimits:
+    """Pure: the box's limits for one python check: CPU for every call and the interpreter's
+    start, and a wall clock only as a backstop for code that waits without computing."""
+    cpu = check.cpu_seconds * CHECK_RUNS + 1
+    return SandboxLimits(
+        cpu_seconds=cpu,
+        wall_seconds=float(cpu * 2) + WALL_BACKSTOP_S,
+        memory_bytes=check.memory_mib * MiB,
+    )
+
+
+def inconclusive(check_id: str, why: str, record: Mapping[str, Any]) -> CheckResult:
+    """A verdict that is not a function of the outputs: counted for the team (the requester's
+    code, not the team's work, is what could not decide), and named as such."""
+    detail = f"inconclusive: {why}; counted as passed (a check must decide from its outputs)"
+    return CheckResult(check_id, True, detail, dict(record), inconclusive=True)
+
+
+def run_python_check(check: PythonCheck, outputs: Mapping[str, Any], world: Frozen) -> CheckResult:
+    """The requester's test code on `outputs`, in the box and in `world` (`check_world`):
+    passes when `check(outputs)` returns True.
+
+    The check is called `CHECK_RUNS` times on the same outputs. Its verdict is inconclusive
+    (`CheckResult.inconclusive`, counted as passed) when it is not a function of its outputs:
+    the calls disagree, a call drew entropy, a call ran past the check's CPU limit, or the run
+    hit the wall-clock backstop. Memory, syntax, exceptions and other returns fail it: they
+    are the same on every machine, so the team can know them before it delivers.
 
     The detail is a bounded verdict (which limit, which built-in exception class, which JSON
     type came back), never a value the code chose, so the signed settlement cannot carry what
@@ -55,21 +99,31 @@ def run_python_check(check: PythonCheck, outputs: Mapping[str, Any]) -> CheckRes
     Raises SandboxUnavailable when the box cannot be made (nothing ran), ExamError when the
     unboxed interpreter cannot start.
     """
-    limits = SandboxLimits(
-        cpu_seconds=check.cpu_seconds,
-        wall_seconds=float(check.cpu_seconds * 2 + 3),
-        memory_bytes=check.memory_mib * MiB,
-    )
-    run = run_function_cases(check.code, "check", [[dict(outputs)]], limits)
+    limits = python_check_limits(check)
+    cases = [[dict(outputs)]] * CHECK_RUNS
+    run = run_function_cases(check.code, "check", cases, limits, world=world)
     record = {"sandbox": run.mode}
     if run.failure is not None:
+        if run.failure.startswith(("CPU time limit", "wall-clock limit")):
+            return inconclusive(
+                check.check_id, f"the test code ran out of time ({run.failure})", record
+            )
         return CheckResult(check.check_id, False, f"the test code failed: {run.failure}", record)
-    result = run.results[0]
-    if result.error is not None:
-        return CheckResult(check.check_id, False, f"check(outputs) {result.error}", record)
-    if result.value is True:
+    first = run.results[0]
+    if any(r.cpu_seconds > check.cpu_seconds for r in run.results):
+        spent = max(r.cpu_seconds for r in run.results)
+        why = f"check(outputs) took {spent:.2f} s of CPU, over its limit of {check.cpu_seconds} s"
+        return inconclusive(check.check_id, why, record)
+    if any(r.entropy for r in run.results):
+        return inconclusive(check.check_id, "check(outputs) drew entropy it did not seed", record)
+    if any((r.value, r.error) != (first.value, first.error) for r in run.results[1:]):
+        why = f"check(outputs) gave different verdicts in {CHECK_RUNS} calls on the same outputs"
+        return inconclusive(check.check_id, why, record)
+    if first.error is not None:
+        return CheckResult(check.check_id, False, f"check(outputs) {first.error}", record)
+    if first.value is True:
         return CheckResult(check.check_id, True, "check(outputs) returned True", record)
-    detail = f"check(outputs) returned {_shown(result.value)}, not True"
+    detail = f"check(outputs) returned {_shown(first.value)}, not True"
     return CheckResult(check.check_id, False, detail, record)
 
 
@@ -205,7 +259,9 @@ class ServiceCheckEnvironment:
 
     def run_python(self, check: PythonCheck, outputs: Mapping[str, Any]) -> CheckResult:
         try:
-            return run_python_check(check, outputs)
+            task = self.reviews.task
+            world = check_world(task.task_id, task.posted_at, check.check_id)
+            return run_python_check(check, outputs, world)
         except ExamError as exc:
             raise SettlementWaits(
                 f"python check {check.check_id} cannot run, so the settlement waits "

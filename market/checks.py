@@ -117,11 +117,17 @@ class CheckResult:
     passed: bool
     detail: str
     record: Mapping[str, Any] | None = field(default=None, hash=False)
+    inconclusive: bool = False
+    """The check could not decide from the outputs it reads (a python check that drew
+    entropy, disagreed with itself, or ran out of time): `passed` is then True, since what
+    failed was the requester's code, never the team's work."""
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {"id": self.check_id, "passed": self.passed, "detail": self.detail}
         if self.record is not None:
             data["record"] = dict(self.record)
+        if self.inconclusive:
+            data["inconclusive"] = True
         return data
 
     @classmethod
@@ -134,6 +140,7 @@ class CheckResult:
                 bool(value["passed"]),
                 str(value["detail"]),
                 None if record is None else dict(record),
+                value.get("inconclusive") is True,
             )
         except (KeyError, TypeError, AttributeError) as exc:
             raise SettlementError(f"a logged check result does not parse: {exc!r}") from exc

@@ -74,6 +74,7 @@ from accord.identity.errors import ExamError, SandboxUnavailable
 
 MiB = 1024 * 1024
 RESULT_MARKER = "\x1eACCORD-SANDBOX-RESULT\x1e"
+STARTED_MARKER = "\x1eACCORD-SANDBOX-STARTED\x1e"
 SANDBOX_ENV = "ACCORD_SANDBOX"
 BOXED: Literal["bwrap"] = "bwrap"
 UNBOXED: Literal["none"] = "none"
@@ -93,6 +94,7 @@ os.close(null_fd)
 result_fd = os.dup(1)
 dumps, write, exit_now = json.dumps, os.write, os._exit
 marker = limits["marker"]
+write(result_fd, limits["started"].encode("utf-8"))  # the box is made: what follows is the code's
 
 
 def emit(result):
@@ -113,6 +115,124 @@ limit(resource.RLIMIT_AS, limits["memory_bytes"])
 if limits["processes"]:
     limit(resource.RLIMIT_NPROC, limits["processes"])
 resource.setrlimit(resource.RLIMIT_CPU, (limits["cpu_seconds"], limits["cpu_seconds"] + 1))
+
+
+def cpu_used():
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+# -- a fixed world: the clock stands at `frozen.at`, and every draw of entropy comes from a
+# stream of `frozen.seed`, flagged unless the code seeded the generator it draws from itself.
+import datetime as _dt, hashlib as _hashlib, random as _random, time as _time
+
+FROZEN_AT = int(request["frozen"]["at"])
+FROZEN_SEED = request["frozen"]["seed"].encode("utf-8")
+world = {"block": 0, "pool": b"", "drawn": False, "seeded": False}
+
+
+def stream(n):
+    n = int(n)
+    if n < 0:
+        raise ValueError("negative argument not allowed")
+    while len(world["pool"]) < n:
+        block = world["block"].to_bytes(8, "big")
+        world["pool"] += _hashlib.sha256(FROZEN_SEED + b"/" + block).digest()
+        world["block"] += 1
+    out, world["pool"] = world["pool"][:n], world["pool"][n:]
+    return out
+
+
+def urandom(n):
+    world["drawn"] = True
+    return stream(n)
+
+
+os.urandom = urandom
+_random._urandom = urandom
+_instance_seed = _random.Random.seed
+
+
+def instance_seed(self, a=None, version=2):
+    if a is None:
+        world["drawn"] = True
+        a = int.from_bytes(stream(32), "big")
+    return _instance_seed(self, a, version)
+
+
+_random.Random.seed = instance_seed
+_global = _random._inst
+_instance_seed(_global, int.from_bytes(_hashlib.sha256(FROZEN_SEED + b"/global").digest(), "big"))
+
+
+def global_seed(a=None, version=2):
+    if a is None:
+        world["drawn"] = True
+        a = int.from_bytes(stream(32), "big")
+    else:
+        world["seeded"] = True
+    _instance_seed(_global, a, version)
+
+
+def drawing(method):
+    def draw(*args, **kwargs):
+        if not world["seeded"]:
+            world["drawn"] = True
+        return method(*args, **kwargs)
+
+    return draw
+
+
+_random.seed = global_seed
+for _name in dir(_global):
+    if not _name.startswith("_") and _name not in ("seed", "getstate", "setstate"):
+        if callable(getattr(_random, _name, None)) and hasattr(_global, _name):
+            if getattr(_random, _name) == getattr(_global, _name):
+                setattr(_random, _name, drawing(getattr(_global, _name)))
+
+
+def fixed(value):
+    return lambda *args: value
+
+
+_time.time, _time.time_ns = fixed(float(FROZEN_AT)), fixed(FROZEN_AT * 1_000_000_000)
+for _name in ("monotonic", "perf_counter", "process_time", "thread_time"):
+    setattr(_time, _name, fixed(0.0))
+    setattr(_time, _name + "_ns", fixed(0))
+_localtime, _gmtime, _ctime = _time.localtime, _time.gmtime, _time.ctime
+_asctime, _strftime, _clock_gettime = _time.asctime, _time.strftime, _time.clock_gettime
+_time.localtime = lambda secs=None: _localtime(FROZEN_AT if secs is None else secs)
+_time.gmtime = lambda secs=None: _gmtime(FROZEN_AT if secs is None else secs)
+_time.ctime = lambda secs=None: _ctime(FROZEN_AT if secs is None else secs)
+_time.asctime = lambda t=None: _asctime(_localtime(FROZEN_AT) if t is None else t)
+_time.strftime = lambda fmt, t=None: _strftime(fmt, _localtime(FROZEN_AT) if t is None else t)
+_time.clock_gettime = lambda clock: float(FROZEN_AT) if clock == _time.CLOCK_REALTIME else 0.0
+_time.clock_gettime_ns = lambda clock: int(_time.clock_gettime(clock) * 1_000_000_000)
+
+
+class FrozenDatetime(_dt.datetime):
+    @classmethod
+    def now(cls, tz=None):
+        return cls.fromtimestamp(FROZEN_AT, tz)
+
+    @classmethod
+    def utcnow(cls):
+        return cls.utcfromtimestamp(FROZEN_AT)
+
+    @classmethod
+    def today(cls):
+        return cls.fromtimestamp(FROZEN_AT)
+
+
+class FrozenDate(_dt.date):
+    @classmethod
+    def today(cls):
+        return cls.fromtimestamp(FROZEN_AT)
+
+
+FrozenDatetime.__name__ = FrozenDatetime.__qualname__ = "datetime"
+FrozenDate.__name__ = FrozenDate.__qualname__ = "date"
+_dt.datetime, _dt.date = FrozenDatetime, FrozenDate
 
 
 class PrintLimitExceeded(Exception):
@@ -167,9 +287,19 @@ function = namespace.get(request["function"])
 if not callable(function):
     emit({"status": "missing_function"})
 
+
+
+def spent(started):
+    return {"cpu": round(cpu_used() - started, 3), "entropy": world["drawn"]}
+
+
 results = []
 budget = limits["result_bytes"]
+loaded = (_global.getstate(), dict(world))
 for args in request["cases"]:
+    _global.setstate(loaded[0])  # each call starts from the world as the source left it
+    world.update(loaded[1], drawn=False)
+    started = cpu_used()
     try:
         value = function(*args)
     except MemoryError:
@@ -178,7 +308,7 @@ for args in request["cases"]:
         emit({"status": "print_limit"})
     except BaseException as exc:
         check_prints()
-        results.append({"error": type(exc).__name__})
+        results.append({"error": type(exc).__name__, **spent(started)})
         continue
     check_prints()
     try:
@@ -186,12 +316,12 @@ for args in request["cases"]:
     except MemoryError:
         emit({"status": "memory_error"})
     except BaseException:
-        results.append({"not_json": type(value).__name__})
+        results.append({"not_json": type(value).__name__, **spent(started)})
         continue
     budget -= len(encoded)
     if budget < 0:
         emit({"status": "result_too_large"})
-    results.append({"value": value})
+    results.append({"value": value, **spent(started)})
 emit({"status": "ok", "results": results})
 """
 
@@ -240,6 +370,32 @@ class CaseResult:
 
     value: JSON = None
     error: str | None = None
+    cpu_seconds: float = 0.0
+    """CPU time the call took (user and system, every thread), as the box measured it."""
+    entropy: bool = False
+    """Whether the call drew entropy: `os.urandom`, `secrets`, `uuid4`, `random` without a
+    seed the code set itself. Its result then depends on the run's seed, not only its inputs."""
+
+
+@dataclass(frozen=True)
+class Frozen:
+    """The world boxed code sees: the clock stands still at `at` (unix seconds: `time.time`,
+    `datetime.now` and friends; the monotonic clocks read 0), and every draw of entropy comes
+    from a stream of `seed` (`os.urandom`, `random`'s generators, `secrets`, `uuid4`). The same
+    source, inputs and world give the same results, whoever runs them and whenever."""
+
+    at: int
+    seed: str
+
+    def __post_init__(self) -> None:
+        if isinstance(self.at, bool) or not isinstance(self.at, int) or not 0 <= self.at < 2**40:
+            raise ExamError("a frozen clock is whole unix seconds")
+        if not isinstance(self.seed, str) or not 0 < len(self.seed) <= 256:
+            raise ExamError("a frozen world's seed is text of 1 to 256 characters")
+
+
+DEFAULT_WORLD = Frozen(at=1_700_000_000, seed="accord-box/1")
+"""The world of a run whose caller names none (exam answers): 2023-11-14T22:13:20Z."""
 
 
 @dataclass(frozen=True)
@@ -337,15 +493,25 @@ def _interpret(
         return (), "the sandbox returned the wrong number of results"
     cases = []
     for raw in raw_results:
-        if isinstance(raw, dict) and "value" in raw:
-            cases.append(CaseResult(value=raw["value"]))
-        elif isinstance(raw, dict) and "not_json" in raw:
+        if not isinstance(raw, dict):
+            cases.append(CaseResult(error=f"raised {exception_name(None)}"))
+            continue
+        spent = _spent(raw)
+        if "value" in raw:
+            cases.append(CaseResult(raw["value"], None, *spent))
+        elif "not_json" in raw:
             shown = _json_type(raw["not_json"])
-            cases.append(CaseResult(error=f"returned a {shown}, which is not JSON"))
+            cases.append(CaseResult(None, f"returned a {shown}, which is not JSON", *spent))
         else:
-            error = raw.get("error") if isinstance(raw, dict) else None
-            cases.append(CaseResult(error=f"raised {exception_name(error)}"))
+            cases.append(CaseResult(None, f"raised {exception_name(raw.get('error'))}", *spent))
     return tuple(cases), None
+
+
+def _spent(raw: Mapping[str, JSON]) -> tuple[float, bool]:
+    """Pure: a case's CPU seconds and entropy flag as the harness reported them, bounded."""
+    cpu = raw.get("cpu")
+    seconds = float(cpu) if isinstance(cpu, int | float) and not isinstance(cpu, bool) else 0.0
+    return min(max(seconds, 0.0), 1e6), raw.get("entropy") is True
 
 
 # -- choosing and making the box -----------------------------------------------------------
@@ -587,6 +753,7 @@ def _harness_limits(limits: SandboxLimits, processes: int) -> str:
             "print_chars": limits.print_chars,
             "result_bytes": limits.output_bytes // 2,
             "marker": RESULT_MARKER,
+            "started": STARTED_MARKER,
         }
     )
 
@@ -669,8 +836,8 @@ def check_box(mode: SandboxMode | None = None) -> SandboxMode:
     _bwrap_path()  # cheap, and the tool may have gone since the last proof
     if _BOX_CHECKED:
         return chosen
-    request = json.dumps({"source": "def f():\n    return 1\n", "function": "f", "cases": [[]]})
-    exit_ = _run_boxed(request.encode(), DEFAULT_LIMITS)
+    request = _request("def f():\n    return 1\n", "f", [[]], DEFAULT_WORLD)
+    exit_ = _run_boxed(request, DEFAULT_LIMITS)
     results, failure = _interpret(
         exit_.stdout, exit_.stderr, exit_.returncode, exit_.ended_by, DEFAULT_LIMITS, "f", 1, 2
     )
@@ -687,6 +854,34 @@ def check_box(mode: SandboxMode | None = None) -> SandboxMode:
     return chosen
 
 
+def _request(
+    source: str, function_name: str, cases: Sequence[Sequence[JSON]], world: Frozen
+) -> bytes:
+    """Raises ExamError when the inputs are not JSON."""
+    try:
+        return json.dumps(
+            {
+                "source": source,
+                "function": function_name,
+                "cases": [list(c) for c in cases],
+                "frozen": {"at": world.at, "seed": world.seed},
+            }
+        ).encode("utf-8")
+    except (TypeError, ValueError) as exc:
+        raise ExamError(f"sandbox inputs must be JSON: {exc}") from exc
+
+
+def _never_started(exit_: _Exit, mode: SandboxMode) -> SandboxUnavailable:
+    """The error of a run whose harness never started: the box could not be made this time
+    (bubblewrap refused, no PIDs or memory left, the host too loaded to start it in time)."""
+    said = exit_.stderr.decode("utf-8", "replace").strip().splitlines()
+    cause = said[-1][:300] if said else f"exit {exit_.returncode}, ended by {exit_.ended_by}"
+    where = "the box" if mode == BOXED else "the unboxed interpreter"
+    return SandboxUnavailable(
+        f"{where} could not be made for this run ({cause!r}); nothing ran: try again later"
+    )
+
+
 def run_function_cases(
     source: str,
     function_name: str,
@@ -694,23 +889,23 @@ def run_function_cases(
     limits: SandboxLimits = DEFAULT_LIMITS,
     *,
     mode: SandboxMode | None = None,
+    world: Frozen = DEFAULT_WORLD,
 ) -> SandboxRun:
-    """Define `source` in a fresh box, call `function_name(*args)` per case.
+    """Define `source` in a fresh box, call `function_name(*args)` per case, in `world`.
 
+    Each call starts from the state the source left after loading (the generators reseeded
+    as they were), so calls of a deterministic function on the same arguments agree.
     `mode` defaults to what `ACCORD_SANDBOX` says. Every failure of the code itself (syntax
     error, exception, timeout, memory, output flood, missing function, a forbidden system call)
     is reported in the result, never raised. Raises SandboxUnavailable when the box cannot be
-    made (nothing runs), and ExamError when the inputs are not JSON or the unboxed interpreter
-    cannot start.
+    made, at the first probe or for this run (nothing ran), and ExamError when the inputs are
+    not JSON or the unboxed interpreter cannot start.
     """
-    try:
-        request = json.dumps(
-            {"source": source, "function": function_name, "cases": [list(c) for c in cases]}
-        ).encode("utf-8")
-    except (TypeError, ValueError) as exc:
-        raise ExamError(f"sandbox inputs must be JSON: {exc}") from exc
+    request = _request(source, function_name, cases, world)
     chosen = check_box(mode)
     exit_ = _run_boxed(request, limits) if chosen == BOXED else _run_unboxed(request, limits)
+    if STARTED_MARKER.encode("utf-8") not in exit_.stdout:
+        raise _never_started(exit_, chosen)
     results, failure = _interpret(
         exit_.stdout,
         exit_.stderr,

@@ -30,6 +30,7 @@ from typing import Any
 from _common import Goal, Measure, Section, percentile, progress, run_alone, side_by_side
 
 from accord.identity.challenges.sandbox import (
+    DEFAULT_WORLD,
     SandboxLimits,
     SandboxMode,
     check_box,
@@ -92,7 +93,7 @@ class PythonOnly:
     them)."""
 
     def run_python(self, check: PythonCheck, outputs: Any) -> CheckResult:
-        return run_python_check(check, outputs)
+        return run_python_check(check, outputs, DEFAULT_WORLD)
 
     def ask_judge(self, check: JudgeCheck, prompt: str) -> Judged:
         raise RuntimeError("no judge check here")

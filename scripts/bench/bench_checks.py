@@ -36,6 +36,7 @@ from typing import Any
 
 from _common import Goal, Measure, Section, progress, run_alone
 
+from accord.identity.challenges.sandbox import DEFAULT_WORLD
 from accord.identity.chat import OpenAIChat
 from accord.ledger.sealing import seal
 from accord.market.check_io import Judge, run_python_check
@@ -172,7 +173,7 @@ class BenchEnvironment:
         self.judge = judge
 
     def run_python(self, check: PythonCheck, outputs: Mapping[str, Any]) -> CheckResult:
-        return run_python_check(check, outputs)
+        return run_python_check(check, outputs, DEFAULT_WORLD)
 
     def ask_judge(self, check: JudgeCheck, prompt: str) -> Judged:
         answer, model = self.judge.ask(prompt, check.model)

@@ -20,6 +20,7 @@ import pytest
 
 from accord.identity.challenges.sandbox import (
     BOX_TMP,
+    Frozen,
     SandboxLimits,
     bwrap_arguments,
     check_box,
@@ -145,18 +146,98 @@ def test_the_box_holds_no_privilege_and_no_terminal() -> None:
     assert run.results[0].value == [1, 0, True, "OSError"]
 
 
-def test_a_process_started_by_the_box_never_outlives_it() -> None:
-    """Even a thread left sleeping in the box dies with it: the run ends when the function
-    returns, and the PID namespace goes with its init."""
+def test_a_thread_bomb_gets_one_thread_whoever_runs_the_box() -> None:
+    """The filter denies every clone, so boxed code runs one thread: a bomb starts none, as
+    root (whom RLIMIT_NPROC does not bind) as for any user, and leaves nothing behind."""
     marker = f"accord-thread-{secrets.token_hex(6)}"
     source = (
         "import threading, time\n"
-        f"def check():\n    threading.Thread(target=time.sleep, args=(60,)).start()\n"
-        f"    return '{marker}'\n"
+        "def check():\n"
+        "    started = 0\n"
+        "    for _ in range(5000):\n"
+        "        try:\n"
+        f"            threading.Thread(target=time.sleep, args=(60,), name='{marker}').start()\n"
+        "            started += 1\n"
+        "        except RuntimeError:\n"
+        "            pass\n"
+        "    return [started, threading.active_count()]\n"
     )
     run = run_function_cases(source, "check", [[]], LIMITS)
-    assert run.results[0].value == marker
+    assert run.failure is None, run.failure
+    assert run.results[0].value == [0, 1]
     assert survivors(marker) == []
+
+
+def test_a_process_started_by_the_box_never_outlives_it() -> None:
+    """Neither a thread nor a process can be started, so nothing of the run is left: the run
+    ends when the function returns, and the PID namespace goes with its init."""
+    marker = f"accord-thread-{secrets.token_hex(6)}"
+    source = (
+        "import os, threading, time\n"
+        "def check():\n"
+        "    refused = []\n"
+        "    try:\n"
+        "        threading.Thread(target=time.sleep, args=(60,)).start()\n"
+        "    except RuntimeError:\n"
+        "        refused.append('thread')\n"
+        "    try:\n"
+        "        os.fork()\n"
+        "    except OSError:\n"
+        "        refused.append('fork')\n"
+        f"    return [refused, '{marker}']\n"
+    )
+    run = run_function_cases(source, "check", [[]], LIMITS)
+    assert run.results[0].value == [["thread", "fork"], marker]
+    assert survivors(marker) == []
+
+
+FROZEN_PROBE = (
+    "import datetime, os, random, time, uuid\n"
+    "def check(tag):\n"
+    "    return [tag, time.time(), time.time_ns(), time.monotonic(), time.strftime('%Y-%m-%d'),\n"
+    "            datetime.datetime.now().isoformat(), datetime.date.today().isoformat(),\n"
+    "            random.random(), os.urandom(4).hex(), str(uuid.uuid4())]\n"
+)
+
+
+def test_the_world_in_the_box_is_fixed_by_its_clock_and_seed() -> None:
+    world = Frozen(at=1_800_000_000, seed="task-1|check-a")
+    first = run_function_cases(FROZEN_PROBE, "check", [["a"], ["a"]], LIMITS, world=world)
+    again = run_function_cases(FROZEN_PROBE, "check", [["a"]], LIMITS, world=world)
+    assert first.failure is None, first.failure
+    value = first.results[0].value
+    assert isinstance(value, list)
+    assert value[1:7] == [
+        1.8e9,
+        1_800_000_000 * 10**9,
+        0.0,
+        "2027-01-15",
+        "2027-01-15T08:00:00",
+        "2027-01-15",
+    ]
+    assert first.results[1].value == value and again.results[0].value == value
+    assert all(r.entropy for r in first.results)
+    other = run_function_cases(
+        FROZEN_PROBE, "check", [["a"]], LIMITS, world=Frozen(1_800_000_000, "task-2|check-a")
+    )
+    other_value = other.results[0].value
+    assert isinstance(other_value, list) and other_value[7:] != value[7:]
+
+
+def test_a_box_that_breaks_after_its_first_probe_raises_and_runs_nothing(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A bubblewrap that stops working later (PIDs exhausted, a broken install) is the box
+    not being made, never a verdict on the code: run_function_cases raises SandboxUnavailable."""
+    check_box("bwrap")  # the first probe passes
+    broken = tmp_path / "bwrap"
+    broken.write_text(
+        "#!/bin/sh\necho 'bwrap: Creating new namespace failed: No space' >&2\nexit 1\n"
+    )
+    broken.chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(SandboxUnavailable, match="could not be made for this run"):
+        run_function_cases(BENIGN, "check", [[OUTPUTS]], LIMITS)
 
 
 def test_without_bubblewrap_nothing_runs(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

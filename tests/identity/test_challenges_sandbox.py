@@ -183,7 +183,7 @@ def test_the_child_sees_no_expected_values_no_stdin_and_a_clean_environment() ->
     value = first.results[0].value
     assert isinstance(value, list)
     request, stdin_text, environment, string_hash = value
-    assert isinstance(request, dict) and set(request) == {"source", "function", "cases"}
+    assert isinstance(request, dict) and set(request) == {"source", "function", "cases", "frozen"}
     assert "expected" not in json.dumps(request)
     assert stdin_text == ""
     assert isinstance(environment, list)

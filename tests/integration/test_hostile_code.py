@@ -4,7 +4,8 @@ python exam. A whole collaboration runs in process (tests/audit/conftest.py: rea
 market, conversation, settlement and audit over a SQLite home with its keys); the requester's
 spec adds every hostile program as a python check beside a benign one.
 
-Each hostile check fails, the benign one passes, and afterwards: the loopback listener heard
+Each hostile check fails (but the one that spins past its CPU limit, which is inconclusive and
+counts for the team), the benign one passes, and afterwards: the loopback listener heard
 nothing, the home holds no new file and the same keys, no process of the run survives, and no
 signed entry holds a key or a word the code chose. With bubblewrap gone, the settlement waits
 and says why, the audit is INCOMPLETE naming the checks it could not re-run, and the python
@@ -36,6 +37,7 @@ from tests.hostile_code import BENIGN, Listener, Target, home_files, hostile_pro
 from tests.specs import invoice_spec_with
 
 BENIGN_ID = "benign-python"
+TIMED_OUT = "spin past the CPU limit"
 
 
 def _check_id(number: int) -> str:
@@ -124,7 +126,11 @@ def test_at_settlement_every_hostile_check_fails_and_touches_nothing(
     )
     results = {r["id"]: r for r in computed["checks"]}
     passed_hostile = [names[c] for c in names if results[c]["passed"]]
-    assert passed_hostile == [], passed_hostile
+    # Running out of time is the requester's code failing to decide, never the team's work:
+    # inconclusive, counted for the team. Every other hostile program fails.
+    assert passed_hostile == [TIMED_OUT], passed_hostile
+    inconclusive = [names[c] for c in names if results[c].get("inconclusive")]
+    assert inconclusive == [TIMED_OUT]
     assert results[BENIGN_ID]["passed"], results[BENIGN_ID]
     assert {results[c]["record"]["sandbox"] for c in [*names, BENIGN_ID]} == {"bwrap"}
     assert listener.received == []

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from datetime import UTC, datetime, timedelta
 from fractions import Fraction
 from typing import Any
 
@@ -13,8 +14,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from accord.identity.challenges.sandbox import DEFAULT_WORLD
 from accord.ledger.sealing import seal
-from accord.market.check_io import run_python_check
+from accord.market.check_io import check_world, run_python_check
 from accord.market.checks import (
     JUDGE_PROMPT_VERSION,
     SEALED,
@@ -123,7 +125,7 @@ class Env:
 
     def run_python(self, check: PythonCheck, outputs: Mapping[str, Any]) -> CheckResult:
         self.python_calls += 1
-        return run_python_check(check, outputs)
+        return run_python_check(check, outputs, DEFAULT_WORLD)
 
     def ask_judge(self, check: JudgeCheck, prompt: str) -> Judged:
         self.judge_calls.append((check.check_id, prompt))
@@ -514,18 +516,81 @@ def test_a_python_check_sees_only_the_parts_it_reads() -> None:
     ],
 )
 def test_a_python_check_not_returning_true_fails_with_a_reason(code: str, detail: str) -> None:
-    result = run_python_check(python_check(code), {"sum": "1", "fields": {}})
+    result = run_python_check(python_check(code), {"sum": "1", "fields": {}}, DEFAULT_WORLD)
     assert not result.passed
     assert detail in result.detail
     assert "totals differ" not in result.detail, "a value the code chose reached the verdict"
     assert result.record == {"sandbox": "bwrap"}
 
 
-def test_an_infinite_loop_fails_at_the_cpu_limit() -> None:
+def test_an_infinite_loop_is_inconclusive_at_the_cpu_limit_and_never_costs_the_team() -> None:
     code = "def check(outputs):\n    while True:\n        pass\n"
-    result = run_python_check(python_check(code, cpu=1), {"sum": "1"})
-    assert not result.passed
-    assert "CPU time limit of 1 s" in result.detail
+    result = run_python_check(python_check(code, cpu=1), {"sum": "1"}, DEFAULT_WORLD)
+    assert result.inconclusive and result.passed
+    assert "CPU time limit" in result.detail and "inconclusive" in result.detail
+    assert CheckResult.from_json(result.to_json()) == result
+
+
+def test_a_check_that_sleeps_past_its_limit_is_inconclusive() -> None:
+    """Sleeping costs no CPU: the wall clock is only a backstop, and what it stops is the
+    requester's code, not the team's work."""
+    code = "import time\ndef check(outputs):\n    time.sleep(3600)\n    return False\n"
+    result = run_python_check(python_check(code, cpu=1), {"sum": "1"}, DEFAULT_WORLD)
+    assert result.inconclusive and result.passed
+    assert "wall-clock limit" in result.detail
+
+
+CLOCK_CHECK = (
+    "import time, datetime\n"
+    "POSTED = 1_800_000_000\n"
+    "def check(outputs):\n"
+    "    now = datetime.datetime.now().timestamp()\n"
+    "    return outputs['sum'] == '2045.50' and time.time() < POSTED + 20 and now < POSTED + 20\n"
+)
+
+
+def test_a_check_reading_the_clock_reads_the_tasks_posting_time_whenever_it_runs() -> None:
+    posted = datetime.fromtimestamp(1_800_000_000, UTC)
+    world = check_world("task-clock", posted, "in-time")
+    assert world == check_world("task-clock", posted, "in-time")
+    result = run_python_check(python_check(CLOCK_CHECK), {"sum": "2045.50"}, world)
+    assert result.passed and not result.inconclusive, result.detail
+    later = check_world("task-clock", posted + timedelta(hours=1), "in-time")
+    assert not run_python_check(python_check(CLOCK_CHECK), {"sum": "2045.50"}, later).passed
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        "import random\ndef check(outputs):\n    return random.random() < 2\n",
+        "import os\ndef check(outputs):\n    return len(os.urandom(8)) == 8\n",
+        "import secrets\ndef check(outputs):\n    return secrets.randbelow(10) < 10\n",
+        "import uuid\ndef check(outputs):\n    return uuid.uuid4().version == 4\n",
+        "import random\ndef check(outputs):\n    return random.Random().random() < 2\n",
+    ],
+)
+def test_a_check_drawing_entropy_is_inconclusive(code: str) -> None:
+    result = run_python_check(python_check(code), {"sum": "1"}, DEFAULT_WORLD)
+    assert result.inconclusive and result.passed
+    assert "entropy" in result.detail
+
+
+def test_a_check_seeding_its_own_generator_decides() -> None:
+    code = (
+        "import random\n"
+        "def check(outputs):\n"
+        "    random.seed(7)\n"
+        "    return random.random() == random.Random(7).random() and outputs['sum'] == '1'\n"
+    )
+    result = run_python_check(python_check(code), {"sum": "1"}, DEFAULT_WORLD)
+    assert result.passed and not result.inconclusive, result.detail
+
+
+def test_a_check_that_disagrees_with_itself_is_inconclusive() -> None:
+    code = "calls = []\ndef check(outputs):\n    calls.append(1)\n    return len(calls) == 1\n"
+    result = run_python_check(python_check(code), {"sum": "1"}, DEFAULT_WORLD)
+    assert result.inconclusive and result.passed
+    assert "different verdicts" in result.detail
 
 
 @pytest.mark.parametrize(
@@ -537,7 +602,7 @@ def test_an_infinite_loop_fails_at_the_cpu_limit() -> None:
     ],
 )
 def test_a_memory_hog_fails_at_the_memory_limit(code: str) -> None:
-    result = run_python_check(python_check(code, memory=64), {"sum": "1"})
+    result = run_python_check(python_check(code, memory=64), {"sum": "1"}, DEFAULT_WORLD)
     assert not result.passed
     assert "memory" in result.detail.lower()
 
