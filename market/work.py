@@ -73,6 +73,10 @@ MAX_WEIGHT = 1_000_000
 MAX_PATTERN = 500
 MAX_CODE = 20_000
 MAX_PYTHON_CPU_SECONDS = 10
+MAX_SPEC_PYTHON_CPU_SECONDS = 30
+"""The sum of a spec's python checks' `cpu_seconds`. Each check runs twice in one box
+(`accord.market.check_io.CHECK_RUNS`), so a settlement spends at most 2 x 30 s of CPU, plus
+an interpreter start per check, on the requester's code; so does each audit."""
 MAX_PYTHON_MEMORY_MIB = 1024
 FILE_KEY = "$file"
 MAX_FILE_BYTES = 1 << 20
@@ -597,6 +601,13 @@ def parse_checks(value: Any, parts: Sequence[Part]) -> tuple[Check, ...]:
         if any(c.check_id == check.check_id for c in checks):
             raise _at(f"$.checks[{k}].id", f"check {check.check_id!r} is named twice")
         checks.append(check)
+    budget = sum(c.cpu_seconds for c in checks if isinstance(c, PythonCheck))
+    if budget > MAX_SPEC_PYTHON_CPU_SECONDS:
+        raise _at(
+            "$.checks",
+            f"the python checks' cpu_seconds add up to {budget}, over the spec's budget of "
+            f"{MAX_SPEC_PYTHON_CPU_SECONDS}: lower their limits or merge checks",
+        )
     return tuple(checks)
 
 

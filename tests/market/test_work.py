@@ -22,6 +22,7 @@ from accord.market.work import (
     ASSEMBLY_PART,
     CONTRACTOR_SHARE,
     DEFAULT_REVIEW_CRITERION,
+    MAX_SPEC_PYTHON_CPU_SECONDS,
     MISSING,
     PLAN_CHECK,
     PLAN_PART,
@@ -724,3 +725,20 @@ def test_a_review_check_may_state_its_criterion_for_a_dispute() -> None:
 def test_a_dispute_costs_a_twentieth_of_the_price_and_at_least_a_wei() -> None:
     assert dispute_fee(10**18) == 5 * 10**16
     assert dispute_fee(19) == 1 and dispute_fee(0) == 1
+
+
+def test_a_spec_whose_python_checks_overspend_the_cpu_budget_is_refused() -> None:
+    """No one task's checks may take minutes of the service's time: their CPU limits add up
+    to at most MAX_SPEC_PYTHON_CPU_SECONDS, however many checks there are."""
+    code = "def check(outputs):\n    return True\n"
+
+    def python(k: int, cpu: int) -> dict[str, Any]:
+        return {"id": f"p{k}", "kind": "python", "reads": ["tax"], "code": code, "cpu_seconds": cpu}
+
+    within = [python(k, 10) for k in range(3)]
+    assert spec_from_request(invoice_request(checks=within), {})
+    error = work_error(invoice_request(checks=[*within, python(3, 1)]))
+    assert error.path == "$.checks"
+    assert "add up to 31" in str(error) and f"{MAX_SPEC_PYTHON_CPU_SECONDS}" in str(error)
+    many = [python(k, 1) for k in range(MAX_SPEC_PYTHON_CPU_SECONDS + 1)]
+    assert work_error(invoice_request(checks=many)).path == "$.checks"
