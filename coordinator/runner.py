@@ -50,6 +50,7 @@ from accord.ledger.events import Entry
 from accord.ledger.sealing import Sealed, seal
 from accord.ledger.signing import Signer
 from accord.market.errors import MarketError
+from accord.market.precheck import Precheck
 
 
 @dataclass(frozen=True)
@@ -139,9 +140,15 @@ class TeamRunner:
         resolve_files: Callable[[Mapping[str, Any]], Mapping[str, Any]] | None = None,
         sealed: SealedOutputs | None = None,
         may_lead: Callable[[str], bool] = lambda did: True,
+        precheck: Precheck | None = None,
     ) -> None:
         self.ledger = ledger
         self.may_lead = may_lead
+        self.precheck = precheck
+        """The requester's machine checks, run on each output before it counts as done: on a
+        first attempt that someone else could make, an output a check reading that part alone
+        fails is a failed part (given to someone else, as any failed part), never delivered
+        blind."""
         self.sealed = sealed or SealedOutputs()
         """Every output the team gave, sealed (the log holds only their commitments)."""
         self.resolve_files = resolve_files or (lambda payload: payload)
@@ -265,6 +272,19 @@ class TeamRunner:
                 return Result(
                     task.sub_id, False, (), f"{assignee}: part {item_id}: invalid output: {exc}"
                 )
+            failing = (
+                self.precheck.failing(item_id, answer)
+                if self.precheck is not None and self._may_retry(conversation, assignee, task)
+                else None
+            )
+            if failing is not None:
+                return Result(
+                    task.sub_id,
+                    False,
+                    (),
+                    f"{assignee}: part {item_id}: the requester's check {failing.check_id} "
+                    f"fails on this output ({failing.detail})",
+                )
             try:
                 sealed = self.sealed.keep(answer)
             except (LedgerError, MarketError) as exc:
@@ -277,6 +297,20 @@ class TeamRunner:
                 )
             )
         return Result(task.sub_id, True, tuple(done))
+
+    def _may_retry(self, conversation: Conversation, assignee: str, task: SubTask) -> bool:
+        """Whether a failed `task` would go to someone else: its first attempt, with another
+        member of the conversation able to do it. Only then does an output the requester's
+        checks fail count as a failed part; a last attempt is delivered, since the checks
+        that pass on it still pay."""
+        if task.sub_id != base_id(task.sub_id):
+            return False
+        return any(
+            m.did in conversation.members
+            and m.did != assignee
+            and task.capability in m.capabilities
+            for m in self.directory
+        )
 
     def _work_task(self, task: SubTask) -> SubTask:
         """What the member is given for a part: the capability's instruction for the input,

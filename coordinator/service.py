@@ -45,6 +45,7 @@ from accord.ledger.store import LogStore
 from accord.ledger.views import check_limit, encode_cursor, int_key, reading
 from accord.market.discovery import DEPENDS_ON, description, fraction_text, ranked_page
 from accord.market.discovery import VIEW_NAME as DISCOVERY_VIEW
+from accord.market.precheck import Precheck
 from accord.market.privacy import WorkReaders
 from accord.market.reputation import DEFAULT_PRIOR_MEAN
 from accord.market.tasks import Task
@@ -278,6 +279,8 @@ def run_awarded_task(
         sealed=sealed,
         # A member that keeps its own key signs only its own reports: it leads no sub-team.
         may_lead=holds_key,
+        # The team runs the requester's machine checks on each output before it delivers.
+        precheck=Precheck(task_id, task.posted_at, task.spec.requester_checks),
     )
     market.start(task_id, winner)
     parts = [(p.part_id, p.capability, p.input) for p in task.spec.parts]

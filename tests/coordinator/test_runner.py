@@ -14,6 +14,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
@@ -46,7 +47,8 @@ from accord.ledger.service import Ledger
 from accord.ledger.settings import Settings
 from accord.ledger.signing import Ed25519Signer
 from accord.ledger.wiring import open_ledger
-from accord.market.work import resolve_files
+from accord.market.precheck import Precheck
+from accord.market.work import ExpectCheck, PythonCheck, resolve_files
 from tests.specs import INVOICE, invoice_parts
 
 CAPS = ("arithmetic", "extraction")
@@ -519,6 +521,57 @@ def test_an_output_the_schema_refuses_fails_and_is_reassigned_once(
     assert runner.plan["tax"] == sloppy
     [record] = replay_all(world).values()
     assert record.conversation.deliverable == top.deliverable
+
+
+def _wrong(part_ids: Sequence[str]) -> Callable[[str], InProcessAdapter]:
+    """A member that answers the parts `part_ids` with a schema-valid wrong number."""
+
+    def adapter(did: str) -> InProcessAdapter:
+        def fn(task: SubTask) -> JSON:
+            answer = solve_task(task)
+            if task.item["item_id"] in part_ids:
+                return str(Fraction(str(answer)) + 1)
+            return answer
+
+        return InProcessAdapter(did, fn, timeout=5)
+
+    return adapter
+
+
+TAX_IS_RIGHT = (
+    "from fractions import Fraction\n"
+    "def check(outputs):\n"
+    "    return Fraction(outputs['tax']) == Fraction('542.955')\n"
+)
+
+
+def test_the_team_runs_the_requesters_checks_before_it_delivers(world: World) -> None:
+    """An output the requester's check on that part fails is a failed part, given to someone
+    else, never delivered blind; the team's verdicts are the settlement's own."""
+    world.add("lead", CAPS, "1/10")
+    world.add("wrong", ["arithmetic"], "9/10", adapter=_wrong(["tax"]))
+    world.add("eve", ["extraction"], "1/10")
+    work = only(invoice_work(), ["tax", "invoice-fields", "invoice-dates"])
+    checks = (
+        ExpectCheck("tax-right", 2, ("tax",), "$", "within", "542.955", "0.001"),
+        PythonCheck("tax-python", 1, ("tax",), TAX_IS_RIGHT),
+    )
+    runner = world.runner(RunSettings(timeout_s=10, max_depth=0))
+    runner.precheck = Precheck(TASK, datetime(2026, 12, 1, tzinfo=UTC), checks)
+    top = runner.run_task(TASK, world.members["lead"], work.parts, "the invoice", "tax")
+    assert_complete(top, work, world)
+    wrong, lead = world.did("wrong"), world.did("lead")
+    [failed] = [m for m in world.reports() if not m.result.ok]
+    assert failed.speaker == wrong and "the requester's check tax-right fails" in str(
+        failed.result.error
+    )
+    [tax] = [c for c in top.deliverable.contributions if c.part == "tax"]  # type: ignore[union-attr]
+    assert tax.agent == lead
+    verdicts = runner.precheck.verdicts({"tax": world.output(tax)})
+    assert {k: (r.passed, r.inconclusive) for k, r in verdicts.items()} == {
+        "tax-right": (True, False),
+        "tax-python": (True, False),
+    }
 
 
 def test_a_part_is_reassigned_once_and_then_given_up(world: World) -> None:

@@ -31,7 +31,9 @@ from accord.coordinator.service import run_awarded_task
 from accord.identity.challenges.reference import solve_python
 from accord.identity.errors import SandboxUnavailable
 from accord.market.errors import SettlementWaits
-from accord.market.settlement import SETTLEMENT_COMPUTED, settle_task
+from accord.market.precheck import Precheck
+from accord.market.settlement import SETTLEMENT_COMPUTED, opener, settle_task
+from accord.market.tasks import TASK_DELIVERED
 from tests.audit.conftest import REQUESTER_KEY, World, onboard_agents, open_world, sealed_auction
 from tests.hostile_code import BENIGN, Listener, Target, home_files, hostile_programs, survivors
 from tests.specs import invoice_spec_with
@@ -140,6 +142,35 @@ def test_at_settlement_every_hostile_check_fails_and_touches_nothing(
     said = json.dumps(computed)
     assert "LEAK" not in said and marker not in said
     assert not [seed for seed in _seeds(home) if seed in _log_text(world)], "a key was logged"
+
+
+def test_the_teams_verdicts_before_delivery_are_the_settlements(
+    delivered: tuple[World, dict[str, str]], listener: Listener, marker: str
+) -> None:
+    """The leader's precheck (`accord.market.precheck`) on the delivered outputs gives every
+    python check of the corpus, hostile and benign, the verdict the settlement logged."""
+    world, names = delivered
+    computed = next(
+        e.event.body
+        for e in _entries(world)
+        if e.event.kind == SETTLEMENT_COMPUTED and e.event.subject == world.task_id
+    )
+    logged = {r["id"]: (r["passed"], r.get("inconclusive", False)) for r in computed["checks"]}
+    body = next(
+        e.event.body
+        for e in _entries(world)
+        if e.event.kind == TASK_DELIVERED and e.event.subject == world.task_id
+    )
+    open_value = opener(world.market.sealed_bytes, required=True)
+    contributions = body["deliverable"]["contributions"]
+    outputs = {c["part"]: open_value(c["output_sha256"]) for c in contributions}
+    task = world.market.task(world.task_id)
+    precheck = Precheck(task.task_id, task.posted_at, task.spec.requester_checks)
+    verdicts = precheck.verdicts(outputs)
+    ours = {k: (r.passed, r.inconclusive) for k, r in verdicts.items()}
+    assert {*names, BENIGN_ID} <= set(ours)  # the invoice's own machine checks beside them
+    assert ours == {k: logged[k] for k in ours}
+    assert listener.received == [] and survivors(marker) == []
 
 
 def test_the_audit_re_runs_them_in_the_box_to_the_same_verdicts(
