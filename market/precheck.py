@@ -30,6 +30,7 @@ from accord.market.work import Check, ExpectCheck, PythonCheck, SchemaCheck
 
 MACHINE_KINDS = ("expect", "schema", "python")
 
+
 @dataclass(frozen=True)
 class Precheck:
     """The requester's machine checks of one task, as its leader runs them."""
