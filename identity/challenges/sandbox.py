@@ -63,6 +63,7 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -76,6 +77,7 @@ MiB = 1024 * 1024
 RESULT_MARKER = "\x1eACCORD-SANDBOX-RESULT\x1e"
 STARTED_MARKER = "\x1eACCORD-SANDBOX-STARTED\x1e"
 SANDBOX_ENV = "ACCORD_SANDBOX"
+BOX_WORKERS_ENV = "ACCORD_BOX_WORKERS"
 BOXED: Literal["bwrap"] = "bwrap"
 UNBOXED: Literal["none"] = "none"
 SandboxMode = Literal["bwrap", "none"]
@@ -854,6 +856,28 @@ def check_box(mode: SandboxMode | None = None) -> SandboxMode:
     return chosen
 
 
+def box_workers(environ: Mapping[str, str] | None = None) -> int:
+    """How many boxes run at once in this process (`ACCORD_BOX_WORKERS`; default one per core);
+    further runs wait their turn, so a flood of checks queues instead of taking the machine.
+
+    Raises SandboxUnavailable for a value that is not a whole number from 1 to 256.
+    """
+    env = os.environ if environ is None else environ
+    raw = env.get(BOX_WORKERS_ENV, "").strip()
+    if not raw:
+        return max(1, os.cpu_count() or 1)
+    if not raw.isdigit() or not 1 <= int(raw) <= 256:
+        raise SandboxUnavailable(
+            f"{BOX_WORKERS_ENV}={raw!r}: how many boxes may run at once, a whole number 1..256"
+        )
+    return int(raw)
+
+
+@functools.cache
+def _box_slots(workers: int) -> threading.BoundedSemaphore:
+    return threading.BoundedSemaphore(workers)
+
+
 def _request(
     source: str, function_name: str, cases: Sequence[Sequence[JSON]], world: Frozen
 ) -> bytes:
@@ -894,7 +918,8 @@ def run_function_cases(
     """Define `source` in a fresh box, call `function_name(*args)` per case, in `world`.
 
     Each call starts from the state the source left after loading (the generators reseeded
-    as they were), so calls of a deterministic function on the same arguments agree.
+    as they were), so calls of a deterministic function on the same arguments agree. At most
+    `box_workers()` runs are in boxes at once per process; the others wait their turn.
     `mode` defaults to what `ACCORD_SANDBOX` says. Every failure of the code itself (syntax
     error, exception, timeout, memory, output flood, missing function, a forbidden system call)
     is reported in the result, never raised. Raises SandboxUnavailable when the box cannot be
@@ -903,7 +928,8 @@ def run_function_cases(
     """
     request = _request(source, function_name, cases, world)
     chosen = check_box(mode)
-    exit_ = _run_boxed(request, limits) if chosen == BOXED else _run_unboxed(request, limits)
+    with _box_slots(box_workers()):  # the wall clock starts once the box does, not in the queue
+        exit_ = _run_boxed(request, limits) if chosen == BOXED else _run_unboxed(request, limits)
     if STARTED_MARKER.encode("utf-8") not in exit_.stdout:
         raise _never_started(exit_, chosen)
     results, failure = _interpret(

@@ -14,6 +14,8 @@ import secrets
 import shutil
 import subprocess
 import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -22,6 +24,7 @@ from accord.identity.challenges.sandbox import (
     BOX_TMP,
     Frozen,
     SandboxLimits,
+    box_workers,
     bwrap_arguments,
     check_box,
     exception_name,
@@ -301,3 +304,25 @@ def test_only_builtin_exception_names_come_back() -> None:
 def test_check_box_reports_the_mode() -> None:
     assert check_box("bwrap") == "bwrap"
     assert check_box("none") == "none"
+
+
+def test_boxes_run_a_few_at_a_time_and_the_rest_wait_their_turn(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With one box at a time, four runs that each wait a second in the box take four seconds
+    at least: a flood of checks queues instead of taking the machine."""
+    monkeypatch.setenv("ACCORD_BOX_WORKERS", "1")
+    source = "import time\ndef check():\n    time.sleep(1)\n    return True\n"
+    started = time.monotonic()
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        runs = list(pool.map(lambda _: run_function_cases(source, "check", [[]], LIMITS), range(4)))
+    assert time.monotonic() - started >= 4.0
+    assert all(run.results[0].value is True for run in runs)
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "many", "257"])
+def test_a_bad_box_worker_count_is_refused(value: str) -> None:
+    with pytest.raises(SandboxUnavailable, match="ACCORD_BOX_WORKERS"):
+        box_workers({"ACCORD_BOX_WORKERS": value})
+    assert box_workers({"ACCORD_BOX_WORKERS": "3"}) == 3
+    assert box_workers({}) >= 1
