@@ -65,20 +65,19 @@ ServerOption = Annotated[
 
 
 def parse_duration(text: str, limit: timedelta | None = None) -> timedelta:
-    """`30s`, `5m`, `2h`, `1d` or bare seconds, at most `limit` (default: a task's longest
-    window, `accord.market.tasks.MAX_WINDOW`).
+    """`30s`, `5m`, `2h` or `1d` (a bare number is refused), at most `limit` (default: a
+    task's longest window, `accord.market.tasks.MAX_WINDOW`).
 
     Raises TaskError for anything else, LimitError beyond `limit`.
     """
-    from accord.market.tasks import MAX_DURATION_TEXT, MAX_WINDOW, duration_seconds
+    from accord.market.tasks import MAX_DURATION_TEXT, MAX_WINDOW, duration_hint, duration_seconds
 
     if limit is None:
         limit = MAX_WINDOW
     seconds = duration_seconds(text)
     if seconds is None:
-        raise TaskError(
-            f"{text[:MAX_DURATION_TEXT]!r} is not a duration: write e.g. 30s, 5m, 2h or 1d"
-        )
+        shown = text[:MAX_DURATION_TEXT]
+        raise TaskError(f"{shown!r} is not a duration: {duration_hint(shown)}")
     if seconds > limit.total_seconds():
         raise LimitError(
             f"{text.strip()} is longer than the {_days(limit)} a window may last",

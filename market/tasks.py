@@ -462,24 +462,35 @@ def _require(task: Task, states: TaskState | tuple[TaskState, ...], action: str)
         raise TransitionError(task.task_id, task.state, action)
 
 
-_DURATION = re.compile(r"^\s*([0-9]+)\s*(s|m|h|d)?\s*$")
+_DURATION = re.compile(r"^\s*([0-9]+)\s*(s|m|h|d)\s*$")
+_BARE_NUMBER = re.compile(r"^\s*([0-9]{1,30})\s*$")
 _DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 MAX_DURATION_TEXT = 40
 _MAX_SECONDS = int(MAX_WINDOW.total_seconds())
 
 
 def duration_seconds(text: str) -> int | None:
-    """The seconds `text` names: `30s`, `5m`, `2h`, `1d` or bare seconds, spaces around
-    allowed; None for anything else or more than MAX_DURATION_TEXT characters. Pure; the
-    callers bound it (`parse_window`, the CLI's `accord.api.market_cli.parse_duration`)."""
+    """The seconds `text` names: `30s`, `5m`, `2h` or `1d`, spaces around allowed; None for
+    anything else (a bare number among them: `30` could mean seconds or minutes) or more than
+    MAX_DURATION_TEXT characters. Pure; the callers bound it (`parse_window`, the CLI's
+    `accord.api.market_cli.parse_duration`)."""
     match = _DURATION.match(text) if len(text) <= MAX_DURATION_TEXT else None
     if match is None:
         return None
-    return int(match.group(1)) * _DURATION_UNITS[match.group(2) or "s"]
+    return int(match.group(1)) * _DURATION_UNITS[match.group(2)]
+
+
+def duration_hint(text: str) -> str:
+    """Pure: how to write `text` as a duration: `write 30s` for a bare `30`, else examples."""
+    bare = _BARE_NUMBER.match(text)
+    if bare is not None:
+        return f"a duration needs a unit: write {bare.group(1)}s (or m, h, d)"
+    return "write e.g. 30s, 5m, 2h or 1d"
 
 
 def parse_window(value: Any, what: str) -> timedelta:
-    """`30s`, `5m`, `2h`, `1d` or a whole number of seconds, within 1 s and 30 days.
+    """`30s`, `5m`, `2h` or `1d`, within 1 s and 30 days (a bare number is refused: the money
+    rides on whether `30` meant seconds or minutes).
 
     Raises LimitError beyond 30 days, TaskError for anything else.
     """
@@ -488,7 +499,8 @@ def parse_window(value: Any, what: str) -> timedelta:
     if seconds is None:
         if isinstance(text, str) and _DURATION.match(text):  # digits past the length limit
             raise LimitError(f"the {what} window {text!r} is beyond 30 days", _MAX_SECONDS)
-        raise TaskError(f"the {what} window {value!r} is not a duration: write e.g. 30s, 5m or 2h")
+        hint = duration_hint(text) if isinstance(text, str) else "write e.g. 30s, 5m or 2h"
+        raise TaskError(f"the {what} window {value!r} is not a duration: {hint}")
     if seconds > _MAX_SECONDS:
         raise LimitError(f"the {what} window {value!r} is beyond 30 days", _MAX_SECONDS)
     window = timedelta(seconds=seconds)

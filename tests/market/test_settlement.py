@@ -402,16 +402,20 @@ def test_a_contributor_without_a_payout_binding_is_named(
 
 class _AnswersWrong:
     """The agent's adapter, except that the first `count` parts any agent works on are
-    answered wrong but in the right shape (its output schema accepts it, so it is not
-    reassigned): the checks reading them fail."""
+    answered wrong but in the right shape (its output schema accepts it), by whoever works on
+    them: the leader's precheck gives such a part to someone else once, who answers it wrong
+    too, and the last attempt is delivered, so the checks reading it fail. `wrong` collects
+    the parts."""
 
     def __init__(self, inner: Any, wrong: list[str], did: str, count: int) -> None:
         self.inner, self.wrong, self.did, self.count = inner, wrong, did, count
 
     def run(self, task: Any) -> Any:
         answer = self.inner.run(task)
-        if len(self.wrong) < self.count:
-            self.wrong.append(self.did)
+        part = str(task.item.get("item_id", task.sub_id))
+        if part not in self.wrong and len(self.wrong) < self.count:
+            self.wrong.append(part)
+        if part in self.wrong:
             return {key: "0" for key in answer} if isinstance(answer, dict) else "1"
         return answer
 
@@ -458,7 +462,11 @@ def test_a_half_done_deliverable_is_paid_for_the_weight_it_passed(
     assert sum(outcome.payouts.values()) == outcome.amount < task.price
     assert outcome.refund == task.spec.budget - outcome.amount
     [settled] = logged(world, TASK_SETTLED)
-    assert Fraction(settled["quality"][wrong[0]]) < 1
+    [computed] = logged(world, SETTLEMENT_COMPUTED)
+    producer = next(
+        p["producer"] for p in settled["track_record"]["parts"] if p["part"] == wrong[0]
+    )
+    assert Fraction(settled["quality"][producer]) < 1, (producer, computed["checks"])
 
 
 def test_a_deliverable_that_passes_none_of_the_requesters_checks_pays_nobody(
