@@ -13,7 +13,8 @@
         the top conversation's conclusion
     (6) the settlement recomputes: every check re-runs to its logged result (judge answers,
         reviews and disputes held to their logged, signed records), then the same share paid,
-        v(S), Shapley values and wei for each payee, paid to the address each payee bound to
+        v(S) over the parts, the parts' Shapley values, each producer's sum of them and wei
+        for each payee, paid to the address each payee bound to
         its DID, and the same dispute fees; the track record `task.settled` logs is the
         settlement's, and each credential revoked for it was due (`accord.market.reputation`)
     (7) the chain's escrow events equal the deposit, the settlement and the refunds, and funds
@@ -849,6 +850,14 @@ def _settlement(
         if logged_v.get(coalition) != value:
             raise AuditFailure(
                 f"v({sorted(coalition)}) recomputes to {value}, not {logged_v.get(coalition)}",
+                index,
+            )
+    # The game's players are the parts; each producer's value is the sum of its parts' values.
+    recomputed = settlement.to_json(body["payees"])
+    for name in ("players", "producers", "part_values", "values"):
+        if recomputed[name] != body.get(name):
+            raise AuditFailure(
+                f"the settlement's {name} recompute to {recomputed[name]}, not {body.get(name)}",
                 index,
             )
     payouts = {p: str(w) for p, w in settlement.payouts.items()}

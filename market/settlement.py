@@ -1,11 +1,13 @@
 """Settlement: pay the team of a delivered task by Shapley value, on chain, exactly once.
 
     1. run the task's checks on the delivered parts once each (`accord.market.checks`): v(S) for
-       every coalition is the share of the passed checks whose parts S made
-    2. Shapley values over the contributors (exact up to 16; sampled with a logged seed beyond)
+       every set S of parts is the share of the passed checks that read only parts in S
+    2. Shapley values over the delivered parts, the plan and the assembly among them (exact up
+       to 16; sampled with a logged seed beyond); each producer's value is the sum of its
+       parts' values, so holding parts under one identity or several pays the same
     3. the amount paid, the auction price times the share of the requester's check weight that
        passed (`accord.market.work.paid_share`, rounded down to the wei), less the fees of the
-       disputes the team lost, split by Shapley value into integer wei by largest remainder:
+       disputes the team lost, split by producer value into integer wei by largest remainder:
        the parts sum exactly to the amount; nothing passed, nothing paid. The fees of every
        decided dispute (the team's, and the requester's from its refund) go to the evaluator
     4. `settlement.computed` logged with every v(S) used, the seed, payouts and payout addresses,
@@ -84,9 +86,15 @@ class Settlement:
 
     task_id: str
     players: tuple[str, ...]
+    """The Shapley game's players: the delivered parts, `_plan` and `_assembly` among them."""
     method: str
     seed: int
+    part_values: Mapping[str, Fraction]
+    """Each part's Shapley value."""
+    producers: Mapping[str, str]
+    """Each part's producer (DID)."""
     values: Mapping[str, Fraction]
+    """Each producer's value: the sum of its parts' values (what its pay is in proportion to)."""
     evaluated: Mapping[frozenset[str], Fraction]
     total_value: Fraction
     paid_share: Fraction
@@ -111,6 +119,8 @@ class Settlement:
                 for check_id, result in self.checks.items()
             ],
             "contractor_share": _text(CONTRACTOR_SHARE),
+            "producers": dict(self.producers),
+            "part_values": {p: _text(v) for p, v in self.part_values.items()},
             "values": {p: _text(v) for p, v in self.values.items()},
             "evaluated": [
                 {"coalition": sorted(coalition), "value": _text(value)}
@@ -222,27 +232,32 @@ def recompute_settlement(
     if not players:
         raise SettlementError(f"the deliverable of {task.task_id} has no contributions")
     run_seed = settlement_seed(task.task_id) if seed is None else seed
+    # Shapley over the parts, then each producer paid the sum of its parts' values: how many
+    # identities hold the parts changes nobody's pay (`accord.market.checks.Valuation`).
     result = shapley(players, value.value, seed=run_seed)
+    by_producer = value.by_producer(result.values)
     total = value.value(frozenset(players))
     share = paid_share(checks, {c: r.passed for c, r in results.items()})
     earned = amount_paid(task.price, share)
     team_fees, requester_fees = dispute_costs(results)
     borne = min(team_fees, earned)
     amount = Wei(earned - borne)
-    payouts = split_wei(amount, result.values)
+    payouts = split_wei(amount, by_producer)
     settlement = Settlement(
         task_id=task.task_id,
         players=players,
         method=result.method,
         seed=run_seed,
-        values=result.values,
+        part_values=result.values,
+        producers=dict(value.producers),
+        values=by_producer,
         evaluated=result.evaluated,
         total_value=total,
         paid_share=share,
         amount=amount,
         evaluator_fee=Wei(borne + requester_fees),
         payouts=payouts,
-        quality={p: value.quality(p) for p in players},
+        quality={p: value.quality(p) for p in value.contributors},
         checks=results,
         shares=shares,
     )

@@ -154,7 +154,7 @@ def test_settle_pays_each_contributor_its_shapley_share(delivered: World) -> Non
     assert not outcome.already and outcome.tx_hash
     body = assert_paid_exactly_once(world)
 
-    # v(S) logged for every coalition of the contributors, each as the checks value it
+    # v(S) logged for every coalition of the delivered parts, each as the checks value it
     env = service_check_environment(world.market, task, None)
     delivered = delivery_body(world.market, world.task_id)
     open_value = opener(world.market.sealed_bytes, required=True)
@@ -169,16 +169,23 @@ def test_settle_pays_each_contributor_its_shapley_share(delivered: World) -> Non
     for coalition, value in logged_v.items():
         assert value == valuation.value(coalition)
 
-    # the Shapley values, and the price split in proportion to them, exactly
-    values = brute_force_shapley(players, valuation.value)
+    # the parts' Shapley values, each producer's sum of them, and the price split in
+    # proportion to those sums, exactly
+    part_values = brute_force_shapley(players, valuation.value)
+    assert {p: Fraction(v) for p, v in body["part_values"].items()} == part_values
+    assert body["producers"] == dict(valuation.producers)
+    values: dict[str, Fraction] = {}
+    for part, value in part_values.items():
+        producer = valuation.producers[part]
+        values[producer] = values.get(producer, Fraction(0)) + value
     assert {p: Fraction(v) for p, v in body["values"].items()} == values
     assert outcome.amount == task.price and int(body["amount"]) == task.price
     assert sum(outcome.payouts.values()) == task.price
     total = sum(values.values())
-    for player in players:
-        share = Fraction(task.price) * values[player] / total
-        assert abs(outcome.payouts[player] - share) < 1
-        assert body["payees"][player] == world.onboarding.payout_address(player, 31337)
+    for producer in valuation.contributors:
+        share = Fraction(task.price) * values[producer] / total
+        assert abs(outcome.payouts[producer] - share) < 1
+        assert body["payees"][producer] == world.onboarding.payout_address(producer, 31337)
     assert outcome.refund == task.spec.budget - task.price
 
 
