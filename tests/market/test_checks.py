@@ -811,7 +811,9 @@ def led_teams(
     for part in list(producers):
         if draw(st.booleans()):
             producers[part] = LEAD
-    leaders = sorted([PLAN_PART, ASSEMBLY_PART, *(p for p, who in producers.items() if who == LEAD)])
+    leaders = sorted(
+        [PLAN_PART, ASSEMBLY_PART, *(p for p, who in producers.items() if who == LEAD)]
+    )
     moved = set(draw(st.lists(st.sampled_from(leaders), min_size=1, unique=True)))
     return producers, checks, moved
 
@@ -861,7 +863,9 @@ def test_beyond_the_exact_limit_sampled_part_values_do_not_depend_on_who_holds_t
     a split of the leader's parts pays the pair exactly what it paid one identity."""
     members = [f"did:key:zM{k}" for k in range(3)]
     producers = {f"p{k:02}": members[k % 3] if k % 4 else LEAD for k in range(18)}
-    checks = [(f"c{k}", 1 + k % 5, (f"p{k:02}", f"p{(k + 1) % 18:02}"), k % 7 != 3) for k in range(18)]
+    checks = [
+        (f"c{k}", 1 + k % 5, (f"p{k:02}", f"p{(k + 1) % 18:02}"), k % 7 != 3) for k in range(18)
+    ]
     single = game(producers, checks)
     moved = {PLAN_PART, "p04", "p12"}
     split = led_game(producers, checks, moved)

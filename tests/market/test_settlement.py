@@ -34,7 +34,9 @@ from accord.market.settlement import (
     SETTLEMENT_COMPUTED,
     delivery_body,
     logged_settlement,
+    SETTLEMENT_RELEASED,
     opener,
+    paid_out,
     recompute_settlement,
     service_check_environment,
     settle_task,
@@ -107,15 +109,13 @@ def assert_paid_exactly_once(world: World) -> dict[str, Any]:
     settled = [e for e in events if e.name == "Settled"]
     assert len(settled) == 1
     assert not [e for e in events if e.name == "Refunded"]
-    expected = sorted(
-        (body["payees"][p].lower(), int(w)) for p, w in body["payouts"].items() if int(w) > 0
-    )
+    expected = sorted((address.lower(), int(wei)) for address, wei in paid_out(body))
     paid = sorted(
         (a.lower(), int(w)) for a, w in zip(settled[0].payees, settled[0].amounts, strict=True)
     )
     assert paid == expected
     for player, amount in body["payouts"].items():
-        if int(amount) > 0:
+        if int(amount) > 0 and player in body["payees"]:
             assert world.escrow_chain.credit(body["payees"][player]) == int(amount)
     budget = world.market.task(world.task_id).spec.budget
     assert world.escrow_chain.credit(REQUESTER_ADDRESS) == budget - int(body["amount"])
@@ -376,9 +376,13 @@ def test_a_transaction_still_unmined_after_a_restart_is_not_sent_twice(delivered
 # -- refusals and options --------------------------------------------------------------------
 
 
-def test_a_contributor_without_a_payout_binding_is_named(
+def test_a_contributor_without_a_payout_binding_is_held_and_the_others_are_paid(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Issue 41, item 5: a contributor that bound no payout account does not stop the
+    settlement. Everyone else is paid; its payout is paid to the escrow itself, which holds it
+    under the task (credited to nobody, not the requester's); once it binds an account,
+    settling again releases it there, once. The audit passes at each stage."""
     world = build_world(tmp_path / "home", until="awarded")
     onboarding = world.onboarding
     real = onboarding.bind_payout
@@ -394,17 +398,45 @@ def test_a_contributor_without_a_payout_binding_is_named(
     run_awarded_task(world.context, world.task_id)
     monkeypatch.undo()
     [unbound] = skipped
-    with pytest.raises(SettlementError, match=unbound):
-        settle_task(world.market, world.onboarding, world.task_id)
-    assert not logged(world, SETTLEMENT_COMPUTED)
-    assert world.escrow.deposit_of(world.task_id) == (
-        world.market.task(world.task_id).spec.budget,
-        True,
-    )
-    # once it binds one, the task settles
-    onboarding.bind_payout(onboarding.registry.get(unbound), world.escrow.chain_id())
+    escrow_address = world.escrow.escrow_address()
+    before = world.escrow_chain.balance()
+
+    outcome = settle_task(world.market, world.onboarding, world.task_id)
+    owed = outcome.payouts[unbound]
+    assert owed > 0 and unbound not in outcome.payees
+    body = assert_paid_exactly_once(world)
+    assert body["held"] == {unbound: str(owed)} and body["holder"] == escrow_address
+    assert world.escrow_chain.held(world.task_id) == owed
+    assert world.escrow_chain.credit(escrow_address) == 0
+    assert world.escrow_chain.balance() == before  # nothing left the escrow
+    for player, address in outcome.payees.items():
+        assert world.escrow_chain.credit(address) == outcome.payouts[player]
+
+    # once it binds an account, settling again releases the held payout to it, once
+    address = onboarding.bind_payout(onboarding.registry.get(unbound), world.escrow.chain_id())
+    again = settle_task(world.market, world.onboarding, world.task_id)
+    assert again.already
+    assert world.escrow_chain.credit(address) == owed
+    assert world.escrow_chain.held(world.task_id) == 0
+    [released] = logged(world, SETTLEMENT_RELEASED)
+    assert released == {
+        "task_id": world.task_id,
+        "agent": unbound,
+        "address": address,
+        "amount": str(owed),
+        "tx_hash": released["tx_hash"],
+    }
     settle_task(world.market, world.onboarding, world.task_id)
-    assert_paid_exactly_once(world)
+    assert len(logged(world, SETTLEMENT_RELEASED)) == 1
+    assert world.escrow_chain.credit(address) == owed
+    assert [e.name for e in world.escrow_chain.events(world.task_id)].count("Released") == 1
+    assert world.ledger.anchorer is not None
+    world.ledger.anchorer.anchor_latest()
+    report = audit_task(
+        world.ledger.store, world.task_id, anchors=world.anchors, escrow=world.escrow_chain
+    )
+    assert report.ok, [s.to_json() for s in report.steps]
+    assert "1 released to the address each bound" in report.steps[6].detail
 
 
 class _AnswersWrong:
