@@ -16,10 +16,10 @@ The rubric is the requester's 8 checks plus the contract holder's two (`accord.m
 One repetition, on a fresh `Valuation` (no memo carried over): `evaluate_all` (each check
 once), then `Valuation.value` for all 256 coalitions, then exact Shapley values
 (`accord.market.shapley.shapley`, which asks v for the same 256 coalitions, memoised), each
-member's sum of its parts' values and the wei split. Each step is timed on its own; the goal is on their sum. The model calls of a
-repetition are the stand-in server's count before and after: each judge check reads one part
-set, so there are 2 distinct (check, part set) pairs and there must be exactly 2 calls,
-however many coalitions are valued.
+member's sum of its parts' values and the wei split. Each step is timed on its own; the goal
+is on their sum. The model calls of a repetition are the stand-in server's count before and
+after: each judge check reads one part set, so there are 2 distinct (check, part set) pairs
+and there must be exactly 2 calls, however many coalitions are valued.
 
 Run alone: `.venv/bin/python scripts/bench/bench_checks.py [--quick] [--reps N]`.
 """

@@ -32,9 +32,9 @@ from accord.market.escrow import EscrowActions, address_of
 from accord.market.service import Market
 from accord.market.settlement import (
     SETTLEMENT_COMPUTED,
+    SETTLEMENT_RELEASED,
     delivery_body,
     logged_settlement,
-    SETTLEMENT_RELEASED,
     opener,
     paid_out,
     recompute_settlement,
