@@ -38,7 +38,7 @@ import contextlib
 import hashlib
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
@@ -307,6 +307,8 @@ class SettleOutcome:
     refund: Wei
     tx_hash: str
     already: bool
+    held: Mapping[str, Wei] = field(default_factory=dict)
+    """The payouts the escrow still holds, by payee (none bound a payout account yet)."""
 
 
 def settle_task(
@@ -446,12 +448,7 @@ def release_held(market: Market, onboarding: Onboarding, task_id: str) -> list[R
     held = dict((body or {}).get("held") or {})
     if not held:
         return []
-    done = {
-        str(Entry.from_bytes(stored.data).event.body.get("agent"))
-        for stored in market.ledger.store.find(
-            kind=SETTLEMENT_RELEASED, subject=task_id, limit=MAX_TASK_EVENTS
-        )
-    }
+    done = _released(market, task_id)
     chain_id = market.escrow.chain_id()
     released: list[Release] = []
     for agent, wei in sorted(held.items()):
@@ -547,11 +544,30 @@ def _logged_outcome(market: Market, task: Task) -> SettleOutcome:
     body = logged_settlement(market, task.task_id)
     if body is None:
         raise SettlementError(f"{task.task_id} is settled but its settlement is not logged")
-    return _outcome(task, body, tx_hash="", already=True)
+    released = _released(market, task.task_id)
+    return _outcome(task, body, tx_hash="", already=True, released=released)
 
 
-def _outcome(task: Task, body: Mapping[str, Any], *, tx_hash: str, already: bool) -> SettleOutcome:
+def _released(market: Market, task_id: str) -> set[str]:
+    """The payees whose held payouts were released (`release_held`)."""
+    return {
+        str(Entry.from_bytes(stored.data).event.body.get("agent"))
+        for stored in market.ledger.store.find(
+            kind=SETTLEMENT_RELEASED, subject=task_id, limit=MAX_TASK_EVENTS
+        )
+    }
+
+
+def _outcome(
+    task: Task,
+    body: Mapping[str, Any],
+    *,
+    tx_hash: str,
+    already: bool,
+    released: Collection[str] = (),
+) -> SettleOutcome:
     payouts = {p: Wei(int(w)) for p, w in body["payouts"].items()}
+    held = {p: Wei(int(w)) for p, w in (body.get("held") or {}).items() if p not in released}
     amount = Wei(int(body["amount"]))
     fee = Wei(int(body.get("evaluator_fee", "0")))
     return SettleOutcome(
@@ -563,6 +579,7 @@ def _outcome(task: Task, body: Mapping[str, Any], *, tx_hash: str, already: bool
         Wei(task.spec.budget - amount - fee),
         tx_hash,
         already,
+        held,
     )
 
 

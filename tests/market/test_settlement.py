@@ -23,7 +23,7 @@ from accord.identity.agents import AgentRecord
 from accord.identity.onboarding import open_onboarding
 from accord.ledger.anchoring import Anchorer
 from accord.ledger.errors import ChainUnavailableError
-from accord.ledger.events import Entry
+from accord.ledger.events import Entry, Event
 from accord.ledger.service import Ledger
 from accord.ledger.store import LogStore, make_engine
 from accord.ledger.wiring import operator_signer
@@ -51,7 +51,9 @@ from tests.audit.conftest import (
     build_world,
     onboard_agents,
     open_world,
+    rebuild_log,
     sealed_auction,
+    with_body,
 )
 from tests.specs import INVOICE_CHECKS, invoice_request
 
@@ -403,7 +405,7 @@ def test_a_contributor_without_a_payout_binding_is_held_and_the_others_are_paid(
 
     outcome = settle_task(world.market, world.onboarding, world.task_id)
     owed = outcome.payouts[unbound]
-    assert owed > 0 and unbound not in outcome.payees
+    assert owed > 0 and unbound not in outcome.payees and outcome.held == {unbound: owed}
     body = assert_paid_exactly_once(world)
     assert body["held"] == {unbound: str(owed)} and body["holder"] == escrow_address
     assert world.escrow_chain.held(world.task_id) == owed
@@ -413,9 +415,10 @@ def test_a_contributor_without_a_payout_binding_is_held_and_the_others_are_paid(
         assert world.escrow_chain.credit(address) == outcome.payouts[player]
 
     # once it binds an account, settling again releases the held payout to it, once
+    assert settle_task(world.market, world.onboarding, world.task_id).held == {unbound: owed}
     address = onboarding.bind_payout(onboarding.registry.get(unbound), world.escrow.chain_id())
     again = settle_task(world.market, world.onboarding, world.task_id)
-    assert again.already
+    assert again.already and again.held == {}
     assert world.escrow_chain.credit(address) == owed
     assert world.escrow_chain.held(world.task_id) == 0
     [released] = logged(world, SETTLEMENT_RELEASED)
@@ -437,6 +440,19 @@ def test_a_contributor_without_a_payout_binding_is_held_and_the_others_are_paid(
     )
     assert report.ok, [s.to_json() for s in report.steps]
     assert "1 released to the address each bound" in report.steps[6].detail
+
+    # a log whose release names another address than the owner bound fails step 7 there
+    thief = address_of("0x" + "11" * 32)
+
+    def rewrite(index: int, event: Event) -> Event:
+        if event.kind != SETTLEMENT_RELEASED:
+            return event
+        return with_body(event, {**event.body, "address": thief})
+
+    store, anchors = rebuild_log(world, tmp_path / "forged.db", rewrite)
+    forged = audit_task(store, world.task_id, anchors=anchors, escrow=world.escrow_chain)
+    assert forged.first_failure is not None and forged.first_failure.number == 7
+    assert f"held payout went to {thief}, not {address}" in forged.steps[6].detail
 
 
 class _AnswersWrong:
