@@ -473,17 +473,26 @@ def _facts(scope: _Scope) -> dict[str, Any]:
 def chain_facts(
     log_id: str, scope: _Scope, anchors: AnchorChain, escrow: EscrowChain
 ) -> dict[str, Any]:
-    """What an auditor can look up on chain by hand: every payout (agent, address, wei) the
-    signed settlement names, the escrow and registry addresses, the escrow's transactions for
-    the task (opened, settled, refunded) and the anchors whose trees hold its entries, each
-    with its transaction hash. Never raises: a chain that cannot be read is named in `error`.
+    """What an auditor can look up on chain by hand: every payout (agent, address, wei, and
+    whether the escrow holds it for want of a payout account: its address is then the
+    escrow's) the signed settlement names, the escrow and registry addresses, the escrow's
+    transactions for the task (opened, settled, released, refunded) and the anchors whose
+    trees hold its entries, each with its transaction hash. Never raises: a chain that cannot
+    be read is named in `error`.
     """
     computed = next((e.body for _, e in scope.task_events if e.kind == SETTLEMENT_COMPUTED), None)
     payees = computed.get("payees", {}) if isinstance(computed, Mapping) else {}
     payouts = computed.get("payouts", {}) if isinstance(computed, Mapping) else {}
+    held = (computed.get("held") or {}) if isinstance(computed, Mapping) else {}
+    holder = computed.get("holder") if isinstance(computed, Mapping) else None
     facts: dict[str, Any] = {
         "payouts": [
-            {"agent": agent, "address": payees.get(agent), "wei": str(wei)}
+            {
+                "agent": agent,
+                "address": holder if agent in held else payees.get(agent),
+                "wei": str(wei),
+                "held": agent in held,
+            }
             for agent, wei in sorted(payouts.items())
         ],
         "escrow": None,
@@ -497,7 +506,7 @@ def chain_facts(
             "transactions": [
                 {"event": e.name, "block_number": e.block_number, "tx_hash": "0x" + e.tx_hash.hex()}
                 for e in escrow.events(scope.task.task_id)
-                if e.name in ("Opened", "Settled", "Refunded")
+                if e.name in ("Opened", "Settled", "Released", "Refunded")
             ],
         }
         on_chain = sorted(anchors.anchors(log_id), key=lambda a: a.size)

@@ -440,6 +440,10 @@ def test_a_contributor_without_a_payout_binding_is_held_and_the_others_are_paid(
     )
     assert report.ok, [s.to_json() for s in report.steps]
     assert "1 released to the address each bound" in report.steps[6].detail
+    on_chain = report.to_json()["facts"]["on_chain"]
+    [fact] = [p for p in on_chain["payouts"] if p["agent"] == unbound]
+    assert fact == {"agent": unbound, "address": escrow_address, "wei": str(owed), "held": True}
+    assert "Released" in {t["event"] for t in on_chain["escrow"]["transactions"]}
 
     # a log whose release names another address than the owner bound fails step 7 there
     thief = address_of("0x" + "11" * 32)
