@@ -875,3 +875,26 @@ def test_beyond_the_exact_limit_sampled_part_values_do_not_depend_on_who_holds_t
     apart = split.by_producer(result.values)
     assert apart[LEAD] + apart[SECOND] == alone[LEAD]
     assert sum(apart.values()) == split.value(frozenset(split.players))
+
+
+def test_the_issues_attack_a_second_identity_gained_over_agents_and_gains_nothing_over_parts() -> (
+    None
+):
+    """Issue 41: the leader makes part `a`, a member part `b`, every check passes. Over agents
+    (the old game), each producer took an equal slice of the assembly check, which reads every
+    part, so moving `a` to a second identity raised the pair's value; over parts it does not."""
+    producers = {"a": LEAD, "b": ADA}
+    checks = [("ca", 1, ("a",), True), ("cb", 3, ("b",), True), ("ab", 2, ("a", "b"), True)]
+    single, split = game(producers, checks), led_game(producers, checks, {"a"})
+
+    def over_agents(value: Valuation) -> dict[str, Fraction]:
+        def v(agents: frozenset[str]) -> Fraction:
+            return value.value(frozenset(p for p, who in value.producers.items() if who in agents))
+
+        return shapley(value.contributors, v).values
+
+    old_alone, old_apart = over_agents(single), over_agents(split)
+    assert old_apart[LEAD] + old_apart[SECOND] > old_alone[LEAD]  # the attack paid
+    alone, apart = producer_values(single), producer_values(split)
+    assert apart[LEAD] + apart[SECOND] == alone[LEAD]
+    assert apart[ADA] == alone[ADA]
