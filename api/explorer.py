@@ -395,8 +395,9 @@ def _payouts(store: LogStore, report: AuditReport, names: Mapping[str, str]) -> 
     refund = budget - sum(int(w) for w in payouts.values()) if budget else None
     back = f"; {escaped(eth(refund))} went back to the requester" if refund is not None else ""
     return (
-        f'<p class="muted">{escaped(str(body.get("method", "")))} Shapley values over '
-        f"{len(body.get('evaluated', []))} coalitions (total value "
+        f'<p class="muted">{escaped(str(body.get("method", "")))} Shapley values of the parts '
+        f"over {len(body.get('evaluated', []))} coalitions, each member paid its parts' sum "
+        f"(total value "
         f"{escaped(fraction_text(str(body.get('total_value', '-'))))}) split "
         f"{escaped(eth(amount))}{back}. Settlement {_entry_link(index)}.</p>"
         f'<div id="payouts">{payouts_chart(payouts, values, names)}</div>'

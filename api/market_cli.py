@@ -157,7 +157,7 @@ class _ReadOnlyEscrow:
         raise ChainError("this command only reads the log: it does not reach the chain")
 
     open = refund_to_requester = requester_address = deposit_of = pay_out = chain_id = _refuse
-    operator_address = deposit_record = escrow_address = _refuse
+    operator_address = deposit_record = escrow_address = release = _refuse
 
 
 @contextmanager
@@ -757,6 +757,7 @@ def task_settle(task_id: str, as_json: JsonFlag = False) -> None:
                 "refund": str(outcome.refund),
                 "payouts": {p: str(w) for p, w in outcome.payouts.items()},
                 "payees": dict(outcome.payees),
+                "held": {p: str(w) for p, w in outcome.held.items()},
                 "shapley": dict(outcome.values),
                 "tx_hash": outcome.tx_hash,
                 "already_settled": outcome.already,
@@ -768,6 +769,11 @@ def task_settle(task_id: str, as_json: JsonFlag = False) -> None:
     for player, payout in sorted(outcome.payouts.items(), key=lambda kv: -kv[1]):
         share = outcome.values.get(player, "0/1")
         say(f"  {names.get(player, player):<10} {amount(payout):>16}   Shapley {share}")
+    for player in sorted(outcome.held):
+        say(
+            f"  [yellow]![/] {names.get(player, player)} has no payout account: the escrow holds "
+            "its pay until it binds one (then settle again to release it)"
+        )
     say(f"  back to the requester: {amount(outcome.refund)}")
 
 

@@ -13,7 +13,8 @@
         the top conversation's conclusion
     (6) the settlement recomputes: every check re-runs to its logged result (judge answers,
         reviews and disputes held to their logged, signed records), then the same share paid,
-        v(S), Shapley values and wei for each payee, paid to the address each payee bound to
+        v(S) over the parts, the parts' Shapley values, each producer's sum of them and wei
+        for each payee, paid to the address each payee bound to
         its DID, and the same dispute fees; the track record `task.settled` logs is the
         settlement's, and each credential revoked for it was due (`accord.market.reputation`)
     (7) the chain's escrow events equal the deposit, the settlement and the refunds, and funds
@@ -77,8 +78,8 @@ from accord.market import sealed
 from accord.market.award import BidBook, replay_award
 from accord.market.check_io import LogReviews, check_world, run_python_check
 from accord.market.checks import CheckResult, RecheckEnvironment, Valuation
-from accord.market.errors import MarketError, ReputationError
-from accord.market.escrow import EscrowChain
+from accord.market.errors import MarketError, ReputationError, SettlementError
+from accord.market.escrow import EscrowChain, EscrowEvent
 from accord.market.reputation import (
     SettledWork,
     check_revocation,
@@ -87,7 +88,14 @@ from accord.market.reputation import (
     settled_work,
     track_records_from_events,
 )
-from accord.market.settlement import SETTLEMENT_COMPUTED, Settlement, opener, recompute_settlement
+from accord.market.settlement import (
+    SETTLEMENT_COMPUTED,
+    SETTLEMENT_RELEASED,
+    Settlement,
+    opener,
+    paid_out,
+    recompute_settlement,
+)
 from accord.market.tasks import (
     BID_COMMITTED,
     BID_REVEALED,
@@ -378,6 +386,9 @@ def _scope(store: LogStore, task_id: str, operator_did: str | None) -> _Scope:
     agents = {c.bidder for _, c in bidders} | {
         m for record in conversations for m in record.conversation.members
     }
+    for _, event in events:  # the payees, whose payout bindings the settlement is held to
+        if event.kind == SETTLEMENT_COMPUTED and isinstance(event.body.get("payouts"), Mapping):
+            agents |= {str(p) for p in event.body["payouts"]}
     for kind in (ANSWERED, PAYOUT_BOUND_KIND):
         take([i for i in by_kind.get(kind, []) if log[i].event.actor in agents])
     if agents:
@@ -462,17 +473,26 @@ def _facts(scope: _Scope) -> dict[str, Any]:
 def chain_facts(
     log_id: str, scope: _Scope, anchors: AnchorChain, escrow: EscrowChain
 ) -> dict[str, Any]:
-    """What an auditor can look up on chain by hand: every payout (agent, address, wei) the
-    signed settlement names, the escrow and registry addresses, the escrow's transactions for
-    the task (opened, settled, refunded) and the anchors whose trees hold its entries, each
-    with its transaction hash. Never raises: a chain that cannot be read is named in `error`.
+    """What an auditor can look up on chain by hand: every payout (agent, address, wei, and
+    whether the escrow holds it for want of a payout account: its address is then the
+    escrow's) the signed settlement names, the escrow and registry addresses, the escrow's
+    transactions for the task (opened, settled, released, refunded) and the anchors whose
+    trees hold its entries, each with its transaction hash. Never raises: a chain that cannot
+    be read is named in `error`.
     """
     computed = next((e.body for _, e in scope.task_events if e.kind == SETTLEMENT_COMPUTED), None)
     payees = computed.get("payees", {}) if isinstance(computed, Mapping) else {}
     payouts = computed.get("payouts", {}) if isinstance(computed, Mapping) else {}
+    held = (computed.get("held") or {}) if isinstance(computed, Mapping) else {}
+    holder = computed.get("holder") if isinstance(computed, Mapping) else None
     facts: dict[str, Any] = {
         "payouts": [
-            {"agent": agent, "address": payees.get(agent), "wei": str(wei)}
+            {
+                "agent": agent,
+                "address": holder if agent in held else payees.get(agent),
+                "wei": str(wei),
+                "held": agent in held,
+            }
             for agent, wei in sorted(payouts.items())
         ],
         "escrow": None,
@@ -486,7 +506,7 @@ def chain_facts(
             "transactions": [
                 {"event": e.name, "block_number": e.block_number, "tx_hash": "0x" + e.tx_hash.hex()}
                 for e in escrow.events(scope.task.task_id)
-                if e.name in ("Opened", "Settled", "Refunded")
+                if e.name in ("Opened", "Settled", "Released", "Refunded")
             ],
         }
         on_chain = sorted(anchors.anchors(log_id), key=lambda a: a.size)
@@ -863,6 +883,14 @@ def _settlement(
                 f"v({sorted(coalition)}) recomputes to {value}, not {logged_v.get(coalition)}",
                 index,
             )
+    # The game's players are the parts; each producer's value is the sum of its parts' values.
+    recomputed = settlement.to_json(body["payees"])
+    for name in ("players", "producers", "part_values", "values"):
+        if recomputed[name] != body.get(name):
+            raise AuditFailure(
+                f"the settlement's {name} recompute to {recomputed[name]}, not {body.get(name)}",
+                index,
+            )
     payouts = {p: str(w) for p, w in settlement.payouts.items()}
     if payouts != body["payouts"]:
         raise AuditFailure(f"the payouts recompute to {payouts}, not {body['payouts']}", index)
@@ -876,6 +904,7 @@ def _settlement(
         bound = _bound_address(scope, player, chain_id)
         if bound != address:
             raise AuditFailure(f"{player} bound {bound} for payouts, not {address}", index)
+    _held(scope, body, settlement, escrow, index)
     _track_record(scope, settlement, valuation)
     passed = sum(1 for r in settlement.checks.values() if r.passed)
     held = env.unopened_checks
@@ -911,6 +940,37 @@ def _verdict_word(result: CheckResult) -> str:
     if result.inconclusive:
         return "inconclusive"
     return "pass" if result.passed else "fail"
+
+
+def _held(
+    scope: _Scope, body: Mapping[str, Any], settlement: Settlement, escrow: EscrowChain, index: int
+) -> None:
+    """(6b) Every payout above 0 goes to its payee's bound address or is held in the escrow
+    (paid to the escrow's own address) for a payee that had bound none when the settlement
+    was logged; never held for one that had. Raises AuditFailure."""
+    held = dict(body.get("held") or {})
+    chain_id = escrow.chain_id()
+    owed = {p: w for p, w in settlement.payouts.items() if w > 0}
+    for player in sorted(set(held) - set(owed)):
+        raise AuditFailure(f"the settlement holds a payout for {player}, who is owed none", index)
+    for player, wei in owed.items():
+        if player in held:
+            if str(held[player]) != str(wei):
+                raise AuditFailure(
+                    f"the settlement holds {held[player]} wei for {player}, not its payout {wei}",
+                    index,
+                )
+            bound = _bound_address(scope, player, chain_id, before=index)
+            if bound is not None:
+                raise AuditFailure(
+                    f"the settlement holds {player}'s payout, yet it had bound {bound}", index
+                )
+        elif player not in body["payees"]:
+            raise AuditFailure(f"{player}'s payout of {wei} wei is paid to nobody", index)
+    if held and str(body.get("holder", "")).lower() != escrow.escrow_address().lower():
+        raise AuditFailure(
+            f"the held payouts go to {body.get('holder')}, not the escrow itself", index
+        )
 
 
 def _holds_none(commitment: str) -> None:
@@ -969,9 +1029,14 @@ def _revoked_credential(scope: _Scope, revocation: Event, evidence: Mapping[str,
     )
 
 
-def _bound_address(scope: _Scope, did: str, chain_id: int) -> str | None:
+def _bound_address(
+    scope: _Scope, did: str, chain_id: int, *, before: int | None = None
+) -> str | None:
+    """The payout address `did` bound last (before entry `before`, when given)."""
     address = None
     for index in sorted(scope.touched):
+        if before is not None and index >= before:
+            break
         event = scope.touched[index].event
         if event.kind == PAYOUT_BOUND_KIND and event.actor == did:
             try:
@@ -1007,12 +1072,10 @@ def _escrow_events(scope: _Scope, escrow: EscrowChain) -> str:
             f"{deadline} (its delivery deadline, review window and settlement grace)"
         )
     body = next(e.body for _, e in scope.task_events if e.kind == SETTLEMENT_COMPUTED)
-    expected = sorted(
-        (body["payees"][p].lower(), int(w)) for p, w in body["payouts"].items() if int(w) > 0
-    )
-    fee = int(body.get("evaluator_fee", "0"))
-    if fee > 0:  # the decided disputes' fees, paid to their evaluator
-        expected = sorted([*expected, (str(body.get("evaluator", "")).lower(), fee)])
+    try:  # each payee, the escrow for a held payout, the disputes' evaluator
+        expected = sorted((address.lower(), int(wei)) for address, wei in paid_out(body))
+    except SettlementError as exc:
+        raise AuditFailure(str(exc)) from exc
     if len(settled) != 1 or refunded:
         raise AuditFailure(
             f"the chain holds {len(settled)} settlements and {len(refunded)} refunds"
@@ -1025,7 +1088,52 @@ def _escrow_events(scope: _Scope, escrow: EscrowChain) -> str:
     remainder = settled[0].amount
     if sum(w for _, w in paid) + remainder != opened[0].amount:
         raise AuditFailure("paid plus remainder does not equal the deposit: funds not conserved")
+    released = _releases(scope, body, events, escrow.chain_id())
     return (
         f"deposit {opened[0].amount} wei = {sum(w for _, w in paid)} paid to "
         f"{len(paid)} payees + {remainder} back to the requester"
+        + (f"; {released}" if released else "")
+    )
+
+
+def _releases(
+    scope: _Scope, body: Mapping[str, Any], events: Sequence[EscrowEvent], chain_id: int
+) -> str:
+    """(7) Each held payout released at most once, in full, to the address its owner had
+    bound when the release was logged, and the chain's Released events are exactly the
+    logged releases. Raises AuditFailure; returns a summary ("" when nothing was held)."""
+    held = dict(body.get("held") or {})
+    logged: list[tuple[str, int]] = []
+    seen: set[str] = set()
+    for index, event in scope.task_events:
+        if event.kind != SETTLEMENT_RELEASED:
+            continue
+        agent, address = str(event.body.get("agent")), str(event.body.get("address"))
+        if event.actor != scope.operator:
+            raise AuditFailure("a release is not the operator's", index)
+        if agent not in held or agent in seen:
+            raise AuditFailure(f"{agent} has no held payout left to release", index)
+        if str(event.body.get("amount")) != str(held[agent]):
+            raise AuditFailure(
+                f"{agent}'s release of {event.body.get('amount')} wei is not the "
+                f"{held[agent]} wei held",
+                index,
+            )
+        bound = _bound_address(scope, agent, chain_id, before=index)
+        if bound is None or bound.lower() != address.lower():
+            raise AuditFailure(f"{agent}'s held payout went to {address}, not {bound}", index)
+        seen.add(agent)
+        logged.append((address.lower(), int(held[agent])))
+    on_chain = sorted(
+        ((e.account or "").lower(), int(e.amount)) for e in events if e.name == "Released"
+    )
+    if on_chain != sorted(logged):
+        raise AuditFailure(f"the chain released {on_chain}, the log says {sorted(logged)}")
+    if not held:
+        return ""
+    waiting = sorted(set(held) - seen)
+    return (
+        f"{len(held)} payouts held in the escrow for payees with no payout account, "
+        f"{len(seen)} released to the address each bound"
+        + (f", {len(waiting)} still held" if waiting else "")
     )

@@ -7,9 +7,13 @@ pragma solidity 0.8.28;
 ///      operator (the deployer) may `settle` it once, crediting payees with amounts summing to at
 ///      most the deposit and the requester with the rest. If the task is never settled, its
 ///      requester may `refund` it once the deadline has passed. Money only leaves the contract
-///      through `withdraw`, which pays the caller's accumulated credit. Every state change
+///      through `withdraw`, which pays the caller's accumulated credit. A settlement that cannot
+///      pay someone yet (it has bound no payout account) names this contract itself as that
+///      payee: the amount is held under the task (`held`), not credited to anyone, until the
+///      operator `release`s it to the account its owner binds. Every state change
 ///      happens before the one external call (checks-effects-interactions), so the contract's
-///      balance always equals the open deposits plus the credits not yet withdrawn.
+///      balance always equals the open deposits plus the amounts held plus the credits not yet
+///      withdrawn.
 ///      `taskId` is `keccak256(bytes(taskIdString))` of the UTF-8 task id.
 contract TaskEscrow {
     /// @notice Lifecycle of one task's escrow.
@@ -35,12 +39,18 @@ contract TaskEscrow {
 
     mapping(bytes32 taskId => Escrow) private _escrows;
 
+    /// @notice Wei a settled task holds for payees that could not be paid yet.
+    mapping(bytes32 taskId => uint256 amount) public held;
+
     /// @notice `requester` deposited `deposit` wei for `taskId`, refundable after `deadline`.
     event Opened(bytes32 indexed taskId, address indexed requester, uint256 deposit, uint64 deadline);
 
     /// @notice `taskId` was settled: `amounts[i]` credited to `payees[i]`, `remainder` to its
     ///         requester.
     event Settled(bytes32 indexed taskId, address[] payees, uint256[] amounts, uint256 remainder);
+
+    /// @notice `amount` wei `taskId` held was credited to `payee`.
+    event Released(bytes32 indexed taskId, address indexed payee, uint256 amount);
 
     /// @notice The deposit of `taskId` (`amount` wei) was credited back to `requester`.
     event Refunded(bytes32 indexed taskId, address indexed requester, uint256 amount);
@@ -78,6 +88,9 @@ contract TaskEscrow {
     /// @notice A refund before the task's deadline.
     error DeadlineNotReached(uint64 deadline, uint256 timestamp);
 
+    /// @notice A release of `amount` wei from a task holding only `held`.
+    error OverHeld(uint256 amount, uint256 held);
+
     /// @notice The caller has no credit to withdraw.
     error NothingToWithdraw();
 
@@ -102,6 +115,7 @@ contract TaskEscrow {
     }
 
     /// @notice Settle `taskId` once: credit `amounts[i]` to `payees[i]`, the rest to the requester.
+    ///         An amount whose payee is this contract is held under the task (`release`).
     /// @dev Operator only. Reverts with `NotOperator`, `NotOpen`, `LengthMismatch`, `ZeroPayee`
     ///      or `OverDeposit`. No transfer happens here (pull payments).
     function settle(bytes32 taskId, address[] calldata payees, uint256[] calldata amounts)
@@ -120,11 +134,27 @@ contract TaskEscrow {
         if (total > deposit) revert OverDeposit(total, deposit);
         escrow.state = State.Settled;
         for (uint256 i = 0; i < payees.length; ++i) {
-            credit[payees[i]] += amounts[i];
+            if (payees[i] == address(this)) {
+                held[taskId] += amounts[i];
+            } else {
+                credit[payees[i]] += amounts[i];
+            }
         }
         uint256 remainder = deposit - total;
         if (remainder > 0) credit[escrow.requester] += remainder;
         emit Settled(taskId, payees, amounts, remainder);
+    }
+
+    /// @notice Credit `amount` wei that settled `taskId` holds to `payee`.
+    /// @dev Operator only. Reverts with `NotOperator`, `ZeroPayee` or `OverHeld`.
+    function release(bytes32 taskId, address payee, uint256 amount) external {
+        if (msg.sender != operator) revert NotOperator();
+        if (payee == address(0) || payee == address(this)) revert ZeroPayee();
+        uint256 holding = held[taskId];
+        if (amount > holding) revert OverHeld(amount, holding);
+        held[taskId] = holding - amount;
+        credit[payee] += amount;
+        emit Released(taskId, payee, amount);
     }
 
     /// @notice Credit the whole deposit of an unsettled `taskId` back to its requester.

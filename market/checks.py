@@ -1,11 +1,14 @@
 """Running a task's checks on what its team delivered, and v(S) from their results.
 
-A check reads some parts. It passes for a coalition S when every part it reads was made by a
-member of S and the check passes on those outputs. A part has one output, whoever is in S, so
-a check's result does not depend on S beyond that: each check is evaluated exactly once, on the
-outputs of the parts it reads (a judge check calls the model once per (check, part set)), and
-v(S) is the sum of the shares (`accord.market.work.check_shares`) of the passed checks whose parts S
-made. `Valuation.value` memoises by the set of parts S made.
+A check reads some parts. It passes for a coalition S when every part it reads is in S and
+the check passes on those outputs. A part has one output, so a check's result does not
+depend on S beyond that: each check is evaluated exactly once, on the
+outputs of the parts it reads (a judge check calls the model once per (check, part set)).
+The Shapley game's players are the parts (the plan and the assembly among them), not their
+producers: v(S), for a set S of parts, is the sum of the shares
+(`accord.market.work.check_shares`) of the passed checks that read only parts in S, and a
+producer is paid the sum of its parts' values (`Valuation.by_producer`), however many
+identities it holds them under. `Valuation.value` memoises by the delivered parts in S.
 
 The deterministic kinds (expect, schema, plan, assembly) are evaluated here, purely. The others
 go through a `CheckEnvironment`: python (the sandbox), judge (a model), review (the requester's
@@ -28,6 +31,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
+from functools import cached_property
 from typing import Any, Protocol
 
 from jsonschema import Draft202012Validator
@@ -439,7 +443,15 @@ def evaluate_all(
 
 @dataclass(frozen=True)
 class Valuation:
-    """v(S) from check results: the shares of the passed checks whose parts S made."""
+    """v(S) from check results, over the delivered parts: a coalition S is a set of part ids
+    (the plan `_plan` and the assembly `_assembly` are parts too), and v(S) is the sum of the
+    shares of the passed checks that read only parts in S.
+
+    The players of the Shapley game are the parts, never the agents: each producer is paid
+    the sum of its parts' values (`by_producer`), so one agent holding parts under one DID
+    or under several is paid the same (issue 41: identities cannot split for gain).
+    `producers` maps each part to the DID that made it.
+    """
 
     shares: Mapping[str, Fraction]
     reads: Mapping[str, tuple[str, ...]]
@@ -449,20 +461,47 @@ class Valuation:
 
     @property
     def players(self) -> tuple[str, ...]:
+        """The game's players: every delivered part id (with `_plan`, `_assembly`), sorted."""
+        return tuple(sorted(self.producers))
+
+    @property
+    def contributors(self) -> tuple[str, ...]:
+        """The DIDs that made a part, sorted: the agents paid."""
         return tuple(sorted(set(self.producers.values())))
 
+    @cached_property
+    def _parts(self) -> frozenset[str]:
+        return frozenset(self.producers)
+
+    @cached_property
+    def _passed_reads(self) -> tuple[tuple[Fraction, frozenset[str]], ...]:
+        """(share, the parts it reads) of every passed check."""
+        return tuple(
+            (share, frozenset(self.reads[check_id]))
+            for check_id, share in self.shares.items()
+            if self.passed.get(check_id)
+        )
+
     def value(self, coalition: frozenset[str]) -> Fraction:
-        made = frozenset(p for p, who in self.producers.items() if who in coalition)
-        if made not in self._memo:
-            self._memo[made] = sum(
-                (
-                    share
-                    for check_id, share in self.shares.items()
-                    if self.passed.get(check_id) and all(p in made for p in self.reads[check_id])
-                ),
-                Fraction(0),
+        """v(S) of a set of part ids (ids that are no delivered part add nothing)."""
+        made = coalition if coalition <= self._parts else coalition & self._parts
+        known = self._memo.get(made)
+        if known is None:
+            known = self._memo[made] = sum(
+                (share for share, reads in self._passed_reads if reads <= made), Fraction(0)
             )
-        return self._memo[made]
+        return known
+
+    def by_producer(self, part_values: Mapping[str, Fraction]) -> dict[str, Fraction]:
+        """Each contributor's value: the sum of its parts' values, in `contributors` order.
+
+        Raises SettlementError for a value of a part that is not delivered."""
+        totals = dict.fromkeys(self.contributors, Fraction(0))
+        for part, part_value in part_values.items():
+            if part not in self.producers:
+                raise SettlementError(f"{part} is no delivered part: it has no producer to pay")
+            totals[self.producers[part]] += part_value
+        return totals
 
     def quality(self, agent: str) -> Fraction:
         """The share of the checks reading an agent's parts that pass (its reputation input)."""

@@ -186,6 +186,15 @@ class EscrowPort(Protocol):
         """
         ...
 
+    def release(self, task_id: str, payee: str, amount: Wei) -> EscrowReceipt:
+        """Credit `amount` wei that settled `task_id` holds (a share paid to the escrow's own
+        address, `escrow_address`, for want of a payout account) to `payee`: the contract's
+        `TaskEscrow.release`.
+
+        Raises EscrowError when the contract refuses (more than the task holds).
+        """
+        ...
+
     def chain_id(self) -> int:
         """The chain the escrow lives on (payout bindings name it)."""
         ...

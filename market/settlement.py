@@ -1,20 +1,25 @@
 """Settlement: pay the team of a delivered task by Shapley value, on chain, exactly once.
 
     1. run the task's checks on the delivered parts once each (`accord.market.checks`): v(S) for
-       every coalition is the share of the passed checks whose parts S made
-    2. Shapley values over the contributors (exact up to 16; sampled with a logged seed beyond)
+       every set S of parts is the share of the passed checks that read only parts in S
+    2. Shapley values over the delivered parts, the plan and the assembly among them (exact up
+       to 16; sampled with a logged seed beyond); each producer's value is the sum of its
+       parts' values, so holding parts under one identity or several pays the same
     3. the amount paid, the auction price times the share of the requester's check weight that
        passed (`accord.market.work.paid_share`, rounded down to the wei), less the fees of the
-       disputes the team lost, split by Shapley value into integer wei by largest remainder:
+       disputes the team lost, split by producer value into integer wei by largest remainder:
        the parts sum exactly to the amount; nothing passed, nothing paid. The fees of every
        decided dispute (the team's, and the requester's from its refund) go to the evaluator
     4. `settlement.computed` logged with every v(S) used, the seed, payouts and payout addresses,
        then the log is anchored
     5. `TaskEscrow.settle(payees, amounts)` (journalled; the rest of the deposit is credited to
-       the requester), then `task.settled` with each contributor's delivered quality and the
-       track record (each part's producer and score, `accord.market.reputation`), the credentials
-       that record makes due are revoked (`Market.revoke_failing`), and the log is anchored
-       again so that `accord audit` finds the whole settlement anchored
+       the requester; a payout whose payee has bound no payout account is paid to the escrow's
+       own address, which holds it under the task, and `release_held` credits it to the
+       account its owner binds later), then `task.settled` with each contributor's delivered
+       quality and the track record (each part's producer and score,
+       `accord.market.reputation`), the credentials that record makes due are revoked
+       (`Market.revoke_failing`), and the log is anchored again so that `accord audit` finds
+       the whole settlement anchored
 
 Every step first looks at what is already done (a logged computation is reused, never
 recomputed with another seed; an escrow paid out is not paid again), so a crash anywhere and a
@@ -33,7 +38,7 @@ import contextlib
 import hashlib
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
@@ -64,6 +69,7 @@ from accord.market.tasks import (
     Task,
 )
 from accord.market.tasks import SETTLEMENT_COMPUTED as SETTLEMENT_COMPUTED  # logged here
+from accord.market.tasks import SETTLEMENT_RELEASED as SETTLEMENT_RELEASED  # logged here
 from accord.market.work import (
     ASSEMBLY_PART,
     CONTRACTOR_SHARE,
@@ -84,9 +90,15 @@ class Settlement:
 
     task_id: str
     players: tuple[str, ...]
+    """The Shapley game's players: the delivered parts, `_plan` and `_assembly` among them."""
     method: str
     seed: int
+    part_values: Mapping[str, Fraction]
+    """Each part's Shapley value."""
+    producers: Mapping[str, str]
+    """Each part's producer (DID)."""
     values: Mapping[str, Fraction]
+    """Each producer's value: the sum of its parts' values (what its pay is in proportion to)."""
     evaluated: Mapping[frozenset[str], Fraction]
     total_value: Fraction
     paid_share: Fraction
@@ -111,6 +123,8 @@ class Settlement:
                 for check_id, result in self.checks.items()
             ],
             "contractor_share": _text(CONTRACTOR_SHARE),
+            "producers": dict(self.producers),
+            "part_values": {p: _text(v) for p, v in self.part_values.items()},
             "values": {p: _text(v) for p, v in self.values.items()},
             "evaluated": [
                 {"coalition": sorted(coalition), "value": _text(value)}
@@ -222,27 +236,32 @@ def recompute_settlement(
     if not players:
         raise SettlementError(f"the deliverable of {task.task_id} has no contributions")
     run_seed = settlement_seed(task.task_id) if seed is None else seed
+    # Shapley over the parts, then each producer paid the sum of its parts' values: how many
+    # identities hold the parts changes nobody's pay (`accord.market.checks.Valuation`).
     result = shapley(players, value.value, seed=run_seed)
+    by_producer = value.by_producer(result.values)
     total = value.value(frozenset(players))
     share = paid_share(checks, {c: r.passed for c, r in results.items()})
     earned = amount_paid(task.price, share)
     team_fees, requester_fees = dispute_costs(results)
     borne = min(team_fees, earned)
     amount = Wei(earned - borne)
-    payouts = split_wei(amount, result.values)
+    payouts = split_wei(amount, by_producer)
     settlement = Settlement(
         task_id=task.task_id,
         players=players,
         method=result.method,
         seed=run_seed,
-        values=result.values,
+        part_values=result.values,
+        producers=dict(value.producers),
+        values=by_producer,
         evaluated=result.evaluated,
         total_value=total,
         paid_share=share,
         amount=amount,
         evaluator_fee=Wei(borne + requester_fees),
         payouts=payouts,
-        quality={p: value.quality(p) for p in players},
+        quality={p: value.quality(p) for p in value.contributors},
         checks=results,
         shares=shares,
     )
@@ -288,6 +307,8 @@ class SettleOutcome:
     refund: Wei
     tx_hash: str
     already: bool
+    held: Mapping[str, Wei] = field(default_factory=dict)
+    """The payouts the escrow still holds, by payee (none bound a payout account yet)."""
 
 
 def settle_task(
@@ -302,14 +323,20 @@ def settle_task(
     module docstring). Judge checks use `judge`, else the judge configured by
     ACCORD_JUDGE_URL.
 
+    A contributor that has bound no payout address is not paid directly: its payout is held in
+    the escrow under the task (paid to the escrow's own address, logged as `held`), and the
+    others are paid. Settling a settled task again releases each held payout whose owner has
+    bound an address since (`release_held`).
+
     Raises TransitionError/TaskError for a task that is not delivered, SettlementWaits while a
-    review window is open or the judge cannot be reached, SettlementError when a contributor
-    has bound no payout address, EscrowError and ChainError from the chain (an EscrowError
-    only once another settler's payment has not appeared within `race_wait_s`).
+    review window is open or the judge cannot be reached, EscrowError and ChainError from the
+    chain (an EscrowError only once another settler's payment has not appeared within
+    `race_wait_s`).
     """
     task = market.task(task_id)
     if task.state == "settled":
-        if market.revoke_failing(task_id) and market.ledger.anchorer is not None:
+        released = release_held(market, onboarding, task_id)  # owners that bound since
+        if (market.revoke_failing(task_id) or released) and market.ledger.anchorer is not None:
             with contextlib.suppress(ChainError):  # a crash left the track-record rule undone
                 market.ledger.anchorer.anchor_latest()
         return _logged_outcome(market, task)
@@ -320,11 +347,7 @@ def settle_task(
         body = _compute_and_log(market, onboarding, task, judge)
 
     # (5): pay once. An escrow paid out is not paid out again.
-    payees = dict(body["payees"])
-    paid = [(payees[p], Wei(int(w))) for p, w in body["payouts"].items() if int(w) > 0]
-    fee = Wei(int(body.get("evaluator_fee", "0")))
-    if fee > 0:
-        paid.append((str(body["evaluator"]), fee))
+    paid = paid_out(body)
     tx_hash = _pay(market, task_id, paid, race_wait_s)
     try:
         market.ledger.append(
@@ -361,6 +384,97 @@ def track_record(market: Market, task: Task, computed: Mapping[str, Any]) -> Set
     return SettledWork(-1, task.task_id, task.requester, scored_parts(task.spec, producers, passed))
 
 
+def payees_and_held(
+    payouts: Mapping[str, Wei], address_of: Callable[[str], str | None]
+) -> tuple[dict[str, str], dict[str, Wei]]:
+    """Pure: the payout address of each player paid more than 0 that has one (`address_of`),
+    and the payouts of those that have none, which the escrow holds for them: a payee that
+    has bound no payout account never stops the others being paid."""
+    payees: dict[str, str] = {}
+    held: dict[str, Wei] = {}
+    for player, payout in payouts.items():
+        if payout == 0:
+            continue
+        address = address_of(player)
+        if address is None:
+            held[player] = payout
+        else:
+            payees[player] = address
+    return payees, held
+
+
+def paid_out(computed: Mapping[str, Any]) -> list[tuple[str, Wei]]:
+    """Pure: the (address, wei) a logged settlement pays through `TaskEscrow.settle`: each
+    payout to its payee's address, or to the escrow itself (`holder`) where it is held, then
+    the evaluator's fee. Raises SettlementError for a settlement that does not parse."""
+    try:
+        payees = dict(computed["payees"])
+        held = dict(computed.get("held") or {})
+        paid: list[tuple[str, Wei]] = []
+        for player, wei in computed["payouts"].items():
+            if int(wei) == 0:
+                continue
+            if player in held:
+                if int(held[player]) != int(wei):
+                    raise ValueError(f"{player} is held {held[player]}, not its payout {wei}")
+                paid.append((str(computed["holder"]), Wei(int(wei))))
+            else:
+                paid.append((str(payees[player]), Wei(int(wei))))
+        fee = Wei(int(computed.get("evaluator_fee", "0")))
+        if fee > 0:
+            paid.append((str(computed["evaluator"]), fee))
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise SettlementError(f"the logged settlement does not parse: {exc!r}") from exc
+    return paid
+
+
+@dataclass(frozen=True)
+class Release:
+    """A held share credited to the payout address its owner bound since."""
+
+    agent: str
+    address: str
+    amount: Wei
+    tx_hash: str
+
+
+def release_held(market: Market, onboarding: Onboarding, task_id: str) -> list[Release]:
+    """Release each share the task's settlement holds to its owner, once it has bound a
+    payout account: `TaskEscrow.release`, then `settlement.released` (once per task and
+    owner). Idempotent: a release logged is not made again, and one made but not logged
+    (a crash between) is found done in the escrow journal and logged. Owners still without
+    an account stay held. Raises EscrowError, ChainError from the chain."""
+    body = logged_settlement(market, task_id)
+    held = dict((body or {}).get("held") or {})
+    if not held:
+        return []
+    done = _released(market, task_id)
+    chain_id = market.escrow.chain_id()
+    released: list[Release] = []
+    for agent, wei in sorted(held.items()):
+        address = onboarding.payout_address(agent, chain_id)
+        if agent in done or address is None:
+            continue
+        receipt = market.escrow.release(task_id, address, Wei(int(wei)))
+        release = Release(agent, address, Wei(int(wei)), receipt.tx_hash)
+        with contextlib.suppress(AlreadyLoggedError):  # another settler logged it first
+            market.ledger.append(
+                market.ledger.operator,
+                SETTLEMENT_RELEASED,
+                subject=task_id,
+                body={
+                    "task_id": task_id,
+                    "agent": agent,
+                    "address": address,
+                    "amount": str(release.amount),
+                    "tx_hash": release.tx_hash,
+                },
+                once_key=f"{task_id}|{agent}",
+            )
+        released.append(release)
+    return released
+
+
 def _compute_and_log(
     market: Market, onboarding: Onboarding, task: Task, judge: Judge | None
 ) -> dict[str, Any]:
@@ -373,18 +487,13 @@ def _compute_and_log(
     settlement, _, _ = recompute_settlement(
         task, delivery_body(market, task_id), env, opener(market.sealed_bytes, required=True)
     )
-    payees: dict[str, str] = {}
-    for player, payout in settlement.payouts.items():
-        if payout == 0:
-            continue
-        address = onboarding.payout_address(player, chain_id)
-        if address is None:
-            raise SettlementError(
-                f"{player} has no payout address bound on chain {chain_id}; "
-                "it must bind one before it can be paid"
-            )
-        payees[player] = address
+    payees, held = payees_and_held(
+        settlement.payouts, lambda player: onboarding.payout_address(player, chain_id)
+    )
     body = settlement.to_json(payees)
+    if held:  # paid to the escrow itself, which holds them under the task until released
+        body["held"] = {player: str(wei) for player, wei in held.items()}
+        body["holder"] = market.escrow.escrow_address()
     if settlement.evaluator_fee > 0:
         body["evaluator"] = market.escrow.operator_address()
     try:
@@ -435,11 +544,30 @@ def _logged_outcome(market: Market, task: Task) -> SettleOutcome:
     body = logged_settlement(market, task.task_id)
     if body is None:
         raise SettlementError(f"{task.task_id} is settled but its settlement is not logged")
-    return _outcome(task, body, tx_hash="", already=True)
+    released = _released(market, task.task_id)
+    return _outcome(task, body, tx_hash="", already=True, released=released)
 
 
-def _outcome(task: Task, body: Mapping[str, Any], *, tx_hash: str, already: bool) -> SettleOutcome:
+def _released(market: Market, task_id: str) -> set[str]:
+    """The payees whose held payouts were released (`release_held`)."""
+    return {
+        str(Entry.from_bytes(stored.data).event.body.get("agent"))
+        for stored in market.ledger.store.find(
+            kind=SETTLEMENT_RELEASED, subject=task_id, limit=MAX_TASK_EVENTS
+        )
+    }
+
+
+def _outcome(
+    task: Task,
+    body: Mapping[str, Any],
+    *,
+    tx_hash: str,
+    already: bool,
+    released: Collection[str] = (),
+) -> SettleOutcome:
     payouts = {p: Wei(int(w)) for p, w in body["payouts"].items()}
+    held = {p: Wei(int(w)) for p, w in (body.get("held") or {}).items() if p not in released}
     amount = Wei(int(body["amount"]))
     fee = Wei(int(body.get("evaluator_fee", "0")))
     return SettleOutcome(
@@ -451,6 +579,7 @@ def _outcome(task: Task, body: Mapping[str, Any], *, tx_hash: str, already: bool
         Wei(task.spec.budget - amount - fee),
         tx_hash,
         already,
+        held,
     )
 
 

@@ -66,6 +66,10 @@ TASK_DELIVERED = "task.delivered"
 TASK_SETTLED = "task.settled"
 SETTLEMENT_COMPUTED = "settlement.computed"
 """The operator's computed settlement of a task (logged by `accord.market.settlement`)."""
+SETTLEMENT_RELEASED = "settlement.released"
+"""A payout a settlement held (its payee had bound no payout account), released to the account
+its owner bound since: logged once per task and payee by `accord.market.settlement`, after
+`TaskEscrow.release`."""
 REVIEW_GIVEN = "review.given"
 ONCE_PER_TASK = (
     ESCROW_OPENED,

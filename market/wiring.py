@@ -54,6 +54,9 @@ class ChainEscrow:
     def pay_out(self, task_id: str, payees: Sequence[str], amounts: Sequence[Wei]) -> EscrowReceipt:
         return _receipt(self.actions.pay_out(self.operator_key, task_id, payees, amounts))
 
+    def release(self, task_id: str, payee: str, amount: Wei) -> EscrowReceipt:
+        return _receipt(self.actions.release(self.operator_key, task_id, payee, amount))
+
     def chain_id(self) -> int:
         return self.chain.chain_id()
 

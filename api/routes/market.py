@@ -687,6 +687,7 @@ def settle(task_id: str, caller: Caller, context: Context, state: State) -> dict
         "refund": str(outcome.refund),
         "payouts": {p: str(w) for p, w in outcome.payouts.items()},
         "payees": dict(outcome.payees),
+        "held": {p: str(w) for p, w in outcome.held.items()},
         "shapley": dict(outcome.values),
         "tx_hash": outcome.tx_hash,
         "already_settled": outcome.already,

@@ -59,6 +59,7 @@ if TYPE_CHECKING:
         open_intent,
         pay_out_intent,
         refund_intent,
+        release_intent,
         task_id_hash,
         withdraw_intent,
     )
@@ -102,6 +103,7 @@ _EXPORTS = {
     "open_calldata": "accord.market.escrow.values",
     "open_intent": "accord.market.escrow.values",
     "refund_intent": "accord.market.escrow.values",
+    "release_intent": "accord.market.escrow.values",
     "pay_out_intent": "accord.market.escrow.values",
     "task_id_hash": "accord.market.escrow.values",
     "withdraw_intent": "accord.market.escrow.values",
@@ -149,6 +151,7 @@ __all__ = [
     "open_intent",
     "pay_out_intent",
     "refund_intent",
+    "release_intent",
     "task_id_hash",
     "withdraw_intent",
 ]

@@ -1,5 +1,6 @@
-"""Open, pay out, refund and withdraw, never moving money twice (paying out calls the
-contract's `settle`).
+"""Open, pay out, release, refund and withdraw, never moving money twice (paying out calls
+the contract's `settle`; releasing, `release`: a share a settlement held for a payee with no
+payout account).
 
 Each action is one transaction of the journal engine (`accord.ledger.txjournal`): signed (nonce and
 fees fixed), recorded in an `EscrowJournal` as *pending* with its raw bytes, only then
@@ -50,6 +51,7 @@ from accord.market.escrow.values import (
     open_intent,
     pay_out_intent,
     refund_intent,
+    release_intent,
     withdraw_intent,
 )
 
@@ -80,6 +82,7 @@ _DONE: tuple[JournalStatus, ...] = DONE
 _EVENT_OF: dict[EscrowTxKind, EscrowEventName] = {
     "open": "Opened",
     "settle": "Settled",
+    "release": "Released",
     "refund": "Refunded",
     "withdraw": "Withdrawn",
 }
@@ -139,6 +142,11 @@ class EscrowActions:
         """Pay `amounts` to `payees` from `task_id`'s deposit with the operator's key (the
         contract's `TaskEscrow.settle`)."""
         return self.perform(key_hex, pay_out_intent(task_id, payees, amounts))
+
+    def release(self, key_hex: str, task_id: str, payee: str, amount: int) -> EscrowOutcome:
+        """Credit `amount` wei that settled `task_id` holds to `payee`, with the operator's
+        key (the contract's `TaskEscrow.release`)."""
+        return self.perform(key_hex, release_intent(task_id, payee, amount))
 
     def refund(self, key_hex: str, task_id: str) -> EscrowOutcome:
         """Refund `task_id` to its requester (the key's account) after the deadline."""
@@ -259,6 +267,15 @@ class EscrowActions:
         intent = record.intent
         if intent.kind == "withdraw":
             return self.chain.credit(record.sender) == 0
+        if intent.kind == "release":
+            # A task releases to a payee once (the settlement logs it), so its Released event
+            # for that payee and amount is the release's effect, through whichever twin.
+            return any(
+                event.name == "Released"
+                and event.account == intent.payees[0]
+                and event.amount == intent.amounts[0]
+                for event in self.chain.events(intent.task_id)
+            )
         escrow = self.chain.escrow(intent.task_id)
         if escrow is None:
             return False

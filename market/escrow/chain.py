@@ -33,6 +33,10 @@ class EscrowChain(TxChain, Protocol):
 
     def credit(self, address: str) -> Wei: ...
 
+    def held(self, task_id: str) -> Wei:
+        """What the settled task holds for payees that had no payout account (`release`)."""
+        ...
+
     def balance(self) -> Wei:
         """The contract's balance."""
         ...

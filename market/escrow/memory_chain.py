@@ -31,7 +31,13 @@ from accord.market.money import Wei
 
 MEMORY_RPC_URL = "memory://escrow-chain"
 MEMORY_ESCROW_ADDRESS = "0x000000000000000000000000000000000000E5C0"
-MEMORY_GAS = {"open": 70_000, "settle": 60_000, "refund": 35_000, "withdraw": 35_000}
+MEMORY_GAS = {
+    "open": 70_000,
+    "settle": 60_000,
+    "release": 35_000,
+    "refund": 35_000,
+    "withdraw": 35_000,
+}
 MEMORY_GAS_REVERTED = 25_000
 
 
@@ -70,6 +76,7 @@ class MemoryEscrowChain(MemoryChainFaults):
         self._block_number = 0
         self._escrows: dict[bytes, _MemoryEscrow] = {}
         self._credit: dict[str, int] = {}
+        self._held: dict[bytes, int] = {}
         self._balance = 0
         self._events: list[EscrowEvent] = []
         self._mempool: dict[bytes, tuple[SignedEscrowTx, EscrowIntent]] = {}
@@ -102,6 +109,10 @@ class MemoryEscrowChain(MemoryChainFaults):
         self._check_available("credit")
         return Wei(self._credit.get(to_checksum_address(address), 0))
 
+    def held(self, task_id: str) -> Wei:
+        self._check_available("held")
+        return Wei(self._held.get(task_id_hash(task_id), 0))
+
     def balance(self) -> Wei:
         self._check_available("eth_getBalance")
         return Wei(self._balance)
@@ -133,6 +144,18 @@ class MemoryEscrowChain(MemoryChainFaults):
             total = sum(intent.amounts)
             if total > found.deposit:
                 return "OverDeposit", (total, found.deposit)
+            return None
+        if intent.kind == "release":
+            if sender != self.operator:
+                return "NotOperator", ()
+            if (
+                int(intent.payees[0], 16) == 0
+                or intent.payees[0].lower() == MEMORY_ESCROW_ADDRESS.lower()
+            ):
+                return "ZeroPayee", ()
+            holding = self._held.get(key, 0)
+            if intent.amounts[0] > holding:
+                return "OverHeld", (intent.amounts[0], holding)
             return None
         if intent.kind == "refund":
             if found is None or state != EscrowState.OPEN:
@@ -260,7 +283,10 @@ class MemoryEscrowChain(MemoryChainFaults):
             escrow = self._escrows[key]
             escrow.state = EscrowState.SETTLED
             for payee, amount in zip(intent.payees, intent.amounts, strict=True):
-                self._credit[payee] = self._credit.get(payee, 0) + amount
+                if payee.lower() == MEMORY_ESCROW_ADDRESS.lower():  # held until released
+                    self._held[key] = self._held.get(key, 0) + amount
+                else:
+                    self._credit[payee] = self._credit.get(payee, 0) + amount
             remainder = escrow.deposit - sum(intent.amounts)
             if remainder:
                 self._credit[escrow.requester] = self._credit.get(escrow.requester, 0) + remainder
@@ -275,6 +301,11 @@ class MemoryEscrowChain(MemoryChainFaults):
                     **where,
                 )
             )
+        elif intent.kind == "release":
+            payee, amount = intent.payees[0], intent.amounts[0]
+            self._held[key] -= amount
+            self._credit[payee] = self._credit.get(payee, 0) + amount
+            self._events.append(EscrowEvent("Released", key, payee, amount, **where))
         elif intent.kind == "refund":
             escrow = self._escrows[key]
             escrow.state = EscrowState.REFUNDED

@@ -34,7 +34,7 @@ from accord.market.money import Wei
 
 ESCROW_CONTRACT = "TaskEscrow"
 
-EscrowTxKind = Literal["open", "settle", "refund", "withdraw"]
+EscrowTxKind = Literal["open", "settle", "release", "refund", "withdraw"]
 _ZERO_WEI = Wei(0)
 # -- errors ------------------------------------------------------------------------------
 
@@ -43,8 +43,9 @@ class EscrowRefusedError(EscrowError):
     """The contract refuses (or would refuse) an action.
 
     `reason` is its custom error name (NotOperator, NotRequester, AlreadyOpened, ZeroDeposit,
-    DeadlineNotInFuture, NotOpen, LengthMismatch, ZeroPayee, OverDeposit, DeadlineNotReached,
-    NothingToWithdraw, TransferFailed) or the node's revert message; `args` its arguments.
+    DeadlineNotInFuture, NotOpen, LengthMismatch, ZeroPayee, OverDeposit, OverHeld,
+    DeadlineNotReached, NothingToWithdraw, TransferFailed) or the node's revert message; `args`
+    its arguments.
     """
 
     def __init__(self, kind: str, task_id: str, reason: str, args: tuple[Any, ...] = ()) -> None:
@@ -116,7 +117,7 @@ class EscrowIntent:
         try:
             data = json.loads(text)
             kind = data["kind"]
-            if kind not in ("open", "settle", "refund", "withdraw"):
+            if kind not in ("open", "settle", "release", "refund", "withdraw"):
                 raise ValueError(f"unknown kind {kind!r}")
             return cls(
                 kind=kind,
@@ -145,6 +146,14 @@ def pay_out_intent(task_id: str, payees: Sequence[str], amounts: Sequence[int]) 
     )
 
 
+def release_intent(task_id: str, payee: str, amount: int) -> EscrowIntent:
+    """The intent to credit `amount` wei that settled `task_id` holds (a payout to the escrow's
+    own address: its payee had no payout account) to `payee`: `TaskEscrow.release`."""
+    return EscrowIntent(
+        "release", task_id, payees=(to_checksum_address(payee),), amounts=(Wei(amount),)
+    )
+
+
 def refund_intent(task_id: str) -> EscrowIntent:
     return EscrowIntent("refund", task_id)
 
@@ -170,13 +179,14 @@ EscrowReceipt = TxReceipt
 """A mined escrow transaction (`status_ok` is False when it reverted)."""
 
 
-EscrowEventName = Literal["Opened", "Settled", "Refunded", "Withdrawn"]
+EscrowEventName = Literal["Opened", "Settled", "Released", "Refunded", "Withdrawn"]
 
 
 @dataclass(frozen=True)
 class EscrowEvent:
-    """One decoded event. `account` is the requester (Opened, Refunded) or the withdrawer;
-    `amount` the deposit, the remainder (Settled), the refund or the withdrawal."""
+    """One decoded event. `account` is the requester (Opened, Refunded), the payee (Released)
+    or the withdrawer; `amount` the deposit, the remainder (Settled), the amount released, the
+    refund or the withdrawal."""
 
     name: EscrowEventName
     task_id_hash: bytes | None
@@ -228,6 +238,8 @@ def validate_intent(intent: EscrowIntent) -> None:
     """Raises ValueError for an intent no contract call can express."""
     if intent.kind != "withdraw" and not intent.task_id:
         raise ValueError(f"a {intent.kind} needs a task id")
+    if intent.kind == "release" and (len(intent.payees), len(intent.amounts)) != (1, 1):
+        raise ValueError("a release names one payee and one amount")
     if intent.kind == "open" and not (0 <= intent.deadline < 2**64):
         raise ValueError(f"deadline out of uint64 range: {intent.deadline}")
     if any(a < 0 or a >= 2**256 for a in (intent.deposit, *intent.amounts)):

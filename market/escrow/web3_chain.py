@@ -106,6 +106,10 @@ class Web3EscrowChain(Web3Transactions):
         (credit,) = self._views.call("credit", to_checksum_address(address))
         return Wei(int(credit))
 
+    def held(self, task_id: str) -> Wei:
+        (held,) = self._views.call("held", task_id_hash(task_id))
+        return Wei(int(held))
+
     def balance(self) -> Wei:
         with mapped_chain_errors(self._rpc_url, "eth_getBalance"):
             return Wei(int(self._w3.eth.get_balance(self._address)))
@@ -134,6 +138,8 @@ class Web3EscrowChain(Web3Transactions):
             value = intent.deposit
         elif intent.kind == "settle":
             call = functions.settle(key, list(intent.payees), list(intent.amounts))
+        elif intent.kind == "release":
+            call = functions.release(key, intent.payees[0], intent.amounts[0])
         elif intent.kind == "refund":
             call = functions.refund(key)
         else:
@@ -187,7 +193,7 @@ class Web3EscrowChain(Web3Transactions):
     def events(self, task_id: str | None = None, *, from_block: int = 0) -> list[EscrowEvent]:
         """One `eth_getLogs` for every event kind (topic 0 any of them; topic 1 the task's
         hash when `task_id` is given, which leaves out Withdrawn, a task-less event)."""
-        names: list[EscrowEventName] = ["Opened", "Settled", "Refunded"]
+        names: list[EscrowEventName] = ["Opened", "Settled", "Released", "Refunded"]
         if task_id is None:
             names.append("Withdrawn")
         kinds = {
@@ -238,6 +244,14 @@ def _decode_event(log: Any) -> EscrowEvent:
             Wei(int(args["remainder"])),
             payees=tuple(to_checksum_address(p) for p in args["payees"]),
             amounts=tuple(Wei(int(a)) for a in args["amounts"]),
+            **common,
+        )
+    if name == "Released":
+        return EscrowEvent(
+            name,
+            bytes(args["taskId"]),
+            to_checksum_address(args["payee"]),
+            Wei(int(args["amount"])),
             **common,
         )
     if name == "Refunded":

@@ -1,7 +1,8 @@
 """checks: v(S) of a six-member team from the requester's checks, every coalition.
 
 The delivery of a task of six parts (three arithmetic, three extraction), one part per
-member, and the contract holder's plan and assembly: seven players, so 2^7 = 128 coalitions.
+member, and the contract holder's plan and assembly: the Shapley game's players are the parts,
+eight with the plan and the assembly, so 2^8 = 256 coalitions.
 The rubric is the requester's 8 checks plus the contract holder's two (`accord.market.work.rubric`):
 
 - 3 expect checks (within a tolerance, equals at a path, matches a pattern) and 1 schema check;
@@ -13,12 +14,12 @@ The rubric is the requester's 8 checks plus the contract holder's two (`accord.m
 - the plan and assembly checks (pure).
 
 One repetition, on a fresh `Valuation` (no memo carried over): `evaluate_all` (each check
-once), then `Valuation.value` for all 128 coalitions, then exact Shapley values
-(`accord.market.shapley.shapley`, which asks v for the same 128 coalitions, memoised) and the wei
-split. Each step is timed on its own; the goal is on their sum. The model calls of a
-repetition are the stand-in server's count before and after: each judge check reads one part
-set, so there are 2 distinct (check, part set) pairs and there must be exactly 2 calls,
-however many coalitions are valued.
+once), then `Valuation.value` for all 256 coalitions, then exact Shapley values
+(`accord.market.shapley.shapley`, which asks v for the same 256 coalitions, memoised), each
+member's sum of its parts' values and the wei split. Each step is timed on its own; the goal
+is on their sum. The model calls of a repetition are the stand-in server's count before and
+after: each judge check reads one part set, so there are 2 distinct (check, part set) pairs
+and there must be exactly 2 calls, however many coalitions are valued.
 
 Run alone: `.venv/bin/python scripts/bench/bench_checks.py [--quick] [--reps N]`.
 """
@@ -208,14 +209,14 @@ def run(quick: bool, reps: int) -> Section:
     started = time.perf_counter()
     section = Section(
         key="checks",
-        title=f"checks: v(S) of a {MEMBERS}-member team from 10 checks, all {2 ** (MEMBERS + 1)} "
-        "coalitions",
+        title=f"checks: v(S) of a {MEMBERS}-member team from 10 checks, all {2 ** (MEMBERS + 2)} "
+        "coalitions of its parts",
         method=__doc__ or "",
     )
     checks = rubric(PARTS, REQUESTER_CHECKS)
     shares = check_shares(checks)
     delivered = delivery()
-    players = sorted(set(delivered.producers.values()))
+    players = sorted(delivered.producers)  # the parts, with the plan and the assembly
     coalitions = [
         frozenset(c)
         for size in range(len(players) + 1)
@@ -242,7 +243,7 @@ def run(quick: bool, reps: int) -> Section:
             table = {coalition: value.value(coalition) for coalition in coalitions}
             t2 = time.perf_counter()
             outcome = shapley(players, value.value)
-            payouts = split_wei(PRICE, outcome.values)
+            payouts = split_wei(PRICE, value.by_producer(outcome.values))
             t3 = time.perf_counter()
             made = server.calls - before
             evaluate.samples.append((t1 - t0) * 1_000)
@@ -278,7 +279,7 @@ def run(quick: bool, reps: int) -> Section:
         ),
     ]
     per_coalition = sum(
-        sum(1 for s in coalitions if all(delivered.producers[p] in s for p in check.reads))
+        sum(1 for s in coalitions if all(p in s for p in check.reads))
         for check in checks
         if isinstance(check, JudgeCheck)
     )

@@ -315,6 +315,7 @@ def test_post_bid_reveal_award_audit(client: TestClient, world: World) -> None:
     assert {c["id"]: c["passed"] for c in checks}["sum-review"] is True
     payouts = settled.json()["payouts"]
     assert sum(int(w) for w in payouts.values()) == int(settled.json()["amount"])
+    assert settled.json()["held"] == {}  # every payee bound a payout account
     world.context.market.ledger.anchorer.anchor_latest()  # type: ignore[union-attr]
 
     report = client.get(f"/tasks/{task_id}/audit").json()

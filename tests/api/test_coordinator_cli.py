@@ -129,7 +129,7 @@ def test_task_run_and_conversations(accord: AccordCli, tmp_path: Path) -> None:
 
     # settling anchors the log: the audit right after it passes step 2 (and every other)
     settled = accord.json("task", "settle", task_id)
-    assert settled["already_settled"] is False, settled
+    assert settled["already_settled"] is False and settled["held"] == {}, settled
     audited = accord.run("audit", task_id, "--json", check=None)
     report = json.loads(audited.stdout)
     assert audited.returncode == 0 and report["verdict"] == "PASS", report

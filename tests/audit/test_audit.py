@@ -301,6 +301,40 @@ def test_an_altered_v_of_s_fails_step_6_at_the_settlement(world: World, tmp_path
     assert "recomputes to" in report.steps[5].detail
 
 
+@pytest.mark.parametrize("name", ["part_values", "values"])
+def test_an_altered_shapley_value_fails_step_6_at_the_settlement(
+    world: World, tmp_path: Path, name: str
+) -> None:
+    """A part's value, or a producer's sum of its parts' values, moved by 1/12: the logged
+    values are recomputed, not taken as given."""
+
+    def change(body: dict[str, Any]) -> None:
+        key = sorted(body[name])[0]
+        value = Fraction(body[name][key]) + Fraction(1, 12)
+        body[name][key] = f"{value.numerator}/{value.denominator}"
+
+    report, index = _rewrite_settlement(world, tmp_path / "values.db", change)
+    assert failure(report) == (6, index)
+    assert f"the settlement's {name} recompute to" in report.steps[5].detail
+
+
+def test_a_payout_held_from_a_payee_that_had_bound_an_address_fails_step_6(
+    world: World, tmp_path: Path
+) -> None:
+    """The operator holds a bound payee's payout in the escrow instead of paying it (issue 41,
+    item 5, turned against a member): only a payee with no payout account may be held."""
+
+    def change(body: dict[str, Any]) -> None:
+        player = sorted(p for p, w in body["payouts"].items() if int(w) > 0)[0]
+        del body["payees"][player]
+        body["held"] = {player: body["payouts"][player]}
+        body["holder"] = world.escrow_chain.escrow_address()
+
+    report, index = _rewrite_settlement(world, tmp_path / "held.db", change)
+    assert failure(report) == (6, index)
+    assert "yet it had bound" in report.steps[5].detail
+
+
 def test_an_altered_payout_fails_step_6_at_the_settlement(world: World, tmp_path: Path) -> None:
     """One wei moved from one payee to another: the sum, and so conservation, still hold."""
 

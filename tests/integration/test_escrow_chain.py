@@ -40,6 +40,7 @@ from accord.market.escrow import (
     open_intent,
     pay_out_intent,
     refund_intent,
+    release_intent,
     task_id_hash,
     withdraw_intent,
 )
@@ -54,6 +55,7 @@ KEYS = [
 ]
 OPERATOR, REQUESTER, OTHER, PAYEE_A, PAYEE_B = KEYS
 ADDR = [address_of(k) for k in KEYS]
+REQUESTER_ADDR = ADDR[1]
 DEADLINE_AHEAD = 1_000
 STATE_MACHINE_RUNS = 200
 STATE_MACHINE_SHARDS = 4
@@ -212,6 +214,48 @@ def test_open_settle_withdraw_and_refund(anvil: Anvil, capsys: pytest.CaptureFix
     with capsys.disabled():
         print(f"\nTaskEscrow gas used: {gas}")
     assert all(21_000 < used < 150_000 for used in gas.values())
+
+
+@pytest.mark.devnet
+def test_a_payout_to_the_escrow_itself_is_held_under_the_task_until_released(
+    anvil: Anvil,
+) -> None:
+    """A settlement that cannot pay a payee (it bound no payout account) pays the escrow's own
+    address: the contract holds it under the task, credited to nobody (the requester's
+    remainder leaves it out); only the operator releases it, at most what the task holds,
+    journalled so that a second release of the same share is already done."""
+    chain = anvil.chain
+    escrow_address = anvil.deployment.address
+    task = fresh_task()
+    before = {a: chain.credit(a) for a in (REQUESTER_ADDR, ADDR[3], ADDR[4], escrow_address)}
+    balance = chain.balance()
+    act(chain, REQUESTER, open_intent(task, 1_000, anvil.now() + DEADLINE_AHEAD))
+    act(chain, OPERATOR, pay_out_intent(task, [ADDR[3], escrow_address], [600, 300]))
+    assert chain.held(task) == 300
+    assert chain.credit(escrow_address) == before[escrow_address] == 0
+    assert chain.credit(ADDR[3]) == before[ADDR[3]] + 600
+    assert chain.credit(REQUESTER_ADDR) == before[REQUESTER_ADDR] + 100
+    assert chain.balance() == balance + 1_000  # held, not paid out
+
+    assert refused(chain, OTHER, release_intent(task, ADDR[4], 300)).reason == "NotOperator"
+    over = refused(chain, OPERATOR, release_intent(task, ADDR[4], 301))
+    assert over.reason == "OverHeld" and over.reason_args == (301, 300)
+    for payee in (escrow_address, "0x" + "00" * 20):
+        assert refused(chain, OPERATOR, release_intent(task, payee, 1)).reason == "ZeroPayee"
+
+    actions = EscrowActions(chain, MemoryEscrowJournal(), receipt_timeout=5)
+    first = actions.release(OPERATOR, task, ADDR[4], 300)
+    assert first.status == "confirmed"
+    assert chain.held(task) == 0 and chain.credit(ADDR[4]) == before[ADDR[4]] + 300
+    assert actions.release(OPERATOR, task, ADDR[4], 300).status == "already-done"
+    assert chain.credit(ADDR[4]) == before[ADDR[4]] + 300
+    [released] = [e for e in chain.events(task) if e.name == "Released"]
+    assert (released.account, released.amount, released.task_id_hash) == (
+        ADDR[4],
+        300,
+        task_id_hash(task),
+    )
+    assert released.tx_hash == first.tx_hash
 
 
 @pytest.mark.devnet

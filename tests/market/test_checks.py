@@ -675,29 +675,49 @@ def game(
     return valuation(built, check_shares(built), results, delivered)
 
 
-def test_v_of_s_is_the_share_of_the_passed_checks_whose_parts_s_made() -> None:
+def producer_values(value: Valuation, *, seed: int | None = None) -> dict[str, Fraction]:
+    """Shapley over the parts, then each producer's sum, as the settlement computes it."""
+    return value.by_producer(shapley(value.players, value.value, seed=seed).values)
+
+
+def closed_form(value: Valuation) -> dict[str, Fraction]:
+    """v is a sum of unanimity games, one per passed check over the parts it reads, so a
+    part's Shapley value is Σ share / |reads| over the passed checks that read it (and read
+    only delivered parts): an independent cross-check of the exact computation."""
+    values = dict.fromkeys(value.players, Fraction(0))
+    for check_id, share in value.shares.items():
+        reads = value.reads[check_id]
+        if value.passed.get(check_id) and set(reads) <= set(values):
+            for part in reads:
+                values[part] += share / len(reads)
+    return values
+
+
+def test_v_of_s_is_the_share_of_the_passed_checks_that_read_only_parts_in_s() -> None:
     value = game(
         {"sum": ADA, "fields": BO},
         [("a", 3, ("sum",), True), ("b", 1, ("fields",), True), ("ab", 4, ("sum", "fields"), True)],
     )
     v = value.value
-    # requester weights 3, 1, 4 over 4/5: 3/10, 1/10, 4/10; plan 1/10 (Lead), assembly 1/10
+    # requester weights 3, 1, 4 over 4/5: 3/10, 1/10, 4/10; plan 1/10, assembly 1/10
     assert v(frozenset()) == 0
-    assert v(frozenset({ADA})) == Fraction(3, 10)
-    assert v(frozenset({BO})) == Fraction(1, 10)
-    assert v(frozenset({LEAD})) == Fraction(1, 10)
-    assert v(frozenset({ADA, BO})) == Fraction(8, 10)
-    assert v(frozenset({ADA, BO, LEAD})) == 1
-    assert v(frozenset({ADA, LEAD, "did:key:zStranger"})) == Fraction(4, 10)
-    assert value.players == tuple(sorted({ADA, BO, LEAD}))
+    assert v(frozenset({"sum"})) == Fraction(3, 10)
+    assert v(frozenset({"fields"})) == Fraction(1, 10)
+    assert v(frozenset({PLAN_PART})) == Fraction(1, 10)
+    assert v(frozenset({"sum", "fields"})) == Fraction(8, 10)
+    assert v(frozenset({"sum", "fields", PLAN_PART})) == Fraction(9, 10)
+    assert v(frozenset(value.players)) == 1
+    assert v(frozenset({"sum", PLAN_PART, "no-such-part"})) == Fraction(4, 10)
+    assert value.players == tuple(sorted({"sum", "fields", PLAN_PART, ASSEMBLY_PART}))
+    assert value.contributors == tuple(sorted({ADA, BO, LEAD}))
 
 
 def test_a_failed_check_adds_nothing_to_any_coalition() -> None:
     value = game(
         {"sum": ADA, "fields": BO}, [("a", 1, ("sum",), False), ("b", 1, ("fields",), True)]
     )
-    assert value.value(frozenset({ADA})) == 0
-    assert value.value(frozenset({ADA, BO, LEAD})) == Fraction(3, 5)
+    assert value.value(frozenset({"sum"})) == 0
+    assert value.value(frozenset(value.players)) == Fraction(3, 5)
     assert value.quality(ADA) == Fraction(1, 2)  # "a" fails, the assembly check passes
     assert value.quality(BO) == 1
     assert value.quality("did:key:zStranger") == 0
@@ -732,10 +752,22 @@ def test_efficiency_to_the_wei(
     result = shapley(value.players, value.value)
     grand = value.value(frozenset(value.players))
     assert sum(result.values.values()) == grand
+    by_producer = value.by_producer(result.values)
+    assert sum(by_producer.values()) == grand
+    assert set(by_producer) == set(value.contributors)
     if grand > 0:
-        payouts = split_wei(Wei(amount), result.values)
+        payouts = split_wei(Wei(amount), by_producer)
         assert sum(payouts.values()) == amount
         assert all(w >= 0 for w in payouts.values())
+
+
+@given(teams())
+@settings(max_examples=60, deadline=None)
+def test_the_exact_part_values_equal_the_closed_form(
+    team: tuple[dict[str, str], list[tuple[str, int, tuple[str, ...], bool]]],
+) -> None:
+    value = game(*team)
+    assert shapley(value.players, value.value).values == closed_form(value)
 
 
 @given(
@@ -758,10 +790,9 @@ def test_symmetric_producers_get_equal_values(
     ]
     for k, (weight, ok) in enumerate(others):
         checks += [(f"ac{k}", weight, ("a", "c"), ok), (f"bc{k}", weight, ("b", "c"), ok)]
-    value = game(producers, checks)
-    result = shapley(value.players, value.value)
-    assert result.values[ADA] == result.values[BO]
-    payouts = split_wei(PRICE, result.values)
+    values = producer_values(game(producers, checks))
+    assert values[ADA] == values[BO]
+    payouts = split_wei(PRICE, values)
     assert abs(payouts[ADA] - payouts[BO]) <= 1
 
 
@@ -777,11 +808,11 @@ def test_an_agent_whose_parts_no_passed_check_reads_gets_nothing(
     mine = {p for p, who in producers.items() if who == null}
     checks = [(c, w, reads, ok and not mine & set(reads)) for c, w, reads, ok in checks]
     value = game(producers, checks, contractor=False)
-    result = shapley(value.players, value.value)
-    assert result.values[null] == 0
+    values = producer_values(value)
+    assert values[null] == 0
     grand = value.value(frozenset(value.players))
     if grand > 0:
-        assert split_wei(PRICE, result.values)[null] == 0
+        assert split_wei(PRICE, values)[null] == 0
 
 
 def test_the_null_player_on_a_real_delivery() -> None:
@@ -805,9 +836,9 @@ def test_the_null_player_on_a_real_delivery() -> None:
         False,
     ]
     value = valuation(checks, check_shares(checks), results, delivered)
-    outcome = shapley(value.players, value.value)
-    assert outcome.values == {ADA: Fraction(2, 5), BO: 0, LEAD: Fraction(1, 10)}
-    payouts = split_wei(PRICE, outcome.values)
+    values = producer_values(value)
+    assert values == {ADA: Fraction(2, 5), BO: 0, LEAD: Fraction(1, 10)}
+    payouts = split_wei(PRICE, values)
     assert payouts[BO] == 0
     assert sum(payouts.values()) == PRICE
 
@@ -815,17 +846,120 @@ def test_the_null_player_on_a_real_delivery() -> None:
 @pytest.mark.parametrize("others", [1, 2, 3, 4, 5])
 def test_a_leader_who_does_no_part_earns_between_nothing_and_half(others: int) -> None:
     """The contract holder plans and assembles; `others` members make one part each, every
-    check passes. The leader earns the plan check (1/10) and its equal share of the assembly
-    check (1/10 over everyone): 1/10 + 1/(10(k+1)), strictly between 0 and 1/2 of the price."""
+    check passes. The leader earns the plan check (1/10) and its two parts' share of the
+    assembly check, which reads the plan, the assembly and every part (1/10 · 2/(k+2)):
+    strictly between 0 and 1/5 of the price, whatever k."""
     members = [f"did:key:zM{k}" for k in range(others)]
     producers = {f"p{k}": members[k] for k in range(others)}
     value = game(producers, [(f"c{k}", 1, (f"p{k}",), True) for k in range(others)])
-    outcome = shapley(value.players, value.value)
-    leader = outcome.values[LEAD]
-    assert leader == Fraction(1, 10) + Fraction(1, 10 * (others + 1))
-    payouts = split_wei(PRICE, outcome.values)
+    values = producer_values(value)
+    leader = values[LEAD]
+    assert leader == Fraction(1, 10) + Fraction(2, 10 * (others + 2))
+    payouts = split_wei(PRICE, values)
     assert sum(payouts.values()) == PRICE
-    assert 0 < payouts[LEAD] < PRICE // 2
-    assert 0 < leader < Fraction(1, 2)
+    assert 0 < payouts[LEAD] < PRICE // 5
+    assert 0 < leader < Fraction(1, 5)
     for member in members:
-        assert outcome.values[member] == Fraction(4, 5 * others) + Fraction(1, 10 * (others + 1))
+        assert values[member] == Fraction(4, 5 * others) + Fraction(1, 10 * (others + 2))
+
+
+SECOND = "did:key:zLeadsSecondIdentity"
+
+
+@st.composite
+def led_teams(
+    draw: st.DrawFn,
+) -> tuple[dict[str, str], list[tuple[str, int, tuple[str, ...], bool]], set[str]]:
+    """A team whose leader may also make parts (it always makes the plan and the assembly),
+    and the leader's parts (at least one) it moves to a second identity it controls."""
+    producers, checks = draw(teams())
+    for part in list(producers):
+        if draw(st.booleans()):
+            producers[part] = LEAD
+    leaders = sorted(
+        [PLAN_PART, ASSEMBLY_PART, *(p for p, who in producers.items() if who == LEAD)]
+    )
+    moved = set(draw(st.lists(st.sampled_from(leaders), min_size=1, unique=True)))
+    return producers, checks, moved
+
+
+def led_game(
+    producers: Mapping[str, str],
+    checks: list[tuple[str, int, tuple[str, ...], bool]],
+    moved: set[str],
+) -> Valuation:
+    """`game` with the leader's plan and assembly checks, and the `moved` parts made by the
+    leader's second identity."""
+    value = game(producers, checks)
+    split = {p: SECOND if p in moved else who for p, who in value.producers.items()}
+    return Valuation(value.shares, value.reads, value.passed, split)
+
+
+@given(led_teams(), st.integers(1, 2**256 - 1))
+@settings(max_examples=100, deadline=None)
+def test_splitting_the_leaders_parts_across_identities_does_not_raise_their_pay(
+    team: tuple[dict[str, str], list[tuple[str, int, tuple[str, ...], bool]], set[str]],
+    amount: int,
+) -> None:
+    """Issue 41: the same parts held under one identity or two are worth exactly the same
+    (Shapley values are over the parts), and paid the same up to the wei rounding: the two
+    identities' total is within 1 wei of the one identity's (largest remainder gives each
+    payee the floor of its quota or one more, so k identities can gain at most k - 1 wei)."""
+    producers, checks, moved = team
+    single = game(producers, checks)
+    split = led_game(producers, checks, moved)
+    alone, apart = producer_values(single), producer_values(split)
+    assert apart.get(LEAD, 0) + apart[SECOND] == alone[LEAD]
+    assert {p: v for p, v in apart.items() if p not in (LEAD, SECOND)} == {
+        p: v for p, v in alone.items() if p != LEAD
+    }
+    if single.value(frozenset(single.players)) == 0:
+        return  # nothing passed: nothing is paid (`amount_paid` is 0)
+    paid_alone, paid_apart = split_wei(Wei(amount), alone), split_wei(Wei(amount), apart)
+    assert abs(paid_apart.get(LEAD, 0) + paid_apart[SECOND] - paid_alone[LEAD]) <= 1
+    for member, wei in paid_alone.items():
+        if member != LEAD:
+            assert abs(paid_apart[member] - wei) <= 1
+
+
+def test_beyond_the_exact_limit_sampled_part_values_do_not_depend_on_who_holds_them() -> None:
+    """18 parts and the plan and assembly: 20 players, so the values are sampled (seeded). The
+    players are the parts, so the sample, and each part's value, is the same whoever made it:
+    a split of the leader's parts pays the pair exactly what it paid one identity."""
+    members = [f"did:key:zM{k}" for k in range(3)]
+    producers = {f"p{k:02}": members[k % 3] if k % 4 else LEAD for k in range(18)}
+    checks = [
+        (f"c{k}", 1 + k % 5, (f"p{k:02}", f"p{(k + 1) % 18:02}"), k % 7 != 3) for k in range(18)
+    ]
+    single = game(producers, checks)
+    moved = {PLAN_PART, "p04", "p12"}
+    split = led_game(producers, checks, moved)
+    alone = single.by_producer(shapley(single.players, single.value, seed=7).values)
+    result = shapley(split.players, split.value, seed=7)
+    assert result.method == "sampled"
+    apart = split.by_producer(result.values)
+    assert apart[LEAD] + apart[SECOND] == alone[LEAD]
+    assert sum(apart.values()) == split.value(frozenset(split.players))
+
+
+def test_the_issues_attack_a_second_identity_gained_over_agents_and_gains_nothing_over_parts() -> (
+    None
+):
+    """Issue 41: the leader makes part `a`, a member part `b`, every check passes. Over agents
+    (the old game), each producer took an equal slice of the assembly check, which reads every
+    part, so moving `a` to a second identity raised the pair's value; over parts it does not."""
+    producers = {"a": LEAD, "b": ADA}
+    checks = [("ca", 1, ("a",), True), ("cb", 3, ("b",), True), ("ab", 2, ("a", "b"), True)]
+    single, split = game(producers, checks), led_game(producers, checks, {"a"})
+
+    def over_agents(value: Valuation) -> dict[str, Fraction]:
+        def v(agents: frozenset[str]) -> Fraction:
+            return value.value(frozenset(p for p, who in value.producers.items() if who in agents))
+
+        return shapley(value.contributors, v).values
+
+    old_alone, old_apart = over_agents(single), over_agents(split)
+    assert old_apart[LEAD] + old_apart[SECOND] > old_alone[LEAD]  # the attack paid
+    alone, apart = producer_values(single), producer_values(split)
+    assert apart[LEAD] + apart[SECOND] == alone[LEAD]
+    assert apart[ADA] == alone[ADA]

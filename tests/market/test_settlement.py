@@ -23,7 +23,7 @@ from accord.identity.agents import AgentRecord
 from accord.identity.onboarding import open_onboarding
 from accord.ledger.anchoring import Anchorer
 from accord.ledger.errors import ChainUnavailableError
-from accord.ledger.events import Entry
+from accord.ledger.events import Entry, Event
 from accord.ledger.service import Ledger
 from accord.ledger.store import LogStore, make_engine
 from accord.ledger.wiring import operator_signer
@@ -32,9 +32,11 @@ from accord.market.escrow import EscrowActions, address_of
 from accord.market.service import Market
 from accord.market.settlement import (
     SETTLEMENT_COMPUTED,
+    SETTLEMENT_RELEASED,
     delivery_body,
     logged_settlement,
     opener,
+    paid_out,
     recompute_settlement,
     service_check_environment,
     settle_task,
@@ -49,7 +51,9 @@ from tests.audit.conftest import (
     build_world,
     onboard_agents,
     open_world,
+    rebuild_log,
     sealed_auction,
+    with_body,
 )
 from tests.specs import INVOICE_CHECKS, invoice_request
 
@@ -107,15 +111,13 @@ def assert_paid_exactly_once(world: World) -> dict[str, Any]:
     settled = [e for e in events if e.name == "Settled"]
     assert len(settled) == 1
     assert not [e for e in events if e.name == "Refunded"]
-    expected = sorted(
-        (body["payees"][p].lower(), int(w)) for p, w in body["payouts"].items() if int(w) > 0
-    )
+    expected = sorted((address.lower(), int(wei)) for address, wei in paid_out(body))
     paid = sorted(
         (a.lower(), int(w)) for a, w in zip(settled[0].payees, settled[0].amounts, strict=True)
     )
     assert paid == expected
     for player, amount in body["payouts"].items():
-        if int(amount) > 0:
+        if int(amount) > 0 and player in body["payees"]:
             assert world.escrow_chain.credit(body["payees"][player]) == int(amount)
     budget = world.market.task(world.task_id).spec.budget
     assert world.escrow_chain.credit(REQUESTER_ADDRESS) == budget - int(body["amount"])
@@ -154,7 +156,7 @@ def test_settle_pays_each_contributor_its_shapley_share(delivered: World) -> Non
     assert not outcome.already and outcome.tx_hash
     body = assert_paid_exactly_once(world)
 
-    # v(S) logged for every coalition of the contributors, each as the checks value it
+    # v(S) logged for every coalition of the delivered parts, each as the checks value it
     env = service_check_environment(world.market, task, None)
     delivered = delivery_body(world.market, world.task_id)
     open_value = opener(world.market.sealed_bytes, required=True)
@@ -169,16 +171,23 @@ def test_settle_pays_each_contributor_its_shapley_share(delivered: World) -> Non
     for coalition, value in logged_v.items():
         assert value == valuation.value(coalition)
 
-    # the Shapley values, and the price split in proportion to them, exactly
-    values = brute_force_shapley(players, valuation.value)
+    # the parts' Shapley values, each producer's sum of them, and the price split in
+    # proportion to those sums, exactly
+    part_values = brute_force_shapley(players, valuation.value)
+    assert {p: Fraction(v) for p, v in body["part_values"].items()} == part_values
+    assert body["producers"] == dict(valuation.producers)
+    values: dict[str, Fraction] = {}
+    for part, value in part_values.items():
+        producer = valuation.producers[part]
+        values[producer] = values.get(producer, Fraction(0)) + value
     assert {p: Fraction(v) for p, v in body["values"].items()} == values
     assert outcome.amount == task.price and int(body["amount"]) == task.price
     assert sum(outcome.payouts.values()) == task.price
     total = sum(values.values())
-    for player in players:
-        share = Fraction(task.price) * values[player] / total
-        assert abs(outcome.payouts[player] - share) < 1
-        assert body["payees"][player] == world.onboarding.payout_address(player, 31337)
+    for producer in valuation.contributors:
+        share = Fraction(task.price) * values[producer] / total
+        assert abs(outcome.payouts[producer] - share) < 1
+        assert body["payees"][producer] == world.onboarding.payout_address(producer, 31337)
     assert outcome.refund == task.spec.budget - task.price
 
 
@@ -369,9 +378,13 @@ def test_a_transaction_still_unmined_after_a_restart_is_not_sent_twice(delivered
 # -- refusals and options --------------------------------------------------------------------
 
 
-def test_a_contributor_without_a_payout_binding_is_named(
+def test_a_contributor_without_a_payout_binding_is_held_and_the_others_are_paid(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Issue 41, item 5: a contributor that bound no payout account does not stop the
+    settlement. Everyone else is paid; its payout is paid to the escrow itself, which holds it
+    under the task (credited to nobody, not the requester's); once it binds an account,
+    settling again releases it there, once. The audit passes at each stage."""
     world = build_world(tmp_path / "home", until="awarded")
     onboarding = world.onboarding
     real = onboarding.bind_payout
@@ -387,17 +400,63 @@ def test_a_contributor_without_a_payout_binding_is_named(
     run_awarded_task(world.context, world.task_id)
     monkeypatch.undo()
     [unbound] = skipped
-    with pytest.raises(SettlementError, match=unbound):
-        settle_task(world.market, world.onboarding, world.task_id)
-    assert not logged(world, SETTLEMENT_COMPUTED)
-    assert world.escrow.deposit_of(world.task_id) == (
-        world.market.task(world.task_id).spec.budget,
-        True,
-    )
-    # once it binds one, the task settles
-    onboarding.bind_payout(onboarding.registry.get(unbound), world.escrow.chain_id())
+    escrow_address = world.escrow.escrow_address()
+    before = world.escrow_chain.balance()
+
+    outcome = settle_task(world.market, world.onboarding, world.task_id)
+    owed = outcome.payouts[unbound]
+    assert owed > 0 and unbound not in outcome.payees and outcome.held == {unbound: owed}
+    body = assert_paid_exactly_once(world)
+    assert body["held"] == {unbound: str(owed)} and body["holder"] == escrow_address
+    assert world.escrow_chain.held(world.task_id) == owed
+    assert world.escrow_chain.credit(escrow_address) == 0
+    assert world.escrow_chain.balance() == before  # nothing left the escrow
+    for player, address in outcome.payees.items():
+        assert world.escrow_chain.credit(address) == outcome.payouts[player]
+
+    # once it binds an account, settling again releases the held payout to it, once
+    assert settle_task(world.market, world.onboarding, world.task_id).held == {unbound: owed}
+    address = onboarding.bind_payout(onboarding.registry.get(unbound), world.escrow.chain_id())
+    again = settle_task(world.market, world.onboarding, world.task_id)
+    assert again.already and again.held == {}
+    assert world.escrow_chain.credit(address) == owed
+    assert world.escrow_chain.held(world.task_id) == 0
+    [released] = logged(world, SETTLEMENT_RELEASED)
+    assert released == {
+        "task_id": world.task_id,
+        "agent": unbound,
+        "address": address,
+        "amount": str(owed),
+        "tx_hash": released["tx_hash"],
+    }
     settle_task(world.market, world.onboarding, world.task_id)
-    assert_paid_exactly_once(world)
+    assert len(logged(world, SETTLEMENT_RELEASED)) == 1
+    assert world.escrow_chain.credit(address) == owed
+    assert [e.name for e in world.escrow_chain.events(world.task_id)].count("Released") == 1
+    assert world.ledger.anchorer is not None
+    world.ledger.anchorer.anchor_latest()
+    report = audit_task(
+        world.ledger.store, world.task_id, anchors=world.anchors, escrow=world.escrow_chain
+    )
+    assert report.ok, [s.to_json() for s in report.steps]
+    assert "1 released to the address each bound" in report.steps[6].detail
+    on_chain = report.to_json()["facts"]["on_chain"]
+    [fact] = [p for p in on_chain["payouts"] if p["agent"] == unbound]
+    assert fact == {"agent": unbound, "address": escrow_address, "wei": str(owed), "held": True}
+    assert "Released" in {t["event"] for t in on_chain["escrow"]["transactions"]}
+
+    # a log whose release names another address than the owner bound fails step 7 there
+    thief = address_of("0x" + "11" * 32)
+
+    def rewrite(index: int, event: Event) -> Event:
+        if event.kind != SETTLEMENT_RELEASED:
+            return event
+        return with_body(event, {**event.body, "address": thief})
+
+    store, anchors = rebuild_log(world, tmp_path / "forged.db", rewrite)
+    forged = audit_task(store, world.task_id, anchors=anchors, escrow=world.escrow_chain)
+    assert forged.first_failure is not None and forged.first_failure.number == 7
+    assert f"held payout went to {thief}, not {address}" in forged.steps[6].detail
 
 
 class _AnswersWrong:

@@ -1,0 +1,94 @@
+"""A settlement that cannot pay one contributor pays everyone else, on a real anvil (issue 41,
+item 5): the contributor that bound no payout account has its payout held by TaskEscrow under
+the task, nobody else's credit; once it binds one, settling again releases it there, once; the
+task audits against the chain at each stage.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from accord.audit.checks import audit_task
+from accord.coordinator.service import run_awarded_task
+from accord.identity.agents import AgentRecord
+from accord.ledger.devnet import find_free_port
+from accord.ledger.settings import Settings
+from accord.ledger.wiring import devnet_for
+from accord.market.settlement import SETTLEMENT_RELEASED, logged_settlement, settle_task
+from tests.audit.conftest import World, onboard_agents, post_task, sealed_auction
+from tests.integration.anvil_world import anvil_settings, open_anvil_world
+
+
+@pytest.fixture
+def settings(tmp_path: Path) -> Iterator[Settings]:
+    """Settings of a fresh home whose managed devnet is always stopped afterwards."""
+    settings = anvil_settings(tmp_path / "home", find_free_port())
+    yield settings
+    devnet_for(settings).down()
+
+
+def audited(world: World) -> str:
+    """The escrow step's summary of a passing audit against the chain."""
+    assert world.ledger.anchorer is not None
+    world.ledger.anchorer.anchor_latest()
+    report = audit_task(
+        world.ledger.store, world.task_id, anchors=world.anchors, escrow=world.escrow_chain
+    )
+    assert report.ok, [s.to_json() for s in report.steps]
+    return report.steps[6].detail
+
+
+@pytest.mark.devnet
+def test_an_unbound_contributors_payout_is_held_on_chain_and_released_once_it_binds(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    world = open_anvil_world(settings)
+    onboard_agents(world)
+    post_task(world)
+    sealed_auction(world)
+    onboarding = world.onboarding
+    real = onboarding.bind_payout
+    skipped: list[str] = []
+
+    def bind_payout(agent: AgentRecord, chain_id: int) -> str:
+        if not skipped:
+            skipped.append(agent.did)
+            return ""
+        return real(agent, chain_id)
+
+    monkeypatch.setattr(onboarding, "bind_payout", bind_payout)
+    run_awarded_task(world.context, world.task_id)
+    monkeypatch.undo()
+    [unbound] = skipped
+    world.clock.advance(1)
+    escrow = world.escrow
+    credits_before = {
+        did: escrow.credit(address)
+        for did in world.signers()
+        if (address := onboarding.payout_address(did, escrow.chain_id())) is not None
+    }
+
+    outcome = settle_task(world.market, onboarding, world.task_id)
+    owed = outcome.payouts[unbound]
+    assert owed > 0 and unbound not in outcome.payees
+    assert escrow.deposit_of(world.task_id) == (world.market.task(world.task_id).spec.budget, False)
+    assert escrow.chain.held(world.task_id) == owed
+    for did, address in outcome.payees.items():
+        assert escrow.credit(address) == credits_before.get(did, 0) + outcome.payouts[did]
+    body = logged_settlement(world.market, world.task_id)
+    assert body is not None and body["held"] == {unbound: str(owed)}
+    assert "1 payouts held in the escrow" in audited(world)
+    assert "1 still held" in audited(world)
+
+    address = onboarding.bind_payout(onboarding.registry.get(unbound), escrow.chain_id())
+    assert settle_task(world.market, onboarding, world.task_id).already
+    assert escrow.chain.held(world.task_id) == 0
+    assert escrow.credit(address) == owed
+    settle_task(world.market, onboarding, world.task_id)  # nothing left to release
+    assert escrow.credit(address) == owed
+    released = world.ledger.store.find(kind=SETTLEMENT_RELEASED, subject=world.task_id, limit=9)
+    assert len(released) == 1
+    assert "1 released to the address each bound" in audited(world)
