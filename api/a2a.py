@@ -89,7 +89,7 @@ from accord.api.problems import (
     domain_problem,
 )
 from accord.api.routes.deps import ApiState, Caller, State
-from accord.api.routes.market import TaskPost, post_task
+from accord.api.routes.market import TaskPost, post_task, readable_work
 from accord.api.routes.remote import EntryBody
 from accord.api.streams import SlotStream
 from accord.ledger import views
@@ -790,7 +790,6 @@ def view_of(
 ) -> TaskView:
     """The caller's view of `task` now (`changed`: its `changed_at`, when known). Raises
     BlobError when a stored deliverable was altered, StoreError when the database is away."""
-    from accord.coordinator.service import work_readers
     from accord.market.settlement import deliverable_view, logged_settlement
 
     context = env.context()
@@ -800,8 +799,7 @@ def view_of(
     if task.delivered_index is not None:
         settlement = logged_settlement(context.market, task.task_id)
     if artifacts and task.delivered_index is not None:
-        readers = work_readers(context, task)
-        readable = readers.readable_parts(task, env.caller, computed=settlement is not None)
+        readable = readable_work(context, task, env.caller, settlement)
         if readable is not None:
             deliverable = deliverable_view(context.market, task.task_id, readable)
     changed = changed_at(context, task) if changed is None else changed

@@ -814,7 +814,7 @@ def task_result(
             shown = json.dumps(entry["output"], ensure_ascii=False)
             say(f"    {escape(shown if len(shown) <= 300 else shown[:300] + '…')}")
         else:
-            say(f"    sealed until the settlement is computed (sha256 {entry['output_sha256']})")
+            say(f"    sealed: not paid for, or not settled yet (sha256 {entry['output_sha256']})")
     for part in data["missing"]:
         say(f"  [red]{part}: not delivered[/]")
     if data["checks"] is None:
