@@ -45,6 +45,8 @@ accord's lifecycle as A2A task states (the accord state is in `metadata.accord.s
                                                         check's verdict, the share paid, payouts)
     expired, refunded            TASK_STATE_FAILED      no valid bid: the budget went back
     cancelled                    TASK_STATE_CANCELED    its requester cancelled it unfunded
+    closed                       TASK_STATE_CANCELED    not funded when its bidding window ended:
+                                                        the service closed it
 
 From delivery on, the deliverable is the artifact `deliverable` (a data part, the view of
 `accord.market.settlement.deliverable_view`), sent again when it changes (the outputs the requester
@@ -154,6 +156,7 @@ A2A_STATE: Final[Mapping[TaskState, str]] = {
     "expired": FAILED,
     "refunded": FAILED,
     "cancelled": CANCELED,
+    "closed": CANCELED,
 }
 
 DEFAULT_PAGE: Final = 50
@@ -606,6 +609,11 @@ def status_text(task: Task, state: TaskState) -> str:
             return "ended without a winner: the budget was refunded to the requester"
         case "cancelled":
             return "cancelled by its requester before its escrow opened"
+        case "closed":
+            return (
+                "closed by the service: its budget was not deposited by the end of its bidding "
+                f"window ({rfc3339(task.bidding_ends)}); post it again and fund it to go on"
+            )
 
 
 def _accord_metadata(view: TaskView) -> dict[str, Any]:

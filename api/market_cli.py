@@ -158,7 +158,7 @@ class _ReadOnlyEscrow:
         raise ChainError("this command only reads the log: it does not reach the chain")
 
     open = refund_to_requester = requester_address = deposit_of = pay_out = chain_id = _refuse
-    operator_address = deposit_record = escrow_address = _refuse
+    operator_address = deposit_record = escrow_address = deposit_problem = _refuse
 
 
 @contextmanager

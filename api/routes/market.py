@@ -21,6 +21,7 @@ Who may act:
 
 from __future__ import annotations
 
+import math
 import os
 import uuid
 from collections.abc import Iterable, Mapping
@@ -33,6 +34,7 @@ from starlette.concurrency import run_in_threadpool
 
 from accord.api.problems import ProblemError
 from accord.api.routes.deps import (
+    ApiState,
     Caller,
     Context,
     SignedCaller,
@@ -282,7 +284,9 @@ def post_task(
     """A spec: posted and escrowed from the service's requester account, signed by the
     caller's key held here (403 for anybody else). `{"entry": ...}`: the caller's own signed
     `task.posted` (see `POST /tasks/prepare`), with its Idempotency-Key; the answer's
-    `escrow` is the deposit the caller's wallet makes before the task takes bids."""
+    `escrow` is the deposit the caller's wallet makes before the task takes bids. Each DID
+    posts at most `ApiConfig.post_burst` at once and `posts_per_hour` after that (429)."""
+    _throttle_posting(caller, state)
     if isinstance(body, EntryBody):
         return _post_signed(body, caller, context, state, idempotency_key)
     requester = _signer_of(context, caller)
@@ -295,6 +299,22 @@ def post_task(
     data = task_json(context, task)
     data["warnings"] = context.market.warnings(spec)
     return data
+
+
+def _throttle_posting(caller: str, state: ApiState) -> None:
+    """Raises ProblemError 429, with Retry-After, when `caller` is over its posting rate."""
+    wait = state.post_limiter.take(caller)
+    if wait is None:
+        return
+    seconds = max(1, math.ceil(wait))
+    config = state.config
+    raise ProblemError(
+        429,
+        f"{caller} posts at most {config.post_burst} tasks at once and {config.posts_per_hour} "
+        f"an hour after that: post again in {seconds} s",
+        kind="post-rate",
+        headers={"Retry-After": str(seconds)},
+    )
 
 
 def _post_signed(

@@ -334,3 +334,31 @@ def test_the_requester_reads_only_the_outputs_its_settlement_pays_for(
     assert shown["invoice-fields"]["total"] == "3128.46"
     assert sorted(view["withheld"]) == ["invoice-dates", "tax"]
     assert len(view["openings"]) == 2
+
+
+def test_a_posting_whose_deposit_would_fail_says_how_to_fund_it_and_logs_nothing(
+    service: tuple[str, MarketContext, dict[str, Signer]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url, context, signers = service
+    req = signers["req"]
+    empty = "0x" + secrets.token_hex(32)  # an account with no ether on the devnet
+    monkeypatch.setenv("ACCORD_REQUESTER_ETH_KEY", empty)
+    address = context.escrow.requester_address(empty)
+    logged = context.market.ledger.store.size()
+    request = invoice_request(budget="0.25eth")
+    refused = _call(url, req, "POST", "/tasks", json=request)
+    assert refused.status_code == 402, refused.text
+    assert refused.headers["content-type"].startswith("application/problem+json")
+    problem = refused.json()
+    assert problem["type"].endswith("deposit-refused")
+    detail = problem["detail"]
+    assert address in detail and str(25 * 10**16) in detail and "send" in detail
+    assert str(context.escrow.chain_id()) in detail
+    # nothing was logged: no task.posted left that nobody funds
+    assert context.market.ledger.store.size() == logged
+    assert list(context.market.iter_tasks(requester=req.did)) == []
+    # funded, the same posting goes through
+    context.fund_gas(address, Wei(10**18))
+    posted = _call(url, req, "POST", "/tasks", json=request)
+    assert posted.status_code == 201, posted.text
+    assert posted.json()["state"] == "bidding"

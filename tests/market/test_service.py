@@ -24,7 +24,7 @@ from accord.ledger.wiring import open_ledger
 from accord.market import sealed
 from accord.market.auction import RESERVE_SCORE, quality, score
 from accord.market.award import AdmittedCommitment, AdmittedReveal, replay_award
-from accord.market.errors import AuctionError, BidRejected, TransitionError
+from accord.market.errors import AuctionError, BidRejected, EscrowError, TransitionError
 from accord.market.escrow import EscrowActions, EscrowState, MemoryEscrowChain
 from accord.market.money import Wei
 from accord.market.reputation import reputation
@@ -682,10 +682,15 @@ def test_no_bid_on_a_task_whose_escrow_failed(
     escrow_chain: MemoryEscrowChain,
 ) -> None:
     _, alice = make_bidder("alice")
-    escrow_chain.available = False
+    escrow_chain.available = False  # the chain away: nothing is posted that nobody can fund
     with pytest.raises(ChainUnavailableError):
         post(market, requester)
     escrow_chain.available = True
+    assert market.tasks() == []
+    escrow_chain.auto_mine = False  # the deposit is sent but not mined before the answer
+    with pytest.raises(EscrowError, match="not mined yet"):
+        post(market, requester)
+    escrow_chain.auto_mine = True
     [task] = market.tasks()
     assert task.state == "posted"
     assert market.open_tasks_for(alice.did) == []
