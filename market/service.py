@@ -119,7 +119,7 @@ from accord.market.views import (
     track_records_of,
 )
 from accord.market.views import VIEW_NAME as TASK_VIEW
-from accord.market.work import dispute_fee, file_refs
+from accord.market.work import dispute_fee, file_refs, require_machine_verdict
 
 log = logging.getLogger("accord.market")
 
@@ -543,9 +543,10 @@ class Market:
         requester uploaded (`upload_file`), which the posting keeps for good
         (`BlobStore.claim`): every way of posting comes through here.
         Raises IdempotencyConflict when the key already posted another spec, WorkError naming
-        a file the requester does not hold, DepositRefused, and TaskError, EscrowError,
-        ChainError.
+        a file the requester does not hold or as `require_checkable`, DepositRefused, and
+        TaskError, EscrowError, ChainError.
         """
+        self.require_checkable(spec)
         task_id = posted_task_id(requester.did, idempotency_key)
         if idempotency_key is not None:
             posted = self._posted_again(task_id, requester.did, spec, idempotency_key)
@@ -573,6 +574,19 @@ class Market:
             assert posted is not None
             return self._escrowed(posted, requester_key)
         return self.escrow_task(task_id, requester_key=requester_key)
+
+    def require_checkable(self, spec: TaskSpec) -> None:
+        """Every way of posting asks this first. With no evaluator of rejections here (no
+        judge: ACCORD_JUDGE_URL unset, or not a URL), a spec none of whose checks can reject a
+        wrong answer that fits the output schema is refused before anything is logged or
+        escrowed (`accord.market.work.require_machine_verdict`): its reviews would be accepted
+        whatever was delivered. Raises WorkError at `$.checks`."""
+        try:
+            judge = judge_from_env()
+        except RegistryError:
+            judge = None  # misconfigured: no rejection could be judged (`review` says so)
+        if judge is None:
+            require_machine_verdict(spec.requester_checks)
 
     def _refuse_unfundable(
         self, task_id: str, requester: str, spec: TaskSpec, requester_key: str, address: str
@@ -612,8 +626,10 @@ class Market:
         id, whose body is not the one the service would log, whose account is not an
         Ethereum address or whose time is more than 2 minutes off the service's clock;
         IdempotencyConflict when the key already posted another spec or account; WorkError
-        naming a file the requester does not hold; SequenceError for a seq already taken.
+        naming a file the requester does not hold, or as `require_checkable`; SequenceError
+        for a seq already taken.
         """
+        self.require_checkable(spec)
         try:
             entry.verify()
         except LedgerError as exc:
@@ -664,8 +680,10 @@ class Market:
         """The task id and the `task.posted` body a requester holding its own key signs to
         post `spec`, its escrow paid from `escrow_from` (see `post_signed`). Logs nothing.
 
-        Raises TaskError for an account that is not an Ethereum address or a bad key.
+        Raises TaskError for an account that is not an Ethereum address or a bad key, WorkError
+        as `require_checkable`.
         """
+        self.require_checkable(spec)
         task_id = posted_task_id(requester, idempotency_key)
         return task_id, posted_body(task_id, spec, escrow_account(escrow_from))
 

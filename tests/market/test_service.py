@@ -42,7 +42,7 @@ from accord.market.tasks import (
     TaskSpec,
 )
 from accord.market.wiring import ChainEscrow
-from accord.market.work import Part
+from accord.market.work import ExpectCheck, Part
 from tests.market.conftest import REQUESTER_ADDRESS, REQUESTER_KEY, Bidder, Clock
 
 BUDGET = Wei(1_000)
@@ -56,11 +56,12 @@ MakeBidder = Callable[..., Bidder]
 def spec(
     budget: int = BUDGET, rule: PaymentRule = "second-score", capability: str = "arithmetic"
 ) -> TaskSpec:
-    example, _ = REGISTRY[capability].example()
+    example, expected = REGISTRY[capability].example()
     return TaskSpec(
         title="Add some numbers",
         description="Sum every line.",
         parts=(Part("sum", capability, example),),
+        checks=(ExpectCheck("right", 1, ("sum",), "$", "equals", expected),),
         budget=Wei(budget),
         bidding=timedelta(seconds=30),
         reveal=timedelta(seconds=30),
