@@ -14,9 +14,14 @@ says who is shown the sealed outputs themselves:
                                             verdicts in the log
 
 A part is **paid for** when the settlement pays the team something and either one of the
-requester's checks that reads the part passed, or the part's producer is paid and none of the
-requester's checks that read the part failed. A part nobody was paid for stays sealed for the
-requester for good: a check that fails correct work takes its refund, not the work.
+requester's checks that reads the part passed (an inconclusive one is logged as passed: it never
+costs the team), or its producer was paid for it: the settlement gives the part a positive
+value (`part_values`, where the settlement values parts), or, in a settlement that values only
+members, the producer is paid and none of the requester's checks that read the part failed.
+A part nobody was paid for stays sealed for the requester for good: a check that fails correct
+work takes its refund, not the work. The check weights are the requester's own, public price
+of each part: a trivial check on a part buys it at that weight's share, which the team sees
+before it bids.
 
 Pure: the callers read the task, its team, its logged settlement and the deliverable's producers.
 """
@@ -25,6 +30,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any
 
 from accord.market.tasks import Task
@@ -37,7 +43,7 @@ def paid_parts(
     """Pure: the parts of `task` its logged settlement (the body of `settlement.computed`) pays
     for, given each delivered part's producer (`producers`: part id → DID). Nothing when the
     settlement pays the team nothing. A settlement body that does not say what it paid (no
-    amount, unreadable verdicts) pays for nothing."""
+    amount, unreadable verdicts or values) pays for nothing."""
     try:
         amount = int(str(settlement.get("amount", "0")))
         payouts = {
@@ -47,7 +53,13 @@ def paid_parts(
             str(check["id"]): check.get("passed") is True
             for check in settlement.get("checks") or []
         }
-    except (TypeError, ValueError, KeyError, AttributeError):
+        logged_values = settlement.get("part_values")
+        part_values = (
+            None
+            if logged_values is None
+            else {str(p): Fraction(str(v)) for p, v in dict(logged_values).items()}
+        )
+    except (TypeError, ValueError, KeyError, AttributeError, ZeroDivisionError):
         return frozenset()
     if amount <= 0:
         return frozenset()
@@ -58,6 +70,9 @@ def paid_parts(
             continue
         (passed if verdicts[check.check_id] else failed).update(check.reads)
     every = {p.part_id for p in task.spec.parts}
+    if part_values is not None:
+        valued = {part for part, value in part_values.items() if value > 0}
+        return frozenset(p for p in every if p in passed or p in valued)
     paid_producer = {part for part, producer in producers.items() if payouts.get(producer, 0) > 0}
     return frozenset(p for p in every if p in passed or (p in paid_producer and p not in failed))
 
