@@ -45,6 +45,8 @@ accord's lifecycle as A2A task states (the accord state is in `metadata.accord.s
                                                         check's verdict, the share paid, payouts)
     expired, refunded            TASK_STATE_FAILED      no valid bid: the budget went back
     cancelled                    TASK_STATE_CANCELED    its requester cancelled it unfunded
+    closed                       TASK_STATE_CANCELED    not funded when its bidding window ended:
+                                                        the service closed it
 
 From delivery on, the deliverable is the artifact `deliverable` (a data part, the view of
 `accord.market.settlement.deliverable_view`), sent again when it changes (the outputs the requester
@@ -89,7 +91,7 @@ from accord.api.problems import (
     domain_problem,
 )
 from accord.api.routes.deps import ApiState, Caller, State
-from accord.api.routes.market import TaskPost, post_task
+from accord.api.routes.market import TaskPost, post_task, readable_work
 from accord.api.routes.remote import EntryBody
 from accord.api.streams import SlotStream
 from accord.ledger import views
@@ -154,6 +156,7 @@ A2A_STATE: Final[Mapping[TaskState, str]] = {
     "expired": FAILED,
     "refunded": FAILED,
     "cancelled": CANCELED,
+    "closed": CANCELED,
 }
 
 DEFAULT_PAGE: Final = 50
@@ -606,6 +609,11 @@ def status_text(task: Task, state: TaskState) -> str:
             return "ended without a winner: the budget was refunded to the requester"
         case "cancelled":
             return "cancelled by its requester before its escrow opened"
+        case "closed":
+            return (
+                "closed by the service: its budget was not deposited by the end of its bidding "
+                f"window ({rfc3339(task.bidding_ends)}); post it again and fund it to go on"
+            )
 
 
 def _accord_metadata(view: TaskView) -> dict[str, Any]:
@@ -790,7 +798,6 @@ def view_of(
 ) -> TaskView:
     """The caller's view of `task` now (`changed`: its `changed_at`, when known). Raises
     BlobError when a stored deliverable was altered, StoreError when the database is away."""
-    from accord.coordinator.service import work_readers
     from accord.market.settlement import deliverable_view, logged_settlement
 
     context = env.context()
@@ -800,8 +807,7 @@ def view_of(
     if task.delivered_index is not None:
         settlement = logged_settlement(context.market, task.task_id)
     if artifacts and task.delivered_index is not None:
-        readers = work_readers(context, task)
-        readable = readers.readable_parts(task, env.caller, computed=settlement is not None)
+        readable = readable_work(context, task, env.caller, settlement)
         if readable is not None:
             deliverable = deliverable_view(context.market, task.task_id, readable)
     changed = changed_at(context, task) if changed is None else changed

@@ -157,7 +157,7 @@ class _ReadOnlyEscrow:
         raise ChainError("this command only reads the log: it does not reach the chain")
 
     open = refund_to_requester = requester_address = deposit_of = pay_out = chain_id = _refuse
-    operator_address = deposit_record = escrow_address = release = _refuse
+    operator_address = deposit_record = escrow_address = release = deposit_problem = _refuse
 
 
 @contextmanager
@@ -231,6 +231,14 @@ def task_post(
         str | None,
         typer.Option("--input", help="The part's input: JSON, or @file.json."),
     ] = None,
+    expect: Annotated[
+        str | None,
+        typer.Option(
+            help="The output the part must give: JSON, or @file.json (an `expect` check "
+            "equal to it). Without a judge on the service, a task needs a check that can "
+            "reject a wrong answer."
+        ),
+    ] = None,
     description: Annotated[str, typer.Option(help="What the deliverable must contain.")] = "",
     bidding: Annotated[str, typer.Option(help="How long sealed bids are taken.")] = "30s",
     reveal: Annotated[str, typer.Option(help="How long bids are revealed after that.")] = "30s",
@@ -269,7 +277,9 @@ def task_post(
 ) -> None:
     """Post a paid task (the requester's parts and checks); its budget is escrowed on chain in
     the same step. Either --spec FILE, or the flags of a single part: --title, --budget,
-    --capability and --input (checked by its output schema and the requester's review).
+    --capability and --input, and --expect (the output it must give; without it the part is
+    checked by its output schema and the requester's review only, which a service with no
+    judge refuses, exit 2).
 
     With --server URL you are a requester holding your own keys: --key signs the posting,
     and your account (--eth-key FILE) deposits the budget itself; the command returns once
@@ -279,8 +289,11 @@ def task_post(
     if rule not in PAYMENT_RULES:
         fail(f"--rule must be one of {', '.join(PAYMENT_RULES)}", code=2)
     if spec is not None:
-        if any(v is not None for v in (title, budget, capability, input_json)):
-            fail("give either --spec or --title/--budget/--capability/--input, not both", 2)
+        if any(v is not None for v in (title, budget, capability, input_json, expect)):
+            fail(
+                "give either --spec or --title/--budget/--capability/--input/--expect, not both",
+                2,
+            )
         request, request_files = _read_spec(spec)
     else:
         missing = [
@@ -306,6 +319,9 @@ def task_post(
             "rule": rule,
             "parts": [{"id": "part", "capability": capability, "input": _json_arg(input_json)}],
         }
+        if expect is not None:
+            expected = {"id": "expected", "weight": 1, "kind": "expect", "part": "part"}
+            request["checks"] = [{**expected, "path": "$", "equals": _json_arg(expect, "--expect")}]
         request_files = {}
     if server:
         if as_agent is not None:
@@ -414,7 +430,7 @@ def _post_remote(
         output.warn(warning)
 
 
-def _json_arg(text: str | None) -> Any:
+def _json_arg(text: str | None, flag: str = "--input") -> Any:
     """JSON given on the command line, or `@path` to a JSON file. Exits 2 otherwise."""
     assert text is not None
     try:
@@ -424,7 +440,7 @@ def _json_arg(text: str | None) -> Any:
     except OSError as exc:
         fail(f"cannot read {text[1:]}: {exc.strerror}", 2)
     except ValueError as exc:
-        fail(f"--input is not JSON: {exc}", 2)
+        fail(f"{flag} is not JSON: {exc}", 2)
 
 
 def _read_spec(path: Path) -> tuple[dict[str, Any], dict[str, bytes]]:
@@ -819,7 +835,7 @@ def task_result(
             shown = json.dumps(entry["output"], ensure_ascii=False)
             say(f"    {escape(shown if len(shown) <= 300 else shown[:300] + '…')}")
         else:
-            say(f"    sealed until the settlement is computed (sha256 {entry['output_sha256']})")
+            say(f"    sealed: not paid for, or not settled yet (sha256 {entry['output_sha256']})")
     for part in data["missing"]:
         say(f"  [red]{part}: not delivered[/]")
     if data["checks"] is None:

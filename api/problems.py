@@ -50,6 +50,7 @@ from accord.market.errors import (
     AmountError,
     AuctionError,
     BidRejected,
+    DepositRefused,
     EscrowError,
     IdempotencyConflict,
     LimitError,
@@ -71,6 +72,7 @@ PROBLEM_BASE = "urn:accord:problem:"
 TITLES = {
     400: "Bad request",
     401: "Not authenticated",
+    402: "Payment required",
     403: "Forbidden",
     404: "Not found",
     405: "Method not allowed",
@@ -183,6 +185,8 @@ def domain_problem(exc: Exception) -> ProblemError:
             return ProblemError(409, detail, kind="transition")
         case IdempotencyConflict():
             return ProblemError(409, detail, kind="idempotency")
+        case DepositRefused():
+            return ProblemError(402, detail, kind="deposit-refused", reason="unfunded")
         case AuctionError() | EscrowError():
             return ProblemError(409, detail)
         case WorkError(path=path):

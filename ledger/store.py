@@ -104,6 +104,7 @@ ONCE_PER_SUBJECT: frozenset[str] = frozenset(
         "task.delivered",
         "settlement.computed",
         "task.settled",
+        "task.closed",
     }
 )
 

@@ -104,6 +104,17 @@ class EscrowError(MarketError):
     """The escrow contract refused an action or holds something the market did not expect."""
 
 
+class DepositRefused(EscrowError):
+    """A posting whose deposit the chain would refuse (too little money for the budget and
+    its gas, or the contract refusing it): nothing was logged or sent. `address` is the
+    account that pays, `amount` the budget in wei it must deposit (gas on top)."""
+
+    def __init__(self, message: str, *, address: str, amount: int) -> None:
+        super().__init__(message)
+        self.address = address
+        self.amount = amount
+
+
 class InvalidBidError(AuctionError):
     """A revealed bid handed to the auction is not admissible (`reason`: over-budget,
     malformed, second-bid); the reveal checks should have refused it earlier."""

@@ -11,6 +11,9 @@ someone at the CLI (`accord serve` runs it every few seconds; `LifecycleWorker`)
     posted, its deposit on chain        log `escrow.opened` (`Market.recover`); an escrow under
                                         its key that is not its deposit (another account, amount
                                         or deadline) waits, saying why
+    posted, its bidding window over     close it (`Market.close_unfunded`: `task.closed`, with
+                                        the reason), unless its deposit came after all: it
+                                        leaves the rounds, which no longer read the chain for it
     delivered, its review window over   settle: checks, Shapley split, paid on chain; one
                                         that waits (a dispute whose evaluator is away, a
                                         judge that does not answer) is tried again later
@@ -37,7 +40,7 @@ from accord.market.notices import tell_winner
 from accord.market.tasks import Task, clock_state
 from accord.market.wiring import MarketContext
 
-Action = Literal["award", "recover", "expire", "settle"]
+Action = Literal["award", "recover", "expire", "settle", "close"]
 WATCHED_STATES = ("revealing", "expired", "posted", "awarded", "running", "delivered")
 """The states `due` may act on: the worker lists only these (one indexed query each)."""
 WAITING_RETRY = timedelta(minutes=1)
@@ -69,6 +72,8 @@ def due(tasks: Iterable[Task], now: datetime) -> list[Due]:
         state = clock_state(task, now)
         if state == "revealing" and now >= task.reveal_ends:
             found.append(Due(task.task_id, "award"))
+        elif state == "posted" and now >= task.bidding_ends:
+            found.append(Due(task.task_id, "close"))
         elif state in ("expired", "posted"):
             found.append(Due(task.task_id, "recover"))
         elif state in ("awarded", "running") and now >= task.delivery_deadline:
@@ -108,6 +113,12 @@ def run_due(
                     results.append(Done(item, "done", "brought level with the chain"))
                 elif item.task_id in market.unmatched_deposits:
                     results.append(Done(item, "waits", market.unmatched_deposits[item.task_id]))
+            elif item.action == "close":
+                closed = market.close_unfunded(item.task_id)
+                detail = "not funded by the end of bidding: closed"
+                if closed.state != "closed":
+                    detail = "its deposit came after all: escrow opened"
+                results.append(Done(item, "done", detail))
             elif item.action == "expire":
                 market.expire_undelivered(item.task_id)
                 results.append(Done(item, "done", "not delivered by the deadline: refunded"))

@@ -8,20 +8,73 @@ says who is shown the sealed outputs themselves:
                                             its settlement not yet computed, the outputs of
                                             the parts its review checks read (it must see
                                             what it judges); once the settlement is
-                                            computed (what it pays is fixed), every output
+                                            computed, the outputs of the parts it pays for
+                                            (`paid_parts`), and no other
     anyone else                             nothing: the commitments and the operator-signed
                                             verdicts in the log
 
-Pure: the callers read the task, its team and whether its settlement is computed.
+A part is **paid for** when the settlement pays the team something and either one of the
+requester's checks that reads the part passed (an inconclusive one is logged as passed: it never
+costs the team), or its producer was paid for it: the settlement gives the part a positive
+value (`part_values`, where the settlement values parts), or, in a settlement that values only
+members, the producer is paid and none of the requester's checks that read the part failed.
+A part nobody was paid for stays sealed for the requester for good: a check that fails correct
+work takes its refund, not the work. The check weights are the requester's own, public price
+of each part: a trivial check on a part buys it at that weight's share, which the team sees
+before it bids.
+
+Pure: the callers read the task, its team, its logged settlement and the deliverable's producers.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
 
 from accord.market.tasks import Task
 from accord.market.work import ReviewCheck
+
+
+def paid_parts(
+    task: Task, settlement: Mapping[str, Any], producers: Mapping[str, str]
+) -> frozenset[str]:
+    """Pure: the parts of `task` its logged settlement (the body of `settlement.computed`) pays
+    for, given each delivered part's producer (`producers`: part id → DID). Nothing when the
+    settlement pays the team nothing. A settlement body that does not say what it paid (no
+    amount, unreadable verdicts or values) pays for nothing."""
+    try:
+        amount = int(str(settlement.get("amount", "0")))
+        payouts = {
+            str(did): int(str(wei)) for did, wei in dict(settlement.get("payouts") or {}).items()
+        }
+        verdicts = {
+            str(check["id"]): check.get("passed") is True
+            for check in settlement.get("checks") or []
+        }
+        logged_values = settlement.get("part_values")
+        part_values = (
+            None
+            if logged_values is None
+            else {str(p): Fraction(str(v)) for p, v in dict(logged_values).items()}
+        )
+    except (TypeError, ValueError, KeyError, AttributeError, ZeroDivisionError):
+        return frozenset()
+    if amount <= 0:
+        return frozenset()
+    passed: set[str] = set()
+    failed: set[str] = set()
+    for check in task.spec.requester_checks:
+        if check.check_id not in verdicts:
+            continue
+        (passed if verdicts[check.check_id] else failed).update(check.reads)
+    every = {p.part_id for p in task.spec.parts}
+    if part_values is not None:
+        valued = {part for part, value in part_values.items() if value > 0}
+        return frozenset(p for p in every if p in passed or p in valued)
+    paid_producer = {part for part, producer in producers.items() if payouts.get(producer, 0) > 0}
+    return frozenset(p for p in every if p in passed or (p in paid_producer and p not in failed))
 
 
 @dataclass(frozen=True)
@@ -40,16 +93,19 @@ class WorkReaders:
         """Whether `caller` reads the task's input files: the requester and those at work."""
         return caller == task.requester or self.works_on(task, caller)
 
-    def readable_parts(self, task: Task, caller: str, *, computed: bool) -> frozenset[str] | None:
-        """The parts whose outputs `caller` reads now (`computed`: the settlement is logged);
-        None when it may not see the task's work at all (not even its commitments through
-        the service: they are in the public log)."""
+    def readable_parts(
+        self, task: Task, caller: str, *, paid: Collection[str] | None
+    ) -> frozenset[str] | None:
+        """The parts whose outputs `caller` reads now; `paid` is None while the settlement is
+        not computed and `paid_parts` once it is. None when `caller` may not see the task's
+        work at all (not even its commitments through the service: they are in the public
+        log)."""
         every = frozenset(p.part_id for p in task.spec.parts)
         if self.works_on(task, caller):
             return every
         if caller != task.requester:
             return None
-        if computed:
-            return every
+        if paid is not None:
+            return every & frozenset(paid)
         reviewed = (c.reads for c in task.spec.rubric if isinstance(c, ReviewCheck))
         return frozenset(p for reads in reviewed for p in reads if p in every)

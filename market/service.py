@@ -21,6 +21,8 @@ Every action is a signed ledger event whose subject is the task id, and a task i
     review.given     requester   accept or reject of one review check, in the review window
     task.cancelled   requester   a posted task whose escrow never opened ends (`cancel`,
                                  or `cancel_signed` with the requester's own entry)
+    task.closed      operator    a posted task still not funded when its bidding window
+                                 ended ends, with the reason (`close_unfunded`)
 
 A task's input files and its deliverable are blobs named by their SHA-256 (`accord.market.blobs`).
 
@@ -65,12 +67,13 @@ from accord.market.check_io import judge_from_env
 from accord.market.errors import (
     AuctionError,
     BidRejected,
+    DepositRefused,
     IdempotencyConflict,
     TaskError,
     TransitionError,
     WorkError,
 )
-from accord.market.money import Wei
+from accord.market.money import Wei, format_eth
 from accord.market.projections import read_views
 from accord.market.reputation import (
     RequesterRecord,
@@ -91,6 +94,7 @@ from accord.market.tasks import (
     REVIEW_GIVEN,
     TASK_AWARDED,
     TASK_CANCELLED,
+    TASK_CLOSED,
     TASK_DELIVERED,
     TASK_EXPIRED,
     TASK_KINDS,
@@ -115,11 +119,15 @@ from accord.market.views import (
     track_records_of,
 )
 from accord.market.views import VIEW_NAME as TASK_VIEW
-from accord.market.work import dispute_fee, file_refs
+from accord.market.work import dispute_fee, file_refs, require_machine_verdict
 
 log = logging.getLogger("accord.market")
 
 MAX_TASK_EVENTS = 100_000
+UNFUNDED_REASON = (
+    "not funded when its bidding window ended: no deposit of its budget from its escrow "
+    "account was on chain, so nobody could bid"
+)
 MAX_REJECTION_REASON = 2000
 _BOOK_PAGE = 5000
 LIFECYCLE_KINDS = tuple(kind for kind in TASK_KINDS if kind not in (BID_COMMITTED, BID_REVEALED))
@@ -164,6 +172,15 @@ class EscrowPort(Protocol):
 
     def requester_address(self, requester_key: str) -> str:
         """The chain account of a requester key."""
+        ...
+
+    def deposit_problem(
+        self, task_id: str, deadline: datetime, deposit: Wei, requester_key: str
+    ) -> str | None:
+        """Why the chain would refuse `open` of `task_id`'s escrow from the requester's account
+        now (too little money for the deposit and its gas, the contract refusing it), or None.
+        Sends nothing. Raises ChainUnavailableError when the chain does not answer,
+        FeesAboveCeilingError when its fees are above the service's ceiling."""
         ...
 
     def deposit_of(self, task_id: str) -> tuple[Wei, bool] | None:
@@ -524,22 +541,28 @@ class Market:
     ) -> Task:
         """Post a task and escrow its budget from the requester's chain account.
 
-        The posting is logged first, then the deposit is made and `escrow.opened` logged: a
-        task whose deposit failed stays `posted` (no bids) and can be re-escrowed with
-        `escrow_task`. With an `idempotency_key` the task's id is derived from the requester
-        and the key (`posted_task_id`), so posting again with that key, from any process, gives
-        back the same task, its escrow finished if it was interrupted, never a second task or
-        deposit. A spec names only files its requester uploaded (`upload_file`), which the
-        posting keeps for good (`BlobStore.claim`): every way of posting comes through here.
+        A deposit the chain would refuse (too little money in the account) is refused before
+        anything is logged (DepositRefused, saying what to fund). The posting is then logged,
+        the deposit made and `escrow.opened` logged: a task whose deposit failed all the same
+        stays `posted` (no bids), can be re-escrowed with `escrow_task`, and is closed when
+        its bidding window ends unfunded (`close_unfunded`). With an `idempotency_key` the
+        task's id is derived from the requester and the key (`posted_task_id`), so posting
+        again with that key, from any process, gives back the same task, its escrow finished
+        if it was interrupted, never a second task or deposit. A spec names only files its
+        requester uploaded (`upload_file`), which the posting keeps for good
+        (`BlobStore.claim`): every way of posting comes through here.
         Raises IdempotencyConflict when the key already posted another spec, WorkError naming
-        a file the requester does not hold, and TaskError, EscrowError, ChainError.
+        a file the requester does not hold or as `require_checkable`, DepositRefused, and
+        TaskError, EscrowError, ChainError.
         """
+        self.require_checkable(spec)
         task_id = posted_task_id(requester.did, idempotency_key)
         if idempotency_key is not None:
             posted = self._posted_again(task_id, requester.did, spec, idempotency_key)
             if posted is not None:
                 return self._escrowed(posted, requester_key)
         address = self.escrow.requester_address(requester_key)
+        self._refuse_unfundable(task_id, requester.did, spec, requester_key, address)
         self._claim_files(requester.did, spec, task_id)
         for sha in spec.files:
             try:
@@ -561,6 +584,42 @@ class Market:
             return self._escrowed(posted, requester_key)
         return self.escrow_task(task_id, requester_key=requester_key)
 
+    def require_checkable(self, spec: TaskSpec) -> None:
+        """Every way of posting asks this first. With no evaluator of rejections here (no
+        judge: ACCORD_JUDGE_URL unset, or not a URL), a spec none of whose checks can reject a
+        wrong answer that fits the output schema is refused before anything is logged or
+        escrowed (`accord.market.work.require_machine_verdict`): its reviews would be accepted
+        whatever was delivered. Raises WorkError at `$.checks`."""
+        try:
+            judge = judge_from_env()
+        except RegistryError:
+            judge = None  # misconfigured: no rejection could be judged (`review` says so)
+        if judge is None:
+            require_machine_verdict(spec.requester_checks)
+
+    def _refuse_unfundable(
+        self, task_id: str, requester: str, spec: TaskSpec, requester_key: str, address: str
+    ) -> None:
+        """Raises DepositRefused, before anything is logged, when the chain would refuse the
+        deposit of `spec`'s budget from `address` (so no posting is left that nobody funds),
+        saying how much to put where; what `EscrowPort.deposit_problem` raises."""
+        deadline = Task(task_id, requester, spec, self.clock(), "posted").escrow_deadline
+        problem = self.escrow.deposit_problem(task_id, deadline, spec.budget, requester_key)
+        if problem is None or self.escrow.deposit_record(task_id) is not None:
+            # An escrow already under the key: another process posted this idempotency key
+            # meanwhile (its posting is answered), or a stranger opened it (the task waits).
+            return
+        chain = self.escrow.chain_id()
+        raise DepositRefused(
+            f"the deposit of the budget, {spec.budget} wei ({format_eth(spec.budget)}), "
+            f"from {address} would fail ({problem}), so nothing is posted: send {address} at "
+            f"least {spec.budget} wei plus gas on chain {chain} (the escrow contract is "
+            f"{self.escrow.escrow_address()}), or pay from another funded account, then post "
+            "again",
+            address=address,
+            amount=spec.budget,
+        )
+
     def post_signed(self, entry: Entry, spec: TaskSpec, *, idempotency_key: str) -> Task:
         """Post a task whose requester holds its own key: `entry` is its `task.posted`,
         signed by itself, whose body is exactly `posted_body(task_id, spec, escrow_from)`
@@ -576,8 +635,10 @@ class Market:
         id, whose body is not the one the service would log, whose account is not an
         Ethereum address or whose time is more than 2 minutes off the service's clock;
         IdempotencyConflict when the key already posted another spec or account; WorkError
-        naming a file the requester does not hold; SequenceError for a seq already taken.
+        naming a file the requester does not hold, or as `require_checkable`; SequenceError
+        for a seq already taken.
         """
+        self.require_checkable(spec)
         try:
             entry.verify()
         except LedgerError as exc:
@@ -628,8 +689,10 @@ class Market:
         """The task id and the `task.posted` body a requester holding its own key signs to
         post `spec`, its escrow paid from `escrow_from` (see `post_signed`). Logs nothing.
 
-        Raises TaskError for an account that is not an Ethereum address or a bad key.
+        Raises TaskError for an account that is not an Ethereum address or a bad key, WorkError
+        as `require_checkable`.
         """
+        self.require_checkable(spec)
         task_id = posted_task_id(requester, idempotency_key)
         return task_id, posted_body(task_id, spec, escrow_account(escrow_from))
 
@@ -882,6 +945,41 @@ class Market:
         except ExamError as exc:
             raise TaskError(str(exc)) from exc
         self.ledger.append_entries([entry])
+        return self.task(task_id)
+
+    def close_unfunded(self, task_id: str) -> Task:
+        """End a posted task whose deposit is still not on chain when its bidding window has
+        ended: `task.closed`, signed by the operator, with the reason. The chain is read first:
+        a deposit that came after all gets its `escrow.opened` instead (the auction then finds
+        no bid, and the deposit is refunded). A deposit made after the close is not the
+        service's to watch: the escrow contract refunds it to its depositor after its deadline.
+        Returns the task as it is then (`closed`, or escrowed).
+
+        Raises TransitionError unless the task is posted, TaskError before its bidding window
+        ends, ChainError when the chain cannot say.
+        """
+        task = self.task(task_id)
+        if task.state != "posted":
+            raise TransitionError(task_id, task.state, "closed")
+        if self.clock() < task.bidding_ends:
+            raise TaskError(
+                f"{task_id} may be funded until its bidding window ends at "
+                f"{task.bidding_ends.isoformat()}"
+            )
+        task = self._opened_if_deposited(task)
+        if task.state != "posted":
+            return task
+        self.ledger.append(
+            self.ledger.operator,
+            TASK_CLOSED,
+            subject=task_id,
+            body={
+                "task_id": task_id,
+                "reason": UNFUNDED_REASON,
+                "bidding_ends": task.bidding_ends.isoformat(),
+            },
+        )
+        self.unmatched_deposits.pop(task_id, None)
         return self.task(task_id)
 
     def _cancellable(self, requester: str, task_id: str) -> Task:

@@ -2,7 +2,9 @@
 
     posted ─escrow.opened─► bidding ─(time)─► revealing ─(time)─► awarded ─► running
        │                                                     │                 │
-       └──────────────(never escrowed)                       └► expired ─► refunded
+       ├──────────────(never escrowed)                       └► expired ─► refunded
+       ├─task.cancelled (its requester) ─► cancelled
+       └─task.closed (the operator: not funded when bidding ended) ─► closed
     running ─task.delivered─► delivered ─settlement─► settled
 
 A task's state is never stored by itself: `replay(events)` folds the task's ledger events, in
@@ -51,6 +53,7 @@ TaskState = Literal[
     "expired",
     "refunded",
     "cancelled",
+    "closed",
 ]
 
 # Event kinds of the market, in the ledger.
@@ -71,6 +74,9 @@ SETTLEMENT_RELEASED = "settlement.released"
 its owner bound since: logged once per task and payee by `accord.market.settlement`, after
 `TaskEscrow.release`."""
 REVIEW_GIVEN = "review.given"
+TASK_CLOSED = "task.closed"
+"""Logged by the operator for a posted task still not funded when its bidding window ended:
+the task ends, with the reason, and the service stops looking at the chain for it."""
 ONCE_PER_TASK = (
     ESCROW_OPENED,
     TASK_AWARDED,
@@ -79,6 +85,7 @@ ONCE_PER_TASK = (
     TASK_STARTED,
     TASK_DELIVERED,
     TASK_SETTLED,
+    TASK_CLOSED,
 )
 TASK_CANCELLED = "task.cancelled"
 """Logged by the requester of a posted task whose escrow never opened: nothing was deposited,
@@ -96,6 +103,7 @@ TASK_KINDS = (
     TASK_SETTLED,
     REVIEW_GIVEN,
     TASK_CANCELLED,
+    TASK_CLOSED,
 )
 
 TITLE_MAX = 200
@@ -389,6 +397,10 @@ def step(task: Task | None, event: TaskEvent) -> Task:
         )
     match event.kind:
         case "escrow.opened":
+            if task.state == "closed":
+                # Its deposit came after all, once the posting was closed: it goes back (the
+                # lifecycle refunds an expired escrowed task), the task stays ended.
+                return replace(task, state="expired", escrowed=True)
             _require(task, "posted", "escrowed")
             return replace(task, state="bidding", escrowed=True)
         case "bid.committed" | "bid.revealed" | "review.given":
@@ -425,6 +437,17 @@ def step(task: Task | None, event: TaskEvent) -> Task:
             if event.actor != task.requester:
                 raise TaskError(f"only the requester {task.requester} cancels {task.task_id}")
             return replace(task, state="cancelled")
+        case "task.closed":
+            if task.state != "posted":
+                # Its deposit was logged, or its requester cancelled it, first (another
+                # process): the close changes nothing.
+                return task
+            if event.at < task.bidding_ends:
+                raise TaskError(
+                    f"{task.task_id} is closed at {event.at.isoformat()}, before its bidding "
+                    f"window ended at {task.bidding_ends.isoformat()}"
+                )
+            return replace(task, state="closed")
         case _:
             raise TaskError(f"{event.kind} is not a task event")
 
@@ -456,6 +479,8 @@ def _applied(task: Task, kind: str) -> bool:
             return task.delivered_index is not None
         case "task.settled":
             return task.state == "settled"
+        case "task.closed":
+            return task.state == "closed"
         case _:
             return False
 

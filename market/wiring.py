@@ -9,7 +9,7 @@ from datetime import datetime
 from accord.identity.onboarding import Onboarding, open_onboarding
 from accord.ledger.chain import DEVNET_OPERATOR_KEY
 from accord.ledger.devnet import DevnetInfo, rpc_call
-from accord.ledger.errors import ChainError
+from accord.ledger.errors import ChainError, ChainUnavailableError, FeesAboveCeilingError
 from accord.ledger.service import Ledger
 from accord.ledger.settings import Settings
 from accord.ledger.signing import Signer
@@ -25,6 +25,7 @@ from accord.market.escrow import (
     address_of,
     ensure_escrow,
 )
+from accord.market.escrow.values import open_intent
 from accord.market.money import Wei
 from accord.market.service import EscrowDeposit, EscrowReceipt, Market
 
@@ -68,6 +69,21 @@ class ChainEscrow:
             return address_of(requester_key)
         except (ValueError, TypeError) as exc:
             raise EscrowError(f"the requester key is not a hex private key: {exc}") from exc
+
+    def deposit_problem(
+        self, task_id: str, deadline: datetime, deposit: Wei, requester_key: str
+    ) -> str | None:
+        """Why the chain would refuse opening `task_id`'s escrow from the requester's key now,
+        or None: the transaction is prepared (its gas estimated by the node) and not sent.
+        Raises ChainUnavailableError, FeesAboveCeilingError."""
+        intent = open_intent(task_id, deposit, int(deadline.timestamp()))
+        try:
+            self.chain.build_tx(requester_key, intent)
+        except (ChainUnavailableError, FeesAboveCeilingError):
+            raise
+        except (ChainError, EscrowError, ValueError) as exc:
+            return str(exc)
+        return None
 
     def withdraw(self, payee_key: str) -> EscrowReceipt:
         """Pull the payee's credit to its account (it pays the gas)."""

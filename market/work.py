@@ -622,6 +622,70 @@ def default_checks(parts: Sequence[Part]) -> tuple[Check, ...]:
     return tuple(checks)
 
 
+# -- a machine verdict: what can reject a wrong answer without an evaluator -----------------
+
+VALUE_KEYWORDS = frozenset({"const", "enum"})
+"""The JSON Schema keywords that name the values an answer must have: a schema check holding
+one of them (anywhere in the schema, at a keyword's place) can reject a wrong answer that its
+capability's output schema accepts. Formats and ranges (`pattern`, `minimum`…) do not count:
+the capabilities' own output schemas use them, and a wrong total or date fits them."""
+_SUBSCHEMA = ("items", "additionalProperties", "contains", "not", "if", "then", "else")
+_SUBSCHEMA_MORE = ("unevaluatedItems", "unevaluatedProperties")
+_SUBSCHEMA_LISTS = ("allOf", "anyOf", "oneOf", "prefixItems")
+_SUBSCHEMA_MAPS = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
+
+
+def constrains_values(schema: Any) -> bool:
+    """Pure: whether `schema` uses a keyword of `VALUE_KEYWORDS` at a keyword's place, for
+    values (a property merely named `enum`, or `propertyNames`' enum of keys, does not
+    count)."""
+    if not isinstance(schema, Mapping):
+        return False
+    if any(keyword in schema for keyword in VALUE_KEYWORDS):
+        return True
+    nested: list[Any] = [schema.get(k) for k in (*_SUBSCHEMA, *_SUBSCHEMA_MORE)]
+    for keyword in _SUBSCHEMA_LISTS:
+        value = schema.get(keyword)
+        nested.extend(value if isinstance(value, list) else [])
+    for keyword in _SUBSCHEMA_MAPS:
+        value = schema.get(keyword)
+        nested.extend(value.values() if isinstance(value, Mapping) else [])
+    return any(constrains_values(sub) for sub in nested)
+
+
+def rejects_wrong_answers(check: Check) -> bool:
+    """Pure: whether `check` can fail a wrong answer that fits its capability's output schema
+    without an evaluator: an `expect`, a `python` check, or a `schema` that names values
+    (`constrains_values`). A review (accepted unless a rejection is judged), a judge (a
+    model) and a schema of types only cannot."""
+    match check:
+        case ExpectCheck() | PythonCheck():
+            return True
+        case SchemaCheck():
+            return constrains_values(check.schema)
+        case _:
+            return False
+
+
+def require_machine_verdict(checks: Sequence[Check]) -> None:
+    """Pure: the rule for a service with no evaluator of rejections (no judge): a spec is
+    posted only when one of its `checks` can reject a schema-valid wrong answer
+    (`rejects_wrong_answers`); otherwise its reviews would be accepted whatever was delivered
+    and the work paid in full. Raises WorkError at `$.checks` saying what to add."""
+    if any(rejects_wrong_answers(check) for check in checks):
+        return
+    kinds = sorted({check.kind for check in checks})
+    given = f"its checks ({', '.join(kinds)})" if checks else "it has no checks, and"
+    raise WorkError(
+        f"this task would be paid in full for any answer that fits the output schema: "
+        f"{given} cannot reject a wrong answer, and this service has no evaluator to decide a "
+        "rejected review (no judge: ACCORD_JUDGE_URL is not set). Add a check that can: an "
+        "`expect` (a value at a path of a part's output), a `schema` that names the values "
+        "expected (`const` or `enum`), or a `python` check",
+        path="$.checks",
+    )
+
+
 # -- the rubric: the requester's checks plus the contract holder's --------------------------
 
 

@@ -49,6 +49,9 @@ class ApiConfig:
     `burst` requests at once and `rate` per second after that; above it, 429 with Retry-After.
     challenge_rate, challenge_burst: the same for registration challenges, per client address
     (a fresh did:key costs nothing, so the DID cannot be what limits them).
+    post_burst, posts_per_hour: each DID may post `post_burst` tasks at once and
+    `posts_per_hour` an hour after that (`POST /tasks`, A2A `SendMessage`), whether or not it
+    funds them; above it, 429 with Retry-After.
     purge_every: expired request nonces and challenges are deleted at most this often (s).
     window: signed requests are accepted within ±window seconds of the service's clock.
     file_ttl, files_per_caller, file_bytes_per_caller, file_bytes_total: `POST /files` (see
@@ -73,6 +76,8 @@ class ApiConfig:
     window: float = DEFAULT_WINDOW
     challenge_rate: float = 0.5
     challenge_burst: float = 20.0
+    post_burst: int = 20
+    posts_per_hour: int = 60
     purge_every: float = 60.0
     file_ttl: float = FileQuota.ttl
     files_per_caller: int = FileQuota.files_per_caller
@@ -93,6 +98,8 @@ class ApiConfig:
         self.file_quota()
         if self.streams_per_caller < 1 or self.streams_total < 1:
             raise ValueError("the stream caps must be at least 1")
+        if self.post_burst < 1 or self.posts_per_hour < 1:
+            raise ValueError("the posting limits must be at least 1")
 
     def file_quota(self) -> FileQuota:
         """The bounds of `POST /files`. Raises ValueError for a bound that is not positive."""
@@ -146,6 +153,8 @@ ENV_LIMITS: Mapping[str, str] = {
     "ACCORD_STREAMS_PER_CALLER": "streams_per_caller",
     "ACCORD_STREAMS_TOTAL": "streams_total",
     "ACCORD_LIFECYCLE_INTERVAL": "lifecycle_interval",
+    "ACCORD_POST_BURST": "post_burst",
+    "ACCORD_POSTS_PER_HOUR": "posts_per_hour",
 }
 """The environment variables of `ApiConfig.from_env` and the fields they set."""
 
@@ -165,6 +174,8 @@ class ApiState:
     """Request nonces: in the service's database (shared by all workers) once it is open."""
     limiter: RateLimiter = field(init=False)
     challenge_limiter: RateLimiter = field(init=False)
+    post_limiter: RateLimiter = field(init=False)
+    """Task postings per DID (`ApiConfig.post_burst`, `ApiConfig.posts_per_hour`)."""
     challenge_purge: PurgeSchedule = field(init=False)
     streams: StreamSlots = field(init=False)
     """The event streams open in this process, capped per caller and in all
@@ -181,6 +192,7 @@ class ApiState:
         self.challenge_limiter = RateLimiter(
             self.config.challenge_rate, self.config.challenge_burst
         )
+        self.post_limiter = RateLimiter(self.config.posts_per_hour / 3600, self.config.post_burst)
         self.challenge_purge = PurgeSchedule(self.config.purge_every)
         self.streams = StreamSlots(self.config.streams_per_caller, self.config.streams_total)
 

@@ -21,9 +21,10 @@ Who may act:
 
 from __future__ import annotations
 
+import math
 import os
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Body, Depends, Header, Query, Request, Response
@@ -33,6 +34,7 @@ from starlette.concurrency import run_in_threadpool
 
 from accord.api.problems import ProblemError
 from accord.api.routes.deps import (
+    ApiState,
     Caller,
     Context,
     SignedCaller,
@@ -282,7 +284,9 @@ def post_task(
     """A spec: posted and escrowed from the service's requester account, signed by the
     caller's key held here (403 for anybody else). `{"entry": ...}`: the caller's own signed
     `task.posted` (see `POST /tasks/prepare`), with its Idempotency-Key; the answer's
-    `escrow` is the deposit the caller's wallet makes before the task takes bids."""
+    `escrow` is the deposit the caller's wallet makes before the task takes bids. Each DID
+    posts at most `ApiConfig.post_burst` at once and `posts_per_hour` after that (429)."""
+    _throttle_posting(caller, state)
     if isinstance(body, EntryBody):
         return _post_signed(body, caller, context, state, idempotency_key)
     requester = _signer_of(context, caller)
@@ -295,6 +299,22 @@ def post_task(
     data = task_json(context, task)
     data["warnings"] = context.market.warnings(spec)
     return data
+
+
+def _throttle_posting(caller: str, state: ApiState) -> None:
+    """Raises ProblemError 429, with Retry-After, when `caller` is over its posting rate."""
+    wait = state.post_limiter.take(caller)
+    if wait is None:
+        return
+    seconds = max(1, math.ceil(wait))
+    config = state.config
+    raise ProblemError(
+        429,
+        f"{caller} posts at most {config.post_burst} tasks at once and {config.posts_per_hour} "
+        f"an hour after that: post again in {seconds} s",
+        kind="post-rate",
+        headers={"Retry-After": str(seconds)},
+    )
 
 
 def _post_signed(
@@ -459,17 +479,39 @@ def task_file(task_id: str, digest: str, caller: Caller, context: Context) -> Re
 )
 def deliverable(task_id: str, caller: Caller, context: Context) -> dict[str, Any]:
     """The team and the operator read every output; the requester the parts its review checks
-    read during the review window, and every part once the settlement is computed
-    (`accord.market.privacy`); `sealed` lists the parts not shown."""
-    from accord.coordinator.service import work_readers
+    read during the review window, and once the settlement is computed the parts it pays for
+    (`accord.market.privacy`); `withheld` lists the parts not shown."""
     from accord.market.settlement import deliverable_view, logged_settlement
 
     task = _task(context, task_id)
-    computed = logged_settlement(context.market, task_id) is not None
-    readable = work_readers(context, task).readable_parts(task, caller, computed=computed)
+    settlement = logged_settlement(context.market, task_id)
+    readable = readable_work(context, task, caller, settlement)
     if readable is None:
         raise _work_forbidden(task)
     return deliverable_view(context.market, task_id, readable)
+
+
+def readable_work(
+    context: MarketContext, task: Task, caller: str, settlement: Mapping[str, Any] | None
+) -> frozenset[str] | None:
+    """The parts of a delivered `task` whose outputs `caller` reads now, given its logged
+    settlement body (None: not computed yet); None when `caller` sees none of its work
+    (`accord.market.privacy`). Raises TaskError before delivery, BlobError when the stored
+    deliverable was altered."""
+    from accord.coordinator.service import work_readers
+    from accord.market.privacy import paid_parts
+
+    readers = work_readers(context, task)
+    paid = None
+    if settlement is not None and not readers.works_on(task, caller):
+        document = context.market.delivered_document(task.task_id)
+        producers = {
+            str(entry.get("part")): str(entry.get("producer"))
+            for entry in document.get("parts", [])
+            if isinstance(entry, Mapping)
+        }
+        paid = paid_parts(task, settlement, producers)
+    return readers.readable_parts(task, caller, paid=paid)
 
 
 @writes.post(

@@ -70,7 +70,7 @@ from accord.market.escrow import ensure_escrow
 from accord.market.money import Wei
 from accord.market.tasks import TaskSpec
 from accord.market.wiring import DEVNET_REQUESTER_KEY, ESCROW_DEPLOYMENT_FILE, open_market
-from accord.market.work import Part
+from accord.market.work import ExpectCheck, Part
 
 HERE = Path(__file__).resolve().parent
 WORKERS = 2
@@ -129,11 +129,16 @@ class Load:
             client.close()
 
 
+EXPECTED_SUM = REGISTRY["arithmetic"].example()[1]
+"""What the benchmark task's part must give: its correctness check (the service has no judge)."""
+
+
 def _spec(n: int) -> TaskSpec:
     return TaskSpec(
         title=f"bench task {n}",
         description="a benchmark task",
         parts=(Part("sum", "arithmetic", REGISTRY["arithmetic"].example()[0]),),
+        checks=(ExpectCheck("right", 1, ("sum",), "$", "equals", EXPECTED_SUM),),
         budget=Wei(10**16),
         bidding=timedelta(hours=1),
         reveal=timedelta(hours=1),

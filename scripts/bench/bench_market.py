@@ -69,7 +69,7 @@ from accord.market.money import Wei
 from accord.market.reputation import reputation
 from accord.market.tasks import ESCROW_OPENED, TASK_POSTED, Task, TaskEvent, TaskSpec, replay
 from accord.market.wiring import DEVNET_REQUESTER_KEY, ESCROW_DEPLOYMENT_FILE, open_market
-from accord.market.work import Part
+from accord.market.work import ExpectCheck, Part
 
 BUDGET = Wei(10**18)
 DEPOSIT = Wei(10**15)
@@ -81,11 +81,16 @@ EXAM_ITEMS = 30
 BARE_REQUESTER_KEY = "0x5de4111afa1a4b94908f83103eb1f1706367c2e68ca870fc3fb9a804cdab365a"
 
 
+EXPECTED_SUM = REGISTRY["arithmetic"].example()[1]
+"""What the benchmark task's part must give: its correctness check (the service has no judge)."""
+
+
 def _spec(title: str) -> TaskSpec:
     return TaskSpec(
         title=title,
         description="a benchmark task",
         parts=(Part("sum", "arithmetic", REGISTRY["arithmetic"].example()[0]),),
+        checks=(ExpectCheck("right", 1, ("sum",), "$", "equals", EXPECTED_SUM),),
         budget=BUDGET,
         bidding=timedelta(hours=1),
         reveal=timedelta(hours=1),

@@ -56,7 +56,7 @@ from accord.market.sealed import commit_bid, reveal_bid
 from accord.market.settlement import settle_task
 from accord.market.tasks import TASK_POSTED, TaskSpec
 from accord.market.tasks import Part as SpecPart
-from tests.api.test_app import PART, SALT, World, build_world
+from tests.api.test_app import PART, SALT, SUM_RIGHT, World, build_world
 from tests.serving import serve
 
 SPEC: dict[str, Any] = {
@@ -65,6 +65,7 @@ SPEC: dict[str, Any] = {
     "bidding": "30s",
     "reveal": "30s",
     "parts": [PART],
+    "checks": [SUM_RIGHT, {"id": "sum-review", "weight": 1, "kind": "review", "part": "sum"}],
 }
 SHORT = "/brief"
 """A second mount of the endpoint whose streams end after one second."""
@@ -299,8 +300,14 @@ def test_list_tasks_pages_newest_first_and_filters_by_state(url: str, world: Wor
         ({**SPEC, "title": ""}, "$.title"),
         ({**SPEC, "budget": "lots"}, "$"),
         ({k: v for k, v in SPEC.items() if k != "parts"}, "$.parts"),
+        # no judge here: a task only reviews could settle would be paid in full for anything
+        (
+            {**SPEC, "checks": [{"id": "ok", "weight": 1, "kind": "review", "part": "sum"}]},
+            "$.checks",
+        ),
+        ({k: v for k, v in SPEC.items() if k != "checks"}, "$.checks"),
     ],
-    ids=["bad-figure", "empty-title", "bad-budget", "no-parts"],
+    ids=["bad-figure", "empty-title", "bad-budget", "no-parts", "review-only", "no-checks"],
 )
 def test_an_invalid_spec_is_invalid_params_naming_its_path(
     url: str, world: World, spec: dict[str, Any], path: str

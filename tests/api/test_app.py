@@ -89,12 +89,24 @@ def build_world(home: Path, *, bidders: tuple[str, ...] = ("ada", "bob")) -> Wor
 
 FIGURES = {"kind": "figures", "figures": ["120.50", "33.20", "9.99"], "operation": "sum"}
 PART = {"id": "sum", "capability": "arithmetic", "input": FIGURES}
+SUM_RIGHT = {
+    "id": "sum-right",
+    "weight": 1,
+    "kind": "expect",
+    "part": "sum",
+    "path": "$",
+    "within": "163.69",
+    "tolerance": "0.005",
+}
+"""The requester's correctness check on `PART`: this service has no judge, so a spec needs one
+(`accord.market.work.require_machine_verdict`)."""
 
 
 def post_task(client: TestClient, signer: Ed25519Signer, **fields: Any) -> dict[str, Any]:
     body = {
         "title": "Check the figures",
         "parts": [PART],
+        "checks": [SUM_RIGHT],
         "budget": "0.5eth",
         "bidding": "30s",
         "reveal": "30s",
@@ -236,7 +248,8 @@ def test_credentials_show_and_verify(client: TestClient, world: World) -> None:
 
 def test_post_bid_reveal_award_audit(client: TestClient, world: World) -> None:
     req, ada, bob = (world.signers[n] for n in ("req", "ada", "bob"))
-    task = post_task(client, req)
+    review = {"id": "sum-review", "weight": 1, "kind": "review", "part": "sum"}
+    task = post_task(client, req, checks=[SUM_RIGHT, review])
     task_id = task["task_id"]
     assert task["state"] == "bidding" and task["requester"] == req.did
     assert any(t["task_id"] == task_id for t in client.get("/tasks").json())
@@ -290,7 +303,7 @@ def test_post_bid_reveal_award_audit(client: TestClient, world: World) -> None:
     assert ran.json()["deliverable"]["contributions"]
     assert client.get(f"/tasks/{task_id}").json()["state"] == "delivered"
     assert_problem(client.post(f"/tasks/{task_id}/settle", auth=AccordAuth(winner)), 403)
-    # the default checks: the output schema, and the requester's review (the settlement waits)
+    # the requester's checks: the sum, and its review (the settlement waits for the review)
     waits = client.post(f"/tasks/{task_id}/settle", auth=AccordAuth(req))
     assert assert_problem(waits, 409)["type"].endswith("settlement-waits")
     # the deliverable: for the requester and the team; not for others, not unsigned
@@ -412,6 +425,38 @@ def test_refused_bids_are_problems(client: TestClient, world: World) -> None:
     assert world.context.market.ledger.store.size() == size
 
 
+@pytest.mark.parametrize(
+    "checks",
+    [None, [{"id": "looks-right", "weight": 1, "kind": "review", "part": "sum"}]],
+    ids=["no-checks", "review-only"],
+)
+def test_a_task_nobody_could_judge_is_refused_before_anything_is_logged(
+    client: TestClient, world: World, monkeypatch: pytest.MonkeyPatch, checks: Any
+) -> None:
+    """With no judge here, a spec whose checks cannot reject a wrong answer that fits the
+    output schema would be paid in full for anything: refused at posting and at prepare, with
+    the reason and what to add; with a judge configured, it is posted as before."""
+    monkeypatch.delenv("ACCORD_JUDGE_URL", raising=False)
+    req = world.signers["req"]
+    body: dict[str, Any] = {"title": "Add the figures", "parts": [PART], "budget": "0.1eth"}
+    if checks is not None:
+        body["checks"] = checks
+    size = world.context.market.ledger.store.size()
+    refused = assert_problem(client.post("/tasks", json=body, auth=AccordAuth(req)), 422)
+    assert refused["path"] == "$.checks"
+    for named in ("ACCORD_JUDGE_URL", "`expect`", "`const` or `enum`", "`python`"):
+        assert named in refused["detail"], refused["detail"]
+    own = Ed25519Signer.generate()  # a requester holding its own key asks what to sign
+    prepare = {"spec": body, "escrow_from": "0x" + "11" * 20}
+    answer = client.post("/tasks/prepare", json=prepare, auth=AccordAuth(own))
+    assert assert_problem(answer, 422)["path"] == "$.checks"
+    assert world.context.market.ledger.store.size() == size
+    # a judge decides rejections here: the reviews can be judged, the posting goes through
+    monkeypatch.setenv("ACCORD_JUDGE_URL", "http://127.0.0.1:9/v1")
+    posted = client.post("/tasks", json=body, auth=AccordAuth(req))
+    assert posted.status_code == 201, posted.text
+
+
 def test_a_remote_did_cannot_post(client: TestClient) -> None:
     stranger = Ed25519Signer.generate()
     body = {"title": "x", "parts": [PART], "budget": "1eth"}
@@ -512,6 +557,15 @@ def test_a_task_nobody_can_bid_on_is_posted_with_a_warning(
         "title": "Write a function",
         "budget": "0.1eth",
         "parts": [{"id": "f", "capability": "python", "input": REGISTRY["python"].example()[0]}],
+        "checks": [
+            {
+                "id": "defines-it",
+                "weight": 1,
+                "kind": "python",
+                "reads": ["f"],
+                "code": "def check(outputs):\n    return 'def ' in outputs['f']\n",
+            }
+        ],
     }
     posted = client.post("/tasks", json=body, auth=AccordAuth(world.signers["req"]))
     assert posted.status_code == 201, posted.text
@@ -525,7 +579,12 @@ def test_a_retried_posting_with_its_idempotency_key_answers_the_first_task(
 ) -> None:
     req = world.signers["req"]
     key = {"Idempotency-Key": f"order-{uuid.uuid4()}"}
-    body = {"title": "Check the figures", "parts": [PART], "budget": "0.5eth"}
+    body = {
+        "title": "Check the figures",
+        "parts": [PART],
+        "checks": [SUM_RIGHT],
+        "budget": "0.5eth",
+    }
     first = client.post("/tasks", json=body, headers=key, auth=AccordAuth(req))
     assert first.status_code == 201, first.text
     size = world.context.market.ledger.store.size()

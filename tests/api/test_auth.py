@@ -60,6 +60,7 @@ from accord.identity.structured_fields import parse_dictionary
 from accord.ledger.signing import Ed25519Signer
 from tests.api.test_app import (
     PART,
+    SUM_RIGHT,
     World,
     assert_problem,
     build_world,
@@ -316,7 +317,8 @@ def _library_sign(signer: Ed25519Signer, request: httpx.Request, **options: Any)
 def test_requests_signed_by_http_message_signatures_are_accepted(world: World) -> None:
     client = TestClient(world.app(ApiConfig(rate=1000, burst=1000, challenge_burst=1000)))
     req = world.signers["req"]
-    body = {"title": "Check", "parts": [PART], "budget": "0.1eth", "bidding": "30s"}
+    body = {"title": "Check", "parts": [PART], "checks": [SUM_RIGHT], "budget": "0.1eth"}
+    body["bidding"] = "30s"
     posting = client.build_request("POST", "/tasks", json=body)
     _library_sign(req, posting)
     assert "content-digest" in posting.headers["signature-input"]

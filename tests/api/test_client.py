@@ -20,7 +20,7 @@ from accord.market.wiring import MarketContext
 from tests.api.test_app import World, build_world, commitment_json
 from tests.api.test_stream import part_tuples, team_runner
 from tests.serving import serve
-from tests.specs import invoice_parts
+from tests.specs import INVOICE_CHECKS, invoice_parts
 
 runner = CliRunner()
 
@@ -35,6 +35,7 @@ def server(world: World) -> Iterator[tuple[str, str, str]]:
     """The service's URL, a task with two sealed bids, and a finished conversation."""
     # the bidders hold arithmetic only: the task is the invoice's two arithmetic parts
     parts = [p for p in invoice_parts() if p["capability"] == "arithmetic"]
+    sums = ("sum-right", "tax-right")  # the checks on those two parts
     with serve(world.app(), ws="none") as base:
         with AccordClient(base, signer=world.signers["req"]) as client:
             task_id = str(
@@ -48,6 +49,7 @@ def server(world: World) -> Iterator[tuple[str, str, str]]:
                         # the two reads: no window closes while the test runs, however slow
                         "bidding": "1h",
                         "parts": parts,
+                        "checks": [c for c in INVOICE_CHECKS if c["id"] in sums],
                     },
                 )["task_id"]
             )

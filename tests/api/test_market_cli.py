@@ -13,6 +13,8 @@ pytestmark = pytest.mark.devnet
 
 ETH = 10**18
 FIGURES = '{"kind": "figures", "figures": ["120.50", "33.20", "9.99"], "operation": "sum"}'
+SUM = '"163.69"'
+"""The output the sum of FIGURES must give (`--expect`): this service has no judge."""
 
 
 def test_post_bid_reveal_award_and_bad_input(accord: AccordCli) -> None:
@@ -34,6 +36,8 @@ def test_post_bid_reveal_award_and_bad_input(accord: AccordCli) -> None:
         "arithmetic",
         "--input",
         FIGURES,
+        "--expect",
+        SUM,
         # the windows close when the test advances the market's clock, never by themselves
         "--bidding",
         "1h",
@@ -86,8 +90,12 @@ def test_post_bid_reveal_award_and_bad_input(accord: AccordCli) -> None:
 
     # bad input: each refused in one line, the ledger untouched
     size = accord.ledger_size()
-    post = ("task", "post", "--title", "t", "--capability", "arithmetic", "--input", FIGURES)
+    post = ("task", "post", "--title", "t", "--capability", "arithmetic", "--expect", SUM)
+    post = (*post, "--input", FIGURES)
     cases = [
+        # no check that can reject a wrong answer, and no judge to decide a rejected review
+        ((*post[:-4], *post[-2:], "--budget", "1eth"), 2, "cannot reject a wrong answer"),
+        ((*post, "--budget", "1eth", "--expect", "{"), 2, "--expect is not JSON"),
         ((*post, "--budget", "0.5"), 2, "whole number of wei"),
         ((*post, "--budget=-1eth"), 2, "not an amount"),
         ((*post, "--budget", "1eth", "--bidding", "5x"), 2, "not a duration"),
@@ -154,6 +162,7 @@ def test_post_bid_reveal_award_and_bad_input(accord: AccordCli) -> None:
 def test_a_command_that_starts_the_devnet_says_so(accord: AccordCli) -> None:
     port = accord.env["ACCORD_DEVNET_PORT"]
     post = ("task", "post", "--title", "t", "--budget", "0.1eth", "--capability", "arithmetic")
+    post = (*post, "--expect", SUM)
     started = f"note: the devnet was not running: started it at http://127.0.0.1:{port}"
 
     fresh = accord.run(*post, "--input", FIGURES, "--json")
@@ -173,6 +182,7 @@ def test_a_command_that_starts_the_devnet_says_so(accord: AccordCli) -> None:
 def test_a_bid_over_the_budget_is_refused_before_it_is_sent(accord: AccordCli) -> None:
     accord.json("agent", "new", "alice")  # no credential: the market would refuse her anyway
     post = ("task", "post", "--title", "t", "--budget", "0.5eth", "--capability", "arithmetic")
+    post = (*post, "--expect", SUM)
     task = accord.json(*post, "--input", FIGURES, "--bidding", "1h")  # open all the test long
     size = accord.ledger_size()
     over = accord.run(

@@ -56,7 +56,7 @@ from accord.market.money import Wei
 from accord.market.sealed import commit_bid, reveal_bid
 from accord.market.tasks import TASK_POSTED
 from tests.api.test_a2a_server import a2a_client, accord
-from tests.api.test_app import PART, SALT, assert_problem
+from tests.api.test_app import PART, SALT, SUM_RIGHT, assert_problem
 from tests.audit.conftest import World
 from tests.integration.anvil_world import anvil_settings, open_anvil_world
 from tests.serving import serve
@@ -71,6 +71,7 @@ SPEC: dict[str, Any] = {
     "bidding": "5s",
     "reveal": "5s",
     "parts": [PART],
+    "checks": [SUM_RIGHT, {"id": "sum-review", "weight": 1, "kind": "review", "part": "sum"}],
 }
 pytestmark = pytest.mark.devnet
 

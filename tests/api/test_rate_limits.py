@@ -15,7 +15,7 @@ from accord.api.routes.deps import ApiConfig
 from accord.identity.http_auth import AccordAuth
 from accord.identity.presentations import IdentityNonce
 from accord.ledger.signing import Ed25519Signer
-from tests.api.test_app import World, build_world
+from tests.api.test_app import FIGURES, World, build_world
 
 _NONCES = IdentityNonce.__table__  # type: ignore[attr-defined]
 
@@ -96,3 +96,45 @@ def test_the_purge_schedule_is_at_most_once_per_interval_or_every_nth_insert() -
     assert not schedule.due(2.0)
     assert schedule.due(3.0)  # the third insert since the last purge
     assert schedule.due(100.0)  # a minute has passed
+
+
+def test_postings_are_limited_per_did(world: World) -> None:
+    """Posting costs a log entry and a chain read per lifecycle round until the task ends, so
+    each DID posts `post_burst` tasks at once and `posts_per_hour` after that."""
+    config = ApiConfig(rate=1000, burst=1000, post_burst=2, posts_per_hour=2)
+    client = TestClient(world.app(config))
+    body = {
+        "title": "Add the figures",
+        "budget": "0.1eth",
+        "parts": [{"id": "sum", "capability": "arithmetic", "input": FIGURES}],
+        "checks": [
+            {
+                "id": "right",
+                "weight": 1,
+                "kind": "expect",
+                "part": "sum",
+                "path": "$",
+                "within": "163.69",
+                "tolerance": "0.005",
+            }
+        ],
+    }
+    req, ada = world.signers["req"], world.signers["ada"]
+    answers = [client.post("/tasks", json=body, auth=AccordAuth(req)) for _ in range(3)]
+    assert [a.status_code for a in answers] == [201, 201, 429], answers[-1].text
+    refused = answers[-1]
+    assert refused.headers["content-type"].startswith("application/problem+json")
+    assert refused.json()["type"].endswith("post-rate")
+    assert 1700 <= int(refused.headers["Retry-After"]) <= 1801  # one posting per 30 minutes
+    assert req.did in refused.json()["detail"]
+    # the limit is the DID's: another requester posts all the same
+    assert client.post("/tasks", json=body, auth=AccordAuth(ada)).status_code == 201
+    # and the refused posting logged nothing
+    assert len(list(world.context.market.iter_tasks(requester=req.did))) == 2
+
+
+def test_the_posting_limits_are_read_from_the_environment() -> None:
+    config = ApiConfig.from_env({"ACCORD_POST_BURST": "5", "ACCORD_POSTS_PER_HOUR": "7"})
+    assert (config.post_burst, config.posts_per_hour) == (5, 7)
+    with pytest.raises(ValueError, match="ACCORD_POSTS_PER_HOUR"):
+        ApiConfig.from_env({"ACCORD_POSTS_PER_HOUR": "0"})

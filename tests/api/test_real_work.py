@@ -242,3 +242,123 @@ def test_the_requesters_work_done_delivered_paid_and_audited(
     failure = forged.first_failure
     assert failure is not None and failure.number == 6, forged.to_json()
     assert "sum-right" in failure.detail
+
+
+def _delivered(
+    url: str, signers: dict[str, Signer], tmp_path: Path, request: dict[str, Any]
+) -> tuple[str, str]:
+    """Post `request` as the requester, bid, award and run it through the API: (id, winner)."""
+    posted = _call(url, signers["req"], "POST", "/tasks", json=request)
+    assert posted.status_code == 201, posted.text
+    task_id = posted.json()["task_id"]
+    salts = {name: secrets.token_bytes(32) for name in PRICES}
+    for name, price in PRICES.items():
+        commitment = commit_bid(signers[name], task_id, price, salts[name]).to_json()
+        sent = _call(url, signers[name], "POST", f"/tasks/{task_id}/commitments", json=commitment)
+        assert sent.status_code == 201, sent.text
+    _advance(tmp_path, 3600)
+    for name, price in PRICES.items():
+        reveal = reveal_bid(signers[name], task_id, price, salts[name]).to_json()
+        sent = _call(url, signers[name], "POST", f"/tasks/{task_id}/reveals", json=reveal)
+        assert sent.status_code == 201, sent.text
+    _advance(tmp_path, 3600)
+    awarded = _call(url, signers["req"], "POST", f"/tasks/{task_id}/award")
+    assert awarded.status_code == 200, awarded.text
+    ran = _call(url, signers["operator"], "POST", f"/tasks/{task_id}/run")
+    assert ran.status_code == 200, ran.text
+    return task_id, str(awarded.json()["winner"])
+
+
+def _expect(check_id: str, part: str, path: str, value: str) -> dict[str, Any]:
+    return {
+        "id": check_id,
+        "weight": 1,
+        "kind": "expect",
+        "part": part,
+        "path": path,
+        "equals": value,
+    }
+
+
+def test_the_requester_reads_only_the_outputs_its_settlement_pays_for(
+    service: tuple[str, MarketContext, dict[str, Signer]], tmp_path: Path
+) -> None:
+    """A check that fails correct work refunds the requester and keeps that work sealed from
+    it, for good; the parts a passed check reads are its own once the settlement is computed."""
+    url, _, signers = service
+    req = signers["req"]
+    everyone = {s.did: s for s in signers.values()}
+
+    # every check is wrong about correct work: nothing is paid, nothing is read
+    wrong = [
+        _expect("sum", "lines-sum", "$", "1.00"),
+        _expect("tax", "tax", "$", "2.00"),
+        _expect("total", "invoice-fields", "$.total", "3.00"),
+        _expect("due", "invoice-dates", "$.due_date", "1999-01-01"),
+    ]
+    task_id, winner = _delivered(
+        url, signers, tmp_path, invoice_request(checks=wrong, bidding="1h", reveal="1h")
+    )
+    settled = _call(url, req, "POST", f"/tasks/{task_id}/settle")
+    assert settled.status_code == 200, settled.text
+    assert int(settled.json()["amount"]) == 0
+    unpaid = _call(url, req, "GET", f"/tasks/{task_id}/deliverable")
+    assert unpaid.status_code == 200, unpaid.text
+    view = unpaid.json()
+    assert view["state"] == "settled" and view["checks"] is not None
+    assert all("output" not in entry for entry in view["parts"]), view["parts"]
+    assert sorted(view["withheld"]) == sorted(e["part"] for e in view["parts"])
+    assert view["openings"] == {}
+    assert all(entry["output_sha256"] for entry in view["parts"])  # the commitments stay
+    # the contract holder still reads its team's work
+    own = _call(url, everyone[winner], "GET", f"/tasks/{task_id}/deliverable").json()
+    assert own["withheld"] == []
+
+    # two checks pass, two fail (wrong about correct work): the requester reads the two parts
+    # the passed checks read, and the other two stay sealed
+    half = [
+        _expect("sum", "lines-sum", "$", "2585.50"),
+        _expect("tax", "tax", "$", "2.00"),
+        _expect("total", "invoice-fields", "$.total", "3128.46"),
+        _expect("due", "invoice-dates", "$.due_date", "1999-01-01"),
+    ]
+    task_id, _ = _delivered(
+        url, signers, tmp_path, invoice_request(checks=half, bidding="1h", reveal="1h")
+    )
+    settled = _call(url, req, "POST", f"/tasks/{task_id}/settle")
+    assert settled.status_code == 200, settled.text
+    assert int(settled.json()["amount"]) > 0
+    view = _call(url, req, "GET", f"/tasks/{task_id}/deliverable").json()
+    shown = {entry["part"]: entry["output"] for entry in view["parts"] if "output" in entry}
+    assert shown == {"lines-sum": "2585.50", "invoice-fields": shown["invoice-fields"]}
+    assert shown["invoice-fields"]["total"] == "3128.46"
+    assert sorted(view["withheld"]) == ["invoice-dates", "tax"]
+    assert len(view["openings"]) == 2
+
+
+def test_a_posting_whose_deposit_would_fail_says_how_to_fund_it_and_logs_nothing(
+    service: tuple[str, MarketContext, dict[str, Signer]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url, context, signers = service
+    req = signers["req"]
+    empty = "0x" + secrets.token_hex(32)  # an account with no ether on the devnet
+    monkeypatch.setenv("ACCORD_REQUESTER_ETH_KEY", empty)
+    address = context.escrow.requester_address(empty)
+    logged = context.market.ledger.store.size()
+    request = invoice_request(budget="0.25eth")
+    refused = _call(url, req, "POST", "/tasks", json=request)
+    assert refused.status_code == 402, refused.text
+    assert refused.headers["content-type"].startswith("application/problem+json")
+    problem = refused.json()
+    assert problem["type"].endswith("deposit-refused")
+    detail = problem["detail"]
+    assert address in detail and str(25 * 10**16) in detail and "send" in detail
+    assert str(context.escrow.chain_id()) in detail
+    # nothing was logged: no task.posted left that nobody funds
+    assert context.market.ledger.store.size() == logged
+    assert list(context.market.iter_tasks(requester=req.did)) == []
+    # funded, the same posting goes through
+    context.fund_gas(address, Wei(10**18))
+    posted = _call(url, req, "POST", "/tasks", json=request)
+    assert posted.status_code == 201, posted.text
+    assert posted.json()["state"] == "bidding"

@@ -21,7 +21,7 @@ from accord.coordinator.conversation import CONVERSATION_OPENED
 from accord.identity.http_auth import AccordAuth
 from accord.ledger.signing import Ed25519Signer, Signer
 from accord.market.tasks import TASK_POSTED
-from tests.api.test_app import FIGURES, World, assert_problem, build_world
+from tests.api.test_app import FIGURES, SUM_RIGHT, World, assert_problem, build_world
 from tests.serving import serve
 
 CONVERSATION = "conv-caps-test"
@@ -29,6 +29,7 @@ SPEC = {
     "title": "Add these",
     "budget": "0.1eth",
     "parts": [{"id": "sum", "capability": "arithmetic", "input": FIGURES}],
+    "checks": [SUM_RIGHT],
 }
 
 

@@ -62,7 +62,19 @@ def spec(*digests: str) -> dict[str, Any]:
         }
         for k, digest in enumerate(digests)
     ]
-    return {"title": "Read the invoice", "budget": "0.1eth", "parts": parts}
+    # the total the requester expects each to read (this service has no judge)
+    checks = [
+        {
+            "id": f"total-{k}",
+            "weight": 1,
+            "kind": "expect",
+            "part": f"fields-{k}",
+            "path": "$.total",
+            "equals": "3128.46",
+        }
+        for k in range(len(digests))
+    ]
+    return {"title": "Read the invoice", "budget": "0.1eth", "parts": parts, "checks": checks}
 
 
 def stored(world: World) -> tuple[int, tuple[int, int]]:

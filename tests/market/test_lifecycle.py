@@ -13,10 +13,12 @@ from fastapi.testclient import TestClient
 from accord.api.app import create_app
 from accord.api.routes.deps import ApiConfig
 from accord.coordinator.service import run_awarded_task
+from accord.ledger.events import Entry, make_entry
 from accord.market.errors import TaskError, TransitionError
 from accord.market.escrow import address_of
 from accord.market.lifecycle import Due, LifecycleWorker, due, run_due
-from accord.market.tasks import Task
+from accord.market.service import UNFUNDED_REASON
+from accord.market.tasks import TASK_CLOSED, TASK_POSTED, Task, TaskEvent, replay
 from tests.audit.conftest import (
     REQUESTER_KEY,
     World,
@@ -51,7 +53,8 @@ def test_each_closed_window_has_its_action() -> None:
     assert due([task("expired"), task("posted")], NOW) == [Due("t", "recover")] * 2
     delivered = task("delivered", delivered=NOW)
     assert due([delivered], NOW + SPEC.review) == [Due("t", "settle")]
-    for state in ("settled", "refunded", "cancelled"):
+    assert due([task("posted")], NOW + SPEC.bidding) == [Due("t", "close")]  # never funded
+    for state in ("settled", "refunded", "cancelled", "closed"):
         assert due([task(state, delivered=NOW)], NOW + timedelta(days=30)) == [], state
     deadline = task("running").delivery_deadline
     for state in ("awarded", "running"):  # won, and not delivered in time
@@ -165,3 +168,87 @@ def test_the_interval_is_read_from_the_environment() -> None:
     for bad in ("-1", "soon", "nan", "inf"):
         with pytest.raises(ValueError, match="ACCORD_LIFECYCLE_INTERVAL"):
             ApiConfig.from_env({"ACCORD_LIFECYCLE_INTERVAL": bad})
+
+
+# -- a posting nobody funds ends with its bidding window ---------------------------------------
+
+
+def _unfunded_posting(world: World) -> str:
+    """A requester holding its own key posts (`post_signed`) and never deposits."""
+    spec = invoice_spec()
+    market = world.market
+    task_id, body = market.prepare_post(
+        world.requester.did, spec, address_of(REQUESTER_KEY), "never-funded"
+    )
+    entry = make_entry(
+        world.requester,
+        kind=TASK_POSTED,
+        seq=world.ledger.next_seq(world.requester.did),
+        at=world.clock(),
+        subject=task_id,
+        body=body,
+    )
+    assert market.post_signed(entry, spec, idempotency_key="never-funded").state == "posted"
+    return task_id
+
+
+def test_an_unfunded_posting_closes_when_its_bidding_window_ends(tmp_path: Path) -> None:
+    world = open_world(tmp_path / "home")
+    task_id = _unfunded_posting(world)
+    posted = world.market.task(task_id)
+    world.clock.set(posted.bidding_ends - timedelta(seconds=1))
+    assert [d.due.action for d in run_due(world.context)] == []  # it may still be funded
+    with pytest.raises(TaskError, match="may be funded until"):
+        world.market.close_unfunded(task_id)
+    world.clock.set(posted.bidding_ends)
+    [done] = run_due(world.context)
+    assert (done.due, done.outcome) == (Due(task_id, "close"), "done")
+    closed = world.market.task(task_id)
+    assert closed.state == "closed"
+    # a signed lifecycle event of the operator's, with the reason
+    [stored] = world.ledger.store.find(kind=TASK_CLOSED, subject=task_id, limit=5)
+    event = Entry.from_bytes(stored.data).event
+    assert event.actor == world.ledger.operator.did
+    assert event.body["reason"] == UNFUNDED_REASON
+    # it leaves the rounds: not listed as posted, nothing due for it, a second close refused
+    assert task_id not in {t.task_id for t in world.market.iter_tasks(state="posted")}
+    world.clock.advance(3600)
+    assert run_due(world.context) == []
+    with pytest.raises(TransitionError):
+        world.market.close_unfunded(task_id)
+
+
+def test_a_deposit_seen_at_the_close_opens_the_escrow_and_goes_back(tmp_path: Path) -> None:
+    """The requester's own deposit lands just before the window closes: it is not lost, the
+    auction finds no bid and the whole deposit is refunded."""
+    world = open_world(tmp_path / "home")
+    task_id = _unfunded_posting(world)
+    posted = world.market.task(task_id)
+    world.escrow.open(task_id, posted.escrow_deadline, posted.spec.budget, REQUESTER_KEY)
+    world.clock.set(posted.bidding_ends)
+    ended = world.market.close_unfunded(task_id)
+    assert ended.escrowed and ended.state == "bidding"
+    assert not world.ledger.store.find(kind=TASK_CLOSED, subject=task_id, limit=5)
+    world.clock.set(posted.reveal_ends)
+    [done] = run_due(world.context)
+    assert (done.due.action, done.detail) == ("award", "expired: no valid bid")
+    assert world.market.task(task_id).state == "refunded"
+
+
+def test_the_close_replays_only_after_the_window_and_only_for_a_posted_task() -> None:
+    requester = "did:key:zReq"
+    posted = TaskEvent(0, TASK_POSTED, requester, NOW, {"task_id": "t", "spec": SPEC.to_json()})
+
+    def closed_at(at: datetime, index: int = 1) -> TaskEvent:
+        return TaskEvent(index, TASK_CLOSED, "did:key:zOperator", at, {"task_id": "t"})
+
+    assert replay([posted, closed_at(NOW + SPEC.bidding)]).state == "closed"
+    with pytest.raises(TaskError, match="before its bidding window ended"):
+        replay([posted, closed_at(NOW + SPEC.bidding - timedelta(seconds=1))])
+    opened = TaskEvent(1, "escrow.opened", "did:key:zOperator", NOW, {"task_id": "t"})
+    # a close that lost the race to the deposit changes nothing
+    assert replay([posted, opened, closed_at(NOW + SPEC.bidding, 2)]).state == "bidding"
+    # a deposit logged after the close goes back to its requester (the lifecycle refunds it)
+    late = TaskEvent(2, "escrow.opened", "did:key:zOperator", NOW + SPEC.bidding, {})
+    after = replay([posted, closed_at(NOW + SPEC.bidding), late])
+    assert (after.state, after.escrowed) == ("expired", True)

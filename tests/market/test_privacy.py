@@ -5,9 +5,9 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from accord.market.privacy import WorkReaders
-from accord.market.tasks import Task
-from tests.specs import invoice_spec_with
+from accord.market.privacy import WorkReaders, paid_parts
+from accord.market.tasks import Task, spec_from_request
+from tests.specs import invoice_request, invoice_spec_with
 
 OPERATOR, REQUESTER, LEADER, MEMBER, STRANGER = (
     "did:key:zOperator",
@@ -31,21 +31,77 @@ def test_those_at_work_read_every_output_from_the_start() -> None:
     work = task()
     every = {p.part_id for p in work.spec.parts}
     for who in (OPERATOR, LEADER, MEMBER):
-        assert READERS.readable_parts(work, who, computed=False) == every
+        assert READERS.readable_parts(work, who, paid=None) == every
+        assert READERS.readable_parts(work, who, paid=frozenset()) == every
         assert READERS.may_see_files(work, who)
 
 
-def test_the_requester_reads_what_it_reviews_then_everything_once_computed() -> None:
+def test_the_requester_reads_what_it_reviews_then_what_it_paid_for() -> None:
     work = task(REVIEW)
-    assert READERS.readable_parts(work, REQUESTER, computed=False) == {"invoice-fields"}
-    assert READERS.readable_parts(work, REQUESTER, computed=True) == {
-        p.part_id for p in work.spec.parts
-    }
-    assert READERS.readable_parts(task(), REQUESTER, computed=False) == frozenset()
+    assert READERS.readable_parts(work, REQUESTER, paid=None) == {"invoice-fields"}
+    assert READERS.readable_parts(work, REQUESTER, paid={"tax", "nonsense"}) == {"tax"}
+    assert READERS.readable_parts(work, REQUESTER, paid=frozenset()) == frozenset()
+    assert READERS.readable_parts(task(), REQUESTER, paid=None) == frozenset()
     assert READERS.may_see_files(work, REQUESTER)
+
+
+PRODUCERS = {
+    "lines-sum": MEMBER,
+    "tax": MEMBER,
+    "invoice-fields": LEADER,
+    "invoice-dates": LEADER,
+}
+
+
+def settlement(amount: int, passed: dict[str, bool], payouts: dict[str, int]) -> dict[str, Any]:
+    return {
+        "amount": str(amount),
+        "checks": [{"id": c, "passed": p, "detail": ""} for c, p in passed.items()],
+        "payouts": {did: str(wei) for did, wei in payouts.items()},
+    }
+
+
+def test_a_part_is_paid_for_when_a_passed_check_reads_it() -> None:
+    work = task()  # INVOICE_CHECKS: sum-right, tax-right, total-right, due-date, ...
+    verdicts = {c.check_id: False for c in work.spec.requester_checks}
+    verdicts["sum-right"] = True
+    paid = paid_parts(work, settlement(10, verdicts, {MEMBER: 8, LEADER: 2}), PRODUCERS)
+    # tax's checks failed (tax-right, totals-agree), though its producer was paid for lines-sum
+    assert paid == {"lines-sum"}
+
+
+def test_nothing_is_paid_for_when_nothing_is_paid() -> None:
+    work = task()
+    verdicts = {c.check_id: True for c in work.spec.requester_checks}
+    assert paid_parts(work, settlement(0, verdicts, {MEMBER: 0, LEADER: 0}), PRODUCERS) == set()
+    assert paid_parts(work, {"amount": "x"}, PRODUCERS) == set()
+    assert paid_parts(work, {}, PRODUCERS) == set()
+
+
+def test_a_part_no_check_failed_is_paid_for_when_its_producer_is_paid() -> None:
+    only_sum = {"id": "sum", "weight": 1, "kind": "expect", "part": "lines-sum", "path": "$"}
+    spec = spec_from_request(invoice_request(checks=[{**only_sum, "equals": "2585.50"}]), {})
+    work = Task("task-2", REQUESTER, spec, datetime.now(UTC), "settled", True, LEADER)
+    paid = paid_parts(work, settlement(10, {"sum": True}, {MEMBER: 8, LEADER: 0}), PRODUCERS)
+    assert paid == {"lines-sum", "tax"}  # tax: MEMBER's, paid, unchecked; LEADER was paid 0
 
 
 def test_a_stranger_reads_nothing() -> None:
     work = task(REVIEW)
-    assert READERS.readable_parts(work, STRANGER, computed=True) is None
+    assert READERS.readable_parts(work, STRANGER, paid={"tax"}) is None
     assert not READERS.may_see_files(work, STRANGER)
+
+
+def test_where_the_settlement_values_parts_a_part_of_positive_value_is_paid_for() -> None:
+    """A settlement that values parts (`part_values`) says for each whether its producer was
+    paid for it."""
+    work = task()
+    verdicts = {c.check_id: False for c in work.spec.requester_checks}
+    verdicts["sum-right"] = True
+    body = settlement(10, verdicts, {MEMBER: 8, LEADER: 2})
+    body["part_values"] = {"lines-sum": "3/5", "tax": "0/1", "_plan": "1/5", "bogus": "1/5"}
+    assert paid_parts(work, body, PRODUCERS) == {"lines-sum"}
+    body["part_values"] = {"lines-sum": "3/5", "invoice-dates": "1/10"}
+    assert paid_parts(work, body, PRODUCERS) == {"lines-sum", "invoice-dates"}
+    body["part_values"] = {"lines-sum": "not a fraction"}
+    assert paid_parts(work, body, PRODUCERS) == set()

@@ -24,7 +24,7 @@ from accord.ledger.wiring import open_ledger
 from accord.market import sealed
 from accord.market.auction import RESERVE_SCORE, quality, score
 from accord.market.award import AdmittedCommitment, AdmittedReveal, replay_award
-from accord.market.errors import AuctionError, BidRejected, TransitionError
+from accord.market.errors import AuctionError, BidRejected, EscrowError, TransitionError
 from accord.market.escrow import EscrowActions, EscrowState, MemoryEscrowChain
 from accord.market.money import Wei
 from accord.market.reputation import reputation
@@ -42,7 +42,7 @@ from accord.market.tasks import (
     TaskSpec,
 )
 from accord.market.wiring import ChainEscrow
-from accord.market.work import Part
+from accord.market.work import ExpectCheck, Part
 from tests.market.conftest import REQUESTER_ADDRESS, REQUESTER_KEY, Bidder, Clock
 
 BUDGET = Wei(1_000)
@@ -56,11 +56,12 @@ MakeBidder = Callable[..., Bidder]
 def spec(
     budget: int = BUDGET, rule: PaymentRule = "second-score", capability: str = "arithmetic"
 ) -> TaskSpec:
-    example, _ = REGISTRY[capability].example()
+    example, expected = REGISTRY[capability].example()
     return TaskSpec(
         title="Add some numbers",
         description="Sum every line.",
         parts=(Part("sum", capability, example),),
+        checks=(ExpectCheck("right", 1, ("sum",), "$", "equals", expected),),
         budget=Wei(budget),
         bidding=timedelta(seconds=30),
         reveal=timedelta(seconds=30),
@@ -682,10 +683,15 @@ def test_no_bid_on_a_task_whose_escrow_failed(
     escrow_chain: MemoryEscrowChain,
 ) -> None:
     _, alice = make_bidder("alice")
-    escrow_chain.available = False
+    escrow_chain.available = False  # the chain away: nothing is posted that nobody can fund
     with pytest.raises(ChainUnavailableError):
         post(market, requester)
     escrow_chain.available = True
+    assert market.tasks() == []
+    escrow_chain.auto_mine = False  # the deposit is sent but not mined before the answer
+    with pytest.raises(EscrowError, match="not mined yet"):
+        post(market, requester)
+    escrow_chain.auto_mine = True
     [task] = market.tasks()
     assert task.state == "posted"
     assert market.open_tasks_for(alice.did) == []

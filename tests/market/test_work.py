@@ -44,10 +44,11 @@ from accord.market.work import (
     parse_checks,
     parse_parts,
     parse_path,
+    require_machine_verdict,
     rubric,
     value_at,
 )
-from tests.specs import INVOICE_CHECKS, invoice_parts, invoice_request
+from tests.specs import INVOICE_CHECKS, invoice_parts, invoice_request, invoice_spec
 
 PARTS = {"lines-sum", "tax", "invoice-fields", "invoice-dates"}
 
@@ -751,3 +752,82 @@ def test_a_spec_whose_python_checks_overspend_the_cpu_budget_is_refused() -> Non
     assert "add up to 31" in str(error) and f"{MAX_SPEC_PYTHON_CPU_SECONDS}" in str(error)
     many = [python(k, 1) for k in range(MAX_SPEC_PYTHON_CPU_SECONDS + 1)]
     assert work_error(invoice_request(checks=many)).path == "$.checks"
+
+
+# -- a machine verdict: what can reject a wrong answer without an evaluator ------------------
+
+
+def _checks(*raw: dict[str, Any]) -> tuple[Any, ...]:
+    return parse_checks(list(raw), invoice_spec().parts)
+
+
+def test_checks_that_can_reject_a_schema_valid_wrong_answer() -> None:
+    expect = {
+        "id": "e",
+        "weight": 1,
+        "kind": "expect",
+        "part": "tax",
+        "path": "$",
+        "equals": "542.96",
+    }
+    python = {
+        "id": "p",
+        "weight": 1,
+        "kind": "python",
+        "reads": ["tax"],
+        "code": "def check(outputs):\n    return outputs['tax'] == '542.96'\n",
+    }
+    valued = {
+        "id": "s",
+        "weight": 1,
+        "kind": "schema",
+        "part": "invoice-fields",
+        "schema": {"type": "object", "properties": {"currency": {"enum": ["EUR"]}}},
+    }
+    for good in (expect, python, valued):
+        require_machine_verdict(
+            _checks(good, {"id": "r", "weight": 1, "kind": "review", "part": "tax"})
+        )
+
+
+@pytest.mark.parametrize(
+    "checks",
+    [
+        [],  # none: a schema check and a review per part
+        [{"id": "r", "weight": 1, "kind": "review", "part": "tax"}],
+        [{"id": "j", "weight": 1, "kind": "judge", "reads": ["tax"], "criterion": "right"}],
+        # a schema of types and formats only: a wrong total fits it
+        [
+            {
+                "id": "s",
+                "weight": 1,
+                "kind": "schema",
+                "part": "invoice-fields",
+                "schema": {
+                    "type": "object",
+                    "properties": {"total": {"type": "string", "pattern": "^[0-9.]+$"}},
+                    "propertyNames": {"enum": ["total", "currency", "invoice_number"]},
+                },
+            }
+        ],
+        # a property merely named `const` names no value
+        [
+            {
+                "id": "s",
+                "weight": 1,
+                "kind": "schema",
+                "part": "invoice-fields",
+                "schema": {"type": "object", "properties": {"const": {"type": "string"}}},
+            }
+        ],
+    ],
+)
+def test_checks_that_cannot_are_refused_naming_what_to_add(checks: list[dict[str, Any]]) -> None:
+    parts = invoice_spec().parts
+    with pytest.raises(WorkError) as refused:
+        require_machine_verdict(parse_checks(checks, parts))
+    assert refused.value.path == "$.checks"
+    message = str(refused.value)
+    assert "ACCORD_JUDGE_URL" in message
+    for remedy in ("`expect`", "`schema`", "`const` or `enum`", "`python`"):
+        assert remedy in message
