@@ -527,7 +527,8 @@ def test_an_infinite_loop_is_inconclusive_at_the_cpu_limit_and_never_costs_the_t
     code = "def check(outputs):\n    while True:\n        pass\n"
     result = run_python_check(python_check(code, cpu=1), {"sum": "1"}, DEFAULT_WORLD)
     assert result.inconclusive and result.passed
-    assert "CPU time limit" in result.detail and "inconclusive" in result.detail
+    # the CPU limit, or on a machine too loaded to give it the CPU, the wall-clock backstop
+    assert "ran out of time" in result.detail and "inconclusive" in result.detail
     assert CheckResult.from_json(result.to_json()) == result
 
 
