@@ -40,12 +40,12 @@ from accord.coordinator.conversation import (
 )
 from accord.coordinator.errors import AgentFailure, CoordinatorError
 from accord.coordinator.policy import MAX_ATTEMPTS, Member, Policy, TeamView, base_id
-from accord.coordinator.team import form_team, helpers_for, parts_of, plan_work, split_batch
-from accord.coordinator.work import AgentAdapter, SubTask
+from accord.coordinator.team import form_team, helpers_for, plan_work
+from accord.coordinator.work import AgentAdapter, SubTask, parts_of, split_batch
 from accord.identity.challenges import validate_output, work_item
 from accord.identity.errors import ExamError
 from accord.ledger.canonical import JSONValue
-from accord.ledger.errors import LedgerError
+from accord.ledger.errors import AccordError, LedgerError
 from accord.ledger.events import Entry
 from accord.ledger.sealing import Sealed, seal
 from accord.ledger.signing import Signer
@@ -246,7 +246,7 @@ class TeamRunner:
                         (),
                         f"the sub-team delivered no output for {', '.join(missing)}",
                     )
-                return Result(task.sub_id, True, contributions)
+                return Result(task.sub_id, True, contributions, team=child.conv_id)
         done: list[Contribution] = []
         adapter = self.adapter_of(assignee)
         for item_task in items:
@@ -399,9 +399,13 @@ class _Run:
                 timeout=max(0.0, assignment.deadline - time.monotonic())
             )
         except FutureTimeout:
-            # The member hangs: the leader abandons the work next, and it may go to another.
+            # The member hangs. Its own signed failure report frees the work for another; a
+            # member that will not sign one is abandoned on the leader's word, and then the
+            # work stays undone (a leader's word never takes a member's part away).
+            timed_out = Result(sub_id, False, (), f"{assignment.assignee}: no answer in time")
+            if self._report_failure(assignment, timed_out):
+                return
             self.abandon.append(sub_id)
-            self._failed(assignment)
             return
         del self.outstanding[sub_id]
         if not result.ok:
@@ -410,6 +414,24 @@ class _Run:
         self.conversation = self.runner.say(
             self.conversation, Report(assignment.assignee, result, state, speaker)
         )
+
+    def _report_failure(self, assignment: _Assignment, result: Result) -> bool:
+        """Speak `result` as the member's own failure report, signed by the member (one that
+        keeps its key refuses it when it did give an answer). Returns whether it was logged;
+        when not, nothing changed."""
+        sub_id = assignment.task.sub_id
+        saved = (list(self.unassigned), {k: list(v) for k, v in self.failed_by.items()})
+        self._failed(assignment)
+        state, speaker = self._after(excluding=sub_id)
+        try:
+            self.conversation = self.runner.say(
+                self.conversation, Report(assignment.assignee, result, state, speaker)
+            )
+        except AccordError:
+            self.unassigned, self.failed_by = saved
+            return False
+        del self.outstanding[sub_id]
+        return True
 
     def _failed(self, assignment: _Assignment) -> None:
         """Remember who failed; put the work back once more if someone else can do it."""

@@ -13,7 +13,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
@@ -33,6 +33,8 @@ from accord.coordinator.conversation import (
     ConversationState,
     Message,
     Report,
+    assign_sync,
+    step,
 )
 from accord.coordinator.errors import AgentFailure, IllegalMove
 from accord.coordinator.policy import Member, RulePolicy
@@ -44,7 +46,8 @@ from accord.ledger.devnet import find_free_port
 from accord.ledger.events import Entry, Event, entry_bytes, sign_event
 from accord.ledger.service import Ledger
 from accord.ledger.settings import Settings
-from accord.ledger.signing import Ed25519Signer
+from accord.identity.errors import KeyStoreError
+from accord.ledger.signing import Ed25519Signer, kid_for
 from accord.ledger.wiring import open_ledger
 from accord.market.work import resolve_files
 from tests.specs import INVOICE, invoice_parts
@@ -425,9 +428,7 @@ def test_a_failing_member_is_reassigned(world: World) -> None:
     assert all(r.conversation.state == "closed" for r in replay_all(world).values())
 
 
-def test_a_hanging_member_is_abandoned_and_the_run_is_bounded(world: World) -> None:
-    release = threading.Event()
-
+def _hanging(release: threading.Event) -> Callable[[str], InProcessAdapter]:
     def hanging(did: str) -> InProcessAdapter:
         def fn(task: SubTask) -> JSON:
             release.wait(60)
@@ -435,8 +436,15 @@ def test_a_hanging_member_is_abandoned_and_the_run_is_bounded(world: World) -> N
 
         return InProcessAdapter(did, fn, timeout=60)
 
+    return hanging
+
+
+def test_a_hanging_member_reports_its_failure_and_the_run_is_bounded(world: World) -> None:
+    """A member that hangs gives its own signed failure report (its key signs it), which frees
+    its parts for another member; the leader never abandons on its own word."""
+    release = threading.Event()
     world.add("lead", CAPS, "1/10")
-    world.add("slow", ["arithmetic"], "9/10", adapter=hanging)
+    world.add("slow", ["arithmetic"], "9/10", adapter=_hanging(release))
     world.add("eve", ["extraction"], "1/10")
     work = invoice_work()
     try:
@@ -451,9 +459,9 @@ def test_a_hanging_member_is_abandoned_and_the_run_is_bounded(world: World) -> N
     slow, good = world.did("slow"), world.did("lead")
     assert slow in top.members
 
-    abandons = [m for _, _, _, m in world.seen if isinstance(m, Abandon)]
-    assert [(a.speaker, a.sub_id) for a in abandons] == [(world.did("lead"), "batch:arithmetic")]
-    assert not any(m.speaker == slow for m in world.reports())
+    assert not [m for _, _, _, m in world.seen if isinstance(m, Abandon)]
+    [failed] = [m for m in world.reports() if m.speaker == slow]
+    assert not failed.result.ok and "no answer in time" in (failed.result.error or "")
     reassigned = [who for who, task in world.assigned() if task.sub_id == "batch:arithmetic#2"]
     assert reassigned == [good]
     arithmetic = {c.agent for c in top.deliverable.contributions if c.capability == "arithmetic"}  # type: ignore[union-attr]
@@ -461,6 +469,52 @@ def test_a_hanging_member_is_abandoned_and_the_run_is_bounded(world: World) -> N
     [record] = replay_all(world).values()
     assert record.conversation.state == "closed"
     assert record.conversation.results == top.results
+
+
+class _RefusingSigner:
+    """A member that keeps its key and will not sign a failure report for work it was given."""
+
+    def __init__(self, did: str) -> None:
+        self.did = did
+        self.kid = kid_for(did)
+
+    def sign(self, message: bytes) -> bytes:
+        raise KeyStoreError(f"{self.did} refuses to sign")
+
+
+def test_a_leader_that_abandons_on_its_own_word_cannot_give_the_parts_again(
+    world: World,
+) -> None:
+    """When the hung member signs no failure, the leader abandons on its own word, and the
+    parts stay undone: a leader's word never moves a member's part to someone else (itself,
+    or an identity it controls)."""
+    release = threading.Event()
+    world.add("lead", CAPS, "1/10")
+    world.add("slow", ["arithmetic"], "9/10", adapter=_hanging(release))
+    world.add("eve", ["extraction"], "1/10")
+    slow = world.did("slow")
+    world.signers[slow] = _RefusingSigner(slow)  # type: ignore[assignment]
+    work = invoice_work()
+    try:
+        runner, top = world.run("lead", RunSettings(timeout_s=0.5, max_depth=0), work)
+    finally:
+        release.set()
+    abandons = [m for _, _, _, m in world.seen if isinstance(m, Abandon)]
+    assert [(a.speaker, a.sub_id) for a in abandons] == [(world.did("lead"), "batch:arithmetic")]
+    assert not [task for _, task in world.assigned() if task.sub_id == "batch:arithmetic#2"]
+    assert top.deliverable is not None
+    done = {c.part for c in top.deliverable.contributions}
+    assert done and not done & set(work.ids("arithmetic"))
+    [record] = replay_all(world).values()
+    assert record.conversation.state == "closed"
+    leader = world.did("lead")
+    assignment = assign_sync(leader, leader, SubTask("batch:arithmetic#2", "arithmetic", "x", {}))
+    redo = replace(assignment.task, item=record.conversation.assigned["batch:arithmetic"].item)
+    with pytest.raises(IllegalMove, match="abandoned on the leader's word"):
+        step(
+            replace(record.conversation, state="sync_task_assign", speaker=leader),
+            replace(assignment, task=redo),
+        )
 
 
 # -- outputs the capability's schema refuses ------------------------------------------------
