@@ -39,6 +39,7 @@ with an unchecked step and no failure is INCOMPLETE, never PASS.
 from __future__ import annotations
 
 import itertools
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -49,9 +50,10 @@ from accord.coordinator.conversation import (
     CONVERSATION_MESSAGE,
     CONVERSATION_OPENED,
     ConversationRecord,
+    check_task_reports,
     conversation_from_events,
 )
-from accord.coordinator.errors import CoordinatorError
+from accord.coordinator.errors import CoordinatorError, IllegalMove
 from accord.identity.challenges.registry import get_capability
 from accord.identity.credentials import REVOCATION_EVENT_KIND, VerifiedCredential, verify_credential
 from accord.identity.errors import BindingError, ExamError, IdentityError, SandboxUnavailable
@@ -763,11 +765,26 @@ def _auction(scope: _Scope) -> str:
 def _conversations(scope: _Scope) -> str:
     for record in scope.conversations:
         if record.opened_index < 0:
-            raise AuditFailure(f"conversation {record.conversation.conv_id} does not replay")
+            conv_id = record.conversation.conv_id
+            try:
+                conversation_from_events(conv_id, _events_of(scope, conv_id))
+            except CoordinatorError as exc:
+                reason = str(exc)
+                raise AuditFailure(
+                    f"conversation {conv_id} does not replay: {reason}", _entry_named(reason)
+                ) from exc
+            raise AuditFailure(f"conversation {conv_id} does not replay")
         if record.conversation.state != "closed":
             raise AuditFailure(
                 f"conversation {record.conversation.conv_id} never concluded", record.opened_index
             )
+    try:
+        check_task_reports(scope.conversations)
+    except IllegalMove as exc:
+        raise AuditFailure(
+            f"a report claims work that is not its producer's own: {exc.reason}",
+            _entry_named(exc.reason),
+        ) from exc
     top = [r for r in scope.conversations if r.conversation.parent is None]
     delivered = next(((i, e.body) for i, e in scope.task_events if e.kind == TASK_DELIVERED), None)
     if delivered is None:
@@ -783,6 +800,12 @@ def _conversations(scope: _Scope) -> str:
         raise AuditFailure("the requester worked on its own task's team", index)
     turns = sum(r.conversation.turn for r in scope.conversations)
     return f"{len(scope.conversations)} conversations, {turns} moves, all legal and signed"
+
+
+def _entry_named(reason: str) -> int | None:
+    """The log index a replay error names (`entry N: ...`), if it names one."""
+    found = re.match(r"entry (\d+): ", reason)
+    return int(found.group(1)) if found else None
 
 
 # -- (6) settlement --------------------------------------------------------------------------

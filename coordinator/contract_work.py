@@ -33,6 +33,7 @@ from accord.coordinator.conversation import (
     CONVERSATION_OPENED,
     Conversation,
     Report,
+    check_report_in_task,
     message_from_json,
     open_conversation,
     step,
@@ -217,6 +218,15 @@ def _check_message(context: MarketContext, task: Task, entry: Entry) -> None:
     except IllegalMove as exc:
         raise WorkRefused(f"not a legal move: {exc.reason}") from exc
     if isinstance(message, Report):
+        store = context.market.ledger.store
+        records = [
+            replay_conversation(store, conv_id, max_depth=MAX_DEPTH)
+            for conv_id in conversation_ids(store, task.task_id)
+        ]
+        try:
+            check_report_in_task(records, conversation, message)
+        except IllegalMove as exc:
+            raise WorkRefused(f"not a legal report: {exc.reason}") from exc
         for contribution in message.result.contributions:
             _check_output(context, contribution.capability, contribution.output_sha256)
 

@@ -736,21 +736,60 @@ def check_sub_team(
         raise IllegalMove(f"the report is not what sub-team {child.conv_id} concluded")
 
 
+def check_report_in_task(
+    records: Iterable[ConversationRecord], conversation: Conversation, report: Report
+) -> None:
+    """Pure: `report`, about to be logged in `conversation`, against the task's conversations as
+    replayed so far (`records`): a sub-team's work is exactly that sub-team's conclusion
+    (`check_sub_team`), and the speaker's own work names no part anyone reported before in
+    any conversation of the task.
+
+    Raises IllegalMove naming what does not hold."""
+    records = list(records)
+    result = report.result
+    if result.team is not None:
+        child = next((r.conversation for r in records if r.conversation.conv_id == result.team), None)
+        check_sub_team(conversation, report.speaker, result, child)
+        return
+    reported = _leaf_reports(records)
+    for contribution in result.contributions:
+        if contribution.part in reported:
+            raise IllegalMove(
+                f"part {contribution.part} was already reported at entry "
+                f"{reported[contribution.part]}: an output reported once is never reported again"
+            )
+
+
+def _leaf_reports(records: Iterable[ConversationRecord]) -> dict[str, int]:
+    """Each part a producer reported as its own work, with the entry of that report."""
+    found: dict[str, int] = {}
+    for record in records:
+        for logged in record.messages:
+            message = logged.message
+            if isinstance(message, Report) and message.result.team is None:
+                for contribution in message.result.contributions:
+                    found.setdefault(contribution.part, logged.index)
+    return found
+
+
 def check_task_reports(records: Iterable[ConversationRecord]) -> None:
     """Pure: the conversations of one task, as replayed, hold each part to one producer's own
     report: every report that names a sub-team brings exactly that sub-team's conclusion
-    (`check_sub_team`), and no part is reported by its producer in two conversations, so an
-    output a member reported is never reported again by anyone else.
+    (`check_sub_team`), and no part is reported as its producer's own work twice, in one
+    conversation or two, so an output a member reported is never reported again by anyone.
 
     Raises IllegalMove naming the entry of the first report that breaks this."""
     records = list(records)
     by_id = {r.conversation.conv_id: r.conversation for r in records}
     reports = sorted(
-        ((logged.index, record.conversation, logged.message)
-        for record in records
-        for logged in record.messages
-        if isinstance(logged.message, Report)
-    ), key=lambda found: found[0])
+        (
+            (logged.index, record.conversation, logged.message)
+            for record in records
+            for logged in record.messages
+            if isinstance(logged.message, Report)
+        ),
+        key=lambda found: found[0],
+    )
     reported: dict[str, int] = {}
     for index, conversation, message in reports:
         assert isinstance(message, Report)

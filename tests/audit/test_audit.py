@@ -276,6 +276,64 @@ def test_a_swapped_winner_re_signed_and_re_anchored_fails_step_4_at_the_award(
     assert linus in report.steps[3].detail
 
 
+def _rewrite_report(
+    world: World, path: Path, pick: Callable[[dict[str, Any]], bool], change: Any
+) -> tuple[AuditReport, int]:
+    """The first report `pick` chooses rewritten by `change` and re-signed by its speaker."""
+    index = next(
+        s.index
+        for s in world.ledger.store.find(kind=CONVERSATION_MESSAGE, limit=100_000)
+        if (message := Entry.from_bytes(s.data).event.body["message"])["kind"] == "report"
+        and pick(message)
+    )
+
+    def rewrite(i: int, event: Event) -> Event:
+        if i != index:
+            return event
+        body = copy.deepcopy(dict(event.body))
+        change(body["message"])
+        return with_body(event, body)
+
+    store, fresh = rebuild_log(world, path, rewrite)
+    return audit(world, store, anchors=fresh), index
+
+
+def test_a_report_crediting_another_producer_fails_step_5_at_that_report(
+    world: World, tmp_path: Path
+) -> None:
+    """A leader's (or any speaker's) report that names someone else as a part's producer (the
+    frame-a-victim and take-a-member's-work attacks) is refused by the replay at its entry."""
+    victim = world.agents["ada"].did
+
+    def own_work(message: dict[str, Any]) -> bool:
+        result = message["result"]
+        return bool(result["ok"]) and "team" not in result and message["speaker"] != victim
+
+    def credit_victim(message: dict[str, Any]) -> None:
+        message["result"]["contributions"][0]["agent"] = victim
+
+    report, index = _rewrite_report(world, tmp_path / "framed.db", own_work, credit_victim)
+    assert failure(report) == (5, index)
+    assert "names " + victim in report.steps[4].detail
+    assert f"entry {index}" in report.steps[4].detail
+
+
+def test_a_report_naming_a_sub_team_it_did_not_lead_fails_step_5_at_that_report(
+    world: World, tmp_path: Path
+) -> None:
+    """A sub-team's work comes up only as the conclusion of the sub-team its speaker led."""
+
+    def from_a_sub_team(message: dict[str, Any]) -> bool:
+        return "team" in message["result"]
+
+    def elsewhere(message: dict[str, Any]) -> None:
+        message["result"]["team"] = "conv-nowhere"
+
+    report, index = _rewrite_report(world, tmp_path / "team.db", from_a_sub_team, elsewhere)
+    assert failure(report) == (5, index)
+    assert "conv-nowhere" in report.steps[4].detail
+
+
 def _rewrite_settlement(world: World, path: Path, change: Any) -> tuple[AuditReport, int]:
     index = index_of(world, SETTLEMENT_COMPUTED)
 
