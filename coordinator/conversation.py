@@ -748,7 +748,9 @@ def check_report_in_task(
     records = list(records)
     result = report.result
     if result.team is not None:
-        child = next((r.conversation for r in records if r.conversation.conv_id == result.team), None)
+        child = next(
+            (r.conversation for r in records if r.conversation.conv_id == result.team), None
+        )
         check_sub_team(conversation, report.speaker, result, child)
         return
     reported = _leaf_reports(records)
@@ -804,6 +806,5 @@ def check_task_reports(records: Iterable[ConversationRecord]) -> None:
             first = reported.setdefault(contribution.part, index)
             if first != index:
                 raise IllegalMove(
-                    f"entry {index}: part {contribution.part} was already reported at entry "
-                    f"{first}"
+                    f"entry {index}: part {contribution.part} was already reported at entry {first}"
                 )

@@ -413,3 +413,127 @@ def test_the_kit_answers_only_calls_signed_by_the_operator_or_a_leader(
     )
     by_leader = httpx.post(run, json=item, timeout=10, auth=SignedBy(kai.signer, tag=CALL_TAG))
     assert by_leader.status_code in (200, 422), by_leader.text
+
+
+def test_a_leader_cannot_credit_others_nor_take_a_members_reported_part(
+    won: tuple[dict[str, Any], KitAgent, KitAgent, str],
+) -> None:
+    """Each party signs with its own key; the winner relays. A report naming another producer,
+    a part assigned again after the leader abandoned it on its own word, and a part a member
+    already reported, reported again by the leader in a sub-team of its own: each is refused
+    with its reason, and nothing of it is logged. The member's own report is logged."""
+    world, kai, kim, task_id = won
+    from accord.coordinator.adapters import solve_task
+    from accord.coordinator.team import part_task
+    from accord.ledger.sealing import seal
+
+    store = world["context"].market.ledger.store
+    parts = {p["id"]: p for p in invoice_request()["parts"]}
+    turns: dict[str, int] = {}
+
+    def entry(agent: KitAgent, conv: str, value: dict[str, Any]) -> dict[str, Any]:
+        body = {"conversation": conv, "turn": turns.get(conv, 0), "message": value}
+        return agent.client.entry("conversation.message", conv, body)
+
+    def say(agent: KitAgent, conv: str, value: dict[str, Any]) -> None:
+        kai.client.post(f"/tasks/{task_id}/work", {"entry": entry(agent, conv, value)})
+        turns[conv] = turns.get(conv, 0) + 1
+
+    def refused(agent: KitAgent, conv: str, value: dict[str, Any]) -> ApiError:
+        size = store.size()
+        error = relay(kai, task_id, entry(agent, conv, value))
+        assert store.size() == size  # nothing refused is logged
+        return error
+
+    def open_conv(conv: str, parent: str | None, members: list[str]) -> None:
+        body = {
+            "conversation": conv,
+            "task": task_id,
+            "parent": parent,
+            "depth": 0 if parent is None else 1,
+            "leader": kai.did,
+            "members": members,
+            "max_turns": 32,
+            "title": "t",
+        }
+        entry = kai.client.entry("conversation.opened", conv, body)
+        kai.client.post(f"/tasks/{task_id}/work", {"entry": entry})
+        say(kai, conv, discuss("async_task_assign", kai.did))
+
+    def discuss(state: str, who: str) -> dict[str, Any]:
+        return {
+            "kind": "discuss",
+            "speaker": kai.did,
+            "next_state": state,
+            "next_speaker": who,
+            "text": "plan",
+        }
+
+    def task_json(part_id: str, sub_id: str | None = None) -> dict[str, Any]:
+        part = parts[part_id]
+        task = part_task(part_id, part["capability"], part["input"]).to_json()
+        return {**task, "sub_id": sub_id or part_id}
+
+    def assign(who: KitAgent, *tasks: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "kind": "assign_async",
+            "speaker": kai.did,
+            "next_state": "pause_trigger",
+            "next_speaker": who.did,
+            "assignments": [{"assignee": who.did, "task": t} for t in tasks],
+        }
+
+    def report(speaker: KitAgent, sub_id: str, producer: str, state: str) -> dict[str, Any]:
+        part = parts[sub_id]
+        sealed = seal(solve_task(part_task(sub_id, part["capability"], part["input"])))
+        kai.client.post_bytes(f"/tasks/{task_id}/sealed", sealed.data)
+        contribution = {
+            "agent": producer,
+            "sub_id": sub_id,
+            "capability": part["capability"],
+            "part": sub_id,
+            "output_sha256": sealed.commitment,
+        }
+        return {
+            "kind": "report",
+            "speaker": speaker.did,
+            "next_state": state,
+            "next_speaker": kai.did if state != "pause_trigger" else speaker.did,
+            "result": {
+                "sub_id": sub_id,
+                "ok": True,
+                "contributions": [contribution],
+                "error": None,
+            },
+        }
+
+    kai.client.post(
+        f"/tasks/{task_id}/work",
+        {"entry": kai.client.entry("task.started", task_id, {"task_id": task_id})},
+    )
+    open_conv("conv-top", None, [kai.did, kim.did])
+    say(kai, "conv-top", assign(kim, task_json("tax"), task_json("lines-sum")))
+    # kim reports "tax", its own work, signed by its own key: logged.
+    say(kim, "conv-top", report(kim, "tax", kim.did, "pause_trigger"))
+    # The leader abandons "lines-sum" on its own word (kim answered it, say) ...
+    abandon = {
+        "kind": "abandon",
+        "speaker": kai.did,
+        "next_state": "async_task_assign",
+        "next_speaker": kai.did,
+        "sub_id": "lines-sum",
+        "reason": "timed out",
+    }
+    say(kai, "conv-top", abandon)
+    # ... and cannot give it to itself now.
+    taken = refused(kai, "conv-top", assign(kai, task_json("lines-sum", "lines-sum#2")))
+    assert taken.status == 422 and "abandoned on the leader's word" in str(taken)
+    # Its own part, credited to kim (kim signed nothing of it): refused.
+    say(kai, "conv-top", assign(kai, task_json("invoice-fields")))
+    framed = refused(kai, "conv-top", report(kai, "invoice-fields", kim.did, "conclusion"))
+    assert framed.status == 422 and f"names {kim.did} as its producer" in str(framed)
+    # kim's reported "tax", done again by the leader in a sub-team of its own: refused.
+    open_conv("conv-sub", "conv-top", [kai.did])
+    say(kai, "conv-sub", assign(kai, task_json("tax")))
+    twice = refused(kai, "conv-sub", report(kai, "tax", kai.did, "conclusion"))
+    assert twice.status == 422 and "part tax was already reported" in str(twice)

@@ -242,9 +242,7 @@ def _abandon(m: Model, msg: Abandon) -> Model | None:
     else:
         return None
     abandoned = m.abandoned | {msg.sub_id}
-    return _lead(
-        m, msg, allowed, triggers, blocked, n_results=m.n_results + 1, abandoned=abandoned
-    )
+    return _lead(m, msg, allowed, triggers, blocked, n_results=m.n_results + 1, abandoned=abandoned)
 
 
 def _conclude(m: Model, msg: Conclude) -> Model | None:
