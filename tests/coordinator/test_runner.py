@@ -42,11 +42,11 @@ from accord.coordinator.runner import RunSettings, SealedOutputs, TeamRunner
 from accord.coordinator.service import conversation_ids, replay_conversation
 from accord.coordinator.work import JSON, AgentAdapter, SubTask
 from accord.identity.challenges import REGISTRY, validate_output
+from accord.identity.errors import KeyStoreError
 from accord.ledger.devnet import find_free_port
 from accord.ledger.events import Entry, Event, entry_bytes, sign_event
 from accord.ledger.service import Ledger
 from accord.ledger.settings import Settings
-from accord.identity.errors import KeyStoreError
 from accord.ledger.signing import Ed25519Signer, kid_for
 from accord.ledger.wiring import open_ledger
 from accord.market.work import resolve_files
@@ -496,7 +496,7 @@ def test_a_leader_that_abandons_on_its_own_word_cannot_give_the_parts_again(
     world.signers[slow] = _RefusingSigner(slow)  # type: ignore[assignment]
     work = invoice_work()
     try:
-        runner, top = world.run("lead", RunSettings(timeout_s=0.5, max_depth=0), work)
+        _, top = world.run("lead", RunSettings(timeout_s=0.5, max_depth=0), work)
     finally:
         release.set()
     abandons = [m for _, _, _, m in world.seen if isinstance(m, Abandon)]
