@@ -54,6 +54,7 @@ from accord.coordinator.conversation import (
     conversation_from_events,
 )
 from accord.coordinator.errors import CoordinatorError, IllegalMove
+from accord.coordinator.service import assemble
 from accord.identity.challenges.registry import get_capability
 from accord.identity.credentials import REVOCATION_EVENT_KIND, VerifiedCredential, verify_credential
 from accord.identity.errors import BindingError, ExamError, IdentityError, SandboxUnavailable
@@ -796,6 +797,10 @@ def _conversations(scope: _Scope) -> str:
     deliverable = matching[0].conversation.deliverable
     if deliverable is None or deliverable.to_json() != body.get("deliverable"):
         raise AuditFailure("the delivered deliverable is not the team's conclusion", index)
+    if body.get("document") != assemble(scope.task, matching[0].conversation):
+        raise AuditFailure(
+            "the delivered plan and assembly are not the logged assignments and reports", index
+        )
     if any(c.agent == scope.task.requester for c in deliverable.contributions):
         raise AuditFailure("the requester worked on its own task's team", index)
     turns = sum(r.conversation.turn for r in scope.conversations)

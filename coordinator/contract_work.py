@@ -39,7 +39,12 @@ from accord.coordinator.conversation import (
     step,
 )
 from accord.coordinator.errors import CoordinatorError, IllegalMove
-from accord.coordinator.service import conversation_ids, replay_conversation, team_directory
+from accord.coordinator.service import (
+    assemble,
+    conversation_ids,
+    replay_conversation,
+    team_directory,
+)
 from accord.identity.challenges import validate_output
 from accord.identity.errors import ExamError
 from accord.ledger.canonical import canonical_json
@@ -269,6 +274,11 @@ def _check_delivered(context: MarketContext, task: Task, entry: Entry) -> None:
     if body["deliverable"] != conversation.deliverable.to_json():
         raise WorkRefused("the delivery is not what the team concluded")
     document = _mapping(body["document"])
+    if dict(document) != assemble(task, conversation):
+        raise WorkRefused(
+            "the document is not the plan and assembly the log holds: its plan gives each part "
+            "to the member first assigned it, its parts each producer's own report"
+        )
     if body["sha256"] != sha256_hex(canonical_json(dict(document))):
         raise WorkRefused("the document's sha256 is not its hash")
     context.market.blobs.put(canonical_json(dict(document)), name="the deliverable")

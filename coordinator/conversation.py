@@ -256,6 +256,7 @@ class Conversation:
     blocked_on: tuple[str, str] | None = None  # (sub_id, assignee) of a sync assignment
     triggers: Mapping[str, str] = field(default_factory=dict, hash=False)  # sub_id -> assignee
     assigned: Mapping[str, SubTask] = field(default_factory=dict, hash=False)
+    assignees: Mapping[str, str] = field(default_factory=dict, hash=False)  # sub_id -> member
     results: tuple[Result, ...] = ()
     deliverable: Deliverable | None = None
     abandoned: tuple[str, ...] = ()  # sub_ids the leader gave up on by its own word
@@ -395,6 +396,16 @@ def _outstanding(c: Conversation) -> list[str]:
     return [*c.triggers, *([c.blocked_on[0]] if c.blocked_on else [])]
 
 
+def logged_plan(c: Conversation) -> dict[str, str]:
+    """The leader's plan as the conversation logged it: each part and the member first
+    assigned a sub-task covering it."""
+    plan: dict[str, str] = {}
+    for sub_id, task in c.assigned.items():
+        for part in _parts(task):
+            plan.setdefault(part, c.assignees[sub_id])
+    return plan
+
+
 def done_parts(c: Conversation) -> dict[str, Contribution]:
     """Each part a successful report of `c` delivered, with the contribution that did."""
     return {x.part: x for result in c.results if result.ok for x in result.contributions}
@@ -439,6 +450,7 @@ def _assign_sync(c: Conversation, m: AssignSync) -> Conversation:
         speaker=m.assignee,
         blocked_on=(m.task.sub_id, m.assignee),
         assigned={**c.assigned, m.task.sub_id: m.task},
+        assignees={**c.assignees, m.task.sub_id: m.assignee},
     )
 
 
@@ -453,13 +465,14 @@ def _assign_async(c: Conversation, m: AssignAsync) -> Conversation:
         _check_assignment(c, assignee, task, seen, seen_parts)
     triggers = {**c.triggers, **{task.sub_id: who for who, task in m.assignments}}
     assigned = {**c.assigned, **{task.sub_id: task for _, task in m.assignments}}
+    assignees = {**c.assignees, **{task.sub_id: who for who, task in m.assignments}}
     allowed: tuple[ConversationState, ...] = (
         "discussion",
         "sync_task_assign",
         "async_task_assign",
         "pause_trigger",
     )
-    return _next(c, m, allowed, triggers=triggers, assigned=assigned)
+    return _next(c, m, allowed, triggers=triggers, assigned=assigned, assignees=assignees)
 
 
 def _check_result(c: Conversation, speaker: str, result: Result) -> None:

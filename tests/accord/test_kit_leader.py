@@ -278,9 +278,28 @@ def test_illegal_team_entries_are_refused_and_nothing_is_logged(
     )
     size = store.size()
     # A delivery that is not what the team concluded, or whose hash is not its document's.
-    document = {"task": task_id, "parts": []}
     from accord.ledger.canonical import canonical_json
     from accord.market.blobs import sha256_hex
+
+    document: dict[str, Any] = {
+        "task": task_id,
+        "title": context.market.task(task_id).spec.title,
+        "leader": kai.did,
+        "summary": "nothing",
+        "plan": {"assignments": {}},
+        "parts": [],
+    }
+    # A plan that gives a part to kim, who was never assigned it: not the logged plan.
+    made_up = {**document, "plan": {"assignments": {"tax": kim.did}}}
+    made_up_body = {
+        "task_id": task_id,
+        "conversation": "conv-kai",
+        "deliverable": {"summary": "nothing", "contributions": []},
+        "document": made_up,
+        "sha256": sha256_hex(canonical_json(made_up)),
+    }
+    planned = relay(kai, task_id, kai.client.entry("task.delivered", task_id, made_up_body))
+    assert planned.status == 422 and "not the plan and assembly the log holds" in str(planned)
 
     body = {
         "task_id": task_id,

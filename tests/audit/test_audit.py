@@ -14,10 +14,12 @@ import pytest
 from accord.audit.checks import AuditReport, audit_task
 from accord.coordinator.conversation import CONVERSATION_MESSAGE
 from accord.coordinator.service import directory_for, run_awarded_task, team_directory
+from accord.ledger.canonical import canonical_json
 from accord.ledger.chain import MemoryAnchorChain
 from accord.ledger.events import Entry, Event, entry_bytes, make_entry
 from accord.ledger.sealing import seal
 from accord.ledger.store import LogStore
+from accord.market.blobs import sha256_hex
 from accord.market.errors import BidRejected
 from accord.market.escrow import EscrowActions, EscrowChain, MemoryEscrowJournal
 from accord.market.sealed import commit_bid
@@ -332,6 +334,29 @@ def test_a_report_naming_a_sub_team_it_did_not_lead_fails_step_5_at_that_report(
     report, index = _rewrite_report(world, tmp_path / "team.db", from_a_sub_team, elsewhere)
     assert failure(report) == (5, index)
     assert "conv-nowhere" in report.steps[4].detail
+
+
+def test_a_delivered_plan_that_is_not_the_logged_one_fails_step_5_at_the_delivery(
+    world: World, tmp_path: Path
+) -> None:
+    """The plan check reads the plan the delivery carries: it must be the conversation's
+    logged assignments, not any DID the leader writes for a part."""
+    index = index_of(world, TASK_DELIVERED)
+    outsider = world.agents["ada"].did
+
+    def rewrite(i: int, event: Event) -> Event:
+        if i != index:
+            return event
+        body = copy.deepcopy(dict(event.body))
+        assignments = body["document"]["plan"]["assignments"]
+        assignments[sorted(assignments)[0]] = outsider
+        body["sha256"] = sha256_hex(canonical_json(body["document"]))
+        return with_body(event, body)
+
+    store, fresh = rebuild_log(world, tmp_path / "plan.db", rewrite)
+    report = audit(world, store, anchors=fresh)
+    assert failure(report) == (5, index)
+    assert "logged assignments" in report.steps[4].detail
 
 
 def _rewrite_settlement(world: World, path: Path, change: Any) -> tuple[AuditReport, int]:
