@@ -398,18 +398,17 @@ class _Run:
             result = assignment.future.result(
                 timeout=max(0.0, assignment.deadline - time.monotonic())
             )
-        except FutureTimeout:
-            # The member hangs. Its own signed failure report frees the work for another; a
-            # member that will not sign one is abandoned on the leader's word, and then the
-            # work stays undone (a leader's word never takes a member's part away).
-            timed_out = Result(sub_id, False, (), f"{assignment.assignee}: no answer in time")
-            if self._report_failure(assignment, timed_out):
-                return
-            self.abandon.append(sub_id)
+        except FutureTimeout:  # the member hangs
+            result = Result(sub_id, False, (), f"{assignment.assignee}: no answer in time")
+        if not result.ok:
+            # The member's own signed failure report frees the work for another. One it will
+            # not sign (its key kept at its endpoint, and it says it answered) is abandoned on
+            # the leader's word, and then the work stays undone: a leader's word never moves a
+            # member's part to someone else.
+            if not self._report_failure(assignment, result):
+                self.abandon.append(sub_id)
             return
         del self.outstanding[sub_id]
-        if not result.ok:
-            self._failed(assignment)
         state, speaker = self._after(excluding=sub_id)
         self.conversation = self.runner.say(
             self.conversation, Report(assignment.assignee, result, state, speaker)

@@ -425,13 +425,126 @@ def test_the_kit_answers_only_calls_signed_by_the_operator_or_a_leader(
         auth=SignedBy(operator, tag=CALL_TAG),
     )
     assert too_deep.status_code == 400 and "too deep" in too_deep.text
-    # Once kai leads a running task, its calls are answered (the item is judged on its own).
+    # Leading a running task is not enough: kim answers only a part assigned to it there.
     kai.client.post(
         f"/tasks/{task_id}/work",
         {"entry": kai.client.entry("task.started", task_id, {"task_id": task_id})},
     )
     by_leader = httpx.post(run, json=item, timeout=10, auth=SignedBy(kai.signer, tag=CALL_TAG))
-    assert by_leader.status_code in (200, 422), by_leader.text
+    assert by_leader.status_code == 403 and "no part 'x'" in by_leader.text
+
+
+def test_the_kit_does_only_assigned_parts_and_signs_only_what_it_did(
+    won: tuple[dict[str, Any], KitAgent, KitAgent, str],
+) -> None:
+    """kim (its own process's keys, its own /run and /sign) answers kai's /run only for a part
+    kai's logged conversation assigned to it, for the requester's input whatever item kai
+    sends; it signs a report only for that assignment and its own answer, and a failure only
+    for an assignment it did not answer."""
+    world, kai, kim, task_id = won
+    from accord.coordinator.adapters import solve_task
+    from accord.coordinator.team import part_task
+    from accord.identity.http_auth import AccordAuth as SignedBy
+    from accord.identity.http_signatures import CALL_TAG
+    from accord.ledger.canonical import canonical_json
+    from accord.ledger.events import make_entry
+    from accord.ledger.sealing import seal
+
+    assert kim.server is not None
+    parts = {p["id"]: p for p in invoice_request()["parts"]}
+
+    def work(kind: str, subject: str, body: dict[str, Any]) -> None:
+        entry = kai.client.entry(kind, subject, body)
+        kai.client.post(f"/tasks/{task_id}/work", {"entry": entry})
+
+    work("task.started", task_id, {"task_id": task_id})
+    opened = {
+        "conversation": "conv-k",
+        "task": task_id,
+        "parent": None,
+        "depth": 0,
+        "leader": kai.did,
+        "members": [kai.did, kim.did],
+        "max_turns": 16,
+        "title": "t",
+    }
+    work("conversation.opened", "conv-k", opened)
+    plan = {"kind": "discuss", "speaker": kai.did, "next_state": "async_task_assign"}
+    plan |= {"next_speaker": kai.did, "text": "plan"}
+    work("conversation.message", "conv-k", {"conversation": "conv-k", "turn": 0, "message": plan})
+    tax = part_task("tax", "arithmetic", parts["tax"]["input"])
+    assign = {
+        "kind": "assign_async",
+        "speaker": kai.did,
+        "next_state": "pause_trigger",
+        "next_speaker": kim.did,
+        "assignments": [{"assignee": kim.did, "task": tax.to_json()}],
+    }
+    work("conversation.message", "conv-k", {"conversation": "conv-k", "turn": 1, "message": assign})
+
+    def run(item: dict[str, Any]) -> httpx.Response:
+        return httpx.post(
+            f"{kim.server.url}/run",  # type: ignore[union-attr]
+            json={"item": item},
+            timeout=30,
+            auth=SignedBy(kai.signer, tag=CALL_TAG),
+        )
+
+    # A part kim was not assigned: refused, whoever leads.
+    other = run({"item_id": "lines-sum", "capability": "arithmetic", "prompt": "", "payload": {}})
+    assert other.status_code == 403, other.text
+    # The assigned part, with an input kai made up: kim answers the requester's input.
+    made_up = {"kind": "expression", "expression": "1 + 1"}
+    given = run({"item_id": "tax", "capability": "arithmetic", "prompt": "1+1", "payload": made_up})
+    assert given.status_code == 200, given.text
+    answer = given.json()["answer"]
+    assert answer == solve_task(tax)
+
+    def sign(result: dict[str, Any], openings: dict[str, str]) -> httpx.Response:
+        message = {
+            "kind": "report",
+            "speaker": kim.did,
+            "next_state": "conclusion",
+            "next_speaker": kai.did,
+            "result": result,
+        }
+        body = {"conversation": "conv-k", "turn": 2, "message": message}
+        event = make_entry(
+            kim.signer,
+            kind="conversation.message",
+            seq=99,
+            at=world["clock"](),
+            subject="conv-k",
+            body=body,
+        ).event
+        text = canonical_json(event.to_json()).decode()
+        return httpx.post(
+            f"{kim.server.url}/sign",  # type: ignore[union-attr]
+            json={"event": text, "openings": openings},
+            timeout=30,
+            auth=SignedBy(kai.signer, tag=CALL_TAG),
+        )
+
+    def contribution(value: Any, part: str = "tax") -> tuple[dict[str, Any], dict[str, str]]:
+        sealed = seal(value)
+        found = {"agent": kim.did, "sub_id": part, "capability": "arithmetic", "part": part}
+        return {**found, "output_sha256": sealed.commitment}, {
+            sealed.commitment: sealed.data.decode()
+        }
+
+    # A failure report for work kim did answer, or never received: not signed.
+    failed = {"sub_id": "tax", "ok": False, "contributions": [], "error": "timed out"}
+    assert sign(failed, {}).status_code == 403
+    assert sign({**failed, "sub_id": "lines-sum"}, {}).status_code == 403
+    # An answer kim did not give (the made-up input's): not signed; its own: signed.
+    wrong, wrong_openings = contribution(2)
+    bad = sign(
+        {"sub_id": "tax", "ok": True, "contributions": [wrong], "error": None}, wrong_openings
+    )
+    assert bad.status_code == 403 and "did not do" in bad.text
+    right, openings = contribution(answer)
+    good = sign({"sub_id": "tax", "ok": True, "contributions": [right], "error": None}, openings)
+    assert good.status_code == 200, good.text
 
 
 def test_a_leader_cannot_credit_others_nor_take_a_members_reported_part(
