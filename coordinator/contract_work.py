@@ -42,6 +42,7 @@ from accord.coordinator.errors import CoordinatorError, IllegalMove
 from accord.coordinator.service import (
     assemble,
     conversation_ids,
+    payable,
     replay_conversation,
     team_directory,
 )
@@ -171,7 +172,17 @@ def _check_opened(context: MarketContext, task: Task, entry: Entry) -> None:
     members = [str(m) for m in body["members"]]
     if task.requester in members:
         raise WorkRefused("the requester is never on its own task's team", 403)
-    # The same directory the service forms hosted teams from: credentials checked, not trusted.
+    # Whoever may be given a part must be payable, or its share would stall the settlement.
+    chain_id = context.market.escrow.chain_id()
+    for did in members:
+        if not payable(context, did, chain_id):
+            raise WorkRefused(
+                f"{did} may not join {task.task_id}'s team: it has no payout account bound on "
+                f"chain {chain_id}, so it could not be paid for a part (it binds one first: "
+                "POST /agents/{did}/payout)"
+            )
+    # The same directory the service forms hosted teams from: credentials checked, not trusted
+    # (and payable: `team_directory` lists only who is).
     may_join = {m.did for m in team_directory(context, task)}
     for did in members:
         if did not in may_join:

@@ -82,10 +82,27 @@ def directory_for(
 def team_directory(context: MarketContext, task: Task) -> list[Member]:
     """Whom the winner may form its team from: `directory_for` the task's capabilities, less
     the task's requester, who is never on its own task's team (nor its winner: bid admission
-    refuses its bids)."""
+    refuses its bids), and less every agent but the winner that could not be paid
+    (`payable`): only a payable agent may be given a part."""
     leader = [task.winner] if task.winner is not None else []
     found = directory_for(context, task.spec.capabilities, including=leader)
-    return [member for member in found if member.did != task.requester]
+    chain_id = context.market.escrow.chain_id()
+    return [
+        member
+        for member in found
+        if member.did != task.requester
+        and (member.did in leader or payable(context, member.did, chain_id))
+    ]
+
+
+def payable(context: MarketContext, did: str, chain_id: int) -> bool:
+    """Whether `did` can be paid on `chain_id`: it bound a payout account to its DID there, or
+    its key is held here (the service binds one for it when its team delivers)."""
+    if context.onboarding.payout_address(did, chain_id) is not None:
+        return True
+    registry = context.onboarding.registry
+    record = registry.records([did]).get(did)
+    return record is not None and registry.key_path(record.name).exists()
 
 
 def agent_names(context: MarketContext) -> dict[str, str]:

@@ -669,3 +669,44 @@ def test_a_leader_cannot_credit_others_nor_take_a_members_reported_part(
     say(kai, "conv-sub", assign(kai, task_json("tax")))
     twice = refused(kai, "conv-sub", report(kai, "tax", kai.did, "conclusion"))
     assert twice.status == 422 and "part tax was already reported" in str(twice)
+
+
+def test_a_member_without_a_payout_account_is_never_on_a_team(
+    won: tuple[dict[str, Any], KitAgent, KitAgent, str],
+) -> None:
+    """An agent credentialed for the task but with no payout account bound could never be
+    paid for a part: the team listing leaves it out, and a conversation naming it is refused
+    with the reason, logging nothing."""
+    world, kai, kim, task_id = won
+    kip = kit_agent(world, "kip", 4 * ETH // 10)
+    try:
+        kip.register(kip.start())
+        for capability in CAPABILITIES:
+            kip.sit_exam(capability)
+        listed = {m["did"] for m in kai.client.get(f"/tasks/{task_id}/team")}
+        assert kim.did in listed and kip.did not in listed
+        kai.client.post(
+            f"/tasks/{task_id}/work",
+            {"entry": kai.client.entry("task.started", task_id, {"task_id": task_id})},
+        )
+        store = world["context"].market.ledger.store
+        size = store.size()
+        opened = {
+            "conversation": "conv-p",
+            "task": task_id,
+            "parent": None,
+            "depth": 0,
+            "leader": kai.did,
+            "members": [kai.did, kim.did, kip.did],
+            "max_turns": 16,
+            "title": "t",
+        }
+        refused = relay(kai, task_id, kai.client.entry("conversation.opened", "conv-p", opened))
+        assert refused.status == 422, refused
+        assert f"{kip.did} may not join" in str(refused) and "no payout account" in str(refused)
+        assert store.size() == size
+        kip.bind_payout()
+        listed = {m["did"] for m in kai.client.get(f"/tasks/{task_id}/team")}
+        assert kip.did in listed
+    finally:
+        kip.stop()
