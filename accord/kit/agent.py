@@ -32,7 +32,7 @@ from accord.api.client import AccordClient, ApiError
 from accord.coordinator.errors import CoordinatorError
 from accord.coordinator.policy import Policy
 from accord.coordinator.runner import RunSettings
-from accord.identity.challenges import JSON
+from accord.identity.challenges import JSONObject
 from accord.identity.payout import bind_payout_address
 from accord.identity.presentations import create_presentation
 from accord.identity.runtimes import AgentRuntime, AgentRuntimeError
@@ -182,7 +182,7 @@ class KitAgent:
         self._threads.append(thread)
         return public_url or self.server.url
 
-    def _work_for(self, caller: str, item: Any) -> tuple[Assignment, JSON]:
+    def _work_for(self, caller: str, item: JSONObject) -> tuple[Assignment, JSONObject]:
         """The assignment a `/run` of `item` from `caller` answers, and the item to answer: a
         part a logged conversation of a running task `caller` leads (any running task, for
         the service's operator, which runs hosted teams) assigned to this agent and has not
@@ -215,7 +215,7 @@ class KitAgent:
             "task it leads",
         )
 
-    def _part_item(self, task_id: str, part: str) -> JSON:
+    def _part_item(self, task_id: str, part: str) -> JSONObject:
         """The item for `part` of `task_id`, its files' text read from the service."""
         spec = task_from_json(self.client.task(task_id)).spec
         files = {

@@ -16,7 +16,7 @@ from typing import Any
 from accord.coordinator.conversation import message_from_json, open_conversation, step
 from accord.coordinator.errors import CoordinatorError
 from accord.coordinator.work import parts_of
-from accord.identity.challenges import JSON, work_item
+from accord.identity.challenges import JSONObject, work_item
 from accord.market.tasks import TaskSpec
 from accord.market.work import resolve_files
 
@@ -71,7 +71,7 @@ def assignments_to(did: str, shown: Mapping[str, Any]) -> list[Assignment]:
         return []
 
 
-def part_item(spec: TaskSpec, part_id: str, files: Mapping[str, str]) -> dict[str, JSON]:
+def part_item(spec: TaskSpec, part_id: str, files: Mapping[str, str]) -> JSONObject:
     """The item an agent answers for part `part_id` of `spec`: the capability's instruction for
     the part's input as the requester posted it, its files' text resolved from `files`.
     Raises KeyError for a part the spec does not hold, ExamError/WorkError for an input that

@@ -34,7 +34,7 @@ from typing import Any
 
 from accord.coordinator.agent_service import reply_json
 from accord.coordinator.conversation import CONVERSATION_MESSAGE
-from accord.identity.challenges import JSON, validate_output
+from accord.identity.challenges import JSON, JSONObject, validate_output
 from accord.identity.errors import ExamError
 from accord.identity.http_signatures import (
     CALL_TAG,
@@ -150,7 +150,7 @@ class KitServer(ThreadingHTTPServer):
         operator: str,
         may_call: Callable[[str], bool] = lambda did: False,
         public_url: str | None = None,
-        work_for: Callable[[str, JSON], tuple[Assignment, JSON]],
+        work_for: Callable[[str, JSONObject], tuple[Assignment, JSONObject]],
     ) -> None:
         self.signer = signer
         self.runtime = runtime
