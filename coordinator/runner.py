@@ -235,17 +235,10 @@ class TeamRunner:
                     depth=conversation.depth + 1,
                 )
                 contributions = child.deliverable.contributions if child.deliverable else ()
-                done_parts = {c.part for c in contributions}
-                missing = [p for p in parts_of(task) if p not in done_parts]
-                if missing:
-                    # A part the sub-team dropped fails the whole batch, as it would without
-                    # a sub-team: the leader may then give the batch to someone else.
-                    return Result(
-                        task.sub_id,
-                        False,
-                        (),
-                        f"the sub-team delivered no output for {', '.join(missing)}",
-                    )
+                if not contributions:
+                    return Result(task.sub_id, False, (), "the sub-team delivered no output")
+                # What the sub-team did is its producers' own reports: it comes up as it is
+                # (never done again by anyone); the parts it dropped are put back (`_rest`).
                 return Result(task.sub_id, True, contributions, team=child.conv_id)
         done: list[Contribution] = []
         adapter = self.adapter_of(assignee)
@@ -409,10 +402,35 @@ class _Run:
                 self.abandon.append(sub_id)
             return
         del self.outstanding[sub_id]
+        self._rest(assignment, {c.part for c in result.contributions})
         state, speaker = self._after(excluding=sub_id)
         self.conversation = self.runner.say(
             self.conversation, Report(assignment.assignee, result, state, speaker)
         )
+
+    def _rest(self, assignment: _Assignment, done: set[str]) -> None:
+        """A batch delivered in part (its sub-team dropped some parts): the parts not done go
+        back once more, as a batch of their own, if someone else can do them."""
+        task = assignment.task
+        batch = task.item.get("batch")
+        if not isinstance(batch, list) or set(parts_of(task)) <= done:
+            return
+        base = base_id(task.sub_id)
+        failed = self.failed_by.setdefault(base, [])
+        failed.append(assignment.assignee)
+        able = [m for m in self.team if task.capability in m.capabilities]
+        if len(failed) < MAX_ATTEMPTS and any(m.did not in failed for m in able):
+            rest = [
+                item for item, part in zip(batch, parts_of(task), strict=True) if part not in done
+            ]
+            self.unassigned.append(
+                SubTask(
+                    f"{base}#{len(failed) + 1}",
+                    task.capability,
+                    f"do the {len(rest)} {task.capability} parts left",
+                    {"batch": rest},
+                )
+            )
 
     def _report_failure(self, assignment: _Assignment, result: Result) -> bool:
         """Speak `result` as the member's own failure report, signed by the member (one that

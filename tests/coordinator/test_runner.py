@@ -34,6 +34,7 @@ from accord.coordinator.conversation import (
     Message,
     Report,
     assign_sync,
+    check_task_reports,
     step,
 )
 from accord.coordinator.errors import AgentFailure, IllegalMove
@@ -249,7 +250,9 @@ def assert_plan(world: World, runner: TeamRunner, top: Conversation, work: Work)
 def replay_all(world: World) -> dict[str, ConversationRecord]:
     """Replay every logged conversation of the task, by id, in the order they were opened."""
     store = world.ledger.store
-    return {cid: replay_conversation(store, cid) for cid in conversation_ids(store, TASK)}
+    records = {cid: replay_conversation(store, cid) for cid in conversation_ids(store, TASK)}
+    check_task_reports(records.values())  # each part one producer's own report, task-wide
+    return records
 
 
 def test_two_capability_task_sync_then_async_with_triggers(world: World) -> None:
@@ -843,9 +846,10 @@ class _Drops:
         return self.inner.run(task)
 
 
-def test_a_part_dropped_inside_a_sub_team_fails_the_batch(world: World) -> None:
-    """A sub-team that delivers only some of its batch's parts fails the batch (which the
-    leader may give to another member), as the batch would fail without a sub-team."""
+def test_a_part_dropped_inside_a_sub_team_goes_back_alone(world: World) -> None:
+    """A sub-team that delivers only some of its batch's parts brings up what it did (its
+    producers' own reports, never done again by anyone), and the parts it dropped go back to
+    the leader as a batch of their own."""
     world.add("lead", ("extraction",), adapter=lambda did: _Drops(did, "tax"))
     world.add("ann", ("arithmetic",), adapter=lambda did: _Drops(did, "tax"))
     world.add("bob", ("arithmetic",), adapter=lambda did: _Drops(did, "tax"))
@@ -853,11 +857,14 @@ def test_a_part_dropped_inside_a_sub_team_fails_the_batch(world: World) -> None:
     _, top = world.run("lead", RunSettings(timeout_s=10, max_depth=1))
     assert top.deliverable is not None
     done = {c.part for c in top.deliverable.contributions}  # type: ignore[union-attr]
-    failed = [r for r in world.reports() if not r.result.ok]
-    assert any("no output for tax" in (r.result.error or "") for r in failed)
-    # nobody can do tax: the arithmetic batch is missing as a whole, never half delivered
-    assert not {"lines-sum", "tax"} & done
+    # nobody can do tax; lines-sum, done by the sub-team, is delivered as its producer made it
+    assert "tax" not in done and "lines-sum" in done
     assert {"invoice-fields", "invoice-dates"} <= done
+    [carried] = [r for r in world.reports() if r.result.team is not None]
+    assert {c.part for c in carried.result.contributions} == {"lines-sum"}
+    left = [task for _, task in world.assigned() if task.sub_id.startswith("batch:arithmetic#")]
+    assert left and all(parts_in(task) == ["tax"] for task in left)
+    replay_all(world)  # each part one producer's own report, task-wide
 
 
 def test_retries_inside_a_reassigned_batch_keep_their_part() -> None:
