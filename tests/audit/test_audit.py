@@ -478,3 +478,28 @@ def test_an_agent_that_posts_a_task_is_never_on_its_team(tmp_path: Path) -> None
     world.ledger.anchorer.anchor_latest()
     report = audit(world)
     assert report.ok, report.to_json()
+
+
+def test_every_part_a_track_record_counts_is_its_producers_own_report(world: World) -> None:
+    """The track record (and the revocation rule on it) counts a part for an agent only when
+    the agent signed the report that produced it: every part the settlement records names a
+    producer whose own logged report, signed by it, carried that part."""
+    from accord.coordinator.conversation import Report
+    from accord.coordinator.service import conversation_ids, replay_conversation
+    from accord.market.reputation import settled_work
+    from accord.market.tasks import TASK_SETTLED
+
+    store = world.ledger.store
+    [found] = store.find(kind=TASK_SETTLED, subject=world.task_id, limit=1)
+    work = settled_work(found.index, world.task_id, Entry.from_bytes(found.data).event.body)
+    assert work is not None and work.parts
+    signed = set()
+    for conv_id in conversation_ids(store, world.task_id):
+        for logged in replay_conversation(store, conv_id).messages:
+            message = logged.message
+            if isinstance(message, Report) and message.result.team is None:
+                actor = Entry.from_bytes(store.entry(logged.index).data).event.actor
+                signed |= {
+                    (c.part, c.agent) for c in message.result.contributions if c.agent == actor
+                }
+    assert {(p.part_id, p.producer) for p in work.parts if p.producer} <= signed
