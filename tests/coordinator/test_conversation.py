@@ -27,7 +27,7 @@ import functools
 import json
 from collections import deque
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import pytest
@@ -523,6 +523,7 @@ _result = st.builds(
     st.booleans(),
     st.tuples() | st.lists(_contribution, max_size=3).map(tuple),
     st.none() | _ids,
+    st.none() | _ids,
 )
 _deliverable = st.builds(Deliverable, _ids, st.lists(_contribution, max_size=3).map(tuple))
 _message: st.SearchStrategy[Message] = st.one_of(
@@ -720,6 +721,138 @@ def test_conclude_refuses_a_tampered_output() -> None:
     forged = Contribution("did:A", "s0", "cap", "s0", seal(41, SALT).commitment)
     with pytest.raises(IllegalMove):
         step(c, Conclude(LEADER, Deliverable("done", (forged,))))
+
+
+# -- who did what: each producer's own claim ---------------------------------------------------
+
+
+def _part(sub_id: str, part: str) -> SubTask:
+    """A sub-task `sub_id` covering part `part` (a retry shares its part under a new id)."""
+    return SubTask(sub_id, "cap", f"do {part}", {"item_id": part})
+
+
+def _own(agent: str, sub_id: str, part: str, value: object = 1) -> Contribution:
+    return Contribution(agent, sub_id, "cap", part, seal(value, SALT).commitment)
+
+
+def _assigned(*assignments: tuple[str, SubTask]) -> Conversation:
+    c = open_conversation("c", "t", LEADER, (LEADER, "did:A", "did:B"))
+    c = step(c, Discuss(LEADER, "x", "async_task_assign", LEADER))
+    return step(c, AssignAsync(LEADER, assignments, "pause_trigger", assignments[0][0]))
+
+
+def test_a_report_carries_only_its_speakers_own_work_on_its_own_parts() -> None:
+    c = _assigned(("did:A", _part("s0", "p")))
+    for result, why in (
+        (Result("s0", True, (_own(LEADER, "s0", "p"),)), "names did:L as its producer"),
+        (Result("s0", True, (_own("did:A", "s0", "q"),)), "part q is not in sub-task s0"),
+        (
+            Result("s0", True, (_own("did:A", "s0", "p"), _own("did:A", "s0", "p", 2))),
+            "part p is reported twice",
+        ),
+    ):
+        with pytest.raises(IllegalMove, match=why):
+            step(c, Report("did:A", result, "conclusion", LEADER))
+    done = step(
+        c, Report("did:A", Result("s0", True, (_own("did:A", "s0", "p"),)), "conclusion", LEADER)
+    )
+    assert done.results[-1].ok
+    # a sub-team's work (others' contributions) comes up only under its conversation's id
+    team = Result("s0", True, (_own("did:sub", "s0", "p"),), team="c-sub")
+    assert step(c, Report("did:A", team, "conclusion", LEADER)).results[-1] == team
+
+
+def test_a_part_is_given_to_one_member_at_a_time_and_never_once_done() -> None:
+    c = _assigned(("did:A", _part("s0", "p")), ("did:B", _part("s1", "q")))
+    c = step(c, Report("did:A", Result("s0", False, (), "could not"), "pause_trigger", "did:B"))
+    with pytest.raises(IllegalMove, match="part q is already assigned"):
+        step(
+            replace(c, state="async_task_assign", speaker=LEADER),
+            AssignAsync(LEADER, (("did:A", _part("s1#2", "q")),), "pause_trigger", "did:A"),
+        )
+    c = step(
+        c,
+        Report(
+            "did:B", Result("s1", True, (_own("did:B", "s1", "q"),)), "async_task_assign", LEADER
+        ),
+    )
+    # the member's own failure freed p; q is done
+    c2 = step(c, AssignAsync(LEADER, (("did:B", _part("s0#2", "p")),), "pause_trigger", "did:B"))
+    assert c2.assignees["s0#2"] == "did:B"
+    with pytest.raises(IllegalMove, match="part q is already done by did:B"):
+        step(c, AssignAsync(LEADER, (("did:A", _part("s1#2", "q")),), "pause_trigger", "did:A"))
+
+
+def test_a_part_abandoned_on_the_leaders_word_is_never_given_again() -> None:
+    c = _assigned(("did:A", _part("s0", "p")))
+    c = step(c, Abandon(LEADER, "s0", "timed out", "async_task_assign", LEADER))
+    for who in (LEADER, "did:B"):
+        with pytest.raises(IllegalMove, match="abandoned on the leader's word"):
+            step(c, AssignAsync(LEADER, ((who, _part("s0#2", "p")),), "pause_trigger", who))
+
+
+def test_the_plan_is_the_logged_assignments() -> None:
+    from accord.coordinator.conversation import logged_plan
+
+    c = _assigned(("did:A", _part("s0", "p")), ("did:B", _part("s1", "q")))
+    c = step(c, Report("did:A", Result("s0", False, (), "no"), "pause_trigger", "did:B"))
+    assert logged_plan(c) == {"p": "did:A", "q": "did:B"}  # first given, not last
+
+
+def test_each_part_is_one_producers_own_report_across_the_task() -> None:
+    """`check_task_reports`: a part reported as its producer's own work in two conversations
+    fails at the later entry; a sub-team's work must be exactly its conclusion."""
+    from accord.coordinator.conversation import (
+        ConversationRecord,
+        LoggedMessage,
+        check_task_reports,
+    )
+
+    def record(c: Conversation, *messages: tuple[int, Message]) -> ConversationRecord:
+        logged = []
+        for index, m in messages:
+            logged.append(LoggedMessage(index, c.turn, m))
+            c = step(c, m)
+        return ConversationRecord(c, tuple(logged), 0, "")
+
+    top = open_conversation("top", "t", LEADER, (LEADER, "did:A"))
+    sub = open_conversation("sub", "t", LEADER, (LEADER, "did:B"), parent="top", depth=1)
+    mine = _own("did:B", "s0", "p")
+    sub_record = record(
+        sub,
+        (1, Discuss(LEADER, "x", "sync_task_assign", LEADER)),
+        (2, assign_sync(LEADER, "did:B", _part("s0", "p"))),
+        (3, Report("did:B", Result("s0", True, (mine,)), "conclusion", LEADER)),
+        (4, Conclude(LEADER, Deliverable("d", (mine,)))),
+    )
+    steps = [
+        (5, Discuss(LEADER, "x", "sync_task_assign", LEADER)),
+        (6, assign_sync(LEADER, LEADER, _part("s0", "p"))),
+    ]
+    carried = record(
+        top,
+        *steps,
+        (7, Report(LEADER, Result("s0", True, (mine,), team="sub"), "conclusion", LEADER)),
+    )
+    check_task_reports([sub_record, carried])
+    again = record(
+        top,
+        *steps,
+        (
+            7,
+            Report(LEADER, Result("s0", True, (_own(LEADER, "s0", "p", 2),)), "conclusion", LEADER),
+        ),
+    )
+    with pytest.raises(IllegalMove, match="entry 7: part p was already reported at entry 3"):
+        check_task_reports([sub_record, again])
+    other = _own("did:B", "s0", "p", 3)
+    wrong = record(
+        top,
+        *steps,
+        (7, Report(LEADER, Result("s0", True, (other,), team="sub"), "conclusion", LEADER)),
+    )
+    with pytest.raises(IllegalMove, match="entry 7: the report is not what sub-team sub concluded"):
+        check_task_reports([sub_record, wrong])
 
 
 # -- replaying a logged conversation from its verified events ----------------------------------
