@@ -9,13 +9,19 @@ never signs for any of them: it checks each entry the winner relays and appends 
     conversation.opened   the winner for the task's one top-level conversation, or a member of
                           a conversation of the task for a sub-team one level deeper; every
                           member one the task's team directory lists (credentials checked
-                          here, `GET /tasks/{id}/team`), never the requester
+                          here, `GET /tasks/{id}/team`) and payable (a payout account bound),
+                          never the requester
     conversation.message  its speaker; a legal move of the conversation as the log replays it
-                          (`accord.coordinator.conversation.step`); a report's outputs must already
-                          be held sealed here (`POST /tasks/{id}/sealed`) and valid for their
-                          capability, so the checks can read them at settlement
+                          (`accord.coordinator.conversation.step`: a report carries only its
+                          speaker's own work on parts of its sub-task); a report names no part
+                          reported before in any conversation of the task, and a sub-team's
+                          work is exactly that sub-team's conclusion (`check_report_in_task`);
+                          a report's outputs must already be held sealed here
+                          (`POST /tasks/{id}/sealed`) and valid for their capability, so the
+                          checks can read them at settlement
     task.delivered        the winner, once, naming the top-level conversation's conclusion and
-                          a document whose hash it carries
+                          a document whose hash it carries, which is the plan and assembly the
+                          log holds (`accord.coordinator.service.assemble`)
 
 Every entry must verify, be dated near the service's clock, and concern this task while it
 runs. What is refused raises `WorkRefused` with the reason, and nothing is logged.
