@@ -9,8 +9,9 @@
     (3) every bidder held valid, unrevoked credentials for every required capability when it
         bid, and each of those credentials' exams re-grades to its logged score
     (4) the auction replays to the same winner and price
-    (5) every conversation of the task replays through the state machine, and the delivery is
-        the top conversation's conclusion
+    (5) every conversation of the task replays through the state machine, each part is one
+        producer's own signed report (a sub-team's work exactly its conclusion), and the
+        delivery is the top conversation's conclusion with the logged plan and assembly
     (6) the settlement recomputes: every check re-runs to its logged result (judge answers,
         reviews and disputes held to their logged, signed records), then the same share paid,
         v(S), Shapley values and wei for each payee, paid to the address each payee bound to
