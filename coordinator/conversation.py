@@ -44,7 +44,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from accord.coordinator.errors import CoordinatorError, IllegalMove
-from accord.coordinator.work import JSON, SubTask, parts_of
+from accord.coordinator.work import JSON, SubTask, parts_of, split_batch
 from accord.ledger.events import Event
 from accord.ledger.sealing import is_commitment
 
@@ -385,8 +385,15 @@ def _discuss(c: Conversation, m: Discuss) -> Conversation:
 
 def _parts(task: SubTask) -> list[str]:
     """The parts a sub-task covers. Raises IllegalMove for a batch that does not parse."""
+    return list(_capabilities(task))
+
+
+def _capabilities(task: SubTask) -> dict[str, str]:
+    """Each part a sub-task covers, with the capability it is done in. Raises IllegalMove for
+    a batch that does not parse."""
     try:
-        return parts_of(task)
+        pieces = split_batch(task)
+        return dict(zip(parts_of(task), (piece.capability for piece in pieces), strict=True))
     except (KeyError, TypeError, ValueError) as exc:
         raise IllegalMove(f"sub-task {task.sub_id} holds a malformed batch: {exc!r}") from exc
 
@@ -487,7 +494,7 @@ def _check_result(c: Conversation, speaker: str, result: Result) -> None:
         raise IllegalMove("a successful result carries contributions, a failed one none")
     if result.team is not None and not result.ok:
         raise IllegalMove("a failed result names no sub-team")
-    allowed = set(_parts(task))
+    allowed = _capabilities(task)
     done = done_parts(c)
     reported = {x.output_sha256 for r in c.results for x in r.contributions}
     seen: set[str] = set()
@@ -502,6 +509,8 @@ def _check_result(c: Conversation, speaker: str, result: Result) -> None:
         part = contribution.part
         if part not in allowed:
             raise IllegalMove(f"part {part} is not in sub-task {result.sub_id}")
+        if contribution.capability != allowed[part]:
+            raise IllegalMove(f"part {part} is {allowed[part]} work, not {contribution.capability}")
         if part in seen:
             raise IllegalMove(f"part {part} is reported twice")
         if part in done:

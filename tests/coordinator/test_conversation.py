@@ -747,6 +747,10 @@ def test_a_report_carries_only_its_speakers_own_work_on_its_own_parts() -> None:
         (Result("s0", True, (_own(LEADER, "s0", "p"),)), "names did:L as its producer"),
         (Result("s0", True, (_own("did:A", "s0", "q"),)), "part q is not in sub-task s0"),
         (
+            Result("s0", True, (Contribution("did:A", "s0", "other", "p", "0" * 64),)),
+            "part p is cap work, not other",
+        ),
+        (
             Result("s0", True, (_own("did:A", "s0", "p"), _own("did:A", "s0", "p", 2))),
             "part p is reported twice",
         ),
