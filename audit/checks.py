@@ -9,8 +9,9 @@
     (3) every bidder held valid, unrevoked credentials for every required capability when it
         bid, and each of those credentials' exams re-grades to its logged score
     (4) the auction replays to the same winner and price
-    (5) every conversation of the task replays through the state machine, and the delivery is
-        the top conversation's conclusion
+    (5) every conversation of the task replays through the state machine, each part is one
+        producer's own signed report (a sub-team's work exactly its conclusion), and the
+        delivery is the top conversation's conclusion with the logged plan and assembly
     (6) the settlement recomputes: every check re-runs to its logged result (judge answers,
         reviews and disputes held to their logged, signed records), then the same share paid,
         v(S) over the parts, the parts' Shapley values, each producer's sum of them and wei
@@ -40,6 +41,7 @@ with an unchecked step and no failure is INCOMPLETE, never PASS.
 from __future__ import annotations
 
 import itertools
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -50,9 +52,11 @@ from accord.coordinator.conversation import (
     CONVERSATION_MESSAGE,
     CONVERSATION_OPENED,
     ConversationRecord,
+    check_task_reports,
     conversation_from_events,
 )
-from accord.coordinator.errors import CoordinatorError
+from accord.coordinator.errors import CoordinatorError, IllegalMove
+from accord.coordinator.service import assemble
 from accord.identity.challenges.registry import get_capability
 from accord.identity.credentials import REVOCATION_EVENT_KIND, VerifiedCredential, verify_credential
 from accord.identity.errors import BindingError, ExamError, IdentityError, SandboxUnavailable
@@ -785,11 +789,26 @@ def _auction(scope: _Scope) -> str:
 def _conversations(scope: _Scope) -> str:
     for record in scope.conversations:
         if record.opened_index < 0:
-            raise AuditFailure(f"conversation {record.conversation.conv_id} does not replay")
+            conv_id = record.conversation.conv_id
+            try:
+                conversation_from_events(conv_id, _events_of(scope, conv_id))
+            except CoordinatorError as exc:
+                reason = str(exc)
+                raise AuditFailure(
+                    f"conversation {conv_id} does not replay: {reason}", _entry_named(reason)
+                ) from exc
+            raise AuditFailure(f"conversation {conv_id} does not replay")
         if record.conversation.state != "closed":
             raise AuditFailure(
                 f"conversation {record.conversation.conv_id} never concluded", record.opened_index
             )
+    try:
+        check_task_reports(scope.conversations)
+    except IllegalMove as exc:
+        raise AuditFailure(
+            f"a report claims work that is not its producer's own: {exc.reason}",
+            _entry_named(exc.reason),
+        ) from exc
     top = [r for r in scope.conversations if r.conversation.parent is None]
     delivered = next(((i, e.body) for i, e in scope.task_events if e.kind == TASK_DELIVERED), None)
     if delivered is None:
@@ -801,10 +820,20 @@ def _conversations(scope: _Scope) -> str:
     deliverable = matching[0].conversation.deliverable
     if deliverable is None or deliverable.to_json() != body.get("deliverable"):
         raise AuditFailure("the delivered deliverable is not the team's conclusion", index)
+    if body.get("document") != assemble(scope.task, matching[0].conversation):
+        raise AuditFailure(
+            "the delivered plan and assembly are not the logged assignments and reports", index
+        )
     if any(c.agent == scope.task.requester for c in deliverable.contributions):
         raise AuditFailure("the requester worked on its own task's team", index)
     turns = sum(r.conversation.turn for r in scope.conversations)
     return f"{len(scope.conversations)} conversations, {turns} moves, all legal and signed"
+
+
+def _entry_named(reason: str) -> int | None:
+    """The log index a replay error names (`entry N: ...`), if it names one."""
+    found = re.match(r"entry (\d+): ", reason)
+    return int(found.group(1)) if found else None
 
 
 # -- (6) settlement --------------------------------------------------------------------------

@@ -9,13 +9,19 @@ never signs for any of them: it checks each entry the winner relays and appends 
     conversation.opened   the winner for the task's one top-level conversation, or a member of
                           a conversation of the task for a sub-team one level deeper; every
                           member one the task's team directory lists (credentials checked
-                          here, `GET /tasks/{id}/team`), never the requester
+                          here, `GET /tasks/{id}/team`) and payable (a payout account bound),
+                          never the requester
     conversation.message  its speaker; a legal move of the conversation as the log replays it
-                          (`accord.coordinator.conversation.step`); a report's outputs must already
-                          be held sealed here (`POST /tasks/{id}/sealed`) and valid for their
-                          capability, so the checks can read them at settlement
+                          (`accord.coordinator.conversation.step`: a report carries only its
+                          speaker's own work on parts of its sub-task); a report names no part
+                          reported before in any conversation of the task, and a sub-team's
+                          work is exactly that sub-team's conclusion (`check_report_in_task`);
+                          a report's outputs must already be held sealed here
+                          (`POST /tasks/{id}/sealed`) and valid for their capability, so the
+                          checks can read them at settlement
     task.delivered        the winner, once, naming the top-level conversation's conclusion and
-                          a document whose hash it carries
+                          a document whose hash it carries, which is the plan and assembly the
+                          log holds (`accord.coordinator.service.assemble`)
 
 Every entry must verify, be dated near the service's clock, and concern this task while it
 runs. What is refused raises `WorkRefused` with the reason, and nothing is logged.
@@ -33,12 +39,19 @@ from accord.coordinator.conversation import (
     CONVERSATION_OPENED,
     Conversation,
     Report,
+    check_report_in_task,
     message_from_json,
     open_conversation,
     step,
 )
 from accord.coordinator.errors import CoordinatorError, IllegalMove
-from accord.coordinator.service import conversation_ids, replay_conversation, team_directory
+from accord.coordinator.service import (
+    assemble,
+    conversation_ids,
+    payable,
+    replay_conversation,
+    team_directory,
+)
 from accord.identity.challenges import validate_output
 from accord.identity.errors import ExamError
 from accord.ledger.canonical import canonical_json
@@ -165,7 +178,17 @@ def _check_opened(context: MarketContext, task: Task, entry: Entry) -> None:
     members = [str(m) for m in body["members"]]
     if task.requester in members:
         raise WorkRefused("the requester is never on its own task's team", 403)
-    # The same directory the service forms hosted teams from: credentials checked, not trusted.
+    # Whoever may be given a part must be payable, or its share would stall the settlement.
+    chain_id = context.market.escrow.chain_id()
+    for did in members:
+        if not payable(context, did, chain_id):
+            raise WorkRefused(
+                f"{did} may not join {task.task_id}'s team: it has no payout account bound on "
+                f"chain {chain_id}, so it could not be paid for a part (it binds one first: "
+                "POST /agents/{did}/payout)"
+            )
+    # The same directory the service forms hosted teams from: credentials checked, not trusted
+    # (and payable: `team_directory` lists only who is).
     may_join = {m.did for m in team_directory(context, task)}
     for did in members:
         if did not in may_join:
@@ -217,6 +240,15 @@ def _check_message(context: MarketContext, task: Task, entry: Entry) -> None:
     except IllegalMove as exc:
         raise WorkRefused(f"not a legal move: {exc.reason}") from exc
     if isinstance(message, Report):
+        store = context.market.ledger.store
+        records = [
+            replay_conversation(store, conv_id, max_depth=MAX_DEPTH)
+            for conv_id in conversation_ids(store, task.task_id)
+        ]
+        try:
+            check_report_in_task(records, conversation, message)
+        except IllegalMove as exc:
+            raise WorkRefused(f"not a legal report: {exc.reason}") from exc
         for contribution in message.result.contributions:
             _check_output(context, contribution.capability, contribution.output_sha256)
 
@@ -259,6 +291,11 @@ def _check_delivered(context: MarketContext, task: Task, entry: Entry) -> None:
     if body["deliverable"] != conversation.deliverable.to_json():
         raise WorkRefused("the delivery is not what the team concluded")
     document = _mapping(body["document"])
+    if dict(document) != assemble(task, conversation):
+        raise WorkRefused(
+            "the document is not the plan and assembly the log holds: its plan gives each part "
+            "to the member first assigned it, its parts each producer's own report"
+        )
     if body["sha256"] != sha256_hex(canonical_json(dict(document))):
         raise WorkRefused("the document's sha256 is not its hash")
     context.market.blobs.put(canonical_json(dict(document)), name="the deliverable")

@@ -23,6 +23,16 @@ Bounds: at most `max_turns` messages (only `Conclude` may use the last turn); su
 unique; an assignee must be a member; nothing concludes while an assignment is outstanding; the
 deliverable's contributions are exactly the successful results, each tagged with its agent.
 
+Who did what is each producer's own signed claim: a report's contributions name only its
+speaker as producer (a sub-team's work comes up only as the conclusion of the conversation the
+speaker led for it, `Result.team`, held to it by `check_sub_team`) and only parts of the
+sub-task assigned to the speaker; a part is reported once (so the conclusion names, for each
+part, the one contribution its producer logged) and an output commitment never twice. A part
+is assigned to one member at a time and never again once done. A leader that abandons an
+assignment on its own word leaves its parts undone for good: only the member's own signed
+failure report frees them for someone else. Across a task's conversations, `check_task_reports`
+holds each part to one producer's report.
+
 `conversation_from_events` folds a logged conversation (its verified `conversation.opened` and
 `conversation.message` events) back through `step`: the replay the service and the audit share.
 """
@@ -34,7 +44,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from accord.coordinator.errors import CoordinatorError, IllegalMove
-from accord.coordinator.work import JSON, SubTask
+from accord.coordinator.work import JSON, SubTask, parts_of, split_batch
 from accord.ledger.events import Event
 from accord.ledger.sealing import is_commitment
 
@@ -102,30 +112,40 @@ class Contribution:
 
 @dataclass(frozen=True)
 class Result:
-    """What came back for a sub-task: the contributions (one, or a sub-team's several)."""
+    """What came back for a sub-task: the speaker's own contributions, or, when `team` names
+    the sub-team conversation the speaker led for it, that conversation's conclusion (each
+    contribution its producer's own report there)."""
 
     sub_id: str
     ok: bool
     contributions: tuple[Contribution, ...] = ()
     error: str | None = None
+    team: str | None = None
 
     def to_json(self) -> dict[str, JSON]:
-        return {
+        value: dict[str, JSON] = {
             "sub_id": self.sub_id,
             "ok": self.ok,
             "contributions": [c.to_json() for c in self.contributions],
             "error": self.error,
         }
+        if self.team is not None:
+            value["team"] = self.team
+        return value
 
     @classmethod
     def from_json(cls, value: Mapping[str, JSON]) -> Result:
         if not isinstance(value["ok"], bool):
             raise TypeError("ok must be true or false")
+        team = value.get("team")
+        if team is not None and (not isinstance(team, str) or not team):
+            raise TypeError("team names the sub-team's conversation")
         return cls(
             str(value["sub_id"]),
             value["ok"],
             tuple(Contribution.from_json(c) for c in value["contributions"]),
             value.get("error"),
+            team,
         )
 
 
@@ -236,8 +256,10 @@ class Conversation:
     blocked_on: tuple[str, str] | None = None  # (sub_id, assignee) of a sync assignment
     triggers: Mapping[str, str] = field(default_factory=dict, hash=False)  # sub_id -> assignee
     assigned: Mapping[str, SubTask] = field(default_factory=dict, hash=False)
+    assignees: Mapping[str, str] = field(default_factory=dict, hash=False)  # sub_id -> member
     results: tuple[Result, ...] = ()
     deliverable: Deliverable | None = None
+    abandoned: tuple[str, ...] = ()  # sub_ids the leader gave up on by its own word
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -361,12 +383,65 @@ def _discuss(c: Conversation, m: Discuss) -> Conversation:
     return _next(c, m, (*_AFTER_RESULT, "pause_trigger"))
 
 
-def _check_assignment(c: Conversation, assignee: str, task: SubTask, seen: set[str]) -> None:
+def _parts(task: SubTask) -> list[str]:
+    """The parts a sub-task covers. Raises IllegalMove for a batch that does not parse."""
+    return list(_capabilities(task))
+
+
+def _capabilities(task: SubTask) -> dict[str, str]:
+    """Each part a sub-task covers, with the capability it is done in. Raises IllegalMove for
+    a batch that does not parse."""
+    try:
+        pieces = split_batch(task)
+        return dict(zip(parts_of(task), (piece.capability for piece in pieces), strict=True))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise IllegalMove(f"sub-task {task.sub_id} holds a malformed batch: {exc!r}") from exc
+
+
+def _outstanding(c: Conversation) -> list[str]:
+    """The sub_ids assigned and not yet answered."""
+    return [*c.triggers, *([c.blocked_on[0]] if c.blocked_on else [])]
+
+
+def logged_plan(c: Conversation) -> dict[str, str]:
+    """The leader's plan as the conversation logged it: each part and the member first
+    assigned a sub-task covering it."""
+    plan: dict[str, str] = {}
+    for sub_id, task in c.assigned.items():
+        for part in _parts(task):
+            plan.setdefault(part, c.assignees[sub_id])
+    return plan
+
+
+def done_parts(c: Conversation) -> dict[str, Contribution]:
+    """Each part a successful report of `c` delivered, with the contribution that did."""
+    return {x.part: x for result in c.results if result.ok for x in result.contributions}
+
+
+def _check_assignment(
+    c: Conversation, assignee: str, task: SubTask, seen: set[str], seen_parts: set[str]
+) -> None:
+    """A part is given to one member at a time, and never again once it is done, or once the
+    leader gave it up on its own word (only its member's signed failure frees it)."""
     if assignee not in c.members:
         raise IllegalMove(f"{assignee} is not a member and cannot be assigned")
     if task.sub_id in c.assigned or task.sub_id in seen:
         raise IllegalMove(f"sub-task {task.sub_id} is already assigned")
     seen.add(task.sub_id)
+    outstanding = {p for sub_id in _outstanding(c) for p in _parts(c.assigned[sub_id])}
+    done = done_parts(c)
+    abandoned = {p for sub_id in c.abandoned for p in _parts(c.assigned[sub_id])}
+    for part in _parts(task):
+        if part in outstanding or part in seen_parts:
+            raise IllegalMove(f"part {part} is already assigned and not yet reported")
+        if part in done:
+            raise IllegalMove(f"part {part} is already done by {done[part].agent}")
+        if part in abandoned:
+            raise IllegalMove(
+                f"part {part} was abandoned on the leader's word: it is given again only "
+                "after its member's own signed failure report"
+            )
+        seen_parts.add(part)
 
 
 def _assign_sync(c: Conversation, m: AssignSync) -> Conversation:
@@ -374,7 +449,7 @@ def _assign_sync(c: Conversation, m: AssignSync) -> Conversation:
     _expect_speaker(c, m)
     if c.blocked_on is not None:
         raise IllegalMove("a sync assignment is already outstanding")
-    _check_assignment(c, m.assignee, m.task, set())
+    _check_assignment(c, m.assignee, m.task, set(), set())
     if m.next_state != "sync_task_assign" or m.next_speaker != m.assignee:
         raise IllegalMove("a sync assignment blocks: the assignee speaks next, in sync_task_assign")
     return replace(
@@ -382,6 +457,7 @@ def _assign_sync(c: Conversation, m: AssignSync) -> Conversation:
         speaker=m.assignee,
         blocked_on=(m.task.sub_id, m.assignee),
         assigned={**c.assigned, m.task.sub_id: m.task},
+        assignees={**c.assignees, m.task.sub_id: m.assignee},
     )
 
 
@@ -391,28 +467,58 @@ def _assign_async(c: Conversation, m: AssignAsync) -> Conversation:
     if not m.assignments:
         raise IllegalMove("an async assignment names at least one sub-task")
     seen: set[str] = set()
+    seen_parts: set[str] = set()
     for assignee, task in m.assignments:
-        _check_assignment(c, assignee, task, seen)
+        _check_assignment(c, assignee, task, seen, seen_parts)
     triggers = {**c.triggers, **{task.sub_id: who for who, task in m.assignments}}
     assigned = {**c.assigned, **{task.sub_id: task for _, task in m.assignments}}
+    assignees = {**c.assignees, **{task.sub_id: who for who, task in m.assignments}}
     allowed: tuple[ConversationState, ...] = (
         "discussion",
         "sync_task_assign",
         "async_task_assign",
         "pause_trigger",
     )
-    return _next(c, m, allowed, triggers=triggers, assigned=assigned)
+    return _next(c, m, allowed, triggers=triggers, assigned=assigned, assignees=assignees)
 
 
-def _check_result(c: Conversation, result: Result) -> None:
+def _check_result(c: Conversation, speaker: str, result: Result) -> None:
+    """A report carries its speaker's own signed claim: each contribution names the speaker as
+    its producer (or, with `team`, comes from the sub-team conversation the speaker led, which
+    `check_sub_team` holds it to), a part of the sub-task assigned to it, once, not already
+    done, and an output commitment nobody reported before."""
     task = c.assigned.get(result.sub_id)
     if task is None:
         raise IllegalMove(f"no sub-task {result.sub_id} was assigned")
     if result.ok != bool(result.contributions):
         raise IllegalMove("a successful result carries contributions, a failed one none")
+    if result.team is not None and not result.ok:
+        raise IllegalMove("a failed result names no sub-team")
+    allowed = _capabilities(task)
+    done = done_parts(c)
+    reported = {x.output_sha256 for r in c.results for x in r.contributions}
+    seen: set[str] = set()
     for contribution in result.contributions:
         if not is_part_of(contribution.sub_id, result.sub_id):
             raise IllegalMove("a contribution names another sub-task")
+        if result.team is None and contribution.agent != speaker:
+            raise IllegalMove(
+                f"a contribution names {contribution.agent} as its producer: a report carries "
+                f"only its speaker's own work ({speaker}'s)"
+            )
+        part = contribution.part
+        if part not in allowed:
+            raise IllegalMove(f"part {part} is not in sub-task {result.sub_id}")
+        if contribution.capability != allowed[part]:
+            raise IllegalMove(f"part {part} is {allowed[part]} work, not {contribution.capability}")
+        if part in seen:
+            raise IllegalMove(f"part {part} is reported twice")
+        if part in done:
+            raise IllegalMove(f"part {part} is already done by {done[part].agent}")
+        if contribution.output_sha256 in reported:
+            raise IllegalMove(f"output {contribution.output_sha256} was reported before")
+        seen.add(part)
+        reported.add(contribution.output_sha256)
 
 
 def _report(c: Conversation, m: Report) -> Conversation:
@@ -422,13 +528,13 @@ def _report(c: Conversation, m: Report) -> Conversation:
         sub_id, assignee = c.blocked_on
         if m.speaker != assignee or m.result.sub_id != sub_id:
             raise IllegalMove(f"the conversation waits for {assignee}'s result for {sub_id}")
-        _check_result(c, m.result)
+        _check_result(c, m.speaker, m.result)
         return _next(c, m, _AFTER_RESULT, blocked_on=None, results=(*c.results, m.result))
     if c.state == "pause_trigger":
         _expect_speaker(c, m)
         if c.triggers.get(m.result.sub_id) != m.speaker:
             raise IllegalMove(f"{m.speaker} has no pending trigger for {m.result.sub_id}")
-        _check_result(c, m.result)
+        _check_result(c, m.speaker, m.result)
         remaining = {k: v for k, v in c.triggers.items() if k != m.result.sub_id}
         allowed: tuple[ConversationState, ...] = ("pause_trigger",) if remaining else _AFTER_RESULT
         return _next(c, m, allowed, triggers=remaining, results=(*c.results, m.result))
@@ -439,12 +545,22 @@ def _abandon(c: Conversation, m: Abandon) -> Conversation:
     if m.speaker != c.leader:
         raise IllegalMove("only the leader abandons an assignment")
     failed = Result(m.sub_id, False, (), m.reason)
+    abandoned = (*c.abandoned, m.sub_id)
     if c.state == "sync_task_assign" and c.blocked_on and c.blocked_on[0] == m.sub_id:
-        return _next(c, m, _AFTER_RESULT, blocked_on=None, results=(*c.results, failed))
+        return _next(
+            c,
+            m,
+            _AFTER_RESULT,
+            blocked_on=None,
+            results=(*c.results, failed),
+            abandoned=abandoned,
+        )
     if c.state == "pause_trigger" and m.sub_id in c.triggers:
         remaining = {k: v for k, v in c.triggers.items() if k != m.sub_id}
         allowed: tuple[ConversationState, ...] = ("pause_trigger",) if remaining else _AFTER_RESULT
-        return _next(c, m, allowed, triggers=remaining, results=(*c.results, failed))
+        return _next(
+            c, m, allowed, triggers=remaining, results=(*c.results, failed), abandoned=abandoned
+        )
     raise IllegalMove(f"nothing outstanding to abandon for {m.sub_id} in {c.state}")
 
 
@@ -617,3 +733,100 @@ def conversation_from_events(
     return ConversationRecord(
         conversation, tuple(messages), opened_index, str(body.get("title", ""))
     )
+
+
+def check_sub_team(
+    parent: Conversation, speaker: str, result: Result, child: Conversation | None
+) -> None:
+    """A report that brings up a sub-team's work (`result.team`) brings exactly the conclusion of
+    the conversation its speaker led for it, one level below `parent`, for the same task: so
+    every contribution is still its producer's own report there.
+
+    Raises IllegalMove naming what does not hold."""
+    if result.team is None:
+        return
+    if child is None:
+        raise IllegalMove(f"the report names sub-team {result.team}, which is not logged")
+    if child.parent != parent.conv_id or child.task_id != parent.task_id:
+        raise IllegalMove(f"{child.conv_id} is not a sub-team of {parent.conv_id}")
+    if child.leader != speaker:
+        raise IllegalMove(f"{child.conv_id} is led by {child.leader}, not by {speaker}")
+    if child.deliverable is None:
+        raise IllegalMove(f"sub-team {child.conv_id} has not concluded")
+    given = sorted(_signature(x) for x in result.contributions)
+    if given != sorted(_signature(x) for x in child.deliverable.contributions):
+        raise IllegalMove(f"the report is not what sub-team {child.conv_id} concluded")
+
+
+def check_report_in_task(
+    records: Iterable[ConversationRecord], conversation: Conversation, report: Report
+) -> None:
+    """Pure: `report`, about to be logged in `conversation`, against the task's conversations as
+    replayed so far (`records`): a sub-team's work is exactly that sub-team's conclusion
+    (`check_sub_team`), and the speaker's own work names no part anyone reported before in
+    any conversation of the task.
+
+    Raises IllegalMove naming what does not hold."""
+    records = list(records)
+    result = report.result
+    if result.team is not None:
+        child = next(
+            (r.conversation for r in records if r.conversation.conv_id == result.team), None
+        )
+        check_sub_team(conversation, report.speaker, result, child)
+        return
+    reported = _leaf_reports(records)
+    for contribution in result.contributions:
+        if contribution.part in reported:
+            raise IllegalMove(
+                f"part {contribution.part} was already reported at entry "
+                f"{reported[contribution.part]}: an output reported once is never reported again"
+            )
+
+
+def _leaf_reports(records: Iterable[ConversationRecord]) -> dict[str, int]:
+    """Each part a producer reported as its own work, with the entry of that report."""
+    found: dict[str, int] = {}
+    for record in records:
+        for logged in record.messages:
+            message = logged.message
+            if isinstance(message, Report) and message.result.team is None:
+                for contribution in message.result.contributions:
+                    found.setdefault(contribution.part, logged.index)
+    return found
+
+
+def check_task_reports(records: Iterable[ConversationRecord]) -> None:
+    """Pure: the conversations of one task, as replayed, hold each part to one producer's own
+    report: every report that names a sub-team brings exactly that sub-team's conclusion
+    (`check_sub_team`), and no part is reported as its producer's own work twice, in one
+    conversation or two, so an output a member reported is never reported again by anyone.
+
+    Raises IllegalMove naming the entry of the first report that breaks this."""
+    records = list(records)
+    by_id = {r.conversation.conv_id: r.conversation for r in records}
+    reports = sorted(
+        (
+            (logged.index, record.conversation, logged.message)
+            for record in records
+            for logged in record.messages
+            if isinstance(logged.message, Report)
+        ),
+        key=lambda found: found[0],
+    )
+    reported: dict[str, int] = {}
+    for index, conversation, message in reports:
+        assert isinstance(message, Report)
+        result = message.result
+        try:
+            check_sub_team(conversation, message.speaker, result, by_id.get(result.team or ""))
+        except IllegalMove as exc:
+            raise IllegalMove(f"entry {index}: {exc.reason}") from exc
+        if result.team is not None:
+            continue
+        for contribution in result.contributions:
+            first = reported.setdefault(contribution.part, index)
+            if first != index:
+                raise IllegalMove(
+                    f"entry {index}: part {contribution.part} was already reported at entry {first}"
+                )

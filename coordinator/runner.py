@@ -40,12 +40,12 @@ from accord.coordinator.conversation import (
 )
 from accord.coordinator.errors import AgentFailure, CoordinatorError
 from accord.coordinator.policy import MAX_ATTEMPTS, Member, Policy, TeamView, base_id
-from accord.coordinator.team import form_team, helpers_for, parts_of, plan_work, split_batch
-from accord.coordinator.work import AgentAdapter, SubTask
+from accord.coordinator.team import form_team, helpers_for, plan_work
+from accord.coordinator.work import AgentAdapter, SubTask, parts_of, split_batch
 from accord.identity.challenges import validate_output, work_item
 from accord.identity.errors import ExamError
 from accord.ledger.canonical import JSONValue
-from accord.ledger.errors import LedgerError
+from accord.ledger.errors import AccordError, LedgerError
 from accord.ledger.events import Entry
 from accord.ledger.sealing import Sealed, seal
 from accord.ledger.signing import Signer
@@ -242,18 +242,11 @@ class TeamRunner:
                     depth=conversation.depth + 1,
                 )
                 contributions = child.deliverable.contributions if child.deliverable else ()
-                done_parts = {c.part for c in contributions}
-                missing = [p for p in parts_of(task) if p not in done_parts]
-                if missing:
-                    # A part the sub-team dropped fails the whole batch, as it would without
-                    # a sub-team: the leader may then give the batch to someone else.
-                    return Result(
-                        task.sub_id,
-                        False,
-                        (),
-                        f"the sub-team delivered no output for {', '.join(missing)}",
-                    )
-                return Result(task.sub_id, True, contributions)
+                if not contributions:
+                    return Result(task.sub_id, False, (), "the sub-team delivered no output")
+                # What the sub-team did is its producers' own reports: it comes up as it is
+                # (never done again by anyone); the parts it dropped are put back (`_rest`).
+                return Result(task.sub_id, True, contributions, team=child.conv_id)
         done: list[Contribution] = []
         adapter = self.adapter_of(assignee)
         for item_task in items:
@@ -432,18 +425,64 @@ class _Run:
             result = assignment.future.result(
                 timeout=max(0.0, assignment.deadline - time.monotonic())
             )
-        except FutureTimeout:
-            # The member hangs: the leader abandons the work next, and it may go to another.
-            self.abandon.append(sub_id)
-            self._failed(assignment)
+        except FutureTimeout:  # the member hangs
+            result = Result(sub_id, False, (), f"{assignment.assignee}: no answer in time")
+        if not result.ok:
+            # The member's own signed failure report frees the work for another. One it will
+            # not sign (its key kept at its endpoint, and it says it answered) is abandoned on
+            # the leader's word, and then the work stays undone: a leader's word never moves a
+            # member's part to someone else.
+            if not self._report_failure(assignment, result):
+                self.abandon.append(sub_id)
             return
         del self.outstanding[sub_id]
-        if not result.ok:
-            self._failed(assignment)
+        self._rest(assignment, {c.part for c in result.contributions})
         state, speaker = self._after(excluding=sub_id)
         self.conversation = self.runner.say(
             self.conversation, Report(assignment.assignee, result, state, speaker)
         )
+
+    def _rest(self, assignment: _Assignment, done: set[str]) -> None:
+        """A batch delivered in part (its sub-team dropped some parts): the parts not done go
+        back once more, as a batch of their own, if someone else can do them."""
+        task = assignment.task
+        batch = task.item.get("batch")
+        if not isinstance(batch, list) or set(parts_of(task)) <= done:
+            return
+        base = base_id(task.sub_id)
+        failed = self.failed_by.setdefault(base, [])
+        failed.append(assignment.assignee)
+        able = [m for m in self.team if task.capability in m.capabilities]
+        if len(failed) < MAX_ATTEMPTS and any(m.did not in failed for m in able):
+            rest = [
+                item for item, part in zip(batch, parts_of(task), strict=True) if part not in done
+            ]
+            self.unassigned.append(
+                SubTask(
+                    f"{base}#{len(failed) + 1}",
+                    task.capability,
+                    f"do the {len(rest)} {task.capability} parts left",
+                    {"batch": rest},
+                )
+            )
+
+    def _report_failure(self, assignment: _Assignment, result: Result) -> bool:
+        """Speak `result` as the member's own failure report, signed by the member (one that
+        keeps its key refuses it when it did give an answer). Returns whether it was logged;
+        when not, nothing changed."""
+        sub_id = assignment.task.sub_id
+        saved = (list(self.unassigned), {k: list(v) for k, v in self.failed_by.items()})
+        self._failed(assignment)
+        state, speaker = self._after(excluding=sub_id)
+        try:
+            self.conversation = self.runner.say(
+                self.conversation, Report(assignment.assignee, result, state, speaker)
+            )
+        except AccordError:
+            self.unassigned, self.failed_by = saved
+            return False
+        del self.outstanding[sub_id]
+        return True
 
     def _failed(self, assignment: _Assignment) -> None:
         """Remember who failed; put the work back once more if someone else can do it."""

@@ -23,6 +23,7 @@ from accord.coordinator.conversation import (
     Conversation,
     ConversationRecord,
     conversation_from_events,
+    logged_plan,
 )
 from accord.coordinator.errors import CoordinatorError, IllegalMove, TeamError
 from accord.coordinator.policy import Member, Policy, RulePolicy
@@ -82,10 +83,27 @@ def directory_for(
 def team_directory(context: MarketContext, task: Task) -> list[Member]:
     """Whom the winner may form its team from: `directory_for` the task's capabilities, less
     the task's requester, who is never on its own task's team (nor its winner: bid admission
-    refuses its bids)."""
+    refuses its bids), and less every agent but the winner that could not be paid
+    (`payable`): only a payable agent may be given a part."""
     leader = [task.winner] if task.winner is not None else []
     found = directory_for(context, task.spec.capabilities, including=leader)
-    return [member for member in found if member.did != task.requester]
+    chain_id = context.market.escrow.chain_id()
+    return [
+        member
+        for member in found
+        if member.did != task.requester
+        and (member.did in leader or payable(context, member.did, chain_id))
+    ]
+
+
+def payable(context: MarketContext, did: str, chain_id: int) -> bool:
+    """Whether `did` can be paid on `chain_id`: it bound a payout account to its DID there, or
+    its key is held here (the service binds one for it when its team delivers)."""
+    if context.onboarding.payout_address(did, chain_id) is not None:
+        return True
+    registry = context.onboarding.registry
+    record = registry.records([did]).get(did)
+    return record is not None and registry.key_path(record.name).exists()
 
 
 def agent_names(context: MarketContext) -> dict[str, str]:
@@ -287,7 +305,7 @@ def run_awarded_task(
     conversation = runner.run_task(task_id, leader, parts, task.spec.title, task.spec.description)
     if conversation.deliverable is None:
         raise CoordinatorError(f"the team of {task_id} concluded without a deliverable")
-    document = assemble(task, conversation, runner.plan)
+    document = assemble(task, conversation)
     # Contributors are paid at settlement to the address each bound to its DID.
     chain_id = market.escrow.chain_id()
     # The leader is paid for its plan and assembly even when it did no part itself. An agent
@@ -301,13 +319,16 @@ def run_awarded_task(
     return conversation
 
 
-def assemble(task: Task, conversation: Conversation, plan: Mapping[str, str]) -> dict[str, Any]:
-    """The contract holder's deliverable: its plan (which member was given which part) and,
-    for every part its team did, the commitment to its output and its producer, from the
-    team's signed reports (the first report of a part counts). A part nobody did is left out:
-    the checks that read it fail, and so does the assembly check. The outputs stay sealed in
-    the blob store (`accord.ledger.sealing`); the deliverable names them."""
+def assemble(task: Task, conversation: Conversation) -> dict[str, Any]:
+    """Pure: the contract holder's deliverable for its concluded top-level `conversation`: its
+    plan as the conversation logged it (each part and the member first assigned it,
+    `logged_plan`) and, for every part its team did, the commitment to its output and its
+    producer, from the producer's own report (a part is reported once). A part nobody did is
+    left out: the checks that read it fail, and so does the assembly check. The outputs stay
+    sealed in the blob store (`accord.ledger.sealing`); the deliverable names them. The
+    service admits, and the audit passes, only a delivery whose document is exactly this."""
     assert conversation.deliverable is not None
+    plan = logged_plan(conversation)
     wanted = {p.part_id for p in task.spec.parts}
     made: dict[str, Contribution] = {}
     for contribution in conversation.deliverable.contributions:

@@ -54,29 +54,6 @@ def plan_work(parts: Sequence[tuple[str, str, Mapping[str, Any]]]) -> list[SubTa
     return plan
 
 
-def split_batch(task: SubTask) -> list[SubTask]:
-    """A batch sub-task as its parts' sub-tasks (`batch:arithmetic/tax`, …); any other
-    sub-task as itself."""
-    batch = task.item.get("batch")
-    if not isinstance(batch, list):
-        return [task]
-    parts = [SubTask.from_json(item) for item in batch]
-    return [
-        SubTask(
-            f"{task.sub_id}/{part.item.get('item_id', part.sub_id)}",
-            part.capability,
-            part.instruction,
-            part.item,
-        )
-        for part in parts
-    ]
-
-
-def parts_of(task: SubTask) -> list[str]:
-    """The part ids a sub-task covers."""
-    return [str(t.item.get("item_id", t.sub_id)) for t in split_batch(task)]
-
-
 @dataclass(frozen=True)
 class Candidate:
     member: Member

@@ -41,6 +41,29 @@ class SubTask:
         )
 
 
+def split_batch(task: SubTask) -> list[SubTask]:
+    """A batch sub-task as its parts' sub-tasks (`batch:arithmetic/tax`, …); any other
+    sub-task as itself."""
+    batch = task.item.get("batch")
+    if not isinstance(batch, list):
+        return [task]
+    parts = [SubTask.from_json(item) for item in batch]
+    return [
+        SubTask(
+            f"{task.sub_id}/{part.item.get('item_id', part.sub_id)}",
+            part.capability,
+            part.instruction,
+            part.item,
+        )
+        for part in parts
+    ]
+
+
+def parts_of(task: SubTask) -> list[str]:
+    """The part ids a sub-task covers."""
+    return [str(t.item.get("item_id", t.sub_id)) for t in split_batch(task)]
+
+
 class AgentAdapter(Protocol):
     """How an agent plugs in: one method. Raises coordinator.errors.AgentFailure."""
 

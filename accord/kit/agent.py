@@ -32,11 +32,13 @@ from accord.api.client import AccordClient, ApiError
 from accord.coordinator.errors import CoordinatorError
 from accord.coordinator.policy import Policy
 from accord.coordinator.runner import RunSettings
+from accord.identity.challenges import JSONObject
 from accord.identity.payout import bind_payout_address
 from accord.identity.presentations import create_presentation
 from accord.identity.runtimes import AgentRuntime, AgentRuntimeError
-from accord.kit.leader import lead
-from accord.kit.server import KitServer
+from accord.kit.assignments import Assignment, assignments_to, part_item
+from accord.kit.leader import lead, task_from_json
+from accord.kit.server import KitServer, Refused
 from accord.kit.wallet import Wallet, WalletError, read_key_file, write_key_file
 from accord.ledger.errors import AccordError
 from accord.ledger.events import parse_time
@@ -171,6 +173,7 @@ class KitAgent:
             operator=str(info["operator"]),
             may_call=self._leads_a_task,
             public_url=public_url,
+            work_for=self._work_for,
         )
         thread = threading.Thread(
             target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
@@ -178,6 +181,51 @@ class KitAgent:
         thread.start()
         self._threads.append(thread)
         return public_url or self.server.url
+
+    def _work_for(self, caller: str, item: JSONObject) -> tuple[Assignment, JSONObject]:
+        """The assignment a `/run` of `item` from `caller` answers, and the item to answer: a
+        part a logged conversation of a running task `caller` leads (any running task, for
+        the service's operator, which runs hosted teams) assigned to this agent and has not
+        seen reported, for its input as the requester posted it. The operator's other calls
+        (its exams) are answered as sent, under no assignment. Raises Refused (403) when
+        there is none, (502) when the service cannot say."""
+        part, capability = str(item.get("item_id")), str(item.get("capability"))
+        try:
+            running = self.client.tasks(state="running")
+            for task in running:
+                if caller not in (task.get("winner"), self.operator):
+                    continue
+                task_id = str(task["task_id"])
+                for listed in self.client.get("/conversations", {"task": task_id}):
+                    if self.did not in listed.get("members", []) or listed.get("state") == "closed":
+                        continue
+                    shown = self.client.get(f"/conversations/{_segment(str(listed['conv_id']))}")
+                    for work in assignments_to(self.did, shown):
+                        if (work.part, work.capability) == (part, capability):
+                            return work, self._part_item(task_id, part)
+        except ApiError as exc:
+            raise Refused(502, f"the service cannot say what this agent was given: {exc}") from exc
+        if caller == self.operator:
+            # The service's own call (an exam it gives): answered as sent, and no report of
+            # a team is ever signed for it.
+            return Assignment("", "", "", part, capability), item
+        raise Refused(
+            403,
+            f"{caller} has assigned this agent no part {part!r} ({capability}) of a running "
+            "task it leads",
+        )
+
+    def _part_item(self, task_id: str, part: str) -> JSONObject:
+        """The item for `part` of `task_id`, its files' text read from the service."""
+        spec = task_from_json(self.client.task(task_id)).spec
+        files = {
+            sha: self.client.request_text(f"/tasks/{_segment(task_id)}/files/{sha}")
+            for sha in spec.files
+        }
+        try:
+            return part_item(spec, part, files)
+        except (AccordError, KeyError, StopIteration) as exc:
+            raise Refused(409, f"part {part} of {task_id} cannot be given: {exc}") from exc
 
     def _leads_a_task(self, did: str) -> bool:
         """Whether `did` holds the contract of a running task (so may give this agent work

@@ -199,7 +199,7 @@ def lead(
     conversation = runner.run_task(task_id, leader, parts, task.spec.title, task.spec.description)
     if conversation.deliverable is None:
         raise CoordinatorError(f"the team of {task_id} concluded without a deliverable")
-    document = assemble(task, conversation, runner.plan)
+    document = assemble(task, conversation)
     log.append(
         signer,
         TASK_DELIVERED,

@@ -1,10 +1,18 @@
 """A kit agent's own HTTP service, where leaders and the accord service reach it.
 
     POST /run            `{"item": ...}` -> `{"answer": ..., "did": DID}`: the item format of
-                         exams and team work; 422 `{"error"}` when its handler cannot answer
+                         exams and team work; answered only for a part a logged conversation
+                         of a running task the caller leads (or, for the operator, any running
+                         task) assigned to this agent and has not seen reported, and always
+                         for that part's input as the requester posted it (the operator's
+                         other calls, its exams, as sent); 403 otherwise, 422
+                         `{"error"}` when its handler cannot answer
     POST /sign           `{"event": JCS text, "openings": {commitment: sealed text}}` ->
-                         `{"sig": base64url}`: it signs only its own team reports whose answers
-                         are the ones it gave (opened from `openings` and compared)
+                         `{"sig": base64url}`: it signs only its own team reports, for
+                         assignments it received in a /run: a success whose every part is one
+                         it answered for that sub-task, with the answer it gave (opened from
+                         `openings` and compared); a failure only for an assignment it did
+                         not answer in full (after which it signs no success for it)
     POST /accord/notify  a notice from the service (`{"event": "task.awarded", "task_id"}`):
                          wakes the agent's loop, which then reads the task from the service
     GET  /health         `{"status": "ok", "did": DID}`
@@ -26,7 +34,8 @@ from typing import Any
 
 from accord.coordinator.agent_service import reply_json
 from accord.coordinator.conversation import CONVERSATION_MESSAGE
-from accord.identity.challenges import JSON
+from accord.identity.challenges import JSON, JSONObject, validate_output
+from accord.identity.errors import ExamError
 from accord.identity.http_signatures import (
     CALL_TAG,
     AuthError,
@@ -36,6 +45,7 @@ from accord.identity.http_signatures import (
     verify_request,
 )
 from accord.identity.runtimes import AgentRuntime, AgentRuntimeError
+from accord.kit.assignments import Assignment
 from accord.ledger.canonical import parse_canonical
 from accord.ledger.errors import SealError
 from accord.ledger.events import Event
@@ -52,26 +62,47 @@ class Refused(Exception):
 
 
 class AnswersGiven:
-    """Every answer this agent gave, by item id (two tasks may share a part id): what its
-    /sign compares a report with."""
+    """Every assignment this agent received in a /run and what it answered for each part:
+    what its /sign compares a report with."""
 
     def __init__(self) -> None:
-        self._answers: dict[str, list[JSON]] = {}
+        self._answers: dict[tuple[str, str], dict[str, list[JSON]]] = {}
+        self._unanswered: dict[tuple[str, str], set[str]] = {}
+        self._renounced: set[tuple[str, str]] = set()
         self._lock = threading.Lock()
 
-    def add(self, item_id: str, answer: JSON) -> None:
+    def received(self, work: Assignment) -> None:
         with self._lock:
-            self._answers.setdefault(item_id, []).append(answer)
+            self._unanswered.setdefault((work.conv_id, work.sub_id), set()).add(work.part)
 
-    def gave(self, item_id: str, answer: JSON) -> bool:
+    def add(self, work: Assignment, answer: JSON) -> None:
+        key = (work.conv_id, work.sub_id)
         with self._lock:
-            return answer in self._answers.get(item_id, [])
+            self._answers.setdefault(key, {}).setdefault(work.part, []).append(answer)
+            self._unanswered.get(key, set()).discard(work.part)
+
+    def gave(self, conv_id: str, sub_id: str, part: str, answer: JSON) -> bool:
+        with self._lock:
+            if (conv_id, sub_id) in self._renounced:
+                return False
+            return answer in self._answers.get((conv_id, sub_id), {}).get(part, [])
+
+    def renounce(self, conv_id: str, sub_id: str) -> bool:
+        """Whether this agent failed the assignment (received, some part of it unanswered):
+        if so it gives it up for good (no success report is signed for it after)."""
+        key = (conv_id, sub_id)
+        with self._lock:
+            if not self._unanswered.get(key):
+                return False
+            self._renounced.add(key)
+            return True
 
 
 def check_report(did: str, text: bytes, openings: dict[str, str], given: AnswersGiven) -> None:
     """Pure but for `given`: refuse (Refused) unless `text` is the canonical JCS of a team
-    report of `did`'s own, whose every contribution opens (from `openings`) to the answer it
-    gave for that part."""
+    report of `did`'s own for an assignment it received: a success whose every contribution is
+    its own, of a part it answered for that sub-task, opening (from `openings`) to the answer
+    it gave; a failure only for an assignment it did not answer in full."""
     try:
         event = Event.from_json(parse_canonical(text))
     except Exception as exc:
@@ -82,7 +113,18 @@ def check_report(did: str, text: bytes, openings: dict[str, str], given: Answers
     if message.get("kind") != "report" or message.get("speaker") != did:
         raise Refused(403, "this agent signs only its own reports")
     result = message.get("result")
-    contributions = result.get("contributions", []) if isinstance(result, dict) else []
+    if not isinstance(result, dict):
+        raise Refused(400, "a report holds a result")
+    conv_id, sub_id = str(event.body.get("conversation")), str(result.get("sub_id"))
+    contributions = result.get("contributions") or []
+    if result.get("ok") is not True:
+        if contributions or not given.renounce(conv_id, sub_id):
+            raise Refused(
+                403, f"this agent did not fail {sub_id}: it signs no failure report for it"
+            )
+        return
+    if not contributions or result.get("team") is not None:
+        raise Refused(403, "this agent reports only its own answers")
     for contribution in contributions:
         commitment = str(contribution.get("output_sha256"))
         try:
@@ -90,7 +132,7 @@ def check_report(did: str, text: bytes, openings: dict[str, str], given: Answers
         except SealError as exc:
             raise Refused(403, f"the report names an answer not shown: {exc}") from exc
         if contribution.get("agent") != did or not given.gave(
-            str(contribution.get("part")), sealed.value
+            conv_id, sub_id, str(contribution.get("part")), sealed.value
         ):
             raise Refused(403, "the report carries work this agent did not do")
 
@@ -108,6 +150,7 @@ class KitServer(ThreadingHTTPServer):
         operator: str,
         may_call: Callable[[str], bool] = lambda did: False,
         public_url: str | None = None,
+        work_for: Callable[[str, JSONObject], tuple[Assignment, JSONObject]],
     ) -> None:
         self.signer = signer
         self.runtime = runtime
@@ -117,6 +160,9 @@ class KitServer(ThreadingHTTPServer):
         self.public_url = public_url
         self.nonces = NonceMemory()
         self.given = AnswersGiven()
+        self.work_for = work_for
+        """`work_for(caller, item)`: the assignment `item` answers and the item to answer for
+        it (the part's posted input); raises Refused when `caller` assigned it none."""
         super().__init__(address, _KitHandler)
 
     def caller(self, method: str, path: str, headers: list[tuple[str, str]], body: bytes) -> str:
@@ -140,15 +186,22 @@ class KitServer(ThreadingHTTPServer):
         name = host.decode() if isinstance(host, bytes) else host
         return f"http://{name}:{port}"
 
-    def answer(self, request: Any) -> JSON:
+    def answer(self, caller: str, request: Any) -> JSON:
         if not isinstance(request, dict) or not isinstance(request.get("item"), dict):
             raise Refused(400, 'the request must be a JSON object {"item": {...}}')
-        item = request["item"]
+        work, item = self.work_for(caller, request["item"])
+        self.given.received(work)
         try:
             answer = self.runtime.answer(item)
         except AgentRuntimeError as exc:
             raise Refused(422, f"cannot answer the item: {exc.reason}") from exc
-        self.given.add(str(item.get("item_id")), answer)
+        try:
+            validate_output(work.capability, answer)
+        except ExamError as exc:
+            raise Refused(
+                422, f"the handler's answer is not {work.capability} output: {exc}"
+            ) from exc
+        self.given.add(work, answer)
         return answer
 
 
@@ -176,7 +229,7 @@ class _KitHandler(BaseHTTPRequestHandler):
                 raise Refused(403, f"{caller} leads no task this agent works on")
             request = json.loads(data)
             if self.path == "/run":
-                answer = self.server.answer(request)
+                answer = self.server.answer(caller, request)
                 self._reply(200, {"answer": answer, "did": self.server.signer.did})
             elif self.path == "/sign":
                 text = str(request["event"]).encode()

@@ -278,9 +278,28 @@ def test_illegal_team_entries_are_refused_and_nothing_is_logged(
     )
     size = store.size()
     # A delivery that is not what the team concluded, or whose hash is not its document's.
-    document = {"task": task_id, "parts": []}
     from accord.ledger.canonical import canonical_json
     from accord.market.blobs import sha256_hex
+
+    document: dict[str, Any] = {
+        "task": task_id,
+        "title": context.market.task(task_id).spec.title,
+        "leader": kai.did,
+        "summary": "nothing",
+        "plan": {"assignments": {}},
+        "parts": [],
+    }
+    # A plan that gives a part to kim, who was never assigned it: not the logged plan.
+    made_up = {**document, "plan": {"assignments": {"tax": kim.did}}}
+    made_up_body = {
+        "task_id": task_id,
+        "conversation": "conv-kai",
+        "deliverable": {"summary": "nothing", "contributions": []},
+        "document": made_up,
+        "sha256": sha256_hex(canonical_json(made_up)),
+    }
+    planned = relay(kai, task_id, kai.client.entry("task.delivered", task_id, made_up_body))
+    assert planned.status == 422 and "not the plan and assembly the log holds" in str(planned)
 
     body = {
         "task_id": task_id,
@@ -406,10 +425,288 @@ def test_the_kit_answers_only_calls_signed_by_the_operator_or_a_leader(
         auth=SignedBy(operator, tag=CALL_TAG),
     )
     assert too_deep.status_code == 400 and "too deep" in too_deep.text
-    # Once kai leads a running task, its calls are answered (the item is judged on its own).
+    # Leading a running task is not enough: kim answers only a part assigned to it there.
     kai.client.post(
         f"/tasks/{task_id}/work",
         {"entry": kai.client.entry("task.started", task_id, {"task_id": task_id})},
     )
     by_leader = httpx.post(run, json=item, timeout=10, auth=SignedBy(kai.signer, tag=CALL_TAG))
-    assert by_leader.status_code in (200, 422), by_leader.text
+    assert by_leader.status_code == 403 and "no part 'x'" in by_leader.text
+
+
+def test_the_kit_does_only_assigned_parts_and_signs_only_what_it_did(
+    won: tuple[dict[str, Any], KitAgent, KitAgent, str],
+) -> None:
+    """kim (its own process's keys, its own /run and /sign) answers kai's /run only for a part
+    kai's logged conversation assigned to it, for the requester's input whatever item kai
+    sends; it signs a report only for that assignment and its own answer, and a failure only
+    for an assignment it did not answer."""
+    world, kai, kim, task_id = won
+    from accord.coordinator.adapters import solve_task
+    from accord.coordinator.team import part_task
+    from accord.identity.http_auth import AccordAuth as SignedBy
+    from accord.identity.http_signatures import CALL_TAG
+    from accord.ledger.canonical import canonical_json
+    from accord.ledger.events import make_entry
+    from accord.ledger.sealing import seal
+
+    assert kim.server is not None
+    parts = {p["id"]: p for p in invoice_request()["parts"]}
+
+    def work(kind: str, subject: str, body: dict[str, Any]) -> None:
+        entry = kai.client.entry(kind, subject, body)
+        kai.client.post(f"/tasks/{task_id}/work", {"entry": entry})
+
+    work("task.started", task_id, {"task_id": task_id})
+    opened = {
+        "conversation": "conv-k",
+        "task": task_id,
+        "parent": None,
+        "depth": 0,
+        "leader": kai.did,
+        "members": [kai.did, kim.did],
+        "max_turns": 16,
+        "title": "t",
+    }
+    work("conversation.opened", "conv-k", opened)
+    plan = {"kind": "discuss", "speaker": kai.did, "next_state": "async_task_assign"}
+    plan |= {"next_speaker": kai.did, "text": "plan"}
+    work("conversation.message", "conv-k", {"conversation": "conv-k", "turn": 0, "message": plan})
+    tax = part_task("tax", "arithmetic", parts["tax"]["input"])
+    assign = {
+        "kind": "assign_async",
+        "speaker": kai.did,
+        "next_state": "pause_trigger",
+        "next_speaker": kim.did,
+        "assignments": [{"assignee": kim.did, "task": tax.to_json()}],
+    }
+    work("conversation.message", "conv-k", {"conversation": "conv-k", "turn": 1, "message": assign})
+
+    def run(item: dict[str, Any]) -> httpx.Response:
+        return httpx.post(
+            f"{kim.server.url}/run",  # type: ignore[union-attr]
+            json={"item": item},
+            timeout=30,
+            auth=SignedBy(kai.signer, tag=CALL_TAG),
+        )
+
+    # A part kim was not assigned: refused, whoever leads.
+    other = run({"item_id": "lines-sum", "capability": "arithmetic", "prompt": "", "payload": {}})
+    assert other.status_code == 403, other.text
+    # The assigned part, with an input kai made up: kim answers the requester's input.
+    made_up = {"kind": "expression", "expression": "1 + 1"}
+    given = run({"item_id": "tax", "capability": "arithmetic", "prompt": "1+1", "payload": made_up})
+    assert given.status_code == 200, given.text
+    answer = given.json()["answer"]
+    assert answer == solve_task(tax)
+
+    def sign(result: dict[str, Any], openings: dict[str, str]) -> httpx.Response:
+        message = {
+            "kind": "report",
+            "speaker": kim.did,
+            "next_state": "conclusion",
+            "next_speaker": kai.did,
+            "result": result,
+        }
+        body = {"conversation": "conv-k", "turn": 2, "message": message}
+        event = make_entry(
+            kim.signer,
+            kind="conversation.message",
+            seq=99,
+            at=world["clock"](),
+            subject="conv-k",
+            body=body,
+        ).event
+        text = canonical_json(event.to_json()).decode()
+        return httpx.post(
+            f"{kim.server.url}/sign",  # type: ignore[union-attr]
+            json={"event": text, "openings": openings},
+            timeout=30,
+            auth=SignedBy(kai.signer, tag=CALL_TAG),
+        )
+
+    def contribution(value: Any, part: str = "tax") -> tuple[dict[str, Any], dict[str, str]]:
+        sealed = seal(value)
+        found = {"agent": kim.did, "sub_id": part, "capability": "arithmetic", "part": part}
+        return {**found, "output_sha256": sealed.commitment}, {
+            sealed.commitment: sealed.data.decode()
+        }
+
+    # A failure report for work kim did answer, or never received: not signed.
+    failed = {"sub_id": "tax", "ok": False, "contributions": [], "error": "timed out"}
+    assert sign(failed, {}).status_code == 403
+    assert sign({**failed, "sub_id": "lines-sum"}, {}).status_code == 403
+    # An answer kim did not give (the made-up input's): not signed; its own: signed.
+    wrong, wrong_openings = contribution(2)
+    bad = sign(
+        {"sub_id": "tax", "ok": True, "contributions": [wrong], "error": None}, wrong_openings
+    )
+    assert bad.status_code == 403 and "did not do" in bad.text
+    right, openings = contribution(answer)
+    good = sign({"sub_id": "tax", "ok": True, "contributions": [right], "error": None}, openings)
+    assert good.status_code == 200, good.text
+
+
+def test_a_leader_cannot_credit_others_nor_take_a_members_reported_part(
+    won: tuple[dict[str, Any], KitAgent, KitAgent, str],
+) -> None:
+    """Each party signs with its own key; the winner relays. A report naming another producer,
+    a part assigned again after the leader abandoned it on its own word, and a part a member
+    already reported, reported again by the leader in a sub-team of its own: each is refused
+    with its reason, and nothing of it is logged. The member's own report is logged."""
+    world, kai, kim, task_id = won
+    from accord.coordinator.adapters import solve_task
+    from accord.coordinator.team import part_task
+    from accord.ledger.sealing import seal
+
+    store = world["context"].market.ledger.store
+    parts = {p["id"]: p for p in invoice_request()["parts"]}
+    turns: dict[str, int] = {}
+
+    def entry(agent: KitAgent, conv: str, value: dict[str, Any]) -> dict[str, Any]:
+        body = {"conversation": conv, "turn": turns.get(conv, 0), "message": value}
+        return agent.client.entry("conversation.message", conv, body)
+
+    def say(agent: KitAgent, conv: str, value: dict[str, Any]) -> None:
+        kai.client.post(f"/tasks/{task_id}/work", {"entry": entry(agent, conv, value)})
+        turns[conv] = turns.get(conv, 0) + 1
+
+    def refused(agent: KitAgent, conv: str, value: dict[str, Any]) -> ApiError:
+        size = store.size()
+        error = relay(kai, task_id, entry(agent, conv, value))
+        assert store.size() == size  # nothing refused is logged
+        return error
+
+    def open_conv(conv: str, parent: str | None, members: list[str]) -> None:
+        body = {
+            "conversation": conv,
+            "task": task_id,
+            "parent": parent,
+            "depth": 0 if parent is None else 1,
+            "leader": kai.did,
+            "members": members,
+            "max_turns": 32,
+            "title": "t",
+        }
+        entry = kai.client.entry("conversation.opened", conv, body)
+        kai.client.post(f"/tasks/{task_id}/work", {"entry": entry})
+        say(kai, conv, discuss("async_task_assign", kai.did))
+
+    def discuss(state: str, who: str) -> dict[str, Any]:
+        return {
+            "kind": "discuss",
+            "speaker": kai.did,
+            "next_state": state,
+            "next_speaker": who,
+            "text": "plan",
+        }
+
+    def task_json(part_id: str, sub_id: str | None = None) -> dict[str, Any]:
+        part = parts[part_id]
+        task = part_task(part_id, part["capability"], part["input"]).to_json()
+        return {**task, "sub_id": sub_id or part_id}
+
+    def assign(who: KitAgent, *tasks: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "kind": "assign_async",
+            "speaker": kai.did,
+            "next_state": "pause_trigger",
+            "next_speaker": who.did,
+            "assignments": [{"assignee": who.did, "task": t} for t in tasks],
+        }
+
+    def report(speaker: KitAgent, sub_id: str, producer: str, state: str) -> dict[str, Any]:
+        part = parts[sub_id]
+        sealed = seal(solve_task(part_task(sub_id, part["capability"], part["input"])))
+        kai.client.post_bytes(f"/tasks/{task_id}/sealed", sealed.data)
+        contribution = {
+            "agent": producer,
+            "sub_id": sub_id,
+            "capability": part["capability"],
+            "part": sub_id,
+            "output_sha256": sealed.commitment,
+        }
+        return {
+            "kind": "report",
+            "speaker": speaker.did,
+            "next_state": state,
+            "next_speaker": kai.did if state != "pause_trigger" else speaker.did,
+            "result": {
+                "sub_id": sub_id,
+                "ok": True,
+                "contributions": [contribution],
+                "error": None,
+            },
+        }
+
+    kai.client.post(
+        f"/tasks/{task_id}/work",
+        {"entry": kai.client.entry("task.started", task_id, {"task_id": task_id})},
+    )
+    open_conv("conv-top", None, [kai.did, kim.did])
+    say(kai, "conv-top", assign(kim, task_json("tax"), task_json("lines-sum")))
+    # kim reports "tax", its own work, signed by its own key: logged.
+    say(kim, "conv-top", report(kim, "tax", kim.did, "pause_trigger"))
+    # The leader abandons "lines-sum" on its own word (kim answered it, say) ...
+    abandon = {
+        "kind": "abandon",
+        "speaker": kai.did,
+        "next_state": "async_task_assign",
+        "next_speaker": kai.did,
+        "sub_id": "lines-sum",
+        "reason": "timed out",
+    }
+    say(kai, "conv-top", abandon)
+    # ... and cannot give it to itself now.
+    taken = refused(kai, "conv-top", assign(kai, task_json("lines-sum", "lines-sum#2")))
+    assert taken.status == 422 and "abandoned on the leader's word" in str(taken)
+    # Its own part, credited to kim (kim signed nothing of it): refused.
+    say(kai, "conv-top", assign(kai, task_json("invoice-fields")))
+    framed = refused(kai, "conv-top", report(kai, "invoice-fields", kim.did, "conclusion"))
+    assert framed.status == 422 and f"names {kim.did} as its producer" in str(framed)
+    # kim's reported "tax", done again by the leader in a sub-team of its own: refused.
+    open_conv("conv-sub", "conv-top", [kai.did])
+    say(kai, "conv-sub", assign(kai, task_json("tax")))
+    twice = refused(kai, "conv-sub", report(kai, "tax", kai.did, "conclusion"))
+    assert twice.status == 422 and "part tax was already reported" in str(twice)
+
+
+def test_a_member_without_a_payout_account_is_never_on_a_team(
+    won: tuple[dict[str, Any], KitAgent, KitAgent, str],
+) -> None:
+    """An agent credentialed for the task but with no payout account bound could never be
+    paid for a part: the team listing leaves it out, and a conversation naming it is refused
+    with the reason, logging nothing."""
+    world, kai, kim, task_id = won
+    kip = kit_agent(world, "kip", 4 * ETH // 10)
+    try:
+        kip.register(kip.start())
+        for capability in CAPABILITIES:
+            kip.sit_exam(capability)
+        listed = {m["did"] for m in kai.client.get(f"/tasks/{task_id}/team")}
+        assert kim.did in listed and kip.did not in listed
+        kai.client.post(
+            f"/tasks/{task_id}/work",
+            {"entry": kai.client.entry("task.started", task_id, {"task_id": task_id})},
+        )
+        store = world["context"].market.ledger.store
+        size = store.size()
+        opened = {
+            "conversation": "conv-p",
+            "task": task_id,
+            "parent": None,
+            "depth": 0,
+            "leader": kai.did,
+            "members": [kai.did, kim.did, kip.did],
+            "max_turns": 16,
+            "title": "t",
+        }
+        refused = relay(kai, task_id, kai.client.entry("conversation.opened", "conv-p", opened))
+        assert refused.status == 422, refused
+        assert f"{kip.did} may not join" in str(refused) and "no payout account" in str(refused)
+        assert store.size() == size
+        kip.bind_payout()
+        listed = {m["did"] for m in kai.client.get(f"/tasks/{task_id}/team")}
+        assert kip.did in listed
+    finally:
+        kip.stop()

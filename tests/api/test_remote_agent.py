@@ -240,6 +240,12 @@ def test_remote_agent_onboards_bids_and_works_through_the_api(
     answer = json.loads(
         context.market.sealed_bytes(mine.output_sha256) or b"{}"  # what it answered, sealed
     )["value"]
+    # (for the assignment it received: the conversation and sub-task of its own report)
+    [(conv_id, sub_id)] = [
+        (r["body"]["conversation"], r["body"]["message"]["result"]["sub_id"])
+        for r in reports
+        if mine.output_sha256 in json.dumps(r["body"]["message"]["result"])
+    ]
     forged = seal({"not": answer})
     contribution = {**mine.to_json(), "output_sha256": forged.commitment}
     report = Event(
@@ -247,9 +253,9 @@ def test_remote_agent_onboards_bids_and_works_through_the_api(
         did,
         999,
         format_time(real_clock()),
-        "conv-forged",
+        conv_id,
         {
-            "conversation": "conv-forged",
+            "conversation": conv_id,
             "turn": 1,
             "message": {
                 "kind": "report",
@@ -257,7 +263,7 @@ def test_remote_agent_onboards_bids_and_works_through_the_api(
                 "next_state": "conclusion",
                 "next_speaker": did,
                 "result": {
-                    "sub_id": mine.sub_id,
+                    "sub_id": sub_id,
                     "ok": True,
                     "contributions": [contribution],
                     "error": None,

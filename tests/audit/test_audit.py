@@ -14,10 +14,12 @@ import pytest
 from accord.audit.checks import AuditReport, audit_task
 from accord.coordinator.conversation import CONVERSATION_MESSAGE
 from accord.coordinator.service import directory_for, run_awarded_task, team_directory
+from accord.ledger.canonical import canonical_json
 from accord.ledger.chain import MemoryAnchorChain
 from accord.ledger.events import Entry, Event, entry_bytes, make_entry
 from accord.ledger.sealing import seal
 from accord.ledger.store import LogStore
+from accord.market.blobs import sha256_hex
 from accord.market.errors import BidRejected
 from accord.market.escrow import EscrowActions, EscrowChain, MemoryEscrowJournal
 from accord.market.sealed import commit_bid
@@ -276,6 +278,87 @@ def test_a_swapped_winner_re_signed_and_re_anchored_fails_step_4_at_the_award(
     assert linus in report.steps[3].detail
 
 
+def _rewrite_report(
+    world: World, path: Path, pick: Callable[[dict[str, Any]], bool], change: Any
+) -> tuple[AuditReport, int]:
+    """The first report `pick` chooses rewritten by `change` and re-signed by its speaker."""
+    index = next(
+        s.index
+        for s in world.ledger.store.find(kind=CONVERSATION_MESSAGE, limit=100_000)
+        if (message := Entry.from_bytes(s.data).event.body["message"])["kind"] == "report"
+        and pick(message)
+    )
+
+    def rewrite(i: int, event: Event) -> Event:
+        if i != index:
+            return event
+        body = copy.deepcopy(dict(event.body))
+        change(body["message"])
+        return with_body(event, body)
+
+    store, fresh = rebuild_log(world, path, rewrite)
+    return audit(world, store, anchors=fresh), index
+
+
+def test_a_report_crediting_another_producer_fails_step_5_at_that_report(
+    world: World, tmp_path: Path
+) -> None:
+    """A leader's (or any speaker's) report that names someone else as a part's producer (the
+    frame-a-victim and take-a-member's-work attacks) is refused by the replay at its entry."""
+    victim = world.agents["ada"].did
+
+    def own_work(message: dict[str, Any]) -> bool:
+        result = message["result"]
+        return bool(result["ok"]) and "team" not in result and message["speaker"] != victim
+
+    def credit_victim(message: dict[str, Any]) -> None:
+        message["result"]["contributions"][0]["agent"] = victim
+
+    report, index = _rewrite_report(world, tmp_path / "framed.db", own_work, credit_victim)
+    assert failure(report) == (5, index)
+    assert "names " + victim in report.steps[4].detail
+    assert f"entry {index}" in report.steps[4].detail
+
+
+def test_a_report_naming_a_sub_team_it_did_not_lead_fails_step_5_at_that_report(
+    world: World, tmp_path: Path
+) -> None:
+    """A sub-team's work comes up only as the conclusion of the sub-team its speaker led."""
+
+    def from_a_sub_team(message: dict[str, Any]) -> bool:
+        return "team" in message["result"]
+
+    def elsewhere(message: dict[str, Any]) -> None:
+        message["result"]["team"] = "conv-nowhere"
+
+    report, index = _rewrite_report(world, tmp_path / "team.db", from_a_sub_team, elsewhere)
+    assert failure(report) == (5, index)
+    assert "conv-nowhere" in report.steps[4].detail
+
+
+def test_a_delivered_plan_that_is_not_the_logged_one_fails_step_5_at_the_delivery(
+    world: World, tmp_path: Path
+) -> None:
+    """The plan check reads the plan the delivery carries: it must be the conversation's
+    logged assignments, not any DID the leader writes for a part."""
+    index = index_of(world, TASK_DELIVERED)
+    outsider = world.agents["ada"].did
+
+    def rewrite(i: int, event: Event) -> Event:
+        if i != index:
+            return event
+        body = copy.deepcopy(dict(event.body))
+        assignments = body["document"]["plan"]["assignments"]
+        assignments[sorted(assignments)[0]] = outsider
+        body["sha256"] = sha256_hex(canonical_json(body["document"]))
+        return with_body(event, body)
+
+    store, fresh = rebuild_log(world, tmp_path / "plan.db", rewrite)
+    report = audit(world, store, anchors=fresh)
+    assert failure(report) == (5, index)
+    assert "logged assignments" in report.steps[4].detail
+
+
 def _rewrite_settlement(world: World, path: Path, change: Any) -> tuple[AuditReport, int]:
     index = index_of(world, SETTLEMENT_COMPUTED)
 
@@ -429,3 +512,28 @@ def test_an_agent_that_posts_a_task_is_never_on_its_team(tmp_path: Path) -> None
     world.ledger.anchorer.anchor_latest()
     report = audit(world)
     assert report.ok, report.to_json()
+
+
+def test_every_part_a_track_record_counts_is_its_producers_own_report(world: World) -> None:
+    """The track record (and the revocation rule on it) counts a part for an agent only when
+    the agent signed the report that produced it: every part the settlement records names a
+    producer whose own logged report, signed by it, carried that part."""
+    from accord.coordinator.conversation import Report
+    from accord.coordinator.service import conversation_ids, replay_conversation
+    from accord.market.reputation import settled_work
+    from accord.market.tasks import TASK_SETTLED
+
+    store = world.ledger.store
+    [found] = store.find(kind=TASK_SETTLED, subject=world.task_id, limit=1)
+    work = settled_work(found.index, world.task_id, Entry.from_bytes(found.data).event.body)
+    assert work is not None and work.parts
+    signed = set()
+    for conv_id in conversation_ids(store, world.task_id):
+        for logged in replay_conversation(store, conv_id).messages:
+            message = logged.message
+            if isinstance(message, Report) and message.result.team is None:
+                actor = Entry.from_bytes(store.entry(logged.index).data).event.actor
+                signed |= {
+                    (c.part, c.agent) for c in message.result.contributions if c.agent == actor
+                }
+    assert {(p.part_id, p.producer) for p in work.parts if p.producer} <= signed

@@ -13,7 +13,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from fractions import Fraction
 from pathlib import Path
@@ -34,6 +34,9 @@ from accord.coordinator.conversation import (
     ConversationState,
     Message,
     Report,
+    assign_sync,
+    check_task_reports,
+    step,
 )
 from accord.coordinator.errors import AgentFailure, IllegalMove
 from accord.coordinator.policy import Member, RulePolicy
@@ -41,11 +44,12 @@ from accord.coordinator.runner import RunSettings, SealedOutputs, TeamRunner
 from accord.coordinator.service import conversation_ids, replay_conversation
 from accord.coordinator.work import JSON, AgentAdapter, SubTask
 from accord.identity.challenges import REGISTRY, validate_output
+from accord.identity.errors import KeyStoreError
 from accord.ledger.devnet import find_free_port
 from accord.ledger.events import Entry, Event, entry_bytes, sign_event
 from accord.ledger.service import Ledger
 from accord.ledger.settings import Settings
-from accord.ledger.signing import Ed25519Signer
+from accord.ledger.signing import Ed25519Signer, kid_for
 from accord.ledger.wiring import open_ledger
 from accord.market.precheck import Precheck
 from accord.market.work import ExpectCheck, PythonCheck, resolve_files
@@ -248,7 +252,9 @@ def assert_plan(world: World, runner: TeamRunner, top: Conversation, work: Work)
 def replay_all(world: World) -> dict[str, ConversationRecord]:
     """Replay every logged conversation of the task, by id, in the order they were opened."""
     store = world.ledger.store
-    return {cid: replay_conversation(store, cid) for cid in conversation_ids(store, TASK)}
+    records = {cid: replay_conversation(store, cid) for cid in conversation_ids(store, TASK)}
+    check_task_reports(records.values())  # each part one producer's own report, task-wide
+    return records
 
 
 def test_two_capability_task_sync_then_async_with_triggers(world: World) -> None:
@@ -427,9 +433,7 @@ def test_a_failing_member_is_reassigned(world: World) -> None:
     assert all(r.conversation.state == "closed" for r in replay_all(world).values())
 
 
-def test_a_hanging_member_is_abandoned_and_the_run_is_bounded(world: World) -> None:
-    release = threading.Event()
-
+def _hanging(release: threading.Event) -> Callable[[str], InProcessAdapter]:
     def hanging(did: str) -> InProcessAdapter:
         def fn(task: SubTask) -> JSON:
             release.wait(60)
@@ -437,8 +441,15 @@ def test_a_hanging_member_is_abandoned_and_the_run_is_bounded(world: World) -> N
 
         return InProcessAdapter(did, fn, timeout=60)
 
+    return hanging
+
+
+def test_a_hanging_member_reports_its_failure_and_the_run_is_bounded(world: World) -> None:
+    """A member that hangs gives its own signed failure report (its key signs it), which frees
+    its parts for another member; the leader never abandons on its own word."""
+    release = threading.Event()
     world.add("lead", CAPS, "1/10")
-    world.add("slow", ["arithmetic"], "9/10", adapter=hanging)
+    world.add("slow", ["arithmetic"], "9/10", adapter=_hanging(release))
     world.add("eve", ["extraction"], "1/10")
     work = invoice_work()
     try:
@@ -453,9 +464,9 @@ def test_a_hanging_member_is_abandoned_and_the_run_is_bounded(world: World) -> N
     slow, good = world.did("slow"), world.did("lead")
     assert slow in top.members
 
-    abandons = [m for _, _, _, m in world.seen if isinstance(m, Abandon)]
-    assert [(a.speaker, a.sub_id) for a in abandons] == [(world.did("lead"), "batch:arithmetic")]
-    assert not any(m.speaker == slow for m in world.reports())
+    assert not [m for _, _, _, m in world.seen if isinstance(m, Abandon)]
+    [failed] = [m for m in world.reports() if m.speaker == slow]
+    assert not failed.result.ok and "no answer in time" in (failed.result.error or "")
     reassigned = [who for who, task in world.assigned() if task.sub_id == "batch:arithmetic#2"]
     assert reassigned == [good]
     arithmetic = {c.agent for c in top.deliverable.contributions if c.capability == "arithmetic"}  # type: ignore[union-attr]
@@ -463,6 +474,52 @@ def test_a_hanging_member_is_abandoned_and_the_run_is_bounded(world: World) -> N
     [record] = replay_all(world).values()
     assert record.conversation.state == "closed"
     assert record.conversation.results == top.results
+
+
+class _RefusingSigner:
+    """A member that keeps its key and will not sign a failure report for work it was given."""
+
+    def __init__(self, did: str) -> None:
+        self.did = did
+        self.kid = kid_for(did)
+
+    def sign(self, message: bytes) -> bytes:
+        raise KeyStoreError(f"{self.did} refuses to sign")
+
+
+def test_a_leader_that_abandons_on_its_own_word_cannot_give_the_parts_again(
+    world: World,
+) -> None:
+    """When the hung member signs no failure, the leader abandons on its own word, and the
+    parts stay undone: a leader's word never moves a member's part to someone else (itself,
+    or an identity it controls)."""
+    release = threading.Event()
+    world.add("lead", CAPS, "1/10")
+    world.add("slow", ["arithmetic"], "9/10", adapter=_hanging(release))
+    world.add("eve", ["extraction"], "1/10")
+    slow = world.did("slow")
+    world.signers[slow] = _RefusingSigner(slow)  # type: ignore[assignment]
+    work = invoice_work()
+    try:
+        _, top = world.run("lead", RunSettings(timeout_s=0.5, max_depth=0), work)
+    finally:
+        release.set()
+    abandons = [m for _, _, _, m in world.seen if isinstance(m, Abandon)]
+    assert [(a.speaker, a.sub_id) for a in abandons] == [(world.did("lead"), "batch:arithmetic")]
+    assert not [task for _, task in world.assigned() if task.sub_id == "batch:arithmetic#2"]
+    assert top.deliverable is not None
+    done = {c.part for c in top.deliverable.contributions}
+    assert done and not done & set(work.ids("arithmetic"))
+    [record] = replay_all(world).values()
+    assert record.conversation.state == "closed"
+    leader = world.did("lead")
+    assignment = assign_sync(leader, leader, SubTask("batch:arithmetic#2", "arithmetic", "x", {}))
+    redo = replace(assignment.task, item=record.conversation.assigned["batch:arithmetic"].item)
+    with pytest.raises(IllegalMove, match="abandoned on the leader's word"):
+        step(
+            replace(record.conversation, state="sync_task_assign", speaker=leader),
+            replace(assignment, task=redo),
+        )
 
 
 # -- outputs the capability's schema refuses ------------------------------------------------
@@ -842,9 +899,10 @@ class _Drops:
         return self.inner.run(task)
 
 
-def test_a_part_dropped_inside_a_sub_team_fails_the_batch(world: World) -> None:
-    """A sub-team that delivers only some of its batch's parts fails the batch (which the
-    leader may give to another member), as the batch would fail without a sub-team."""
+def test_a_part_dropped_inside_a_sub_team_goes_back_alone(world: World) -> None:
+    """A sub-team that delivers only some of its batch's parts brings up what it did (its
+    producers' own reports, never done again by anyone), and the parts it dropped go back to
+    the leader as a batch of their own."""
     world.add("lead", ("extraction",), adapter=lambda did: _Drops(did, "tax"))
     world.add("ann", ("arithmetic",), adapter=lambda did: _Drops(did, "tax"))
     world.add("bob", ("arithmetic",), adapter=lambda did: _Drops(did, "tax"))
@@ -852,11 +910,14 @@ def test_a_part_dropped_inside_a_sub_team_fails_the_batch(world: World) -> None:
     _, top = world.run("lead", RunSettings(timeout_s=10, max_depth=1))
     assert top.deliverable is not None
     done = {c.part for c in top.deliverable.contributions}  # type: ignore[union-attr]
-    failed = [r for r in world.reports() if not r.result.ok]
-    assert any("no output for tax" in (r.result.error or "") for r in failed)
-    # nobody can do tax: the arithmetic batch is missing as a whole, never half delivered
-    assert not {"lines-sum", "tax"} & done
+    # nobody can do tax; lines-sum, done by the sub-team, is delivered as its producer made it
+    assert "tax" not in done and "lines-sum" in done
     assert {"invoice-fields", "invoice-dates"} <= done
+    [carried] = [r for r in world.reports() if r.result.team is not None]
+    assert {c.part for c in carried.result.contributions} == {"lines-sum"}
+    left = [task for _, task in world.assigned() if task.sub_id.startswith("batch:arithmetic#")]
+    assert left and all(parts_in(task) == ["tax"] for task in left)
+    replay_all(world)  # each part one producer's own report, task-wide
 
 
 def test_retries_inside_a_reassigned_batch_keep_their_part() -> None:
