@@ -1,0 +1,103 @@
+"""The log as C2SP `tlog-tiles`, read-only and cacheable, beside the `/ledger/...` routes: the
+latest checkpoint at `/checkpoint`, the Merkle tree's hashes at `/tile/<L>/<N>[.p/<W>]` and
+the entries at `/tile/entries/<N>[.p/<W>]` (`accord.ledger.tiles` names the paths and bytes).
+
+Tiles are read from the stored tree nodes: tile level `L` is the tree level `8 * L`, which the
+log keeps (`LogStore.level_hashes`), one range query a tile. A tile's bytes never change once
+its hashes exist (each is a completed perfect subtree; a partial tile is a prefix of the full
+one), so tiles and bundles, full or partial, are served as immutable, as the spec says; the
+checkpoint is revalidated on each use. A tile beyond the current tree, or a path that is no
+tile (404 both), is a problem+json that no cache keeps.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from fastapi import APIRouter, Depends, Response
+
+from accord.api.problems import ProblemError
+from accord.api.routes.deps import Context, throttle_reads
+from accord.api.routes.records import ledger_checkpoint_note
+from accord.ledger.errors import MalformedError
+from accord.ledger.note import NOTE_MEDIA_TYPE
+from accord.ledger.tiles import (
+    entry_bundle,
+    parse_tile_path,
+    tile_bytes,
+    tile_path,
+    width_in_tree,
+)
+
+reads = APIRouter(dependencies=[Depends(throttle_reads)])
+
+TILE_MEDIA_TYPE = "application/octet-stream"
+IMMUTABLE = "public, max-age=31536000, immutable"
+"""Tiles and entry bundles: their bytes never change (c2sp.org/tlog-tiles: long-lived)."""
+NOT_STORED = {"Cache-Control": "no-store"}
+"""A missing tile may exist soon: no cache keeps the problem."""
+SPEC = "https://c2sp.org/tlog-tiles"
+
+
+@reads.get(
+    "/checkpoint",
+    tags=["ledger"],
+    summary="The latest checkpoint (C2SP tlog-tiles)",
+    response_class=Response,
+    responses={
+        200: {
+            "description": "The same signed note as `/ledger/checkpoint`: the origin, the tree "
+            "size, the base64 root hash, a blank line and the operator's Ed25519 signature",
+            "content": {NOTE_MEDIA_TYPE: {"schema": {"type": "string"}}},
+        }
+    },
+)
+def checkpoint(context: Context) -> Response:
+    """Raises ProblemError 404 when the log has no checkpoint yet."""
+    return ledger_checkpoint_note(context)
+
+
+@reads.get(
+    "/tile/{path:path}",
+    tags=["ledger"],
+    summary="A tile of hashes or an entry bundle (C2SP tlog-tiles)",
+    response_class=Response,
+    responses={
+        200: {
+            "description": "`/tile/<L>/<N>[.p/<W>]`: the 32-byte hashes of tree level 8*L, "
+            "concatenated (256 in a full tile, W in a partial one); `/tile/entries/<N>[.p/<W>]`:"
+            " the entries' leaf data, each after its big-endian uint16 length",
+            "content": {TILE_MEDIA_TYPE: {"schema": {"type": "string", "format": "binary"}}},
+        }
+    },
+)
+def tile(path: str, context: Context) -> Response:
+    """Raises ProblemError 404 for a path that is no tile path (as a static tiled log does;
+    the detail names the rule it breaks) or a tile the tree does not hold (yet), 500 for an
+    entry too long for a bundle."""
+    try:
+        wanted = parse_tile_path(path)
+    except MalformedError as exc:
+        raise ProblemError(404, f"no such tile: {exc} (see {SPEC})", headers=NOT_STORED) from exc
+    store = context.market.ledger.store
+    size = store.size()
+    if wanted.entries_needed() > size:
+        have = width_in_tree(wanted.level or 0, wanted.index, size)
+        hint = f": ask /{tile_path(replace(wanted, width=have))}" if have else ""
+        raise ProblemError(
+            404,
+            f"/{tile_path(wanted)} is not in the tree of {size} entries, which holds "
+            f"{have} of that tile's {'entries' if wanted.level is None else 'hashes'}{hint}",
+            headers=NOT_STORED,
+        )
+    first = wanted.first
+    try:
+        if wanted.level is None:
+            body = entry_bundle(first, store.leaf_datas(first, first + wanted.width))
+        else:
+            body = tile_bytes(store.level_hashes(wanted.tree_level, first, wanted.width))
+    except MalformedError as exc:
+        raise ProblemError(
+            500, f"{exc}: read it at /ledger/entries instead", headers=NOT_STORED
+        ) from exc
+    return Response(body, media_type=TILE_MEDIA_TYPE, headers={"Cache-Control": IMMUTABLE})
