@@ -12,9 +12,10 @@ tile (404 both), is a problem+json that no cache keeps.
 
 from __future__ import annotations
 
+import gzip
 from dataclasses import replace
 
-from fastapi import APIRouter, Depends, Response
+from fastapi import APIRouter, Depends, Request, Response
 
 from accord.api.problems import ProblemError
 from accord.api.routes.deps import Context, throttle_reads
@@ -37,6 +38,8 @@ IMMUTABLE = "public, max-age=31536000, immutable"
 NOT_STORED = {"Cache-Control": "no-store"}
 """A missing tile may exist soon: no cache keeps the problem."""
 SPEC = "https://c2sp.org/tlog-tiles"
+BUNDLE_GZIP_LEVEL = 6
+"""Entry bundles go gzip-compressed to a client that accepts it (the spec: they SHOULD be)."""
 
 
 @reads.get(
@@ -71,7 +74,7 @@ def checkpoint(context: Context) -> Response:
         }
     },
 )
-def tile(path: str, context: Context) -> Response:
+def tile(path: str, context: Context, request: Request) -> Response:
     """Raises ProblemError 404 for a path that is no tile path (as a static tiled log does;
     the detail names the rule it breaks) or a tile the tree does not hold (yet), 500 for an
     entry too long for a bundle."""
@@ -91,13 +94,37 @@ def tile(path: str, context: Context) -> Response:
             headers=NOT_STORED,
         )
     first = wanted.first
+    headers = {"Cache-Control": IMMUTABLE}
+    if wanted.level is not None:
+        body = tile_bytes(store.level_hashes(wanted.tree_level, first, wanted.width))
+        return Response(body, media_type=TILE_MEDIA_TYPE, headers=headers)
     try:
-        if wanted.level is None:
-            body = entry_bundle(first, store.leaf_datas(first, first + wanted.width))
-        else:
-            body = tile_bytes(store.level_hashes(wanted.tree_level, first, wanted.width))
+        body = entry_bundle(first, store.leaf_datas(first, first + wanted.width))
     except MalformedError as exc:
         raise ProblemError(
             500, f"{exc}: read it at /ledger/entries instead", headers=NOT_STORED
         ) from exc
-    return Response(body, media_type=TILE_MEDIA_TYPE, headers={"Cache-Control": IMMUTABLE})
+    headers["Vary"] = "Accept-Encoding"
+    if accepts_gzip(request.headers.get("accept-encoding", "")):
+        body = gzip.compress(body, BUNDLE_GZIP_LEVEL, mtime=0)
+        headers["Content-Encoding"] = "gzip"
+    return Response(body, media_type=TILE_MEDIA_TYPE, headers=headers)
+
+
+def accepts_gzip(accept_encoding: str) -> bool:
+    """Whether an Accept-Encoding header (RFC 9110 §12.5.3) takes gzip: named, or `*`, with a
+    weight above zero (a gzip of weight 0 refuses it even when `*` is there)."""
+    weights: dict[str, float] = {}
+    for item in accept_encoding.split(","):
+        coding, _, params = item.strip().partition(";")
+        weight = 1.0
+        name, _, value = params.strip().partition("=")
+        if name.strip().lower() == "q":
+            try:
+                weight = float(value)
+            except ValueError:
+                weight = 0.0
+        weights[coding.strip().lower()] = weight
+    if "gzip" in weights:
+        return weights["gzip"] > 0
+    return weights.get("*", 0.0) > 0

@@ -15,6 +15,7 @@ import pytest
 
 from accord.api.app import create_app
 from accord.api.routes.deps import ApiConfig
+from accord.api.routes.tiles import accepts_gzip
 from accord.ledger.events import make_entry
 from accord.ledger.note import origin_for
 from accord.ledger.signing import Ed25519Signer
@@ -186,3 +187,64 @@ def test_tiles_are_cacheable_and_a_missing_or_misspelt_one_is_not_found(
     ):
         detail = _problem(client.http.get(f"{url}/{path}"), 404)["detail"]
         assert "c2sp.org/tlog-tiles" in detail, path
+
+
+def test_entry_bundles_are_gzipped_for_a_client_that_takes_gzip(
+    world: World, served: tuple[str, TiledLogClient]
+) -> None:
+    url, client = served
+    grow(world, 40)
+    bundle = f"{url}/tile/entries/000.p/40"
+    zipped = client.http.get(bundle, headers={"Accept-Encoding": "gzip"})
+    assert zipped.headers["content-encoding"] == "gzip"
+    assert zipped.headers["vary"] == "Accept-Encoding"
+    datas = world.ledger.store.leaf_datas(0, 40)
+    assert len(zipped.content) == sum(2 + len(data) for data in datas)
+    assert int(zipped.headers["content-length"]) < len(zipped.content)  # httpx decoded it
+    plain = client.http.get(bundle, headers={"Accept-Encoding": "identity"})
+    assert "content-encoding" not in plain.headers and plain.content == zipped.content
+    tile = client.http.get(f"{url}/tile/0/000.p/40", headers={"Accept-Encoding": "gzip"})
+    assert "content-encoding" not in tile.headers  # hashes do not compress
+
+
+@pytest.mark.parametrize(
+    ("header", "takes"),
+    [
+        ("gzip", True),
+        ("gzip, deflate, br", True),
+        ("br;q=1.0, gzip;q=0.5", True),
+        ("*", True),
+        ("", False),
+        ("identity", False),
+        ("gzip;q=0", False),
+        ("*, gzip;q=0", False),
+        ("GZIP;Q=0.1", True),
+        ("gzip;q=nonsense", False),
+    ],
+)
+def test_accept_encoding_is_read_with_its_weights(header: str, takes: bool) -> None:
+    assert accepts_gzip(header) is takes
+
+
+def test_an_entry_too_long_for_a_bundle_is_named(
+    world: World, served: tuple[str, TiledLogClient]
+) -> None:
+    url, client = served
+    grow(world, 3)
+    world.ledger.append_entries(
+        [
+            make_entry(
+                _WRITER,
+                kind="note.added",
+                seq=next(_SEQS),
+                at=world.clock(),
+                body={"text": "x" * 70_000},
+            )
+        ]
+    )
+    response = client.http.get(f"{url}/tile/entries/000.p/4")
+    assert response.status_code == 500
+    assert response.headers["content-type"].startswith("application/problem+json")
+    assert "entry 3 has 70," in response.json()["detail"]
+    assert client.http.get(f"{url}/tile/entries/000.p/3").status_code == 200
+    assert client.http.get(f"{url}/tile/0/000.p/4").status_code == 200
