@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import random
 from datetime import UTC, datetime
-from pathlib import Path
 
 import pytest
 
@@ -111,8 +110,8 @@ def test_tile_and_bundle_bytes() -> None:
         entry_bundle(8, [b"", b"z" * 0x10000])
 
 
-def test_the_store_reads_tile_hashes_and_entries(tmp_path: Path) -> None:
-    store = LogStore(make_engine(f"sqlite:///{tmp_path / 'log.db'}"), "tiles")
+def test_the_store_reads_tile_hashes_and_entries(db_url: str) -> None:
+    store = LogStore(make_engine(db_url), "tiles")
     signer = Ed25519Signer(bytes(32))
     now = datetime(2026, 1, 1, tzinfo=UTC)
     entries = [
@@ -131,3 +130,4 @@ def test_the_store_reads_tile_hashes_and_entries(tmp_path: Path) -> None:
         store.leaf_datas(590, 601)
     with pytest.raises(ValueError, match="level 1"):
         store.level_hashes(1, 0, 1)
+    store.engine.dispose()
