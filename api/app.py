@@ -26,7 +26,7 @@ from accord.api.problems import (
     install_problem_handlers,
     problem_response,
 )
-from accord.api.routes import identity, market, records, remote, work
+from accord.api.routes import identity, market, records, remote, tiles, work
 from accord.api.routes.deps import ApiConfig, ApiState
 from accord.identity.http_signatures import ALGORITHM, SIGNATURE_HEADER, TAG
 from accord.ledger.chain import AnchorChain
@@ -179,6 +179,7 @@ def create_app(
 
     for router in (identity.reads, identity.writes, market.reads, market.writes, records.reads):
         app.include_router(router)
+    app.include_router(tiles.reads)
     app.include_router(remote.router)
     app.include_router(work.router)
     app.include_router(a2a.router)

@@ -586,6 +586,58 @@ class LogStore:
         nodes = self._read_nodes(needed, new_size)
         return merkle.consistency_proof_by(old_size, new_size, merkle.subtree_from_nodes(nodes))
 
+    def level_hashes(self, level: int, start: int, count: int) -> list[bytes]:
+        """The hashes of the perfect subtrees `NodeId(level, start)` up to
+        `NodeId(level, start + count - 1)`, in order, read in one range query (a C2SP tile's
+        hashes, `accord.ledger.tiles`; on SQLite through the raw cursor, as proofs read).
+        Only complete subtrees are stored: ask within the size.
+
+        Raises ValueError for the unstored level 1 or a negative level, start or count,
+        StoreError when one of them is not stored or the database cannot be read.
+        """
+        if level < 0 or level == UNSTORED_LEVEL or start < 0 or count < 0:
+            raise ValueError(f"no stored nodes at level {level} from {start}, {count} of them")
+        if count == 0:
+            return []
+        low = node_key(NodeId(level, start))
+        if self._raw_sqlite:
+            rows = self._raw_select(_NODE_RANGE_QUERY, (low, low + count))
+        else:
+            try:
+                with self._read() as connection:
+                    rows = connection.execute(
+                        select(_NODES.c.id, _NODES.c.hash)
+                        .where(_NODES.c.id >= low, _NODES.c.id < low + count)
+                        .order_by(_NODES.c.id)
+                    ).all()
+            except SQLAlchemyError as exc:
+                raise StoreError(f"cannot read the log database: {db_reason(exc)}") from exc
+        if len(rows) != count:
+            found = {int(key) for key, _value in rows}
+            missing = [key for key in range(low, low + count) if key not in found]
+            raise StoreError(f"the log is missing stored tree nodes {_node_id(missing[0])}...")
+        return [bytes(value) for _key, value in rows]
+
+    def leaf_datas(self, start: int, end: int) -> list[bytes]:
+        """The leaf data of the entries `start <= index < end`, in index order, in one query
+        (no indexed columns: what an entry bundle carries). Raises StoreError when one of them
+        is not in the log or the database cannot be read."""
+        if self._raw_sqlite:
+            rows = self._raw_select(_DATA_RANGE_QUERY, (start, end))
+        else:
+            try:
+                with self._read() as connection:
+                    rows = connection.execute(
+                        select(_ENTRIES.c.data)
+                        .where(_ENTRIES.c.idx >= start, _ENTRIES.c.idx < end)
+                        .order_by(_ENTRIES.c.idx)
+                    ).all()
+            except SQLAlchemyError as exc:
+                raise StoreError(f"cannot read the log database: {db_reason(exc)}") from exc
+        if len(rows) != max(0, end - start):
+            raise StoreError(f"the log lacks some of the entries {start} to {end - 1}")
+        return [_as_bytes(data) for (data,) in rows]
+
     def stored_nodes(self, start_key: int = 0, chunk: int = 20000) -> Iterator[tuple[int, bytes]]:
         """Every stored node as (key, hash), by key (for verification): none of
         `UNSTORED_LEVEL` but those a log written before holds."""
@@ -1373,6 +1425,9 @@ _CACHE_MAX_NODES = 1 << 18
 _SQLITE_MMAP_BYTES = 1 << 31
 _MMAP_DONE = "accord_mmap"
 _HEAD_QUERY = "SELECT size FROM ledger_head"
+# A tile's hashes and a bundle's entries (`level_hashes`, `leaf_datas`): one range each.
+_NODE_RANGE_QUERY = "SELECT id, hash FROM ledger_nodes WHERE id >= ? AND id < ? ORDER BY id"
+_DATA_RANGE_QUERY = "SELECT data FROM ledger_entries WHERE idx >= ? AND idx < ? ORDER BY idx"
 _NODE_QUERIES: dict[int, str] = {}
 
 

@@ -32,6 +32,7 @@ PURE_CORES = (
     "accord.ledger.sealing",
     "accord.ledger.checkpoint",
     "accord.ledger.note",
+    "accord.ledger.tiles",
     "accord.ledger.fees",
     # ledger.chain: its values, the AnchorChain seam and the in-memory chain (no web3)
     "accord.ledger.chain.values",

@@ -31,6 +31,7 @@ import bench_proofs
 import bench_scale
 import bench_shapley
 import bench_team
+import bench_tiles
 import bench_verify
 from _common import (
     REPO_ROOT,
@@ -49,6 +50,7 @@ BENCHES: dict[str, tuple[str, Callable[[bool, int], Section]]] = {
     "append": ("append throughput", bench_append.run),
     "verify": ("verify throughput", bench_verify.run),
     "proofs": ("inclusion proofs", bench_proofs.run),
+    "tiles": ("tiles: the log served as C2SP tlog-tiles", bench_tiles.run),
     "gas": ("anchoring gas", bench_gas.run),
     "identity": ("identity credentials and onboarding", bench_identity.run),
     "market": ("market: sealed-bid clearing and task posting", bench_market.run),
