@@ -43,6 +43,7 @@ from accord.kit.wallet import Wallet, WalletError, read_key_file, write_key_file
 from accord.ledger.errors import AccordError
 from accord.ledger.events import parse_time
 from accord.ledger.signing import Ed25519Signer, read_keyfile, write_keyfile
+from accord.market.checks import CheckResult
 from accord.market.money import Wei
 from accord.market.sealed import commit_bid, reveal_bid
 
@@ -56,7 +57,8 @@ LEADERS_REFRESH = 1.0
 agent ask the service faster than this."""
 
 Strategy = Callable[[Mapping[str, Any]], Wei | None]
-"""What to bid on a task (as `GET /tasks` lists it), or None to let it pass."""
+"""What to bid on a task (as `GET /tasks` lists it: its spec, the requester's checks included), or
+None to let it pass."""
 Say = Callable[..., None]
 
 
@@ -461,6 +463,7 @@ class KitAgent:
 
     def _lead(self, task_id: str) -> None:
         self.say("leading", task_id=task_id)
+        known: dict[str, CheckResult] = {}  # the team's machine verdicts, before it delivers
         try:
             conversation = lead(
                 self.client,
@@ -470,8 +473,13 @@ class KitAgent:
                 policy=self.policy,
                 settings=self.run_settings,
                 allow_private=self.allow_private,
+                verdicts=known.update,
             )
         except (AccordError, CoordinatorError, OSError) as exc:
             self.say("lead-failed", task_id=task_id, reason=str(exc)[:500])
             return
-        self.say("delivered", task_id=task_id, conv_id=conversation.conv_id)
+        shown = {
+            check_id: "inconclusive" if r.inconclusive else ("pass" if r.passed else "fail")
+            for check_id, r in known.items()
+        }
+        self.say("delivered", task_id=task_id, conv_id=conversation.conv_id, verdicts=shown)

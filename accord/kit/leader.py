@@ -16,7 +16,7 @@ at arm's length:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, cast
@@ -38,6 +38,8 @@ from accord.ledger.events import Entry, make_entry, parse_time
 from accord.ledger.sealing import Sealed
 from accord.ledger.signing import Signer
 from accord.market.blobs import sha256_hex
+from accord.market.checks import CheckResult
+from accord.market.precheck import Precheck
 from accord.market.tasks import TASK_DELIVERED, TASK_STARTED, Task, TaskSpec
 from accord.market.work import resolve_files
 
@@ -131,10 +133,16 @@ def lead(
     policy: Policy | None = None,
     settings: RunSettings | None = None,
     allow_private: bool = False,
+    verdicts: Callable[[Mapping[str, CheckResult]], None] | None = None,
 ) -> Conversation:
     """Start, run and deliver a task this agent won; returns the closed top-level
-    conversation. Raises TeamError when no team can be formed, CoordinatorError from the
-    conversation, ApiError when the service refuses a step (its reason in the message)."""
+    conversation. The requester's machine checks run on every output before it counts as done
+    (`accord.market.precheck`: a first attempt that fails a check on its part goes to another
+    member), and on the whole delivery before it is handed in: `verdicts` is told what they
+    are, which is what the settlement will log for the same outputs.
+
+    Raises TeamError when no team can be formed, CoordinatorError from the conversation,
+    ApiError when the service refuses a step (its reason in the message)."""
     data = client.task(task_id)
     if data.get("winner") != signer.did:
         raise TeamError(f"{signer.did} did not win {task_id}")
@@ -183,6 +191,7 @@ def lead(
         sha: client.request_text(f"/tasks/{_segment(task_id)}/files/{sha}")
         for sha in task.spec.files
     }
+    precheck = Precheck(task_id, task.posted_at, task.spec.requester_checks)
     runner = TeamRunner(
         log,
         signer_of,
@@ -194,12 +203,20 @@ def lead(
         sealed=sent,
         # Its members sign only their own reports at their endpoints: sub-teams are its own.
         may_lead=lambda did: did == signer.did,
+        precheck=precheck,
     )
     parts = [(p.part_id, p.capability, p.input) for p in task.spec.parts]
     conversation = runner.run_task(task_id, leader, parts, task.spec.title, task.spec.description)
     if conversation.deliverable is None:
         raise CoordinatorError(f"the team of {task_id} concluded without a deliverable")
     document = assemble(task, conversation)
+    if verdicts is not None:
+        outputs = {}
+        for contribution in conversation.deliverable.contributions:
+            kept = sent.get(contribution.output_sha256)
+            if kept is not None:
+                outputs[contribution.part] = kept.value
+        verdicts(precheck.verdicts(outputs))
     log.append(
         signer,
         TASK_DELIVERED,

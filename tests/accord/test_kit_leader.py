@@ -37,7 +37,12 @@ def world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str,
         yield opened
 
 
-def kit_agent(world: dict[str, Any], name: str, price: int) -> KitAgent:
+def kit_agent(
+    world: dict[str, Any],
+    name: str,
+    price: int,
+    said: list[tuple[str, dict[str, Any]]] | None = None,
+) -> KitAgent:
     keys = world["tmp"] / f"kit-{name}"
     keys.mkdir()
     signer = load_key(keys / "key.json")
@@ -52,6 +57,7 @@ def kit_agent(world: dict[str, Any], name: str, price: int) -> KitAgent:
         strategy=fixed_price(Wei(price)),
         allow_private=True,
         exam_items=5,
+        **({} if said is None else {"say": lambda event, **fields: said.append((event, fields))}),
     )
 
 
@@ -74,7 +80,8 @@ def kinds_of(context: MarketContext, actor: str) -> list[str]:
 
 def test_a_self_custody_winner_leads_its_team_and_is_paid(world: dict[str, Any]) -> None:
     context: MarketContext = world["context"]
-    kai = kit_agent(world, "kai", 3 * ETH // 10)
+    said: list[tuple[str, dict[str, Any]]] = []
+    kai = kit_agent(world, "kai", 3 * ETH // 10, said)
     kim = kit_agent(world, "kim", 4 * ETH // 10)
     try:
         for agent in (kai, kim):
@@ -114,6 +121,17 @@ def test_a_self_custody_winner_leads_its_team_and_is_paid(world: dict[str, Any])
         body = Entry.from_bytes(found[0].data).event.body
         payouts = {did: int(wei) for did, wei in body["payouts"].items()}
         assert payouts[kai.did] > 0 and payouts[kim.did] > 0, body
+        # The leader knew the verdicts of the requester's machine checks before it delivered,
+        # and they are the settlement's.
+        [delivered] = [fields for event, fields in said if event == "delivered"]
+        logged = {
+            c["id"]: "inconclusive"
+            if c.get("inconclusive")
+            else ("pass" if c["passed"] else "fail")
+            for c in body["checks"]
+        }
+        assert delivered["verdicts"], delivered
+        assert delivered["verdicts"] == {k: logged[k] for k in delivered["verdicts"]}
         assert sum(payouts.values()) == int(body["amount"]) > 0
 
         anchorer = context.market.ledger.anchorer
