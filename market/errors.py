@@ -16,7 +16,8 @@ AccordError
     ├── EscrowError             the escrow contract refused or contradicts the market's record
     │   ├── EscrowRefusedError  the contract refuses an action (market.escrow.values; `reason`)
     │   ├── EscrowTxRejectedError  the node refused a signed transaction it does not know
-    │   └── EscrowPendingError  the account has an unresolved escrow transaction
+    │   ├── EscrowPendingError  the account has an unresolved escrow transaction
+    │   └── DepositRefused      the chain would refuse the requester's deposit (before posting)
     ├── BlobError               a stored file is missing or altered, or the store is away
     │   │                       (market.blobs, as are its subclasses)
     │   ├── MissingBlob         no file is stored under this sha256

@@ -71,8 +71,10 @@ def paid_parts(
         (passed if verdicts[check.check_id] else failed).update(check.reads)
     every = {p.part_id for p in task.spec.parts}
     if part_values is not None:
-        valued = {part for part, value in part_values.items() if value > 0}
-        return frozenset(p for p in every if p in passed or p in valued)
+        # Paid per part: a part is paid for by the requester's checks that read it and
+        # passed. Its share of the assembly check (which reads every part, but no output) is
+        # the leader's integration, not the part's work, so it opens nothing.
+        return frozenset(p for p in every if p in passed)
     paid_producer = {part for part, producer in producers.items() if payouts.get(producer, 0) > 0}
     return frozenset(p for p in every if p in passed or (p in paid_producer and p not in failed))
 

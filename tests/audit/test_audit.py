@@ -342,14 +342,15 @@ def test_a_delivered_plan_that_is_not_the_logged_one_fails_step_5_at_the_deliver
     """The plan check reads the plan the delivery carries: it must be the conversation's
     logged assignments, not any DID the leader writes for a part."""
     index = index_of(world, TASK_DELIVERED)
-    outsider = world.agents["ada"].did
 
     def rewrite(i: int, event: Event) -> Event:
         if i != index:
             return event
         body = copy.deepcopy(dict(event.body))
         assignments = body["document"]["plan"]["assignments"]
-        assignments[sorted(assignments)[0]] = outsider
+        part = sorted(assignments)[0]
+        outsider = next(a.did for a in world.agents.values() if a.did != assignments[part])
+        assignments[part] = outsider
         body["sha256"] = sha256_hex(canonical_json(body["document"]))
         return with_body(event, body)
 
