@@ -458,6 +458,10 @@ def render_task(store: LogStore, report: AuditReport) -> str:
         f"{' on entry ' + _entry_link(failure.entry) if failure.entry is not None else ''}: "
         f"{prose(failure.detail, names)}</p>"
         if failure is not None
+        else '<p class="muted">The task is in progress: the pending steps wait for what it '
+        "has not done yet, or for its newest entries to be anchored on chain (the service "
+        "anchors its tail within ACCORD_ANCHOR_INTERVAL); every other step holds.</p>"
+        if verdict == "PENDING"
         else '<p class="ok">Every step of the audit holds.</p>'
     )
     fact_cells = [

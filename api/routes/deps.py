@@ -64,6 +64,10 @@ class ApiConfig:
     lifecycle_interval: seconds between the rounds in which the service awards, expires,
     refunds and settles the tasks whose windows closed (`accord.market.lifecycle`); 0 runs none
     (`accord serve` runs one every 5 s unless ACCORD_LIFECYCLE_INTERVAL says otherwise).
+    anchor_tick: seconds between the looks whether the log's tail is due to be anchored
+    (`accord.ledger.service.AnchorTimer`), so that a quiet log is anchored within
+    ACCORD_ANCHOR_INTERVAL; 0 runs none (`accord serve` derives it from that interval:
+    `accord.ledger.service.anchor_tick`).
     """
 
     max_body: int = 1024 * 1024 + 64 * 1024
@@ -84,10 +88,13 @@ class ApiConfig:
     version: str = "0.1.0"
     public_url: str | None = None
     lifecycle_interval: float = 0.0
+    anchor_tick: float = 0.0
 
     def __post_init__(self) -> None:
         if not 0 <= self.lifecycle_interval < float("inf"):
             raise ValueError("the lifecycle interval is a number of seconds, 0 for none")
+        if not 0 <= self.anchor_tick < float("inf"):
+            raise ValueError("the anchor tick is a number of seconds, 0 for none")
         if self.public_url is not None:
             self.public_origin()
         self.file_quota()

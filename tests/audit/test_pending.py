@@ -1,0 +1,109 @@
+"""Step 2 of a task still in progress: entries the chain does not anchor yet are PENDING, not a
+failure (the service anchors its tail within ACCORD_ANCHOR_INTERVAL); once the task is over,
+an entry it touched that is not anchored fails step 2 as before."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from accord.audit.checks import AuditReport, audit_task
+from accord.audit.html import render_html
+from accord.ledger.events import make_entry
+from tests.audit.conftest import World, build_world, copy_db, open_copy
+
+
+def audit(world: World) -> AuditReport:
+    return audit_task(
+        world.ledger.store,
+        world.task_id,
+        anchors=world.anchors,
+        escrow=world.escrow_chain,
+        outputs=world.market.sealed_bytes,
+    )
+
+
+def comment(world: World) -> int:
+    """The requester remarks on the task: one more entry the task touched; its index."""
+    requester = world.requester
+    index, _ = world.ledger.append(
+        requester, "task.comment", subject=world.task_id, body={"text": "how is it going?"}
+    )
+    return index
+
+
+def test_an_in_progress_task_with_nothing_anchored_yet_is_pending(tmp_path: Path) -> None:
+    """Signed checkpoints name the operator (one is served at `GET /checkpoint`), but none
+    is anchored yet."""
+    world = build_world(tmp_path / "home", until="awarded")
+    world.ledger.checkpoint()
+    assert world.anchors.latest_size(world.ledger.log_id) == 0
+    report = audit(world)
+    assert report.verdict == "PENDING", report.to_json()
+    assert report.first_failure is None and not report.ok
+    step = report.steps[1]
+    assert (step.status, step.entry) == ("pending", 0)
+    assert "nothing of this log is anchored on chain yet" in step.detail and "awarded" in step.detail
+    statuses = {s.number: s.status for s in report.steps}
+    assert statuses == {
+        1: "pass",
+        2: "pending",
+        3: "pass",
+        4: "pass",
+        5: "pending",
+        6: "pending",
+        7: "pending",
+    }, report.to_json()
+    assert "the task is awarded: this step checks it once it is delivered" in (
+        report.steps[4].detail
+    )
+    assert report.to_json()["failed_step"] is None
+
+
+def test_an_in_progress_task_s_unanchored_tail_is_pending_until_anchored(tmp_path: Path) -> None:
+    world = build_world(tmp_path / "home", until="delivered")
+    assert world.ledger.anchorer is not None
+    world.ledger.anchorer.anchor_latest()
+    anchored = world.ledger.store.size()
+    last = comment(world)
+    report = audit(world)
+    assert report.verdict == "PENDING", report.to_json()
+    step = report.steps[1]
+    assert (step.status, step.entry) == ("pending", anchored)
+    assert f"from {anchored} on (up to {last}) are not anchored yet" in step.detail
+    assert "delivered" in step.detail
+    assert [s.status for s in report.steps] == ["pass", "pending", "pass", "pass", "pass"] + [
+        "pending"
+    ] * 2
+    page = render_html(report, world.ledger.store)
+    assert 'class="verdict pending"' in page and "FAIL" not in page
+    world.ledger.anchorer.anchor_latest()
+    anchored_now = audit(world)
+    assert anchored_now.steps[1].status == "pass" and anchored_now.verdict == "PENDING"
+
+
+def test_a_settled_task_s_unanchored_entry_still_fails(tmp_path: Path) -> None:
+    """A task that is over has nothing left to wait for: what it touched must be anchored."""
+    world = build_world(tmp_path / "home")
+    store = open_copy(world, copy_db(world, tmp_path / "tail.db"))
+    size = store.size()
+    last = store.last_seq(world.requester.did) or 0
+    store.append(
+        make_entry(
+            world.requester,
+            kind="task.comment",
+            seq=last + 1,
+            at=world.clock(),
+            subject=world.task_id,
+            body={"text": "thanks"},
+        )
+    )
+    report = audit_task(
+        store,
+        world.task_id,
+        anchors=world.anchors,
+        escrow=world.escrow_chain,
+        outputs=world.market.sealed_bytes,
+    )
+    assert report.verdict == "FAIL"
+    failure = report.first_failure
+    assert failure is not None and (failure.number, failure.entry) == (2, size)
