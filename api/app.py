@@ -195,7 +195,7 @@ def create_app(
     # -- the web audit explorer (api/explorer.py) --
     from accord.api.explorer import explorer_router
 
-    app.include_router(explorer_router(lambda: _ExplorerSources.of(state)))
+    app.include_router(explorer_router(lambda: _ExplorerSources.of(state), state.audits))
 
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
     return app

@@ -627,6 +627,8 @@ def _not_reached(task: Task, step: int) -> str | None:
     if task.state in reached:
         return None
     return f"the task is {task.state}: this step checks it once it is {stage}"
+
+
 _ANCHORED_SOON = "the service anchors its tail within ACCORD_ANCHOR_INTERVAL"
 
 

@@ -42,7 +42,9 @@ def test_an_in_progress_task_with_nothing_anchored_yet_is_pending(tmp_path: Path
     assert report.first_failure is None and not report.ok
     step = report.steps[1]
     assert (step.status, step.entry) == ("pending", 0)
-    assert "nothing of this log is anchored on chain yet" in step.detail and "awarded" in step.detail
+    assert (
+        "nothing of this log is anchored on chain yet" in step.detail and "awarded" in step.detail
+    )
     statuses = {s.number: s.status for s in report.steps}
     assert statuses == {
         1: "pass",
