@@ -191,9 +191,11 @@ class ApiState:
     caller and in all (`accord.api.audits`)."""
     write_lock: threading.RLock = field(default_factory=threading.RLock)
     """One write at a time in this process for the routes that move money or change a task's
-    state. Bids do not take it: the log's head lock and once-keys admit them correctly from
-    any number of processes, so threads of one process need nothing more (their cache of
-    each task's bids has its own lock, `Market._task_log`)."""
+    state. Taken only in worker threads, never on the event loop; a settlement's checks
+    (strangers' code) run before it is taken (`settle_task`'s `lock`). Bids do not take it:
+    the log's head lock and once-keys admit them correctly from any number of processes, so
+    threads of one process need nothing more (their cache of each task's bids has its own
+    lock, `Market._task_log`)."""
     _open_lock: threading.Lock = field(default_factory=threading.Lock)
 
     def __post_init__(self) -> None:

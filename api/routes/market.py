@@ -696,8 +696,8 @@ def settle(task_id: str, caller: Caller, context: Context, state: State) -> dict
     task = _task(context, task_id)
     if caller not in (task.requester, context.market.ledger.operator.did):
         raise ProblemError(403, f"only the requester of {task_id} or the operator may settle it")
-    with state.write_lock:
-        outcome = settle_task(context.market, context.onboarding, task_id)
+    # the write lock only to log and pay: the checks (strangers' code) run before it is taken
+    outcome = settle_task(context.market, context.onboarding, task_id, lock=state.write_lock)
     return {
         "task_id": task_id,
         "amount": str(outcome.amount),
