@@ -19,7 +19,8 @@
         its DID, and the same dispute fees; the track record `task.settled` logs is the
         settlement's, and each credential revoked for it was due (`accord.market.reputation`)
     (7) the chain's escrow events equal the deposit, the settlement and the refunds, and funds
-        are conserved
+        are conserved (a task in progress: one deposit of the budget, and nothing paid out
+        that the log holds no settlement for)
 
 Nothing here reads the operator's own tables (agents, credentials, journals): only ledger
 entries, signed checkpoints, and the chain. Steps stop at the first failure, which names the
@@ -249,6 +250,7 @@ def audit_task(
         (6, lambda s: _settlement(s, escrow, outputs)),
         (7, lambda s: _escrow_events(s, escrow)),
     ]
+    in_progress: dict[int, Callable[[_Scope], str]] = {7: lambda s: _escrow_so_far(s, escrow)}
     try:
         scope = _scope(store, task_id, operator_did)
     except AuditFailure as exc:
@@ -268,7 +270,9 @@ def audit_task(
             _logged_once(scope, number)
             waits = _not_reached(scope.task, number)
             if waits is not None:
-                report.steps.append(StepResult(number, title, "pending", waits))
+                so_far = in_progress.get(number)
+                detail = waits if so_far is None else f"{waits}; {so_far(scope)}"
+                report.steps.append(StepResult(number, title, "pending", detail))
                 continue
             report.steps.append(StepResult(number, title, "pass", check(scope)))
         except AuditUnchecked as exc:
@@ -630,6 +634,30 @@ def _not_reached(task: Task, step: int) -> str | None:
 
 
 _ANCHORED_SOON = "the service anchors its tail within ACCORD_ANCHOR_INTERVAL"
+
+
+def _escrow_so_far(scope: _Scope, escrow: EscrowChain) -> str:
+    """Step 7 for a task in progress: the escrow may hold its deposit (one, of the budget),
+    but nothing may be paid out of it that the log does not account for. Raises AuditFailure
+    when the chain paid out a settlement the log holds no `settlement.computed` for, or holds
+    another deposit."""
+    task = scope.task
+    try:
+        events = escrow.events(task.task_id)
+    except ChainError as exc:
+        raise AuditFailure(f"cannot read the escrow events: {exc}") from exc
+    opened = [e for e in events if e.name == "Opened"]
+    if len(opened) > 1 or any(e.amount != task.spec.budget for e in opened):
+        raise AuditFailure(f"the chain holds {len(opened)} deposits, not one of the budget")
+    computed = any(e.kind == SETTLEMENT_COMPUTED for _, e in scope.task_events)
+    if any(e.name == "Settled" for e in events) and not computed:
+        raise AuditFailure(
+            f"the chain paid out the escrow, but the log holds no settlement of the task "
+            f"(it is {task.state})"
+        )
+    names = sorted({e.name for e in events if e.name in ("Settled", "Refunded")})
+    paid = f"; the chain shows {' and '.join(names)}" if names else "; nothing paid out yet"
+    return f"{len(opened)} deposit{'s' * (len(opened) != 1)} of the budget{paid}"
 
 
 def _anchored(store: LogStore, scope: _Scope, chain: AnchorChain) -> str:

@@ -9,7 +9,8 @@ from pathlib import Path
 from accord.audit.checks import AuditReport, audit_task
 from accord.audit.html import render_html
 from accord.ledger.events import make_entry
-from tests.audit.conftest import World, build_world, copy_db, open_copy
+from accord.market.escrow import address_of
+from tests.audit.conftest import OPERATOR_KEY, World, build_world, copy_db, open_copy
 
 
 def audit(world: World) -> AuditReport:
@@ -109,3 +110,24 @@ def test_a_settled_task_s_unanchored_entry_still_fails(tmp_path: Path) -> None:
     assert report.verdict == "FAIL"
     failure = report.first_failure
     assert failure is not None and (failure.number, failure.entry) == (2, size)
+
+
+def test_an_in_progress_task_whose_escrow_was_paid_out_unlogged_fails_step_7(
+    tmp_path: Path,
+) -> None:
+    """PENDING is no hiding place: an operator who pays the escrow out on chain without
+    logging the settlement leaves the task "delivered" in the log, and step 7 says so."""
+    world = build_world(tmp_path / "home", until="delivered")
+    assert world.ledger.anchorer is not None
+    world.ledger.anchorer.anchor_latest()
+    honest = audit(world)
+    assert honest.verdict == "PENDING"
+    assert "1 deposit of the budget; nothing paid out yet" in honest.steps[6].detail
+    task = world.market.task(world.task_id)
+    assert task.price is not None
+    world.escrow.pay_out(world.task_id, [address_of(OPERATOR_KEY)], [task.price])
+    report = audit(world)
+    assert report.verdict == "FAIL"
+    failure = report.first_failure
+    assert failure is not None and failure.number == 7
+    assert "the chain paid out the escrow, but the log holds no settlement" in failure.detail
