@@ -17,10 +17,13 @@ from typing import Any
 
 import httpx
 import pytest
+import uvicorn
+from typer.testing import CliRunner
 
 import accord.api.routes.market as market_routes
 from accord.api.app import create_app
 from accord.api.audits import AuditCache
+from accord.api.cli import app as cli
 from accord.api.problems import ProblemError
 from accord.api.routes.deps import ApiConfig, ApiState
 from accord.audit.checks import AuditReport
@@ -220,3 +223,28 @@ def test_a_quiet_service_anchors_its_tail_on_time(tmp_path: Path) -> None:
         audit = client.get(f"/tasks/{world.task_id}/audit").json()
         assert audit["steps"][1]["status"] == "pass", audit
         assert audit["verdict"] == "PENDING"  # delivered, not settled yet: steps 6 and 7 wait
+
+
+def test_accord_serve_runs_the_anchor_timer_and_reads_the_audit_limits(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`accord serve` looks a quarter of ACCORD_ANCHOR_INTERVAL apart (the app it hands to
+    uvicorn, which is not started here), and takes the audit limits from the environment."""
+    served: list[Any] = []
+    monkeypatch.setattr(uvicorn, "run", lambda app, **_: served.append(app))
+    env = {
+        "ACCORD_HOME": str(tmp_path / "home"),
+        "ACCORD_ANCHOR_INTERVAL": "8",
+        "ACCORD_AUDITS_PER_CALLER": "3",
+        "ACCORD_AUDITS_TOTAL": "9",
+    }
+    result = CliRunner().invoke(cli, ["serve"], env=env)
+    assert result.exit_code == 0, result.output
+    config: ApiConfig = served[0].state.accord.config
+    assert config.anchor_tick == 2 and config.lifecycle_interval == 5
+    assert (config.audits_per_caller, config.audits_total) == (3, 9)
+    state: ApiState = served[0].state.accord
+    assert (state.audits.per_caller, state.audits.total) == (3, 9)
+    for bad in ("0", "two"):
+        with pytest.raises(ValueError, match="ACCORD_AUDITS_TOTAL"):
+            ApiConfig.from_env({"ACCORD_AUDITS_TOTAL": bad})
