@@ -75,7 +75,7 @@ from accord.ledger.errors import (
 )
 from accord.ledger.events import Entry, Event, parse_time
 from accord.ledger.store import LogStore
-from accord.ledger.verify import StepResult
+from accord.ledger.verify import StepResult, StepStatus
 from accord.market import sealed
 from accord.market.award import BidBook, replay_award
 from accord.market.check_io import LogReviews, run_python_check
@@ -258,6 +258,23 @@ def audit_task(
         for number, _ in checks[1:]:
             report.steps.append(StepResult(number, STEP_TITLES[number], "not-run", "-"))
         return report
+    except AuditPending as exc:  # a task in progress on a log with no checkpoint yet
+        status: StepStatus = "fail"
+        try:
+            anchored = anchors.latest_size(store.log_id)
+        except ChainError as chain_exc:
+            detail = f"cannot read the anchors on chain: {chain_exc}"
+        else:
+            status = "pending" if anchored == 0 else "fail"
+            detail = (
+                exc.reason
+                if anchored == 0
+                else f"the log has no signed checkpoint, but the chain anchors {anchored} entries"
+            )
+        report.steps.append(StepResult(1, STEP_TITLES[1], status, detail))
+        for number, _ in checks[1:]:
+            report.steps.append(StepResult(number, STEP_TITLES[number], "not-run", "-"))
+        return report
     report.facts = _facts(scope)
     report.facts["on_chain"] = chain_facts(store.log_id, scope, anchors, escrow)
     failed = False
@@ -347,7 +364,8 @@ def _scope(store: LogStore, task_id: str, operator_did: str | None) -> _Scope:
     """What the task touched, from the signed entries alone (see `_signed_log`).
 
     Raises AuditFailure (reported at step 1) when an entry or its columns do not hold, the
-    log has no such task, or the task's events or bids do not parse.
+    log has no such task, or the task's events or bids do not parse; AuditPending when the
+    task is in progress and no checkpoint names the operator yet.
     """
     log = _signed_log(store)
     by_subject: dict[str, list[int]] = {}
@@ -374,6 +392,12 @@ def _scope(store: LogStore, task_id: str, operator_did: str | None) -> _Scope:
         task = replay(lifecycle)
     except MarketError as exc:
         raise AuditFailure(f"the task's events do not replay: {exc}") from exc
+    in_progress = task.state not in FINAL_STATES
+    if operator_did is None and in_progress and store.latest_checkpoint() is None:
+        raise AuditPending(
+            f"the log has no signed checkpoint yet to name its operator (the task is "
+            f"{task.state}; {_ANCHORED_SOON}, signing a checkpoint)"
+        )
     operator = operator_did or _checkpoint_signer(store)
     book = BidBook()
     for index, event in events:

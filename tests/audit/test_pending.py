@@ -6,11 +6,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from rich.console import Console
+
+from accord.api.audit_cli import print_report
 from accord.audit.checks import AuditReport, audit_task
 from accord.audit.html import render_html
 from accord.ledger.events import make_entry
 from accord.market.escrow import address_of
-from tests.audit.conftest import OPERATOR_KEY, World, build_world, copy_db, open_copy
+from tests.audit.conftest import OPERATOR_KEY, World, build_world, copy_db, open_copy, sql
 
 
 def audit(world: World) -> AuditReport:
@@ -131,3 +134,42 @@ def test_an_in_progress_task_whose_escrow_was_paid_out_unlogged_fails_step_7(
     failure = report.first_failure
     assert failure is not None and failure.number == 7
     assert "the chain paid out the escrow, but the log holds no settlement" in failure.detail
+
+
+def test_accord_audit_prints_pending_for_a_task_in_progress(tmp_path: Path) -> None:
+    world = build_world(tmp_path / "home", until="delivered")
+    world.ledger.checkpoint()  # signed, not anchored yet
+    console = Console(record=True, width=200)
+    print_report(audit(world), console)
+    text = console.export_text()
+    assert "PENDING: the task is in progress; step 2, 6, 7 waits" in text
+    assert "FAIL" not in text
+
+
+def test_a_task_in_progress_on_a_log_never_checkpointed_is_pending(tmp_path: Path) -> None:
+    """A fresh service: no checkpoint names the operator yet, nothing is anchored."""
+    world = build_world(tmp_path / "home", until="awarded")
+    assert world.ledger.store.latest_checkpoint() is None
+    report = audit(world)
+    assert report.verdict == "PENDING", report.to_json()
+    assert report.steps[0].status == "pending"
+    assert "no signed checkpoint yet to name its operator" in report.steps[0].detail
+    assert [s.status for s in report.steps[1:]] == ["not-run"] * 6
+
+
+def test_checkpoints_gone_from_a_log_the_chain_anchors_fail_step_1(tmp_path: Path) -> None:
+    """The operator deleting its checkpoints is no way to PENDING: the chain anchors the log."""
+    world = build_world(tmp_path / "home", until="awarded")
+    assert world.ledger.anchorer is not None
+    world.ledger.anchorer.anchor_latest()
+    path = copy_db(world, tmp_path / "no-checkpoints.db")
+    sql(path, "DELETE FROM ledger_checkpoints")
+    store = open_copy(world, path)
+    assert store.latest_checkpoint() is None
+    report = audit_task(
+        store, world.task_id, anchors=world.anchors, escrow=world.escrow_chain, outputs=None
+    )
+    assert report.verdict == "FAIL"
+    failure = report.first_failure
+    assert failure is not None and failure.number == 1
+    assert "no signed checkpoint, but the chain anchors" in failure.detail
