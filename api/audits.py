@@ -5,7 +5,8 @@ function of the log at a size and the chain at a head. So `AuditCache` computes 
 `AuditKey` (the task, the log's size, the anchor chain's and the escrow chain's head block,
 number and hash) and serves the stored report to everyone who asks for the same key; those
 who ask while it is being computed wait for that one computation, on the event loop, without
-holding a worker thread. The cache lives in this process (each `accord serve` process computes
+holding a worker thread. A computation runs to its end and is kept whatever becomes of the
+request that started it (a client that goes away cancels only its own wait). The cache lives in this process (each `accord serve` process computes
 its own): a bounded LRU of `entries` reports.
 
 A report is not stored when part of it could not be re-run here (an `unchecked` step: the box
@@ -74,6 +75,7 @@ class AuditCache:
         self._by_caller: dict[str, int] = {}
         self._in_flight = 0
         self._last_seconds = 1.0
+        self._tasks: set[asyncio.Future[None]] = set()
 
     async def report(
         self, caller: str, key: AuditKey | None, compute: Callable[[], AuditReport]
@@ -92,21 +94,42 @@ class AuditCache:
                 else:
                     running = self._running.get(key)
             if stored is None and running is None:
-                future = self._admit(caller, key)
+                running = self._admit(caller, key)
+                admitted = True
+            else:
+                admitted = False
         if stored is not None:
             return stored
-        if running is not None:
-            return await asyncio.wrap_future(running)
+        assert running is not None
+        if admitted:
+            # A task of its own: the computation ends, is stored and gives its place back
+            # whatever becomes of this request (a client that goes away cancels only its wait).
+            task = asyncio.ensure_future(self._compute(caller, key, running, compute))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+        return await asyncio.shield(asyncio.wrap_future(running))
+
+    async def _compute(
+        self,
+        caller: str,
+        key: AuditKey | None,
+        future: Future[AuditReport],
+        compute: Callable[[], AuditReport],
+    ) -> None:
+        """Run `compute` in a worker thread; its report or error goes to `future`."""
         started = time.monotonic()
         try:
             report = await run_in_threadpool(compute)
-        except BaseException as exc:
+        except asyncio.CancelledError:  # the service stops
+            self._release(caller, key, time.monotonic() - started, None)
+            future.cancel()
+            raise
+        except Exception as exc:  # to every waiter, never lost in this task
             self._release(caller, key, time.monotonic() - started, None)
             future.set_exception(exc)
-            raise
+            return
         self._release(caller, key, time.monotonic() - started, report)
         future.set_result(report)
-        return report
 
     def _admit(self, caller: str, key: AuditKey | None) -> Future[AuditReport]:
         """Take a computation's place for `caller` (the lock held). Raises ProblemError 429."""

@@ -248,3 +248,34 @@ def test_accord_serve_runs_the_anchor_timer_and_reads_the_audit_limits(
     for bad in ("0", "two"):
         with pytest.raises(ValueError, match="ACCORD_AUDITS_TOTAL"):
             ApiConfig.from_env({"ACCORD_AUDITS_TOTAL": bad})
+
+
+def test_a_caller_that_goes_away_does_not_lose_the_computation() -> None:
+    """The request that started an audit is cancelled (its client went away) while the
+    audit runs: the audit still ends, is kept, and gives its place back."""
+    cache = AuditCache(per_caller=1, total=1)
+    running = threading.Event()
+    release = threading.Event()
+    key = ("task-a", 5, (2, b"h"), (2, b"h"))
+
+    def slow() -> AuditReport:
+        running.set()
+        assert release.wait(GENEROUS_S)
+        return AuditReport("task-a")
+
+    async def scenario() -> None:
+        first = asyncio.ensure_future(cache.report("address a", key, slow))
+        waiter = asyncio.ensure_future(cache.report("address b", key, slow))
+        while not running.is_set():
+            await asyncio.sleep(0.01)
+        first.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await first
+        release.set()
+        assert (await waiter).task_id == "task-a"
+        assert (await cache.report("address a", key, slow)).task_id == "task-a"
+        other = await cache.report("address a", ("task-b", 5, (2, b"h"), (2, b"h")), slow)
+        assert other.task_id == "task-a"  # its place was given back
+
+    asyncio.run(scenario())
+    assert cache.computed == 2
