@@ -6,8 +6,9 @@ function of the log at a size and the chain at a head. So `AuditCache` computes 
 number and hash) and serves the stored report to everyone who asks for the same key; those
 who ask while it is being computed wait for that one computation, on the event loop, without
 holding a worker thread. A computation runs to its end and is kept whatever becomes of the
-request that started it (a client that goes away cancels only its own wait). The cache lives in this process (each `accord serve` process computes
-its own): a bounded LRU of `entries` reports.
+request that started it (a client that goes away cancels only its own wait). The cache lives
+in this process (each `accord serve` process computes its own): a bounded LRU of `entries`
+reports.
 
 A report is not stored when part of it could not be re-run here (an `unchecked` step: the box
 for strangers' code could not be made), since that depends on this machine, not on the log;
