@@ -31,6 +31,7 @@ from accord.api.routes.deps import ApiConfig, ApiState
 from accord.identity.http_signatures import ALGORITHM, SIGNATURE_HEADER, TAG
 from accord.ledger.chain import AnchorChain
 from accord.ledger.errors import LedgerError
+from accord.ledger.service import AnchorTimer
 from accord.ledger.settings import Settings
 from accord.ledger.signing import Signer
 from accord.ledger.store import LogStore
@@ -125,15 +126,23 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        """The lifecycle rounds (`accord.market.lifecycle`) run while the service does."""
+        """The lifecycle rounds (`accord.market.lifecycle`) and the anchor timer
+        (`accord.ledger.service.AnchorTimer`) run while the service does."""
         worker = None
         if config.lifecycle_interval > 0:
             worker = LifecycleWorker(state.context, config.lifecycle_interval, state.write_lock)
             worker.start()
         app.state.lifecycle = worker
+        timer = None
+        if config.anchor_tick > 0:
+            timer = AnchorTimer(lambda: state.context().market.ledger, config.anchor_tick)
+            timer.start()
+        app.state.anchor_timer = timer
         try:
             yield
         finally:
+            if timer is not None:
+                timer.stop()
             if worker is not None:
                 worker.stop()
 
@@ -187,7 +196,7 @@ def create_app(
     # -- the web audit explorer (api/explorer.py) --
     from accord.api.explorer import explorer_router
 
-    app.include_router(explorer_router(lambda: _ExplorerSources.of(state)))
+    app.include_router(explorer_router(lambda: _ExplorerSources.of(state), state.audits))
 
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
     return app

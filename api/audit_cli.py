@@ -39,8 +39,9 @@ def audit(
         ),
     ] = None,
 ) -> None:
-    """Re-check a finished collaboration from the log and the chain alone; exit 1 on FAIL or
-    INCOMPLETE (a python check or exam this machine's box could not re-run), 2 for a task the
+    """Re-check a finished collaboration from the log and the chain alone; exit 1 on FAIL,
+    INCOMPLETE (a python check or exam this machine's box could not re-run) or PENDING (a task
+    in progress whose newest entries are not anchored yet), 2 for a task the
     log does not hold, an outputs folder that is not one or an HTML path that cannot be
     written. A read: it starts no devnet and creates no home. The report says whether the
     checks re-ran on the outputs or were held to their signed verdicts."""
@@ -131,6 +132,7 @@ def print_report(report: AuditReport, console: Console) -> None:
         "skipped": "-",
         "not-run": " ",
         "unchecked": "[yellow]?[/]",
+        "pending": "[blue]…[/]",
     }
     console.print(f"auditing {report.task_id}")
     for step in report.steps:
@@ -141,7 +143,11 @@ def print_report(report: AuditReport, console: Console) -> None:
         )
     failure = report.first_failure
     unchecked = [s for s in report.steps if s.status == "unchecked"]
-    if failure is None and unchecked:
+    pending = [s for s in report.steps if s.status == "pending"]
+    if failure is None and pending:
+        steps = ", ".join(str(s.number) for s in pending)
+        console.print(f"[bold blue]PENDING[/]: the task is in progress; step {steps} waits")
+    elif failure is None and unchecked:
         steps = ", ".join(str(s.number) for s in unchecked)
         console.print(f"[bold yellow]INCOMPLETE[/]: step {steps} could not be re-run here")
     elif failure is None:

@@ -23,9 +23,12 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any, Protocol
 
-from fastapi import APIRouter, Path
+from fastapi import APIRouter, Path, Request
 from fastapi.responses import HTMLResponse
+from starlette.concurrency import run_in_threadpool
 
+from accord.api.audits import AuditCache, AuditKey, audit_key
+from accord.api.routes.deps import address_of
 from accord.audit.checks import AuditReport, audit_task
 from accord.audit.html import (
     agent_names,
@@ -83,9 +86,15 @@ class ExplorerContext:
     escrow: EscrowChain
 
 
-def explorer_router(context_provider: Callable[[], ExplorerSources]) -> APIRouter:
-    """The explorer's routes; include it in an app with `app.include_router(...)`."""
+def explorer_router(
+    context_provider: Callable[[], ExplorerSources], audits: AuditCache | None = None
+) -> APIRouter:
+    """The explorer's routes; include it in an app with `app.include_router(...)`. A task's
+    page runs its audit through `audits` (the service's, shared with `GET /tasks/{id}/audit`;
+    by default one of the router's own): computed once per log size and chain head, limited
+    per caller and in all (429)."""
     router = APIRouter(tags=["explorer"])
+    cache = audits or AuditCache(per_caller=2, total=4)
 
     @router.get("/explorer", response_class=HTMLResponse, summary="Pick a task to explore")
     def explorer_index() -> HTMLResponse:
@@ -97,20 +106,34 @@ def explorer_router(context_provider: Callable[[], ExplorerSources]) -> APIRoute
         summary="A task's audit: verdict, checklist, team, bids, payouts, timeline",
         responses={404: {"description": "No such task in the log"}},
     )
-    def explorer_task(task_id: str) -> HTMLResponse:
-        sources = context_provider()
-        if not sources.store.find(kind=TASK_POSTED, subject=task_id, limit=1):
+    async def explorer_task(task_id: str, request: Request) -> HTMLResponse:
+        """Async, so that a page waiting for an audit under way holds no worker thread; the
+        reads, the audit and the rendering run in worker threads."""
+
+        def prepare() -> tuple[ExplorerSources | None, AuditKey | None]:
+            sources = context_provider()
+            if not sources.store.find(kind=TASK_POSTED, subject=task_id, limit=1):
+                return None, None
+            return sources, audit_key(sources.store, task_id, sources.anchors, sources.escrow)
+
+        found, key = await run_in_threadpool(prepare)
+        if found is None:
             return _not_found(f"The log holds no task {task_id!r}.")
-        # The service re-runs the checks on the outputs it holds; the page shows only their
-        # commitments and the verdicts (`accord.market.privacy`).
-        report = audit_task(
-            sources.store,
-            task_id,
-            anchors=sources.anchors,
-            escrow=sources.escrow,
-            outputs=BlobStore(sources.store.engine).sealed,
-        )
-        return HTMLResponse(render_task(sources.store, report))
+        sources = found
+
+        def compute() -> AuditReport:
+            # The service re-runs the checks on the outputs it holds; the page shows only
+            # their commitments and the verdicts (`accord.market.privacy`).
+            return audit_task(
+                sources.store,
+                task_id,
+                anchors=sources.anchors,
+                escrow=sources.escrow,
+                outputs=BlobStore(sources.store.engine).sealed,
+            )
+
+        report = await cache.report(address_of(request), key, compute)
+        return HTMLResponse(await run_in_threadpool(render_task, sources.store, report))
 
     @router.get(
         "/explorer/entries/{index}/proof",
@@ -459,6 +482,10 @@ def render_task(store: LogStore, report: AuditReport) -> str:
         f"{' on entry ' + _entry_link(failure.entry) if failure.entry is not None else ''}: "
         f"{prose(failure.detail, names)}</p>"
         if failure is not None
+        else '<p class="muted">The task is in progress: the pending steps wait for what it '
+        "has not done yet, or for its newest entries to be anchored on chain (the service "
+        "anchors its tail within ACCORD_ANCHOR_INTERVAL); every other step holds.</p>"
+        if verdict == "PENDING"
         else '<p class="ok">Every step of the audit holds.</p>'
     )
     fact_cells = [

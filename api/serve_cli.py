@@ -29,12 +29,14 @@ def serve(
 ) -> None:
     """Serve the accord API (the market is opened on the first request). Every few seconds
     it awards, expires, refunds and settles the tasks whose windows closed
-    (ACCORD_LIFECYCLE_INTERVAL seconds, default 5; 0 turns it off)."""
+    (ACCORD_LIFECYCLE_INTERVAL seconds, default 5; 0 turns it off), and anchors the log's
+    tail once ACCORD_ANCHOR_INTERVAL has passed, even when nothing is appended."""
     import uvicorn
 
     from accord.api.app import create_app
     from accord.api.routes.deps import ApiConfig
     from accord.ledger.errors import HomeError
+    from accord.ledger.service import anchor_tick
     from accord.ledger.wiring import prepare_home
 
     try:
@@ -42,6 +44,7 @@ def serve(
         config = ApiConfig.from_env(public_url=public_url or None)
         if "ACCORD_LIFECYCLE_INTERVAL" not in os.environ:
             config = replace(config, lifecycle_interval=SERVE_LIFECYCLE_INTERVAL)
+        config = replace(config, anchor_tick=anchor_tick(settings.anchor_every_seconds))
     except ValueError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None

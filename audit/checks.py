@@ -5,7 +5,9 @@
         agents' entries signed by a key the operator holds (custody `hosted`, declared in
         `agent.registered`), and `facts.custody` names each actor's
     (2) each of those entries is included in a checkpoint anchored on chain (RFC 9162
-        inclusion proofs against the on-chain roots), and successive anchors are consistent
+        inclusion proofs against the on-chain roots), and successive anchors are consistent;
+        for a task still in progress, entries the chain does not anchor yet are PENDING, and
+        so are steps (4) to (7) until the task reaches the stage they check
     (3) every bidder held valid, unrevoked credentials for every required capability when it
         bid, and each of those credentials' exams re-grades to its logged score
     (4) the auction replays to the same winner and price
@@ -19,7 +21,8 @@
         its DID, and the same dispute fees; the track record `task.settled` logs is the
         settlement's, and each credential revoked for it was due (`accord.market.reputation`)
     (7) the chain's escrow events equal the deposit, the settlement and the refunds, and funds
-        are conserved
+        are conserved (a task in progress: one deposit of the budget, and nothing paid out
+        that the log holds no settlement for)
 
 Nothing here reads the operator's own tables (agents, credentials, journals): only ledger
 entries, signed checkpoints, and the chain. Steps stop at the first failure, which names the
@@ -77,7 +80,7 @@ from accord.ledger.errors import (
 )
 from accord.ledger.events import Entry, Event, parse_time
 from accord.ledger.store import LogStore
-from accord.ledger.verify import StepResult
+from accord.ledger.verify import StepResult, StepStatus
 from accord.market import sealed
 from accord.market.award import BidBook, replay_award
 from accord.market.check_io import LogReviews, check_world, run_python_check
@@ -156,6 +159,17 @@ class AuditFailure(AccordError):
         self.entry = entry
 
 
+class AuditPending(AccordError):
+    """A step holds for everything that can be checked yet, and the rest is not due: entries
+    of a task still in progress that the chain does not anchor yet (the service anchors its
+    tail within ACCORD_ANCHOR_INTERVAL). `reason` says what waits."""
+
+    def __init__(self, reason: str, entry: int | None = None) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.entry = entry
+
+
 class AuditUnchecked(AccordError):
     """A step held as far as it could be checked here, but part of it could not be re-run
     (the box for strangers' code cannot be made); `reason` names that part and why."""
@@ -181,12 +195,16 @@ class AuditReport:
 
     @property
     def verdict(self) -> str:
-        """PASS when every step passed; INCOMPLETE when none failed but one could not be
-        re-run here (see `AuditUnchecked`); FAIL otherwise."""
+        """PASS when every step passed; PENDING when none failed but a task still in progress
+        has entries the chain does not anchor yet (see `AuditPending`); INCOMPLETE when none
+        failed but one could not be re-run here (see `AuditUnchecked`); FAIL otherwise."""
         if self.ok:
             return "PASS"
-        if self.first_failure is None and any(s.status == "unchecked" for s in self.steps):
-            return "INCOMPLETE"
+        if self.first_failure is None:
+            if any(s.status == "pending" for s in self.steps):
+                return "PENDING"
+            if any(s.status == "unchecked" for s in self.steps):
+                return "INCOMPLETE"
         return "FAIL"
 
     def to_json(self) -> dict[str, Any]:
@@ -246,10 +264,28 @@ def audit_task(
         (6, lambda s: _settlement(s, escrow, outputs)),
         (7, lambda s: _escrow_events(s, escrow)),
     ]
+    in_progress: dict[int, Callable[[_Scope], str]] = {7: lambda s: _escrow_so_far(s, escrow)}
     try:
         scope = _scope(store, task_id, operator_did)
     except AuditFailure as exc:
         report.steps.append(StepResult(1, STEP_TITLES[1], "fail", exc.reason, exc.entry))
+        for number, _ in checks[1:]:
+            report.steps.append(StepResult(number, STEP_TITLES[number], "not-run", "-"))
+        return report
+    except AuditPending as exc:  # a task in progress on a log with no checkpoint yet
+        status: StepStatus = "fail"
+        try:
+            anchored = anchors.latest_size(store.log_id)
+        except ChainError as chain_exc:
+            detail = f"cannot read the anchors on chain: {chain_exc}"
+        else:
+            status = "pending" if anchored == 0 else "fail"
+            detail = (
+                exc.reason
+                if anchored == 0
+                else f"the log has no signed checkpoint, but the chain anchors {anchored} entries"
+            )
+        report.steps.append(StepResult(1, STEP_TITLES[1], status, detail))
         for number, _ in checks[1:]:
             report.steps.append(StepResult(number, STEP_TITLES[number], "not-run", "-"))
         return report
@@ -263,9 +299,17 @@ def audit_task(
             continue
         try:
             _logged_once(scope, number)
+            waits = _not_reached(scope.task, number)
+            if waits is not None:
+                so_far = in_progress.get(number)
+                detail = waits if so_far is None else f"{waits}; {so_far(scope)}"
+                report.steps.append(StepResult(number, title, "pending", detail))
+                continue
             report.steps.append(StepResult(number, title, "pass", check(scope)))
         except AuditUnchecked as exc:
             report.steps.append(StepResult(number, title, "unchecked", exc.reason))
+        except AuditPending as exc:
+            report.steps.append(StepResult(number, title, "pending", exc.reason, exc.entry))
         except AuditFailure as exc:
             failed = True
             report.steps.append(StepResult(number, title, "fail", exc.reason, exc.entry))
@@ -334,7 +378,8 @@ def _scope(store: LogStore, task_id: str, operator_did: str | None) -> _Scope:
     """What the task touched, from the signed entries alone (see `_signed_log`).
 
     Raises AuditFailure (reported at step 1) when an entry or its columns do not hold, the
-    log has no such task, or the task's events or bids do not parse.
+    log has no such task, or the task's events or bids do not parse; AuditPending when the
+    task is in progress and no checkpoint names the operator yet.
     """
     log = _signed_log(store)
     by_subject: dict[str, list[int]] = {}
@@ -361,6 +406,12 @@ def _scope(store: LogStore, task_id: str, operator_did: str | None) -> _Scope:
         task = replay(lifecycle)
     except MarketError as exc:
         raise AuditFailure(f"the task's events do not replay: {exc}") from exc
+    in_progress = task.state not in FINAL_STATES
+    if operator_did is None and in_progress and store.latest_checkpoint() is None:
+        raise AuditPending(
+            f"the log has no signed checkpoint yet to name its operator (the task is "
+            f"{task.state}; {_ANCHORED_SOON}, signing a checkpoint)"
+        )
     operator = operator_did or _checkpoint_signer(store)
     book = BidBook()
     for index, event in events:
@@ -607,19 +658,81 @@ def _required_actor(event: Event, task: Task, operator: str) -> str | None:
 # -- (2) anchored inclusion ------------------------------------------------------------------
 
 
+FINAL_STATES = frozenset({"settled", "expired", "refunded", "cancelled"})
+"""A task in one of these states is over: every entry it touched must be anchored (step 2
+fails otherwise) and every step checks it; before, entries not anchored yet are pending, and
+so are the steps about a stage it has not reached (`_not_reached`)."""
+_STAGES = {
+    4: ("awarded", frozenset({"awarded", "running", "delivered"})),
+    5: ("delivered", frozenset({"delivered"})),
+    6: ("settled", frozenset[str]()),
+    7: ("settled", frozenset[str]()),
+}
+"""The steps about a later stage of a task: (the stage, the states in progress that reached
+it)."""
+
+
+def _not_reached(task: Task, step: int) -> str | None:
+    """Why step `step` has nothing to check yet, for a task still in progress that has not
+    reached the stage it checks (None: it has, or the task is over)."""
+    if task.state in FINAL_STATES or step not in _STAGES:
+        return None
+    stage, reached = _STAGES[step]
+    if task.state in reached:
+        return None
+    return f"the task is {task.state}: this step checks it once it is {stage}"
+
+
+_ANCHORED_SOON = "the service anchors its tail within ACCORD_ANCHOR_INTERVAL"
+
+
+def _escrow_so_far(scope: _Scope, escrow: EscrowChain) -> str:
+    """Step 7 for a task in progress: the escrow may hold its deposit (one, of the budget),
+    but nothing may be paid out of it that the log does not account for. Raises AuditFailure
+    when the chain paid out a settlement the log holds no `settlement.computed` for, or holds
+    another deposit."""
+    task = scope.task
+    try:
+        events = escrow.events(task.task_id)
+    except ChainError as exc:
+        raise AuditFailure(f"cannot read the escrow events: {exc}") from exc
+    opened = [e for e in events if e.name == "Opened"]
+    if len(opened) > 1 or any(e.amount != task.spec.budget for e in opened):
+        raise AuditFailure(f"the chain holds {len(opened)} deposits, not one of the budget")
+    computed = any(e.kind == SETTLEMENT_COMPUTED for _, e in scope.task_events)
+    if any(e.name == "Settled" for e in events) and not computed:
+        raise AuditFailure(
+            f"the chain paid out the escrow, but the log holds no settlement of the task "
+            f"(it is {task.state})"
+        )
+    names = sorted({e.name for e in events if e.name in ("Settled", "Refunded")})
+    paid = f"; the chain shows {' and '.join(names)}" if names else "; nothing paid out yet"
+    return f"{len(opened)} deposit{'s' * (len(opened) != 1)} of the budget{paid}"
+
+
 def _anchored(store: LogStore, scope: _Scope, chain: AnchorChain) -> str:
+    """Raises AuditFailure for what does not hold, AuditPending when it all holds but a task
+    still in progress has entries the chain does not anchor yet."""
+    in_progress = scope.task.state not in FINAL_STATES
     try:
         anchors = sorted(chain.anchors(store.log_id), key=lambda a: a.size)
     except ChainError as exc:
         raise AuditFailure(f"cannot read the anchors on chain: {exc}") from exc
-    if not anchors:
-        raise AuditFailure("nothing of this log is anchored on chain")
     last = max(scope.touched)
-    if anchors[-1].size <= last:
+    if not anchors:
+        if in_progress:
+            raise AuditPending(
+                f"nothing of this log is anchored on chain yet (the task is {scope.task.state}; "
+                f"{_ANCHORED_SOON})",
+                0,
+            )
+        raise AuditFailure("nothing of this log is anchored on chain")
+    unanchored_from = anchors[-1].size if anchors[-1].size <= last else None
+    if unanchored_from is not None and not in_progress:
         raise AuditFailure(
-            f"entries from {anchors[-1].size} on are not anchored (the tail up to {last}); "
+            f"entries from {unanchored_from} on are not anchored (the tail up to {last}); "
             "`accord ledger anchor` anchors them",
-            anchors[-1].size,
+            unanchored_from,
         )
     stored = list(store.entries(0, anchors[-1].size))
     if len(stored) != anchors[-1].size:
@@ -642,17 +755,26 @@ def _anchored(store: LogStore, scope: _Scope, chain: AnchorChain) -> str:
     for older, newer in itertools.pairwise(anchors):
         proof = merkle.consistency_proof(leaves[: newer.size], older.size)
         merkle.verify_consistency(older.size, newer.size, older.root, newer.root, proof)
-    for index in sorted(scope.touched):
+    proven = [index for index in sorted(scope.touched) if index < anchors[-1].size]
+    for index in proven:
         covering = next(a for a in anchors if a.size > index)
         proof = merkle.inclusion_proof(leaves[: covering.size], index)
         try:
             merkle.verify_inclusion(leaves[index], index, covering.size, proof, covering.root)
         except ProofError as exc:
             raise AuditFailure(f"not included in the anchored tree: {exc}", index) from exc
-    return (
-        f"{len(scope.touched)} entries proven in anchored trees; "
+    summary = (
+        f"{len(proven)} entries proven in anchored trees; "
         f"{len(anchors)} anchors consistent (latest size {anchors[-1].size})"
     )
+    if unanchored_from is not None:
+        waiting = len(scope.touched) - len(proven)
+        raise AuditPending(
+            f"{summary}; {waiting} entries from {unanchored_from} on (up to {last}) are not "
+            f"anchored yet (the task is {scope.task.state}; {_ANCHORED_SOON})",
+            unanchored_from,
+        )
+    return summary
 
 
 # -- (3) credentials and exams ---------------------------------------------------------------

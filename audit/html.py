@@ -234,7 +234,14 @@ def checks_html(
     return rule + table
 
 
-_MARKS = {"pass": "✓", "fail": "✗", "skipped": "-", "not-run": "·", "unchecked": "?"}
+_MARKS = {
+    "pass": "✓",
+    "fail": "✗",
+    "skipped": "-",
+    "not-run": "·",
+    "unchecked": "?",
+    "pending": "…",
+}
 
 
 def checklist_html(

@@ -177,6 +177,7 @@ h2 { font-size: 1.1rem; margin: 0 0 .8rem; }
 .verdict.pass { color: var(--pass); background: var(--pass-bg); border: 1px solid #b5dfc5; }
 .verdict.fail { color: var(--fail); background: var(--fail-bg); border: 1px solid #f0b9b4; }
 .verdict.incomplete { color: #8a5a00; background: #fff4d6; border: 1px solid #f0d48a; }
+.verdict.pending { color: #1f4f8a; background: #e6effa; border: 1px solid #a9c5ea; }
 .muted { color: var(--muted); } code, .mono { font: .85em ui-monospace, "SFMono-Regular",
   Menlo, monospace; } .agent { font-weight: 600; border-bottom: 1px dotted var(--muted); }
 .amount { border-bottom: 1px dotted var(--muted); }
@@ -194,7 +195,7 @@ ol.checklist li { display: grid; grid-template-columns: 2rem 1fr auto; gap: .6re
   display: grid; place-items: center; font-weight: 700; color: #fff; }
 .mark.pass { background: var(--pass); } .mark.fail { background: var(--fail); }
 .mark.not-run, .mark.skipped { background: #c4c9d4; }
-.mark.unchecked { background: #e0a800; }
+.mark.unchecked { background: #e0a800; } .mark.pending { background: #4a7fc1; }
 .step-title { font-weight: 600; } .step-detail { color: var(--muted); font-size: .92em; }
 ul.tree, ul.tree ul { list-style: none; margin: 0; padding-left: 1.4rem; }
 ul.tree { padding-left: 0; } ul.tree ul { border-left: 2px solid var(--line);

@@ -3,15 +3,16 @@ anchor journal, beside the log)."""
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 from accord.ledger.anchor_journal import AnchorJournal
 from accord.ledger.canonical import JSONValue
 from accord.ledger.checkpoint import SignedCheckpoint, take_checkpoint
-from accord.ledger.errors import ChainError, SequenceError
+from accord.ledger.errors import AccordError, ChainError, SequenceError
 from accord.ledger.events import Entry, make_entry
 from accord.ledger.signing import Ed25519Signer, Signer
 from accord.ledger.store import LogStore
@@ -20,6 +21,10 @@ if TYPE_CHECKING:
     from accord.ledger.anchoring import Anchorer, AnchorOutcome
 
 _SEQ_RETRIES = 5
+MAX_ANCHOR_TICK_S = 5.0
+"""The anchor timer looks at least this often whether the tail is due (`anchor_tick`)."""
+
+log = logging.getLogger("accord.anchoring")
 
 
 class Ledger:
@@ -119,12 +124,15 @@ class Ledger:
         """A signed, stored checkpoint of the current log."""
         return take_checkpoint(self.store, self.operator, self.clock())
 
-    def auto_anchor(self, size: int | None = None) -> AnchorOutcome | None:
+    def auto_anchor(self, size: int | None = None, *, ahead: float = 0.0) -> AnchorOutcome | None:
         """Anchor when N entries or T seconds have passed; a chain error is kept, not raised.
-        `size`: the log's size when the caller knows it (an append just reached it). One
-        thread of a process anchors at a time; another that finds it due meanwhile leaves it
-        to that one (and to the next append)."""
-        if self.anchorer is None or not self.anchorer.due(self.clock(), size):
+        `size`: the log's size when the caller knows it (an append just reached it); `ahead`:
+        seconds early the T seconds may be counted as passed (the anchor timer's tick, so that
+        it anchors within T rather than up to a tick after). One thread of a process anchors
+        at a time; another that finds it due meanwhile leaves it to that one (and to the next
+        append or tick)."""
+        now = self.clock() + timedelta(seconds=ahead)
+        if self.anchorer is None or not self.anchorer.due(now, size):
             return None
         if not self._anchoring.acquire(blocking=False):
             return None  # another thread of this process is anchoring: the next append looks
@@ -137,3 +145,60 @@ class Ledger:
             self._anchoring.release()
         self.last_anchor_error = None
         return outcome
+
+
+def anchor_tick(every_seconds: float) -> float:
+    """How often the anchor timer looks whether the tail is due: a quarter of the anchoring
+    interval, at most `MAX_ANCHOR_TICK_S` and at least 50 ms."""
+    return min(MAX_ANCHOR_TICK_S, max(0.05, every_seconds / 4))
+
+
+class AnchorTimer:
+    """Anchors the log's tail on a timer, so that a quiet log (no append to look whether an
+    anchor is due) is anchored within ACCORD_ANCHOR_INTERVAL too: every `tick` seconds, in a
+    daemon thread until `stop`, `Ledger.auto_anchor` with the tick counted ahead.
+
+    Several processes may run one over the same log: an anchor is sent once whoever sends
+    it, as for anchors made on append. `Anchorer.due` reads the latest anchor record, which
+    another process's anchor moves on, and the anchor journal holds one record per
+    checkpoint size, so a second process that finds the same tail due resolves the first
+    one's record instead of sending another (`Anchorer.anchor_latest`).
+    """
+
+    def __init__(self, ledger: Callable[[], Ledger], tick: float) -> None:
+        """`ledger` is called on each tick (the service opens its market lazily). Raises
+        ValueError when `tick` is not positive."""
+        if not tick > 0:
+            raise ValueError("the anchor timer's tick must be positive")
+        self._ledger = ledger
+        self.tick = tick
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="accord-anchor-timer", daemon=True)
+        self.rounds = 0
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self, timeout: float = 30.0) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+
+    def run_once(self) -> AnchorOutcome | None:
+        """One look now (what the thread does every `tick`): the anchor sent, if one was due.
+        Raises what opening the ledger or reading the log raises (AccordError)."""
+        ledger = self._ledger()
+        try:
+            outcome = ledger.auto_anchor(ahead=self.tick)
+        finally:
+            self.rounds += 1
+        if ledger.last_anchor_error is not None:
+            log.warning("anchoring the tail failed: %s", ledger.last_anchor_error)
+        return outcome
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.tick):
+            try:
+                self.run_once()
+            except AccordError as exc:  # the database or the chain away: the next tick retries
+                log.warning("anchor timer: %s", exc)

@@ -50,7 +50,7 @@ STEP_TITLES = {
     6: "consistency between successive anchors",
 }
 
-StepStatus = Literal["pass", "fail", "skipped", "not-run", "unchecked"]
+StepStatus = Literal["pass", "fail", "skipped", "not-run", "unchecked", "pending"]
 Progress = Callable[[int, int], None]
 """Called with (entries done, entries in all) while the log is read."""
 

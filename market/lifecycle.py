@@ -30,9 +30,10 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Iterable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Literal
+from typing import Any, Literal
 
 from accord.ledger.errors import AccordError, AlreadyLoggedError
 from accord.market.errors import SettlementWaits, TransitionError
@@ -87,11 +88,17 @@ def run_due(
     context: MarketContext,
     *,
     skip: Callable[[Due], bool] = lambda _: False,
+    lock: AbstractContextManager[Any] | None = None,
 ) -> list[Done]:
     """One round: every action due now, but those `skip` names. Never raises for an
-    expected failure: each outcome is returned (and logged)."""
+    expected failure: each outcome is returned (and logged).
+
+    `lock` (the service's write lock) is held for each action, one at a time, and for a
+    settlement only while it logs and pays: its checks, strangers' code, run before
+    (`accord.market.settlement.settle_task`), so no writer of the process waits for them."""
     from accord.market.settlement import settle_task
 
+    held = nullcontext() if lock is None else lock
     market = context.market
     now = market.clock()
     tasks = [task for state in WATCHED_STATES for task in market.iter_tasks(state=state)]
@@ -102,13 +109,15 @@ def run_due(
             continue
         try:
             if item.action == "award":
-                outcome = market.award(item.task_id)
+                with held:
+                    outcome = market.award(item.task_id)
                 tell_winner(context, item.task_id)  # a signed notice, sent in the background
                 detail = "expired: no valid bid" if outcome.winner is None else "awarded"
                 results.append(Done(item, "done", detail))
             elif item.action == "recover":
                 if recovered is None:
-                    recovered = set(market.recover())
+                    with held:
+                        recovered = set(market.recover())
                 if item.task_id in recovered:
                     results.append(Done(item, "done", "brought level with the chain"))
                 elif item.task_id in market.unmatched_deposits:
@@ -120,10 +129,11 @@ def run_due(
                     detail = "its deposit came after all: escrow opened"
                 results.append(Done(item, "done", detail))
             elif item.action == "expire":
-                market.expire_undelivered(item.task_id)
+                with held:
+                    market.expire_undelivered(item.task_id)
                 results.append(Done(item, "done", "not delivered by the deadline: refunded"))
             else:
-                settled = settle_task(market, context.onboarding, item.task_id)
+                settled = settle_task(market, context.onboarding, item.task_id, lock=lock)
                 results.append(Done(item, "elsewhere" if settled.already else "done", "settled"))
         except (TransitionError, AlreadyLoggedError) as exc:
             results.append(Done(item, "elsewhere", str(exc)))
@@ -145,10 +155,11 @@ def run_due(
 
 
 class LifecycleWorker:
-    """Runs `run_due` every `interval` seconds in a daemon thread until `stop`, each round
-    under `lock` (the service's write lock: one writer at a time in this process). An action
-    that waits or failed (a chain away, a payee with no payout address) is left for
-    `WAITING_RETRY` (on the market's clock) before it is tried again."""
+    """Runs `run_due` every `interval` seconds in a daemon thread until `stop`, each action
+    under `lock` (the service's write lock: one writer at a time in this process), a
+    settlement's checks outside it (see `run_due`). An action that waits or failed (a chain
+    away, a payee with no payout address) is left for `WAITING_RETRY` (on the market's clock)
+    before it is tried again."""
 
     def __init__(
         self,
@@ -178,8 +189,9 @@ class LifecycleWorker:
         """One round now (what the thread does every `interval`)."""
         context = self._context()
         now = context.market.clock()
-        with self._lock:
-            results = run_due(context, skip=lambda item: self._waiting.get(item.task_id, now) > now)
+        results = run_due(
+            context, skip=lambda item: self._waiting.get(item.task_id, now) > now, lock=self._lock
+        )
         for result in results:
             if result.outcome in ("waits", "failed"):
                 self._waiting[result.due.task_id] = now + WAITING_RETRY

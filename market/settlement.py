@@ -57,7 +57,7 @@ from accord.market.checks import (
     evaluate_all,
     valuation,
 )
-from accord.market.errors import EscrowError, SettlementError
+from accord.market.errors import EscrowError, SettlementError, SettlementWaits
 from accord.market.money import Wei
 from accord.market.reputation import SettledWork, scored_parts
 from accord.market.service import MAX_TASK_EVENTS, EscrowReceipt, Market, task_event
@@ -311,6 +311,11 @@ class SettleOutcome:
     """The payouts the escrow still holds, by payee (none bound a payout account yet)."""
 
 
+SETTLE_RECHECKS = 3
+"""How many times a settlement's checks run again when the task's log changed while they ran
+(a review logged meanwhile) before the settlement waits for a later round."""
+
+
 def settle_task(
     market: Market,
     onboarding: Onboarding,
@@ -318,6 +323,7 @@ def settle_task(
     *,
     judge: Judge | None = None,
     race_wait_s: float = SETTLE_RACE_WAIT_S,
+    lock: contextlib.AbstractContextManager[Any] | None = None,
 ) -> SettleOutcome:
     """Settle a delivered task (idempotent, and safe from several processes at once; see the
     module docstring). Judge checks use `judge`, else the judge configured by
@@ -328,11 +334,47 @@ def settle_task(
     others are paid. Settling a settled task again releases each held payout whose owner has
     bound an address since (`release_held`).
 
+    `lock` (the service's write lock) is held only to log and pay: the checks, which run
+    strangers' code, run before it is taken, and what they decided is logged under it only
+    when none of the task's entries was logged meanwhile (else they run again, at most
+    `SETTLE_RECHECKS` times).
+
     Raises TransitionError/TaskError for a task that is not delivered, SettlementWaits while a
-    review window is open or the judge cannot be reached, EscrowError and ChainError from the
-    chain (an EscrowError only once another settler's payment has not appeared within
-    `race_wait_s`).
+    review window is open, the judge cannot be reached or the task's log keeps changing while
+    its checks run, EscrowError and ChainError from the chain (an EscrowError only once
+    another settler's payment has not appeared within `race_wait_s`).
     """
+    held = contextlib.nullcontext() if lock is None else lock
+    for _ in range(SETTLE_RECHECKS):
+        task = market.task(task_id)
+        computed: Settlement | None = None
+        seen: list[int] = []
+        if task.state == "delivered" and logged_settlement(market, task_id) is None:
+            seen = _task_entries(market, task_id)
+            computed = _compute(market, task, judge)  # strangers' code: outside the lock
+        with held:
+            if computed is not None and _task_entries(market, task_id) != seen:
+                continue  # the task's log changed while its checks ran: run them again
+            return _settle_held(market, onboarding, task_id, computed, race_wait_s)
+    raise SettlementWaits(
+        f"{task_id}'s log kept changing while its checks ran; it is settled on a later round"
+    )
+
+
+def _task_entries(market: Market, task_id: str) -> list[int]:
+    """The log indices of the task's entries (what its checks' environment reads)."""
+    return [s.index for s in market.ledger.store.find(subject=task_id, limit=MAX_TASK_EVENTS)]
+
+
+def _settle_held(
+    market: Market,
+    onboarding: Onboarding,
+    task_id: str,
+    computed: Settlement | None,
+    race_wait_s: float,
+) -> SettleOutcome:
+    """`settle_task` with the lock held: log `computed` (the checks' verdicts, when this
+    settler ran them), pay, log `task.settled`. Raises what `settle_task` raises."""
     task = market.task(task_id)
     if task.state == "settled":
         released = release_held(market, onboarding, task_id)  # owners that bound since
@@ -344,7 +386,9 @@ def settle_task(
         raise SettlementError(f"{task_id} is {task.state}: only a delivered task is settled")
     body = logged_settlement(market, task_id)
     if body is None:
-        body = _compute_and_log(market, onboarding, task, judge)
+        if computed is None:  # delivered since this settler looked: its checks did not run
+            raise SettlementWaits(f"{task_id} was delivered meanwhile; it is settled next round")
+        body = _log_computed(market, onboarding, task, computed)
 
     # (5): pay once. An escrow paid out is not paid out again.
     paid = paid_out(body)
@@ -475,18 +519,24 @@ def release_held(market: Market, onboarding: Onboarding, task_id: str) -> list[R
     return released
 
 
-def _compute_and_log(
-    market: Market, onboarding: Onboarding, task: Task, judge: Judge | None
-) -> dict[str, Any]:
-    """(1)-(4): run the checks, compute, log once and anchor; the logged computation is the one
-    paid, so a settler that lost the race to log it takes the winner's. Raises
-    SettlementError, SettlementWaits."""
-    task_id = task.task_id
-    chain_id = market.escrow.chain_id()
+def _compute(market: Market, task: Task, judge: Judge | None) -> Settlement:
+    """(1)-(3): run the checks and compute (no lock is held: strangers' code runs here).
+    Raises SettlementError, SettlementWaits."""
     env = service_check_environment(market, task, judge_from_env() if judge is None else judge)
     settlement, _, _ = recompute_settlement(
-        task, delivery_body(market, task_id), env, opener(market.sealed_bytes, required=True)
+        task, delivery_body(market, task.task_id), env, opener(market.sealed_bytes, required=True)
     )
+    return settlement
+
+
+def _log_computed(
+    market: Market, onboarding: Onboarding, task: Task, settlement: Settlement
+) -> dict[str, Any]:
+    """(4): log the computed settlement once and anchor; the logged computation is the one
+    paid, so a settler that lost the race to log it takes the winner's. Raises
+    SettlementError."""
+    task_id = task.task_id
+    chain_id = market.escrow.chain_id()
     payees, held = payees_and_held(
         settlement.payouts, lambda player: onboarding.payout_address(player, chain_id)
     )

@@ -14,6 +14,7 @@ from urllib.parse import urlencode
 from fastapi import Depends, Request, Response
 from starlette.concurrency import run_in_threadpool
 
+from accord.api.audits import AuditCache
 from accord.api.auth import PurgeSchedule, RateLimiter, SqlRequestNonces
 from accord.api.client import NEXT_CURSOR_HEADER
 from accord.api.problems import ProblemError
@@ -67,6 +68,13 @@ class ApiConfig:
     lifecycle_interval: seconds between the rounds in which the service awards, expires,
     refunds and settles the tasks whose windows closed (`accord.market.lifecycle`); 0 runs none
     (`accord serve` runs one every 5 s unless ACCORD_LIFECYCLE_INTERVAL says otherwise).
+    audits_per_caller, audits_total: audits computed at once in this process, per caller
+    (its client address) and in all (429 above them); a report already computed for the log
+    and the chain as they are is served without a computation (`accord.api.audits`).
+    anchor_tick: seconds between the looks whether the log's tail is due to be anchored
+    (`accord.ledger.service.AnchorTimer`), so that a quiet log is anchored within
+    ACCORD_ANCHOR_INTERVAL; 0 runs none (`accord serve` derives it from that interval:
+    `accord.ledger.service.anchor_tick`).
     """
 
     max_body: int = 1024 * 1024 + 64 * 1024
@@ -89,10 +97,15 @@ class ApiConfig:
     version: str = "0.1.0"
     public_url: str | None = None
     lifecycle_interval: float = 0.0
+    anchor_tick: float = 0.0
+    audits_per_caller: int = 2
+    audits_total: int = 4
 
     def __post_init__(self) -> None:
         if not 0 <= self.lifecycle_interval < float("inf"):
             raise ValueError("the lifecycle interval is a number of seconds, 0 for none")
+        if not 0 <= self.anchor_tick < float("inf"):
+            raise ValueError("the anchor tick is a number of seconds, 0 for none")
         if self.public_url is not None:
             self.public_origin()
         self.file_quota()
@@ -100,6 +113,8 @@ class ApiConfig:
             raise ValueError("the stream caps must be at least 1")
         if self.post_burst < 1 or self.posts_per_hour < 1:
             raise ValueError("the posting limits must be at least 1")
+        if self.audits_per_caller < 1 or self.audits_total < 1:
+            raise ValueError("the audit limits must be at least 1")
 
     def file_quota(self) -> FileQuota:
         """The bounds of `POST /files`. Raises ValueError for a bound that is not positive."""
@@ -155,6 +170,8 @@ ENV_LIMITS: Mapping[str, str] = {
     "ACCORD_LIFECYCLE_INTERVAL": "lifecycle_interval",
     "ACCORD_POST_BURST": "post_burst",
     "ACCORD_POSTS_PER_HOUR": "posts_per_hour",
+    "ACCORD_AUDITS_PER_CALLER": "audits_per_caller",
+    "ACCORD_AUDITS_TOTAL": "audits_total",
 }
 """The environment variables of `ApiConfig.from_env` and the fields they set."""
 
@@ -180,11 +197,16 @@ class ApiState:
     streams: StreamSlots = field(init=False)
     """The event streams open in this process, capped per caller and in all
     (`accord.api.streams`)."""
+    audits: AuditCache = field(init=False)
+    """Audit reports computed once per log size and chain head, computations capped per
+    caller and in all (`accord.api.audits`)."""
     write_lock: threading.RLock = field(default_factory=threading.RLock)
     """One write at a time in this process for the routes that move money or change a task's
-    state. Bids do not take it: the log's head lock and once-keys admit them correctly from
-    any number of processes, so threads of one process need nothing more (their cache of
-    each task's bids has its own lock, `Market._task_log`)."""
+    state. Taken only in worker threads, never on the event loop; a settlement's checks
+    (strangers' code) run before it is taken (`settle_task`'s `lock`). Bids do not take it:
+    the log's head lock and once-keys admit them correctly from any number of processes, so
+    threads of one process need nothing more (their cache of each task's bids has its own
+    lock, `Market._task_log`)."""
     _open_lock: threading.Lock = field(default_factory=threading.Lock)
 
     def __post_init__(self) -> None:
@@ -195,6 +217,7 @@ class ApiState:
         self.post_limiter = RateLimiter(self.config.posts_per_hour / 3600, self.config.post_burst)
         self.challenge_purge = PurgeSchedule(self.config.purge_every)
         self.streams = StreamSlots(self.config.streams_per_caller, self.config.streams_total)
+        self.audits = AuditCache(self.config.audits_per_caller, self.config.audits_total)
 
     def request_nonces(self) -> RequestNonces:
         """The replay guard, in the database every worker shares (opened with the market)."""

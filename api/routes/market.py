@@ -32,6 +32,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag
 from starlette.concurrency import run_in_threadpool
 
+from accord.api.audits import AuditKey, audit_key
 from accord.api.problems import ProblemError
 from accord.api.routes.deps import (
     ApiState,
@@ -40,12 +41,14 @@ from accord.api.routes.deps import (
     SignedCaller,
     SignedLater,
     State,
+    address_of,
     next_page,
     throttle_reads,
 )
 from accord.api.routes.remote import EntryBody, parse_entry
-from accord.audit.checks import audit_task
+from accord.audit.checks import AuditReport, audit_task
 from accord.identity.errors import RegistryError
+from accord.ledger.chain import AnchorChain
 from accord.ledger.events import format_time
 from accord.ledger.signing import Signer
 from accord.ledger.views import DEFAULT_LIMIT, MAX_LIMIT
@@ -53,7 +56,7 @@ from accord.market import sealed
 from accord.market.auction import price_reason
 from accord.market.blobs import Upload
 from accord.market.errors import BidRejected, TaskError
-from accord.market.escrow import OPEN_SIGNATURE
+from accord.market.escrow import OPEN_SIGNATURE, EscrowChain
 from accord.market.tasks import (
     CAPABILITY_PATTERN,
     TASK_POSTED,
@@ -260,13 +263,27 @@ def task_bids(task_id: str, context: Context) -> list[dict[str, Any]]:
 
 
 @reads.get("/tasks/{task_id}/audit", tags=["audit"], summary="The audit checklist of a task")
-def task_audit(task_id: str, context: Context, state: State) -> dict[str, Any]:
-    _task(context, task_id)
-    anchors, escrow = state.audit_chains()
+async def task_audit(
+    task_id: str, request: Request, context: Context, state: State
+) -> dict[str, Any]:
+    """The audit (`accord.audit.checks`), computed once for the log and the chain as they are
+    and served to everyone who asks (`accord.api.audits`): 429 with Retry-After when this
+    caller, or the service, already computes as many audits as it may. Async, so that one
+    waiting for a computation under way holds no worker thread; the reads and the audit
+    itself run in worker threads."""
     market = context.market
-    report = audit_task(
-        market.ledger.store, task_id, anchors=anchors, escrow=escrow, outputs=market.sealed_bytes
-    )
+
+    def prepare() -> tuple[AnchorChain, EscrowChain, AuditKey | None]:
+        _task(context, task_id)
+        anchors, escrow = state.audit_chains()
+        return anchors, escrow, audit_key(market.ledger.store, task_id, anchors, escrow)
+
+    def compute() -> AuditReport:
+        store, outputs = market.ledger.store, market.sealed_bytes
+        return audit_task(store, task_id, anchors=anchors, escrow=escrow, outputs=outputs)
+
+    anchors, escrow, key = await run_in_threadpool(prepare)
+    report = await state.audits.report(address_of(request), key, compute)
     data: dict[str, Any] = report.to_json()
     return data
 
@@ -721,8 +738,8 @@ def settle(task_id: str, caller: Caller, context: Context, state: State) -> dict
     task = _task(context, task_id)
     if caller not in (task.requester, context.market.ledger.operator.did):
         raise ProblemError(403, f"only the requester of {task_id} or the operator may settle it")
-    with state.write_lock:
-        outcome = settle_task(context.market, context.onboarding, task_id)
+    # the write lock only to log and pay: the checks (strangers' code) run before it is taken
+    outcome = settle_task(context.market, context.onboarding, task_id, lock=state.write_lock)
     return {
         "task_id": task_id,
         "amount": str(outcome.amount),

@@ -19,6 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import APIRouter, Depends, Request
+from starlette.concurrency import run_in_threadpool
 
 from accord.api.problems import ProblemError
 from accord.api.routes.deps import Caller, Context, State, throttle_reads
@@ -71,9 +72,15 @@ async def send_sealed(
     data = await request.body()
     if len(data) > MAX_SEALED_BYTES:
         raise ProblemError(413, f"a sealed output is at most {MAX_SEALED_BYTES} bytes")
-    try:
+
+    def admit() -> str:
         with state.write_lock:
-            commitment = admit_sealed(context, task_id, caller, data)
+            return admit_sealed(context, task_id, caller, data)
+
+    try:
+        # in a worker thread: the write lock may be held (a settlement logging and paying),
+        # and the event loop waits for nobody
+        commitment = await run_in_threadpool(admit)
     except TaskError as exc:
         raise ProblemError(404, str(exc)) from exc
     except WorkRefused as exc:

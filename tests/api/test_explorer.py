@@ -285,10 +285,12 @@ def test_a_malicious_output_never_appears_unescaped(world: World) -> None:
     assert "<details><summary>" in _section(html, "deliverable")  # the long output is folded
 
 
-def test_unfinished_task_page_fails_and_is_escaped(client: TestClient, world: World) -> None:
+def test_unfinished_task_page_is_pending_and_escaped(client: TestClient, world: World) -> None:
+    """A task in progress is not a failure: its page says PENDING (`accord.audit.checks`)."""
     page = client.get(f"/explorer/tasks/{world.other_task_id}")
     assert page.status_code == 200
-    assert 'id="verdict">FAIL<' in page.text
+    assert 'id="verdict">PENDING<' in page.text
+    assert "The task is in progress" in page.text and "Fails at step" not in page.text
     assert "<script>alert" not in page.text
 
 
