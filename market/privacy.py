@@ -15,9 +15,10 @@ says who is shown the sealed outputs themselves:
 
 A part is **paid for** when the settlement pays the team something and either one of the
 requester's checks that reads the part passed (an inconclusive one is logged as passed: it never
-costs the team), or its producer was paid for it: the settlement gives the part a positive
-value (`part_values`, where the settlement values parts), or, in a settlement that values only
-members, the producer is paid and none of the requester's checks that read the part failed.
+costs the team). In a settlement that values parts (`part_values`) that is all: every
+delivered part holds a share of the assembly check, which is the leader's integration, not
+payment for the part's work. In an older settlement that values only members, a part is also
+paid for when its producer is paid and none of the requester's checks that read it failed.
 A part nobody was paid for stays sealed for the requester for good: a check that fails correct
 work takes its refund, not the work. The check weights are the requester's own, public price
 of each part: a trivial check on a part buys it at that weight's share, which the team sees

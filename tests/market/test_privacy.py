@@ -92,16 +92,18 @@ def test_a_stranger_reads_nothing() -> None:
     assert not READERS.may_see_files(work, STRANGER)
 
 
-def test_where_the_settlement_values_parts_a_part_of_positive_value_is_paid_for() -> None:
-    """A settlement that values parts (`part_values`) says for each whether its producer was
-    paid for it."""
+def test_where_the_settlement_values_parts_only_a_passed_requesters_check_opens_a_part() -> None:
+    """A settlement that values parts (`part_values`) gives every delivered part a share of
+    the assembly check (it reads them all): that share is the leader's integration, not
+    payment for the part's work, so only a requester's check that reads the part and passed
+    opens it."""
     work = task()
     verdicts = {c.check_id: False for c in work.spec.requester_checks}
     verdicts["sum-right"] = True
     body = settlement(10, verdicts, {MEMBER: 8, LEADER: 2})
     body["part_values"] = {"lines-sum": "3/5", "tax": "0/1", "_plan": "1/5", "bogus": "1/5"}
     assert paid_parts(work, body, PRODUCERS) == {"lines-sum"}
-    body["part_values"] = {"lines-sum": "3/5", "invoice-dates": "1/10"}
-    assert paid_parts(work, body, PRODUCERS) == {"lines-sum", "invoice-dates"}
+    body["part_values"] = {"lines-sum": "3/5", "invoice-dates": "1/10"}  # an assembly share
+    assert paid_parts(work, body, PRODUCERS) == {"lines-sum"}
     body["part_values"] = {"lines-sum": "not a fraction"}
     assert paid_parts(work, body, PRODUCERS) == set()
