@@ -16,7 +16,13 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from accord.identity.credentials import VerifiedCredential, verify_credential
+from accord.identity.credentials import (
+    STEP_FORMAT,
+    STEP_PROOF,
+    VerifiedCredential,
+    verify_credential,
+)
+from accord.identity.errors import CredentialError
 from accord.identity.status_lists import STATUS_LIST_PATH
 from accord.identity.tls import tls_context
 from accord.ledger.errors import AccordError
@@ -86,10 +92,19 @@ def status_list_urls(credential: Any) -> list[str]:
 
 def published_issuer(credential: Any) -> TrustedIssuer:
     """The operator of the service whose status list the credential names, as that service's
-    signed A2A card says. Raises FetchError when the credential names no such service's list
-    or the card cannot be fetched, AgentCardError when the card's signature does not hold."""
+    signed A2A card says. Raises CredentialError for a credential that is no signed credential
+    (steps "format" and "proof": asking anyone whom to trust would be moot), FetchError when
+    it names no service's list or the card cannot be fetched, AgentCardError when the card's
+    signature does not hold."""
     from accord.identity.agent_cards import verify_card
 
+    try:
+        verify_credential(
+            credential, trusted_issuers=frozenset(), now=datetime.now(UTC), status_lookup=None
+        )
+    except CredentialError as exc:
+        if exc.step in (STEP_FORMAT, STEP_PROOF):
+            raise
     urls = [url for url in status_list_urls(credential) if url.endswith(STATUS_LIST_PATH)]
     if not urls:
         raise FetchError(

@@ -48,3 +48,23 @@ def test_a_credential_is_checked_against_a_named_issuer_with_no_home(tmp_path: P
         "reason": f"{OPERATOR.did} is not a trusted issuer",
     }
     assert not home.exists()
+
+
+def test_with_no_home_and_no_issuer_named_the_credentials_service_must_vouch(
+    tmp_path: Path,
+) -> None:
+    """With no home and no --issuer, only the service whose status list the credential names
+    can say whom to trust: a credential naming no accord service's list is refused, saying to
+    name the issuer; one that is no credential is refused at its format step."""
+    from tests.identity.test_credentials import World
+
+    credential = tmp_path / "vc.json"
+    credential.write_text(json.dumps(World().issue()))
+    home = tmp_path / ".accord"
+    done = run_accord(cli_environ(home), "credential", "verify", str(credential))
+    assert done.returncode == 1
+    assert "name the issuer to trust with --issuer DID" in done.stderr
+    credential.write_text("{}")
+    done = run_accord(cli_environ(home), "credential", "verify", str(credential), "--json")
+    assert done.returncode == 1 and json.loads(done.stdout)["step"] == "format"
+    assert not home.exists()

@@ -216,4 +216,3 @@ def test_a_forged_service_answer_fails_the_audit(
         code, verified, errors = served.accord("ledger", "verify", "--server", url)
         assert code == 1, (verified, errors)
     assert not (served.auditor / ".accord").exists()
-
