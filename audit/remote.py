@@ -193,13 +193,15 @@ def refused_audit(task_id: str, refusal: Refusal) -> AuditReport:
 
 
 def refused_verification(published: PublishedLog, refusal: Refusal) -> VerificationReport:
-    """`accord ledger verify`'s report on a published log that does not hold: the steps
-    before the one that checks it pass over what was copied, that one fails."""
+    """`accord ledger verify`'s report on a published log that does not hold: the step that
+    checks what does not hold fails; the others are not run (what was copied stops there)."""
     steps: list[StepResult] = []
     for number in sorted(VERIFY_TITLES):
         title = VERIFY_TITLES[number]
         if number < refusal.verify_step:
-            steps.append(StepResult(number, title, "pass", "the entries before it hold"))
+            steps.append(
+                StepResult(number, title, "not-run", f"step {refusal.verify_step} failed first")
+            )
         elif number == refusal.verify_step:
             steps.append(StepResult(number, title, "fail", refusal.reason, refusal.entry))
         else:

@@ -45,6 +45,7 @@ class Served:
     url: str
     world: World
     auditor: Path
+    rpc_url: str
 
     def accord(self, *args: str) -> tuple[int, Any, str]:
         """`accord ARGS --json` as the auditor: its own empty folder, no accord home."""
@@ -88,7 +89,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
         auditor = root / "auditor"
         auditor.mkdir()
         with serve(app, port=port):
-            yield Served(url, world, auditor)
+            yield Served(url, world, auditor, devnet_for(settings).rpc_url)
         assert list(auditor.iterdir()) == [], "the auditor's folder gained files"
     finally:
         devnet_for(settings).down()
@@ -193,10 +194,19 @@ def _other_escrow(path: str, answer: Any) -> Any:
     return answer
 
 
+def _altered_checkpoint(path: str, answer: Any) -> Any:
+    """The first checkpoint's root changed (its signature kept)."""
+    if path == "/ledger/checkpoints":
+        signed = answer["checkpoints"][0]["checkpoint"]["checkpoint"]
+        signed["root"] = "00" * 32
+    return answer
+
+
 @pytest.mark.parametrize(
     ("forge", "failure"),
     [
         (_altered_title, "signature"),
+        (_altered_checkpoint, "a published checkpoint does not hold"),
         (_dropped_entry, "entry 3 is missing from the log"),
         (_other_escrow, "does not hold accord's TaskEscrow code"),
     ],
@@ -215,4 +225,29 @@ def test_a_forged_service_answer_fails_the_audit(
             assert failure in report["steps"][0]["detail"], report["steps"][0]
         code, verified, errors = served.accord("ledger", "verify", "--server", url)
         assert code == 1, (verified, errors)
+    assert not (served.auditor / ".accord").exists()
+
+
+def _no_rpc_url(path: str, answer: Any) -> Any:
+    """A service on a chain it advertises no node of (an external chain)."""
+    if path == "/chain":
+        answer["rpc_url"] = None
+    return answer
+
+
+def test_the_auditor_reads_the_chain_through_its_own_node(served: Served) -> None:
+    world = served.world
+    with forging(served.url, _no_rpc_url) as url:
+        code, answer, _ = served.accord("audit", world.task_id, "--server", url)
+        assert code == 1 and "give --rpc-url, a node of chain 31337" in answer["error"]
+        code, report, errors = served.accord(
+            "audit", world.task_id, "--server", url, "--rpc-url", served.rpc_url
+        )
+        assert code == 0 and report["verdict"] == "PASS", (report, errors)
+        code, answer, _ = served.accord(
+            "audit", world.task_id, "--server", url, "--rpc-url", "http://127.0.0.1:1"
+        )
+        assert code == 1 and "does not answer" in answer["error"]
+    code, answer, _ = served.accord("audit", world.task_id, "--rpc-url", served.rpc_url)
+    assert code == 2 and "give --server URL too" in answer["error"]
     assert not (served.auditor / ".accord").exists()
