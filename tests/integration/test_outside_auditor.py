@@ -136,6 +136,12 @@ def test_an_auditor_with_only_the_url_audits_the_task_and_passes(served: Served)
     assert world.ledger.anchorer is not None
     assert on_chain["registry"]["address"] == world.ledger.anchorer.chain.registry_address()
     assert not (served.auditor / ".accord").exists()
+    # the readable report, where the auditor asks for it
+    page = served.auditor.parent / "report.html"
+    code, _, errors = served.accord(
+        "audit", world.task_id, "--server", served.url, "--html", str(page)
+    )
+    assert code == 0 and "PASS" in page.read_text(), errors
 
     code, verified, errors = served.accord("ledger", "verify", "--server", served.url)
     assert code == 0 and verified["verdict"] == "PASS", (verified, errors)
