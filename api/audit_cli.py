@@ -38,6 +38,21 @@ def audit(
             "holds are opened; the rest are held to the operator's signed verdicts."
         ),
     ] = None,
+    server: Annotated[
+        str | None,
+        typer.Option(
+            help="Audit the task of the accord service at this URL from what it publishes "
+            "(its log and checkpoints, each checked) and the chain, in this process, with no "
+            "home: nothing is written to disk but --html."
+        ),
+    ] = None,
+    rpc_url: Annotated[
+        str | None,
+        typer.Option(
+            help="With --server: read the chain through this JSON-RPC URL, not the one the "
+            "service advertises (GET /chain)."
+        ),
+    ] = None,
 ) -> None:
     """Re-check a finished collaboration from the log and the chain alone; exit 1 on FAIL,
     INCOMPLETE (a python check or exam this machine's box could not re-run) or PENDING (a task
@@ -45,15 +60,19 @@ def audit(
     log does not hold, an outputs folder that is not one or an HTML path that cannot be
     written. A read: it starts no devnet and creates no home. The report says whether the
     checks re-ran on the outputs or were held to their signed verdicts."""
-    from accord.audit.checks import NO_SUCH_TASK, audit_task
-    from accord.audit.html import render_html
-    from accord.ledger.wiring import check_recorded_devnet, connect_chain, open_store
-    from accord.market.wiring import connect_escrow
-
     if html is not None and (html.is_dir() or not html.parent.is_dir()):
         fail(f"cannot write the HTML report to {html}: not a file in an existing folder", 2)
     if outputs is not None and not outputs.is_dir():
         fail(f"--outputs {outputs} is not a folder of sealed outputs", 2)
+    if rpc_url is not None and server is None:
+        fail("--rpc-url reads the chain of a service: give --server URL too", 2)
+    if server is not None:
+        _audit_published(task_id, server, rpc_url, outputs, html, as_json)
+        return
+    from accord.audit.checks import audit_task
+    from accord.ledger.wiring import check_recorded_devnet, connect_chain, open_store
+    from accord.market.wiring import connect_escrow
+
     try:
         settings = Settings.from_env()
         store = open_store(settings, create=False)
@@ -69,9 +88,55 @@ def audit(
         fail(str(exc), 2)
     except (LedgerError, MarketError) as exc:
         fail(str(exc), 1)
+    _finish(report, store, html, as_json)
+
+
+def _audit_published(
+    task_id: str,
+    server: str,
+    rpc_url: str | None,
+    outputs: Path | None,
+    html: Path | None,
+    as_json: bool,
+) -> None:
+    """`accord audit TASK --server URL`: the same checklist over the service's published log
+    (`accord.audit.remote`), held in memory, and the chain."""
+    from accord.audit.checks import audit_task
+    from accord.audit.remote import published_chains, published_log, refused_audit
+
+    try:
+        with published_log(server) as published:
+            store = published.store
+            if published.refusal is not None:
+                report = refused_audit(task_id, published.refusal)
+            else:
+                if not _holds_task(store, task_id):
+                    fail(f"no task {task_id!r} in the log of {server}", 2)
+                anchors, escrow = published_chains(published, rpc_url)
+                report = audit_task(
+                    store,
+                    task_id,
+                    anchors=anchors,
+                    escrow=escrow,
+                    outputs=sealed_outputs(store, outputs),
+                )
+            _finish(report, store, html, as_json, where=f" of {server}")
+    except (LedgerError, MarketError) as exc:
+        fail(str(exc), 1)
+
+
+def _finish(
+    report: AuditReport, store: LogStore, html: Path | None, as_json: bool, where: str = ""
+) -> None:
+    """Print `report` (and write its HTML); exit 1 unless it passed, 2 for a task the log
+    does not hold."""
+    from accord.audit.checks import NO_SUCH_TASK
+    from accord.audit.html import render_html
+
+    task_id = report.task_id
     failure = report.first_failure
     if failure is not None and failure.detail.startswith(NO_SUCH_TASK):
-        fail(f"no task {task_id!r} in the log (see `accord task list`)", 2)
+        fail(f"no task {task_id!r} in the log{where} (see `accord task list`)", 2)
     if html is not None:
         try:
             html.write_text(render_html(report, store))

@@ -536,10 +536,27 @@ def ledger_verify(
     offline: Annotated[
         bool, typer.Option(help="Skip the chain steps (5 and 6); verify the log alone.")
     ] = False,
+    server: Annotated[
+        str | None,
+        typer.Option(
+            help="Verify the log the accord service at this URL publishes, in this process, "
+            "with no home (held in memory); its checkpoints are held to their signer."
+        ),
+    ] = None,
+    rpc_url: Annotated[
+        str | None,
+        typer.Option(help="With --server: the JSON-RPC URL to read the anchors through."),
+    ] = None,
     as_json: JsonFlag = False,
 ) -> None:
     """Verify the log as a numbered checklist; exit 1 naming the first failing step."""
     from accord.ledger.verify import verify_log
+
+    if rpc_url is not None and server is None:
+        fail("--rpc-url reads the chain of a service: give --server URL too", 2)
+    if server is not None:
+        _verify_published(server, rpc_url, offline=offline, as_json=as_json)
+        return
     from accord.ledger.wiring import (
         check_recorded_devnet,
         connect_chain,
@@ -558,6 +575,31 @@ def ledger_verify(
         report = _with_progress(
             as_json, lambda progress: verify_log(store, operator.did, chain, progress)
         )
+    if as_json:
+        emit(report.to_json())
+    else:
+        _print_report(report)
+    if not report.ok:
+        raise typer.Exit(1)
+
+
+def _verify_published(server: str, rpc_url: str | None, *, offline: bool, as_json: bool) -> None:
+    """`accord ledger verify --server URL`: the checklist over the log the service publishes
+    (`accord.audit.remote`), its operator the signer of its checkpoints."""
+    from accord.audit.remote import published_chains, published_log, refused_verification
+    from accord.ledger.verify import verify_log
+
+    with _errors(), published_log(server) as published:
+        if published.refusal is not None:
+            report = refused_verification(published, published.refusal)
+        elif published.operator is None:
+            fail(f"{server} has published no signed checkpoint: nothing names its operator")
+        else:
+            chain = None if offline else published_chains(published, rpc_url)[0]
+            operator = published.operator
+            report = _with_progress(
+                as_json, lambda progress: verify_log(published.store, operator, chain, progress)
+            )
     if as_json:
         emit(report.to_json())
     else:

@@ -202,11 +202,14 @@ _CUSTODY_TEXT = {
     "hosted": "hosted: the operator holds its key, so its signatures prove only that the "
     "operator signed",
     "self": "self: it keeps its own key",
+    "unregistered": "unregistered: it signed with its own key and never registered, so the "
+    "log shows no key of it handed to the operator",
 }
 
 
 def _custody(facts: Mapping[str, Any], names: Mapping[str, str]) -> str:
-    """Each actor of the task but the operator, with who holds its key (`agent.registered`)."""
+    """Each actor of the task but the operator, with who holds its key, as the log shows it
+    (`facts.custody`: its `agent.registered`, or none)."""
     custody = facts.get("custody") or {}
     if not custody:
         return '<p class="muted">No agent signed for this task.</p>'

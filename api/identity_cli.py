@@ -50,7 +50,9 @@ def _errors() -> Iterator[None]:
         fail(str(exc))
 
 
-def _onboarding() -> Onboarding:
+def _onboarding(*, read: bool = False) -> Onboarding:
+    """The home's onboarding; for a `read`, only over a home that exists (a command that only
+    reads never creates one, nor an operator key in it: exit 1 naming the missing home)."""
     try:
         settings = Settings.from_env()
     except ValueError as exc:
@@ -58,6 +60,10 @@ def _onboarding() -> Onboarding:
     from accord.identity.onboarding import open_onboarding
 
     with _errors():
+        if read:
+            from accord.ledger.wiring import prepare_home
+
+            prepare_home(settings, create=False)
         return open_onboarding(settings)
 
 
@@ -203,7 +209,7 @@ def agent_new(
 @agent_app.command("list")
 def agent_list(as_json: JsonFlag = False) -> None:
     """Every registered agent."""
-    onboarding = _onboarding()
+    onboarding = _onboarding(read=True)
     with _errors():
         records = onboarding.registry.list()
     if as_json:
@@ -225,7 +231,7 @@ def agent_show(
     as_json: JsonFlag = False,
 ) -> None:
     """One agent and its credentials."""
-    onboarding = _onboarding()
+    onboarding = _onboarding(read=True)
     with _errors():
         record = onboarding.registry.get(agent)
         credentials = onboarding.credentials_of(record.did)
@@ -525,7 +531,7 @@ def credential_show(
     as_json: JsonFlag = False,
 ) -> None:
     """One issued credential, with its revocation state."""
-    onboarding = _onboarding()
+    onboarding = _onboarding(read=True)
     with _errors():
         row = onboarding.credential(credential_id)
     if as_json:
@@ -538,19 +544,59 @@ def credential_show(
 
 @credential_app.command("verify")
 def credential_verify(
-    file: Annotated[Path, typer.Argument(help="A credential JSON file.")],
+    source: Annotated[
+        str,
+        typer.Argument(
+            help="A credential JSON file, or the URL of one (a service's GET /credentials/ID)."
+        ),
+    ],
     holder: Annotated[str | None, typer.Option(help="Require this subject DID.")] = None,
     capability: Annotated[str | None, typer.Option(help="Require this capability.")] = None,
+    issuer: Annotated[
+        str | None,
+        typer.Option(
+            help="Trust this issuer DID. Without it: this home's operator, or, with no home, "
+            "the operator of the service the credential's status list is at (its signed "
+            "card says which DID that is)."
+        ),
+    ] = None,
     as_json: JsonFlag = False,
 ) -> None:
-    """Run the verification checklist; exit 1 naming the first step that fails."""
+    """Run the verification checklist; exit 1 naming the first step that fails. Its status
+    list is read where the credential names it. A read: with --issuer, or with no home, it
+    needs no home and creates none."""
+    from accord.api.credential_check import (
+        FetchError,
+        TrustedIssuer,
+        credential_document,
+        fetch_json,
+        published_issuer,
+        verify_outside,
+    )
+
     try:
-        document = json.loads(file.read_text())
+        if source.startswith(("http://", "https://")):
+            document = credential_document(fetch_json(source))
+        else:
+            document = credential_document(json.loads(Path(source).read_text()))
+    except FetchError as exc:
+        fail(f"cannot read a JSON credential from {source}: {exc}", code=2)
     except (OSError, ValueError) as exc:
-        fail(f"cannot read a JSON credential from {file}: {exc}", code=2)
-    onboarding = _onboarding()
+        fail(f"cannot read a JSON credential from {source}: {exc}", code=2)
+    trusted: TrustedIssuer | None = None
     try:
-        verified = onboarding.verify(document, holder_did=holder, capability=capability)
+        if issuer is not None:
+            trusted = TrustedIssuer(issuer, "named with --issuer")
+        elif not _has_home():
+            trusted = published_issuer(document)
+        if trusted is None:
+            verified = _onboarding(read=True).verify(
+                document, holder_did=holder, capability=capability
+            )
+        else:
+            verified = verify_outside(document, trusted, holder=holder, capability=capability)
+    except (FetchError, RegistryError) as exc:
+        fail(f"cannot tell whom to trust: {exc}")
     except CredentialError as exc:
         if as_json:
             emit({"valid": False, "step": exc.step, "reason": exc.reason})
@@ -559,15 +605,37 @@ def credential_verify(
     data = {
         "valid": True,
         "id": verified.id,
+        "issuer": verified.issuer,
         "subject": verified.subject,
         "capability": verified.capability,
         "score": {"earned": verified.earned, "possible": verified.possible},
         "valid_until": verified.document["validUntil"],
     }
+    if trusted is not None:
+        data["trusted_because"] = trusted.because
     if as_json:
         emit(data)
         return
     say(f"[green]✓[/] valid: {verified.capability} for {verified.subject}")
+    if trusted is not None:
+        say(f"  issued by {verified.issuer}, {trusted.because}", markup=False)
+
+
+def _has_home() -> bool:
+    """Whether this command runs with an accord home (its database there), found without
+    creating one."""
+    from accord.ledger.errors import HomeError
+    from accord.ledger.wiring import prepare_home
+
+    try:
+        prepare_home(Settings.from_env(), create=False)
+    except ValueError as exc:
+        fail(str(exc), code=2)
+    except HomeError as exc:
+        if exc.missing:
+            return False
+        fail(str(exc))
+    return True
 
 
 @credential_app.command("revoke")

@@ -3,7 +3,9 @@
     (1) every entry the task touched is signed by its actor, and each actor is the one the
         event kind requires (requester, operator, winner, bidder, agent); the step counts the
         agents' entries signed by a key the operator holds (custody `hosted`, declared in
-        `agent.registered`), and `facts.custody` names each actor's
+        `agent.registered`), and `facts.custody` names each actor's (`hosted` or `self` as
+        its `agent.registered` declares; `unregistered` for one the log holds no registration
+        of, such as a requester that signed its own posting)
     (2) each of those entries is included in a checkpoint anchored on chain (RFC 9162
         inclusion proofs against the on-chain roots), and successive anchors are consistent;
         for a task still in progress, entries the chain does not anchor yet are PENDING, and
@@ -133,6 +135,10 @@ STEP_TITLES = {
     7: "the chain's escrow events match; funds are conserved",
 }
 MAX_EVENTS = 1_000_000
+UNREGISTERED = "unregistered"
+"""The custody `facts.custody` names for a signer the log holds no `agent.registered` of (a
+requester that signed its own posting, say): it signed with its own key, and the log shows no
+key of it handed to the operator. Never counted as hosted."""
 _OPERATOR_KINDS = {
     ESCROW_OPENED,
     BID_COMMITTED,
@@ -520,7 +526,7 @@ def _facts(scope: _Scope) -> dict[str, Any]:
             {"bidder": c.bidder, "index": i, "commitment": c.digest.hex()} for i, c in scope.bidders
         ],
         "custody": {
-            actor: scope.custody.get(actor, HOSTED)
+            actor: scope.custody.get(actor, UNREGISTERED)
             for actor in sorted({e.event.actor for e in scope.touched.values()})
             if actor != scope.operator
         },
@@ -637,7 +643,7 @@ def _signatures(scope: _Scope) -> str:
                 f"{event.kind} must be signed by {required}, not {event.actor}", index
             )
     actors = [e.event.actor for e in scope.touched.values() if e.event.actor != scope.operator]
-    hosted = sum(1 for actor in actors if scope.custody.get(actor, HOSTED) == HOSTED)
+    hosted = sum(1 for actor in actors if scope.custody.get(actor) == HOSTED)
     return (
         f"{len(scope.touched)} entries signed by the actors their kinds require; {hosted} of "
         f"the {len(actors)} by agents were signed by a key the operator holds (custody "

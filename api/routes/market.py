@@ -393,12 +393,17 @@ def prepare_task(
     summary="The chain the escrow lives on: what a requester's wallet needs to deposit",
 )
 def chain(context: Context) -> dict[str, Any]:
-    """`chain_id`, `escrow_contract` (TaskEscrow's address), `rpc_url` (the JSON-RPC endpoint
-    the service advertises, ACCORD_PUBLIC_RPC_URL or the managed devnet's; null on an external
-    chain without one: use your own node for that chain id) and `open_function`."""
+    """`chain_id`, `escrow_contract` (TaskEscrow's address), `registry_contract` (the
+    AnchorRegistry the log's checkpoints are anchored in; null when the log is not anchored
+    on chain), `rpc_url` (the JSON-RPC endpoint the service advertises, ACCORD_PUBLIC_RPC_URL
+    or the managed devnet's; null on an external chain without one: use your own node for
+    that chain id) and `open_function`. An auditor reads the anchors and the escrow's events
+    there (`accord audit TASK --server URL`)."""
+    anchorer = context.market.ledger.anchorer
     return {
         "chain_id": context.escrow.chain_id(),
         "escrow_contract": context.escrow.escrow_address(),
+        "registry_contract": None if anchorer is None else anchorer.chain.registry_address(),
         "rpc_url": advertised_rpc_url(context.settings),
         "open_function": OPEN_SIGNATURE,
     }

@@ -198,6 +198,8 @@ def test_task_page_shows_verdict_checklist_team_bids_payouts(
     custody = _section(html, "custody")
     assert custody.count('data-custody="hosted"') >= 3 and 'data-custody="self"' not in custody
     assert "its signatures prove only that the operator signed" in custody
+    # the requester never registered: the log shows no key of it handed to the operator
+    assert custody.count('data-custody="unregistered"') == 1 and "never registered" in custody
 
 
 def _section(html: str, element_id: str) -> str:

@@ -4,6 +4,7 @@ corpus fails at the checklist step (and entry) that should catch it."""
 from __future__ import annotations
 
 import copy
+import re
 from collections.abc import Callable
 from fractions import Fraction
 from pathlib import Path
@@ -107,8 +108,14 @@ def test_the_honest_collaboration_passes(world: World) -> None:
     assert summary["facts"]["winner"] == world.agents["linus"].did
     # every agent here was made by this home: each signature is the operator's in truth
     custody = summary["facts"]["custody"]
-    assert world.agents["linus"].did in custody and set(custody.values()) == {"hosted"}
+    agents = {did: held for did, held in custody.items() if did != world.requester.did}
+    assert world.agents["linus"].did in agents and set(agents.values()) == {"hosted"}
     assert "signed by a key the operator holds" in report.steps[0].detail
+    # the requester never registered: the log shows a key of its own, never a hosted one
+    assert custody[world.requester.did] == "unregistered"
+    counted = re.findall(r"(\d+) of the (\d+) by agents", report.steps[0].detail)
+    hosted, by_agents = map(int, counted[0])
+    assert 0 < hosted < by_agents  # the requester's own entries are not counted as hosted
 
 
 def test_an_auditor_without_the_outputs_checks_the_commitments_and_says_so(world: World) -> None:

@@ -194,9 +194,36 @@ def test_a_requester_two_agents_and_a_service_sharing_no_key(tmp_path: Path) -> 
                 assert int(agents[name].wait_for("withdrew")["amount"]) > 0
             assert int(asking.wait_for("withdrew")["amount"]) > 0  # the unpaid rest
             assert asking.process.wait(timeout=STEP_TIMEOUT) == 0
+            audit_from_outside(url, tmp_path / "auditor", task_id, requester, kai, kim)
         check_the_service(settings, service_env, task_id, requester, kai, kim)
     finally:
         run_accord(service_env, "devnet", "down")
+
+
+def audit_from_outside(
+    url: str, folder: Path, task_id: str, requester: Party, kai: Party, kim: Party
+) -> None:
+    """An auditor in an empty folder with the service's URL only: the audit passes, names each
+    signer's custody from the log, and the winner's credential verifies; no home is made."""
+    folder.mkdir()
+    environ = {**cli_environ(folder / ".accord"), "PYTHONPATH": str(REPO)}
+    audit = run_accord(environ, "audit", task_id, "--server", url, "--json")
+    assert audit.returncode == 0, audit.stdout + audit.stderr
+    report = json.loads(audit.stdout)
+    assert report["verdict"] == "PASS", report
+    custody = report["facts"]["custody"]
+    assert custody[kai.signer.did] == custody[kim.signer.did] == "self"
+    assert custody[requester.signer.did] == "unregistered"  # its own key, never hosted
+    winner = report["facts"]["winner"]
+    shown = httpx.get(f"{url}/agents/{winner}", timeout=30)
+    assert shown.status_code == 200, shown.text
+    [first, *_] = shown.json()["credentials"]
+    verified = run_accord(
+        environ, "credential", "verify", f"{url}/credentials/{first['id']}", "--json"
+    )
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+    assert json.loads(verified.stdout)["subject"] == winner
+    assert list(folder.iterdir()) == []
 
 
 def check_the_service(

@@ -1,0 +1,135 @@
+"""`accord credential verify FILE|URL` for someone with no accord home: the credential's checklist
+(`accord.identity.credentials.verify_credential`) against an issuer the caller names, or else
+against the operator of the service the credential's status list lives at (its A2A card,
+`/.well-known/agent-card.json`, is signed by that operator), and the status list fetched at the
+URL the credential names. Nothing is written anywhere.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+
+from accord.identity.credentials import (
+    STEP_FORMAT,
+    STEP_PROOF,
+    VerifiedCredential,
+    verify_credential,
+)
+from accord.identity.errors import CredentialError
+from accord.identity.status_lists import STATUS_LIST_PATH
+from accord.identity.tls import tls_context
+from accord.ledger.errors import AccordError
+
+MAX_DOCUMENT_BYTES = 4 * 1024 * 1024
+"""The most a fetched credential, card or status list may hold."""
+FETCH_TIMEOUT = 30.0
+CARD_PATH = "/.well-known/agent-card.json"
+
+
+class FetchError(AccordError):
+    """A document could not be fetched as JSON: the URL, and why."""
+
+
+@dataclass(frozen=True)
+class TrustedIssuer:
+    """The issuer a credential is held to, and why it is trusted (said in the output)."""
+
+    did: str
+    because: str
+
+
+def fetch_json(url: str) -> Any:
+    """The JSON document at `url` (http or https, no redirects followed, at most
+    MAX_DOCUMENT_BYTES). Raises FetchError naming the URL and what went wrong."""
+    if urlsplit(url).scheme not in ("http", "https"):
+        raise FetchError(f"{url!r} is not an http(s) URL")
+    try:
+        with (
+            httpx.Client(timeout=FETCH_TIMEOUT, verify=tls_context()) as client,
+            client.stream("GET", url, headers={"Accept": "application/json"}) as response,
+        ):
+            if response.is_error:
+                raise FetchError(f"GET {url}: HTTP {response.status_code}")
+            data = b""
+            for chunk in response.iter_bytes():
+                data += chunk
+                if len(data) > MAX_DOCUMENT_BYTES:
+                    raise FetchError(f"GET {url}: more than {MAX_DOCUMENT_BYTES} bytes")
+    except httpx.HTTPError as exc:
+        raise FetchError(f"cannot fetch {url}: {exc}") from exc
+    try:
+        return json.loads(data)
+    except ValueError as exc:
+        raise FetchError(f"GET {url}: the answer is not JSON") from exc
+
+
+def credential_document(value: Any) -> Any:
+    """The credential in `value`: itself, or the `document` of a service's stored credential
+    (`GET /credentials/ID` answers the credential with its row)."""
+    if isinstance(value, dict) and isinstance(value.get("document"), dict) and "agent" in value:
+        return value["document"]
+    return value
+
+
+def status_list_urls(credential: Any) -> list[str]:
+    """The `statusListCredential` URLs a credential names (none for another shape: the
+    checklist says what is wrong with it)."""
+    status = credential.get("credentialStatus") if isinstance(credential, Mapping) else None
+    entries = status if isinstance(status, list) else [status]
+    return [
+        entry["statusListCredential"]
+        for entry in entries
+        if isinstance(entry, Mapping) and isinstance(entry.get("statusListCredential"), str)
+    ]
+
+
+def published_issuer(credential: Any) -> TrustedIssuer:
+    """The operator of the service whose status list the credential names, as that service's
+    signed A2A card says. Raises CredentialError for a credential that is no signed credential
+    (steps "format" and "proof": asking anyone whom to trust would be moot), FetchError when
+    it names no service's list or the card cannot be fetched, AgentCardError when the card's
+    signature does not hold."""
+    from accord.identity.agent_cards import verify_card
+
+    try:
+        verify_credential(
+            credential, trusted_issuers=frozenset(), now=datetime.now(UTC), status_lookup=None
+        )
+    except CredentialError as exc:
+        if exc.step in (STEP_FORMAT, STEP_PROOF):
+            raise
+    urls = [url for url in status_list_urls(credential) if url.endswith(STATUS_LIST_PATH)]
+    if not urls:
+        raise FetchError(
+            "the credential names no accord status list, so no service vouches for its "
+            "issuer: name the issuer to trust with --issuer DID"
+        )
+    base = urls[0].removesuffix(STATUS_LIST_PATH)
+    card = verify_card(fetch_json(base + CARD_PATH))
+    return TrustedIssuer(card.did, f"the operator of {base}, as its signed card says")
+
+
+def verify_outside(
+    credential: Any,
+    issuer: TrustedIssuer,
+    *,
+    holder: str | None = None,
+    capability: str | None = None,
+) -> VerifiedCredential:
+    """The checklist against `issuer` only, its status list fetched where it names it.
+    Raises CredentialError naming the first step that fails."""
+    return verify_credential(
+        credential,
+        trusted_issuers={issuer.did},
+        holder_did=holder,
+        now=datetime.now(UTC),
+        status_lookup=fetch_json,
+        capability=capability,
+    )
