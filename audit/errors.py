@@ -1,7 +1,10 @@
 """The audit package's errors: what an auditor outside the service meets before any check runs.
 
-`AuditFailure` and `AuditUnchecked` (a step that does not hold, or could not be re-run) live
-with the checklist in `accord.audit.checks`.
+`AuditFailure`, `AuditUnchecked` and `AuditPending` (a step that does not hold, could not be
+re-run, or is not due yet) live with the checklist in `accord.audit.checks`, under the root.
+
+    LedgerError
+    └── PublishedLogError   what the service publishes cannot be read as a log
 """
 
 from __future__ import annotations

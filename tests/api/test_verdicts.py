@@ -112,8 +112,9 @@ def _python(check_id: str, code: str, cpu: int = 1) -> dict[str, Any]:
 
 
 def _spec(posted: int) -> dict[str, Any]:
-    """The arithmetic part and four checks: one plain, one reading the clock (it passes only
-    within 10 minutes after `posted`), one drawing entropy, one sleeping past its limit."""
+    """Two arithmetic parts. On "sum": one plain check, one reading the clock (it passes only
+    within 10 minutes after `posted`), one drawing entropy, one sleeping past its limit. On
+    "other": one check that is wrong about correct work."""
     in_time = (
         "import time\n"
         f"POSTED = {posted}\n"
@@ -134,13 +135,20 @@ def _spec(posted: int) -> dict[str, Any]:
                 "id": "sum",
                 "capability": "arithmetic",
                 "input": {"kind": "figures", "figures": ["1200.00", "845.50"], "operation": "sum"},
-            }
+            },
+            {
+                "id": "other",
+                "capability": "arithmetic",
+                "input": {"kind": "figures", "figures": ["1.00", "2.00"], "operation": "sum"},
+            },
         ],
         "checks": [
             {"id": "right", "kind": "expect", "part": "sum", "path": "$", "equals": "2045.50"},
             _python("in-time", in_time),
             _python("dice", dice),
             _python("sleepy", sleepy),
+            # wrong about correct work: "other" is not paid for, so the requester never reads it
+            {"id": "wrong", "kind": "expect", "part": "other", "path": "$", "equals": "4"},
         ],
     }
 
@@ -150,6 +158,17 @@ def test_checks_decide_from_their_outputs_at_settlement_and_in_the_audit(
 ) -> None:
     url, context, signers, environ = service
     req = signers["req"]
+    # A task no machine can decide, on a service with no judge, is refused before anything is
+    # logged or escrowed, with what to add.
+    size = context.market.ledger.store.size()
+    review_only = {
+        **_spec(0),
+        "checks": [{"id": "looks-right", "kind": "review", "reads": ["sum"]}],
+    }
+    refused = _call(url, req, "POST", "/tasks", json=review_only)
+    assert refused.status_code == 422, refused.text
+    assert refused.json()["path"] == "$.checks" and "expect" in refused.json()["detail"]
+    assert context.market.ledger.store.size() == size
     # The market's clock runs a day ahead of the host's, so a check that read the host's clock
     # (as the box's code did before its world was fixed) would fail however fast the test runs.
     advance_clock_file(tmp_path / "clock", 86400)
@@ -179,14 +198,19 @@ def test_checks_decide_from_their_outputs_at_settlement_and_in_the_audit(
     advance_clock_file(tmp_path / "clock", 7200)
     settled = _call(url, req, "POST", f"/tasks/{task_id}/settle")
     assert settled.status_code == 200, settled.text
-    assert int(settled.json()["amount"]) == price, "the team is paid in full"
+    # every check on "sum" counts for the team: 4 of the 5 weights
+    assert int(settled.json()["amount"]) == price * 4 // 5
     result = _call(url, req, "GET", f"/tasks/{task_id}/deliverable").json()
     checks = {c["id"]: c for c in result["checks"]}
-    assert all(c["passed"] for c in checks.values()), checks
+    assert [k for k, c in checks.items() if not c["passed"]] == ["wrong"], checks
     assert not checks["in-time"].get("inconclusive"), checks["in-time"]
     assert checks["dice"]["inconclusive"] and "entropy" in checks["dice"]["detail"]
     assert checks["sleepy"]["inconclusive"] and "wall-clock" in checks["sleepy"]["detail"]
-    assert result["parts"][0]["output"] == "2045.50"
+    parts = {entry["part"]: entry for entry in result["parts"]}
+    assert parts["sum"]["output"] == "2045.50"
+    # nothing is read that wasn't paid for: "other" stays sealed, its commitment in the log
+    assert "output" not in parts["other"] and result["withheld"] == ["other"]
+    assert parts["other"]["output_sha256"]
 
     # an hour later, the service's audit and the CLI's agree: PASS, not "recomputes to fail"
     advance_clock_file(tmp_path / "clock", 3600)

@@ -44,7 +44,7 @@ DRAWINGS = {
     "identity": ("accord.identity.errors", "accord.identity.http_signatures"),
     "market": ("accord.market.errors",),
     "coordinator": ("accord.coordinator.errors",),
-    "audit": (),
+    "audit": ("accord.audit.errors",),
     "api": (),
 }
 _CONNECTORS = ("├── ", "└── ")
