@@ -26,6 +26,7 @@ import bench_checks
 import bench_cli
 import bench_gas
 import bench_identity
+import bench_load
 import bench_market
 import bench_proofs
 import bench_scale
@@ -57,6 +58,7 @@ BENCHES: dict[str, tuple[str, Callable[[bool, int], Section]]] = {
     "shapley": ("shapley: exact against shap, sampled evaluations", bench_shapley.run),
     "checks": ("checks: v(S) of a six-member team from its checks", bench_checks.run),
     "box": ("box: a boxed run of strangers' code against a bare interpreter", bench_box.run),
+    "load": ("load: reads and a benign settlement while a hostile task settles", bench_load.run),
     "team": ("team conversations: five agents, three sub-tasks", bench_team.run),
     "audit": ("audit of the demo task and `make demo` wall time", bench_audit.run),
     "api": ("api: signed requests through uvicorn, two workers", bench_api.run),
