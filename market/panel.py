@@ -40,13 +40,14 @@ import hashlib
 import re
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Literal
 
+from accord.identity.status import parse_timestamp
 from accord.ledger.canonical import canonical_json
 from accord.ledger.events import Event, parse_time
 from accord.market.errors import TaskError
-from accord.market.reputation import settled_works
+from accord.market.reputation import circles, settled_works
 
 PANEL_VERSION = "accord-panel/1"
 PANEL_SIZE = 3
@@ -136,8 +137,8 @@ def _issued(body: Mapping[str, Any], logged: datetime) -> _Credential | None:
         return _Credential(
             str(body["agent"]),
             str(body["capability"]),
-            parse_time(str(start)) if start else logged,
-            parse_time(str(body["validUntil"])),
+            parse_timestamp(start) if start else logged,
+            parse_timestamp(body["validUntil"]),
         )
     except (KeyError, TypeError, ValueError):
         return None
@@ -359,3 +360,228 @@ def dispute_money(fee: int, seats: Sequence[str], decided: Tally, team_pay: int)
         return DisputeMoney(pay, 0, owed, fee - owed)
     from_team = min(owed, max(team_pay, 0))
     return DisputeMoney(pay, from_team, owed - from_team, 0)
+
+
+# -- the panel's log: what was drawn, committed, replaced and revealed -----------------------
+
+PANEL_DRAWN = "panel.drawn"
+"""The operator's draw: the seed block, the seats and the reserves (once per dispute)."""
+PANEL_COMMITTED = "panel.committed"
+"""A panelist's signed commitment to its vote."""
+PANEL_REPLACED = "panel.replaced"
+"""The operator's replacement of the seats whose panelists did not commit in the window."""
+PANEL_REVEALED = "panel.revealed"
+"""A panelist's signed vote and salt, opening its commitment."""
+PANEL_KINDS = (PANEL_DRAWN, PANEL_COMMITTED, PANEL_REPLACED, PANEL_REVEALED)
+
+COMMIT_WINDOW_S = 600
+"""How long the panelists have to commit after the draw (and a replacement after it is
+named)."""
+REVEAL_WINDOW_S = 600
+"""How long the panelists have to reveal once the last commit window has closed."""
+
+
+def capabilities_read(parts: Mapping[str, str], reads: Sequence[str]) -> tuple[str, ...]:
+    """The capabilities of the parts a review reads (`parts`: part id -> capability; the plan
+    and the assembly have none): a panelist must hold every one of them."""
+    return tuple(sorted({parts[p] for p in reads if p in parts}))
+
+
+def pool_at(
+    events: Sequence[tuple[int, Event]],
+    *,
+    operator: str,
+    requester: str,
+    team: Collection[str],
+    capabilities: Sequence[str],
+    before: int,
+    at: datetime,
+    liveness_s: int = LIVENESS_S,
+) -> list[str]:
+    """Pure: the DIDs that may sit on the panel of a dispute entered at index `before`, time
+    `at` (module docstring), from the log's verified `events`, in DID order."""
+    candidates = candidates_from_events(events, operator=operator, before=before, at=at)
+    out = excluded_from_panel(requester, team, circles(paid_pairs(events, before=before)))
+    pools = [
+        set(eligible(candidates, capability=c, excluded=out, at=at, liveness_s=liveness_s))
+        for c in capabilities
+    ]
+    if not pools:
+        return []
+    return sorted(set.intersection(*pools))
+
+
+@dataclass(frozen=True)
+class PanelLog:
+    """One dispute's panel as its logged entries fold: the draw, the commitments and reveals
+    by seat, the replacements, and the windows (`None` before the draw)."""
+
+    drawn: Mapping[str, Any]
+    drawn_at: datetime
+    drawn_index: int
+    panel: Panel
+    commitments: Mapping[str, str]
+    reveals: Mapping[str, tuple[str, str]]
+    replaced_at: datetime | None
+
+    @property
+    def commit_ends(self) -> datetime:
+        """When the last commit window closes (a replacement opens one of its own)."""
+        start = self.replaced_at or self.drawn_at
+        return start + timedelta(seconds=int(self.drawn.get("commit_s", COMMIT_WINDOW_S)))
+
+    @property
+    def reveal_ends(self) -> datetime:
+        return self.commit_ends + timedelta(
+            seconds=int(self.drawn.get("reveal_s", REVEAL_WINDOW_S))
+        )
+
+    def absent(self) -> list[str]:
+        """The seats with no commitment (the judge's excepted)."""
+        return [s for s in self.panel.seats if s not in self.commitments and s != JUDGE_SEAT]
+
+    def all_committed(self) -> bool:
+        return all(seat in self.commitments for seat in self.panel.seats)
+
+    def revealing(self, now: datetime) -> bool:
+        """Whether reveals are taken: every seat committed, or the last commit window closed
+        (after the one replacement, when a seat was absent)."""
+        if self.all_committed():
+            return True
+        return now >= self.commit_ends and (self.replaced_at is not None or not self.absent())
+
+    def decided(self, now: datetime) -> bool:
+        """Whether the votes are in: every committed seat revealed, or the reveal window
+        closed (after the commit windows)."""
+        if not self.revealing(now):
+            return False
+        if all(seat in self.reveals for seat in self.panel.seats if seat in self.commitments):
+            return True
+        return now >= self.reveal_ends
+
+    def tally(self) -> Tally:
+        return tally(self.panel.seats, self.commitments, self.reveals)
+
+    def to_json(self) -> dict[str, Any]:
+        """What a settlement's dispute record keeps of the panel (the audit replays it)."""
+        return {
+            "drawn": self.drawn_index,
+            "block": dict(self.drawn.get("block") or {}),
+            **self.panel.to_json(),
+            **self.tally().to_json(),
+        }
+
+
+def panel_log(
+    events: Iterable[tuple[int, Event]], *, operator: str, check_id: str
+) -> PanelLog | None:
+    """Pure: the panel of the dispute over `check_id` from the task's verified `events`, or
+    None before it is drawn. The first draw counts; a commitment counts from a seat of the
+    panel as it stood then, once; a reveal from a seat that committed, once, only while
+    reveals are taken (its time is its entry's); a replacement only from the operator, once,
+    and only of seats that had not committed."""
+    found: PanelLog | None = None
+    commitments: dict[str, str] = {}
+    reveals: dict[str, tuple[str, str]] = {}
+    for index, event in sorted(events, key=lambda pair: pair[0]):
+        body = event.body
+        if event.kind not in PANEL_KINDS or body.get("check") != check_id:
+            continue
+        when = parse_time(event.at)
+        if event.kind == PANEL_DRAWN:
+            if found is None and event.actor == operator:
+                panel = Panel(
+                    tuple(str(s) for s in body.get("seats") or ()),
+                    tuple(str(s) for s in body.get("reserves") or ()),
+                )
+                found = PanelLog(dict(body), when, index, panel, {}, {}, None)
+            continue
+        if found is None:
+            continue
+        if event.kind == PANEL_REPLACED:
+            if event.actor == operator and found.replaced_at is None:
+                named = body.get("replaced") or {}
+                absent = [s for s in found.panel.seats if s not in commitments and s in named]
+                found = PanelLog(
+                    found.drawn,
+                    found.drawn_at,
+                    found.drawn_index,
+                    replace(found.panel, absent),
+                    {},
+                    {},
+                    when,
+                )
+            continue
+        state = _with(found, commitments, reveals)
+        if event.kind == PANEL_COMMITTED:
+            if (
+                event.actor in state.panel.seats
+                and event.actor not in commitments
+                and when < state.commit_ends
+                and not state.all_committed()
+            ):
+                commitments[event.actor] = str(body.get("commitment", ""))
+        elif event.kind == PANEL_REVEALED and (
+            event.actor in commitments
+            and event.actor not in reveals
+            and state.revealing(when)
+            and when < state.reveal_ends
+        ):
+            reveals[event.actor] = (str(body.get("verdict", "")), str(body.get("salt", "")))
+    if found is None:
+        return None
+    return _with(found, commitments, reveals)
+
+
+def _with(
+    found: PanelLog, commitments: Mapping[str, str], reveals: Mapping[str, tuple[str, str]]
+) -> PanelLog:
+    return PanelLog(
+        found.drawn,
+        found.drawn_at,
+        found.drawn_index,
+        found.panel,
+        dict(commitments),
+        dict(reveals),
+        found.replaced_at,
+    )
+
+
+def settle_disputes(
+    decided: Iterable[tuple[int, Sequence[str], Tally]], earned: int
+) -> tuple[int, dict[str, int]]:
+    """Pure: the team's pay after its decided panel disputes (`decided`: each dispute's fee,
+    seats and tally, in check order) and each seat's pay, from `earned`, what the passed
+    checks pay the team: a dispute the team lost is paid from what is left of its pay
+    first, one it won adds the rest of the requester's bond (`dispute_money`)."""
+    amount = earned
+    pay: dict[str, int] = {}
+    for fee, seats, decision in decided:
+        money = dispute_money(fee, seats, decision, amount)
+        amount = amount - money.from_team + money.to_team
+        for seat, wei in money.panel.items():
+            pay[seat] = pay.get(seat, 0) + wei
+    return amount, pay
+
+
+def decided_disputes(
+    records: Mapping[str, Mapping[str, Any] | None],
+) -> list[tuple[int, Sequence[str], Tally]]:
+    """The panel disputes among checks' records (by check id, in id order): each one's fee,
+    seats and tally as its record logs them. Raises PanelError for a record that does not
+    parse."""
+    found = []
+    for check_id in sorted(records):
+        record = records[check_id] or {}
+        dispute = record.get("dispute")
+        if not isinstance(dispute, Mapping) or not isinstance(dispute.get("panel"), Mapping):
+            continue
+        try:
+            panel = dispute["panel"]
+            winner: Side = "team" if dispute["winner"] == "team" else "requester"
+            seats = tuple(str(s) for s in panel["seats"])
+            coherent = tuple(str(s) for s in panel["coherent"])
+            found.append((int(str(record["fee"])), seats, Tally(winner, {}, coherent)))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise PanelError(f"the dispute over {check_id} does not parse: {exc!r}") from exc
+    return found

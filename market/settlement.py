@@ -57,8 +57,10 @@ from accord.market.checks import (
     evaluate_all,
     valuation,
 )
+from accord.market.disputes import decide_by_panel
 from accord.market.errors import EscrowError, SettlementError
 from accord.market.money import Wei
+from accord.market.panel import JUDGE_SEAT, PanelError, decided_disputes, settle_disputes
 from accord.market.reputation import SettledWork, scored_parts
 from accord.market.service import MAX_TASK_EVENTS, EscrowReceipt, Market, task_event
 from accord.market.shapley import ShapleyResult, shapley, split_wei
@@ -74,6 +76,7 @@ from accord.market.work import (
     ASSEMBLY_PART,
     CONTRACTOR_SHARE,
     PLAN_PART,
+    ReviewCheck,
     amount_paid,
     check_shares,
     paid_share,
@@ -106,11 +109,15 @@ class Settlement:
     amount: Wei
     """What the team is paid: the price times `paid_share`, less the disputes it lost."""
     evaluator_fee: Wei
-    """The decided disputes' fees, paid to the evaluator (the team's and the requester's)."""
+    """The decided disputes' fees paid to the operator's judge model: a judge-only dispute's
+    (a settlement from before panels), and the judge's seat's pay on a panel."""
     payouts: Mapping[str, Wei]
     quality: Mapping[str, Fraction]
     checks: Mapping[str, CheckResult]
     shares: Mapping[str, Fraction]
+    panel_payouts: Mapping[str, Wei] = field(default_factory=dict)
+    """Each coherent panelist's pay (DID), from the losing side's stake
+    (`accord.market.panel.settle_disputes`); the judge's seat's is in `evaluator_fee`."""
 
     def to_json(self, payees: Mapping[str, str]) -> dict[str, Any]:
         return {
@@ -137,6 +144,11 @@ class Settlement:
             "amount": str(self.amount),
             "evaluator_fee": str(self.evaluator_fee),
             "payouts": {p: str(w) for p, w in self.payouts.items()},
+            **(
+                {"panel_payouts": {p: str(w) for p, w in self.panel_payouts.items()}}
+                if self.panel_payouts
+                else {}
+            ),
             "payees": dict(payees),
             "quality": {p: _text(q) for p, q in self.quality.items()},
         }
@@ -243,9 +255,16 @@ def recompute_settlement(
     total = value.value(frozenset(players))
     share = paid_share(checks, {c: r.passed for c, r in results.items()})
     earned = amount_paid(task.price, share)
-    team_fees, requester_fees = dispute_costs(results)
+    team_fees, requester_fees = dispute_costs(results)  # judge-only disputes (before panels)
     borne = min(team_fees, earned)
-    amount = Wei(earned - borne)
+    try:
+        after, seat_pay = settle_disputes(
+            decided_disputes({c: r.record for c, r in results.items()}), earned - borne
+        )
+    except PanelError as exc:
+        raise SettlementError(str(exc)) from exc
+    amount = Wei(after)
+    judge_pay = seat_pay.pop(JUDGE_SEAT, 0)
     payouts = split_wei(amount, by_producer)
     settlement = Settlement(
         task_id=task.task_id,
@@ -259,11 +278,12 @@ def recompute_settlement(
         total_value=total,
         paid_share=share,
         amount=amount,
-        evaluator_fee=Wei(borne + requester_fees),
+        evaluator_fee=Wei(borne + requester_fees + judge_pay),
         payouts=payouts,
         quality={p: value.quality(p) for p in value.contributors},
         checks=results,
         shares=shares,
+        panel_payouts={seat: Wei(wei) for seat, wei in sorted(seat_pay.items()) if wei > 0},
     )
     return settlement, value, result
 
@@ -286,8 +306,14 @@ def service_check_environment(
             subject=task.task_id, kind=REVIEW_GIVEN, limit=MAX_TASK_EVENTS
         )
     ]
+
+    def by_panel(
+        check: ReviewCheck, _outputs: Mapping[str, Any], rejected: CheckResult
+    ) -> CheckResult:
+        return decide_by_panel(market.panels, task, check, rejected)
+
     return ServiceCheckEnvironment(
-        LogReviews(task, events, market.clock()), judge, market.keep_sealed
+        LogReviews(task, events, market.clock()), judge, market.keep_sealed, by_panel
     )
 
 
@@ -411,7 +437,8 @@ def paid_out(computed: Mapping[str, Any]) -> list[tuple[str, Wei]]:
         payees = dict(computed["payees"])
         held = dict(computed.get("held") or {})
         paid: list[tuple[str, Wei]] = []
-        for player, wei in computed["payouts"].items():
+        owed = {**computed["payouts"], **(computed.get("panel_payouts") or {})}
+        for player, wei in owed.items():
             if int(wei) == 0:
                 continue
             if player in held:
@@ -488,7 +515,8 @@ def _compute_and_log(
         task, delivery_body(market, task_id), env, opener(market.sealed_bytes, required=True)
     )
     payees, held = payees_and_held(
-        settlement.payouts, lambda player: onboarding.payout_address(player, chain_id)
+        {**settlement.payouts, **settlement.panel_payouts},
+        lambda player: onboarding.payout_address(player, chain_id),
     )
     body = settlement.to_json(payees)
     if held:  # paid to the escrow itself, which holds them under the task until released
@@ -496,6 +524,9 @@ def _compute_and_log(
         body["holder"] = market.escrow.escrow_address()
     if settlement.evaluator_fee > 0:
         body["evaluator"] = market.escrow.operator_address()
+    bonded = market.escrow.bonded(task_id)
+    if bonded > 0:  # the requester's dispute bonds, paid out with the deposit
+        body["bonded"] = str(bonded)
     try:
         market.ledger.append(
             market.ledger.operator, SETTLEMENT_COMPUTED, subject=task_id, body=body
@@ -570,13 +601,14 @@ def _outcome(
     held = {p: Wei(int(w)) for p, w in (body.get("held") or {}).items() if p not in released}
     amount = Wei(int(body["amount"]))
     fee = Wei(int(body.get("evaluator_fee", "0")))
+    fee = Wei(fee + sum(int(w) for w in (body.get("panel_payouts") or {}).values()))
     return SettleOutcome(
         task.task_id,
         payouts,
         dict(body["payees"]),
         dict(body["values"]),
         amount,
-        Wei(task.spec.budget - amount - fee),
+        Wei(task.spec.budget + int(body.get("bonded", "0")) - amount - fee),
         tx_hash,
         already,
         held,

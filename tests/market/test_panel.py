@@ -60,7 +60,7 @@ def _log(*agents: tuple[str, str, str, datetime]) -> list[tuple[int, Event]]:
                     "credentialId": f"urn:cred:{did}:{capability}",
                     "agent": did,
                     "capability": capability,
-                    "validUntil": format_time(T0 + timedelta(days=365)),
+                    "validUntil": (T0 + timedelta(days=365)).strftime("%Y-%m-%dT%H:%M:%SZ"),
                 },
             )
         )
@@ -124,7 +124,7 @@ def test_who_may_sit_self_custody_credentialed_live_and_outside_the_circles() ->
                     "credentialId": "urn:x",
                     "agent": _did("Other"),
                     "capability": "extract",
-                    "validUntil": format_time(T0 + timedelta(days=365)),
+                    "validUntil": (T0 + timedelta(days=365)).strftime("%Y-%m-%dT%H:%M:%SZ"),
                 },
             ),
         ),

@@ -1,0 +1,449 @@
+"""A dispute's panel in the service: who may sit (read from the log), the draw (logged once),
+the panelists' signed commitments and votes, the replacement of the silent, and the decision
+a settlement takes. The rules are `accord.market.panel`'s pure functions; this module reads
+the log and the chain and appends entries.
+
+    rejection (`review.given`, naming `after_block`, the chain's head when it was admitted)
+      -> `draw`: `panel.drawn` by the operator, seeded by the hash of block after_block + 1,
+         which did not exist when the requester signed (SettlementWaits until it does)
+      -> each seat's panelist signs `panel.committed` ({"commitment"}) within the commit window
+      -> `replace_absent`: once the window has closed, `panel.replaced` names a successor for
+         each seat that did not commit (once per dispute), with a window of its own
+      -> each panelist that committed signs `panel.revealed` ({"verdict", "salt"})
+      -> `decision`: the tally, once every committed seat revealed or the reveal window closed
+
+`has_evaluator` says whether a dispute over parts of some capabilities could be decided now:
+what a service without a judge model answers before it takes a review-only posting or a
+rejection.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Protocol
+
+from accord.identity.errors import ExamError
+from accord.identity.exams import check_agent_entry
+from accord.ledger.canonical import canonical_json
+from accord.ledger.errors import AlreadyLoggedError, LedgerError
+from accord.ledger.events import Entry, Event, parse_time
+from accord.ledger.service import Ledger
+from accord.market.checks import CheckResult
+from accord.market.errors import SettlementError, SettlementWaits, TaskError
+from accord.market.panel import (
+    PANEL_COMMITTED,
+    PANEL_DRAWN,
+    PANEL_KINDS,
+    PANEL_REPLACED,
+    PANEL_REVEALED,
+    PANEL_SIZE,
+    PanelLog,
+    can_draw_panel,
+    capabilities_read,
+    draw,
+    panel_log,
+    panel_seed,
+    pool_at,
+    vote_commitment,
+)
+from accord.market.tasks import REVIEW_GIVEN, TASK_DELIVERED, Task
+from accord.market.work import ReviewCheck
+
+
+class BlockSource(Protocol):
+    """The chain's blocks, as the escrow's chain reads them."""
+
+    def block_number(self) -> int: ...
+
+    def block_hash(self, number: int) -> bytes | None: ...
+
+
+def log_events(ledger: Ledger, before: int | None = None) -> list[tuple[int, Event]]:
+    """Every event of the log before index `before` (all: None), with its index."""
+    return [
+        (stored.index, Entry.from_bytes(stored.data).event)
+        for stored in ledger.store.entries(0, before)
+    ]
+
+
+def team_of(task: Task, delivered: Mapping[str, Any] | None) -> frozenset[str]:
+    """The task's contract holder and every agent its delivery names as a part's producer."""
+    team = {task.winner} if task.winner else set()
+    try:
+        for contribution in (delivered or {}).get("deliverable", {}).get("contributions", []):
+            team.add(str(contribution["agent"]))
+    except (KeyError, TypeError, AttributeError):
+        pass
+    return frozenset(team)
+
+
+def dispute_request(check: ReviewCheck, outputs: Mapping[str, Any], reason: str) -> dict[str, Any]:
+    """What a panelist is given to evaluate: the parts the review reads, the review's
+    criterion and the requester's reason, all as data (the parts and the reason are the
+    parties' words, untrusted)."""
+    return {"criterion": check.criterion, "reason": reason, "parts": dict(outputs)}
+
+
+def part_capabilities(task: Task) -> dict[str, str]:
+    return {part.part_id: part.capability for part in task.spec.parts}
+
+
+def has_evaluator(
+    ledger: Ledger,
+    *,
+    requester: str,
+    capabilities: Sequence[str],
+    team: Collection[str] = (),
+    judge: bool = False,
+    at: datetime | None = None,
+) -> bool:
+    """Whether a dispute over parts of `capabilities` between `requester` and `team` could
+    be decided now: enough self-custody, credentialed, live agents outside both parties'
+    circles to fill a panel (a configured judge model filling one seat). A service where this
+    holds has an evaluator even without a judge model."""
+    events = log_events(ledger)
+    pool = pool_at(
+        events,
+        operator=ledger.operator.did,
+        requester=requester,
+        team=team,
+        capabilities=capabilities,
+        before=len(events) and events[-1][0] + 1,
+        at=at or ledger.clock(),
+    )
+    return can_draw_panel(pool, judge=judge)
+
+
+@dataclass(frozen=True)
+class Rejection:
+    """The rejection a dispute is over: its log index, time and the block it names."""
+
+    index: int
+    at: datetime
+    after_block: int
+
+
+def rejection_of(ledger: Ledger, task: Task, check_id: str) -> Rejection | None:
+    """The requester's rejection of `check_id`, if the log holds one."""
+    for stored in ledger.store.find(kind=REVIEW_GIVEN, subject=task.task_id, limit=1000):
+        event = Entry.from_bytes(stored.data).event
+        body = event.body
+        if event.actor != task.requester or body.get("check") != check_id:
+            continue
+        if body.get("verdict") != "reject":
+            return None
+        return Rejection(stored.index, event_time(event), int(str(body.get("after_block", 0))))
+    return None
+
+
+def event_time(event: Event) -> datetime:
+    return parse_time(event.at)
+
+
+def task_panel_events(ledger: Ledger, task_id: str) -> list[tuple[int, Event]]:
+    return [
+        (stored.index, Entry.from_bytes(stored.data).event)
+        for stored in ledger.store.find(kinds=PANEL_KINDS, subject=task_id, limit=10_000)
+    ]
+
+
+def current_panel(ledger: Ledger, task_id: str, check_id: str) -> PanelLog | None:
+    return panel_log(
+        task_panel_events(ledger, task_id), operator=ledger.operator.did, check_id=check_id
+    )
+
+
+def _delivered_body(ledger: Ledger, task_id: str) -> dict[str, Any] | None:
+    found = ledger.store.find(kind=TASK_DELIVERED, subject=task_id, limit=1)
+    return None if not found else dict(Entry.from_bytes(found[0].data).event.body)
+
+
+def draw_body(
+    events: Sequence[tuple[int, Event]],
+    *,
+    operator: str,
+    task: Task,
+    check: ReviewCheck,
+    rejection: Rejection,
+    block_hash: str,
+    delivered: Mapping[str, Any] | None,
+    size: int = PANEL_SIZE,
+) -> dict[str, Any]:
+    """Pure: the body of `panel.drawn` for the dispute over `check`: the pool as the log stood
+    at the rejection, drawn with the seed of block `after_block + 1`. The audit rebuilds it.
+    Raises PanelError when the pool cannot fill the panel."""
+    capabilities = capabilities_read(part_capabilities(task), check.reads)
+    pool = pool_at(
+        events,
+        operator=operator,
+        requester=task.requester,
+        team=team_of(task, delivered),
+        capabilities=capabilities,
+        before=rejection.index,
+        at=rejection.at,
+    )
+    panel = draw(pool, panel_seed(block_hash, task.task_id, check.check_id), size=size)
+    return {
+        "task_id": task.task_id,
+        "check": check.check_id,
+        "rejection": rejection.index,
+        "block": {"number": rejection.after_block + 1, "hash": block_hash},
+        "capabilities": list(capabilities),
+        **panel.to_json(),
+    }
+
+
+class Panels:
+    """The panels of one service's disputes, over its `ledger` and the chain's `blocks`."""
+
+    def __init__(self, ledger: Ledger, blocks: BlockSource) -> None:
+        self.ledger = ledger
+        self.blocks = blocks
+
+    def draw(self, task: Task, check: ReviewCheck) -> PanelLog:
+        """The dispute's panel, drawn and logged (`panel.drawn`) if it was not yet.
+
+        Raises SettlementWaits while the seed's block is not mined, TaskError when there is no
+        rejection to draw for, PanelError when the pool cannot fill the panel."""
+        logged = current_panel(self.ledger, task.task_id, check.check_id)
+        if logged is not None:
+            return logged
+        rejection = rejection_of(self.ledger, task, check.check_id)
+        if rejection is None:
+            raise TaskError(f"{check.check_id} of {task.task_id} is not rejected: no dispute")
+        number = rejection.after_block + 1
+        found = self.blocks.block_hash(number) if self.blocks.block_number() >= number else None
+        if found is None:
+            raise SettlementWaits(
+                f"the panel of {task.task_id}'s dispute over {check.check_id} is drawn with the "
+                f"hash of block {number}, not mined yet"
+            )
+        body = draw_body(
+            log_events(self.ledger, rejection.index),
+            operator=self.ledger.operator.did,
+            task=task,
+            check=check,
+            rejection=rejection,
+            block_hash="0x" + found.hex(),
+            delivered=_delivered_body(self.ledger, task.task_id),
+        )
+        self.ledger.append(self.ledger.operator, PANEL_DRAWN, subject=task.task_id, body=body)
+        drawn = current_panel(self.ledger, task.task_id, check.check_id)
+        assert drawn is not None
+        return drawn
+
+    def _admit(self, entry: Entry, kind: str, body: Mapping[str, Any]) -> int:
+        try:
+            check_agent_entry(
+                entry,
+                actor=entry.event.actor,
+                kind=kind,
+                subject=entry.event.subject,
+                body=body,
+                now=self.ledger.clock(),
+            )
+        except ExamError as exc:
+            raise TaskError(str(exc)) from exc
+        (index,) = self.ledger.append_entries([entry])
+        return index
+
+    def commit(self, entry: Entry) -> int:
+        """Log a panelist's own signed `panel.committed` (`{"task_id", "check",
+        "commitment"}`). Raises TaskError for a signer that holds no seat, a second
+        commitment, a closed window or an entry that does not verify."""
+        event = entry.event
+        body = event.body
+        check_id = str(body.get("check", ""))
+        panel = current_panel(self.ledger, event.subject, check_id)
+        now = self.ledger.clock()
+        if panel is None:
+            raise TaskError(f"no panel sits on {check_id} of {event.subject}")
+        if event.actor not in panel.panel.seats:
+            raise TaskError(f"{event.actor} holds no seat on this panel")
+        if event.actor in panel.commitments:
+            raise TaskError(f"{event.actor} has committed already")
+        if now >= panel.commit_ends or panel.all_committed():
+            raise TaskError(f"the commit window closed at {panel.commit_ends.isoformat()}")
+        commitment = body.get("commitment")
+        if not isinstance(commitment, str) or len(commitment) != 64:
+            raise TaskError("a commitment is the sha256 hex of the vote and its salt")
+        expected = {"task_id": event.subject, "check": check_id, "commitment": commitment}
+        return self._admit(entry, PANEL_COMMITTED, expected)
+
+    def replace_absent(self, task: Task, check_id: str) -> PanelLog | None:
+        """Once the commit window has closed, log `panel.replaced` naming a successor for
+        each seat that did not commit (once per dispute; the log refuses nothing twice, the
+        fold takes the first). Returns the panel as it stands."""
+        panel = current_panel(self.ledger, task.task_id, check_id)
+        if panel is None or panel.replaced_at is not None or not panel.absent():
+            return panel
+        if self.ledger.clock() < panel.commit_ends:
+            return panel
+        successors = dict(zip(panel.absent(), panel.panel.reserves, strict=False))
+        body = {"task_id": task.task_id, "check": check_id, "replaced": successors}
+        self.ledger.append(self.ledger.operator, PANEL_REPLACED, subject=task.task_id, body=body)
+        return current_panel(self.ledger, task.task_id, check_id)
+
+    def reveal(self, entry: Entry) -> int:
+        """Log a panelist's own signed `panel.revealed` (`{"task_id", "check", "verdict",
+        "salt"}`), which must open its commitment. Raises TaskError before reveals are taken,
+        after the window, for a panelist that did not commit, a second reveal, or a vote
+        that does not open the commitment."""
+        event = entry.event
+        body = event.body
+        check_id = str(body.get("check", ""))
+        panel = current_panel(self.ledger, event.subject, check_id)
+        now = self.ledger.clock()
+        if panel is None or event.actor not in panel.commitments:
+            raise TaskError(f"{event.actor} did not commit on this panel")
+        if event.actor in panel.reveals:
+            raise TaskError(f"{event.actor} has revealed already")
+        if not panel.revealing(now):
+            raise TaskError(
+                f"votes are revealed once every seat has committed or the commit window "
+                f"closes ({panel.commit_ends.isoformat()})"
+            )
+        if now >= panel.reveal_ends:
+            raise TaskError(f"the reveal window closed at {panel.reveal_ends.isoformat()}")
+        verdict, salt = str(body.get("verdict", "")), str(body.get("salt", ""))
+        if vote_commitment(verdict, salt) != panel.commitments[event.actor]:
+            raise TaskError("the vote and salt do not open the panelist's commitment")
+        expected = {"task_id": event.subject, "check": check_id, "verdict": verdict, "salt": salt}
+        return self._admit(entry, PANEL_REVEALED, expected)
+
+    def decision(self, task: Task, check: ReviewCheck) -> PanelLog:
+        """The dispute's panel once its votes are in, drawing it and replacing the absent as
+        the windows close. Raises SettlementWaits until then."""
+        panel = self.draw(task, check)
+        with_successors = self.replace_absent(task, check.check_id)
+        panel = with_successors or panel
+        now = self.ledger.clock()
+        if not panel.decided(now):
+            raise SettlementWaits(
+                f"the panel on {check.check_id} of {task.task_id} is voting: commitments until "
+                f"{panel.commit_ends.isoformat()}, votes until {panel.reveal_ends.isoformat()}"
+            )
+        return panel
+
+
+def ask_panel(
+    panels: Panels,
+    task: Task,
+    check: ReviewCheck,
+    dispute: Mapping[str, Any],
+    call: Callable[[str, Mapping[str, Any]], Mapping[str, Any] | None],
+) -> PanelLog:
+    """Ask each seat's panelist, through `call(did, request)` (its own process answers with
+    its signed entry, or None when it cannot be reached), to commit, then to reveal; a
+    panelist that answers nothing is left to the window (and its replacement). A commit
+    request carries `dispute` (`dispute_request`: the parts, the criterion and the
+    requester's reason, as data). Returns the panel as it stands. Raises what
+    `Panels.draw` raises."""
+    panel = panels.draw(task, check)
+    for phase, admit in (("commit", panels.commit), ("reveal", panels.reveal)):
+        seats = panel.panel.seats if phase == "commit" else tuple(panel.commitments)
+        for did in seats:
+            done = panel.commitments if phase == "commit" else panel.reveals
+            if did in done:
+                continue
+            request = {"phase": phase, "task_id": task.task_id, "check": check.check_id}
+            if phase == "commit":
+                request |= dict(dispute)
+            answer = call(did, request)
+            if answer is None:
+                continue
+            try:
+                admit(Entry.from_bytes(canonical_json(dict(answer))))
+            except (TaskError, AlreadyLoggedError, LedgerError):
+                continue
+        current = current_panel(panels.ledger, task.task_id, check.check_id)
+        assert current is not None
+        panel = current
+    return panel
+
+
+def decide_by_panel(
+    panels: Panels, task: Task, check: ReviewCheck, rejected: CheckResult
+) -> CheckResult:
+    """The rejected review `check` as its panel decides it: passed when the panel finds for
+    the team. The record keeps the rejection and the panel (the seed block, the seats, the
+    replacements, the votes, who was coherent, the winner), which the audit replays. Raises
+    SettlementWaits while the panel is being drawn or is voting."""
+    panel = panels.decision(task, check)
+    decided = panel.tally()
+    record = dict(rejected.record or {})
+    record["dispute"] = {"panel": panel.to_json(), "winner": decided.winner}
+    return CheckResult(check.check_id, decided.winner == "team", panel_detail(panel), record)
+
+
+def panel_detail(panel: PanelLog) -> str:
+    """The logged detail of a check a panel decided."""
+    decided = panel.tally()
+    side = "the team" if decided.winner == "team" else "the requester"
+    return (
+        f"rejected, disputed: the panel found for {side} ({len(decided.coherent)} of "
+        f"{len(decided.votes)} votes, {len(panel.panel.seats)} seats)"
+    )
+
+
+def replay_panel(
+    log: Sequence[tuple[int, Event]],
+    *,
+    operator: str,
+    task: Task,
+    check: ReviewCheck,
+    rejected: CheckResult,
+    delivered: Mapping[str, Any] | None,
+    block_hash: Callable[[int], bytes | None],
+    before: int,
+) -> CheckResult:
+    """The audit's replay of a dispute's panel from the log's verified events (`log`: index,
+    event) up to the settlement (index `before`) and the chain's `block_hash`: the seed block
+    is the one after the block the rejection names, its hash the chain's; the pool and the
+    draw recompute to the logged `panel.drawn`; the commitments, replacements and reveals
+    fold as the service took them; the tally decides. Raises SettlementError naming the first
+    thing that does not hold."""
+    task_events = [
+        (i, e) for i, e in log if e.subject == task.task_id and e.kind in PANEL_KINDS and i < before
+    ]
+    panel = panel_log(task_events, operator=operator, check_id=check.check_id)
+    if panel is None:
+        raise SettlementError(f"the dispute over {check.check_id} has no panel drawn")
+    entry = (rejected.record or {}).get("entry")
+    found = [e for i, e in log if i == entry]
+    if not isinstance(entry, int) or not found:
+        raise SettlementError(f"the rejection of {check.check_id} is not in the log")
+    event = found[0]
+    after = int(str(event.body.get("after_block", -1)))
+    rejection = Rejection(entry, event_time(event), after)
+    mined = block_hash(after + 1)
+    logged_hash = str((panel.drawn.get("block") or {}).get("hash", ""))
+    if mined is None or "0x" + mined.hex() != logged_hash.lower():
+        raise SettlementError(
+            f"the panel over {check.check_id} was seeded with {logged_hash}, not the hash of "
+            f"block {after + 1} ({'not mined' if mined is None else '0x' + mined.hex()})"
+        )
+    try:
+        expected = draw_body(
+            [(i, e) for i, e in log if i < entry],
+            operator=operator,
+            task=task,
+            check=check,
+            rejection=rejection,
+            block_hash=logged_hash,
+            delivered=delivered,
+        )
+    except TaskError as exc:
+        raise SettlementError(f"the panel over {check.check_id} cannot be drawn: {exc}") from exc
+    if expected != dict(panel.drawn):
+        raise SettlementError(
+            f"the panel over {check.check_id} is not the one the rule draws: "
+            f"{expected.get('seats')} (reserves {expected.get('reserves')}), not "
+            f"{panel.drawn.get('seats')}"
+        )
+    decided = panel.tally()
+    record = dict(rejected.record or {})
+    record["dispute"] = {"panel": panel.to_json(), "winner": decided.winner}
+    return CheckResult(check.check_id, decided.winner == "team", panel_detail(panel), record)
