@@ -862,7 +862,9 @@ def _settlement(
         open_value = opener(outputs or _holds_none, required=False)
         log_events = [(i, entry.event) for i, entry in sorted(scope.log.items())]
 
-        def panel(check: ReviewCheck, rejected: CheckResult) -> CheckResult:
+        def panel(
+            check: ReviewCheck, outputs: Mapping[str, Any], rejected: CheckResult
+        ) -> CheckResult:
             """The dispute's panel replayed from the log and the chain's block hashes."""
             return replay_panel(
                 log_events,
@@ -873,6 +875,8 @@ def _settlement(
                 delivered=delivered,
                 block_hash=escrow.block_hash,
                 before=index,
+                outputs=outputs,
+                open_value=open_value,
             )
 
         env = RecheckEnvironment(logged, rerun_python, reviews.review, open_value, panel)

@@ -246,6 +246,11 @@ class ServiceCheckEnvironment:
         self.panel = panel
         """Decides a dispute by the panel of independent agents (`accord.market.disputes`)."""
 
+    def ask_model(self, prompt: str) -> Judged:
+        """The judge model's answer to `prompt` (a dispute's panel seat), its exchange sealed
+        and kept. Raises SettlementWaits when the model cannot be reached."""
+        return self._judged(prompt)
+
     def _judged(self, prompt: str, model: str | None = None) -> Judged:
         assert self.judge is not None
         answer, name = self.judge.ask(prompt, model)

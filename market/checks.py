@@ -550,7 +550,7 @@ class RecheckEnvironment:
         run_python: Callable[[PythonCheck, Mapping[str, Any]], CheckResult],
         review_of: ReviewOf,
         open_value: Callable[[str], Any],
-        panel: Callable[[ReviewCheck, CheckResult], CheckResult] | None = None,
+        panel: Callable[[ReviewCheck, Mapping[str, Any], CheckResult], CheckResult] | None = None,
     ) -> None:
         self.logged = logged
         self._run_python = run_python
@@ -606,7 +606,7 @@ class RecheckEnvironment:
         if is_disputed(result) and isinstance(dispute, Mapping) and "panel" in dispute:
             if self._panel is None:
                 raise SettlementError(f"check {check.check_id} was decided by a panel: no replay")
-            return self._panel(check, result)
+            return self._panel(check, outputs, result)
         if not is_disputed(result):
             return result
         if not isinstance(dispute, Mapping) or logged is None:

@@ -30,15 +30,24 @@ from accord.ledger.canonical import canonical_json
 from accord.ledger.errors import AlreadyLoggedError, LedgerError
 from accord.ledger.events import Entry, Event, parse_time
 from accord.ledger.service import Ledger
-from accord.market.checks import CheckResult
+from accord.market.checks import (
+    SEALED,
+    CheckResult,
+    Judged,
+    dispute_judge,
+    dispute_prompt,
+    judge_verdict,
+)
 from accord.market.errors import SettlementError, SettlementWaits, TaskError
 from accord.market.panel import (
+    JUDGE_SEAT,
     PANEL_COMMITTED,
     PANEL_DRAWN,
     PANEL_KINDS,
     PANEL_REPLACED,
     PANEL_REVEALED,
     PANEL_SIZE,
+    PanelError,
     PanelLog,
     can_draw_panel,
     capabilities_read,
@@ -169,6 +178,7 @@ def draw_body(
     rejection: Rejection,
     block_hash: str,
     delivered: Mapping[str, Any] | None,
+    judge: bool = False,
     size: int = PANEL_SIZE,
 ) -> dict[str, Any]:
     """Pure: the body of `panel.drawn` for the dispute over `check`: the pool as the log stood
@@ -184,15 +194,32 @@ def draw_body(
         before=rejection.index,
         at=rejection.at,
     )
-    panel = draw(pool, panel_seed(block_hash, task.task_id, check.check_id), size=size)
+    panel = draw(pool, panel_seed(block_hash, task.task_id, check.check_id), size=size, judge=judge)
     return {
         "task_id": task.task_id,
         "check": check.check_id,
+        "judge": judge,
         "rejection": rejection.index,
         "block": {"number": rejection.after_block + 1, "hash": block_hash},
         "capabilities": list(capabilities),
         **panel.to_json(),
     }
+
+
+@dataclass(frozen=True)
+class JudgeSeat:
+    """The operator's judge model as one panelist: `ask(prompt)` asks it (its exchange sealed
+    and kept), `answer_of(exchange)` reads back the answer sealed under an exchange's
+    commitment (None when it is not held)."""
+
+    ask: Callable[[str], Judged]
+    answer_of: Callable[[str], str | None]
+
+
+def judge_side(check: ReviewCheck, answer: str) -> str:
+    """The side a judge's answer to a dispute's prompt votes for (6 or more: the team)."""
+    passed, _ = judge_verdict(dispute_judge(check), answer)
+    return "team" if passed else "requester"
 
 
 class Panels:
@@ -202,14 +229,23 @@ class Panels:
         self.ledger = ledger
         self.blocks = blocks
 
-    def draw(self, task: Task, check: ReviewCheck) -> PanelLog:
-        """The dispute's panel, drawn and logged (`panel.drawn`) if it was not yet.
+    def draw(
+        self,
+        task: Task,
+        check: ReviewCheck,
+        judge: JudgeSeat | None = None,
+        prompt: str | None = None,
+    ) -> PanelLog:
+        """The dispute's panel, drawn and logged (`panel.drawn`) if it was not yet; with a
+        `judge`, one seat is the judge model's, which is asked `prompt` at once and commits
+        to its sealed exchange (`panel.committed` by the operator, `"seat": "judge"`).
 
-        Raises SettlementWaits while the seed's block is not mined, TaskError when there is no
-        rejection to draw for, PanelError when the pool cannot fill the panel."""
+        Raises SettlementWaits while the seed's block is not mined or the pool cannot fill
+        the panel, TaskError when there is no rejection to draw for."""
         logged = current_panel(self.ledger, task.task_id, check.check_id)
         if logged is not None:
-            return logged
+            self._judge_commits(task, check, logged, judge, prompt)
+            return current_panel(self.ledger, task.task_id, check.check_id) or logged
         rejection = rejection_of(self.ledger, task, check.check_id)
         if rejection is None:
             raise TaskError(f"{check.check_id} of {task.task_id} is not rejected: no dispute")
@@ -220,19 +256,77 @@ class Panels:
                 f"the panel of {task.task_id}'s dispute over {check.check_id} is drawn with the "
                 f"hash of block {number}, not mined yet"
             )
-        body = draw_body(
-            log_events(self.ledger, rejection.index),
-            operator=self.ledger.operator.did,
-            task=task,
-            check=check,
-            rejection=rejection,
-            block_hash="0x" + found.hex(),
-            delivered=_delivered_body(self.ledger, task.task_id),
-        )
+        try:
+            body = draw_body(
+                log_events(self.ledger, rejection.index),
+                operator=self.ledger.operator.did,
+                task=task,
+                check=check,
+                rejection=rejection,
+                block_hash="0x" + found.hex(),
+                delivered=_delivered_body(self.ledger, task.task_id),
+                judge=judge is not None,
+            )
+        except PanelError as exc:
+            raise SettlementWaits(
+                f"the dispute over {check.check_id} of {task.task_id} cannot be decided: {exc}"
+                + ("" if judge is not None else " (a judge model, ACCORD_JUDGE_URL, takes a seat)")
+            ) from exc
         self.ledger.append(self.ledger.operator, PANEL_DRAWN, subject=task.task_id, body=body)
         drawn = current_panel(self.ledger, task.task_id, check.check_id)
         assert drawn is not None
-        return drawn
+        self._judge_commits(task, check, drawn, judge, prompt)
+        return current_panel(self.ledger, task.task_id, check.check_id) or drawn
+
+    def _judge_commits(
+        self,
+        task: Task,
+        check: ReviewCheck,
+        panel: PanelLog,
+        judge: JudgeSeat | None,
+        prompt: str | None,
+    ) -> None:
+        """The judge's seat asks the model and commits to the sealed exchange, while the
+        commit window is open (a model that could not be reached is asked again)."""
+        if judge is None or prompt is None or JUDGE_SEAT not in panel.panel.seats:
+            return
+        if JUDGE_SEAT in panel.commitments or self.ledger.clock() >= panel.commit_ends:
+            return
+        try:
+            judged = judge.ask(prompt)
+        except SettlementWaits:
+            return  # the seat stays uncommitted until the model answers or the window closes
+        body = {
+            "task_id": task.task_id,
+            "check": check.check_id,
+            "seat": JUDGE_SEAT,
+            "commitment": judged.exchange,
+            "model": judged.model,
+        }
+        self.ledger.append(self.ledger.operator, PANEL_COMMITTED, subject=task.task_id, body=body)
+
+    def _judge_reveals(
+        self, task: Task, check: ReviewCheck, panel: PanelLog, judge: JudgeSeat | None
+    ) -> None:
+        """The judge's seat reveals the side its sealed answer votes for, once reveals are
+        taken."""
+        commitment = panel.commitments.get(JUDGE_SEAT)
+        if judge is None or commitment is None or JUDGE_SEAT in panel.reveals:
+            return
+        now = self.ledger.clock()
+        if not panel.revealing(now) or now >= panel.reveal_ends:
+            return
+        answer = judge.answer_of(commitment)
+        if answer is None:
+            return
+        body = {
+            "task_id": task.task_id,
+            "check": check.check_id,
+            "seat": JUDGE_SEAT,
+            "verdict": judge_side(check, answer),
+            "salt": "",
+        }
+        self.ledger.append(self.ledger.operator, PANEL_REVEALED, subject=task.task_id, body=body)
 
     def _admit(self, entry: Entry, kind: str, body: Mapping[str, Any]) -> int:
         try:
@@ -313,12 +407,21 @@ class Panels:
         expected = {"task_id": event.subject, "check": check_id, "verdict": verdict, "salt": salt}
         return self._admit(entry, PANEL_REVEALED, expected)
 
-    def decision(self, task: Task, check: ReviewCheck) -> PanelLog:
+    def decision(
+        self,
+        task: Task,
+        check: ReviewCheck,
+        judge: JudgeSeat | None = None,
+        prompt: str | None = None,
+    ) -> PanelLog:
         """The dispute's panel once its votes are in, drawing it and replacing the absent as
-        the windows close. Raises SettlementWaits until then."""
-        panel = self.draw(task, check)
+        the windows close (the judge's seat, with `judge`, commits and reveals as the
+        others). Raises SettlementWaits until then."""
+        panel = self.draw(task, check, judge, prompt)
         with_successors = self.replace_absent(task, check.check_id)
         panel = with_successors or panel
+        self._judge_reveals(task, check, panel, judge)
+        panel = current_panel(self.ledger, task.task_id, check.check_id) or panel
         now = self.ledger.clock()
         if not panel.decided(now):
             raise SettlementWaits(
@@ -365,13 +468,21 @@ def ask_panel(
 
 
 def decide_by_panel(
-    panels: Panels, task: Task, check: ReviewCheck, rejected: CheckResult
+    panels: Panels,
+    task: Task,
+    check: ReviewCheck,
+    rejected: CheckResult,
+    outputs: Mapping[str, Any],
+    judge: JudgeSeat | None = None,
 ) -> CheckResult:
     """The rejected review `check` as its panel decides it: passed when the panel finds for
     the team. The record keeps the rejection and the panel (the seed block, the seats, the
-    replacements, the votes, who was coherent, the winner), which the audit replays. Raises
+    replacements, the votes, who was coherent, the winner), which the audit replays. A
+    `judge` takes one seat, asked the dispute's prompt over `outputs`. Raises
     SettlementWaits while the panel is being drawn or is voting."""
-    panel = panels.decision(task, check)
+    reason = str((rejected.record or {}).get("reason", ""))
+    prompt = dispute_prompt(check, outputs, reason) if judge is not None else None
+    panel = panels.decision(task, check, judge, prompt)
     decided = panel.tally()
     record = dict(rejected.record or {})
     record["dispute"] = {"panel": panel.to_json(), "winner": decided.winner}
@@ -398,13 +509,16 @@ def replay_panel(
     delivered: Mapping[str, Any] | None,
     block_hash: Callable[[int], bytes | None],
     before: int,
+    outputs: Mapping[str, Any] | None = None,
+    open_value: Callable[[str], Any] | None = None,
 ) -> CheckResult:
     """The audit's replay of a dispute's panel from the log's verified events (`log`: index,
     event) up to the settlement (index `before`) and the chain's `block_hash`: the seed block
     is the one after the block the rejection names, its hash the chain's; the pool and the
     draw recompute to the logged `panel.drawn`; the commitments, replacements and reveals
-    fold as the service took them; the tally decides. Raises SettlementError naming the first
-    thing that does not hold."""
+    fold as the service took them; the judge's vote, where the auditor holds the outputs and
+    the sealed exchange (`open_value`), is the one its answer to the dispute's prompt gives;
+    the tally decides. Raises SettlementError naming the first thing that does not hold."""
     task_events = [
         (i, e) for i, e in log if e.subject == task.task_id and e.kind in PANEL_KINDS and i < before
     ]
@@ -434,6 +548,7 @@ def replay_panel(
             rejection=rejection,
             block_hash=logged_hash,
             delivered=delivered,
+            judge=panel.drawn.get("judge") is True,
         )
     except TaskError as exc:
         raise SettlementError(f"the panel over {check.check_id} cannot be drawn: {exc}") from exc
@@ -443,7 +558,41 @@ def replay_panel(
             f"{expected.get('seats')} (reserves {expected.get('reserves')}), not "
             f"{panel.drawn.get('seats')}"
         )
+    _replay_judge(panel, check, rejected, outputs, open_value)
     decided = panel.tally()
     record = dict(rejected.record or {})
     record["dispute"] = {"panel": panel.to_json(), "winner": decided.winner}
     return CheckResult(check.check_id, decided.winner == "team", panel_detail(panel), record)
+
+
+def _replay_judge(
+    panel: PanelLog,
+    check: ReviewCheck,
+    rejected: CheckResult,
+    outputs: Mapping[str, Any] | None,
+    open_value: Callable[[str], Any] | None,
+) -> None:
+    """The judge's revealed vote held to its sealed exchange, where the auditor holds it and
+    the outputs (else to the log). Raises SettlementError."""
+    commitment = panel.commitments.get(JUDGE_SEAT)
+    revealed = panel.reveals.get(JUDGE_SEAT)
+    if commitment is None or revealed is None or open_value is None or outputs is None:
+        return
+    if any(value is SEALED for value in outputs.values()):
+        return
+    exchange = open_value(commitment)
+    if exchange is SEALED:
+        return
+    reason = str((rejected.record or {}).get("reason", ""))
+    if not isinstance(exchange, Mapping) or exchange.get("prompt") != dispute_prompt(
+        check, outputs, reason
+    ):
+        raise SettlementError(
+            f"check {check.check_id}: the judge's logged prompt is not the one the dispute builds"
+        )
+    voted = judge_side(check, str(exchange.get("answer", "")))
+    if revealed[0] != voted:
+        raise SettlementError(
+            f"check {check.check_id}: the judge's answer votes for the {voted}, its seat "
+            f"revealed {revealed[0]}"
+        )

@@ -55,7 +55,8 @@ PANEL_SIZE = 3
 LIVENESS_S = 7 * 24 * 3600
 """An agent is live when its last signed entry is at most this many seconds old."""
 JUDGE_SEAT = "judge"
-"""The seat a configured judge model takes (paid to the evaluator's account)."""
+"""The seat a configured judge model takes (paid to the evaluator's account); the operator
+signs its commitment and vote with `"seat": "judge"`."""
 
 Side = Literal["team", "requester"]
 SIDES: tuple[Side, ...] = ("team", "requester")
@@ -302,8 +303,10 @@ def tally(
 ) -> Tally:
     """The decision of `seats` from their `commitments` (seat -> commitment) and `reveals`
     (seat -> (verdict, salt)): a vote counts when its seat committed and its reveal opens the
-    commitment. The requester wins with a strict majority of the counted votes; otherwise the
-    team (a tie or no vote at all included). Pure."""
+    commitment (the judge's seat commits to its sealed exchange with the model, which only
+    an auditor holding it opens: its vote counts as revealed). The requester wins with a
+    strict majority of the counted votes; otherwise the team (a tie or no vote at all
+    included). Pure."""
     votes: dict[str, Side] = {}
     for seat in seats:
         committed = commitments.get(seat)
@@ -311,6 +314,9 @@ def tally(
         if committed is None or revealed is None:
             continue
         verdict, salt = revealed
+        if seat == JUDGE_SEAT and verdict in SIDES:
+            votes[seat] = "team" if verdict == "team" else "requester"
+            continue
         try:
             if vote_commitment(verdict, salt) != committed:
                 continue
@@ -513,21 +519,24 @@ def panel_log(
                 )
             continue
         state = _with(found, commitments, reveals)
+        actor = event.actor
+        if actor == operator and body.get("seat") == JUDGE_SEAT:
+            actor = JUDGE_SEAT
         if event.kind == PANEL_COMMITTED:
             if (
-                event.actor in state.panel.seats
-                and event.actor not in commitments
+                actor in state.panel.seats
+                and actor not in commitments
                 and when < state.commit_ends
                 and not state.all_committed()
             ):
-                commitments[event.actor] = str(body.get("commitment", ""))
+                commitments[actor] = str(body.get("commitment", ""))
         elif event.kind == PANEL_REVEALED and (
-            event.actor in commitments
-            and event.actor not in reveals
+            actor in commitments
+            and actor not in reveals
             and state.revealing(when)
             and when < state.reveal_ends
         ):
-            reveals[event.actor] = (str(body.get("verdict", "")), str(body.get("salt", "")))
+            reveals[actor] = (str(body.get("verdict", "")), str(body.get("salt", "")))
     if found is None:
         return None
     return _with(found, commitments, reveals)

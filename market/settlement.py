@@ -57,7 +57,7 @@ from accord.market.checks import (
     evaluate_all,
     valuation,
 )
-from accord.market.disputes import decide_by_panel
+from accord.market.disputes import JudgeSeat, decide_by_panel
 from accord.market.errors import EscrowError, SettlementError
 from accord.market.money import Wei
 from accord.market.panel import JUDGE_SEAT, PanelError, decided_disputes, settle_disputes
@@ -307,14 +307,30 @@ def service_check_environment(
         )
     ]
 
-    def by_panel(
-        check: ReviewCheck, _outputs: Mapping[str, Any], rejected: CheckResult
-    ) -> CheckResult:
-        return decide_by_panel(market.panels, task, check, rejected)
-
-    return ServiceCheckEnvironment(
-        LogReviews(task, events, market.clock()), judge, market.keep_sealed, by_panel
+    env = ServiceCheckEnvironment(
+        LogReviews(task, events, market.clock()), judge, market.keep_sealed
     )
+    seat = None if judge is None else JudgeSeat(env.ask_model, lambda c: _answer_of(market, c))
+
+    def by_panel(
+        check: ReviewCheck, outputs: Mapping[str, Any], rejected: CheckResult
+    ) -> CheckResult:
+        return decide_by_panel(market.panels, task, check, rejected, outputs, seat)
+
+    env.panel = by_panel
+    return env
+
+
+def _answer_of(market: Market, commitment: str) -> str | None:
+    """The answer of the judge's exchange sealed under `commitment`, if the service holds it."""
+    data = market.sealed_bytes(commitment)
+    if data is None:
+        return None
+    try:
+        value = open_sealed(data, commitment).value
+    except SealError:
+        return None
+    return str(value.get("answer", "")) if isinstance(value, Mapping) else None
 
 
 def logged_settlement(market: Market, task_id: str) -> dict[str, Any] | None:

@@ -6,26 +6,22 @@ audit replaying the draw, the votes and the money."""
 
 from __future__ import annotations
 
-import secrets
 from fractions import Fraction
 from pathlib import Path
 
 import pytest
 
-from accord.ledger.events import Event, make_entry
-from accord.ledger.signing import Ed25519Signer
+from accord.ledger.events import Event
 from accord.market.errors import SettlementWaits, TaskError
 from accord.market.panel import (
     COMMIT_WINDOW_S,
-    PANEL_COMMITTED,
     PANEL_DRAWN,
-    PANEL_REVEALED,
     panel_pay,
-    vote_commitment,
 )
 from accord.market.settlement import logged_settlement, settle_task
 from accord.market.work import ReviewCheck, amount_paid, dispute_fee
 from tests.audit.conftest import REQUESTER_KEY, rebuild_log, with_body
+from tests.market.panelists import jurors, mine, reveal, vote
 from tests.market.test_check_io import (
     REVIEW,
     audit,
@@ -33,36 +29,7 @@ from tests.market.test_check_io import (
     finish,
     logged_checks,
 )
-from tests.market.test_notices import self_custody_agent
 from tests.specs import invoice_spec_with
-
-
-def signed(world, signer: Ed25519Signer, kind: str, task_id: str, body: dict):  # type: ignore[no-untyped-def]
-    return make_entry(
-        signer,
-        kind=kind,
-        seq=world.ledger.next_seq(signer.did),
-        at=world.clock(),
-        subject=task_id,
-        body=body,
-    )
-
-
-def vote(world, signer: Ed25519Signer, task_id: str, verdict: str) -> tuple[str, str]:  # type: ignore[no-untyped-def]
-    """The panelist commits to `verdict`; returns what it reveals later."""
-    salt = secrets.token_hex(16)
-    body = {
-        "task_id": task_id,
-        "check": "looks-right",
-        "commitment": vote_commitment(verdict, salt),
-    }
-    world.market.panels.commit(signed(world, signer, PANEL_COMMITTED, task_id, body))
-    return verdict, salt
-
-
-def reveal(world, signer: Ed25519Signer, task_id: str, verdict: str, salt: str) -> None:  # type: ignore[no-untyped-def]
-    body = {"task_id": task_id, "check": "looks-right", "verdict": verdict, "salt": salt}
-    world.market.panels.reveal(signed(world, signer, PANEL_REVEALED, task_id, body))
 
 
 def test_a_requester_that_rejects_correct_work_loses_its_bond_to_the_coherent_panelists(
@@ -77,13 +44,7 @@ def test_a_requester_that_rejects_correct_work_loses_its_bond_to_the_coherent_pa
     # too few independent agents: no panel could decide it, so the rejection is refused
     with pytest.raises(TaskError, match="no evaluator"):
         market.review(world.requester, task_id, "looks-right", "reject", reason)
-    panelists = {
-        s.did: s
-        for s in (
-            self_custody_agent(world, f"juror{i}", f"https://juror{i}.example/run")
-            for i in range(4)
-        )
-    }
+    panelists = jurors(world, 4)
 
     # the price leaves no room for the fee: the requester bonds it from its own account
     fee = dispute_fee(task.price)
@@ -96,7 +57,7 @@ def test_a_requester_that_rejects_correct_work_loses_its_bond_to_the_coherent_pa
     world.clock.advance(3600)  # the review window closes
     with pytest.raises(SettlementWaits, match=f"block {after + 1}"):
         settle_task(market, world.onboarding, task_id)
-    world.escrow_chain.spend_nonce(world.escrow.operator_address())  # the chain moves on
+    mine(world)  # the chain moves on
     with pytest.raises(SettlementWaits, match="is voting"):
         settle_task(market, world.onboarding, task_id)
     [drawn] = market.ledger.store.find(kind=PANEL_DRAWN, subject=task_id, limit=5)
@@ -168,13 +129,7 @@ def test_a_lone_bidders_review_is_disputed_through_the_requesters_bond(
     market, task_id = world.market, world.task_id
     task = market.task(task_id)
     assert task.price == task.spec.budget
-    panelists = {
-        s.did: s
-        for s in (
-            self_custody_agent(world, f"juror{i}", f"https://juror{i}.example/run")
-            for i in range(3)
-        )
-    }
+    panelists = jurors(world, 3)
     reason = "the fields are wrong"
     with pytest.raises(TaskError, match="bond the rest"):
         market.review(world.requester, task_id, "looks-right", "reject", reason)
@@ -183,7 +138,7 @@ def test_a_lone_bidders_review_is_disputed_through_the_requesters_bond(
     assert world.escrow_chain.bonded(task_id) == fee
 
     world.clock.advance(3600)
-    world.escrow_chain.spend_nonce(world.escrow.operator_address())
+    mine(world)
     with pytest.raises(SettlementWaits, match="is voting"):
         settle_task(market, world.onboarding, task_id)
     check = next(c for c in task.spec.requester_checks if c.check_id == "looks-right")
