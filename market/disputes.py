@@ -437,19 +437,26 @@ def ask_panel(
     check: ReviewCheck,
     dispute: Mapping[str, Any],
     call: Callable[[str, Mapping[str, Any]], Mapping[str, Any] | None],
-) -> PanelLog:
-    """Ask each seat's panelist, through `call(did, request)` (its own process answers with
-    its signed entry, or None when it cannot be reached), to commit, then to reveal; a
-    panelist that answers nothing is left to the window (and its replacement). A commit
-    request carries `dispute` (`dispute_request`: the parts, the criterion and the
-    requester's reason, as data). Returns the panel as it stands. Raises what
-    `Panels.draw` raises."""
-    panel = panels.draw(task, check)
+) -> None:
+    """Ask each seat's panelist of the drawn panel, through `call(did, request)` (its own
+    process answers with its signed entry, or None when it cannot be reached), to commit,
+    then, once reveals are taken, to reveal; a panelist that answers nothing, or what the
+    service refuses, is left to the window (and its replacement). A commit request carries
+    `dispute` (`dispute_request`: the parts, their inputs, the criterion and the requester's
+    reason, as data). The judge's seat is the service's own (`Panels.decision`)."""
+    ledger = panels.ledger
     for phase, admit in (("commit", panels.commit), ("reveal", panels.reveal)):
-        seats = panel.panel.seats if phase == "commit" else tuple(panel.commitments)
-        for did in seats:
-            done = panel.commitments if phase == "commit" else panel.reveals
-            if did in done:
+        panel = current_panel(ledger, task.task_id, check.check_id)
+        if panel is None:
+            return
+        if phase == "commit":
+            wanted = [s for s in panel.panel.seats if s not in panel.commitments]
+        elif panel.revealing(ledger.clock()):
+            wanted = [s for s in panel.commitments if s not in panel.reveals]
+        else:
+            return
+        for did in wanted:
+            if did == JUDGE_SEAT:
                 continue
             request = {"phase": phase, "task_id": task.task_id, "check": check.check_id}
             if phase == "commit":
@@ -461,10 +468,6 @@ def ask_panel(
                 admit(Entry.from_bytes(canonical_json(dict(answer))))
             except (TaskError, AlreadyLoggedError, LedgerError):
                 continue
-        current = current_panel(panels.ledger, task.task_id, check.check_id)
-        assert current is not None
-        panel = current
-    return panel
 
 
 def decide_by_panel(
@@ -474,14 +477,21 @@ def decide_by_panel(
     rejected: CheckResult,
     outputs: Mapping[str, Any],
     judge: JudgeSeat | None = None,
+    call: Callable[[str, Mapping[str, Any]], Mapping[str, Any] | None] | None = None,
+    inputs: Mapping[str, Any] | None = None,
 ) -> CheckResult:
     """The rejected review `check` as its panel decides it: passed when the panel finds for
     the team. The record keeps the rejection and the panel (the seed block, the seats, the
     replacements, the votes, who was coherent, the winner), which the audit replays. A
-    `judge` takes one seat, asked the dispute's prompt over `outputs`. Raises
-    SettlementWaits while the panel is being drawn or is voting."""
+    `judge` takes one seat, asked the dispute's prompt over `outputs`; with `call`, the
+    panelists are asked in their own processes (`ask_panel`, given the parts' `inputs`).
+    Raises SettlementWaits while the panel is being drawn or is voting."""
     reason = str((rejected.record or {}).get("reason", ""))
     prompt = dispute_prompt(check, outputs, reason) if judge is not None else None
+    panels.draw(task, check, judge, prompt)
+    if call is not None:
+        request = dispute_request(check, outputs, reason) | {"inputs": dict(inputs or {})}
+        ask_panel(panels, task, check, request, call)
     panel = panels.decision(task, check, judge, prompt)
     decided = panel.tally()
     record = dict(rejected.record or {})

@@ -61,6 +61,7 @@ from accord.market.disputes import JudgeSeat, decide_by_panel
 from accord.market.errors import EscrowError, SettlementError
 from accord.market.money import Wei
 from accord.market.panel import JUDGE_SEAT, PanelError, decided_disputes, settle_disputes
+from accord.market.panel_calls import panelist_caller
 from accord.market.reputation import SettledWork, scored_parts
 from accord.market.service import MAX_TASK_EVENTS, EscrowReceipt, Market, task_event
 from accord.market.shapley import ShapleyResult, shapley, split_wei
@@ -79,7 +80,9 @@ from accord.market.work import (
     ReviewCheck,
     amount_paid,
     check_shares,
+    file_refs,
     paid_share,
+    resolve_files,
 )
 
 #: How long a settle that lost the race waits for the winner's payment to be mined.
@@ -297,9 +300,11 @@ def delivery_body(market: Market, task_id: str) -> dict[str, Any]:
 
 
 def service_check_environment(
-    market: Market, task: Task, judge: Judge | None
+    market: Market, task: Task, judge: Judge | None, onboarding: Onboarding | None = None
 ) -> ServiceCheckEnvironment:
-    """The sandbox, the judge, and the requester's reviews as the log holds them now."""
+    """The sandbox, the judge, and the requester's reviews as the log holds them now; a
+    rejection's panel (`accord.market.disputes`), with the judge in one seat, and with
+    `onboarding`, its panelists called in their own processes (`panel_calls`)."""
     events = [
         (stored.index, task_event(stored))
         for stored in market.ledger.store.find(
@@ -312,13 +317,33 @@ def service_check_environment(
     )
     seat = None if judge is None else JudgeSeat(env.ask_model, lambda c: _answer_of(market, c))
 
+    call = None if onboarding is None else panelist_caller(onboarding, market.ledger.operator)
+
     def by_panel(
         check: ReviewCheck, outputs: Mapping[str, Any], rejected: CheckResult
     ) -> CheckResult:
-        return decide_by_panel(market.panels, task, check, rejected, outputs, seat)
+        inputs = part_inputs(market, task, check.reads) if call is not None else None
+        return decide_by_panel(
+            market.panels, task, check, rejected, outputs, seat, call=call, inputs=inputs
+        )
 
     env.panel = by_panel
     return env
+
+
+def part_inputs(market: Market, task: Task, reads: Collection[str]) -> dict[str, Any]:
+    """The capability and input (its files' text in place) of each part in `reads`: what a
+    panelist is given beside the outputs. Raises TaskError, BlobError for a missing file."""
+    found: dict[str, Any] = {}
+    for part in task.spec.parts:
+        if part.part_id not in reads:
+            continue
+        texts = {sha: market.file_text(task, sha) for sha in file_refs(part.input)}
+        found[part.part_id] = {
+            "capability": part.capability,
+            "input": resolve_files(part.input, texts),
+        }
+    return found
 
 
 def _answer_of(market: Market, commitment: str) -> str | None:
@@ -526,7 +551,9 @@ def _compute_and_log(
     SettlementError, SettlementWaits."""
     task_id = task.task_id
     chain_id = market.escrow.chain_id()
-    env = service_check_environment(market, task, judge_from_env() if judge is None else judge)
+    env = service_check_environment(
+        market, task, judge_from_env() if judge is None else judge, onboarding
+    )
     settlement, _, _ = recompute_settlement(
         task, delivery_body(market, task_id), env, opener(market.sealed_bytes, required=True)
     )

@@ -16,7 +16,7 @@ from tests.market.test_notices import self_custody_agent
 def jurors(world: World, count: int) -> dict[str, Ed25519Signer]:
     """`count` self-custody agents credentialed like the reference team, by DID."""
     made = (
-        self_custody_agent(world, f"juror{i}", f"https://juror{i}.example/run")
+        self_custody_agent(world, f"juror{i}", f"https://juror{i}.invalid/run")
         for i in range(count)
     )
     return {signer.did: signer for signer in made}
