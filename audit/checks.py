@@ -390,6 +390,7 @@ def _scope(store: LogStore, task_id: str, operator_did: str | None) -> _Scope:
     for _, event in events:  # the payees, whose payout bindings the settlement is held to
         if event.kind == SETTLEMENT_COMPUTED and isinstance(event.body.get("payouts"), Mapping):
             agents |= {str(p) for p in event.body["payouts"]}
+            agents |= {str(p) for p in event.body.get("panel_payouts") or {}}  # the panelists
     for kind in (ANSWERED, PAYOUT_BOUND_KIND):
         take([i for i in by_kind.get(kind, []) if log[i].event.actor in agents])
     if agents:
