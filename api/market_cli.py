@@ -158,6 +158,7 @@ class _ReadOnlyEscrow:
 
     open = refund_to_requester = requester_address = deposit_of = pay_out = chain_id = _refuse
     operator_address = deposit_record = escrow_address = release = _refuse
+    bond = bonded = block_number = block_hash = _refuse
 
 
 @contextmanager

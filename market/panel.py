@@ -579,7 +579,7 @@ def decided_disputes(
     """The panel disputes among checks' records (by check id, in id order): each one's fee,
     seats and tally as its record logs them. Raises PanelError for a record that does not
     parse."""
-    found = []
+    found: list[tuple[int, Sequence[str], Tally]] = []
     for check_id in sorted(records):
         record = records[check_id] or {}
         dispute = record.get("dispute")
