@@ -208,6 +208,8 @@ class LogReviews:
                         "reason": str(event.body.get("reason", "")),
                         "fee": str(event.body.get("fee", "0")),
                     }
+                    if "after_block" in event.body:  # a rejection a panel decides
+                        record["after_block"] = event.body["after_block"]
                 return CheckResult(
                     check.check_id,
                     verdict == "accept",

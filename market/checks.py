@@ -603,7 +603,9 @@ class RecheckEnvironment:
         result = self._review_of(check)
         logged = self.logged.get(check.check_id)
         dispute = (logged.record or {}).get("dispute") if logged is not None else None
-        if is_disputed(result) and isinstance(dispute, Mapping) and "panel" in dispute:
+        paneled = isinstance(dispute, Mapping) and "panel" in dispute
+        if is_disputed(result) and (paneled or "after_block" in (result.record or {})):
+            # a rejection naming its seed block is a panel's to decide, never the judge's alone
             if self._panel is None:
                 raise SettlementError(f"check {check.check_id} was decided by a panel: no replay")
             return self._panel(check, outputs, result)

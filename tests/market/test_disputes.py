@@ -6,6 +6,7 @@ audit replaying the draw, the votes and the money."""
 
 from __future__ import annotations
 
+import copy
 from fractions import Fraction
 from pathlib import Path
 
@@ -18,7 +19,7 @@ from accord.market.panel import (
     PANEL_DRAWN,
     panel_pay,
 )
-from accord.market.settlement import logged_settlement, settle_task
+from accord.market.settlement import SETTLEMENT_COMPUTED, logged_settlement, settle_task
 from accord.market.work import ReviewCheck, amount_paid, dispute_fee
 from tests.audit.conftest import REQUESTER_KEY, rebuild_log, with_body
 from tests.market.panelists import jurors, mine, reveal, vote
@@ -115,6 +116,24 @@ def test_a_requester_that_rejects_correct_work_loses_its_bond_to_the_coherent_pa
     forged = audit(world, store, anchors)
     assert not forged.ok and forged.first_failure is not None
     assert "not the one the rule draws" in forged.first_failure.detail
+
+    # or passes the panel by: the settlement says the operator's judge decided it alone
+    [computed] = market.ledger.store.find(kind=SETTLEMENT_COMPUTED, subject=task_id, limit=1)
+
+    def judge_alone(index: int, event: Event) -> Event:
+        if index != computed.index:
+            return event
+        body = copy.deepcopy(dict(event.body))
+        for check in body["checks"]:
+            if check["id"] == "looks-right":
+                check["record"]["dispute"] = {"model": "m", "exchange": "0" * 64, "winner": "team"}
+        body.pop("panel_payouts")
+        return with_body(event, body)
+
+    store, anchors = rebuild_log(world, tmp_path / "alone.db", judge_alone)
+    forged = audit(world, store, anchors)
+    assert not forged.ok and forged.first_failure is not None
+    assert "panelists' pay recomputes" in forged.first_failure.detail
 
 
 def test_a_lone_bidders_review_is_disputed_through_the_requesters_bond(

@@ -11,6 +11,10 @@ from accord.ledger.events import Event, format_time
 from accord.ledger.signing import did_key_from_public_key
 from accord.market.panel import (
     JUDGE_SEAT,
+    PANEL_COMMITTED,
+    PANEL_DRAWN,
+    PANEL_REPLACED,
+    PANEL_REVEALED,
     PanelError,
     Tally,
     can_draw_panel,
@@ -20,6 +24,7 @@ from accord.market.panel import (
     eligible,
     excluded_from_panel,
     paid_pairs,
+    panel_log,
     panel_pay,
     panel_seed,
     ranking,
@@ -207,3 +212,53 @@ def test_the_losers_stake_pays_the_coherent_seats_and_the_rest_goes_to_the_winne
     broke = dispute_money(100, seats, Tally("requester", {}, seats), team_pay=40)
     assert (broke.from_team, broke.from_bond) == (40, 60)
     assert sum(broke.panel.values()) == 100
+
+
+def test_the_panels_log_folds_by_its_windows() -> None:
+    """Commitments count inside the commit window from seated panelists, once; reveals only
+    once every seat committed (or the window closed and the silent were replaced), opening
+    their commitments; the judge's seat is the operator's, named by `"seat"`."""
+    pool = [_did(str(i)) for i in range(5)]
+    panel = draw(pool, panel_seed(BLOCK, "t", "c"), judge=True)
+    judge, a, b = panel.seats
+    drawn = {"check": "c", **panel.to_json()}
+    salt = "ab" * 16
+    minute = timedelta(minutes=1)
+
+    def at(kind: str, actor: str, when: timedelta, body: dict) -> Event:
+        return _event(kind, actor, T0 + when, {"check": "c", **body}, subject="t")
+
+    events = [
+        at(PANEL_DRAWN, OPERATOR, timedelta(0), drawn),
+        at(PANEL_COMMITTED, OPERATOR, minute, {"seat": "judge", "commitment": "x" * 64}),
+        at(PANEL_COMMITTED, a, minute, {"commitment": vote_commitment("team", salt)}),
+        at(PANEL_REVEALED, a, 2 * minute, {"verdict": "team", "salt": salt}),  # too early
+        at(PANEL_COMMITTED, panel.reserves[0], minute, {"commitment": "y" * 64}),  # no seat
+        at(PANEL_COMMITTED, b, 11 * minute, {"commitment": "z" * 64}),  # the window closed
+        at(PANEL_REPLACED, OPERATOR, 12 * minute, {"replaced": {b: panel.reserves[0]}}),
+    ]
+    folded = panel_log(list(enumerate(events)), operator=OPERATOR, check_id="c")
+    assert folded is not None
+    assert folded.panel.seats == (judge, a, panel.reserves[0])
+    assert set(folded.commitments) == {JUDGE_SEAT, a} and not folded.reveals
+    successor = panel.reserves[0]
+    events += [
+        at(
+            PANEL_COMMITTED,
+            successor,
+            13 * minute,
+            {"commitment": vote_commitment("requester", salt)},
+        ),
+        at(PANEL_REVEALED, a, 14 * minute, {"verdict": "team", "salt": salt}),
+        at(PANEL_REVEALED, successor, 14 * minute, {"verdict": "requester", "salt": salt}),
+        at(
+            PANEL_REVEALED,
+            OPERATOR,
+            14 * minute,
+            {"seat": "judge", "verdict": "requester", "salt": ""},
+        ),
+    ]
+    folded = panel_log(list(enumerate(events)), operator=OPERATOR, check_id="c")
+    assert folded is not None and folded.decided(T0 + 15 * minute)
+    decided = folded.tally()
+    assert decided.winner == "requester" and decided.coherent == (judge, successor)
