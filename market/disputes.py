@@ -40,6 +40,7 @@ from accord.market.checks import (
 )
 from accord.market.errors import SettlementError, SettlementWaits, TaskError
 from accord.market.panel import (
+    ISSUED,
     JUDGE_SEAT,
     PANEL_COMMITTED,
     PANEL_DRAWN,
@@ -47,6 +48,9 @@ from accord.market.panel import (
     PANEL_REPLACED,
     PANEL_REVEALED,
     PANEL_SIZE,
+    REGISTERED,
+    REVOKED,
+    SETTLED,
     PanelError,
     PanelLog,
     can_draw_panel,
@@ -112,17 +116,41 @@ def has_evaluator(
     be decided now: enough self-custody, credentialed, live agents outside both parties'
     circles to fill a panel (a configured judge model filling one seat). A service where this
     holds has an evaluator even without a judge model."""
-    events = log_events(ledger)
+    events = panel_relevant_events(ledger)
     pool = pool_at(
         events,
         operator=ledger.operator.did,
         requester=requester,
         team=team,
         capabilities=capabilities,
-        before=len(events) and events[-1][0] + 1,
+        before=ledger.store.size(),
         at=at or ledger.clock(),
     )
     return can_draw_panel(pool, judge=judge)
+
+
+PANEL_POOL_KINDS = (REGISTERED, ISSUED, REVOKED, SETTLED)
+"""The kinds the pool is read from (registrations, credentials, settled work); each
+self-custody agent's latest entry is read beside them, for its liveness."""
+
+
+def panel_relevant_events(ledger: Ledger) -> list[tuple[int, Event]]:
+    """What `pool_at` needs of the whole log, without reading it all: registrations,
+    credentials and their revocations, settled tasks, and the latest entry of each agent that
+    registered self-custody (what its liveness is). The pool they give is the one the whole
+    log gives."""
+    store = ledger.store
+    found = {
+        stored.index: Entry.from_bytes(stored.data).event
+        for stored in store.find(kinds=PANEL_POOL_KINDS, limit=10**9)
+    }
+    selves = {
+        e.actor for e in found.values() if e.kind == REGISTERED and e.body.get("custody") == "self"
+    }
+    for did in sorted(selves):
+        for stored in store.find(actor=did, newest_first=True, limit=1):
+            found[stored.index] = Entry.from_bytes(stored.data).event
+    return sorted(found.items())
 
 
 @dataclass(frozen=True)

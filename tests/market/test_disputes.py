@@ -13,11 +13,13 @@ from pathlib import Path
 import pytest
 
 from accord.ledger.events import Event
+from accord.market.disputes import log_events, panel_relevant_events, team_of
 from accord.market.errors import SettlementWaits, TaskError
 from accord.market.panel import (
     COMMIT_WINDOW_S,
     PANEL_DRAWN,
     panel_pay,
+    pool_at,
 )
 from accord.market.settlement import SETTLEMENT_COMPUTED, logged_settlement, settle_task
 from accord.market.work import ReviewCheck, amount_paid, dispute_fee
@@ -46,6 +48,22 @@ def test_a_requester_that_rejects_correct_work_loses_its_bond_to_the_coherent_pa
     with pytest.raises(TaskError, match="no evaluator"):
         market.review(world.requester, task_id, "looks-right", "reject", reason)
     panelists = jurors(world, 4)
+    # the pool read from the kinds it needs (and each agent's latest entry) is the whole log's
+    whole, some = log_events(world.ledger), panel_relevant_events(world.ledger)
+    assert len(some) < len(whole)
+    pools = [
+        pool_at(
+            events,
+            operator=world.ledger.operator.did,
+            requester=task.requester,
+            team=team_of(task, None),
+            capabilities=("extraction",),
+            before=world.ledger.store.size(),
+            at=world.clock(),
+        )
+        for events in (whole, some)
+    ]
+    assert pools[0] == pools[1] and set(pools[0]) == set(panelists)
 
     # the price leaves no room for the fee: the requester bonds it from its own account
     fee = dispute_fee(task.price)
