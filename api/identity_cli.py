@@ -382,10 +382,20 @@ def agent_run(
         str | None,
         typer.Option(help="The chain's RPC URL for --withdraw (default: the service's)."),
     ] = None,
+    panel: Annotated[
+        bool,
+        typer.Option(
+            help=(
+                "Sit on disputes' panels it is drawn for: evaluate the disputed parts by doing "
+                "them again with its handler, commit to its vote, then reveal it."
+            )
+        ),
+    ] = True,
 ) -> None:
     """Run a self-custody agent: its keys stay in KEY's files; it registers, sits its exams,
-    binds its payout account, then bids and leads the teams of the tasks it wins, until it is
-    stopped (SIGTERM or Ctrl-C, exit 0). One JSON line on stdout per step."""
+    binds its payout account, then bids, leads the teams of the tasks it wins and sits on the
+    dispute panels it is drawn for, until it is stopped (SIGTERM or Ctrl-C, exit 0). One JSON
+    line on stdout per step."""
     import signal
     import threading
 
@@ -394,6 +404,7 @@ def agent_run(
     from accord.coordinator.llm_policy import leader_policy
     from accord.kit.agent import KitAgent, fixed_price, load_eth_key, load_key
     from accord.kit.handlers import HandlerError, handler_from_spec
+    from accord.kit.panel import attach_panel
     from accord.kit.wallet import Wallet, WalletError, read_key_file
     from accord.market.errors import AmountError
     from accord.market.money import parse_amount
@@ -454,6 +465,8 @@ def agent_run(
     signal.signal(signal.SIGINT, on_signal)
     try:
         base = agent.start(host, port, url)
+        if panel:
+            attach_panel(agent)
         agent.join(base)
     except ApiError as exc:
         agent.stop()

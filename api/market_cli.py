@@ -158,6 +158,7 @@ class _ReadOnlyEscrow:
 
     open = refund_to_requester = requester_address = deposit_of = pay_out = chain_id = _refuse
     operator_address = deposit_record = escrow_address = release = deposit_problem = _refuse
+    bond = bonded = block_number = block_hash = _refuse
 
 
 @contextmanager
@@ -888,19 +889,38 @@ def task_review(
     as_agent: Annotated[
         str | None, typer.Option("--as", help="The requester (default: the operator).")
     ] = None,
+    eth_key: Annotated[
+        str | None,
+        typer.Option(
+            help=(
+                "The account that funded the escrow (hex key or key file; default "
+                "ACCORD_REQUESTER_ETH_KEY, or the devnet's requester): it bonds a dispute's fee "
+                "the escrow does not hold."
+            )
+        ),
+    ] = None,
     as_json: JsonFlag = False,
 ) -> None:
     """The requester's verdict on a review check of the delivered work (once, in the window).
-    A rejection needs --reason and opens a dispute an independent evaluator decides; its fee
-    (1/20 of the price) is held from the escrow beyond the price and borne by the loser."""
+    A rejection needs --reason and opens a dispute a panel of independent agents decides; its
+    fee (1/20 of the price) is held from the escrow beyond the price, bonded first from the
+    requester's account where the escrow holds too little, and pays the panel from the
+    loser's stake."""
     if accept is None:
         fail("say --accept or --reject", 2)
     verdict = "accept" if accept else "reject"
     if verdict == "reject" and not (reason or "").strip():
         fail("a rejection needs --reason TEXT: it opens a dispute an evaluator decides", 2)
     require_task(task_id)
+    if eth_key is not None and Path(eth_key).is_file():
+        eth_key = _eth_key_file(Path(eth_key))
     with _market() as context:
-        index = context.market.review(context.signer_for(as_agent), task_id, check, verdict, reason)
+        bonding = eth_key or os.environ.get("ACCORD_REQUESTER_ETH_KEY")
+        if bonding is None and context.settings.managed_devnet:
+            bonding = context.default_requester_key()
+        index = context.market.review(
+            context.signer_for(as_agent), task_id, check, verdict, reason, bond_key=bonding
+        )
     if as_json:
         emit({"task_id": task_id, "check": check, "verdict": verdict, "index": index})
     else:

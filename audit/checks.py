@@ -87,6 +87,7 @@ from accord.market import sealed
 from accord.market.award import BidBook, replay_award
 from accord.market.check_io import LogReviews, check_world, run_python_check
 from accord.market.checks import CheckResult, RecheckEnvironment, Valuation
+from accord.market.disputes import replay_panel
 from accord.market.errors import MarketError, ReputationError, SettlementError
 from accord.market.escrow import EscrowChain, EscrowEvent
 from accord.market.reputation import (
@@ -123,7 +124,7 @@ from accord.market.tasks import (
     TaskEvent,
     replay,
 )
-from accord.market.work import PythonCheck
+from accord.market.work import PythonCheck, ReviewCheck
 
 STEP_TITLES = {
     1: "every entry's signature and actor",
@@ -452,6 +453,7 @@ def _scope(store: LogStore, task_id: str, operator_did: str | None) -> _Scope:
     for _, event in events:  # the payees, whose payout bindings the settlement is held to
         if event.kind == SETTLEMENT_COMPUTED and isinstance(event.body.get("payouts"), Mapping):
             agents |= {str(p) for p in event.body["payouts"]}
+            agents |= {str(p) for p in event.body.get("panel_payouts") or {}}  # the panelists
     for kind in (ANSWERED, PAYOUT_BOUND_KIND):
         take([i for i in by_kind.get(kind, []) if log[i].event.actor in agents])
     if agents:
@@ -1018,7 +1020,26 @@ def _settlement(
             return result
 
         open_value = opener(outputs or _holds_none, required=False)
-        env = RecheckEnvironment(logged, rerun_python, reviews.review, open_value)
+        log_events = [(i, entry.event) for i, entry in sorted(scope.log.items())]
+
+        def panel(
+            check: ReviewCheck, outputs: Mapping[str, Any], rejected: CheckResult
+        ) -> CheckResult:
+            """The dispute's panel replayed from the log and the chain's block hashes."""
+            return replay_panel(
+                log_events,
+                operator=scope.operator,
+                task=scope.task,
+                check=check,
+                rejected=rejected,
+                delivered=delivered,
+                block_hash=escrow.block_hash,
+                before=index,
+                outputs=outputs,
+                open_value=open_value,
+            )
+
+        env = RecheckEnvironment(logged, rerun_python, reviews.review, open_value, panel)
         settlement, valuation, _ = recompute_settlement(
             scope.task, delivered, env, open_value, seed=int(body["seed"])
         )
@@ -1053,6 +1074,12 @@ def _settlement(
     payouts = {p: str(w) for p, w in settlement.payouts.items()}
     if payouts != body["payouts"]:
         raise AuditFailure(f"the payouts recompute to {payouts}, not {body['payouts']}", index)
+    panelists = {p: str(w) for p, w in settlement.panel_payouts.items()}
+    if panelists != dict(body.get("panel_payouts") or {}):
+        raise AuditFailure(
+            f"the panelists' pay recomputes to {panelists}, not {body.get('panel_payouts')}",
+            index,
+        )
     fee = str(settlement.evaluator_fee)
     if fee != str(body.get("evaluator_fee", "0")):
         raise AuditFailure(
@@ -1109,7 +1136,7 @@ def _held(
     was logged; never held for one that had. Raises AuditFailure."""
     held = dict(body.get("held") or {})
     chain_id = escrow.chain_id()
-    owed = {p: w for p, w in settlement.payouts.items() if w > 0}
+    owed = {p: w for p, w in {**settlement.payouts, **settlement.panel_payouts}.items() if w > 0}
     for player in sorted(set(held) - set(owed)):
         raise AuditFailure(f"the settlement holds a payout for {player}, who is owed none", index)
     for player, wei in owed.items():
@@ -1244,12 +1271,24 @@ def _escrow_events(scope: _Scope, escrow: EscrowChain) -> str:
     )
     if paid != expected:
         raise AuditFailure(f"the chain paid {paid}, the settlement says {expected}")
+    bonds = [e for e in events if e.name == "Bonded" and e.block_number <= settled[0].block_number]
+    if any((e.account or "").lower() != (opened[0].account or "").lower() for e in bonds):
+        raise AuditFailure("a dispute bond came from another account than the deposit")
+    bonded = sum(int(e.amount) for e in bonds)
+    if str(bonded) != str(body.get("bonded", "0")):
+        raise AuditFailure(
+            f"the chain holds {bonded} wei of bonds, the settlement says {body.get('bonded', '0')}"
+        )
     remainder = settled[0].amount
-    if sum(w for _, w in paid) + remainder != opened[0].amount:
-        raise AuditFailure("paid plus remainder does not equal the deposit: funds not conserved")
+    if sum(w for _, w in paid) + remainder != opened[0].amount + bonded:
+        raise AuditFailure(
+            "paid plus remainder does not equal the deposit and the bonds: funds not conserved"
+        )
     released = _releases(scope, body, events, escrow.chain_id())
     return (
-        f"deposit {opened[0].amount} wei = {sum(w for _, w in paid)} paid to "
+        f"deposit {opened[0].amount} wei"
+        + (f" and bonds {bonded} wei" if bonded else "")
+        + f" = {sum(w for _, w in paid)} paid to "
         f"{len(paid)} payees + {remainder} back to the requester"
         + (f"; {released}" if released else "")
     )

@@ -10,10 +10,13 @@ pragma solidity 0.8.28;
 ///      through `withdraw`, which pays the caller's accumulated credit. A settlement that cannot
 ///      pay someone yet (it has bound no payout account) names this contract itself as that
 ///      payee: the amount is held under the task (`held`), not credited to anyone, until the
-///      operator `release`s it to the account its owner binds. Every state change
+///      operator `release`s it to the account its owner binds. While a task is open its
+///      requester may `bond` more wei from its own account for the disputes its rejections open
+///      (`bonded`): a settlement may pay out the deposit and the bond together, and a refund
+///      returns both. Every state change
 ///      happens before the one external call (checks-effects-interactions), so the contract's
-///      balance always equals the open deposits plus the amounts held plus the credits not yet
-///      withdrawn.
+///      balance always equals the open deposits and bonds plus the amounts held plus the
+///      credits not yet withdrawn.
 ///      `taskId` is `keccak256(bytes(taskIdString))` of the UTF-8 task id.
 contract TaskEscrow {
     /// @notice Lifecycle of one task's escrow.
@@ -42,8 +45,14 @@ contract TaskEscrow {
     /// @notice Wei a settled task holds for payees that could not be paid yet.
     mapping(bytes32 taskId => uint256 amount) public held;
 
+    /// @notice Wei the requester of an open task bonded for its disputes, beyond the deposit.
+    mapping(bytes32 taskId => uint256 amount) public bonded;
+
     /// @notice `requester` deposited `deposit` wei for `taskId`, refundable after `deadline`.
     event Opened(bytes32 indexed taskId, address indexed requester, uint256 deposit, uint64 deadline);
+
+    /// @notice `requester` bonded `amount` wei more for `taskId`'s disputes, `total` in all.
+    event Bonded(bytes32 indexed taskId, address indexed requester, uint256 amount, uint256 total);
 
     /// @notice `taskId` was settled: `amounts[i]` credited to `payees[i]`, `remainder` to its
     ///         requester.
@@ -88,6 +97,9 @@ contract TaskEscrow {
     /// @notice A refund before the task's deadline.
     error DeadlineNotReached(uint64 deadline, uint256 timestamp);
 
+    /// @notice A bond that would not bring the task's bonds to the `total` it names (`actual`).
+    error BondMismatch(uint256 total, uint256 actual);
+
     /// @notice A release of `amount` wei from a task holding only `held`.
     error OverHeld(uint256 amount, uint256 held);
 
@@ -114,10 +126,27 @@ contract TaskEscrow {
         emit Opened(taskId, msg.sender, msg.value, deadline);
     }
 
+    /// @notice Add `msg.value` to the dispute bond of open `taskId`, bringing it to `total`.
+    /// @dev Requester only. `total` makes the call idempotent: a bond sent twice (a transaction
+    ///      signed again) reverts instead of bonding twice. Reverts with `NotOpen`,
+    ///      `NotRequester`, `ZeroDeposit` or `BondMismatch`.
+    function bond(bytes32 taskId, uint256 total) external payable {
+        Escrow storage escrow = _escrows[taskId];
+        if (escrow.state != State.Open) revert NotOpen(taskId, uint8(escrow.state));
+        if (msg.sender != escrow.requester) revert NotRequester();
+        if (msg.value == 0) revert ZeroDeposit();
+        uint256 after_ = bonded[taskId] + msg.value;
+        if (after_ != total) revert BondMismatch(total, after_);
+        bonded[taskId] = after_;
+        emit Bonded(taskId, msg.sender, msg.value, after_);
+    }
+
     /// @notice Settle `taskId` once: credit `amounts[i]` to `payees[i]`, the rest to the requester.
     ///         An amount whose payee is this contract is held under the task (`release`).
+    ///         The deposit and the requester's bond are paid out together.
     /// @dev Operator only. Reverts with `NotOperator`, `NotOpen`, `LengthMismatch`, `ZeroPayee`
-    ///      or `OverDeposit`. No transfer happens here (pull payments).
+    ///      or `OverDeposit` (over the deposit plus the bond). No transfer happens here (pull
+    ///      payments).
     function settle(bytes32 taskId, address[] calldata payees, uint256[] calldata amounts)
         external
     {
@@ -125,7 +154,7 @@ contract TaskEscrow {
         Escrow storage escrow = _escrows[taskId];
         if (escrow.state != State.Open) revert NotOpen(taskId, uint8(escrow.state));
         if (payees.length != amounts.length) revert LengthMismatch(payees.length, amounts.length);
-        uint256 deposit = escrow.deposit;
+        uint256 deposit = escrow.deposit + bonded[taskId];
         uint256 total = 0;
         for (uint256 i = 0; i < payees.length; ++i) {
             if (payees[i] == address(0)) revert ZeroPayee();
@@ -133,6 +162,7 @@ contract TaskEscrow {
         }
         if (total > deposit) revert OverDeposit(total, deposit);
         escrow.state = State.Settled;
+        bonded[taskId] = 0;
         for (uint256 i = 0; i < payees.length; ++i) {
             if (payees[i] == address(this)) {
                 held[taskId] += amounts[i];
@@ -157,7 +187,7 @@ contract TaskEscrow {
         emit Released(taskId, payee, amount);
     }
 
-    /// @notice Credit the whole deposit of an unsettled `taskId` back to its requester.
+    /// @notice Credit the whole deposit (and bond) of an unsettled `taskId` back to its requester.
     /// @dev Requester only, after the deadline. Reverts with `NotOpen`, `NotRequester` or
     ///      `DeadlineNotReached`.
     function refund(bytes32 taskId) external {
@@ -168,7 +198,8 @@ contract TaskEscrow {
             revert DeadlineNotReached(escrow.deadline, block.timestamp);
         }
         escrow.state = State.Refunded;
-        uint256 amount = escrow.deposit;
+        uint256 amount = escrow.deposit + bonded[taskId];
+        bonded[taskId] = 0;
         credit[msg.sender] += amount;
         emit Refunded(taskId, msg.sender, amount);
     }

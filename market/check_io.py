@@ -208,6 +208,8 @@ class LogReviews:
                         "reason": str(event.body.get("reason", "")),
                         "fee": str(event.body.get("fee", "0")),
                     }
+                    if "after_block" in event.body:  # a rejection a panel decides
+                        record["after_block"] = event.body["after_block"]
                 return CheckResult(
                     check.check_id,
                     verdict == "accept",
@@ -238,10 +240,18 @@ class ServiceCheckEnvironment:
         reviews: LogReviews,
         judge: Judge | None,
         keep: Callable[[Sealed], None] | None = None,
+        panel: Callable[[ReviewCheck, Mapping[str, Any], CheckResult], CheckResult] | None = None,
     ) -> None:
         self.reviews = reviews
         self.judge = judge
         self.keep = keep
+        self.panel = panel
+        """Decides a dispute by the panel of independent agents (`accord.market.disputes`)."""
+
+    def ask_model(self, prompt: str) -> Judged:
+        """The judge model's answer to `prompt` (a dispute's panel seat), its exchange sealed
+        and kept. Raises SettlementWaits when the model cannot be reached."""
+        return self._judged(prompt)
 
     def _judged(self, prompt: str, model: str | None = None) -> Judged:
         assert self.judge is not None
@@ -277,14 +287,17 @@ class ServiceCheckEnvironment:
         return self._judged(prompt, check.model)
 
     def review(self, check: ReviewCheck, outputs: Mapping[str, Any]) -> CheckResult:
-        """A rejection is a dispute: the judge decides it with the review's criterion.
+        """A rejection is a dispute: its panel decides it (`panel`), else the judge, with
+        the review's criterion.
 
         Raises SettlementWaits while the window is open and nobody reviewed, or while a
-        dispute has no judge to decide it (the requester does not win by default).
+        dispute has no panel or judge to decide it (the requester does not win by default).
         """
         result = self.reviews.review(check)
         if not is_disputed(result):
             return result
+        if self.panel is not None:
+            return self.panel(check, outputs, result)
         if self.judge is None:
             raise SettlementWaits(
                 f"the requester rejected review check {check.check_id}, which opens a dispute "

@@ -323,12 +323,13 @@ def is_disputed(result: CheckResult) -> bool:
 
 
 def dispute_costs(results: Mapping[str, CheckResult]) -> tuple[int, int]:
-    """Pure: the fees of the decided disputes, as (the team's to bear, the requester's): the
-    side an evaluator found against bears each dispute's fee."""
+    """Pure: the fees of the disputes a judge model decided alone (settlements from before
+    panels), as (the team's to bear, the requester's): the side the judge found against bears
+    each dispute's fee. A panel's disputes are paid by `accord.market.panel.settle_disputes`."""
     team = requester = 0
     for result in results.values():
         dispute = (result.record or {}).get("dispute")
-        if not isinstance(dispute, Mapping):
+        if not isinstance(dispute, Mapping) or "panel" in dispute:
             continue
         fee = int(str((result.record or {}).get("fee", "0")))
         if dispute.get("winner") == "team":
@@ -549,11 +550,14 @@ class RecheckEnvironment:
         run_python: Callable[[PythonCheck, Mapping[str, Any]], CheckResult],
         review_of: ReviewOf,
         open_value: Callable[[str], Any],
+        panel: Callable[[ReviewCheck, Mapping[str, Any], CheckResult], CheckResult] | None = None,
     ) -> None:
         self.logged = logged
         self._run_python = run_python
         self._review_of = review_of
         self._open = open_value
+        self._panel = panel
+        """Replays a dispute's panel from the log (`accord.market.disputes.replay_panel`)."""
         self.unopened_checks: list[str] = []
         """The checks held to their logged verdicts for want of the outputs they read."""
 
@@ -597,10 +601,16 @@ class RecheckEnvironment:
         rejection and the outputs build, and the verdict is the logged answer's. Where the
         outputs are sealed, the dispute's logged winner stands for the answer."""
         result = self._review_of(check)
-        if not is_disputed(result):
-            return result
         logged = self.logged.get(check.check_id)
         dispute = (logged.record or {}).get("dispute") if logged is not None else None
+        paneled = isinstance(dispute, Mapping) and "panel" in dispute
+        if is_disputed(result) and (paneled or "after_block" in (result.record or {})):
+            # a rejection naming its seed block is a panel's to decide, never the judge's alone
+            if self._panel is None:
+                raise SettlementError(f"check {check.check_id} was decided by a panel: no replay")
+            return self._panel(check, outputs, result)
+        if not is_disputed(result):
+            return result
         if not isinstance(dispute, Mapping) or logged is None:
             raise SettlementError(f"review check {check.check_id} is disputed with no record")
         if any(value is SEALED for value in outputs.values()):

@@ -64,6 +64,7 @@ from accord.market.auction import AuctionOutcome
 from accord.market.award import AdmittedCommitment, AdmittedReveal, BidBook, replay_award
 from accord.market.blobs import BlobError, BlobStore, FileQuota, Upload, sha256_hex
 from accord.market.check_io import judge_from_env
+from accord.market.disputes import Panels, has_evaluator, part_capabilities, team_of
 from accord.market.errors import (
     AuctionError,
     BidRejected,
@@ -74,6 +75,7 @@ from accord.market.errors import (
     WorkError,
 )
 from accord.market.money import Wei, format_eth
+from accord.market.panel import capabilities_read
 from accord.market.projections import read_views
 from accord.market.reputation import (
     RequesterRecord,
@@ -221,6 +223,24 @@ class EscrowPort(Protocol):
         disputes its judge model decides."""
         ...
 
+    def bonded(self, task_id: str) -> Wei:
+        """What `task_id`'s requester bonded for its disputes beyond the deposit (0 once
+        the escrow is paid out)."""
+        ...
+
+    def bond(self, task_id: str, amount: Wei, total: Wei, requester_key: str) -> EscrowReceipt:
+        """Bond `amount` wei more from the requester's account, the task's bonds then
+        `total` (`TaskEscrow.bond`). Raises EscrowError when the contract refuses."""
+        ...
+
+    def block_number(self) -> int:
+        """The chain's head block."""
+        ...
+
+    def block_hash(self, number: int) -> bytes | None:
+        """The hash of block `number`, or None when it is not mined."""
+        ...
+
 
 @dataclass(frozen=True)
 class BidView:
@@ -272,13 +292,14 @@ class _TaskLog:
 
 
 def rejection_terms(
-    task: Task, reason: str | None, given: Sequence[Mapping[str, Any]]
+    task: Task, reason: str | None, given: Sequence[Mapping[str, Any]], bonded: int = 0
 ) -> dict[str, str]:
     """Pure: what a rejection of one of `task`'s review checks logs, its reason and its
-    dispute fee, given the review bodies already logged.
+    dispute fee, given the review bodies already logged and what the requester `bonded`
+    beyond the budget (`TaskEscrow.bond`).
 
     Raises TaskError without a reason, or when the escrow does not hold the fee of every
-    rejection beyond the price (`accord.market.work.dispute_fee` each).
+    rejection beyond the price (`accord.market.work.dispute_fee` each), the bond counted.
     """
     reason = (reason or "").strip()
     if not reason or len(reason) > MAX_REJECTION_REASON:
@@ -290,14 +311,32 @@ def rejection_terms(
         raise TaskError(f"{task.task_id} was never awarded: there is no price to dispute")
     fee = dispute_fee(task.price)
     disputes = 1 + sum(1 for body in given if body.get("verdict") == "reject")
-    spare = task.spec.budget - task.price
+    spare = task.spec.budget - task.price + bonded
     if disputes * fee > spare:
         raise TaskError(
             f"a dispute costs {fee} wei, held from what the escrow holds beyond the price; "
             f"{task.task_id}'s escrow holds {spare} wei beyond it, not the {disputes * fee} wei "
-            f"{disputes} dispute{'s' * (disputes != 1)} need"
+            f"{disputes} dispute{'s' * (disputes != 1)} need: bond the rest from the "
+            f"requester's own account (`TaskEscrow.bond`, {bond_shortfall(task, given, bonded)} "
+            "wei) and reject again"
         )
     return {"reason": reason, "fee": str(fee)}
+
+
+def bond_shortfall(task: Task, given: Sequence[Mapping[str, Any]], bonded: int) -> int:
+    """Pure: the wei the requester must bond before one more rejection of `task` is
+    taken (0 when the escrow holds every dispute's fee beyond the price already)."""
+    if task.price is None:
+        return 0
+    disputes = 1 + sum(1 for body in given if body.get("verdict") == "reject")
+    spare = task.spec.budget - task.price + bonded
+    return max(0, disputes * dispute_fee(task.price) - spare)
+
+
+#: A rejection names the chain's head block; the panel's seed is the hash of the next one,
+#: which nobody knew when the rejection was signed. A requester's node may run this many
+#: blocks ahead of the service's.
+AFTER_BLOCK_AHEAD = 2
 
 
 class Market:
@@ -325,6 +364,8 @@ class Market:
         account's, another amount or deadline), with the reason, as `recover` last saw them."""
         for projection in read_views(ledger.operator.did):
             ledger.store.attach(projection)
+        self.panels = Panels(ledger, escrow)
+        """The dispute panels (`accord.market.disputes`)."""
 
     # -- reading -------------------------------------------------------------------------
 
@@ -555,7 +596,7 @@ class Market:
         a file the requester does not hold or as `require_checkable`, DepositRefused, and
         TaskError, EscrowError, ChainError.
         """
-        self.require_checkable(spec)
+        self.require_checkable(spec, requester.did)
         task_id = posted_task_id(requester.did, idempotency_key)
         if idempotency_key is not None:
             posted = self._posted_again(task_id, requester.did, spec, idempotency_key)
@@ -584,18 +625,30 @@ class Market:
             return self._escrowed(posted, requester_key)
         return self.escrow_task(task_id, requester_key=requester_key)
 
-    def require_checkable(self, spec: TaskSpec) -> None:
-        """Every way of posting asks this first. With no evaluator of rejections here (no
-        judge: ACCORD_JUDGE_URL unset, or not a URL), a spec none of whose checks can reject a
-        wrong answer that fits the output schema is refused before anything is logged or
-        escrowed (`accord.market.work.require_machine_verdict`): its reviews would be accepted
-        whatever was delivered. Raises WorkError at `$.checks`."""
+    def require_checkable(self, spec: TaskSpec, requester: str) -> None:
+        """Every way of posting asks this first. With no evaluator of rejections here, a spec
+        none of whose checks can reject a wrong answer that fits the output schema is refused
+        before anything is logged or escrowed (`accord.market.work.require_machine_verdict`):
+        its reviews would be accepted whatever was delivered. An evaluator is a judge model
+        (ACCORD_JUDGE_URL), or a dispute panel that could be drawn now for the skills of the
+        parts the spec's review checks read, outside `requester`'s circle
+        (`accord.market.disputes.has_evaluator`). Raises WorkError at `$.checks`."""
         try:
             judge = judge_from_env()
         except RegistryError:
             judge = None  # misconfigured: no rejection could be judged (`review` says so)
-        if judge is None:
+        if judge is not None:
+            return
+        try:
             require_machine_verdict(spec.requester_checks)
+        except WorkError:
+            parts = {p.part_id: p.capability for p in spec.parts}
+            read = [p for c in spec.requester_checks if c.kind == "review" for p in c.reads]
+            reviewed = capabilities_read(parts, read)
+            if not reviewed or not has_evaluator(
+                self.ledger, requester=requester, capabilities=reviewed
+            ):
+                raise
 
     def _refuse_unfundable(
         self, task_id: str, requester: str, spec: TaskSpec, requester_key: str, address: str
@@ -638,7 +691,7 @@ class Market:
         naming a file the requester does not hold, or as `require_checkable`; SequenceError
         for a seq already taken.
         """
-        self.require_checkable(spec)
+        self.require_checkable(spec, entry.event.actor)
         try:
             entry.verify()
         except LedgerError as exc:
@@ -692,7 +745,7 @@ class Market:
         Raises TaskError for an account that is not an Ethereum address or a bad key, WorkError
         as `require_checkable`.
         """
-        self.require_checkable(spec)
+        self.require_checkable(spec, requester)
         task_id = posted_task_id(requester, idempotency_key)
         return task_id, posted_body(task_id, spec, escrow_account(escrow_from))
 
@@ -1161,26 +1214,42 @@ class Market:
         check_id: str,
         verdict: str,
         reason: str | None = None,
+        *,
+        bond_key: str | None = None,
     ) -> int:
         """The requester accepts or rejects one review check of a delivered task, within the
         review window, once (`review.given`). Returns the entry's index.
 
-        A rejection opens a dispute (see `accord.market.work`): it needs a `reason`, the escrow must
-        hold the dispute fee of every rejection beyond the price, and the service must have an
-        evaluator (`ACCORD_JUDGE_URL`) to decide it.
+        A rejection opens a dispute (see `accord.market.work`): it needs a `reason`, the escrow
+        must hold the dispute fee of every rejection beyond the price (with `bond_key`, the
+        requester's own account key, what is missing is bonded from it first:
+        `TaskEscrow.bond`), and the service must have an evaluator (a panel it can draw, or
+        the judge model at `ACCORD_JUDGE_URL` with the rest of a panel) to decide it. The
+        rejection names the chain's head block (`after_block`): the panel is drawn with the
+        hash of the next one.
 
         Raises TaskError for someone else than the requester, a check that is not a review
         check, a second review, a window that has ended, a rejection without a reason, beyond
-        what the escrow holds or with no evaluator configured; TransitionError before delivery.
+        what the escrow holds or with no evaluator; TransitionError before delivery;
+        EscrowError when the bond is refused.
         """
-        body = self._review_body(requester.did, task_id, check_id, verdict, reason)
+        if verdict == "reject" and bond_key is not None:
+            task = self.task(task_id)
+            short = bond_shortfall(task, self._reviews_given(task_id), self.escrow.bonded(task_id))
+            if short > 0 and (reason or "").strip():
+                total = Wei(self.escrow.bonded(task_id) + short)
+                self.escrow.bond(task_id, Wei(short), total, bond_key)
+        body = self._review_body(requester.did, task_id, check_id, verdict, reason, None)
         index, _ = self.ledger.append(requester, REVIEW_GIVEN, subject=task_id, body=body)
         return index
 
     def review_signed(self, entry: Entry) -> int:
         """`review`, with the `review.given` entry the requester signed itself: its body is
         exactly what `review` would log (`{"task_id", "check", "verdict"}`, and for a
-        rejection its `reason`, stripped, and the dispute `fee`). Returns the entry's index.
+        rejection its `reason`, stripped, the dispute `fee` and `after_block`: a block at
+        most `AFTER_BLOCK_AHEAD` past the chain's head, not before it). Returns the entry's
+        index. A requester whose price leaves no room for the fee bonds it first from its
+        own account (`TaskEscrow.bond`).
 
         Raises TaskError for an entry that does not verify or is not that body, and what
         `review` raises.
@@ -1188,12 +1257,14 @@ class Market:
         event = entry.event
         body = event.body
         reason = body.get("reason")
+        after = body.get("after_block")
         expected = self._review_body(
             event.actor,
             event.subject,
             str(body.get("check", "")),
             str(body.get("verdict", "")),
             reason if isinstance(reason, str) else None,
+            after if isinstance(after, int) and not isinstance(after, bool) else None,
         )
         try:
             check_agent_entry(
@@ -1209,8 +1280,20 @@ class Market:
         (index,) = self.ledger.append_entries([entry])
         return index
 
+    def _reviews_given(self, task_id: str) -> list[Mapping[str, Any]]:
+        return [
+            Entry.from_bytes(stored.data).event.body
+            for stored in self.ledger.store.find(kind=REVIEW_GIVEN, subject=task_id, limit=1000)
+        ]
+
     def _review_body(
-        self, requester: str, task_id: str, check_id: str, verdict: str, reason: str | None
+        self,
+        requester: str,
+        task_id: str,
+        check_id: str,
+        verdict: str,
+        reason: str | None,
+        after_block: int | None,
     ) -> dict[str, Any]:
         """What `review.given` logs for this review; raises what `review` raises."""
         task = self.task(task_id)
@@ -1220,9 +1303,9 @@ class Market:
             raise TaskError(f"only the requester of {task_id} reviews its work")
         if verdict not in ("accept", "reject"):
             raise TaskError(f"a review is accept or reject, not {verdict!r}")
-        kinds = {c.check_id: c.kind for c in task.spec.requester_checks}
-        if kinds.get(check_id) != "review":
-            reviews = sorted(c for c, kind in kinds.items() if kind == "review")
+        checks = {c.check_id: c for c in task.spec.requester_checks}
+        if checks.get(check_id) is None or checks[check_id].kind != "review":
+            reviews = sorted(c for c, check in checks.items() if check.kind == "review")
             raise TaskError(
                 f"{check_id!r} is not a review check of {task_id} (review checks: "
                 f"{', '.join(reviews) or 'none'})"
@@ -1230,31 +1313,57 @@ class Market:
         ends = task.review_ends
         if ends is not None and self.clock() > ends:
             raise TaskError(f"the review window of {task_id} ended at {ends.isoformat()}")
-        given = [
-            Entry.from_bytes(stored.data).event.body
-            for stored in self.ledger.store.find(kind=REVIEW_GIVEN, subject=task_id, limit=1000)
-        ]
+        given = self._reviews_given(task_id)
         if any(body.get("check") == check_id for body in given):
             raise TaskError(f"{check_id} of {task_id} is already reviewed")
         body: dict[str, Any] = {"task_id": task_id, "check": check_id, "verdict": verdict}
         if verdict == "reject":
-            body |= rejection_terms(task, reason, given)
-            try:
-                judge = judge_from_env()
-            except RegistryError as exc:  # the operator's setting, not the requester's fault
-                raise TaskError(
-                    f"this service's evaluator is misconfigured ({exc}), so a rejection cannot "
-                    "be judged now: accept the work, or reject later once the operator fixes it"
-                ) from exc
-            if judge is None:
-                # A dispute nobody can decide would hold the team's pay until the escrow's
-                # deadline hands the whole deposit back to the requester: refused instead.
-                raise TaskError(
-                    "this service has no evaluator to decide a dispute (ACCORD_JUDGE_URL is not "
-                    "set), so a rejection cannot be judged and is refused: accept the work, or "
-                    "let the review window end"
-                )
+            body |= rejection_terms(task, reason, given, self.escrow.bonded(task_id))
+            body["after_block"] = self._after_block(after_block)
+            self._has_evaluator(task, checks[check_id].reads)
         return body
+
+    def _after_block(self, named: int | None) -> int:
+        """The block a rejection names: the chain's head, or what the requester named when it
+        is not behind the head nor more than `AFTER_BLOCK_AHEAD` past it."""
+        head = self.escrow.block_number()
+        if named is None:
+            return head
+        if not head <= named <= head + AFTER_BLOCK_AHEAD:
+            raise TaskError(
+                f"a rejection names the chain's head block as after_block ({head}), not "
+                f"{named}: the panel is drawn with the hash of the block after it"
+            )
+        return named
+
+    def _has_evaluator(self, task: Task, reads: Sequence[str]) -> None:
+        """Raises TaskError when no panel could decide a dispute over `reads` now."""
+        try:
+            judge = judge_from_env()
+        except RegistryError as exc:  # the operator's setting, not the requester's fault
+            raise TaskError(
+                f"this service's evaluator is misconfigured ({exc}), so a rejection cannot "
+                "be judged now: accept the work, or reject later once the operator fixes it"
+            ) from exc
+        found = self.ledger.store.find(kind=TASK_DELIVERED, subject=task.task_id, limit=1)
+        delivered = Entry.from_bytes(found[0].data).event.body if found else None
+        if not has_evaluator(
+            self.ledger,
+            requester=task.requester,
+            capabilities=capabilities_read(part_capabilities(task), reads),
+            team=team_of(task, delivered),
+            judge=judge is not None,
+            at=self.clock(),
+        ):
+            # A dispute nobody can decide would hold the team's pay until the escrow's
+            # deadline hands the whole deposit back to the requester: refused instead.
+            raise TaskError(
+                "this service has no evaluator to decide a dispute: too few independent "
+                "agents (self-custody, credentialed in the parts' capabilities, live, outside "
+                "both parties' circles) to draw a panel"
+                + ("" if judge is not None else ", and no judge model (ACCORD_JUDGE_URL)")
+                + ", so a rejection is refused: accept the work, or let the review window end"
+            )
 
     def replay_auction(self, task: Task) -> tuple[AuctionOutcome, list[str]]:
         """The auction as the log determines it (see `replay_award`)."""

@@ -57,8 +57,11 @@ from accord.market.checks import (
     evaluate_all,
     valuation,
 )
+from accord.market.disputes import JudgeSeat, decide_by_panel
 from accord.market.errors import EscrowError, SettlementError, SettlementWaits
 from accord.market.money import Wei
+from accord.market.panel import JUDGE_SEAT, PanelError, decided_disputes, settle_disputes
+from accord.market.panel_calls import panelist_caller
 from accord.market.reputation import SettledWork, scored_parts
 from accord.market.service import MAX_TASK_EVENTS, EscrowReceipt, Market, task_event
 from accord.market.shapley import ShapleyResult, shapley, split_wei
@@ -74,9 +77,12 @@ from accord.market.work import (
     ASSEMBLY_PART,
     CONTRACTOR_SHARE,
     PLAN_PART,
+    ReviewCheck,
     amount_paid,
     check_shares,
+    file_refs,
     paid_share,
+    resolve_files,
 )
 
 #: How long a settle that lost the race waits for the winner's payment to be mined.
@@ -106,11 +112,15 @@ class Settlement:
     amount: Wei
     """What the team is paid: the price times `paid_share`, less the disputes it lost."""
     evaluator_fee: Wei
-    """The decided disputes' fees, paid to the evaluator (the team's and the requester's)."""
+    """The decided disputes' fees paid to the operator's judge model: a judge-only dispute's
+    (a settlement from before panels), and the judge's seat's pay on a panel."""
     payouts: Mapping[str, Wei]
     quality: Mapping[str, Fraction]
     checks: Mapping[str, CheckResult]
     shares: Mapping[str, Fraction]
+    panel_payouts: Mapping[str, Wei] = field(default_factory=dict)
+    """Each coherent panelist's pay (DID), from the losing side's stake
+    (`accord.market.panel.settle_disputes`); the judge's seat's is in `evaluator_fee`."""
 
     def to_json(self, payees: Mapping[str, str]) -> dict[str, Any]:
         return {
@@ -137,6 +147,11 @@ class Settlement:
             "amount": str(self.amount),
             "evaluator_fee": str(self.evaluator_fee),
             "payouts": {p: str(w) for p, w in self.payouts.items()},
+            **(
+                {"panel_payouts": {p: str(w) for p, w in self.panel_payouts.items()}}
+                if self.panel_payouts
+                else {}
+            ),
             "payees": dict(payees),
             "quality": {p: _text(q) for p, q in self.quality.items()},
         }
@@ -243,9 +258,16 @@ def recompute_settlement(
     total = value.value(frozenset(players))
     share = paid_share(checks, {c: r.passed for c, r in results.items()})
     earned = amount_paid(task.price, share)
-    team_fees, requester_fees = dispute_costs(results)
+    team_fees, requester_fees = dispute_costs(results)  # judge-only disputes (before panels)
     borne = min(team_fees, earned)
-    amount = Wei(earned - borne)
+    try:
+        after, seat_pay = settle_disputes(
+            decided_disputes({c: r.record for c, r in results.items()}), earned - borne
+        )
+    except PanelError as exc:
+        raise SettlementError(str(exc)) from exc
+    amount = Wei(after)
+    judge_pay = seat_pay.pop(JUDGE_SEAT, 0)
     payouts = split_wei(amount, by_producer)
     settlement = Settlement(
         task_id=task.task_id,
@@ -259,11 +281,12 @@ def recompute_settlement(
         total_value=total,
         paid_share=share,
         amount=amount,
-        evaluator_fee=Wei(borne + requester_fees),
+        evaluator_fee=Wei(borne + requester_fees + judge_pay),
         payouts=payouts,
         quality={p: value.quality(p) for p in value.contributors},
         checks=results,
         shares=shares,
+        panel_payouts={seat: Wei(wei) for seat, wei in sorted(seat_pay.items()) if wei > 0},
     )
     return settlement, value, result
 
@@ -277,18 +300,62 @@ def delivery_body(market: Market, task_id: str) -> dict[str, Any]:
 
 
 def service_check_environment(
-    market: Market, task: Task, judge: Judge | None
+    market: Market, task: Task, judge: Judge | None, onboarding: Onboarding | None = None
 ) -> ServiceCheckEnvironment:
-    """The sandbox, the judge, and the requester's reviews as the log holds them now."""
+    """The sandbox, the judge, and the requester's reviews as the log holds them now; a
+    rejection's panel (`accord.market.disputes`), with the judge in one seat, and with
+    `onboarding`, its panelists called in their own processes (`panel_calls`)."""
     events = [
         (stored.index, task_event(stored))
         for stored in market.ledger.store.find(
             subject=task.task_id, kind=REVIEW_GIVEN, limit=MAX_TASK_EVENTS
         )
     ]
-    return ServiceCheckEnvironment(
+
+    env = ServiceCheckEnvironment(
         LogReviews(task, events, market.clock()), judge, market.keep_sealed
     )
+    seat = None if judge is None else JudgeSeat(env.ask_model, lambda c: _answer_of(market, c))
+
+    call = None if onboarding is None else panelist_caller(onboarding, market.ledger.operator)
+
+    def by_panel(
+        check: ReviewCheck, outputs: Mapping[str, Any], rejected: CheckResult
+    ) -> CheckResult:
+        inputs = part_inputs(market, task, check.reads) if call is not None else None
+        return decide_by_panel(
+            market.panels, task, check, rejected, outputs, seat, call=call, inputs=inputs
+        )
+
+    env.panel = by_panel
+    return env
+
+
+def part_inputs(market: Market, task: Task, reads: Collection[str]) -> dict[str, Any]:
+    """The capability and input (its files' text in place) of each part in `reads`: what a
+    panelist is given beside the outputs. Raises TaskError, BlobError for a missing file."""
+    found: dict[str, Any] = {}
+    for part in task.spec.parts:
+        if part.part_id not in reads:
+            continue
+        texts = {sha: market.file_text(task, sha) for sha in file_refs(part.input)}
+        found[part.part_id] = {
+            "capability": part.capability,
+            "input": resolve_files(part.input, texts),
+        }
+    return found
+
+
+def _answer_of(market: Market, commitment: str) -> str | None:
+    """The answer of the judge's exchange sealed under `commitment`, if the service holds it."""
+    data = market.sealed_bytes(commitment)
+    if data is None:
+        return None
+    try:
+        value = open_sealed(data, commitment).value
+    except SealError:
+        return None
+    return str(value.get("answer", "")) if isinstance(value, Mapping) else None
 
 
 def logged_settlement(market: Market, task_id: str) -> dict[str, Any] | None:
@@ -351,7 +418,7 @@ def settle_task(
         seen: list[int] = []
         if task.state == "delivered" and logged_settlement(market, task_id) is None:
             seen = _task_entries(market, task_id)
-            computed = _compute(market, task, judge)  # strangers' code: outside the lock
+            computed = _compute(market, onboarding, task, judge)  # strangers' code: unlocked
         with held:
             if computed is not None and _task_entries(market, task_id) != seen:
                 continue  # the task's log changed while its checks ran: run them again
@@ -455,7 +522,8 @@ def paid_out(computed: Mapping[str, Any]) -> list[tuple[str, Wei]]:
         payees = dict(computed["payees"])
         held = dict(computed.get("held") or {})
         paid: list[tuple[str, Wei]] = []
-        for player, wei in computed["payouts"].items():
+        owed = {**computed["payouts"], **(computed.get("panel_payouts") or {})}
+        for player, wei in owed.items():
             if int(wei) == 0:
                 continue
             if player in held:
@@ -519,10 +587,12 @@ def release_held(market: Market, onboarding: Onboarding, task_id: str) -> list[R
     return released
 
 
-def _compute(market: Market, task: Task, judge: Judge | None) -> Settlement:
+def _compute(market: Market, onboarding: Onboarding, task: Task, judge: Judge | None) -> Settlement:
     """(1)-(3): run the checks and compute (no lock is held: strangers' code runs here).
     Raises SettlementError, SettlementWaits."""
-    env = service_check_environment(market, task, judge_from_env() if judge is None else judge)
+    env = service_check_environment(
+        market, task, judge_from_env() if judge is None else judge, onboarding
+    )
     settlement, _, _ = recompute_settlement(
         task, delivery_body(market, task.task_id), env, opener(market.sealed_bytes, required=True)
     )
@@ -538,7 +608,8 @@ def _log_computed(
     task_id = task.task_id
     chain_id = market.escrow.chain_id()
     payees, held = payees_and_held(
-        settlement.payouts, lambda player: onboarding.payout_address(player, chain_id)
+        {**settlement.payouts, **settlement.panel_payouts},
+        lambda player: onboarding.payout_address(player, chain_id),
     )
     body = settlement.to_json(payees)
     if held:  # paid to the escrow itself, which holds them under the task until released
@@ -546,6 +617,9 @@ def _log_computed(
         body["holder"] = market.escrow.escrow_address()
     if settlement.evaluator_fee > 0:
         body["evaluator"] = market.escrow.operator_address()
+    bonded = market.escrow.bonded(task_id)
+    if bonded > 0:  # the requester's dispute bonds, paid out with the deposit
+        body["bonded"] = str(bonded)
     try:
         market.ledger.append(
             market.ledger.operator, SETTLEMENT_COMPUTED, subject=task_id, body=body
@@ -620,13 +694,14 @@ def _outcome(
     held = {p: Wei(int(w)) for p, w in (body.get("held") or {}).items() if p not in released}
     amount = Wei(int(body["amount"]))
     fee = Wei(int(body.get("evaluator_fee", "0")))
+    fee = Wei(fee + sum(int(w) for w in (body.get("panel_payouts") or {}).values()))
     return SettleOutcome(
         task.task_id,
         payouts,
         dict(body["payees"]),
         dict(body["values"]),
         amount,
-        Wei(task.spec.budget - amount - fee),
+        Wei(task.spec.budget + int(body.get("bonded", "0")) - amount - fee),
         tx_hash,
         already,
         held,

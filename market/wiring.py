@@ -49,6 +49,18 @@ class ChainEscrow:
         outcome = self.actions.open(requester_key, task_id, deposit, int(deadline.timestamp()))
         return _receipt(outcome)
 
+    def bond(self, task_id: str, amount: Wei, total: Wei, requester_key: str) -> EscrowReceipt:
+        return _receipt(self.actions.bond(requester_key, task_id, amount, total))
+
+    def bonded(self, task_id: str) -> Wei:
+        return self.chain.bonded(task_id)
+
+    def block_number(self) -> int:
+        return self.chain.block_number()
+
+    def block_hash(self, number: int) -> bytes | None:
+        return self.chain.block_hash(number)
+
     def refund_to_requester(self, task_id: str) -> EscrowReceipt:
         return _receipt(self.actions.pay_out(self.operator_key, task_id, [], []))
 

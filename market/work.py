@@ -33,10 +33,11 @@ delivered, and a deliverable that passes none of the requester's checks pays nob
 **A rejection is judged, not decreed.** A review nobody answers before its window ends, or
 that the requester accepts, passes. A rejection needs a reason, and the requester's escrow must
 hold the dispute fee beyond the price (`dispute_fee`: 1/20 of the price, at least 1 wei, per
-rejected review): it opens a dispute that an evaluator who is neither the requester nor on the
-team decides, with the review's `criterion`: the judge model (`DISPUTE_PASS_SCORE` or more
-passes). Its verdict binds, and the losing side bears the fee, paid to the evaluator: from the
-requester's refund when the work passes, from the team's pay when it fails.
+rejected review; a requester whose price leaves no room bonds it, `TaskEscrow.bond`): it opens a
+dispute that a panel of independent agents decides with the review's `criterion`
+(`accord.market.panel`; a judge model takes one seat, `DISPUTE_PASS_SCORE` or more voting for
+the team). Its verdict binds, and the losing side's stake pays the panelists who voted with the
+majority: the requester's bond when the work passes, the team's pay when it fails.
 
 Everything here is pure: parsing raises WorkError naming the JSON path of the first problem.
 """

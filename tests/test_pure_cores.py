@@ -59,6 +59,7 @@ PURE_CORES = (
     "accord.market.strategies",
     "accord.market.shapley",
     "accord.market.privacy",
+    "accord.market.panel",
     "accord.market.deliverable",
     # market.escrow: its values and the EscrowChain seam (no web3, no SQL journal)
     "accord.market.escrow.values",

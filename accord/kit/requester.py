@@ -61,6 +61,8 @@ class Requester:
             raise ApiError("a requester's client signs as the requester: give it a signer")
         self.client = client
         self.wallet = wallet
+        self._rejected: dict[str, int] = {}
+        """The review checks this requester rejected, by task (what its bonds must cover)."""
 
     @property
     def did(self) -> str:
@@ -142,17 +144,32 @@ class Requester:
     ) -> JsonObject:
         """Accept or reject a review check of the delivered work, with the requester's own
         signed `review.given`; a rejection needs a `reason`, and holds the dispute fee
-        (`accord.market.work.dispute_fee` of the price) that the service checks it names."""
+        (`accord.market.work.dispute_fee` of the price) that the service checks it names.
+        When the escrow does not hold the fee beyond the price (a lone bidder is paid the
+        whole budget), the wallet bonds it first from the requester's own account
+        (`TaskEscrow.bond`). A rejection names the chain's head block (`after_block`): its
+        panel is drawn with the hash of the next one."""
         body: JsonObject = {"task_id": task_id, "check": check, "verdict": verdict}
         if verdict == "reject":
-            price = self.task(task_id).get("price")
+            task = self.task(task_id)
+            price = Wei(int(task.get("price") or 0))
+            fee = dispute_fee(price)
+            rejected = self._rejected.get(task_id, 0)
+            spare = int(task["spec"]["budget"]) - price + self.wallet.chain.bonded(task_id)
+            short = (rejected + 1) * fee - spare
+            if short > 0:
+                self.wallet.bond(task_id, Wei(short))
             body |= {
                 "reason": (reason or "").strip(),
-                "fee": str(dispute_fee(Wei(int(price or 0)))),
+                "fee": str(fee),
+                "after_block": self.wallet.head(),
             }
         entry = self.client.entry("review.given", task_id, body)
         path = f"/tasks/{quote(task_id, safe='')}/reviews"
-        return cast(JsonObject, self.client.request("POST", path, json={"entry": entry}))
+        answer = cast(JsonObject, self.client.request("POST", path, json={"entry": entry}))
+        if verdict == "reject":
+            self._rejected[task_id] = self._rejected.get(task_id, 0) + 1
+        return answer
 
     def cancel(self, task_id: str) -> JsonObject:
         """End a posted task whose escrow never opened, with the requester's own signed

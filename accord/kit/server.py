@@ -13,6 +13,8 @@
                          it answered for that sub-task, with the answer it gave (opened from
                          `openings` and compared); a failure only for an assignment it did
                          not answer in full (after which it signs no success for it)
+    POST /panel          a dispute's panel call from the service's operator, answered by the
+                         seat `accord.kit.panel.attach_panel` sets (`panel`): 404 without one
     POST /accord/notify  a notice from the service (`{"event": "task.awarded", "task_id"}`):
                          wakes the agent's loop, which then reads the task from the service
     GET  /health         `{"status": "ok", "did": DID}`
@@ -46,6 +48,7 @@ from accord.identity.http_signatures import (
 )
 from accord.identity.runtimes import AgentRuntime, AgentRuntimeError
 from accord.kit.assignments import Assignment
+from accord.kit.panel import PanelRefused
 from accord.ledger.canonical import parse_canonical
 from accord.ledger.errors import SealError
 from accord.ledger.events import Event
@@ -137,6 +140,20 @@ def check_report(did: str, text: bytes, openings: dict[str, str], given: Answers
             raise Refused(403, "the report carries work this agent did not do")
 
 
+def panel_reply(
+    panel: Callable[[dict[str, Any]], dict[str, Any]] | None, request: Any
+) -> tuple[int, JSON]:
+    """The status and body answering a panel call (`accord.kit.panel`)."""
+    if panel is None:
+        return 404, {"error": "this agent sits on no panel"}
+    if not isinstance(request, dict):
+        return 400, {"error": "a panel call is a JSON object"}
+    try:
+        return 200, {"entry": panel(request)}
+    except PanelRefused as exc:
+        return exc.status, {"error": str(exc)}
+
+
 class KitServer(ThreadingHTTPServer):
     daemon_threads = True
 
@@ -163,6 +180,8 @@ class KitServer(ThreadingHTTPServer):
         self.work_for = work_for
         """`work_for(caller, item)`: the assignment `item` answers and the item to answer for
         it (the part's posted input); raises Refused when `caller` assigned it none."""
+        self.panel: Callable[[dict[str, Any]], dict[str, Any]] | None = None
+        """Answers the operator's panel calls (`accord.kit.panel`), once attached."""
         super().__init__(address, _KitHandler)
 
     def caller(self, method: str, path: str, headers: list[tuple[str, str]], body: bytes) -> str:
@@ -223,7 +242,7 @@ class _KitHandler(BaseHTTPRequestHandler):
             data = self._read()
             caller = self.server.caller("POST", self.path, list(self.headers.items()), data)
             operator = caller == self.server.operator
-            if self.path == "/accord/notify" and not operator:
+            if self.path in ("/accord/notify", "/panel") and not operator:
                 raise Refused(403, f"notices come from the service's operator, not {caller}")
             if not operator and not self.server.may_call(caller):
                 raise Refused(403, f"{caller} leads no task this agent works on")
@@ -236,6 +255,8 @@ class _KitHandler(BaseHTTPRequestHandler):
                 openings = request.get("openings") or {}
                 check_report(self.server.signer.did, text, openings, self.server.given)
                 self._reply(200, {"sig": b64url(self.server.signer.sign(text))})
+            elif self.path == "/panel":
+                self._reply(*panel_reply(self.server.panel, request))
             elif self.path == "/accord/notify":
                 if not isinstance(request, dict):
                     raise Refused(400, "a notice is a JSON object")

@@ -31,6 +31,7 @@ from accord.market.escrow import (
     EscrowRefusedError,
     SignedEscrowTx,
     Web3EscrowChain,
+    bond_intent,
     open_calldata,
     open_intent,
     withdraw_intent,
@@ -155,6 +156,19 @@ class Wallet:
                 return Sent("", 0, already=True)
             raise
         return self._send(tx)
+
+    def bond(self, task_id: str, amount: Wei) -> Sent:
+        """Bond `amount` wei more for `task_id`'s disputes from this account
+        (`TaskEscrow.bond`, which only the task's requester may call), the task's bonds then
+        what the contract holds plus `amount`. Raises EscrowRefusedError when the contract
+        refuses (not the requester, the escrow not open), WalletError, ChainError."""
+        total = Wei(self.chain.bonded(task_id) + amount)
+        return self._send(self.chain.build_tx(self._key, bond_intent(task_id, amount, total)))
+
+    def head(self) -> int:
+        """The chain's head block: a rejection names it (`after_block`), and its dispute's
+        panel is drawn with the hash of the next one."""
+        return self.chain.block_number()
 
     def withdraw(self) -> Sent:
         """Pull this account's whole credit from the escrow (it pays the gas).

@@ -48,6 +48,7 @@ from accord.market.escrow.values import (
     EscrowState,
     EscrowTxKind,
     address_of,
+    bond_intent,
     open_intent,
     pay_out_intent,
     refund_intent,
@@ -81,6 +82,7 @@ class EscrowOutcome:
 _DONE: tuple[JournalStatus, ...] = DONE
 _EVENT_OF: dict[EscrowTxKind, EscrowEventName] = {
     "open": "Opened",
+    "bond": "Bonded",
     "settle": "Settled",
     "release": "Released",
     "refund": "Refunded",
@@ -135,6 +137,11 @@ class EscrowActions:
     def open(self, key_hex: str, task_id: str, deposit: int, deadline: int) -> EscrowOutcome:
         """Deposit `deposit` wei for `task_id` from the requester's key."""
         return self.perform(key_hex, open_intent(task_id, deposit, deadline))
+
+    def bond(self, key_hex: str, task_id: str, amount: int, total: int) -> EscrowOutcome:
+        """Bond `amount` wei more from the requester's key for `task_id`'s disputes, the task's
+        bonds then `total` (a bond sent twice reverts instead of bonding twice)."""
+        return self.perform(key_hex, bond_intent(task_id, amount, total))
 
     def pay_out(
         self, key_hex: str, task_id: str, payees: Sequence[str], amounts: Sequence[int]
@@ -279,6 +286,15 @@ class EscrowActions:
         escrow = self.chain.escrow(intent.task_id)
         if escrow is None:
             return False
+        if intent.kind == "bond":
+            # Settled or refunded, the bonds were paid out with the deposit: only a Bonded
+            # event that brought them to this total is the bond's effect.
+            return any(
+                event.name == "Bonded"
+                and event.account == record.sender
+                and event.amounts == intent.amounts
+                for event in self.chain.events(intent.task_id)
+            )
         if intent.kind == "open":
             return (
                 escrow.requester == record.sender

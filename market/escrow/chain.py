@@ -37,6 +37,10 @@ class EscrowChain(TxChain, Protocol):
         """What the settled task holds for payees that had no payout account (`release`)."""
         ...
 
+    def bonded(self, task_id: str) -> Wei:
+        """What the open task's requester bonded for its disputes (0 once settled)."""
+        ...
+
     def balance(self) -> Wei:
         """The contract's balance."""
         ...

@@ -33,6 +33,7 @@ MEMORY_RPC_URL = "memory://escrow-chain"
 MEMORY_ESCROW_ADDRESS = "0x000000000000000000000000000000000000E5C0"
 MEMORY_GAS = {
     "open": 70_000,
+    "bond": 50_000,
     "settle": 60_000,
     "release": 35_000,
     "refund": 35_000,
@@ -77,6 +78,7 @@ class MemoryEscrowChain(MemoryChainFaults):
         self._escrows: dict[bytes, _MemoryEscrow] = {}
         self._credit: dict[str, int] = {}
         self._held: dict[bytes, int] = {}
+        self._bonded: dict[bytes, int] = {}
         self._balance = 0
         self._events: list[EscrowEvent] = []
         self._mempool: dict[bytes, tuple[SignedEscrowTx, EscrowIntent]] = {}
@@ -113,6 +115,10 @@ class MemoryEscrowChain(MemoryChainFaults):
         self._check_available("held")
         return Wei(self._held.get(task_id_hash(task_id), 0))
 
+    def bonded(self, task_id: str) -> Wei:
+        self._check_available("bonded")
+        return Wei(self._bonded.get(task_id_hash(task_id), 0))
+
     def balance(self) -> Wei:
         self._check_available("eth_getBalance")
         return Wei(self._balance)
@@ -132,6 +138,17 @@ class MemoryEscrowChain(MemoryChainFaults):
             if intent.deadline <= now:
                 return "DeadlineNotInFuture", (intent.deadline, now)
             return None
+        if intent.kind == "bond":
+            if found is None or state != EscrowState.OPEN:
+                return "NotOpen", (key, int(state))
+            if sender != found.requester:
+                return "NotRequester", ()
+            if intent.deposit == 0:
+                return "ZeroDeposit", ()
+            after = self._bonded.get(key, 0) + intent.deposit
+            if after != intent.amounts[0]:
+                return "BondMismatch", (intent.amounts[0], after)
+            return None
         if intent.kind == "settle":
             if sender != self.operator:
                 return "NotOperator", ()
@@ -142,8 +159,9 @@ class MemoryEscrowChain(MemoryChainFaults):
             if any(int(p, 16) == 0 for p in intent.payees):
                 return "ZeroPayee", ()
             total = sum(intent.amounts)
-            if total > found.deposit:
-                return "OverDeposit", (total, found.deposit)
+            cap = found.deposit + self._bonded.get(key, 0)
+            if total > cap:
+                return "OverDeposit", (total, cap)
             return None
         if intent.kind == "release":
             if sender != self.operator:
@@ -279,15 +297,25 @@ class MemoryEscrowChain(MemoryChainFaults):
                     "Opened", key, tx.sender, intent.deposit, deadline=intent.deadline, **where
                 )
             )
+        elif intent.kind == "bond":
+            total = self._bonded.get(key, 0) + intent.deposit
+            self._bonded[key] = total
+            self._balance += intent.deposit
+            self._events.append(
+                EscrowEvent(
+                    "Bonded", key, tx.sender, intent.deposit, amounts=(Wei(total),), **where
+                )
+            )
         elif intent.kind == "settle":
             escrow = self._escrows[key]
             escrow.state = EscrowState.SETTLED
+            bond = self._bonded.pop(key, 0)
             for payee, amount in zip(intent.payees, intent.amounts, strict=True):
                 if payee.lower() == MEMORY_ESCROW_ADDRESS.lower():  # held until released
                     self._held[key] = self._held.get(key, 0) + amount
                 else:
                     self._credit[payee] = self._credit.get(payee, 0) + amount
-            remainder = escrow.deposit - sum(intent.amounts)
+            remainder = escrow.deposit + bond - sum(intent.amounts)
             if remainder:
                 self._credit[escrow.requester] = self._credit.get(escrow.requester, 0) + remainder
             self._events.append(
@@ -309,10 +337,9 @@ class MemoryEscrowChain(MemoryChainFaults):
         elif intent.kind == "refund":
             escrow = self._escrows[key]
             escrow.state = EscrowState.REFUNDED
-            self._credit[tx.sender] = self._credit.get(tx.sender, 0) + escrow.deposit
-            self._events.append(
-                EscrowEvent("Refunded", key, tx.sender, Wei(escrow.deposit), **where)
-            )
+            refund = escrow.deposit + self._bonded.pop(key, 0)
+            self._credit[tx.sender] = self._credit.get(tx.sender, 0) + refund
+            self._events.append(EscrowEvent("Refunded", key, tx.sender, Wei(refund), **where))
         else:
             paid = self._credit.pop(tx.sender)
             self._balance -= paid

@@ -34,7 +34,7 @@ from accord.market.money import Wei
 
 ESCROW_CONTRACT = "TaskEscrow"
 
-EscrowTxKind = Literal["open", "settle", "release", "refund", "withdraw"]
+EscrowTxKind = Literal["open", "bond", "settle", "release", "refund", "withdraw"]
 _ZERO_WEI = Wei(0)
 # -- errors ------------------------------------------------------------------------------
 
@@ -43,7 +43,7 @@ class EscrowRefusedError(EscrowError):
     """The contract refuses (or would refuse) an action.
 
     `reason` is its custom error name (NotOperator, NotRequester, AlreadyOpened, ZeroDeposit,
-    DeadlineNotInFuture, NotOpen, LengthMismatch, ZeroPayee, OverDeposit, OverHeld,
+    DeadlineNotInFuture, NotOpen, BondMismatch, LengthMismatch, ZeroPayee, OverDeposit, OverHeld,
     DeadlineNotReached, NothingToWithdraw, TransferFailed) or the node's revert message; `args`
     its arguments.
     """
@@ -117,7 +117,7 @@ class EscrowIntent:
         try:
             data = json.loads(text)
             kind = data["kind"]
-            if kind not in ("open", "settle", "release", "refund", "withdraw"):
+            if kind not in ("open", "bond", "settle", "release", "refund", "withdraw"):
                 raise ValueError(f"unknown kind {kind!r}")
             return cls(
                 kind=kind,
@@ -133,6 +133,13 @@ class EscrowIntent:
 
 def open_intent(task_id: str, deposit: int, deadline: int) -> EscrowIntent:
     return EscrowIntent("open", task_id, deposit=Wei(deposit), deadline=deadline)
+
+
+def bond_intent(task_id: str, amount: int, total: int) -> EscrowIntent:
+    """The intent of the requester to bond `amount` wei more for `task_id`'s disputes, the
+    task's bonds then `total` (`TaskEscrow.bond`: the total makes a bond sent twice revert
+    rather than bond twice). The value travels as `deposit`, the total as the one amount."""
+    return EscrowIntent("bond", task_id, deposit=Wei(amount), amounts=(Wei(total),))
 
 
 def pay_out_intent(task_id: str, payees: Sequence[str], amounts: Sequence[int]) -> EscrowIntent:
@@ -179,14 +186,15 @@ EscrowReceipt = TxReceipt
 """A mined escrow transaction (`status_ok` is False when it reverted)."""
 
 
-EscrowEventName = Literal["Opened", "Settled", "Released", "Refunded", "Withdrawn"]
+EscrowEventName = Literal["Opened", "Bonded", "Settled", "Released", "Refunded", "Withdrawn"]
 
 
 @dataclass(frozen=True)
 class EscrowEvent:
-    """One decoded event. `account` is the requester (Opened, Refunded), the payee (Released)
-    or the withdrawer; `amount` the deposit, the remainder (Settled), the amount released, the
-    refund or the withdrawal."""
+    """One decoded event. `account` is the requester (Opened, Bonded, Refunded), the payee
+    (Released) or the withdrawer; `amount` the deposit, the wei bonded (Bonded: `amounts` holds
+    the task's bonds in all), the remainder (Settled), the amount released, the refund or the
+    withdrawal."""
 
     name: EscrowEventName
     task_id_hash: bytes | None
@@ -240,6 +248,8 @@ def validate_intent(intent: EscrowIntent) -> None:
         raise ValueError(f"a {intent.kind} needs a task id")
     if intent.kind == "release" and (len(intent.payees), len(intent.amounts)) != (1, 1):
         raise ValueError("a release names one payee and one amount")
+    if intent.kind == "bond" and (len(intent.amounts) != 1 or intent.deposit <= 0):
+        raise ValueError("a bond names a positive amount and the bonds' total")
     if intent.kind == "open" and not (0 <= intent.deadline < 2**64):
         raise ValueError(f"deadline out of uint64 range: {intent.deadline}")
     if any(a < 0 or a >= 2**256 for a in (intent.deposit, *intent.amounts)):

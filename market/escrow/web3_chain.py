@@ -110,6 +110,10 @@ class Web3EscrowChain(Web3Transactions):
         (held,) = self._views.call("held", task_id_hash(task_id))
         return Wei(int(held))
 
+    def bonded(self, task_id: str) -> Wei:
+        (bonded,) = self._views.call("bonded", task_id_hash(task_id))
+        return Wei(int(bonded))
+
     def balance(self) -> Wei:
         with mapped_chain_errors(self._rpc_url, "eth_getBalance"):
             return Wei(int(self._w3.eth.get_balance(self._address)))
@@ -135,6 +139,9 @@ class Web3EscrowChain(Web3Transactions):
         value = 0
         if intent.kind == "open":
             call = functions.open(key, intent.deadline)
+            value = intent.deposit
+        elif intent.kind == "bond":
+            call = functions.bond(key, intent.amounts[0])
             value = intent.deposit
         elif intent.kind == "settle":
             call = functions.settle(key, list(intent.payees), list(intent.amounts))
@@ -193,7 +200,7 @@ class Web3EscrowChain(Web3Transactions):
     def events(self, task_id: str | None = None, *, from_block: int = 0) -> list[EscrowEvent]:
         """One `eth_getLogs` for every event kind (topic 0 any of them; topic 1 the task's
         hash when `task_id` is given, which leaves out Withdrawn, a task-less event)."""
-        names: list[EscrowEventName] = ["Opened", "Settled", "Released", "Refunded"]
+        names: list[EscrowEventName] = ["Opened", "Bonded", "Settled", "Released", "Refunded"]
         if task_id is None:
             names.append("Withdrawn")
         kinds = {
@@ -234,6 +241,15 @@ def _decode_event(log: Any) -> EscrowEvent:
             to_checksum_address(args["requester"]),
             Wei(int(args["deposit"])),
             deadline=int(args["deadline"]),
+            **common,
+        )
+    if name == "Bonded":
+        return EscrowEvent(
+            name,
+            bytes(args["taskId"]),
+            to_checksum_address(args["requester"]),
+            Wei(int(args["amount"])),
+            amounts=(Wei(int(args["total"])),),
             **common,
         )
     if name == "Settled":

@@ -35,6 +35,7 @@ from accord.market.escrow import (
     MemoryEscrowJournal,
     Web3EscrowChain,
     address_of,
+    bond_intent,
     deploy_escrow,
     ensure_escrow,
     open_intent,
@@ -256,6 +257,53 @@ def test_a_payout_to_the_escrow_itself_is_held_under_the_task_until_released(
         task_id_hash(task),
     )
     assert released.tx_hash == first.tx_hash
+
+
+@pytest.mark.devnet
+def test_a_requester_bonds_from_its_own_account_and_the_bond_is_paid_out_with_the_deposit(
+    anvil: Anvil, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A lone bidder's price is the whole deposit: the requester's bond, from its own account,
+    is what pays a dispute's panel. Only the requester bonds, each bond names the total it
+    brings the task's bonds to (a bond sent twice reverts), a settlement pays out deposit and
+    bond together (the rest to the requester), and a refund returns both."""
+    chain = anvil.chain
+    task, lone = fresh_task(), fresh_task()
+    deadline = anvil.now() + DEADLINE_AHEAD
+    before = {a: chain.credit(a) for a in (REQUESTER_ADDR, ADDR[3], ADDR[4])}
+    balance = chain.balance()
+    act(chain, REQUESTER, open_intent(task, 1_000, deadline))
+    assert refused(chain, OTHER, bond_intent(task, 50, 50)).reason == "NotRequester"
+    gas = act(chain, REQUESTER, bond_intent(task, 50, 50))
+    mismatch = refused(chain, REQUESTER, bond_intent(task, 50, 50))
+    assert mismatch.reason == "BondMismatch" and mismatch.reason_args == (50, 100)
+    assert chain.bonded(task) == 50 and chain.balance() == balance + 1_050
+    [bonded] = [e for e in chain.events(task) if e.name == "Bonded"]
+    assert (bonded.account, bonded.amount, bonded.amounts) == (REQUESTER_ADDR, 50, (50,))
+    over = refused(chain, OPERATOR, pay_out_intent(task, [ADDR[3]], [1_051]))
+    assert over.reason == "OverDeposit" and over.reason_args == (1_051, 1_050)
+    # the team is paid the whole budget, the panel (two seats) from the bond, 10 wei back
+    act(chain, OPERATOR, pay_out_intent(task, [ADDR[3], ADDR[4]], [1_000, 40]))
+    assert chain.credit(ADDR[3]) == before[ADDR[3]] + 1_000
+    assert chain.credit(ADDR[4]) == before[ADDR[4]] + 40
+    assert chain.credit(REQUESTER_ADDR) == before[REQUESTER_ADDR] + 10
+    assert chain.bonded(task) == 0
+    assert refused(chain, REQUESTER, bond_intent(task, 1, 1)).reason == "NotOpen"
+
+    actions = EscrowActions(chain, MemoryEscrowJournal(), receipt_timeout=5)
+    act(chain, REQUESTER, open_intent(lone, 500, anvil.now() + 5))
+    assert actions.bond(REQUESTER, lone, 25, 25).status == "confirmed"
+    assert actions.bond(REQUESTER, lone, 25, 25).status == "already-done"
+    assert chain.bonded(lone) == 25
+    anvil.pass_time(10)
+    credit = chain.credit(REQUESTER_ADDR)
+    act(chain, REQUESTER, refund_intent(lone))
+    assert chain.credit(REQUESTER_ADDR) == credit + 525
+    [refunded] = [e for e in chain.events(lone) if e.name == "Refunded"]
+    assert refunded.amount == 525
+    with capsys.disabled():
+        print(f"\nTaskEscrow.bond gas used: {gas}")
+    assert 21_000 < gas < 100_000
 
 
 @pytest.mark.devnet

@@ -24,7 +24,7 @@ from accord.coordinator.service import run_awarded_task
 from accord.identity.chat import OpenAIChat
 from accord.identity.errors import RegistryError
 from accord.ledger.chain import MemoryAnchorChain
-from accord.ledger.events import Event
+from accord.ledger.events import Entry, Event
 from accord.ledger.sealing import open_sealed, seal
 from accord.ledger.store import LogStore
 from accord.market.check_io import (
@@ -42,6 +42,7 @@ from accord.market.checks import (
     judge_prompt,
 )
 from accord.market.errors import SettlementWaits, TaskError
+from accord.market.panel import PANEL_COMMITTED, panel_pay
 from accord.market.service import rejection_terms
 from accord.market.settlement import (
     SETTLEMENT_COMPUTED,
@@ -68,6 +69,7 @@ from tests.audit.conftest import (
     with_body,
 )
 from tests.coordinator.test_llm_policy import ChatServer, Reply, _completion
+from tests.market.panelists import jurors, mine, reveal, vote
 from tests.specs import JUDGE_CHECKS, invoice_spec_with
 from tests.stand_in import completion
 
@@ -541,8 +543,9 @@ def test_a_rejection_of_correct_work_is_disputed_and_the_requester_loses(
     reviewed_world: World, serve: Callable[..., ChatServer], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The requester's review, from the window opening to the settlement (one story: each
-    step depends on the one before). The work is right, the requester rejects it anyway: the
-    evaluator finds for the team, the team is paid in full, and the requester bears the fee."""
+    step depends on the one before). The work is right, the requester rejects it anyway: a
+    panel of two independent agents and the judge model finds for the team, the team is paid
+    in full, and the requester's fee pays the panel (the judge's seat to the operator)."""
     world = reviewed_world
     market, task_id = world.market, world.task_id
 
@@ -563,7 +566,7 @@ def test_a_rejection_of_correct_work_is_disputed_and_the_requester_loses(
             market.review(world.requester, task_id, "looks-right", "reject", silent)
     assert not world.ledger.store.find(kind=REVIEW_GIVEN, subject=task_id, limit=10)
 
-    # a service with no evaluator refuses a rejection: nothing could decide the dispute
+    # a service with no panel to draw refuses a rejection: nothing could decide the dispute
     reason = "the total is not the invoice's"
     monkeypatch.delenv("ACCORD_JUDGE_URL", raising=False)
     with pytest.raises(TaskError, match="no evaluator"):
@@ -571,74 +574,106 @@ def test_a_rejection_of_correct_work_is_disputed_and_the_requester_loses(
     monkeypatch.setenv("ACCORD_JUDGE_URL", "not a url")  # the operator's mistake, said as such
     with pytest.raises(TaskError, match="evaluator is misconfigured"):
         market.review(world.requester, task_id, "looks-right", "reject", reason)
+    panelists = jurors(world, 2)  # two agents alone cannot fill a panel of three
+    monkeypatch.delenv("ACCORD_JUDGE_URL")
+    with pytest.raises(TaskError, match="no evaluator"):
+        market.review(world.requester, task_id, "looks-right", "reject", reason)
     assert not world.ledger.store.find(kind=REVIEW_GIVEN, subject=task_id, limit=10)
 
-    monkeypatch.setenv("ACCORD_JUDGE_URL", f"http://127.0.0.1:{closed_port()}/v1")
+    server = serve(disputes(9))  # with the judge's seat, they do
+    monkeypatch.setenv("ACCORD_JUDGE_URL", server.url)
     index = market.review(world.requester, task_id, "looks-right", "reject", reason)
     with pytest.raises(TaskError, match="already reviewed"):
         market.review(world.requester, task_id, "looks-right", "accept")
 
-    # a dispute whose evaluator went away waits: the requester does not win by saying no
-    monkeypatch.delenv("ACCORD_JUDGE_URL")
-    world.clock.advance(1)
-    with pytest.raises(SettlementWaits, match="opens a dispute"):
-        settle_task(market, world.onboarding, task_id, judge=None)
-    assert logged_settlement(market, task_id) is None
-
-    server = serve(disputes(9))
+    # the panel is drawn with the hash of the block after the rejection's; the judge's seat
+    # commits at once, the agents commit, then everyone reveals
+    world.clock.advance(3600)
+    mine(world)
     judge = openai_judge(server.url, "evaluator")
+    with pytest.raises(SettlementWaits, match="is voting"):
+        settle_task(market, world.onboarding, task_id, judge=judge)
+    assert logged_settlement(market, task_id) is None
+    said = {did: vote(world, signer, task_id, "team") for did, signer in panelists.items()}
+    for did, (verdict, salt) in said.items():
+        reveal(world, panelists[did], task_id, verdict, salt)
     outcome = settle_task(market, world.onboarding, task_id, judge=judge)
     finish(world)
     review = logged_checks(world)["looks-right"]
     assert review["passed"] is True
-    assert "the evaluator found for the team" in review["detail"]
+    assert "the panel found for the team (3 of 3 votes" in review["detail"]
     task = market.task(task_id)
     assert task.price is not None
     fee = dispute_fee(task.price)
     record = review["record"]
     assert (record["entry"], record["verdict"], record["reason"]) == (index, "reject", reason)
     assert record["fee"] == str(fee) and record["dispute"]["winner"] == "team"
+    assert record["dispute"]["panel"]["seats"][0] == "judge"
     [request] = [r for r in server.requests if DISPUTE_PROMPT_VERSION in str(r)]
-    prompt = request["messages"][0]["content"]
-    assert opened(world, record["dispute"]["exchange"])["prompt"] == prompt and reason in prompt
+    assert reason in request["messages"][0]["content"]
     body = logged_settlement(market, task_id)
     assert body is not None
     assert body["paid_share"] == "1/1" and outcome.amount == task.price
-    assert int(body["evaluator_fee"]) == fee
+    shares = panel_pay(
+        fee, record["dispute"]["panel"]["seats"], record["dispute"]["panel"]["seats"]
+    )
+    assert int(body["evaluator_fee"]) == shares["judge"]
     assert body["evaluator"] == market.escrow.operator_address()
     assert outcome.refund == task.spec.budget - task.price - fee
-    assert world.escrow_chain.credit(body["evaluator"]) == fee
+    assert world.escrow_chain.credit(body["evaluator"]) == shares["judge"]
     record_of = market.requester_record(world.requester.did).to_json()
     assert (record_of["reviews_rejected"], record_of["rejections_overturned"]) == (1, 1)
     report = audit(world)
     assert report.ok, [s.to_json() for s in report.steps]
 
-    # the operator rewrites the evaluator's answer and re-signs: the audit finds it
-    def change(changed: dict[str, Any]) -> None:
-        dispute = judge_record(changed, "looks-right")["dispute"]
-        reseal(world, dispute, answer='{"score": 1, "reason": "no"}')
+    # the operator rewrites the judge's answer and re-signs: its seat's vote no longer holds
+    [committed] = [
+        stored
+        for stored in world.ledger.store.find(kind=PANEL_COMMITTED, subject=task_id, limit=10)
+        if Entry.from_bytes(stored.data).event.body.get("seat") == "judge"
+    ]
+    exchange = Entry.from_bytes(committed.data).event.body["commitment"]
+    forged = seal({**opened(world, exchange), "answer": '{"score": 1, "reason": "no"}'})
+    world.market.keep_sealed(forged)
 
-    tampered, at = rewrite_settlement(world, world.settings.home / "tampered.db", change)
-    assert first_failure(tampered) == (6, at)
-    assert "check looks-right recomputes to fail" in tampered.steps[5].detail
+    def rewrite(i: int, event: Event) -> Event:
+        if i != committed.index:
+            return event
+        return with_body(event, {**event.body, "commitment": forged.commitment})
+
+    store, anchors = rebuild_log(world, world.settings.home / "tampered.db", rewrite)
+    tampered = audit(world, store, anchors)
+    assert first_failure(tampered)[0] == 6
+    assert "the judge's answer votes for the requester" in tampered.steps[5].detail
 
 
 def test_a_rejection_of_wrong_work_is_disputed_and_the_team_loses(
     tmp_path: Path, serve: Callable[..., ChatServer], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The evaluator finds for the requester: the check fails, and the team's pay bears the
-    fee, which goes to the evaluator; the audit replays it all."""
+    """The panel finds for the requester: the check fails, and the team's pay bears the
+    coherent seats' shares of the fee; the audit replays it all."""
     world = delivered_world(tmp_path / "home", invoice_spec_with(REVIEW))
     market, task_id = world.market, world.task_id
     server = serve(disputes(2))
-    monkeypatch.setenv("ACCORD_JUDGE_URL", server.url)  # the service has an evaluator
+    monkeypatch.setenv("ACCORD_JUDGE_URL", server.url)  # the judge takes one seat
+    panelists = jurors(world, 2)
     market.review(world.requester, task_id, "looks-right", "reject", "the fields are wrong")
-    world.clock.advance(1)
+    world.clock.advance(3600)
+    mine(world)
     judge = openai_judge(server.url, "evaluator")
+    with pytest.raises(SettlementWaits, match="is voting"):
+        settle_task(market, world.onboarding, task_id, judge=judge)
+    first, second = panelists
+    said = {first: vote(world, panelists[first], task_id, "requester")}
+    said[second] = vote(world, panelists[second], task_id, "team")
+    for did, (verdict, salt) in said.items():
+        reveal(world, panelists[did], task_id, verdict, salt)
     outcome = settle_task(market, world.onboarding, task_id, judge=judge)
     finish(world)
     review = logged_checks(world)["looks-right"]
     assert review["passed"] is False and review["record"]["dispute"]["winner"] == "requester"
+    panel = review["record"]["dispute"]["panel"]
+    assert sorted(panel["coherent"]) == sorted(["judge", first])
     task = market.task(task_id)
     assert task.price is not None
     fee = dispute_fee(task.price)
@@ -646,9 +681,9 @@ def test_a_rejection_of_wrong_work_is_disputed_and_the_team_loses(
     assert body is not None
     earned = amount_paid(task.price, Fraction(body["paid_share"]))
     assert Fraction(body["paid_share"]) < 1
-    assert outcome.amount == earned - fee == sum(outcome.payouts.values())
+    owed = sum(panel_pay(fee, panel["seats"], panel["coherent"]).values())
+    assert outcome.amount == earned - owed == sum(outcome.payouts.values())
     assert outcome.refund == task.spec.budget - earned
-    assert world.escrow_chain.credit(body["evaluator"]) == fee
     record_of = market.requester_record(world.requester.did).to_json()
     assert (record_of["reviews_rejected"], record_of["rejections_overturned"]) == (1, 0)
     report = audit(world)

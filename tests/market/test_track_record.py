@@ -44,7 +44,7 @@ from accord.ledger.events import Entry, Event
 from accord.ledger.signing import Signer
 from accord.ledger.views import view_rows
 from accord.market.check_io import Judge
-from accord.market.errors import BidRejected, ReputationError
+from accord.market.errors import BidRejected, ReputationError, SettlementWaits
 from accord.market.money import parse_amount
 from accord.market.projections import read_views
 from accord.market.reputation import REVOCATION_MIN_PARTS, check_revocation, revocation_evidence
@@ -62,6 +62,7 @@ from tests.audit.conftest import (
 )
 from tests.coordinator.test_llm_policy import ChatServer, _completion
 from tests.ledger.conftest import postgres_schema_url
+from tests.market.panelists import jurors, mine, reveal, vote
 
 HALF = Fraction(1, 2)
 #: Each ring member holds the one capability the member before it asks for.
@@ -366,14 +367,24 @@ def test_bidders_see_the_requesters_record(
     run_awarded_task(world.context, task.task_id)
     world.clock.advance(1)
     evaluator = ChatServer(lambda request: _completion('{"score": 2, "reason": "not so"}'))
-    monkeypatch.setenv("ACCORD_JUDGE_URL", evaluator.url)  # the service has an evaluator
+    monkeypatch.setenv("ACCORD_JUDGE_URL", evaluator.url)  # the judge takes one seat
+    panelists = jurors(world, 2)  # and two independent agents the others
     market.review(world.requester, task.task_id, "looks-fine", "reject", "not what I asked")
     ends = market.task(task.task_id).review_ends
     assert ends is not None
     world.clock.set(ends)
     world.clock.advance(1)
+    mine(world)
     try:
         judge = Judge(OpenAIChat("evaluator", base_url=evaluator.url, api_key="test-key"))
+        with pytest.raises(SettlementWaits, match="is voting"):
+            settle_task(market, world.onboarding, task.task_id, judge=judge)
+        said = {
+            did: vote(world, signer, task.task_id, "requester", "looks-fine")
+            for did, signer in panelists.items()
+        }
+        for did, (verdict, salt) in said.items():
+            reveal(world, panelists[did], task.task_id, verdict, salt, "looks-fine")
         settle_task(market, world.onboarding, task.task_id, judge=judge)
     finally:
         evaluator.close()
