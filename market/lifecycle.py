@@ -158,7 +158,7 @@ class LifecycleWorker:
     """Runs `run_due` every `interval` seconds in a daemon thread until `stop`, each action
     under `lock` (the service's write lock: one writer at a time in this process), a
     settlement's checks outside it (see `run_due`). An action that waits or failed (a chain
-    away, a payee with no payout address) is left for `WAITING_RETRY` (on the market's clock)
+    away, a dispute's panel still voting) is left for `WAITING_RETRY` (on the market's clock)
     before it is tried again."""
 
     def __init__(
