@@ -191,9 +191,9 @@ def counting_computations(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     computed: list[str] = []
     real = settlement._compute
 
-    def compute(market: Any, task: Any, judge: Any) -> Any:
+    def compute(market: Any, onboarding: Any, task: Any, judge: Any) -> Any:
         computed.append(task.task_id)
-        return real(market, task, judge)
+        return real(market, onboarding, task, judge)
 
     monkeypatch.setattr(settlement, "_compute", compute)
     return computed
