@@ -30,7 +30,8 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Iterable
-from contextlib import AbstractContextManager, nullcontext
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Literal
@@ -84,6 +85,27 @@ def due(tasks: Iterable[Task], now: datetime) -> list[Due]:
     return found
 
 
+SETTLE_WORKERS = 4
+"""Settlements a lifecycle round runs at once (their checks queue for the box's own pool,
+`ACCORD_BOX_WORKERS`)."""
+
+
+def _settle(context: MarketContext, item: Due, lock: AbstractContextManager[Any] | None) -> Done:
+    """One due settlement (`settle_task`), its outcome as a Done; never raises for an
+    expected failure."""
+    from accord.market.settlement import settle_task
+
+    try:
+        outcome = settle_task(context.market, context.onboarding, item.task_id, lock=lock)
+    except (TransitionError, AlreadyLoggedError) as exc:
+        return Done(item, "elsewhere", str(exc))
+    except SettlementWaits as exc:
+        return Done(item, "waits", str(exc))
+    except AccordError as exc:
+        return Done(item, "failed", str(exc))
+    return Done(item, "elsewhere" if outcome.already else "done", "settled")
+
+
 def run_due(
     context: MarketContext,
     *,
@@ -95,17 +117,25 @@ def run_due(
 
     `lock` (the service's write lock) is held for each action, one at a time, and for a
     settlement only while it logs and pays: its checks, strangers' code, run before
-    (`accord.market.settlement.settle_task`), so no writer of the process waits for them."""
-    from accord.market.settlement import settle_task
-
-    held = nullcontext() if lock is None else lock
+    (`accord.market.settlement.settle_task`), so no writer of the process waits for them.
+    Due settlements run side by side (`SETTLE_WORKERS`), beside the other actions: a task
+    whose checks take their whole limits holds back no other task (with no `lock` given,
+    one of the round's own serialises what they log and pay)."""
+    lock = threading.RLock() if lock is None else lock
+    held = lock
     market = context.market
     now = market.clock()
     tasks = [task for state in WATCHED_STATES for task in market.iter_tasks(state=state)]
     results: list[Done] = []
     recovered: set[str] | None = None
-    for item in due(tasks, now):
-        if skip(item):
+    items = [item for item in due(tasks, now) if not skip(item)]
+    settling = [item for item in items if item.action == "settle"]
+    # Settlements run side by side: one task's slow checks (strangers' code, in the box's
+    # bounded pool) never hold back another task's settlement, nor the other actions.
+    pool = ThreadPoolExecutor(SETTLE_WORKERS, "accord-settle") if settling else None
+    settled = {item.task_id: pool.submit(_settle, context, item, lock) for item in settling if pool}
+    for item in items:
+        if item.action == "settle":
             continue
         try:
             if item.action == "award":
@@ -132,15 +162,15 @@ def run_due(
                 with held:
                     market.expire_undelivered(item.task_id)
                 results.append(Done(item, "done", "not delivered by the deadline: refunded"))
-            else:
-                settled = settle_task(market, context.onboarding, item.task_id, lock=lock)
-                results.append(Done(item, "elsewhere" if settled.already else "done", "settled"))
         except (TransitionError, AlreadyLoggedError) as exc:
             results.append(Done(item, "elsewhere", str(exc)))
         except SettlementWaits as exc:
             results.append(Done(item, "waits", str(exc)))
         except AccordError as exc:
             results.append(Done(item, "failed", str(exc)))
+    if pool is not None:
+        results += [settled[item.task_id].result() for item in settling]
+        pool.shutdown()
     for result in results:
         level = logging.WARNING if result.outcome == "failed" else logging.INFO
         log.log(

@@ -3,13 +3,16 @@ task's window closes, once, and says what it did."""
 
 from __future__ import annotations
 
+import threading
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
 
+import accord.market.settlement as settlement
 from accord.api.app import create_app
 from accord.api.routes.deps import ApiConfig
 from accord.coordinator.service import run_awarded_task
@@ -101,6 +104,49 @@ def test_a_round_settles_once_the_review_window_closes(tmp_path: Path) -> None:
     assert (done.due, done.outcome) == (Due(world.task_id, "settle"), "done")
     assert world.market.task(world.task_id).state == "settled"
     assert run_due(world.context) == []
+
+
+def test_a_task_whose_checks_take_long_holds_back_no_other_settlement(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two tasks fall due in one round, the slow one first: the other is settled while the
+    slow one's checks still run (here they wait until the test has seen the other settled;
+    one after another, the round would never get there)."""
+    world = open_world(tmp_path / "home")
+    onboard_agents(world)
+    delivered: list[str] = []
+    for _ in range(2):
+        post_task(world)
+        sealed_auction(world)
+        run_awarded_task(world.context, world.task_id)
+        delivered.append(world.task_id)
+    for record in world.agents.values():
+        world.onboarding.bind_payout(record, world.escrow.chain_id())
+    slow, quick = delivered
+    release = threading.Event()
+    real = settlement._compute
+
+    def compute(market: Any, onboarding: Any, task: Any, judge: Any) -> Any:
+        if task.task_id == slow:
+            assert release.wait(120), "the quick task was never settled beside the slow one"
+        return real(market, onboarding, task, judge)
+
+    monkeypatch.setattr(settlement, "_compute", compute)
+    ends = [world.market.task(t).review_ends for t in delivered]
+    world.clock.set(max(e for e in ends if e is not None))
+    results: list[Any] = []
+    round_ = threading.Thread(target=lambda: results.extend(run_due(world.context)))
+    round_.start()
+    deadline = time.monotonic() + 120
+    while world.market.task(quick).state != "settled" and time.monotonic() < deadline:
+        time.sleep(0.05)
+    settled_first = world.market.task(quick).state == "settled"
+    release.set()
+    round_.join(timeout=300)
+    assert settled_first, "the quick task waited behind the slow one's checks"
+    assert sorted((d.due.task_id, d.outcome) for d in results) == sorted(
+        [(slow, "done"), (quick, "done")]
+    )
 
 
 def test_a_winner_that_does_not_deliver_forfeits_and_the_requester_is_refunded(
