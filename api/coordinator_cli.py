@@ -65,6 +65,7 @@ def describe(message: Message, names: dict[str, str]) -> str:
         AssignSync,
         Conclude,
         Discuss,
+        NoShow,
         Report,
     )
 
@@ -88,6 +89,8 @@ def describe(message: Message, names: dict[str, str]) -> str:
                 body = f"reports {result.sub_id} failed: {result.error}"
         case Abandon(sub_id=sub_id, reason=reason):
             body = f"abandons {sub_id}: {reason}"
+        case NoShow(sub_id=sub_id):
+            body = f"declares a no-show for {sub_id}: its member did not answer in time"
         case Conclude(deliverable=deliverable):
             body = f"concludes: {deliverable.summary}"
     return f"{who(message.speaker)} {body}"

@@ -9,7 +9,8 @@
     (3) every bidder held valid, unrevoked credentials for every required capability when it
         bid, and each of those credentials' exams re-grades to its logged score
     (4) the auction replays to the same winner and price
-    (5) every conversation of the task replays through the state machine, each part is one
+    (5) every conversation of the task replays through the state machine (a no-show only
+        `NO_SHOW_AFTER` after its assignment, by the entries' times), each part is one
         producer's own signed report (a sub-team's work exactly its conclusion), and the
         delivery is the top conversation's conclusion with the logged plan and assembly
     (6) the settlement recomputes: every check re-runs to its logged result (judge answers,

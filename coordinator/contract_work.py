@@ -18,7 +18,10 @@ never signs for any of them: it checks each entry the winner relays and appends 
                           work is exactly that sub-team's conclusion (`check_report_in_task`);
                           a report's outputs must already be held sealed here
                           (`POST /tasks/{id}/sealed`) and valid for their capability, so the
-                          checks can read them at settlement
+                          checks can read them at settlement; an assignment is dated within
+                          `ASSIGNMENT_SKEW` of the service's clock, and a no-show is admitted
+                          only once `NO_SHOW_AFTER` has passed since the assignment, by the
+                          entries' times and by the service's clock
     task.delivered        the winner, once, naming the top-level conversation's conclusion and
                           a document whose hash it carries, which is the plan and assembly the
                           log holds (`accord.coordinator.service.assemble`)
@@ -37,10 +40,14 @@ from typing import Any
 from accord.coordinator.conversation import (
     CONVERSATION_MESSAGE,
     CONVERSATION_OPENED,
+    AssignAsync,
+    AssignSync,
     Conversation,
+    NoShow,
     Report,
     check_report_in_task,
     message_from_json,
+    no_show_due,
     open_conversation,
     step,
 )
@@ -67,6 +74,9 @@ from accord.market.work import MAX_PARTS
 
 ENTRY_SKEW = timedelta(minutes=5)
 """How far an entry's time may be from the service's clock."""
+ASSIGNMENT_SKEW = timedelta(seconds=60)
+"""How far before the service's clock an assignment may be dated: a leader cannot backdate an
+assignment to declare its member absent (`NoShow`) before the member had its time."""
 MAX_DEPTH = 1
 """How deep a self-custody leader's sub-teams may nest (as `RunSettings.max_depth`)."""
 MAX_TURNS = 256
@@ -235,8 +245,24 @@ def _check_message(context: MarketContext, task: Task, entry: Entry) -> None:
         raise WorkRefused(f"the message is {message.speaker}'s but signed by {event.actor}", 403)
     if body["turn"] != conversation.turn:
         raise WorkRefused(f"turn {body['turn']} is out of order: the next is {conversation.turn}")
+    at = parse_time(event.at)
+    now = context.market.clock()
+    if isinstance(message, AssignSync | AssignAsync) and now - at > ASSIGNMENT_SKEW:
+        raise WorkRefused(
+            f"the assignment is dated {event.at}, more than "
+            f"{int(ASSIGNMENT_SKEW.total_seconds())} s before the service's clock: sign it "
+            "again with the time `GET /agents/{did}/next-seq` gives"
+        )
+    if isinstance(message, NoShow):
+        due = no_show_due(conversation, message.sub_id)
+        if due is not None and now < due:
+            raise WorkRefused(
+                f"too early for a no-show of {message.sub_id}: by the service's clock its member "
+                f"has until {due:%Y-%m-%dT%H:%M:%SZ} to answer",
+                409,
+            )
     try:
-        step(conversation, message)
+        step(conversation, message, at=at)
     except IllegalMove as exc:
         raise WorkRefused(f"not a legal move: {exc.reason}") from exc
     if isinstance(message, Report):

@@ -13,10 +13,12 @@ conversation or raises `IllegalMove` with the rule it broke:
                                                               assignee speaks next
                        the blocked assignee     Report        any but pause_trigger
                        the leader               Abandon       any but pause_trigger
+                       the leader               NoShow        any but pause_trigger
     async_task_assign  the named speaker        AssignAsync   discussion, sync/async assign,
                                                               pause_trigger
     pause_trigger      a member with a trigger  Report        pause_trigger while triggers
                        the leader               Abandon       remain, then any but it
+                       the leader               NoShow
     conclusion         the leader               Conclude      closed (no speaker)
 
 Bounds: at most `max_turns` messages (only `Conclude` may use the last turn); sub-task ids are
@@ -33,6 +35,13 @@ assignment on its own word leaves its parts undone for good: only the member's o
 failure report frees them for someone else. Across a task's conversations, `check_task_reports`
 holds each part to one producer's report.
 
+A member that goes away is declared absent by the leader alone, and only late: a `NoShow` for
+an outstanding assignment is a legal move only at least `NO_SHOW_AFTER` after the assignment,
+by the logged times (`step(..., at=)`: the replay passes each entry's time, and an assignment
+or no-show without a time is never a legal no-show). It frees the assignment's parts for
+someone else, as the member's own failure report does, and from then on the member's report
+for it is refused: it is no longer outstanding.
+
 `conversation_from_events` folds a logged conversation (its verified `conversation.opened` and
 `conversation.message` events) back through `step`: the replay the service and the audit share.
 """
@@ -41,11 +50,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
 from typing import Any, Literal
 
 from accord.coordinator.errors import CoordinatorError, IllegalMove
 from accord.coordinator.work import JSON, SubTask, parts_of, split_batch
-from accord.ledger.events import Event
+from accord.ledger.events import Event, parse_time
 from accord.ledger.sealing import is_commitment
 
 CONVERSATION_OPENED = "conversation.opened"
@@ -68,6 +78,11 @@ STATES: tuple[ConversationState, ...] = (
     "closed",
 )
 DEFAULT_MAX_TURNS = 64
+NO_SHOW_AFTER = timedelta(minutes=5)
+"""How long after an assignment its member may be declared absent (`NoShow`). Well above a
+leader's per-assignment timeout (`RunSettings.timeout_s`, 30 s by default), so a member that is
+working is never declared gone: the bound is what stops a leader from declaring a no-show to
+take a member's part."""
 
 
 # -- results and the deliverable -------------------------------------------------------------
@@ -216,6 +231,18 @@ class Abandon:
 
 
 @dataclass(frozen=True)
+class NoShow:
+    """The leader declares that the member of an outstanding assignment did not answer within
+    `NO_SHOW_AFTER` of it: the assignment's parts are free for another member, and the member's
+    report for it is refused from then on."""
+
+    speaker: str
+    sub_id: str
+    next_state: ConversationState
+    next_speaker: str | None
+
+
+@dataclass(frozen=True)
 class Conclude:
     speaker: str
     deliverable: Deliverable
@@ -223,7 +250,7 @@ class Conclude:
     next_speaker: str | None = None
 
 
-Message = Discuss | AssignSync | AssignAsync | Report | Abandon | Conclude
+Message = Discuss | AssignSync | AssignAsync | Report | Abandon | NoShow | Conclude
 
 
 def is_part_of(sub_id: str, of: str) -> bool:
@@ -260,6 +287,9 @@ class Conversation:
     results: tuple[Result, ...] = ()
     deliverable: Deliverable | None = None
     abandoned: tuple[str, ...] = ()  # sub_ids the leader gave up on by its own word
+    assigned_at: Mapping[str, datetime] = field(default_factory=dict, hash=False)
+    """When each sub-task was assigned, by the logged time (known when `step` is given it)."""
+    no_shows: tuple[str, ...] = ()  # sub_ids whose member the leader declared absent
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -305,8 +335,11 @@ def open_conversation(
     )
 
 
-def step(conversation: Conversation, message: Message) -> Conversation:
-    """Apply one message. Raises IllegalMove naming the rule it breaks."""
+def step(conversation: Conversation, message: Message, at: datetime | None = None) -> Conversation:
+    """Apply one message, said at `at` (the time its entry is logged with; a replay passes
+    each entry's). An assignment remembers its time, and a `NoShow` is legal only with a time
+    at least `NO_SHOW_AFTER` after the assignment's. Raises IllegalMove naming the rule it
+    breaks."""
     c = conversation
     if c.state == "closed":
         raise IllegalMove("the conversation is closed")
@@ -319,15 +352,26 @@ def step(conversation: Conversation, message: Message) -> Conversation:
             nxt = _discuss(c, message)
         case AssignSync():
             nxt = _assign_sync(c, message)
+            nxt = _stamped(nxt, (message.task.sub_id,), at)
         case AssignAsync():
             nxt = _assign_async(c, message)
+            nxt = _stamped(nxt, tuple(task.sub_id for _, task in message.assignments), at)
         case Report():
             nxt = _report(c, message)
         case Abandon():
             nxt = _abandon(c, message)
+        case NoShow():
+            nxt = _no_show(c, message, at)
         case Conclude():
             nxt = _conclude(c, message)
     return replace(nxt, turn=c.turn + 1)
+
+
+def _stamped(c: Conversation, sub_ids: tuple[str, ...], at: datetime | None) -> Conversation:
+    """`c` with the assignment time of `sub_ids` remembered (when it is known)."""
+    if at is None:
+        return c
+    return replace(c, assigned_at={**c.assigned_at, **dict.fromkeys(sub_ids, at)})
 
 
 def _expect_speaker(c: Conversation, message: Message) -> None:
@@ -564,6 +608,46 @@ def _abandon(c: Conversation, m: Abandon) -> Conversation:
     raise IllegalMove(f"nothing outstanding to abandon for {m.sub_id} in {c.state}")
 
 
+def no_show_due(c: Conversation, sub_id: str) -> datetime | None:
+    """The earliest time the leader may declare the member of `sub_id` absent (None when its
+    assignment time is not known)."""
+    assigned = c.assigned_at.get(sub_id)
+    return None if assigned is None else assigned + NO_SHOW_AFTER
+
+
+def _no_show(c: Conversation, m: NoShow, at: datetime | None) -> Conversation:
+    if m.speaker != c.leader:
+        raise IllegalMove("only the leader declares a no-show")
+    blocked = c.state == "sync_task_assign" and c.blocked_on and c.blocked_on[0] == m.sub_id
+    pending = c.state == "pause_trigger" and m.sub_id in c.triggers
+    if not (blocked or pending):
+        raise IllegalMove(
+            f"nothing outstanding for {m.sub_id} in {c.state}: a member that reported is "
+            "never declared absent"
+        )
+    due = no_show_due(c, m.sub_id)
+    if at is None or due is None:
+        raise IllegalMove("a no-show is judged by the logged times of its assignment and itself")
+    if at < due:
+        waited = int((at - c.assigned_at[m.sub_id]).total_seconds())
+        raise IllegalMove(
+            f"a no-show for {m.sub_id} {waited} s after its assignment is too early: its member "
+            f"has {int(NO_SHOW_AFTER.total_seconds())} s to answer (declare it from {due:%Y-%m-%dT%H:%M:%SZ})"
+        )
+    assignee = c.assignees[m.sub_id]
+    failed = Result(m.sub_id, False, (), f"no-show: {assignee} did not answer in time")
+    no_shows = (*c.no_shows, m.sub_id)
+    if blocked:
+        return _next(
+            c, m, _AFTER_RESULT, blocked_on=None, results=(*c.results, failed), no_shows=no_shows
+        )
+    remaining = {k: v for k, v in c.triggers.items() if k != m.sub_id}
+    allowed: tuple[ConversationState, ...] = ("pause_trigger",) if remaining else _AFTER_RESULT
+    return _next(
+        c, m, allowed, triggers=remaining, results=(*c.results, failed), no_shows=no_shows
+    )
+
+
 def _signature(contribution: Contribution) -> tuple[str, str, str, str, str]:
     """A contribution compared whole: who, which piece, which capability and part, and the
     commitment to what it answered."""
@@ -610,6 +694,8 @@ def message_to_json(message: Message) -> dict[str, JSON]:
             return {"kind": "report", **head, "result": result.to_json()}
         case Abandon(sub_id=sub_id, reason=reason):
             return {"kind": "abandon", **head, "sub_id": sub_id, "reason": reason}
+        case NoShow(sub_id=sub_id):
+            return {"kind": "no_show", **head, "sub_id": sub_id}
         case Conclude(deliverable=deliverable):
             return {"kind": "conclude", **head, "deliverable": deliverable.to_json()}
 
@@ -643,6 +729,8 @@ def message_from_json(value: Mapping[str, JSON]) -> Message:
                 return Report(speaker, Result.from_json(value["result"]), state, nxt)
             case "abandon":
                 return Abandon(speaker, str(value["sub_id"]), str(value["reason"]), state, nxt)
+            case "no_show":
+                return NoShow(speaker, str(value["sub_id"]), state, nxt)
             case "conclude":
                 return Conclude(speaker, Deliverable.from_json(value["deliverable"]), state, nxt)
             case _:
@@ -726,7 +814,7 @@ def conversation_from_events(
         if int(event.body["turn"]) != conversation.turn:
             raise IllegalMove(f"entry {index}: turn {event.body['turn']} out of order")
         try:
-            conversation = step(conversation, message)
+            conversation = step(conversation, message, at=parse_time(event.at))
         except IllegalMove as exc:
             raise IllegalMove(f"entry {index}: {exc.reason}") from exc
         messages.append(LoggedMessage(index, int(event.body["turn"]), message))

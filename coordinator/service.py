@@ -299,6 +299,8 @@ def run_awarded_task(
         may_lead=holds_key,
         # The team runs the requester's machine checks on each output before it delivers.
         precheck=Precheck(task_id, task.posted_at, task.spec.requester_checks),
+        # A member that cannot be reached to sign its failure is declared absent in time.
+        clock=market.ledger.clock,
     )
     market.start(task_id, winner)
     parts = [(p.part_id, p.capability, p.input) for p in task.spec.parts]

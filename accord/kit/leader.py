@@ -204,6 +204,9 @@ def lead(
         # Its members sign only their own reports at their endpoints: sub-teams are its own.
         may_lead=lambda did: did == signer.did,
         precheck=precheck,
+        # The service's clock dates the entries: a member that stopped is declared absent
+        # (`NoShow`) when the service's time says the bound has passed, and its part moves on.
+        clock=lambda: service_time(client, signer.did),
     )
     parts = [(p.part_id, p.capability, p.input) for p in task.spec.parts]
     conversation = runner.run_task(task_id, leader, parts, task.spec.title, task.spec.description)
@@ -230,6 +233,13 @@ def lead(
         },
     )
     return conversation
+
+
+def service_time(client: AccordClient, did: str) -> datetime:
+    """The service's clock, as `GET /agents/{did}/next-seq` tells it (the time entries are
+    dated with). Raises ApiError when the service cannot be reached."""
+    info = client.get(f"/agents/{_segment(did)}/next-seq")
+    return parse_time(str(info["server_time"]))
 
 
 def _endpoint(endpoints: Mapping[str, str | None], did: str) -> str:

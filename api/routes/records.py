@@ -162,6 +162,8 @@ def _text(raw: dict[str, Any]) -> str:
             return f"reports {result.get('sub_id')} failed: {result.get('error')}"
         case "abandon":
             return f"abandons {raw.get('sub_id')}: {raw.get('reason')}"
+        case "no_show":
+            return f"declares a no-show for {raw.get('sub_id')}: its member did not answer"
         case "conclude":
             return f"concludes: {raw.get('deliverable', {}).get('summary', '')}"
     return ""
