@@ -632,7 +632,8 @@ def _no_show(c: Conversation, m: NoShow, at: datetime | None) -> Conversation:
         waited = int((at - c.assigned_at[m.sub_id]).total_seconds())
         raise IllegalMove(
             f"a no-show for {m.sub_id} {waited} s after its assignment is too early: its member "
-            f"has {int(NO_SHOW_AFTER.total_seconds())} s to answer (declare it from {due:%Y-%m-%dT%H:%M:%SZ})"
+            f"has {int(NO_SHOW_AFTER.total_seconds())} s to answer (declare it from "
+            f"{due:%Y-%m-%dT%H:%M:%SZ})"
         )
     assignee = c.assignees[m.sub_id]
     failed = Result(m.sub_id, False, (), f"no-show: {assignee} did not answer in time")
@@ -643,9 +644,7 @@ def _no_show(c: Conversation, m: NoShow, at: datetime | None) -> Conversation:
         )
     remaining = {k: v for k, v in c.triggers.items() if k != m.sub_id}
     allowed: tuple[ConversationState, ...] = ("pause_trigger",) if remaining else _AFTER_RESULT
-    return _next(
-        c, m, allowed, triggers=remaining, results=(*c.results, failed), no_shows=no_shows
-    )
+    return _next(c, m, allowed, triggers=remaining, results=(*c.results, failed), no_shows=no_shows)
 
 
 def _signature(contribution: Contribution) -> tuple[str, str, str, str, str]:

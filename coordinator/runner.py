@@ -60,6 +60,7 @@ from accord.market.precheck import Precheck
 NO_SHOW_POLL_S = 1.0
 """How often (real seconds) a leader waiting to declare a no-show looks at its clock."""
 
+
 @dataclass(frozen=True)
 class RunSettings:
     """Bounds of a run: per-assignment deadline, nesting depth, turns, work size."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,7 @@ import pytest
 from accord.api.client import AccordClient, ApiError
 from accord.audit.checks import audit_task
 from accord.identity.http_auth import AccordAuth
-from accord.identity.runtimes import ReferenceRuntime
+from accord.identity.runtimes import AgentRuntime, AgentRuntimeError, ReferenceRuntime
 from accord.kit.agent import KitAgent, fixed_price, load_eth_key, load_key
 from accord.ledger.events import Entry
 from accord.market.lifecycle import run_due
@@ -42,6 +43,7 @@ def kit_agent(
     name: str,
     price: int,
     said: list[tuple[str, dict[str, Any]]] | None = None,
+    runtime: AgentRuntime | None = None,
 ) -> KitAgent:
     keys = world["tmp"] / f"kit-{name}"
     keys.mkdir()
@@ -51,7 +53,7 @@ def kit_agent(
         client,
         signer,
         load_eth_key(keys / "eth.json"),
-        ReferenceRuntime(),
+        runtime or ReferenceRuntime(),
         name=name,
         capabilities=CAPABILITIES,
         strategy=fixed_price(Wei(price)),
@@ -728,3 +730,189 @@ def test_a_member_without_a_payout_account_is_never_on_a_team(
         assert kip.did in listed
     finally:
         kip.stop()
+
+
+# -- a member that goes away -----------------------------------------------------------------
+
+
+class GoesAway:
+    """The reference agent, until it is armed: then its first piece of team work stops its own
+    kit server (listening socket closed: every later call is refused) and fails."""
+
+    def __init__(self) -> None:
+        self.agent: KitAgent | None = None
+        self.stopped = threading.Event()
+
+    def answer(self, item: Any) -> Any:
+        if self.agent is not None and not self.stopped.is_set():
+            server = self.agent.server
+            assert server is not None
+
+            def stop() -> None:
+                server.shutdown()
+                server.server_close()
+
+            stopping = threading.Thread(target=stop)
+            stopping.start()
+            stopping.join()
+            self.stopped.set()
+            raise AgentRuntimeError("going away", retriable=True)
+        return ReferenceRuntime().answer(item)
+
+
+def messages_of(context: MarketContext, actor: str) -> list[dict[str, Any]]:
+    found = context.market.ledger.store.find(actor=actor, kind="conversation.message", limit=1000)
+    return [Entry.from_bytes(s.data).event.body["message"] for s in found]
+
+
+def test_a_kit_leader_whose_member_stops_declares_a_no_show_and_delivers(
+    world: dict[str, Any],
+) -> None:
+    """kim's kit server stops mid-task (its /sign then refuses connections): kai waits until
+    the service's clock says `NO_SHOW_AFTER` has passed since the assignment, logs a signed
+    no-show, does the part itself and delivers; the audit replays the no-show."""
+    from accord.coordinator.conversation import NO_SHOW_AFTER
+
+    context: MarketContext = world["context"]
+    goes_away = GoesAway()
+    kai = kit_agent(world, "kai", 3 * ETH // 10)
+    kim = kit_agent(world, "kim", 4 * ETH // 10, runtime=goes_away)
+    try:
+        for agent in (kai, kim):
+            agent.join(agent.start())
+        task_id = post_invoice(world)
+        for agent in (kai, kim):
+            agent.step()
+        world["clock"].advance(3600)
+        for agent in (kai, kim):
+            agent.step()
+        world["clock"].advance(3600)
+        run_due(context)
+        assert context.market.task(task_id).winner == kai.did
+        goes_away.agent = kim  # from now on, kim's first part stops it
+        kai.step()
+        [leading] = [t for t in kai._threads if t.name == f"lead-{task_id}"]
+        assert goes_away.stopped.wait(120), "kim was never given a part"
+        assert context.market.task(task_id).state == "running"
+        world["clock"].advance(NO_SHOW_AFTER.total_seconds() + 1)
+        leading.join(timeout=120)
+        assert not leading.is_alive()
+        assert context.market.task(task_id).state == "delivered"
+        kinds = [m["kind"] for m in messages_of(context, kai.did)]
+        assert "no_show" in kinds and "abandon" not in kinds, kinds
+        assert not [m for m in messages_of(context, kim.did) if m["kind"] == "report"]
+
+        world["clock"].advance(3 * 24 * 3600)  # the review window closes
+        settled = [d for d in run_due(context) if d.due.action == "settle"]
+        assert [d.outcome for d in settled] == ["done"], settled
+        anchorer = context.market.ledger.anchorer
+        assert anchorer is not None
+        anchorer.anchor_latest()
+        report = audit_task(
+            context.market.ledger.store,
+            task_id,
+            anchors=world["anchors"],
+            escrow=world["escrow_chain"],
+            outputs=context.market.sealed_bytes,
+        )
+        assert report.ok, report.to_json()
+    finally:
+        kai.stop()
+        if not goes_away.stopped.is_set():
+            kim.stop()
+        else:
+            kim.client.close()
+
+
+def test_a_no_show_before_its_bound_is_refused_and_fails_the_audit(
+    won: tuple[dict[str, Any], KitAgent, KitAgent, str],
+) -> None:
+    """A leader that declares its member absent before `NO_SHOW_AFTER` (to take its part) is
+    refused with the time it may, and so is an assignment it backdates to get there sooner;
+    an operator that logs such a no-show anyway makes the audit fail at step 5, naming it."""
+    from accord.coordinator.conversation import NO_SHOW_AFTER
+    from accord.coordinator.team import part_task
+    from accord.ledger.events import make_entry
+
+    world, kai, kim, task_id = won
+    context: MarketContext = world["context"]
+    store = context.market.ledger.store
+    parts = {p["id"]: p for p in invoice_request()["parts"]}
+
+    def work(entry: dict[str, Any]) -> None:
+        kai.client.post(f"/tasks/{task_id}/work", {"entry": entry})
+
+    def message(turn: int, value: dict[str, Any]) -> dict[str, Any]:
+        return {"conversation": "conv-n", "turn": turn, "message": value}
+
+    work(kai.client.entry("task.started", task_id, {"task_id": task_id}))
+    opened = {
+        "conversation": "conv-n",
+        "task": task_id,
+        "parent": None,
+        "depth": 0,
+        "leader": kai.did,
+        "members": [kai.did, kim.did],
+        "max_turns": 16,
+        "title": "t",
+    }
+    work(kai.client.entry("conversation.opened", "conv-n", opened))
+    plan = {"kind": "discuss", "speaker": kai.did, "next_state": "async_task_assign"}
+    plan |= {"next_speaker": kai.did, "text": "plan"}
+    work(kai.client.entry("conversation.message", "conv-n", message(0, plan)))
+    tax = part_task("tax", "arithmetic", parts["tax"]["input"])
+    assign = {
+        "kind": "assign_async",
+        "speaker": kai.did,
+        "next_state": "pause_trigger",
+        "next_speaker": kim.did,
+        "assignments": [{"assignee": kim.did, "task": tax.to_json()}],
+    }
+    # Backdated by the bound, so that a no-show would be due at once: refused.
+    seq = int(kai.client.get(f"/agents/{kai.did}/next-seq")["seq"])
+    backdated = make_entry(
+        kai.signer,
+        kind="conversation.message",
+        seq=seq,
+        at=world["clock"]() - NO_SHOW_AFTER + timedelta(seconds=1),
+        subject="conv-n",
+        body=message(1, assign),
+    )
+    size = store.size()
+    old = relay(kai, task_id, backdated.to_json())
+    assert old.status == 422 and "before the service's clock" in str(old)
+    work(kai.client.entry("conversation.message", "conv-n", message(1, assign)))
+    no_show = {
+        "kind": "no_show",
+        "speaker": kai.did,
+        "next_state": "async_task_assign",
+        "next_speaker": kai.did,
+        "sub_id": "tax",
+    }
+    size = store.size()
+    early = relay(
+        kai, task_id, kai.client.entry("conversation.message", "conv-n", message(2, no_show))
+    )
+    assert early.status == 409 and "too early for a no-show of tax" in str(early)
+    # Dated past the bound (the service's clock has not got there): refused all the same.
+    seq = int(kai.client.get(f"/agents/{kai.did}/next-seq")["seq"])
+    future = make_entry(
+        kai.signer,
+        kind="conversation.message",
+        seq=seq,
+        at=world["clock"]() + timedelta(seconds=290),
+        subject="conv-n",
+        body=message(2, no_show),
+    )
+    ahead = relay(kai, task_id, future.to_json())
+    assert ahead.status == 409 and "too early" in str(ahead)
+    assert store.size() == size
+    # An operator that logs the early no-show anyway: the audit names it at step 5.
+    [index] = context.market.ledger.append_entries([future])
+    anchorer = context.market.ledger.anchorer
+    assert anchorer is not None
+    anchorer.anchor_latest()
+    report = audit_task(store, task_id, anchors=world["anchors"], escrow=world["escrow_chain"])
+    failure = report.first_failure
+    assert failure is not None and failure.number == 5, report.to_json()
+    assert failure.entry == index and "too early" in failure.detail, failure
