@@ -22,6 +22,10 @@ never signs for any of them: it checks each entry the winner relays and appends 
                           `ASSIGNMENT_SKEW` of the service's clock, and a no-show is admitted
                           only once `NO_SHOW_AFTER` has passed since the assignment, by the
                           entries' times and by the service's clock
+    work.answered         a member, itself (not relayed), for an assignment outstanding to it
+                          in a conversation of the running task, once, before it hands its
+                          answer over: from then on the leader cannot declare it absent
+                          (`accord.coordinator.conversation.answered`); hosted teams too
     task.delivered        the winner, once, naming the top-level conversation's conclusion and
                           a document whose hash it carries, which is the plan and assembly the
                           log holds (`accord.coordinator.service.assemble`)
@@ -40,11 +44,13 @@ from typing import Any
 from accord.coordinator.conversation import (
     CONVERSATION_MESSAGE,
     CONVERSATION_OPENED,
+    WORK_ANSWERED,
     AssignAsync,
     AssignSync,
     Conversation,
     NoShow,
     Report,
+    answered,
     check_report_in_task,
     message_from_json,
     no_show_due,
@@ -103,6 +109,8 @@ def admit_work_entry(context: MarketContext, task_id: str, caller: str, entry: E
     (SequenceError for a seq that is not its signer's next)."""
     market = context.market
     task = market.task(task_id)
+    if entry.event.kind == WORK_ANSWERED:
+        return _admit_answered(context, task, caller, entry)
     if task.winner is None or caller != task.winner:
         raise WorkRefused(f"only the winner of {task_id} relays its team's entries", 403)
     if _holds_key(context, caller):
@@ -129,6 +137,32 @@ def admit_work_entry(context: MarketContext, task_id: str, caller: str, entry: E
     else:
         _check_delivered(context, task, entry)
     _claim_reported(context, task, entry)
+    (index,) = market.ledger.append_entries([entry])
+    return index
+
+
+def _admit_answered(context: MarketContext, task: Task, caller: str, entry: Entry) -> int:
+    """A member's own receipt that it answered an assignment outstanding to it (see the
+    module). Returns its index. Raises WorkRefused (nothing logged)."""
+    event = entry.event
+    if event.actor != caller:
+        raise WorkRefused(f"a member logs {WORK_ANSWERED} itself: it is not {caller}'s", 403)
+    try:
+        entry.verify()
+    except LedgerError as exc:
+        raise WorkRefused(f"the entry's signature does not verify: {exc}") from exc
+    market = context.market
+    _check_time(event.at, market.clock())
+    if task.state != "running":
+        raise WorkRefused(f"{task.task_id} is {task.state}: nothing of it is outstanding", 409)
+    conv_id = event.body.get("conversation")
+    if event.subject != conv_id:
+        raise WorkRefused(f"a {WORK_ANSWERED} entry's subject is its conversation")
+    conversation = _replayed(context, str(conv_id), task)
+    try:
+        answered(conversation, -1, event.actor, event.body)
+    except IllegalMove as exc:
+        raise WorkRefused(f"not a receipt this service logs: {exc.reason}", 409) from exc
     (index,) = market.ledger.append_entries([entry])
     return index
 

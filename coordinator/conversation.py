@@ -40,7 +40,9 @@ an outstanding assignment is a legal move only at least `NO_SHOW_AFTER` after th
 by the logged times (`step(..., at=)`: the replay passes each entry's time, and an assignment
 or no-show without a time is never a legal no-show). It frees the assignment's parts for
 someone else, as the member's own failure report does, and from then on the member's report
-for it is refused: it is no longer outstanding.
+for it is refused: it is no longer outstanding. A member that logged, itself, that it answered
+the assignment (`WORK_ANSWERED`, folded in by `answered`) is never declared absent for it: a
+leader that holds a member's answer back cannot take the part by calling the member gone.
 
 `conversation_from_events` folds a logged conversation (its verified `conversation.opened` and
 `conversation.message` events) back through `step`: the replay the service and the audit share.
@@ -60,6 +62,10 @@ from accord.ledger.sealing import is_commitment
 
 CONVERSATION_OPENED = "conversation.opened"
 CONVERSATION_MESSAGE = "conversation.message"
+WORK_ANSWERED = "work.answered"
+"""A member's own word, logged by the member itself before it hands its answer over, that it
+answered an assignment (`{"conversation", "sub_id"}`, subject the conversation): from then on
+the leader cannot declare it absent, so a leader that holds the answer back cannot take it."""
 
 ConversationState = Literal[
     "discussion",
@@ -290,6 +296,8 @@ class Conversation:
     assigned_at: Mapping[str, datetime] = field(default_factory=dict, hash=False)
     """When each sub-task was assigned, by the logged time (known when `step` is given it)."""
     no_shows: tuple[str, ...] = ()  # sub_ids whose member the leader declared absent
+    answered: Mapping[str, int] = field(default_factory=dict, hash=False)
+    """Outstanding sub_ids whose member logged that it answered, with that entry's index."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -625,6 +633,11 @@ def _no_show(c: Conversation, m: NoShow, at: datetime | None) -> Conversation:
             f"nothing outstanding for {m.sub_id} in {c.state}: a member that reported is "
             "never declared absent"
         )
+    if m.sub_id in c.answered:
+        raise IllegalMove(
+            f"{c.assignees[m.sub_id]} logged at entry {c.answered[m.sub_id]} that it answered "
+            f"{m.sub_id}: it is not absent (its report is asked for, or the part abandoned)"
+        )
     due = no_show_due(c, m.sub_id)
     if at is None or due is None:
         raise IllegalMove("a no-show is judged by the logged times of its assignment and itself")
@@ -645,6 +658,21 @@ def _no_show(c: Conversation, m: NoShow, at: datetime | None) -> Conversation:
     remaining = {k: v for k, v in c.triggers.items() if k != m.sub_id}
     allowed: tuple[ConversationState, ...] = ("pause_trigger",) if remaining else _AFTER_RESULT
     return _next(c, m, allowed, triggers=remaining, results=(*c.results, failed), no_shows=no_shows)
+
+
+def answered(c: Conversation, index: int, member: str, body: Mapping[str, Any]) -> Conversation:
+    """Pure: `c` after `member`'s `WORK_ANSWERED` entry `index` (its `body`): a receipt for an
+    assignment outstanding to `member` is remembered; any other changes nothing.
+
+    Raises IllegalMove naming what does not hold (the service admits no other)."""
+    sub_id = body.get("sub_id")
+    if set(body) != {"conversation", "sub_id"} or body["conversation"] != c.conv_id:
+        raise IllegalMove(f'a {WORK_ANSWERED} body is {{"conversation", "sub_id"}} of its subject')
+    if sub_id not in _outstanding(c) or c.assignees.get(str(sub_id)) != member:
+        raise IllegalMove(f"{sub_id} is not outstanding to {member} in {c.conv_id}")
+    if sub_id in c.answered:
+        raise IllegalMove(f"{member} logged that it answered {sub_id} already")
+    return replace(c, answered={**c.answered, str(sub_id): index})
 
 
 def _signature(contribution: Contribution) -> tuple[str, str, str, str, str]:
@@ -746,6 +774,8 @@ class LoggedMessage:
     index: int
     turn: int
     message: Message
+    at: str = ""
+    """The time the entry is dated with (its signer's, within the service's skew)."""
 
 
 @dataclass(frozen=True)
@@ -781,10 +811,11 @@ def conversation_from_events(
     order, so a lazy caller's error for a later entry comes after this one's for an earlier.
 
     Raises IllegalMove naming the entry when the first event is not the opening, the opening
-    is not the leader's, or a message breaks the transition table, is not signed by its
-    speaker or is out of turn; CoordinatorError when there are no events.
+    is not the leader's, a message breaks the transition table, is not signed by its
+    speaker or is out of turn, or a `WORK_ANSWERED` receipt is not its member's for an
+    outstanding assignment (`answered`); CoordinatorError when there are no events.
     """
-    kinds = (CONVERSATION_OPENED, CONVERSATION_MESSAGE)
+    kinds = (CONVERSATION_OPENED, CONVERSATION_MESSAGE, WORK_ANSWERED)
     logged = ((i, e) for i, e in events if e.subject == conv_id and e.kind in kinds)
     first = next(logged, None)
     if first is None:
@@ -807,6 +838,14 @@ def conversation_from_events(
         raise IllegalMove(f"entry {opened_index}: opened by someone else than its leader")
     messages = []
     for index, event in logged:
+        if event.kind == WORK_ANSWERED:
+            try:
+                conversation = answered(conversation, index, event.actor, event.body)
+            except IllegalMove as exc:
+                raise IllegalMove(f"entry {index}: {exc.reason}") from exc
+            continue
+        if event.kind != CONVERSATION_MESSAGE:
+            raise IllegalMove(f"entry {index}: {conv_id} is opened twice")
         message = message_from_json(event.body["message"])
         if event.actor != message.speaker:
             raise IllegalMove(f"entry {index}: signed by {event.actor}, not its speaker")
@@ -816,7 +855,7 @@ def conversation_from_events(
             conversation = step(conversation, message, at=parse_time(event.at))
         except IllegalMove as exc:
             raise IllegalMove(f"entry {index}: {exc.reason}") from exc
-        messages.append(LoggedMessage(index, int(event.body["turn"]), message))
+        messages.append(LoggedMessage(index, int(event.body["turn"]), message, event.at))
     return ConversationRecord(
         conversation, tuple(messages), opened_index, str(body.get("title", ""))
     )

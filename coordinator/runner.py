@@ -155,10 +155,15 @@ class TeamRunner:
         precheck: Precheck | None = None,
         clock: Callable[[], datetime] | None = None,
         pause: Callable[[float], None] = time.sleep,
+        answered: Callable[[str, str], bool] = lambda conv_id, sub_id: False,
     ) -> None:
         self.ledger = ledger
         self.clock = clock
         self.pause = pause
+        self.answered = answered
+        """Whether the member of a sub-task logged, itself, that it answered it (`conv_id`,
+        `sub_id`): such a member is never declared absent. The kit's leader leaves it to the
+        service, which refuses that no-show."""
         self.may_lead = may_lead
         self.precheck = precheck
         """The requester's machine checks, run on each output before it counts as done: on a
@@ -514,8 +519,12 @@ class _Run:
         due = no_show_due(self.conversation, sub_id)
         if runner.clock is None or due is None:
             return False
+        if runner.answered(self.conversation.conv_id, sub_id):
+            return False
         while (left := (due - runner.clock()).total_seconds()) > 0:
             runner.pause(min(left, NO_SHOW_POLL_S))
+        if runner.answered(self.conversation.conv_id, sub_id):
+            return False
         saved = (list(self.unassigned), {k: list(v) for k, v in self.failed_by.items()})
         self._failed(assignment)
         state, speaker = self._after(excluding=sub_id)

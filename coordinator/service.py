@@ -19,6 +19,7 @@ from accord.coordinator.adapters import RuntimeAdapter, reference_adapter
 from accord.coordinator.conversation import (
     CONVERSATION_MESSAGE,
     CONVERSATION_OPENED,
+    WORK_ANSWERED,
     Contribution,
     Conversation,
     ConversationRecord,
@@ -299,8 +300,12 @@ def run_awarded_task(
         may_lead=holds_key,
         # The team runs the requester's machine checks on each output before it delivers.
         precheck=Precheck(task_id, task.posted_at, task.spec.requester_checks),
-        # A member that cannot be reached to sign its failure is declared absent in time.
+        # A member that cannot be reached to sign its failure is declared absent in time,
+        # unless it logged that it answered.
         clock=market.ledger.clock,
+        answered=lambda conv_id, sub_id: (
+            sub_id in replay_conversation(market.ledger.store, conv_id).conversation.answered
+        ),
     )
     market.start(task_id, winner)
     parts = [(p.part_id, p.capability, p.input) for p in task.spec.parts]
@@ -395,7 +400,7 @@ def replay_conversation(store: LogStore, conv_id: str, *, max_depth: int = 8) ->
     """
     entries = store.find(
         subject=conv_id,
-        kinds=(CONVERSATION_OPENED, CONVERSATION_MESSAGE),
+        kinds=(CONVERSATION_OPENED, CONVERSATION_MESSAGE, WORK_ANSWERED),
         limit=MAX_CONVERSATION_EVENTS,
     )
     verified = ((stored.index, _verified(stored.index, stored.data).event) for stored in entries)

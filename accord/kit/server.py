@@ -6,7 +6,10 @@
                          task) assigned to this agent and has not seen reported, and always
                          for that part's input as the requester posted it (the operator's
                          other calls, its exams, as sent); 403 otherwise, 422
-                         `{"error"}` when its handler cannot answer
+                         `{"error"}` when its handler cannot answer; before it hands over
+                         its first answer for an assignment it logs, itself, that it
+                         answered it (`work.answered`, via `log_answered`), 503 when it
+                         cannot: so the leader cannot declare it absent to take the part
     POST /sign           `{"event": JCS text, "openings": {commitment: sealed text}}` ->
                          `{"sig": base64url}`: it signs only its own team reports, for
                          assignments it received in a /run: a success whose every part is one
@@ -151,6 +154,7 @@ class KitServer(ThreadingHTTPServer):
         may_call: Callable[[str], bool] = lambda did: False,
         public_url: str | None = None,
         work_for: Callable[[str, JSONObject], tuple[Assignment, JSONObject]],
+        log_answered: Callable[[Assignment], None] = lambda work: None,
     ) -> None:
         self.signer = signer
         self.runtime = runtime
@@ -163,6 +167,9 @@ class KitServer(ThreadingHTTPServer):
         self.work_for = work_for
         """`work_for(caller, item)`: the assignment `item` answers and the item to answer for
         it (the part's posted input); raises Refused when `caller` assigned it none."""
+        self.log_answered = log_answered
+        """`log_answered(work)`: log at the service that this agent answered `work`'s
+        assignment (once per assignment); raises Refused when it cannot."""
         super().__init__(address, _KitHandler)
 
     def caller(self, method: str, path: str, headers: list[tuple[str, str]], body: bytes) -> str:
@@ -201,6 +208,8 @@ class KitServer(ThreadingHTTPServer):
             raise Refused(
                 422, f"the handler's answer is not {work.capability} output: {exc}"
             ) from exc
+        if work.conv_id:  # team work, not an exam: the log holds that it answered first
+            self.log_answered(work)
         self.given.add(work, answer)
         return answer
 

@@ -67,7 +67,7 @@ def show_conversation(conv_id: str, context: Context) -> dict[str, Any]:
         **record.to_json(),
         "opened_index": record.opened_index,
         "messages": [
-            {"index": m.index, "turn": m.turn, "message": message_to_json(m.message)}
+            {"index": m.index, "turn": m.turn, "at": m.at, "message": message_to_json(m.message)}
             for m in record.messages
         ],
     }

@@ -916,3 +916,88 @@ def test_a_no_show_before_its_bound_is_refused_and_fails_the_audit(
     failure = report.first_failure
     assert failure is not None and failure.number == 5, report.to_json()
     assert failure.entry == index and "too early" in failure.detail, failure
+
+
+def test_a_member_that_logged_its_answer_is_never_declared_absent(
+    won: tuple[dict[str, Any], KitAgent, KitAgent, str],
+) -> None:
+    """kim logs, itself, that it answered its assignment before it hands the answer to kai:
+    a leader holding the answer back cannot call kim gone to take the part, even past the
+    bound; a receipt is kim's own (not relayed) and logged once; an operator that logs the
+    no-show anyway fails the audit at step 5."""
+    from accord.coordinator.conversation import NO_SHOW_AFTER
+    from accord.coordinator.team import part_task
+    from accord.identity.http_auth import AccordAuth as SignedBy
+    from accord.identity.http_signatures import CALL_TAG
+    from accord.ledger.canonical import canonical_json
+
+    world, kai, kim, task_id = won
+    context: MarketContext = world["context"]
+    store = context.market.ledger.store
+    parts = {p["id"]: p for p in invoice_request()["parts"]}
+
+    def work(entry: dict[str, Any]) -> None:
+        kai.client.post(f"/tasks/{task_id}/work", {"entry": entry})
+
+    def message(turn: int, value: dict[str, Any]) -> dict[str, Any]:
+        return {"conversation": "conv-a", "turn": turn, "message": value}
+
+    work(kai.client.entry("task.started", task_id, {"task_id": task_id}))
+    opened = {
+        "conversation": "conv-a",
+        "task": task_id,
+        "parent": None,
+        "depth": 0,
+        "leader": kai.did,
+        "members": [kai.did, kim.did],
+        "max_turns": 16,
+        "title": "t",
+    }
+    work(kai.client.entry("conversation.opened", "conv-a", opened))
+    plan = {"kind": "discuss", "speaker": kai.did, "next_state": "async_task_assign"}
+    plan |= {"next_speaker": kai.did, "text": "plan"}
+    work(kai.client.entry("conversation.message", "conv-a", message(0, plan)))
+    tax = part_task("tax", "arithmetic", parts["tax"]["input"])
+    assign = {
+        "kind": "assign_async",
+        "speaker": kai.did,
+        "next_state": "pause_trigger",
+        "next_speaker": kim.did,
+        "assignments": [{"assignee": kim.did, "task": tax.to_json()}],
+    }
+    work(kai.client.entry("conversation.message", "conv-a", message(1, assign)))
+    # A receipt in kim's name, relayed by kai: refused (a member logs its own).
+    body = {"conversation": "conv-a", "sub_id": "tax"}
+    relayed = relay(kai, task_id, kim.client.entry("work.answered", "conv-a", body))
+    assert relayed.status == 403
+    assert kim.server is not None
+    given = httpx.post(
+        f"{kim.server.url}/run",
+        json={"item": {"item_id": "tax", "capability": "arithmetic", "prompt": "", "payload": {}}},
+        timeout=30,
+        auth=SignedBy(kai.signer, tag=CALL_TAG),
+    )
+    assert given.status_code == 200, given.text
+    [receipt] = store.find(kind="work.answered", actor=kim.did, limit=10)
+    again = relay(kim, task_id, kim.client.entry("work.answered", "conv-a", body))
+    assert again.status == 409 and "answered tax already" in str(again)
+    # kai holds the answer back and, past the bound, calls kim gone: refused.
+    world["clock"].advance(NO_SHOW_AFTER.total_seconds() + 1)
+    no_show = {
+        "kind": "no_show",
+        "speaker": kai.did,
+        "next_state": "async_task_assign",
+        "next_speaker": kai.did,
+        "sub_id": "tax",
+    }
+    entry = kai.client.entry("conversation.message", "conv-a", message(2, no_show))
+    refused = relay(kai, task_id, entry)
+    assert refused.status == 422, refused
+    assert f"logged at entry {receipt.index} that it answered tax" in str(refused)
+    [index] = context.market.ledger.append_entries([Entry.from_bytes(canonical_json(entry))])
+    anchorer = context.market.ledger.anchorer
+    assert anchorer is not None
+    anchorer.anchor_latest()
+    report = audit_task(store, task_id, anchors=world["anchors"], escrow=world["escrow_chain"])
+    failure = report.first_failure
+    assert failure is not None and failure.number == 5 and failure.entry == index, failure
