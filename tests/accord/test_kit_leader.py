@@ -1001,3 +1001,38 @@ def test_a_member_that_logged_its_answer_is_never_declared_absent(
     report = audit_task(store, task_id, anchors=world["anchors"], escrow=world["escrow_chain"])
     failure = report.first_failure
     assert failure is not None and failure.number == 5 and failure.entry == index, failure
+
+
+def test_a_task_whose_leader_goes_away_expires_early_with_a_refund(
+    won: tuple[dict[str, Any], KitAgent, KitAgent, str],
+) -> None:
+    """kai starts its task and its process stops: once nothing about the task is logged nor
+    signed by kai for `LEADER_SILENCE`, well before the delivery deadline, the service ends
+    the task (kai forfeits) and refunds the whole deposit."""
+    from accord.coordinator.conversation import NO_SHOW_AFTER
+    from accord.market.lifecycle import LEADER_SILENCE
+    from accord.market.tasks import TASK_EXPIRED
+
+    world, kai, _, task_id = won
+    context: MarketContext = world["context"]
+    assert LEADER_SILENCE > 2 * NO_SHOW_AFTER  # a leader waiting out a member is not gone
+    kai.client.post(
+        f"/tasks/{task_id}/work",
+        {"entry": kai.client.entry("task.started", task_id, {"task_id": task_id})},
+    )
+    kai.stop()
+    world["clock"].advance(LEADER_SILENCE.total_seconds() - 60)
+    assert not run_due(context)  # silent, not yet for long enough
+    world["clock"].advance(61)
+    task = context.market.task(task_id)
+    assert world["clock"]() < task.delivery_deadline
+    [done] = run_due(context)
+    assert (done.due.action, done.outcome) == ("silent", "done"), done
+    task = context.market.task(task_id)
+    assert task.state == "refunded"
+    store = context.market.ledger.store
+    [expired] = store.find(kind=TASK_EXPIRED, subject=task_id, limit=1)
+    body = Entry.from_bytes(expired.data).event.body
+    assert body["forfeited"] == [kai.did] and "its leader went away" in body["reason"]
+    [refunded] = store.find(kind="escrow.refunded", subject=task_id, limit=1)
+    assert int(Entry.from_bytes(refunded.data).event.body["amount"]) == task.spec.budget
