@@ -760,6 +760,19 @@ class GoesAway:
         return ReferenceRuntime().answer(item)
 
 
+def requester_sees(world: dict[str, Any], task_id: str) -> str:
+    """Why the task waits, as `GET /tasks/{id}` says it; the A2A status message says it too."""
+    with httpx.Client(base_url=world["url"], timeout=30) as http:
+        shown = http.get(f"/tasks/{task_id}").json()
+        call = {"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": task_id}}
+        status = http.post(
+            "/a2a", json=call, headers={"A2A-Version": "1.0"}, auth=AccordAuth(world["req"])
+        ).json()["result"]["status"]
+    [part] = status["message"]["parts"]
+    assert shown["waiting"] in part["text"], (shown, part)
+    return str(shown["waiting"])
+
+
 def messages_of(context: MarketContext, actor: str) -> list[dict[str, Any]]:
     found = context.market.ledger.store.find(actor=actor, kind="conversation.message", limit=1000)
     return [Entry.from_bytes(s.data).event.body["message"] for s in found]
@@ -794,6 +807,9 @@ def test_a_kit_leader_whose_member_stops_declares_a_no_show_and_delivers(
         [leading] = [t for t in kai._threads if t.name == f"lead-{task_id}"]
         assert goes_away.stopped.wait(120), "kim was never given a part"
         assert context.market.task(task_id).state == "running"
+        # The requester sees what the task waits for, and until when.
+        waiting = requester_sees(world, task_id)
+        assert f"waiting for {kim.did}'s answer" in waiting and "declare it absent" in waiting
         world["clock"].advance(NO_SHOW_AFTER.total_seconds() + 1)
         leading.join(timeout=120)
         assert not leading.is_alive()
@@ -1023,6 +1039,9 @@ def test_a_task_whose_leader_goes_away_expires_early_with_a_refund(
     kai.stop()
     world["clock"].advance(LEADER_SILENCE.total_seconds() - 60)
     assert not run_due(context)  # silent, not yet for long enough
+    waiting = requester_sees(world, task_id)
+    assert f"waiting for its leader {kai.did}'s next move" in waiting, waiting
+    assert "the task ends early and its budget is refunded" in waiting
     world["clock"].advance(61)
     task = context.market.task(task_id)
     assert world["clock"]() < task.delivery_deadline
