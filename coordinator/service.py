@@ -27,6 +27,7 @@ from accord.coordinator.conversation import (
     logged_plan,
 )
 from accord.coordinator.errors import CoordinatorError, IllegalMove, TeamError
+from accord.coordinator.liveness import answering
 from accord.coordinator.policy import Member, Policy, RulePolicy
 from accord.coordinator.runner import (
     Observer,
@@ -257,6 +258,16 @@ def run_awarded_task(
         )
     winner = context.onboarding.member_signer(winner_record)
     directory = team_directory(context, task)
+    # An agent served at an endpoint that does not answer now is not put on the team
+    # (`accord.coordinator.liveness`); one that goes away later is a no-show.
+    records = registry.records([m.did for m in directory])
+    served = {
+        did: record.endpoint
+        for did, record in records.items()
+        if record.runtime == "http" and record.endpoint and did != task.winner
+    }
+    gone = set(served) - answering(served, allow_private=registry.allow_private_agents)
+    directory = [m for m in directory if m.did not in gone]
     leader = next((m for m in directory if m.did == task.winner), None)
     if leader is None:
         raise TeamError(f"the winner {task.winner} is not a registered agent")

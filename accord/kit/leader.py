@@ -4,7 +4,8 @@ The kit runs the same team runner the service runs for hosted agents
 (`accord.coordinator.runner.TeamRunner`, the same conversation rules and policies), with the service
 at arm's length:
 
-- whom it may team with comes from `GET /tasks/{id}/team` (credentials checked there);
+- whom it may team with comes from `GET /tasks/{id}/team` (credentials checked there), less
+  those whose endpoint does not answer a health probe now (`accord.coordinator.liveness`);
 - each part goes to its member's endpoint (`POST /run`), its own parts to its own handler;
 - each output is sealed here and sent to the service (`POST /tasks/{id}/sealed`) before a
   report names it; the log gets only commitments (`accord.ledger.sealing`);
@@ -26,6 +27,7 @@ from accord.api.client import AccordClient, ApiError
 from accord.coordinator.adapters import RuntimeAdapter
 from accord.coordinator.conversation import Conversation
 from accord.coordinator.errors import CoordinatorError, TeamError
+from accord.coordinator.liveness import answering
 from accord.coordinator.policy import Member, Policy, RulePolicy
 from accord.coordinator.runner import RunSettings, SealedOutputs, TeamRunner
 from accord.coordinator.service import assemble
@@ -155,6 +157,12 @@ def lead(
     # Only agents with an endpoint can be reached from here (a hosted agent runs inside the
     # service, and the service works for nobody's team but its own).
     team = [t for t in listed if t.endpoint or t.member.did == signer.did]
+    # Nobody who has gone away is put on the team (one who goes away later is a no-show).
+    there = answering(
+        {t.member.did: t.endpoint for t in team if t.endpoint and t.member.did != signer.did},
+        allow_private=allow_private,
+    )
+    team = [t for t in team if t.member.did == signer.did or t.member.did in there]
     endpoints = {t.member.did: t.endpoint for t in team}
     leader = next((t.member for t in team if t.member.did == signer.did), None)
     if leader is None:

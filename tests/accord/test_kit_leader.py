@@ -1055,3 +1055,30 @@ def test_a_task_whose_leader_goes_away_expires_early_with_a_refund(
     assert body["forfeited"] == [kai.did] and "its leader went away" in body["reason"]
     [refunded] = store.find(kind="escrow.refunded", subject=task_id, limit=1)
     assert int(Entry.from_bytes(refunded.data).event.body["amount"]) == task.spec.budget
+
+
+def test_a_member_gone_before_the_task_starts_is_never_on_the_team(
+    won: tuple[dict[str, Any], KitAgent, KitAgent, str],
+) -> None:
+    """kim's kit server has stopped before kai leads: the service still lists kim, but kai's
+    health probe finds nobody there, so kai's team is formed without kim (no no-show is
+    needed) and kai delivers alone."""
+    from accord.coordinator.liveness import answering
+
+    world, kai, kim, task_id = won
+    context: MarketContext = world["context"]
+    assert kim.server is not None
+    endpoint = kim.server.url
+    assert answering({kim.did: endpoint}, allow_private=True) == {kim.did}
+    kim.server.shutdown()
+    kim.server.server_close()
+    listed = {m["did"] for m in kai.client.get(f"/tasks/{task_id}/team")}
+    assert kim.did in listed
+    assert answering({kim.did: endpoint}, allow_private=True) == set()
+    kai.step()
+    [leading] = [t for t in kai._threads if t.name == f"lead-{task_id}"]
+    leading.join(timeout=120)
+    assert context.market.task(task_id).state == "delivered"
+    store = context.market.ledger.store
+    [opened] = store.find(kind="conversation.opened", actor=kai.did, limit=1)
+    assert Entry.from_bytes(opened.data).event.body["members"] == [kai.did]
