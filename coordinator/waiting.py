@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from accord.coordinator.conversation import Conversation, no_show_due
 from accord.coordinator.errors import CoordinatorError
-from accord.market.tasks import Task, TaskState
+from accord.market.tasks import Task, TaskState, clock_state
 
 if TYPE_CHECKING:  # the chain's wiring (web3): the pure rule never imports it
     from accord.market.wiring import MarketContext
@@ -80,7 +80,7 @@ def task_waiting(context: MarketContext, task: Task) -> str | None:
     from accord.market.lifecycle import LEADER_SILENCE
 
     market = context.market
-    state = market.state(task)
+    state = clock_state(task, market.clock())
     if state not in ("awarded", "running") or task.winner is None:
         return None
     store = market.ledger.store
