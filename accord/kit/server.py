@@ -6,10 +6,10 @@
                          task) assigned to this agent and has not seen reported, and always
                          for that part's input as the requester posted it (the operator's
                          other calls, its exams, as sent); 403 otherwise, 422
-                         `{"error"}` when its handler cannot answer; before it hands over
-                         its first answer for an assignment it logs, itself, that it
-                         answered it (`work.answered`, via `log_answered`), 503 when it
-                         cannot: so the leader cannot declare it absent to take the part
+                         `{"error"}` when its handler cannot answer; before it hands a
+                         contract holder its first answer for an assignment it logs, itself,
+                         that it answered it (`work.answered`, via `log_answered`), 503
+                         when it cannot: so the leader cannot declare it absent to take it
     POST /sign           `{"event": JCS text, "openings": {commitment: sealed text}}` ->
                          `{"sig": base64url}`: it signs only its own team reports, for
                          assignments it received in a /run: a success whose every part is one
@@ -208,7 +208,10 @@ class KitServer(ThreadingHTTPServer):
             raise Refused(
                 422, f"the handler's answer is not {work.capability} output: {exc}"
             ) from exc
-        if work.conv_id:  # team work, not an exam: the log holds that it answered first
+        if work.conv_id and caller != self.operator:
+            # A contract holder's team work: the log holds that it answered before the
+            # holder has the answer. (The service's own hosted teams log through the service,
+            # which could refuse the receipt anyway; its run holds the write lock meanwhile.)
             self.log_answered(work)
         self.given.add(work, answer)
         return answer
