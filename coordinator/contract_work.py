@@ -50,7 +50,7 @@ from accord.coordinator.conversation import (
     Conversation,
     NoShow,
     Report,
-    answered,
+    check_answered,
     check_report_in_task,
     message_from_json,
     no_show_due,
@@ -160,7 +160,7 @@ def _admit_answered(context: MarketContext, task: Task, caller: str, entry: Entr
         raise WorkRefused(f"a {WORK_ANSWERED} entry's subject is its conversation")
     conversation = _replayed(context, str(conv_id), task)
     try:
-        answered(conversation, -1, event.actor, event.body)
+        check_answered(conversation, event.actor, event.body)
     except IllegalMove as exc:
         raise WorkRefused(f"not a receipt this service logs: {exc.reason}", 409) from exc
     (index,) = market.ledger.append_entries([entry])

@@ -660,11 +660,11 @@ def _no_show(c: Conversation, m: NoShow, at: datetime | None) -> Conversation:
     return _next(c, m, allowed, triggers=remaining, results=(*c.results, failed), no_shows=no_shows)
 
 
-def answered(c: Conversation, index: int, member: str, body: Mapping[str, Any]) -> Conversation:
-    """Pure: `c` after `member`'s `WORK_ANSWERED` entry `index` (its `body`): a receipt for an
-    assignment outstanding to `member` is remembered; any other changes nothing.
+def check_answered(c: Conversation, member: str, body: Mapping[str, Any]) -> None:
+    """Pure: whether `member`'s `WORK_ANSWERED` receipt (its `body`) is one the service logs:
+    for an assignment outstanding to `member` in `c`, once.
 
-    Raises IllegalMove naming what does not hold (the service admits no other)."""
+    Raises IllegalMove naming what does not hold."""
     sub_id = body.get("sub_id")
     if set(body) != {"conversation", "sub_id"} or body["conversation"] != c.conv_id:
         raise IllegalMove(f'a {WORK_ANSWERED} body is {{"conversation", "sub_id"}} of its subject')
@@ -672,7 +672,17 @@ def answered(c: Conversation, index: int, member: str, body: Mapping[str, Any]) 
         raise IllegalMove(f"{sub_id} is not outstanding to {member} in {c.conv_id}")
     if sub_id in c.answered:
         raise IllegalMove(f"{member} logged that it answered {sub_id} already")
-    return replace(c, answered={**c.answered, str(sub_id): index})
+
+
+def answered(c: Conversation, index: int, member: str, body: Mapping[str, Any]) -> Conversation:
+    """Pure: `c` after `member`'s `WORK_ANSWERED` entry `index` (its `body`): a receipt
+    `check_answered` admits is remembered; any other (one that lost a race with the report it
+    would have preceded, say) changes nothing."""
+    try:
+        check_answered(c, member, body)
+    except IllegalMove:
+        return c
+    return replace(c, answered={**c.answered, str(body["sub_id"]): index})
 
 
 def _signature(contribution: Contribution) -> tuple[str, str, str, str, str]:
@@ -812,8 +822,8 @@ def conversation_from_events(
 
     Raises IllegalMove naming the entry when the first event is not the opening, the opening
     is not the leader's, a message breaks the transition table, is not signed by its
-    speaker or is out of turn, or a `WORK_ANSWERED` receipt is not its member's for an
-    outstanding assignment (`answered`); CoordinatorError when there are no events.
+    speaker or is out of turn; CoordinatorError when there are no events. A `WORK_ANSWERED`
+    receipt is folded in by `answered`.
     """
     kinds = (CONVERSATION_OPENED, CONVERSATION_MESSAGE, WORK_ANSWERED)
     logged = ((i, e) for i, e in events if e.subject == conv_id and e.kind in kinds)
@@ -839,10 +849,7 @@ def conversation_from_events(
     messages = []
     for index, event in logged:
         if event.kind == WORK_ANSWERED:
-            try:
-                conversation = answered(conversation, index, event.actor, event.body)
-            except IllegalMove as exc:
-                raise IllegalMove(f"entry {index}: {exc.reason}") from exc
+            conversation = answered(conversation, index, event.actor, event.body)
             continue
         if event.kind != CONVERSATION_MESSAGE:
             raise IllegalMove(f"entry {index}: {conv_id} is opened twice")

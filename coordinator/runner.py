@@ -536,6 +536,8 @@ class _Run:
             self.unassigned, self.failed_by = saved
             return False
         del self.outstanding[sub_id]
+        # Gone: nothing more is given to it in this conversation.
+        self.team = tuple(m for m in self.team if m.did != assignment.assignee)
         return True
 
     def _failed(self, assignment: _Assignment) -> None:
