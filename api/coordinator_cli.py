@@ -236,7 +236,12 @@ def conversation_show(conv_id: str, as_json: JsonFlag = False, server: ServerOpt
         data = {
             **record.to_json(),
             "messages": [
-                {"index": m.index, "turn": m.turn, "message": message_to_json(m.message)}
+                {
+                    "index": m.index,
+                    "turn": m.turn,
+                    "at": m.at,
+                    "message": message_to_json(m.message),
+                }
                 for m in record.messages
             ],
         }
