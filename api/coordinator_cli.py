@@ -235,6 +235,7 @@ def conversation_show(conv_id: str, as_json: JsonFlag = False, server: ServerOpt
             names = agent_names(market.onboarding)
         data = {
             **record.to_json(),
+            "answered": dict(record.conversation.answered),
             "messages": [
                 {
                     "index": m.index,

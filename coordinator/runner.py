@@ -162,8 +162,8 @@ class TeamRunner:
         self.pause = pause
         self.answered = answered
         """Whether the member of a sub-task logged, itself, that it answered it (`conv_id`,
-        `sub_id`): such a member is never declared absent. The kit's leader leaves it to the
-        service, which refuses that no-show."""
+        `sub_id`): such a member is never declared absent (the work is abandoned at once, as
+        without a clock). The service refuses that no-show anyway."""
         self.may_lead = may_lead
         self.precheck = precheck
         """The requester's machine checks, run on each output before it counts as done: on a

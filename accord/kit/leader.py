@@ -215,6 +215,10 @@ def lead(
         # The service's clock dates the entries: a member that stopped is declared absent
         # (`NoShow`) when the service's time says the bound has passed, and its part moves on.
         clock=lambda: service_time(client, signer.did),
+        # A member that logged it answered is not waited out: the service refuses its no-show.
+        answered=lambda conv_id, sub_id: (
+            sub_id in client.get(f"/conversations/{_segment(conv_id)}").get("answered", {})
+        ),
     )
     parts = [(p.part_id, p.capability, p.input) for p in task.spec.parts]
     conversation = runner.run_task(task_id, leader, parts, task.spec.title, task.spec.description)

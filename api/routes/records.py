@@ -66,6 +66,9 @@ def show_conversation(conv_id: str, context: Context) -> dict[str, Any]:
     return {
         **record.to_json(),
         "opened_index": record.opened_index,
+        # Outstanding assignments whose member logged that it answered (`work.answered`),
+        # with that entry's index: a leader never declares such a member absent.
+        "answered": dict(record.conversation.answered),
         "messages": [
             {"index": m.index, "turn": m.turn, "at": m.at, "message": message_to_json(m.message)}
             for m in record.messages

@@ -995,6 +995,7 @@ def test_a_member_that_logged_its_answer_is_never_declared_absent(
     )
     assert given.status_code == 200, given.text
     [receipt] = store.find(kind="work.answered", actor=kim.did, limit=10)
+    assert kai.client.get("/conversations/conv-a")["answered"] == {"tax": receipt.index}
     again = relay(kim, task_id, kim.client.entry("work.answered", "conv-a", body))
     assert again.status == 409 and "answered tax already" in str(again)
     # kai holds the answer back and, past the bound, calls kim gone: refused.

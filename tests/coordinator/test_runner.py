@@ -576,6 +576,36 @@ def test_a_member_that_went_away_is_declared_absent_and_its_part_moves_on(
     assert record.conversation.no_shows == (task.sub_id,)
 
 
+def test_a_member_that_logged_it_answered_is_not_waited_out(tmp_path: Path) -> None:
+    """The member that cannot be reached logged that it answered (the service says so): the
+    leader does not wait to declare it absent (that no-show would be refused): it abandons the
+    work at once, and the parts stay undone."""
+    settings = Settings.from_env({"ACCORD_HOME": str(tmp_path / "home")})
+    world = World(open_ledger(settings), settings.home / "accord.db")
+    world.add("lead", CAPS, "1/10")
+    world.add("gone", ["arithmetic"], "9/10", adapter=_failing)
+    world.add("eve", ["extraction"], "1/10")
+    gone = world.did("gone")
+    world.signers[gone] = _UnreachableSigner(gone)  # type: ignore[assignment]
+    runner = world.runner(RunSettings(timeout_s=10, max_depth=0))
+    asked: list[tuple[str, str]] = []
+
+    def answered(conv_id: str, sub_id: str) -> bool:
+        asked.append((conv_id, sub_id))
+        return True
+
+    def pause(seconds: float) -> None:
+        raise AssertionError("the leader waited out a member that answered")
+
+    runner.clock, runner.pause, runner.answered = world.ledger.clock, pause, answered
+    top = runner.run_task(TASK, world.members["lead"], invoice_work().parts, "t", "a and e")
+    assert [sub_id for _, sub_id in asked] == ["batch:arithmetic"]
+    assert not [m for _, _, _, m in world.seen if isinstance(m, NoShow)]
+    [abandon] = [m for _, _, _, m in world.seen if isinstance(m, Abandon)]
+    assert abandon.sub_id == "batch:arithmetic"
+    assert {c.capability for c in top.deliverable.contributions} == {"extraction"}  # type: ignore[union-attr]
+
+
 # -- outputs the capability's schema refuses ------------------------------------------------
 
 
