@@ -568,6 +568,8 @@ class TaskView:
     """Delivered, with review checks, inside the review window: the requester is asked."""
     settlement: Mapping[str, Any] | None = None
     """The logged settlement, once computed (public in the log)."""
+    waiting: str | None = None
+    """What an awarded or running task waits for (`accord.coordinator.waiting`)."""
 
     @property
     def a2a_state(self) -> str:
@@ -664,10 +666,14 @@ def status_object(view: TaskView) -> dict[str, Any]:
             "role": "ROLE_AGENT",
             "taskId": view.task.task_id,
             "contextId": view.task.task_id,
-            "parts": [{"text": status_text(view.task, view.state)}],
+            "parts": [{"text": status_text(view.task, view.state) + _waiting_text(view)}],
         },
         "timestamp": rfc3339(view.changed_at),
     }
+
+
+def _waiting_text(view: TaskView) -> str:
+    return "" if view.waiting is None else f". Now: {view.waiting}"
 
 
 def artifact_object(view: TaskView) -> dict[str, Any] | None:
@@ -817,7 +823,10 @@ def view_of(
         and context.market.clock() < task.review_ends
         and any(check.kind == "review" for check in task.spec.rubric)
     )
-    return TaskView(task, state, changed, deliverable, warnings, review_open, settlement)
+    from accord.coordinator.waiting import task_waiting
+
+    waiting = task_waiting(context, task) if state in ("awarded", "running") else None
+    return TaskView(task, state, changed, deliverable, warnings, review_open, settlement, waiting)
 
 
 def find_task(env: Env, task_id: str) -> Task:

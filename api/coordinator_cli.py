@@ -65,6 +65,7 @@ def describe(message: Message, names: dict[str, str]) -> str:
         AssignSync,
         Conclude,
         Discuss,
+        NoShow,
         Report,
     )
 
@@ -88,6 +89,8 @@ def describe(message: Message, names: dict[str, str]) -> str:
                 body = f"reports {result.sub_id} failed: {result.error}"
         case Abandon(sub_id=sub_id, reason=reason):
             body = f"abandons {sub_id}: {reason}"
+        case NoShow(sub_id=sub_id):
+            body = f"declares a no-show for {sub_id}: its member did not answer in time"
         case Conclude(deliverable=deliverable):
             body = f"concludes: {deliverable.summary}"
     return f"{who(message.speaker)} {body}"
@@ -232,8 +235,14 @@ def conversation_show(conv_id: str, as_json: JsonFlag = False, server: ServerOpt
             names = agent_names(market.onboarding)
         data = {
             **record.to_json(),
+            "answered": dict(record.conversation.answered),
             "messages": [
-                {"index": m.index, "turn": m.turn, "message": message_to_json(m.message)}
+                {
+                    "index": m.index,
+                    "turn": m.turn,
+                    "at": m.at,
+                    "message": message_to_json(m.message),
+                }
                 for m in record.messages
             ],
         }

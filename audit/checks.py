@@ -13,7 +13,9 @@
     (3) every bidder held valid, unrevoked credentials for every required capability when it
         bid, and each of those credentials' exams re-grades to its logged score
     (4) the auction replays to the same winner and price
-    (5) every conversation of the task replays through the state machine, each part is one
+    (5) every conversation of the task replays through the state machine (a no-show only
+        `NO_SHOW_AFTER` after its assignment, by the entries' times, and never for an
+        assignment its member logged it answered), each part is one
         producer's own signed report (a sub-team's work exactly its conclusion), and the
         delivery is the top conversation's conclusion with the logged plan and assembly
     (6) the settlement recomputes: every check re-runs to its logged result (judge answers,
@@ -56,6 +58,7 @@ from typing import Any
 from accord.coordinator.conversation import (
     CONVERSATION_MESSAGE,
     CONVERSATION_OPENED,
+    WORK_ANSWERED,
     ConversationRecord,
     check_task_reports,
     conversation_from_events,
@@ -439,7 +442,7 @@ def _scope(store: LogStore, task_id: str, operator_did: str | None) -> _Scope:
             [
                 i
                 for i in by_subject.get(conv_id, [])
-                if log[i].event.kind in (CONVERSATION_OPENED, CONVERSATION_MESSAGE)
+                if log[i].event.kind in (CONVERSATION_OPENED, CONVERSATION_MESSAGE, WORK_ANSWERED)
             ]
         )
         try:

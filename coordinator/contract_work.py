@@ -18,7 +18,14 @@ never signs for any of them: it checks each entry the winner relays and appends 
                           work is exactly that sub-team's conclusion (`check_report_in_task`);
                           a report's outputs must already be held sealed here
                           (`POST /tasks/{id}/sealed`) and valid for their capability, so the
-                          checks can read them at settlement
+                          checks can read them at settlement; an assignment is dated within
+                          `ASSIGNMENT_SKEW` of the service's clock, and a no-show is admitted
+                          only once `NO_SHOW_AFTER` has passed since the assignment, by the
+                          entries' times and by the service's clock
+    work.answered         a member, itself (not relayed), for an assignment outstanding to it
+                          in a conversation of the running task, once, before it hands its
+                          answer over: from then on the leader cannot declare it absent
+                          (`accord.coordinator.conversation.answered`); hosted teams too
     task.delivered        the winner, once, naming the top-level conversation's conclusion and
                           a document whose hash it carries, which is the plan and assembly the
                           log holds (`accord.coordinator.service.assemble`)
@@ -37,10 +44,16 @@ from typing import Any
 from accord.coordinator.conversation import (
     CONVERSATION_MESSAGE,
     CONVERSATION_OPENED,
+    WORK_ANSWERED,
+    AssignAsync,
+    AssignSync,
     Conversation,
+    NoShow,
     Report,
+    check_answered,
     check_report_in_task,
     message_from_json,
+    no_show_due,
     open_conversation,
     step,
 )
@@ -67,6 +80,9 @@ from accord.market.work import MAX_PARTS
 
 ENTRY_SKEW = timedelta(minutes=5)
 """How far an entry's time may be from the service's clock."""
+ASSIGNMENT_SKEW = timedelta(seconds=60)
+"""How far before the service's clock an assignment may be dated: a leader cannot backdate an
+assignment to declare its member absent (`NoShow`) before the member had its time."""
 MAX_DEPTH = 1
 """How deep a self-custody leader's sub-teams may nest (as `RunSettings.max_depth`)."""
 MAX_TURNS = 256
@@ -93,6 +109,8 @@ def admit_work_entry(context: MarketContext, task_id: str, caller: str, entry: E
     (SequenceError for a seq that is not its signer's next)."""
     market = context.market
     task = market.task(task_id)
+    if entry.event.kind == WORK_ANSWERED:
+        return _admit_answered(context, task, caller, entry)
     if task.winner is None or caller != task.winner:
         raise WorkRefused(f"only the winner of {task_id} relays its team's entries", 403)
     if _holds_key(context, caller):
@@ -119,6 +137,32 @@ def admit_work_entry(context: MarketContext, task_id: str, caller: str, entry: E
     else:
         _check_delivered(context, task, entry)
     _claim_reported(context, task, entry)
+    (index,) = market.ledger.append_entries([entry])
+    return index
+
+
+def _admit_answered(context: MarketContext, task: Task, caller: str, entry: Entry) -> int:
+    """A member's own receipt that it answered an assignment outstanding to it (see the
+    module). Returns its index. Raises WorkRefused (nothing logged)."""
+    event = entry.event
+    if event.actor != caller:
+        raise WorkRefused(f"a member logs {WORK_ANSWERED} itself: it is not {caller}'s", 403)
+    try:
+        entry.verify()
+    except LedgerError as exc:
+        raise WorkRefused(f"the entry's signature does not verify: {exc}") from exc
+    market = context.market
+    _check_time(event.at, market.clock())
+    if task.state != "running":
+        raise WorkRefused(f"{task.task_id} is {task.state}: nothing of it is outstanding", 409)
+    conv_id = event.body.get("conversation")
+    if event.subject != conv_id:
+        raise WorkRefused(f"a {WORK_ANSWERED} entry's subject is its conversation")
+    conversation = _replayed(context, str(conv_id), task)
+    try:
+        check_answered(conversation, event.actor, event.body)
+    except IllegalMove as exc:
+        raise WorkRefused(f"not a receipt this service logs: {exc.reason}", 409) from exc
     (index,) = market.ledger.append_entries([entry])
     return index
 
@@ -235,8 +279,24 @@ def _check_message(context: MarketContext, task: Task, entry: Entry) -> None:
         raise WorkRefused(f"the message is {message.speaker}'s but signed by {event.actor}", 403)
     if body["turn"] != conversation.turn:
         raise WorkRefused(f"turn {body['turn']} is out of order: the next is {conversation.turn}")
+    at = parse_time(event.at)
+    now = context.market.clock()
+    if isinstance(message, AssignSync | AssignAsync) and now - at > ASSIGNMENT_SKEW:
+        raise WorkRefused(
+            f"the assignment is dated {event.at}, more than "
+            f"{int(ASSIGNMENT_SKEW.total_seconds())} s before the service's clock: sign it "
+            "again with the time `GET /agents/{did}/next-seq` gives"
+        )
+    if isinstance(message, NoShow):
+        due = no_show_due(conversation, message.sub_id)
+        if due is not None and now < due:
+            raise WorkRefused(
+                f"too early for a no-show of {message.sub_id}: by the service's clock its member "
+                f"has until {due:%Y-%m-%dT%H:%M:%SZ} to answer",
+                409,
+            )
     try:
-        step(conversation, message)
+        step(conversation, message, at=at)
     except IllegalMove as exc:
         raise WorkRefused(f"not a legal move: {exc.reason}") from exc
     if isinstance(message, Report):

@@ -13,10 +13,12 @@ conversation or raises `IllegalMove` with the rule it broke:
                                                               assignee speaks next
                        the blocked assignee     Report        any but pause_trigger
                        the leader               Abandon       any but pause_trigger
+                       the leader               NoShow        any but pause_trigger
     async_task_assign  the named speaker        AssignAsync   discussion, sync/async assign,
                                                               pause_trigger
     pause_trigger      a member with a trigger  Report        pause_trigger while triggers
                        the leader               Abandon       remain, then any but it
+                       the leader               NoShow
     conclusion         the leader               Conclude      closed (no speaker)
 
 Bounds: at most `max_turns` messages (only `Conclude` may use the last turn); sub-task ids are
@@ -33,6 +35,15 @@ assignment on its own word leaves its parts undone for good: only the member's o
 failure report frees them for someone else. Across a task's conversations, `check_task_reports`
 holds each part to one producer's report.
 
+A member that goes away is declared absent by the leader alone, and only late: a `NoShow` for
+an outstanding assignment is a legal move only at least `NO_SHOW_AFTER` after the assignment,
+by the logged times (`step(..., at=)`: the replay passes each entry's time, and an assignment
+or no-show without a time is never a legal no-show). It frees the assignment's parts for
+someone else, as the member's own failure report does, and from then on the member's report
+for it is refused: it is no longer outstanding. A member that logged, itself, that it answered
+the assignment (`WORK_ANSWERED`, folded in by `answered`) is never declared absent for it: a
+leader that holds a member's answer back cannot take the part by calling the member gone.
+
 `conversation_from_events` folds a logged conversation (its verified `conversation.opened` and
 `conversation.message` events) back through `step`: the replay the service and the audit share.
 """
@@ -41,15 +52,20 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
 from typing import Any, Literal
 
 from accord.coordinator.errors import CoordinatorError, IllegalMove
 from accord.coordinator.work import JSON, SubTask, parts_of, split_batch
-from accord.ledger.events import Event
+from accord.ledger.events import Event, parse_time
 from accord.ledger.sealing import is_commitment
 
 CONVERSATION_OPENED = "conversation.opened"
 CONVERSATION_MESSAGE = "conversation.message"
+WORK_ANSWERED = "work.answered"
+"""A member's own word, logged by the member itself before it hands its answer over, that it
+answered an assignment (`{"conversation", "sub_id"}`, subject the conversation): from then on
+the leader cannot declare it absent, so a leader that holds the answer back cannot take it."""
 
 ConversationState = Literal[
     "discussion",
@@ -68,6 +84,11 @@ STATES: tuple[ConversationState, ...] = (
     "closed",
 )
 DEFAULT_MAX_TURNS = 64
+NO_SHOW_AFTER = timedelta(minutes=5)
+"""How long after an assignment its member may be declared absent (`NoShow`). Well above a
+leader's per-assignment timeout (`RunSettings.timeout_s`, 30 s by default), so a member that is
+working is never declared gone: the bound is what stops a leader from declaring a no-show to
+take a member's part."""
 
 
 # -- results and the deliverable -------------------------------------------------------------
@@ -216,6 +237,18 @@ class Abandon:
 
 
 @dataclass(frozen=True)
+class NoShow:
+    """The leader declares that the member of an outstanding assignment did not answer within
+    `NO_SHOW_AFTER` of it: the assignment's parts are free for another member, and the member's
+    report for it is refused from then on."""
+
+    speaker: str
+    sub_id: str
+    next_state: ConversationState
+    next_speaker: str | None
+
+
+@dataclass(frozen=True)
 class Conclude:
     speaker: str
     deliverable: Deliverable
@@ -223,7 +256,7 @@ class Conclude:
     next_speaker: str | None = None
 
 
-Message = Discuss | AssignSync | AssignAsync | Report | Abandon | Conclude
+Message = Discuss | AssignSync | AssignAsync | Report | Abandon | NoShow | Conclude
 
 
 def is_part_of(sub_id: str, of: str) -> bool:
@@ -260,6 +293,11 @@ class Conversation:
     results: tuple[Result, ...] = ()
     deliverable: Deliverable | None = None
     abandoned: tuple[str, ...] = ()  # sub_ids the leader gave up on by its own word
+    assigned_at: Mapping[str, datetime] = field(default_factory=dict, hash=False)
+    """When each sub-task was assigned, by the logged time (known when `step` is given it)."""
+    no_shows: tuple[str, ...] = ()  # sub_ids whose member the leader declared absent
+    answered: Mapping[str, int] = field(default_factory=dict, hash=False)
+    """Outstanding sub_ids whose member logged that it answered, with that entry's index."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -305,8 +343,11 @@ def open_conversation(
     )
 
 
-def step(conversation: Conversation, message: Message) -> Conversation:
-    """Apply one message. Raises IllegalMove naming the rule it breaks."""
+def step(conversation: Conversation, message: Message, at: datetime | None = None) -> Conversation:
+    """Apply one message, said at `at` (the time its entry is logged with; a replay passes
+    each entry's). An assignment remembers its time, and a `NoShow` is legal only with a time
+    at least `NO_SHOW_AFTER` after the assignment's. Raises IllegalMove naming the rule it
+    breaks."""
     c = conversation
     if c.state == "closed":
         raise IllegalMove("the conversation is closed")
@@ -319,15 +360,26 @@ def step(conversation: Conversation, message: Message) -> Conversation:
             nxt = _discuss(c, message)
         case AssignSync():
             nxt = _assign_sync(c, message)
+            nxt = _stamped(nxt, (message.task.sub_id,), at)
         case AssignAsync():
             nxt = _assign_async(c, message)
+            nxt = _stamped(nxt, tuple(task.sub_id for _, task in message.assignments), at)
         case Report():
             nxt = _report(c, message)
         case Abandon():
             nxt = _abandon(c, message)
+        case NoShow():
+            nxt = _no_show(c, message, at)
         case Conclude():
             nxt = _conclude(c, message)
     return replace(nxt, turn=c.turn + 1)
+
+
+def _stamped(c: Conversation, sub_ids: tuple[str, ...], at: datetime | None) -> Conversation:
+    """`c` with the assignment time of `sub_ids` remembered (when it is known)."""
+    if at is None:
+        return c
+    return replace(c, assigned_at={**c.assigned_at, **dict.fromkeys(sub_ids, at)})
 
 
 def _expect_speaker(c: Conversation, message: Message) -> None:
@@ -564,6 +616,75 @@ def _abandon(c: Conversation, m: Abandon) -> Conversation:
     raise IllegalMove(f"nothing outstanding to abandon for {m.sub_id} in {c.state}")
 
 
+def no_show_due(c: Conversation, sub_id: str) -> datetime | None:
+    """The earliest time the leader may declare the member of `sub_id` absent (None when its
+    assignment time is not known)."""
+    assigned = c.assigned_at.get(sub_id)
+    return None if assigned is None else assigned + NO_SHOW_AFTER
+
+
+def _no_show(c: Conversation, m: NoShow, at: datetime | None) -> Conversation:
+    if m.speaker != c.leader:
+        raise IllegalMove("only the leader declares a no-show")
+    blocked = c.state == "sync_task_assign" and c.blocked_on and c.blocked_on[0] == m.sub_id
+    pending = c.state == "pause_trigger" and m.sub_id in c.triggers
+    if not (blocked or pending):
+        raise IllegalMove(
+            f"nothing outstanding for {m.sub_id} in {c.state}: a member that reported is "
+            "never declared absent"
+        )
+    if m.sub_id in c.answered:
+        raise IllegalMove(
+            f"{c.assignees[m.sub_id]} logged at entry {c.answered[m.sub_id]} that it answered "
+            f"{m.sub_id}: it is not absent (its report is asked for, or the part abandoned)"
+        )
+    due = no_show_due(c, m.sub_id)
+    if at is None or due is None:
+        raise IllegalMove("a no-show is judged by the logged times of its assignment and itself")
+    if at < due:
+        waited = int((at - c.assigned_at[m.sub_id]).total_seconds())
+        raise IllegalMove(
+            f"a no-show for {m.sub_id} {waited} s after its assignment is too early: its member "
+            f"has {int(NO_SHOW_AFTER.total_seconds())} s to answer (declare it from "
+            f"{due:%Y-%m-%dT%H:%M:%SZ})"
+        )
+    assignee = c.assignees[m.sub_id]
+    failed = Result(m.sub_id, False, (), f"no-show: {assignee} did not answer in time")
+    no_shows = (*c.no_shows, m.sub_id)
+    if blocked:
+        return _next(
+            c, m, _AFTER_RESULT, blocked_on=None, results=(*c.results, failed), no_shows=no_shows
+        )
+    remaining = {k: v for k, v in c.triggers.items() if k != m.sub_id}
+    allowed: tuple[ConversationState, ...] = ("pause_trigger",) if remaining else _AFTER_RESULT
+    return _next(c, m, allowed, triggers=remaining, results=(*c.results, failed), no_shows=no_shows)
+
+
+def check_answered(c: Conversation, member: str, body: Mapping[str, Any]) -> None:
+    """Pure: whether `member`'s `WORK_ANSWERED` receipt (its `body`) is one the service logs:
+    for an assignment outstanding to `member` in `c`, once.
+
+    Raises IllegalMove naming what does not hold."""
+    sub_id = body.get("sub_id")
+    if set(body) != {"conversation", "sub_id"} or body["conversation"] != c.conv_id:
+        raise IllegalMove(f'a {WORK_ANSWERED} body is {{"conversation", "sub_id"}} of its subject')
+    if sub_id not in _outstanding(c) or c.assignees.get(str(sub_id)) != member:
+        raise IllegalMove(f"{sub_id} is not outstanding to {member} in {c.conv_id}")
+    if sub_id in c.answered:
+        raise IllegalMove(f"{member} logged that it answered {sub_id} already")
+
+
+def answered(c: Conversation, index: int, member: str, body: Mapping[str, Any]) -> Conversation:
+    """Pure: `c` after `member`'s `WORK_ANSWERED` entry `index` (its `body`): a receipt
+    `check_answered` admits is remembered; any other (one that lost a race with the report it
+    would have preceded, say) changes nothing."""
+    try:
+        check_answered(c, member, body)
+    except IllegalMove:
+        return c
+    return replace(c, answered={**c.answered, str(body["sub_id"]): index})
+
+
 def _signature(contribution: Contribution) -> tuple[str, str, str, str, str]:
     """A contribution compared whole: who, which piece, which capability and part, and the
     commitment to what it answered."""
@@ -610,6 +731,8 @@ def message_to_json(message: Message) -> dict[str, JSON]:
             return {"kind": "report", **head, "result": result.to_json()}
         case Abandon(sub_id=sub_id, reason=reason):
             return {"kind": "abandon", **head, "sub_id": sub_id, "reason": reason}
+        case NoShow(sub_id=sub_id):
+            return {"kind": "no_show", **head, "sub_id": sub_id}
         case Conclude(deliverable=deliverable):
             return {"kind": "conclude", **head, "deliverable": deliverable.to_json()}
 
@@ -643,6 +766,8 @@ def message_from_json(value: Mapping[str, JSON]) -> Message:
                 return Report(speaker, Result.from_json(value["result"]), state, nxt)
             case "abandon":
                 return Abandon(speaker, str(value["sub_id"]), str(value["reason"]), state, nxt)
+            case "no_show":
+                return NoShow(speaker, str(value["sub_id"]), state, nxt)
             case "conclude":
                 return Conclude(speaker, Deliverable.from_json(value["deliverable"]), state, nxt)
             case _:
@@ -659,6 +784,8 @@ class LoggedMessage:
     index: int
     turn: int
     message: Message
+    at: str = ""
+    """The time the entry is dated with (its signer's, within the service's skew)."""
 
 
 @dataclass(frozen=True)
@@ -694,10 +821,11 @@ def conversation_from_events(
     order, so a lazy caller's error for a later entry comes after this one's for an earlier.
 
     Raises IllegalMove naming the entry when the first event is not the opening, the opening
-    is not the leader's, or a message breaks the transition table, is not signed by its
-    speaker or is out of turn; CoordinatorError when there are no events.
+    is not the leader's, a message breaks the transition table, is not signed by its
+    speaker or is out of turn; CoordinatorError when there are no events. A `WORK_ANSWERED`
+    receipt is folded in by `answered`.
     """
-    kinds = (CONVERSATION_OPENED, CONVERSATION_MESSAGE)
+    kinds = (CONVERSATION_OPENED, CONVERSATION_MESSAGE, WORK_ANSWERED)
     logged = ((i, e) for i, e in events if e.subject == conv_id and e.kind in kinds)
     first = next(logged, None)
     if first is None:
@@ -720,16 +848,21 @@ def conversation_from_events(
         raise IllegalMove(f"entry {opened_index}: opened by someone else than its leader")
     messages = []
     for index, event in logged:
+        if event.kind == WORK_ANSWERED:
+            conversation = answered(conversation, index, event.actor, event.body)
+            continue
+        if event.kind != CONVERSATION_MESSAGE:
+            raise IllegalMove(f"entry {index}: {conv_id} is opened twice")
         message = message_from_json(event.body["message"])
         if event.actor != message.speaker:
             raise IllegalMove(f"entry {index}: signed by {event.actor}, not its speaker")
         if int(event.body["turn"]) != conversation.turn:
             raise IllegalMove(f"entry {index}: turn {event.body['turn']} out of order")
         try:
-            conversation = step(conversation, message)
+            conversation = step(conversation, message, at=parse_time(event.at))
         except IllegalMove as exc:
             raise IllegalMove(f"entry {index}: {exc.reason}") from exc
-        messages.append(LoggedMessage(index, int(event.body["turn"]), message))
+        messages.append(LoggedMessage(index, int(event.body["turn"]), message, event.at))
     return ConversationRecord(
         conversation, tuple(messages), opened_index, str(body.get("title", ""))
     )

@@ -2,7 +2,9 @@
 
 The runner asks the policy for the leader's messages, runs assigned sub-tasks through the
 members' adapters (in worker threads, each with a deadline), speaks each member's report, lets
-the leader abandon and reassign work whose member failed or hung, and opens a nested
+the leader reassign work whose member failed or hung (on the member's own signed failure
+report, or, for a member that cannot be reached to sign one, on the leader's no-show once
+`NO_SHOW_AFTER` has passed since the assignment; else it abandons it), and opens a nested
 conversation when a member teams up for a batch it was given. Every message goes through
 `conversation.step` first and is then logged as a `conversation.message` event signed by its
 speaker, so the whole tree of conversations replays from the ledger.
@@ -20,6 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Protocol
 
 from accord.coordinator.conversation import (
@@ -32,9 +35,11 @@ from accord.coordinator.conversation import (
     Conversation,
     ConversationState,
     Message,
+    NoShow,
     Report,
     Result,
     message_to_json,
+    no_show_due,
     open_conversation,
     step,
 )
@@ -46,11 +51,14 @@ from accord.identity.challenges import validate_output, work_item
 from accord.identity.errors import ExamError
 from accord.ledger.canonical import JSONValue
 from accord.ledger.errors import AccordError, LedgerError
-from accord.ledger.events import Entry
+from accord.ledger.events import Entry, parse_time
 from accord.ledger.sealing import Sealed, seal
 from accord.ledger.signing import Signer
 from accord.market.errors import MarketError
 from accord.market.precheck import Precheck
+
+NO_SHOW_POLL_S = 1.0
+"""How often (real seconds) a leader waiting to declare a no-show looks at its clock."""
 
 
 @dataclass(frozen=True)
@@ -124,7 +132,11 @@ class TeamRunner:
     the agents discovery may pick from, `sealed` keeps the outputs (the log gets only their
     commitments), `may_lead(did)` says whether a member may lead a sub-team for a batch it
     was given (it must sign the sub-team's acts: an agent that signs only its own reports at
-    its endpoint cannot; by default every member may). Raises CoordinatorError (TeamError,
+    its endpoint cannot; by default every member may). With a `clock` (the time the log dates
+    entries with), a member that fails and cannot be reached to sign its failure is declared
+    absent (`NoShow`) once `NO_SHOW_AFTER` has passed since its assignment (`pause(seconds)`
+    waits meanwhile), and its work goes to another member; without one, the leader abandons
+    it on its own word and the work stays undone. Raises CoordinatorError (TeamError,
     PolicyError, IllegalMove from a policy's bad message) and what the ledger raises.
     """
 
@@ -141,8 +153,17 @@ class TeamRunner:
         sealed: SealedOutputs | None = None,
         may_lead: Callable[[str], bool] = lambda did: True,
         precheck: Precheck | None = None,
+        clock: Callable[[], datetime] | None = None,
+        pause: Callable[[float], None] = time.sleep,
+        answered: Callable[[str, str], bool] = lambda conv_id, sub_id: False,
     ) -> None:
         self.ledger = ledger
+        self.clock = clock
+        self.pause = pause
+        self.answered = answered
+        """Whether the member of a sub-task logged, itself, that it answered it (`conv_id`,
+        `sub_id`): such a member is never declared absent (the work is abandoned at once, as
+        without a clock). The service refuses that no-show anyway."""
         self.may_lead = may_lead
         self.precheck = precheck
         """The requester's machine checks, run on each output before it counts as done: on a
@@ -314,9 +335,11 @@ class TeamRunner:
         return SubTask(task.sub_id, task.capability, item.prompt, item.for_agent())
 
     def say(self, conversation: Conversation, message: Message) -> Conversation:
-        """Check the move, log it signed by its speaker, tell the observer."""
-        after = step(conversation, message)
-        self.ledger.append(
+        """Check the move (at the clock's time, when there is a clock), log it signed by its
+        speaker, tell the observer. The conversation returned is stepped at the time the log
+        dated the entry with, as a replay steps it."""
+        step(conversation, message, at=None if self.clock is None else self.clock())
+        _, entry = self.ledger.append(
             self.signer_of(message.speaker),
             CONVERSATION_MESSAGE,
             subject=conversation.conv_id,
@@ -326,6 +349,7 @@ class TeamRunner:
                 "message": message_to_json(message),
             },
         )
+        after = step(conversation, message, at=parse_time(entry.event.at))
         if self.observer is not None:
             self.observer(after, message)
         return after
@@ -431,8 +455,9 @@ class _Run:
             # The member's own signed failure report frees the work for another. One it will
             # not sign (its key kept at its endpoint, and it says it answered) is abandoned on
             # the leader's word, and then the work stays undone: a leader's word never moves a
-            # member's part to someone else.
-            if not self._report_failure(assignment, result):
+            # member's part to someone else, unless the member did not answer for so long
+            # (`NO_SHOW_AFTER`) that the leader may declare it absent.
+            if not self._report_failure(assignment, result) and not self._no_show(assignment):
                 self.abandon.append(sub_id)
             return
         del self.outstanding[sub_id]
@@ -482,6 +507,37 @@ class _Run:
             self.unassigned, self.failed_by = saved
             return False
         del self.outstanding[sub_id]
+        return True
+
+    def _no_show(self, assignment: _Assignment) -> bool:
+        """Wait until the member of `assignment` may be declared absent, then declare it and
+        put the work back once more if someone else can do it. Returns whether the no-show
+        was logged (never without a clock, or once the log refuses it: then nothing
+        changed)."""
+        runner = self.runner
+        sub_id = assignment.task.sub_id
+        due = no_show_due(self.conversation, sub_id)
+        if runner.clock is None or due is None:
+            return False
+        if runner.answered(self.conversation.conv_id, sub_id):
+            return False
+        while (left := (due - runner.clock()).total_seconds()) > 0:
+            runner.pause(min(left, NO_SHOW_POLL_S))
+        if runner.answered(self.conversation.conv_id, sub_id):
+            return False
+        saved = (list(self.unassigned), {k: list(v) for k, v in self.failed_by.items()})
+        self._failed(assignment)
+        state, speaker = self._after(excluding=sub_id)
+        try:
+            self.conversation = runner.say(
+                self.conversation, NoShow(self.conversation.leader, sub_id, state, speaker)
+            )
+        except AccordError:
+            self.unassigned, self.failed_by = saved
+            return False
+        del self.outstanding[sub_id]
+        # Gone: nothing more is given to it in this conversation.
+        self.team = tuple(m for m in self.team if m.did != assignment.assignee)
         return True
 
     def _failed(self, assignment: _Assignment) -> None:

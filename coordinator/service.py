@@ -19,6 +19,7 @@ from accord.coordinator.adapters import RuntimeAdapter, reference_adapter
 from accord.coordinator.conversation import (
     CONVERSATION_MESSAGE,
     CONVERSATION_OPENED,
+    WORK_ANSWERED,
     Contribution,
     Conversation,
     ConversationRecord,
@@ -26,6 +27,7 @@ from accord.coordinator.conversation import (
     logged_plan,
 )
 from accord.coordinator.errors import CoordinatorError, IllegalMove, TeamError
+from accord.coordinator.liveness import answering
 from accord.coordinator.policy import Member, Policy, RulePolicy
 from accord.coordinator.runner import (
     Observer,
@@ -256,6 +258,16 @@ def run_awarded_task(
         )
     winner = context.onboarding.member_signer(winner_record)
     directory = team_directory(context, task)
+    # An agent served at an endpoint that does not answer now is not put on the team
+    # (`accord.coordinator.liveness`); one that goes away later is a no-show.
+    records = registry.records([m.did for m in directory])
+    served = {
+        did: record.endpoint
+        for did, record in records.items()
+        if record.runtime == "http" and record.endpoint and did != task.winner
+    }
+    gone = set(served) - answering(served, allow_private=registry.allow_private_agents)
+    directory = [m for m in directory if m.did not in gone]
     leader = next((m for m in directory if m.did == task.winner), None)
     if leader is None:
         raise TeamError(f"the winner {task.winner} is not a registered agent")
@@ -299,6 +311,12 @@ def run_awarded_task(
         may_lead=holds_key,
         # The team runs the requester's machine checks on each output before it delivers.
         precheck=Precheck(task_id, task.posted_at, task.spec.requester_checks),
+        # A member that cannot be reached to sign its failure is declared absent in time,
+        # unless it logged that it answered.
+        clock=market.ledger.clock,
+        answered=lambda conv_id, sub_id: (
+            sub_id in replay_conversation(market.ledger.store, conv_id).conversation.answered
+        ),
     )
     market.start(task_id, winner)
     parts = [(p.part_id, p.capability, p.input) for p in task.spec.parts]
@@ -393,7 +411,7 @@ def replay_conversation(store: LogStore, conv_id: str, *, max_depth: int = 8) ->
     """
     entries = store.find(
         subject=conv_id,
-        kinds=(CONVERSATION_OPENED, CONVERSATION_MESSAGE),
+        kinds=(CONVERSATION_OPENED, CONVERSATION_MESSAGE, WORK_ANSWERED),
         limit=MAX_CONVERSATION_EVENTS,
     )
     verified = ((stored.index, _verified(stored.index, stored.data).event) for stored in entries)

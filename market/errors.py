@@ -8,7 +8,7 @@ AccordError
     ├── TaskError               a task is malformed, unknown, or not in the state an action needs
     │   ├── TransitionError     a lifecycle transition the state machine does not allow
     │   ├── IdempotencyConflict an idempotency key already posted another task
-    │   ├── PanelError          a dispute panel cannot be drawn or a vote is malformed (market.panel)
+    │   ├── PanelError          a panel cannot be drawn or a vote is malformed (market.panel)
     │   └── WorkError           a part, check or file of a task spec is invalid (`path` names it)
     ├── BidRejected             a commitment or reveal is refused; `reason` is a stable code
     ├── AuctionError            an auction cannot be cleared (windows still open, nothing to clear)

@@ -7,6 +7,8 @@ someone at the CLI (`accord serve` runs it every few seconds; `LifecycleWorker`)
                                         revealed
     awarded or running, its delivery    expire it: its winner forfeits (its track record
     deadline over                       counts it) and the whole deposit goes back
+    awarded or running, its leader      expire it early, the same way (`Market.expire_silent`):
+    silent for `LEADER_SILENCE`         nothing about it logged nor signed by its winner
     expired, its refund not made        refund (`Market.recover`: a crash between the two)
     posted, its deposit on chain        log `escrow.opened` (`Market.recover`); an escrow under
                                         its key that is not its deposit (another account, amount
@@ -29,7 +31,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
@@ -42,9 +44,14 @@ from accord.market.notices import tell_winner
 from accord.market.tasks import Task, clock_state
 from accord.market.wiring import MarketContext
 
-Action = Literal["award", "recover", "expire", "settle", "close"]
+Action = Literal["award", "recover", "expire", "silent", "settle", "close"]
 WATCHED_STATES = ("revealing", "expired", "posted", "awarded", "running", "delivered")
 """The states `due` may act on: the worker lists only these (one indexed query each)."""
+LEADER_SILENCE = timedelta(minutes=15)
+"""How long a task's leader may be silent (nothing about the task logged, nothing signed by
+the winner) before the task ends early with a refund: three times the time a leader waits to
+declare a member absent (`accord.coordinator.conversation.NO_SHOW_AFTER`), so a leader waiting
+out a member that went away is never taken for gone."""
 WAITING_RETRY = timedelta(minutes=1)
 """How long a settlement that waits is left before it is tried again."""
 
@@ -67,9 +74,14 @@ class Done:
     detail: str = ""
 
 
-def due(tasks: Iterable[Task], now: datetime) -> list[Due]:
-    """Pure: what is due for `tasks` at `now` (see the module's table), in the order given."""
+def due(
+    tasks: Iterable[Task], now: datetime, last_active: Mapping[str, datetime] | None = None
+) -> list[Due]:
+    """Pure: what is due for `tasks` at `now` (see the module's table), in the order given;
+    `last_active` gives, by task id, when an awarded or running task's leader was last heard
+    from (`Market.last_activity`; a task it does not name is never taken as silent)."""
     found = []
+    last_active = last_active or {}
     for task in tasks:
         state = clock_state(task, now)
         if state == "revealing" and now >= task.reveal_ends:
@@ -80,6 +92,12 @@ def due(tasks: Iterable[Task], now: datetime) -> list[Due]:
             found.append(Due(task.task_id, "recover"))
         elif state in ("awarded", "running") and now >= task.delivery_deadline:
             found.append(Due(task.task_id, "expire"))
+        elif (
+            state in ("awarded", "running")
+            and task.task_id in last_active
+            and now - last_active[task.task_id] >= LEADER_SILENCE
+        ):
+            found.append(Due(task.task_id, "silent"))
         elif state == "delivered" and task.review_ends is not None and now >= task.review_ends:
             found.append(Due(task.task_id, "settle"))
     return found
@@ -128,7 +146,17 @@ def run_due(
     tasks = [task for state in WATCHED_STATES for task in market.iter_tasks(state=state)]
     results: list[Done] = []
     recovered: set[str] | None = None
-    items = [item for item in due(tasks, now) if not skip(item)]
+    # Only a leader that keeps its own key leads in a process of its own that may go away;
+    # the service runs a hosted winner's team itself.
+    last_active = {
+        task.task_id: market.last_activity(task)
+        for task in tasks
+        if task.state in ("awarded", "running")
+        and now < task.delivery_deadline
+        and task.winner is not None
+        and not _key_held(context, task.winner)
+    }
+    items = [item for item in due(tasks, now, last_active) if not skip(item)]
     settling = [item for item in items if item.action == "settle"]
     # Settlements run side by side: one task's slow checks (strangers' code, in the box's
     # bounded pool) never hold back another task's settlement, nor the other actions.
@@ -162,6 +190,10 @@ def run_due(
                 with held:
                     market.expire_undelivered(item.task_id)
                 results.append(Done(item, "done", "not delivered by the deadline: refunded"))
+            elif item.action == "silent":
+                with held:
+                    market.expire_silent(item.task_id, LEADER_SILENCE)
+                results.append(Done(item, "done", "its leader went away: refunded early"))
         except (TransitionError, AlreadyLoggedError) as exc:
             results.append(Done(item, "elsewhere", str(exc)))
         except SettlementWaits as exc:
@@ -182,6 +214,13 @@ def run_due(
             result.detail,
         )
     return results
+
+
+def _key_held(context: MarketContext, did: str) -> bool:
+    """Whether the service holds `did`'s key (its team is run here, `POST /tasks/{id}/run`)."""
+    registry = context.onboarding.registry
+    record = registry.records([did]).get(did)
+    return record is not None and registry.key_path(record.name).exists()
 
 
 class LifecycleWorker:

@@ -39,7 +39,7 @@ import threading
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from fractions import Fraction
 from typing import Any, Protocol
 
@@ -1135,6 +1135,47 @@ class Market:
             body={
                 "task_id": task_id,
                 "reason": "not delivered by the deadline",
+                "forfeited": [] if task.winner is None else [task.winner],
+            },
+        )
+        self._refund(self.task(task_id))
+        return self.task(task_id)
+
+    def last_activity(self, task: Task) -> datetime:
+        """When the task last moved or its winner last signed anything: the time of the
+        newest entry about the task (its award, its start, its delivery) or signed by its
+        winner (the leader's moves, which every team move is followed by). Raises StoreError
+        when the log cannot be read, MalformedError for an entry that does not parse."""
+        newest = self.ledger.store.find(subject=task.task_id, newest_first=True, limit=1)
+        if task.winner is not None:
+            newest += self.ledger.store.find(actor=task.winner, newest_first=True, limit=1)
+        times = [parse_time(Entry.from_bytes(stored.data).event.at) for stored in newest]
+        return max(times, default=task.posted_at)
+
+    def expire_silent(self, task_id: str, silence: timedelta) -> Task:
+        """End a task whose leader went away before its delivery deadline: awarded or running,
+        and nothing about it logged nor signed by its winner for `silence` (`last_activity`).
+        It ends as one not delivered by the deadline does (`task.expired` naming the winner
+        as forfeited, the whole deposit refunded), with the reason.
+
+        Raises TransitionError unless the task is awarded or running, TaskError when its
+        leader was heard from within `silence`, and what the refund raises."""
+        task = self.task(task_id)
+        if task.state not in ("awarded", "running"):
+            raise TransitionError(task_id, task.state, "expired")
+        last = self.last_activity(task)
+        if self.clock() - last < silence:
+            raise TaskError(f"{task_id}'s leader was heard from at {last.isoformat()}")
+        self.ledger.append(
+            self.ledger.operator,
+            TASK_EXPIRED,
+            subject=task_id,
+            body={
+                "task_id": task_id,
+                "reason": (
+                    f"its leader went away: nothing of it logged since {last.isoformat()} "
+                    f"({int(silence.total_seconds())} s of silence)"
+                ),
                 "forfeited": [] if task.winner is None else [task.winner],
             },
         )

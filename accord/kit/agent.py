@@ -29,6 +29,7 @@ from eth_account import Account
 from eth_account.signers.local import LocalAccount
 
 from accord.api.client import AccordClient, ApiError
+from accord.coordinator.conversation import WORK_ANSWERED
 from accord.coordinator.errors import CoordinatorError
 from accord.coordinator.policy import Policy
 from accord.coordinator.runner import RunSettings
@@ -37,7 +38,7 @@ from accord.identity.payout import bind_payout_address
 from accord.identity.presentations import create_presentation
 from accord.identity.runtimes import AgentRuntime, AgentRuntimeError
 from accord.kit.assignments import Assignment, assignments_to, part_item
-from accord.kit.leader import lead, task_from_json
+from accord.kit.leader import SEQ_RETRIES, lead, task_from_json
 from accord.kit.server import KitServer, Refused
 from accord.kit.wallet import Wallet, WalletError, read_key_file, write_key_file
 from accord.ledger.errors import AccordError
@@ -149,6 +150,7 @@ class KitAgent:
         self._leaders: set[str] = set()
         self._leaders_at = -LEADERS_TTL
         self._refreshing = threading.Lock()
+        self._answered: set[tuple[str, str]] = set()  # (conv_id, sub_id) logged as answered
 
     @property
     def did(self) -> str:
@@ -176,6 +178,7 @@ class KitAgent:
             may_call=self._leads_a_task,
             public_url=public_url,
             work_for=self._work_for,
+            log_answered=self._log_answered,
         )
         thread = threading.Thread(
             target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
@@ -216,6 +219,31 @@ class KitAgent:
             f"{caller} has assigned this agent no part {part!r} ({capability}) of a running "
             "task it leads",
         )
+
+    def _log_answered(self, work: Assignment) -> None:
+        """Log at the service, signed here and sent by this agent itself, that it answered
+        `work`'s assignment (`work.answered`, once per assignment): from then on its leader
+        cannot declare it absent for it. A seq another writer took first is taken again.
+        Raises Refused (503) when the service does not log it."""
+        key = (work.conv_id, work.sub_id)
+        with self._lock:
+            if key in self._answered:
+                return
+        body = {"conversation": work.conv_id, "sub_id": work.sub_id}
+        path = f"/tasks/{_segment(work.task_id)}/work"
+        for attempt in range(SEQ_RETRIES):
+            try:
+                entry = self.client.entry(WORK_ANSWERED, work.conv_id, body)
+                self.client.post(path, {"entry": entry})
+                break
+            except ApiError as exc:
+                if exc.status == 409 and "seq" in str(exc) and attempt < SEQ_RETRIES - 1:
+                    continue
+                raise Refused(
+                    503, f"the service did not log that this agent answered {work.sub_id}: {exc}"
+                ) from exc
+        with self._lock:
+            self._answered.add(key)
 
     def _part_item(self, task_id: str, part: str) -> JSONObject:
         """The item for `part` of `task_id`, its files' text read from the service."""

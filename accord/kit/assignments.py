@@ -17,6 +17,8 @@ from accord.coordinator.conversation import message_from_json, open_conversation
 from accord.coordinator.errors import CoordinatorError
 from accord.coordinator.work import parts_of
 from accord.identity.challenges import JSONObject, work_item
+from accord.ledger.errors import MalformedError
+from accord.ledger.events import parse_time
 from accord.market.tasks import TaskSpec
 from accord.market.work import resolve_files
 
@@ -52,7 +54,9 @@ def assignments_to(did: str, shown: Mapping[str, Any]) -> list[Assignment]:
             max_turns=REPLAY_TURNS,
         )
         for logged in shown["messages"]:
-            conversation = step(conversation, message_from_json(logged["message"]))
+            # The logged time: a no-show is a legal move only by it.
+            at = parse_time(str(logged["at"])) if logged.get("at") else None
+            conversation = step(conversation, message_from_json(logged["message"]), at=at)
         outstanding = [sub for sub, who in conversation.triggers.items() if who == did]
         if conversation.blocked_on is not None and conversation.blocked_on[1] == did:
             outstanding.append(conversation.blocked_on[0])
@@ -67,7 +71,7 @@ def assignments_to(did: str, shown: Mapping[str, Any]) -> list[Assignment]:
             for sub_id in outstanding
             for part in parts_of(conversation.assigned[sub_id])
         ]
-    except (CoordinatorError, KeyError, TypeError, ValueError):
+    except (CoordinatorError, MalformedError, KeyError, TypeError, ValueError):
         return []
 
 

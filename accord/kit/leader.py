@@ -4,7 +4,8 @@ The kit runs the same team runner the service runs for hosted agents
 (`accord.coordinator.runner.TeamRunner`, the same conversation rules and policies), with the service
 at arm's length:
 
-- whom it may team with comes from `GET /tasks/{id}/team` (credentials checked there);
+- whom it may team with comes from `GET /tasks/{id}/team` (credentials checked there), less
+  those whose endpoint does not answer a health probe now (`accord.coordinator.liveness`);
 - each part goes to its member's endpoint (`POST /run`), its own parts to its own handler;
 - each output is sealed here and sent to the service (`POST /tasks/{id}/sealed`) before a
   report names it; the log gets only commitments (`accord.ledger.sealing`);
@@ -26,6 +27,7 @@ from accord.api.client import AccordClient, ApiError
 from accord.coordinator.adapters import RuntimeAdapter
 from accord.coordinator.conversation import Conversation
 from accord.coordinator.errors import CoordinatorError, TeamError
+from accord.coordinator.liveness import answering
 from accord.coordinator.policy import Member, Policy, RulePolicy
 from accord.coordinator.runner import RunSettings, SealedOutputs, TeamRunner
 from accord.coordinator.service import assemble
@@ -155,6 +157,12 @@ def lead(
     # Only agents with an endpoint can be reached from here (a hosted agent runs inside the
     # service, and the service works for nobody's team but its own).
     team = [t for t in listed if t.endpoint or t.member.did == signer.did]
+    # Nobody who has gone away is put on the team (one who goes away later is a no-show).
+    there = answering(
+        {t.member.did: t.endpoint for t in team if t.endpoint and t.member.did != signer.did},
+        allow_private=allow_private,
+    )
+    team = [t for t in team if t.member.did == signer.did or t.member.did in there]
     endpoints = {t.member.did: t.endpoint for t in team}
     leader = next((t.member for t in team if t.member.did == signer.did), None)
     if leader is None:
@@ -204,6 +212,13 @@ def lead(
         # Its members sign only their own reports at their endpoints: sub-teams are its own.
         may_lead=lambda did: did == signer.did,
         precheck=precheck,
+        # The service's clock dates the entries: a member that stopped is declared absent
+        # (`NoShow`) when the service's time says the bound has passed, and its part moves on.
+        clock=lambda: service_time(client, signer.did),
+        # A member that logged it answered is not waited out: the service refuses its no-show.
+        answered=lambda conv_id, sub_id: (
+            sub_id in client.get(f"/conversations/{_segment(conv_id)}").get("answered", {})
+        ),
     )
     parts = [(p.part_id, p.capability, p.input) for p in task.spec.parts]
     conversation = runner.run_task(task_id, leader, parts, task.spec.title, task.spec.description)
@@ -230,6 +245,13 @@ def lead(
         },
     )
     return conversation
+
+
+def service_time(client: AccordClient, did: str) -> datetime:
+    """The service's clock, as `GET /agents/{did}/next-seq` tells it (the time entries are
+    dated with). Raises ApiError when the service cannot be reached."""
+    info = client.get(f"/agents/{_segment(did)}/next-seq")
+    return parse_time(str(info["server_time"]))
 
 
 def _endpoint(endpoints: Mapping[str, str | None], did: str) -> str:

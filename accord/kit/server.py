@@ -6,7 +6,10 @@
                          task) assigned to this agent and has not seen reported, and always
                          for that part's input as the requester posted it (the operator's
                          other calls, its exams, as sent); 403 otherwise, 422
-                         `{"error"}` when its handler cannot answer
+                         `{"error"}` when its handler cannot answer; before it hands a
+                         contract holder its first answer for an assignment it logs, itself,
+                         that it answered it (`work.answered`, via `log_answered`), 503
+                         when it cannot: so the leader cannot declare it absent to take it
     POST /sign           `{"event": JCS text, "openings": {commitment: sealed text}}` ->
                          `{"sig": base64url}`: it signs only its own team reports, for
                          assignments it received in a /run: a success whose every part is one
@@ -168,6 +171,7 @@ class KitServer(ThreadingHTTPServer):
         may_call: Callable[[str], bool] = lambda did: False,
         public_url: str | None = None,
         work_for: Callable[[str, JSONObject], tuple[Assignment, JSONObject]],
+        log_answered: Callable[[Assignment], None] = lambda work: None,
     ) -> None:
         self.signer = signer
         self.runtime = runtime
@@ -182,6 +186,9 @@ class KitServer(ThreadingHTTPServer):
         it (the part's posted input); raises Refused when `caller` assigned it none."""
         self.panel: Callable[[dict[str, Any]], dict[str, Any]] | None = None
         """Answers the operator's panel calls (`accord.kit.panel`), once attached."""
+        self.log_answered = log_answered
+        """`log_answered(work)`: log at the service that this agent answered `work`'s
+        assignment (once per assignment); raises Refused when it cannot."""
         super().__init__(address, _KitHandler)
 
     def caller(self, method: str, path: str, headers: list[tuple[str, str]], body: bytes) -> str:
@@ -220,6 +227,11 @@ class KitServer(ThreadingHTTPServer):
             raise Refused(
                 422, f"the handler's answer is not {work.capability} output: {exc}"
             ) from exc
+        if work.conv_id and caller != self.operator:
+            # A contract holder's team work: the log holds that it answered before the
+            # holder has the answer. (The service's own hosted teams log through the service,
+            # which could refuse the receipt anyway; its run holds the write lock meanwhile.)
+            self.log_answered(work)
         self.given.add(work, answer)
         return answer
 

@@ -249,10 +249,17 @@ def list_tasks(
 @reads.get("/tasks/{task_id}", tags=["market"], summary="One task, and its requester's record")
 def show_task(task_id: str, context: Context) -> dict[str, Any]:
     """The task, and `requester_record`: what bidders see of its requester (tasks posted and
-    settled, review checks rejected, rejections overturned), from the log's read views."""
+    settled, review checks rejected, rejections overturned), from the log's read views; an
+    awarded or running task says in `waiting` what it waits for and until when
+    (`accord.coordinator.waiting`)."""
+    from accord.coordinator.waiting import task_waiting
+
     task = _task(context, task_id)
     data = task_json(context, task)
     data["requester_record"] = context.market.requester_record(task.requester).to_json()
+    waiting = task_waiting(context, task)
+    if waiting is not None:
+        data["waiting"] = waiting
     return data
 
 

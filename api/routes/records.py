@@ -66,8 +66,11 @@ def show_conversation(conv_id: str, context: Context) -> dict[str, Any]:
     return {
         **record.to_json(),
         "opened_index": record.opened_index,
+        # Outstanding assignments whose member logged that it answered (`work.answered`),
+        # with that entry's index: a leader never declares such a member absent.
+        "answered": dict(record.conversation.answered),
         "messages": [
-            {"index": m.index, "turn": m.turn, "message": message_to_json(m.message)}
+            {"index": m.index, "turn": m.turn, "at": m.at, "message": message_to_json(m.message)}
             for m in record.messages
         ],
     }
@@ -162,6 +165,8 @@ def _text(raw: dict[str, Any]) -> str:
             return f"reports {result.get('sub_id')} failed: {result.get('error')}"
         case "abandon":
             return f"abandons {raw.get('sub_id')}: {raw.get('reason')}"
+        case "no_show":
+            return f"declares a no-show for {raw.get('sub_id')}: its member did not answer"
         case "conclude":
             return f"concludes: {raw.get('deliverable', {}).get('summary', '')}"
     return ""

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,7 @@ import pytest
 from accord.api.client import AccordClient, ApiError
 from accord.audit.checks import audit_task
 from accord.identity.http_auth import AccordAuth
-from accord.identity.runtimes import ReferenceRuntime
+from accord.identity.runtimes import AgentRuntime, AgentRuntimeError, ReferenceRuntime
 from accord.kit.agent import KitAgent, fixed_price, load_eth_key, load_key
 from accord.ledger.events import Entry
 from accord.market.lifecycle import run_due
@@ -42,6 +43,7 @@ def kit_agent(
     name: str,
     price: int,
     said: list[tuple[str, dict[str, Any]]] | None = None,
+    runtime: AgentRuntime | None = None,
 ) -> KitAgent:
     keys = world["tmp"] / f"kit-{name}"
     keys.mkdir()
@@ -51,7 +53,7 @@ def kit_agent(
         client,
         signer,
         load_eth_key(keys / "eth.json"),
-        ReferenceRuntime(),
+        runtime or ReferenceRuntime(),
         name=name,
         capabilities=CAPABILITIES,
         strategy=fixed_price(Wei(price)),
@@ -728,3 +730,356 @@ def test_a_member_without_a_payout_account_is_never_on_a_team(
         assert kip.did in listed
     finally:
         kip.stop()
+
+
+# -- a member that goes away -----------------------------------------------------------------
+
+
+class GoesAway:
+    """The reference agent, until it is armed: then its first piece of team work stops its own
+    kit server (listening socket closed: every later call is refused) and fails."""
+
+    def __init__(self) -> None:
+        self.agent: KitAgent | None = None
+        self.stopped = threading.Event()
+
+    def answer(self, item: Any) -> Any:
+        if self.agent is not None and not self.stopped.is_set():
+            server = self.agent.server
+            assert server is not None
+
+            def stop() -> None:
+                server.shutdown()
+                server.server_close()
+
+            stopping = threading.Thread(target=stop)
+            stopping.start()
+            stopping.join()
+            self.stopped.set()
+            raise AgentRuntimeError("going away", retriable=True)
+        return ReferenceRuntime().answer(item)
+
+
+def requester_sees(world: dict[str, Any], task_id: str) -> str:
+    """Why the task waits, as `GET /tasks/{id}` says it; the A2A status message says it too."""
+    with httpx.Client(base_url=world["url"], timeout=30) as http:
+        shown = http.get(f"/tasks/{task_id}").json()
+        call = {"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": task_id}}
+        status = http.post(
+            "/a2a", json=call, headers={"A2A-Version": "1.0"}, auth=AccordAuth(world["req"])
+        ).json()["result"]["status"]
+    [part] = status["message"]["parts"]
+    assert shown["waiting"] in part["text"], (shown, part)
+    return str(shown["waiting"])
+
+
+def messages_of(context: MarketContext, actor: str) -> list[dict[str, Any]]:
+    found = context.market.ledger.store.find(actor=actor, kind="conversation.message", limit=1000)
+    return [Entry.from_bytes(s.data).event.body["message"] for s in found]
+
+
+def test_a_kit_leader_whose_member_stops_declares_a_no_show_and_delivers(
+    world: dict[str, Any],
+) -> None:
+    """kim's kit server stops mid-task (its /sign then refuses connections): kai waits until
+    the service's clock says `NO_SHOW_AFTER` has passed since the assignment, logs a signed
+    no-show, does the part itself and delivers; the audit replays the no-show."""
+    from accord.coordinator.conversation import NO_SHOW_AFTER
+
+    context: MarketContext = world["context"]
+    goes_away = GoesAway()
+    kai = kit_agent(world, "kai", 3 * ETH // 10)
+    kim = kit_agent(world, "kim", 4 * ETH // 10, runtime=goes_away)
+    try:
+        for agent in (kai, kim):
+            agent.join(agent.start())
+        task_id = post_invoice(world)
+        for agent in (kai, kim):
+            agent.step()
+        world["clock"].advance(3600)
+        for agent in (kai, kim):
+            agent.step()
+        world["clock"].advance(3600)
+        run_due(context)
+        assert context.market.task(task_id).winner == kai.did
+        goes_away.agent = kim  # from now on, kim's first part stops it
+        kai.step()
+        [leading] = [t for t in kai._threads if t.name == f"lead-{task_id}"]
+        assert goes_away.stopped.wait(120), "kim was never given a part"
+        assert context.market.task(task_id).state == "running"
+        # The requester sees what the task waits for, and until when.
+        waiting = requester_sees(world, task_id)
+        assert f"waiting for {kim.did}'s answer" in waiting and "declare it absent" in waiting
+        world["clock"].advance(NO_SHOW_AFTER.total_seconds() + 1)
+        leading.join(timeout=120)
+        assert not leading.is_alive()
+        assert context.market.task(task_id).state == "delivered"
+        kinds = [m["kind"] for m in messages_of(context, kai.did)]
+        assert "no_show" in kinds and "abandon" not in kinds, kinds
+        assert not [m for m in messages_of(context, kim.did) if m["kind"] == "report"]
+
+        world["clock"].advance(3 * 24 * 3600)  # the review window closes
+        settled = [d for d in run_due(context) if d.due.action == "settle"]
+        assert [d.outcome for d in settled] == ["done"], settled
+        anchorer = context.market.ledger.anchorer
+        assert anchorer is not None
+        anchorer.anchor_latest()
+        report = audit_task(
+            context.market.ledger.store,
+            task_id,
+            anchors=world["anchors"],
+            escrow=world["escrow_chain"],
+            outputs=context.market.sealed_bytes,
+        )
+        assert report.ok, report.to_json()
+    finally:
+        kai.stop()
+        if not goes_away.stopped.is_set():
+            kim.stop()
+        else:
+            kim.client.close()
+
+
+def test_a_no_show_before_its_bound_is_refused_and_fails_the_audit(
+    won: tuple[dict[str, Any], KitAgent, KitAgent, str],
+) -> None:
+    """A leader that declares its member absent before `NO_SHOW_AFTER` (to take its part) is
+    refused with the time it may, and so is an assignment it backdates to get there sooner;
+    an operator that logs such a no-show anyway makes the audit fail at step 5, naming it."""
+    from accord.coordinator.conversation import NO_SHOW_AFTER
+    from accord.coordinator.team import part_task
+    from accord.ledger.events import make_entry
+
+    world, kai, kim, task_id = won
+    context: MarketContext = world["context"]
+    store = context.market.ledger.store
+    parts = {p["id"]: p for p in invoice_request()["parts"]}
+
+    def work(entry: dict[str, Any]) -> None:
+        kai.client.post(f"/tasks/{task_id}/work", {"entry": entry})
+
+    def message(turn: int, value: dict[str, Any]) -> dict[str, Any]:
+        return {"conversation": "conv-n", "turn": turn, "message": value}
+
+    work(kai.client.entry("task.started", task_id, {"task_id": task_id}))
+    opened = {
+        "conversation": "conv-n",
+        "task": task_id,
+        "parent": None,
+        "depth": 0,
+        "leader": kai.did,
+        "members": [kai.did, kim.did],
+        "max_turns": 16,
+        "title": "t",
+    }
+    work(kai.client.entry("conversation.opened", "conv-n", opened))
+    plan = {"kind": "discuss", "speaker": kai.did, "next_state": "async_task_assign"}
+    plan |= {"next_speaker": kai.did, "text": "plan"}
+    work(kai.client.entry("conversation.message", "conv-n", message(0, plan)))
+    tax = part_task("tax", "arithmetic", parts["tax"]["input"])
+    assign = {
+        "kind": "assign_async",
+        "speaker": kai.did,
+        "next_state": "pause_trigger",
+        "next_speaker": kim.did,
+        "assignments": [{"assignee": kim.did, "task": tax.to_json()}],
+    }
+    # Backdated by the bound, so that a no-show would be due at once: refused.
+    seq = int(kai.client.get(f"/agents/{kai.did}/next-seq")["seq"])
+    backdated = make_entry(
+        kai.signer,
+        kind="conversation.message",
+        seq=seq,
+        at=world["clock"]() - NO_SHOW_AFTER + timedelta(seconds=1),
+        subject="conv-n",
+        body=message(1, assign),
+    )
+    size = store.size()
+    old = relay(kai, task_id, backdated.to_json())
+    assert old.status == 422 and "before the service's clock" in str(old)
+    work(kai.client.entry("conversation.message", "conv-n", message(1, assign)))
+    no_show = {
+        "kind": "no_show",
+        "speaker": kai.did,
+        "next_state": "async_task_assign",
+        "next_speaker": kai.did,
+        "sub_id": "tax",
+    }
+    size = store.size()
+    early = relay(
+        kai, task_id, kai.client.entry("conversation.message", "conv-n", message(2, no_show))
+    )
+    assert early.status == 409 and "too early for a no-show of tax" in str(early)
+    # Dated past the bound (the service's clock has not got there): refused all the same.
+    seq = int(kai.client.get(f"/agents/{kai.did}/next-seq")["seq"])
+    future = make_entry(
+        kai.signer,
+        kind="conversation.message",
+        seq=seq,
+        at=world["clock"]() + timedelta(seconds=290),
+        subject="conv-n",
+        body=message(2, no_show),
+    )
+    ahead = relay(kai, task_id, future.to_json())
+    assert ahead.status == 409 and "too early" in str(ahead)
+    assert store.size() == size
+    # An operator that logs the early no-show anyway: the audit names it at step 5.
+    [index] = context.market.ledger.append_entries([future])
+    anchorer = context.market.ledger.anchorer
+    assert anchorer is not None
+    anchorer.anchor_latest()
+    report = audit_task(store, task_id, anchors=world["anchors"], escrow=world["escrow_chain"])
+    failure = report.first_failure
+    assert failure is not None and failure.number == 5, report.to_json()
+    assert failure.entry == index and "too early" in failure.detail, failure
+
+
+def test_a_member_that_logged_its_answer_is_never_declared_absent(
+    won: tuple[dict[str, Any], KitAgent, KitAgent, str],
+) -> None:
+    """kim logs, itself, that it answered its assignment before it hands the answer to kai:
+    a leader holding the answer back cannot call kim gone to take the part, even past the
+    bound; a receipt is kim's own (not relayed) and logged once; an operator that logs the
+    no-show anyway fails the audit at step 5."""
+    from accord.coordinator.conversation import NO_SHOW_AFTER
+    from accord.coordinator.team import part_task
+    from accord.identity.http_auth import AccordAuth as SignedBy
+    from accord.identity.http_signatures import CALL_TAG
+    from accord.ledger.canonical import canonical_json
+
+    world, kai, kim, task_id = won
+    context: MarketContext = world["context"]
+    store = context.market.ledger.store
+    parts = {p["id"]: p for p in invoice_request()["parts"]}
+
+    def work(entry: dict[str, Any]) -> None:
+        kai.client.post(f"/tasks/{task_id}/work", {"entry": entry})
+
+    def message(turn: int, value: dict[str, Any]) -> dict[str, Any]:
+        return {"conversation": "conv-a", "turn": turn, "message": value}
+
+    work(kai.client.entry("task.started", task_id, {"task_id": task_id}))
+    opened = {
+        "conversation": "conv-a",
+        "task": task_id,
+        "parent": None,
+        "depth": 0,
+        "leader": kai.did,
+        "members": [kai.did, kim.did],
+        "max_turns": 16,
+        "title": "t",
+    }
+    work(kai.client.entry("conversation.opened", "conv-a", opened))
+    plan = {"kind": "discuss", "speaker": kai.did, "next_state": "async_task_assign"}
+    plan |= {"next_speaker": kai.did, "text": "plan"}
+    work(kai.client.entry("conversation.message", "conv-a", message(0, plan)))
+    tax = part_task("tax", "arithmetic", parts["tax"]["input"])
+    assign = {
+        "kind": "assign_async",
+        "speaker": kai.did,
+        "next_state": "pause_trigger",
+        "next_speaker": kim.did,
+        "assignments": [{"assignee": kim.did, "task": tax.to_json()}],
+    }
+    work(kai.client.entry("conversation.message", "conv-a", message(1, assign)))
+    # A receipt in kim's name, relayed by kai: refused (a member logs its own).
+    body = {"conversation": "conv-a", "sub_id": "tax"}
+    relayed = relay(kai, task_id, kim.client.entry("work.answered", "conv-a", body))
+    assert relayed.status == 403
+    assert kim.server is not None
+    given = httpx.post(
+        f"{kim.server.url}/run",
+        json={"item": {"item_id": "tax", "capability": "arithmetic", "prompt": "", "payload": {}}},
+        timeout=30,
+        auth=SignedBy(kai.signer, tag=CALL_TAG),
+    )
+    assert given.status_code == 200, given.text
+    [receipt] = store.find(kind="work.answered", actor=kim.did, limit=10)
+    assert kai.client.get("/conversations/conv-a")["answered"] == {"tax": receipt.index}
+    again = relay(kim, task_id, kim.client.entry("work.answered", "conv-a", body))
+    assert again.status == 409 and "answered tax already" in str(again)
+    # kai holds the answer back and, past the bound, calls kim gone: refused.
+    world["clock"].advance(NO_SHOW_AFTER.total_seconds() + 1)
+    no_show = {
+        "kind": "no_show",
+        "speaker": kai.did,
+        "next_state": "async_task_assign",
+        "next_speaker": kai.did,
+        "sub_id": "tax",
+    }
+    entry = kai.client.entry("conversation.message", "conv-a", message(2, no_show))
+    refused = relay(kai, task_id, entry)
+    assert refused.status == 422, refused
+    assert f"logged at entry {receipt.index} that it answered tax" in str(refused)
+    [index] = context.market.ledger.append_entries([Entry.from_bytes(canonical_json(entry))])
+    anchorer = context.market.ledger.anchorer
+    assert anchorer is not None
+    anchorer.anchor_latest()
+    report = audit_task(store, task_id, anchors=world["anchors"], escrow=world["escrow_chain"])
+    failure = report.first_failure
+    assert failure is not None and failure.number == 5 and failure.entry == index, failure
+
+
+def test_a_task_whose_leader_goes_away_expires_early_with_a_refund(
+    won: tuple[dict[str, Any], KitAgent, KitAgent, str],
+) -> None:
+    """kai starts its task and its process stops: once nothing about the task is logged nor
+    signed by kai for `LEADER_SILENCE`, well before the delivery deadline, the service ends
+    the task (kai forfeits) and refunds the whole deposit."""
+    from accord.coordinator.conversation import NO_SHOW_AFTER
+    from accord.market.lifecycle import LEADER_SILENCE
+    from accord.market.tasks import TASK_EXPIRED
+
+    world, kai, _, task_id = won
+    context: MarketContext = world["context"]
+    assert LEADER_SILENCE > 2 * NO_SHOW_AFTER  # a leader waiting out a member is not gone
+    kai.client.post(
+        f"/tasks/{task_id}/work",
+        {"entry": kai.client.entry("task.started", task_id, {"task_id": task_id})},
+    )
+    kai.stop()
+    world["clock"].advance(LEADER_SILENCE.total_seconds() - 60)
+    assert not run_due(context)  # silent, not yet for long enough
+    waiting = requester_sees(world, task_id)
+    assert f"waiting for its leader {kai.did}'s next move" in waiting, waiting
+    assert "the task ends early and its budget is refunded" in waiting
+    world["clock"].advance(61)
+    task = context.market.task(task_id)
+    assert world["clock"]() < task.delivery_deadline
+    [done] = run_due(context)
+    assert (done.due.action, done.outcome) == ("silent", "done"), done
+    task = context.market.task(task_id)
+    assert task.state == "refunded"
+    store = context.market.ledger.store
+    [expired] = store.find(kind=TASK_EXPIRED, subject=task_id, limit=1)
+    body = Entry.from_bytes(expired.data).event.body
+    assert body["forfeited"] == [kai.did] and "its leader went away" in body["reason"]
+    [refunded] = store.find(kind="escrow.refunded", subject=task_id, limit=1)
+    assert int(Entry.from_bytes(refunded.data).event.body["amount"]) == task.spec.budget
+
+
+def test_a_member_gone_before_the_task_starts_is_never_on_the_team(
+    won: tuple[dict[str, Any], KitAgent, KitAgent, str],
+) -> None:
+    """kim's kit server has stopped before kai leads: the service still lists kim, but kai's
+    health probe finds nobody there, so kai's team is formed without kim (no no-show is
+    needed) and kai delivers alone."""
+    from accord.coordinator.liveness import answering
+
+    world, kai, kim, task_id = won
+    context: MarketContext = world["context"]
+    assert kim.server is not None
+    endpoint = kim.server.url
+    assert answering({kim.did: endpoint}, allow_private=True) == {kim.did}
+    kim.server.shutdown()
+    kim.server.server_close()
+    listed = {m["did"] for m in kai.client.get(f"/tasks/{task_id}/team")}
+    assert kim.did in listed
+    assert answering({kim.did: endpoint}, allow_private=True) == set()
+    kai.step()
+    [leading] = [t for t in kai._threads if t.name == f"lead-{task_id}"]
+    leading.join(timeout=120)
+    assert context.market.task(task_id).state == "delivered"
+    store = context.market.ledger.store
+    [opened] = store.find(kind="conversation.opened", actor=kai.did, limit=1)
+    assert Entry.from_bytes(opened.data).event.body["members"] == [kai.did]

@@ -28,6 +28,7 @@ import json
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -35,6 +36,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from accord.coordinator.conversation import (
+    NO_SHOW_AFTER,
     STATES,
     Abandon,
     AssignAsync,
@@ -45,6 +47,7 @@ from accord.coordinator.conversation import (
     Deliverable,
     Discuss,
     Message,
+    NoShow,
     Report,
     Result,
     assign_sync,
@@ -535,6 +538,7 @@ _message: st.SearchStrategy[Message] = st.one_of(
     ),
     st.builds(Report, _ids, _result, _state, _who),
     st.builds(Abandon, _ids, _ids, _ids, _state, _who),
+    st.builds(NoShow, _ids, _ids, _state, _who),
     st.builds(Conclude, _ids, _deliverable, _state, _who),
 )
 
@@ -557,10 +561,19 @@ def test_round_trip_covers_every_kind() -> None:
             AssignAsync("a", (("b", _task("s")),), "pause_trigger", "b"),
             Report("b", Result("s", True, (_contrib("b", "s"),)), "discussion", "a"),
             Abandon("a", "s", "why", "discussion", "a"),
+            NoShow("a", "s", "discussion", "a"),
             Conclude("a", Deliverable("d", ())),
         )
     }
-    assert kinds == {"discuss", "assign_sync", "assign_async", "report", "abandon", "conclude"}
+    assert kinds == {
+        "discuss",
+        "assign_sync",
+        "assign_async",
+        "report",
+        "abandon",
+        "no_show",
+        "conclude",
+    }
 
 
 _GOOD = message_to_json(Discuss("a", "t", "discussion", "a"))
@@ -793,6 +806,62 @@ def test_a_part_abandoned_on_the_leaders_word_is_never_given_again() -> None:
     for who in (LEADER, "did:B"):
         with pytest.raises(IllegalMove, match="abandoned on the leader's word"):
             step(c, AssignAsync(LEADER, ((who, _part("s0#2", "p")),), "pause_trigger", who))
+
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def test_a_no_show_is_declared_only_after_the_bound_and_frees_the_parts() -> None:
+    """The leader alone declares a member absent, and only `NO_SHOW_AFTER` after the
+    assignment by the logged times; the parts then go to someone else and the absent member's
+    late report is refused."""
+    c = open_conversation("c", "t", LEADER, (LEADER, "did:A", "did:B"))
+    c = step(c, Discuss(LEADER, "x", "async_task_assign", LEADER), at=T0)
+    assignments = (("did:A", _part("s0", "p")), ("did:B", _part("s1", "q")))
+    c = step(c, AssignAsync(LEADER, assignments, "pause_trigger", "did:A"), at=T0)
+    no_show = NoShow(LEADER, "s0", "pause_trigger", "did:B")
+    early = T0 + NO_SHOW_AFTER - timedelta(seconds=1)
+    with pytest.raises(IllegalMove, match="299 s after its assignment is too early"):
+        step(c, no_show, at=early)
+    with pytest.raises(IllegalMove, match="judged by the logged times"):
+        step(c, no_show)  # no time: never a legal no-show
+    with pytest.raises(IllegalMove, match="only the leader declares a no-show"):
+        step(c, replace(no_show, speaker="did:B"), at=T0 + NO_SHOW_AFTER)
+    with pytest.raises(IllegalMove, match="nothing outstanding for s9"):
+        step(c, replace(no_show, sub_id="s9"), at=T0 + NO_SHOW_AFTER)
+    gone = step(c, no_show, at=T0 + NO_SHOW_AFTER)
+    assert gone.no_shows == ("s0",) and "s0" not in gone.triggers
+    assert gone.results[-1] == Result("s0", False, (), "no-show: did:A did not answer in time")
+    # the member's report, arriving later, is refused
+    late = Report(
+        "did:A", Result("s0", True, (_own("did:A", "s0", "p"),)), "pause_trigger", "did:B"
+    )
+    with pytest.raises(IllegalMove, match="has no pending trigger for s0"):
+        step(replace(gone, speaker="did:A"), late)
+    # a member that reported is never declared absent
+    reported = step(
+        gone,
+        Report(
+            "did:B", Result("s1", True, (_own("did:B", "s1", "q"),)), "async_task_assign", LEADER
+        ),
+    )
+    with pytest.raises(IllegalMove, match="nothing outstanding for s1"):
+        step(reported, replace(no_show, sub_id="s1"), at=T0 + 2 * NO_SHOW_AFTER)
+    # the parts of the no-show go to someone else
+    again = AssignAsync(LEADER, (("did:B", _part("s0#2", "p")),), "pause_trigger", "did:B")
+    assert step(reported, again, at=T0 + NO_SHOW_AFTER).assignees["s0#2"] == "did:B"
+
+
+def test_a_sync_no_show_unblocks_the_conversation() -> None:
+    c = open_conversation("c", "t", LEADER, (LEADER, "did:A"))
+    c = step(c, Discuss(LEADER, "x", "sync_task_assign", LEADER), at=T0)
+    c = step(c, assign_sync(LEADER, "did:A", _part("s0", "p")), at=T0)
+    gone = step(c, NoShow(LEADER, "s0", "sync_task_assign", LEADER), at=T0 + NO_SHOW_AFTER)
+    assert gone.blocked_on is None and gone.speaker == LEADER
+    assert step(gone, assign_sync(LEADER, LEADER, _part("s0#2", "p"))).blocked_on == (
+        "s0#2",
+        LEADER,
+    )
 
 
 def test_the_plan_is_the_logged_assignments() -> None:

@@ -25,6 +25,7 @@ import pytest
 from accord.coordinator.adapters import HttpAdapter, InProcessAdapter, reference_adapter, solve_task
 from accord.coordinator.conversation import (
     CONVERSATION_MESSAGE,
+    NO_SHOW_AFTER,
     Abandon,
     AssignAsync,
     AssignSync,
@@ -33,6 +34,7 @@ from accord.coordinator.conversation import (
     ConversationRecord,
     ConversationState,
     Message,
+    NoShow,
     Report,
     assign_sync,
     check_task_reports,
@@ -53,6 +55,7 @@ from accord.ledger.signing import Ed25519Signer, kid_for
 from accord.ledger.wiring import open_ledger
 from accord.market.precheck import Precheck
 from accord.market.work import ExpectCheck, PythonCheck, resolve_files
+from tests.clocks import advance_clock_file
 from tests.specs import INVOICE, invoice_parts
 
 CAPS = ("arithmetic", "extraction")
@@ -520,6 +523,87 @@ def test_a_leader_that_abandons_on_its_own_word_cannot_give_the_parts_again(
             replace(record.conversation, state="sync_task_assign", speaker=leader),
             replace(assignment, task=redo),
         )
+
+
+class _UnreachableSigner:
+    """A member that keeps its key at an endpoint that no longer answers."""
+
+    def __init__(self, did: str) -> None:
+        self.did = did
+        self.kid = kid_for(did)
+
+    def sign(self, message: bytes) -> bytes:
+        raise KeyStoreError(f"cannot reach {self.did}: connection refused")
+
+
+def test_a_member_that_went_away_is_declared_absent_and_its_part_moves_on(
+    tmp_path: Path,
+) -> None:
+    """A member fails and cannot be reached to sign its failure: the leader waits, on the
+    log's own clock, until `NO_SHOW_AFTER` has passed since the assignment, declares a
+    no-show, and another member does the part; the log replays."""
+    clock_file = tmp_path / "clock"
+    settings = Settings.from_env(
+        {"ACCORD_HOME": str(tmp_path / "home"), "ACCORD_TEST_CLOCK": str(clock_file)}
+    )
+    world = World(open_ledger(settings), settings.home / "accord.db")
+    world.add("lead", CAPS, "1/10")
+    world.add("gone", CAPS, "9/10", adapter=_failing)  # the best for everything, and gone
+    gone = world.did("gone")
+    world.signers[gone] = _UnreachableSigner(gone)  # type: ignore[assignment]
+    runner = world.runner(RunSettings(timeout_s=10, max_depth=0))
+    waited: list[float] = []
+
+    def pause(seconds: float) -> None:  # the log's clock moves on; nobody sleeps
+        waited.append(seconds)
+        advance_clock_file(clock_file, seconds)
+
+    runner.clock, runner.pause = world.ledger.clock, pause
+    work = invoice_work()
+    top = runner.run_task(TASK, world.members["lead"], work.parts, "t", "arithmetic and extraction")
+    assert_complete(top, work, world)
+    assert sum(waited) >= NO_SHOW_AFTER.total_seconds() - 1
+    # Its first (sync) assignment: declared absent once, and given nothing more after it.
+    [no_show] = [m for _, _, _, m in world.seen if isinstance(m, NoShow)]
+    [(first, task), *after] = world.assigned()
+    assert first == gone and (no_show.speaker, no_show.sub_id) == (world.did("lead"), task.sub_id)
+    assert after and gone not in {who for who, _ in after}
+    assert not [m for _, _, _, m in world.seen if isinstance(m, Abandon)]
+    assert not [m for m in world.reports() if m.speaker == gone]
+    assert {c.agent for c in top.deliverable.contributions} == {world.did("lead")}  # type: ignore[union-attr]
+    [record] = replay_all(world).values()
+    assert record.conversation.state == "closed"
+    assert record.conversation.no_shows == (task.sub_id,)
+
+
+def test_a_member_that_logged_it_answered_is_not_waited_out(tmp_path: Path) -> None:
+    """The member that cannot be reached logged that it answered (the service says so): the
+    leader does not wait to declare it absent (that no-show would be refused): it abandons the
+    work at once, and the parts stay undone."""
+    settings = Settings.from_env({"ACCORD_HOME": str(tmp_path / "home")})
+    world = World(open_ledger(settings), settings.home / "accord.db")
+    world.add("lead", CAPS, "1/10")
+    world.add("gone", ["arithmetic"], "9/10", adapter=_failing)
+    world.add("eve", ["extraction"], "1/10")
+    gone = world.did("gone")
+    world.signers[gone] = _UnreachableSigner(gone)  # type: ignore[assignment]
+    runner = world.runner(RunSettings(timeout_s=10, max_depth=0))
+    asked: list[tuple[str, str]] = []
+
+    def answered(conv_id: str, sub_id: str) -> bool:
+        asked.append((conv_id, sub_id))
+        return True
+
+    def pause(seconds: float) -> None:
+        raise AssertionError("the leader waited out a member that answered")
+
+    runner.clock, runner.pause, runner.answered = world.ledger.clock, pause, answered
+    top = runner.run_task(TASK, world.members["lead"], invoice_work().parts, "t", "a and e")
+    assert [sub_id for _, sub_id in asked] == ["batch:arithmetic"]
+    assert not [m for _, _, _, m in world.seen if isinstance(m, NoShow)]
+    [abandon] = [m for _, _, _, m in world.seen if isinstance(m, Abandon)]
+    assert abandon.sub_id == "batch:arithmetic"
+    assert {c.capability for c in top.deliverable.contributions} == {"extraction"}  # type: ignore[union-attr]
 
 
 # -- outputs the capability's schema refuses ------------------------------------------------

@@ -19,7 +19,7 @@ from accord.coordinator.service import run_awarded_task
 from accord.ledger.events import Entry, make_entry
 from accord.market.errors import TaskError, TransitionError
 from accord.market.escrow import address_of
-from accord.market.lifecycle import Due, LifecycleWorker, due, run_due
+from accord.market.lifecycle import LEADER_SILENCE, Due, LifecycleWorker, due, run_due
 from accord.market.service import UNFUNDED_REASON
 from accord.market.tasks import TASK_CLOSED, TASK_POSTED, Task, TaskEvent, replay
 from tests.audit.conftest import (
@@ -63,6 +63,18 @@ def test_each_closed_window_has_its_action() -> None:
     for state in ("awarded", "running"):  # won, and not delivered in time
         assert due([task(state)], deadline - timedelta(seconds=1)) == [], state
         assert due([task(state)], deadline) == [Due("t", "expire")], state
+
+
+def test_a_task_whose_leader_is_silent_ends_early() -> None:
+    """Awarded or running, its leader silent for `LEADER_SILENCE` before the deadline: due
+    early; a task whose leader's last word is not known (a hosted team) waits for the
+    deadline."""
+    for state in ("awarded", "running"):
+        heard = {"t": NOW + SPEC.bidding + SPEC.reveal}
+        quiet = heard["t"] + LEADER_SILENCE
+        assert due([task(state)], quiet - timedelta(seconds=1), heard) == [], state
+        assert due([task(state)], quiet, heard) == [Due("t", "silent")], state
+        assert due([task(state)], quiet) == [], state
 
 
 # -- one round over a real market ------------------------------------------------------------
