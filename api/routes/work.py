@@ -53,6 +53,7 @@ def team(task_id: str, context: Context) -> list[dict[str, Any]]:
             "capabilities": list(m.capabilities),
             "reputation": m.reputation,
             "reputations": dict(m.reputations),
+            "failing": list(m.failing),
             "description": m.description,
             "endpoint": records[m.did].endpoint if m.did in records else None,
         }

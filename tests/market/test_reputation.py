@@ -431,9 +431,7 @@ def test_standing_is_in_zero_one_and_grows_with_what_was_paid(
 def test_paying_ones_own_circle_earns_no_standing() -> None:
     """r and b pay each other: the wei r paid b came back, so r stays fresh for a."""
     works = [work(1, R, (B, "x", ONE)), work(2, B, (R, "x", ONE)), work(3, R, (A, "x", ONE))]
-    records = fold_track_records(
-        works, [], [Payment(1, R, B, 10**18), Payment(2, B, R, 10**18)]
-    )
+    records = fold_track_records(works, [], [Payment(1, R, B, 10**18), Payment(2, B, R, 10**18)])
     assert records.circle(R) == frozenset({R, B})
     assert records.standing(R, 3) == 0 and lift(records) == 0
     outside = fold_track_records(works[::2], [], [Payment(1, R, B, 10**18)])
