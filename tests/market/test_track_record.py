@@ -364,7 +364,17 @@ def test_an_agent_that_failed_three_tasks_running_is_passed_over_while_another_i
     others = [m for m in directory_of(world.context) if m.did != lead.did]
     team = form_team(solo_member, spec.capabilities, "", others)
     assert good.did in {m.did for m in team} and bad.did not in {m.did for m in team}
+    app = create_app(
+        world.settings,
+        config=ApiConfig(rate=1000.0, burst=10_000.0),
+        context=world.context,
+        anchors=world.anchors,
+        escrow_chain=world.escrow_chain,
+    )
     task_id = settled_task(world, world.requester, "lead", spec)
+    listed = TestClient(app).get(f"/tasks/{task_id}/team").json()  # what a kit leader reads
+    assert {m["did"]: m["failing"] for m in listed}[bad.did] == ["extraction"]
+    assert {m["did"]: m["failing"] for m in listed}[good.did] == []
     [settled] = market.ledger.store.find(kind=TASK_SETTLED, subject=task_id, limit=1)
     parts = Entry.from_bytes(settled.data).event.body["track_record"]["parts"]
     assert bad.did not in {part["producer"] for part in parts}
