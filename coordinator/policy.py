@@ -41,6 +41,10 @@ class Member:
     """Its reputation in each capability it has a track record in, `n/d`
     (`accord.market.reputation`); `reputation_in` falls back to `reputation` for the others."""
 
+    failing: tuple[str, ...] = ()
+    """The capabilities whose last scored parts it made all failed their checks
+    (`accord.market.reputation.TrackRecords.failing`): team formation passes it over there."""
+
     def reputation_in(self, capability: str) -> Fraction:
         """Its reputation in `capability`: what discovery ranks it by for that work."""
         return Fraction(dict(self.reputations).get(capability, self.reputation))

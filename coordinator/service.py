@@ -125,15 +125,21 @@ def _verified_members(context: MarketContext, agents: Sequence[AgentRecord]) -> 
                 and context.market.eligible(agent.did, (record["capability"],))
             }
         )
-        members.append(member_of(agent, held, {c: records.reputation(agent.did, c) for c in held}))
+        reputations = {c: records.reputation(agent.did, c) for c in held}
+        failing = [c for c in held if records.failing(agent.did, c)]
+        members.append(member_of(agent, held, reputations, failing))
     return members
 
 
 def member_of(
-    agent: AgentRecord, held: Sequence[str], reputations: Mapping[str, Fraction]
+    agent: AgentRecord,
+    held: Sequence[str],
+    reputations: Mapping[str, Fraction],
+    failing: Sequence[str] = (),
 ) -> Member:
     """An agent as discovery and the leader see it: what it holds, its reputation in each
-    (its track record there), and the description discovery ranks by relevance
+    (its track record there), the capabilities it is `failing` in (team formation passes it
+    over there), and the description discovery ranks by relevance
     (`accord.market.discovery.description`)."""
     overall = sum(reputations.values(), Fraction(0)) / len(reputations) if reputations else None
     return Member(
@@ -143,6 +149,7 @@ def member_of(
         fraction_text(DEFAULT_PRIOR_MEAN if overall is None else overall),
         description(agent.name, held),
         tuple((c, fraction_text(r)) for c, r in sorted(reputations.items())),
+        tuple(sorted(failing)),
     )
 
 

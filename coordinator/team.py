@@ -64,14 +64,22 @@ class Candidate:
 def rank_candidates(need: str, capability: str, members: Iterable[Member]) -> list[Candidate]:
     """Discovery's order: credentialed for the capability first (others are dropped), then by
     relevance of the self-description to the need, then reputation in the capability, then
-    DID."""
+    DID; less the agents failing in it while another is not (`passed_over`)."""
     ranked = [
         Candidate(m, relevance(need, m.description), m.reputation_in(capability))
         for m in members
         if capability in m.capabilities
     ]
     ranked.sort(key=lambda c: (-c.relevance, -c.reputation, c.member.did))
-    return ranked
+    return passed_over(capability, ranked)
+
+
+def passed_over(capability: str, ranked: list[Candidate]) -> list[Candidate]:
+    """`ranked` less the agents failing in `capability` (their last scored parts there all
+    failed: `Member.failing`) when at least one candidate is not; all of them when every one
+    is (someone must do the work). Pure."""
+    able = [c for c in ranked if capability not in c.member.failing]
+    return able or ranked
 
 
 def form_team(

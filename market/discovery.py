@@ -82,6 +82,7 @@ from accord.ledger.views import ViewEntry, micros
 from accord.market.reputation import circles, work_by_agent
 from accord.market.views import (
     REPUTATION_VIEW,
+    TRACK_RECORD,
     forfeited_in,
     settled_of,
     track_records_of,
@@ -221,10 +222,18 @@ class DiscoveryView:
                 dirty.update(forfeited_in(entry))
         if requesters:
             # New work can close a circle: every agent in the requester's circle now may
-            # weigh its units otherwise (`accord.market.reputation.circles`).
+            # weigh its units otherwise (`accord.market.reputation.circles`), and every agent
+            # a member of it hired, whose standing the circle may have swallowed.
             merged = circles(work_pairs(connection))
+            closed: set[str] = set()
             for requester in requesters:
-                dirty.update(merged.get(requester, ()))
+                circle = merged.get(requester, frozenset())
+                dirty.update(circle)
+                if len(circle) > 1:
+                    closed.update(circle)
+            for chunk in _chunks(sorted(closed)):
+                hired = select(TRACK_RECORD.c.did).where(TRACK_RECORD.c.requester.in_(chunk))
+                dirty.update(connection.execute(hired.distinct()).scalars())
         registered = sorted(names)
         for chunk in _chunks(registered):  # a repeat (a hand-written log) renames
             connection.execute(delete(NAMES).where(NAMES.c.did.in_(chunk)))

@@ -11,12 +11,21 @@ that part which passed (None when none of the requester's checks reads it). From
     circle(A)        the agents and requesters who, directly or through others, worked for one
                      another with A: the strongly connected component of A in the graph
                      "R -> B when B made a part of a settled task R posted"
+    standing(R, i)   how established requester R was when the task settled at index i:
+                     paid / (paid + STANDING_WEI), paid the wei R's tasks settled before i paid
+                     to agents outside R's circle (`settlement.computed` payouts); 0 for an
+                     identity that never paid an independent, below 1 always
     weight(unit)     0 when the requester is in the agent's circle (the money came back);
-                     PAIR_DECAY ** (k - 1) otherwise (1, 1/2, 1/4, ...: a requester's tasks
-                     for one agent weigh at most 2 in all)
+                     PAIR_DECAY ** (k - 1) * standing(requester, index) otherwise (1, 1/2,
+                     1/4, ... of the standing: a requester's tasks for one agent weigh below 2
+                     in all, and a fresh requester's first task nothing)
     quality(unit)    the mean score of its parts
     reputation(A, c) (PRIOR_MEAN * PRIOR_WEIGHT + sum of weight * quality)
                      / (PRIOR_WEIGHT + sum of weight + forfeits of A on tasks needing c)
+
+An agent is *failing* in a capability (`failing`) when its last FAILING_STREAK scored parts
+there, from requesters outside its circle, all scored 0: team formation passes it over there
+while another credentialed agent is available (`accord.coordinator.team`).
 
 A forfeit (a commitment never revealed) counts as a unit of quality 0 and weight 1 in every
 capability of its task. An agent loses its credential in a capability (`revocation_due`) when
@@ -29,6 +38,7 @@ reputation view (`accord.market.views`) keeps the same fold by agent.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -37,12 +47,25 @@ from typing import Any
 
 from accord.ledger.events import Event
 from accord.market.errors import MarketError, ReputationError
-from accord.market.tasks import TASK_AWARDED, TASK_EXPIRED, TASK_POSTED, TASK_SETTLED, TaskSpec
+from accord.market.tasks import (
+    SETTLEMENT_COMPUTED,
+    TASK_AWARDED,
+    TASK_EXPIRED,
+    TASK_POSTED,
+    TASK_SETTLED,
+    TaskSpec,
+)
 
 DEFAULT_PRIOR_MEAN = Fraction(1, 2)
 DEFAULT_PRIOR_WEIGHT = 2
 PAIR_DECAY = Fraction(1, 2)
-"""The k-th settled task between one requester and one agent weighs PAIR_DECAY ** (k - 1)."""
+"""The k-th settled task between one requester and one agent weighs PAIR_DECAY ** (k - 1) of
+its requester's standing."""
+STANDING_WEI = 10**17
+"""The wei (0.1 ether) a requester must have paid agents outside its circle for its tasks to
+weigh half: standing = paid / (paid + STANDING_WEI) (1/2 at 0.1 ether, 10/11 at 1 ether)."""
+FAILING_STREAK = 3
+"""How many last independent parts of a capability, all scored 0, make an agent failing there."""
 REVOCATION_MIN_PARTS = 10
 """How many independent parts of a capability a pass rate needs before it can revoke."""
 TRACK_RECORD_RULE = "accord-track-record/1"
@@ -197,6 +220,46 @@ def settled_work(index: int, task_id: str, body: Mapping[str, Any]) -> SettledWo
     return SettledWork(index, task_id, record["requester"], tuple(parts))
 
 
+@dataclass(frozen=True)
+class Payment:
+    """Wei the task settled at `index` (its `task.settled`) paid `payee` for `requester`."""
+
+    index: int
+    requester: str
+    payee: str
+    wei: int
+
+
+def settlement_payouts(body: Mapping[str, Any]) -> dict[str, int]:
+    """The wei a `settlement.computed` body pays each player for the work (`payouts`; a
+    panelist's pay comes from bonds, not the requester's deposit), those above 0; nothing when
+    it does not parse. Pure."""
+    payouts = body.get("payouts")
+    if not isinstance(payouts, Mapping):
+        return {}
+    found: dict[str, int] = {}
+    for payee, wei in payouts.items():
+        try:
+            amount = int(str(wei))
+        except ValueError:
+            return {}
+        if not isinstance(payee, str) or amount < 0:
+            return {}
+        if amount > 0:
+            found[payee] = amount
+    return found
+
+
+def work_payments(work: SettledWork, payouts: Mapping[str, int]) -> list[Payment]:
+    """What the settled `work` paid, from its settlement's `payouts`, by payee, the requester
+    left out. Pure."""
+    return [
+        Payment(work.index, work.requester, payee, wei)
+        for payee, wei in sorted(payouts.items())
+        if payee != work.requester
+    ]
+
+
 # -- circles: who worked for whom -------------------------------------------------------------
 
 
@@ -320,20 +383,68 @@ class TrackRecords:
     units: Mapping[tuple[str, str], tuple[Unit, ...]] = field(default_factory=dict)
     forfeits: Mapping[tuple[str, str], int] = field(default_factory=dict)
     pairs: frozenset[tuple[str, str]] = frozenset()
+    paid: Mapping[str, tuple[Payment, ...]] = field(default_factory=dict)
+    """By requester, what its settled tasks paid, in log order (its standing)."""
 
     @cached_property
     def _circles(self) -> dict[str, frozenset[str]]:
         return circles(self.pairs)
 
+    @cached_property
+    def _paid_outside(self) -> dict[str, tuple[list[int], list[int]]]:
+        """By requester: the indices of its payments to agents outside its circle and the wei
+        paid up to and including each (running sums)."""
+        found: dict[str, tuple[list[int], list[int]]] = {}
+        for requester, payments in self.paid.items():
+            circle = self.circle(requester)
+            indices: list[int] = []
+            sums: list[int] = []
+            for payment in sorted(payments, key=lambda p: p.index):
+                if payment.payee in circle:
+                    continue
+                indices.append(payment.index)
+                sums.append((sums[-1] if sums else 0) + payment.wei)
+            found[requester] = (indices, sums)
+        return found
+
     def circle(self, did: str) -> frozenset[str]:
         """`did` and those who share its circle (see `circles`)."""
         return self._circles.get(did, frozenset({did}))
 
+    def paid_before(self, requester: str, index: int) -> int:
+        """The wei `requester`'s tasks settled before log index `index` paid to agents
+        outside its circle."""
+        indices, sums = self._paid_outside.get(requester, ([], []))
+        before = bisect_left(indices, index)
+        return sums[before - 1] if before else 0
+
+    def standing(self, requester: str, index: int) -> Fraction:
+        """How established `requester` was at log index `index`: paid / (paid + STANDING_WEI),
+        paid the wei it had paid agents outside its circle before then. In [0, 1)."""
+        paid = self.paid_before(requester, index)
+        return Fraction(paid, paid + STANDING_WEI)
+
     def weight(self, agent: str, unit: Unit) -> Fraction:
-        """0 when the unit's requester is in the agent's circle, else PAIR_DECAY ** (k - 1)."""
+        """0 when the unit's requester is in the agent's circle, else PAIR_DECAY ** (k - 1)
+        times the requester's standing when the unit's task settled."""
         if unit.requester in self.circle(agent):
             return Fraction(0)
-        return PAIR_DECAY ** (unit.k - 1)
+        return PAIR_DECAY ** (unit.k - 1) * self.standing(unit.requester, unit.index)
+
+    def failing(self, agent: str, capability: str) -> bool:
+        """Whether the agent's last FAILING_STREAK scored parts of `capability` from requesters
+        outside its circle all scored 0 (a task mixing passed and failed parts ends the
+        streak: their order inside it is not recorded)."""
+        failed = 0
+        for unit in reversed(self.units.get((agent, capability), ())):
+            if unit.requester in self.circle(agent):
+                continue
+            if unit.passed != 0:
+                return False
+            failed += unit.parts
+            if failed >= FAILING_STREAK:
+                return True
+        return False
 
     def record(self, agent: str, capability: str) -> CapabilityRecord:
         units = self.units.get((agent, capability), ())
@@ -378,8 +489,13 @@ class Forfeit:
     capabilities: tuple[str, ...]
 
 
-def fold_track_records(works: Iterable[SettledWork], forfeits: Iterable[Forfeit]) -> TrackRecords:
-    """The track records of settled `works` and `forfeits`, in log order. Pure.
+def fold_track_records(
+    works: Iterable[SettledWork],
+    forfeits: Iterable[Forfeit],
+    payments: Iterable[Payment] = (),
+) -> TrackRecords:
+    """The track records of settled `works`, `forfeits` and the `payments` the works made, in
+    log order. Pure.
 
     For each settled task and each agent with parts in it, k counts the settled tasks between
     the requester and that agent so far; each capability the agent scored parts in is one unit.
@@ -398,8 +514,14 @@ def fold_track_records(works: Iterable[SettledWork], forfeits: Iterable[Forfeit]
         for capability in forfeit.capabilities:
             key = (forfeit.agent, capability)
             forfeited[key] = forfeited.get(key, 0) + 1
+    paid: dict[str, list[Payment]] = {}
+    for payment in sorted(payments, key=lambda p: (p.index, p.payee)):
+        paid.setdefault(payment.requester, []).append(payment)
     return TrackRecords(
-        {key: tuple(found) for key, found in units.items()}, forfeited, frozenset(counts)
+        {key: tuple(found) for key, found in units.items()},
+        forfeited,
+        frozenset(counts),
+        {requester: tuple(found) for requester, found in paid.items()},
     )
 
 
@@ -417,6 +539,24 @@ def settled_works(
         if work is not None:
             works.append(work)
     return works
+
+
+def payments(events: Iterable[tuple[int, Event]], *, before: int | None = None) -> list[Payment]:
+    """What each task settled among the log's verified `events` before index `before` paid
+    (`work_payments`): the payouts of its first `settlement.computed`, dated by its first
+    `task.settled`. Pure."""
+    logged = sorted(events, key=lambda pair: pair[0])
+    payouts: dict[str, dict[str, int]] = {}
+    for _, event in logged:
+        if event.kind == SETTLEMENT_COMPUTED and event.subject not in payouts:
+            payouts[event.subject] = settlement_payouts(event.body)
+    found: list[Payment] = []
+    dated: set[str] = set()
+    for work in settled_works(logged, before=before):
+        if work.task_id not in dated:  # a task settled twice: only a hand-written log
+            dated.add(work.task_id)
+            found += work_payments(work, payouts.get(work.task_id, {}))
+    return found
 
 
 def forfeits(events: Iterable[tuple[int, Event]], *, before: int | None = None) -> list[Forfeit]:
@@ -454,10 +594,14 @@ def _capabilities(posted: Mapping[str, Any] | None) -> tuple[str, ...]:
 def track_records_from_events(
     events: Sequence[tuple[int, Event]], *, before: int | None = None
 ) -> TrackRecords:
-    """Every agent's track record from the settled tasks and forfeits among the log's verified
-    `events` (log index, event) before index `before` (all when None): the fold the award
-    scored bids by at its time (`fold_track_records`). Pure."""
-    return fold_track_records(settled_works(events, before=before), forfeits(events, before=before))
+    """Every agent's track record from the settled tasks, their payments and the forfeits
+    among the log's verified `events` (log index, event) before index `before` (all when
+    None): the fold the award scored bids by at its time (`fold_track_records`). Pure."""
+    return fold_track_records(
+        settled_works(events, before=before),
+        forfeits(events, before=before),
+        payments(events, before=before),
+    )
 
 
 def reputations_from_events(

@@ -94,6 +94,7 @@ from accord.market.tasks import (
     ESCROW_OPENED,
     ESCROW_REFUNDED,
     REVIEW_GIVEN,
+    SETTLEMENT_COMPUTED,
     TASK_AWARDED,
     TASK_CANCELLED,
     TASK_CLOSED,
@@ -1495,11 +1496,12 @@ def _mean_score(scores: Sequence[Fraction | None]) -> Fraction:
 
 def _reputation_events(store: LogStore, *, before: int | None) -> list[tuple[int, Event]]:
     """The events the track records fold (`accord.market.reputation.track_records_from_events`):
-    every `task.settled`, `task.awarded` and `task.expired` before index `before` (all: None),
-    and the first posting of each task one of those names a forfeit on. Read from the
-    operator's own store, whose entries were checked when appended."""
+    every `task.settled`, `settlement.computed` (what the task paid: its requester's
+    standing), `task.awarded` and `task.expired` before index `before` (all: None), and the
+    first posting of each task one of those names a forfeit on. Read from the operator's own
+    store, whose entries were checked when appended."""
     events: list[tuple[int, Event]] = []
-    for kind in (TASK_SETTLED, TASK_AWARDED, TASK_EXPIRED):
+    for kind in (TASK_SETTLED, SETTLEMENT_COMPUTED, TASK_AWARDED, TASK_EXPIRED):
         for stored in store.find(kind=kind, limit=MAX_TASK_EVENTS):
             if before is not None and stored.index >= before:
                 break
@@ -1507,7 +1509,7 @@ def _reputation_events(store: LogStore, *, before: int | None) -> list[tuple[int
     forfeiting = {
         event.subject
         for _, event in events
-        if event.kind != TASK_SETTLED and event.body.get("forfeited")
+        if event.kind in (TASK_AWARDED, TASK_EXPIRED) and event.body.get("forfeited")
     }
     for task_id in sorted(forfeiting):
         for stored in store.find(kind=TASK_POSTED, subject=task_id, limit=1):

@@ -60,11 +60,13 @@ from accord.market import sealed
 from accord.market.errors import MarketError
 from accord.market.money import Wei
 from accord.market.reputation import (
+    Payment,
     RequesterRecord,
     SettledWork,
     TrackRecords,
     Unit,
     settled_work,
+    settlement_payouts,
     work_by_agent,
 )
 from accord.market.tasks import (
@@ -614,6 +616,22 @@ class ForfeitRow(SQLModel, table=True):
     subject: str = Field(index=True)
 
 
+class PaymentRow(SQLModel, table=True):
+    """Wei a task's settlement (`settlement.computed`) pays a player for the work; `requester`
+    and `settled_index` once its `task.settled` is applied (`accord.market.reputation.Payment`:
+    its requester's standing)."""
+
+    __tablename__ = "view_payments"
+    __table_args__ = (Index("ix_view_payments_requester", "requester"),)
+
+    subject: str = Field(primary_key=True)
+    payee: str = Field(primary_key=True)
+    wei: str
+    """Decimal wei."""
+    requester: str | None = None
+    settled_index: int | None = Field(default=None, sa_column=Column(BigInteger, nullable=True))
+
+
 class RejectionRow(SQLModel, table=True):
     """A review check rejected (`review.given`, verdict reject): its signer counts it in its
     requester record when it is the task's requester (the task view says); `overturned` once
@@ -633,19 +651,25 @@ TRACK_RECORD: Table = TrackRecordRow.__table__  # type: ignore[attr-defined]
 WORK_PAIRS: Table = WorkPairRow.__table__  # type: ignore[attr-defined]
 FORFEITS: Table = ForfeitRow.__table__  # type: ignore[attr-defined]
 REJECTIONS: Table = RejectionRow.__table__  # type: ignore[attr-defined]
+PAYMENTS: Table = PaymentRow.__table__  # type: ignore[attr-defined]
 
 
 class ReputationView:
     """The reputation projection: each agent's track record units and forfeits, the pairs
-    that settled work, and the review checks requesters rejected (`accord.market.reputation`)."""
+    that settled work, what settled tasks paid (their requesters' standing), and the review
+    checks requesters rejected (`accord.market.reputation`)."""
 
     name = REPUTATION_VIEW
-    tables: Sequence[Table] = (TRACK_RECORD, WORK_PAIRS, FORFEITS, REJECTIONS)
+    tables: Sequence[Table] = (TRACK_RECORD, WORK_PAIRS, FORFEITS, REJECTIONS, PAYMENTS)
 
     def apply(self, connection: Any, entries: Sequence[ViewEntry]) -> None:
+        computed = [entry for entry in entries if entry.event.kind == SETTLEMENT_COMPUTED]
+        if computed:
+            _fold_payouts(connection, computed)
         works = [w for w in (settled_of(entry) for entry in entries) if w is not None]
         if works:
             _fold_works(connection, works)
+            _date_payments(connection, works)
         forfeits = [
             {"did": did, "entry_index": entry.index, "position": k, "subject": entry.event.subject}
             for entry in entries
@@ -673,7 +697,7 @@ class ReputationView:
             )
 
     def reset(self, connection: Any) -> None:
-        for table in (REJECTIONS, FORFEITS, WORK_PAIRS, TRACK_RECORD):
+        for table in (PAYMENTS, REJECTIONS, FORFEITS, WORK_PAIRS, TRACK_RECORD):
             connection.execute(delete(table))
 
 
@@ -771,6 +795,61 @@ def _fold_works(connection: Any, works: Sequence[SettledWork]) -> None:
         connection.execute(insert(WORK_PAIRS), fresh)
 
 
+def _fold_payouts(connection: Any, entries: Sequence[ViewEntry]) -> None:
+    """The payouts of each task's first `settlement.computed` (a repeat only a hand-written
+    log holds adds nothing; see `accord.market.reputation.payments`)."""
+    subjects = sorted({entry.event.subject for entry in entries})
+    seen: set[str] = set()
+    for start in range(0, len(subjects), _IN_CHUNK):
+        chunk = subjects[start : start + _IN_CHUNK]
+        found = select(PAYMENTS.c.subject).where(PAYMENTS.c.subject.in_(chunk)).distinct()
+        seen.update(str(subject) for subject in connection.execute(found).scalars())
+    rows = []
+    for entry in entries:
+        subject = entry.event.subject
+        if subject in seen:
+            continue
+        seen.add(subject)
+        rows += [
+            {"subject": subject, "payee": payee, "wei": str(wei)}
+            for payee, wei in sorted(settlement_payouts(entry.event.body).items())
+        ]
+    if rows:
+        connection.execute(insert(PAYMENTS), rows)
+
+
+def _date_payments(connection: Any, works: Sequence[SettledWork]) -> None:
+    """Each settled work's payouts get its requester and its `task.settled` index (the first
+    settlement of a task dates them)."""
+    connection.execute(
+        update(PAYMENTS)
+        .where(PAYMENTS.c.subject == bindparam("key_subject"), PAYMENTS.c.settled_index.is_(None))
+        .values(requester=bindparam("new_requester"), settled_index=bindparam("new_index")),
+        [
+            {"key_subject": w.task_id, "new_requester": w.requester, "new_index": w.index}
+            for w in works
+        ],
+    )
+
+
+def _payments_of(connection: Any, requesters: Sequence[str]) -> dict[str, list[Payment]]:
+    """What the settled tasks of `requesters` paid, by requester, in log order (the requester
+    left out as a payee, as `accord.market.reputation.work_payments` does)."""
+    found: dict[str, list[Payment]] = {}
+    for start in range(0, len(requesters), _IN_CHUNK):
+        chunk = requesters[start : start + _IN_CHUNK]
+        rows = connection.execute(
+            select(PAYMENTS.c.requester, PAYMENTS.c.settled_index, PAYMENTS.c.payee, PAYMENTS.c.wei)
+            .where(PAYMENTS.c.requester.in_(chunk), PAYMENTS.c.settled_index.is_not(None))
+            .order_by(PAYMENTS.c.settled_index, PAYMENTS.c.payee)
+        ).all()
+        for requester, index, payee, wei in rows:
+            if payee != requester:
+                payment = Payment(int(index), str(requester), str(payee), int(wei))
+                found.setdefault(str(requester), []).append(payment)
+    return found
+
+
 def _fold_rejections(connection: Any, entries: Sequence[ViewEntry]) -> None:
     """The first rejection of each (task, check) is kept (a repeat only a hand-written log
     holds adds nothing)."""
@@ -810,7 +889,8 @@ def work_pairs(connection: Any) -> frozenset[tuple[str, str]]:
 
 
 def track_records_of(connection: Any, dids: Iterable[str]) -> TrackRecords:
-    """The track records of `dids` from the view (with every pair, for the circles): what
+    """The track records of `dids` from the view (with every pair, for the circles, and what
+    their units' requesters paid, for their standing): what
     `accord.market.service.track_records_from_log` folds, read by agent. Reads the task view's
     capability rows (for forfeits): bring it level too."""
     wanted = sorted(set(dids))
@@ -839,8 +919,13 @@ def track_records_of(connection: Any, dids: Iterable[str]) -> TrackRecords:
             .group_by(FORFEITS.c.did, CAPABILITIES.c.capability)
         ).all()
         forfeits.update(((str(did), str(c)), int(n)) for did, c, n in counted)
+    requesters = sorted({unit.requester for found in units.values() for unit in found})
+    paid = _payments_of(connection, requesters)
     return TrackRecords(
-        {key: tuple(found) for key, found in units.items()}, forfeits, work_pairs(connection)
+        {key: tuple(found) for key, found in units.items()},
+        forfeits,
+        work_pairs(connection),
+        {requester: tuple(found) for requester, found in paid.items()},
     )
 
 

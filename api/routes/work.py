@@ -4,7 +4,8 @@ A self-custody winner leads its team in its own process (`accord agent run`): it
 may team with, sends each output it was given sealed, and relays the entries its team signed.
 
     GET  /tasks/{id}/team      whom the winner may form its team from: each agent's DID, name,
-                               capabilities held, reputations and endpoint
+                               capabilities held, reputations, those it is failing in (its
+                               last scored parts there all failed: pass it over) and endpoint
     POST /tasks/{id}/sealed    one sealed output (`accord.ledger.sealing`), before a report names it
     POST /tasks/{id}/work      `{"entry": ...}`: task.started, conversation.opened,
                                conversation.message or task.delivered, each signed by its own
@@ -53,6 +54,7 @@ def team(task_id: str, context: Context) -> list[dict[str, Any]]:
             "capabilities": list(m.capabilities),
             "reputation": m.reputation,
             "reputations": dict(m.reputations),
+            "failing": list(m.failing),
             "description": m.description,
             "endpoint": records[m.did].endpoint if m.did in records else None,
         }

@@ -34,11 +34,19 @@ from accord.market.money import Wei
 from accord.market.reputation import (
     Forfeit,
     PartScore,
+    Payment,
     SettledWork,
     TrackRecords,
     fold_track_records,
+    work_payments,
 )
-from accord.market.tasks import TASK_AWARDED, TASK_POSTED, TASK_SETTLED, TaskSpec
+from accord.market.tasks import (
+    SETTLEMENT_COMPUTED,
+    TASK_AWARDED,
+    TASK_POSTED,
+    TASK_SETTLED,
+    TaskSpec,
+)
 from accord.market.views import ReputationView, TaskView
 from accord.market.work import Part
 from tests.ledger.conftest import postgres_schema_url
@@ -74,6 +82,7 @@ class World:
     revoked: set[str] = field(default_factory=set)
     works: list[SettledWork] = field(default_factory=list)
     forfeits: list[Forfeit] = field(default_factory=list)
+    payments: list[Payment] = field(default_factory=list)
     seqs: dict[str, int] = field(default_factory=dict)
 
     def log(self, signer: Ed25519Signer, kind: str, subject: str, body: dict[str, Any]) -> None:
@@ -104,12 +113,25 @@ class World:
         self.revoked.add(credential_id)
         self.log(self.operator, REVOCATION_EVENT_KIND, credential_id, {})
 
-    def settle(self, requester: str, parts: list[tuple[str, str, Fraction | None]]) -> None:
-        """A `task.settled` recording `parts` (producer, capability, score) for `requester`."""
+    def settle(
+        self,
+        requester: str,
+        parts: list[tuple[str, str, Fraction | None]],
+        paid: dict[str, int] | None = None,
+    ) -> None:
+        """A `settlement.computed` paying `paid` (wei by player), then the `task.settled`
+        recording `parts` (producer, capability, score) for `requester`."""
         subject = f"task-{len(self.entries)}"
+        self.log(
+            self.operator,
+            SETTLEMENT_COMPUTED,
+            subject,
+            {"payouts": {did: str(wei) for did, wei in (paid or {}).items()}},
+        )
         scored = tuple(PartScore(f"p{k}", c, did, s) for k, (did, c, s) in enumerate(parts))
         work = SettledWork(len(self.entries), subject, requester, scored)
         self.works.append(work)
+        self.payments += work_payments(work, {d: w for d, w in (paid or {}).items() if w})
         self.log(self.operator, TASK_SETTLED, subject, {"track_record": work.to_json()})
 
     def forfeit(self, requester: Ed25519Signer, dids: list[str], needs: list[str]) -> None:
@@ -122,7 +144,7 @@ class World:
         self.log(self.operator, TASK_AWARDED, subject, {"forfeited": dids})
 
     def records(self) -> TrackRecords:
-        return fold_track_records(self.works, self.forfeits)
+        return fold_track_records(self.works, self.forfeits, self.payments)
 
     def by_hand(self, capability: str, need: str, now: datetime) -> list[tuple[Any, ...]]:
         """Every registered holder of `capability` at `now`, ranked as discovery promises."""
@@ -181,7 +203,8 @@ def random_world(seed: int) -> World:
             for a in chosen
             for _ in range(rng.randint(1, 3))
         ]
-        world.settle(requester, parts)
+        paid = {a.did: rng.choice([0, 10**16, 10**17, 10**18]) for a in chosen}
+        world.settle(requester, parts, paid)
     for _ in range(3):
         needs = rng.sample(CAPABILITIES, rng.randint(1, 2))
         world.forfeit(agents[0], [a.did for a in rng.sample(agents, 5)], needs)
@@ -276,11 +299,14 @@ def test_a_settlement_that_closes_a_circle_rewrites_every_member(engine: Engine)
         world.register(agent, name)
         world.issue(agent.did, "arithmetic", NOW - WEEK, NOW + WEEK)
     store = LogStore(engine, "log-discovery", projections=views(world))
+    outsider = Ed25519Signer(b"\x09" * 32).did  # a and b paid it 0.1 ether: a standing of 1/2
+    for requester in (a, b):
+        world.settle(requester.did, [(outsider, "arithmetic", None)], {outsider: 10**17})
     world.settle(a.did, [(b.did, "arithmetic", Fraction(1))])  # a pays b
     world.settle(b.did, [(c.did, "arithmetic", Fraction(1))])  # b pays c
     append_in_batches(store, world.entries, size=1)
     ranked = {row[0]: row[3] for row in paged(store, "arithmetic", "", NOW)}
-    assert ranked[b.did] == ranked[c.did] == Fraction(2, 3) and ranked[a.did] == Fraction(1, 2)
+    assert ranked[b.did] == ranked[c.did] == Fraction(3, 5) and ranked[a.did] == Fraction(1, 2)
     done = len(world.entries)
     world.settle(c.did, [(a.did, "arithmetic", Fraction(1))])  # c pays a: the circle closes
     append_in_batches(store, world.entries[done:], size=1)
@@ -288,6 +314,30 @@ def test_a_settlement_that_closes_a_circle_rewrites_every_member(engine: Engine)
     assert {row[0]: row[3] for row in paged(store, "arithmetic", "", NOW)} == dict.fromkeys(
         (a.did, b.did, c.did), Fraction(1, 2)
     )
+
+
+def test_a_circle_that_swallows_a_requesters_payments_rewrites_whom_it_hired(
+    engine: Engine,
+) -> None:
+    """r pays b, then hires c: c rises by r's standing, earned by paying b. Then b pays r,
+    closing the circle r <-> b: what r paid b came back, so r was fresh when it hired c, and
+    c's row falls back to the prior, though c is neither in that settlement nor the circle."""
+    world = World(Ed25519Signer(b"\x07" * 32))
+    r, b, c = (Ed25519Signer(bytes([k]) * 32) for k in (1, 2, 3))
+    for agent, name in ((r, "r"), (b, "b"), (c, "c")):
+        world.register(agent, name)
+        world.issue(agent.did, "arithmetic", NOW - WEEK, NOW + WEEK)
+    store = LogStore(engine, "log-discovery", projections=views(world))
+    world.settle(r.did, [(b.did, "arithmetic", None)], {b.did: 10**17})  # r pays b
+    world.settle(r.did, [(c.did, "arithmetic", Fraction(1))], {c.did: 10**17})  # r pays c
+    append_in_batches(store, world.entries, size=1)
+    ranked = {row[0]: row[3] for row in paged(store, "arithmetic", "", NOW)}
+    assert ranked[c.did] == Fraction(3, 5)  # (1 + 1/2) / (2 + 1/2)
+    done = len(world.entries)
+    world.settle(b.did, [(r.did, "arithmetic", None)], {r.did: 10**17})  # b pays r
+    append_in_batches(store, world.entries[done:], size=1)
+    assert paged(store, "arithmetic", "", NOW) == world.by_hand("arithmetic", "", NOW)
+    assert {row[0]: row[3] for row in paged(store, "arithmetic", "", NOW)}[c.did] == Fraction(1, 2)
 
 
 @pytest.mark.parametrize(

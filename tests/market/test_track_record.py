@@ -32,7 +32,8 @@ from accord.api.app import create_app
 from accord.api.cli import app as cli_app
 from accord.api.routes.deps import ApiConfig
 from accord.audit.checks import audit_task
-from accord.coordinator.service import discover, run_awarded_task
+from accord.coordinator.service import directory_of, discover, run_awarded_task
+from accord.coordinator.team import form_team
 from accord.identity.agents import AgentRecord
 from accord.identity.challenges.registry import REGISTRY
 from accord.identity.chat import OpenAIChat
@@ -157,9 +158,9 @@ def assert_view_is_the_log(market: Market, dids: list[str]) -> None:
 
 def test_a_self_dealing_ring_gains_less_than_one_honest_task(world: World) -> None:
     """x pays y, y pays z, z pays x, three rounds, every part passing: the money comes back,
-    so the ring's work counts for nothing and each member ends where it began. One task an
-    independent requester pays y for raises y by 1/6; a second one by the same requester
-    counts half as much."""
+    so the ring's work counts for nothing and each member ends where it began. A requester
+    that paid an independent agent before raises y by one task weighed by its standing; a
+    second one by the same requester counts half as much, times its standing then."""
     market = world.market
     members = {name: onboard(world, name, capability) for name, capability in RING}
     rep = {name: capability for name, capability in RING}
@@ -170,22 +171,28 @@ def test_a_self_dealing_ring_gains_less_than_one_honest_task(world: World) -> No
             spec = example_spec(capability, title=f"round {round_}: {name} pays {worker}")
             ring_tasks.append(settled_task(world, world.signer(name), worker, spec))
             if round_ == 0 and k == 0:
-                # before the circle closes, x paying y looks like independent work
-                assert market.reputation_of(members["y"].did, "extraction") == Fraction(2, 3)
+                # before the circle closes, x is a fresh requester: its task weighs nothing
+                assert market.reputation_of(members["y"].did, "extraction") == HALF
     ring = {name: market.reputation_of(members[name].did, rep[name]) for name in rep}
     assert ring == dict.fromkeys(rep, HALF)  # the prior: the ring gained nothing
     records = market.track_records()
     assert records.circle(members["x"].did) == frozenset(m.did for m in members.values())
     assert all(records.record(m.did, rep[n]).units == 3 for n, m in members.items())
+    assert records.paid_before(members["x"].did, 10**9) == 0  # it paid its circle only
 
+    w = onboard(world, "w", "arithmetic")  # the requester pays an independent agent first
+    settled_task(world, world.requester, "w", example_spec("arithmetic"))
+    paid = market.track_records().paid_before(world.requester.did, 10**9)
+    assert paid == parse_amount("0.1eth")  # a lone bidder is paid the budget: standing 1/2
     honest = settled_task(world, world.requester, "y", example_spec("extraction"))
     after_one = market.reputation_of(members["y"].did, "extraction")
-    assert after_one == Fraction(2, 3)
+    assert after_one == Fraction(3, 5)  # (1 + 1/2) / (2 + 1/2)
     gains_of_the_ring = [value - HALF for value in ring.values()]
     assert all(gain < after_one - ring["y"] for gain in gains_of_the_ring)  # the done-when
     again = settled_task(world, world.requester, "y", example_spec("extraction"))
     after_two = market.reputation_of(members["y"].did, "extraction")
-    assert after_two == Fraction(5, 7)  # (1 + 1 + 1/2) / (2 + 1 + 1/2)
+    # 0.2 ether paid before it: a standing of 2/3, halved as the pair's second task
+    assert after_two == Fraction(11, 17)  # (1 + 1/2 + 1/3) / (2 + 1/2 + 1/3)
     assert after_two - after_one < after_one - ring["y"]
 
     # discovery ranks by it, and the auction scores by it
@@ -201,11 +208,15 @@ def test_a_self_dealing_ring_gains_less_than_one_honest_task(world: World) -> No
     market.award(open_task.task_id)
     [awarded] = market.ledger.store.find(kind=TASK_AWARDED, subject=open_task.task_id, limit=1)
     ranking = Entry.from_bytes(awarded.data).event.body["ranking"]
-    assert ranking[0]["reputation"] == "5/7"
+    assert ranking[0]["reputation"] == "11/17"
+    world.clock.advance(1)
+    run_awarded_task(world.context, open_task.task_id)
+    world.clock.advance(1)
+    settle_task(market, world.onboarding, open_task.task_id)  # the audit replays its award
 
-    for task_id in (ring_tasks[0], ring_tasks[-1], honest, again):
+    for task_id in (ring_tasks[0], ring_tasks[-1], honest, again, open_task.task_id):
         audited(world, task_id)
-    assert_view_is_the_log(market, [m.did for m in members.values()])
+    assert_view_is_the_log(market, [w.did, *(m.did for m in members.values())])
 
 
 class _AnswersWrong:
@@ -278,6 +289,97 @@ def test_failing_real_work_costs_the_credential_once_and_the_audit_replays_it(
 
     audited(world, first)
     audited(world, second)
+
+
+def two_capability_spec(first: str, second: str) -> Any:
+    """One part of each capability's example input, each checked against its example answer."""
+    parts, checks = [], []
+    for capability in (first, second):
+        given, answer = REGISTRY[capability].example()
+        parts.append({"id": capability, "capability": capability, "input": given})
+        checks.append(
+            {
+                "id": f"{capability}-right",
+                "kind": "expect",
+                "part": capability,
+                "path": "$",
+                "equals": answer,
+            }
+        )
+    request = {
+        "title": f"{first} and {second}",
+        "budget": "0.1eth",
+        "bidding": "30s",
+        "reveal": "30s",
+        "parts": parts,
+        "checks": checks,
+    }
+    return spec_from_request(request, {})
+
+
+def test_an_agent_that_failed_three_tasks_running_is_passed_over_while_another_is_able(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`bad` answers its extraction part wrong on three tasks running: it keeps its credential
+    (3 parts are fewer than REVOCATION_MIN_PARTS) and is still taken while nobody else can do
+    extraction, but not while another credentialed agent can: the team the winner of the
+    next task needing extraction forms leaves it out, and `bad` makes no part of it."""
+    bad = onboard(world, "bad", "extraction")
+    real = accord.coordinator.service.adapter_for
+    monkeypatch.setattr(
+        accord.coordinator.service,
+        "adapter_for",
+        lambda record, timeout, **options: (
+            _AnswersWrong(real(record, timeout, **options))
+            if record.did == bad.did
+            else real(record, timeout, **options)
+        ),
+    )
+    market = world.market
+    for _ in range(3):
+        settled_task(world, world.requester, "bad", example_spec("extraction"))
+    records = market.track_records()
+    assert records.record(bad.did, "extraction").passed == 0
+    assert records.failing(bad.did, "extraction") and market.eligible(bad.did, ["extraction"])
+    lead = world.onboarding.registry.new_agent("lead", now=world.clock(), runtime="reference")
+    outcomes = world.onboarding.onboard(lead, ["arithmetic", "extraction"], item_count=5)
+    assert all(outcome.credential_id is not None for outcome in outcomes)
+    world.agents["lead"] = lead
+    world.clock.advance(1)
+    spec = two_capability_spec("arithmetic", "extraction")
+    directory = directory_of(world.context)
+    [leader] = [m for m in directory if m.did == lead.did]
+    assert next(m for m in directory if m.did == bad.did).failing == ("extraction",)
+    # a leader holding extraction is another agent able to do it: bad is not taken
+    assert form_team(leader, spec.capabilities, "", directory) == (leader,)
+    # one lacking it still takes bad while nobody else holds extraction: the work must be done
+    solo = onboard(world, "solo", "arithmetic")
+    [solo_member] = [m for m in directory_of(world.context) if m.did == solo.did]
+    others = [m for m in directory_of(world.context) if m.did != lead.did]
+    assert bad.did in {m.did for m in form_team(solo_member, spec.capabilities, "", others)}
+
+    good = onboard(world, "good", "extraction")
+    team = form_team(leader, spec.capabilities, "", directory_of(world.context))
+    assert good.did in {m.did for m in team} and bad.did not in {m.did for m in team}
+    others = [m for m in directory_of(world.context) if m.did != lead.did]
+    team = form_team(solo_member, spec.capabilities, "", others)
+    assert good.did in {m.did for m in team} and bad.did not in {m.did for m in team}
+    app = create_app(
+        world.settings,
+        config=ApiConfig(rate=1000.0, burst=10_000.0),
+        context=world.context,
+        anchors=world.anchors,
+        escrow_chain=world.escrow_chain,
+    )
+    task_id = settled_task(world, world.requester, "lead", spec)
+    listed = TestClient(app).get(f"/tasks/{task_id}/team").json()  # what a kit leader reads
+    assert {m["did"]: m["failing"] for m in listed}[bad.did] == ["extraction"]
+    assert {m["did"]: m["failing"] for m in listed}[good.did] == []
+    [settled] = market.ledger.store.find(kind=TASK_SETTLED, subject=task_id, limit=1)
+    parts = Entry.from_bytes(settled.data).event.body["track_record"]["parts"]
+    assert bad.did not in {part["producer"] for part in parts}
+    assert all(part["score"] == "1/1" for part in parts)
+    audited(world, task_id)
 
 
 def test_the_audit_fails_a_revocation_that_was_not_due(world: World) -> None:
