@@ -9,8 +9,9 @@ run by the hosted team, so that they are delivered and wait for their review win
 - the quiet phase: one benign task (an `expect` check);
 - the loaded phase: the same benign task, and a hostile one, posted before it (so the
   lifecycle's rounds, which take due tasks in the order they were posted, come to it first),
-  whose python checks take all the time their limits allow: 4 spin (each inconclusive at 3 s of CPU: two calls of its 1 s
-  limit, plus the interpreter) and 2 sleep (each inconclusive at the 11 s wall-clock backstop).
+  whose python checks take all the time their limits allow: 4 spin (each inconclusive at
+  3 s of CPU: two calls of its 1 s limit, plus the interpreter) and 2 sleep (each
+  inconclusive at the 11 s wall-clock backstop).
 
 The service runs as `uvicorn` (one worker, a subprocess on 127.0.0.1) with its lifecycle worker
 every 0.2 s, so it settles due tasks by itself. A phase moves the clock past its tasks' review
