@@ -14,7 +14,9 @@ someone at the CLI (`accord serve` runs it every few seconds; `LifecycleWorker`)
     posted, its bidding window over     close it (`Market.close_unfunded`: `task.closed`, with
                                         the reason), unless its deposit came after all: it
                                         leaves the rounds, which no longer read the chain for it
-    delivered, its review window over   settle: checks, Shapley split, paid on chain; one
+    delivered, its review window over   settle: checks, Shapley split, paid on chain (at
+    (or every review accepted, or none  once when nothing is left to review:
+    in its spec)                        `accord.market.early`); one
                                         that waits (a dispute whose evaluator is away, a
                                         judge that does not answer) is tried again later
 
@@ -66,8 +68,10 @@ class Done:
     detail: str = ""
 
 
-def due(tasks: Iterable[Task], now: datetime) -> list[Due]:
-    """Pure: what is due for `tasks` at `now` (see the module's table), in the order given."""
+def due(tasks: Iterable[Task], now: datetime, accepted: frozenset[str] = frozenset()) -> list[Due]:
+    """Pure: what is due for `tasks` at `now` (see the module's table), in the order given;
+    the delivered tasks in `accepted` settle before their review window ends
+    (`accord.market.early`)."""
     found = []
     for task in tasks:
         state = clock_state(task, now)
@@ -79,7 +83,11 @@ def due(tasks: Iterable[Task], now: datetime) -> list[Due]:
             found.append(Due(task.task_id, "recover"))
         elif state in ("awarded", "running") and now >= task.delivery_deadline:
             found.append(Due(task.task_id, "expire"))
-        elif state == "delivered" and task.review_ends is not None and now >= task.review_ends:
+        elif (
+            state == "delivered"
+            and task.review_ends is not None
+            and (now >= task.review_ends or task.task_id in accepted)  # market/early.py
+        ):
             found.append(Due(task.task_id, "settle"))
     return found
 
@@ -96,6 +104,7 @@ def run_due(
     `lock` (the service's write lock) is held for each action, one at a time, and for a
     settlement only while it logs and pays: its checks, strangers' code, run before
     (`accord.market.settlement.settle_task`), so no writer of the process waits for them."""
+    from accord.market.early import settle_early
     from accord.market.settlement import settle_task
 
     held = nullcontext() if lock is None else lock
@@ -104,7 +113,7 @@ def run_due(
     tasks = [task for state in WATCHED_STATES for task in market.iter_tasks(state=state)]
     results: list[Done] = []
     recovered: set[str] | None = None
-    for item in due(tasks, now):
+    for item in due(tasks, now, settle_early(market, tasks)):
         if skip(item):
             continue
         try:
