@@ -21,7 +21,7 @@ from accord.api.audit_cli import audit
 from accord.api.coordinator_cli import conversation_app
 from accord.api.identity_cli import agent_app, capability_app, credential_app
 from accord.api.keys_cli import devnet_fund, key_app
-from accord.api.market_cli import agent_withdraw, bid_app, task_app
+from accord.api.market_cli import bid_app, task_app
 from accord.api.output import JsonFlag, emit, fail, plural, say
 from accord.api.serve_cli import serve
 from accord.ledger.errors import (
@@ -55,7 +55,6 @@ app.add_typer(ledger_app, name="ledger")
 app.add_typer(capability_app, name="capability")
 app.add_typer(agent_app, name="agent")
 app.add_typer(credential_app, name="credential")
-agent_app.command("withdraw")(agent_withdraw)
 app.add_typer(task_app, name="task")
 app.add_typer(bid_app, name="bid")
 app.add_typer(conversation_app, name="conversation")

@@ -470,11 +470,17 @@ def agent_run(
 
 @agent_app.command("withdraw")
 def agent_withdraw(
+    agent: Annotated[
+        str | None,
+        typer.Argument(help="Without --server: the agent (name or DID) whose key this home holds."),
+    ] = None,
     server: Annotated[
-        str,
+        str | None,
         typer.Option("--server", envvar="ACCORD_SERVER", help="The accord service's base URL."),
-    ],
-    key: Annotated[Path, typer.Option(help="The agent's did:key file (as `agent run` took).")],
+    ] = None,
+    key: Annotated[
+        Path | None, typer.Option(help="The agent's did:key file (as `agent run` took).")
+    ] = None,
     eth_key: Annotated[
         Path | None,
         typer.Option(help="Its payout account file (default: KEY with .eth.json)."),
@@ -485,14 +491,34 @@ def agent_withdraw(
     ] = None,
     as_json: JsonFlag = False,
 ) -> None:
-    """Pull a self-custody agent's pay from the escrow to its own payout account, signed with
-    that account's key (which pays the gas). Exit 1 when there is nothing to withdraw."""
+    """Pull an agent's pay from the escrow to its payout account. A self-custody agent:
+    --server URL --key KEY, signed with its payout account's key (KEY.eth.json or --eth-key),
+    which pays the gas (covered on the devnet the service manages). An agent whose key this
+    home holds (`accord agent new`): AGENT, without --server. Exit 1 when there is nothing to
+    withdraw."""
     from accord.api.client import AccordClient, ApiError
     from accord.kit.wallet import Wallet, WalletError, read_key_file
     from accord.ledger.errors import ChainError
     from accord.market.errors import EscrowError
     from accord.market.money import format_eth
 
+    if server is None:
+        if agent is None:
+            fail("give --server URL --key KEY (your own keys), or AGENT (one this home holds)", 2)
+        if key is not None or eth_key is not None or rpc_url is not None:
+            fail("--key, --eth-key and --rpc-url go with --server URL", 2)
+        from accord.api.market_cli import hosted_withdraw
+
+        hosted_withdraw(agent, as_json)
+        return
+    if agent is not None:
+        fail(
+            f"with --server the agent is the one --key holds: drop {agent!r} "
+            "(AGENT names an agent this home holds, without --server)",
+            2,
+        )
+    if key is None:
+        fail("with --server give --key KEY: the agent's did:key file (as `agent run` took)", 2)
     account_file = eth_key or key.with_suffix(".eth.json")
     try:
         key_hex = read_key_file(account_file)

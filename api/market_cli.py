@@ -989,16 +989,27 @@ def task_review(
     as_agent: Annotated[
         str | None, typer.Option("--as", help="The requester (default: the operator).")
     ] = None,
+    key: OwnKeyOption = None,
     as_json: JsonFlag = False,
+    server: ServerOption = None,
 ) -> None:
     """The requester's verdict on a review check of the delivered work (once, in the window).
     A rejection needs --reason and opens a dispute an independent evaluator decides; its fee
-    (1/20 of the price) is held from the escrow beyond the price and borne by the loser."""
+    (1/20 of the price) is held from the escrow beyond the price and borne by the loser.
+    Once every review check is accepted (or the spec has none) the task settles at once,
+    without waiting for the window's end. With --server, your own signed review.given (--key)."""
     if accept is None:
         fail("say --accept or --reject", 2)
     verdict = "accept" if accept else "reject"
     if verdict == "reject" and not (reason or "").strip():
         fail("a rejection needs --reason TEXT: it opens a dispute an evaluator decides", 2)
+    if server:
+        if as_agent is not None:
+            fail("--as names a key the local store holds; with --server give --key FILE", 2)
+        _review_remote(server, key, task_id, check, verdict, reason, as_json)
+        return
+    if key is not None:
+        fail("--key goes with --server URL", 2)
     require_task(task_id)
     with _market() as context:
         index = context.market.review(context.signer_for(as_agent), task_id, check, verdict, reason)
@@ -1006,6 +1017,34 @@ def task_review(
         emit({"task_id": task_id, "check": check, "verdict": verdict, "index": index})
     else:
         say(f"[green]✓[/] {verdict}ed {check} of {task_id} (entry {index})")
+
+
+def _review_remote(
+    server: str,
+    key: Path | None,
+    task_id: str,
+    check: str,
+    verdict: str,
+    reason: str | None,
+    as_json: bool,
+) -> None:
+    """`task review --server`: the requester's own signed `review.given` (for a rejection with
+    the dispute fee the service checks it names). Exits as `remote` does."""
+    from accord.market.work import dispute_fee
+
+    body: dict[str, Any] = {"task_id": task_id, "check": check, "verdict": verdict}
+    with signed_remote(server, key, "a review") as client:
+        if verdict == "reject":
+            price = Wei(int(client.task(task_id).get("price") or 0))
+            body |= {"reason": (reason or "").strip(), "fee": str(dispute_fee(price))}
+        entry = client.entry("review.given", task_id, body)
+        given = client.request(
+            "POST", f"/tasks/{quote(task_id, safe='')}/reviews", json={"entry": entry}
+        )
+    if as_json:
+        emit(given)
+    else:
+        say(f"[green]✓[/] {verdict}ed {check} of {task_id}")
 
 
 @task_app.command("file")
@@ -1020,11 +1059,9 @@ def task_file(
     sys.stdout.write(text)
 
 
-def agent_withdraw(
-    agent: Annotated[str, typer.Argument(help="The agent (name or DID) whose credit to take.")],
-    as_json: JsonFlag = False,
-) -> None:
-    """Withdraw an agent's credit from the escrow contract to its payout account."""
+def hosted_withdraw(agent: str, as_json: bool) -> None:
+    """`accord agent withdraw AGENT` without --server: an agent whose key this home holds takes
+    its credit from the escrow contract to its payout account (the devnet covers its gas)."""
     with _market() as context:
         record = context.onboarding.registry.get(agent)
         key = context.onboarding.payout_key(record)

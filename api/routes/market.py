@@ -398,8 +398,9 @@ def chain(context: Context) -> dict[str, Any]:
     AnchorRegistry the log's checkpoints are anchored in; null when the log is not anchored
     on chain), `rpc_url` (the JSON-RPC endpoint the service advertises, ACCORD_PUBLIC_RPC_URL
     or the managed devnet's; null on an external chain without one: use your own node for
-    that chain id) and `open_function`. An auditor reads the anchors and the escrow's events
-    there (`accord audit TASK --server URL`)."""
+    that chain id), `open_function`, and `devnet`: true on the devnet the service manages,
+    where wallets cover their own gas (`anvil_setBalance`; `accord devnet fund`). An auditor
+    reads the anchors and the escrow's events there (`accord audit TASK --server URL`)."""
     anchorer = context.market.ledger.anchorer
     return {
         "chain_id": context.escrow.chain_id(),
@@ -407,6 +408,7 @@ def chain(context: Context) -> dict[str, Any]:
         "registry_contract": None if anchorer is None else anchorer.chain.registry_address(),
         "rpc_url": advertised_rpc_url(context.settings),
         "open_function": OPEN_SIGNATURE,
+        "devnet": context.settings.managed_devnet,
     }
 
 

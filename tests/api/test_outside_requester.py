@@ -420,6 +420,30 @@ def test_the_cli_posts_to_a_server_signing_and_depositing_itself(
     assert missing.exit_code == 2 and "--eth-key" in missing.output
 
 
+def test_the_cli_cancels_with_the_requesters_own_key_and_reads_signed(
+    service: Service, tmp_path: Path
+) -> None:
+    """`task cancel --server --key` signs its own task.cancelled; `task result --server`
+    without --key says to give it (a read of the work is signed), and nothing is changed."""
+    me = Ed25519Signer.generate()
+    key_file = tmp_path / "me.json"
+    write_keyfile(key_file, me)
+    with AccordClient(service.url, signer=me) as client:
+        unfunded = Requester(client, Wallet.connect(hex_key(Account.create()), service.chain()))
+        task_id = unfunded.post(SPEC).task_id
+    cli = CliRunner()
+    unsigned = cli.invoke(cli_app, ["task", "result", task_id, "--server", service.url])
+    assert unsigned.exit_code == 2 and "--key" in unsigned.output
+    stranger = tmp_path / "stranger.json"
+    write_keyfile(stranger, Ed25519Signer.generate())
+    args = ["task", "cancel", task_id, "--server", service.url, "--json", "--key"]
+    refused = cli.invoke(cli_app, [*args, str(stranger)])
+    assert refused.exit_code == 1 and "only the requester" in refused.output
+    cancelled = cli.invoke(cli_app, [*args, str(key_file)])
+    assert cancelled.exit_code == 0, cancelled.output
+    assert json.loads(cancelled.output)["state"] == "cancelled"
+
+
 def test_server_time_is_the_services_clock(service: Service) -> None:
     """The entry is dated by the service's clock (which tests move), not this machine's."""
     me = Ed25519Signer.generate()
