@@ -457,7 +457,14 @@ def agent_run(
         agent.join(base)
     except ApiError as exc:
         agent.stop()
-        fail(str(exc), code=2 if exc.status is not None and 400 <= exc.status < 500 else 1)
+        message = str(exc)
+        if "ACCORD_ALLOW_PRIVATE_AGENTS" in message:  # the service's setting, not the kit's
+            message += (
+                f"; this agent registers {url or f'http://{host}:{port}'}: give --url at an "
+                "address the service reaches "
+                "(--allow-private is for the team members this agent calls)"
+            )
+        fail(message, code=2 if exc.status is not None and 400 <= exc.status < 500 else 1)
     except OSError as exc:
         agent.stop()
         fail(f"cannot listen on {host}:{port}: {exc}")

@@ -46,6 +46,22 @@ def test_a_capability_without_an_exam_is_refused_before_anything_is_registered(
         agent.client.close()
 
 
+def test_a_loopback_registration_names_what_the_kit_registers_and_the_setting(
+    tmp_path: Path,
+) -> None:
+    world = build_world(tmp_path / "home", bidders=())
+    signer = Ed25519Signer.generate()
+    with serve(world.app()) as url, AccordClient(url, signer=signer) as client:
+        agent = KitAgent(
+            client, signer, Account.create(), ReferenceRuntime(), name="kai", capabilities=[]
+        )
+        with pytest.raises(ApiError) as refused:
+            agent.join("http://127.0.0.1:9/")
+    message = str(refused.value)
+    assert "the endpoint it registers" in message and "--endpoint" not in message
+    assert "ACCORD_ALLOW_PRIVATE_AGENTS=1" in message
+
+
 class Failing:
     def answer(self, item: JSONObject) -> JSON:
         raise AgentRuntimeError("the model is away", retriable=False)
