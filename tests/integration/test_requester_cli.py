@@ -186,7 +186,10 @@ def test_a_requester_and_a_kit_agent_do_their_jobs_with_accord_commands(tmp_path
 
             audit = run_accord(requester.environ, "audit", task_id, "--server", url, "--json")
             assert audit.returncode == 0, audit.stdout + audit.stderr
-            assert json.loads(audit.stdout)["verdict"] == "PASS"
+            report = json.loads(audit.stdout)
+            assert report["verdict"] == "PASS", report
+            custody = report["facts"]["custody"]
+            assert custody[kai["did"]] == "self" and custody[mine["did"]] == "unregistered"
         # each party's folder holds its own files only: no home it did not ask for
         assert sorted(p.name for p in requester.folder.iterdir()) == [
             "invoice.txt",
