@@ -20,7 +20,8 @@ from accord.api import output
 from accord.api.audit_cli import audit
 from accord.api.coordinator_cli import conversation_app
 from accord.api.identity_cli import agent_app, capability_app, credential_app
-from accord.api.market_cli import agent_withdraw, bid_app, task_app
+from accord.api.keys_cli import devnet_fund, key_app
+from accord.api.market_cli import bid_app, task_app
 from accord.api.output import JsonFlag, emit, fail, plural, say
 from accord.api.serve_cli import serve
 from accord.ledger.errors import (
@@ -48,11 +49,12 @@ app = typer.Typer(
 devnet_app = typer.Typer(help="The managed local anvil devnet.", no_args_is_help=True)
 ledger_app = typer.Typer(help="The signed Merkle log and its anchors.", no_args_is_help=True)
 app.add_typer(devnet_app, name="devnet")
+devnet_app.command("fund")(devnet_fund)
+app.add_typer(key_app, name="key")
 app.add_typer(ledger_app, name="ledger")
 app.add_typer(capability_app, name="capability")
 app.add_typer(agent_app, name="agent")
 app.add_typer(credential_app, name="credential")
-agent_app.command("withdraw")(agent_withdraw)
 app.add_typer(task_app, name="task")
 app.add_typer(bid_app, name="bid")
 app.add_typer(conversation_app, name="conversation")

@@ -470,7 +470,14 @@ def agent_run(
         agent.join(base)
     except ApiError as exc:
         agent.stop()
-        fail(str(exc), code=2 if exc.status is not None and 400 <= exc.status < 500 else 1)
+        message = str(exc)
+        if "ACCORD_ALLOW_PRIVATE_AGENTS" in message:  # the service's setting, not the kit's
+            message += (
+                f"; this agent registers {url or f'http://{host}:{port}'}: give --url at an "
+                "address the service reaches "
+                "(--allow-private is for the team members this agent calls)"
+            )
+        fail(message, code=2 if exc.status is not None and 400 <= exc.status < 500 else 1)
     except OSError as exc:
         agent.stop()
         fail(f"cannot listen on {host}:{port}: {exc}")
@@ -483,11 +490,17 @@ def agent_run(
 
 @agent_app.command("withdraw")
 def agent_withdraw(
+    agent: Annotated[
+        str | None,
+        typer.Argument(help="Without --server: the agent (name or DID) whose key this home holds."),
+    ] = None,
     server: Annotated[
-        str,
+        str | None,
         typer.Option("--server", envvar="ACCORD_SERVER", help="The accord service's base URL."),
-    ],
-    key: Annotated[Path, typer.Option(help="The agent's did:key file (as `agent run` took).")],
+    ] = None,
+    key: Annotated[
+        Path | None, typer.Option(help="The agent's did:key file (as `agent run` took).")
+    ] = None,
     eth_key: Annotated[
         Path | None,
         typer.Option(help="Its payout account file (default: KEY with .eth.json)."),
@@ -498,14 +511,34 @@ def agent_withdraw(
     ] = None,
     as_json: JsonFlag = False,
 ) -> None:
-    """Pull a self-custody agent's pay from the escrow to its own payout account, signed with
-    that account's key (which pays the gas). Exit 1 when there is nothing to withdraw."""
+    """Pull an agent's pay from the escrow to its payout account. A self-custody agent:
+    --server URL --key KEY, signed with its payout account's key (KEY.eth.json or --eth-key),
+    which pays the gas (covered on the devnet the service manages). An agent whose key this
+    home holds (`accord agent new`): AGENT, without --server. Exit 1 when there is nothing to
+    withdraw."""
     from accord.api.client import AccordClient, ApiError
     from accord.kit.wallet import Wallet, WalletError, read_key_file
     from accord.ledger.errors import ChainError
     from accord.market.errors import EscrowError
     from accord.market.money import format_eth
 
+    if server is None:
+        if agent is None:
+            fail("give --server URL --key KEY (your own keys), or AGENT (one this home holds)", 2)
+        if key is not None or eth_key is not None or rpc_url is not None:
+            fail("--key, --eth-key and --rpc-url go with --server URL", 2)
+        from accord.api.market_cli import hosted_withdraw
+
+        hosted_withdraw(agent, as_json)
+        return
+    if agent is not None:
+        fail(
+            f"with --server the agent is the one --key holds: drop {agent!r} "
+            "(AGENT names an agent this home holds, without --server)",
+            2,
+        )
+    if key is None:
+        fail("with --server give --key KEY: the agent's did:key file (as `agent run` took)", 2)
     account_file = eth_key or key.with_suffix(".eth.json")
     try:
         key_hex = read_key_file(account_file)

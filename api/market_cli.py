@@ -16,6 +16,7 @@ from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn
+from urllib.parse import quote
 
 import typer
 
@@ -42,6 +43,7 @@ from accord.market.money import Wei, parse_amount
 if TYPE_CHECKING:
     from accord.api.client import AccordClient
     from accord.identity.onboarding import Onboarding
+    from accord.ledger.signing import Signer
     from accord.market.service import Market
     from accord.market.tasks import Task
     from accord.market.wiring import MarketContext
@@ -196,19 +198,53 @@ def _task_view(market: Market, task: Any) -> dict[str, Any]:
 
 
 @contextmanager
-def remote(server: str) -> Iterator[AccordClient]:
-    """A client of the service at `server`; its failures become one line (exit 2 when the
-    request was at fault: an unknown object or bad input, else 1)."""
+def remote(server: str, signer: Signer | None = None) -> Iterator[AccordClient]:
+    """A client of the service at `server` (signing as `signer` when given); its failures
+    become one line (exit 2 when the request was at fault: an unknown object or bad input,
+    else 1)."""
     from accord.api.client import AccordClient, ApiError
 
     try:
-        with AccordClient(server) as client:
+        with AccordClient(server, signer=signer) as client:
             yield client
     except ApiError as exc:
         bad_url = not server.startswith(("http://", "https://"))
         code = 2 if bad_url else exit_code(exc.status)
         output.report_error(str(exc), code)
         raise typer.Exit(code) from None
+
+
+OwnKeyOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--key",
+        help="With --server: your own did:key file, which signs the request (the service never "
+        "holds it; `accord key new` makes one).",
+    ),
+]
+
+
+def own_signer(key: Path) -> Signer:
+    """The did:key in the key file `key` (made by `accord key new` or a first posting). Exits
+    2 when it is missing or cannot be read."""
+    from accord.ledger.signing import read_keyfile
+
+    if not key.is_file():
+        fail(f"--key {key}: no such key file (make one with `accord key new {key}`)", 2)
+    try:
+        return read_keyfile(key)
+    except LedgerError as exc:
+        fail(str(exc), 2)
+
+
+@contextmanager
+def signed_remote(server: str, key: Path | None, acting: str) -> Iterator[AccordClient]:
+    """`remote(server)` signing as the did:key in `key`. Exits 2 without one: `acting` says
+    what needs it."""
+    if key is None:
+        fail(f"with --server, {acting} is signed by you: give --key FILE (your did:key)", 2)
+    with remote(server, own_signer(key)) as client:
+        yield client
 
 
 # -- tasks -------------------------------------------------------------------------------------
@@ -582,9 +618,28 @@ def task_cancel(
     as_agent: Annotated[
         str | None, typer.Option("--as", help="The requester (default: the operator).")
     ] = None,
+    key: OwnKeyOption = None,
     as_json: JsonFlag = False,
+    server: ServerOption = None,
 ) -> None:
-    """End a posted task whose escrow never opened (the requester only)."""
+    """End a posted task whose escrow never opened (the requester only). With --server, your
+    own signed task.cancelled (--key)."""
+    if server:
+        if as_agent is not None:
+            fail("--as names a key the local store holds; with --server give --key FILE", 2)
+        with signed_remote(server, key, "cancelling a task") as client:
+            cancelled = client.request(
+                "POST",
+                f"/tasks/{quote(task_id, safe='')}/cancel",
+                json={"entry": client.entry("task.cancelled", task_id, {"task_id": task_id})},
+            )
+        if as_json:
+            emit(cancelled)
+            return
+        say(f"[green]✓[/] cancelled {task_id}: nothing was escrowed, nothing is owed")
+        return
+    if key is not None:
+        fail("--key goes with --server URL", 2)
     require_task(task_id)
     with _market() as market:
         task = market.market.cancel(market.signer_for(as_agent), task_id)
@@ -593,6 +648,47 @@ def task_cancel(
         emit(data)
         return
     say(f"[green]✓[/] cancelled {task.task_id}: nothing was escrowed, nothing is owed")
+
+
+@task_app.command("withdraw")
+def task_withdraw(
+    eth_key: Annotated[
+        Path | None,
+        typer.Option(help="Your account's key file (the one your postings deposited from)."),
+    ] = None,
+    rpc_url: Annotated[
+        str | None, typer.Option(help="Your own JSON-RPC URL (default: GET /chain's).")
+    ] = None,
+    as_json: JsonFlag = False,
+    server: ServerOption = None,
+) -> None:
+    """Take back what the escrow holds for your account (refunds of your tasks, the unpaid rest
+    of a budget): TaskEscrow.withdraw, sent from --eth-key's account, which pays the gas.
+    A requester holding its own keys: --server URL (the escrow's chain is GET /chain's)."""
+    from accord.api.client import ApiError
+    from accord.kit import Wallet
+    from accord.ledger.errors import AccordError
+
+    if not server:
+        fail("give --server URL: the service whose escrow your tasks deposited into", 2)
+    if eth_key is None or not eth_key.is_file():
+        fail(f"give --eth-key FILE: the key file of the account to withdraw to ({eth_key})", 2)
+    try:
+        with remote(server) as client:
+            wallet = Wallet.from_key_file(eth_key, client.get("/chain"), rpc_url)
+        credit = wallet.credit()
+        if credit == 0:
+            fail(f"the escrow holds nothing for {wallet.address}: nothing to withdraw")
+        sent = wallet.withdraw()
+    except ApiError as exc:
+        fail(str(exc), exit_code(exc.status))
+    except AccordError as exc:
+        fail(str(exc), 1)
+    data = {"address": wallet.address, "amount": str(credit), "tx_hash": sent.tx_hash}
+    if as_json:
+        emit(data)
+        return
+    say(f"[green]✓[/] withdrew {amount(credit)} to {wallet.address} ({sent.tx_hash})")
 
 
 @task_app.command("bids")
@@ -805,18 +901,23 @@ def task_result(
             "auditor re-runs the checks on (sealed/, for `accord audit --outputs`) here.",
         ),
     ] = None,
+    key: OwnKeyOption = None,
     as_json: JsonFlag = False,
     server: ServerOption = None,
 ) -> None:
     """The deliverable: each part's output (where you may read it; the log holds only its
-    commitment) and who made it, and each check once settled."""
+    commitment) and who made it, and each check once settled. With --server, --key (the
+    requester's or a team member's did:key) signs the read: the service shows each the
+    outputs it may read."""
     if server:
-        with remote(server) as client:
+        with signed_remote(server, key, "reading a task's work") as client:
             data = client.deliverable(task_id)
         names: dict[str, str] = {}
     else:
         from accord.market.settlement import deliverable_view
 
+        if key is not None:
+            fail("--key goes with --server URL (locally the home's keys read the work)", 2)
         require_task(task_id)
         with _market() as context:
             data = deliverable_view(context.market, task_id)
@@ -899,18 +1000,29 @@ def task_review(
             )
         ),
     ] = None,
+    key: OwnKeyOption = None,
     as_json: JsonFlag = False,
+    server: ServerOption = None,
 ) -> None:
     """The requester's verdict on a review check of the delivered work (once, in the window).
     A rejection needs --reason and opens a dispute a panel of independent agents decides; its
     fee (1/20 of the price) is held from the escrow beyond the price, bonded first from the
     requester's account where the escrow holds too little, and pays the panel from the
-    loser's stake."""
+    loser's stake. Once every review check is accepted (or the spec has none) the task settles
+    at once, without waiting for the window's end. With --server, your own signed
+    review.given (--key)."""
     if accept is None:
         fail("say --accept or --reject", 2)
     verdict = "accept" if accept else "reject"
     if verdict == "reject" and not (reason or "").strip():
         fail("a rejection needs --reason TEXT: it opens a dispute an evaluator decides", 2)
+    if server:
+        if as_agent is not None:
+            fail("--as names a key the local store holds; with --server give --key FILE", 2)
+        _review_remote(server, key, task_id, check, verdict, reason, as_json)
+        return
+    if key is not None:
+        fail("--key goes with --server URL", 2)
     require_task(task_id)
     if eth_key is not None and Path(eth_key).is_file():
         eth_key = _eth_key_file(Path(eth_key))
@@ -927,6 +1039,34 @@ def task_review(
         say(f"[green]✓[/] {verdict}ed {check} of {task_id} (entry {index})")
 
 
+def _review_remote(
+    server: str,
+    key: Path | None,
+    task_id: str,
+    check: str,
+    verdict: str,
+    reason: str | None,
+    as_json: bool,
+) -> None:
+    """`task review --server`: the requester's own signed `review.given` (for a rejection with
+    the dispute fee the service checks it names). Exits as `remote` does."""
+    from accord.market.work import dispute_fee
+
+    body: dict[str, Any] = {"task_id": task_id, "check": check, "verdict": verdict}
+    with signed_remote(server, key, "a review") as client:
+        if verdict == "reject":
+            price = Wei(int(client.task(task_id).get("price") or 0))
+            body |= {"reason": (reason or "").strip(), "fee": str(dispute_fee(price))}
+        entry = client.entry("review.given", task_id, body)
+        given = client.request(
+            "POST", f"/tasks/{quote(task_id, safe='')}/reviews", json={"entry": entry}
+        )
+    if as_json:
+        emit(given)
+    else:
+        say(f"[green]✓[/] {verdict}ed {check} of {task_id}")
+
+
 @task_app.command("file")
 def task_file(
     task_id: str,
@@ -939,11 +1079,9 @@ def task_file(
     sys.stdout.write(text)
 
 
-def agent_withdraw(
-    agent: Annotated[str, typer.Argument(help="The agent (name or DID) whose credit to take.")],
-    as_json: JsonFlag = False,
-) -> None:
-    """Withdraw an agent's credit from the escrow contract to its payout account."""
+def hosted_withdraw(agent: str, as_json: bool) -> None:
+    """`accord agent withdraw AGENT` without --server: an agent whose key this home holds takes
+    its credit from the escrow contract to its payout account (the devnet covers its gas)."""
     with _market() as context:
         record = context.onboarding.registry.get(agent)
         key = context.onboarding.payout_key(record)

@@ -21,6 +21,7 @@ from typing import Any, Literal
 from sqlalchemy import Engine, insert
 from sqlalchemy.exc import SQLAlchemyError
 
+from accord.identity.address_guard import check_endpoint_address, check_url
 from accord.identity.agents import Agent, AgentRecord, AgentRegistry
 from accord.identity.errors import CredentialError, RegistryError
 from accord.identity.exams import check_agent_entry
@@ -131,6 +132,11 @@ class Registration:
             if index is not None:
                 return existing, index
             raise RegistryError(f"{did} is already an agent here ({existing.name!r})")
+        what = "the endpoint it registers"  # a self-custody agent names no --endpoint flag
+        check_url(endpoint, what)
+        check_endpoint_address(
+            endpoint, allow_private=self.registry.allow_private_agents, what=what
+        )
         self.registry.check_spec(name, "http", None, endpoint)
         if self.registry._find(name) is not None:
             raise RegistryError(f"an agent called {name!r} already exists")

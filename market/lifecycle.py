@@ -16,7 +16,9 @@ someone at the CLI (`accord serve` runs it every few seconds; `LifecycleWorker`)
     posted, its bidding window over     close it (`Market.close_unfunded`: `task.closed`, with
                                         the reason), unless its deposit came after all: it
                                         leaves the rounds, which no longer read the chain for it
-    delivered, its review window over   settle: checks, Shapley split, paid on chain; one
+    delivered, its review window over   settle: checks, Shapley split, paid on chain (at
+    (or every review accepted, or none  once when nothing is left to review:
+    in its spec)                        `accord.market.early`); one
                                         that waits (a dispute whose evaluator is away, a
                                         judge that does not answer) is tried again later
 
@@ -75,11 +77,16 @@ class Done:
 
 
 def due(
-    tasks: Iterable[Task], now: datetime, last_active: Mapping[str, datetime] | None = None
+    tasks: Iterable[Task],
+    now: datetime,
+    last_active: Mapping[str, datetime] | None = None,
+    accepted: frozenset[str] = frozenset(),
 ) -> list[Due]:
     """Pure: what is due for `tasks` at `now` (see the module's table), in the order given;
     `last_active` gives, by task id, when an awarded or running task's leader was last heard
-    from (`Market.last_activity`; a task it does not name is never taken as silent)."""
+    from (`Market.last_activity`; a task it does not name is never taken as silent); the
+    delivered tasks in `accepted` settle before their review window ends
+    (`accord.market.early`)."""
     found = []
     last_active = last_active or {}
     for task in tasks:
@@ -98,7 +105,11 @@ def due(
             and now - last_active[task.task_id] >= LEADER_SILENCE
         ):
             found.append(Due(task.task_id, "silent"))
-        elif state == "delivered" and task.review_ends is not None and now >= task.review_ends:
+        elif (
+            state == "delivered"
+            and task.review_ends is not None
+            and (now >= task.review_ends or task.task_id in accepted)  # market/early.py
+        ):
             found.append(Due(task.task_id, "settle"))
     return found
 
@@ -139,6 +150,8 @@ def run_due(
     Due settlements run side by side (`SETTLE_WORKERS`), beside the other actions: a task
     whose checks take their whole limits holds back no other task (with no `lock` given,
     one of the round's own serialises what they log and pay)."""
+    from accord.market.early import settle_early
+
     lock = threading.RLock() if lock is None else lock
     held = lock
     market = context.market
@@ -156,7 +169,9 @@ def run_due(
         and task.winner is not None
         and not _key_held(context, task.winner)
     }
-    items = [item for item in due(tasks, now, last_active) if not skip(item)]
+    items = [
+        item for item in due(tasks, now, last_active, settle_early(market, tasks)) if not skip(item)
+    ]
     settling = [item for item in items if item.action == "settle"]
     # Settlements run side by side: one task's slow checks (strangers' code, in the box's
     # bounded pool) never hold back another task's settlement, nor the other actions.

@@ -33,7 +33,8 @@ from accord.coordinator.conversation import WORK_ANSWERED
 from accord.coordinator.errors import CoordinatorError
 from accord.coordinator.policy import Policy
 from accord.coordinator.runner import RunSettings
-from accord.identity.challenges import JSONObject
+from accord.identity.challenges import JSON, JSONObject, validate_output
+from accord.identity.errors import ExamError
 from accord.identity.payout import bind_payout_address
 from accord.identity.presentations import create_presentation
 from accord.identity.runtimes import AgentRuntime, AgentRuntimeError
@@ -97,6 +98,64 @@ def _quiet(event: str, **fields: Any) -> None:
     log.info("%s %s", event, fields)
 
 
+class _TellingRuntime:
+    """The agent's runtime as its `/run` uses it, telling `say` about each part of a task it
+    is given (`given`, when the part's assignment is found) and how it ended (`answered`, or
+    `failed` with the reason: no answer, or one that is not the capability's output). The
+    service's own calls (its exams) are answered as sent, untold."""
+
+    def __init__(self, runtime: AgentRuntime, say: Say) -> None:
+        self.runtime = runtime
+        self.say = say
+        self._current = threading.local()
+        """The assignment this thread's `/run` found (`given`), which its `answer` answers."""
+
+    def given(self, work: Assignment) -> None:
+        self._current.work = work
+        self.say("given", **_work_fields(work))
+
+    def answer(self, item: JSONObject) -> JSON:
+        work: Assignment | None = getattr(self._current, "work", None)
+        self._current.work = None
+        if work is None:
+            return self.runtime.answer(item)
+        try:
+            answer = self.runtime.answer(item)
+        except AgentRuntimeError as exc:
+            self.say("failed", **_work_fields(work), reason=exc.reason[:300])
+            raise
+        try:
+            validate_output(work.capability, answer)
+        except ExamError as exc:  # the server refuses it the same way
+            self.say("failed", **_work_fields(work), reason=f"not its output: {exc}"[:300])
+            return answer
+        self.say("answered", **_work_fields(work))
+        return answer
+
+
+class _OwnParts:
+    """The runtime the agent leads `task_id` with: the parts it gives itself are told as
+    given and ended (`_TellingRuntime`) as a member's are."""
+
+    def __init__(self, telling: _TellingRuntime, task_id: str) -> None:
+        self.telling = telling
+        self.task_id = task_id
+
+    def answer(self, item: JSONObject) -> JSON:
+        part, capability = str(item.get("item_id")), str(item.get("capability"))
+        self.telling.given(Assignment(self.task_id, "", "", part, capability))
+        return self.telling.answer(item)
+
+
+def _work_fields(work: Assignment) -> dict[str, str]:
+    return {
+        "task_id": work.task_id,
+        "conv_id": work.conv_id,
+        "part": work.part,
+        "capability": work.capability,
+    }
+
+
 @dataclass
 class _Bids:
     """Sealed bids waiting to be revealed, by task, and tasks done with."""
@@ -141,6 +200,7 @@ class KitAgent:
         """With a wallet (its payout account on the service's chain), pay is withdrawn as soon
         as the escrow credits it."""
         self.say = say
+        self._telling = _TellingRuntime(runtime, say)
         self._credit_checked = 0.0
         self.server: KitServer | None = None
         self.wake = threading.Event()
@@ -172,7 +232,7 @@ class KitAgent:
         self.server = KitServer(
             (host, port),
             self.signer,
-            self.runtime,
+            self._telling,
             self._notice,
             operator=str(info["operator"]),
             may_call=self._leads_a_task,
@@ -207,7 +267,9 @@ class KitAgent:
                     shown = self.client.get(f"/conversations/{_segment(str(listed['conv_id']))}")
                     for work in assignments_to(self.did, shown):
                         if (work.part, work.capability) == (part, capability):
-                            return work, self._part_item(task_id, part)
+                            given = self._part_item(task_id, part)
+                            self._telling.given(work)
+                            return work, given
         except ApiError as exc:
             raise Refused(502, f"the service cannot say what this agent was given: {exc}") from exc
         if caller == self.operator:
@@ -304,11 +366,25 @@ class KitAgent:
 
     def join(self, endpoint: str) -> None:
         """Register at `endpoint` (the base URL others reach this agent at), sit an exam in
-        each capability, bind the payout address. Raises ApiError when the service refuses."""
+        each capability, bind the payout address. Raises ApiError when the service refuses,
+        and before anything is registered when it has no exam for one of the capabilities."""
+        self.check_capabilities()
         self.register(endpoint)
         for capability in self.capabilities:
             self.sit_exam(capability)
         self.bind_payout()
+
+    def check_capabilities(self) -> None:
+        """Each of the agent's capabilities is one the service has an exam for
+        (`GET /capabilities`). Raises ApiError (422) naming those it has not, and those it has."""
+        offered = [str(row["name"]) for row in self.client.get("/capabilities")]
+        unknown = [c for c in self.capabilities if c not in offered]
+        if unknown:
+            raise ApiError(
+                f"the service has no exam for {', '.join(map(repr, unknown))}: its capabilities "
+                f"are {', '.join(offered)}; nothing was registered",
+                422,
+            )
 
     def register(self, endpoint: str) -> dict[str, Any]:
         """DID-auth: a presentation over the service's challenge, and the agent's own
@@ -496,7 +572,7 @@ class KitAgent:
             conversation = lead(
                 self.client,
                 self.signer,
-                self.runtime,
+                _OwnParts(self._telling, task_id),
                 task_id,
                 policy=self.policy,
                 settings=self.run_settings,

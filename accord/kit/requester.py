@@ -26,7 +26,7 @@ from typing import Any, cast
 from urllib.parse import quote
 
 from accord.api.client import AccordClient, ApiError
-from accord.kit.wallet import Sent, Wallet
+from accord.kit.wallet import Sent, Wallet, WalletError
 from accord.ledger.events import make_entry, parse_time
 from accord.market.money import Wei
 from accord.market.work import dispute_fee
@@ -109,7 +109,17 @@ class Requester:
 
     def deposit(self, posted: Posted) -> Sent:
         """Open the task's escrow from the wallet: the call the service answered, checked by
-        the wallet before it signs (see `Wallet.deposit`)."""
+        the wallet before it signs (see `Wallet.deposit`). A task that no longer waits for its
+        deposit (closed unfunded, cancelled, …: a retry of an old posting) gets none.
+
+        Raises WalletError for such a task (nothing is sent), and what `Wallet.deposit` raises.
+        """
+        state = posted.answer.get("state")
+        if state not in (*WAITING_STATES, "bidding", None):
+            raise WalletError(
+                f"{posted.task_id} is {state}: it takes no deposit (one sent now would come back "
+                "only after its escrow deadline). Post it again under a new idempotency key"
+            )
         return self.wallet.deposit(posted.task_id, posted.escrow)
 
     def wait_until_bidding(

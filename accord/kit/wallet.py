@@ -25,10 +25,13 @@ from typing import Any
 from eth_account import Account
 
 from accord.ledger.chain import TxReceipt
+from accord.ledger.devnet import rpc_call
+from accord.ledger.errors import ChainError
 from accord.market.errors import MarketError
 from accord.market.escrow import (
     EscrowChain,
     EscrowRefusedError,
+    EscrowTxRejectedError,
     SignedEscrowTx,
     Web3EscrowChain,
     bond_intent,
@@ -39,6 +42,10 @@ from accord.market.escrow import (
 from accord.market.money import Wei
 
 RECEIPT_TIMEOUT_S = 60.0
+GAS_RESERVE = Wei(10**16)
+"""On a devnet the service manages, what a wallet's account is topped up to before it sends a
+withdrawal and holds less (`anvil_setBalance`): the service covers hosted agents' gas
+there the same way (`accord.market.wiring.MarketContext.fund_gas`)."""
 
 
 class WalletError(MarketError):
@@ -88,7 +95,12 @@ class Wallet:
     """One Ethereum account (its key held here) and the escrow contract on one chain."""
 
     def __init__(
-        self, key_hex: str, chain: EscrowChain, *, expected_chain_id: int | None = None
+        self,
+        key_hex: str,
+        chain: EscrowChain,
+        *,
+        expected_chain_id: int | None = None,
+        devnet_rpc_url: str | None = None,
     ) -> None:
         try:
             self._account = Account.from_key(key_hex)
@@ -97,6 +109,9 @@ class Wallet:
         self._key = key_hex
         self.chain = chain
         self.expected_chain_id = expected_chain_id
+        self.devnet_rpc_url = devnet_rpc_url
+        """The JSON-RPC URL of a devnet the service manages (`GET /chain`'s `devnet`), where
+        the account's gas is covered before a withdrawal; None elsewhere."""
 
     @classmethod
     def connect(
@@ -112,7 +127,10 @@ class Wallet:
                 f"{chain_info.get('chain_id')}"
             )
         chain = Web3EscrowChain(str(url), str(chain_info["escrow_contract"]))
-        return cls(key_hex, chain, expected_chain_id=int(chain_info["chain_id"]))
+        devnet = str(url) if chain_info.get("devnet") is True else None
+        return cls(
+            key_hex, chain, expected_chain_id=int(chain_info["chain_id"]), devnet_rpc_url=devnet
+        )
 
     @classmethod
     def from_key_file(
@@ -171,11 +189,36 @@ class Wallet:
         return self.chain.block_number()
 
     def withdraw(self) -> Sent:
-        """Pull this account's whole credit from the escrow (it pays the gas).
+        """Pull this account's whole credit from the escrow. The account pays the gas: on a
+        devnet the service manages it is topped up first (`cover_gas`).
 
-        Raises EscrowRefusedError (NothingToWithdraw) with no credit, WalletError, ChainError.
+        Raises EscrowRefusedError (NothingToWithdraw) with no credit; WalletError when the
+        account cannot pay the gas (saying so), or the transaction fails; ChainError.
         """
-        return self._send(self.chain.build_tx(self._key, withdraw_intent()))
+        self.cover_gas()
+        try:
+            return self._send(self.chain.build_tx(self._key, withdraw_intent()))
+        except (EscrowTxRejectedError, ChainError) as exc:
+            if "insufficient funds" not in str(exc).lower():
+                raise
+            raise WalletError(
+                f"the account {self.address} has too little ether to pay the gas of its "
+                "withdrawal: send it some on this chain (a few 0.001 eth), then withdraw again"
+            ) from exc
+
+    def cover_gas(self) -> None:
+        """On a devnet the service manages (`devnet_rpc_url`): top the account up to
+        `GAS_RESERVE` when it holds less (`anvil_setBalance`). A node that refuses (not a
+        devnet after all) is left alone: the withdrawal then says what the account lacks."""
+        url = self.devnet_rpc_url
+        if url is None:
+            return
+        try:
+            held = int(str(rpc_call(url, "eth_getBalance", params=[self.address, "latest"])), 16)
+            if held < GAS_RESERVE:
+                rpc_call(url, "anvil_setBalance", params=[self.address, hex(GAS_RESERVE)])
+        except (OSError, ValueError):
+            return
 
     def _send(self, tx: SignedEscrowTx) -> Sent:
         self.chain.broadcast(tx)

@@ -1,7 +1,8 @@
 """Tasks, sealed bids, the award, and the per-task audit.
 
 Who may act:
-- `POST /tasks` with a spec, and `POST /files`: any caller whose key the service holds (a
+- `POST /files`: any signed caller, within its quotas.
+- `POST /tasks` with a spec: any caller whose key the service holds (a
   registered agent, or the operator), and a spec names only files its requester uploaded
   (`Market.post`): `task.posted` is signed by the requester's hosted key, and the escrow is
   paid from the managed devnet's funded requester account
@@ -404,8 +405,9 @@ def chain(context: Context) -> dict[str, Any]:
     AnchorRegistry the log's checkpoints are anchored in; null when the log is not anchored
     on chain), `rpc_url` (the JSON-RPC endpoint the service advertises, ACCORD_PUBLIC_RPC_URL
     or the managed devnet's; null on an external chain without one: use your own node for
-    that chain id) and `open_function`. An auditor reads the anchors and the escrow's events
-    there (`accord audit TASK --server URL`)."""
+    that chain id), `open_function`, and `devnet`: true on the devnet the service manages,
+    where wallets cover their own gas (`anvil_setBalance`; `accord devnet fund`). An auditor
+    reads the anchors and the escrow's events there (`accord audit TASK --server URL`)."""
     anchorer = context.market.ledger.anchorer
     return {
         "chain_id": context.escrow.chain_id(),
@@ -413,6 +415,7 @@ def chain(context: Context) -> dict[str, Any]:
         "registry_contract": None if anchorer is None else anchorer.chain.registry_address(),
         "rpc_url": advertised_rpc_url(context.settings),
         "open_function": OPEN_SIGNATURE,
+        "devnet": context.settings.managed_devnet,
     }
 
 
@@ -450,22 +453,22 @@ def cancel_task(
 @writes.post(
     "/files",
     tags=["market"],
-    summary="Store a file your task specs may name (those who may post tasks; within quotas)",
+    summary="Store a file your task specs may name (any signed caller; within quotas)",
     status_code=201,
 )
 async def upload_file(
     request: Request, caller: Caller, context: Context, state: State
 ) -> dict[str, Any]:
     """The body's bytes, held for the caller, who alone may name them in its task specs.
-    An upload no posted task names expires after `ApiConfig.file_ttl` seconds. Only callers
-    who may post tasks upload (403), within quotas on the uploads they hold that no task
-    names yet, and on all callers' together: over one, 429 with Retry-After (when the
-    oldest held upload expires), or 413 for a file that can never fit; nothing is stored."""
+    An upload no posted task names expires after `ApiConfig.file_ttl` seconds. Any DID may
+    upload (as any DID may post: a requester holding its own key names its uploads in the
+    spec it signs), within quotas on the uploads it holds that no task names yet, and on all
+    callers' together: over one, 429 with Retry-After (when the oldest held upload expires),
+    or 413 for a file that can never fit; nothing is stored."""
     data = await request.body()
     config = state.config
 
     def store() -> Upload:
-        _signer_of(context, caller, acting=", and only they upload the files task specs name")
         return context.market.upload_file(caller, data, config.file_quota())
 
     held = await run_in_threadpool(store)

@@ -43,7 +43,7 @@ from accord.api.routes.deps import ApiConfig
 from accord.coordinator.service import run_awarded_task
 from accord.identity.http_auth import AccordAuth
 from accord.kit import Requester, Wallet
-from accord.kit.wallet import write_key_file
+from accord.kit.wallet import WalletError, write_key_file
 from accord.ledger.chain import make_web3
 from accord.ledger.contracts import load_artifact
 from accord.ledger.devnet import find_free_port
@@ -418,6 +418,41 @@ def test_the_cli_posts_to_a_server_signing_and_depositing_itself(
     # without the keys it says what to give (exit 2)
     missing = CliRunner().invoke(cli_app, [*args, "--json"])
     assert missing.exit_code == 2 and "--eth-key" in missing.output
+
+
+def test_the_cli_cancels_with_the_requesters_own_key_and_reads_signed(
+    service: Service, tmp_path: Path
+) -> None:
+    """`task cancel --server --key` signs its own task.cancelled; `task result --server`
+    without --key says to give it (a read of the work is signed), and nothing is changed."""
+    me = Ed25519Signer.generate()
+    key_file = tmp_path / "me.json"
+    write_keyfile(key_file, me)
+    eth_file = tmp_path / "me.eth.json"
+    fund(service.rpc_url, write_key_file(eth_file))
+    with AccordClient(service.url, signer=me) as client:
+        unfunded = Requester(client, Wallet.from_key_file(eth_file, service.chain()))
+        first = unfunded.post(SPEC)  # and never funded
+        task_id, posted_key = first.task_id, first.idempotency_key
+    cli = CliRunner()
+    unsigned = cli.invoke(cli_app, ["task", "result", task_id, "--server", service.url])
+    assert unsigned.exit_code == 2 and "--key" in unsigned.output
+    stranger = tmp_path / "stranger.json"
+    write_keyfile(stranger, Ed25519Signer.generate())
+    args = ["task", "cancel", task_id, "--server", service.url, "--json", "--key"]
+    refused = cli.invoke(cli_app, [*args, str(stranger)])
+    assert refused.exit_code == 1 and "only the requester" in refused.output
+    cancelled = cli.invoke(cli_app, [*args, str(key_file)])
+    assert cancelled.exit_code == 0, cancelled.output
+    assert json.loads(cancelled.output)["state"] == "cancelled"
+    # posting it again under the same key answers the task as it is: no money moves into it
+    with AccordClient(service.url, signer=me) as client:
+        requester = Requester(client, Wallet.from_key_file(eth_file, service.chain()))
+        again = requester.post(SPEC, idempotency_key=posted_key)
+        assert again.task_id == task_id and again.answer["state"] == "cancelled"
+        with pytest.raises(WalletError, match="takes no deposit"):
+            requester.deposit(again)
+        assert requester.wallet.chain.escrow(task_id) is None
 
 
 def test_server_time_is_the_services_clock(service: Service) -> None:

@@ -86,16 +86,20 @@ def stored(world: World) -> tuple[int, tuple[int, int]]:
 # -- who may upload -----------------------------------------------------------------------------
 
 
-def test_a_fresh_key_may_not_upload_and_nothing_is_stored(world: World) -> None:
+def test_any_signed_did_uploads_within_its_own_quota(world: World) -> None:
+    """A requester holding its own key (the service holds none for it) uploads the files its
+    signed spec names, counted against its own quota; an unsigned upload is refused."""
     stranger = Ed25519Signer.generate()
     before = stored(world)
-    with service(world) as url:
-        refused = upload(url, stranger, b"the total is 3128.46")
-        accepted = upload(url, world.signers["req"], b"the total is 3128.46")
-    body = assert_problem(refused, 403)
-    assert stranger.did in body["detail"] and "post tasks" in body["detail"]
+    with service(world, files_per_caller=1) as url:
+        accepted = upload(url, stranger, b"the total is 3128.46")
+        over = upload(url, stranger, b"the total is 17.00")
+        unsigned = httpx.post(f"{url}/files", content=b"the total is 1.00")
     assert accepted.status_code == 201, accepted.text
     assert accepted.json()["sha256"] == sha256_hex(b"the total is 3128.46")
+    assert accepted.json()["stored_by"] == stranger.did
+    assert_problem(over, 429)
+    assert_problem(unsigned, 401)
     assert stored(world) == (before[0] + 1, (1, len(b"the total is 3128.46")))
 
 

@@ -17,11 +17,12 @@ from accord.api.app import create_app
 from accord.api.routes.deps import ApiConfig
 from accord.coordinator.service import run_awarded_task
 from accord.ledger.events import Entry, make_entry
+from accord.market.early import accepted_in_full
 from accord.market.errors import TaskError, TransitionError
 from accord.market.escrow import address_of
 from accord.market.lifecycle import LEADER_SILENCE, Due, LifecycleWorker, due, run_due
 from accord.market.service import UNFUNDED_REASON
-from accord.market.tasks import TASK_CLOSED, TASK_POSTED, Task, TaskEvent, replay
+from accord.market.tasks import TASK_CLOSED, TASK_POSTED, Task, TaskEvent, TaskSpec, replay
 from tests.audit.conftest import (
     REQUESTER_KEY,
     World,
@@ -30,7 +31,9 @@ from tests.audit.conftest import (
     post_task,
     sealed_auction,
 )
-from tests.specs import invoice_spec
+from tests.specs import invoice_spec, invoice_spec_with
+
+REVIEW = {"id": "looks-right", "weight": 1, "kind": "review", "part": "invoice-fields"}
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 SPEC = invoice_spec()
@@ -100,17 +103,28 @@ def test_a_round_awards_once_the_reveal_window_closes(tmp_path: Path) -> None:
     assert run_due(world.context) == []  # done once
 
 
-def test_a_round_settles_once_the_review_window_closes(tmp_path: Path) -> None:
-    world = open_world(tmp_path / "home")
+def _delivered(world: World, spec: TaskSpec | None = None) -> Task:
+    """The world's task posted (with `spec`, else the invoice task), won and delivered, every
+    agent paid to an account it bound."""
     onboard_agents(world)
-    post_task(world)
+    if spec is None:
+        post_task(world)
+    else:
+        task = world.market.post(world.requester, spec, requester_key=REQUESTER_KEY)
+        world.task_id = task.task_id
     sealed_auction(world)
     run_awarded_task(world.context, world.task_id)
     for record in world.agents.values():
         world.onboarding.bind_payout(record, world.escrow.chain_id())
     delivered = world.market.task(world.task_id)
     assert delivered.state == "delivered" and delivered.review_ends is not None
-    assert run_due(world.context) == []
+    return delivered
+
+
+def test_a_round_settles_once_the_review_window_closes(tmp_path: Path) -> None:
+    world = open_world(tmp_path / "home")
+    delivered = _delivered(world, invoice_spec_with(REVIEW))
+    assert run_due(world.context) == []  # the requester has not said its word yet
     world.clock.set(delivered.review_ends)
     [done] = run_due(world.context)
     assert (done.due, done.outcome) == (Due(world.task_id, "settle"), "done")
@@ -159,6 +173,44 @@ def test_a_task_whose_checks_take_long_holds_back_no_other_settlement(
     assert sorted((d.due.task_id, d.outcome) for d in results) == sorted(
         [(slow, "done"), (quick, "done")]
     )
+
+
+def test_a_spec_with_no_review_check_settles_as_soon_as_it_is_delivered(tmp_path: Path) -> None:
+    world = open_world(tmp_path / "home")
+    delivered = _delivered(world)  # the invoice task's checks are all machine checks
+    [done] = run_due(world.context)  # its review window has not ended
+    assert world.clock() < delivered.review_ends  # type: ignore[operator]
+    assert (done.due, done.outcome) == (Due(world.task_id, "settle"), "done")
+    assert world.market.task(world.task_id).state == "settled"
+
+
+def test_accepting_every_review_early_settles_at_once(tmp_path: Path) -> None:
+    world = open_world(tmp_path / "home")
+    delivered = _delivered(world, invoice_spec_with(REVIEW, {**REVIEW, "id": "looks-right-2"}))
+    world.market.review(world.requester, world.task_id, "looks-right", "accept")
+    assert run_due(world.context) == []  # one review is still to come
+    world.market.review(world.requester, world.task_id, "looks-right-2", "accept")
+    [done] = run_due(world.context)
+    assert world.clock() < delivered.review_ends  # type: ignore[operator]
+    assert (done.due, done.outcome) == (Due(world.task_id, "settle"), "done")
+    assert world.market.task(world.task_id).state == "settled"
+
+
+def test_only_the_requesters_first_acceptances_settle_early() -> None:
+    spec = invoice_spec_with(REVIEW)
+    delivered = Task("t", "did:key:zReq", spec, NOW, "delivered", True, delivered_at=NOW)  # type: ignore[arg-type]
+
+    def given(index: int, actor: str, verdict: str) -> TaskEvent:
+        body = {"task_id": "t", "check": "looks-right", "verdict": verdict}
+        return TaskEvent(index, "review.given", actor, NOW, body)
+
+    assert not accepted_in_full(delivered, [])
+    assert accepted_in_full(delivered, [given(1, "did:key:zReq", "accept")])
+    assert not accepted_in_full(delivered, [given(1, "did:key:zTeam", "accept")])
+    rejected_first = [given(2, "did:key:zReq", "accept"), given(1, "did:key:zReq", "reject")]
+    assert not accepted_in_full(delivered, rejected_first)  # a dispute waits for the window
+    assert accepted_in_full(task("delivered", delivered=NOW), [])  # no review check at all
+    assert due([delivered], NOW, accepted=frozenset({"t"})) == [Due("t", "settle")]
 
 
 def test_a_winner_that_does_not_deliver_forfeits_and_the_requester_is_refunded(
