@@ -108,6 +108,7 @@ class TeamMember:
                 str(value["reputation"]),
                 str(value.get("description", "")),
                 tuple((str(c), str(r)) for c, r in dict(value.get("reputations", {})).items()),
+                tuple(str(c) for c in value.get("failing", [])),
             ),
             None if value.get("endpoint") is None else str(value["endpoint"]),
         )
