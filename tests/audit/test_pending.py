@@ -59,9 +59,7 @@ def test_an_in_progress_task_with_nothing_anchored_yet_is_pending(tmp_path: Path
         6: "pending",
         7: "pending",
     }, report.to_json()
-    assert "the task is awarded: this step checks it once it is running" in (
-        report.steps[4].detail
-    )
+    assert "the task is awarded: this step checks it once it is running" in report.steps[4].detail
     assert report.to_json()["failed_step"] is None
 
 
