@@ -4,7 +4,8 @@ Setup, untimed: a managed anvil `Devnet` on a free port in a tmp `ACCORD_HOME` (
 stopped), the TaskEscrow deployed, the market opened as `open_market` does (SQLite, WAL) on a
 test clock (`ACCORD_TEST_CLOCK`, a file this bench moves on); two agents onboarded in
 `arithmetic`. Per repetition two phases' tasks are posted with their escrow, bid on, awarded and
-run by the hosted team, so that they are delivered and wait for their review windows:
+run by the hosted team, so that they are delivered and wait for their review windows (each
+has a review check nobody answers, so it settles when its window ends):
 
 - the quiet phase: one benign task (an `expect` check);
 - the loaded phase: the same benign task, and a hostile one, posted before it (so the
@@ -92,14 +93,16 @@ def service() -> Any:
 
 def _request(title: str, review_hours: int, hostile: bool) -> dict[str, Any]:
     checks: list[dict[str, Any]] = [
-        {"id": "right", "kind": "expect", "part": "sum", "path": "$", "equals": EXAMPLE_OUTPUT}
+        {"id": "right", "kind": "expect", "part": "sum", "path": "$", "equals": EXAMPLE_OUTPUT},
+        # a review nobody gives: the task settles when its window ends, not at delivery
+        {"id": "looks-right", "kind": "review", "part": "sum"},
     ]
     if hostile:
         for n in range(4):
             checks.append({"id": f"spin-{n}", "kind": "python", "reads": ["sum"], "code": SPIN})
         for n in range(2):
             checks.append({"id": f"sleep-{n}", "kind": "python", "reads": ["sum"], "code": SLEEP})
-        for check in checks[1:]:
+        for check in checks[2:]:
             check["cpu_seconds"] = 1
     return {
         "title": title,
@@ -209,7 +212,7 @@ def _settled_within(base: str, task_id: str, limit_s: float) -> float:
 
 def run(quick: bool, reps: int) -> Section:
     started = time.perf_counter()
-    reps = min(reps, 2) if quick else min(reps, 3)
+    reps = min(reps, 2) if quick else min(reps, 5)
     section = Section(
         key="load",
         title="load: reads and a benign settlement while a hostile task settles",
