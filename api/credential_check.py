@@ -8,6 +8,7 @@ URL the credential names. Nothing is written anywhere.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -45,9 +46,30 @@ class TrustedIssuer:
     because: str
 
 
+RATE_LIMIT_RETRIES = 10
+"""How many times a fetch the server rate-limits (429) is tried again, a second apart."""
+
+
 def fetch_json(url: str) -> Any:
     """The JSON document at `url` (http or https, no redirects followed, at most
-    MAX_DOCUMENT_BYTES). Raises FetchError naming the URL and what went wrong."""
+    MAX_DOCUMENT_BYTES); an answer 429 (rate-limited) is asked again a second later, up to
+    RATE_LIMIT_RETRIES times. Raises FetchError naming the URL and what went wrong."""
+    for attempt in range(RATE_LIMIT_RETRIES + 1):
+        try:
+            return _fetch_json_once(url)
+        except _RateLimited:
+            if attempt == RATE_LIMIT_RETRIES:
+                raise FetchError(f"GET {url}: HTTP 429, still rate-limited") from None
+            time.sleep(1.0)
+    raise AssertionError("unreachable")
+
+
+class _RateLimited(Exception):
+    """The server answered 429."""
+
+
+def _fetch_json_once(url: str) -> Any:
+    """One fetch of `fetch_json`. Raises FetchError, _RateLimited."""
     if urlsplit(url).scheme not in ("http", "https"):
         raise FetchError(f"{url!r} is not an http(s) URL")
     try:
@@ -55,6 +77,8 @@ def fetch_json(url: str) -> Any:
             httpx.Client(timeout=FETCH_TIMEOUT, verify=tls_context()) as client,
             client.stream("GET", url, headers={"Accept": "application/json"}) as response,
         ):
+            if response.status_code == 429:
+                raise _RateLimited
             if response.is_error:
                 raise FetchError(f"GET {url}: HTTP {response.status_code}")
             data = b""

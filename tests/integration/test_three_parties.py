@@ -216,6 +216,11 @@ def audit_from_outside(
     assert custody[requester.signer.did] == "unregistered"  # its own key, never hosted
     winner = report["facts"]["winner"]
     shown = httpx.get(f"{url}/agents/{winner}", timeout=30)
+    for _ in range(30):  # the audit may have spent this address's read allowance: wait it out
+        if shown.status_code != 429:
+            break
+        time.sleep(1)
+        shown = httpx.get(f"{url}/agents/{winner}", timeout=30)
     assert shown.status_code == 200, shown.text
     [first, *_] = shown.json()["credentials"]
     verified = run_accord(
