@@ -1019,7 +1019,7 @@ def task_review(
     if server:
         if as_agent is not None:
             fail("--as names a key the local store holds; with --server give --key FILE", 2)
-        _review_remote(server, key, task_id, check, verdict, reason, as_json)
+        _review_remote(server, key, eth_key, task_id, check, verdict, reason, as_json)
         return
     if key is not None:
         fail("--key goes with --server URL", 2)
@@ -1042,25 +1042,43 @@ def task_review(
 def _review_remote(
     server: str,
     key: Path | None,
+    eth_key: str | None,
     task_id: str,
     check: str,
     verdict: str,
     reason: str | None,
     as_json: bool,
 ) -> None:
-    """`task review --server`: the requester's own signed `review.given` (for a rejection with
-    the dispute fee the service checks it names). Exits as `remote` does."""
-    from accord.market.work import dispute_fee
+    """`task review --server`: the requester's own signed `review.given`. An acceptance needs
+    only --key; a rejection goes through the kit's `Requester.review`, which names the chain's
+    head block (`after_block`, the seed of its panel) and bonds the dispute fee from the
+    requester's own account (--eth-key FILE) where the escrow holds too little. Exits as
+    `remote` does."""
+    from accord.api.client import ApiError
+    from accord.kit import Requester, Wallet
+    from accord.ledger.errors import AccordError
 
     body: dict[str, Any] = {"task_id": task_id, "check": check, "verdict": verdict}
     with signed_remote(server, key, "a review") as client:
         if verdict == "reject":
-            price = Wei(int(client.task(task_id).get("price") or 0))
-            body |= {"reason": (reason or "").strip(), "fee": str(dispute_fee(price))}
-        entry = client.entry("review.given", task_id, body)
-        given = client.request(
-            "POST", f"/tasks/{quote(task_id, safe='')}/reviews", json={"entry": entry}
-        )
+            if eth_key is None or not Path(eth_key).is_file():
+                fail(
+                    "with --server a rejection is bonded from your own account: give "
+                    "--eth-key FILE (the account that funded the escrow)",
+                    2,
+                )
+            try:
+                wallet = Wallet.from_key_file(Path(eth_key), client.get("/chain"), None)
+                given = Requester(client, wallet).review(task_id, check, verdict, reason)
+            except ApiError:
+                raise
+            except AccordError as exc:
+                fail(str(exc), 1)
+        else:
+            entry = client.entry("review.given", task_id, body)
+            given = client.request(
+                "POST", f"/tasks/{quote(task_id, safe='')}/reviews", json={"entry": entry}
+            )
     if as_json:
         emit(given)
     else:

@@ -163,6 +163,15 @@ def test_a_requester_and_a_kit_agent_do_their_jobs_with_accord_commands(tmp_path
             )
             [part] = result["parts"]
             assert part["output"]["total"] == "3128.46"  # its review check reads it
+            # a rejection is bonded from the requester's own account: without it, refused
+            # before anything is sent
+            unbonded = run_accord(
+                requester.environ,
+                *("task", "review", task_id, "--check", "looks-right", "--reject"),
+                *("--reason", "wrong total", "--server", url, "--key", requester.path("me.json")),
+                "--json",
+            )
+            assert unbonded.returncode == 2 and "--eth-key" in unbonded.stdout, unbonded.stdout
             requester.json(
                 *("task", "review", task_id, "--check", "looks-right", "--accept"),
                 *("--server", url, "--key", requester.path("me.json")),
