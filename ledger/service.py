@@ -153,7 +153,39 @@ def anchor_tick(every_seconds: float) -> float:
     return min(MAX_ANCHOR_TICK_S, max(0.05, every_seconds / 4))
 
 
-class AnchorTimer:
+class Periodic:
+    """Calls `run_once` every `every` seconds in a daemon thread named `name`, from `start`
+    until `stop`. An expected failure (AccordError: the database or the chain away) is
+    logged and the next period tries again. The service's background workers (the anchor
+    timer, the market's lifecycle) are subclasses that say what one period does."""
+
+    def __init__(self, name: str, every: float) -> None:
+        self._every = every
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self.rounds = 0
+
+    def run_once(self) -> object:
+        """One period's work, now. Raises AccordError."""
+        raise NotImplementedError
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self, timeout: float = 30.0) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._every):
+            try:
+                self.run_once()
+            except AccordError as exc:  # the next period retries
+                log.warning("%s: %s", self._thread.name, exc)
+
+
+class AnchorTimer(Periodic):
     """Anchors the log's tail on a timer, so that a quiet log (no append to look whether an
     anchor is due) is anchored within ACCORD_ANCHOR_INTERVAL too: every `tick` seconds, in a
     daemon thread until `stop`, `Ledger.auto_anchor` with the tick counted ahead.
@@ -170,19 +202,9 @@ class AnchorTimer:
         ValueError when `tick` is not positive."""
         if not tick > 0:
             raise ValueError("the anchor timer's tick must be positive")
+        super().__init__("accord-anchor-timer", tick)
         self._ledger = ledger
         self.tick = tick
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="accord-anchor-timer", daemon=True)
-        self.rounds = 0
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self, timeout: float = 30.0) -> None:
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout)
 
     def run_once(self) -> AnchorOutcome | None:
         """One look now (what the thread does every `tick`): the anchor sent, if one was due.
@@ -195,10 +217,3 @@ class AnchorTimer:
         if ledger.last_anchor_error is not None:
             log.warning("anchoring the tail failed: %s", ledger.last_anchor_error)
         return outcome
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.tick):
-            try:
-                self.run_once()
-            except AccordError as exc:  # the database or the chain away: the next tick retries
-                log.warning("anchor timer: %s", exc)

@@ -41,6 +41,7 @@ from datetime import datetime, timedelta
 from typing import Any, Literal
 
 from accord.ledger.errors import AccordError, AlreadyLoggedError
+from accord.ledger.service import Periodic
 from accord.market.errors import SettlementWaits, TransitionError
 from accord.market.notices import tell_winner
 from accord.market.tasks import Task, clock_state
@@ -238,7 +239,7 @@ def _key_held(context: MarketContext, did: str) -> bool:
     return record is not None and registry.key_path(record.name).exists()
 
 
-class LifecycleWorker:
+class LifecycleWorker(Periodic):
     """Runs `run_due` every `interval` seconds in a daemon thread until `stop`, each action
     under `lock` (the service's write lock: one writer at a time in this process), a
     settlement's checks outside it (see `run_due`). An action that waits or failed (a chain
@@ -253,21 +254,11 @@ class LifecycleWorker:
     ) -> None:
         if interval <= 0:
             raise ValueError("the lifecycle interval must be positive")
+        super().__init__("accord-lifecycle", interval)
         self._context = context
         self.interval = interval
         self._lock = lock
-        self._stop = threading.Event()
         self._waiting: dict[str, datetime] = {}
-        self._thread = threading.Thread(target=self._run, name="accord-lifecycle", daemon=True)
-        self.rounds = 0
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self, timeout: float = 30.0) -> None:
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout)
 
     def run_once(self) -> list[Done]:
         """One round now (what the thread does every `interval`)."""
@@ -283,10 +274,3 @@ class LifecycleWorker:
                 self._waiting.pop(result.due.task_id, None)
         self.rounds += 1
         return results
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.interval):
-            try:
-                self.run_once()
-            except AccordError as exc:  # the database or the chain away: the next round retries
-                log.warning("lifecycle round failed: %s", exc)
