@@ -11,6 +11,7 @@ log).
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any
@@ -245,8 +246,15 @@ def run_awarded_task(
     policy: Policy | None = None,
     settings: RunSettings | None = None,
     observer: Observer | None = None,
+    lock: AbstractContextManager[Any] | None = None,
 ) -> Conversation:
     """Start, run and deliver an awarded task; returns the closed top-level conversation.
+
+    `lock` (the service's write lock) is held only for the task's transitions (`start`,
+    binding payouts and `deliver`): the team's work between them calls outside agents, runs
+    the requester's checks in the box (`Precheck`) and may wait out a member's no-show bound,
+    none of which may hold back the service's other writers. The conversation's own entries
+    are appended as any writer's are.
 
     Raises TransitionError unless the task is awarded, TeamError when no team can be formed
     or the winner keeps its own key (it leads its own team: `accord.coordinator.contract_work`),
@@ -325,7 +333,9 @@ def run_awarded_task(
             sub_id in replay_conversation(market.ledger.store, conv_id).conversation.answered
         ),
     )
-    market.start(task_id, winner)
+    held = nullcontext() if lock is None else lock
+    with held:
+        market.start(task_id, winner)
     parts = [(p.part_id, p.capability, p.input) for p in task.spec.parts]
     conversation = runner.run_task(task_id, leader, parts, task.spec.title, task.spec.description)
     if conversation.deliverable is None:
@@ -335,12 +345,15 @@ def run_awarded_task(
     chain_id = market.escrow.chain_id()
     # The leader is paid for its plan and assembly even when it did no part itself. An agent
     # that keeps its own key binds its own account (never one made here for it).
-    for did in sorted({c.agent for c in conversation.deliverable.contributions} | {task.winner}):
-        if holds_key(did):
-            context.onboarding.bind_payout(registry.get(did), chain_id)
-    market.deliver(
-        task_id, winner, conversation.conv_id, conversation.deliverable.to_json(), document
-    )
+    with held:
+        for did in sorted(
+            {c.agent for c in conversation.deliverable.contributions} | {task.winner}
+        ):
+            if holds_key(did):
+                context.onboarding.bind_payout(registry.get(did), chain_id)
+        market.deliver(
+            task_id, winner, conversation.conv_id, conversation.deliverable.to_json(), document
+        )
     return conversation
 
 

@@ -728,11 +728,10 @@ def run_task(
         )
     except (PolicyError, PrivateEndpointError) as exc:
         raise ProblemError(422, str(exc)) from exc
-    with state.write_lock:
-        try:
-            conversation = run_awarded_task(context, task_id, policy=leader)
-        except CoordinatorError as exc:
-            raise ProblemError(409, str(exc)) from exc
+    try:  # the lock is held for the task's transitions only, never for the team's work
+        conversation = run_awarded_task(context, task_id, policy=leader, lock=state.write_lock)
+    except CoordinatorError as exc:
+        raise ProblemError(409, str(exc)) from exc
     deliverable = conversation.deliverable
     return {
         "task_id": task_id,

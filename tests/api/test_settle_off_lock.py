@@ -22,6 +22,7 @@ from accord.coordinator.service import run_awarded_task
 from accord.identity.http_auth import AccordAuth
 from accord.market.errors import SettlementWaits
 from accord.market.lifecycle import LifecycleWorker
+from accord.market.precheck import Precheck
 from accord.market.settlement import SETTLE_RECHECKS, logged_settlement, settle_task
 from tests.audit.conftest import (
     REQUESTER_KEY,
@@ -226,3 +227,47 @@ def test_a_log_that_keeps_changing_makes_the_settlement_wait(
     assert world.market.task(world.task_id).state == "delivered"
     outcome = settle_task(world.market, world.onboarding, world.task_id)  # the next round
     assert world.market.task(world.task_id).state == "settled" and not outcome.already
+
+
+class FlagLock:
+    """A lock that says whether it is held, and how often it was taken."""
+
+    def __init__(self) -> None:
+        self.lock = threading.RLock()
+        self.held = False
+        self.taken = 0
+
+    def __enter__(self) -> None:
+        self.lock.__enter__()
+        self.held, self.taken = True, self.taken + 1
+
+    def __exit__(self, *exc: object) -> None:
+        self.held = False
+        self.lock.__exit__(*exc)
+
+
+def test_a_hosted_team_runs_the_requesters_checks_without_the_write_lock(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`POST /tasks/{id}/run` holds the write lock for the task's transitions only: the
+    team's precheck (the requester's python checks, strangers' code) runs without it."""
+    world = open_world(tmp_path / "home")
+    onboard_agents(world)
+    task = world.market.post(
+        world.requester, invoice_spec_with(*slow_checks()[:1]), requester_key=REQUESTER_KEY
+    )
+    world.task_id = task.task_id
+    sealed_auction(world)
+    lock = FlagLock()
+    held_during_checks: list[bool] = []
+    real = Precheck.failing
+
+    def failing(self: Precheck, part_id: str, output: Any) -> Any:
+        held_during_checks.append(lock.held)
+        return real(self, part_id, output)
+
+    monkeypatch.setattr(Precheck, "failing", failing)
+    run_awarded_task(world.context, world.task_id, lock=lock)
+    assert world.market.task(world.task_id).state == "delivered"
+    assert held_during_checks and not any(held_during_checks)
+    assert lock.taken >= 2  # the start, and the delivery
