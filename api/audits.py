@@ -12,7 +12,8 @@ reports.
 
 A report is not stored when part of it could not be re-run here (an `unchecked` step: the box
 for strangers' code could not be made), since that depends on this machine, not on the log;
-nor when the chain's head could not be read (no key).
+nor a FAIL, which a chain read that timed out under load may have caused and which the next
+request computes anew; nor when the chain's head could not be read (no key).
 
 Computations are limited: at most `per_caller` at once for one caller (its client address)
 and `total` at once in this process; above either, 429 with Retry-After (problem+json). A
@@ -155,7 +156,7 @@ class AuditCache:
             if (
                 key is not None
                 and report is not None
-                and all(step.status != "unchecked" for step in report.steps)
+                and all(step.status not in ("unchecked", "fail") for step in report.steps)
             ):
                 self._done[key] = report
                 while len(self._done) > self.entries:

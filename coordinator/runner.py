@@ -313,11 +313,13 @@ class TeamRunner:
         return Result(task.sub_id, True, tuple(done))
 
     def _may_retry(self, conversation: Conversation, assignee: str, task: SubTask) -> bool:
-        """Whether a failed `task` would go to someone else: its first attempt, with another
-        member of the conversation able to do it. Only then does an output the requester's
-        checks fail count as a failed part; a last attempt is delivered, since the checks
-        that pass on it still pay."""
-        if task.sub_id != base_id(task.sub_id):
+        """Whether a failed `task` would go to someone else: its first attempt, by a member
+        whose failure this leader can log (`may_lead`: its key is held here; a member that
+        keeps its own key signs only its own failures and would not sign one for work it
+        answered in full, so the part would be lost), with another member of the conversation
+        able to do it. Only then does an output the requester's checks fail count as a failed
+        part; otherwise it is delivered, since the checks that pass on it still pay."""
+        if task.sub_id != base_id(task.sub_id) or not self.may_lead(assignee):
             return False
         return any(
             m.did in conversation.members

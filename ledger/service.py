@@ -156,8 +156,10 @@ def anchor_tick(every_seconds: float) -> float:
 class Periodic:
     """Calls `run_once` every `every` seconds in a daemon thread named `name`, from `start`
     until `stop`. An expected failure (AccordError: the database or the chain away) is
-    logged and the next period tries again. The service's background workers (the anchor
-    timer, the market's lifecycle) are subclasses that say what one period does."""
+    logged and the next period tries again; an unexpected one is logged with its traceback
+    and retried too, so a bug never ends the worker silently. The service's background
+    workers (the anchor timer, the market's lifecycle) are subclasses that say what one period
+    does."""
 
     def __init__(self, name: str, every: float) -> None:
         self._every = every
@@ -183,6 +185,8 @@ class Periodic:
                 self.run_once()
             except AccordError as exc:  # the next period retries
                 log.warning("%s: %s", self._thread.name, exc)
+            except Exception:  # a bug must not end the worker silently: said, and retried
+                log.exception("%s: unexpected failure", self._thread.name)
 
 
 class AnchorTimer(Periodic):

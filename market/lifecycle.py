@@ -197,7 +197,8 @@ def run_due(
                 elif item.task_id in market.unmatched_deposits:
                     results.append(Done(item, "waits", market.unmatched_deposits[item.task_id]))
             elif item.action == "close":
-                closed = market.close_unfunded(item.task_id)
+                with held:
+                    closed = market.close_unfunded(item.task_id)
                 detail = "not funded by the end of bidding: closed"
                 if closed.state != "closed":
                     detail = "its deposit came after all: escrow opened"
