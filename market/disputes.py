@@ -19,6 +19,7 @@ rejection.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -300,7 +301,17 @@ class Panels:
                 f"the dispute over {check.check_id} of {task.task_id} cannot be decided: {exc}"
                 + ("" if judge is not None else " (a judge model, ACCORD_JUDGE_URL, takes a seat)")
             ) from exc
-        self.ledger.append(self.ledger.operator, PANEL_DRAWN, subject=task.task_id, body=body)
+        # Settlers draw before they take the write lock (their checks run first): the log
+        # takes one panel per dispute whoever draws it, and a settler that lost the race reads
+        # the winner's.
+        with contextlib.suppress(AlreadyLoggedError):
+            self.ledger.append(
+                self.ledger.operator,
+                PANEL_DRAWN,
+                subject=task.task_id,
+                body=body,
+                once_key=f"{task.task_id}|{check.check_id}",
+            )
         drawn = current_panel(self.ledger, task.task_id, check.check_id)
         assert drawn is not None
         self._judge_commits(task, check, drawn, judge, prompt)

@@ -9,9 +9,11 @@ from __future__ import annotations
 import copy
 from fractions import Fraction
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+import accord.market.disputes as disputes
 from accord.ledger.events import Event
 from accord.market.disputes import log_events, panel_relevant_events, team_of
 from accord.market.errors import SettlementWaits, TaskError, WorkError
@@ -87,6 +89,20 @@ def test_a_requester_that_rejects_correct_work_loses_its_bond_to_the_coherent_pa
     seats = panel.panel.seats
     assert len(seats) == 3 and set(seats) < set(panelists)
     [reserve] = panel.panel.reserves
+    # a second settler that looked before the first logged its draw (settlers draw before
+    # they take the write lock) logs no second panel, and reads the first one's
+    calls: list[int] = []
+
+    def first_look_finds_none(*args: Any) -> Any:
+        calls.append(1)
+        return None if len(calls) == 1 else real_current(*args)
+
+    real_current = disputes.current_panel
+    with pytest.MonkeyPatch.context() as racing:
+        racing.setattr(disputes, "current_panel", first_look_finds_none)
+        again = market.panels.draw(task, check)
+    assert again.panel.seats == seats
+    assert len(market.ledger.store.find(kind=PANEL_DRAWN, subject=task_id, limit=5)) == 1
 
     # a stranger holds no seat; two seats vote for the team, one stays silent
     with pytest.raises(TaskError, match="holds no seat"):
