@@ -114,12 +114,15 @@ def status_list_urls(credential: Any) -> list[str]:
     ]
 
 
-def published_issuer(credential: Any) -> TrustedIssuer:
-    """The operator of the service whose status list the credential names, as that service's
-    signed A2A card says. Raises CredentialError for a credential that is no signed credential
-    (steps "format" and "proof": asking anyone whom to trust would be moot), FetchError when
-    it names no service's list or the card cannot be fetched, AgentCardError when the card's
-    signature does not hold."""
+def published_issuer(credential: Any, fetched_from: str | None) -> TrustedIssuer:
+    """The operator of the service the verifier fetched the credential from (`fetched_from`,
+    its URL), as that service's signed A2A card says, when the credential's status list is at
+    that same service. A credential never chooses whom it is checked against: one read from a
+    file (`fetched_from` None), or whose list is at another origin than the one the verifier
+    asked, is refused, saying to name the issuer. Raises CredentialError for a credential that
+    is no signed credential (steps "format" and "proof": asking anyone whom to trust would be
+    moot), FetchError when no service vouches or the card cannot be fetched, AgentCardError
+    when the card's signature does not hold."""
     from accord.identity.agent_cards import verify_card
 
     try:
@@ -136,6 +139,18 @@ def published_issuer(credential: Any) -> TrustedIssuer:
             "issuer: name the issuer to trust with --issuer DID"
         )
     base = urls[0].removesuffix(STATUS_LIST_PATH)
+    if fetched_from is None:
+        raise FetchError(
+            "a credential read from a file vouches for no issuer by itself: name the issuer "
+            "to trust with --issuer DID, or verify it at its service's URL"
+        )
+    asked, listed = urlsplit(fetched_from), urlsplit(base)
+    if (asked.scheme, asked.netloc) != (listed.scheme, listed.netloc):
+        raise FetchError(
+            f"the credential's status list is at {listed.scheme}://{listed.netloc}, not at the "
+            f"service it was fetched from ({asked.scheme}://{asked.netloc}): name the issuer "
+            "to trust with --issuer DID"
+        )
     card = verify_card(fetch_json(base + CARD_PATH))
     return TrustedIssuer(card.did, f"the operator of {base}, as its signed card says")
 

@@ -601,9 +601,9 @@ def credential_verify(
     issuer: Annotated[
         str | None,
         typer.Option(
-            help="Trust this issuer DID. Without it: this home's operator, or, with no home, "
-            "the operator of the service the credential's status list is at (its signed "
-            "card says which DID that is)."
+            help="Trust this issuer DID. Without it: this home's operator, or, with no home "
+            "and a credential fetched from a service's URL, that service's operator (its "
+            "signed card says which DID) when the credential's status list is there too."
         ),
     ] = None,
     as_json: JsonFlag = False,
@@ -634,7 +634,8 @@ def credential_verify(
         if issuer is not None:
             trusted = TrustedIssuer(issuer, "named with --issuer")
         elif not _has_home():
-            trusted = published_issuer(document)
+            fetched_from = source if source.startswith(("http://", "https://")) else None
+            trusted = published_issuer(document, fetched_from)
         if trusted is None:
             verified = _onboarding(read=True).verify(
                 document, holder_did=holder, capability=capability

@@ -174,6 +174,10 @@ def test_the_winners_credential_verifies_with_no_home(served: Served) -> None:
         "step": "issuer",
         "reason": f"{world.ledger.operator.did} is not a trusted issuer",
     }
+    # a file names no one to trust by itself: its status list's service is the credential's
+    # own choice, not the verifier's
+    code, answer, errors = served.accord("credential", "verify", str(document))
+    assert code == 1 and "vouches for no issuer" in str(answer) + errors, (answer, errors)
     assert not (served.auditor / ".accord").exists()
 
 
