@@ -138,10 +138,11 @@ LIFECYCLE_KINDS = tuple(kind for kind in TASK_KINDS if kind not in (BID_COMMITTE
 
 @dataclass(frozen=True)
 class EscrowReceipt:
-    """A mined escrow transaction."""
+    """A mined escrow transaction (`payee`: the address a release credited, else "")."""
 
     tx_hash: str
     block_number: int
+    payee: str = ""
 
 
 @dataclass(frozen=True)
@@ -206,10 +207,11 @@ class EscrowPort(Protocol):
         """
         ...
 
-    def release(self, task_id: str, payee: str, amount: Wei) -> EscrowReceipt:
-        """Credit `amount` wei that settled `task_id` holds (a share paid to the escrow's own
-        address, `escrow_address`, for want of a payout account) to `payee`: the contract's
-        `TaskEscrow.release`.
+    def release(self, task_id: str, payee: str, amount: Wei, owner: str) -> EscrowReceipt:
+        """Credit `amount` wei that settled `task_id` holds for `owner` (a share paid to the
+        escrow's own address, `escrow_address`, for want of a payout account) to `payee`: the
+        contract's `TaskEscrow.release`. Once per owner: where a release for `owner` was made
+        before (to whichever address), that one is the receipt, its `payee` the address paid.
 
         Raises EscrowError when the contract refuses (more than the task holds).
         """

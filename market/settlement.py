@@ -554,8 +554,9 @@ def release_held(market: Market, onboarding: Onboarding, task_id: str) -> list[R
     """Release each share the task's settlement holds to its owner, once it has bound a
     payout account: `TaskEscrow.release`, then `settlement.released` (once per task and
     owner). Idempotent: a release logged is not made again, and one made but not logged
-    (a crash between) is found done in the escrow journal and logged. Owners still without
-    an account stay held. Raises EscrowError, ChainError from the chain."""
+    (a crash between) is found done in the escrow journal, keyed by its owner, and logged
+    with the address it went to, even where the owner bound another address since. Owners
+    still without an account stay held. Raises EscrowError, ChainError from the chain."""
     body = logged_settlement(market, task_id)
     held = dict((body or {}).get("held") or {})
     if not held:
@@ -567,8 +568,9 @@ def release_held(market: Market, onboarding: Onboarding, task_id: str) -> list[R
         address = onboarding.payout_address(agent, chain_id)
         if agent in done or address is None:
             continue
-        receipt = market.escrow.release(task_id, address, Wei(int(wei)))
-        release = Release(agent, address, Wei(int(wei)), receipt.tx_hash)
+        receipt = market.escrow.release(task_id, address, Wei(int(wei)), agent)
+        # the address paid: one bound before a crash, where the release was made to it then
+        release = Release(agent, receipt.payee or address, Wei(int(wei)), receipt.tx_hash)
         with contextlib.suppress(AlreadyLoggedError):  # another settler logged it first
             market.ledger.append(
                 market.ledger.operator,
@@ -577,7 +579,7 @@ def release_held(market: Market, onboarding: Onboarding, task_id: str) -> list[R
                 body={
                     "task_id": task_id,
                     "agent": agent,
-                    "address": address,
+                    "address": release.address,
                     "amount": str(release.amount),
                     "tx_hash": release.tx_hash,
                 },

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 from accord.identity.onboarding import Onboarding, open_onboarding
@@ -67,8 +67,9 @@ class ChainEscrow:
     def pay_out(self, task_id: str, payees: Sequence[str], amounts: Sequence[Wei]) -> EscrowReceipt:
         return _receipt(self.actions.pay_out(self.operator_key, task_id, payees, amounts))
 
-    def release(self, task_id: str, payee: str, amount: Wei) -> EscrowReceipt:
-        return _receipt(self.actions.release(self.operator_key, task_id, payee, amount))
+    def release(self, task_id: str, payee: str, amount: Wei, owner: str) -> EscrowReceipt:
+        outcome = self.actions.release(self.operator_key, task_id, payee, amount, owner)
+        return replace(_receipt(outcome), payee=outcome.intent.payees[0])
 
     def chain_id(self) -> int:
         return self.chain.chain_id()

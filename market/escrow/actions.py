@@ -31,6 +31,7 @@ from accord.ledger.fees import Fees
 from accord.ledger.txjournal import (
     DEFAULT_REPLACE_AFTER_S,
     DONE,
+    UNRESOLVED,
     JournalStatus,
     OnChain,
     Resolution,
@@ -150,10 +151,28 @@ class EscrowActions:
         contract's `TaskEscrow.settle`)."""
         return self.perform(key_hex, pay_out_intent(task_id, payees, amounts))
 
-    def release(self, key_hex: str, task_id: str, payee: str, amount: int) -> EscrowOutcome:
-        """Credit `amount` wei that settled `task_id` holds to `payee`, with the operator's
-        key (the contract's `TaskEscrow.release`)."""
-        return self.perform(key_hex, release_intent(task_id, payee, amount))
+    def release(
+        self, key_hex: str, task_id: str, payee: str, amount: int, owner: str = ""
+    ) -> EscrowOutcome:
+        """Credit `amount` wei that settled `task_id` holds for `owner` to `payee`, with the
+        operator's key (the contract's `TaskEscrow.release`).
+
+        A release is keyed by its owner: where the journal already holds one for `owner` on
+        this task, done or still pending (a crash before the settlement logged it, and the
+        owner bound another address since), that one is resolved and returned instead of a
+        second being sent, so a share is never released twice. Raises EscrowError."""
+        intent = release_intent(task_id, payee, amount, owner)
+        if owner:
+            for record in self.journal.records(task_id):
+                earlier = record.intent
+                if (
+                    earlier.kind == "release"
+                    and earlier.owner == owner
+                    and (record.status in _DONE or record.status in UNRESOLVED)
+                ):
+                    intent = earlier
+                    break
+        return self.perform(key_hex, intent)
 
     def refund(self, key_hex: str, task_id: str) -> EscrowOutcome:
         """Refund `task_id` to its requester (the key's account) after the deadline."""
@@ -275,14 +294,28 @@ class EscrowActions:
         if intent.kind == "withdraw":
             return self.chain.credit(record.sender) == 0
         if intent.kind == "release":
-            # A task releases to a payee once (the settlement logs it), so its Released event
-            # for that payee and amount is the release's effect, through whichever twin.
-            return any(
-                event.name == "Released"
+            # A task releases each owner's share once, so a Released event for that payee and
+            # amount is the release's effect, through whichever twin; two owners sharing one
+            # address and amount need one event each.
+            def same(other: EscrowIntent) -> bool:
+                return other.payees == intent.payees and other.amounts == intent.amounts
+
+            events = sum(
+                1
+                for event in self.chain.events(intent.task_id)
+                if event.name == "Released"
                 and event.account == intent.payees[0]
                 and event.amount == intent.amounts[0]
-                for event in self.chain.events(intent.task_id)
             )
+            others = {
+                r.intent.owner
+                for r in self.journal.records(intent.task_id)
+                if r.intent.kind == "release"
+                and r.intent.owner != intent.owner
+                and same(r.intent)
+                and r.status in _DONE
+            }
+            return events > len(others)
         escrow = self.chain.escrow(intent.task_id)
         if escrow is None:
             return False

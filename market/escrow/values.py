@@ -97,19 +97,22 @@ class EscrowIntent:
     deadline: int = 0
     payees: tuple[str, ...] = ()
     amounts: tuple[Wei, ...] = ()
+    #: whose share a release pays (the agent's DID): not sent to the chain, it keys the
+    #: release in the journal, so a share is released once whatever address it goes to
+    owner: str = ""
 
     def to_json(self) -> str:
-        return json.dumps(
-            {
-                "kind": self.kind,
-                "taskId": self.task_id,
-                "deposit": str(self.deposit),
-                "deadline": self.deadline,
-                "payees": list(self.payees),
-                "amounts": [str(a) for a in self.amounts],
-            },
-            sort_keys=True,
-        )
+        fields: dict[str, object] = {
+            "kind": self.kind,
+            "taskId": self.task_id,
+            "deposit": str(self.deposit),
+            "deadline": self.deadline,
+            "payees": list(self.payees),
+            "amounts": [str(a) for a in self.amounts],
+        }
+        if self.owner:
+            fields["owner"] = self.owner
+        return json.dumps(fields, sort_keys=True)
 
     @classmethod
     def from_json(cls, text: str) -> EscrowIntent:
@@ -126,6 +129,7 @@ class EscrowIntent:
                 deadline=int(data["deadline"]),
                 payees=tuple(str(p) for p in data["payees"]),
                 amounts=tuple(Wei(int(a)) for a in data["amounts"]),
+                owner=str(data.get("owner", "")),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise EscrowError(f"malformed escrow intent: {exc!r}") from exc
@@ -153,11 +157,16 @@ def pay_out_intent(task_id: str, payees: Sequence[str], amounts: Sequence[int]) 
     )
 
 
-def release_intent(task_id: str, payee: str, amount: int) -> EscrowIntent:
-    """The intent to credit `amount` wei that settled `task_id` holds (a payout to the escrow's
-    own address: its payee had no payout account) to `payee`: `TaskEscrow.release`."""
+def release_intent(task_id: str, payee: str, amount: int, owner: str = "") -> EscrowIntent:
+    """The intent to credit `amount` wei that settled `task_id` holds for `owner` (a payout to
+    the escrow's own address: its payee had no payout account) to `payee`, the address `owner`
+    bound since: `TaskEscrow.release`."""
     return EscrowIntent(
-        "release", task_id, payees=(to_checksum_address(payee),), amounts=(Wei(amount),)
+        "release",
+        task_id,
+        payees=(to_checksum_address(payee),),
+        amounts=(Wei(amount),),
+        owner=owner,
     )
 
 

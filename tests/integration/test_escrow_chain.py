@@ -260,6 +260,35 @@ def test_a_payout_to_the_escrow_itself_is_held_under_the_task_until_released(
 
 
 @pytest.mark.devnet
+def test_a_held_share_is_released_once_per_owner_whatever_address_it_names(anvil: Anvil) -> None:
+    """A release is keyed by whose share it is: made for an owner and not yet logged (a crash
+    between), then asked again after the owner bound another address, it is the first release,
+    not a second; two owners who share one payout address and amount are each released."""
+    chain = anvil.chain
+    escrow_address = anvil.deployment.address
+    task = fresh_task()
+    before = {a: chain.credit(a) for a in (ADDR[3], ADDR[4])}
+    act(chain, REQUESTER, open_intent(task, 1_000, anvil.now() + DEADLINE_AHEAD))
+    act(chain, OPERATOR, pay_out_intent(task, [escrow_address] * 3, [300, 300, 400]))
+    assert chain.held(task) == 1_000
+
+    actions = EscrowActions(chain, MemoryEscrowJournal(), receipt_timeout=5)
+    first = actions.release(OPERATOR, task, ADDR[3], 400, owner="did:key:zCarol")
+    assert first.status == "confirmed"
+    rebound = actions.release(OPERATOR, task, ADDR[4], 400, owner="did:key:zCarol")
+    assert rebound.status == "already-done" and rebound.tx_hash == first.tx_hash
+    assert rebound.intent.payees == (ADDR[3],)  # the address the share went to
+    assert chain.credit(ADDR[4]) == before[ADDR[4]]
+
+    for owner in ("did:key:zAda", "did:key:zBob"):  # one address, one amount, two shares
+        assert actions.release(OPERATOR, task, ADDR[4], 300, owner=owner).status == "confirmed"
+    assert chain.held(task) == 0
+    assert chain.credit(ADDR[3]) == before[ADDR[3]] + 400
+    assert chain.credit(ADDR[4]) == before[ADDR[4]] + 600
+    assert actions.find_forgotten() == []  # each share's record finds its own event
+
+
+@pytest.mark.devnet
 def test_a_requester_bonds_from_its_own_account_and_the_bond_is_paid_out_with_the_deposit(
     anvil: Anvil, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -15,6 +15,7 @@ from accord.audit.checks import audit_task
 from accord.coordinator.service import run_awarded_task
 from accord.identity.agents import AgentRecord
 from accord.ledger.devnet import find_free_port
+from accord.ledger.events import Entry
 from accord.ledger.settings import Settings
 from accord.ledger.wiring import devnet_for
 from accord.market.settlement import SETTLEMENT_RELEASED, logged_settlement, settle_task
@@ -91,4 +92,61 @@ def test_an_unbound_contributors_payout_is_held_on_chain_and_released_once_it_bi
     assert escrow.credit(address) == owed
     released = world.ledger.store.find(kind=SETTLEMENT_RELEASED, subject=world.task_id, limit=9)
     assert len(released) == 1
+    assert "1 released to the address each bound" in audited(world)
+
+
+class Crash(Exception):
+    """The service stopping between a release on chain and its entry in the log."""
+
+
+@pytest.mark.devnet
+def test_a_release_made_before_a_crash_is_not_made_again_after_the_owner_binds_elsewhere(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    world = open_anvil_world(settings)
+    onboard_agents(world)
+    post_task(world)
+    sealed_auction(world)
+    onboarding = world.onboarding
+    real_bind = onboarding.bind_payout
+    skipped: list[str] = []
+
+    def bind_payout(agent: AgentRecord, chain_id: int) -> str:
+        if not skipped:
+            skipped.append(agent.did)
+            return ""
+        return real_bind(agent, chain_id)
+
+    monkeypatch.setattr(onboarding, "bind_payout", bind_payout)
+    run_awarded_task(world.context, world.task_id)
+    monkeypatch.undo()
+    [unbound] = skipped
+    world.clock.advance(1)
+    escrow = world.escrow
+    owed = settle_task(world.market, onboarding, world.task_id).payouts[unbound]
+    first = onboarding.bind_payout(onboarding.registry.get(unbound), escrow.chain_id())
+
+    ledger = world.market.ledger
+    real_append = ledger.append
+
+    def append(*args: object, **kwargs: object) -> object:
+        if args[1] == SETTLEMENT_RELEASED:
+            raise Crash
+        return real_append(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(ledger, "append", append)
+    with pytest.raises(Crash):
+        settle_task(world.market, onboarding, world.task_id)
+    monkeypatch.undo()
+    assert escrow.credit(first) == owed
+
+    elsewhere = "0x" + "ab" * 20  # the owner bound another address since
+    monkeypatch.setattr(onboarding, "payout_address", lambda did, chain_id: elsewhere)
+    settle_task(world.market, onboarding, world.task_id)
+    assert escrow.credit(elsewhere) == 0 and escrow.credit(first) == owed
+    assert escrow.chain.held(world.task_id) == 0
+    [released] = world.ledger.store.find(kind=SETTLEMENT_RELEASED, subject=world.task_id)
+    # logged with the address it went to
+    assert Entry.from_bytes(released.data).event.body["address"] == first
+    monkeypatch.undo()
     assert "1 released to the address each bound" in audited(world)
