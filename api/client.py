@@ -7,13 +7,17 @@
 Reads are plain GETs; with a `signer`, every request is signed
 (`accord.identity.http_auth.AccordAuth`), as the mutating routes require. Every failure (the service
 unreachable, a problem+json answer, a body that is not JSON) is raised as one `ApiError` whose
-message a person can act on.
+message a person can act on. A read the service rate-limits (429) is asked again after the pause
+its Retry-After names, for at most `rate_limit_wait` seconds in all (`retry_after`); a write is
+not (its caller decides whether sending it again is safe).
 """
 
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Mapping
+from email.utils import parsedate_to_datetime
 from types import TracebackType
 from typing import Any, cast
 from urllib.parse import quote
@@ -31,8 +35,23 @@ NEXT_CURSOR_HEADER = "Accord-Next-Cursor"
 """The header of a paged list's answer that holds the next page's cursor
 (`accord.api.routes.deps`)."""
 DEFAULT_TIMEOUT = 30.0
+RATE_LIMIT_WAIT_S = 60.0
+"""How long in all a rate-limited (429) read waits for the service before it is an error."""
 
 JsonObject = dict[str, Any]
+
+
+def retry_after(headers: Mapping[str, str], *, now: float | None = None) -> float:
+    """The seconds a 429 answer's Retry-After asks to wait (delta-seconds or an HTTP date,
+    RFC 9110 10.2.3); 1 when it is absent or unreadable, never below 0."""
+    value = headers.get("Retry-After", "").strip()
+    if value.isdigit():
+        return float(value)
+    try:
+        when = parsedate_to_datetime(value).timestamp()
+    except (TypeError, ValueError, IndexError):
+        return 1.0
+    return max(0.0, when - (time.time() if now is None else now))
 
 
 class ApiError(AccordError):
@@ -58,11 +77,13 @@ class AccordClient:
         signer: Signer | None = None,
         timeout: float = DEFAULT_TIMEOUT,
         transport: httpx.BaseTransport | None = None,
+        rate_limit_wait: float = RATE_LIMIT_WAIT_S,
     ) -> None:
         if not base_url.startswith(("http://", "https://")):
             raise ApiError(f"the server URL {base_url!r} must start with http:// or https://")
         self.base_url = base_url.rstrip("/")
         self.signer = signer
+        self.rate_limit_wait = rate_limit_wait
         self._http = httpx.Client(
             base_url=self.base_url,
             timeout=timeout,
@@ -116,20 +137,31 @@ class AccordClient:
         json: Any = None,
         headers: Mapping[str, str] | None = None,
     ) -> httpx.Response:
-        """The answer of one call, when it is not an error. Raises ApiError."""
+        """The answer of one call, when it is not an error; a rate-limited read is asked
+        again as its Retry-After says, within `rate_limit_wait`. Raises ApiError."""
         where = f"{method} {self.base_url}{path}"
-        try:
-            response = self._http.request(method, path, params=params, json=json, headers=headers)
-        except httpx.TimeoutException as exc:
-            raise ApiError(f"{where}: the service did not answer in time ({exc})") from exc
-        except httpx.HTTPError as exc:
-            raise ApiError(
-                f"cannot reach the accord service at {self.base_url}: {exc} "
-                f"(is `accord serve` running there? check --server / ${SERVER_ENV})"
-            ) from exc
-        if response.is_error:
-            raise _problem(where, response)
-        return response
+        waited = 0.0
+        while True:
+            try:
+                response = self._http.request(
+                    method, path, params=params, json=json, headers=headers
+                )
+            except httpx.TimeoutException as exc:
+                raise ApiError(f"{where}: the service did not answer in time ({exc})") from exc
+            except httpx.HTTPError as exc:
+                raise ApiError(
+                    f"cannot reach the accord service at {self.base_url}: {exc} "
+                    f"(is `accord serve` running there? check --server / ${SERVER_ENV})"
+                ) from exc
+            if response.status_code == 429 and method == "GET":
+                pause = retry_after(response.headers)
+                if waited + pause <= self.rate_limit_wait:
+                    time.sleep(pause)
+                    waited += pause
+                    continue
+            if response.is_error:
+                raise _problem(where, response)
+            return response
 
     def _json(self, method: str, path: str, response: httpx.Response) -> Any:
         try:

@@ -17,6 +17,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from accord.api.client import RATE_LIMIT_WAIT_S, retry_after
 from accord.identity.credentials import (
     STEP_FORMAT,
     STEP_PROOF,
@@ -46,26 +47,28 @@ class TrustedIssuer:
     because: str
 
 
-RATE_LIMIT_RETRIES = 10
-"""How many times a fetch the server rate-limits (429) is tried again, a second apart."""
-
-
 def fetch_json(url: str) -> Any:
     """The JSON document at `url` (http or https, no redirects followed, at most
-    MAX_DOCUMENT_BYTES); an answer 429 (rate-limited) is asked again a second later, up to
-    RATE_LIMIT_RETRIES times. Raises FetchError naming the URL and what went wrong."""
-    for attempt in range(RATE_LIMIT_RETRIES + 1):
+    MAX_DOCUMENT_BYTES); an answer 429 (rate-limited) is asked again after the pause its
+    Retry-After names, for at most RATE_LIMIT_WAIT_S in all (the client's rule,
+    `accord.api.client.retry_after`). Raises FetchError naming the URL and what went wrong."""
+    waited = 0.0
+    while True:
         try:
             return _fetch_json_once(url)
-        except _RateLimited:
-            if attempt == RATE_LIMIT_RETRIES:
+        except _RateLimited as limited:
+            if waited + limited.pause > RATE_LIMIT_WAIT_S:
                 raise FetchError(f"GET {url}: HTTP 429, still rate-limited") from None
-            time.sleep(1.0)
-    raise AssertionError("unreachable")
+            time.sleep(limited.pause)
+            waited += limited.pause
 
 
 class _RateLimited(Exception):
-    """The server answered 429."""
+    """The server answered 429, asking for a pause of `pause` seconds."""
+
+    def __init__(self, pause: float) -> None:
+        super().__init__(pause)
+        self.pause = pause
 
 
 def _fetch_json_once(url: str) -> Any:
@@ -78,7 +81,7 @@ def _fetch_json_once(url: str) -> Any:
             client.stream("GET", url, headers={"Accept": "application/json"}) as response,
         ):
             if response.status_code == 429:
-                raise _RateLimited
+                raise _RateLimited(retry_after(response.headers))
             if response.is_error:
                 raise FetchError(f"GET {url}: HTTP {response.status_code}")
             data = b""

@@ -30,7 +30,6 @@ when the block ends.
 from __future__ import annotations
 
 import secrets
-import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -213,24 +212,10 @@ def refused_verification(published: PublishedLog, refusal: Refusal) -> Verificat
 # -- reading the service ------------------------------------------------------------------------
 
 
-RATE_LIMIT_RETRIES = 30
-"""How many times a read the service rate-limits (429) is asked again, each after a pause."""
-RATE_LIMIT_PAUSE_S = 1.0
-
-
 def _get(client: Any, path: str, params: Mapping[str, str | int] | None = None) -> Any:
-    """The JSON object the service answers `path` with; a read it rate-limits (429) is asked
-    again after a pause, as its Retry-After asks. Raises PublishedLogError, ApiError."""
-    from accord.api.client import ApiError
-
-    for attempt in range(RATE_LIMIT_RETRIES + 1):
-        try:
-            answer = client.get(path, params=params)
-            break
-        except ApiError as exc:
-            if exc.status != 429 or attempt == RATE_LIMIT_RETRIES:
-                raise
-            time.sleep(RATE_LIMIT_PAUSE_S)
+    """The JSON object the service answers `path` with (a rate-limited read waits as the
+    client's Retry-After rule says). Raises PublishedLogError, ApiError."""
+    answer = client.get(path, params=params)
     if not isinstance(answer, dict):
         raise PublishedLogError(f"GET {client.base_url}{path} did not answer a JSON object")
     return answer

@@ -9,6 +9,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
 from typer.testing import CliRunner
 
 from accord.api import coordinator_cli, market_cli
@@ -161,3 +163,54 @@ def test_client_signed_calls_and_problems(world: World, server: tuple[str, str, 
     with AccordClient(base, signer=carol) as client, pytest.raises(ApiError) as other:
         client.commit(task_id, commitment_json(ada, task_id, 10**17))
     assert other.value.status == 403 and "bids only for itself" in str(other.value)
+
+
+def limited_app(refusals: int, header: str) -> FastAPI:
+    """An app whose /limited answers 429 (`Retry-After: header`) `refusals` times, then 200;
+    `app.state.calls` counts the calls of each method."""
+    calls = {"GET": 0, "POST": 0}
+    limited = FastAPI()
+    limited.state.calls = calls
+
+    @limited.api_route("/limited", methods=["GET", "POST"])
+    def answer(request: Request) -> JSONResponse:
+        calls[request.method] += 1
+        if calls[request.method] <= refusals:
+            return JSONResponse(
+                {"title": "Too Many Requests", "detail": "slow down", "status": 429},
+                status_code=429,
+                headers={"Retry-After": header},
+            )
+        return JSONResponse({"ok": True})
+
+    return limited
+
+
+def test_a_rate_limited_read_waits_as_retry_after_says_and_a_write_is_not_sent_twice() -> None:
+    app = limited_app(refusals=2, header="0")
+    with serve(app, ws="none") as base, AccordClient(base) as client:
+        assert client.get("/limited") == {"ok": True}
+        assert app.state.calls["GET"] == 3
+        with pytest.raises(ApiError) as refused:
+            client.request("POST", "/limited")
+        assert refused.value.status == 429 and "retry after 0 s" in str(refused.value)
+        assert app.state.calls["POST"] == 1
+
+
+def test_a_read_still_limited_past_its_wait_is_an_error_naming_the_pause() -> None:
+    app = limited_app(refusals=99, header="3600")
+    with serve(app, ws="none") as base, AccordClient(base, rate_limit_wait=60) as client:
+        with pytest.raises(ApiError) as refused:
+            client.get("/limited")
+        assert refused.value.status == 429 and "retry after 3600 s" in str(refused.value)
+        assert app.state.calls["GET"] == 1  # an hour's pause is past the wait: not slept
+
+
+def test_retry_after_reads_seconds_and_http_dates() -> None:
+    from accord.api.client import retry_after
+
+    assert retry_after({"Retry-After": "7"}) == 7.0
+    assert retry_after({}) == 1.0 and retry_after({"Retry-After": "soon"}) == 1.0
+    date = "Wed, 21 Oct 2015 07:28:00 GMT"
+    assert retry_after({"Retry-After": date}, now=1445412470.0) == 10.0
+    assert retry_after({"Retry-After": date}, now=1445412490.0) == 0.0
