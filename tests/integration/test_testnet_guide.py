@@ -55,7 +55,10 @@ def external_anvil(port: int, log: Path) -> subprocess.Popen[bytes]:
     """An anvil accord did not start, with another chain id than its devnet's, answering."""
     with log.open("w") as out:
         process = subprocess.Popen(
-            [str(find_anvil()), "--chain-id", str(SEPOLIA), "--port", str(port)],
+            [
+                *(str(find_anvil()), "--chain-id", str(SEPOLIA), "--port", str(port)),
+                *("--block-time", "0.5"),  # blocks come on their own, as on a public chain
+            ],
             stdout=out,
             stderr=subprocess.STDOUT,
         )
@@ -105,6 +108,7 @@ def test_the_testnet_guide_runs_against_a_chain_accord_does_not_manage(tmp_path:
             "ACCORD_OPERATOR_ETH_KEY": operator_key,
             "ACCORD_PUBLIC_RPC_URL": rpc_url,
             "ACCORD_PUBLIC_URL": url,
+            "ACCORD_CONFIRMATIONS": "3",
             "ACCORD_TEST_CLOCK": str(clock),
             "ACCORD_ALLOW_PRIVATE_AGENTS": "1",  # the agent listens on loopback here
             "ACCORD_LIFECYCLE_INTERVAL": "0.2",
