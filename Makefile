@@ -7,8 +7,8 @@ PY := $(VENV)/bin/python
 PY_STAMP := $(VENV)/.accord-installed
 NPM_STAMP := node_modules/.accord-installed
 # uv resolves and installs the same packages as pip from the same index, in parallel and
-# from a cache of unpacked wheels (README, "Dependencies, and why"). It compiles the bytecode at
-# install as pip does (--compile-bytecode): with PYTHONDONTWRITEBYTECODE set, as on this machine,
+# from a cache of unpacked wheels (docs/development.md, "Dependencies, and why"). It compiles
+# the bytecode at install as pip does (--compile-bytecode): with PYTHONDONTWRITEBYTECODE set, as on this machine,
 # Python never writes it later, and every process would compile web3 & co. from source (an
 # import of web3, sqlalchemy and fastapi: 1.75 s with bytecode, 3.7 s without). pip stays in
 # the venv: `pip wheel` builds the wheel.

@@ -31,8 +31,7 @@ from datetime import UTC, datetime
 from fractions import Fraction
 from pathlib import Path
 
-from rich.console import Console
-
+from accord.api import output
 from accord.api.audit_cli import print_report
 from accord.api.coordinator_cli import describe
 from accord.audit.checks import audit_task
@@ -61,7 +60,17 @@ from accord.market.strategies import cost_plus_margin
 from accord.market.wiring import MarketContext, open_market
 from accord.market.work import attach_files
 
-console = Console(emoji=False, highlight=False)
+console = output.out()
+"""stdout as every `accord` command prints it: wrapped at a terminal's width, never in a file or
+a pipe, so a DID, a credential id or a transaction hash stays on one line."""
+
+
+def heading(title: str) -> None:
+    """A bold title over a rule as wide as the title (a rule as wide as an unwrapped console
+    would be 100,000 characters long)."""
+    console.print(f"[bold]{title}[/]")
+    console.print("─" * len(title))
+
 
 #: (name, runtime, capabilities): reference agents do the work; mallory answers at random.
 DEMO_AGENTS = (
@@ -143,7 +152,7 @@ def _agent(onboarding: Onboarding, name: str, runtime: str) -> AgentRecord:
 
 def main() -> int:
     settings = Settings.from_env()
-    console.rule("[bold]accord demo: credentials, a paid task, a log anchored on chain")
+    heading("accord demo: credentials, a paid task, a log anchored on chain")
     console.print(f"home: {settings.home}")
 
     started_devnet = False

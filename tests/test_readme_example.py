@@ -1,4 +1,5 @@
-"""The README's Python example runs as written, in a fresh home with its own devnet."""
+"""The Python example of docs/python.md (linked from the README) runs as written, in a fresh home
+with its own devnet."""
 
 from __future__ import annotations
 
@@ -14,12 +15,12 @@ from accord.ledger.devnet import find_free_port
 
 pytestmark = pytest.mark.devnet
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+PAGE = Path(__file__).resolve().parents[1] / "docs" / "python.md"
 EXAMPLE = re.compile(r"<!-- example: python -->\n```python\n(.*?)```", re.S)
 
 
-def test_the_readme_example_runs(tmp_path: Path) -> None:
-    [code] = EXAMPLE.findall(README.read_text())
+def test_the_python_example_runs(tmp_path: Path) -> None:
+    [code] = EXAMPLE.findall(PAGE.read_text())
     env = {
         **os.environ,
         "ACCORD_HOME": str(tmp_path / "home"),

@@ -1,5 +1,6 @@
 """Transactions are signed by libsecp256k1 (coincurve), not eth-keys' pure-Python fallback,
-which is 8.4x slower to sign and 20x slower to derive an address (README, dependencies)."""
+which is 8.4x slower to sign and 20x slower to derive an address (docs/development.md,
+dependencies)."""
 
 from __future__ import annotations
 
