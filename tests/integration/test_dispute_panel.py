@@ -52,6 +52,7 @@ from tests.api.test_app import FIGURES, PART, SALT, SUM_RIGHT
 from tests.api.test_outside_requester import fund, hex_key
 from tests.audit.conftest import World
 from tests.integration.anvil_world import anvil_settings, open_anvil_world
+from tests.market.panelists import jurors
 from tests.processes import JsonLines, stop_process
 from tests.serving import serve
 
@@ -126,6 +127,8 @@ class Disputes:
     ada: Ed25519Signer
     bidder: AccordClient
     requester: Requester
+    account_key: str
+    """The requester's Ethereum account key (a restarted requester connects with it)."""
     folder: Path
     stack: ExitStack
     jurors: dict[str, JsonLines] = field(default_factory=dict)
@@ -208,7 +211,9 @@ def disputes(tmp_path: Path) -> Iterator[Disputes]:
             account = Account.create()
             fund(rpc_url, account.address)
             requester = Requester(client, Wallet.connect(hex_key(account), client.get("/chain")))
-            yield Disputes(world, url, rpc_url, ada, bidder, requester, tmp_path, stack)
+            yield Disputes(
+                world, url, rpc_url, ada, bidder, requester, hex_key(account), tmp_path, stack
+            )
     finally:
         devnet_for(settings).down()
 
@@ -355,3 +360,28 @@ def test_a_panelist_that_does_not_answer_is_replaced_once_and_paid_nothing(
         shares = panel_pay(FEE, panel["seats"], panel["coherent"])
         assert gone not in shares and reserve in shares and sum(shares.values()) == FEE
         assert body["panel_payouts"] == {did: str(w) for did, w in sorted(shares.items())}
+
+
+def test_a_restarted_requester_bonds_for_the_rejections_the_log_holds(tmp_path: Path) -> None:
+    """The requester rejects the sum, bonding one fee, and stops; started again with the same
+    keys (nothing in memory), it reads its rejections back from the log (its own signed
+    entries only) and bonds the second fee before it rejects the tip, which the service
+    takes. Another requester's reading counts none of them."""
+    with disputes(tmp_path) as market:
+        world, requester = market.world, market.requester
+        task_id = market.lone_bid(TWO_PARTS)
+        jurors(world, 3)  # a panel can be drawn: the rejections are taken
+        market.reject(task_id, "sum-review", "the sum is wrong")
+        assert requester.rejections(task_id) == ["sum-review"]
+
+        chain = requester.client.get("/chain")
+        with AccordClient(market.url, signer=requester.client.signer) as client:
+            restarted = Requester(client, Wallet.connect(market.account_key, chain))
+            assert restarted.rejections(task_id) == ["sum-review"]
+            given = restarted.review(task_id, "tip-review", "reject", "the tip is wrong")
+        assert given["verdict"] == "reject"
+        assert world.escrow_chain.bonded(task_id) == 2 * FEE
+        assert requester.rejections(task_id) == ["sum-review", "tip-review"]
+        with AccordClient(market.url, signer=Ed25519Signer.generate()) as client:
+            other = Requester(client, Wallet.connect(market.account_key, chain))
+            assert other.rejections(task_id) == []
