@@ -186,8 +186,8 @@ class Requester:
         """The review checks of `task_id` this requester rejected, as the service's log holds
         them (`GET /ledger/entries?kind=review.given&subject=…`): only the entries this
         requester's own key signed count, so a restarted requester bonds what its rejections
-        need, and a service cannot have it bond for rejections it never made. Raises ApiError.
-        """
+        need, and a service cannot have it bond for rejections it never made. Raises ApiError
+        (a page that does not move on included)."""
         found: set[str] = set()
         start = 0
         while True:
@@ -205,7 +205,13 @@ class Requester:
                     found.add(check)
             if len(rows) < ENTRIES_PAGE:
                 return sorted(found)
-            start = int(rows[-1]["index"]) + 1
+            try:
+                after = int(rows[-1]["index"]) + 1
+            except (KeyError, TypeError, ValueError) as exc:
+                raise ApiError(f"GET /ledger/entries answered a row with no index: {exc}") from exc
+            if after <= start:
+                raise ApiError(f"GET /ledger/entries from {start} answered entries before it")
+            start = after
 
     def _own_rejection(self, row: Mapping[str, Any], task_id: str) -> str | None:
         """The check a logged row rejects, when it is this requester's own signed rejection
