@@ -485,7 +485,9 @@ def panel_log(
     None before it is drawn. The first draw counts; a commitment counts from a seat of the
     panel as it stood then, once; a reveal from a seat that committed, once, only while
     reveals are taken (its time is its entry's); a replacement only from the operator, once,
-    and only of seats that had not committed."""
+    once the commit window has closed: of every seat that had not committed then, whatever
+    seats its body names (an operator can neither swap out a panelist who still had time to
+    commit, nor keep a silent one)."""
     found: PanelLog | None = None
     commitments: dict[str, str] = {}
     reveals: dict[str, tuple[str, str]] = {}
@@ -505,9 +507,13 @@ def panel_log(
         if found is None:
             continue
         if event.kind == PANEL_REPLACED:
-            if event.actor == operator and found.replaced_at is None:
-                named = body.get("replaced") or {}
-                absent = [s for s in found.panel.seats if s not in commitments and s in named]
+            absent = [s for s in found.panel.seats if s not in commitments and s != JUDGE_SEAT]
+            if (
+                event.actor == operator
+                and found.replaced_at is None
+                and when >= found.commit_ends
+                and absent
+            ):
                 found = PanelLog(
                     found.drawn,
                     found.drawn_at,

@@ -122,7 +122,7 @@ from accord.market.views import (
     track_records_of,
 )
 from accord.market.views import VIEW_NAME as TASK_VIEW
-from accord.market.work import dispute_fee, file_refs, require_machine_verdict
+from accord.market.work import bond_owed, dispute_fee, file_refs, require_machine_verdict
 
 log = logging.getLogger("accord.market")
 
@@ -331,9 +331,8 @@ def bond_shortfall(task: Task, given: Sequence[Mapping[str, Any]], bonded: int) 
     taken (0 when the escrow holds every dispute's fee beyond the price already)."""
     if task.price is None:
         return 0
-    disputes = 1 + sum(1 for body in given if body.get("verdict") == "reject")
-    spare = task.spec.budget - task.price + bonded
-    return max(0, disputes * dispute_fee(task.price) - spare)
+    rejected = sum(1 for body in given if body.get("verdict") == "reject")
+    return bond_owed(task.spec.budget, task.price, rejected, bonded)
 
 
 #: A rejection names the chain's head block; the panel's seed is the hash of the next one,

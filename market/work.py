@@ -178,6 +178,13 @@ def dispute_fee(price: int) -> int:
     return max(1, price // DISPUTE_FEE_DIVISOR)
 
 
+def bond_owed(budget: int, price: int, rejected: int, bonded: int) -> int:
+    """Pure: the wei a requester must bond from its own account before one more rejection
+    is taken, when it has `rejected` review checks already and bonded `bonded` wei: the escrow
+    must hold every dispute's fee beyond the price (0 when it does)."""
+    return max(0, (rejected + 1) * dispute_fee(price) - (budget - price + bonded))
+
+
 @dataclass(frozen=True)
 class PlanCheck:
     """The contract holder's plan assigns every part to a member of its team."""

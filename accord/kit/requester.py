@@ -27,13 +27,18 @@ from urllib.parse import quote
 
 from accord.api.client import AccordClient, ApiError
 from accord.kit.wallet import Sent, Wallet, WalletError
-from accord.ledger.events import make_entry, parse_time
+from accord.ledger.canonical import canonical_json
+from accord.ledger.errors import AccordError
+from accord.ledger.events import Entry, make_entry, parse_time
 from accord.market.money import Wei
-from accord.market.work import dispute_fee
+from accord.market.tasks import REVIEW_GIVEN
+from accord.market.work import bond_owed, dispute_fee
 
 JsonObject = dict[str, Any]
 IDEMPOTENCY_HEADER = "Idempotency-Key"
 WAITING_STATES = ("posted",)
+ENTRIES_PAGE = 1000
+"""Entries asked per `GET /ledger/entries` (the most the route gives)."""
 
 
 @dataclass(frozen=True)
@@ -61,8 +66,6 @@ class Requester:
             raise ApiError("a requester's client signs as the requester: give it a signer")
         self.client = client
         self.wallet = wallet
-        self._rejected: dict[str, int] = {}
-        """The review checks this requester rejected, by task (what its bonds must cover)."""
 
     @property
     def did(self) -> str:
@@ -155,18 +158,19 @@ class Requester:
         """Accept or reject a review check of the delivered work, with the requester's own
         signed `review.given`; a rejection needs a `reason`, and holds the dispute fee
         (`accord.market.work.dispute_fee` of the price) that the service checks it names.
-        When the escrow does not hold the fee beyond the price (a lone bidder is paid the
-        whole budget), the wallet bonds it first from the requester's own account
-        (`TaskEscrow.bond`). A rejection names the chain's head block (`after_block`): its
-        panel is drawn with the hash of the next one."""
+        When the escrow does not hold the fee of every rejection beyond the price (a lone
+        bidder is paid the whole budget), the wallet bonds what is missing first from the
+        requester's own account (`TaskEscrow.bond`), its earlier rejections read from the log
+        (`rejections`: a restarted requester bonds right). A rejection names the chain's
+        head block (`after_block`): its panel is drawn with the hash of the next one."""
         body: JsonObject = {"task_id": task_id, "check": check, "verdict": verdict}
         if verdict == "reject":
             task = self.task(task_id)
             price = Wei(int(task.get("price") or 0))
             fee = dispute_fee(price)
-            rejected = self._rejected.get(task_id, 0)
-            spare = int(task["spec"]["budget"]) - price + self.wallet.chain.bonded(task_id)
-            short = (rejected + 1) * fee - spare
+            budget = int(task["spec"]["budget"])
+            bonded = self.wallet.chain.bonded(task_id)
+            short = bond_owed(budget, price, len(self.rejections(task_id)), bonded)
             if short > 0:
                 self.wallet.bond(task_id, Wei(short))
             body |= {
@@ -176,10 +180,55 @@ class Requester:
             }
         entry = self.client.entry("review.given", task_id, body)
         path = f"/tasks/{quote(task_id, safe='')}/reviews"
-        answer = cast(JsonObject, self.client.request("POST", path, json={"entry": entry}))
-        if verdict == "reject":
-            self._rejected[task_id] = self._rejected.get(task_id, 0) + 1
-        return answer
+        return cast(JsonObject, self.client.request("POST", path, json={"entry": entry}))
+
+    def rejections(self, task_id: str) -> list[str]:
+        """The review checks of `task_id` this requester rejected, as the service's log holds
+        them (`GET /ledger/entries?kind=review.given&subject=…`): only the entries this
+        requester's own key signed count, so a restarted requester bonds what its rejections
+        need, and a service cannot have it bond for rejections it never made. Raises ApiError
+        (a page that does not move on included)."""
+        found: set[str] = set()
+        start = 0
+        while True:
+            params: dict[str, str | int] = {
+                "kind": REVIEW_GIVEN,
+                "subject": task_id,
+                "from": start,
+                "limit": ENTRIES_PAGE,
+            }
+            page = cast(JsonObject, self.client.get("/ledger/entries", params=params))
+            rows = page.get("entries") or []
+            for row in rows:
+                check = self._own_rejection(row, task_id)
+                if check is not None:
+                    found.add(check)
+            if len(rows) < ENTRIES_PAGE:
+                return sorted(found)
+            try:
+                after = int(rows[-1]["index"]) + 1
+            except (KeyError, TypeError, ValueError) as exc:
+                raise ApiError(f"GET /ledger/entries answered a row with no index: {exc}") from exc
+            if after <= start:
+                raise ApiError(f"GET /ledger/entries from {start} answered entries before it")
+            start = after
+
+    def _own_rejection(self, row: Mapping[str, Any], task_id: str) -> str | None:
+        """The check a logged row rejects, when it is this requester's own signed rejection
+        of `task_id` (else None: another's, altered, or not a rejection)."""
+        try:
+            entry = Entry.from_bytes(canonical_json({k: row[k] for k in ("event", "kid", "sig")}))
+            entry.verify()
+        except (AccordError, KeyError, TypeError, ValueError):
+            return None
+        event = entry.event
+        body = event.body
+        if event.actor != self.did or event.kind != REVIEW_GIVEN or event.subject != task_id:
+            return None
+        if body.get("task_id") != task_id or body.get("verdict") != "reject":
+            return None
+        check = body.get("check")
+        return check if isinstance(check, str) else None
 
     def cancel(self, task_id: str) -> JsonObject:
         """End a posted task whose escrow never opened, with the requester's own signed

@@ -251,10 +251,13 @@ def ledger_entries(
     start: Annotated[int, Query(alias="from", ge=0, le=MAX_INDEX)] = 0,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     kind: Annotated[str | None, Query(max_length=100)] = None,
+    subject: Annotated[str | None, Query(max_length=200)] = None,
 ) -> dict[str, Any]:
+    """The entries from index `from` on, oldest first, `limit` at most, of `kind` and about
+    `subject` when given (a task's reviews: `kind=review.given&subject=TASK`)."""
     store = context.market.ledger.store
     size = store.size()
-    found = store.find(kind=kind, limit=limit, after=start - 1)
+    found = store.find(kind=kind, subject=subject, limit=limit, after=start - 1)
     return {
         "log_id": store.log_id,
         "size": size,

@@ -498,6 +498,11 @@ def test_ledger_routes(client: TestClient, world: World) -> None:
     page = client.get("/ledger/entries", params={"from": 1, "limit": 3}).json()
     assert [e["index"] for e in page["entries"]] == [1, 2, 3]
     assert page["size"] >= 4
+    subject = page["entries"][0]["event"]["subject"]
+    every = client.get("/ledger/entries", params={"limit": 1000}).json()["entries"]
+    about = client.get("/ledger/entries", params={"subject": subject, "limit": 1000}).json()
+    assert about["entries"] == [e for e in every if e["event"]["subject"] == subject]
+    assert len(about["entries"]) < len(every)
     proof = client.get("/ledger/entries/2/proof").json()
     assert proof["index"] == 2 and proof["tree_size"] == page["size"]
     assert_problem(client.get(f"/ledger/entries/{page['size'] + 5}/proof"), 404)

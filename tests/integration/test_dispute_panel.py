@@ -1,13 +1,18 @@
-"""A dispute decided by three kit agents, each in its own process with its own keys, against a
-real service (uvicorn on 127.0.0.1) on a real anvil: the Done-when of the dispute panel.
+"""Disputes decided by kit agents, each in its own process with its own keys, against a real
+service (uvicorn on 127.0.0.1) on a real anvil: the Done-when of the dispute panel.
 
-A lone bidder (the hosted reference agent) wins at the whole budget and does the part right;
-the requester (`accord.kit.Requester`, its own did:key and Ethereum account) rejects it anyway,
-bonding the dispute's fee from its own account because the price leaves nothing for it. Three
-`accord agent run` processes sit as panelists: the service draws them with the hash of the
-block after the one the rejection names, calls each at its own `/panel`, and each does the part
-again with its own handler, commits, then reveals. The team wins, the requester's bond pays the
-three, and the audit replays the draw, the votes and the money.
+A lone bidder (the hosted reference agent) wins at the whole budget; the requester
+(`accord.kit.Requester`, its own did:key and Ethereum account) rejects a part, bonding the
+dispute's fee from its own account because the price leaves nothing for it. `accord agent run`
+processes sit as panelists: the service draws them with the hash of the block after the one the
+rejection names, calls each at its own `/panel`, and each does the part again with its own
+handler, commits, then reveals. The audit replays the draw, the votes and the money.
+
+- Right work rejected: the team wins, the requester's bond pays the panel.
+- Garbage rejected: the panel finds for the requester, the team is not paid for the part, the
+  panel is paid from the team's pay and the requester's bond comes back.
+- A drawn panelist that went away: its seat is replaced once, in rank order, and it is paid
+  nothing.
 """
 
 from __future__ import annotations
@@ -17,16 +22,20 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 from eth_account import Account
 
+import accord.coordinator.service
 from accord.api.app import create_app
 from accord.api.client import AccordClient
 from accord.api.routes.deps import ApiConfig
 from accord.coordinator.service import run_awarded_task
+from accord.identity.agents import AgentRecord
 from accord.kit import Requester, Wallet
 from accord.kit.wallet import write_key_file
 from accord.ledger.chain import make_web3
@@ -35,13 +44,15 @@ from accord.ledger.signing import Ed25519Signer, write_keyfile
 from accord.ledger.wiring import devnet_for
 from accord.market.lifecycle import run_due
 from accord.market.money import Wei
-from accord.market.panel import panel_pay
+from accord.market.panel import COMMIT_WINDOW_S, panel_pay
 from accord.market.sealed import commit_bid, reveal_bid
 from accord.market.settlement import logged_settlement
-from accord.market.work import dispute_fee
-from tests.api.test_app import PART, SALT
+from accord.market.work import ReviewCheck, dispute_fee
+from tests.api.test_app import FIGURES, PART, SALT, SUM_RIGHT
 from tests.api.test_outside_requester import fund, hex_key
+from tests.audit.conftest import World
 from tests.integration.anvil_world import anvil_settings, open_anvil_world
+from tests.market.panelists import jurors
 from tests.processes import JsonLines, stop_process
 from tests.serving import serve
 
@@ -49,6 +60,7 @@ pytestmark = pytest.mark.devnet
 
 REPO = Path(__file__).resolve().parents[2]
 BUDGET = Wei(10**16)
+FEE = dispute_fee(BUDGET)
 SPEC = {
     "title": "Add the figures",
     "budget": str(BUDGET),
@@ -56,12 +68,32 @@ SPEC = {
     "reveal": "5s",
     "parts": [PART],
 }
+TIP = {
+    "id": "tip",
+    "capability": "arithmetic",
+    "input": {**FIGURES, "figures": ["12.50", "3.25"]},
+}
+TIP_RIGHT = {**SUM_RIGHT, "id": "tip-right", "part": "tip", "within": "15.75"}
+TWO_PARTS = {
+    **SPEC,
+    "parts": [PART, TIP],
+    "checks": [
+        {"id": "sum-review", "weight": 2, "kind": "review", "part": "sum"},
+        {"id": "tip-review", "weight": 1, "kind": "review", "part": "tip"},
+        TIP_RIGHT,
+    ],
+}
+"""Two parts of one skill, each reviewed, half the weight on each: the requester rejects the
+sum and lets the tip be. The tip's `expect` can say no, so the posting is taken before any
+panelist is there."""
+REVIEWED = {**SPEC, "checks": [SUM_RIGHT, {"id": "sum-review", "kind": "review", "part": "sum"}]}
+"""One part, its sum checked and reviewed (taken before any panelist is there)."""
 
 
 @contextmanager
 def panelist(url: str, folder: Path, name: str) -> Iterator[JsonLines]:
     """`accord agent run` in its own process, its keys in `folder`, credentialed in
-    arithmetic, bidding on nothing: it only sits on panels."""
+    arithmetic, bidding on nothing: it only sits on panels (or is hired onto a team)."""
     folder.mkdir()
     signer = Ed25519Signer.generate()
     write_keyfile(folder / "key.json", signer)
@@ -84,7 +116,78 @@ def panelist(url: str, folder: Path, name: str) -> Iterator[JsonLines]:
         stop_process(process, timeout=30)
 
 
-def test_a_panel_of_three_agent_processes_decides_a_lone_bidders_dispute(tmp_path: Path) -> None:
+@dataclass
+class Disputes:
+    """A served market on anvil with the hosted bidder `ada`, a requester holding its own
+    keys, and the kit panelists started in their own processes (`jurors`, by DID)."""
+
+    world: World
+    url: str
+    rpc_url: str
+    ada: Ed25519Signer
+    bidder: AccordClient
+    requester: Requester
+    account_key: str
+    """The requester's Ethereum account key (a restarted requester connects with it)."""
+    folder: Path
+    stack: ExitStack
+    jurors: dict[str, JsonLines] = field(default_factory=dict)
+
+    def seat_jurors(self, count: int) -> None:
+        """`count` more panelist processes, run until the harness ends, each once ready
+        (registered, credentialed in arithmetic by its exam, its payout account bound)."""
+        first = len(self.jurors)
+        started = [
+            self.stack.enter_context(panelist(self.url, self.folder / f"juror{i}", f"juror{i}"))
+            for i in range(first, first + count)
+        ]
+        for lines in started:
+            self.jurors[lines.wait_for("ready")["did"]] = lines
+
+    def lone_bid(self, spec: dict[str, Any]) -> str:
+        """`spec` posted and funded by the requester, won by `ada` alone at the whole
+        budget, and worked by its team (`run_awarded_task`): the task's id."""
+        world, requester, bidder = self.world, self.requester, self.bidder
+        posted = requester.post(spec)
+        requester.deposit(posted)
+        requester.wait_until_bidding(posted, timeout=30)
+        task_id = posted.task_id
+        bidder.commit(task_id, commit_bid(self.ada, task_id, Wei(10**15), SALT).to_json())
+        world.clock.advance(5)
+        bidder.request(
+            "POST",
+            f"/tasks/{task_id}/reveals",
+            json=reveal_bid(self.ada, task_id, Wei(10**15), SALT).to_json(),
+        )
+        world.clock.advance(5)
+        run_due(world.context)
+        assert world.market.task(task_id).price == BUDGET  # a lone bidder is paid it all
+        run_awarded_task(world.context, task_id)
+        return task_id
+
+    def reject(self, task_id: str, check: str, reason: str) -> dict[str, Any]:
+        """The requester's rejection (bonding the fee), and the block its panel's seed is."""
+        given = self.requester.review(task_id, check, "reject", reason)
+        assert self.world.escrow_chain.bonded(task_id) == FEE
+        make_web3(self.rpc_url).provider.make_request("evm_mine", [])  # type: ignore[arg-type]
+        return given
+
+    def settle(self) -> dict[str, str]:
+        """One lifecycle round: each due task's outcome."""
+        return {d.due.task_id: d.outcome for d in run_due(self.world.context)}
+
+    def audit(self, task_id: str) -> dict[str, Any]:
+        anchorer = self.world.ledger.anchorer
+        assert anchorer is not None
+        anchorer.anchor_latest()
+        report: dict[str, Any] = httpx.get(f"{self.url}/tasks/{task_id}/audit", timeout=120).json()
+        return report
+
+
+@contextmanager
+def disputes(tmp_path: Path) -> Iterator[Disputes]:
+    """The harness: anvil, the world and its service, a fresh requester with a funded account;
+    the panelists are started by the test (`seat_jurors`), everything stopped after."""
     settings = anvil_settings(tmp_path / "home", find_free_port())
     try:
         world = open_anvil_world(settings)
@@ -103,52 +206,34 @@ def test_a_panel_of_three_agent_processes_decides_a_lone_bidders_dispute(tmp_pat
         )
         rpc_url = devnet_for(settings).rpc_url
         with serve(app, ws="none") as url, ExitStack() as stack:
-            # four: the hosted winner may hire one of them for its team, which then sits on
-            # no panel over its own work
-            jurors = [
-                stack.enter_context(panelist(url, tmp_path / f"juror{i}", f"juror{i}"))
-                for i in range(4)
-            ]
-            dids = sorted(lines.wait_for("ready")["did"] for lines in jurors)
-
-            me = Ed25519Signer.generate()
-            client = stack.enter_context(AccordClient(url, signer=me))
+            client = stack.enter_context(AccordClient(url, signer=Ed25519Signer.generate()))
             bidder = stack.enter_context(AccordClient(url, signer=ada))
             account = Account.create()
             fund(rpc_url, account.address)
             requester = Requester(client, Wallet.connect(hex_key(account), client.get("/chain")))
-            posted = requester.post(SPEC)
-            requester.deposit(posted)
-            requester.wait_until_bidding(posted, timeout=30)
-            task_id = posted.task_id
-            bidder.commit(task_id, commit_bid(ada, task_id, Wei(10**15), SALT).to_json())
-            world.clock.advance(5)
-            bidder.request(
-                "POST",
-                f"/tasks/{task_id}/reveals",
-                json=reveal_bid(ada, task_id, Wei(10**15), SALT).to_json(),
+            yield Disputes(
+                world, url, rpc_url, ada, bidder, requester, hex_key(account), tmp_path, stack
             )
-            world.clock.advance(5)
-            run_due(world.context)
-            task = world.market.task(task_id)
-            assert task.price == BUDGET  # a lone bidder is paid the whole budget
-            run_awarded_task(world.context, task_id)
+    finally:
+        devnet_for(settings).down()
 
-            # the reference agent's sum is right; the requester rejects it anyway, bonding
-            given = requester.review(task_id, "sum-review", "reject", "the sum is wrong")
-            fee = dispute_fee(BUDGET)
-            assert world.escrow_chain.bonded(task_id) == fee
-            make_web3(rpc_url).provider.make_request("evm_mine", [])  # type: ignore[arg-type]
-            world.clock.advance(3601)  # the review window closes: the service settles
-            done = {d.due.task_id: d.outcome for d in run_due(world.context)}
-            assert done[task_id] == "done", run_due(world.context)
-            assert requester.task(task_id)["state"] == "settled"
-            assert requester.credit() == 0  # the whole budget paid, the bond to the panel
-            anchorer = world.ledger.anchorer
-            assert anchorer is not None
-            anchorer.anchor_latest()
-            report = httpx.get(f"{url}/tasks/{task_id}/audit", timeout=120).json()
-            assert report["verdict"] == "PASS", report["steps"]
+
+def test_a_panel_of_three_agent_processes_decides_a_lone_bidders_dispute(tmp_path: Path) -> None:
+    with disputes(tmp_path) as market:
+        world, requester = market.world, market.requester
+        # four: the hosted winner may hire one of them for its team, which then sits on no
+        # panel over its own work
+        market.seat_jurors(4)
+        task_id = market.lone_bid(SPEC)
+        # the reference agent's sum is right; the requester rejects it anyway, bonding
+        given = market.reject(task_id, "sum-review", "the sum is wrong")
+        world.clock.advance(3601)  # the review window closes: the service settles
+        done = market.settle()
+        assert done[task_id] == "done", run_due(world.context)
+        assert requester.task(task_id)["state"] == "settled"
+        assert requester.credit() == 0  # the whole budget paid, the bond to the panel
+        report = market.audit(task_id)
+        assert report["verdict"] == "PASS", report["steps"]
 
         body = logged_settlement(world.market, task_id)
         assert body is not None
@@ -157,12 +242,146 @@ def test_a_panel_of_three_agent_processes_decides_a_lone_bidders_dispute(tmp_pat
         panel = review["record"]["dispute"]["panel"]
         assert review["record"]["entry"] == given["index"]
         team = set(body["producers"].values())
-        assert len(panel["seats"]) == 3 and set(panel["seats"]) <= set(dids) - team
+        assert len(panel["seats"]) == 3 and set(panel["seats"]) <= set(market.jurors) - team
         assert sorted(panel["coherent"]) == sorted(panel["seats"])
         assert all(vote == "team" for vote in panel["votes"].values())
-        shares = panel_pay(fee, panel["seats"], panel["coherent"])
+        shares = panel_pay(FEE, panel["seats"], panel["coherent"])
         assert body["panel_payouts"] == {did: str(w) for did, w in sorted(shares.items())}
         for did, wei in shares.items():  # each juror bound its own payout account
             assert world.escrow_chain.credit(body["payees"][did]) == wei
-    finally:
-        devnet_for(settings).down()
+
+
+class _SumAnsweredWrong:
+    """The hosted agent's adapter, except that the part `sum` is answered wrong in the right
+    shape."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    def run(self, task: Any) -> Any:
+        answer = self.inner.run(task)
+        if task.item.get("item_id", task.sub_id) != "sum":
+            return answer
+        return {key: "0" for key in answer} if isinstance(answer, dict) else "1"
+
+
+def test_a_requester_who_rejects_garbage_wins_and_the_team_is_not_paid_for_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The team delivers a wrong sum; the requester rejects it, bonding the fee. The panelists
+    each do the sum again, find it wrong and vote for the requester: the sum's review fails,
+    the team is paid the tip's half alone, less the panel's pay (the loser's stake), and the
+    requester gets the sum's half and its whole bond back. The audit replays it."""
+    real = accord.coordinator.service.adapter_for
+
+    def adapter_for(record: AgentRecord, timeout: float, **options: Any) -> Any:
+        return _SumAnsweredWrong(real(record, timeout, **options))
+
+    with disputes(tmp_path) as market:
+        world, requester = market.world, market.requester
+        monkeypatch.setattr(accord.coordinator.service, "adapter_for", adapter_for)
+        task_id = market.lone_bid(TWO_PARTS)
+        monkeypatch.undo()
+        # the panelists come after the team was formed: the winner did both parts itself
+        market.seat_jurors(3)
+        [delivered] = [p for p in requester.deliverable(task_id)["parts"] if p["part"] == "sum"]
+        assert delivered["output"] != "163.69", delivered
+        given = market.reject(task_id, "sum-review", "the figures add up to 163.69")
+        world.clock.advance(3601)  # the review window closes (the tip's review is silent)
+        done = market.settle()
+        assert done[task_id] == "done", run_due(world.context)
+        assert requester.task(task_id)["state"] == "settled"
+        # the unpaid half of the budget, and the whole bond: the team's pay paid the panel
+        assert requester.credit() == BUDGET // 2 + FEE
+        report = market.audit(task_id)
+        assert report["verdict"] == "PASS", report["steps"]
+
+        body = logged_settlement(world.market, task_id)
+        assert body is not None
+        results = {c["id"]: c for c in body["checks"]}
+        assert results["sum-review"]["passed"] is False and results["tip-review"]["passed"] is True
+        dispute = results["sum-review"]["record"]["dispute"]
+        assert dispute["winner"] == "requester"
+        assert results["sum-review"]["record"]["entry"] == given["index"]
+        panel = dispute["panel"]
+        team = set(body["producers"].values())
+        assert len(panel["seats"]) == 3 and set(panel["seats"]) <= set(market.jurors) - team
+        assert all(vote == "requester" for vote in panel["votes"].values())
+        assert sorted(panel["coherent"]) == sorted(panel["seats"])
+        assert body["paid_share"] == "1/2"  # the tip's checks alone are paid for
+        # the team: the tip's half of the price, less the panel's fee (from the loser's stake)
+        assert int(body["amount"]) == BUDGET // 2 - FEE
+        assert sum(int(w) for w in body["payouts"].values()) == BUDGET // 2 - FEE
+        shares = panel_pay(FEE, panel["seats"], panel["coherent"])
+        assert body["panel_payouts"] == {did: str(w) for did, w in sorted(shares.items())}
+        for did, wei in shares.items():
+            assert world.escrow_chain.credit(body["payees"][did]) == wei
+
+
+def test_a_panelist_that_does_not_answer_is_replaced_once_and_paid_nothing(
+    tmp_path: Path,
+) -> None:
+    """The first drawn panelist's process has stopped before the service calls it: the other
+    two commit, the commit window closes (the market's clock is moved past it), the seat goes
+    to the first reserve in rank order, which commits and votes; the silent panelist is paid
+    nothing, the three who sat at the end share the requester's bond. The audit replays the
+    replacement."""
+    with disputes(tmp_path) as market:
+        world, requester = market.world, market.requester
+        task_id = market.lone_bid(REVIEWED)
+        market.seat_jurors(4)  # after the team was formed: three sit, one is the reserve
+        market.reject(task_id, "sum-review", "the sum is wrong")
+        world.clock.advance(3601)
+        task = world.market.task(task_id)
+        [check] = [c for c in task.spec.requester_checks if c.check_id == "sum-review"]
+        assert isinstance(check, ReviewCheck)
+        # the draw is the rule's, logged once: whoever draws it first, the settlement reads it
+        drawn = world.market.panels.draw(task, check).panel
+        gone, reserve = drawn.seats[0], drawn.reserves[0]
+        stop_process(market.jurors[gone].process)
+
+        assert market.settle()[task_id] == "waits"  # two committed, one seat silent
+        world.clock.advance(COMMIT_WINDOW_S)  # the commit window closes
+        assert market.settle()[task_id] == "waits"  # the silent seat is replaced
+        done = market.settle()  # the reserve commits, all three reveal
+        assert done[task_id] == "done", run_due(world.context)
+        assert requester.credit() == 0
+        report = market.audit(task_id)
+        assert report["verdict"] == "PASS", report["steps"]
+
+        body = logged_settlement(world.market, task_id)
+        assert body is not None
+        [review] = [c for c in body["checks"] if c["id"] == "sum-review"]
+        assert review["passed"] is True, review
+        panel = review["record"]["dispute"]["panel"]
+        assert panel["replaced"] == {gone: reserve}
+        assert panel["seats"] == [reserve, *drawn.seats[1:]]
+        assert gone not in panel["votes"] and sorted(panel["coherent"]) == sorted(panel["seats"])
+        shares = panel_pay(FEE, panel["seats"], panel["coherent"])
+        assert gone not in shares and reserve in shares and sum(shares.values()) == FEE
+        assert body["panel_payouts"] == {did: str(w) for did, w in sorted(shares.items())}
+
+
+def test_a_restarted_requester_bonds_for_the_rejections_the_log_holds(tmp_path: Path) -> None:
+    """The requester rejects the sum, bonding one fee, and stops; started again with the same
+    keys (nothing in memory), it reads its rejections back from the log (its own signed
+    entries only) and bonds the second fee before it rejects the tip, which the service
+    takes. Another requester's reading counts none of them."""
+    with disputes(tmp_path) as market:
+        world, requester = market.world, market.requester
+        task_id = market.lone_bid(TWO_PARTS)
+        jurors(world, 3)  # a panel can be drawn: the rejections are taken
+        market.reject(task_id, "sum-review", "the sum is wrong")
+        assert requester.rejections(task_id) == ["sum-review"]
+
+        chain = requester.client.get("/chain")
+        with AccordClient(market.url, signer=requester.client.signer) as client:
+            restarted = Requester(client, Wallet.connect(market.account_key, chain))
+            assert restarted.rejections(task_id) == ["sum-review"]
+            given = restarted.review(task_id, "tip-review", "reject", "the tip is wrong")
+        assert given["verdict"] == "reject"
+        assert world.escrow_chain.bonded(task_id) == 2 * FEE
+        assert requester.rejections(task_id) == ["sum-review", "tip-review"]
+        with AccordClient(market.url, signer=Ed25519Signer.generate()) as client:
+            other = Requester(client, Wallet.connect(market.account_key, chain))
+            assert other.rejections(task_id) == []

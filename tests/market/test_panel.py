@@ -262,3 +262,46 @@ def test_the_panels_log_folds_by_its_windows() -> None:
     assert folded is not None and folded.decided(T0 + 15 * minute)
     decided = folded.tally()
     assert decided.winner == "requester" and decided.coherent == (judge, successor)
+
+
+def test_a_replacement_counts_only_after_the_commit_window_and_takes_every_silent_seat() -> None:
+    """The operator cannot swap out a panelist who still had time to commit (a replacement
+    logged inside the window is not taken), nor keep a silent one (a replacement naming one
+    silent seat replaces both), nor move the windows when no seat was silent."""
+    pool = [_did(str(i)) for i in range(6)]
+    panel = draw(pool, panel_seed(BLOCK, "t", "c"))
+    a, b, c = panel.seats
+    minute = timedelta(minutes=1)
+
+    def at(kind: str, actor: str, when: timedelta, body: dict) -> Event:
+        return _event(kind, actor, T0 + when, {"check": "c", **body}, subject="t")
+
+    drawn = at(PANEL_DRAWN, OPERATOR, timedelta(0), {"check": "c", **panel.to_json()})
+    committed = at(PANEL_COMMITTED, a, minute, {"commitment": "x" * 64})
+    early = at(PANEL_REPLACED, OPERATOR, 2 * minute, {"replaced": {b: panel.reserves[0]}})
+    folded = panel_log(list(enumerate([drawn, committed, early])), operator=OPERATOR, check_id="c")
+    assert folded is not None
+    assert folded.panel.seats == (a, b, c) and folded.replaced_at is None
+    # b could still commit: it did, inside the window, and counts
+    late_b = at(PANEL_COMMITTED, b, 3 * minute, {"commitment": "y" * 64})
+    folded = panel_log(
+        list(enumerate([drawn, committed, early, late_b])), operator=OPERATOR, check_id="c"
+    )
+    assert folded is not None and set(folded.commitments) == {a, b}
+
+    named_one = at(PANEL_REPLACED, OPERATOR, 10 * minute, {"replaced": {b: panel.reserves[0]}})
+    folded = panel_log(
+        list(enumerate([drawn, committed, named_one])), operator=OPERATOR, check_id="c"
+    )
+    assert folded is not None
+    assert folded.panel.seats == (a, *panel.reserves[:2])
+    assert folded.panel.replaced == {b: panel.reserves[0], c: panel.reserves[1]}
+
+    everyone = [
+        drawn,
+        *(at(PANEL_COMMITTED, s, minute, {"commitment": "x" * 64}) for s in (a, b, c)),
+    ]
+    extended = at(PANEL_REPLACED, OPERATOR, 30 * minute, {"replaced": {}})
+    folded = panel_log(list(enumerate([*everyone, extended])), operator=OPERATOR, check_id="c")
+    assert folded is not None and folded.replaced_at is None
+    assert folded.reveal_ends == T0 + 20 * minute
