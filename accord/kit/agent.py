@@ -37,8 +37,14 @@ from accord.identity.challenges import JSON, JSONObject, validate_output
 from accord.identity.errors import ExamError
 from accord.identity.payout import bind_payout_address
 from accord.identity.presentations import create_presentation
-from accord.identity.runtimes import AgentRuntime, AgentRuntimeError
-from accord.kit.assignments import Assignment, assignments_to, part_item
+from accord.identity.runtimes import INPUTS_KEY, AgentRuntime, AgentRuntimeError
+from accord.kit.assignments import (
+    Assignment,
+    assignments_to,
+    opened_inputs,
+    part_item,
+    reported_outputs,
+)
 from accord.kit.leader import SEQ_RETRIES, lead, task_from_json
 from accord.kit.practice import preflight
 from accord.kit.server import KitServer, Refused
@@ -49,6 +55,7 @@ from accord.ledger.signing import Ed25519Signer, read_keyfile, write_keyfile
 from accord.market.checks import CheckResult
 from accord.market.money import Wei
 from accord.market.sealed import commit_bid, reveal_bid
+from accord.market.work import part_refs
 
 log = logging.getLogger("accord.kit")
 CREDIT_EVERY = 5.0
@@ -285,7 +292,7 @@ class KitAgent:
                     shown = self.client.get(f"/conversations/{_segment(str(listed['conv_id']))}")
                     for work in assignments_to(self.did, shown):
                         if (work.part, work.capability) == (part, capability):
-                            given = self._part_item(task_id, part)
+                            given = self._part_item(task_id, part, item)
                             self._telling.given(work)
                             return work, given
         except ApiError as exc:
@@ -325,15 +332,25 @@ class KitAgent:
         with self._lock:
             self._answered.add(key)
 
-    def _part_item(self, task_id: str, part: str) -> JSONObject:
-        """The item for `part` of `task_id`, its files' text read from the service."""
+    def _part_item(self, task_id: str, part: str, sent: JSONObject) -> JSONObject:
+        """The item for `part` of `task_id`, its files' text read from the service, and the
+        outputs of the parts its input is made of taken from the item `sent` only where each
+        is the one its producer reported (`opened_inputs`)."""
         spec = task_from_json(self.client.task(task_id)).spec
         files = {
             sha: self.client.request_text(f"/tasks/{_segment(task_id)}/files/{sha}")
             for sha in spec.files
         }
         try:
-            return part_item(spec, part, files)
+            named = [r for p in spec.parts if p.part_id == part for r in part_refs(p.input)]
+            outputs = {}
+            if named:
+                shown = [
+                    self.client.get(f"/conversations/{_segment(str(listed['conv_id']))}")
+                    for listed in self.client.get("/conversations", {"task": task_id})
+                ]
+                outputs = opened_inputs(named, sent.get(INPUTS_KEY), reported_outputs(shown))
+            return part_item(spec, part, files, outputs)
         except (AccordError, KeyError, StopIteration) as exc:
             raise Refused(409, f"part {part} of {task_id} cannot be given: {exc}") from exc
 
