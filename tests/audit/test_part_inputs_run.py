@@ -13,7 +13,7 @@ from accord.audit.checks import audit_task
 from accord.coordinator.conversation import CONVERSATION_MESSAGE
 from accord.coordinator.service import run_awarded_task
 from accord.ledger.events import Entry
-from accord.market.settlement import logged_settlement, settle_task
+from accord.market.settlement import logged_settlement, part_inputs, settle_task
 from accord.market.tasks import spec_from_request
 from tests.audit.conftest import REQUESTER_KEY, onboard_agents, open_world, sealed_auction
 from tests.market.test_part_inputs import vat_request
@@ -49,6 +49,11 @@ def test_net_then_vat_on_it_is_one_task_run_in_order_settled_and_audited(tmp_pat
         )
     ]
     assert assigned_vat and min(assigned_vat) > reported, (reported, assigned_vat)
+
+    # A panel on `vat` is given vat's input as it was made: net's delivered output in place.
+    task = world.market.task(world.task_id)
+    given = part_inputs(world.market, task, ["vat"])
+    assert given["vat"]["input"]["figures"] == ["163.69", "0.2"], given
 
     settle_task(world.market, world.onboarding, world.task_id)
     body = logged_settlement(world.market, world.task_id)
