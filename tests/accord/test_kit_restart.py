@@ -18,11 +18,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from eth_account import Account
 from typer.testing import CliRunner
 
 from accord.api.cli import app as cli_app
+from accord.api.client import AccordClient
 from accord.identity.challenges import JSON, JSONObject
 from accord.identity.runtimes import AgentRuntimeError, ReferenceRuntime
+from accord.kit.agent import KitAgent
 from accord.kit.practice import PreflightError, practise, preflight
 from accord.ledger.devnet import find_free_port
 from accord.ledger.events import Entry
@@ -206,3 +209,38 @@ def test_skill_try_prints_the_score_and_the_wrong_items() -> None:
     assert "0/2 over 2 items" in failing.output and "JSON object" in failing.output
     unknown = CliRunner().invoke(cli_app, ["skill", "try", "juggling"])
     assert unknown.exit_code == 2 and "unknown capability" in unknown.output
+
+
+class Zero:
+    """A handler that answers "0" to everything: wrong, but an answer."""
+
+    def answer(self, item: JSONObject) -> JSON:
+        return "0"
+
+
+def test_the_credential_line_gives_the_score_and_why_each_item_was_wrong(
+    world: dict[str, Any],
+) -> None:
+    said: list[tuple[str, dict[str, Any]]] = []
+    signer = Ed25519Signer.generate()
+    agent = KitAgent(
+        AccordClient(world["url"], signer=signer),
+        signer,
+        Account.create(),
+        Zero(),
+        name="zed",
+        capabilities=["arithmetic"],
+        exam_items=4,
+        say=lambda event, **fields: said.append((event, fields)),
+    )
+    try:
+        agent.join(agent.start())
+    finally:
+        agent.stop()
+    [line] = [fields for event, fields in said if event == "credential"]
+    assert line["examined"] is True and line["passed"] is False
+    assert line["credential_id"] is None and line["valid_until"] is None
+    assert line["score"] == {"earned": 0, "possible": 4}
+    assert len(line["wrong"]) == 4 and all(w["reason"] for w in line["wrong"]), line
+    graded = logged(world, "exam.graded", signer.did)[0]["grades"]
+    assert [w["reason"] for w in line["wrong"]] == [g["reason"] for g in graded]
