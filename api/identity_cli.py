@@ -354,6 +354,13 @@ def agent_run(
     items: Annotated[
         int | None, typer.Option(min=1, max=1000, help="Items per exam (default: per capability).")
     ] = None,
+    reexam: Annotated[
+        bool,
+        typer.Option(
+            help="Sit each exam again, though it holds a valid credential (default: a "
+            "capability it holds one for is not examined again)."
+        ),
+    ] = False,
     poll: Annotated[float, typer.Option(min=0.05, help="Seconds between looks at the market.")] = (
         1.0
     ),
@@ -392,10 +399,10 @@ def agent_run(
         ),
     ] = True,
 ) -> None:
-    """Run a self-custody agent: its keys stay in KEY's files; it registers, sits its exams,
-    binds its payout account, then bids, leads the teams of the tasks it wins and sits on the
-    dispute panels it is drawn for, until it is stopped (SIGTERM or Ctrl-C, exit 0). One JSON
-    line on stdout per step."""
+    """Run a self-custody agent: its keys stay in KEY's files; it registers, sits an exam in
+    each capability it holds no valid credential for, binds its payout account, then bids,
+    leads the teams of the tasks it wins and sits on the dispute panels it is drawn for, until
+    it is stopped (SIGTERM or Ctrl-C, exit 0). One JSON line on stdout per step."""
     import signal
     import threading
 
@@ -405,6 +412,7 @@ def agent_run(
     from accord.kit.agent import KitAgent, fixed_price, load_eth_key, load_key
     from accord.kit.handlers import HandlerError, handler_from_spec
     from accord.kit.panel import attach_panel
+    from accord.kit.practice import PreflightError
     from accord.kit.wallet import Wallet, WalletError, read_key_file
     from accord.market.errors import AmountError
     from accord.market.money import parse_amount
@@ -452,6 +460,7 @@ def agent_run(
         policy=leading,
         allow_private=allow_private,
         exam_items=items,
+        reexam=reexam,
         wallet=wallet,
         say=line,
     )
@@ -478,6 +487,10 @@ def agent_run(
                 "(--allow-private is for the team members this agent calls)"
             )
         fail(message, code=2 if exc.status is not None and 400 <= exc.status < 500 else 1)
+    except PreflightError as exc:
+        agent.stop()
+        line("preflight-failed", capability=exc.capability, reason=exc.reason[:300])
+        fail(str(exc))
     except OSError as exc:
         agent.stop()
         fail(f"cannot listen on {host}:{port}: {exc}")

@@ -45,10 +45,11 @@ from accord.coordinator.conversation import (
 )
 from accord.coordinator.errors import AgentFailure, CoordinatorError
 from accord.coordinator.policy import MAX_ATTEMPTS, Member, Policy, TeamView, base_id
-from accord.coordinator.team import form_team, helpers_for, plan_work
+from accord.coordinator.team import form_team, helpers_for, part_task, plan_work
 from accord.coordinator.work import AgentAdapter, SubTask, parts_of, split_batch
 from accord.identity.challenges import validate_output, work_item
 from accord.identity.errors import ExamError
+from accord.identity.runtimes import INPUTS_KEY
 from accord.ledger.canonical import JSONValue
 from accord.ledger.errors import AccordError, LedgerError
 from accord.ledger.events import Entry, parse_time
@@ -56,6 +57,7 @@ from accord.ledger.sealing import Sealed, seal
 from accord.ledger.signing import Signer
 from accord.market.errors import MarketError
 from accord.market.precheck import Precheck
+from accord.market.work import part_refs, resolve_parts
 
 NO_SHOW_POLL_S = 1.0
 """How often (real seconds) a leader waiting to declare a no-show looks at its clock."""
@@ -125,6 +127,10 @@ class SealedOutputs:
             return self._by_commitment.get(commitment)
 
 
+Parts = Sequence[tuple[str, str, Mapping[str, Any]]]
+"""The requester's parts as a run takes them: (part id, capability, input as posted)."""
+
+
 class TeamRunner:
     """Runs conversations for tasks over one ledger.
 
@@ -183,6 +189,10 @@ class TeamRunner:
         self.observer = observer
         self._busy: set[str] = set()
         self.conversations: list[Conversation] = []
+        self._made: dict[str, Sealed] = {}
+        """Each part whose output a logged report names, and that output: what the parts made
+        of it are given (`{"$part": id}` in their input)."""
+        self._made_lock = threading.Lock()
 
     def run_task(
         self,
@@ -199,8 +209,11 @@ class TeamRunner:
         self.plan = {}
         capabilities = list(dict.fromkeys(capability for _, capability, _ in parts))
         team = form_team(leader, capabilities, need or title, self.directory)
-        work = plan_work(parts)
-        return self.run_conversation(task_id, leader, team, work, title=title, need=need)
+        # A part made of other parts' outputs waits until they are reported (`_Run._release`).
+        ready = [p for p in parts if not part_refs(p[2])]
+        work = plan_work(ready)
+        held = [p for p in parts if part_refs(p[2])]
+        return self.run_conversation(task_id, leader, team, work, title=title, need=need, held=held)
 
     def run_conversation(
         self,
@@ -213,7 +226,11 @@ class TeamRunner:
         need: str,
         parent: str | None = None,
         depth: int = 0,
+        held: Parts = (),
     ) -> Conversation:
+        """Run one conversation of `team` over `work` to its end; `held` are parts made of
+        other parts' outputs, given out once those are reported (or never, when one of them
+        is never made)."""
         conversation = open_conversation(
             f"conv-{uuid.uuid4().hex[:12]}",
             task_id,
@@ -231,7 +248,7 @@ class TeamRunner:
             subject=conversation.conv_id,
             body={**_opened_body(conversation), "title": title},
         )
-        run = _Run(self, conversation, tuple(team), list(work), title, need)
+        run = _Run(self, conversation, tuple(team), list(work), title, need, list(held))
         try:
             return run.to_the_end()
         finally:
@@ -330,11 +347,31 @@ class TeamRunner:
 
     def _work_task(self, task: SubTask) -> SubTask:
         """What the member is given for a part: the capability's instruction for the input,
-        with the input's files resolved to their text (the exam-item shape every runtime
-        answers). Raises ExamError for an input the capability refuses."""
+        with the input's files resolved to their text and the outputs of the parts it is made
+        of in place of their `{"$part": id}` (the exam-item shape every runtime answers); those
+        outputs go along sealed (`INPUTS_KEY`), for a member to check them against their
+        producers' reports. Raises ExamError for an input the capability refuses, WorkError
+        for one made of a part not reported yet."""
         payload = self.resolve_files(task.item.get("payload", {}))
+        named = part_refs(payload)
+        with self._made_lock:
+            made = {p: self._made[p] for p in named if p in self._made}
+        payload = resolve_parts(payload, {p: sealed.value for p, sealed in made.items()})
         item = work_item(task.capability, str(task.item["item_id"]), dict(payload))
-        return SubTask(task.sub_id, task.capability, item.prompt, item.for_agent())
+        given = item.for_agent()
+        if named:
+            given[INPUTS_KEY] = {p: {"salt": s.salt, "value": s.value} for p, s in made.items()}
+        return SubTask(task.sub_id, task.capability, item.prompt, given)
+
+    def reported(self, contributions: Sequence[Contribution]) -> set[str]:
+        """Remember the outputs of a report's `contributions` (the first report of a part
+        counts); returns every part made so far."""
+        with self._made_lock:
+            for contribution in contributions:
+                sealed = self.sealed.get(contribution.output_sha256)
+                if sealed is not None:
+                    self._made.setdefault(contribution.part, sealed)
+            return set(self._made)
 
     def say(self, conversation: Conversation, message: Message) -> Conversation:
         """Check the move (at the clock's time, when there is a clock), log it signed by its
@@ -368,11 +405,14 @@ class _Run:
         work: list[SubTask],
         title: str,
         need: str,
+        held: list[tuple[str, str, Mapping[str, Any]]],
     ) -> None:
         self.runner = runner
         self.conversation = conversation
         self.team = team
         self.unassigned = work
+        self.held = held
+        """Parts made of other parts' outputs that are not reported yet."""
         self.title = title
         self.need = need
         self.outstanding: dict[str, _Assignment] = {}
@@ -464,10 +504,19 @@ class _Run:
             return
         del self.outstanding[sub_id]
         self._rest(assignment, {c.part for c in result.contributions})
+        self._release(self.runner.reported(result.contributions))
         state, speaker = self._after(excluding=sub_id)
         self.conversation = self.runner.say(
             self.conversation, Report(assignment.assignee, result, state, speaker)
         )
+
+    def _release(self, made: set[str]) -> None:
+        """Give out the held parts whose inputs' parts are all `made`, each a sub-task of its
+        own, in the order the requester listed them."""
+        ready = [p for p in self.held if set(part_refs(p[2])) <= made]
+        if ready:
+            self.held = [p for p in self.held if p not in ready]
+            self.unassigned.extend(part_task(*p) for p in ready)
 
     def _rest(self, assignment: _Assignment, done: set[str]) -> None:
         """A batch delivered in part (its sub-team dropped some parts): the parts not done go

@@ -79,6 +79,11 @@ DEFAULT_MODEL_TIMEOUT = DEFAULT_TIMEOUT
 MAX_ANSWER_BYTES = 1 << 20
 RUN_PATH = "/run"
 ITEM_KEYS = ("item_id", "capability", "prompt", "payload")
+INPUTS_KEY = "inputs_from"
+"""An item of a part whose input is made of other parts' outputs carries, under this key, each
+such output as sealed (`{part: {"salt", "value"}}`, `accord.ledger.sealing`): the payload
+already holds the values; an agent that keeps its own key checks them against the commitments
+their producers reported before it answers (`accord.kit.agent`)."""
 
 AnswerValidator = Callable[[str, JSON], None]
 """`validate(capability, answer)`: returns when the answer is usable, raises when it is not
@@ -132,8 +137,12 @@ def check_timeout(timeout: float) -> float:
 
 
 def agent_view(item: Mapping[str, JSON]) -> JSONObject:
-    """Exactly what an agent sees of an item: its item_id, capability, prompt and payload."""
-    return {key: item.get(key) for key in ITEM_KEYS}
+    """Exactly what an agent sees of an item: its item_id, capability, prompt and payload, and
+    for a part made of other parts' outputs the openings of those outputs (`INPUTS_KEY`)."""
+    view = {key: item.get(key) for key in ITEM_KEYS}
+    if INPUTS_KEY in item:
+        view[INPUTS_KEY] = item[INPUTS_KEY]
+    return view
 
 
 def exam_item(item: Mapping[str, JSON]) -> ExamItem:

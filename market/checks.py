@@ -55,6 +55,7 @@ from accord.market.work import (
     SchemaCheck,
     exact_number,
     parse_path,
+    upstream,
     value_at,
 )
 
@@ -96,6 +97,18 @@ class Delivered:
     def sealed(self, check: Check) -> bool:
         """Whether `check` reads a part whose output this reader cannot open."""
         return any(self.outputs.get(p) is SEALED for p in check.reads)
+
+    @cached_property
+    def made_from(self) -> Mapping[str, frozenset[str]]:
+        """Each part's upstream: the parts its input is made of, directly or not
+        (`accord.market.work.upstream`)."""
+        return upstream(self.parts)
+
+    def with_inputs(self, reads: Sequence[str]) -> tuple[str, ...]:
+        """`reads` and every part their outputs are made from: what a check on them depends
+        on. A check on `vat`, whose input is `net`'s output, depends on `net` too."""
+        feeding = sorted({p for r in reads for p in self.made_from.get(r, ())} - set(reads))
+        return (*reads, *feeding)
 
 
 @dataclass(frozen=True)
@@ -179,7 +192,8 @@ class CheckEnvironment(Protocol):
 
 
 def _missing(check: Check, delivered: Delivered) -> list[str]:
-    return [p for p in check.reads if p not in delivered.outputs]
+    """The parts `check` reads, or that what it reads is made from, not delivered."""
+    return [p for p in delivered.with_inputs(check.reads) if p not in delivered.outputs]
 
 
 def expect(check: ExpectCheck, output: Any) -> CheckResult:
@@ -446,7 +460,9 @@ def evaluate_all(
 class Valuation:
     """v(S) from check results, over the delivered parts: a coalition S is a set of part ids
     (the plan `_plan` and the assembly `_assembly` are parts too), and v(S) is the sum of the
-    shares of the passed checks that read only parts in S.
+    shares of the passed checks that read only parts in S. A check reads, besides the parts it
+    names, every part their inputs are made of (`Delivered.with_inputs`): a check on `vat`,
+    whose input is `net`'s output, counts for S only if S made `net` too.
 
     The players of the Shapley game are the parts, never the agents: each producer is paid
     the sum of its parts' values (`by_producer`), so one agent holding parts under one DID
@@ -522,7 +538,7 @@ def valuation(
     """Pure: the valuation of a delivery whose checks gave `results`."""
     return Valuation(
         shares=dict(shares),
-        reads={c.check_id: c.reads for c in checks},
+        reads={c.check_id: delivered.with_inputs(c.reads) for c in checks},
         passed={c.check_id: results[c.check_id].passed for c in checks},
         producers=dict(delivered.producers),
     )

@@ -35,7 +35,7 @@ from fractions import Fraction
 from typing import Any
 
 from accord.market.tasks import Task
-from accord.market.work import ReviewCheck
+from accord.market.work import ReviewCheck, upstream
 
 
 def paid_parts(
@@ -66,10 +66,12 @@ def paid_parts(
         return frozenset()
     passed: set[str] = set()
     failed: set[str] = set()
+    made_from = upstream(task.spec.parts)  # a check on `vat` reads the `net` it is made of
     for check in task.spec.requester_checks:
         if check.check_id not in verdicts:
             continue
-        (passed if verdicts[check.check_id] else failed).update(check.reads)
+        read = {*check.reads, *(p for r in check.reads for p in made_from.get(r, ()))}
+        (passed if verdicts[check.check_id] else failed).update(read)
     every = {p.part_id for p in task.spec.parts}
     if part_values is not None:
         # Paid per part: a part is paid for by the requester's checks that read it and

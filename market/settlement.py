@@ -82,7 +82,9 @@ from accord.market.work import (
     check_shares,
     file_refs,
     paid_share,
+    part_refs,
     resolve_files,
+    resolve_parts,
 )
 
 #: How long a settle that lost the race waits for the winner's payment to be mined.
@@ -332,17 +334,25 @@ def service_check_environment(
 
 
 def part_inputs(market: Market, task: Task, reads: Collection[str]) -> dict[str, Any]:
-    """The capability and input (its files' text in place) of each part in `reads`: what a
-    panelist is given beside the outputs. Raises TaskError, BlobError for a missing file."""
+    """The capability and input (its files' text in place, and the delivered outputs of the
+    parts it is made of in place of their `{"$part": id}`) of each part in `reads`: what a
+    panelist is given beside the outputs. Raises TaskError, BlobError for a missing file,
+    SettlementError for a delivered output the service cannot open."""
     found: dict[str, Any] = {}
+    made: Mapping[str, Any] | None = None
     for part in task.spec.parts:
         if part.part_id not in reads:
             continue
         texts = {sha: market.file_text(task, sha) for sha in file_refs(part.input)}
-        found[part.part_id] = {
-            "capability": part.capability,
-            "input": resolve_files(part.input, texts),
-        }
+        given = resolve_files(part.input, texts)
+        if part_refs(given):
+            if made is None:
+                body = delivery_body(market, task.task_id)
+                made = delivered_work(
+                    task, body, opener(market.sealed_bytes, required=True)
+                ).outputs
+            given = resolve_parts(given, made)
+        found[part.part_id] = {"capability": part.capability, "input": given}
     return found
 
 

@@ -39,6 +39,7 @@ from accord.market.work import (
     parse_check,
     parse_checks,
     parse_parts,
+    part_dependencies,
     rubric,
 )
 
@@ -194,6 +195,7 @@ class TaskSpec:
                         f"part {part.part_id!r} names a file not stored with the task",
                         path=f"$.parts[{k}].input",
                     )
+        part_dependencies(self.parts)  # a part made of a missing part, or a cycle: refused
 
     @property
     def capabilities(self) -> tuple[str, ...]:

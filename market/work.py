@@ -80,6 +80,8 @@ MAX_SPEC_PYTHON_CPU_SECONDS = 30
 an interpreter start per check, on the requester's code; so does each audit."""
 MAX_PYTHON_MEMORY_MIB = 1024
 FILE_KEY = "$file"
+PART_KEY = "$part"
+"""`{"$part": "net"}` in a part's input stands for part `net`'s output."""
 MAX_FILE_BYTES = 1 << 20
 """A task's input file is at most 1 MiB."""
 MAX_EXPONENT = 1_000
@@ -380,6 +382,130 @@ def resolve_files(value: Any, text_of: Mapping[str, str]) -> Any:
     return value
 
 
+def part_refs(value: Any) -> list[str]:
+    """The part ids of every `{"$part": id}` reference inside an input, in order (a part's
+    input may be made of another part's output)."""
+    found: list[str] = []
+    if isinstance(value, Mapping):
+        if set(value) == {PART_KEY}:
+            return [value[PART_KEY]] if isinstance(value[PART_KEY], str) else []
+        for item in value.values():
+            found += part_refs(item)
+    elif isinstance(value, list):
+        for item in value:
+            found += part_refs(item)
+    return found
+
+
+def resolve_parts(value: Any, output_of: Mapping[str, Any]) -> Any:
+    """`value` with every `{"$part": id}` replaced by that part's output.
+
+    Raises WorkError for a reference to a part whose output is not in `output_of`.
+    """
+    if isinstance(value, Mapping):
+        if set(value) == {PART_KEY}:
+            part_id = value[PART_KEY]
+            if not isinstance(part_id, str) or part_id not in output_of:
+                raise WorkError(f"the input is made of part {part_id!r}, which is not done yet")
+            return output_of[part_id]
+        return {k: resolve_parts(v, output_of) for k, v in value.items()}
+    if isinstance(value, list):
+        return [resolve_parts(item, output_of) for item in value]
+    return value
+
+
+def part_dependencies(parts: Sequence[Part]) -> dict[str, tuple[str, ...]]:
+    """Pure: for each part, the parts its input is made of (`{"$part": id}`), each once, in the
+    order the input names them.
+
+    Raises WorkError (its path the part's input) for a reference that is not a part id, a part
+    the spec does not hold or the part itself, and for a cycle (the message names it).
+    """
+    ids = {p.part_id for p in parts}
+    needs: dict[str, tuple[str, ...]] = {}
+    for k, part in enumerate(parts):
+        path = f"$.parts[{k}].input"
+        named = _named_parts(part.input, path)
+        for other in named:
+            if other == part.part_id:
+                raise _at(path, f"part {other!r} cannot be made of its own output")
+            if other not in ids:
+                known = ", ".join(sorted(ids - {part.part_id})) or "none"
+                raise _at(path, f"names no part {other!r} (the other parts: {known})")
+        needs[part.part_id] = tuple(dict.fromkeys(named))
+    _refuse_cycles(parts, needs)
+    return needs
+
+
+def _named_parts(value: Any, path: str) -> list[str]:
+    """`part_refs`, refusing a reference that is not a part id."""
+    if isinstance(value, Mapping):
+        if PART_KEY in value:
+            if set(value) != {PART_KEY}:
+                raise _at(path, f'a part reference is {{"{PART_KEY}": "<part id>"}} alone')
+            return [_identifier(value[PART_KEY], f"{path}.{PART_KEY}", "part")]
+        return [p for key, item in value.items() for p in _named_parts(item, f"{path}.{key}")]
+    if isinstance(value, list):
+        return [p for k, item in enumerate(value) for p in _named_parts(item, f"{path}[{k}]")]
+    return []
+
+
+def _refuse_cycles(parts: Sequence[Part], needs: Mapping[str, tuple[str, ...]]) -> None:
+    """Raises WorkError naming the first cycle of `needs` (a depth-first walk in spec order)."""
+    done: set[str] = set()
+    for k, part in enumerate(parts):
+        trail: list[str] = []
+        stack = [(part.part_id, iter(needs[part.part_id]))]
+        if part.part_id in done:
+            continue
+        trail.append(part.part_id)
+        while stack:
+            current, rest = stack[-1]
+            following = next(rest, None)
+            if following is None:
+                stack.pop()
+                trail.pop()
+                done.add(current)
+                continue
+            if following in trail:
+                cycle = [*trail[trail.index(following) :], following]
+                raise _at(
+                    f"$.parts[{k}].input",
+                    f"the parts feed one another in a cycle ({' -> '.join(cycle)}): "
+                    "no order can make them",
+                )
+            if following not in done:
+                trail.append(following)
+                stack.append((following, iter(needs[following])))
+
+
+def dependency_order(parts: Sequence[Part]) -> tuple[str, ...]:
+    """Pure: every part id, each after the parts its input is made of, otherwise in spec
+    order. Raises WorkError as `part_dependencies` does."""
+    needs = part_dependencies(parts)
+    ordered: list[str] = []
+    placed: set[str] = set()
+    while len(ordered) < len(parts):
+        ready = next(
+            p.part_id for p in parts if p.part_id not in placed and set(needs[p.part_id]) <= placed
+        )
+        ordered.append(ready)
+        placed.add(ready)
+    return tuple(ordered)
+
+
+def upstream(parts: Sequence[Part]) -> dict[str, frozenset[str]]:
+    """Pure: for each part, every part its output is made from, directly or through others.
+    Raises WorkError as `part_dependencies` does."""
+    needs = part_dependencies(parts)
+    made_from: dict[str, frozenset[str]] = {}
+    for part_id in dependency_order(parts):
+        made_from[part_id] = frozenset(
+            {*needs[part_id], *(p for need in needs[part_id] for p in made_from[need])}
+        )
+    return made_from
+
+
 def attach_files(parts: Any, read: Callable[[str], bytes]) -> tuple[Any, dict[str, bytes]]:
     """A spec file's parts with every `{"$file": "name"}` replaced by `{"$file": "<sha256>"}`,
     and the files' bytes by name. `read(name)` reads a file (relative to the spec file).
@@ -433,8 +559,18 @@ def parse_parts(
             known = ", ".join(sorted(capabilities))
             raise _at(f"{path}.capability", f"unknown capability {capability!r} (known: {known})")
         raw_input = _object(item.get("input"), f"{path}.input")
+        parts.append(Part(part_id, capability, dict(raw_input)))
+    part_dependencies(parts)
+    # An input made of other parts' outputs is checked with each standing in for what its
+    # capability gives (its example output): the shape the input will have when it is given.
+    stand_in = {
+        p.part_id: REGISTRY[p.capability].example()[1] for p in parts if p.capability in REGISTRY
+    }
+    for k, part in enumerate(parts):
+        path = f"$.parts[{k}]"
         try:
-            validate_input(capability, resolve_files(raw_input, text_of))
+            given = resolve_parts(resolve_files(part.input, text_of), stand_in)
+            validate_input(part.capability, given)
         except SchemaViolation as exc:
             inner = exc.path.removeprefix("$")
             raise _at(f"{path}.input{inner}", exc.reason) from exc
@@ -442,7 +578,6 @@ def parse_parts(
             raise _at(f"{path}.input", str(exc)) from exc
         except ExamError as exc:
             raise _at(f"{path}.input", str(exc)) from exc
-        parts.append(Part(part_id, capability, dict(raw_input)))
     return tuple(parts)
 
 

@@ -20,7 +20,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, cast
 from urllib.parse import quote
@@ -37,9 +37,16 @@ from accord.identity.challenges import JSON, JSONObject, validate_output
 from accord.identity.errors import ExamError
 from accord.identity.payout import bind_payout_address
 from accord.identity.presentations import create_presentation
-from accord.identity.runtimes import AgentRuntime, AgentRuntimeError
-from accord.kit.assignments import Assignment, assignments_to, part_item
+from accord.identity.runtimes import INPUTS_KEY, AgentRuntime, AgentRuntimeError
+from accord.kit.assignments import (
+    Assignment,
+    assignments_to,
+    opened_inputs,
+    part_item,
+    reported_outputs,
+)
 from accord.kit.leader import SEQ_RETRIES, lead, task_from_json
+from accord.kit.practice import preflight
 from accord.kit.server import KitServer, Refused
 from accord.kit.wallet import Wallet, WalletError, read_key_file, write_key_file
 from accord.ledger.errors import AccordError
@@ -48,10 +55,13 @@ from accord.ledger.signing import Ed25519Signer, read_keyfile, write_keyfile
 from accord.market.checks import CheckResult
 from accord.market.money import Wei
 from accord.market.sealed import commit_bid, reveal_bid
+from accord.market.work import part_refs
 
 log = logging.getLogger("accord.kit")
 CREDIT_EVERY = 5.0
 """Seconds between looks at the escrow's credit for an agent that withdraws its pay."""
+RENEW_BEFORE = timedelta(days=1)
+"""A credential that ends sooner than this is not kept on start: the agent sits the exam again."""
 LEADERS_TTL = 60.0
 """Seconds the agent trusts its list of who leads a running task before asking again."""
 LEADERS_REFRESH = 1.0
@@ -92,6 +102,18 @@ def load_eth_key(path: Path) -> LocalAccount:
 
 def _segment(value: str) -> str:
     return quote(value, safe="")
+
+
+def _moment(text: object) -> datetime | None:
+    """An RFC 3339 time with its offset (a credential's `validUntil`), or None for anything
+    else."""
+    if not isinstance(text, str):
+        return None
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    return moment if moment.tzinfo is not None else None
 
 
 def _quiet(event: str, **fields: Any) -> None:
@@ -182,6 +204,7 @@ class KitAgent:
         run_settings: RunSettings | None = None,
         allow_private: bool = False,
         exam_items: int | None = None,
+        reexam: bool = False,
         wallet: Wallet | None = None,
         say: Say = _quiet,
     ) -> None:
@@ -196,6 +219,8 @@ class KitAgent:
         self.run_settings = run_settings
         self.allow_private = allow_private
         self.exam_items = exam_items
+        self.reexam = reexam
+        """Sit every exam again, though the agent holds a valid credential for it."""
         self.wallet = wallet
         """With a wallet (its payout account on the service's chain), pay is withdrawn as soon
         as the escrow credits it."""
@@ -267,7 +292,7 @@ class KitAgent:
                     shown = self.client.get(f"/conversations/{_segment(str(listed['conv_id']))}")
                     for work in assignments_to(self.did, shown):
                         if (work.part, work.capability) == (part, capability):
-                            given = self._part_item(task_id, part)
+                            given = self._part_item(task_id, part, item)
                             self._telling.given(work)
                             return work, given
         except ApiError as exc:
@@ -307,15 +332,25 @@ class KitAgent:
         with self._lock:
             self._answered.add(key)
 
-    def _part_item(self, task_id: str, part: str) -> JSONObject:
-        """The item for `part` of `task_id`, its files' text read from the service."""
+    def _part_item(self, task_id: str, part: str, sent: JSONObject) -> JSONObject:
+        """The item for `part` of `task_id`, its files' text read from the service, and the
+        outputs of the parts its input is made of taken from the item `sent` only where each
+        is the one its producer reported (`opened_inputs`)."""
         spec = task_from_json(self.client.task(task_id)).spec
         files = {
             sha: self.client.request_text(f"/tasks/{_segment(task_id)}/files/{sha}")
             for sha in spec.files
         }
         try:
-            return part_item(spec, part, files)
+            named = [r for p in spec.parts if p.part_id == part for r in part_refs(p.input)]
+            outputs = {}
+            if named:
+                shown = [
+                    self.client.get(f"/conversations/{_segment(str(listed['conv_id']))}")
+                    for listed in self.client.get("/conversations", {"task": task_id})
+                ]
+                outputs = opened_inputs(named, sent.get(INPUTS_KEY), reported_outputs(shown))
+            return part_item(spec, part, files, outputs)
         except (AccordError, KeyError, StopIteration) as exc:
             raise Refused(409, f"part {part} of {task_id} cannot be given: {exc}") from exc
 
@@ -366,13 +401,60 @@ class KitAgent:
 
     def join(self, endpoint: str) -> None:
         """Register at `endpoint` (the base URL others reach this agent at), sit an exam in
-        each capability, bind the payout address. Raises ApiError when the service refuses,
-        and before anything is registered when it has no exam for one of the capabilities."""
+        each capability it holds no valid credential for (in each, with `reexam`), bind the
+        payout address. A capability it holds a credential for is told as a `credential` line
+        with `"examined": false`. Before any exam is started the handler answers a practice
+        item of each capability it will be examined in (`accord.kit.practice.preflight`).
+
+        Raises ApiError when the service refuses, and before anything is registered when it
+        has no exam for one of the capabilities; PreflightError, before anything is registered
+        or any attempt spent, when the handler cannot answer a practice item."""
         self.check_capabilities()
+        held = {} if self.reexam else self.held_credentials()
+        for capability in self.capabilities:
+            if capability not in held:
+                preflight(capability, self.runtime)
         self.register(endpoint)
         for capability in self.capabilities:
-            self.sit_exam(capability)
+            credential = held.get(capability)
+            if credential is None:
+                self.sit_exam(capability)
+                continue
+            self.say(
+                "credential",
+                capability=capability,
+                examined=False,
+                passed=True,
+                credential_id=credential["id"],
+                score=credential.get("score"),
+                valid_until=credential.get("valid_until"),
+            )
         self.bind_payout()
+
+    def held_credentials(self) -> dict[str, dict[str, Any]]:
+        """The agent's credential for each of its capabilities that the service says is
+        valid now and stays valid `RENEW_BEFORE` more (the one that lasts longest), as `GET
+        /agents/{did}` lists it; none for an agent the service does not know yet. Raises
+        ApiError when the service cannot say."""
+        try:
+            shown = self.client.get(f"/agents/{_segment(self.did)}")
+        except ApiError as exc:
+            if exc.status == 404:
+                return {}
+            raise
+        renew_at = self._now() + RENEW_BEFORE
+        held: dict[str, dict[str, Any]] = {}
+        lasts: dict[str, datetime] = {}
+        for row in shown.get("credentials", []):
+            capability = row.get("capability")
+            if capability not in self.capabilities or row.get("valid") is not True:
+                continue
+            until = _moment(row.get("valid_until"))
+            if until is None or until <= renew_at:
+                continue
+            if capability not in lasts or until > lasts[capability]:
+                held[capability], lasts[capability] = dict(row), until
+        return held
 
     def check_capabilities(self) -> None:
         """Each of the agent's capabilities is one the service has an exam for
@@ -439,8 +521,13 @@ class KitAgent:
         self.say(
             "credential",
             capability=capability,
+            examined=True,
+            exam_id=exam_id,
             passed=graded["passed"],
             credential_id=graded["credential_id"],
+            score={"earned": graded["earned"], "possible": graded["possible"]},
+            valid_until=graded.get("valid_until"),
+            wrong=graded.get("wrong", []),
         )
         return graded
 

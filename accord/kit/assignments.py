@@ -9,18 +9,20 @@ machine; `part_item` builds the item for a part of the task's spec.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from accord.coordinator.conversation import message_from_json, open_conversation, step
 from accord.coordinator.errors import CoordinatorError
 from accord.coordinator.work import parts_of
-from accord.identity.challenges import JSONObject, work_item
-from accord.ledger.errors import MalformedError
+from accord.identity.challenges import JSON, JSONObject, work_item
+from accord.ledger.errors import AccordError, MalformedError
 from accord.ledger.events import parse_time
+from accord.ledger.sealing import Sealed
+from accord.market.errors import WorkError
 from accord.market.tasks import TaskSpec
-from accord.market.work import resolve_files
+from accord.market.work import resolve_files, resolve_parts
 
 REPLAY_TURNS = 10**6
 """The turn bound a conversation is replayed under here (the service enforced its own)."""
@@ -75,11 +77,63 @@ def assignments_to(did: str, shown: Mapping[str, Any]) -> list[Assignment]:
         return []
 
 
-def part_item(spec: TaskSpec, part_id: str, files: Mapping[str, str]) -> JSONObject:
+def part_item(
+    spec: TaskSpec,
+    part_id: str,
+    files: Mapping[str, str],
+    outputs: Mapping[str, JSON] | None = None,
+) -> JSONObject:
     """The item an agent answers for part `part_id` of `spec`: the capability's instruction for
-    the part's input as the requester posted it, its files' text resolved from `files`.
-    Raises KeyError for a part the spec does not hold, ExamError/WorkError for an input that
+    the part's input as the requester posted it, its files' text resolved from `files` and the
+    parts it is made of from `outputs` (checked ones: `opened_inputs`). Raises KeyError or
+    StopIteration for a part the spec does not hold, ExamError/WorkError for an input that
     cannot be given."""
     part = next(p for p in spec.parts if p.part_id == part_id)
-    payload = resolve_files(part.input, files)
+    payload = resolve_parts(resolve_files(part.input, files), outputs or {})
     return work_item(part.capability, part.part_id, dict(payload)).for_agent()
+
+
+def reported_outputs(conversations: Iterable[Mapping[str, Any]]) -> dict[str, str]:
+    """Pure: each part's output commitment as the first report of it names it, over a task's
+    conversations as `GET /conversations/{id}` shows them (what the service admitted as each
+    producer's own signed report)."""
+    found: dict[str, str] = {}
+    for shown in conversations:
+        for logged in shown.get("messages", []):
+            message = logged.get("message", {}) if isinstance(logged, Mapping) else {}
+            result = message.get("result") if message.get("kind") == "report" else None
+            if not isinstance(result, Mapping) or result.get("ok") is not True:
+                continue
+            for contribution in result.get("contributions") or []:
+                if isinstance(contribution, Mapping):
+                    part, commitment = contribution.get("part"), contribution.get("output_sha256")
+                    if isinstance(part, str) and isinstance(commitment, str):
+                        found.setdefault(part, commitment)
+    return found
+
+
+def opened_inputs(
+    named: Iterable[str], openings: object, reported: Mapping[str, str]
+) -> dict[str, JSON]:
+    """Pure: the outputs of the parts `named` (those a part's input is made of), from the
+    `openings` the caller sent with the item (`{part: {"salt", "value"}}`), each one the output
+    its producer reported (its sealed form's commitment is the reported one): a leader cannot
+    give a member an input of its own making. Raises WorkError naming a part not reported,
+    not opened, or opened to another value."""
+    given = openings if isinstance(openings, Mapping) else {}
+    outputs: dict[str, JSON] = {}
+    for part in dict.fromkeys(named):
+        if part not in reported:
+            raise WorkError(f"part {part!r}, which this part is made of, is not reported yet")
+        opening = given.get(part)
+        try:
+            sealed = Sealed(opening["value"], str(opening["salt"]))  # type: ignore[index]
+        except (TypeError, KeyError, AccordError) as exc:
+            raise WorkError(f"the output of part {part!r} was not sent with the item") from exc
+        if sealed.commitment != reported[part]:
+            raise WorkError(
+                f"the output of part {part!r} sent with the item is not the one its producer "
+                "reported"
+            )
+        outputs[part] = sealed.value
+    return outputs

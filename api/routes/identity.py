@@ -21,7 +21,7 @@ from accord.api.routes.deps import (
 from accord.coordinator.service import discover
 from accord.identity.agents import AgentRecord
 from accord.identity.challenges import REGISTRY
-from accord.identity.errors import CredentialError, KeyStoreError, RegistryError
+from accord.identity.errors import CredentialError, IdentityError, KeyStoreError, RegistryError
 from accord.identity.onboarding import REGISTRATION_CHALLENGE_TTL
 from accord.ledger.signing import Signer
 from accord.ledger.views import DEFAULT_LIMIT, MAX_LIMIT, check_limit, decode_cursor, encode_cursor
@@ -128,11 +128,29 @@ def list_agents(
     ]
 
 
+def _credential_row(context: MarketContext, did: str, row: dict[str, Any]) -> dict[str, Any]:
+    """A credential of `did` as its agent's page lists it: its score and expiry, and whether
+    it is `valid` now (unrevoked, unexpired, its proof and status checked), which is what
+    admits the agent to bid and what a kit agent reads to skip an exam it has passed."""
+    subject = row["document"].get("credentialSubject", {})
+    try:
+        context.onboarding.verify(row["document"], holder_did=did, capability=row["capability"])
+        valid = row["revoked_at"] is None
+    except IdentityError:
+        valid = False
+    return {
+        **{key: row[key] for key in ("id", "capability", "issued_at", "revoked_at")},
+        "valid_until": row["document"].get("validUntil"),
+        "score": subject.get("score"),
+        "valid": valid,
+    }
+
+
 @reads.get("/agents/{agent}", tags=["identity"], summary="One agent and its credentials")
 def show_agent(agent: str, context: Context) -> dict[str, Any]:
     record = _agent(context, agent)
     credentials = [
-        {key: row[key] for key in ("id", "capability", "issued_at", "revoked_at")}
+        _credential_row(context, record.did, row)
         for row in context.onboarding.credentials_of(record.did)
     ]
     registered = context.onboarding.registration_index(record)

@@ -196,11 +196,19 @@ def grade_exam(exam_id: str, caller: Caller, context: Context, state: State) -> 
     data = outcome.to_json()
     data.pop("credential_file", None)
     data.pop("answer_failures", None)
-    data["credential"] = (
+    document = (
         None
         if outcome.credential_id is None
         else context.onboarding.credential(outcome.credential_id)["document"]
     )
+    data["credential"] = document
+    data["valid_until"] = None if document is None else document["validUntil"]
+    # The seed is revealed and every grade logged (`exam.graded`): the candidate may see why.
+    data["wrong"] = [
+        {"item_id": grade.item_id, "reason": grade.reason}
+        for grade in outcome.exam.grades
+        if not grade.full_marks
+    ]
     return data
 
 
