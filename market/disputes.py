@@ -20,7 +20,7 @@ rejection.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
@@ -63,7 +63,7 @@ from accord.market.panel import (
     pool_at,
     vote_commitment,
 )
-from accord.market.tasks import REVIEW_GIVEN, TASK_DELIVERED, Task
+from accord.market.tasks import CHECKS_PREVIEWED, REVIEW_GIVEN, TASK_DELIVERED, Task
 from accord.market.work import PythonCheck, ReviewCheck
 
 
@@ -725,6 +725,18 @@ def decide_contest(
     return contested(check, ran, decided)
 
 
+def contestable(events: Iterable[tuple[int, Event]], *, operator: str, before: int) -> set[str]:
+    """Pure: the python checks a task's requester could contest by index `before`: those the
+    operator's first `checks.previewed` among the task's `events` named inconclusive."""
+    for index, event in sorted(events, key=lambda pair: pair[0]):
+        if index >= before:
+            break
+        if event.kind == CHECKS_PREVIEWED and event.actor == operator:
+            named = event.body.get("inconclusive")
+            return {str(c) for c in named} if isinstance(named, Mapping) else set()
+    return set()
+
+
 def replay_contest(
     log: Sequence[tuple[int, Event]],
     *,
@@ -742,7 +754,16 @@ def replay_contest(
     """The audit's replay of a contested inconclusive python check's panel (`ran`: its
     inconclusive verdict, `rejected`: the requester's contest): `replay_panel` over
     `contest_check(check)`. Raises SettlementError naming the first thing that does not
-    hold."""
+    hold, a contest of a check the operator's preview had not named inconclusive first."""
+    entry = (rejected.record or {}).get("entry")
+    task_events = [(i, e) for i, e in log if e.subject == task.task_id]
+    if not isinstance(entry, int) or check.check_id not in contestable(
+        task_events, operator=operator, before=entry
+    ):
+        raise SettlementError(
+            f"python check {check.check_id} was contested, but no `checks.previewed` before "
+            "the contest named it inconclusive: the service takes no such contest"
+        )
     decided = replay_panel(
         log,
         operator=operator,

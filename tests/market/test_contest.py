@@ -135,6 +135,19 @@ def test_a_contested_inconclusive_check_is_decided_by_the_panel_and_replayed(
     assert not forged.ok and forged.first_failure is not None
     assert "check dice recomputes to fail" in forged.first_failure.detail
 
+    # or says it never named the check inconclusive: the contest was not the requester's to make
+    [preview] = market.ledger.store.find(kind=CHECKS_PREVIEWED, subject=task_id, limit=1)
+
+    def named_none(index: int, event: Event) -> Event:
+        if index != preview.index:
+            return event
+        return with_body(event, {**event.body, "inconclusive": {}})
+
+    store, anchors = rebuild_log(world, tmp_path / "unnamed.db", named_none)
+    forged = audit(world, store, anchors)
+    assert not forged.ok and forged.first_failure is not None
+    assert "no `checks.previewed` before the contest" in forged.first_failure.detail
+
 
 def test_an_uncontested_inconclusive_check_counts_as_passed_after_the_window(
     tmp_path: Path,
