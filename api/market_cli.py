@@ -979,7 +979,10 @@ def _write_result(out_dir: Path, data: Mapping[str, Any]) -> None:
 @task_app.command("review")
 def task_review(
     task_id: str,
-    check: Annotated[str, typer.Option(help="The review check's id.")],
+    check: Annotated[
+        str,
+        typer.Option(help="The review check's id (or an inconclusive python check's, to contest)."),
+    ],
     accept: Annotated[
         bool | None, typer.Option("--accept/--reject", help="Accept or reject the work.")
     ] = None,
@@ -1009,8 +1012,9 @@ def task_review(
     fee (1/20 of the price) is held from the escrow beyond the price, bonded first from the
     requester's account where the escrow holds too little, and pays the panel from the
     loser's stake. Once every review check is accepted (or the spec has none) the task settles
-    at once, without waiting for the window's end. With --server, your own signed
-    review.given (--key)."""
+    at once, without waiting for the window's end. A python check the service logged
+    inconclusive (checks.previewed) is contested the same way, with --reject: a panel decides
+    it. With --server, your own signed review.given (--key)."""
     if accept is None:
         fail("say --accept or --reject", 2)
     verdict = "accept" if accept else "reject"

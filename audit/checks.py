@@ -90,7 +90,7 @@ from accord.market import sealed
 from accord.market.award import BidBook, replay_award
 from accord.market.check_io import LogReviews, check_world, run_python_check
 from accord.market.checks import CheckResult, RecheckEnvironment, Valuation
-from accord.market.disputes import replay_panel
+from accord.market.disputes import replay_contest, replay_panel
 from accord.market.errors import MarketError, ReputationError, SettlementError
 from accord.market.escrow import EscrowChain, EscrowEvent
 from accord.market.reputation import (
@@ -1005,6 +1005,8 @@ def _settlement(
         )
         unrun: dict[str, str] = {}
         unreproduced: dict[str, str] = {}
+        open_value = opener(outputs or _holds_none, required=False)
+        log_events = [(i, entry.event) for i, entry in sorted(scope.log.items())]
 
         def rerun_python(check: PythonCheck, outputs: Mapping[str, Any]) -> CheckResult:
             """The check re-run in the world it ran in at settlement (`check_world`). A re-run
@@ -1015,10 +1017,33 @@ def _settlement(
             if was is None:
                 raise AuditFailure(f"python check {check.check_id} has no logged result")
             world = check_world(scope.task.task_id, scope.task.posted_at, check.check_id)
+            contest = reviews.contest(check)
             try:
                 result = run_python_check(check, outputs, world)
             except SandboxUnavailable as exc:  # nothing runs unboxed: hold it to its log
                 unrun[check.check_id] = str(exc)
+                result = None
+            if was.inconclusive and contest is not None:
+                # contested: the panel decided it, replayed from the log and the chain
+                if result is not None and not result.inconclusive:
+                    unreproduced[check.check_id] = (
+                        f"{_verdict_word(result)} here ({result.detail}), inconclusive and "
+                        "contested at settlement"
+                    )
+                return replay_contest(
+                    log_events,
+                    operator=scope.operator,
+                    task=scope.task,
+                    check=check,
+                    ran=was,
+                    rejected=contest,
+                    delivered=delivered,
+                    block_hash=escrow.block_hash,
+                    before=index,
+                    outputs=outputs,
+                    open_value=open_value,
+                )
+            if result is None:
                 return was
             if (result.passed, result.inconclusive) != (was.passed, was.inconclusive):
                 unreproduced[check.check_id] = (
@@ -1027,9 +1052,6 @@ def _settlement(
                 )
                 return was
             return result
-
-        open_value = opener(outputs or _holds_none, required=False)
-        log_events = [(i, entry.event) for i, entry in sorted(scope.log.items())]
 
         def panel(
             check: ReviewCheck, outputs: Mapping[str, Any], rejected: CheckResult

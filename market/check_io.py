@@ -189,16 +189,16 @@ class LogReviews:
     events: Sequence[tuple[int, TaskEvent]]
     now: datetime
 
-    def review(self, check: ReviewCheck) -> CheckResult:
-        """Raises SettlementWaits while the window is open and the check is not reviewed."""
+    def _given(self, check_id: str) -> CheckResult | None:
+        """The requester's first review of `check_id` within the window, as a result."""
         ends = self.task.review_ends
         if ends is None:
-            raise SettlementWaits(f"{self.task.task_id} is not delivered: nothing to review")
+            return None
         for index, event in self.events:
             if (
                 event.kind == REVIEW_GIVEN
                 and event.actor == self.task.requester
-                and event.body.get("check") == check.check_id
+                and event.body.get("check") == check_id
                 and event.at <= ends
             ):
                 verdict = event.body.get("verdict")
@@ -211,11 +211,33 @@ class LogReviews:
                     if "after_block" in event.body:  # a rejection a panel decides
                         record["after_block"] = event.body["after_block"]
                 return CheckResult(
-                    check.check_id,
+                    check_id,
                     verdict == "accept",
                     f"the requester {'accepted' if verdict == 'accept' else 'rejected'} it",
                     record,
                 )
+        return None
+
+    def window_open(self) -> bool:
+        """Whether the review window is still open at `now`."""
+        ends = self.task.review_ends
+        return ends is not None and self.now < ends
+
+    def contest(self, check: PythonCheck) -> CheckResult | None:
+        """The requester's contest of python check `check` (its rejection of it, logged in
+        the window: the service takes one only of a check it found inconclusive then), or
+        None."""
+        given = self._given(check.check_id)
+        return given if given is not None and is_disputed(given) else None
+
+    def review(self, check: ReviewCheck) -> CheckResult:
+        """Raises SettlementWaits while the window is open and the check is not reviewed."""
+        ends = self.task.review_ends
+        if ends is None:
+            raise SettlementWaits(f"{self.task.task_id} is not delivered: nothing to review")
+        given = self._given(check.check_id)
+        if given is not None:
+            return given
         if self.now >= ends:
             return CheckResult(
                 check.check_id,
@@ -227,6 +249,11 @@ class LogReviews:
             f"check {check.check_id} waits for the requester's review until {ends.isoformat()} "
             f"(`accord task review {self.task.task_id} --check {check.check_id} --accept`)"
         )
+
+
+ContestPanel = Callable[[PythonCheck, Mapping[str, Any], CheckResult, CheckResult], CheckResult]
+"""Decides a contested inconclusive python check: (check, outputs, its inconclusive result, the
+requester's rejection) -> the check's result as the panel decides it."""
 
 
 class ServiceCheckEnvironment:
@@ -247,6 +274,12 @@ class ServiceCheckEnvironment:
         self.keep = keep
         self.panel = panel
         """Decides a dispute by the panel of independent agents (`accord.market.disputes`)."""
+        self.contest: ContestPanel | None = None
+        """Decides a contested inconclusive python check by its panel
+        (`accord.market.disputes.decide_contest`)."""
+        self.inconclusive: dict[str, str] = {}
+        """The python checks found inconclusive while the review window was open (check id
+        -> detail)."""
 
     def ask_model(self, prompt: str) -> Judged:
         """The judge model's answer to `prompt` (a dispute's panel seat), its exchange sealed
@@ -268,15 +301,28 @@ class ServiceCheckEnvironment:
         )
 
     def run_python(self, check: PythonCheck, outputs: Mapping[str, Any]) -> CheckResult:
+        """The check in the box. An inconclusive verdict the requester contested within the
+        review window goes to the contest's panel (`contest`, after the window) once the
+        window has ended; one found while the window is open is counted in `inconclusive`
+        (the settlement waits for the window when the requester was told of it in time)."""
         try:
             task = self.reviews.task
             world = check_world(task.task_id, task.posted_at, check.check_id)
-            return run_python_check(check, outputs, world)
+            result = run_python_check(check, outputs, world)
         except ExamError as exc:
             raise SettlementWaits(
                 f"python check {check.check_id} cannot run, so the settlement waits "
                 f"(nothing ran, nobody is paid): {exc}"
             ) from exc
+        if not result.inconclusive:
+            return result
+        if self.reviews.window_open():
+            self.inconclusive[check.check_id] = result.detail
+            return result
+        contested = self.reviews.contest(check)
+        if contested is None or self.contest is None:
+            return result
+        return self.contest(check, outputs, result, contested)
 
     def ask_judge(self, check: JudgeCheck, prompt: str) -> Judged:
         if self.judge is None:

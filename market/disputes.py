@@ -20,7 +20,7 @@ rejection.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
@@ -31,6 +31,7 @@ from accord.ledger.canonical import canonical_json
 from accord.ledger.errors import AlreadyLoggedError, LedgerError
 from accord.ledger.events import Entry, Event, parse_time
 from accord.ledger.service import Ledger
+from accord.market.check_io import check_world
 from accord.market.checks import (
     SEALED,
     CheckResult,
@@ -62,8 +63,8 @@ from accord.market.panel import (
     pool_at,
     vote_commitment,
 )
-from accord.market.tasks import REVIEW_GIVEN, TASK_DELIVERED, Task
-from accord.market.work import ReviewCheck
+from accord.market.tasks import CHECKS_PREVIEWED, REVIEW_GIVEN, TASK_DELIVERED, Task
+from accord.market.work import PythonCheck, ReviewCheck
 
 
 class BlockSource(Protocol):
@@ -518,19 +519,21 @@ def decide_by_panel(
     judge: JudgeSeat | None = None,
     call: Callable[[str, Mapping[str, Any]], Mapping[str, Any] | None] | None = None,
     inputs: Mapping[str, Any] | None = None,
+    extra: Mapping[str, Any] | None = None,
 ) -> CheckResult:
     """The rejected review `check` as its panel decides it: passed when the panel finds for
     the team. The record keeps the rejection and the panel (the seed block, the seats, the
     replacements, the votes, who was coherent, the winner), which the audit replays. A
     `judge` takes one seat, asked the dispute's prompt over `outputs`; with `call`, the
-    panelists are asked in their own processes (`ask_panel`, given the parts' `inputs`).
+    panelists are asked in their own processes (`ask_panel`, given the parts' `inputs`, and
+    `extra` beside them: a contested python check's code and world, `contest_request`).
     Raises SettlementWaits while the panel is being drawn or is voting."""
     reason = str((rejected.record or {}).get("reason", ""))
     prompt = dispute_prompt(check, outputs, reason) if judge is not None else None
     panels.draw(task, check, judge, prompt)
     if call is not None:
         request = dispute_request(check, outputs, reason) | {"inputs": dict(inputs or {})}
-        ask_panel(panels, task, check, request, call)
+        ask_panel(panels, task, check, request | dict(extra or {}), call)
     panel = panels.decision(task, check, judge, prompt)
     decided = panel.tally()
     record = dict(rejected.record or {})
@@ -645,3 +648,132 @@ def _replay_judge(
             f"check {check.check_id}: the judge's answer votes for the {voted}, its seat "
             f"revealed {revealed[0]}"
         )
+
+
+# -- a contested inconclusive python check -----------------------------------------------------
+
+CONTEST_CRITERION = (
+    "The requester's python check {check_id} decides whether the parts it reads are right: "
+    "`check(outputs)`, where `outputs` maps each part id to its output, returns True for work "
+    "that meets the task. Run on the delivered parts it could not decide ({limits}: it drew "
+    "entropy, gave two verdicts, or ran out of time), and the requester contests it. Decide "
+    "what a correct run of this check would say of these parts. Its code:\n{code}"
+)
+
+
+def contest_check(check: PythonCheck) -> ReviewCheck:
+    """Pure: the criterion a contested inconclusive python check is decided against, as a
+    review check the panel path takes unchanged: the check's id, weight and reads, and its
+    code (the requester's own words, as a review's criterion is) in the criterion."""
+    limits = f"{check.cpu_seconds} s of CPU, {check.memory_mib} MiB"
+    criterion = CONTEST_CRITERION.format(check_id=check.check_id, limits=limits, code=check.code)
+    return ReviewCheck(check.check_id, check.weight, check.reads, criterion)
+
+
+def contest_request(check: PythonCheck, task: Task) -> dict[str, Any]:
+    """Pure: what a panelist is given beside the dispute to re-run the check in its own box:
+    its code and limits, and the world it ran in (`check_world`: the task's posting time and
+    the seed of the task and check)."""
+    world = check_world(task.task_id, task.posted_at, check.check_id)
+    return {
+        "python": {
+            "code": check.code,
+            "cpu_seconds": check.cpu_seconds,
+            "memory_mib": check.memory_mib,
+            "at": world.at,
+            "seed": world.seed,
+        }
+    }
+
+
+def contested(check: PythonCheck, ran: CheckResult, decided: CheckResult) -> CheckResult:
+    """Pure: the contested inconclusive python check's result from the panel's decision on
+    `contest_check(check)`: passed when the panel found for the team, still marked
+    inconclusive, its record the box's beside the rejection and the dispute."""
+    record = {**dict(ran.record or {}), **dict(decided.record or {})}
+    detail = "inconclusive, contested: " + decided.detail.removeprefix("rejected, disputed: ")
+    return CheckResult(check.check_id, decided.passed, detail, record, inconclusive=True)
+
+
+def decide_contest(
+    panels: Panels,
+    task: Task,
+    check: PythonCheck,
+    ran: CheckResult,
+    rejected: CheckResult,
+    outputs: Mapping[str, Any],
+    judge: JudgeSeat | None = None,
+    call: Callable[[str, Mapping[str, Any]], Mapping[str, Any] | None] | None = None,
+    inputs: Mapping[str, Any] | None = None,
+) -> CheckResult:
+    """The inconclusive python check `check` (`ran`, the box's verdict) the requester
+    contested (`rejected`, its rejection), decided by a panel as a rejected review of
+    `contest_check(check)` is (`decide_by_panel`); the panelists called are given the code and
+    its world to re-run it in their own boxes. Raises SettlementWaits while the panel is
+    being drawn or is voting."""
+    decided = decide_by_panel(
+        panels,
+        task,
+        contest_check(check),
+        rejected,
+        outputs,
+        judge,
+        call=call,
+        inputs=inputs,
+        extra=contest_request(check, task),
+    )
+    return contested(check, ran, decided)
+
+
+def contestable(events: Iterable[tuple[int, Event]], *, operator: str, before: int) -> set[str]:
+    """Pure: the python checks a task's requester could contest by index `before`: those the
+    operator's first `checks.previewed` among the task's `events` named inconclusive."""
+    for index, event in sorted(events, key=lambda pair: pair[0]):
+        if index >= before:
+            break
+        if event.kind == CHECKS_PREVIEWED and event.actor == operator:
+            named = event.body.get("inconclusive")
+            return {str(c) for c in named} if isinstance(named, Mapping) else set()
+    return set()
+
+
+def replay_contest(
+    log: Sequence[tuple[int, Event]],
+    *,
+    operator: str,
+    task: Task,
+    check: PythonCheck,
+    ran: CheckResult,
+    rejected: CheckResult,
+    delivered: Mapping[str, Any] | None,
+    block_hash: Callable[[int], bytes | None],
+    before: int,
+    outputs: Mapping[str, Any] | None = None,
+    open_value: Callable[[str], Any] | None = None,
+) -> CheckResult:
+    """The audit's replay of a contested inconclusive python check's panel (`ran`: its
+    inconclusive verdict, `rejected`: the requester's contest): `replay_panel` over
+    `contest_check(check)`. Raises SettlementError naming the first thing that does not
+    hold, a contest of a check the operator's preview had not named inconclusive first."""
+    entry = (rejected.record or {}).get("entry")
+    task_events = [(i, e) for i, e in log if e.subject == task.task_id]
+    if not isinstance(entry, int) or check.check_id not in contestable(
+        task_events, operator=operator, before=entry
+    ):
+        raise SettlementError(
+            f"python check {check.check_id} was contested, but no `checks.previewed` before "
+            "the contest named it inconclusive: the service takes no such contest"
+        )
+    decided = replay_panel(
+        log,
+        operator=operator,
+        task=task,
+        check=contest_check(check),
+        rejected=rejected,
+        delivered=delivered,
+        block_hash=block_hash,
+        before=before,
+        outputs=outputs,
+        open_value=open_value,
+    )
+    return contested(check, ran, decided)

@@ -91,6 +91,7 @@ from accord.market.reputation import (
 from accord.market.tasks import (
     BID_COMMITTED,
     BID_REVEALED,
+    CHECKS_PREVIEWED,
     ESCROW_OPENED,
     ESCROW_REFUNDED,
     REVIEW_GIVEN,
@@ -1347,11 +1348,29 @@ class Market:
         if verdict not in ("accept", "reject"):
             raise TaskError(f"a review is accept or reject, not {verdict!r}")
         checks = {c.check_id: c for c in task.spec.requester_checks}
-        if checks.get(check_id) is None or checks[check_id].kind != "review":
+        contestable = self.previewed(task_id) or {}
+        if checks.get(check_id) is not None and checks[check_id].kind == "python":
+            if check_id not in contestable:
+                raise TaskError(
+                    f"python check {check_id} of {task_id} decides from the outputs: only one "
+                    "this service found inconclusive (`checks.previewed` names it) is contested"
+                )
+            if verdict != "reject":
+                raise TaskError(
+                    f"python check {check_id} is inconclusive and counts as passed unless it "
+                    "is contested: a review of it is a rejection, with a reason"
+                )
+        elif checks.get(check_id) is None or checks[check_id].kind != "review":
             reviews = sorted(c for c, check in checks.items() if check.kind == "review")
             raise TaskError(
                 f"{check_id!r} is not a review check of {task_id} (review checks: "
-                f"{', '.join(reviews) or 'none'})"
+                f"{', '.join(reviews) or 'none'}"
+                + (
+                    f"; inconclusive python checks: {', '.join(sorted(contestable))}"
+                    if contestable
+                    else ""
+                )
+                + ")"
             )
         ends = task.review_ends
         if ends is not None and self.clock() > ends:
@@ -1365,6 +1384,18 @@ class Market:
             body["after_block"] = self._after_block(after_block)
             self._has_evaluator(task, checks[check_id].reads)
         return body
+
+    def previewed(self, task_id: str) -> dict[str, str] | None:
+        """The python checks of `task_id` the operator's `checks.previewed` names
+        inconclusive (check id -> detail), or None when it logged none."""
+        found = self.ledger.store.find(kind=CHECKS_PREVIEWED, subject=task_id, limit=1)
+        if not found:
+            return None
+        event = Entry.from_bytes(found[0].data).event
+        if event.actor != self.ledger.operator.did:
+            return None
+        named = event.body.get("inconclusive")
+        return {str(c): str(d) for c, d in named.items()} if isinstance(named, Mapping) else {}
 
     def _after_block(self, named: int | None) -> int:
         """The block a rejection names: the chain's head, or what the requester named when it

@@ -54,10 +54,12 @@ from accord.market.checks import (
     Delivered,
     Valuation,
     dispute_costs,
+    evaluate,
     evaluate_all,
     valuation,
 )
-from accord.market.disputes import JudgeSeat, decide_by_panel
+from accord.market.disputes import JudgeSeat, decide_by_panel, decide_contest
+from accord.market.early import accepted_in_full
 from accord.market.errors import EscrowError, SettlementError, SettlementWaits
 from accord.market.money import Wei
 from accord.market.panel import JUDGE_SEAT, PanelError, decided_disputes, settle_disputes
@@ -66,10 +68,12 @@ from accord.market.reputation import SettledWork, scored_parts
 from accord.market.service import MAX_TASK_EVENTS, EscrowReceipt, Market, task_event
 from accord.market.shapley import ShapleyResult, shapley, split_wei
 from accord.market.tasks import (
+    CHECKS_PREVIEWED,
     REVIEW_GIVEN,
     TASK_DELIVERED,
     TASK_SETTLED,
     Task,
+    TaskEvent,
 )
 from accord.market.tasks import SETTLEMENT_COMPUTED as SETTLEMENT_COMPUTED  # logged here
 from accord.market.tasks import SETTLEMENT_RELEASED as SETTLEMENT_RELEASED  # logged here
@@ -77,6 +81,7 @@ from accord.market.work import (
     ASSEMBLY_PART,
     CONTRACTOR_SHARE,
     PLAN_PART,
+    PythonCheck,
     ReviewCheck,
     amount_paid,
     check_shares,
@@ -329,7 +334,16 @@ def service_check_environment(
             market.panels, task, check, rejected, outputs, seat, call=call, inputs=inputs
         )
 
+    def by_contest(
+        check: PythonCheck, outputs: Mapping[str, Any], ran: CheckResult, rejected: CheckResult
+    ) -> CheckResult:
+        inputs = part_inputs(market, task, check.reads) if call is not None else None
+        return decide_contest(
+            market.panels, task, check, ran, rejected, outputs, seat, call=call, inputs=inputs
+        )
+
     env.panel = by_panel
+    env.contest = by_contest
     return env
 
 
@@ -601,14 +615,67 @@ def release_held(market: Market, onboarding: Onboarding, task_id: str) -> list[R
 
 def _compute(market: Market, onboarding: Onboarding, task: Task, judge: Judge | None) -> Settlement:
     """(1)-(3): run the checks and compute (no lock is held: strangers' code runs here).
+
+    While the review window is open, the python checks found inconclusive are logged once
+    (`checks.previewed`, the requester may contest them) and hold the settlement until the
+    window ends; a task whose requester still has reviews to give is previewed so, its
+    python checks run alone, the first time it is looked at in its window.
+
     Raises SettlementError, SettlementWaits."""
     env = service_check_environment(
         market, task, judge_from_env() if judge is None else judge, onboarding
     )
-    settlement, _, _ = recompute_settlement(
-        task, delivery_body(market, task.task_id), env, opener(market.sealed_bytes, required=True)
-    )
+    body = delivery_body(market, task.task_id)
+    open_value = opener(market.sealed_bytes, required=True)
+    previewed = market.previewed(task.task_id)
+    if env.reviews.window_open():
+        if previewed:
+            raise _held_for_contest(task, previewed)
+        if previewed is None and not accepted_in_full(task, _reviews_of(market, task.task_id)):
+            delivered = delivered_work(task, body, open_value)
+            for check in task.spec.requester_checks:
+                if isinstance(check, PythonCheck):
+                    evaluate(check, delivered, env)
+            _preview(market, task, env.inconclusive)  # logged, named or not: previewed
+    settlement, _, _ = recompute_settlement(task, body, env, open_value)
+    if env.reviews.window_open() and previewed is None and env.inconclusive:
+        _preview(market, task, env.inconclusive)
     return settlement
+
+
+def _reviews_of(market: Market, task_id: str) -> list[TaskEvent]:
+    stored = market.ledger.store.find(subject=task_id, kind=REVIEW_GIVEN, limit=MAX_TASK_EVENTS)
+    return [task_event(entry) for entry in stored]
+
+
+def _preview(market: Market, task: Task, inconclusive: Mapping[str, str]) -> None:
+    """Log `checks.previewed` (once per task) naming `inconclusive`; raises SettlementWaits,
+    the settlement held for the window, when it names any."""
+    body = {
+        "task_id": task.task_id,
+        "inconclusive": dict(sorted(inconclusive.items())),
+        "until": task.review_ends.isoformat() if task.review_ends else None,
+    }
+    with contextlib.suppress(AlreadyLoggedError):
+        market.ledger.append(
+            market.ledger.operator,
+            CHECKS_PREVIEWED,
+            subject=task.task_id,
+            body=body,
+            once_key=task.task_id,
+        )
+    logged = market.previewed(task.task_id)
+    if logged:
+        raise _held_for_contest(task, logged)
+
+
+def _held_for_contest(task: Task, inconclusive: Mapping[str, str]) -> SettlementWaits:
+    ends = task.review_ends.isoformat() if task.review_ends else "its end"
+    return SettlementWaits(
+        f"python checks {', '.join(sorted(inconclusive))} of {task.task_id} are inconclusive: "
+        f"its requester may contest them until the review window ends ({ends}), "
+        f"`accord task review {task.task_id} --check CHECK --reject --reason TEXT`"
+    )
 
 
 def _log_computed(

@@ -75,6 +75,12 @@ SETTLEMENT_RELEASED = "settlement.released"
 its owner bound since: logged once per task and payee by `accord.market.settlement`, after
 `TaskEscrow.release`."""
 REVIEW_GIVEN = "review.given"
+CHECKS_PREVIEWED = "checks.previewed"
+"""The operator's notice, once per task while its review window is open, of the python checks
+it found inconclusive on the delivered outputs (`{"task_id", "inconclusive": {check id:
+detail}, "until"}`): the requester may contest those, and only those, by rejecting them in the
+window; a settlement waits for the window's end while one is named
+(`accord.market.settlement`)."""
 TASK_CLOSED = "task.closed"
 """Logged by the operator for a posted task still not funded when its bidding window ended:
 the task ends, with the reason, and the service stops looking at the chain for it."""

@@ -11,7 +11,9 @@ The parts, their inputs and the requester's reason are the parties' words: data 
 never instructions. `evaluate(request)` gives "team" (the parts meet the criterion) or
 "requester"; `rerun_evaluator(runtime)` is the default for deterministic skills: the agent does
 each part again with its own handler and finds for the team when every output is the one it
-gets (what a requester's deterministic check would also see).
+gets (what a requester's deterministic check would also see). A contested inconclusive python
+check (the call's `"python"`: its code, limits and world) is re-run in the agent's own box
+first (`boxed_check_evaluator`); where it decides, that is the vote.
 
     seat = attach_panel(agent)   # after agent.start(): its server answers /panel
 """
@@ -23,8 +25,12 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from accord.identity.challenges.sandbox import Frozen
+from accord.identity.errors import ExamError
 from accord.identity.runtimes import AgentRuntime, AgentRuntimeError
+from accord.market.check_io import run_python_check
 from accord.market.panel import PANEL_COMMITTED, PANEL_REVEALED, vote_commitment
+from accord.market.work import PythonCheck
 
 Evaluate = Callable[[Mapping[str, Any]], str]
 SignEntry = Callable[[str, str, Mapping[str, Any]], dict[str, Any]]
@@ -63,6 +69,38 @@ def rerun_evaluator(runtime: AgentRuntime) -> Evaluate:
             if mine != output:
                 return "requester"
         return "team"
+
+    return evaluate
+
+
+def boxed_check_evaluator(fallback: Evaluate) -> Evaluate:
+    """The panelist's evaluation of a contested python check (the call's `"python"`: its
+    code, limits and world): the check re-run in this agent's own box on the parts, in the
+    world the service ran it in; its verdict when it decides ("team" for True), else
+    (inconclusive here too, or no box on this machine) `fallback`'s. Any other dispute is
+    `fallback`'s."""
+
+    def evaluate(request: Mapping[str, Any]) -> str:
+        given = request.get("python")
+        if not isinstance(given, Mapping):
+            return fallback(request)
+        parts = request.get("parts") or {}
+        try:
+            check = PythonCheck(
+                str(request.get("check", "")),
+                1,
+                tuple(str(p) for p in parts),
+                str(given["code"]),
+                int(given["cpu_seconds"]),
+                int(given["memory_mib"]),
+            )
+            world = Frozen(at=int(given["at"]), seed=str(given["seed"]))
+            result = run_python_check(check, dict(parts), world)
+        except (KeyError, TypeError, ValueError, ExamError):
+            return fallback(request)
+        if result.inconclusive:
+            return fallback(request)
+        return "team" if result.passed else "requester"
 
     return evaluate
 
@@ -116,6 +154,8 @@ def attach_panel(agent: Any, evaluate: Evaluate | None = None) -> PanelSeat:
     entries; by default it evaluates by doing the parts again with its runtime)."""
     if agent.server is None:
         raise RuntimeError("start the agent before attaching its panel seat")
-    seat = PanelSeat(agent.client.entry, evaluate or rerun_evaluator(agent.runtime))
+    seat = PanelSeat(
+        agent.client.entry, evaluate or boxed_check_evaluator(rerun_evaluator(agent.runtime))
+    )
     agent.server.panel = seat.answer
     return seat

@@ -31,7 +31,7 @@ from accord.ledger.canonical import canonical_json
 from accord.ledger.errors import AccordError
 from accord.ledger.events import Entry, make_entry, parse_time
 from accord.market.money import Wei
-from accord.market.tasks import REVIEW_GIVEN
+from accord.market.tasks import CHECKS_PREVIEWED, REVIEW_GIVEN
 from accord.market.work import bond_owed, dispute_fee
 
 JsonObject = dict[str, Any]
@@ -229,6 +229,32 @@ class Requester:
             return None
         check = body.get("check")
         return check if isinstance(check, str) else None
+
+    def inconclusive(self, task_id: str) -> dict[str, str]:
+        """The python checks of `task_id` the service found inconclusive in the review window
+        (check id -> why), from its signed `checks.previewed` (`GET /ledger/entries`): the
+        ones this requester may contest, until the window ends, by rejecting them
+        (`review(task_id, check, "reject", reason)`). Empty before the service has looked, or
+        when every check decided. Raises ApiError."""
+        params: dict[str, str | int] = {"kind": CHECKS_PREVIEWED, "subject": task_id, "limit": 1}
+        page = cast(JsonObject, self.client.get("/ledger/entries", params=params))
+        for row in page.get("entries") or []:
+            try:
+                entry = Entry.from_bytes(
+                    canonical_json({k: row[k] for k in ("event", "kid", "sig")})
+                )
+                entry.verify()
+            except (AccordError, KeyError, TypeError, ValueError):
+                continue
+            event = entry.event
+            named = event.body.get("inconclusive")
+            if event.kind == CHECKS_PREVIEWED and event.subject == task_id:
+                return (
+                    {str(c): str(d) for c, d in (named or {}).items()}
+                    if isinstance(named, Mapping)
+                    else {}
+                )
+        return {}
 
     def cancel(self, task_id: str) -> JsonObject:
         """End a posted task whose escrow never opened, with the requester's own signed

@@ -557,7 +557,9 @@ def review(
 ) -> dict[str, Any]:
     """`{"check", "verdict", "reason"}` from a requester whose key the service holds, or
     `{"entry": ...}`: the requester's own signed `review.given` (body `{"task_id", "check",
-    "verdict"}`, and for a rejection `"reason"` and the dispute `"fee"`)."""
+    "verdict"}`, and for a rejection `"reason"` and the dispute `"fee"`). A python check the
+    service's `checks.previewed` named inconclusive is contested the same way, by a
+    rejection."""
     task = _task(context, task_id)
     if caller != task.requester:
         raise ProblemError(403, f"only the requester of {task_id} reviews its work")

@@ -120,6 +120,15 @@ def test_at_settlement_every_hostile_check_fails_and_touches_nothing(
     world, names = delivered
     home = world.settings.home
     files, keys = home_files(home), _keys(home)
+    # the check that runs out of time is inconclusive: its requester may contest it until
+    # the review window ends, so the settlement waits for that
+    with pytest.raises(SettlementWaits, match=r"inconclusive: its requester may contest"):
+        settle_task(world.market, world.onboarding, world.task_id)
+    named = world.market.previewed(world.task_id) or {}
+    assert [names[c] for c in named] == [TIMED_OUT]
+    ends = world.market.task(world.task_id).review_ends
+    assert ends is not None
+    world.clock.set(ends)
     settle_task(world.market, world.onboarding, world.task_id)
     computed = next(
         e.event.body

@@ -124,6 +124,12 @@ def _delivered(world: World, spec: TaskSpec | None = None) -> Task:
 def test_a_round_settles_once_the_review_window_closes(tmp_path: Path) -> None:
     world = open_world(tmp_path / "home")
     delivered = _delivered(world, invoice_spec_with(REVIEW))
+    # once in its window, its python checks are previewed (none is inconclusive): the
+    # settlement then waits for the requester's review
+    [previewed] = run_due(world.context)
+    assert (previewed.due, previewed.outcome) == (Due(world.task_id, "settle"), "waits")
+    assert "looks-right waits" in previewed.detail
+    assert world.market.previewed(world.task_id) == {}
     assert run_due(world.context) == []  # the requester has not said its word yet
     world.clock.set(delivered.review_ends)
     [done] = run_due(world.context)
@@ -188,6 +194,8 @@ def test_accepting_every_review_early_settles_at_once(tmp_path: Path) -> None:
     world = open_world(tmp_path / "home")
     delivered = _delivered(world, invoice_spec_with(REVIEW, {**REVIEW, "id": "looks-right-2"}))
     world.market.review(world.requester, world.task_id, "looks-right", "accept")
+    [previewed] = run_due(world.context)  # its python checks previewed once in its window
+    assert previewed.outcome == "waits" and "looks-right-2 waits" in previewed.detail
     assert run_due(world.context) == []  # one review is still to come
     world.market.review(world.requester, world.task_id, "looks-right-2", "accept")
     [done] = run_due(world.context)
