@@ -14,11 +14,13 @@ signature and logs the entry as it was signed.
     wallet      `Wallet`: an Ethereum account the user holds: deposits, escrow credit,
                 withdraw()
 
-Its errors of its own: one drawn under identity's tree (a handler is an agent's runtime), and
+Its errors of its own: two drawn under identity's tree (a handler is an agent's runtime), and
 the wallet's under the market's (it moves escrowed money):
 
 RegistryError
 └── HandlerError   a handler spec that names nothing that can answer (handlers)
+IdentityError
+└── PreflightError the handler answered no practice item: no exam is started (practice)
 MarketError
 └── WalletError    the wallet refuses to sign, cannot read its key, or its transaction
                    was not mined or reverted (wallet)
