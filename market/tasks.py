@@ -25,11 +25,12 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from fractions import Fraction
 from functools import cached_property
-from typing import Any, Literal
+from typing import Any
 
 from accord.market.auction import PAYMENT_RULES, PaymentRule, ScoringWeights
 from accord.market.errors import AuctionError, LimitError, TaskError, TransitionError, WorkError
 from accord.market.money import Wei, parse_amount, wei
+from accord.market.states import TaskState
 from accord.market.work import (
     Check,
     Part,
@@ -41,20 +42,6 @@ from accord.market.work import (
     parse_parts,
     rubric,
 )
-
-TaskState = Literal[
-    "posted",
-    "bidding",
-    "revealing",
-    "awarded",
-    "running",
-    "delivered",
-    "settled",
-    "expired",
-    "refunded",
-    "cancelled",
-    "closed",
-]
 
 # Event kinds of the market, in the ledger.
 TASK_POSTED = "task.posted"
