@@ -17,7 +17,8 @@
 a thin layer over the packages (`ledger`, `identity`, `market`, `coordinator`, `audit`); their
 errors all derive from `AccordError` (catch it to catch every expected failure) through the
 package roots re-exported below. Nothing is imported until it is used, so
-`import accord` is cheap.
+`import accord` is cheap, and it changes nothing of the host's process (no import hook, no
+recursion limit: the `accord` command and the service set those up, `accord._process`).
 """
 
 from __future__ import annotations
@@ -25,12 +26,6 @@ from __future__ import annotations
 from importlib import import_module
 from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any
-
-from accord._bls import defer_bls_keystores
-from accord._stack import keep_recursion_limit
-
-keep_recursion_limit()  # first: py_ecc (under eth_account and web3) would raise it to 100,000
-defer_bls_keystores()  # eth_account's keystores load py_ecc's BLS code on first use, not at import
 
 if TYPE_CHECKING:
     from accord._home import Home, open_home

@@ -10,8 +10,12 @@ from typing import Any
 
 import pytest
 
+from accord._process import prepare_process
 from accord.ledger.devnet import find_free_port
 from tests.accord_cli import AccordCli
+
+prepare_process()  # the tests' process is prepared as the command's and the service's are
+# (the recursion limit kept: a hostile deep JSON answer is a RecursionError, not a SIGSEGV)
 
 # shap, the tests' cross-check of exact Shapley values, runs its explainers through numba, whose
 # first call in a process compiled them for 12.5 s; run as plain Python they take milliseconds
