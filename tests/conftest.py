@@ -14,6 +14,9 @@ from accord._process import prepare_process
 from accord.ledger.devnet import find_free_port
 from tests.accord_cli import AccordCli
 
+# A test clock (ACCORD_TEST_CLOCK) is refused outside a test: this says the tests are one, for
+# them and for every process they start with this environment (accord.ledger.settings).
+os.environ["ACCORD_ALLOW_TEST_CLOCK"] = "1"
 prepare_process()  # the tests' process is prepared as the command's and the service's are
 # (the recursion limit kept: a hostile deep JSON answer is a RecursionError, not a SIGSEGV)
 
