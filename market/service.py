@@ -519,11 +519,6 @@ class Market:
         """Every track record, folded from the log before index `before` (all of it: None)."""
         return track_records_from_log(self.ledger.store, before=before)
 
-    def reputation_of(self, did: str, capability: str) -> Fraction:
-        """`did`'s reputation in `capability`: its track record there
-        (`accord.market.reputation`)."""
-        return self.track_records().reputation(did, capability)
-
     def reputations(self, dids: Iterable[str], capabilities: Sequence[str]) -> dict[str, Fraction]:
         """Each bidder's reputation for a task needing `capabilities`: the mean of its
         reputations in them, from one fold of the log."""
