@@ -36,8 +36,6 @@ curve_order  # eth_keyfile.keyfile reads it from the placeholder module (accord/
 
 # -- used only by tests today: each is to be deleted, or used by the product (issue 46, item 5).
 # Listed so the gate catches any new one; not a reason to keep them.
-from accord.api.explorer import ExplorerContext  # noqa: E402
-from accord.api.market_cli import parse_duration  # noqa: E402
 from accord.coordinator.agent_service import serve_in_thread  # noqa: E402
 from accord.coordinator.service import directory_of  # noqa: E402
 from accord.identity.challenges.base import Grade  # noqa: E402
@@ -49,8 +47,6 @@ from accord.ledger.views import view_rows  # noqa: E402
 from accord.market.blobs import BlobStore  # noqa: E402
 from accord.market.service import Market  # noqa: E402
 
-ExplorerContext  # tests/api/test_explorer.py builds one (an ExplorerSources would do)
-parse_duration  # tests/api/test_limits.py (the CLI parses windows with the task spec's parser)
 serve_in_thread  # the coordinator tests' agent services
 directory_of  # tests read the whole directory (the product reads `directory_for`)
 Grade.full_marks  # the exam tests' assertion

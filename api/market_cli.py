@@ -13,7 +13,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 from urllib.parse import quote
@@ -37,7 +37,7 @@ from accord.identity.errors import IdentityError
 from accord.ledger.errors import ChainError, LedgerError
 from accord.ledger.sealing import is_commitment
 from accord.ledger.settings import Settings
-from accord.market.errors import BidRejected, LimitError, MarketError, TaskError, WorkError
+from accord.market.errors import BidRejected, MarketError, WorkError
 from accord.market.money import Wei, parse_amount
 
 if TYPE_CHECKING:
@@ -64,36 +64,6 @@ ServerOption = Annotated[
         help="Read from the accord service at this URL instead of the local store.",
     ),
 ]
-
-
-def parse_duration(text: str, limit: timedelta | None = None) -> timedelta:
-    """`30s`, `5m`, `2h` or `1d` (a bare number is refused), at most `limit` (default: a
-    task's longest window, `accord.market.tasks.MAX_WINDOW`).
-
-    Raises TaskError for anything else, LimitError beyond `limit`.
-    """
-    from accord.market.tasks import MAX_DURATION_TEXT, MAX_WINDOW, duration_hint, duration_seconds
-
-    if limit is None:
-        limit = MAX_WINDOW
-    seconds = duration_seconds(text)
-    if seconds is None:
-        shown = text[:MAX_DURATION_TEXT]
-        raise TaskError(f"{shown!r} is not a duration: {duration_hint(shown)}")
-    if seconds > limit.total_seconds():
-        raise LimitError(
-            f"{text.strip()} is longer than the {_days(limit)} a window may last",
-            int(limit.total_seconds()),
-        )
-    return timedelta(seconds=seconds)
-
-
-def _days(span: timedelta) -> str:
-    return (
-        plural(span.days, "day")
-        if span.days and not span.seconds
-        else f"{int(span.total_seconds())} s"
-    )
 
 
 def open_market(settings: Settings) -> MarketContext:

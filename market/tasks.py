@@ -488,8 +488,7 @@ _MAX_SECONDS = int(MAX_WINDOW.total_seconds())
 def duration_seconds(text: str) -> int | None:
     """The seconds `text` names: `30s`, `5m`, `2h` or `1d`, spaces around allowed; None for
     anything else (a bare number among them: `30` could mean seconds or minutes) or more than
-    MAX_DURATION_TEXT characters. Pure; the callers bound it (`parse_window`, the CLI's
-    `accord.api.market_cli.parse_duration`)."""
+    MAX_DURATION_TEXT characters. Pure; the caller bounds it (`parse_window`)."""
     match = _DURATION.match(text) if len(text) <= MAX_DURATION_TEXT else None
     if match is None:
         return None
