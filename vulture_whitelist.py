@@ -43,7 +43,6 @@ from accord.identity.credentials import CHECKLIST  # noqa: E402
 from accord.identity.dataintegrity import public_key_from_multikey  # noqa: E402
 from accord.identity.exams import ExamService, regrade_from_ledger  # noqa: E402
 from accord.identity.status import StatusList  # noqa: E402
-from accord.ledger.views import view_rows  # noqa: E402
 from accord.market.blobs import BlobStore  # noqa: E402
 from accord.market.service import Market  # noqa: E402
 
@@ -55,7 +54,6 @@ public_key_from_multikey  # tests/identity/test_dataintegrity.py (the product re
 regrade_from_ledger  # the exam tests (the audit re-grades from verified events)
 ExamService.attempts  # the exam tests
 StatusList.set_indices  # the status-list tests
-view_rows  # the view tests compare a rebuild with these
 BlobStore.sweep  # expired uploads: the product never sweeps them yet (a lifecycle step)
 BlobStore.usage  # the upload tests
 Market.held_capabilities  # the view tests

@@ -1,6 +1,6 @@
 """Reading one task from the log, without the market service: what `accord task show` and
 `Market.task` both run. It imports no chain client, no onboarding and no service, so a read
-command starts in a fraction of the time a write command does (README: the CLI's start-up).
+command starts in a fraction of the time a write command does (scripts/bench/bench_cli.py).
 
 A task is its lifecycle events replayed (`accord.market.tasks.replay`); its requester's
 record is read from the task and reputation views, brought level with the log first.

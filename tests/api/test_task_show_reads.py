@@ -1,6 +1,6 @@
 """`accord task show` reads a task from the log and the views alone (accord.market.task_reads):
 it loads no market service, no onboarding and no chain client, which is what keeps the read
-command's start-up short (README: the CLI's start-up; scripts/bench/bench_cli.py times it)."""
+command's start-up short (scripts/bench/bench_cli.py times it)."""
 
 from __future__ import annotations
 

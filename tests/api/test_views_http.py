@@ -19,10 +19,11 @@ from accord.api.client import AccordClient
 from accord.coordinator.service import directory_for, directory_of, discover
 from accord.coordinator.team import form_team, rank_candidates
 from accord.ledger.errors import QueryError
-from accord.ledger.views import encode_cursor, view_rows
+from accord.ledger.views import encode_cursor
 from accord.market.discovery import fraction_text
 from accord.market.projections import read_views
 from tests.api.test_app import World, assert_problem, build_world, post_task
+from tests.view_rows import view_rows
 
 
 @pytest.fixture(scope="module")

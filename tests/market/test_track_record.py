@@ -43,7 +43,6 @@ from accord.identity.errors import RegistryError
 from accord.identity.issuance import _CREDENTIALS
 from accord.ledger.events import Entry, Event
 from accord.ledger.signing import Signer
-from accord.ledger.views import view_rows
 from accord.market.check_io import Judge
 from accord.market.errors import BidRejected, ReputationError, SettlementWaits
 from accord.market.money import parse_amount
@@ -64,6 +63,7 @@ from tests.audit.conftest import (
 from tests.coordinator.test_llm_policy import ChatServer, _completion
 from tests.ledger.conftest import postgres_schema_url
 from tests.market.panelists import jurors, mine, reveal, vote
+from tests.view_rows import view_rows
 
 HALF = Fraction(1, 2)
 #: Each ring member holds the one capability the member before it asks for.
