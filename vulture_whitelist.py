@@ -56,6 +56,5 @@ ExamService.attempts  # the exam tests
 StatusList.set_indices  # the status-list tests
 BlobStore.sweep  # expired uploads: the product never sweeps them yet (a lifecycle step)
 BlobStore.usage  # the upload tests
-Market.held_capabilities  # the view tests
 Market.open_tasks_for  # tests/market/test_service.py
 anchor_timer  # app.state.anchor_timer (api/app.py): tests/api/test_audits.py reads the timer

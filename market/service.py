@@ -47,7 +47,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from accord.identity.challenges.registry import get_capability
 from accord.identity.credential_views import VIEW_NAME as CREDENTIAL_VIEW
-from accord.identity.credential_views import capabilities_of, credentials_held, holders
+from accord.identity.credential_views import credentials_held, holders
 from accord.identity.errors import ExamError, IdentityError, RegistryError
 from accord.identity.exams import check_agent_entry
 from accord.identity.onboarding import Onboarding
@@ -419,11 +419,6 @@ class Market:
         the credential view (`accord.identity.credential_views`; bids still verify the document)."""
         with reading(self.ledger.store, CREDENTIAL_VIEW) as connection:
             return holders(connection, capability, self.clock(), after=None, limit=None)
-
-    def held_capabilities(self, dids: Iterable[str]) -> dict[str, list[str]]:
-        """What each DID holds a valid, unrevoked credential for now, from the view."""
-        with reading(self.ledger.store, CREDENTIAL_VIEW) as connection:
-            return capabilities_of(connection, dids, self.clock())
 
     def indexed_track_records(self, dids: Iterable[str]) -> TrackRecords:
         """`track_records` from the reputation view: the same fold, read by agent (with every
