@@ -54,7 +54,7 @@ public_key_from_multikey  # tests/identity/test_dataintegrity.py (the product re
 regrade_from_ledger  # the exam tests (the audit re-grades from verified events)
 ExamService.attempts  # the exam tests
 StatusList.set_indices  # the status-list tests
-BlobStore.sweep  # expired uploads: the product never sweeps them yet (a lifecycle step)
+BlobStore.sweep  # the blob tests (every upload sweeps through `_sweep` first)
 BlobStore.usage  # the upload tests
 Market.open_tasks_for  # tests/market/test_service.py
 anchor_timer  # app.state.anchor_timer (api/app.py): tests/api/test_audits.py reads the timer
