@@ -3,8 +3,8 @@
 Setup: a fresh tmp `ACCORD_HOME` and an `ACCORD_DEVNET_PORT` from `find_free_port()`; the
 venv's `accord` starts the devnet (`accord devnet up`), posts one single-part task
 (`accord task post --title … --capability arithmetic --input … --expect …`, its budget
-escrowed), and stops the devnet again (`accord devnet down`): a small home holding one task, read without a
-chain from then on.
+escrowed), and stops the devnet again (`accord devnet down`): a small home holding one
+task, read without a chain from then on.
 
 Measures: each repetition runs, side by side in a rotating order, `python -c pass` (the
 interpreter alone: the baseline), `accord --help`, `accord --version` and
