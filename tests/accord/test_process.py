@@ -13,6 +13,7 @@ import sys
 import pytest
 
 SNAPSHOT = """
+import logging, signal, warnings
 def snapshot():
     return {
         "meta_path": [type(finder).__qualname__ for finder in sys.meta_path],
@@ -20,6 +21,9 @@ def snapshot():
         "recursion_limit": sys.getrecursionlimit(),
         "switch_interval": sys.getswitchinterval(),
         "excepthook": repr(sys.excepthook),
+        "warning_filters": len(warnings.filters),
+        "root_log_handlers": len(logging.getLogger().handlers),
+        "signals": {n: repr(signal.getsignal(n)) for n in (signal.SIGINT, signal.SIGTERM)},
     }
 """
 
