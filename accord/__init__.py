@@ -17,22 +17,18 @@
 a thin layer over the packages (`ledger`, `identity`, `market`, `coordinator`, `audit`); their
 errors all derive from `AccordError` (catch it to catch every expected failure) through the
 package roots re-exported below. Nothing is imported until it is used, so
-`import accord` is cheap.
+`import accord` is cheap, and it changes nothing of the host's process (no import hook, no
+recursion limit: the `accord` command and the service set those up, `accord._process`).
 """
 
 from __future__ import annotations
 
 from importlib import import_module
-from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any
 
-from accord._bls import defer_bls_keystores
-from accord._stack import keep_recursion_limit
-
-keep_recursion_limit()  # first: py_ecc (under eth_account and web3) would raise it to 100,000
-defer_bls_keystores()  # eth_account's keystores load py_ecc's BLS code on first use, not at import
-
 if TYPE_CHECKING:
+    __version__: str
+
     from accord._home import Home, open_home
     from accord.api.client import AccordClient as Client
     from accord.audit.checks import AuditReport
@@ -45,11 +41,6 @@ if TYPE_CHECKING:
     from accord.market.money import Wei, format_eth, parse_amount
     from accord.market.tasks import Task, TaskSpec
     from accord.market.views import TaskPage
-
-try:
-    __version__ = version("accord")
-except PackageNotFoundError:  # running from a source tree that was never installed
-    __version__ = "0+unknown"
 
 _EXPORTS = {
     "Home": ("accord._home", "Home"),
@@ -95,8 +86,22 @@ __all__ = [
 ]
 
 
+def _version() -> str:
+    """The installed distribution's version (importlib.metadata, some 30 ms of start-up: read
+    when asked for, not at import)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("accord")
+    except PackageNotFoundError:  # running from a source tree that was never installed
+        return "0+unknown"
+
+
 def __getattr__(name: str) -> Any:
-    """The public names, imported on first use."""
+    """The public names, imported on first use (`__version__` too)."""
+    if name == "__version__":
+        globals()[name] = value = _version()
+        return value
     try:
         module, attribute = _EXPORTS[name]
     except KeyError:

@@ -13,6 +13,12 @@ placeholders. The first gives the module a `G2ProofOfPossession` that imports th
 `curve_order`, BLS12-381's group order, which it needs at once (for its largest v4 key). Both are
 taken out of `sys.modules` as soon as the module has run, so every other importer of py_ecc,
 before or after, gets the real modules. When they were imported already, nothing changes.
+Should the module fail to run with the placeholders (an eth_keyfile that reads more of py_ecc
+than the two names above), it runs again as a plain import: slower, never broken. The versions
+of eth-keyfile and py-ecc it was written against are pinned in pyproject.toml.
+
+Installed by the `accord` command and the service only (`accord._process`), never by
+`import accord`.
 """
 
 from __future__ import annotations
@@ -58,14 +64,24 @@ class _KeyfileLoader(Loader):
         return self.loader.create_module(spec)
 
     def exec_module(self, module: ModuleType) -> None:
+        """Run the module with the placeholders; should it fail with them (a newer eth_keyfile
+        reading another name of py_ecc's), run it again as a plain import, with the real
+        modules: slower to start, never broken. Raises what the plain import raises."""
         placeholders = {n: m for n, m in _placeholders().items() if n not in sys.modules}
         sys.modules.update(placeholders)
         try:
             self.loader.exec_module(module)
+        except Exception:
+            _remove(placeholders)
+            self.loader.exec_module(module)  # the plain import
         finally:
-            for name, placeholder in placeholders.items():
-                if sys.modules.get(name) is placeholder:
-                    del sys.modules[name]
+            _remove(placeholders)
+
+
+def _remove(placeholders: dict[str, ModuleType]) -> None:
+    for name, placeholder in placeholders.items():
+        if sys.modules.get(name) is placeholder:
+            del sys.modules[name]
 
 
 class _KeyfileFinder(MetaPathFinder):

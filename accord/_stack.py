@@ -7,7 +7,8 @@ the process dies of SIGSEGV instead of raising RecursionError. Such a document i
 one request body from anyone (the service parses JSON before it checks a signature on some
 routes) or one answer from a hostile RPC node killed an accord service.
 
-`keep_recursion_limit()`, called by `accord/__init__.py` before anything else of accord loads,
+`keep_recursion_limit()`, called by the `accord` command and the service
+(`accord._process.prepare_process`) before anything heavy loads, never by `import accord`,
 imports py_ecc's package first (the package alone is cheap: eth_account loads its heavy parts)
 and puts the limit back. py_ecc runs its package code once per process, so no later import
 raises it again. accord never calls py_ecc, which is what wanted the deep recursion.

@@ -99,7 +99,8 @@ from accord.ledger.canonical import whole_numbers
 from accord.ledger.errors import QueryError
 from accord.ledger.events import Entry, parse_time
 from accord.market.service import LIFECYCLE_KINDS
-from accord.market.tasks import Task, TaskState, clock_state
+from accord.market.states import TaskState
+from accord.market.tasks import Task, clock_state
 from accord.market.wiring import MarketContext
 
 logger = logging.getLogger(__name__)

@@ -18,6 +18,7 @@ from fastapi.openapi.utils import get_openapi
 from fastapi.routing import APIRoute
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from accord._process import prepare_process
 from accord.api import a2a, cards
 from accord.api.problems import (
     PROBLEM_MEDIA_TYPE,
@@ -120,7 +121,9 @@ def create_app(
     escrow_chain: EscrowChain | None = None,
 ) -> FastAPI:
     """The service over `settings`. Tests may pass an already-built market `context` and the
-    chains the audit reads; otherwise they are opened on first use."""
+    chains the audit reads; otherwise they are opened on first use. The service's process is
+    prepared first (`accord._process`: the recursion limit kept against hostile JSON)."""
+    prepare_process()
     config = config or ApiConfig()
     state = ApiState(settings, config, context_=context, anchors=anchors, escrow_chain=escrow_chain)
 

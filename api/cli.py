@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from accord._process import prepare_process
 from accord.api import output
 from accord.api.audit_cli import audit
 from accord.api.coordinator_cli import conversation_app
@@ -107,6 +108,7 @@ def main() -> None:
     from typer._click.exceptions import ClickException
     from typer.exceptions import Abort
 
+    prepare_process()
     wants_json = "--json" in sys.argv[1:]
     try:
         if not wants_json:

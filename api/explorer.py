@@ -79,13 +79,6 @@ class ExplorerSources(Protocol):
     def escrow(self) -> EscrowChain: ...
 
 
-@dataclass(frozen=True)
-class ExplorerContext:
-    store: LogStore
-    anchors: AnchorChain
-    escrow: EscrowChain
-
-
 def explorer_router(
     context_provider: Callable[[], ExplorerSources], audits: AuditCache | None = None
 ) -> APIRouter:

@@ -13,7 +13,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 from urllib.parse import quote
@@ -37,7 +37,7 @@ from accord.identity.errors import IdentityError
 from accord.ledger.errors import ChainError, LedgerError
 from accord.ledger.sealing import is_commitment
 from accord.ledger.settings import Settings
-from accord.market.errors import BidRejected, LimitError, MarketError, TaskError, WorkError
+from accord.market.errors import BidRejected, MarketError, WorkError
 from accord.market.money import Wei, parse_amount
 
 if TYPE_CHECKING:
@@ -64,36 +64,6 @@ ServerOption = Annotated[
         help="Read from the accord service at this URL instead of the local store.",
     ),
 ]
-
-
-def parse_duration(text: str, limit: timedelta | None = None) -> timedelta:
-    """`30s`, `5m`, `2h` or `1d` (a bare number is refused), at most `limit` (default: a
-    task's longest window, `accord.market.tasks.MAX_WINDOW`).
-
-    Raises TaskError for anything else, LimitError beyond `limit`.
-    """
-    from accord.market.tasks import MAX_DURATION_TEXT, MAX_WINDOW, duration_hint, duration_seconds
-
-    if limit is None:
-        limit = MAX_WINDOW
-    seconds = duration_seconds(text)
-    if seconds is None:
-        shown = text[:MAX_DURATION_TEXT]
-        raise TaskError(f"{shown!r} is not a duration: {duration_hint(shown)}")
-    if seconds > limit.total_seconds():
-        raise LimitError(
-            f"{text.strip()} is longer than the {_days(limit)} a window may last",
-            int(limit.total_seconds()),
-        )
-    return timedelta(seconds=seconds)
-
-
-def _days(span: timedelta) -> str:
-    return (
-        plural(span.days, "day")
-        if span.days and not span.seconds
-        else f"{int(span.total_seconds())} s"
-    )
 
 
 def open_market(settings: Settings) -> MarketContext:
@@ -182,6 +152,29 @@ def read_market() -> Iterator[Market]:
         yield Market(ledger, open_onboarding(settings, ledger), _ReadOnlyEscrow())
     except (MarketError, LedgerError, IdentityError) as exc:
         fail(str(exc), code=exit_code_of(exc))
+
+
+def _read_task(task_id: str) -> dict[str, Any]:
+    """`task show`'s view of a task, read from the log and the views alone: no market service,
+    no onboarding, no chain (`accord.market.task_reads`), so the command starts fast.
+    Expected failures become one line (an unknown task is exit 2)."""
+    try:
+        settings = Settings.from_env()
+    except ValueError as exc:
+        fail(str(exc), code=2)
+    from accord.ledger.wiring import clock_of, open_store
+    from accord.market.task_reads import read_requester_record, read_task
+    from accord.market.tasks import clock_state
+
+    try:
+        store = open_store(settings, create=False)
+        task = read_task(store, task_id)
+        data: dict[str, Any] = task.to_json()
+        data["state"] = clock_state(task, clock_of(settings)())
+        data["requester_record"] = read_requester_record(store, task.requester).to_json()
+    except (MarketError, LedgerError) as exc:
+        fail(str(exc), code=exit_code_of(exc))
+    return data
 
 
 def require_task(task_id: str) -> Task:
@@ -516,10 +509,7 @@ def task_show(task_id: str, as_json: JsonFlag = False, server: ServerOption = No
         with remote(server) as client:
             data = client.task(task_id)
     else:
-        with read_market() as market:
-            task = market.task(task_id)
-            data = _task_view(market, task)
-            data["requester_record"] = market.requester_record(task.requester).to_json()
+        data = _read_task(task_id)
     if as_json:
         emit(data)
         return

@@ -109,6 +109,7 @@ from accord.market.settlement import (
     paid_out,
     recompute_settlement,
 )
+from accord.market.states import FINAL_STATES
 from accord.market.tasks import (
     BID_COMMITTED,
     BID_REVEALED,
@@ -669,10 +670,9 @@ def _required_actor(event: Event, task: Task, operator: str) -> str | None:
 # -- (2) anchored inclusion ------------------------------------------------------------------
 
 
-FINAL_STATES = frozenset({"settled", "expired", "refunded", "cancelled"})
-"""A task in one of these states is over: every entry it touched must be anchored (step 2
-fails otherwise) and every step checks it; before, entries not anchored yet are pending, and
-so are the steps about a stage it has not reached (`_not_reached`)."""
+# A task in one of the FINAL_STATES (accord.market.states) is over: every entry it touched must
+# be anchored (step 2 fails otherwise) and every step checks it; before, entries not anchored
+# yet are pending, and so are the steps about a stage it has not reached (`_not_reached`).
 _STAGES = {
     4: ("awarded", frozenset({"awarded", "running", "delivered"})),
     5: ("running", frozenset({"running", "delivered"})),

@@ -59,10 +59,11 @@ from accord.coordinator.conversation import (
 )
 from accord.coordinator.errors import CoordinatorError, IllegalMove
 from accord.coordinator.service import (
+    ConversationReplays,
     assemble,
     conversation_ids,
     payable,
-    replay_conversation,
+    replays_of,
     team_directory,
 )
 from accord.identity.challenges import validate_output
@@ -256,13 +257,19 @@ def _check_opened(context: MarketContext, task: Task, entry: Entry) -> None:
 
 
 def _replayed(context: MarketContext, conv_id: str, task: Task) -> Conversation:
+    """The conversation as the log holds it, replayed on from the last state this process
+    verified (`ConversationReplays`): not re-read from its opening for each relayed entry."""
     try:
-        record = replay_conversation(context.market.ledger.store, conv_id, max_depth=MAX_DEPTH)
+        record = _replays(context).replay(conv_id)
     except CoordinatorError as exc:
         raise WorkRefused(f"no conversation {conv_id} to speak in: {exc}") from exc
     if record.conversation.task_id != task.task_id:
         raise WorkRefused(f"conversation {conv_id} is not {task.task_id}'s")
     return record.conversation
+
+
+def _replays(context: MarketContext) -> ConversationReplays:
+    return replays_of(context.market.ledger.store, max_depth=MAX_DEPTH)
 
 
 def _check_message(context: MarketContext, task: Task, entry: Entry) -> None:
@@ -301,10 +308,8 @@ def _check_message(context: MarketContext, task: Task, entry: Entry) -> None:
         raise WorkRefused(f"not a legal move: {exc.reason}") from exc
     if isinstance(message, Report):
         store = context.market.ledger.store
-        records = [
-            replay_conversation(store, conv_id, max_depth=MAX_DEPTH)
-            for conv_id in conversation_ids(store, task.task_id)
-        ]
+        replays = _replays(context)
+        records = [replays.replay(conv_id) for conv_id in conversation_ids(store, task.task_id)]
         try:
             check_report_in_task(records, conversation, message)
         except IllegalMove as exc:

@@ -846,8 +846,25 @@ def conversation_from_events(
     )
     if opened.actor != conversation.leader:
         raise IllegalMove(f"entry {opened_index}: opened by someone else than its leader")
-    messages = []
-    for index, event in logged:
+    record = ConversationRecord(conversation, (), opened_index, str(body.get("title", "")))
+    return continue_conversation(record, logged)
+
+
+def continue_conversation(
+    record: ConversationRecord, events: Iterable[tuple[int, Event]]
+) -> ConversationRecord:
+    """`record` with the conversation's verified events after it folded in, each with its log
+    index, in log order (events of other subjects and kinds are skipped): so a replay goes on
+    from the last state it verified instead of from the opening (`conversation_from_events`
+    is the opening, then this). Pure; raises IllegalMove as `conversation_from_events` does
+    (a second opening included)."""
+    conv_id = record.conversation.conv_id
+    kinds = (CONVERSATION_OPENED, CONVERSATION_MESSAGE, WORK_ANSWERED)
+    conversation = record.conversation
+    messages = list(record.messages)
+    for index, event in events:
+        if event.subject != conv_id or event.kind not in kinds:
+            continue
         if event.kind == WORK_ANSWERED:
             conversation = answered(conversation, index, event.actor, event.body)
             continue
@@ -863,9 +880,7 @@ def conversation_from_events(
         except IllegalMove as exc:
             raise IllegalMove(f"entry {index}: {exc.reason}") from exc
         messages.append(LoggedMessage(index, int(event.body["turn"]), message, event.at))
-    return ConversationRecord(
-        conversation, tuple(messages), opened_index, str(body.get("title", ""))
-    )
+    return replace(record, conversation=conversation, messages=tuple(messages))
 
 
 def check_sub_team(

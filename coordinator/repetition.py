@@ -3,7 +3,7 @@
 The IoA paper (arXiv 2407.07061) found that about half of its communication cost was repeated
 content: agents restating the task, the plan and each other's results. These pure functions
 measure that over a conversation's messages, given as texts or as JSON bodies
-(`conversation.message_to_json`), and `RepetitionGuard` lets a policy curb it.
+(`conversation.message_to_json`), for scripts/bench/bench_team.py.
 
 Unit of repetition: **word shingles**. A text is lower-cased and split into words (runs of
 letters, digits and underscores, `\\w+`); its shingles are the windows of `shingle` consecutive
@@ -26,7 +26,6 @@ Body = str | Mapping[str, Any]
 """A message: its text, or its JSON body."""
 
 _WORD = re.compile(r"\w+")
-_SENTENCE_END = re.compile(r"(?<=[.!?;])\s+|\n+")
 
 
 def text_of(body: Body) -> str:
@@ -94,53 +93,3 @@ def message_bytes(messages: Iterable[Body]) -> int:
             encoded = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
             size += len(encoded.encode())
     return size
-
-
-def sentences(text: str) -> list[str]:
-    """`text` split into sentences (after `.`, `!`, `?`, `;` and at line breaks), stripped,
-    empty ones dropped."""
-    return [s.strip() for s in _SENTENCE_END.split(text) if s.strip()]
-
-
-def _norm(sentence: str) -> tuple[str, ...]:
-    return tuple(words(sentence))
-
-
-class RepetitionGuard:
-    """Remembers what a conversation has said and keeps a speaker from saying it again.
-
-    Sentences are compared by their words (case, spacing and punctuation ignored). `novel` only
-    looks; `strip_repeats` and `observe` also remember what they let through.
-    """
-
-    def __init__(self, said: Iterable[Body] = ()) -> None:
-        self._said: set[tuple[str, ...]] = set()
-        for body in said:
-            self.observe(body)
-
-    def observe(self, body: Body) -> None:
-        """Remember everything in `body` as said."""
-        for s in sentences(text_of(body)):
-            key = _norm(s)
-            if key:
-                self._said.add(key)
-
-    def novel(self, body: Body) -> bool:
-        """Whether `body` says anything not said before (a sentence not yet heard)."""
-        return any((key := _norm(s)) and key not in self._said for s in sentences(text_of(body)))
-
-    def strip_repeats(self, text: str) -> str:
-        """`text` without the sentences already said (before, or earlier in `text`), joined by
-        single spaces; remembers what is kept. Empty when nothing is new."""
-        kept: list[str] = []
-        for s in sentences(text):
-            key = _norm(s)
-            if not key or key in self._said:
-                continue
-            self._said.add(key)
-            kept.append(s)
-        return " ".join(kept)
-
-    def __len__(self) -> int:
-        """How many distinct sentences have been said."""
-        return len(self._said)

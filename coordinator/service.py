@@ -10,11 +10,14 @@ log).
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any
+from weakref import WeakKeyDictionary
 
 from accord.coordinator.adapters import RuntimeAdapter, reference_adapter
 from accord.coordinator.conversation import (
@@ -24,6 +27,7 @@ from accord.coordinator.conversation import (
     Contribution,
     Conversation,
     ConversationRecord,
+    continue_conversation,
     conversation_from_events,
     logged_plan,
 )
@@ -45,7 +49,7 @@ from accord.identity.errors import RegistryError
 from accord.ledger.errors import LedgerError
 from accord.ledger.events import Entry
 from accord.ledger.signing import Signer
-from accord.ledger.store import LogStore
+from accord.ledger.store import LogStore, StoredEntry
 from accord.ledger.views import check_limit, encode_cursor, int_key, reading
 from accord.market.discovery import DEPENDS_ON, description, fraction_text, ranked_page
 from accord.market.discovery import VIEW_NAME as DISCOVERY_VIEW
@@ -436,6 +440,67 @@ def replay_conversation(store: LogStore, conv_id: str, *, max_depth: int = 8) ->
     )
     verified = ((stored.index, _verified(stored.index, stored.data).event) for stored in entries)
     return conversation_from_events(conv_id, verified, max_depth=max_depth)
+
+
+class ConversationReplays:
+    """This process's replays of the conversations in `store`, each kept at the last entry it
+    verified: a replay reads only the entries logged after it (one indexed query) and folds
+    them in (`continue_conversation`), so relaying a conversation's n messages reads and
+    verifies each entry once instead of n times. Entries are appended in index order under
+    the head lock, so none can appear later below an index read. The threads of a process
+    share it (one replay at a time); it keeps the `MAX_KEPT` conversations used last.
+
+    `replays_of(store)` is the one a store's process shares."""
+
+    MAX_KEPT = 1024
+
+    def __init__(self, store: LogStore, *, max_depth: int = 8) -> None:
+        self.store = store
+        self.max_depth = max_depth
+        self._known: OrderedDict[str, tuple[int, ConversationRecord]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def replay(self, conv_id: str) -> ConversationRecord:
+        """The conversation as the log holds it now (what `replay_conversation` returns).
+        Raises what that raises; a conversation that fails to replay is not kept."""
+        with self._lock:
+            known = self._known.get(conv_id)
+            last, record = known if known is not None else (-1, None)
+            entries: list[StoredEntry] = []
+            while True:
+                page = self.store.find(
+                    subject=conv_id,
+                    kinds=(CONVERSATION_OPENED, CONVERSATION_MESSAGE, WORK_ANSWERED),
+                    after=entries[-1].index if entries else last,
+                    limit=MAX_CONVERSATION_EVENTS,
+                )
+                entries += page
+                if len(page) < MAX_CONVERSATION_EVENTS:
+                    break
+            verified = ((s.index, _verified(s.index, s.data).event) for s in entries)
+            if record is None:
+                record = conversation_from_events(conv_id, verified, max_depth=self.max_depth)
+            else:
+                record = continue_conversation(record, verified)
+            self._known[conv_id] = (entries[-1].index if entries else last, record)
+            self._known.move_to_end(conv_id)
+            while len(self._known) > self.MAX_KEPT:
+                self._known.popitem(last=False)
+            return record
+
+
+_REPLAYS: WeakKeyDictionary[LogStore, dict[int, ConversationReplays]] = WeakKeyDictionary()
+_REPLAYS_LOCK = threading.Lock()
+
+
+def replays_of(store: LogStore, *, max_depth: int = 8) -> ConversationReplays:
+    """The `ConversationReplays` this process keeps for `store` (one per depth limit), made on
+    first use and gone with the store."""
+    with _REPLAYS_LOCK:
+        by_depth = _REPLAYS.setdefault(store, {})
+        if max_depth not in by_depth:
+            by_depth[max_depth] = ConversationReplays(store, max_depth=max_depth)
+        return by_depth[max_depth]
 
 
 def _verified(index: int, data: bytes) -> Entry:

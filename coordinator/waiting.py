@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING
 
 from accord.coordinator.conversation import Conversation, no_show_due
 from accord.coordinator.errors import CoordinatorError
-from accord.market.tasks import Task, TaskState, clock_state
+from accord.market.states import TaskState
+from accord.market.tasks import Task, clock_state
 
 if TYPE_CHECKING:  # the chain's wiring (web3): the pure rule never imports it
     from accord.market.wiring import MarketContext

@@ -21,6 +21,10 @@ DEFAULT_ANCHOR_EVERY_ENTRIES = 1000
 DEFAULT_ANCHOR_EVERY_SECONDS = 60.0
 #: Set to 1 to let agents be reached at loopback, link-local and private addresses.
 ALLOW_PRIVATE_AGENTS = "ACCORD_ALLOW_PRIVATE_AGENTS"
+TEST_CLOCK = "ACCORD_TEST_CLOCK"
+#: Set to 1 beside ACCORD_TEST_CLOCK to say "this is a test" (tests/conftest.py sets it): alone,
+#: a test clock is refused, so a stray variable never moves a real service's market clock.
+ALLOW_TEST_CLOCK = "ACCORD_ALLOW_TEST_CLOCK"
 DEFAULT_CONFIRMATIONS = 0
 DEFAULT_REPLACE_AFTER_SECONDS = 120.0
 DEFAULT_PUBLIC_URL = "http://127.0.0.1:8600"
@@ -48,9 +52,10 @@ class Settings:
     public_rpc_url: the JSON-RPC URL the service tells requesters' wallets to send their
     deposits to (ACCORD_PUBLIC_RPC_URL; `GET /chain`). None: the managed devnet's own URL, and
     on an external chain none at all (ACCORD_RPC_URL may carry the operator's provider key).
-    test_clock_file: for tests only (ACCORD_TEST_CLOCK): a file holding how many seconds the
-    market's clock runs ahead of the real time, which a test moves on instead of waiting for a
-    window to close (`accord.ledger.wiring.clock_of`); None: the real time.
+    test_clock_file: for tests only (ACCORD_TEST_CLOCK, refused unless ACCORD_ALLOW_TEST_CLOCK=1
+    says this is a test): a file holding how many seconds the market's clock runs ahead of the
+    real time, which a test moves on instead of waiting for a window to close
+    (`accord.ledger.wiring.clock_of`); None: the real time.
     """
 
     home: Path
@@ -131,11 +136,24 @@ class Settings:
             ),
             public_url=_public_url(env, "ACCORD_PUBLIC_URL"),
             devnet_port_set=bool(env.get("ACCORD_DEVNET_PORT")),
-            test_clock_file=Path(env["ACCORD_TEST_CLOCK"]).absolute()
-            if env.get("ACCORD_TEST_CLOCK")
-            else None,
+            test_clock_file=_test_clock(env),
             public_rpc_url=_url(env, "ACCORD_PUBLIC_RPC_URL"),
         )
+
+
+def _test_clock(env: Mapping[str, str]) -> Path | None:
+    """The test clock's file (ACCORD_TEST_CLOCK), only where ACCORD_ALLOW_TEST_CLOCK=1 says
+    this is a test. Raises ValueError otherwise: a market clock moved on by a file would let
+    whoever writes it close bidding or reviews early, or expire a task."""
+    raw = env.get(TEST_CLOCK)
+    if not raw:
+        return None
+    if not env_flag(env, ALLOW_TEST_CLOCK):
+        raise ValueError(
+            f"{TEST_CLOCK} moves the market's clock and is for tests only: unset it, or set "
+            f"{ALLOW_TEST_CLOCK}=1 beside it in a test"
+        )
+    return Path(raw).absolute()
 
 
 def env_flag(env: Mapping[str, str], name: str) -> bool:

@@ -190,16 +190,6 @@ def reading(store: LogStore, name: str, *after: str) -> Iterator[Any]:
         raise StoreError(f"cannot read the {name} view: {exc}") from exc
 
 
-def view_rows(connection: Any, projections: Iterable[Projection]) -> Iterator[tuple[Any, ...]]:
-    """Every row of the projections' tables, each table in primary-key order, prefixed by the
-    table's name: two views are the same when these are (a rebuild is compared so)."""
-    for projection in projections:
-        for table in projection.tables:
-            order = list(table.primary_key.columns)
-            for row in connection.execute(select(table).order_by(*order)):
-                yield (table.name, *tuple(row))
-
-
 def parse_stored(rows: Iterable[tuple[int, bytes]]) -> list[ViewEntry]:
     """Stored (index, leaf data) rows as view entries; one that does not parse is skipped.
 

@@ -26,13 +26,13 @@ from accord.ledger.devnet import (
     write_record,
 )
 from accord.ledger.errors import ChainError, DevnetError, HomeError
-from accord.ledger.service import Ledger
 from accord.ledger.settings import Settings
 from accord.ledger.signing import Ed25519Signer, load_or_create_keyfile
 from accord.ledger.store import LogStore, make_engine
 
 if TYPE_CHECKING:
     from accord.ledger.chain import AnchorChain
+    from accord.ledger.service import Ledger
 
 OPERATOR_KEYFILE = "operator.json"
 
@@ -342,6 +342,9 @@ def connect_chain(
 
 def open_ledger(settings: Settings, chain: AnchorChain | None = None) -> Ledger:
     """A ledger over the configured store, anchoring through `chain` when one is given."""
+    # imported here: a read command opens the store alone and never loads the service
+    from accord.ledger.service import Ledger
+
     store = open_store(settings)
     operator = operator_signer(settings)
     clock = clock_of(settings)

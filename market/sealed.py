@@ -38,6 +38,7 @@ from accord.ledger.errors import MalformedError, SignatureError
 from accord.ledger.signing import Signer, b64url, from_b64url, verify_signature
 from accord.market.errors import BidRejected, TaskError
 from accord.market.money import Wei
+from accord.market.states import FINAL_STATES, TASK_STATES, TaskState
 
 DIGEST_SIZE = 32
 SIGNATURE_SIZE = 64
@@ -48,19 +49,8 @@ MAX_PRICE_DIGITS = 78  # 2**256 - 1 has 78 decimal digits
 COMMITMENT_TYPE = "accord.bid.commitment"
 REVEAL_TYPE = "accord.bid.reveal"
 
-LIFECYCLE = (
-    "posted",
-    "bidding",
-    "revealing",
-    "awarded",
-    "running",
-    "delivered",
-    "settled",
-    "expired",
-    "refunded",
-)
-COMMIT_STATES = frozenset({"bidding"})  # a posted task has no escrow yet: no bids
-REVEAL_STATES = frozenset({"bidding", "revealing"})
+COMMIT_STATES: frozenset[TaskState] = frozenset({"bidding"})  # posted: no escrow yet, no bids
+REVEAL_STATES: frozenset[TaskState] = frozenset({"bidding", "revealing"})
 
 _DECIMAL = re.compile(r"^(0|[1-9][0-9]*)$")
 
@@ -275,7 +265,7 @@ class SealedTerms:
 
     task_id: str
     budget: Wei
-    state: str
+    state: TaskState
     bidding_opens: datetime
     bidding_closes: datetime
     reveal_closes: datetime
@@ -287,7 +277,7 @@ class SealedTerms:
             raise TaskError(f"a task id must be a non-empty string, not {self.task_id!r}")
         if isinstance(self.budget, bool) or not isinstance(self.budget, int) or self.budget < 1:
             raise TaskError(f"a budget must be a whole number of wei ≥ 1, not {self.budget!r}")
-        if self.state not in LIFECYCLE:
+        if self.state not in TASK_STATES:
             raise TaskError(f"unknown task state {self.state!r}")
         moments = (self.bidding_opens, self.bidding_closes, self.reveal_closes)
         if any(not isinstance(m, datetime) or m.tzinfo is None for m in moments):
@@ -344,6 +334,10 @@ def check_commitment(
         raise BidRejected(
             "early", f"task {terms.task_id} is not escrowed yet: bidding has not opened"
         )
+    if terms.state in FINAL_STATES:
+        raise BidRejected(
+            "late", f"bidding on task {terms.task_id} has closed: it is {terms.state}"
+        )
     if terms.state not in COMMIT_STATES or now >= terms.bidding_closes:
         raise BidRejected("late", f"bidding on task {terms.task_id} has closed")
     if now < terms.bidding_opens:
@@ -382,6 +376,10 @@ def check_reveal(
     # (2): signed by the bidder
     _check_signature(bidder, reveal.message(), reveal.signature, "reveal")
     # (3): inside the reveal window
+    if terms.state in FINAL_STATES:
+        raise BidRejected(
+            "late", f"the reveal window of task {terms.task_id} has closed: it is {terms.state}"
+        )
     if terms.state == "posted" or now < terms.bidding_closes:
         raise BidRejected("early", f"the reveal window of task {terms.task_id} is not open yet")
     if terms.state not in REVEAL_STATES or now >= terms.reveal_closes:

@@ -47,7 +47,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from accord.identity.challenges.registry import get_capability
 from accord.identity.credential_views import VIEW_NAME as CREDENTIAL_VIEW
-from accord.identity.credential_views import capabilities_of, credentials_held, holders
+from accord.identity.credential_views import credentials_held, holders
 from accord.identity.errors import ExamError, IdentityError, RegistryError
 from accord.identity.exams import check_agent_entry
 from accord.identity.onboarding import Onboarding
@@ -88,6 +88,15 @@ from accord.market.reputation import (
     settled_work,
     track_records_from_events,
 )
+from accord.market.task_reads import LIFECYCLE_KINDS as LIFECYCLE_KINDS
+from accord.market.task_reads import MAX_TASK_EVENTS as MAX_TASK_EVENTS
+from accord.market.task_reads import as_task_event as as_task_event
+from accord.market.task_reads import (
+    read_requester_record,
+    read_task,
+    task_entries,
+)
+from accord.market.task_reads import task_event as task_event
 from accord.market.tasks import (
     BID_COMMITTED,
     BID_REVEALED,
@@ -119,7 +128,6 @@ from accord.market.views import (
     TaskQuery,
     bids_of,
     list_tasks,
-    requester_record_of,
     track_records_of,
 )
 from accord.market.views import VIEW_NAME as TASK_VIEW
@@ -127,14 +135,12 @@ from accord.market.work import bond_owed, dispute_fee, file_refs, require_machin
 
 log = logging.getLogger("accord.market")
 
-MAX_TASK_EVENTS = 100_000
 UNFUNDED_REASON = (
     "not funded when its bidding window ended: no deposit of its budget from its escrow "
     "account was on chain, so nobody could bid"
 )
 MAX_REJECTION_REASON = 2000
 _BOOK_PAGE = 5000
-LIFECYCLE_KINDS = tuple(kind for kind in TASK_KINDS if kind not in (BID_COMMITTED, BID_REVEALED))
 
 
 @dataclass(frozen=True)
@@ -373,12 +379,9 @@ class Market:
     # -- reading -------------------------------------------------------------------------
 
     def task(self, task_id: str) -> Task:
-        """The task replayed from its events. Raises TaskError when there is none."""
-        events = [task_event(stored) for stored in self._task_entries(task_id)]
-        if not events:
-            raise TaskError(f"no task {task_id!r} (see `accord task list`)")
-        task = replay(event for event in events if event.kind in TASK_KINDS)
-        return task
+        """The task replayed from its events (`accord.market.task_reads.read_task`). Raises
+        TaskError when there is none."""
+        return read_task(self.ledger.store, task_id)
 
     def state(self, task: Task) -> str:
         """The task's state now (the clock ends bidding and revealing)."""
@@ -419,11 +422,6 @@ class Market:
         with reading(self.ledger.store, CREDENTIAL_VIEW) as connection:
             return holders(connection, capability, self.clock(), after=None, limit=None)
 
-    def held_capabilities(self, dids: Iterable[str]) -> dict[str, list[str]]:
-        """What each DID holds a valid, unrevoked credential for now, from the view."""
-        with reading(self.ledger.store, CREDENTIAL_VIEW) as connection:
-            return capabilities_of(connection, dids, self.clock())
-
     def indexed_track_records(self, dids: Iterable[str]) -> TrackRecords:
         """`track_records` from the reputation view: the same fold, read by agent (with every
         pair that settled work, for the circles)."""
@@ -433,8 +431,7 @@ class Market:
     def requester_record(self, did: str) -> RequesterRecord:
         """What bidders see of a requester (`accord.market.reputation.RequesterRecord`), from the
         task and reputation views."""
-        with reading(self.ledger.store, REPUTATION_VIEW, TASK_VIEW) as connection:
-            return requester_record_of(connection, did)
+        return read_requester_record(self.ledger.store, did)
 
     def iter_tasks(self, **filters: str | None) -> Iterator[Task]:
         """Every task matching the `list_tasks` filters, page after page."""
@@ -520,11 +517,6 @@ class Market:
     def track_records(self, *, before: int | None = None) -> TrackRecords:
         """Every track record, folded from the log before index `before` (all of it: None)."""
         return track_records_from_log(self.ledger.store, before=before)
-
-    def reputation_of(self, did: str, capability: str) -> Fraction:
-        """`did`'s reputation in `capability`: its track record there
-        (`accord.market.reputation`)."""
-        return self.track_records().reputation(did, capability)
 
     def reputations(self, dids: Iterable[str], capabilities: Sequence[str]) -> dict[str, Fraction]:
         """Each bidder's reputation for a task needing `capabilities`: the mean of its
@@ -1450,7 +1442,7 @@ class Market:
     # -- internals -----------------------------------------------------------------------
 
     def _task_entries(self, task_id: str) -> list[StoredEntry]:
-        return self.ledger.store.find(subject=task_id, kinds=LIFECYCLE_KINDS, limit=MAX_TASK_EVENTS)
+        return task_entries(self.ledger.store, task_id)
 
     def _book(self, task_id: str) -> BidBook:
         """The task's admitted bids, read incrementally from the log (append-only)."""
@@ -1688,12 +1680,3 @@ def not_held(sha: str, path: str) -> WorkError:
         "`accord task post --spec` with the file beside the spec), then post again",
         path=path,
     )
-
-
-def task_event(stored: StoredEntry) -> TaskEvent:
-    return as_task_event(stored.index, Entry.from_bytes(stored.data).event)
-
-
-def as_task_event(index: int, event: Event) -> TaskEvent:
-    """A task's event as `tasks.replay` folds it."""
-    return TaskEvent(index, event.kind, event.actor, parse_time(event.at), event.body)

@@ -35,12 +35,13 @@ import random
 from collections.abc import Callable, ItemsView, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
-from functools import lru_cache
 from operator import add, attrgetter, mul
 from typing import Any, Literal
 
+from accord.market import shapley_int64
 from accord.market.errors import SettlementError
 from accord.market.money import Wei
+from accord.market.shapley_weights import mask_weights
 
 Coalition = frozenset[str]
 Game = Callable[[Coalition], Fraction]
@@ -56,9 +57,10 @@ _SQRT_SCALE = 10**12
 #: Coalitions are made in blocks over the first this many players (see `_exact`).
 _LOW_PLAYERS = 8
 #: From _INT64_FROM to _INT64_UP_TO players the exact sums run in numpy int64 arrays when
-#: numpy is installed and they fit (`_int64_room`): weighted (`_fold_in_int64`, the weights
+#: numpy is installed and they fit (`accord.market.shapley_int64`, the speed path fenced
+#: beside this module's Python one: `int64_room`): weighted (`fold_weighted`, the weights
 #: divided by their gcd, each then under 2^16) where that leaves room, else by coalition size
-#: (`_fold_by_size_in_int64`), which needs only 2^(n-1).
+#: (`fold_by_size`), which needs only 2^(n-1).
 #: Below, numpy's fixed costs outweigh what it saves; above, exact values are not the default
 #: (16 is `shapley`'s exact limit) and the arrays grow as 2^n.
 _INT64_FROM = 10
@@ -212,7 +214,7 @@ def _exact_sums(roster: list[str], numbers: list[Fraction]) -> tuple[dict[str, F
     """
     n = len(roster)
     count = len(numbers)
-    np = _numpy() if _INT64_FROM <= n <= _INT64_UP_TO else None
+    np = _numpy() if _INT64_FROM <= n <= _INT64_UP_TO else None  # the speed path, if it can
     if np is not None:
         try:
             numerators = np.fromiter(map(_NUMERATOR, numbers), np.int64, count)
@@ -225,13 +227,13 @@ def _exact_sums(roster: list[str], numbers: list[Fraction]) -> tuple[dict[str, F
         distinct = set(denominators)
         denominator, smallest = math.lcm(*distinct), min(distinct)
     else:
-        denominator, smallest = _common_denominator_int64(np, denominators)
-    room = _int64_room(numerators, smallest, denominator, n) if np is not None else None
+        denominator, smallest = shapley_int64.common_denominator(np, denominators)
+    room = shapley_int64.int64_room(numerators, smallest, denominator, n) if np else None
     several = smallest != denominator
     if room == "weighted":
-        holding = _fold_in_int64(np, numerators, denominators, several, denominator)
+        holding = shapley_int64.fold_weighted(np, numerators, denominators, several, denominator)
     elif room == "by size":
-        holding = _fold_by_size_in_int64(np, numerators, denominators, several, denominator)
+        holding = shapley_int64.fold_by_size(np, numerators, denominators, several, denominator)
     else:
         if np is not None:
             numerators, denominators = numerators.tolist(), denominators.tolist()
@@ -247,16 +249,6 @@ def _exact_sums(roster: list[str], numbers: list[Fraction]) -> tuple[dict[str, F
     return values, numerators, denominators
 
 
-def _common_denominator_int64(np: Any, denominators: Any) -> tuple[int, int]:
-    """The least common multiple of a numpy int64 array of denominators, and the smallest.
-    Usually the largest is a multiple of all the others (checked in one array pass), so the
-    distinct ones need not be sorted out."""
-    largest, smallest = int(denominators.max()), int(denominators.min())
-    if largest == smallest or not (largest % denominators).any():
-        return largest, smallest
-    return math.lcm(*np.unique(denominators).tolist()), smallest
-
-
 def _fold_in_python(
     numerators: list[int], denominators: list[int], several: bool, denominator: int
 ) -> list[int]:
@@ -267,7 +259,7 @@ def _fold_in_python(
     if several:
         factor = {d: denominator // d for d in set(denominators)}
         scaled = map(mul, numerators, map(factor.__getitem__, denominators))
-    block = list(map(mul, _mask_weights(n), scaled))
+    block = list(map(mul, mask_weights(n), scaled))
     holding = [0] * n
     for i in reversed(range(n)):
         half = len(block) >> 1
@@ -278,129 +270,10 @@ def _fold_in_python(
     return holding
 
 
-def _int64_room(
-    numerators: Any, smallest: int, denominator: int, n: int
-) -> Literal["weighted", "by size"] | None:
-    """Which int64 sums cannot overflow, checked in Python integers: every V(S) is at most
-    L = max|numerator|·D/min(d) in size (min(d) is `smallest`).
-    - "weighted" (`_fold_in_int64`): each term (c(|S|)/g)·V(S) is at most max(c/g)·L, and a
-      sum has at most 2^n terms: max(c/g)·L·2^n < 2^63 (g: the weights' greatest common
-      divisor, `_reduced_size_weights`).
-    - "by size" (`_fold_by_size_in_int64`): only sums of V(S) over at most 2^(n-1) coalitions
-      are int64; the weights multiply them in Python integers: L·2^(n-1) < 2^63.
-    None when neither fits (the sums run in Python integers)."""
-    largest = max(-int(numerators.min()), int(numerators.max()), 1)
-    largest *= denominator // smallest
-    if denominator >= 1 << 63:
-        return None
-    if (largest * max(_reduced_size_weights(n)[1])) << n < 1 << 63:
-        return "weighted"
-    if largest << (n - 1) < 1 << 63:
-        return "by size"
-    return None
-
-
-def _fold_in_int64(
-    np: Any, numerators: Any, denominators: Any, several: bool, denominator: int
-) -> list[int]:
-    """`_fold_in_python` in numpy int64 arrays (only where `_int64_room` says "weighted"),
-    with the weights c(s) divided by their greatest common divisor g: the sums are g times
-    smaller, and are multiplied back in Python integers."""
-    n = len(numerators).bit_length() - 1
-    if several:
-        numerators = numerators * (denominator // denominators)
-    common, _ = _reduced_size_weights(n)
-    block = numerators * _mask_weights_int64(n)
-    holding = [0] * n
-    for i in reversed(range(n)):
-        half = len(block) >> 1
-        holding[i] = common * int(block[half:].sum())
-        block = block[:half] + block[half:]
-    return holding
-
-
-def _fold_by_size_in_int64(
-    np: Any, numerators: Any, denominators: Any, several: bool, denominator: int
-) -> list[int]:
-    """`_fold_in_python`'s H_i = Σ_{S∋i} c(|S|)·V(S), as Σ_s c(s)·(Σ_{S∋i, |S|=s} V(S)): the
-    inner sums in numpy int64 (one pass over the coalitions ordered by size per player), the
-    n+1 products per player in Python integers. For games whose weighted terms would leave
-    int64 but whose values are not huge (only where `_int64_room` says "by size": at 16
-    players, values of about 2^31 to 2^48 over the common denominator)."""
-    n = len(numerators).bit_length() - 1
-    values = numerators * (denominator // denominators) if several else numerators
-    masks, starts = _masks_by_size(n)
-    values = values[masks]
-    weights = _size_weights(n)
-    holding = []
-    for i in range(n):
-        by_size = np.add.reduceat(np.where((masks >> i) & 1, values, 0), starts)
-        holding.append(sum(map(mul, weights, by_size.tolist())))
-    return holding
-
-
-@lru_cache(maxsize=4)
-def _masks_by_size(n: int) -> tuple[Any, Any]:
-    """Every mask of n players as a numpy int64 array ordered by size (then by mask), and
-    where each size 0..n starts in it (none is empty: there are C(n, s) of each)."""
-    np = _numpy()
-    assert np is not None
-    sizes = np.fromiter(map(int.bit_count, range(1 << n)), np.int64, 1 << n)
-    masks = np.argsort(sizes, kind="stable").astype(np.int64)
-    starts = np.searchsorted(sizes[masks], np.arange(n + 1))
-    return masks, starts
-
-
-@lru_cache(maxsize=4)
-def _size_weights(n: int) -> tuple[int, ...]:
-    """c(s) of `_exact_sums` for each coalition size s = 0..n."""
-    factorial = [math.factorial(k) for k in range(n + 1)]
-    return (
-        factorial[n - 1],
-        *(n * factorial[s - 1] * factorial[n - s - 1] for s in range(1, n)),
-        factorial[n - 1],
-    )
-
-
-@lru_cache(maxsize=4)
-def _mask_weights_int64(n: int) -> Any:
-    """`_mask_weights(n)` divided by the weights' greatest common divisor, as a numpy int64
-    array (called only when the sums fit in int64)."""
-    np = _numpy()
-    assert np is not None
-    _, reduced = _reduced_size_weights(n)
-    return np.array(tuple(map(reduced.__getitem__, _mask_sizes(n))), dtype=np.int64)
-
-
-@lru_cache(maxsize=4)
-def _reduced_size_weights(n: int) -> tuple[int, tuple[int, ...]]:
-    """g, the greatest common divisor of the weights c(0..n) (`_size_weights`), and each
-    c(s) / g. The largest c(s) / g is far smaller than c(s): 48,048 against 1.4·10^12 at
-    n = 16."""
-    weights = _size_weights(n)
-    common = math.gcd(*weights)
-    return common, tuple(weight // common for weight in weights)
-
-
-def _mask_sizes(n: int) -> map[int]:
-    """The size of the coalition of every mask of n players, in mask order."""
-    return map(int.bit_count, range(1 << n))
-
-
-@lru_cache(maxsize=1)
 def _numpy() -> Any:
-    """numpy, if it is installed (imported on first use), else None."""
-    try:
-        import numpy
-    except ImportError:
-        return None
-    return numpy
-
-
-@lru_cache(maxsize=4)
-def _mask_weights(n: int) -> tuple[int, ...]:
-    """c(|S|) of `_exact_sums` for every mask of n players (a table per n, kept for reuse)."""
-    return tuple(map(_size_weights(n).__getitem__, _mask_sizes(n)))
+    """numpy for the speed path (`accord.market.shapley_int64`), or None: the sums then run
+    in Python integers (tests and the bench hide numpy by replacing this)."""
+    return shapley_int64.numpy_or_none()
 
 
 class CoalitionValues(Mapping[Coalition, Fraction]):

@@ -1,9 +1,10 @@
 """Reference bidding strategies for the reference agents: pure functions of cost and budget.
 
 Under the second-score rule bidding one's true cost is a weakly dominant strategy (see
-`accord.market.auction`), so `truthful` is what a rational agent bids there; `cost_plus_margin` is
-the simple rule a demo agent uses, and what makes sense under the first-score rule. Both return
-None when the bid would exceed the budget: such a bid is refused, so the agent does not bid.
+`accord.market.auction`), so the true cost is what a rational agent bids there;
+`cost_plus_margin` is the simple rule a demo agent uses, and what makes sense under the
+first-score rule. It returns None when the bid would exceed the budget: such a bid is refused,
+so the agent does not bid.
 """
 
 from __future__ import annotations
@@ -32,13 +33,3 @@ def cost_plus_margin(cost: Wei, margin: Fraction, budget: Wei) -> Wei | None:
         raise AmountError(f"the margin must be a Fraction ≥ 0, not {margin!r}")
     price = math.ceil(cost * (1 + margin))
     return Wei(price) if price <= budget else None
-
-
-def truthful(cost: Wei, budget: Wei) -> Wei | None:
-    """Bid the true cost, or None when it exceeds `budget`.
-
-    Raises AmountError for a cost or budget that is not whole non-negative wei.
-    """
-    _check_wei("the cost", cost)
-    _check_wei("the budget", budget)
-    return cost if cost <= budget else None

@@ -25,11 +25,12 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from fractions import Fraction
 from functools import cached_property
-from typing import Any, Literal
+from typing import Any
 
 from accord.market.auction import PAYMENT_RULES, PaymentRule, ScoringWeights
 from accord.market.errors import AuctionError, LimitError, TaskError, TransitionError, WorkError
 from accord.market.money import Wei, parse_amount, wei
+from accord.market.states import TaskState
 from accord.market.work import (
     Check,
     Part,
@@ -42,20 +43,6 @@ from accord.market.work import (
     part_dependencies,
     rubric,
 )
-
-TaskState = Literal[
-    "posted",
-    "bidding",
-    "revealing",
-    "awarded",
-    "running",
-    "delivered",
-    "settled",
-    "expired",
-    "refunded",
-    "cancelled",
-    "closed",
-]
 
 # Event kinds of the market, in the ledger.
 TASK_POSTED = "task.posted"
@@ -509,8 +496,7 @@ _MAX_SECONDS = int(MAX_WINDOW.total_seconds())
 def duration_seconds(text: str) -> int | None:
     """The seconds `text` names: `30s`, `5m`, `2h` or `1d`, spaces around allowed; None for
     anything else (a bare number among them: `30` could mean seconds or minutes) or more than
-    MAX_DURATION_TEXT characters. Pure; the callers bound it (`parse_window`, the CLI's
-    `accord.api.market_cli.parse_duration`)."""
+    MAX_DURATION_TEXT characters. Pure; the caller bounds it (`parse_window`)."""
     match = _DURATION.match(text) if len(text) <= MAX_DURATION_TEXT else None
     if match is None:
         return None

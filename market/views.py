@@ -26,7 +26,7 @@ from datetime import datetime
 from fractions import Fraction
 from functools import cache, lru_cache
 from types import SimpleNamespace
-from typing import Any, get_args
+from typing import Any
 
 from sqlalchemy import (
     BigInteger,
@@ -69,6 +69,7 @@ from accord.market.reputation import (
     settlement_payouts,
     work_by_agent,
 )
+from accord.market.states import TASK_STATES
 from accord.market.tasks import (
     BID_COMMITTED,
     BID_REVEALED,
@@ -83,7 +84,6 @@ from accord.market.tasks import (
     Task,
     TaskEvent,
     TaskSpec,
-    TaskState,
     step,
 )
 
@@ -92,7 +92,6 @@ REPUTATION_VIEW = "reputation"
 BID_VIEW = "bids"
 LIFECYCLE_KINDS = frozenset(TASK_KINDS) - {BID_COMMITTED, BID_REVEALED}
 """The events that move a task (bids and reviews do not; `Market.task` replays these)."""
-TASK_STATES: tuple[str, ...] = get_args(TaskState)
 _IN_CHUNK = 500
 
 

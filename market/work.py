@@ -272,14 +272,6 @@ def parse_path(path: str) -> tuple[str | int, ...]:
     return tuple(steps)
 
 
-def json_path_text(steps: Iterable[str | int]) -> str:
-    """The JSON path of `steps`: `$.parts[2].input`."""
-    text = "$"
-    for step in steps:
-        text += f"[{step}]" if isinstance(step, int) else f".{step}"
-    return text
-
-
 _MISSING = object()
 
 

@@ -10,8 +10,15 @@ from typing import Any
 
 import pytest
 
+from accord._process import prepare_process
 from accord.ledger.devnet import find_free_port
 from tests.accord_cli import AccordCli
+
+# A test clock (ACCORD_TEST_CLOCK) is refused outside a test: this says the tests are one, for
+# them and for every process they start with this environment (accord.ledger.settings).
+os.environ["ACCORD_ALLOW_TEST_CLOCK"] = "1"
+prepare_process()  # the tests' process is prepared as the command's and the service's are
+# (the recursion limit kept: a hostile deep JSON answer is a RecursionError, not a SIGSEGV)
 
 # shap, the tests' cross-check of exact Shapley values, runs its explainers through numba, whose
 # first call in a process compiled them for 12.5 s; run as plain Python they take milliseconds

@@ -58,11 +58,11 @@ from accord.market.auction import price_reason
 from accord.market.blobs import Upload
 from accord.market.errors import BidRejected, TaskError
 from accord.market.escrow import OPEN_SIGNATURE, EscrowChain
+from accord.market.states import TaskState
 from accord.market.tasks import (
     CAPABILITY_PATTERN,
     TASK_POSTED,
     Task,
-    TaskState,
     request_of,
 )
 from accord.market.wiring import MarketContext, advertised_rpc_url

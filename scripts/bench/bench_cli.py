@@ -2,9 +2,9 @@
 
 Setup: a fresh tmp `ACCORD_HOME` and an `ACCORD_DEVNET_PORT` from `find_free_port()`; the
 venv's `accord` starts the devnet (`accord devnet up`), posts one single-part task
-(`accord task post --title … --capability arithmetic --input …`, its budget escrowed), and
-stops the devnet again (`accord devnet down`): a small home holding one task, read without a
-chain from then on.
+(`accord task post --title … --capability arithmetic --input … --expect …`, its budget
+escrowed), and stops the devnet again (`accord devnet down`): a small home holding one
+task, read without a chain from then on.
 
 Measures: each repetition runs, side by side in a rotating order, `python -c pass` (the
 interpreter alone: the baseline), `accord --help`, `accord --version` and
@@ -31,11 +31,13 @@ from _common import REPO_ROOT, Goal, Measure, Section, progress, run_alone, side
 
 from accord.ledger.devnet import Devnet, find_free_port
 
-GOAL_HELP_S = 0.5
+GOAL_HELP_S = 0.3
 GOAL_VERSION_S = 0.5
 GOAL_TASK_SHOW_S = 1.0
 COMMAND_TIMEOUT_S = 120.0
 FIGURES = '{"kind": "figures", "figures": ["120.50", "33.20"], "operation": "sum"}'
+EXPECTED = '{"value": "153.70"}'
+"""The sum's output (an `expect` check: a service with no judge refuses a task without one)."""
 
 
 class Home:
@@ -86,6 +88,8 @@ class Home:
                 "arithmetic",
                 "--input",
                 FIGURES,
+                "--expect",
+                EXPECTED,
                 "--json",
             )
         finally:

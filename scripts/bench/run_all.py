@@ -4,6 +4,7 @@
     .venv/bin/python scripts/bench/run_all.py            # without PostgreSQL: scale on SQLite
     .venv/bin/python scripts/bench/run_all.py --quick    # smaller sizes, 3 repetitions
     .venv/bin/python scripts/bench/run_all.py --only proofs,gas --output /tmp/B.md
+    .venv/bin/python scripts/bench/run_all.py --only cli --update   # just cli's part of the report
 
 Exit status 1 when a goal fails or a bench breaks (the report is written either way).
 """
@@ -110,6 +111,56 @@ def _method(section: Section) -> list[str]:
     return [line.removeprefix("    ") if line.startswith("    ") else line for line in lines]
 
 
+def _section_block(section: Section) -> list[str]:
+    out = [
+        f"## {section.title}",
+        "",
+        *_method(section),
+        "",
+        *_measure_rows(section),
+        "",
+        *[f"- {note}" for note in section.notes],
+        f"- Bench time: {section.seconds:.0f} s.",
+        "",
+    ]
+    if section.error is not None:
+        out += [f"**This bench failed:** {section.error}", ""]
+    return out
+
+
+def updated(report: str, sections: Sequence[Section], command: str) -> str:
+    """`report` (a BENCHMARKS.md) with `sections` put in place of their earlier runs: each
+    one's own part (from its `## KEY:` heading to the next heading) and its rows of the goals
+    table, the goals' count redone; the rest, from the full run, left as it was. A section
+    the report lacks is added at its end. Each updated part says when and by what it ran."""
+    lines = report.rstrip("\n").split("\n")
+    when = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    for section in sections:
+        section.notes.append(f"Updated alone by `{command}` on {when}; other parts are older.")
+        block = _section_block(section)
+        start = next(
+            (i for i, line in enumerate(lines) if line.startswith(f"## {section.key}:")), None
+        )
+        if start is None:
+            lines += ["", *block]
+        else:
+            end = next(
+                (i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines)
+            )
+            lines[start:end] = block
+        rows = _goal_rows([section])[2:]
+        mine = [i for i, line in enumerate(lines) if line.startswith(f"| {section.key} | ")]
+        if mine:
+            lines[mine[0] : mine[-1] + 1] = rows
+    goal_rows = [line for line in lines if line.endswith(("| PASS |", "| **FAIL** |"))]
+    passed = sum(line.endswith("| PASS |") for line in goal_rows)
+    lines = [
+        f"## Goals: {passed} of {len(goal_rows)} pass" if line.startswith("## Goals: ") else line
+        for line in lines
+    ]
+    return "\n".join(lines).rstrip() + "\n"
+
+
 def markdown(
     sections: Sequence[Section],
     box: dict[str, str],
@@ -151,19 +202,7 @@ def markdown(
         "",
     ]
     for section in sections:
-        out += [
-            f"## {section.title}",
-            "",
-            *_method(section),
-            "",
-            *_measure_rows(section),
-            "",
-            *[f"- {note}" for note in section.notes],
-            f"- Bench time: {section.seconds:.0f} s.",
-            "",
-        ]
-        if section.error is not None:
-            out += [f"**This bench failed:** {section.error}", ""]
+        out += _section_block(section)
     return "\n".join(out).rstrip() + "\n"
 
 
@@ -172,6 +211,11 @@ def main() -> None:
     args.add_argument("--only", default="", help=f"comma-separated subset of {', '.join(BENCHES)}")
     args.add_argument(
         "--output", type=Path, default=REPO_ROOT / "BENCHMARKS.md", help="report path"
+    )
+    args.add_argument(
+        "--update",
+        action="store_true",
+        help="put the chosen benches' parts and goals into the existing report, leaving the rest",
     )
     options = args.parse_args()
     reps = reps_of(options)
@@ -207,9 +251,12 @@ def main() -> None:
 
     seconds = time.perf_counter() - started
     argv = " ".join(["scripts/bench/run_all.py", *sys.argv[1:]])
-    options.output.write_text(
-        markdown(sections, box, quick=options.quick, reps=reps, seconds=seconds, command=argv)
-    )
+    if options.update and options.output.exists():
+        options.output.write_text(updated(options.output.read_text(), sections, argv))
+    else:
+        options.output.write_text(
+            markdown(sections, box, quick=options.quick, reps=reps, seconds=seconds, command=argv)
+        )
     console.rule("summary")
     console.print(goals_table(sections))
     console.print(

@@ -19,16 +19,23 @@ import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
-from accord.api.explorer import ExplorerContext, explorer_router, render_task
+from accord.api.explorer import explorer_router, render_task
 from accord.audit.checks import audit_task
 from accord.audit.html_kit import eth, percent
 from accord.coordinator.service import conversation_ids, run_awarded_task
 from accord.identity.onboarding import open_onboarding
 from accord.ledger import merkle
-from accord.ledger.chain import DEVNET_OPERATOR_KEY, MemoryAnchorChain
+from accord.ledger.chain import DEVNET_OPERATOR_KEY, AnchorChain, MemoryAnchorChain
 from accord.ledger.settings import Settings
+from accord.ledger.store import LogStore
 from accord.ledger.wiring import open_ledger
-from accord.market.escrow import EscrowActions, MemoryEscrowChain, MemoryEscrowJournal, address_of
+from accord.market.escrow import (
+    EscrowActions,
+    EscrowChain,
+    MemoryEscrowChain,
+    MemoryEscrowJournal,
+    address_of,
+)
 from accord.market.money import parse_amount
 from accord.market.sealed import commit_bid, reveal_bid
 from accord.market.service import Market
@@ -56,6 +63,15 @@ CHROMIUM_FLAGS = (
     "--disable-dev-shm-usage",
 )
 HOSTILE_TITLE = '<script>alert("x")</script> & figures'
+
+
+@dataclass(frozen=True)
+class ExplorerContext:
+    """The explorer's sources (`accord.api.explorer.ExplorerSources`) as the tests hold them."""
+
+    store: LogStore
+    anchors: AnchorChain
+    escrow: EscrowChain
 
 
 @dataclass

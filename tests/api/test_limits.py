@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from accord.api.market_cli import parse_duration
 from accord.identity.http_auth import AccordAuth
-from accord.market.errors import LimitError, TaskError, TransitionError
-from accord.market.money import MAX_WEI, parse_amount, wei
-from accord.market.tasks import TASK_CANCELLED, TASK_POSTED, TaskSpec
+from accord.market.errors import BidRejected, LimitError, TaskError, TransitionError
+from accord.market.money import MAX_WEI, Wei, parse_amount, wei
+from accord.market.sealed import commit_bid
+from accord.market.tasks import TASK_CANCELLED, TASK_POSTED, TaskSpec, parse_window
 from accord.market.work import Part
 from tests.api.test_app import World, assert_problem, build_world, post_task
 
@@ -41,13 +41,13 @@ def test_the_largest_amount_is_accepted() -> None:
 @pytest.mark.parametrize("text", ["9999999999999999999d", "31d", "2592001", "9" * 5000])
 def test_windows_beyond_the_limit_are_refused(text: str) -> None:
     with pytest.raises((LimitError, TaskError)):
-        parse_duration(text)
+        parse_window(text, "bidding")
     with pytest.raises(LimitError):
-        parse_duration("9999999999999999999d")
+        parse_window("9999999999999999999d", "bidding")
 
 
 def test_the_longest_window_is_accepted() -> None:
-    assert parse_duration("30d") == timedelta(days=30)
+    assert parse_window("30d", "bidding") == timedelta(days=30)
 
 
 @pytest.mark.parametrize(
@@ -109,6 +109,9 @@ def test_the_requester_cancels_a_posted_task_whose_escrow_never_opened(world: Wo
     assert [s.index for s in market.ledger.store.find(kind=TASK_CANCELLED)] != []
     with pytest.raises(TransitionError):
         market.cancel(world.signers["req"], task_id)
+    # a bid on it is a bid refusal (it once met "unknown task state": a copied list of states)
+    with pytest.raises(BidRejected, match=r"^late: .*it is cancelled"):
+        market.commit(commit_bid(world.signers["ada"], task_id, Wei(1), bytes(16)))
 
 
 def test_an_escrowed_task_cannot_be_cancelled(world: World) -> None:

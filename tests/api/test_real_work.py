@@ -58,6 +58,7 @@ def service(tmp_path: Path) -> Iterator[tuple[str, MarketContext, dict[str, Sign
             "ACCORD_HOME": str(tmp_path / "home"),
             "ACCORD_DEVNET_PORT": str(find_free_port()),
             "ACCORD_TEST_CLOCK": str(tmp_path / "clock"),  # windows close when the test says
+            "ACCORD_ALLOW_TEST_CLOCK": "1",
         }
     )
     devnet = devnet_for(settings)

@@ -51,6 +51,7 @@ def service(
             "ACCORD_DB_URL": db_url,
             "ACCORD_DEVNET_PORT": str(find_free_port()),
             "ACCORD_TEST_CLOCK": str(tmp_path / "clock"),  # windows close when the test says
+            "ACCORD_ALLOW_TEST_CLOCK": "1",
         }
         settings = Settings.from_env(environ)
         devnet = devnet_for(settings)

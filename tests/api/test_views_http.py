@@ -18,11 +18,15 @@ from accord.api.cli import app as cli_app
 from accord.api.client import AccordClient
 from accord.coordinator.service import directory_for, directory_of, discover
 from accord.coordinator.team import form_team, rank_candidates
+from accord.identity.credential_views import VIEW_NAME as CREDENTIAL_VIEW
+from accord.identity.credential_views import capabilities_of
 from accord.ledger.errors import QueryError
-from accord.ledger.views import encode_cursor, view_rows
+from accord.ledger.views import encode_cursor, reading
 from accord.market.discovery import fraction_text
 from accord.market.projections import read_views
+from accord.market.service import Market
 from tests.api.test_app import World, assert_problem, build_world, post_task
+from tests.view_rows import view_rows
 
 
 @pytest.fixture(scope="module")
@@ -164,7 +168,7 @@ def test_an_expired_or_revoked_credential_leaves_discovery_as_it_leaves_the_scan
         == [a["did"] for a in ranked_by_scan(world, "arithmetic", "")]
         == [bob]
     )
-    assert market.held_capabilities([ada, bob]) == {ada: [], bob: ["arithmetic"]}
+    assert held_capabilities(market, [ada, bob]) == {ada: [], bob: ["arithmetic"]}
     world.clock.advance(timedelta(days=181).total_seconds())
     assert market.credentialed("arithmetic") == [] == ranked_by_scan(world, "arithmetic", "")
     assert not market.eligible(bob, ["arithmetic"])
@@ -224,3 +228,9 @@ def test_a_team_is_formed_from_the_holders_as_from_the_whole_directory(world: Wo
         )
     with_carol = directory_for(world.context, ["python"], including=[carol])
     assert [(m.did, m.capabilities) for m in with_carol] == [(carol, ())]
+
+
+def held_capabilities(market: Market, dids: list[str]) -> dict[str, list[str]]:
+    """What each DID holds a valid, unrevoked credential for now, from the credential view."""
+    with reading(market.ledger.store, CREDENTIAL_VIEW) as connection:
+        return capabilities_of(connection, dids, market.clock())

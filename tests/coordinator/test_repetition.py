@@ -10,10 +10,8 @@ from hypothesis import strategies as st
 
 from accord.coordinator.conversation import Discuss, message_to_json
 from accord.coordinator.repetition import (
-    RepetitionGuard,
     message_bytes,
     repeated_fraction,
-    sentences,
     shingles,
     text_of,
 )
@@ -92,37 +90,3 @@ def test_fraction_is_a_share(messages: list[str], shingle: int) -> None:
     assert 0 <= score <= 1
     # Saying everything again at the end never lowers the score.
     assert repeated_fraction([*messages, *messages], shingle) >= score
-
-
-def test_sentences() -> None:
-    assert sentences("One. Two!  Three?\nFour; five") == ["One.", "Two!", "Three?", "Four;", "five"]
-
-
-def test_guard_strips_repeated_sentences() -> None:
-    guard = RepetitionGuard()
-    first = guard.strip_repeats("The task is to sort the list. I take part one.")
-    assert first == "The task is to sort the list. I take part one."
-    second = guard.strip_repeats("The task is to sort the list.  I take part two. i take PART one")
-    assert second == "I take part two."
-    assert guard.strip_repeats("the task is to sort the list!") == ""
-    # Repeats inside one text go too.
-    assert guard.strip_repeats("New point. New point.") == "New point."
-    assert len(guard) == 4
-
-
-def test_guard_novel_only_looks() -> None:
-    guard = RepetitionGuard(["Plan: s1 then s2."])
-    assert not guard.novel("plan: S1 then s2")
-    assert guard.novel("Plan: s1 then s2. Then conclude.")
-    assert guard.novel("Then conclude.")  # novel() did not remember it
-    assert not guard.novel("")
-    guard.observe({"text": "Then conclude."})
-    assert not guard.novel("Then conclude.")
-
-
-def test_guard_curbs_the_measured_repetition() -> None:
-    raw = [f"{TASK} Step {i} is mine." for i in range(6)]
-    guard = RepetitionGuard()
-    curbed = [guard.strip_repeats(m) for m in raw]
-    assert repeated_fraction(curbed) < repeated_fraction(raw)
-    assert message_bytes(curbed) < message_bytes(raw) / 2

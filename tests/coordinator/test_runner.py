@@ -544,7 +544,11 @@ def test_a_member_that_went_away_is_declared_absent_and_its_part_moves_on(
     no-show, and another member does the part; the log replays."""
     clock_file = tmp_path / "clock"
     settings = Settings.from_env(
-        {"ACCORD_HOME": str(tmp_path / "home"), "ACCORD_TEST_CLOCK": str(clock_file)}
+        {
+            "ACCORD_HOME": str(tmp_path / "home"),
+            "ACCORD_TEST_CLOCK": str(clock_file),
+            "ACCORD_ALLOW_TEST_CLOCK": "1",
+        }
     )
     world = World(open_ledger(settings), settings.home / "accord.db")
     world.add("lead", CAPS, "1/10")

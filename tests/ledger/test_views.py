@@ -37,9 +37,9 @@ from accord.ledger.views import (
     encode_cursor,
     int_key,
     reading,
-    view_rows,
 )
 from tests.ledger.conftest import LOG_ID, EntryMaker, append_signed, postgres_schema_url
+from tests.view_rows import view_rows
 
 
 class KindCount(SQLModel, table=True):

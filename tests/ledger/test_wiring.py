@@ -6,6 +6,7 @@ on a clock the tests move."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from datetime import UTC, datetime, timedelta
@@ -69,7 +70,13 @@ def test_the_test_clock_runs_ahead_by_its_file_and_never_goes_back(tmp_path: Pat
 
     assert clock_of(Settings.from_env({"ACCORD_HOME": str(tmp_path)})) is utc_now
     path = tmp_path / "clock"
-    settings = Settings.from_env({"ACCORD_HOME": str(tmp_path), "ACCORD_TEST_CLOCK": str(path)})
+    settings = Settings.from_env(
+        {
+            "ACCORD_HOME": str(tmp_path),
+            "ACCORD_TEST_CLOCK": str(path),
+            "ACCORD_ALLOW_TEST_CLOCK": "1",
+        }
+    )
     clock = clock_of(settings)
     assert isinstance(clock, OffsetClock) and clock.path == path
     before = datetime.now(UTC)
@@ -81,3 +88,33 @@ def test_the_test_clock_runs_ahead_by_its_file_and_never_goes_back(tmp_path: Pat
     for bad in ("soon", "nan", "inf", ""):
         path.write_text(bad)
         assert clock() >= before + timedelta(hours=1)
+
+
+@pytest.mark.parametrize("allow", [None, "", "0", "no"])
+def test_a_test_clock_outside_a_test_is_refused(tmp_path: Path, allow: str | None) -> None:
+    """ACCORD_TEST_CLOCK alone (a service started with a stray variable) is refused: whoever
+    writes its file would move the market's clock. ACCORD_ALLOW_TEST_CLOCK=1 says it is a
+    test (tests/conftest.py sets it for every test and the processes they start)."""
+    from accord.ledger.settings import Settings
+
+    env = {"ACCORD_HOME": str(tmp_path), "ACCORD_TEST_CLOCK": str(tmp_path / "clock")}
+    if allow is not None:
+        env["ACCORD_ALLOW_TEST_CLOCK"] = allow
+    with pytest.raises(ValueError, match=r"ACCORD_TEST_CLOCK .* is for tests only"):
+        Settings.from_env(env)
+
+
+def test_the_command_refuses_a_test_clock_outside_a_test(tmp_path: Path) -> None:
+    """`accord` itself: exit 2 and the variable named, before anything is opened."""
+    env = {key: value for key, value in os.environ.items() if key != "ACCORD_ALLOW_TEST_CLOCK"}
+    env.update(ACCORD_HOME=str(tmp_path / "home"), ACCORD_TEST_CLOCK=str(tmp_path / "clock"))
+    result = subprocess.run(
+        [sys.executable, "-m", "accord.api.cli", "task", "list"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 2, result.stderr
+    assert "ACCORD_TEST_CLOCK" in result.stderr and "tests only" in result.stderr
+    assert not (tmp_path / "home").exists()

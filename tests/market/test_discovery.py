@@ -28,7 +28,6 @@ from accord.identity.status import format_timestamp
 from accord.ledger.events import Entry, make_entry
 from accord.ledger.signing import Ed25519Signer
 from accord.ledger.store import LogStore, make_engine
-from accord.ledger.views import view_rows
 from accord.market.discovery import DiscoveryView, description, ranked_page, relevance
 from accord.market.money import Wei
 from accord.market.reputation import (
@@ -50,6 +49,7 @@ from accord.market.tasks import (
 from accord.market.views import ReputationView, TaskView
 from accord.market.work import Part
 from tests.ledger.conftest import postgres_schema_url
+from tests.view_rows import view_rows
 
 NOW = datetime(2026, 6, 1, tzinfo=UTC)
 WEEK = timedelta(days=7)

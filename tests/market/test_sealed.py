@@ -26,6 +26,7 @@ from accord.market.sealed import (
     forfeited,
     reveal_bid,
 )
+from accord.market.states import TASK_STATES
 
 ALICE = Ed25519Signer(bytes([1]) * 32)
 BOB = Ed25519Signer(bytes([2]) * 32)
@@ -143,11 +144,29 @@ def test_commitment_second_bid() -> None:
         ("revealing", DURING_BIDDING),
         ("awarded", DURING_BIDDING),
         ("expired", DURING_BIDDING),
+        ("cancelled", DURING_BIDDING),  # cancelled before its escrow opened: a refusal
+        ("closed", DURING_BIDDING),
     ],
 )
 def test_commitment_late(state: str, now: datetime) -> None:
     with rejected("late", "bidding on task task-1 has closed"):
         admit_commitment(commit_bid(ALICE, "task-1", Wei(5), SALT), terms=terms(state), now=now)
+
+
+@pytest.mark.parametrize("state", TASK_STATES)
+def test_every_task_state_gets_a_bid_answer_never_an_unknown_state(state: str) -> None:
+    """The bid checks read the task states from `accord.market.states`: a state the state
+    machine can reach is admitted or refused as a bid, never "unknown task state"."""
+    commitment = commit_bid(ALICE, "task-1", Wei(5), SALT)
+    reveal = reveal_bid(ALICE, "task-1", Wei(5), SALT)
+    for check in (
+        lambda: admit_commitment(commitment, terms=terms(state), now=DURING_BIDDING),
+        lambda: admit_reveal(reveal, commitment, terms=terms(state), now=DURING_REVEAL),
+    ):
+        try:
+            check()
+        except BidRejected as refused:
+            assert refused.reason in {"early", "late"}, refused
 
 
 def test_commitment_early() -> None:
@@ -224,6 +243,8 @@ def test_reveal_early() -> None:
         ("revealing", T0 + timedelta(seconds=60)),
         ("awarded", DURING_REVEAL),
         ("settled", DURING_REVEAL),
+        ("cancelled", DURING_REVEAL),
+        ("closed", DURING_BIDDING),
     ],
 )
 def test_reveal_late(state: str, now: datetime) -> None:

@@ -564,7 +564,7 @@ def test_an_unrevealed_commitment_is_forfeited_and_costs_reputation(
     to_reveal(clock, task)
     market.reveal(sealed.reveal_bid(alice, tid, 300, SALT_A))
     market.reveal(sealed.reveal_bid(bob, tid, 500, SALT_B))
-    before = market.reputation_of(carol.did, "arithmetic")
+    before = market.track_records().reputation(carol.did, "arithmetic")
     assert before == Fraction(1, 2)
     to_award(clock, task)
     outcome = market.award(tid)
@@ -572,10 +572,12 @@ def test_an_unrevealed_commitment_is_forfeited_and_costs_reputation(
     assert [scored.bid.bidder for scored in outcome.ranking] == [alice.did, bob.did]
     body = entries_of(ledger, tid)[-1].event.body
     assert body["forfeited"] == [carol.did]
-    after = market.reputation_of(carol.did, "arithmetic")
+    after = market.track_records().reputation(carol.did, "arithmetic")
     assert after < before and after == reputation([], forfeits=1) == Fraction(1, 3)
-    assert market.reputation_of(carol.did, "python") == Fraction(1, 2)  # a task needing it
-    assert market.reputation_of(alice.did, "arithmetic") == Fraction(1, 2)
+    assert market.track_records().reputation(carol.did, "python") == Fraction(
+        1, 2
+    )  # a task needing it
+    assert market.track_records().reputation(alice.did, "arithmetic") == Fraction(1, 2)
 
 
 def test_replay_award_rechecks_the_logged_bids(

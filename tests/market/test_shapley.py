@@ -15,6 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from accord.market import shapley as shapley_module
+from accord.market import shapley_int64
 from accord.market.errors import MarketError, SettlementError
 from accord.market.money import Wei
 from accord.market.shapley import CoalitionValues, ShapleyResult, shapley, split_wei
@@ -265,13 +266,13 @@ def test_exact_sums_at_the_edge_of_int64(n: int, largest: int, sums_in: str) -> 
 def test_exact_sums_take_int64_when_they_fit(monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("numpy")
     calls: list[int] = []
-    fold = shapley_module._fold_in_int64
+    fold = shapley_int64.fold_weighted
 
     def counted(*args: object) -> list[int]:
         calls.append(1)
         return fold(*args)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(shapley_module, "_fold_in_int64", counted)
+    monkeypatch.setattr(shapley_int64, "fold_weighted", counted)
     players = names(12)
     table = [Fraction(mask % 97 - 40, 1 + mask % 3) for mask in range(1 << 12)]
     assert shapley(players, table_game(players, table)).values == textbook_shapley(
@@ -296,14 +297,14 @@ def test_exact_sums_at_16_players_weigh_by_the_reduced_weights(
     # integers give.
     np = pytest.importorskip("numpy")
     calls: list[str] = []
-    for name, label in (("_fold_in_int64", "weighted"), ("_fold_by_size_in_int64", "by size")):
-        original = getattr(shapley_module, name)
+    for name, label in (("fold_weighted", "weighted"), ("fold_by_size", "by size")):
+        original = getattr(shapley_int64, name)
 
         def counted(*args: object, original: Any = original, label: str = label) -> list[int]:
             calls.append(label)
             return original(*args)  # type: ignore[no-any-return]
 
-        monkeypatch.setattr(shapley_module, name, counted)
+        monkeypatch.setattr(shapley_int64, name, counted)
     rng = np.random.default_rng(largest)
     players = names(16)
     table = [Fraction(int(x)) for x in rng.integers(-largest, largest, 1 << 16, endpoint=True)]
@@ -323,13 +324,13 @@ def test_exact_sums_by_size_when_only_they_fit(monkeypatch: pytest.MonkeyPatch) 
     # Same values as the Python integers give.
     pytest.importorskip("numpy")
     calls: list[str] = []
-    by_size = shapley_module._fold_by_size_in_int64
+    by_size = shapley_int64.fold_by_size
 
     def counted(*args: object) -> list[int]:
         calls.append("by size")
         return by_size(*args)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(shapley_module, "_fold_by_size_in_int64", counted)
+    monkeypatch.setattr(shapley_int64, "fold_by_size", counted)
     rng = random.Random(14)
     players = names(14)
     table = [Fraction(rng.randint(-(10**12), 10**12), rng.choice([1, 3, 7])) for _ in range(2**14)]
@@ -611,3 +612,23 @@ def test_closed_forms_of_the_sampled_games() -> None:
         assert shapley(players, v).values == phi
         v, phi = majority_game(players, n // 2 + 1)
         assert shapley(players, v).values == phi
+
+
+@pytest.mark.parametrize("n", [10, 12, 14])
+@pytest.mark.parametrize("several", [False, True])
+def test_the_int64_folds_equal_the_python_reference_fold(n: int, several: bool) -> None:
+    """The speed path (accord/market/shapley_int64.py) against the readable one it stands in
+    for (`shapley._fold_in_python`), on the same terms: the same H_i, to the last digit."""
+    np = pytest.importorskip("numpy")
+    rng = random.Random(n * 2 + several)
+    numerators = [rng.randint(-(10**6), 10**6) for _ in range(1 << n)]
+    denominators = [rng.choice([1, 3, 7]) if several else 1 for _ in range(1 << n)]
+    denominator = math.lcm(*set(denominators))
+    reference = shapley_module._fold_in_python(
+        numerators, denominators, denominator != min(denominators), denominator
+    )
+    arrays = (np.array(numerators, dtype=np.int64), np.array(denominators, dtype=np.int64))
+    assert shapley_int64.common_denominator(np, arrays[1]) == (denominator, min(denominators))
+    assert shapley_int64.int64_room(arrays[0], min(denominators), denominator, n) == "weighted"
+    for fold in (shapley_int64.fold_weighted, shapley_int64.fold_by_size):
+        assert fold(np, *arrays, denominator != min(denominators), denominator) == reference

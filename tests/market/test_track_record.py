@@ -43,7 +43,6 @@ from accord.identity.errors import RegistryError
 from accord.identity.issuance import _CREDENTIALS
 from accord.ledger.events import Entry, Event
 from accord.ledger.signing import Signer
-from accord.ledger.views import view_rows
 from accord.market.check_io import Judge
 from accord.market.errors import BidRejected, ReputationError, SettlementWaits
 from accord.market.money import parse_amount
@@ -64,6 +63,7 @@ from tests.audit.conftest import (
 from tests.coordinator.test_llm_policy import ChatServer, _completion
 from tests.ledger.conftest import postgres_schema_url
 from tests.market.panelists import jurors, mine, reveal, vote
+from tests.view_rows import view_rows
 
 HALF = Fraction(1, 2)
 #: Each ring member holds the one capability the member before it asks for.
@@ -172,8 +172,8 @@ def test_a_self_dealing_ring_gains_less_than_one_honest_task(world: World) -> No
             ring_tasks.append(settled_task(world, world.signer(name), worker, spec))
             if round_ == 0 and k == 0:
                 # before the circle closes, x is a fresh requester: its task weighs nothing
-                assert market.reputation_of(members["y"].did, "extraction") == HALF
-    ring = {name: market.reputation_of(members[name].did, rep[name]) for name in rep}
+                assert market.track_records().reputation(members["y"].did, "extraction") == HALF
+    ring = {name: market.track_records().reputation(members[name].did, rep[name]) for name in rep}
     assert ring == dict.fromkeys(rep, HALF)  # the prior: the ring gained nothing
     records = market.track_records()
     assert records.circle(members["x"].did) == frozenset(m.did for m in members.values())
@@ -185,12 +185,12 @@ def test_a_self_dealing_ring_gains_less_than_one_honest_task(world: World) -> No
     paid = market.track_records().paid_before(world.requester.did, 10**9)
     assert paid == parse_amount("0.1eth")  # a lone bidder is paid the budget: standing 1/2
     honest = settled_task(world, world.requester, "y", example_spec("extraction"))
-    after_one = market.reputation_of(members["y"].did, "extraction")
+    after_one = market.track_records().reputation(members["y"].did, "extraction")
     assert after_one == Fraction(3, 5)  # (1 + 1/2) / (2 + 1/2)
     gains_of_the_ring = [value - HALF for value in ring.values()]
     assert all(gain < after_one - ring["y"] for gain in gains_of_the_ring)  # the done-when
     again = settled_task(world, world.requester, "y", example_spec("extraction"))
-    after_two = market.reputation_of(members["y"].did, "extraction")
+    after_two = market.track_records().reputation(members["y"].did, "extraction")
     # 0.2 ether paid before it: a standing of 2/3, halved as the pair's second task
     assert after_two == Fraction(11, 17)  # (1 + 1/2 + 1/3) / (2 + 1/2 + 1/3)
     assert after_two - after_one < after_one - ring["y"]

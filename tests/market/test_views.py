@@ -15,6 +15,8 @@ import pytest
 from sqlalchemy import update
 
 from accord.audit.checks import audit_task
+from accord.identity.credential_views import VIEW_NAME as CREDENTIAL_VIEW
+from accord.identity.credential_views import capabilities_of
 from accord.ledger.chain import MemoryAnchorChain
 from accord.ledger.errors import QueryError, StoreError
 from accord.ledger.events import Entry, make_entry, parse_time
@@ -22,7 +24,7 @@ from accord.ledger.service import Ledger
 from accord.ledger.settings import Settings
 from accord.ledger.signing import Ed25519Signer
 from accord.ledger.store import LogStore
-from accord.ledger.views import encode_cursor, reading, view_rows
+from accord.ledger.views import encode_cursor, reading
 from accord.ledger.wiring import open_ledger
 from accord.market import sealed
 from accord.market.errors import TransitionError
@@ -34,6 +36,7 @@ from accord.market.views import TASK_STATES, TASKS, VIEW_NAME, tasks_by_change
 from tests.ledger.conftest import postgres_schema_url
 from tests.market.conftest import Bidder, Clock
 from tests.market.test_service import SALT_A, post, to_award, to_reveal
+from tests.view_rows import view_rows
 
 MakeBidder = Callable[..., Bidder]
 
@@ -306,7 +309,7 @@ def test_the_credential_and_reputation_views_answer_as_the_log(world: World) -> 
     holders = market.credentialed("arithmetic")
     assert holders == sorted(d for d in dids if market.eligible(d, ["arithmetic"]))
     assert len(holders) == 1
-    assert market.held_capabilities(dids) == {
+    assert held_capabilities(market, dids) == {
         d: (["arithmetic"] if d in holders else []) for d in dids
     }
     assert market.indexed_track_records(dids) == market.track_records()
@@ -389,3 +392,9 @@ def test_a_failing_view_table_is_a_store_error_naming_the_view(world: World) -> 
     with pytest.raises(StoreError, match=f"cannot read the {VIEW_NAME} view") as caught:
         world.market.list_tasks(state="bidding")
     assert "[SQL:" not in str(caught.value)
+
+
+def held_capabilities(market: Market, dids: list[str]) -> dict[str, list[str]]:
+    """What each DID holds a valid, unrevoked credential for now, from the credential view."""
+    with reading(market.ledger.store, CREDENTIAL_VIEW) as connection:
+        return capabilities_of(connection, dids, market.clock())

@@ -39,7 +39,6 @@ from accord.market.work import (
     default_checks,
     dispute_fee,
     exact_number,
-    json_path_text,
     parse_check,
     parse_checks,
     parse_parts,
@@ -599,6 +598,14 @@ def test_value_at(path: str, value: Any) -> None:
 
 def test_a_present_null_is_not_missing() -> None:
     assert value_at({"n": None}, ("n",)) is None
+
+
+def json_path_text(steps: list[str | int]) -> str:
+    """The JSON path of `steps` as a spec writes it: `$.parts[2].input`."""
+    text = "$"
+    for step in steps:
+        text += f"[{step}]" if isinstance(step, int) else f".{step}"
+    return text
 
 
 def test_json_path_text() -> None:
