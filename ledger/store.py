@@ -422,15 +422,16 @@ class LogStore:
             self.attach(projection)
 
     def _refuse_untiled(self) -> None:
-        """Raise StoreError when the log holds entries but no tiles: an earlier accord wrote
-        its tree as node rows (`ledger_nodes`), which `accord ledger migrate` converts."""
+        """Raise StoreError when the log holds entries, no tiles, and node rows: an earlier
+        accord wrote its tree as node rows (`ledger_nodes`), which `accord ledger migrate`
+        converts. (Entries with neither are a damaged log, which `verify_log` reports.)"""
         try:
             with self._read() as connection:
                 size = int(connection.execute(_READ_HEAD).scalar_one())
                 tiled = connection.execute(select(_TILES.c.id).limit(1)).first() is not None
         except SQLAlchemyError as exc:
             raise StoreError(f"cannot read the log database: {db_reason(exc)}") from exc
-        if size and not tiled:
+        if size and not tiled and inspect(self.engine).has_table("ledger_nodes"):
             raise StoreError(
                 f"the log {self.log_id!r} holds {size} entries but no tiles: an earlier accord "
                 "stored its tree as node rows; run `accord ledger migrate` to convert it"

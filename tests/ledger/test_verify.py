@@ -25,13 +25,13 @@ from pathlib import Path
 import pytest
 from sqlalchemy import delete, update
 
+from accord.ledger import merkle, tiles
 from accord.ledger.anchor_journal import LedgerAnchor
 from accord.ledger.anchoring import Anchorer
 from accord.ledger.chain import MemoryAnchorChain
 from accord.ledger.checkpoint import Checkpoint, sign_checkpoint, take_checkpoint
 from accord.ledger.events import Entry, Event, format_time, sign_event
 from accord.ledger.signing import Ed25519Signer
-from accord.ledger import merkle, tiles
 from accord.ledger.store import (
     LedgerCheckpoint,
     LedgerEntry,
