@@ -1283,20 +1283,27 @@ class LogStore:
 
     def _read_nodes(self, needed: Iterable[NodeId]) -> dict[NodeId, bytes]:
         """The hashes of the perfect subtrees `needed` (complete ones: ask within the size),
-        each read from the tile row that holds it. Raises StoreError when one is not stored or
-        the database cannot be read."""
+        each read from the tile row that holds it (`_place`, inlined: this is every proof's
+        path). Raises StoreError when one is not stored or the database cannot be read."""
         wanted: dict[tuple[int, int], int] = {}
-        places: dict[NodeId, tuple[tuple[int, int], int, int]] = {}
+        places: list[tuple[NodeId, tuple[int, int], int, int]] = []
         for node in needed:
-            tile, height, position, width = _place(node)
-            wanted[tile] = max(wanted.get(tile, 0), width)
-            places[node] = (tile, height, position)
+            level, position = node
+            height = level & 7
+            span = TILE_HEIGHT - height
+            tile = (level >> 3, position >> span)
+            within = position & ((1 << span) - 1)
+            width = (within + 1) << height
+            if wanted.get(tile, 0) < width:
+                wanted[tile] = width
+            places.append((node, tile, height, within))
         rows = self._read_tiles(wanted)
         found: dict[NodeId, bytes] = {}
-        for node, (tile, height, position) in places.items():
+        offsets = _ROW_OFFSETS
+        for node, tile, height, within in places:
             width, row = rows[tile]
-            start = merkle.HASH_SIZE * (tiles.row_offset(width, height) + position)
-            found[node] = row[start : start + merkle.HASH_SIZE]
+            start = (offsets[width][height] + within) << 5
+            found[node] = row[start : start + 32]
         return found
 
     def _read_tiles(
@@ -1448,6 +1455,11 @@ _HEAD_QUERY = "SELECT size FROM ledger_head"
 # A bundle's entries (`leaf_datas`): one range.
 _DATA_RANGE_QUERY = "SELECT data FROM ledger_entries WHERE idx >= ? AND idx < ? ORDER BY idx"
 _TILE_QUERIES: dict[tuple[int, str], str] = {}
+# Where each height starts in a stored row of each width, in hashes (`tiles.row_offset`).
+_ROW_OFFSETS = [
+    [tiles.row_offset(width, height) for height in range(TILE_HEIGHT)]
+    for width in range(TILE_WIDTH + 1)
+]
 
 
 def _tile_query(count: int, mark: str) -> str:

@@ -28,7 +28,7 @@ from accord.ledger.events import Entry
 def one_log(folder: Path, presigned: list[Entry]) -> dict[str, float]:
     """Seconds spent in each part of appending `presigned` to a fresh log in `folder`."""
     store = new_store(folder)
-    parts = dict.fromkeys(("entry rows", "node rows", "other statements", "commit"), 0.0)
+    parts = dict.fromkeys(("entry rows", "tile rows", "other statements", "commit"), 0.0)
     marks: dict[str, float] = {}
 
     def before(*_args: Any) -> None:
@@ -38,8 +38,8 @@ def one_log(folder: Path, presigned: list[Entry]) -> dict[str, float]:
         spent = time.perf_counter() - marks["statement"]
         if "INTO ledger_entries" in statement:
             parts["entry rows"] += spent
-        elif "INTO ledger_nodes" in statement:
-            parts["node rows"] += spent
+        elif "ledger_tiles" in statement:
+            parts["tile rows"] += spent
         else:
             parts["other statements"] += spent
 
