@@ -3,8 +3,9 @@
 Tables
     ledger_head         one row: the log id and its size; every append locks it
     ledger_entries      index, actor, seq, kind, subject, time, leaf data (JCS of the entry)
-    ledger_nodes        perfect-subtree hashes keyed by `level << 48 | index`: the leaves (level
-                        0) and levels 2 and up; a pair of leaves (level 1) is not stored
+    ledger_tiles        the Merkle tree as C2SP tlog-tiles (`accord.ledger.tiles`): one row per
+                        tile, keyed by (tile level, index, width); a full tile's row never
+                        changes, the rightmost tile of each level is one row at its latest width
     ledger_checkpoints  signed tree heads
     ledger_once         (kind, subject) -> index for the kinds logged at most once per subject,
                         and (kind, key) for entries appended with a once-key
@@ -19,17 +20,24 @@ also give an entry a *once-key* of its own (`append_batch(..., once_keys=...)`):
 keys a sealed bid by task and bidder, so one bidder's commitment sent to two processes at once
 is admitted by one of them only.
 
-An append computes its leaf and the interior nodes it completes from the log's *frontier* (the
-at most log2(n) perfect subtrees that make up the current tree), inserts them with the entries
-in one transaction, and so costs O(log n). Proofs read the O(log n) nodes they need in one query;
-nodes never change once written, so the upper levels are also kept in a small in-memory cache.
+An append computes its leaves and the perfect subtrees it completes from the log's
+*frontier* (the at most log2(n) perfect subtrees that make up the current tree) and its
+*partial tiles* (the rightmost tile of each tile level, kept in memory beside the frontier),
+and writes each tile it touched as one row, with the entries, in one transaction: a batch of
+1,000 entries writes about five tile rows, where a row per tree node cost more than the
+entries themselves. A row holds the tile as served (its 256, or W, hashes of tree level 8*L)
+and the perfect subtrees inside it (tree levels 8*L+1 to 8*L+7), so a proof or root reads one
+row per tile level it crosses (about three at a million entries) and hashes nothing. A partial
+tile's row is keyed by its width: the append that widens it inserts the wider row and deletes
+the narrower one, in the same transaction; a reader asks for any row of the tile at least as
+wide as it needs, and a partial tile is a prefix of every wider one, so no reader sees a hash
+change. Full tiles of tile level 1 and up are kept in a small in-memory cache.
 A batch is one transaction: durable or absent, never half there.
 
-The hash of a pair of leaves (level 1) is not stored: a proof or root that needs one reads the
-two leaf hashes under it in the same query and hashes them, which costs about what reading it
-did, while its row was a quarter of every append's node rows. Leaf hashes stay stored, keyed
-by position, so `verify_log` names the very entry that was inserted, deleted or moved. A log
-written before keeps its level-1 rows; they are never read, and verification still checks them.
+Leaf hashes stay stored, in the level-0 tiles, so `verify_log` compares every tile with the
+one the entries make and names the very entry that was inserted, deleted or moved. A log an
+earlier accord wrote with one row per tree node (`ledger_nodes`) is refused until
+`migrate_to_tiles` (`accord ledger migrate`) converts it and proves its roots unchanged.
 
 Group commit: the appends a process's threads make while one of them is writing wait for it,
 then the first of them writes all that waited in one transaction (one head lock, one insert
@@ -1346,12 +1354,12 @@ class LogStore:
             except SQLAlchemyError as exc:
                 raise StoreError(f"cannot read the log database: {db_reason(exc)}") from exc
         for key, value in rows:
-            tile = tiles.key_tile(int(key))
-            place = (tile.level or 0, tile.index)
+            stored = tiles.key_tile(int(key))
+            place = (stored.level or 0, stored.index)
             row = _as_bytes(value)
-            if place not in found or tile.width > found[place][0]:
-                found[place] = (tile.width, row)
-            if tile.full and place[0] >= 1 and len(cache) < _CACHE_MAX_TILES:
+            if place not in found or stored.width > found[place][0]:
+                found[place] = (stored.width, row)
+            if stored.full and place[0] >= 1 and len(cache) < _CACHE_MAX_TILES:
                 cache[place] = row
         missing = [tile for tile in asked if tile not in found]
         if missing:
@@ -1766,10 +1774,10 @@ def _root_on(connection: Any, size: int) -> bytes:
         params += [tile_key(level, index, width), tile_key(level, index, TILE_WIDTH)]
     stored: dict[tuple[int, int], tuple[int, bytes]] = {}
     for key, value in connection.exec_driver_sql(_tile_query(len(wanted), mark), tuple(params)):
-        tile = tiles.key_tile(int(key))
-        place = (tile.level or 0, tile.index)
-        if place not in stored or tile.width > stored[place][0]:
-            stored[place] = (tile.width, _as_bytes(value))
+        found = tiles.key_tile(int(key))
+        place = (found.level or 0, found.index)
+        if place not in stored or found.width > stored[place][0]:
+            stored[place] = (found.width, _as_bytes(value))
     hashes = []
     for piece in pieces:
         tile, height, position, _width = _place(piece)
