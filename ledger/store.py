@@ -96,9 +96,7 @@ from accord.ledger.tiles import TILE_HEIGHT, TILE_WIDTH, EdgeTile, tile_key
 from accord.ledger.views import Projection, ViewEntry
 
 NODE_INDEX_BITS = 48
-UNSTORED_LEVEL = 1
-"""The tree level whose nodes (pairs of leaves) are computed from the two leaf hashes under
-them instead of stored."""
+"""The key of a node row of the earlier layout (`LedgerNode`) is `level << 48 | position`."""
 
 #: Event kinds logged at most once per subject (an agent's registration, the market's
 #: lifecycle steps that move money or decide who is paid). A property of the log, so that
@@ -127,7 +125,7 @@ def db_reason(exc: BaseException) -> str:
 
 
 def node_key(node: NodeId) -> int:
-    """The integer primary key of a perfect subtree."""
+    """The key of a perfect subtree's row in the earlier layout (`LedgerNode`)."""
     return (node.level << NODE_INDEX_BITS) | node.position
 
 
