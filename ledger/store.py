@@ -63,6 +63,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import (
+    DDL,
     BigInteger,
     Connection,
     Engine,
@@ -203,6 +204,15 @@ _HEAD = LedgerHead.__table__  # type: ignore[attr-defined]
 _CHECKPOINTS = LedgerCheckpoint.__table__  # type: ignore[attr-defined]
 _ONCE = LedgerOnce.__table__  # type: ignore[attr-defined]
 _TILES = LedgerTile.__table__  # type: ignore[attr-defined]
+# A tile row (up to 16 KiB of hashes) is stored out of line by PostgreSQL; hashes do not
+# compress, so it is told not to try (the table is made so once, when it is created).
+event.listen(
+    _TILES,
+    "after_create",
+    DDL(  # type: ignore[no-untyped-call]
+        "ALTER TABLE ledger_tiles ALTER COLUMN hashes SET STORAGE EXTERNAL"
+    ).execute_if(dialect="postgresql"),
+)
 _LEDGER_TABLES = [_HEAD, _ENTRIES, _TILES, _CHECKPOINTS, _ONCE]
 
 

@@ -283,30 +283,49 @@ def grow_tiles(
     edges: dict[int, EdgeTile], made: Iterable[tuple[int, int, bytes]]
 ) -> tuple[dict[int, EdgeTile], list[tuple[int, bytes]], list[int]]:
     """The tiles after the perfect subtrees `made` (`(tree level, position, hash)`, as
-    `merkle.extend_frontier` returns them: in order, each level's positions contiguous) are
-    added to a tree whose partial tiles are `edges` (by tile level; `edges` is not changed).
+    `merkle.extend_frontier` returns them: each tree level's positions contiguous and
+    growing) are added to a tree whose partial tiles are `edges` (by tile level; `edges` is
+    not changed).
 
     Returns the partial tiles after them, the rows to store as (key, row) in key order (each
     tile they touched, full or partial, once), and the keys of the partial rows those
-    replace. Raises ValueError when a hash does not follow the tile it falls in.
+    replace. Raises ValueError when a run of hashes does not follow the tile it falls in.
     """
-    current = {
-        level: EdgeTile(level, e.index, tuple(list(h) for h in e.levels))
-        for level, e in edges.items()
-    }
-    touched: dict[tuple[int, int], EdgeTile] = {}
+    runs: dict[int, tuple[int, list[bytes]]] = {}
     for tree_level, position, value in made:
+        run = runs.get(tree_level)
+        if run is None:
+            runs[tree_level] = (position, [value])
+        else:
+            run[1].append(value)
+    touched: dict[tuple[int, int], EdgeTile] = {}
+    for tree_level in sorted(runs):
+        position, values = runs[tree_level]
         level, height = tree_level >> 3, tree_level & 7
-        index = position >> (TILE_HEIGHT - height)
-        edge = current.get(level)
-        if edge is None or edge.index != index:
-            edge = EdgeTile(level, index, tuple([] for _ in range(TILE_HEIGHT)))
+        span = TILE_HEIGHT - height
+        taken = 0
+        while taken < len(values):
+            index = position >> span
+            edge = touched.get((level, index))
+            if edge is None:
+                before = edges.get(level)
+                levels: tuple[list[bytes], ...] = (
+                    tuple(list(hashes) for hashes in before.levels)
+                    if before is not None and before.index == index
+                    else tuple([] for _ in range(TILE_HEIGHT))
+                )
+                edge = touched[(level, index)] = EdgeTile(level, index, levels)
+            hashes = edge.levels[height]
+            if position - (index << span) != len(hashes):
+                raise ValueError(f"tree node ({tree_level}, {position}) does not follow its tile")
+            chunk = values[taken : taken + ((index + 1) << span) - position]
+            hashes += chunk
+            taken += len(chunk)
+            position += len(chunk)
+    current = dict(edges)
+    for (level, index), edge in touched.items():
+        if level not in current or current[level].index <= index:
             current[level] = edge
-        hashes = edge.levels[height]
-        if position - (index << (TILE_HEIGHT - height)) != len(hashes):
-            raise ValueError(f"tree node ({tree_level}, {position}) does not follow its tile")
-        hashes.append(value)
-        touched[(level, index)] = edge
     rows = sorted((edge.key, tile_row(edge.levels)) for edge in touched.values())
     replaced = [edge.key for level, edge in edges.items() if (level, edge.index) in touched]
     after = {level: edge for level, edge in current.items() if edge.width < TILE_WIDTH}

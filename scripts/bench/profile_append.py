@@ -2,8 +2,8 @@
 
 Appends the same 20,000 signed entries, 1,000 per transaction, to a fresh SQLite log (WAL,
 synchronous=FULL, as `bench_append.py` does) five times and prints, per entry, the median time
-spent in the driver inserting the entry rows, inserting the node rows, in other statements,
-in COMMIT, and the rest: the Python of `append_batch` (leaf and node hashes, the rows, the
+spent in the driver inserting the entry rows, writing the tile rows, in other statements,
+in COMMIT, and the rest: the Python of `append_batch` (leaf and node hashes, the tile rows, the
 checks, SQLAlchemy). Timed by SQLAlchemy's cursor and commit events, so it runs against any
 version of the store (BENCHMARKS.md compares main with the branch that cut the Python).
 

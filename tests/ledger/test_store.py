@@ -587,3 +587,15 @@ def test_upsert_sql_writes_rows_in_the_order_it_names(tmp_path: Path) -> None:
         assert rows.all() == [("a", 10, 3), ("b", 20, 2)]
     with pytest.raises(ValueError, match="pairs has no column other"):
         upsert_sql("?", table, ["key", "other"], ["key"], ["other"])
+
+
+def test_tile_rows_are_stored_uncompressed_on_postgresql(store: LogStore, backend: str) -> None:
+    """Hashes do not compress: PostgreSQL keeps a tile row out of line without trying."""
+    if backend != "postgres":
+        pytest.skip("a PostgreSQL storage setting")
+    with store.engine.connect() as connection:
+        storage = connection.exec_driver_sql(
+            "SELECT attstorage FROM pg_attribute WHERE attrelid = 'ledger_tiles'::regclass "
+            "AND attname = 'hashes'"
+        ).scalar_one()
+    assert storage == "e"
