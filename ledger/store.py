@@ -1546,9 +1546,9 @@ def _extend_tree(
     follow them, the tile rows those entries write (key, row) and the keys of the partial
     rows they replace (pure; each leaf hashed once, each node once, O(1) amortised per
     entry, and each tile touched written once)."""
-    hashes, made = merkle.extend_frontier([value for _node, value in frontier], start, datas)
+    hashes, runs = merkle.extend_levels([value for _node, value in frontier], start, datas)
     pieces = merkle.perfect_subtrees(0, start + len(datas))
-    after, rows, replaced = tiles.grow_tiles(edges, made)
+    after, rows, replaced = tiles.grow_tiles(edges, runs)
     return list(zip(pieces, hashes, strict=True)), after, rows, replaced
 
 

@@ -280,24 +280,16 @@ class EdgeTile:
 
 
 def grow_tiles(
-    edges: dict[int, EdgeTile], made: Iterable[tuple[int, int, bytes]]
+    edges: dict[int, EdgeTile], runs: dict[int, tuple[int, list[bytes]]]
 ) -> tuple[dict[int, EdgeTile], list[tuple[int, bytes]], list[int]]:
-    """The tiles after the perfect subtrees `made` (`(tree level, position, hash)`, as
-    `merkle.extend_frontier` returns them: each tree level's positions contiguous and
-    growing) are added to a tree whose partial tiles are `edges` (by tile level; `edges` is
-    not changed).
+    """The tiles after the new perfect subtrees `runs` (by tree level: the first position and
+    the hashes from there on, as `merkle.extend_levels` returns them) are added to a tree
+    whose partial tiles are `edges` (by tile level; `edges` is not changed).
 
     Returns the partial tiles after them, the rows to store as (key, row) in key order (each
     tile they touched, full or partial, once), and the keys of the partial rows those
     replace. Raises ValueError when a run of hashes does not follow the tile it falls in.
     """
-    runs: dict[int, tuple[int, list[bytes]]] = {}
-    for tree_level, position, value in made:
-        run = runs.get(tree_level)
-        if run is None:
-            runs[tree_level] = (position, [value])
-        else:
-            run[1].append(value)
     touched: dict[tuple[int, int], EdgeTile] = {}
     for tree_level in sorted(runs):
         position, values = runs[tree_level]
