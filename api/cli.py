@@ -487,6 +487,59 @@ def _outcome_json(outcome: AnchorOutcome) -> dict[str, Any]:
     }
 
 
+@ledger_app.command("migrate")
+def ledger_migrate(
+    at: Annotated[
+        list[int] | None,
+        typer.Option("--at", help="Also prove the root at this size (repeatable)."),
+    ] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Convert a log an earlier accord stored as tree-node rows to C2SP tiles, in one
+    transaction (appends wait): every tile is hashed from the entries, the tiles' root is
+    proved equal to the node rows' and to each checkpoint's at every checkpoint's size, the
+    current size and sizes spread over the log, and only then are the node rows dropped. A
+    root that differs changes nothing. A log already on tiles is left as it is."""
+    from accord.ledger.store import make_engine, migrate_to_tiles
+    from accord.ledger.wiring import prepare_home
+
+    settings = _settings()
+    with _errors():
+        prepare_home(settings, create=False)
+        engine = make_engine(settings.db_url)
+        started = time.monotonic()
+        try:
+            done = migrate_to_tiles(engine, settings.log_id, sizes=at or ())
+        except ValueError as exc:
+            fail(str(exc), 2)
+        finally:
+            engine.dispose()
+        seconds = time.monotonic() - started
+    if as_json:
+        emit(
+            {
+                "log_id": done.log_id,
+                "size": done.size,
+                "already_on_tiles": done.already,
+                "tile_rows": done.tile_rows,
+                "node_rows_dropped": done.node_rows,
+                "roots": {str(size): root.hex() for size, root in sorted(done.roots.items())},
+                "seconds": round(seconds, 3),
+            }
+        )
+        return
+    if done.already:
+        say(f"{done.log_id}: already stored as tiles ({plural(done.size, 'entry', 'entries')})")
+        return
+    say(
+        f"{done.log_id}: {plural(done.size, 'entry', 'entries')} now stored as "
+        f"{plural(done.tile_rows, 'tile row')}; {plural(done.node_rows, 'node row')} dropped"
+    )
+    for size, root in sorted(done.roots.items()):
+        say(f"  root at {size}: {root.hex()} (tiles = node rows = checkpoint where stored)")
+    say(f"in {seconds:.2f} s")
+
+
 @ledger_app.command("anchor")
 def ledger_anchor(
     watch: Annotated[

@@ -122,6 +122,43 @@ def extend_frontier(
     return stack, made
 
 
+Runs = dict[int, tuple[int, list[bytes]]]
+"""New perfect subtrees by level: `runs[level] = (first position, hashes)`, contiguous."""
+
+
+def extend_levels(
+    frontier: Sequence[bytes], size: int, datas: Sequence[bytes]
+) -> tuple[list[bytes], Runs]:
+    """`extend_frontier`, level by level: the leaves are hashed in one pass, then each level's
+    new nodes from the pairs of the level below (the first one's left sibling, when it lies
+    before the new leaves, is the frontier's node of that level). Returns the frontier after
+    the leaves and every perfect subtree they complete, as one run per level; the same hashes
+    as `extend_frontier`, with no Python loop per node.
+
+    Raises ValueError when the frontier does not have one hash per set bit of `size`.
+    """
+    if len(frontier) != size.bit_count():
+        raise ValueError(f"a tree of {size} leaves has {size.bit_count()} frontier hashes")
+    sha256 = _sha256
+    old = dict(zip((node.level for node in perfect_subtrees(0, size)), frontier, strict=True))
+    run = [sha256(b"\x00" + data).digest() for data in datas]
+    runs: Runs = {}
+    level, first = 0, size
+    while run:
+        runs[level] = (first, run)
+        below = [old[level], *run] if first & 1 else run
+        run = [
+            sha256(b"\x01" + below[i] + below[i + 1]).digest() for i in range(0, len(below) - 1, 2)
+        ]
+        level, first = level + 1, first >> 1
+    end = size + len(datas)
+    after: list[bytes] = []
+    for node in perfect_subtrees(0, end):
+        start, hashes = runs.get(node.level, (end, []))
+        after.append(hashes[node.position - start] if node.position >= start else old[node.level])
+    return after, runs
+
+
 # ---------------------------------------------------------------------------------------------
 # The RFC 9162 algorithms over any source of subtree hashes
 

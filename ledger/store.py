@@ -3,8 +3,9 @@
 Tables
     ledger_head         one row: the log id and its size; every append locks it
     ledger_entries      index, actor, seq, kind, subject, time, leaf data (JCS of the entry)
-    ledger_nodes        perfect-subtree hashes keyed by `level << 48 | index`: the leaves (level
-                        0) and levels 2 and up; a pair of leaves (level 1) is not stored
+    ledger_tiles        the Merkle tree as C2SP tlog-tiles (`accord.ledger.tiles`): one row per
+                        tile, keyed by (tile level, index, width); a full tile's row never
+                        changes, the rightmost tile of each level is one row at its latest width
     ledger_checkpoints  signed tree heads
     ledger_once         (kind, subject) -> index for the kinds logged at most once per subject,
                         and (kind, key) for entries appended with a once-key
@@ -19,17 +20,24 @@ also give an entry a *once-key* of its own (`append_batch(..., once_keys=...)`):
 keys a sealed bid by task and bidder, so one bidder's commitment sent to two processes at once
 is admitted by one of them only.
 
-An append computes its leaf and the interior nodes it completes from the log's *frontier* (the
-at most log2(n) perfect subtrees that make up the current tree), inserts them with the entries
-in one transaction, and so costs O(log n). Proofs read the O(log n) nodes they need in one query;
-nodes never change once written, so the upper levels are also kept in a small in-memory cache.
+An append computes its leaves and the perfect subtrees it completes from the log's
+*frontier* (the at most log2(n) perfect subtrees that make up the current tree) and its
+*partial tiles* (the rightmost tile of each tile level, kept in memory beside the frontier),
+and writes each tile it touched as one row, with the entries, in one transaction: a batch of
+1,000 entries writes about five tile rows, where a row per tree node cost more than the
+entries themselves. A row holds the tile as served (its 256, or W, hashes of tree level 8*L)
+and the perfect subtrees inside it (tree levels 8*L+1 to 8*L+7), so a proof or root reads one
+row per tile level it crosses (about three at a million entries) and hashes nothing. A partial
+tile's row is keyed by its width: the append that widens it inserts the wider row and deletes
+the narrower one, in the same transaction; a reader asks for any row of the tile at least as
+wide as it needs, and a partial tile is a prefix of every wider one, so no reader sees a hash
+change. Full tiles of tile level 1 and up are kept in a small in-memory cache.
 A batch is one transaction: durable or absent, never half there.
 
-The hash of a pair of leaves (level 1) is not stored: a proof or root that needs one reads the
-two leaf hashes under it in the same query and hashes them, which costs about what reading it
-did, while its row was a quarter of every append's node rows. Leaf hashes stay stored, keyed
-by position, so `verify_log` names the very entry that was inserted, deleted or moved. A log
-written before keeps its level-1 rows; they are never read, and verification still checks them.
+Leaf hashes stay stored, in the level-0 tiles, so `verify_log` compares every tile with the
+one the entries make and names the very entry that was inserted, deleted or moved. A log an
+earlier accord wrote with one row per tree node (`ledger_nodes`) is refused until
+`migrate_to_tiles` (`accord ledger migrate`) converts it and proves its roots unchanged.
 
 Group commit: the appends a process's threads make while one of them is writing wait for it,
 then the first of them writes all that waited in one transaction (one head lock, one insert
@@ -55,6 +63,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import (
+    DDL,
     BigInteger,
     Connection,
     Engine,
@@ -63,6 +72,7 @@ from sqlalchemy import (
     LargeBinary,
     Table,
     bindparam,
+    delete,
     event,
     func,
     insert,
@@ -79,16 +89,15 @@ from sqlalchemy.exc import (
 )
 from sqlmodel import Column, Field, SQLModel, create_engine
 
-from accord.ledger import merkle, views
+from accord.ledger import merkle, tiles, views
 from accord.ledger.errors import AlreadyLoggedError, LedgerError, SequenceError, StoreError
 from accord.ledger.events import Entry
 from accord.ledger.merkle import NodeId
+from accord.ledger.tiles import TILE_HEIGHT, TILE_WIDTH, EdgeTile, tile_key
 from accord.ledger.views import Projection, ViewEntry
 
 NODE_INDEX_BITS = 48
-UNSTORED_LEVEL = 1
-"""The tree level whose nodes (pairs of leaves) are computed from the two leaf hashes under
-them instead of stored."""
+"""The key of a node row of the earlier layout (`LedgerNode`) is `level << 48 | position`."""
 
 #: Event kinds logged at most once per subject (an agent's registration, the market's
 #: lifecycle steps that move money or decide who is paid). A property of the log, so that
@@ -117,7 +126,7 @@ def db_reason(exc: BaseException) -> str:
 
 
 def node_key(node: NodeId) -> int:
-    """The integer primary key of a perfect subtree."""
+    """The key of a perfect subtree's row in the earlier layout (`LedgerNode`)."""
     return (node.level << NODE_INDEX_BITS) | node.position
 
 
@@ -161,10 +170,23 @@ class LedgerOnce(SQLModel, table=True):
 
 
 class LedgerNode(SQLModel, table=True):
+    """The tree as accord stored it before tiles: one row per perfect subtree, keyed by
+    `level << 48 | position`. Read only by `migrate_to_tiles`, which drops it."""
+
     __tablename__ = "ledger_nodes"
 
     id: int = Field(sa_column=Column(_ROW_KEY, primary_key=True, autoincrement=False))
     hash: bytes = Field(sa_column=Column(LargeBinary, nullable=False))
+
+
+class LedgerTile(SQLModel, table=True):
+    """A stored tile (`accord.ledger.tiles`): `id` is `tiles.tile_key(level, index, width)`,
+    `hashes` the tile's hashes and the perfect subtrees inside it (`tiles.tile_row`)."""
+
+    __tablename__ = "ledger_tiles"
+
+    id: int = Field(sa_column=Column(_ROW_KEY, primary_key=True, autoincrement=False))
+    hashes: bytes = Field(sa_column=Column(LargeBinary, nullable=False))
 
 
 class LedgerCheckpoint(SQLModel, table=True):
@@ -181,7 +203,17 @@ _NODES = LedgerNode.__table__  # type: ignore[attr-defined]
 _HEAD = LedgerHead.__table__  # type: ignore[attr-defined]
 _CHECKPOINTS = LedgerCheckpoint.__table__  # type: ignore[attr-defined]
 _ONCE = LedgerOnce.__table__  # type: ignore[attr-defined]
-_LEDGER_TABLES = [_HEAD, _ENTRIES, _NODES, _CHECKPOINTS, _ONCE]
+_TILES = LedgerTile.__table__  # type: ignore[attr-defined]
+# A tile row (up to 16 KiB of hashes) is stored out of line by PostgreSQL; hashes do not
+# compress, so it is told not to try (the table is made so once, when it is created).
+event.listen(
+    _TILES,
+    "after_create",
+    DDL(  # type: ignore[no-untyped-call]
+        "ALTER TABLE ledger_tiles ALTER COLUMN hashes SET STORAGE EXTERNAL"
+    ).execute_if(dialect="postgresql"),
+)
+_LEDGER_TABLES = [_HEAD, _ENTRIES, _TILES, _CHECKPOINTS, _ONCE]
 
 
 def make_engine(db_url: str) -> Engine:
@@ -369,6 +401,7 @@ class LogStore:
         self.log_id = log_id
         self.once_per_subject = frozenset(once_per_subject)
         self._frontier: list[tuple[NodeId, bytes]] = []
+        self._edges: dict[int, EdgeTile] = {}
         self._frontier_size = -1
         self._last_seq: dict[str, int] = {}
         # Appends of this process: the waiting ones, and the lock of the one writing them.
@@ -376,10 +409,10 @@ class LogStore:
         self._waiting_lock = threading.Lock()
         self._waiting: list[_Append] = []
         self._postgres = engine.dialect.name == "postgresql"
-        # Read path of proofs and roots (see `_read_nodes`): a size the log is known to have
-        # reached (it only grows), and stored nodes of the upper levels (never rewritten).
+        # Read path of proofs and roots (see `_read_tiles`): a size the log is known to have
+        # reached (it only grows), and full tiles of tile level 1 and up (never rewritten).
         self._known_size = 0
-        self._node_cache: dict[int, bytes] = {}
+        self._tile_cache: dict[tuple[int, int], bytes] = {}
         self._raw_sqlite = engine.dialect.name == "sqlite"
         self._find_texts: dict[tuple[bool, int, bool, bool, bool], str] = {}
         self._level_texts: dict[tuple[int, bool], str] = {}
@@ -398,10 +431,27 @@ class LogStore:
             pass  # another process created the head row first
         except SQLAlchemyError as exc:
             raise StoreError(f"cannot prepare the log tables: {db_reason(exc)}") from exc
+        self._refuse_untiled()
         self._index_actor_seqs()
         self._index_once_only()
         for projection in projections:
             self.attach(projection)
+
+    def _refuse_untiled(self) -> None:
+        """Raise StoreError when the log holds entries, no tiles, and node rows: an earlier
+        accord wrote its tree as node rows (`ledger_nodes`), which `accord ledger migrate`
+        converts. (Entries with neither are a damaged log, which `verify_log` reports.)"""
+        try:
+            with self._read() as connection:
+                size = int(connection.execute(_READ_HEAD).scalar_one())
+                tiled = connection.execute(select(_TILES.c.id).limit(1)).first() is not None
+        except SQLAlchemyError as exc:
+            raise StoreError(f"cannot read the log database: {db_reason(exc)}") from exc
+        if size and not tiled and inspect(self.engine).has_table("ledger_nodes"):
+            raise StoreError(
+                f"the log {self.log_id!r} holds {size} entries but no tiles: an earlier accord "
+                "stored its tree as node rows; run `accord ledger migrate` to convert it"
+            )
 
     def _index_actor_seqs(self) -> None:
         """The (actor, seq) index answers an actor's highest seq at once, however many entries
@@ -450,7 +500,7 @@ class LogStore:
             if not 0 <= size <= current:
                 raise ValueError(f"the log has {current} entries, not {size}")
         pieces = merkle.perfect_subtrees(0, size)
-        nodes = self._read_nodes(pieces, size)
+        nodes = self._read_nodes(pieces)
         return merkle.fold_right([nodes[piece] for piece in pieces])
 
     def entry(self, index: int) -> StoredEntry:
@@ -569,7 +619,7 @@ class LogStore:
             if size > current:
                 raise ValueError(f"the log has {current} entries, not {size}")
         groups = _inclusion_groups(index, size)
-        nodes = self._read_keys([key for group in groups for key in group], size)
+        nodes = self._read_nodes([node for group in groups for node in group])
         return [
             nodes[group[0]] if len(group) == 1 else merkle.fold_right([nodes[k] for k in group])
             for group in groups
@@ -583,40 +633,31 @@ class LogStore:
             if new_size > current:
                 raise ValueError(f"the log has {current} entries, not {new_size}")
         needed = merkle.nodes_for_consistency(old_size, new_size)
-        nodes = self._read_nodes(needed, new_size)
+        nodes = self._read_nodes(needed)
         return merkle.consistency_proof_by(old_size, new_size, merkle.subtree_from_nodes(nodes))
 
     def level_hashes(self, level: int, start: int, count: int) -> list[bytes]:
         """The hashes of the perfect subtrees `NodeId(level, start)` up to
-        `NodeId(level, start + count - 1)`, in order, read in one range query (a C2SP tile's
-        hashes, `accord.ledger.tiles`; on SQLite through the raw cursor, as proofs read).
+        `NodeId(level, start + count - 1)`, in order, read from the tiles that hold them.
         Only complete subtrees are stored: ask within the size.
 
-        Raises ValueError for the unstored level 1 or a negative level, start or count,
-        StoreError when one of them is not stored or the database cannot be read.
+        Raises ValueError for a negative level, start or count, StoreError when one of them
+        is not stored or the database cannot be read.
         """
-        if level < 0 or level == UNSTORED_LEVEL or start < 0 or count < 0:
+        if level < 0 or start < 0 or count < 0:
             raise ValueError(f"no stored nodes at level {level} from {start}, {count} of them")
-        if count == 0:
-            return []
-        low = node_key(NodeId(level, start))
-        if self._raw_sqlite:
-            rows = self._raw_select(_NODE_RANGE_QUERY, (low, low + count))
-        else:
-            try:
-                with self._read() as connection:
-                    rows = connection.execute(
-                        select(_NODES.c.id, _NODES.c.hash)
-                        .where(_NODES.c.id >= low, _NODES.c.id < low + count)
-                        .order_by(_NODES.c.id)
-                    ).all()
-            except SQLAlchemyError as exc:
-                raise StoreError(f"cannot read the log database: {db_reason(exc)}") from exc
-        if len(rows) != count:
-            found = {int(key) for key, _value in rows}
-            missing = [key for key in range(low, low + count) if key not in found]
-            raise StoreError(f"the log is missing stored tree nodes {_node_id(missing[0])}...")
-        return [bytes(value) for _key, value in rows]
+        nodes = [NodeId(level, position) for position in range(start, start + count)]
+        found = self._read_nodes(nodes)
+        return [found[node] for node in nodes]
+
+    def tile(self, level: int, index: int, width: int) -> bytes:
+        """The bytes of tile `index` of tile level `level`, `width` hashes wide (C2SP
+        tlog-tiles: 32 bytes a hash), read from its stored row. Raises StoreError when the
+        log holds no such tile (yet) or the database cannot be read, ValueError for a tile
+        that cannot exist."""
+        wanted = {(level, index): width}
+        _stored_width, row = self._read_tiles(wanted)[(level, index)]
+        return row[: merkle.HASH_SIZE * width]
 
     def leaf_datas(self, start: int, end: int) -> list[bytes]:
         """The leaf data of the entries `start <= index < end`, in index order, in one query
@@ -638,22 +679,22 @@ class LogStore:
             raise StoreError(f"the log lacks some of the entries {start} to {end - 1}")
         return [_as_bytes(data) for (data,) in rows]
 
-    def stored_nodes(self, start_key: int = 0, chunk: int = 20000) -> Iterator[tuple[int, bytes]]:
-        """Every stored node as (key, hash), by key (for verification): none of
-        `UNSTORED_LEVEL` but those a log written before holds."""
-        position = start_key
+    def stored_tiles(self, chunk: int = 2000) -> Iterator[tuple[int, bytes]]:
+        """Every stored tile row as (key, row), by key (`tiles.tile_key`: tile level, then
+        index, then width), for verification."""
+        position = 0
         while True:
             with self._read() as connection:
                 rows = connection.execute(
-                    select(_NODES.c.id, _NODES.c.hash)
-                    .where(_NODES.c.id >= position)
-                    .order_by(_NODES.c.id)
+                    select(_TILES.c.id, _TILES.c.hashes)
+                    .where(_TILES.c.id >= position)
+                    .order_by(_TILES.c.id)
                     .limit(chunk)
                 ).all()
             if not rows:
                 return
             for key, value in rows:
-                yield int(key), bytes(value)
+                yield int(key), _as_bytes(value)
             position = int(rows[-1][0]) + 1
 
     # -- appending ---------------------------------------------------------------------------
@@ -843,15 +884,15 @@ class LogStore:
                 for offset, entry in enumerate(entries)
                 for e in [entry.event]
             ]
-            frontier, completed = _extend_frontier(
-                self._frontier, size, [entry.data for entry in entries]
+            frontier, edges, tile_rows, replaced = _extend_tree(
+                self._frontier, self._edges, size, [entry.data for entry in entries]
             )
             new_size = size + len(entries)
             # Views level with the head before the append are level with it after: their
             # count is written with the rows (on PostgreSQL) when they are.
             level_views = list(self._projections) if views_level else []
             recorded = self._write_rows(
-                connection, once_rows, entry_rows, completed, new_size, level_views
+                connection, once_rows, entry_rows, (tile_rows, replaced), new_size, level_views
             )
             if self._projections:
                 folded = [ViewEntry(size + k, entry.event) for k, entry in enumerate(entries)]
@@ -860,7 +901,7 @@ class LogStore:
             # other threads of this process, which touch them only under that lock too,
             # never see half of an update; only the COMMIT can fail after this (and then
             # `_write_group` forgets them).
-            self._frontier, self._frontier_size = frontier, new_size
+            self._frontier, self._edges, self._frontier_size = frontier, edges, new_size
         for append, position, batch in taken:
             append.succeed(list(range(position, position + len(batch))))
         self._refuse(refused)
@@ -870,19 +911,21 @@ class LogStore:
         connection: Any,
         once_rows: list[dict[str, Any]],
         entry_rows: list[tuple[Any, ...]],
-        node_rows: list[tuple[int, bytes]],
+        tile_rows: tuple[list[tuple[int, bytes]], list[int]],
         new_size: int,
         level_views: list[str],
     ) -> bool:
-        """Write an append's once-rows, entry rows (the columns of `_ENTRY_COLUMNS`) and node
-        rows (key, hash), and move the head to `new_size`, under the head lock. The once-rows
-        go first, or in the same statement, so a clash writes nothing (`_OnceClash`).
+        """Write an append's once-rows, entry rows (the columns of `_ENTRY_COLUMNS`) and tile
+        rows (key, row), delete the partial tile rows those replace (keys), and move the head
+        to `new_size`, under the head lock. The once-rows go first, or in the same statement,
+        so a clash writes nothing (`_OnceClash`).
 
         PostgreSQL: one statement (data-modifying CTEs over arrays) that also records
         `new_size` as applied by `level_views`; returns True then. SQLite: the once-rows, then
         the entry and node rows as plain tuples through the driver's executemany (building
         and processing a parameter dict per row through SQLAlchemy cost three times the
         inserts), then the head; returns False. Raises _OnceClash, SQLAlchemyError."""
+        rows, replaced = tile_rows
         if self._postgres:
             columns = list(zip(*entry_rows, strict=True))
             params = {
@@ -893,8 +936,9 @@ class LogStore:
                     f"entry_{name}": list(column)
                     for name, column in zip(_ENTRY_COLUMNS, columns, strict=True)
                 },
-                "node_ids": [key for key, _value in node_rows],
-                "node_hashes": [value for _key, value in node_rows],
+                "tile_ids": [key for key, _value in rows],
+                "tile_rows": [value for _key, value in rows],
+                "replaced": replaced,
                 "views": level_views,
                 "new_size": new_size,
             }
@@ -911,16 +955,8 @@ class LogStore:
                 connection.execute(_INSERT_ONCE, once_rows)
             except IntegrityError as exc:
                 raise _OnceClash(once_rows) from exc
-        if self._raw_sqlite:
-            connection.exec_driver_sql(_SQLITE_INSERT_ENTRIES, entry_rows)
-            connection.exec_driver_sql(_SQLITE_INSERT_NODES, node_rows)
-        else:
-            connection.execute(
-                _INSERT_ENTRIES, [dict(zip(_ENTRY_COLUMNS, row, strict=True)) for row in entry_rows]
-            )
-            connection.execute(
-                _INSERT_NODES, [{"id": key, "hash": value} for key, value in node_rows]
-            )
+        connection.exec_driver_sql(_SQLITE_INSERT_ENTRIES, entry_rows)
+        _write_tiles(connection, rows, replaced)
         connection.execute(_SET_HEAD, {"new_size": new_size})
         return False
 
@@ -942,8 +978,9 @@ class LogStore:
                 raise AlreadyLoggedError(row["kind"], row["subject"], found)
 
     def _forget_caches(self) -> None:
-        """After a failed append: the next one reads the frontier and the seqs again (a
-        frontier size that matches no head makes `_sync_caches` start over, under the lock)."""
+        """After a failed append: the next one reads the frontier, the partial tiles and the
+        seqs again (a frontier size that matches no head makes `_sync_caches` start over,
+        under the lock)."""
         self._frontier_size = -1
 
     # -- read views (`accord.ledger.views`) ---
@@ -1169,13 +1206,12 @@ class LogStore:
             rows = connection.execute(_ENTRIES_BETWEEN, {"start": behind, "stop": size}).all()
             if [int(row.idx) for row in rows] != list(range(behind, size)):
                 raise StoreError(f"the log is missing entries between {behind} and {size}")
-            self._frontier, _ = _extend_frontier(
-                self._frontier, behind, [_as_bytes(row.data) for row in rows]
+            self._frontier, self._edges, _rows, _replaced = _extend_tree(
+                self._frontier, self._edges, behind, [_as_bytes(row.data) for row in rows]
             )
         else:
-            pieces = merkle.perfect_subtrees(0, size)
-            nodes = self._nodes(connection, pieces)
-            self._frontier = [(piece, nodes[piece]) for piece in pieces]
+            self._edges = _edges_at(connection, size)
+            self._frontier = _frontier_of(self._edges, size)
             if not 0 <= behind < size or size - behind > _SEQ_CATCH_UP:
                 self._frontier_size = size
                 self._last_seq.clear()
@@ -1261,59 +1297,85 @@ class LogStore:
             self._known_size = current
         return current
 
-    def _read_nodes(self, needed: Iterable[NodeId], size: int) -> dict[NodeId, bytes]:
-        """`_read_keys` by NodeId."""
-        wanted = {node_key(node): node for node in needed}
-        found = self._read_keys(wanted, size)
-        return {node: found[key] for key, node in wanted.items()}
+    def _read_nodes(self, needed: Iterable[NodeId]) -> dict[NodeId, bytes]:
+        """The hashes of the perfect subtrees `needed` (complete ones: ask within the size),
+        each read from the tile row that holds it (`_place`, inlined: this is every proof's
+        path). Raises StoreError when one is not stored or the database cannot be read."""
+        wanted: dict[tuple[int, int], int] = {}
+        places: list[tuple[NodeId, tuple[int, int], int, int]] = []
+        for node in needed:
+            level, position = node
+            height = level & 7
+            span = TILE_HEIGHT - height
+            tile = (level >> 3, position >> span)
+            within = position & ((1 << span) - 1)
+            width = (within + 1) << height
+            if wanted.get(tile, 0) < width:
+                wanted[tile] = width
+            places.append((node, tile, height, within))
+        rows = self._read_tiles(wanted)
+        found: dict[NodeId, bytes] = {}
+        offsets = _ROW_OFFSETS
+        for node, tile, height, within in places:
+            width, row = rows[tile]
+            start = (offsets[width][height] + within) << 5
+            found[node] = row[start : start + 32]
+        return found
 
-    def _read_keys(self, keys: Iterable[int], size: int) -> dict[int, bytes]:
-        """Stored nodes (by key) for a proof or root within the tree of `size`, outside writes.
+    def _read_tiles(
+        self, wanted: dict[tuple[int, int], int]
+    ) -> dict[tuple[int, int], tuple[int, bytes]]:
+        """The stored rows of the tiles `wanted` ((tile level, index) -> the width at least
+        needed) as (width, row), outside writes: any row of the tile at least that wide
+        serves (a partial tile is a prefix of every wider one). Full tiles of tile level 1
+        and up never change and are few, so they are kept in memory; the rest are read in one
+        statement, on SQLite through the raw driver cursor in autocommit (no BEGIN
+        IMMEDIATE), on a memory-mapped connection.
 
-        Nodes are immutable once written, so those of the upper levels (at most about
-        2**(_CACHE_SPAN_LEVELS + 1) of them for any size) are kept in memory; the rest are
-        read in one query, on SQLite through the raw driver cursor in autocommit (one
-        statement, no BEGIN IMMEDIATE), on a memory-mapped connection.
-
-        Raises StoreError when a node is missing or the database cannot be read.
+        Raises StoreError when a tile is not stored that wide or the database cannot be read.
         """
-        asked = list(keys)
-        pairs = [key for key in asked if _PAIR_LOW <= key < _PAIR_HIGH]
-        cache = self._node_cache
-        found: dict[int, bytes] = {}
-        wanted: list[int] = []
-        for key in _stored_keys(asked) if pairs else asked:
-            value = cache.get(key)
-            if value is None:
-                wanted.append(key)
+        cache = self._tile_cache
+        found: dict[tuple[int, int], tuple[int, bytes]] = {}
+        asked: list[tuple[int, int]] = []
+        for tile in wanted:
+            row = cache.get(tile)
+            if row is None:
+                asked.append(tile)
             else:
-                found[key] = value
-        if not wanted:
-            return _add_pairs(pairs, found)
-        wanted = list(dict.fromkeys(wanted))
+                found[tile] = (TILE_WIDTH, row)
+        if not asked:
+            return found
+        params: list[int] = []
+        for level, index in asked:
+            params += [
+                tile_key(level, index, wanted[(level, index)]),
+                tile_key(level, index, TILE_WIDTH),
+            ]
         if self._raw_sqlite:
-            query = _NODE_QUERIES.get(len(wanted))
-            if query is None:
-                query = _NODE_QUERIES.setdefault(len(wanted), _node_query(len(wanted)))
-            rows = self._raw_select(query, wanted)
+            rows = self._raw_select(_tile_query(len(asked), "?"), params)
         else:
-            with self._read() as connection:
-                rows = connection.execute(
-                    select(_NODES.c.id, _NODES.c.hash).where(_NODES.c.id.in_(wanted))
-                ).all()
-        cached_from = max(_CACHE_MIN_LEVEL, size.bit_length() - _CACHE_SPAN_LEVELS)
-        cached_from <<= NODE_INDEX_BITS
-        room = _CACHE_MAX_NODES - len(cache)
+            try:
+                with self._read() as connection:
+                    rows = connection.exec_driver_sql(
+                        _tile_query(len(asked), driver_mark(self.engine)), tuple(params)
+                    ).all()
+            except SQLAlchemyError as exc:
+                raise StoreError(f"cannot read the log database: {db_reason(exc)}") from exc
         for key, value in rows:
-            key, hashed = int(key), bytes(value)
-            found[key] = hashed
-            if key >= cached_from and room > 0:
-                cache[key] = hashed
-                room -= 1
-        if len(rows) != len(wanted):
-            missing = sorted(_node_id(key) for key in set(wanted) - found.keys())
-            raise StoreError(f"the log is missing stored tree nodes {missing[:3]}")
-        return _add_pairs(pairs, found)
+            stored = tiles.key_tile(int(key))
+            place = (stored.level or 0, stored.index)
+            row = _as_bytes(value)
+            if place not in found or stored.width > found[place][0]:
+                found[place] = (stored.width, row)
+            if stored.full and place[0] >= 1 and len(cache) < _CACHE_MAX_TILES:
+                cache[place] = row
+        missing = [tile for tile in asked if tile not in found]
+        if missing:
+            level, index = missing[0]
+            raise StoreError(
+                f"the log is missing tile {level}/{index} ({wanted[missing[0]]} hashes wide)"
+            )
+        return found
 
     def _raw_select(self, query: str, params: Sequence[Any]) -> list[Any]:
         """Run one SELECT on a pooled SQLite connection's driver cursor (autocommit)."""
@@ -1339,23 +1401,6 @@ class LogStore:
             raise StoreError(f"cannot read the log database: {db_reason(exc)}") from exc
         finally:
             raw.close()
-
-    def _nodes(self, connection: Any, needed: Iterable[NodeId]) -> dict[NodeId, bytes]:
-        """The hashes of `needed`, read on `connection` (inside a write). Raises StoreError
-        when the log lacks a node."""
-        wanted = {node_key(node): node for node in needed}
-        if not wanted:
-            return {}
-        stored = _stored_keys(wanted)
-        rows = connection.execute(
-            select(_NODES.c.id, _NODES.c.hash).where(_NODES.c.id.in_(stored))
-        ).all()
-        found = {int(key): bytes(value) for key, value in rows}
-        if len(found) != len(stored):
-            missing = sorted(_node_id(key) for key in set(stored) - found.keys())
-            raise StoreError(f"the log is missing stored tree nodes {missing[:3]}")
-        _add_pairs([key for key in wanted if _PAIR_LOW <= key < _PAIR_HIGH], found)
-        return {node: found[key] for key, node in wanted.items()}
 
 
 def _once_index(connection: Any, kind: str, subject: str) -> int | None:
@@ -1414,60 +1459,48 @@ class _OnceClash(Exception):
 # one reads their seqs into the cache; more, and the cache starts over.
 _SEQ_CATCH_UP = 1000
 # Up to this many, it reads the entries themselves and hashes their leaves into the frontier;
-# more, and it reads the frontier's stored nodes instead.
+# more, and it reads the partial tiles (the frontier is among their hashes) instead.
 _LEAF_CATCH_UP = 64
-# The read path caches stored nodes of level >= 8 (subtrees of 256 leaves and more) that lie
-# in the top 16 levels of the tree asked about: about 2**17 nodes at most, whatever the size.
-_CACHE_MIN_LEVEL = 8
-_CACHE_SPAN_LEVELS = 16
-_CACHE_MAX_NODES = 1 << 18
+# The read path keeps full tiles of tile level >= 1 in memory (one for each 65,536 entries,
+# 16 KiB each), up to this many.
+_CACHE_MAX_TILES = 4096
 # Proof reads memory-map the SQLite file (up to SQLite's own compile-time cap).
 _SQLITE_MMAP_BYTES = 1 << 31
 _MMAP_DONE = "accord_mmap"
 _HEAD_QUERY = "SELECT size FROM ledger_head"
-# A tile's hashes and a bundle's entries (`level_hashes`, `leaf_datas`): one range each.
-_NODE_RANGE_QUERY = "SELECT id, hash FROM ledger_nodes WHERE id >= ? AND id < ? ORDER BY id"
+# A bundle's entries (`leaf_datas`): one range.
 _DATA_RANGE_QUERY = "SELECT data FROM ledger_entries WHERE idx >= ? AND idx < ? ORDER BY idx"
-_NODE_QUERIES: dict[int, str] = {}
+_TILE_QUERIES: dict[tuple[int, str], str] = {}
+# Where each height starts in a stored row of each width, in hashes (`tiles.row_offset`).
+_ROW_OFFSETS = [
+    [tiles.row_offset(width, height) for height in range(TILE_HEIGHT)]
+    for width in range(TILE_WIDTH + 1)
+]
 
 
-def _node_query(count: int) -> str:
-    marks = ",".join("?" * count)
-    return f"SELECT id, hash FROM ledger_nodes WHERE id IN ({marks})"
+def _tile_query(count: int, mark: str) -> str:
+    """One statement reading the rows of `count` tiles, each asked as a key range (from the
+    narrowest width that serves to the full tile), in the driver's parameter style."""
+    query = _TILE_QUERIES.get((count, mark))
+    if query is None:
+        one = f"SELECT id, hashes FROM ledger_tiles WHERE id >= {mark} AND id <= {mark}"
+        query = _TILE_QUERIES.setdefault((count, mark), " UNION ALL ".join([one] * count))
+    return query
 
 
-def _node_id(key: int) -> NodeId:
-    return NodeId(key >> NODE_INDEX_BITS, key & ((1 << NODE_INDEX_BITS) - 1))
+def _place(node: NodeId) -> tuple[tuple[int, int], int, int, int]:
+    """Where a perfect subtree is stored: its tile (tile level, index), its height within
+    the tile, its position among that height's hashes of the tile, and the tile width that
+    holds it (pure)."""
+    level, height = node.level // TILE_HEIGHT, node.level % TILE_HEIGHT
+    span = TILE_HEIGHT - height
+    index = node.position >> span
+    position = node.position & ((1 << span) - 1)
+    return (level, index), height, position, (position + 1) << height
 
 
-_PAIR_LOW = UNSTORED_LEVEL << NODE_INDEX_BITS
-_PAIR_HIGH = (UNSTORED_LEVEL + 1) << NODE_INDEX_BITS
-
-
-def _stored_keys(keys: Iterable[int]) -> list[int]:
-    """The keys of the stored nodes that give the nodes `keys`: a pair of leaves (level 1) by
-    its two leaves, any other node by itself (pure; no key twice, in first-seen order)."""
-    stored: dict[int, None] = {}
-    for key in keys:
-        if _PAIR_LOW <= key < _PAIR_HIGH:
-            left = (key - _PAIR_LOW) << 1
-            stored[left] = stored[left + 1] = None
-        else:
-            stored[key] = None
-    return list(stored)
-
-
-def _add_pairs(pairs: Iterable[int], found: dict[int, bytes]) -> dict[int, bytes]:
-    """`found` (stored nodes by key, the leaves under `pairs` among them) with the hash of
-    each pair of leaves of `pairs` added, hashed from its two leaves; returns `found`."""
-    for key in pairs:
-        left = (key - _PAIR_LOW) << 1
-        found[key] = merkle.node_hash(found[left], found[left + 1])
-    return found
-
-
-def _inclusion_groups(index: int, size: int) -> list[list[int]]:
-    """The node keys behind each element of PATH(index, D[0:size]), leaf side first.
+def _inclusion_groups(index: int, size: int) -> list[list[NodeId]]:
+    """The perfect subtrees behind each element of PATH(index, D[0:size]), leaf side first.
 
     The ranges `merkle.inclusion_proof_by` asks for, in its order, each split into perfect
     subtrees as `merkle.perfect_subtrees` does; an element is the right fold of its group.
@@ -1475,21 +1508,21 @@ def _inclusion_groups(index: int, size: int) -> list[list[int]]:
     """
     if not 0 <= index < size:
         raise ValueError(f"leaf index {index} is outside a tree of size {size}")
-    groups: list[list[int]] = []
+    groups: list[list[NodeId]] = []
     start, end = 0, size
     while end - start > 1:
         k = 1 << ((end - start - 1).bit_length() - 1)
         if index < start + k:
             low, width = start + k, end - start - k
             if width & (width - 1):  # not a power of two: only on the tree's right edge
-                groups.append([node_key(node) for node in merkle.perfect_subtrees(low, end)])
+                groups.append(merkle.perfect_subtrees(low, end))
             else:  # one perfect subtree (low is a multiple of k, so of width)
                 level = width.bit_length() - 1
-                groups.append([(level << NODE_INDEX_BITS) | (low >> level)])
+                groups.append([NodeId(level, low >> level)])
             end = low
         else:
             level = k.bit_length() - 1
-            groups.append([(level << NODE_INDEX_BITS) | (start >> level)])
+            groups.append([NodeId(level, start >> level)])
             start += k
     groups.reverse()
     return groups
@@ -1503,35 +1536,83 @@ def _as_bytes(value: Any) -> bytes:
     return str(value).encode("utf-8", "surrogateescape")
 
 
-def _extend_frontier(
-    frontier: Sequence[tuple[NodeId, bytes]], start: int, datas: Sequence[bytes]
-) -> tuple[list[tuple[NodeId, bytes]], list[tuple[int, bytes]]]:
-    """The frontier of a log of `start` entries after the entries `datas` follow them, and
-    the stored tree nodes (none of `UNSTORED_LEVEL`) those entries complete as (node key,
-    hash) rows (pure; each leaf hashed once, each node once, O(1) amortised per entry)."""
-    hashes, made = merkle.extend_frontier([value for _node, value in frontier], start, datas)
+def _extend_tree(
+    frontier: Sequence[tuple[NodeId, bytes]],
+    edges: dict[int, EdgeTile],
+    start: int,
+    datas: Sequence[bytes],
+) -> tuple[list[tuple[NodeId, bytes]], dict[int, EdgeTile], list[tuple[int, bytes]], list[int]]:
+    """The frontier and partial tiles of a log of `start` entries after the entries `datas`
+    follow them, the tile rows those entries write (key, row) and the keys of the partial
+    rows they replace (pure; each leaf hashed once, each node once, O(1) amortised per
+    entry, and each tile touched written once)."""
+    hashes, runs = merkle.extend_levels([value for _node, value in frontier], start, datas)
     pieces = merkle.perfect_subtrees(0, start + len(datas))
-    rows = [
-        ((level << NODE_INDEX_BITS) | position, value)
-        for level, position, value in made
-        if level != UNSTORED_LEVEL
-    ]
-    return list(zip(pieces, hashes, strict=True)), rows
+    after, rows, replaced = tiles.grow_tiles(edges, runs)
+    return list(zip(pieces, hashes, strict=True)), after, rows, replaced
+
+
+def _edges_at(connection: Any, size: int) -> dict[int, EdgeTile]:
+    """The partial tiles of the log at `size` (by tile level), read on `connection` (under
+    the head lock, so each is stored exactly as wide as `size` makes it). Raises StoreError
+    when one is missing or malformed."""
+    wanted: dict[int, int] = {}
+    level, count = 0, size
+    while count:
+        if count % TILE_WIDTH:
+            wanted[level] = tile_key(level, count // TILE_WIDTH, count % TILE_WIDTH)
+        level, count = level + 1, count // TILE_WIDTH
+    if not wanted:
+        return {}
+    rows = connection.execute(
+        select(_TILES.c.id, _TILES.c.hashes).where(_TILES.c.id.in_(list(wanted.values())))
+    ).all()
+    stored = {int(key): _as_bytes(value) for key, value in rows}
+    edges: dict[int, EdgeTile] = {}
+    for level, key in wanted.items():
+        tile = tiles.key_tile(key)
+        row = stored.get(key)
+        if row is None:
+            raise StoreError(f"the log is missing its partial tile {level}/{tile.index}")
+        try:
+            edges[level] = EdgeTile(level, tile.index, tuple(tiles.row_levels(row, tile.width)))
+        except LedgerError as exc:
+            raise StoreError(f"the log's tile {level}/{tile.index} is damaged: {exc}") from exc
+    return edges
+
+
+def _frontier_of(edges: dict[int, EdgeTile], size: int) -> list[tuple[NodeId, bytes]]:
+    """The frontier of a log of `size` entries from its partial tiles: each perfect subtree
+    of `merkle.perfect_subtrees(0, size)` is the last hash of its height in the partial tile
+    of its tile level (pure)."""
+    frontier: list[tuple[NodeId, bytes]] = []
+    for node in merkle.perfect_subtrees(0, size):
+        (level, _index), height, position, _width = _place(node)
+        frontier.append((node, edges[level].levels[height][position]))
+    return frontier
+
+
+def _write_tiles(connection: Any, rows: list[tuple[int, bytes]], replaced: list[int]) -> None:
+    """Insert tile rows and delete the partial rows they replace (SQLite, through the
+    driver's executemany)."""
+    if rows:
+        connection.exec_driver_sql(_SQLITE_INSERT_TILES, rows)
+    if replaced:
+        connection.exec_driver_sql(_SQLITE_DELETE_TILES, [(key,) for key in replaced])
 
 
 # The append's statements, built once (building one costs about as much as running it).
 _READ_HEAD = select(_HEAD.c.size).where(_HEAD.c.id == 1)
 _LOCK_HEAD = _READ_HEAD.with_for_update()
 _SET_HEAD = update(_HEAD).values(size=bindparam("new_size"))
-_INSERT_ENTRIES = insert(_ENTRIES)
-_INSERT_NODES = insert(_NODES)
 _INSERT_ONCE = insert(_ONCE)
 _ENTRY_COLUMNS = ("idx", "actor", "seq", "kind", "subject", "at", "data")
 _SQLITE_INSERT_ENTRIES = (
     f"INSERT INTO ledger_entries ({', '.join(_ENTRY_COLUMNS)}) "
     f"VALUES ({', '.join('?' * len(_ENTRY_COLUMNS))})"
 )
-_SQLITE_INSERT_NODES = "INSERT INTO ledger_nodes (id, hash) VALUES (?, ?)"
+_SQLITE_INSERT_TILES = "INSERT INTO ledger_tiles (id, hashes) VALUES (?, ?)"
+_SQLITE_DELETE_TILES = "DELETE FROM ledger_tiles WHERE id = ?"
 # An append on PostgreSQL in one round trip: each table's rows as arrays, unnested. The
 # statements of a WITH see one snapshot and all run, so it is all or nothing: the once-rows'
 # primary key refusing one (a clash) writes none of the rest.
@@ -1546,9 +1627,11 @@ WITH once_rows AS (
         %(entry_idx)s::bigint[], %(entry_actor)s::varchar[], %(entry_seq)s::bigint[],
         %(entry_kind)s::varchar[], %(entry_subject)s::varchar[], %(entry_at)s::varchar[],
         %(entry_data)s::bytea[])
-), node_rows AS (
-    INSERT INTO ledger_nodes (id, hash)
-    SELECT * FROM unnest(%(node_ids)s::bigint[], %(node_hashes)s::bytea[])
+), tile_rows AS (
+    INSERT INTO ledger_tiles (id, hashes)
+    SELECT * FROM unnest(%(tile_ids)s::bigint[], %(tile_rows)s::bytea[])
+), replaced_tiles AS (
+    DELETE FROM ledger_tiles WHERE id = ANY(%(replaced)s::bigint[])
 )"""
 _POSTGRES_HEAD = "\nUPDATE ledger_head SET size = %(new_size)s WHERE id = 1"
 _POSTGRES_APPEND = _POSTGRES_ROWS + _POSTGRES_HEAD
@@ -1570,3 +1653,174 @@ _SEQS_BETWEEN = select(_ENTRIES.c.actor, _ENTRIES.c.seq).where(*_BETWEEN)
 
 def _checkpoint(row: Any) -> StoredCheckpoint:
     return StoredCheckpoint(int(row.size), bytes(row.root), row.at, bytes(row.data))
+
+
+# -- migration from node rows -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TileMigration:
+    """What `migrate_to_tiles` did: the log's size, the tile rows it wrote, the roots it
+    proved equal (size -> root) and the node rows it dropped; `already`: the log was on
+    tiles, nothing was done."""
+
+    log_id: str
+    size: int
+    tile_rows: int
+    roots: dict[int, bytes]
+    node_rows: int
+    already: bool = False
+
+
+MIGRATION_CHUNK = 4096
+"""Entries read and hashed at a time by a migration (a multiple of a tile's 256)."""
+
+
+def migrate_to_tiles(engine: Engine, log_id: str, *, sizes: Iterable[int] = ()) -> TileMigration:
+    """Convert a log whose tree is stored as node rows (`ledger_nodes`, an earlier accord)
+    into tiles, in one transaction under the head lock (appends wait): hash every entry's
+    leaf data into tile rows, then prove that the tiles give the same root as the node rows
+    and as each stored checkpoint at every checkpoint's size, the current size, seven sizes
+    spread over the log and the `sizes` asked, and only then drop the node rows. A log
+    already on tiles is left as it is.
+
+    Raises StoreError, with nothing changed, when the database holds no log or another log
+    than `log_id`, an entry is missing, a root differs, or the database fails; ValueError for
+    an asked size beyond the log.
+    """
+    try:
+        with engine.connect() as probe:
+            if not inspect(probe).has_table("ledger_head"):
+                raise StoreError("this database holds no log to migrate")
+        create_tables(engine, [_TILES])
+        with engine.begin() as connection:
+            head = connection.execute(select(_HEAD.c.log_id)).scalar_one_or_none()
+            if head != log_id:
+                raise StoreError(
+                    f"this database holds log {head!r}, not {log_id!r} (check ACCORD_LOG_ID)"
+                )
+            size = int(
+                connection.execute(
+                    _LOCK_HEAD if engine.dialect.name == "postgresql" else _READ_HEAD
+                ).scalar_one()
+            )
+            asked = sorted(set(sizes))
+            if asked and not 1 <= asked[0] <= asked[-1] <= size:
+                raise ValueError(f"the log has {size} entries: no root at sizes {asked}")
+            if connection.execute(select(_TILES.c.id).limit(1)).first() is not None:
+                return TileMigration(log_id, size, 0, {}, 0, already=True)
+            written = _write_all_tiles(connection, size)
+            has_nodes = inspect(connection).has_table("ledger_nodes")
+            checkpoints = {
+                int(row.size): bytes(row.root)
+                for row in connection.execute(select(_CHECKPOINTS.c.size, _CHECKPOINTS.c.root))
+            }
+            proved = {*asked, *checkpoints, *(size * k // 8 for k in range(1, 8)), size} - {0}
+            roots: dict[int, bytes] = {}
+            for at in sorted(proved):
+                root = _root_on(connection, at)
+                if has_nodes and (old := _node_rows_root(connection, at)) != root:
+                    raise StoreError(
+                        f"the tiles give root {root.hex()} at size {at}, the node rows "
+                        f"{old.hex()}: nothing was migrated"
+                    )
+                if at in checkpoints and checkpoints[at] != root:
+                    raise StoreError(
+                        f"the tiles give root {root.hex()} at size {at}, its checkpoint "
+                        f"{checkpoints[at].hex()}: nothing was migrated"
+                    )
+                roots[at] = root
+            dropped = 0
+            if has_nodes:
+                dropped = int(
+                    connection.execute(select(func.count()).select_from(_NODES)).scalar_one()
+                )
+                _NODES.drop(connection)
+        return TileMigration(log_id, size, written, roots, dropped)
+    except SQLAlchemyError as exc:
+        raise StoreError(
+            f"the migration to tiles failed, nothing was changed: {db_reason(exc)}"
+        ) from exc
+
+
+def _write_all_tiles(connection: Any, size: int) -> int:
+    """Hash the log's `size` entries into tile rows on `connection`; returns how many rows
+    it left stored. Raises StoreError when an entry is missing."""
+    frontier: list[tuple[NodeId, bytes]] = []
+    edges: dict[int, EdgeTile] = {}
+    kept: set[int] = set()
+    for start in range(0, size, MIGRATION_CHUNK):
+        stop = min(size, start + MIGRATION_CHUNK)
+        rows = connection.execute(
+            select(_ENTRIES.c.idx, _ENTRIES.c.data)
+            .where(_ENTRIES.c.idx >= start, _ENTRIES.c.idx < stop)
+            .order_by(_ENTRIES.c.idx)
+        ).all()
+        if [int(row.idx) for row in rows] != list(range(start, stop)):
+            raise StoreError(f"the log is missing entries between {start} and {stop}: not migrated")
+        frontier, edges, tile_rows, replaced = _extend_tree(
+            frontier, edges, start, [_as_bytes(row.data) for row in rows]
+        )
+        connection.execute(insert(_TILES), [{"id": key, "hashes": row} for key, row in tile_rows])
+        if replaced:
+            connection.execute(delete(_TILES).where(_TILES.c.id.in_(replaced)))
+        kept |= {key for key, _row in tile_rows}
+        kept -= set(replaced)
+    return len(kept)
+
+
+def _root_on(connection: Any, size: int) -> bytes:
+    """The root at `size` read from the tiles on `connection` (inside a transaction)."""
+    pieces = merkle.perfect_subtrees(0, size)
+    wanted: dict[tuple[int, int], int] = {}
+    for piece in pieces:
+        tile, _height, _position, width = _place(piece)
+        wanted[tile] = max(wanted.get(tile, 0), width)
+    mark = driver_mark(connection)
+    params: list[int] = []
+    for (level, index), width in wanted.items():
+        params += [tile_key(level, index, width), tile_key(level, index, TILE_WIDTH)]
+    stored: dict[tuple[int, int], tuple[int, bytes]] = {}
+    for key, value in connection.exec_driver_sql(_tile_query(len(wanted), mark), tuple(params)):
+        found = tiles.key_tile(int(key))
+        place = (found.level or 0, found.index)
+        if place not in stored or found.width > stored[place][0]:
+            stored[place] = (found.width, _as_bytes(value))
+    hashes = []
+    for piece in pieces:
+        tile, height, position, _width = _place(piece)
+        if tile not in stored:
+            raise StoreError(f"the migration left no tile {tile[0]}/{tile[1]}")
+        width, row = stored[tile]
+        hashes.append(tiles.row_hash(row, width, height, position))
+    return merkle.fold_right(hashes)
+
+
+def _node_rows_root(connection: Any, size: int) -> bytes:
+    """The root at `size` from the node rows of an earlier accord (a pair of leaves, level 1,
+    from the two leaf rows under it when its own row is not there). Raises StoreError when a
+    node it needs is missing."""
+    pieces = merkle.perfect_subtrees(0, size)
+    keys = {node_key(piece) for piece in pieces}
+    keys |= {
+        node_key(NodeId(0, 2 * p.position + side))
+        for p in pieces
+        if p.level == 1
+        for side in (0, 1)
+    }
+    found = {
+        int(key): bytes(value)
+        for key, value in connection.execute(
+            select(_NODES.c.id, _NODES.c.hash).where(_NODES.c.id.in_(sorted(keys)))
+        )
+    }
+    hashes = []
+    for piece in pieces:
+        value = found.get(node_key(piece))
+        if value is None and piece.level == 1:
+            left, right = (found.get(node_key(NodeId(0, 2 * piece.position + s))) for s in (0, 1))
+            value = None if left is None or right is None else merkle.node_hash(left, right)
+        if value is None:
+            raise StoreError(f"the node rows lack tree node {tuple(piece)}: nothing was migrated")
+        hashes.append(value)
+    return merkle.fold_right(hashes)

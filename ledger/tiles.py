@@ -179,3 +179,178 @@ def entry_bundle(first: int, datas: Iterable[bytes]) -> bytes:
         parts.append(len(data).to_bytes(2, "big"))
         parts.append(data)
     return b"".join(parts)
+
+
+# ---------------------------------------------------------------------------------------------
+# How the log stores its tiles (`accord.ledger.store`, table `ledger_tiles`)
+#
+# A stored tile row is keyed by (tile level, tile index, width) packed into one integer, so a
+# tile's rows are adjacent and ordered by width, and a tile level's rows by index. Its value
+# is the tile as served (its `width` hashes of tree level 8*L) followed by the perfect
+# subtrees inside the tile: the `width >> k` hashes of tree level 8*L + k, for k = 1..7. A
+# proof then reads a hash of any level from the one row of its tile instead of hashing up to
+# 255 hashes of the level below, and the served tile is the row's first `32 * width` bytes.
+
+_KEY_WIDTH_BITS = 9
+_KEY_INDEX_BITS = 47
+MAX_TILE_INDEX = (1 << _KEY_INDEX_BITS) - 1
+
+
+def tile_key(level: int, index: int, width: int) -> int:
+    """The integer key of the stored row of tile `index` of tile level `level`, `width`
+    hashes wide (1..256). Raises ValueError outside those ranges."""
+    if not 0 <= level <= MAX_TILE_LEVEL or not 0 <= index <= MAX_TILE_INDEX:
+        raise ValueError(f"no stored tile at level {level}, index {index}")
+    if not 1 <= width <= TILE_WIDTH:
+        raise ValueError(f"a stored tile is 1 to {TILE_WIDTH} hashes wide, not {width}")
+    return (((level << _KEY_INDEX_BITS) | index) << _KEY_WIDTH_BITS) | width
+
+
+def key_tile(key: int) -> Tile:
+    """The tile a stored row's key names (the inverse of `tile_key`)."""
+    width = key & ((1 << _KEY_WIDTH_BITS) - 1)
+    rest = key >> _KEY_WIDTH_BITS
+    return Tile(rest >> _KEY_INDEX_BITS, rest & MAX_TILE_INDEX, width)
+
+
+def row_offset(width: int, height: int) -> int:
+    """Where the hashes of tree level 8*L + `height` start in a row `width` hashes wide,
+    counted in hashes."""
+    return sum(width >> below for below in range(height))
+
+
+def row_hash_count(width: int) -> int:
+    """How many hashes a stored row of a tile `width` hashes wide holds."""
+    return row_offset(width, TILE_HEIGHT)
+
+
+def tile_row(levels: Sequence[Sequence[bytes]]) -> bytes:
+    """A stored row from the hashes inside one tile, `levels[k]` those of tree level
+    8*L + k (k = 0..7, `len(levels[0]) >> k` of them each). Raises MalformedError when the
+    counts do not fit one tile."""
+    width = len(levels[0]) if levels else 0
+    if len(levels) != TILE_HEIGHT or not 1 <= width <= TILE_WIDTH:
+        raise MalformedError(f"a tile row holds {TILE_HEIGHT} levels of 1 to 256 hashes")
+    if any(len(level) != width >> height for height, level in enumerate(levels)):
+        raise MalformedError(f"a tile {width} hashes wide holds {width} >> k hashes at height k")
+    return b"".join(b"".join(level) for level in levels)
+
+
+def row_hash(row: bytes, width: int, height: int, position: int) -> bytes:
+    """Hash `position` (within the tile) of tree level 8*L + `height` in a stored row `width`
+    hashes wide. Raises MalformedError when the row does not hold it."""
+    if not 0 <= position < width >> height or len(row) != HASH_SIZE * row_hash_count(width):
+        raise MalformedError(f"a tile row {width} wide holds no hash {position} at {height}")
+    start = HASH_SIZE * (row_offset(width, height) + position)
+    return row[start : start + HASH_SIZE]
+
+
+def row_levels(row: bytes, width: int) -> list[list[bytes]]:
+    """The hashes of a stored row by height (the inverse of `tile_row`). Raises
+    MalformedError when its length does not match its width."""
+    if len(row) != HASH_SIZE * row_hash_count(width):
+        raise MalformedError(f"a tile row {width} hashes wide is not {len(row)} bytes")
+    levels: list[list[bytes]] = []
+    start = 0
+    for height in range(TILE_HEIGHT):
+        count = width >> height
+        levels.append(
+            [row[i : i + HASH_SIZE] for i in range(start, start + count * HASH_SIZE, HASH_SIZE)]
+        )
+        start += count * HASH_SIZE
+    return levels
+
+
+@dataclass(frozen=True, slots=True)
+class EdgeTile:
+    """The rightmost tile of a tile level while it is partial: its hashes by height within
+    the tile (`levels[k]`: tree level 8*L + k)."""
+
+    level: int
+    index: int
+    levels: tuple[list[bytes], ...]
+
+    @property
+    def width(self) -> int:
+        return len(self.levels[0])
+
+    @property
+    def key(self) -> int:
+        return tile_key(self.level, self.index, self.width)
+
+
+def grow_tiles(
+    edges: dict[int, EdgeTile], runs: dict[int, tuple[int, list[bytes]]]
+) -> tuple[dict[int, EdgeTile], list[tuple[int, bytes]], list[int]]:
+    """The tiles after the new perfect subtrees `runs` (by tree level: the first position and
+    the hashes from there on, as `merkle.extend_levels` returns them) are added to a tree
+    whose partial tiles are `edges` (by tile level; `edges` is not changed).
+
+    Returns the partial tiles after them, the rows to store as (key, row) in key order (each
+    tile they touched, full or partial, once), and the keys of the partial rows those
+    replace. Raises ValueError when a run of hashes does not follow the tile it falls in.
+    """
+    touched: dict[tuple[int, int], EdgeTile] = {}
+    for tree_level in sorted(runs):
+        position, values = runs[tree_level]
+        level, height = tree_level >> 3, tree_level & 7
+        span = TILE_HEIGHT - height
+        taken = 0
+        while taken < len(values):
+            index = position >> span
+            edge = touched.get((level, index))
+            if edge is None:
+                before = edges.get(level)
+                levels: tuple[list[bytes], ...] = (
+                    tuple(list(hashes) for hashes in before.levels)
+                    if before is not None and before.index == index
+                    else tuple([] for _ in range(TILE_HEIGHT))
+                )
+                edge = touched[(level, index)] = EdgeTile(level, index, levels)
+            hashes = edge.levels[height]
+            if position - (index << span) != len(hashes):
+                raise ValueError(f"tree node ({tree_level}, {position}) does not follow its tile")
+            chunk = values[taken : taken + ((index + 1) << span) - position]
+            hashes += chunk
+            taken += len(chunk)
+            position += len(chunk)
+    current = dict(edges)
+    for (level, index), edge in touched.items():
+        if level not in current or current[level].index <= index:
+            current[level] = edge
+    rows = sorted((edge.key, tile_row(edge.levels)) for edge in touched.values())
+    replaced = [edge.key for level, edge in edges.items() if (level, edge.index) in touched]
+    after = {level: edge for level, edge in current.items() if edge.width < TILE_WIDTH}
+    return after, rows, replaced
+
+
+def row_node(level: int, index: int, width: int, offset: int) -> tuple[int, int]:
+    """The perfect subtree (tree level, position) of hash number `offset` of the stored row
+    of tile `index` of tile level `level`, `width` hashes wide (the inverse of where
+    `tile_row` puts it). Raises MalformedError when the row holds no such hash."""
+    for height in range(TILE_HEIGHT):
+        count = width >> height
+        if offset < count:
+            return TILE_HEIGHT * level + height, (index << (TILE_HEIGHT - height)) + offset
+        offset -= count
+    raise MalformedError(f"a tile row {width} hashes wide holds no hash {offset}")
+
+
+def expected_rows(levels: Sequence[Sequence[bytes]]) -> Iterable[tuple[int, bytes]]:
+    """Every tile row (key, row), in key order, that the tree whose tree levels are `levels`
+    (`levels[t]`: every complete perfect subtree of tree level t, in order) stores."""
+    level = 0
+    while TILE_HEIGHT * level < len(levels) and (count := len(levels[TILE_HEIGHT * level])):
+        for index in range(-(-count // TILE_WIDTH)):
+            width = min(TILE_WIDTH, count - index * TILE_WIDTH)
+            hashes = [
+                levels[TILE_HEIGHT * level + height][
+                    index << (TILE_HEIGHT - height) : (index << (TILE_HEIGHT - height))
+                    + (width >> height)
+                ]
+                if TILE_HEIGHT * level + height < len(levels)
+                else []
+                for height in range(TILE_HEIGHT)
+            ]
+            yield tile_key(level, index, width), tile_row(hashes)
+        level += 1

@@ -2,8 +2,8 @@
 
     (1) every entry parses as one canonical signed entry, and its signature and key id hold
     (2) every actor's seq strictly grows
-    (3) the entries are contiguous, every stored tree node recomputes, and the tree recomputes
-        to each stored checkpoint's root
+    (3) the entries are contiguous, every stored tile (`accord.ledger.tiles`) recomputes from
+        them, and the tree recomputes to each stored checkpoint's root
     (4) each checkpoint is signed by the operator, for this log, as stored
     (5) each anchor the chain holds for this log equals the log's root at that size, and each
         anchor the anchor journal (`accord.ledger.anchor_journal`) records as confirmed is on
@@ -20,12 +20,12 @@ import itertools
 import multiprocessing
 import os
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Literal, NoReturn
+from typing import Any, Literal
 
-from accord.ledger import merkle
+from accord.ledger import merkle, tiles
 from accord.ledger.anchor_journal import AnchorJournal
 from accord.ledger.chain import AnchorChain, OnChainAnchor
 from accord.ledger.checkpoint import SignedCheckpoint
@@ -38,8 +38,7 @@ from accord.ledger.errors import (
     VerificationError,
 )
 from accord.ledger.events import Entry
-from accord.ledger.merkle import NodeId
-from accord.ledger.store import NODE_INDEX_BITS, UNSTORED_LEVEL, LogStore
+from accord.ledger.store import LogStore
 
 STEP_TITLES = {
     1: "every entry's signature",
@@ -268,56 +267,121 @@ def _scan_entries(store: LogStore, size: int, progress: Progress | None) -> _Log
     return scan
 
 
-def _expected_nodes(leaves: list[bytes]) -> Iterator[tuple[int, NodeId, bytes]]:
-    """Every perfect subtree of the tree over `leaves`, in stored key order (level-major)."""
-    level_hashes = leaves
-    level = 0
-    while level_hashes:
-        for index, value in enumerate(level_hashes):
-            yield (level << NODE_INDEX_BITS) | index, NodeId(level, index), value
-        level_hashes = [
-            merkle.node_hash(level_hashes[i], level_hashes[i + 1])
-            for i in range(0, len(level_hashes) - 1, 2)
-        ]
-        level += 1
+def _tree_levels(leaves: list[bytes]) -> list[list[bytes]]:
+    """Every complete perfect subtree of the tree over `leaves`, by tree level."""
+    levels = [leaves]
+    while len(levels[-1]) > 1:
+        below = levels[-1]
+        levels.append(
+            [merkle.node_hash(below[i], below[i + 1]) for i in range(0, len(below) - 1, 2)]
+        )
+    return levels
 
 
-def _node_id(key: int) -> NodeId:
-    return NodeId(key >> NODE_INDEX_BITS, key & ((1 << NODE_INDEX_BITS) - 1))
+def _first_entry(key: int, offset: int = 0) -> int:
+    """The first entry under hash `offset` of the stored tile row `key`."""
+    tile = tiles.key_tile(key)
+    level, position = tiles.row_node(tile.level or 0, tile.index, tile.width, offset)
+    return position << level
 
 
-def _no_entry_behind(key: int, leaves: int) -> NoReturn:
-    """Raise step 3's failure for a stored node beyond the tree over `leaves` entries."""
-    extra = _node_id(key)
-    what = f"leaf hash {extra.start}" if extra.level == 0 else f"tree node {tuple(extra)}"
-    at = min(extra.start, leaves)
-    raise VerificationError(3, f"the stored {what} has no entry behind it", at)
+def _first_difference(stored: bytes, wanted: bytes) -> int:
+    """The first hash of a stored tile row that differs from the row wanted (the last one
+    wanted when only the stored row's length differs)."""
+    step = merkle.HASH_SIZE
+    count = len(wanted) // step
+    return next(
+        (
+            i
+            for i in range(count)
+            if stored[i * step : (i + 1) * step] != wanted[i * step : (i + 1) * step]
+        ),
+        count - 1,
+    )
+
+
+def _same_tile(key: int, other: int) -> bool:
+    first, second = tiles.key_tile(key), tiles.key_tile(other)
+    return (first.level, first.index) == (second.level, second.index)
+
+
+def _width_mismatch(
+    have: tuple[int, bytes], want_key: int, want: bytes, leaves: int
+) -> VerificationError:
+    """Step 3's failure for a tile stored at another width than the entries make: the first
+    hash both hold that differs, or else the first entry under the hashes one lacks."""
+    stored, wanted = tiles.key_tile(have[0]), tiles.key_tile(want_key)
+    level = wanted.level or 0
+    try:
+        stored_levels = tiles.row_levels(have[1], stored.width)
+    except MalformedError:
+        stored_levels = [[] for _ in range(tiles.TILE_HEIGHT)]
+    for height, (got, expected) in enumerate(
+        zip(stored_levels, tiles.row_levels(want, wanted.width), strict=True)
+    ):
+        for offset, (one, other) in enumerate(zip(got, expected, strict=False)):
+            if one != other:
+                tree_level = tiles.TILE_HEIGHT * level + height
+                position = (wanted.index << (tiles.TILE_HEIGHT - height)) + offset
+                return VerificationError(
+                    3,
+                    f"the stored hash {(tree_level, position)} in {_tile_name(have[0])} does "
+                    "not match the entries",
+                    position << tree_level,
+                )
+    first = (wanted.first + min(stored.width, wanted.width)) << (tiles.TILE_HEIGHT * level)
+    return VerificationError(
+        3,
+        f"the stored {_tile_name(have[0])} is {stored.width} hashes wide; the entries make it "
+        f"{wanted.width}",
+        min(first, leaves),
+    )
+
+
+def _tile_name(key: int) -> str:
+    tile = tiles.key_tile(key)
+    return f"tile {tiles.tile_path(tile).removeprefix('tile/')}"
 
 
 def _check_tree(store: LogStore, size: int, scan: _LogScan) -> str:
     if scan.contiguity is not None:
         raise scan.contiguity
-    # Stored nodes first, in key order (all leaves, then each level up): the first mismatch
-    # names the first entry that differs, which a count comparison could not.
-    # Pairs of leaves (UNSTORED_LEVEL) are absent, or there from a log written before.
-    levels = scan.levels
-    stored = store.stored_nodes()
+    # Stored tiles first, in key order (every tile of level 0, then each level up), each
+    # compared hash by hash: the first mismatch names the first entry that differs, which a
+    # count comparison could not.
+    levels = _tree_levels(scan.leaves)
+    scan.levels = dict(enumerate(levels))
+    leaves = len(scan.leaves)
+    stored = store.stored_tiles()
     have = next(stored, None)
-    for want_key, node, value in _expected_nodes(scan.leaves):
+    for want_key, want in tiles.expected_rows(levels):
+        if have is not None and have[0] != want_key and _same_tile(have[0], want_key):
+            raise _width_mismatch(have, want_key, want, leaves)
         if have is not None and have[0] < want_key:
-            _no_entry_behind(have[0], len(scan.leaves))
-        if have is not None and have[0] == want_key:
-            if have[1] != value:
-                what = "leaf hash" if node.level == 0 else f"tree node {tuple(node)}"
-                raise VerificationError(
-                    3, f"the stored {what} does not match the entries", node.start
-                )
-            have = next(stored, None)
-        elif node.level != UNSTORED_LEVEL:
-            raise VerificationError(3, f"tree node {tuple(node)} is missing", node.start)
-        levels.setdefault(node.level, []).append(value)
+            raise VerificationError(
+                3,
+                f"the stored {_tile_name(have[0])} is not one the entries make",
+                min(_first_entry(have[0]), leaves),
+            )
+        if have is None or have[0] != want_key:
+            raise VerificationError(3, f"{_tile_name(want_key)} is missing", _first_entry(want_key))
+        if have[1] != want:
+            differs = _first_difference(have[1], want)
+            tile = tiles.key_tile(want_key)
+            level, position = tiles.row_node(tile.level or 0, tile.index, tile.width, differs)
+            what = "leaf hash" if level == 0 else f"tree node {(level, position)}"
+            raise VerificationError(
+                3,
+                f"the stored {what} in {_tile_name(want_key)} does not match the entries",
+                _first_entry(want_key, differs),
+            )
+        have = next(stored, None)
     if have is not None:
-        _no_entry_behind(have[0], len(scan.leaves))
+        raise VerificationError(
+            3,
+            f"the stored {_tile_name(have[0])} has no entry behind it",
+            min(_first_entry(have[0]), leaves),
+        )
     if len(scan.leaves) != size:
         raise VerificationError(
             3,
@@ -337,7 +401,7 @@ def _check_tree(store: LogStore, size: int, scan: _LogScan) -> str:
                 f"the entries do not hash to checkpoint {checkpoint.size}'s root",
                 max(checkpoint.size - 1, 0),
             )
-    return f"{size} leaves and their tree nodes recompute; {len(checkpoints)} checkpoints match"
+    return f"{size} leaves and their tiles recompute; {len(checkpoints)} checkpoints match"
 
 
 def _check_checkpoints(store: LogStore, operator_did: str) -> str:

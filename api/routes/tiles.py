@@ -2,8 +2,9 @@
 latest checkpoint at `/checkpoint`, the Merkle tree's hashes at `/tile/<L>/<N>[.p/<W>]` and
 the entries at `/tile/entries/<N>[.p/<W>]` (`accord.ledger.tiles` names the paths and bytes).
 
-Tiles are read from the stored tree nodes: tile level `L` is the tree level `8 * L`, which the
-log keeps (`LogStore.level_hashes`), one range query a tile. A tile's bytes never change once
+The log stores its tree as these tiles (`accord.ledger.store`): a tile is served from its
+stored row (`LogStore.tile`, one read; a partial tile is a prefix of the row stored at the
+tile's latest width), and a bundle from its entries' rows. A tile's bytes never change once
 its hashes exist (each is a completed perfect subtree; a partial tile is a prefix of the full
 one), so tiles and bundles, full or partial, are served as immutable, as the spec says; the
 checkpoint is revalidated on each use. A tile beyond the current tree, or a path that is no
@@ -25,7 +26,6 @@ from accord.ledger.note import NOTE_MEDIA_TYPE
 from accord.ledger.tiles import (
     entry_bundle,
     parse_tile_path,
-    tile_bytes,
     tile_path,
     width_in_tree,
 )
@@ -98,7 +98,7 @@ def tile(path: str, context: Context, request: Request) -> Response:
     first = wanted.first
     headers = {"Cache-Control": IMMUTABLE}
     if wanted.level is not None:
-        body = tile_bytes(store.level_hashes(wanted.tree_level, first, wanted.width))
+        body = store.tile(wanted.level, wanted.index, wanted.width)
         return Response(body, media_type=TILE_MEDIA_TYPE, headers=headers)
     try:
         body = entry_bundle(first, store.leaf_datas(first, first + wanted.width))

@@ -3,7 +3,13 @@
 For each log size (100,000 and 1,000,000 entries; quick: 20,000 and 100,000):
 
 - accord: a LogStore on SQLite in a tmp dir, built with real signed entries (`make_entry` +
-  `append_batch` of 1,000), so leaves and interior nodes are stored exactly as in production;
+  `append_batch` of 1,000), so its tiles are stored exactly as in production;
+- accord before tiles: the same tree stored as the store kept it until tiles, one row per
+  perfect subtree (`ledger_nodes`, keyed `level << 48 | position`, no pairs of leaves), in a
+  second SQLite file from the same leaf data, and proofs served by that store's read path
+  (nodes of level >= 8 cached, the rest in one `IN` query on the raw cursor of a pooled,
+  memory-mapped connection, pairs of leaves hashed from their two leaves), so "no slower
+  than before" is measured in the same run;
 - pymerkle 7.0.0: a `SqliteTree` holding the very same leaf data (bulk `append_entries`),
   with its default subroot cache.
 
@@ -16,10 +22,10 @@ size)`. Both first serve the same number of warm-up proofs (the first pass is re
 "cold"); then each repetition times fresh random indices, side by side.
 
 The store's read path (ledger/store.py) skips the head-size query when the asked size is one
-the log is known to have reached, keeps the upper-level nodes (level >= 8, immutable once
-written) in memory, and reads the rest with one `IN` query on the raw SQLite cursor of a
-pooled, memory-mapped connection in autocommit. "previous read path" is the code it replaced
-(SQLAlchemy select, head query and BEGIN IMMEDIATE on every call), timed in the same run.
+the log is known to have reached, keeps full tiles of tile level >= 1 (immutable) in memory,
+and reads the rest, one row per tile (the level-0 tile: about three rows at a million
+entries, less the cached ones), with one statement on the raw SQLite cursor of a pooled,
+memory-mapped connection in autocommit.
 
 Run alone: `.venv/bin/python scripts/bench/bench_proofs.py [--quick] [--reps N]`.
 """
@@ -48,10 +54,10 @@ from _common import (
     timed,
 )
 from pymerkle import SqliteTree
-from sqlalchemy import select
 
 from accord.ledger import merkle
-from accord.ledger.store import _HEAD, LogStore
+from accord.ledger.merkle import NodeId
+from accord.ledger.store import LogStore, make_engine
 
 GOAL_PROOFS_PER_S = 10_000
 GOAL_SIZE = 1_000_000
@@ -73,20 +79,81 @@ def _build_pymerkle(store: LogStore, size: int, path: Path) -> tuple[SqliteTree,
     return tree, size / (time.perf_counter() - start)
 
 
-def _previous_read_path(store: LogStore, index: int, size: int) -> list[bytes]:
-    """`LogStore.inclusion_proof` as it was before the read-path work (kept as a baseline):
-    a SQLAlchemy connection (whose autobegin issues BEGIN IMMEDIATE on SQLite), the head
-    size read on every call, then the nodes through a SQLAlchemy `IN` select."""
-    with store.engine.connect() as connection:
-        current = int(connection.execute(select(_HEAD.c.size)).scalar_one())
-        if size > current:
-            raise ValueError(f"the log has {current} entries, not {size}")
+class NodeRowProofs:
+    """Inclusion proofs from the tree stored one row per perfect subtree, served the way the
+    store served them before tiles (see the module docstring); the baseline of this bench."""
+
+    LEVEL_BITS = 48
+    CACHE_MIN_LEVEL = 8
+    CACHE_SPAN_LEVELS = 16
+
+    def __init__(self, store: LogStore, size: int, path: Path) -> None:
+        self.engine = make_engine(f"sqlite:///{path}")
+        raw = self.engine.raw_connection()
+        try:
+            cursor = raw.cursor()
+            cursor.execute("CREATE TABLE ledger_nodes (id INTEGER PRIMARY KEY, hash BLOB NOT NULL)")
+            frontier: list[bytes] = []
+            position = 0
+            while position < size:
+                datas = [e.data for e in store.entries(position, min(size, position + 10_000))]
+                frontier, made = merkle.extend_frontier(frontier, position, datas)
+                cursor.execute("BEGIN")
+                cursor.executemany(
+                    "INSERT INTO ledger_nodes (id, hash) VALUES (?, ?)",
+                    [((lv << self.LEVEL_BITS) | ps, h) for lv, ps, h in made if lv != 1],
+                )
+                cursor.execute("COMMIT")
+                position += len(datas)
+            cursor.execute("PRAGMA mmap_size=2147483648")
+            cursor.close()
+        finally:
+            raw.close()
+        self.cache: dict[int, bytes] = {}
+
+    def key(self, node: NodeId) -> int:
+        return (node.level << self.LEVEL_BITS) | node.position
+
+    def inclusion_proof(self, index: int, size: int) -> list[bytes]:
         needed = merkle.nodes_for_inclusion(index, size)
-        nodes = store._nodes(connection, needed)
-    return merkle.inclusion_proof_by(index, size, merkle.subtree_from_nodes(nodes))
+        keys: dict[int, None] = {}
+        for node in needed:
+            if node.level == 1:  # a pair of leaves: its two leaf rows
+                keys[self.key(NodeId(0, 2 * node.position))] = None
+                keys[self.key(NodeId(0, 2 * node.position + 1))] = None
+            else:
+                keys[self.key(node)] = None
+        found = {key: self.cache[key] for key in keys if key in self.cache}
+        wanted = [key for key in keys if key not in found]
+        if wanted:
+            raw = self.engine.raw_connection()
+            try:
+                cursor = raw.cursor()
+                marks = ",".join("?" * len(wanted))
+                cursor.execute(f"SELECT id, hash FROM ledger_nodes WHERE id IN ({marks})", wanted)
+                rows = cursor.fetchall()
+                cursor.close()
+            finally:
+                raw.close()
+            cached_from = max(self.CACHE_MIN_LEVEL, size.bit_length() - self.CACHE_SPAN_LEVELS)
+            for key, value in rows:
+                found[key] = bytes(value)
+                if key >> self.LEVEL_BITS >= cached_from:
+                    self.cache[key] = found[key]
+        nodes: dict[NodeId, bytes] = {}
+        for node in needed:
+            if node.level == 1:
+                left = found[self.key(NodeId(0, 2 * node.position))]
+                right = found[self.key(NodeId(0, 2 * node.position + 1))]
+                nodes[node] = merkle.node_hash(left, right)
+            else:
+                nodes[node] = found[self.key(node)]
+        return merkle.inclusion_proof_by(index, size, merkle.subtree_from_nodes(nodes))
 
 
-def _cross_check(store: LogStore, tree: SqliteTree, size: int, rng: random.Random) -> None:
+def _cross_check(
+    store: LogStore, tree: SqliteTree, before: NodeRowProofs, size: int, rng: random.Random
+) -> None:
     """Same root, same proofs, and they verify. Raises AssertionError otherwise."""
     root = store.root(size)
     assert tree.get_root(size) == root, "pymerkle and accord disagree on the root"
@@ -95,7 +162,7 @@ def _cross_check(store: LogStore, tree: SqliteTree, size: int, rng: random.Rando
         theirs = tree.prove_inclusion(index + 1, size).path
         # pymerkle's path starts with the leaf hash itself, then the same siblings.
         assert [bytes(h) for h in theirs[1:]] == ours, f"proofs of {index} differ"
-        assert _previous_read_path(store, index, size) == ours, f"read paths differ at {index}"
+        assert before.inclusion_proof(index, size) == ours, f"node rows differ at {index}"
         leaf = merkle.leaf_hash(store.entry(index).data)
         merkle.verify_inclusion(leaf, index, size, ours, root)
 
@@ -114,8 +181,10 @@ def _one_size(
     progress(f"{label}accord log built at {build:,.0f} signed events/s")
     tree, pm_build = _build_pymerkle(store, size, folder / "pymerkle.db")
     progress(f"{label}pymerkle tree built at {pm_build:,.0f} leaves/s")
+    node_rows = NodeRowProofs(store, size, folder / "node-rows.db")
+    progress(f"{label}the same tree stored as node rows")
     try:
-        _cross_check(store, tree, size, rng)
+        _cross_check(store, tree, node_rows, size, rng)
         progress(f"{label}roots and sample proofs agree and verify")
 
         warm = [rng.randrange(size) for _ in range(WARMUP)]
@@ -132,28 +201,31 @@ def _one_size(
             prove = tree.prove_inclusion
             return timed(THEIRS_PER_REP, lambda: [prove(i + 1, size) for i in picks])
 
+        for i in warm:
+            node_rows.inclusion_proof(i, size)
+
         def before() -> float:
-            picks = [rng.randrange(size) for _ in range(THEIRS_PER_REP)]
-            return timed(
-                THEIRS_PER_REP, lambda: [_previous_read_path(store, i, size) for i in picks]
-            )
+            picks = [rng.randrange(size) for _ in range(OURS_PER_REP)]
+            proof = node_rows.inclusion_proof
+            return timed(OURS_PER_REP, lambda: [proof(i, size) for i in picks])
 
         pm = Measure(f"pymerkle SqliteTree.prove_inclusion @ {size:,}", "proofs/s")
-        old = Measure(
-            f"accord, previous read path (SQLAlchemy) @ {size:,}", "proofs/s", baseline=pm.name
+        old = Measure(f"accord before tiles (node rows) @ {size:,}", "proofs/s", baseline=pm.name)
+        mine = Measure(
+            f"accord LogStore.inclusion_proof (tiles) @ {size:,}", "proofs/s", baseline=old.name
         )
-        mine = Measure(f"accord LogStore.inclusion_proof @ {size:,}", "proofs/s", baseline=pm.name)
         section.measures += [pm, old, mine]
         side_by_side(reps, [(mine, ours), (pm, theirs), (old, before)], label=label)
     finally:
         tree.close()
         store.engine.dispose()
+        node_rows.engine.dispose()
     section.notes.append(
         f"{size:,} entries: accord log built from signed entries at {build:,.0f} events/s "
         f"({BATCH:,}/txn), pymerkle from the same leaf data at {pm_build:,.0f} leaves/s "
         f"({PYMERKLE_CHUNK:,}/txn); cold first {WARMUP:,} proofs: accord {cold_ours:,.0f}/s, "
-        f"pymerkle {cold_theirs:,.0f}/s; the store's read path now serves "
-        f"{mine.median / old.median:.1f}{TIMES} the proofs/s of the previous one."
+        f"pymerkle {cold_theirs:,.0f}/s; the tiles serve "
+        f"{mine.median / old.median:.2f}{TIMES} the proofs/s of the node rows."
     )
     if goal:
         section.goals.append(
@@ -170,6 +242,14 @@ def _one_size(
                 1.0,
                 mine.median / pm.median,
                 f"{TIMES} pymerkle",
+            )
+        )
+        section.goals.append(
+            Goal(
+                f"no slower from tiles than from node rows at {size:,}",
+                1.0,
+                mine.median / old.median,
+                f"{TIMES} node rows",
             )
         )
 

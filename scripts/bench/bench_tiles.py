@@ -2,13 +2,13 @@
 
 Setup, untimed: a log in a tmp `ACCORD_HOME` (SQLite, WAL, as in production) filled with real
 signed entries (`make_entry` + `append_batch` of 1,000) and a signed checkpoint of it. The
-tiles are read from the stored tree nodes as the service reads them (`LogStore.level_hashes`:
-one range query a tile; `LogStore.leaf_datas` for a bundle), and are checked first: the level-0
-tiles hash up to the level-1 tiles, and the tiles of the tree recompute the store's root.
+tiles are read from their stored rows as the service reads them (`LogStore.tile`: one read a
+tile; `LogStore.leaf_datas` for a bundle), and are checked first: the level-0 tiles hash up
+to the level-1 tiles, and the tiles of the tree recompute the store's root.
 
 In process, side by side (no HTTP), per call at a random full tile:
 
-- a level-0 hash tile (256 leaf hashes, 8 KiB): `level_hashes` + `tile_bytes`;
+- a level-0 hash tile (256 leaf hashes, 8 KiB): `LogStore.tile`;
 - an entry bundle (256 entries): `leaf_datas` + `entry_bundle`, and the same gzipped (at the
   service's level, what a client that accepts gzip gets);
 - as a baseline, one RFC 9162 inclusion proof from the store (`LogStore.inclusion_proof`), the
@@ -71,7 +71,6 @@ from accord.ledger.tiles import (
     TILE_WIDTH,
     encode_index,
     entry_bundle,
-    tile_bytes,
 )
 from accord.ledger.wiring import open_store, operator_signer
 
@@ -117,7 +116,7 @@ def service() -> Any:
 
 
 def full_tile(store: LogStore, index: int) -> bytes:
-    return tile_bytes(store.level_hashes(0, index * TILE_WIDTH, TILE_WIDTH))
+    return store.tile(0, index, TILE_WIDTH)
 
 
 def bundle(store: LogStore, index: int) -> bytes:

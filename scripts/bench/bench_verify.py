@@ -4,7 +4,7 @@ One log of signed events (8 actors, `make_entry` + `append_batch` of 1,000) with
 checkpoint at its head, on SQLite in a tmp dir. Side by side in each repetition:
 
 - `verify_log` offline (steps 1-4: parse and check every signature and key id, seq growth,
-  every stored node and the checkpoint's root recomputed, the checkpoint's signature);
+  every stored tile and the checkpoint's root recomputed, the checkpoint's signature);
 - the machine's verification limit: raw Ed25519 verifications per second (PyNaCl) of the
   same (JCS(event), signature) pairs, nothing else.
 

@@ -2,8 +2,8 @@
 
 Appends the same 20,000 signed entries, 1,000 per transaction, to a fresh SQLite log (WAL,
 synchronous=FULL, as `bench_append.py` does) five times and prints, per entry, the median time
-spent in the driver inserting the entry rows, inserting the node rows, in other statements,
-in COMMIT, and the rest: the Python of `append_batch` (leaf and node hashes, the rows, the
+spent in the driver inserting the entry rows, writing the tile rows, in other statements,
+in COMMIT, and the rest: the Python of `append_batch` (leaf and node hashes, the tile rows, the
 checks, SQLAlchemy). Timed by SQLAlchemy's cursor and commit events, so it runs against any
 version of the store (BENCHMARKS.md compares main with the branch that cut the Python).
 
@@ -28,7 +28,7 @@ from accord.ledger.events import Entry
 def one_log(folder: Path, presigned: list[Entry]) -> dict[str, float]:
     """Seconds spent in each part of appending `presigned` to a fresh log in `folder`."""
     store = new_store(folder)
-    parts = dict.fromkeys(("entry rows", "node rows", "other statements", "commit"), 0.0)
+    parts = dict.fromkeys(("entry rows", "tile rows", "other statements", "commit"), 0.0)
     marks: dict[str, float] = {}
 
     def before(*_args: Any) -> None:
@@ -38,8 +38,8 @@ def one_log(folder: Path, presigned: list[Entry]) -> dict[str, float]:
         spent = time.perf_counter() - marks["statement"]
         if "INTO ledger_entries" in statement:
             parts["entry rows"] += spent
-        elif "INTO ledger_nodes" in statement:
-            parts["node rows"] += spent
+        elif "ledger_tiles" in statement:
+            parts["tile rows"] += spent
         else:
             parts["other statements"] += spent
 

@@ -39,9 +39,9 @@ entry_insert_head                 80  (3, k): the same with the head set to N + 
 entry_swap                       140  rows i < j exchanged (half of them neighbours):
                                       (2, p) at the first index p whose actor's seq does
                                       not grow, else (3, i); see `_swap_expectation`
-node_flip                        100  (3, first leaf of the node): one byte of a stored
-                                      tree node (leaf hash or interior) xor-ed
-node_delete                       40  (3, first leaf of the node): a node row deleted
+node_flip                        100  (3, first leaf of the hash): one byte of a stored
+                                      tile row (a leaf hash or a subtree inside it) changed
+node_delete                       40  (3, first leaf of the tile): a tile row deleted
 checkpoint_data_byte              60  (4, None): one byte of a checkpoint's signed data
 checkpoint_root_column            20  (3, size - 1): one byte of a checkpoint's root column
 checkpoint_size_column            20  (3, s - 1), or (3, N) for s > N: its size column set
@@ -78,7 +78,8 @@ from pathlib import Path
 from accord.ledger.checkpoint import take_checkpoint
 from accord.ledger.events import Entry, make_entry
 from accord.ledger.signing import Ed25519Signer
-from accord.ledger.store import NODE_INDEX_BITS, LogStore, make_engine
+from accord.ledger.store import LogStore, make_engine
+from accord.ledger.tiles import key_tile, row_node
 from accord.ledger.verify import VerificationReport, verify_log
 from tests.ledger.conftest import LOG_ID, START, EntryMaker, signer_from
 
@@ -100,7 +101,6 @@ COUNTS = {
     "checkpoint_size_column": 20,
     "head_size": 10,
 }
-NODE_MASK = (1 << NODE_INDEX_BITS) - 1
 
 Apply = Callable[[sqlite3.Connection], None]
 Expected = tuple[int, int | None]
@@ -128,7 +128,7 @@ class Pristine:
     image: bytes
     operator: Ed25519Signer
     rows: list[Row]
-    nodes: list[tuple[int, bytes]]
+    tiles: list[tuple[int, bytes]]  # stored tile rows: key, row
     checkpoints: dict[int, tuple[bytes, bytes]]  # size -> (root, data)
     foreign: list[Entry]
 
@@ -174,7 +174,7 @@ def build_pristine(directory: Path) -> Pristine:
     for stored in store.entries():
         entry = Entry.from_bytes(stored.data)
         rows.append(Row(stored.index, entry.event.actor, entry.event.seq, stored.data))
-    nodes = list(store.stored_nodes())
+    tiles = list(store.stored_tiles())
     checkpoints = {c.size: (c.root, c.data) for c in store.checkpoints()}
     assert verify_log(store, operator.did, None).ok
     engine.dispose()
@@ -184,14 +184,17 @@ def build_pristine(directory: Path) -> Pristine:
         make_entry(signer_from(f"stranger-{i}"), kind="note.added", seq=i, at=START)
         for i in range(3)
     ]
-    return Pristine(path, path.read_bytes(), operator, rows, nodes, checkpoints, foreign)
+    return Pristine(path, path.read_bytes(), operator, rows, tiles, checkpoints, foreign)
 
 
 # -- mutations --------------------------------------------------------------------------------
 
 
-def _node_start(key: int) -> int:
-    return (key & NODE_MASK) << (key >> NODE_INDEX_BITS)
+def _hash_start(key: int, byte: int) -> int:
+    """The first entry under the hash holding byte `byte` of the stored tile row `key`."""
+    tile = key_tile(key)
+    level, position = row_node(tile.level or 0, tile.index, tile.width, byte // 32)
+    return position << level
 
 
 def _swap_expectation(rows: list[Row], i: int, j: int) -> Expected:
@@ -308,23 +311,23 @@ def mutations(p: Pristine, rng: random.Random) -> Iterator[Mutation]:
             "entry_swap", f"swap entries {i} and {j}", apply, _swap_expectation(rows, i, j)
         )
     for _ in range(COUNTS["node_flip"]):
-        key, value = rng.choice(p.nodes)
+        key, value = rng.choice(p.tiles)
         flipped, position, new = _flip(rng, value)
         yield Mutation(
             "node_flip",
-            f"node {key:#x} byte {position} := {new:#04x}",
+            f"tile row {key:#x} byte {position} := {new:#04x}",
             lambda db, key=key, flipped=flipped: db.execute(
-                "UPDATE ledger_nodes SET hash = ? WHERE id = ?", (flipped, key)
+                "UPDATE ledger_tiles SET hashes = ? WHERE id = ?", (flipped, key)
             ),
-            (3, _node_start(key)),
+            (3, _hash_start(key, position)),
         )
     for _ in range(COUNTS["node_delete"]):
-        key, _value = rng.choice(p.nodes)
+        key, _value = rng.choice(p.tiles)
         yield Mutation(
             "node_delete",
-            f"delete node {key:#x}",
-            lambda db, key=key: db.execute("DELETE FROM ledger_nodes WHERE id = ?", (key,)),
-            (3, _node_start(key)),
+            f"delete tile row {key:#x}",
+            lambda db, key=key: db.execute("DELETE FROM ledger_tiles WHERE id = ?", (key,)),
+            (3, _hash_start(key, 0)),
         )
     for _ in range(COUNTS["checkpoint_data_byte"]):
         size = rng.choice(CHECKPOINT_SIZES)

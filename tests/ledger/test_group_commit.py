@@ -26,14 +26,14 @@ from sqlalchemy import delete, event, insert, select
 
 from accord.ledger.errors import AlreadyLoggedError, SequenceError, StoreError
 from accord.ledger.events import Entry, make_entry
-from accord.ledger.merkle import NodeId
 from accord.ledger.signing import Ed25519Signer
-from accord.ledger.store import LedgerEntry, LedgerHead, LedgerNode, LogStore, node_key
+from accord.ledger.store import LedgerEntry, LedgerHead, LedgerTile, LogStore
+from accord.ledger.tiles import tile_key
 from accord.ledger.verify import verify_log
 from tests.ledger.conftest import START
 
 _ENTRIES = LedgerEntry.__table__  # type: ignore[attr-defined]
-_NODES = LedgerNode.__table__  # type: ignore[attr-defined]
+_TILES = LedgerTile.__table__  # type: ignore[attr-defined]
 _HEAD = LedgerHead.__table__  # type: ignore[attr-defined]
 
 Outcome = list[int] | BaseException
@@ -184,18 +184,18 @@ def test_a_group_whose_transaction_fails_fails_every_append_and_writes_nothing(
 ) -> None:
     for _ in range(4):
         store.append_next(operator.did, lambda seq: note(operator, seq))
-    # A row already holding leaf 5's key makes the group's node insert fail after its
-    # entries were inserted.
-    conflict = node_key(NodeId(0, 5))
+    # A row already holding the key of tile 0 seven hashes wide makes the group's tile
+    # insert fail after its entries were inserted.
+    conflict = tile_key(0, 0, 7)
     with store.engine.begin() as connection:
-        connection.execute(insert(_NODES).values(id=conflict, hash=b"\xee" * 32))
+        connection.execute(insert(_TILES).values(id=conflict, hashes=b"\xee" * 32))
     appends = [next_of(store, operator, f"task-1 bidder-{k}") for k in range(3)]
     outcomes = in_one_group(store, appends)
     assert all(isinstance(outcome, StoreError) for outcome in outcomes), outcomes
     assert store.size() == 4
 
     with store.engine.begin() as connection:
-        connection.execute(delete(_NODES).where(_NODES.c.id == conflict))
+        connection.execute(delete(_TILES).where(_TILES.c.id == conflict))
     outcomes = in_one_group(store, appends)
     assert sorted(i for o in outcomes for i in o) == [4, 5, 6]  # type: ignore[union-attr]
     assert seqs(store, operator.did) == [1, 2, 3, 4, 5, 6, 7]

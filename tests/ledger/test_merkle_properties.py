@@ -653,3 +653,27 @@ def test_extending_a_frontier_completes_the_reference_subtrees(
     assert merkle.fold_right(after) == ref.mth(0, n)
     with pytest.raises(ValueError):
         merkle.extend_frontier([*frontier, b"x" * 32], start, leaves[start:])
+
+
+@settings(max_examples=200, deadline=None)
+@given(leaves=LEAF_DATA, data=st.data())
+def test_extending_by_levels_gives_what_extending_by_leaves_gives(
+    leaves: list[bytes], data: st.DataObject
+) -> None:
+    """`extend_levels` (the store's append path, a level at a time) yields the same frontier
+    and the same new perfect subtrees as `extend_frontier`, one contiguous run per level."""
+    ref = RefTree([h_leaf(d) for d in leaves])
+    start = data.draw(st.integers(0, len(leaves)), label="start")
+    frontier = [ref.mth(node.start, node.end) for node in merkle.perfect_subtrees(0, start)]
+    after, made = merkle.extend_frontier(frontier, start, leaves[start:])
+    levels_after, runs = merkle.extend_levels(frontier, start, leaves[start:])
+    assert levels_after == after
+    flattened = sorted(
+        (level, first + offset, value)
+        for level, (first, values) in runs.items()
+        for offset, value in enumerate(values)
+    )
+    assert flattened == sorted(made)
+    assert all(first == start >> level for level, (first, _values) in runs.items())
+    with pytest.raises(ValueError):
+        merkle.extend_levels([*frontier, b"x" * 32], start, leaves[start:])

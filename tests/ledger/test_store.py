@@ -15,32 +15,30 @@
 from __future__ import annotations
 
 import random
-import sqlite3
 import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import delete, insert, update
+from sqlalchemy import Engine, delete, insert, inspect, update
 
 from accord.ledger import merkle
 from accord.ledger.checkpoint import SignedCheckpoint, take_checkpoint
 from accord.ledger.errors import SequenceError, StoreError
-from accord.ledger.merkle import NodeId
 from accord.ledger.signing import Ed25519Signer
 from accord.ledger.store import (
-    NODE_INDEX_BITS,
-    UNSTORED_LEVEL,
-    LedgerNode,
+    LedgerTile,
     LogStore,
     driver_mark,
     make_engine,
-    node_key,
+    migrate_to_tiles,
     upsert_sql,
 )
+from accord.ledger.tiles import row_offset, tile_key
 from accord.ledger.verify import verify_log
 from tests.ledger.conftest import LOG_ID, START, EntryMaker, append_signed
+from tests.ledger.old_layout import write_old_log
 
 LOG_SIZE = 300
 # Sizes whose every inclusion proof / every consistency proof is compared with the reference:
@@ -48,7 +46,7 @@ LOG_SIZE = 300
 FULL_SIZES = (1, 2, 3, 4, 5, 6, 7, 8, 9, 13, 16, 17, 31, 32, 33, 63, 64, 65, 100, 127, 128, 129)
 FULL_SIZES_LARGE = (255, 256, 257, 299, 300)
 
-_NODES = LedgerNode.__table__  # type: ignore[attr-defined]
+_TILES = LedgerTile.__table__  # type: ignore[attr-defined]
 
 
 def leaves_of(store: LogStore) -> list[bytes]:
@@ -71,7 +69,7 @@ def snapshot(store: LogStore, actors: list[Ed25519Signer]) -> dict[str, Any]:
         "size": store.size(),
         "root": store.root(),
         "entries": [(stored.index, stored.data) for stored in store.entries()],
-        "nodes": list(store.stored_nodes()),
+        "tiles": list(store.stored_tiles()),
         "last_seq": {signer.did: store.last_seq(signer.did) for signer in actors},
     }
 
@@ -83,7 +81,7 @@ def test_empty_log(store: LogStore) -> None:
     assert store.size() == 0
     assert store.root() == merkle.EMPTY_ROOT == store.root(0)
     assert list(store.entries()) == []
-    assert list(store.stored_nodes()) == []
+    assert list(store.stored_tiles()) == []
     assert store.latest_checkpoint() is None
     assert store.checkpoints() == []
     with pytest.raises(IndexError):
@@ -272,11 +270,11 @@ def test_database_failure_mid_batch_leaves_nothing_half_written(
     store: LogStore, maker: EntryMaker, actors: list[Ed25519Signer]
 ) -> None:
     appended = append_signed(store, maker, 4)
-    # A row already holding leaf 5's key makes the node insert of a 3-entry batch (leaves 4,
-    # 5, 6) fail after its entries were inserted.
-    conflict = node_key(NodeId(0, 5))
+    # A row already holding the key of tile 0 seven hashes wide makes the tile insert of a
+    # 3-entry batch (leaves 4, 5, 6) fail after its entries were inserted.
+    conflict = tile_key(0, 0, 7)
     with store.engine.begin() as connection:
-        connection.execute(insert(_NODES).values(id=conflict, hash=b"\xee" * 32))
+        connection.execute(insert(_TILES).values(id=conflict, hashes=b"\xee" * 32))
     before = snapshot(store, actors)
 
     batch = maker.many(3)
@@ -287,7 +285,7 @@ def test_database_failure_mid_batch_leaves_nothing_half_written(
     # an append that does not reach the bad row works, from a correctly rebuilt frontier
     assert store.append(batch[0]) == 4
     with store.engine.begin() as connection:
-        connection.execute(delete(_NODES).where(_NODES.c.id == conflict))
+        connection.execute(delete(_TILES).where(_TILES.c.id == conflict))
     assert store.append_batch(batch[1:]) == [5, 6]
     leaves = leaves_of(store)
     assert leaves == [merkle.leaf_hash(e.data) for e in [*appended, *batch]]
@@ -439,78 +437,78 @@ def test_stores_opened_at_once_on_a_fresh_database_all_open(
     assert all(store.size() == 1 for store in opened)
 
 
-# The SQLite tables of entries and nodes as accord made them before their keys were rowids.
-_BIGINT_KEYED_TABLES = (
-    "CREATE TABLE ledger_entries (idx BIGINT NOT NULL, actor VARCHAR NOT NULL, "
-    "seq BIGINT NOT NULL, kind VARCHAR NOT NULL, subject VARCHAR NOT NULL, "
-    "at VARCHAR NOT NULL, data BLOB NOT NULL, PRIMARY KEY (idx))",
-    "CREATE TABLE ledger_nodes (id BIGINT NOT NULL, hash BLOB NOT NULL, PRIMARY KEY (id))",
-)
-
-
-def test_a_sqlite_log_made_with_bigint_keys_appends_and_serves_the_reference(
-    tmp_path: Path, maker: EntryMaker
+def test_a_log_stored_as_node_rows_is_refused_until_migrated_then_serves_the_reference(
+    open_engine: Callable[[], Engine], maker: EntryMaker
 ) -> None:
-    """New SQLite logs key entries and nodes by rowid (`INTEGER PRIMARY KEY`); one made
-    before, with `BIGINT` keys and their separate key index, is used as it is."""
-    path = tmp_path / "old.db"
-    with sqlite3.connect(path) as db:
-        for statement in _BIGINT_KEYED_TABLES:
-            db.execute(statement)
-    url = f"sqlite:///{path}"
-    store = LogStore(make_engine(url), LOG_ID)
-    append_signed(store, maker, 40, batch=7)
+    """A log an earlier accord wrote (its tree as node rows) is refused with the command that
+    converts it; once migrated its roots are proved equal, the node rows are gone, and it
+    appends and serves the reference."""
+    engine = open_engine()
+    entries = maker.many(40)
+    write_old_log(engine, LOG_ID, entries)
+    with pytest.raises(StoreError, match="accord ledger migrate"):
+        LogStore(engine, LOG_ID)
+    with pytest.raises(StoreError, match="holds log 'test-log', not 'other'"):
+        migrate_to_tiles(engine, "other")
+    done = migrate_to_tiles(engine, LOG_ID, sizes=[1, 3, 17])
+    leaves = [merkle.leaf_hash(entry.data) for entry in entries]
+    assert not done.already and done.size == 40 and done.node_rows > 40
+    assert {1, 3, 17, 40} <= done.roots.keys()
+    assert all(root == merkle.root(leaves[:at]) for at, root in done.roots.items())
+    assert not inspect(engine).has_table("ledger_nodes")
+    assert migrate_to_tiles(engine, LOG_ID).already
+    store = LogStore(engine, LOG_ID)
+    append_signed(store, maker, 300, batch=7)
     assert_serves_reference(store, leaves_of(store))
     assert verify_log(store, "did:key:unused", None).ok
-    with sqlite3.connect(path) as db:
-        kept = db.execute("SELECT sql FROM sqlite_master WHERE name = 'ledger_nodes'").fetchone()
-    assert "BIGINT" in kept[0]
-    fresh = LogStore(make_engine(f"sqlite:///{tmp_path / 'new.db'}"), LOG_ID)
-    fresh.append_batch(maker.many(3))
-    with sqlite3.connect(tmp_path / "new.db") as db:
-        made = db.execute("SELECT sql FROM sqlite_master WHERE name = 'ledger_nodes'").fetchone()
-        autoindexes = db.execute(
-            "SELECT name FROM sqlite_master WHERE name LIKE 'sqlite_autoindex_ledger_%'"
-            " AND tbl_name IN ('ledger_entries', 'ledger_nodes')"
-        ).fetchall()
-    assert "id INTEGER NOT NULL" in made[0] and autoindexes == []
 
 
-def test_no_pair_of_leaves_is_stored_and_proofs_still_equal_the_reference(
+def test_a_migration_whose_node_rows_disagree_changes_nothing(
+    open_engine: Callable[[], Engine], maker: EntryMaker
+) -> None:
+    engine = open_engine()
+    write_old_log(engine, LOG_ID, maker.many(20))
+    with engine.begin() as connection:  # node (3, 0), the root at size 8
+        connection.exec_driver_sql(
+            f"UPDATE ledger_nodes SET hash = {driver_mark(engine)} WHERE id = {3 << 48}",
+            (b"\x00" * 32,),
+        )
+    with pytest.raises(StoreError, match="the node rows"):
+        migrate_to_tiles(engine, LOG_ID, sizes=[8])
+    assert inspect(engine).has_table("ledger_nodes")
+    with engine.connect() as connection:
+        assert connection.exec_driver_sql("SELECT count(*) FROM ledger_tiles").scalar_one() == 0
+
+
+def test_each_tile_is_one_row_and_a_partial_tile_is_kept_at_its_latest_width(
     store: LogStore, maker: EntryMaker
 ) -> None:
-    """Level 1 (a pair of leaves) is computed from the two stored leaf hashes: no row of it
-    is written, every other level is, and roots and proofs come out as the reference's."""
+    """Full tiles are rows of 256 hashes (and the subtrees inside them); the rightmost tile of
+    each level is one row keyed by its width, the narrower one it replaced deleted."""
     append_signed(store, maker, 37, batch=5)
-    levels = {key >> NODE_INDEX_BITS for key, _ in store.stored_nodes()}
-    assert UNSTORED_LEVEL not in levels
-    assert levels == {0, 2, 3, 4, 5}
-    assert_serves_reference(store, leaves_of(store))
+    assert [key for key, _row in store.stored_tiles()] == [tile_key(0, 0, 37)]
+    append_signed(store, maker, 563, batch=100)
+    keys = [key for key, _row in store.stored_tiles()]
+    assert keys == [tile_key(0, 0, 256), tile_key(0, 1, 256), tile_key(0, 2, 88), tile_key(1, 0, 2)]
+    leaves = leaves_of(store)
+    assert store.tile(0, 1, 256) == b"".join(leaves[256:512])
+    assert store.tile(0, 2, 40) == b"".join(leaves[512:552])
+    assert store.tile(1, 0, 2) == merkle.root(leaves[:256]) + merkle.root(leaves[256:512])
+    assert_serves_reference(store, leaves)
 
 
-def test_a_log_written_with_pair_rows_and_an_actor_index_is_used_as_it_is(
+def test_an_inner_subtree_altered_in_a_tile_row_is_found_at_its_first_entry(
     store: LogStore, maker: EntryMaker
 ) -> None:
-    """A log written before stored the pairs of leaves too, and indexed actors twice: both are
-    kept, appends go on, proofs equal the reference, and verification still checks every
-    stored pair (one altered is found, at its first entry)."""
-    append_signed(store, maker, 10, batch=3)
-
-    leaves = leaves_of(store)
-    pairs = [
-        {"id": node_key(NodeId(1, k)), "hash": merkle.node_hash(leaves[2 * k], leaves[2 * k + 1])}
-        for k in range(len(leaves) // 2)
-    ]
-    with store.engine.begin() as connection:
-        connection.execute(insert(_NODES), pairs)
-        connection.exec_driver_sql("CREATE INDEX ix_ledger_entries_actor ON ledger_entries (actor)")
-    append_signed(store, maker, 9, batch=4)  # the new entries' pairs are not stored
-    assert_serves_reference(store, leaves_of(store))
-    assert verify_log(store, "did:key:unused", None).ok
-
+    append_signed(store, maker, 19, batch=4)
+    ((key, row),) = list(store.stored_tiles())
+    at = 32 * (row_offset(19, 1) + 3)  # tree node (1, 3): entries 6 and 7
+    tile_t = LedgerTile.__table__  # type: ignore[attr-defined]
     with store.engine.begin() as connection:
         connection.execute(
-            update(_NODES).where(_NODES.c.id == node_key(NodeId(1, 3))).values(hash=b"\x00" * 32)
+            update(tile_t)
+            .where(tile_t.c.id == key)
+            .values(hashes=row[:at] + b"\x00" * 32 + row[at + 32 :])
         )
     failure = verify_log(store, "did:key:unused", None).first_failure
     assert failure is not None
@@ -589,3 +587,15 @@ def test_upsert_sql_writes_rows_in_the_order_it_names(tmp_path: Path) -> None:
         assert rows.all() == [("a", 10, 3), ("b", 20, 2)]
     with pytest.raises(ValueError, match="pairs has no column other"):
         upsert_sql("?", table, ["key", "other"], ["key"], ["other"])
+
+
+def test_tile_rows_are_stored_uncompressed_on_postgresql(store: LogStore, backend: str) -> None:
+    """Hashes do not compress: PostgreSQL keeps a tile row out of line without trying."""
+    if backend != "postgres":
+        pytest.skip("a PostgreSQL storage setting")
+    with store.engine.connect() as connection:
+        storage = connection.exec_driver_sql(
+            "SELECT attstorage FROM pg_attribute WHERE attrelid = 'ledger_tiles'::regclass "
+            "AND attname = 'hashes'"
+        ).scalar_one()
+    assert storage == "e"

@@ -32,7 +32,7 @@ def test_each_run_starts_from_the_pristine_log(pristine: Pristine, lab: WarmLab)
 
     def wreck(db: sqlite3.Connection) -> None:
         db.execute("DELETE FROM ledger_entries WHERE idx = 3")
-        db.execute("UPDATE ledger_nodes SET hash = x'00' WHERE id = 0")
+        db.execute("UPDATE ledger_tiles SET hashes = x'00'")
         db.execute("DELETE FROM ledger_checkpoints WHERE size = 50")
         db.execute("UPDATE ledger_head SET size = 7")
         set_data(db, N - 1, b"junk")

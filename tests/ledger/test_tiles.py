@@ -124,10 +124,18 @@ def test_the_store_reads_tile_hashes_and_entries(db_url: str) -> None:
     assert store.level_hashes(8, 0, 2) == [merkle.root(leaves[:256]), merkle.root(leaves[256:512])]
     assert store.level_hashes(0, 599, 0) == []
     assert store.leaf_datas(510, 514) == [entry.data for entry in entries[510:514]]
-    with pytest.raises(StoreError, match="missing stored tree nodes"):
+    assert store.level_hashes(1, 0, 2) == [
+        merkle.node_hash(leaves[0], leaves[1]),
+        merkle.node_hash(leaves[2], leaves[3]),
+    ]
+    assert store.tile(0, 2, 88) == b"".join(leaves[512:600])
+    assert store.tile(0, 2, 5) == b"".join(leaves[512:517])  # a prefix of the stored row
+    with pytest.raises(StoreError, match="missing tile 1/0"):
         store.level_hashes(8, 0, 3)  # the third tile is not complete
+    with pytest.raises(StoreError, match="missing tile 0/2"):
+        store.tile(0, 2, 89)
     with pytest.raises(StoreError, match="lacks some of the entries"):
         store.leaf_datas(590, 601)
-    with pytest.raises(ValueError, match="level 1"):
-        store.level_hashes(1, 0, 1)
+    with pytest.raises(ValueError, match="level -1"):
+        store.level_hashes(-1, 0, 1)
     store.engine.dispose()

@@ -25,6 +25,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import delete, update
 
+from accord.ledger import merkle, tiles
 from accord.ledger.anchor_journal import LedgerAnchor
 from accord.ledger.anchoring import Anchorer
 from accord.ledger.chain import MemoryAnchorChain
@@ -32,11 +33,10 @@ from accord.ledger.checkpoint import Checkpoint, sign_checkpoint, take_checkpoin
 from accord.ledger.events import Entry, Event, format_time, sign_event
 from accord.ledger.signing import Ed25519Signer
 from accord.ledger.store import (
-    NODE_INDEX_BITS,
     LedgerCheckpoint,
     LedgerEntry,
     LedgerHead,
-    LedgerNode,
+    LedgerTile,
     LogStore,
     make_engine,
 )
@@ -212,25 +212,28 @@ def test_chain_that_does_not_answer_fails_step_5(log: Log) -> None:
 
 
 def _cut(store: LogStore, size: int, *, entries: bool, head: bool, tree: bool) -> None:
-    """Delete what lies beyond `size`: the entries, the head's count, nodes/checkpoints/anchors."""
+    """Delete what lies beyond `size`: the entries, the head's count, checkpoints/anchors, and
+    rewrite the tiles as a log of `size` entries has them."""
     entry_t = LedgerEntry.__table__  # type: ignore[attr-defined]
-    node_t = LedgerNode.__table__  # type: ignore[attr-defined]
+    tile_t = LedgerTile.__table__  # type: ignore[attr-defined]
     head_t = LedgerHead.__table__  # type: ignore[attr-defined]
     checkpoint_t = LedgerCheckpoint.__table__  # type: ignore[attr-defined]
     anchor_t = LedgerAnchor.__table__  # type: ignore[attr-defined]
-    mask = (1 << NODE_INDEX_BITS) - 1
-    beyond = [
-        key
-        for key, _ in store.stored_nodes()
-        if ((key & mask) + 1) << (key >> NODE_INDEX_BITS) > size
-    ]
+    levels = [[merkle.leaf_hash(stored.data) for stored in store.entries(0, size)]]
+    while len(levels[-1]) > 1:
+        below = levels[-1]
+        levels.append(
+            [merkle.node_hash(below[i], below[i + 1]) for i in range(0, len(below) - 1, 2)]
+        )
+    kept = [{"id": key, "hashes": row} for key, row in tiles.expected_rows(levels)]
     with store.engine.begin() as connection:
         if entries:
             connection.execute(delete(entry_t).where(entry_t.c.idx >= size))
         if head:
             connection.execute(update(head_t).values(size=size))
         if tree:
-            connection.execute(delete(node_t).where(node_t.c.id.in_(beyond)))
+            connection.execute(delete(tile_t))
+            connection.execute(tile_t.insert(), kept)
             connection.execute(delete(checkpoint_t).where(checkpoint_t.c.size > size))
             connection.execute(delete(anchor_t).where(anchor_t.c.size > size))
 
