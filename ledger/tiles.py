@@ -155,16 +155,6 @@ def parse_tile_path(path: str) -> Tile:
     return tile
 
 
-def tile_bytes(hashes: Sequence[bytes]) -> bytes:
-    """The body of a tile: its hashes concatenated. Raises MalformedError unless there are 1
-    to 256 hashes of 32 bytes each."""
-    if not 1 <= len(hashes) <= TILE_WIDTH:
-        raise MalformedError(f"a tile holds 1 to {TILE_WIDTH} hashes, not {len(hashes)}")
-    if any(len(value) != HASH_SIZE for value in hashes):
-        raise MalformedError(f"a tile's hashes are {HASH_SIZE} bytes each")
-    return b"".join(hashes)
-
-
 def entry_bundle(first: int, datas: Iterable[bytes]) -> bytes:
     """The body of an entry bundle: each entry's big-endian uint16 length, then its bytes
     (`first` is the log index of the first, to name one that does not fit). Raises

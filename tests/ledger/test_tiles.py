@@ -18,7 +18,6 @@ from accord.ledger.tiles import (
     encode_index,
     entry_bundle,
     parse_tile_path,
-    tile_bytes,
     tile_path,
     width_in_tree,
 )
@@ -96,12 +95,7 @@ def test_widths_in_a_tree_follow_the_spec_examples() -> None:
     assert Tile(None, 1, 256).entries_needed() == 512
 
 
-def test_tile_and_bundle_bytes() -> None:
-    hashes = [bytes([i]) * 32 for i in range(3)]
-    assert tile_bytes(hashes) == b"".join(hashes)
-    for bad in ([], [b"\x00" * 31], [b"\x00" * 32] * 257):
-        with pytest.raises(MalformedError):
-            tile_bytes(bad)
+def test_bundle_bytes() -> None:
     assert entry_bundle(0, [b"ab", b"", b"x" * 300]) == (
         b"\x00\x02ab" + b"\x00\x00" + b"\x01\x2c" + b"x" * 300
     )
