@@ -204,6 +204,8 @@ def make_engine(db_url: str) -> Engine:
 
             @event.listens_for(engine, "begin")
             def _sqlite_begin(connection: Any) -> None:
+                if connection.get_execution_options().get(_STATEMENTS_ALONE):
+                    return  # `statement_connection`: each statement its own transaction
                 connection.exec_driver_sql("BEGIN IMMEDIATE")
 
             return engine
@@ -257,16 +259,23 @@ def _ping_after_idle(engine: Engine) -> None:
             raise DisconnectionError(f"the pooled connection is gone: {exc}") from exc
 
 
+_STATEMENTS_ALONE = "accord_statements_alone"
+"""The execution option that marks a `statement_connection` on SQLite: no BEGIN is sent."""
+
+
 def statement_connection(engine: Engine) -> Connection:
     """A connection for work that needs no transaction of its own: one statement, or reads
-    that need not see one snapshot. On PostgreSQL it runs in autocommit, sparing the BEGIN and
-    COMMIT round trips (at PostgreSQL's READ COMMITTED every statement sees a snapshot of its
-    own either way; a single INSERT is atomic by itself). On SQLite it is a plain connection
-    (its `BEGIN IMMEDIATE` keeps writers in line). Raises SQLAlchemyError."""
+    that need not see one snapshot. Every statement is a transaction of its own: on PostgreSQL
+    it runs in autocommit, sparing the BEGIN and COMMIT round trips (at PostgreSQL's READ
+    COMMITTED every statement sees a snapshot of its own either way; a single INSERT is atomic
+    by itself). On SQLite no BEGIN is sent either, so a read takes a WAL snapshot and never
+    waits for a writer: the `BEGIN IMMEDIATE` of other connections, which keeps writers in
+    line, would make every read queue behind every write and its fsync. Raises
+    SQLAlchemyError."""
     connection = engine.connect()
     if engine.dialect.name == "postgresql":
         return connection.execution_options(isolation_level="AUTOCOMMIT")
-    return connection
+    return connection.execution_options(**{_STATEMENTS_ALONE: True})
 
 
 def driver_mark(bind: Engine | Connection) -> str:
