@@ -1097,22 +1097,28 @@ class LogStore:
     # -- checkpoints -------------------------------------------------------------------------
 
     def save_checkpoint(self, size: int, root: bytes, at: str, data: bytes) -> None:
-        """Store a signed checkpoint (idempotent for the same size and root).
+        """Store a signed checkpoint (idempotent for the same size and root, also when
+        another process stores one of that size at the same moment: the first stored is
+        kept).
 
         Raises StoreError when another root is stored for that size.
         """
         existing = self.checkpoint(size)
-        if existing is not None:
-            if existing.root != root:
-                raise StoreError(f"a different checkpoint is stored for size {size}")
-            return
-        try:
-            with self.engine.begin() as connection:
-                connection.execute(
-                    insert(_CHECKPOINTS).values(size=size, root=root, at=at, data=data)
-                )
-        except SQLAlchemyError as exc:
-            raise StoreError(f"cannot store checkpoint {size}: {db_reason(exc)}") from exc
+        if existing is None:
+            try:
+                with self.engine.begin() as connection:
+                    connection.execute(
+                        insert(_CHECKPOINTS).values(size=size, root=root, at=at, data=data)
+                    )
+                return
+            except IntegrityError as exc:  # another process stored this size since the read
+                existing = self.checkpoint(size)
+                if existing is None:
+                    raise StoreError(f"cannot store checkpoint {size}: {db_reason(exc)}") from exc
+            except SQLAlchemyError as exc:
+                raise StoreError(f"cannot store checkpoint {size}: {db_reason(exc)}") from exc
+        if existing.root != root:
+            raise StoreError(f"a different checkpoint is stored for size {size}")
 
     def checkpoint(self, size: int) -> StoredCheckpoint | None:
         with self._read() as connection:
