@@ -23,6 +23,7 @@ clock, keeps the secret seed and the attempt history in one small SQL table
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -466,6 +467,23 @@ class ExamResult:
     grades: tuple[Grade, ...]
 
 
+GRADE_RECHECKS = 3
+"""How often an exam's answers are graded again when one was logged while they were graded."""
+
+
+@dataclass(frozen=True)
+class _Graded:
+    """What grading an exam's logged answers came to, before it is logged."""
+
+    plan: ExamPlan
+    seed: bytes
+    item_count: int
+    grades: tuple[Grade, ...]
+    answer_indices: list[int]
+    passed: bool
+    sandbox: str | None
+
+
 class ExamService:
     """Runs exams against the ledger; the clock (default: the ledger's, so deadlines are
     checked against the times the answers are logged with) and the randomness are passed in.
@@ -564,12 +582,44 @@ class ExamService:
         index, _ = self.ledger.append(agent, ANSWERED, subject=exam_id, body=body)
         return index
 
-    def grade(self, exam_id: str) -> ExamResult:
+    def grade(
+        self,
+        exam_id: str,
+        *,
+        lock: contextlib.AbstractContextManager[Any] | None = None,
+        then: Callable[[ExamResult], None] | None = None,
+    ) -> ExamResult:
         """Grade the logged answers, reveal the seed and log `exam.graded`.
 
-        Raises ExamError when the exam is unknown or already graded or an item cannot be
-        graded; and what `Ledger.append` raises.
+        `lock` (the service's write lock) is held only to log the grades and run `then` (the
+        onboarding issues the credential there): the answers, which a `python` exam runs as
+        strangers' code in the box, are graded before it is taken, and their grades are
+        logged under it only when the exam is still ungraded and no answer was logged
+        meanwhile (else they are graded again, at most `GRADE_RECHECKS` times).
+
+        Raises ExamError when the exam is unknown or already graded, an item cannot be graded
+        or the exam's answers kept changing while they were graded; and what `Ledger.append`
+        and `then` raise.
         """
+        held = contextlib.nullcontext() if lock is None else lock
+        for _ in range(GRADE_RECHECKS):
+            graded = self._graded(exam_id)  # strangers' code, for python answers: unlocked
+            with held:
+                if self._attempt(exam_id).graded:
+                    raise ExamError(f"exam {exam_id} is already graded")
+                answers = read_answers(self.ledger.store, graded.plan)
+                if sorted(logged.index for logged in answers.values()) != graded.answer_indices:
+                    continue  # an answer was logged while they were graded: grade them again
+                result = self._log_graded(graded)
+                if then is not None:
+                    then(result)
+                return result
+        raise ExamError(f"exam {exam_id}'s answers kept changing while they were graded; ask again")
+
+    def _graded(self, exam_id: str) -> _Graded:
+        """The grades of the answers logged now (no lock is needed: the log is only read).
+        Raises ExamError when the exam is unknown or already graded or an item cannot be
+        graded."""
         row = self._attempt(exam_id)
         if row.graded:
             raise ExamError(f"exam {exam_id} is already graded")
@@ -580,34 +630,48 @@ class ExamService:
         items = exam_items(capability, plan, seed)
         answers = read_answers(store, plan)
         grades = grade_answers(capability, plan, items, answers)
-        earned, possible = score(grades)
-        passed = passes(capability, earned, possible)
+        sandbox = check_box() if runs_code(capability) else None  # the mode they ran in
+        return _Graded(
+            plan=plan,
+            seed=seed,
+            item_count=len(items),
+            grades=tuple(grades),
+            answer_indices=sorted(logged.index for logged in answers.values()),
+            passed=passes(capability, *score(grades)),
+            sandbox=sandbox,
+        )
+
+    def _log_graded(self, graded: _Graded) -> ExamResult:
+        """Log `exam.graded` for `graded` and mark the attempt graded (the caller holds the
+        write lock). Raises what `Ledger.append` raises."""
+        plan = graded.plan
+        earned, possible = score(list(graded.grades))
         body: dict[str, JSONValue] = {
-            "exam_id": exam_id,
+            "exam_id": plan.exam_id,
             "agent": plan.agent_did,
             "capability": plan.capability,
-            "seed": seed.hex(),
-            "grades": [grade_json(grade) for grade in grades],
-            "answer_indices": sorted(logged.index for logged in answers.values()),
+            "seed": graded.seed.hex(),
+            "grades": [grade_json(grade) for grade in graded.grades],
+            "answer_indices": list(graded.answer_indices),
             "earned": earned,
             "possible": possible,
-            "passed": passed,
+            "passed": graded.passed,
         }
-        if runs_code(capability):
-            body["sandbox"] = check_box()  # the mode the answers ran in
-        index, _ = self.ledger.append(self.ledger.operator, GRADED, subject=exam_id, body=body)
-        self._mark_graded(exam_id)
+        if graded.sandbox is not None:
+            body["sandbox"] = graded.sandbox
+        index, _ = self.ledger.append(self.ledger.operator, GRADED, subject=plan.exam_id, body=body)
+        self._mark_graded(plan.exam_id)
         return ExamResult(
-            exam_id=exam_id,
+            exam_id=plan.exam_id,
             agent_did=plan.agent_did,
             capability=plan.capability,
             earned=earned,
             possible=possible,
-            passed=passed,
-            item_count=len(items),
+            passed=graded.passed,
+            item_count=graded.item_count,
             seed_commitment=plan.commitment,
             graded_index=index,
-            grades=tuple(grades),
+            grades=graded.grades,
         )
 
     # -- entries the agent signed itself --

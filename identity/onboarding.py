@@ -19,6 +19,7 @@ the parts that each live in their own module and answers for them:
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -218,14 +219,26 @@ class Onboarding:
             outcomes.append(self.grade_and_issue(session.exam_id, answer_failures=failures))
         return outcomes
 
-    def grade_and_issue(self, exam_id: str, *, answer_failures: int = 0) -> CapabilityOutcome:
+    def grade_and_issue(
+        self,
+        exam_id: str,
+        *,
+        answer_failures: int = 0,
+        lock: AbstractContextManager[Any] | None = None,
+    ) -> CapabilityOutcome:
         """Grade an exam whose answers were logged (by the agent itself, or by `onboard`, which
         counts the items its runtime could not answer) and, on a pass, issue the credential.
-        Raises what `ExamService.grade` and `CredentialIssuer.issue` raise."""
-        result = self.exams.grade(exam_id)
-        credential_id, path = (None, None)
-        if result.passed:
-            credential_id, path = self.issuer.issue(result)
+        `lock` (the service's write lock) is held only to log the grades and issue, never
+        while the answers are graded (`ExamService.grade`). Raises what `ExamService.grade`
+        and `CredentialIssuer.issue` raise."""
+        issued: list[tuple[str, Path]] = []
+
+        def issue(result: ExamResult) -> None:
+            if result.passed:
+                issued.append(self.issuer.issue(result))
+
+        result = self.exams.grade(exam_id, lock=lock, then=issue)
+        credential_id, path = issued[0] if issued else (None, None)
         return CapabilityOutcome(result, credential_id, path, answer_failures)
 
     # -- credentials: identity.issuance and identity.status_lists --

@@ -94,7 +94,8 @@ def sign_checkpoint(signer: Signer, checkpoint: Checkpoint) -> SignedCheckpoint:
 
 
 def take_checkpoint(store: LogStore, operator: Signer, now: datetime) -> SignedCheckpoint:
-    """A signed checkpoint of `store` at its current size, stored; reused if one exists.
+    """A signed checkpoint of `store` at its current size, stored; reused if one exists
+    (also one another process stored while this one signed: every process hands out the same).
 
     Raises StoreError when the database fails.
     """
@@ -105,4 +106,5 @@ def take_checkpoint(store: LogStore, operator: Signer, now: datetime) -> SignedC
     checkpoint = Checkpoint(store.log_id, size, store.root(size), format_time(now))
     signed = sign_checkpoint(operator, checkpoint)
     store.save_checkpoint(size, checkpoint.root, checkpoint.at, signed.data)
-    return signed
+    stored = store.checkpoint(size)  # another process's, when it stored one first
+    return signed if stored is None else SignedCheckpoint.from_bytes(stored.data)

@@ -236,6 +236,8 @@ def make_engine(db_url: str) -> Engine:
 
             @event.listens_for(engine, "begin")
             def _sqlite_begin(connection: Any) -> None:
+                if connection.get_execution_options().get(_STATEMENTS_ALONE):
+                    return  # `statement_connection`: each statement its own transaction
                 connection.exec_driver_sql("BEGIN IMMEDIATE")
 
             return engine
@@ -289,16 +291,23 @@ def _ping_after_idle(engine: Engine) -> None:
             raise DisconnectionError(f"the pooled connection is gone: {exc}") from exc
 
 
+_STATEMENTS_ALONE = "accord_statements_alone"
+"""The execution option that marks a `statement_connection` on SQLite: no BEGIN is sent."""
+
+
 def statement_connection(engine: Engine) -> Connection:
     """A connection for work that needs no transaction of its own: one statement, or reads
-    that need not see one snapshot. On PostgreSQL it runs in autocommit, sparing the BEGIN and
-    COMMIT round trips (at PostgreSQL's READ COMMITTED every statement sees a snapshot of its
-    own either way; a single INSERT is atomic by itself). On SQLite it is a plain connection
-    (its `BEGIN IMMEDIATE` keeps writers in line). Raises SQLAlchemyError."""
+    that need not see one snapshot. Every statement is a transaction of its own: on PostgreSQL
+    it runs in autocommit, sparing the BEGIN and COMMIT round trips (at PostgreSQL's READ
+    COMMITTED every statement sees a snapshot of its own either way; a single INSERT is atomic
+    by itself). On SQLite no BEGIN is sent either, so a read takes a WAL snapshot and never
+    waits for a writer: the `BEGIN IMMEDIATE` of other connections, which keeps writers in
+    line, would make every read queue behind every write and its fsync. Raises
+    SQLAlchemyError."""
     connection = engine.connect()
     if engine.dialect.name == "postgresql":
         return connection.execution_options(isolation_level="AUTOCOMMIT")
-    return connection
+    return connection.execution_options(**{_STATEMENTS_ALONE: True})
 
 
 def driver_mark(bind: Engine | Connection) -> str:
@@ -1125,22 +1134,28 @@ class LogStore:
     # -- checkpoints -------------------------------------------------------------------------
 
     def save_checkpoint(self, size: int, root: bytes, at: str, data: bytes) -> None:
-        """Store a signed checkpoint (idempotent for the same size and root).
+        """Store a signed checkpoint (idempotent for the same size and root, also when
+        another process stores one of that size at the same moment: the first stored is
+        kept).
 
         Raises StoreError when another root is stored for that size.
         """
         existing = self.checkpoint(size)
-        if existing is not None:
-            if existing.root != root:
-                raise StoreError(f"a different checkpoint is stored for size {size}")
-            return
-        try:
-            with self.engine.begin() as connection:
-                connection.execute(
-                    insert(_CHECKPOINTS).values(size=size, root=root, at=at, data=data)
-                )
-        except SQLAlchemyError as exc:
-            raise StoreError(f"cannot store checkpoint {size}: {db_reason(exc)}") from exc
+        if existing is None:
+            try:
+                with self.engine.begin() as connection:
+                    connection.execute(
+                        insert(_CHECKPOINTS).values(size=size, root=root, at=at, data=data)
+                    )
+                return
+            except IntegrityError as exc:  # another process stored this size since the read
+                existing = self.checkpoint(size)
+                if existing is None:
+                    raise StoreError(f"cannot store checkpoint {size}: {db_reason(exc)}") from exc
+            except SQLAlchemyError as exc:
+                raise StoreError(f"cannot store checkpoint {size}: {db_reason(exc)}") from exc
+        if existing.root != root:
+            raise StoreError(f"a different checkpoint is stored for size {size}")
 
     def checkpoint(self, size: int) -> StoredCheckpoint | None:
         with self._read() as connection:

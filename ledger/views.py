@@ -178,13 +178,16 @@ def record_applied_all(connection: Any, names: Sequence[str], count: int) -> Non
 @contextmanager
 def reading(store: LogStore, name: str, *after: str) -> Iterator[Any]:
     """A connection to query the attached view `name` (and the views `after` it reads), all
-    brought level with the log first.
+    brought level with the log first: a `statement_connection`, whose reads never wait for a
+    writer (each statement sees the views as they are when it runs).
 
     Raises StoreError when the database cannot be read.
     """
+    from accord.ledger.store import statement_connection  # store imports this module
+
     store.refresh_view(name, *after)
     try:
-        with store.engine.connect() as connection:
+        with statement_connection(store.engine) as connection:
             yield connection
     except SQLAlchemyError as exc:
         raise StoreError(f"cannot read the {name} view: {exc}") from exc

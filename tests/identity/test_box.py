@@ -14,6 +14,7 @@ import secrets
 import shutil
 import subprocess
 import sys
+import sysconfig
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -168,6 +169,97 @@ def test_a_thread_bomb_gets_one_thread_whoever_runs_the_box() -> None:
     run = run_function_cases(source, "check", [[]], LIMITS)
     assert run.failure is None, run.failure
     assert run.results[0].value == [0, 1]
+    assert survivors(marker) == []
+
+
+NOBODY = 65534
+AS_NOBODY = """
+import json, site, sys
+site.addsitedir(sys.argv[1])
+from accord.identity.challenges.sandbox import SandboxLimits, run_function_cases
+limits = SandboxLimits(cpu_seconds=1, wall_seconds=20.0)
+run = run_function_cases(sys.argv[2], "check", [[]], limits)
+print(json.dumps({"failure": run.failure, "values": [r.value for r in run.results]}))
+"""
+
+
+def thread_bomb(marker: str) -> str:
+    return (
+        "import threading, time\n"
+        "def check():\n"
+        "    started = 0\n"
+        "    for _ in range(5000):\n"
+        "        try:\n"
+        f"            threading.Thread(target=time.sleep, args=(60,), name='{marker}').start()\n"
+        "            started += 1\n"
+        "        except RuntimeError:\n"
+        "            pass\n"
+        "    return [started, threading.active_count()]\n"
+    )
+
+
+def as_nobody(setpriv: str, interpreter: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """`interpreter` run by uid and gid 65534 with no other groups, in a bare environment."""
+    return subprocess.run(
+        [setpriv, f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", interpreter, *args],
+        capture_output=True,
+        text=True,
+        cwd="/",
+        env={"HOME": "/tmp", "PATH": "/usr/bin:/bin", "ACCORD_SANDBOX": "bwrap"},
+        timeout=120,
+    )
+
+
+def nobodys_interpreter(setpriv: str) -> str | None:
+    """An interpreter of this Python's version that uid 65534 can run, whose binary and
+    standard library it can read (the box binds them) and that finds accord (this one, or the
+    system's of the same version), or None."""
+    version = f"{sys.version_info.major}.{sys.version_info.minor}"
+    site_dir = sysconfig.get_paths()["purelib"]
+    probe = (
+        "import site, sys; site.addsitedir(sys.argv[1]); "
+        "from accord.identity.challenges.sandbox import interpreter_view; "
+        "interpreter_view(); print(sys.version)"
+    )
+    for candidate in (
+        sys.executable,
+        f"/usr/bin/python{version}",
+        f"/usr/local/bin/python{version}",
+    ):
+        if not os.path.exists(candidate):
+            continue
+        found = as_nobody(setpriv, candidate, "-s", "-c", probe, site_dir)
+        if found.returncode == 0 and found.stdout.startswith(version):
+            return candidate
+    return None
+
+
+def test_a_thread_bomb_gets_one_thread_as_an_unprivileged_user() -> None:
+    """The same bomb, with the box made by an unprivileged user (uid 65534), whom
+    RLIMIT_NPROC binds: the filter lets no thread start either. When the tests run as root,
+    the box is made in a child process run as uid 65534 (setpriv), with an interpreter that
+    user can run; when they run as a user, here (the test above is then that case too)."""
+    marker = f"accord-thread-{secrets.token_hex(6)}"
+    if os.geteuid() != 0:
+        run = run_function_cases(thread_bomb(marker), "check", [[]], LIMITS)
+        assert run.failure is None, run.failure
+        assert run.results[0].value == [0, 1]
+        assert survivors(marker) == []
+        return
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        pytest.skip("setpriv (util-linux) is not installed: the box cannot be made as uid 65534")
+    interpreter = nobodys_interpreter(setpriv)
+    if interpreter is None:
+        pytest.skip(
+            f"no Python {sys.version_info.major}.{sys.version_info.minor} that uid 65534 can "
+            f"run finds accord here ({sys.executable} is not readable by that user)"
+        )
+    site_dir = sysconfig.get_paths()["purelib"]
+    done = as_nobody(setpriv, interpreter, "-s", "-c", AS_NOBODY, site_dir, thread_bomb(marker))
+    assert done.returncode == 0, done.stderr[-2000:]
+    answer = json.loads(done.stdout.strip().splitlines()[-1])
+    assert answer == {"failure": None, "values": [[0, 1]]}
     assert survivors(marker) == []
 
 

@@ -196,3 +196,97 @@ def test_two_processes_issuing_at_once_take_different_status_indexes(
     document = json.loads(outcome.credential_path.read_text())
     assert document["credentialStatus"]["statusListIndex"] == "1"
     first.verify(document, holder_did=ada.did)
+
+
+def _python_exam_answered(onboarding: Onboarding, name: str, items: int) -> tuple[Any, str]:
+    """A hosted agent registered, its python exam started and every item answered (by the
+    reference runtime); returns the agent and the exam's id."""
+    agent = onboarding.registry.new_agent(name, now=NOW)
+    onboarding.register(agent)
+    signer = onboarding.registry.signer(agent)
+    session = onboarding.exams.start(agent.did, "python", items)
+    runtime = onboarding.registry.runtime(agent)
+    for item in session.items:
+        answer = runtime.answer(item)
+        onboarding.exams.answer(signer, session.exam_id, str(item["item_id"]), answer)
+    return agent, session.exam_id
+
+
+def test_python_answers_are_graded_without_the_write_lock(
+    onboarding: Onboarding, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Grading a python exam runs the agent's code in the box: the service's write lock is
+    free meanwhile, so another write (another agent's registration) and a read go on while an
+    answer is in the box; the lock is taken only to log the grades and issue the credential.
+    The box run waits until the test has done both, so nothing races the wall clock: were
+    the lock held while grading, taking it here would fail after 60 s."""
+    import threading
+
+    from accord.identity.challenges import python_tasks
+
+    _agent, exam_id = _python_exam_answered(onboarding, "slowcoder", 1)
+    other = onboarding.registry.new_agent("other", now=NOW)
+    lock = threading.RLock()
+    in_the_box, go_on = threading.Event(), threading.Event()
+    real_run = python_tasks.run_function_cases
+
+    def run_when_told(*args: Any, **kwargs: Any) -> Any:
+        in_the_box.set()
+        assert go_on.wait(60), "the test never let the box run"
+        return real_run(*args, **kwargs)
+
+    monkeypatch.setattr(python_tasks, "run_function_cases", run_when_told)
+    outcomes: list[Any] = []
+    grading = threading.Thread(
+        target=lambda: outcomes.append(onboarding.grade_and_issue(exam_id, lock=lock))
+    )
+    grading.start()
+    try:
+        assert in_the_box.wait(60), "the answer never reached the box"
+        taken = lock.acquire(timeout=60)
+        try:
+            assert taken, "the write lock was held while an answer ran in the box"
+            registered = onboarding.register(other)  # another write, under the lock
+            assert onboarding.ledger.store.entry(registered).index == registered  # a read
+        finally:
+            if taken:
+                lock.release()
+    finally:
+        go_on.set()
+        grading.join(60)
+    (outcome,) = outcomes
+    assert outcome.exam.passed and outcome.credential_id is not None
+
+
+def test_an_answer_logged_while_the_others_are_graded_is_graded_too(
+    onboarding: Onboarding, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The grades are logged only for the answers logged when the lock is taken: one logged
+    while the others ran in the box makes them all graded again, with it."""
+    from accord.identity.challenges import python_tasks
+
+    agent = onboarding.registry.new_agent("latecoder", now=NOW)
+    onboarding.register(agent)
+    signer = onboarding.registry.signer(agent)
+    session = onboarding.exams.start(agent.did, "python", 2)
+    runtime = onboarding.registry.runtime(agent)
+    first, second = session.items
+    onboarding.exams.answer(signer, session.exam_id, str(first["item_id"]), runtime.answer(first))
+    real_run = python_tasks.run_function_cases
+    late: list[int] = []
+
+    def run_and_answer_late(*args: Any, **kwargs: Any) -> Any:
+        if not late:  # the second answer arrives while the first is in the box
+            late.append(
+                onboarding.exams.answer(
+                    signer, session.exam_id, str(second["item_id"]), runtime.answer(second)
+                )
+            )
+        return real_run(*args, **kwargs)
+
+    monkeypatch.setattr(python_tasks, "run_function_cases", run_and_answer_late)
+    outcome = onboarding.grade_and_issue(session.exam_id)
+    assert outcome.exam.passed and outcome.exam.earned == outcome.exam.possible
+    graded = onboarding.ledger.store.find(kind="exam.graded", subject=session.exam_id)
+    (entry,) = graded
+    assert late[0] in Entry.from_bytes(entry.data).event.body["answer_indices"]

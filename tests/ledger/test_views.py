@@ -271,3 +271,41 @@ def test_a_view_stored_by_another_version_is_made_anew_from_the_log(
         rows = connection.execute(select(NEXT_KINDS_TABLE)).all()
     assert {row.kind: (row.entries, row.last_index) for row in rows} == expected(again)
     assert sum(row.entries for row in rows) == 9
+
+
+def test_reads_never_wait_for_a_writer_that_holds_the_database(
+    open_store: Callable[..., LogStore], maker: EntryMaker
+) -> None:
+    """A writer holds its transaction open (on SQLite: BEGIN IMMEDIATE, the database's write
+    lock, held for as long as an append and its fsync take); the store's reads and a view's
+    read answer meanwhile, from what was committed, instead of queueing behind it (they did,
+    on SQLite: every read sent BEGIN IMMEDIATE too, so reads waited for each write in turn).
+    The bound is the writer's hold, not the wall clock: the writer lets go only once the
+    reads have answered, or after 60 s, when the test fails."""
+    store = open_store()
+    store.attach(KindCounts())
+    append_signed(store, maker, 5)
+    answered = threading.Event()
+    seen: list[Any] = []
+
+    def read() -> None:
+        seen.append(
+            (
+                store.size(),
+                store.entry(4).index,
+                len(store.find(limit=10)),
+                store.last_seq(maker.signers[0].did) is not None,
+                counted(store) == expected(store),
+            )
+        )
+        answered.set()
+
+    with store.engine.begin() as writer:  # the writer's transaction: it holds the database
+        writer.execute(update(KINDS_TABLE).values(entries=999))  # uncommitted, never seen
+        reader = threading.Thread(target=read, daemon=True)
+        reader.start()
+        waited = answered.wait(60)
+        writer.rollback()
+    reader.join(60)
+    assert waited, "a read waited for the writer's transaction"
+    assert seen == [(5, 4, 5, True, True)]
