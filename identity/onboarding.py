@@ -14,6 +14,7 @@ the parts that each live in their own module and answers for them:
     identity.issuance         credentials issued, stored, revoked and verified
     identity.status_lists     the revocation status list, published under every URL used
     identity.remote_signing   who signs for a team member (a key file or the agent itself)
+    identity.skill_registry   skills declared on the log (`skill.declared`) and the shipped ones
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from accord.identity.payout_accounts import PAYOUT_BOUND_KIND, PayoutAccounts
 from accord.identity.registration import REGISTERED_KIND, REGISTRATION_CHALLENGE_TTL, Registration
 from accord.identity.remote_signing import EndpointSigner, member_signer
 from accord.identity.runtimes import AgentRuntime
+from accord.identity.skill_registry import SkillRegistry
 from accord.identity.status_lists import STATUS_LIST_PATH, StatusLists, status_list_url
 from accord.ledger.events import Entry
 from accord.ledger.service import Ledger
@@ -114,6 +116,7 @@ class Onboarding:
         self.payouts = PayoutAccounts(ledger, registry)
         self.domain = self.registration.domain
         self.nonces = self.registration.nonces
+        self.skills = SkillRegistry(ledger, self._has_registered)
 
     @property
     def operator_did(self) -> str:
@@ -125,6 +128,10 @@ class Onboarding:
         return self.status_lists.url
 
     # -- registration (DID-auth): identity.registration --
+
+    def _has_registered(self, did: str) -> bool:
+        """Whether `did` has an `agent.registered` entry of its own."""
+        return bool(self.ledger.store.find(kind=REGISTERED_KIND, actor=did, limit=1))
 
     def registration_index(self, agent: AgentRecord) -> int | None:
         """See `Registration.registration_index`."""

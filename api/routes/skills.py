@@ -1,0 +1,94 @@
+"""Skills: manifests named by their hash, declared by any registered DID (`accord.identity.
+skill_registry`).
+
+    GET  /skills                the shipped skills, then the declared ones in log order
+                                (`after`: the last entry index of the page before)
+    GET  /skills/{id}           one skill by id (a shipped one by its old name too), manifest in full
+    POST /skills                declare: `{"entry": <the caller's own signed skill.declared>}`,
+                                or `{"manifest": ...}` from a caller whose key the service holds
+                                (the operator, a hosted agent). The gates run in the box first; a
+                                refusal is problem+json naming the rule (`path`) or gate (`reason`)
+
+To sign its own entry a client takes its seq from `GET /agents/{did}/next-seq` and signs
+`{kind: "skill.declared", subject: <skill id>, body: {"skill_id", "manifest"}}`, the skill id
+being the hex SHA-256 of the manifest's RFC 8785 bytes.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Query
+from pydantic import BaseModel
+
+from accord.api.problems import ProblemError
+from accord.api.routes.deps import Caller, Context, State, throttle_reads
+from accord.api.routes.remote import SignedEntry, parse_entry
+from accord.identity.errors import KeyStoreError, RegistryError
+from accord.identity.skill_registry import MAX_PAGE, DeclaredSkill
+from accord.identity.skill_exams import GateReport
+from accord.ledger.signing import Signer
+from accord.market.wiring import MarketContext
+
+reads = APIRouter(dependencies=[Depends(throttle_reads)])
+writes = APIRouter()
+
+
+class Declaration(BaseModel):
+    """Either the caller's own signed entry, or the manifest for the service to sign."""
+
+    entry: SignedEntry | None = None
+    manifest: dict[str, Any] | None = None
+
+
+@reads.get("/skills", tags=["skills"], summary="Skills: shipped, then declared in log order")
+def list_skills(
+    context: Context,
+    after: Annotated[int, Query(ge=-1, description="The last declaration index seen")] = -1,
+    limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = MAX_PAGE,
+) -> list[dict[str, Any]]:
+    skills = context.onboarding.skills.page(after=after, limit=limit)
+    return [skill.summary() for skill in skills]
+
+
+@reads.get("/skills/{skill}", tags=["skills"], summary="One skill and its whole manifest")
+def show_skill(skill: str, context: Context) -> dict[str, Any]:
+    return context.onboarding.skills.get(skill).to_json()
+
+
+def _held_signer(context: MarketContext, caller: str) -> Signer:
+    """The key the service holds for `caller` (403 when it holds none)."""
+    operator = context.market.ledger.operator
+    if caller == operator.did:
+        return operator
+    try:
+        return context.onboarding.registry.signer(context.onboarding.registry.get(caller))
+    except (RegistryError, KeyStoreError) as exc:
+        raise ProblemError(
+            403,
+            f"the service holds no key for {caller}: send your own signed skill.declared "
+            "entry as {\"entry\": ...}",
+        ) from exc
+
+
+def _declared(skill: DeclaredSkill, report: GateReport) -> dict[str, Any]:
+    return {**skill.summary(), "gates": report.to_json()}
+
+
+@writes.post(
+    "/skills",
+    tags=["skills"],
+    summary="Declare a skill: its manifest passes the rules and the gates, then is logged",
+    status_code=201,
+)
+def declare_skill(
+    body: Declaration, caller: Caller, context: Context, state: State
+) -> dict[str, Any]:
+    if (body.entry is None) == (body.manifest is None):
+        raise ProblemError(422, 'send exactly one of {"entry": ...} and {"manifest": ...}')
+    skills = context.onboarding.skills
+    if body.entry is not None:
+        entry = parse_entry(body.entry, caller)
+        return _declared(*skills.declare_signed(entry, lock=state.write_lock))
+    signer = _held_signer(context, caller)
+    return _declared(*skills.declare(signer, body.manifest, lock=state.write_lock))
