@@ -67,11 +67,18 @@ from accord.coordinator.errors import CoordinatorError, IllegalMove
 from accord.coordinator.service import assemble
 from accord.identity.challenges.registry import get_capability
 from accord.identity.credentials import REVOCATION_EVENT_KIND, VerifiedCredential, verify_credential
-from accord.identity.errors import BindingError, ExamError, IdentityError, SandboxUnavailable
+from accord.identity.errors import (
+    BindingError,
+    ExamError,
+    IdentityError,
+    SandboxUnavailable,
+    SkillError,
+)
 from accord.identity.exams import ANSWERED, COMMITTED, GRADED, regrade_from_events
 from accord.identity.onboarding import ISSUED_EVENT_KIND, PAYOUT_BOUND_KIND
 from accord.identity.payout import verify_binding
 from accord.identity.registration import HOSTED, REGISTERED_KIND, Custody, custody_of
+from accord.identity.skill_registry import SKILL_DECLARED_KIND, replay_declarations
 from accord.ledger import merkle
 from accord.ledger.chain import AnchorChain
 from accord.ledger.checkpoint import SignedCheckpoint
@@ -828,9 +835,11 @@ def _credentials(scope: _Scope) -> str:
                     ) from exc
                 regraded.add(exam_id)
     bidders, exams = len(scope.bidders), len(regraded)
+    declared = _skill_declarations(scope)
     summary = (
         f"{bidders} bidder{'s' * (bidders != 1)} credentialed when they bid; "
-        f"{exams} exam{'s' * (exams != 1)} re-grade{'s' * (exams == 1)}"
+        f"{exams} exam{'s' * (exams != 1)} re-grade{'s' * (exams == 1)}; "
+        f"{declared} skill declaration{'s' * (declared != 1)} replay{'s' * (declared == 1)}"
     )
     if unboxed:
         raise AuditUnchecked(
@@ -838,6 +847,25 @@ def _credentials(scope: _Scope) -> str:
             f"{', '.join(sorted(unboxed))} ({next(iter(unboxed.values()))})"
         )
     return summary
+
+
+def _skill_declarations(scope: _Scope) -> int:
+    """Replay every `skill.declared` entry of the log (`replay_declarations`): each names the
+    hash of the manifest it carries, its declarer had registered first, and no one supersedes
+    another's skill. Returns how many there are; raises AuditFailure at the first that fails."""
+    registered_at: dict[str, int] = {}
+    declarations: list[tuple[int, Event]] = []
+    for index in sorted(scope.log):
+        event = scope.log[index].event
+        if event.kind == REGISTERED_KIND and event.actor == event.subject:
+            registered_at.setdefault(event.actor, index)
+        elif event.kind == SKILL_DECLARED_KIND:
+            declarations.append((index, event))
+    try:
+        replay_declarations(declarations, operator=scope.operator, registered_at=registered_at)
+    except SkillError as exc:
+        raise AuditFailure(str(exc), _entry_named(str(exc))) from exc
+    return len(declarations)
 
 
 def _held_at(

@@ -143,7 +143,7 @@ def replay_declarations(
                 raise SkillError(f"{event.actor} had not registered before declaring")
             check_declaration(manifest, event.actor, known, operator=operator)
         except SkillError as exc:
-            raise SkillError(f"entry {index} (skill.declared): {exc}") from exc
+            raise SkillError(f"entry {index}: a skill.declared that does not replay: {exc}") from exc
         known[manifest.skill_id] = DeclaredSkill(manifest, event.actor, index, event.at)
     return known
 
