@@ -20,6 +20,7 @@ from accord.api import output
 from accord.api.audit_cli import audit
 from accord.api.coordinator_cli import conversation_app
 from accord.api.identity_cli import agent_app, capability_app, credential_app
+from accord.api.skill_cli import skill_app
 from accord.api.keys_cli import devnet_fund, key_app
 from accord.api.market_cli import bid_app, task_app
 from accord.api.output import JsonFlag, emit, fail, plural, say
@@ -53,6 +54,7 @@ devnet_app.command("fund")(devnet_fund)
 app.add_typer(key_app, name="key")
 app.add_typer(ledger_app, name="ledger")
 app.add_typer(capability_app, name="capability")
+app.add_typer(skill_app, name="skill")
 app.add_typer(agent_app, name="agent")
 app.add_typer(credential_app, name="credential")
 app.add_typer(task_app, name="task")

@@ -1,0 +1,112 @@
+"""`accord skill declare|list|show`: skill manifests in this home's log
+(`accord.identity.skill_registry`).
+
+`declare` takes a manifest file (JSON) or a skill folder (`skill.json` with its code files,
+`accord.identity.skill_folders`), checks the manifest rules, runs its validity gates in the box
+and logs its `skill.declared` entry, signed by the operator or, with `--as`, by a hosted agent
+of this home (a self-custody agent declares through the API, `POST /skills`, with its own
+entry). Exit status 0 success, 1 a refusal the message explains, 2 bad input (a broken rule or
+a failed gate: nothing is logged).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from accord.api.identity_cli import _errors, _onboarding
+from accord.api.output import JsonFlag, emit, fail, say
+from accord.identity.errors import GateFailed, ManifestError
+from accord.identity.skill_folders import MANIFEST_FILE, folder_document
+
+skill_app = typer.Typer(help="Skills: manifests named by their hash.", no_args_is_help=True)
+
+
+def _document(path: Path) -> Any:
+    """The manifest at `path`: a folder's (inlined), or a JSON file's. Exits 2 when unreadable."""
+    try:
+        if path.is_dir():
+            return folder_document(path)
+        return json.loads(path.read_text(encoding="utf-8"))
+    except ManifestError as exc:
+        fail(str(exc), code=2)
+    except (OSError, ValueError) as exc:
+        fail(f"cannot read a manifest from {path}: {exc}", code=2)
+
+
+@skill_app.command("declare")
+def skill_declare(
+    path: Annotated[
+        Path, typer.Argument(help=f"A manifest (JSON) or a skill folder holding {MANIFEST_FILE}.")
+    ],
+    as_agent: Annotated[
+        str | None, typer.Option("--as", help="Declare as this hosted agent (default: operator).")
+    ] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Check a manifest, run its validity gates in the box, and log its declaration."""
+    document = _document(path)
+    onboarding = _onboarding()
+    with _errors():
+        signer = (
+            onboarding.ledger.operator
+            if as_agent is None
+            else onboarding.registry.signer(onboarding.registry.get(as_agent))
+        )
+        try:
+            skill, report = onboarding.skills.declare(signer, document)
+        except (ManifestError, GateFailed) as exc:
+            fail(f"refused: {exc}", code=2)
+    if as_json:
+        emit({**skill.summary(), "gates": report.to_json()})
+        return
+    say(f"[green]✓[/] declared {skill.manifest.name} {skill.manifest.version}: {skill.manifest.skill_id}")
+    say(f"  gates passed: {', '.join(report.gates)} (oracle {report.oracle_earned}/{report.items})")
+
+
+@skill_app.command("list")
+def skill_list(as_json: JsonFlag = False) -> None:
+    """The shipped skills, then the declared ones in the order they were declared."""
+    onboarding = _onboarding(read=True)
+    with _errors():
+        skills = onboarding.skills.page()
+    rows = [skill.summary() for skill in skills]
+    if as_json:
+        emit(rows)
+        return
+    from rich.table import Table
+
+    table = Table(title="skills", title_justify="left")
+    for column in ("name", "version", "id", "declarer", "exam"):
+        table.add_column(column, overflow="fold")
+    for row in rows:
+        declarer = "shipped" if row["shipped"] else str(row["declarer"])
+        exam = f"{row['exam']['kind']}, {row['exam']['items']} items, {row['exam']['threshold']}"
+        table.add_row(row["name"], row["version"], row["id"], declarer, exam)
+    say(table)
+
+
+@skill_app.command("show")
+def skill_show(
+    skill: Annotated[str, typer.Argument(help="A skill id (a shipped skill: its name too).")],
+    as_json: JsonFlag = False,
+) -> None:
+    """One skill and its whole manifest."""
+    onboarding = _onboarding(read=True)
+    with _errors():
+        found = onboarding.skills.get(skill)
+    if as_json:
+        emit(found.to_json())
+        return
+    summary = found.summary()
+    say(f"[bold]{summary['name']}[/] {summary['version']}  {summary['id']}")
+    say(str(summary["description"]), markup=False)
+    say(f"  declared by {'the operator (shipped)' if summary['shipped'] else summary['declarer']}")
+    say(f"  exam: {summary['exam']['kind']}, {summary['exam']['items']} items, pass at "
+        f"{summary['exam']['threshold']}; graders: {', '.join(summary['graders'])}")  # fmt: skip
+    if summary["supersedes"]:
+        say(f"  supersedes {summary['supersedes']}")
+    say(found.manifest.instructions, markup=False)
