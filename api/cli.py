@@ -20,11 +20,11 @@ from accord.api import output
 from accord.api.audit_cli import audit
 from accord.api.coordinator_cli import conversation_app
 from accord.api.identity_cli import agent_app, capability_app, credential_app
-from accord.api.skill_cli import skill_app
 from accord.api.keys_cli import devnet_fund, key_app
 from accord.api.market_cli import bid_app, task_app
 from accord.api.output import JsonFlag, emit, fail, plural, say
 from accord.api.serve_cli import serve
+from accord.api.skill_cli import skill_app
 from accord.ledger.errors import (
     CanonicalizationError,
     ChainError,

@@ -63,7 +63,10 @@ def skill_declare(
     if as_json:
         emit({**skill.summary(), "gates": report.to_json()})
         return
-    say(f"[green]✓[/] declared {skill.manifest.name} {skill.manifest.version}: {skill.manifest.skill_id}")
+    say(
+        f"[green]✓[/] declared {skill.manifest.name} {skill.manifest.version}: "
+        f"{skill.manifest.skill_id}"
+    )
     say(f"  gates passed: {', '.join(report.gates)} (oracle {report.oracle_earned}/{report.items})")
 
 

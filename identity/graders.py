@@ -29,7 +29,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
-from typing import Any
+from typing import Any, cast
 
 from accord.identity.challenges.base import JSON, JSONObject, json_equal
 from accord.identity.challenges.sandbox import SandboxLimits, SandboxMode, run_function_cases
@@ -162,9 +162,7 @@ def _json_match(grader: Mapping[str, Any], case: Case) -> Verdict:
     return CORRECT
 
 
-def grade_pure(
-    grader: Mapping[str, Any], case: Case, output_schema: JSONObject
-) -> Verdict:
+def grade_pure(grader: Mapping[str, Any], case: Case, output_schema: JSONObject) -> Verdict:
     """The verdict of one grader of a pure kind (exact, includes, regex, json_schema,
     json_match) on one case.
 
@@ -243,7 +241,8 @@ def _run_tests(case: Case, tests: list[JSON], mode: SandboxMode | None) -> Verdi
     pairs = [t for t in tests if isinstance(t, list) and len(t) == 2 and isinstance(t[0], list)]
     if len(pairs) != len(tests):
         raise ExamError("each hidden test is [args, want]")
-    run = run_function_cases(source, name, [p[0] for p in pairs], GRADER_LIMITS, mode=mode)
+    arguments = [cast(list[JSON], p[0]) for p in pairs]
+    run = run_function_cases(source, name, arguments, GRADER_LIMITS, mode=mode)
     if run.failure is not None:
         return Verdict(False, run.failure)
     for number, (pair, result) in enumerate(zip(pairs, run.results, strict=True), start=1):
@@ -257,8 +256,10 @@ def _run_tests(case: Case, tests: list[JSON], mode: SandboxMode | None) -> Verdi
 def _model(grader: Mapping[str, Any], case: Case, judge: JudgeSeat | None) -> Verdict:
     if judge is None:
         raise SkillError("a model-graded skill is graded only where a judge is configured")
-    prompt = str(grader["prompt"]).replace("{input}", str(case.input)).replace(
-        "{answer}", str(case.answer)
+    prompt = (
+        str(grader["prompt"])
+        .replace("{input}", str(case.input))
+        .replace("{answer}", str(case.answer))
     )
     choice = judge.ask(prompt)
     scores: Mapping[str, int] = grader["choice_scores"]
@@ -296,5 +297,7 @@ def grade_cases(
             found = [_model(grader, case, judge) for case in cases]
         else:
             found = [grade_pure(grader, case, output_schema) for case in cases]
-        verdicts = [old if not old.passed else new for old, new in zip(verdicts, found, strict=True)]
+        verdicts = [
+            old if not old.passed else new for old, new in zip(verdicts, found, strict=True)
+        ]
     return verdicts

@@ -32,7 +32,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from fractions import Fraction
 from functools import cache
-from typing import Any
+from typing import Any, cast
 
 from jsonschema.exceptions import SchemaError
 
@@ -149,11 +149,11 @@ class SkillManifest:
 
     @property
     def input_schema(self) -> JSONObject:
-        return copy.deepcopy(self.document["input_schema"])  # type: ignore[return-value]
+        return cast(JSONObject, copy.deepcopy(self.document["input_schema"]))
 
     @property
     def output_schema(self) -> JSONObject:
-        return copy.deepcopy(self.document["output_schema"])  # type: ignore[return-value]
+        return cast(JSONObject, copy.deepcopy(self.document["output_schema"]))
 
     def to_json(self) -> JSONObject:
         return copy.deepcopy(self.document)
@@ -213,7 +213,9 @@ def _count(exam: Mapping[str, Any], path: str) -> None:
 def _keys(value: Mapping[str, Any], path: str, allowed: set[str], required: set[str]) -> None:
     unknown = sorted(set(value) - allowed)
     if unknown:
-        raise ManifestError(f"{path}.{unknown[0]}", f"is not a key here (allowed: {sorted(allowed)})")
+        raise ManifestError(
+            f"{path}.{unknown[0]}", f"is not a key here (allowed: {sorted(allowed)})"
+        )
     missing = sorted(required - set(value))
     if missing:
         raise ManifestError(f"{path}.{missing[0]}", "is missing")
@@ -361,11 +363,14 @@ def parse_manifest(document: object) -> SkillManifest:
     if not isinstance(graders, list) or not 1 <= len(graders) <= MAX_GRADERS:
         raise ManifestError("$.graders", f"must list 1 to {MAX_GRADERS} graders")
     kinds = [_grader(g, f"$.graders[{i}]", exam_kind) for i, g in enumerate(graders)]
-    if exam_kind == "generator" and not set(kinds) & (NEEDS_EXPECTED | {"python", "python_tests", "model"}):
+    if exam_kind == "generator" and not set(kinds) & (
+        NEEDS_EXPECTED | {"python", "python_tests", "model"}
+    ):
         raise ManifestError(
             "$.graders",
             "a generated exam needs a grader that compares answers with the oracle's "
-            "(exact, includes, json_match, python, python_tests or model): shape alone measures nothing",
+            "(exact, includes, json_match, python, python_tests or model): shape alone "
+            "measures nothing",
         )
     supersedes = document.get("supersedes")
     if supersedes is not None and (
@@ -433,9 +438,9 @@ def value_at(document: JSON, steps: list[str | int]) -> tuple[bool, JSON]:
     """(found, value) at `steps` of `document` (see `json_path_steps`)."""
     value = document
     for step in steps:
-        if isinstance(step, int) and isinstance(value, list) and 0 <= step < len(value):
+        if isinstance(value, list) and isinstance(step, int) and 0 <= step < len(value):
             value = value[step]
-        elif isinstance(step, str) and isinstance(value, dict) and step in value:
+        elif isinstance(value, dict) and isinstance(step, str) and step in value:
             value = value[step]
         else:
             return False, None

@@ -4,7 +4,8 @@ the validity gates a manifest must pass before it is declared.
 **The seed neither side picks.** Before an attempt the service draws a nonce and publishes its
 commitment H(service nonce); the candidate then sends a nonce of its own; the attempt's seed is
 
-    seed = SHA-256("accord/skill/attempt-seed/v1" ‖ service nonce ‖ candidate nonce ‖ skill id ‖ attempt)
+    seed = SHA-256("accord/skill/attempt-seed/v1" ‖ service nonce ‖ candidate nonce
+                   ‖ skill id ‖ attempt)
 
 (each part length-prefixed). The service cannot steer the items (its nonce is fixed before it
 sees the candidate's) and the candidate cannot (it does not know the service's nonce). After
@@ -144,9 +145,7 @@ def generate_exam(
             raise SkillError(f"generated item {index}'s input breaks the input schema: {problem}")
         problem = _fits(manifest.output_schema, entry["answer"])
         if problem is not None:
-            raise SkillError(
-                f"generated item {index}'s answer breaks the output schema: {problem}"
-            )
+            raise SkillError(f"generated item {index}'s answer breaks the output schema: {problem}")
         payload = entry["input"]
         if not isinstance(payload, dict):
             raise SkillError(f"generated item {index}'s input is not a JSON object")

@@ -143,7 +143,9 @@ def replay_declarations(
                 raise SkillError(f"{event.actor} had not registered before declaring")
             check_declaration(manifest, event.actor, known, operator=operator)
         except SkillError as exc:
-            raise SkillError(f"entry {index}: a skill.declared that does not replay: {exc}") from exc
+            raise SkillError(
+                f"entry {index}: a skill.declared that does not replay: {exc}"
+            ) from exc
         known[manifest.skill_id] = DeclaredSkill(manifest, event.actor, index, event.at)
     return known
 
@@ -270,4 +272,3 @@ class SkillRegistry:
         with lock or nullcontext():
             (index,) = self.ledger.append_entries([entry], once_keys=[manifest.skill_id])
         return DeclaredSkill(manifest, entry.event.actor, index, entry.event.at), report
-

@@ -3,7 +3,7 @@ skill_registry`).
 
     GET  /skills                the shipped skills, then the declared ones in log order
                                 (`after`: the last entry index of the page before)
-    GET  /skills/{id}           one skill by id (a shipped one by its old name too), manifest in full
+    GET  /skills/{id}           one skill by id (a shipped one by its old name too), in full
     POST /skills                declare: `{"entry": <the caller's own signed skill.declared>}`,
                                 or `{"manifest": ...}` from a caller whose key the service holds
                                 (the operator, a hosted agent). The gates run in the box first; a
@@ -25,8 +25,8 @@ from accord.api.problems import ProblemError
 from accord.api.routes.deps import Caller, Context, State, throttle_reads
 from accord.api.routes.remote import SignedEntry, parse_entry
 from accord.identity.errors import KeyStoreError, RegistryError
-from accord.identity.skill_registry import MAX_PAGE, DeclaredSkill
 from accord.identity.skill_exams import GateReport
+from accord.identity.skill_registry import MAX_PAGE, DeclaredSkill
 from accord.ledger.signing import Signer
 from accord.market.wiring import MarketContext
 
@@ -67,7 +67,7 @@ def _held_signer(context: MarketContext, caller: str) -> Signer:
         raise ProblemError(
             403,
             f"the service holds no key for {caller}: send your own signed skill.declared "
-            "entry as {\"entry\": ...}",
+            'entry as {"entry": ...}',
         ) from exc
 
 

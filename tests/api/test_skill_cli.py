@@ -49,7 +49,9 @@ def test_declare_a_folder_then_list_and_show_it(accord: AccordCli, tmp_path: Pat
 def test_a_manifest_an_empty_answer_passes_is_refused(accord: AccordCli, tmp_path: Path) -> None:
     accord.run("agent", "new", "bob")  # a home; the operator declares
     lenient = "def grade(input, expected, answer):\n    return True\n"
-    document = manifest(graders=[{"kind": "python", "code": lenient, "sha256": code_sha256(lenient)}])
+    document = manifest(
+        graders=[{"kind": "python", "code": lenient, "sha256": code_sha256(lenient)}]
+    )
     path = tmp_path / "lenient.json"
     path.write_text(json.dumps(document))
     before = accord.ledger_size()

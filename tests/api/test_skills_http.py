@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 
 from accord.api.client import AccordClient, ApiError
+from accord.identity.errors import SkillError
 from accord.identity.manifests import builtin_manifests, code_sha256, parse_manifest, skill_id
 from accord.identity.presentations import create_presentation
 from accord.identity.registration import REGISTERED_KIND
 from accord.identity.skill_registry import SKILL_DECLARED_KIND, replay_declarations
-from accord.identity.errors import SkillError
 from accord.ledger.events import Entry, parse_time
 from accord.ledger.signing import Ed25519Signer
 from tests.identity.test_skill_manifests import manifest
@@ -45,9 +45,7 @@ def register(client: AccordClient, name: str) -> None:
     assert isinstance(signer, Ed25519Signer)
     challenge = client.post("/registration/challenge")
     now = parse_time(client.get(f"/agents/{signer.did}/next-seq")["server_time"])
-    presentation = create_presentation(
-        signer, [], challenge["challenge"], challenge["domain"], now
-    )
+    presentation = create_presentation(signer, [], challenge["challenge"], challenge["domain"], now)
     entry = client.entry(
         REGISTERED_KIND,
         signer.did,

@@ -64,7 +64,7 @@ def manifest(**changes: Any) -> dict[str, Any]:
             "type": "object",
             "properties": {"sum": {"type": "integer"}},
         },
-        "instructions": "Reply with {\"sum\": a + b}.",
+        "instructions": 'Reply with {"sum": a + b}.',
         "exam": {
             "kind": "generator",
             "code": GENERATOR,
@@ -286,7 +286,10 @@ def test_an_exam_one_constant_answer_passes_is_refused() -> None:
 def test_an_exam_its_own_oracle_fails_is_refused() -> None:
     """A grader that checks the answer against the input, not against the oracle's answer,
     finds an oracle that subtracts."""
-    checking = "def grade(input, expected, answer):\n    return answer == {'sum': input['a'] + input['b']}\n"
+    checking = (
+        "def grade(input, expected, answer):\n"
+        "    return answer == {'sum': input['a'] + input['b']}\n"
+    )
     grader = {"kind": "python", "code": checking, "sha256": code_sha256(checking)}
     subtracting = with_generator(GENERATOR.replace("a + b", "a - b"), graders=[grader])
     assert gate_of(subtracting) == "oracle"

@@ -37,11 +37,17 @@ def _person(rng: random.Random) -> tuple[dict[str, Any], dict[str, Any], dict[st
 
 
 def _order(rng: random.Random) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
-    lines = [
-        {"sku": rng.choice(ITEMS), "qty": rng.randint(1, 9), "unit_cents": rng.randrange(50, 5000)}
+    lines: list[tuple[str, int, int]] = [
+        (rng.choice(ITEMS), rng.randint(1, 9), rng.randrange(50, 5000))
         for _ in range(rng.randint(2, 5))
     ]
-    document = {"order": {"ref": f"PO-{rng.randint(10000, 99999)}", "lines": lines}}
+    reference = f"PO-{rng.randint(10000, 99999)}"
+    document = {
+        "order": {
+            "ref": reference,
+            "lines": [{"sku": sku, "qty": qty, "unit_cents": unit} for sku, qty, unit in lines],
+        }
+    }
     schema = {
         "type": "object",
         "properties": {
@@ -58,10 +64,10 @@ def _order(rng: random.Random) -> tuple[dict[str, Any], dict[str, Any], dict[str
         "additionalProperties": False,
     }
     result = {
-        "reference": document["order"]["ref"],
+        "reference": reference,
         "line_count": len(lines),
-        "total_cents": sum(line["qty"] * line["unit_cents"] for line in lines),
-        "skus": sorted({line["sku"] for line in lines}),
+        "total_cents": sum(qty * unit for _, qty, unit in lines),
+        "skus": sorted({sku for sku, _, _ in lines}),
     }
     return document, schema, result
 

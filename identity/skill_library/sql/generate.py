@@ -17,7 +17,8 @@ def _item(rng: random.Random) -> tuple[str, str]:
     floor = rng.randrange(10, 90) * 100
     if family == 0:
         return (
-            f"What is the total amount_cents of orders with status '{status}'? One row, one column.",
+            f"What is the total amount_cents of orders with status '{status}'? "
+            "One row, one column.",
             f"SELECT COALESCE(SUM(amount_cents), 0) FROM orders WHERE status = '{status}'",
         )
     if family == 1:
