@@ -58,6 +58,7 @@ from jsonschema.exceptions import SchemaError
 
 from accord.identity.challenges import REGISTRY, validate_input
 from accord.identity.errors import ExamError, SchemaViolation
+from accord.identity.manifests import builtin_name
 from accord.market.errors import WorkError
 
 PART_ID = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
@@ -422,6 +423,8 @@ def parse_parts(
         if any(p.part_id == part_id for p in parts):
             raise _at(f"{path}.id", f"part {part_id!r} is named twice")
         capability = item.get("capability")
+        if isinstance(capability, str):
+            capability = builtin_name(capability)  # a built-in skill's id names it too
         if not isinstance(capability, str) or capability not in capabilities:
             known = ", ".join(sorted(capabilities))
             raise _at(f"{path}.capability", f"unknown capability {capability!r} (known: {known})")

@@ -12,12 +12,19 @@ import pytest
 
 from accord.api.client import AccordClient, ApiError
 from accord.identity.errors import SkillError
-from accord.identity.manifests import builtin_manifests, code_sha256, parse_manifest, skill_id
+from accord.identity.manifests import (
+    builtin_manifests,
+    code_sha256,
+    parse_manifest,
+    resolve_builtin,
+    skill_id,
+)
 from accord.identity.presentations import create_presentation
 from accord.identity.registration import REGISTERED_KIND
 from accord.identity.skill_registry import SKILL_DECLARED_KIND, replay_declarations
 from accord.ledger.events import Entry, parse_time
 from accord.ledger.signing import Ed25519Signer
+from accord.market.work import parse_parts
 from tests.identity.test_skill_manifests import manifest
 from tests.served_world import open_world
 
@@ -165,3 +172,17 @@ def test_only_the_declarer_supersedes_its_skill_and_the_log_replays(
     late = {did: index + 10_000 for did, index in registered_at.items()}
     with pytest.raises(SkillError, match="had not registered"):
         replay_declarations(entries, operator=operator, registered_at=late)
+
+
+def test_a_built_in_skills_id_names_its_capability(world: dict[str, Any]) -> None:
+    """Old names and the built-in skills' ids are one: in parts, exams and discovery."""
+    arithmetic = resolve_builtin("arithmetic")
+    assert arithmetic is not None
+    reader = client_of(world)
+    by_name = reader.get("/agents", {"capability": "arithmetic"})
+    assert by_name and reader.get("/agents", {"capability": arithmetic.skill_id}) == by_name
+    rows = {row["name"]: row for row in reader.get("/capabilities")}
+    assert rows["arithmetic"]["skill_id"] == arithmetic.skill_id
+    figures = {"kind": "figures", "figures": ["1.50", "2"], "operation": "sum"}
+    (part,) = parse_parts([{"id": "net", "capability": arithmetic.skill_id, "input": figures}], {})
+    assert part.capability == "arithmetic"
