@@ -438,9 +438,7 @@ def value_at(document: JSON, steps: list[str | int]) -> tuple[bool, JSON]:
     """(found, value) at `steps` of `document` (see `json_path_steps`)."""
     value = document
     for step in steps:
-        if isinstance(value, list) and isinstance(step, int) and 0 <= step < len(value):
-            value = value[step]
-        elif isinstance(value, dict) and isinstance(step, str) and step in value:
+        if (isinstance(value, list) and isinstance(step, int) and 0 <= step < len(value)) or (isinstance(value, dict) and isinstance(step, str) and step in value):
             value = value[step]
         else:
             return False, None
