@@ -438,7 +438,13 @@ def value_at(document: JSON, steps: list[str | int]) -> tuple[bool, JSON]:
     """(found, value) at `steps` of `document` (see `json_path_steps`)."""
     value = document
     for step in steps:
-        if (isinstance(value, list) and isinstance(step, int) and 0 <= step < len(value)) or (isinstance(value, dict) and isinstance(step, str) and step in value):
+        if isinstance(value, list) and isinstance(step, int):
+            if not 0 <= step < len(value):
+                return False, None
+            value = value[step]
+        elif isinstance(value, dict) and isinstance(step, str):
+            if step not in value:
+                return False, None
             value = value[step]
         else:
             return False, None
