@@ -78,6 +78,7 @@ from accord.identity.exams import ANSWERED, COMMITTED, GRADED, regrade_from_even
 from accord.identity.onboarding import ISSUED_EVENT_KIND, PAYOUT_BOUND_KIND
 from accord.identity.payout import verify_binding
 from accord.identity.registration import HOSTED, REGISTERED_KIND, Custody, custody_of
+from accord.identity.skill_attempts import ATTEMPT_KINDS, replay_attempts
 from accord.identity.skill_registry import SKILL_DECLARED_KIND, replay_declarations
 from accord.ledger import merkle
 from accord.ledger.chain import AnchorChain
@@ -835,12 +836,17 @@ def _credentials(scope: _Scope) -> str:
                     ) from exc
                 regraded.add(exam_id)
     bidders, exams = len(scope.bidders), len(regraded)
-    declared = _skill_declarations(scope)
+    declared, attempts = _skill_declarations(scope)
     summary = (
         f"{bidders} bidder{'s' * (bidders != 1)} credentialed when they bid; "
         f"{exams} exam{'s' * (exams != 1)} re-grade{'s' * (exams == 1)}; "
         f"{declared} skill declaration{'s' * (declared != 1)} replay{'s' * (declared == 1)}"
     )
+    if attempts is None:
+        raise AuditUnchecked(
+            f"{summary}; the declared skills' attempts not re-graded here: the box cannot be made"
+        )
+    summary += f"; {attempts} skill attempt{'s' * (attempts != 1)} re-grade{'s' * (attempts == 1)}"
     if unboxed:
         raise AuditUnchecked(
             f"{summary}; not re-graded here, their answers being code the box cannot run: "
@@ -849,23 +855,33 @@ def _credentials(scope: _Scope) -> str:
     return summary
 
 
-def _skill_declarations(scope: _Scope) -> int:
+def _skill_declarations(scope: _Scope) -> tuple[int, int | None]:
     """Replay every `skill.declared` entry of the log (`replay_declarations`): each names the
     hash of the manifest it carries, its declarer had registered first, and no one supersedes
-    another's skill. Returns how many there are; raises AuditFailure at the first that fails."""
+    another's skill; then re-grade every graded attempt at a declared skill in the box from its
+    revealed seed (`replay_attempts`). Returns (declarations, attempts re-graded; None when the
+    box cannot be made here); raises AuditFailure at the first entry that fails."""
     registered_at: dict[str, int] = {}
     declarations: list[tuple[int, Event]] = []
+    attempts: list[tuple[int, Event]] = []
     for index in sorted(scope.log):
         event = scope.log[index].event
         if event.kind == REGISTERED_KIND and event.actor == event.subject:
             registered_at.setdefault(event.actor, index)
         elif event.kind == SKILL_DECLARED_KIND:
             declarations.append((index, event))
+        elif event.kind in ATTEMPT_KINDS:
+            attempts.append((index, event))
     try:
-        replay_declarations(declarations, operator=scope.operator, registered_at=registered_at)
+        known = replay_declarations(
+            declarations, operator=scope.operator, registered_at=registered_at
+        )
+        regraded: int | None = replay_attempts(attempts, known, operator=scope.operator)
+    except SandboxUnavailable:
+        regraded = None
     except SkillError as exc:
         raise AuditFailure(str(exc), _entry_named(str(exc))) from exc
-    return len(declarations)
+    return len(declarations), regraded
 
 
 def _held_at(

@@ -37,6 +37,7 @@ from accord.identity.payout_accounts import PAYOUT_BOUND_KIND, PayoutAccounts
 from accord.identity.registration import REGISTERED_KIND, REGISTRATION_CHALLENGE_TTL, Registration
 from accord.identity.remote_signing import EndpointSigner, member_signer
 from accord.identity.runtimes import AgentRuntime
+from accord.identity.skill_attempts import SkillAttempts
 from accord.identity.skill_registry import SkillRegistry
 from accord.identity.status_lists import STATUS_LIST_PATH, StatusLists, status_list_url
 from accord.ledger.events import Entry
@@ -117,6 +118,7 @@ class Onboarding:
         self.domain = self.registration.domain
         self.nonces = self.registration.nonces
         self.skills = SkillRegistry(ledger, self._has_registered)
+        self.skill_attempts = SkillAttempts(ledger, self.skills, self.issuer)
 
     @property
     def operator_did(self) -> str:

@@ -9,6 +9,14 @@ skill_registry`).
                                 (the operator, a hosted agent). The gates run in the box first; a
                                 refusal is problem+json naming the rule (`path`) or gate (`reason`)
 
+    POST /skills/{id}/attempts                 start an exam of a declared skill: the operator
+                                               commits H(service nonce), logged
+    POST /skills/attempts/{attempt}/nonce      the candidate's own `skill.attempt.nonce` entry;
+                                               answers the items (never logged)
+    POST /skills/attempts/{attempt}/answers    the candidate's own `skill.attempt.answered`;
+                                               graded in the box, the nonce revealed, and the
+                                               credential (capability: the skill id) on a pass
+
 To sign its own entry a client takes its seq from `GET /agents/{did}/next-seq` and signs
 `{kind: "skill.declared", subject: <skill id>, body: {"skill_id", "manifest"}}`, the skill id
 being the hex SHA-256 of the manifest's RFC 8785 bytes.
@@ -92,3 +100,57 @@ def declare_skill(
         return _declared(*skills.declare_signed(entry, lock=state.write_lock))
     signer = _held_signer(context, caller)
     return _declared(*skills.declare(signer, body.manifest, lock=state.write_lock))
+
+
+@writes.post(
+    "/skills/{skill}/attempts",
+    tags=["skills"],
+    summary="Start an exam of a declared skill: the service commits to its nonce",
+    status_code=201,
+)
+def start_attempt(skill: str, caller: Caller, context: Context, state: State) -> dict[str, Any]:
+    with state.write_lock:
+        return context.onboarding.skill_attempts.start(caller, skill)
+
+
+class EntryOnly(BaseModel):
+    entry: SignedEntry
+
+
+@writes.post(
+    "/skills/attempts/{attempt_id}/nonce",
+    tags=["skills"],
+    summary="The candidate's nonce (its own signed entry); answers the exam's items",
+    status_code=201,
+)
+def give_nonce(
+    attempt_id: str, body: EntryOnly, caller: Caller, context: Context, state: State
+) -> dict[str, Any]:
+    entry = parse_entry(body.entry, caller)
+    if entry.event.subject != attempt_id:
+        raise ProblemError(400, f"the entry is for {entry.event.subject!r}, not {attempt_id}")
+    with state.write_lock:
+        items = context.onboarding.skill_attempts.begin(entry)
+    return {"attempt_id": attempt_id, "items": items}
+
+
+@writes.post(
+    "/skills/attempts/{attempt_id}/answers",
+    tags=["skills"],
+    summary="The candidate's answers (its own signed entry): graded, the seed revealed",
+)
+def give_answers(
+    attempt_id: str, body: EntryOnly, caller: Caller, context: Context, state: State
+) -> dict[str, Any]:
+    entry = parse_entry(body.entry, caller)
+    if entry.event.subject != attempt_id:
+        raise ProblemError(400, f"the entry is for {entry.event.subject!r}, not {attempt_id}")
+    with state.write_lock:
+        outcome = context.onboarding.skill_attempts.answer(entry)
+    data = outcome.to_json()
+    data["credential"] = (
+        None
+        if outcome.credential_id is None
+        else context.onboarding.credential(outcome.credential_id)["document"]
+    )
+    return data

@@ -4,6 +4,9 @@ naming which), and the declarations replay from the log."""
 
 from __future__ import annotations
 
+import copy
+import json
+import secrets
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,8 +24,14 @@ from accord.identity.manifests import (
 )
 from accord.identity.presentations import create_presentation
 from accord.identity.registration import REGISTERED_KIND
+from accord.identity.skill_attempts import (
+    ATTEMPT_ANSWERED,
+    ATTEMPT_GRADED,
+    ATTEMPT_NONCE,
+    replay_attempts,
+)
 from accord.identity.skill_registry import SKILL_DECLARED_KIND, replay_declarations
-from accord.ledger.events import Entry, parse_time
+from accord.ledger.events import Entry, Event, parse_time
 from accord.ledger.signing import Ed25519Signer
 from accord.market.work import parse_parts
 from tests.identity.test_skill_manifests import manifest
@@ -186,3 +195,84 @@ def test_a_built_in_skills_id_names_its_capability(world: dict[str, Any]) -> Non
     figures = {"kind": "figures", "figures": ["1.50", "2"], "operation": "sum"}
     (part,) = parse_parts([{"id": "net", "capability": arithmetic.skill_id, "input": figures}], {})
     assert part.capability == "arithmetic"
+
+
+def test_a_declared_skill_is_examined_from_a_committed_seed_and_credentialed(
+    world: dict[str, Any],
+) -> None:
+    """A fresh did:key declares a skill; another sits its exam: the service commits first,
+    the candidate's nonce fixes the items, the grades come with the reveal and a credential
+    naming the skill id; the log alone re-grades the attempt in the box."""
+    author, candidate = client_of(world), client_of(world)
+    register(author, "author")
+    register(candidate, "candidate")
+    declared = declare(author, manifest())
+    started = candidate.post(f"/skills/{declared['id']}/attempts")
+    attempt_id = started["attempt_id"]
+    assert started["attempt"] == 1 and started["items"] == 6 and len(started["commitment"]) == 64
+
+    nonce = secrets.token_hex(16)
+    body = {"attempt_id": attempt_id, "nonce": nonce}
+    items = candidate.post(
+        f"/skills/attempts/{attempt_id}/nonce",
+        {"entry": candidate.entry(ATTEMPT_NONCE, attempt_id, body)},
+    )["items"]
+    assert len(items) == 6 and all("private" not in item for item in items)
+    answers: list[Any] = [{"sum": i["payload"]["a"] + i["payload"]["b"]} for i in items]
+    answers[-1] = {"sum": 0}
+    graded = candidate.post(
+        f"/skills/attempts/{attempt_id}/answers",
+        {
+            "entry": candidate.entry(
+                ATTEMPT_ANSWERED, attempt_id, {"attempt_id": attempt_id, "answers": answers}
+            )
+        },
+    )
+    assert (graded["earned"], graded["possible"], graded["passed"]) == (5, 6, True)
+    assert graded["grades"][-1]["reason"] == "$.sum is not within 0 of the expected number"
+    subject = graded["credential"]["credentialSubject"]
+    assert subject["id"] == candidate.signer.did  # type: ignore[union-attr]
+    assert declared["id"] in json.dumps(subject)
+    again = problem(
+        lambda: candidate.post(
+            f"/skills/attempts/{attempt_id}/answers",
+            {
+                "entry": candidate.entry(
+                    ATTEMPT_ANSWERED, attempt_id, {"attempt_id": attempt_id, "answers": answers}
+                )
+            },
+        )
+    )
+    assert again.status == 409
+    assert candidate.post(f"/skills/{declared['id']}/attempts")["attempt"] == 2
+
+    context = world["context"]
+    operator = context.market.ledger.operator.did
+    entries = [
+        (s.index, Entry.from_bytes(s.data).event) for s in context.market.ledger.store.entries()
+    ]
+    registered_at = {e.actor: i for i, e in reversed(entries) if e.kind == REGISTERED_KIND}
+    known = replay_declarations(entries, operator=operator, registered_at=registered_at)
+    assert replay_attempts(entries, known, operator=operator) == 1
+
+    def tampered(change: Any) -> list[tuple[int, Event]]:
+        out = []
+        for index, event in entries:
+            if event.kind == ATTEMPT_GRADED:
+                body = copy.deepcopy(dict(event.body))
+                change(body)
+                event = Event(event.kind, event.actor, event.seq, event.at, event.subject, body)
+            out.append((index, event))
+        return out
+
+    def generous(body: dict[str, Any]) -> None:
+        body["grades"][-1].update(earned=1, reason="correct")
+        body["earned"] = 6
+
+    def other_nonce(body: dict[str, Any]) -> None:
+        body["service_nonce"] = "00" * 32
+
+    with pytest.raises(SkillError, match="grades are not the re-grade's"):
+        replay_attempts(tampered(generous), known, operator=operator)
+    with pytest.raises(SkillError, match="does not match its commitment"):
+        replay_attempts(tampered(other_nonce), known, operator=operator)
