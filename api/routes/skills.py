@@ -35,6 +35,7 @@ from accord.api.routes.remote import SignedEntry, parse_entry
 from accord.identity.errors import KeyStoreError, RegistryError
 from accord.identity.skill_exams import GateReport
 from accord.identity.skill_registry import MAX_PAGE, DeclaredSkill
+from accord.ledger.canonical import MAX_SAFE_INTEGER
 from accord.ledger.signing import Signer
 from accord.market.wiring import MarketContext
 
@@ -52,7 +53,9 @@ class Declaration(BaseModel):
 @reads.get("/skills", tags=["skills"], summary="Skills: shipped, then declared in log order")
 def list_skills(
     context: Context,
-    after: Annotated[int, Query(ge=-1, description="The last declaration index seen")] = -1,
+    after: Annotated[
+        int, Query(ge=-1, le=MAX_SAFE_INTEGER, description="The last declaration index seen")
+    ] = -1,
     limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = MAX_PAGE,
 ) -> list[dict[str, Any]]:
     skills = context.onboarding.skills.page(after=after, limit=limit)
