@@ -113,3 +113,44 @@ def skill_show(
     if summary["supersedes"]:
         say(f"  supersedes {summary['supersedes']}")
     say(found.manifest.instructions, markup=False)
+
+
+@skill_app.command("export")
+def skill_export(
+    skill: Annotated[str, typer.Argument(help="A skill id (a shipped skill: its name too).")],
+    shape: Annotated[
+        str, typer.Option("--format", help="a2a (AgentSkill), mcp (tool) or folder (SKILL.md).")
+    ] = "a2a",
+    out: Annotated[
+        Path | None, typer.Option(help="For --format folder: the folder to write (made new).")
+    ] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """The skill in another ecosystem's shape: printed as JSON, or a folder written."""
+    from accord.identity.skill_exports import a2a_skill, mcp_tool, skill_folder
+
+    if shape not in ("a2a", "mcp", "folder"):
+        fail(f"--format must be a2a, mcp or folder, not {shape!r}", code=2)
+    if shape == "folder" and out is None:
+        fail("--format folder needs --out FOLDER", code=2)
+    onboarding = _onboarding(read=True)
+    with _errors():
+        manifest = onboarding.skills.get(skill).manifest
+    if shape == "a2a":
+        emit(a2a_skill(manifest))
+        return
+    if shape == "mcp":
+        emit(mcp_tool(manifest))
+        return
+    assert out is not None
+    files = skill_folder(manifest)
+    try:
+        out.mkdir(parents=True, exist_ok=False)
+        for name, text in files.items():
+            (out / name).write_text(text, encoding="utf-8")
+    except OSError as exc:
+        fail(f"cannot write the folder {out}: {exc}", code=2)
+    if as_json:
+        emit({"folder": str(out), "files": sorted(files)})
+        return
+    say(f"wrote {out}: declare it with `accord skill declare {out}`")

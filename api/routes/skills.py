@@ -3,6 +3,9 @@ skill_registry`).
 
     GET  /skills                the shipped skills, then the declared ones in log order
                                 (`after`: the last entry index of the page before)
+    GET  /skills/{id}/export?format=a2a|mcp|folder
+                                the skill as an A2A AgentSkill, an MCP tool definition, or the
+                                files of an Agent Skills folder (SKILL.md, skill.json, code)
     GET  /skills/{id}           one skill by id (a shipped one by its old name too), in full
     POST /skills                declare: `{"entry": <the caller's own signed skill.declared>}`,
                                 or `{"manifest": ...}` from a caller whose key the service holds
@@ -24,7 +27,7 @@ being the hex SHA-256 of the manifest's RFC 8785 bytes.
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Query
 from pydantic import BaseModel
@@ -34,6 +37,7 @@ from accord.api.routes.deps import Caller, Context, State, throttle_reads
 from accord.api.routes.remote import SignedEntry, parse_entry
 from accord.identity.errors import KeyStoreError, RegistryError
 from accord.identity.skill_exams import GateReport
+from accord.identity.skill_exports import a2a_skill, mcp_tool, skill_folder
 from accord.identity.skill_registry import MAX_PAGE, DeclaredSkill
 from accord.ledger.canonical import MAX_SAFE_INTEGER
 from accord.ledger.signing import Signer
@@ -65,6 +69,24 @@ def list_skills(
 @reads.get("/skills/{skill}", tags=["skills"], summary="One skill and its whole manifest")
 def show_skill(skill: str, context: Context) -> dict[str, Any]:
     return context.onboarding.skills.get(skill).to_json()
+
+
+@reads.get(
+    "/skills/{skill}/export",
+    tags=["skills"],
+    summary="The skill as an A2A AgentSkill, an MCP tool, or an Agent Skills folder's files",
+)
+def export_skill(
+    skill: str,
+    context: Context,
+    format: Annotated[Literal["a2a", "mcp", "folder"], Query(description="Which shape")] = "a2a",
+) -> dict[str, Any]:
+    manifest = context.onboarding.skills.get(skill).manifest
+    if format == "a2a":
+        return a2a_skill(manifest)
+    if format == "mcp":
+        return mcp_tool(manifest)
+    return skill_folder(manifest)
 
 
 def _held_signer(context: MarketContext, caller: str) -> Signer:

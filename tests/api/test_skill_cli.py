@@ -60,3 +60,16 @@ def test_a_manifest_an_empty_answer_passes_is_refused(accord: AccordCli, tmp_pat
     assert accord.ledger_size() == before
     assert parse_manifest(document).skill_id not in {r["id"] for r in accord.json("skill", "list")}
     accord.run("skill", "show", "0" * 64, check=1)
+
+
+def test_export_in_three_shapes(accord: AccordCli, tmp_path: Path) -> None:
+    accord.run("agent", "new", "bob")
+    sql = load_skill_folder(LIBRARY_DIR / "sql")
+    assert accord.json("skill", "export", "sql", "--format", "a2a")["id"] == sql.skill_id
+    tool = accord.json("skill", "export", sql.skill_id, "--format", "mcp")
+    assert tool["inputSchema"] == sql.input_schema
+    folder = tmp_path / "sql-export"
+    accord.run("skill", "export", "sql", "--format", "folder", "--out", str(folder))
+    assert (folder / "SKILL.md").read_text().startswith("---\nname: sql\n")
+    assert load_skill_folder(folder).skill_id == sql.skill_id
+    accord.run("skill", "export", "sql", "--format", "folder", check=2)

@@ -121,6 +121,10 @@ def test_a_fresh_did_key_declares_a_skill_that_the_service_then_serves(
     shown = stranger.get(f"/skills/{declared_id}")
     assert shown["manifest"] == manifest()
     assert stranger.get("/skills/arithmetic")["id"] == builtin_manifests()[0].skill_id
+    exported = stranger.get(f"/skills/{declared_id}/export", {"format": "mcp"})
+    assert exported["_meta"]["accord/skill_id"] == declared_id
+    folder = stranger.get(f"/skills/{declared_id}/export", {"format": "folder"})
+    assert set(folder) == {"SKILL.md", "skill.json", "generate.py"}
     assert stranger.get("/skills", {"after": declared["index"]}) == []
 
     again = problem(lambda: declare(stranger, manifest()))
