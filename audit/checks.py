@@ -75,11 +75,23 @@ from accord.identity.errors import (
     SkillError,
 )
 from accord.identity.exams import ANSWERED, COMMITTED, GRADED, regrade_from_events
+from accord.identity.manifests import parse_manifest
 from accord.identity.onboarding import ISSUED_EVENT_KIND, PAYOUT_BOUND_KIND
 from accord.identity.payout import verify_binding
 from accord.identity.registration import HOSTED, REGISTERED_KIND, Custody, custody_of
-from accord.identity.skill_attempts import ATTEMPT_KINDS, replay_attempts
-from accord.identity.skill_registry import SKILL_DECLARED_KIND, replay_declarations
+from accord.identity.skill_attempts import (
+    ATTEMPT_COMMITTED,
+    ATTEMPT_GRADED,
+    ATTEMPT_KINDS,
+    ATTEMPT_PREFIX,
+    replay_attempts,
+)
+from accord.identity.skill_capability import remember_skill
+from accord.identity.skill_registry import (
+    SKILL_DECLARED_KIND,
+    replay_declarations,
+    shipped_manifests,
+)
 from accord.ledger import merkle
 from accord.ledger.chain import AnchorChain
 from accord.ledger.checkpoint import SignedCheckpoint
@@ -406,6 +418,7 @@ def _scope(store: LogStore, task_id: str, operator_did: str | None) -> _Scope:
         by_subject.setdefault(entry.event.subject, []).append(index)
         by_kind.setdefault(entry.event.kind, []).append(index)
     touched: dict[int, Entry] = {}
+    _remember_skills(log, by_kind.get(SKILL_DECLARED_KIND, []))
 
     def take(indices: Sequence[int]) -> list[tuple[int, Event]]:
         for index in indices:
@@ -472,6 +485,18 @@ def _scope(store: LogStore, task_id: str, operator_did: str | None) -> _Scope:
     take(by_kind.get(REVOCATION_EVENT_KIND, []))
     custody = custody_of(log[i].event for i in by_kind.get(REGISTERED_KIND, []))
     return _Scope(task, events, conversations, touched, operator, bidders, log, by_subject, custody)
+
+
+def _remember_skills(log: Mapping[int, Entry], declared: Sequence[int]) -> None:
+    """Make the shipped skills and every skill this log declares findable by id, so a task
+    whose parts name them replays (a declaration that does not parse is step 3's to name)."""
+    for shipped in shipped_manifests():
+        remember_skill(shipped)
+    for index in declared:
+        try:
+            remember_skill(parse_manifest(log[index].event.body.get("manifest")))
+        except SkillError:
+            continue
 
 
 def _events_of(scope: _Scope, subject: str | None = None) -> list[tuple[int, Event]]:
@@ -823,6 +848,9 @@ def _credentials(scope: _Scope) -> str:
                     bid_index,
                 )
             exam_id = str(credential.get("examId"))
+            if exam_id.startswith(ATTEMPT_PREFIX):  # a declared skill's: re-graded below
+                _attempt_passed(scope, exam_id, commitment.bidder, bid_index)
+                continue
             if exam_id not in regraded and exam_id not in unboxed:
                 try:
                     # raises unless it matches
@@ -853,6 +881,29 @@ def _credentials(scope: _Scope) -> str:
             f"{', '.join(sorted(unboxed))} ({next(iter(unboxed.values()))})"
         )
     return summary
+
+
+def _attempt_passed(scope: _Scope, attempt_id: str, bidder: str, bid_index: int) -> None:
+    """Raises AuditFailure unless the operator logged `attempt_id` as a passed attempt of
+    `bidder` (its re-grade is `_skill_declarations`')."""
+    for index in scope.by_subject.get(attempt_id, []):
+        event = scope.log[index].event
+        if event.kind == ATTEMPT_GRADED and event.actor == scope.operator:
+            committed = [
+                scope.log[i].event
+                for i in scope.by_subject.get(attempt_id, [])
+                if scope.log[i].event.kind == ATTEMPT_COMMITTED
+            ]
+            if (
+                event.body.get("passed") is True
+                and committed
+                and committed[0].body.get("candidate") == bidder
+            ):
+                return
+    raise AuditFailure(
+        f"{bidder}'s credential names attempt {attempt_id}, which the log holds no pass of",
+        bid_index,
+    )
 
 
 def _skill_declarations(scope: _Scope) -> tuple[int, int | None]:

@@ -29,6 +29,7 @@ from sqlalchemy import Engine
 
 from accord.identity.agents import AgentRecord, AgentRegistry
 from accord.identity.challenges import JSON, get_capability
+from accord.identity.challenges.registry import set_capability_loader
 from accord.identity.credentials import VerifiedCredential
 from accord.identity.errors import ExamError
 from accord.identity.exams import ExamResult, ExamService
@@ -118,6 +119,7 @@ class Onboarding:
         self.domain = self.registration.domain
         self.nonces = self.registration.nonces
         self.skills = SkillRegistry(ledger, self._has_registered)
+        set_capability_loader(self.skills.capability_of)  # parts and checks name skill ids
         self.skill_attempts = SkillAttempts(ledger, self.skills, self.issuer)
 
     @property

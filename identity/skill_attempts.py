@@ -54,6 +54,7 @@ ATTEMPT_GRADED = "skill.attempt.graded"
 ATTEMPT_KINDS = frozenset({ATTEMPT_COMMITTED, ATTEMPT_NONCE, ATTEMPT_ANSWERED, ATTEMPT_GRADED})
 SERVICE_NONCE_DOMAIN = b"accord/skill/service-nonce/v1"
 ATTEMPT_ID_DOMAIN = b"accord/skill/attempt-id/v1"
+ATTEMPT_PREFIX = "attempt-"
 MIN_NONCE_HEX = 32
 MAX_NONCE_HEX = 128
 MAX_ATTEMPTS_PROBED = 10_000
@@ -62,7 +63,7 @@ MAX_ATTEMPTS_PROBED = 10_000
 def attempt_id_for(skill_id: str, candidate: str, attempt: int) -> str:
     """The id of a candidate's `attempt`-th attempt at a skill (32 hex digits)."""
     data = b"\x00".join([ATTEMPT_ID_DOMAIN, skill_id.encode(), candidate.encode(), b"%d" % attempt])
-    return "attempt-" + hashlib.sha256(data).hexdigest()[:32]
+    return ATTEMPT_PREFIX + hashlib.sha256(data).hexdigest()[:32]
 
 
 def _nonce(value: object) -> bytes:

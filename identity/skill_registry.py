@@ -27,6 +27,7 @@ from accord.identity.errors import SkillError, UnknownSkill
 from accord.identity.exams import check_agent_entry
 from accord.identity.graders import JudgeSeat
 from accord.identity.manifests import SkillManifest, builtin_manifests, parse_manifest
+from accord.identity.skill_capability import ManifestCapability
 from accord.identity.skill_exams import GateReport, check_gates
 from accord.identity.skill_folders import library_manifests
 from accord.ledger.events import Entry, Event
@@ -179,6 +180,17 @@ class SkillRegistry:
         event = Entry.from_bytes(found[0].data).event
         manifest = parse_manifest(event.body.get("manifest"))
         return DeclaredSkill(manifest, event.actor, found[0].index, event.at)
+
+    def capability_of(self, skill_id: str) -> ManifestCapability | None:
+        """The declared or library skill `skill_id` as a capability, or None (the loader
+        `get_capability` asks, `accord.identity.challenges.registry.set_capability_loader`)."""
+        try:
+            found = self.get(skill_id)
+        except SkillError:
+            return None
+        if found.manifest.builtin is not None:
+            return None
+        return ManifestCapability(found.manifest)
 
     def get(self, name_or_id: str) -> DeclaredSkill:
         """A shipped skill by id or name, or a declared one by id.
