@@ -430,6 +430,8 @@ def resolve_builtin(name_or_id: str) -> SkillManifest | None:
 def builtin_name(name_or_id: str) -> str:
     """The capability name an old name or a built-in skill id stands for; anything else is
     returned unchanged (so callers that key by capability name accept built-in ids too)."""
+    if name_or_id in REGISTRY or not SKILL_ID_PATTERN.match(name_or_id):
+        return name_or_id  # an old name, or no skill id: nothing to compute
     manifest = resolve_builtin(name_or_id)
     return name_or_id if manifest is None else manifest.name
 
