@@ -29,7 +29,7 @@ from sqlalchemy import Engine
 
 from accord.identity.agents import AgentRecord, AgentRegistry
 from accord.identity.challenges import JSON, get_capability
-from accord.identity.challenges.registry import set_capability_loader
+from accord.identity.challenges.registry import require_builtin, set_capability_loader
 from accord.identity.credentials import VerifiedCredential
 from accord.identity.errors import ExamError
 from accord.identity.exams import ExamResult, ExamService
@@ -200,7 +200,8 @@ class Onboarding:
         """Exam `agent` in each capability, in order, with its runtime (or `runtime`).
 
         An item the runtime cannot answer (it raises ExamError) is left unanswered. Raises
-        ExamError for an unknown capability (checked for all before anything starts),
+        ExamError for an unknown capability or a declared skill (examined from a committed
+        seed, `identity.skill_attempts`; checked for all before anything starts),
         RateLimitedError, KeyStoreError for the agent's key, and what the ledger raises. An
         agent that has not registered is registered first (DID-auth, see `register`).
         """
@@ -208,6 +209,7 @@ class Onboarding:
             raise ExamError("name at least one capability")
         for name in capabilities:
             get_capability(name)
+            require_builtin(name)
         signer = self.registry.signer(agent)
         answer_with = runtime or self.registry.runtime(agent)
         self.register(agent)

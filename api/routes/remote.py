@@ -34,6 +34,7 @@ from accord.api.routes.deps import Caller, Context, State, throttle_reads
 from accord.identity.agents import AgentRecord
 from accord.identity.challenges import get_capability
 from accord.identity.challenges.base import MAX_ITEMS_PER_CALL
+from accord.identity.challenges.registry import require_builtin
 from accord.identity.errors import ExamError, PrivateEndpointError, RegistryError
 from accord.identity.manifests import builtin_name
 from accord.ledger.canonical import canonical_json
@@ -144,6 +145,7 @@ def start_exam(body: ExamStart, caller: Caller, context: Context, state: State) 
     _registered(context, caller)
     capability = builtin_name(body.capability)  # a built-in skill's id names it too
     get_capability(capability)
+    require_builtin(capability)
     with state.write_lock:
         session = context.onboarding.exams.start(caller, capability, body.items)
     plan = session.plan

@@ -52,3 +52,12 @@ def get_capability(name: str) -> Capability:
         known = ", ".join(sorted(REGISTRY))
         raise ExamError(f"unknown capability {name!r} (known: {known}, and declared skills by id)")
     return found
+
+
+def require_builtin(name: str) -> None:
+    """Raises ExamError unless `name` is a built-in capability: a declared skill's exam is
+    sat from a seed both sides fix (`POST /skills/{id}/attempts`), not by this exam service."""
+    if name not in REGISTRY:
+        raise ExamError(
+            f"{name!r} is a declared skill: sit its exam at POST /skills/{name}/attempts"
+        )

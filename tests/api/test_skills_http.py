@@ -249,6 +249,10 @@ def test_a_declared_skill_is_examined_from_a_committed_seed_and_credentialed(
     )
     assert again.status == 409
     assert candidate.post(f"/skills/{declared['id']}/attempts")["attempt"] == 2
+    found = candidate.get("/agents", {"capability": declared["id"]})
+    assert [agent["did"] for agent in found] == [candidate.signer.did]  # type: ignore[union-attr]
+    old_way = problem(lambda: candidate.post("/exams", {"capability": declared["id"]}))
+    assert old_way.status == 400 and "/attempts" in str(old_way)
 
     context = world["context"]
     operator = context.market.ledger.operator.did
