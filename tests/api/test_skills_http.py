@@ -251,6 +251,8 @@ def test_a_declared_skill_is_examined_from_a_committed_seed_and_credentialed(
     assert candidate.post(f"/skills/{declared['id']}/attempts")["attempt"] == 2
     found = candidate.get("/agents", {"capability": declared["id"]})
     assert [agent["did"] for agent in found] == [candidate.signer.did]  # type: ignore[union-attr]
+    card = candidate.get(f"/agents/{candidate.signer.did}/card")  # type: ignore[union-attr]
+    assert [(s["id"], s["name"]) for s in card["skills"]] == [(declared["id"], "add-two")]
     old_way = problem(lambda: candidate.post("/exams", {"capability": declared["id"]}))
     assert old_way.status == 400 and "/attempts" in str(old_way)
 
