@@ -1,7 +1,8 @@
 """Attempts at a declared skill's exam, from a seed neither side picks, graded in the box.
 
     1. start    the operator logs `skill.attempt.committed` {attempt_id, skill_id, candidate,
-                attempt, items, commitment}: H(service nonce), before it sees anything of
+                attempt, items, commitment, deadline}: H(service nonce) and the time the
+                answers must be signed by (a minute an item), before it sees anything of
                 the candidate's. The service nonce is SHA-256 of the operator's Ed25519
                 signature over the attempt id (deterministic, so nothing is stored, and
                 nobody without the operator's key can compute it before the reveal).
@@ -27,13 +28,14 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from datetime import timedelta
 from fractions import Fraction
 from typing import Any
 
 from accord.identity.challenges.base import JSON, ExamItem, Grade
 from accord.identity.challenges.sandbox import SandboxMode
 from accord.identity.errors import ExamError, SkillError
-from accord.identity.exams import ExamResult, check_agent_entry
+from accord.identity.exams import DEFAULT_SECONDS_PER_ITEM, ExamResult, check_agent_entry
 from accord.identity.issuance import CredentialIssuer
 from accord.identity.skill_exams import (
     attempt_seed,
@@ -44,7 +46,7 @@ from accord.identity.skill_exams import (
     nonce_commitment,
 )
 from accord.identity.skill_registry import DeclaredSkill, SkillRegistry
-from accord.ledger.events import Entry, Event
+from accord.ledger.events import Entry, Event, format_time, parse_time
 from accord.ledger.service import Ledger
 
 ATTEMPT_COMMITTED = "skill.attempt.committed"
@@ -172,6 +174,10 @@ class SkillAttempts:
             "attempt": attempt,
             "items": skill.manifest.item_count,
             "commitment": nonce_commitment(self._service_nonce(attempt_id)),
+            "deadline": format_time(
+                self.ledger.clock()
+                + timedelta(seconds=DEFAULT_SECONDS_PER_ITEM * skill.manifest.item_count)
+            ),
         }
         index, _ = self.ledger.append(
             self.ledger.operator,
@@ -222,8 +228,8 @@ class SkillAttempts:
         the grades with the reveal and, on a pass, issue the credential.
 
         Raises ExamError when the entry is not the candidate's answers (one per item) to an
-        attempt whose nonce it gave, SkillError when the attempt was answered already; and
-        what the grading and the issuer raise.
+        attempt whose nonce it gave, signed by the attempt's deadline; SkillError when the
+        attempt was answered already; and what the grading and the issuer raise.
         """
         attempt_id = entry.event.subject
         committed, skill = self._committed(attempt_id)
@@ -232,6 +238,10 @@ class SkillAttempts:
         given = self._event(ATTEMPT_NONCE, attempt_id)
         if given is None:
             raise ExamError(f"attempt {attempt_id} has no nonce of the candidate's yet")
+        if parse_time(entry.event.at) > parse_time(str(committed.body["deadline"])):
+            raise ExamError(
+                f"attempt {attempt_id} closed at {committed.body['deadline']}: start another"
+            )
         answers = entry.event.body.get("answers")
         if not isinstance(answers, list) or len(answers) != int(committed.body["items"]):
             raise ExamError(f"send one answer per item ({committed.body['items']})")
@@ -347,6 +357,8 @@ def _regrade_one(
     candidate = committed.body["candidate"]
     if nonce.actor != candidate or answered.actor != candidate:
         raise SkillError("an attempt's nonce and answers are its candidate's to sign")
+    if parse_time(answered.at) > parse_time(str(committed.body["deadline"])):
+        raise SkillError(f"attempt {attempt_id} was answered after its deadline")
     skill = skills.get(str(committed.body["skill_id"]))
     if skill is None or graded.body["skill_id"] != committed.body["skill_id"]:
         raise SkillError(f"attempt {attempt_id} names no declared skill")

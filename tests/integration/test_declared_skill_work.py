@@ -13,8 +13,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from accord.audit.checks import audit_task
 from accord.coordinator.service import run_awarded_task
+from accord.identity.errors import ExamError
 from accord.identity.skill_attempts import ATTEMPT_ANSWERED, ATTEMPT_NONCE
 from accord.ledger.events import Entry, make_entry
 from accord.ledger.signing import Signer
@@ -130,3 +133,24 @@ def test_a_declared_skill_is_examined_posted_worked_checked_and_paid(tmp_path: P
     )
     assert report.ok, [(s.number, s.status, s.detail) for s in report.steps]
     assert "1 skill attempt re-grades" in report.steps[2].detail
+
+
+def test_answers_signed_after_the_attempts_deadline_are_refused(tmp_path: Path) -> None:
+    world = open_world(tmp_path / "home")
+    registry = world.onboarding.registry
+    author = registry.new_agent("author", now=world.clock())
+    world.onboarding.register(author)
+    skill, _ = world.onboarding.skills.declare(registry.signer(author), manifest())
+    late = registry.new_agent("late", now=world.clock())
+    world.onboarding.register(late)
+    signer = registry.signer(late)
+    attempts = world.onboarding.skill_attempts
+    attempt_id = attempts.start(late.did, skill.manifest.skill_id)["attempt_id"]
+    body = {"attempt_id": attempt_id, "nonce": secrets.token_hex(16)}
+    items = attempts.begin(own_entry(world, signer, ATTEMPT_NONCE, attempt_id, body))
+    world.clock.advance(60 * len(items) + 1)  # a minute an item, and a second more
+    answers = [{"sum": 0}] * len(items)
+    answered = {"attempt_id": attempt_id, "answers": answers}
+    with pytest.raises(ExamError, match="closed at"):
+        attempts.answer(own_entry(world, signer, ATTEMPT_ANSWERED, attempt_id, answered))
+    assert not world.ledger.store.find(kind=ATTEMPT_ANSWERED, subject=attempt_id)
