@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable, Mapping
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from datetime import timedelta
 from fractions import Fraction
@@ -34,8 +35,14 @@ from typing import Any
 
 from accord.identity.challenges.base import JSON, ExamItem, Grade
 from accord.identity.challenges.sandbox import SandboxMode
-from accord.identity.errors import ExamError, SkillError
-from accord.identity.exams import DEFAULT_SECONDS_PER_ITEM, ExamResult, check_agent_entry
+from accord.identity.errors import ExamError, RateLimitedError, SkillError
+from accord.identity.exams import (
+    DEFAULT_ATTEMPT_WINDOW,
+    DEFAULT_MAX_ATTEMPTS,
+    DEFAULT_SECONDS_PER_ITEM,
+    ExamResult,
+    check_agent_entry,
+)
 from accord.identity.issuance import CredentialIssuer
 from accord.identity.skill_exams import (
     attempt_seed,
@@ -151,7 +158,8 @@ class SkillAttempts:
         """Commit to the service nonce of the candidate's next attempt at a skill and log it.
 
         Raises UnknownSkill, SkillError for a built-in capability (examined at `POST /exams`)
-        or a candidate that has not registered.
+        or a candidate that has not registered, RateLimitedError after 3 attempts at the skill
+        within an hour.
         """
         skill = self.skills.get(skill_ref)
         if skill.manifest.builtin is not None:
@@ -161,11 +169,21 @@ class SkillAttempts:
         if not self.skills.is_registered(candidate):
             raise SkillError(f"{candidate} has not registered: register before an exam")
         skill_id = skill.manifest.skill_id
-        attempt = 1
-        while self._event(ATTEMPT_COMMITTED, attempt_id_for(skill_id, candidate, attempt)):
+        now = self.ledger.clock()
+        attempt, recent = 1, []
+        while found := self._event(ATTEMPT_COMMITTED, attempt_id_for(skill_id, candidate, attempt)):
+            if now - parse_time(found[1].at) < DEFAULT_ATTEMPT_WINDOW:
+                recent.append(parse_time(found[1].at))
             attempt += 1
             if attempt > MAX_ATTEMPTS_PROBED:
                 raise SkillError("too many attempts at this skill")
+        if len(recent) >= DEFAULT_MAX_ATTEMPTS:
+            wait = (min(recent) + DEFAULT_ATTEMPT_WINDOW - now).total_seconds()
+            raise RateLimitedError(
+                f"{DEFAULT_MAX_ATTEMPTS} attempts at this skill within an hour already: try "
+                f"again in {int(wait) + 1} s",
+                wait,
+            )
         attempt_id = attempt_id_for(skill_id, candidate, attempt)
         body = {
             "attempt_id": attempt_id,
@@ -200,7 +218,9 @@ class SkillAttempts:
         )
         return generate_exam(skill.manifest, seed, int(committed.body["items"]), mode=self.mode)
 
-    def begin(self, entry: Entry) -> list[dict[str, JSON]]:
+    def begin(
+        self, entry: Entry, *, lock: AbstractContextManager[object] | None = None
+    ) -> list[dict[str, JSON]]:
         """Log the candidate's own `skill.attempt.nonce` entry and return the items it sees.
 
         Raises ExamError when the entry is not the candidate's nonce for a committed attempt
@@ -219,11 +239,14 @@ class SkillAttempts:
             body={"attempt_id": attempt_id, "nonce": nonce.hex()},
             now=self.ledger.clock(),
         )
-        items = self._items(committed, skill, nonce)
-        self.ledger.append_entries([entry], once_keys=[attempt_id])
+        items = self._items(committed, skill, nonce)  # in the box, outside `lock`
+        with lock or nullcontext():
+            self.ledger.append_entries([entry], once_keys=[attempt_id])
         return [item.for_agent() for item in items]
 
-    def answer(self, entry: Entry) -> AttemptOutcome:
+    def answer(
+        self, entry: Entry, *, lock: AbstractContextManager[object] | None = None
+    ) -> AttemptOutcome:
         """Log the candidate's own `skill.attempt.answered` entry, grade it in the box, log
         the grades with the reveal and, on a pass, issue the credential.
 
@@ -255,40 +278,41 @@ class SkillAttempts:
         )
         items = self._items(committed, skill, _nonce(given[1].body["nonce"]))
         grades = grade_exam(skill.manifest, items, answers, judge=self.skills.judge, mode=self.mode)
-        self.ledger.append_entries([entry], once_keys=[attempt_id])
-        earned = sum(g.earned for g in grades)
-        possible = sum(g.possible for g in grades)
-        passed = exam_passes(skill.manifest, grades)
-        graded_index, _ = self.ledger.append(
-            self.ledger.operator,
-            ATTEMPT_GRADED,
-            subject=attempt_id,
-            body={
-                "attempt_id": attempt_id,
-                "skill_id": skill.manifest.skill_id,
-                "service_nonce": self._service_nonce(attempt_id).hex(),
-                "grades": _grades_json(grades),
-                "earned": earned,
-                "possible": possible,
-                "passed": passed,
-            },
-            once_key=attempt_id,
-        )
-        credential_id = None
-        if passed:
-            result = ExamResult(
-                attempt_id,
-                str(committed.body["candidate"]),
-                skill.manifest.skill_id,
-                earned,
-                possible,
-                True,
-                len(items),
-                str(committed.body["commitment"]),
-                graded_index,
-                tuple(grades),
+        with lock or nullcontext():  # graded in the box above, outside it
+            self.ledger.append_entries([entry], once_keys=[attempt_id])
+            earned = sum(g.earned for g in grades)
+            possible = sum(g.possible for g in grades)
+            passed = exam_passes(skill.manifest, grades)
+            graded_index, _ = self.ledger.append(
+                self.ledger.operator,
+                ATTEMPT_GRADED,
+                subject=attempt_id,
+                body={
+                    "attempt_id": attempt_id,
+                    "skill_id": skill.manifest.skill_id,
+                    "service_nonce": self._service_nonce(attempt_id).hex(),
+                    "grades": _grades_json(grades),
+                    "earned": earned,
+                    "possible": possible,
+                    "passed": passed,
+                },
+                once_key=attempt_id,
             )
-            credential_id, _ = self.issuer.issue(result)
+            credential_id = None
+            if passed:
+                result = ExamResult(
+                    attempt_id,
+                    str(committed.body["candidate"]),
+                    skill.manifest.skill_id,
+                    earned,
+                    possible,
+                    True,
+                    len(items),
+                    str(committed.body["commitment"]),
+                    graded_index,
+                    tuple(grades),
+                )
+                credential_id, _ = self.issuer.issue(result)
         return AttemptOutcome(
             attempt_id,
             skill.manifest.skill_id,

@@ -154,8 +154,7 @@ def give_nonce(
     entry = parse_entry(body.entry, caller)
     if entry.event.subject != attempt_id:
         raise ProblemError(400, f"the entry is for {entry.event.subject!r}, not {attempt_id}")
-    with state.write_lock:
-        items = context.onboarding.skill_attempts.begin(entry)
+    items = context.onboarding.skill_attempts.begin(entry, lock=state.write_lock)
     return {"attempt_id": attempt_id, "items": items}
 
 
@@ -170,8 +169,7 @@ def give_answers(
     entry = parse_entry(body.entry, caller)
     if entry.event.subject != attempt_id:
         raise ProblemError(400, f"the entry is for {entry.event.subject!r}, not {attempt_id}")
-    with state.write_lock:
-        outcome = context.onboarding.skill_attempts.answer(entry)
+    outcome = context.onboarding.skill_attempts.answer(entry, lock=state.write_lock)
     data = outcome.to_json()
     data["credential"] = (
         None

@@ -17,7 +17,7 @@ import pytest
 
 from accord.audit.checks import audit_task
 from accord.coordinator.service import run_awarded_task
-from accord.identity.errors import ExamError
+from accord.identity.errors import ExamError, RateLimitedError
 from accord.identity.skill_attempts import ATTEMPT_ANSWERED, ATTEMPT_NONCE
 from accord.ledger.events import Entry, make_entry
 from accord.ledger.signing import Signer
@@ -135,7 +135,7 @@ def test_a_declared_skill_is_examined_posted_worked_checked_and_paid(tmp_path: P
     assert "1 skill attempt re-grades" in report.steps[2].detail
 
 
-def test_answers_signed_after_the_attempts_deadline_are_refused(tmp_path: Path) -> None:
+def test_late_answers_are_refused_and_attempts_are_limited(tmp_path: Path) -> None:
     world = open_world(tmp_path / "home")
     registry = world.onboarding.registry
     author = registry.new_agent("author", now=world.clock())
@@ -154,3 +154,10 @@ def test_answers_signed_after_the_attempts_deadline_are_refused(tmp_path: Path) 
     with pytest.raises(ExamError, match="closed at"):
         attempts.answer(own_entry(world, signer, ATTEMPT_ANSWERED, attempt_id, answered))
     assert not world.ledger.store.find(kind=ATTEMPT_ANSWERED, subject=attempt_id)
+    attempts.start(late.did, skill.manifest.skill_id)
+    attempts.start(late.did, skill.manifest.skill_id)
+    with pytest.raises(RateLimitedError) as limited:
+        attempts.start(late.did, skill.manifest.skill_id)  # a fourth within the hour
+    assert 0 < limited.value.retry_after <= 3600
+    world.clock.advance(limited.value.retry_after + 1)
+    assert attempts.start(late.did, skill.manifest.skill_id)["attempt"] == 4
