@@ -27,6 +27,7 @@ being the hex SHA-256 of the manifest's RFC 8785 bytes.
 
 from __future__ import annotations
 
+import math
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Query
@@ -119,6 +120,15 @@ def declare_skill(
 ) -> dict[str, Any]:
     if (body.entry is None) == (body.manifest is None):
         raise ProblemError(422, 'send exactly one of {"entry": ...} and {"manifest": ...}')
+    wait = state.post_limiter.take(f"skill {caller}")  # each declaration runs its gates
+    if wait is not None:
+        seconds = max(1, math.ceil(wait))
+        raise ProblemError(
+            429,
+            f"{caller} declares skills at the posting rate ({state.config.posts_per_hour} an "
+            f"hour after {state.config.post_burst}): declare again in {seconds} s",
+            headers={"Retry-After": str(seconds)},
+        )
     skills = context.onboarding.skills
     if body.entry is not None:
         entry = parse_entry(body.entry, caller)

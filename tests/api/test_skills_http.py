@@ -12,9 +12,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fastapi.testclient import TestClient
 
 from accord.api.client import AccordClient, ApiError
+from accord.api.routes.deps import ApiConfig
 from accord.identity.errors import SkillError
+from accord.identity.http_auth import AccordAuth
 from accord.identity.manifests import (
     builtin_manifests,
     code_sha256,
@@ -34,6 +37,7 @@ from accord.identity.skill_registry import SKILL_DECLARED_KIND, replay_declarati
 from accord.ledger.events import Entry, Event, parse_time
 from accord.ledger.signing import Ed25519Signer
 from accord.market.work import parse_parts
+from tests.api.test_app import build_world
 from tests.identity.test_skill_manifests import manifest
 from tests.served_world import open_world
 
@@ -286,3 +290,17 @@ def test_a_declared_skill_is_examined_from_a_committed_seed_and_credentialed(
         replay_attempts(tampered(generous), known, operator=operator)
     with pytest.raises(SkillError, match="does not match its commitment"):
         replay_attempts(tampered(other_nonce), known, operator=operator)
+
+
+def test_declarations_are_limited_per_did_at_the_posting_rate(tmp_path: Path) -> None:
+    """Each declaration runs its gates in the box: a DID declares at the posting rate."""
+    built = build_world(tmp_path / "home", bidders=("ada",))
+    client = TestClient(built.app(ApiConfig(rate=1000, burst=1000, post_burst=2, posts_per_hour=2)))
+    ada = AccordAuth(built.signers["ada"])
+    answers = [
+        client.post("/skills", json={"manifest": manifest(name=f"add-{n}")}, auth=ada)
+        for n in ("one", "two", "three")
+    ]
+    assert [a.status_code for a in answers] == [201, 201, 429], answers[-1].text
+    assert "declares skills at the posting rate" in answers[-1].json()["detail"]
+    assert int(answers[-1].headers["Retry-After"]) > 1000
