@@ -291,9 +291,10 @@ def _grader(grader: object, path: str, exam_kind: str) -> str:
         _text(grader, "pattern", path, MAX_PATTERN_CHARS)
         import regex
 
-        try:
+        try:  # both engines: the grader's, and the market's `matches` checks of real work
             regex.compile(grader["pattern"])
-        except regex.error as exc:
+            re.compile(grader["pattern"])
+        except (regex.error, re.error) as exc:
             raise ManifestError(f"{path}.pattern", f"is not a regular expression: {exc}") from exc
     elif kind == "json_schema":
         _keys(grader, path, {"kind", "schema"}, set())

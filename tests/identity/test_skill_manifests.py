@@ -112,6 +112,7 @@ def test_a_new_version_is_a_new_id_that_names_the_old_one() -> None:
         ({"graders": []}, "$.graders"),
         ({"graders": [{"kind": "vibes"}]}, "$.graders[0].kind"),
         ({"graders": [{"kind": "regex", "pattern": "("}]}, "$.graders[0].pattern"),
+        ({"graders": [{"kind": "regex", "pattern": r"\p{L}+"}]}, "$.graders[0].pattern"),
         ({"graders": [{"kind": "json_match", "paths": ["sum"]}]}, "$.graders[0].paths[0]"),
         ({"graders": [{"kind": "json_match", "paths": ["$.sum"], "tolerance": 0.1}]},
          "$.graders[0].tolerance"),
