@@ -98,11 +98,14 @@ def skill_show(
     as_json: JsonFlag = False,
 ) -> None:
     """One skill and its whole manifest."""
+    from accord.api.routes.skills import logged_agreement
+
     onboarding = _onboarding(read=True)
     with _errors():
         found = onboarding.skills.get(skill)
+        agreement = logged_agreement(onboarding.ledger.store, found)
     if as_json:
-        emit(found.to_json())
+        emit({**found.to_json(), "agreement": agreement})
         return
     summary = found.summary()
     say(f"[bold]{summary['name']}[/] {summary['version']}  {summary['id']}")
@@ -112,6 +115,11 @@ def skill_show(
         f"{summary['exam']['threshold']}; graders: {', '.join(summary['graders'])}")  # fmt: skip
     if summary["supersedes"]:
         say(f"  supersedes {summary['supersedes']}")
+    say(
+        f"  exam→field: {agreement['holders_with_real_parts']} of {len(agreement['holders'])} "
+        f"holders did real parts; exam mean {agreement['exam_mean']}, real parts' mean "
+        f"{agreement['field_mean']}"
+    )
     say(found.manifest.instructions, markup=False)
 
 

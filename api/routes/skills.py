@@ -41,9 +41,13 @@ from accord.identity.skill_exams import GateReport
 from accord.identity.skill_exports import a2a_skill, mcp_tool, skill_folder
 from accord.identity.skill_registry import MAX_PAGE, DeclaredSkill
 from accord.ledger.canonical import MAX_SAFE_INTEGER
+from accord.ledger.events import Entry, Event
 from accord.ledger.signing import Signer
+from accord.ledger.store import LogStore
+from accord.market.agreement import AGREEMENT_KINDS, capability_key, skill_agreement
 from accord.market.wiring import MarketContext
 
+AGREEMENT_PAGE = 1000
 reads = APIRouter(dependencies=[Depends(throttle_reads)])
 writes = APIRouter()
 
@@ -67,9 +71,26 @@ def list_skills(
     return [skill.summary() for skill in skills]
 
 
-@reads.get("/skills/{skill}", tags=["skills"], summary="One skill and its whole manifest")
+@reads.get("/skills/{skill}", tags=["skills"], summary="One skill, its manifest and agreement")
 def show_skill(skill: str, context: Context) -> dict[str, Any]:
-    return context.onboarding.skills.get(skill).to_json()
+    """The skill, its whole manifest, and its exam→field agreement (`accord.market.agreement`):
+    each credentialed agent's exam score beside the share of its real parts that passed."""
+    found = context.onboarding.skills.get(skill)
+    store = context.market.ledger.store
+    return {**found.to_json(), "agreement": logged_agreement(store, found)}
+
+
+def logged_agreement(store: LogStore, skill: DeclaredSkill) -> dict[str, Any]:
+    """The skill's agreement over the whole log (credentials issued, tasks settled)."""
+    entries: list[tuple[int, Event]] = []
+    after = -1
+    while found := store.find(kinds=AGREEMENT_KINDS, after=after, limit=AGREEMENT_PAGE):
+        entries += [(s.index, Entry.from_bytes(s.data).event) for s in found]
+        after = found[-1].index
+        if len(found) < AGREEMENT_PAGE:
+            break
+    key = capability_key(skill.manifest.builtin, skill.manifest.skill_id)
+    return skill_agreement(entries, key).to_json()
 
 
 @reads.get(

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from accord.api.routes.skills import logged_agreement
 from accord.audit.checks import audit_task
 from accord.coordinator.service import run_awarded_task
 from accord.identity.errors import ExamError, RateLimitedError
@@ -133,6 +134,11 @@ def test_a_declared_skill_is_examined_posted_worked_checked_and_paid(tmp_path: P
     )
     assert report.ok, [(s.number, s.status, s.detail) for s in report.steps]
     assert "1 skill attempt re-grades" in report.steps[2].detail
+
+    # the skill's page: its holder's exam score beside its real part's
+    agreement = logged_agreement(world.ledger.store, world.onboarding.skills.get(skill_id))
+    assert agreement["holders"] == [{"agent": worker.did, "exam": "1", "parts": 1, "field": "1"}]
+    assert (agreement["exam_mean"], agreement["field_mean"]) == ("1", "1")
 
 
 def test_late_answers_are_refused_and_attempts_are_limited(tmp_path: Path) -> None:
