@@ -18,6 +18,7 @@ from typing import Annotated, Any
 import typer
 
 from accord.api.identity_cli import _errors, _onboarding
+from accord.api.market_cli import OwnKeyOption, ServerOption, remote, signed_remote
 from accord.api.output import JsonFlag, emit, fail, say
 from accord.identity.errors import GateFailed, ManifestError
 from accord.identity.skill_folders import MANIFEST_FILE, folder_document
@@ -37,6 +38,24 @@ def _document(path: Path) -> Any:
         fail(f"cannot read a manifest from {path}: {exc}", code=2)
 
 
+def _declare_remote(server: str, key: Path | None, document: Any, as_json: bool) -> None:
+    """Declare at the service at `server`, with an entry signed by the did:key in `key`."""
+    from accord.identity.manifests import skill_id
+    from accord.identity.skill_registry import SKILL_DECLARED_KIND
+
+    try:
+        named = skill_id(document) if isinstance(document, dict) else ""
+    except ManifestError as exc:
+        fail(str(exc), code=2)
+    with signed_remote(server, key, "a declaration") as client:
+        entry = client.entry(SKILL_DECLARED_KIND, named, {"skill_id": named, "manifest": document})
+        declared = client.post("/skills", {"entry": entry})
+    if as_json:
+        emit(declared)
+        return
+    say(f"[green]✓[/] declared {declared['name']} {declared['version']}: {declared['id']}")
+
+
 @skill_app.command("declare")
 def skill_declare(
     path: Annotated[
@@ -45,10 +64,20 @@ def skill_declare(
     as_agent: Annotated[
         str | None, typer.Option("--as", help="Declare as this hosted agent (default: operator).")
     ] = None,
+    server: ServerOption = None,
+    key: OwnKeyOption = None,
     as_json: JsonFlag = False,
 ) -> None:
-    """Check a manifest, run its validity gates in the box, and log its declaration."""
+    """Check a manifest, run its validity gates in the box, and log its declaration: in this
+    home, or with --server at a service, signed by your own --key (a registered did:key)."""
     document = _document(path)
+    if server is not None:
+        if as_agent is not None:
+            fail("--as names a key the local store holds; with --server give --key FILE", 2)
+        _declare_remote(server, key, document, as_json)
+        return
+    if key is not None:
+        fail("--key goes with --server URL", 2)
     onboarding = _onboarding()
     with _errors():
         signer = (
@@ -71,12 +100,16 @@ def skill_declare(
 
 
 @skill_app.command("list")
-def skill_list(as_json: JsonFlag = False) -> None:
+def skill_list(as_json: JsonFlag = False, server: ServerOption = None) -> None:
     """The shipped skills, then the declared ones in the order they were declared."""
-    onboarding = _onboarding(read=True)
-    with _errors():
-        skills = onboarding.skills.page()
-    rows = [skill.summary() for skill in skills]
+    rows: list[dict[str, Any]]
+    if server is not None:
+        with remote(server) as client:
+            rows = client.get("/skills")
+    else:
+        onboarding = _onboarding(read=True)
+        with _errors():
+            rows = [skill.summary() for skill in onboarding.skills.page()]
     if as_json:
         emit(rows)
         return
@@ -96,31 +129,40 @@ def skill_list(as_json: JsonFlag = False) -> None:
 def skill_show(
     skill: Annotated[str, typer.Argument(help="A skill id (a shipped skill: its name too).")],
     as_json: JsonFlag = False,
+    server: ServerOption = None,
 ) -> None:
-    """One skill and its whole manifest."""
+    """One skill, its whole manifest and its exam→field agreement."""
     from accord.api.routes.skills import logged_agreement
 
-    onboarding = _onboarding(read=True)
-    with _errors():
-        found = onboarding.skills.get(skill)
-        agreement = logged_agreement(onboarding.ledger.store, found)
+    shown: dict[str, Any]
+    if server is not None:
+        with remote(server) as client:
+            shown = client.get(f"/skills/{skill}")
+    else:
+        onboarding = _onboarding(read=True)
+        with _errors():
+            found = onboarding.skills.get(skill)
+            shown = {
+                **found.to_json(),
+                "agreement": logged_agreement(onboarding.ledger.store, found),
+            }
     if as_json:
-        emit({**found.to_json(), "agreement": agreement})
+        emit(shown)
         return
-    summary = found.summary()
-    say(f"[bold]{summary['name']}[/] {summary['version']}  {summary['id']}")
-    say(str(summary["description"]), markup=False)
-    say(f"  declared by {'the operator (shipped)' if summary['shipped'] else summary['declarer']}")
-    say(f"  exam: {summary['exam']['kind']}, {summary['exam']['items']} items, pass at "
-        f"{summary['exam']['threshold']}; graders: {', '.join(summary['graders'])}")  # fmt: skip
-    if summary["supersedes"]:
-        say(f"  supersedes {summary['supersedes']}")
+    agreement = shown["agreement"]
+    say(f"[bold]{shown['name']}[/] {shown['version']}  {shown['id']}")
+    say(str(shown["description"]), markup=False)
+    say(f"  declared by {'the operator (shipped)' if shown['shipped'] else shown['declarer']}")
+    say(f"  exam: {shown['exam']['kind']}, {shown['exam']['items']} items, pass at "
+        f"{shown['exam']['threshold']}; graders: {', '.join(shown['graders'])}")  # fmt: skip
+    if shown["supersedes"]:
+        say(f"  supersedes {shown['supersedes']}")
     say(
         f"  exam→field: {agreement['holders_with_real_parts']} of {len(agreement['holders'])} "
         f"holders did real parts; exam mean {agreement['exam_mean']}, real parts' mean "
         f"{agreement['field_mean']}"
     )
-    say(found.manifest.instructions, markup=False)
+    say(str(shown["manifest"]["instructions"]), markup=False)
 
 
 @skill_app.command("export")

@@ -35,8 +35,9 @@ from accord.identity.skill_attempts import (
 )
 from accord.identity.skill_registry import SKILL_DECLARED_KIND, replay_declarations
 from accord.ledger.events import Entry, Event, parse_time
-from accord.ledger.signing import Ed25519Signer
+from accord.ledger.signing import Ed25519Signer, write_keyfile
 from accord.market.work import parse_parts
+from tests.accord_cli import AccordCli
 from tests.api.test_app import build_world
 from tests.identity.test_skill_manifests import manifest
 from tests.served_world import open_world
@@ -304,3 +305,24 @@ def test_declarations_are_limited_per_did_at_the_posting_rate(tmp_path: Path) ->
     assert [a.status_code for a in answers] == [201, 201, 429], answers[-1].text
     assert "declares skills at the posting rate" in answers[-1].json()["detail"]
     assert int(answers[-1].headers["Retry-After"]) > 1000
+
+
+def test_a_did_key_declares_with_the_cli_at_a_service(
+    world: dict[str, Any], tmp_path: Path
+) -> None:
+    """`accord skill declare FILE --server URL --key FILE`: the entry signed by your own key."""
+    signer = Ed25519Signer.generate()
+    key = tmp_path / "me.json"
+    write_keyfile(key, signer)
+    register(client_of(world, signer), "me")
+    path = tmp_path / "manifest.json"
+    path.write_text(json.dumps(manifest(name="add-by-cli")))
+    cli = AccordCli(tmp_path / "cli-home")
+    declared = cli.json("skill", "declare", str(path), "--server", world["url"], "--key", str(key))
+    assert declared["declarer"] == signer.did and declared["name"] == "add-by-cli"
+    listed = cli.json("skill", "list", "--server", world["url"])
+    assert listed[-1]["id"] == declared["id"]
+    shown = cli.json("skill", "show", declared["id"], "--server", world["url"])
+    assert shown["manifest"] == manifest(name="add-by-cli") and shown["agreement"]["holders"] == []
+    unsigned = cli.run("skill", "declare", str(path), "--server", world["url"], check=2)
+    assert "--key" in unsigned.stderr
