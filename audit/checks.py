@@ -49,7 +49,7 @@ from __future__ import annotations
 
 import itertools
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from fractions import Fraction
@@ -835,6 +835,7 @@ def _credentials(scope: _Scope) -> str:
             revoked.setdefault(str(event.body.get("credentialId")), index)
     regraded: set[str] = set()
     unboxed: dict[str, str] = {}
+    attempts: set[str] = set()
     for bid_index, commitment in scope.bidders:
         bid_time = parse_time(scope.touched[bid_index].event.at)
         for capability in scope.task.spec.capabilities:
@@ -850,6 +851,7 @@ def _credentials(scope: _Scope) -> str:
             exam_id = str(credential.get("examId"))
             if exam_id.startswith(ATTEMPT_PREFIX):  # a declared skill's: re-graded below
                 _attempt_passed(scope, exam_id, commitment.bidder, bid_index)
+                attempts.add(exam_id)
                 continue
             if exam_id not in regraded and exam_id not in unboxed:
                 try:
@@ -864,17 +866,18 @@ def _credentials(scope: _Scope) -> str:
                     ) from exc
                 regraded.add(exam_id)
     bidders, exams = len(scope.bidders), len(regraded)
-    declared, attempts = _skill_declarations(scope)
+    declared, attempts_regraded = _skill_declarations(scope, attempts)
     summary = (
         f"{bidders} bidder{'s' * (bidders != 1)} credentialed when they bid; "
         f"{exams} exam{'s' * (exams != 1)} re-grade{'s' * (exams == 1)}; "
         f"{declared} skill declaration{'s' * (declared != 1)} replay{'s' * (declared == 1)}"
     )
-    if attempts is None:
+    if attempts_regraded is None:
         raise AuditUnchecked(
             f"{summary}; the declared skills' attempts not re-graded here: the box cannot be made"
         )
-    summary += f"; {attempts} skill attempt{'s' * (attempts != 1)} re-grade{'s' * (attempts == 1)}"
+    count = attempts_regraded
+    summary += f"; {count} skill attempt{'s' * (count != 1)} re-grade{'s' * (count == 1)}"
     if unboxed:
         raise AuditUnchecked(
             f"{summary}; not re-graded here, their answers being code the box cannot run: "
@@ -906,15 +909,16 @@ def _attempt_passed(scope: _Scope, attempt_id: str, bidder: str, bid_index: int)
     )
 
 
-def _skill_declarations(scope: _Scope) -> tuple[int, int | None]:
+def _skill_declarations(scope: _Scope, attempts: Collection[str]) -> tuple[int, int | None]:
     """Replay every `skill.declared` entry of the log (`replay_declarations`): each names the
     hash of the manifest it carries, its declarer had registered first, and no one supersedes
-    another's skill; then re-grade every graded attempt at a declared skill in the box from its
-    revealed seed (`replay_attempts`). Returns (declarations, attempts re-graded; None when the
-    box cannot be made here); raises AuditFailure at the first entry that fails."""
+    another's skill; then re-grade the `attempts` (the bidders' credentials name them) in the
+    box from their revealed seeds (`replay_attempts`). Returns (declarations, attempts
+    re-graded; None when the box cannot be made here); raises AuditFailure at the first entry
+    that fails."""
     registered_at: dict[str, int] = {}
     declarations: list[tuple[int, Event]] = []
-    attempts: list[tuple[int, Event]] = []
+    logged_attempts: list[tuple[int, Event]] = []
     for index in sorted(scope.log):
         event = scope.log[index].event
         if event.kind == REGISTERED_KIND and event.actor == event.subject:
@@ -922,12 +926,14 @@ def _skill_declarations(scope: _Scope) -> tuple[int, int | None]:
         elif event.kind == SKILL_DECLARED_KIND:
             declarations.append((index, event))
         elif event.kind in ATTEMPT_KINDS:
-            attempts.append((index, event))
+            logged_attempts.append((index, event))
     try:
         known = replay_declarations(
             declarations, operator=scope.operator, registered_at=registered_at
         )
-        regraded: int | None = replay_attempts(attempts, known, operator=scope.operator)
+        regraded: int | None = replay_attempts(
+            logged_attempts, known, operator=scope.operator, only=attempts
+        )
     except SandboxUnavailable:
         regraded = None
     except SkillError as exc:

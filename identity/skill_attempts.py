@@ -26,7 +26,7 @@ before; an attempt here is for declared and library skills.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from datetime import timedelta
@@ -331,10 +331,11 @@ def replay_attempts(
     *,
     operator: str,
     mode: SandboxMode | None = None,
+    only: Collection[str] | None = None,
 ) -> int:
     """Re-grade every graded attempt of `entries` (with their log indices, in log order) from
-    the log alone, in the box; returns how many. `skills` are the known skills by id
-    (`replay_declarations`).
+    the log alone, in the box (`only`: just those attempt ids); returns how many. `skills` are
+    the known skills by id (`replay_declarations`).
 
     Raises SkillError naming the first graded entry whose attempt was not committed by the
     operator, whose reveal does not match its commitment, or whose grades (or pass) differ
@@ -346,7 +347,7 @@ def replay_attempts(
         if event.kind not in ATTEMPT_KINDS:
             continue
         by_kind.setdefault((event.kind, event.subject), (index, event))
-        if event.kind != ATTEMPT_GRADED:
+        if event.kind != ATTEMPT_GRADED or (only is not None and event.subject not in only):
             continue
         try:
             _regrade_one(event, by_kind, skills, operator, mode)
