@@ -27,7 +27,7 @@ from accord.api.problems import (
     install_problem_handlers,
     problem_response,
 )
-from accord.api.routes import identity, market, records, remote, tiles, work
+from accord.api.routes import identity, market, records, remote, skills, tiles, work
 from accord.api.routes.deps import ApiConfig, ApiState
 from accord.identity.http_signatures import ALGORITHM, SIGNATURE_HEADER, TAG
 from accord.ledger.chain import AnchorChain
@@ -193,6 +193,8 @@ def create_app(
         app.include_router(router)
     app.include_router(tiles.reads)
     app.include_router(remote.router)
+    app.include_router(skills.reads)
+    app.include_router(skills.writes)
     app.include_router(work.router)
     app.include_router(a2a.router)
 
@@ -206,7 +208,7 @@ def create_app(
 
 
 #: The routers whose every route needs a signed request.
-SIGNED_ROUTERS = (identity.writes, market.writes, remote.writes, work.writes)
+SIGNED_ROUTERS = (identity.writes, market.writes, remote.writes, skills.writes, work.writes)
 
 _PROBLEMS = {
     400: "Bad input: the detail says which field and why",

@@ -35,7 +35,9 @@ from accord.identity.agent_cards import (
     CardJSON,
     sign_card,
 )
-from accord.identity.challenges import REGISTRY
+from accord.identity.challenges import REGISTRY, get_capability
+from accord.identity.errors import ExamError
+from accord.identity.manifests import builtin_name, resolve_builtin
 from accord.ledger.canonical import canonical_json
 from accord.ledger.signing import Signer
 
@@ -64,27 +66,35 @@ def schema_without_empty_objects(schema: Any) -> Any:
 
 
 def skill_entries(capabilities: Iterable[str]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """The AgentSkill of each capability named (unknown names skipped) and the schema
-    extension's params for them."""
+    """The AgentSkill of each capability named (a built-in's name or id, or a declared skill's
+    id; unknown ones skipped) and the schema extension's params for them. A skill's `id` is
+    its skill id (`accord.identity.manifests`); its old name stays in `name` and `tags`."""
     skills: list[dict[str, Any]] = []
     schemas: dict[str, Any] = {}
-    for name in capabilities:
-        capability = REGISTRY.get(name)
-        if capability is None:
+    for named in capabilities:
+        try:
+            capability = get_capability(builtin_name(named))
+        except ExamError:
             continue
+        builtin = resolve_builtin(capability.name)
+        skill_id = capability.name if builtin is None else builtin.skill_id
+        title = capability.name if builtin is None else builtin.name
+        declared = getattr(capability, "manifest", None)
+        if declared is not None:
+            title = declared.name
         example_input, _ = capability.example()
         skills.append(
             {
-                "id": capability.name,
-                "name": capability.name,
+                "id": skill_id,
+                "name": title,
                 "description": capability.description,
-                "tags": ["capability", capability.name],
+                "tags": ["capability", title],
                 "examples": [canonical_json(example_input).decode("utf-8")],
                 "inputModes": JSON_MODES,
                 "outputModes": JSON_MODES,
             }
         )
-        schemas[capability.name] = {
+        schemas[skill_id] = {
             "version": capability.version,
             "inputSchema": schema_without_empty_objects(capability.input_schema),
             "outputSchema": schema_without_empty_objects(capability.output_schema),
@@ -201,7 +211,7 @@ def agent_card(
     through the market (a task posted there is open to it, as to every credentialed agent):
     the endpoint does not route by agent, so the card names no tenant."""
     skills, schemas = skill_entries(sorted(capabilities))
-    held = ", ".join(str(skill["id"]) for skill in skills) or "nothing yet"
+    held = ", ".join(str(skill["name"]) for skill in skills) or "nothing yet"
     card = _card(
         base=base,
         name=name,

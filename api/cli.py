@@ -25,7 +25,7 @@ from accord.api.keys_cli import devnet_fund, key_app
 from accord.api.market_cli import bid_app, task_app
 from accord.api.output import JsonFlag, emit, fail, plural, say
 from accord.api.serve_cli import serve
-from accord.api.skill_try_cli import skill_app
+from accord.api.skill_cli import skill_app
 from accord.ledger.errors import (
     CanonicalizationError,
     ChainError,
@@ -55,9 +55,9 @@ devnet_app.command("fund")(devnet_fund)
 app.add_typer(key_app, name="key")
 app.add_typer(ledger_app, name="ledger")
 app.add_typer(capability_app, name="capability")
+app.add_typer(skill_app, name="skill")
 app.add_typer(agent_app, name="agent")
 app.add_typer(credential_app, name="credential")
-app.add_typer(skill_app, name="skill")
 app.add_typer(task_app, name="task")
 app.add_typer(bid_app, name="bid")
 app.add_typer(conversation_app, name="conversation")

@@ -25,12 +25,16 @@ from sqlalchemy.exc import InterfaceError, OperationalError
 from accord.coordinator.errors import CoordinatorError
 from accord.identity.errors import (
     CredentialError,
+    GateFailed,
     IdentityError,
     KeyStoreError,
+    ManifestError,
     NonceError,
     RateLimitedError,
     RegistryError,
     SandboxUnavailable,
+    SkillError,
+    UnknownSkill,
 )
 from accord.ledger.errors import (
     AlreadyLoggedError,
@@ -214,6 +218,14 @@ def domain_problem(exc: Exception) -> ProblemError:
         case SandboxUnavailable():
             # The box for strangers' code cannot be made on this machine: the operator's to fix.
             return ProblemError(503, detail, kind="sandbox-unavailable")
+        case ManifestError(path=path):
+            return ProblemError(422, detail, kind="invalid-skill", path=path)
+        case GateFailed(gate=gate):
+            return ProblemError(422, detail, kind="skill-gate", reason=gate)
+        case UnknownSkill():
+            return ProblemError(404, detail, kind="skill")
+        case SkillError():
+            return ProblemError(409, detail, kind="skill")
         case RateLimitedError(retry_after=after):
             return ProblemError(429, detail, headers={"Retry-After": str(max(1, int(after + 1)))})
         case CredentialError(step=step):

@@ -1,4 +1,5 @@
-"""`accord skill try CAPABILITY --handler SPEC`: a practice exam on this machine.
+"""`accord skill try CAPABILITY --handler SPEC`: a practice exam on this machine (a command of
+`accord.api.skill_cli.skill_app`).
 
 Items are generated here from a fresh seed and graded by the capability's own graders
 (`accord.kit.practice`): no service is asked, no key is needed and no attempt is spent. Exit
@@ -18,10 +19,7 @@ from accord.api.output import JsonFlag, emit, escape, fail, say
 SHOWN = 120
 """Characters of a wrong answer shown (all of it under --json)."""
 
-skill_app = typer.Typer(help="Skills: practise their exams locally.", no_args_is_help=True)
 
-
-@skill_app.command("try")
 def skill_try(
     capability: Annotated[str, typer.Argument(help="The capability, e.g. arithmetic.")],
     handler: Annotated[

@@ -49,7 +49,7 @@ from __future__ import annotations
 
 import itertools
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from fractions import Fraction
@@ -67,11 +67,31 @@ from accord.coordinator.errors import CoordinatorError, IllegalMove
 from accord.coordinator.service import assemble
 from accord.identity.challenges.registry import get_capability
 from accord.identity.credentials import REVOCATION_EVENT_KIND, VerifiedCredential, verify_credential
-from accord.identity.errors import BindingError, ExamError, IdentityError, SandboxUnavailable
+from accord.identity.errors import (
+    BindingError,
+    ExamError,
+    IdentityError,
+    SandboxUnavailable,
+    SkillError,
+)
 from accord.identity.exams import ANSWERED, COMMITTED, GRADED, regrade_from_events
+from accord.identity.manifests import parse_manifest
 from accord.identity.onboarding import ISSUED_EVENT_KIND, PAYOUT_BOUND_KIND
 from accord.identity.payout import verify_binding
 from accord.identity.registration import HOSTED, REGISTERED_KIND, Custody, custody_of
+from accord.identity.skill_attempts import (
+    ATTEMPT_COMMITTED,
+    ATTEMPT_GRADED,
+    ATTEMPT_KINDS,
+    ATTEMPT_PREFIX,
+    replay_attempts,
+)
+from accord.identity.skill_capability import remember_skill
+from accord.identity.skill_registry import (
+    SKILL_DECLARED_KIND,
+    replay_declarations,
+    shipped_manifests,
+)
 from accord.ledger import merkle
 from accord.ledger.chain import AnchorChain
 from accord.ledger.checkpoint import SignedCheckpoint
@@ -399,6 +419,7 @@ def _scope(store: LogStore, task_id: str, operator_did: str | None) -> _Scope:
         by_subject.setdefault(entry.event.subject, []).append(index)
         by_kind.setdefault(entry.event.kind, []).append(index)
     touched: dict[int, Entry] = {}
+    _remember_skills(log, by_kind.get(SKILL_DECLARED_KIND, []))
 
     def take(indices: Sequence[int]) -> list[tuple[int, Event]]:
         for index in indices:
@@ -465,6 +486,18 @@ def _scope(store: LogStore, task_id: str, operator_did: str | None) -> _Scope:
     take(by_kind.get(REVOCATION_EVENT_KIND, []))
     custody = custody_of(log[i].event for i in by_kind.get(REGISTERED_KIND, []))
     return _Scope(task, events, conversations, touched, operator, bidders, log, by_subject, custody)
+
+
+def _remember_skills(log: Mapping[int, Entry], declared: Sequence[int]) -> None:
+    """Make the shipped skills and every skill this log declares findable by id, so a task
+    whose parts name them replays (a declaration that does not parse is step 3's to name)."""
+    for shipped in shipped_manifests():
+        remember_skill(shipped)
+    for index in declared:
+        try:
+            remember_skill(parse_manifest(log[index].event.body.get("manifest")))
+        except SkillError:
+            continue
 
 
 def _events_of(scope: _Scope, subject: str | None = None) -> list[tuple[int, Event]]:
@@ -802,6 +835,7 @@ def _credentials(scope: _Scope) -> str:
             revoked.setdefault(str(event.body.get("credentialId")), index)
     regraded: set[str] = set()
     unboxed: dict[str, str] = {}
+    attempts: set[str] = set()
     for bid_index, commitment in scope.bidders:
         bid_time = parse_time(scope.touched[bid_index].event.at)
         for capability in scope.task.spec.capabilities:
@@ -815,6 +849,10 @@ def _credentials(scope: _Scope) -> str:
                     bid_index,
                 )
             exam_id = str(credential.get("examId"))
+            if exam_id.startswith(ATTEMPT_PREFIX):  # a declared skill's: re-graded below
+                _attempt_passed(scope, exam_id, commitment.bidder, bid_index)
+                attempts.add(exam_id)
+                continue
             if exam_id not in regraded and exam_id not in unboxed:
                 try:
                     # raises unless it matches
@@ -828,16 +866,79 @@ def _credentials(scope: _Scope) -> str:
                     ) from exc
                 regraded.add(exam_id)
     bidders, exams = len(scope.bidders), len(regraded)
+    declared, attempts_regraded = _skill_declarations(scope, attempts)
     summary = (
         f"{bidders} bidder{'s' * (bidders != 1)} credentialed when they bid; "
-        f"{exams} exam{'s' * (exams != 1)} re-grade{'s' * (exams == 1)}"
+        f"{exams} exam{'s' * (exams != 1)} re-grade{'s' * (exams == 1)}; "
+        f"{declared} skill declaration{'s' * (declared != 1)} replay{'s' * (declared == 1)}"
     )
+    if attempts_regraded is None:
+        raise AuditUnchecked(
+            f"{summary}; the declared skills' attempts not re-graded here: the box cannot be made"
+        )
+    count = attempts_regraded
+    summary += f"; {count} skill attempt{'s' * (count != 1)} re-grade{'s' * (count == 1)}"
     if unboxed:
         raise AuditUnchecked(
             f"{summary}; not re-graded here, their answers being code the box cannot run: "
             f"{', '.join(sorted(unboxed))} ({next(iter(unboxed.values()))})"
         )
     return summary
+
+
+def _attempt_passed(scope: _Scope, attempt_id: str, bidder: str, bid_index: int) -> None:
+    """Raises AuditFailure unless the operator logged `attempt_id` as a passed attempt of
+    `bidder` (its re-grade is `_skill_declarations`')."""
+    for index in scope.by_subject.get(attempt_id, []):
+        event = scope.log[index].event
+        if event.kind == ATTEMPT_GRADED and event.actor == scope.operator:
+            committed = [
+                scope.log[i].event
+                for i in scope.by_subject.get(attempt_id, [])
+                if scope.log[i].event.kind == ATTEMPT_COMMITTED
+            ]
+            if (
+                event.body.get("passed") is True
+                and committed
+                and committed[0].body.get("candidate") == bidder
+            ):
+                return
+    raise AuditFailure(
+        f"{bidder}'s credential names attempt {attempt_id}, which the log holds no pass of",
+        bid_index,
+    )
+
+
+def _skill_declarations(scope: _Scope, attempts: Collection[str]) -> tuple[int, int | None]:
+    """Replay every `skill.declared` entry of the log (`replay_declarations`): each names the
+    hash of the manifest it carries, its declarer had registered first, and no one supersedes
+    another's skill; then re-grade the `attempts` (the bidders' credentials name them) in the
+    box from their revealed seeds (`replay_attempts`). Returns (declarations, attempts
+    re-graded; None when the box cannot be made here); raises AuditFailure at the first entry
+    that fails."""
+    registered_at: dict[str, int] = {}
+    declarations: list[tuple[int, Event]] = []
+    logged_attempts: list[tuple[int, Event]] = []
+    for index in sorted(scope.log):
+        event = scope.log[index].event
+        if event.kind == REGISTERED_KIND and event.actor == event.subject:
+            registered_at.setdefault(event.actor, index)
+        elif event.kind == SKILL_DECLARED_KIND:
+            declarations.append((index, event))
+        elif event.kind in ATTEMPT_KINDS:
+            logged_attempts.append((index, event))
+    try:
+        known = replay_declarations(
+            declarations, operator=scope.operator, registered_at=registered_at
+        )
+        regraded: int | None = replay_attempts(
+            logged_attempts, known, operator=scope.operator, only=attempts
+        )
+    except SandboxUnavailable:
+        regraded = None
+    except SkillError as exc:
+        raise AuditFailure(str(exc), _entry_named(str(exc))) from exc
+    return len(declarations), regraded
 
 
 def _held_at(

@@ -19,6 +19,10 @@ AccordError
     │   └── SchemaViolation     a skill's input or output breaks its JSON Schema (`path`, `reason`)
     ├── ChatError               a chat model could not be asked (identity.chat; `retriable`)
     │   └── ChatReplyError      it answered, but with no usable reply (none, cut off, a refusal)
+    ├── SkillError              a skill manifest cannot be declared, found or examined
+    │   ├── ManifestError       a manifest breaks the manifest rules (`path`, `reason`)
+    │   ├── GateFailed          a manifest's exam measures nothing (`gate` names the gate)
+    │   └── UnknownSkill        no skill has that id (or built-in name)
     └── RegistryError           an agent or credential name/id is invalid, taken or unknown
         ├── PrivateEndpointError  an agent endpoint at a loopback, link-local or private address
         └── AgentCardError      an A2A agent card cannot be fetched, read or verified
@@ -125,6 +129,34 @@ class ChatReplyError(ChatError):
 
     def __init__(self, message: str) -> None:
         super().__init__(message, retriable=False)
+
+
+class SkillError(IdentityError):
+    """A skill manifest cannot be declared, found or examined (`accord.identity.manifests`)."""
+
+
+class ManifestError(SkillError):
+    """A manifest breaks a manifest rule: `path` is the JSON path of the offending value
+    (`$.graders[1].pattern`), `reason` what is wrong there."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        super().__init__(f"{path}: {reason}")
+        self.path = path
+        self.reason = reason
+
+
+class GateFailed(SkillError):
+    """A validity gate refused a manifest at declaration: `gate` is one of `empty-answer`,
+    `constant-answer`, `oracle`, `pinned-code`, `deterministic`, `judge`; `reason` says how."""
+
+    def __init__(self, gate: str, reason: str) -> None:
+        super().__init__(f"gate {gate}: {reason}")
+        self.gate = gate
+        self.reason = reason
+
+
+class UnknownSkill(SkillError):
+    """No skill is declared with that id, and no built-in skill has that name."""
 
 
 class RegistryError(IdentityError):

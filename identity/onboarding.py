@@ -14,6 +14,7 @@ the parts that each live in their own module and answers for them:
     identity.issuance         credentials issued, stored, revoked and verified
     identity.status_lists     the revocation status list, published under every URL used
     identity.remote_signing   who signs for a team member (a key file or the agent itself)
+    identity.skill_registry   skills declared on the log (`skill.declared`) and the shipped ones
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from sqlalchemy import Engine
 
 from accord.identity.agents import AgentRecord, AgentRegistry
 from accord.identity.challenges import JSON, get_capability
+from accord.identity.challenges.registry import require_builtin, set_capability_loader
 from accord.identity.credentials import VerifiedCredential
 from accord.identity.errors import ExamError
 from accord.identity.exams import ExamResult, ExamService
@@ -37,6 +39,8 @@ from accord.identity.payout_accounts import PAYOUT_BOUND_KIND, PayoutAccounts
 from accord.identity.registration import REGISTERED_KIND, REGISTRATION_CHALLENGE_TTL, Registration
 from accord.identity.remote_signing import EndpointSigner, member_signer
 from accord.identity.runtimes import AgentRuntime
+from accord.identity.skill_attempts import SkillAttempts
+from accord.identity.skill_registry import SkillRegistry
 from accord.identity.status_lists import STATUS_LIST_PATH, StatusLists, status_list_url
 from accord.ledger.events import Entry
 from accord.ledger.service import Ledger
@@ -115,6 +119,9 @@ class Onboarding:
         self.payouts = PayoutAccounts(ledger, registry)
         self.domain = self.registration.domain
         self.nonces = self.registration.nonces
+        self.skills = SkillRegistry(ledger, self._has_registered)
+        set_capability_loader(self.skills.capability_of)  # parts and checks name skill ids
+        self.skill_attempts = SkillAttempts(ledger, self.skills, self.issuer)
 
     @property
     def operator_did(self) -> str:
@@ -126,6 +133,10 @@ class Onboarding:
         return self.status_lists.url
 
     # -- registration (DID-auth): identity.registration --
+
+    def _has_registered(self, did: str) -> bool:
+        """Whether `did` has an `agent.registered` entry of its own."""
+        return bool(self.ledger.store.find(kind=REGISTERED_KIND, actor=did, limit=1))
 
     def registration_index(self, agent: AgentRecord) -> int | None:
         """See `Registration.registration_index`."""
@@ -190,7 +201,8 @@ class Onboarding:
         """Exam `agent` in each capability, in order, with its runtime (or `runtime`).
 
         An item the runtime cannot answer (it raises ExamError) is left unanswered. Raises
-        ExamError for an unknown capability (checked for all before anything starts),
+        ExamError for an unknown capability or a declared skill (examined from a committed
+        seed, `identity.skill_attempts`; checked for all before anything starts),
         RateLimitedError, KeyStoreError for the agent's key, and what the ledger raises. An
         agent that has not registered is registered first (DID-auth, see `register`).
         """
@@ -198,6 +210,7 @@ class Onboarding:
             raise ExamError("name at least one capability")
         for name in capabilities:
             get_capability(name)
+            require_builtin(name)
         signer = self.registry.signer(agent)
         answer_with = runtime or self.registry.runtime(agent)
         self.register(agent)

@@ -56,8 +56,10 @@ from typing import Any, Literal, TypeAlias
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 
-from accord.identity.challenges import REGISTRY, validate_input
+from accord.identity.challenges import REGISTRY, get_capability, validate_input
 from accord.identity.errors import ExamError, SchemaViolation
+from accord.identity.manifests import builtin_name
+from accord.identity.skill_capability import work_graders
 from accord.market.errors import WorkError
 
 PART_ID = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
@@ -547,7 +549,11 @@ def parse_parts(
         if any(p.part_id == part_id for p in parts):
             raise _at(f"{path}.id", f"part {part_id!r} is named twice")
         capability = item.get("capability")
-        if not isinstance(capability, str) or capability not in capabilities:
+        if isinstance(capability, str):
+            capability = builtin_name(capability)  # a built-in skill's id names it too
+        if not isinstance(capability, str) or not (
+            capability in capabilities or (known_capabilities is None and _declared(capability))
+        ):
             known = ", ".join(sorted(capabilities))
             raise _at(f"{path}.capability", f"unknown capability {capability!r} (known: {known})")
         raw_input = _object(item.get("input"), f"{path}.input")
@@ -571,6 +577,15 @@ def parse_parts(
         except ExamError as exc:
             raise _at(f"{path}.input", str(exc)) from exc
     return tuple(parts)
+
+
+def _declared(capability: str) -> bool:
+    """Whether `capability` is a declared skill's id (`get_capability` finds it)."""
+    try:
+        get_capability(capability)
+    except ExamError:
+        return False
+    return True
 
 
 def _weight(value: Any, path: str) -> int:
@@ -747,13 +762,21 @@ def parse_checks(value: Any, parts: Sequence[Part]) -> tuple[Check, ...]:
 
 
 def default_checks(parts: Sequence[Part]) -> tuple[Check, ...]:
-    """Each part's output validates against its capability's output schema, and the requester
-    reviews it."""
+    """Each part's output validates against its capability's output schema, passes each of its
+    skill's graders that need no oracle (`work_graders`: a `json_schema` with a schema of its
+    own, a `regex` on the whole output), and the requester reviews it."""
     checks: list[Check] = []
     for part in parts:
-        schema = dict(REGISTRY[part.capability].output_schema)
-        checks.append(SchemaCheck(f"{part.part_id}-schema", 1, (part.part_id,), schema))
-        checks.append(ReviewCheck(f"{part.part_id}-review", 1, (part.part_id,)))
+        pid = part.part_id
+        schema = dict(get_capability(part.capability).output_schema)
+        checks.append(SchemaCheck(f"{pid}-schema", 1, (pid,), schema))
+        for k, grader in work_graders(part.capability):
+            if grader["kind"] == "json_schema":
+                checks.append(SchemaCheck(f"{pid}-grader-{k}", 1, (pid,), grader["schema"]))
+            else:
+                pattern = str(grader["pattern"])
+                checks.append(ExpectCheck(f"{pid}-grader-{k}", 1, (pid,), "$", "matches", pattern))
+        checks.append(ReviewCheck(f"{pid}-review", 1, (pid,)))
     return tuple(checks)
 
 

@@ -45,6 +45,8 @@ PURE_CORES = (
     "accord.identity.http_signatures",
     "accord.identity.challenges.base",
     "accord.identity.challenges.names",
+    "accord.identity.manifests",
+    "accord.identity.skill_exports",
     # market: the task state machine, the work and its checks, sealed bids, the auction and
     # its replay from the log, reputation, Shapley, who reads the work
     "accord.market.errors",
@@ -64,6 +66,7 @@ PURE_CORES = (
     "accord.market.privacy",
     "accord.market.panel",
     "accord.market.deliverable",
+    "accord.market.agreement",
     # market.escrow: its values and the EscrowChain seam (no web3, no SQL journal)
     "accord.market.escrow.values",
     "accord.market.escrow.chain",

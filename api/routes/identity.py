@@ -22,6 +22,7 @@ from accord.coordinator.service import discover
 from accord.identity.agents import AgentRecord
 from accord.identity.challenges import REGISTRY
 from accord.identity.errors import CredentialError, IdentityError, KeyStoreError, RegistryError
+from accord.identity.manifests import builtin_name, resolve_builtin
 from accord.identity.onboarding import REGISTRATION_CHALLENGE_TTL
 from accord.ledger.signing import Signer
 from accord.ledger.views import DEFAULT_LIMIT, MAX_LIMIT, check_limit, decode_cursor, encode_cursor
@@ -50,10 +51,17 @@ def _valid_capabilities(context: MarketContext, did: str) -> list[str]:
     return sorted(held)
 
 
+def resolve_skill_id(name: str) -> str | None:
+    """The skill id of a built-in capability (what parts, exams and discovery also accept)."""
+    manifest = resolve_builtin(name)
+    return None if manifest is None else manifest.skill_id
+
+
 def capability_rows() -> list[dict[str, Any]]:
     return [
         {
             "name": c.name,
+            "skill_id": resolve_skill_id(c.name),
             "description": c.description,
             "items": c.item_count,
             "threshold": str(c.threshold),
@@ -113,7 +121,7 @@ def list_agents(
         records = records[:size]
         next_page(request, response, encode_cursor(AGENTS_VIEW, records[-1].name) if more else None)
         return [record.to_json() for record in records]
-    page = discover(context, capability, need, limit=limit, cursor=cursor)
+    page = discover(context, builtin_name(capability), need, limit=limit, cursor=cursor)
     next_page(request, response, page.next_cursor)
     return [
         {

@@ -34,7 +34,9 @@ from accord.api.routes.deps import Caller, Context, State, throttle_reads
 from accord.identity.agents import AgentRecord
 from accord.identity.challenges import get_capability
 from accord.identity.challenges.base import MAX_ITEMS_PER_CALL
+from accord.identity.challenges.registry import require_builtin
 from accord.identity.errors import ExamError, PrivateEndpointError, RegistryError
+from accord.identity.manifests import builtin_name
 from accord.ledger.canonical import canonical_json
 from accord.ledger.errors import LedgerError
 from accord.ledger.events import Entry, format_time
@@ -141,9 +143,11 @@ def register_remote(
 )
 def start_exam(body: ExamStart, caller: Caller, context: Context, state: State) -> dict[str, Any]:
     _registered(context, caller)
-    get_capability(body.capability)
+    capability = builtin_name(body.capability)  # a built-in skill's id names it too
+    get_capability(capability)
+    require_builtin(capability)
     with state.write_lock:
-        session = context.onboarding.exams.start(caller, body.capability, body.items)
+        session = context.onboarding.exams.start(caller, capability, body.items)
     plan = session.plan
     return {
         "exam_id": session.exam_id,

@@ -205,7 +205,7 @@ def test_service_card(client: TestClient) -> None:
     ):
         assert key in card
     assert card["supportedInterfaces"][0]["url"] == "http://testserver/a2a"
-    assert any(skill["id"] == "arithmetic" for skill in card["skills"])
+    assert any(skill["name"] == "arithmetic" for skill in card["skills"])  # its id: the hash
 
 
 def test_agents_and_cards(client: TestClient, world: World) -> None:
@@ -216,7 +216,7 @@ def test_agents_and_cards(client: TestClient, world: World) -> None:
     assert shown["name"] == "ada" and shown["credentials"][0]["capability"] == "arithmetic"
     card = client.get(f"/agents/{ada}/card").json()
     assert card_did(card) == ada == verify_card(card).did
-    assert [skill["id"] for skill in card["skills"]] == ["arithmetic"]
+    assert [skill["name"] for skill in card["skills"]] == ["arithmetic"]  # its id: the hash
     assert card["supportedInterfaces"][0]["url"].endswith("/a2a")
     assert card["defaultInputModes"] == ["application/json"]
     assert client.get("/agents/carol/card").json()["skills"] == []

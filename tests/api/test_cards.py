@@ -38,6 +38,7 @@ from accord.identity.agent_cards import (
 from accord.identity.challenges import REGISTRY
 from accord.identity.errors import AgentCardError, JwsError
 from accord.identity.jws import sign_detached, verify_detached
+from accord.identity.manifests import builtin_manifests
 from accord.ledger.signing import Ed25519Signer, b64url, public_key_from_did
 from tests.audit.conftest import World, open_world
 from tests.serving import serve
@@ -111,10 +112,13 @@ def test_every_card_parses_strictly_as_v1(client: TestClient, world: World) -> N
 
 def test_skills_are_the_typed_capabilities(client: TestClient, world: World) -> None:
     every = cards(client, world)
-    service_skills = {skill["id"]: skill for skill in every["service"]["skills"]}
+    service_skills = {skill["name"]: skill for skill in every["service"]["skills"]}
     assert set(REGISTRY) <= set(service_skills)
+    arithmetic_id = builtin_manifests()[0].skill_id  # a skill is named by its id
+    assert service_skills["arithmetic"]["id"] == arithmetic_id
     ada = every["ada"]
-    assert [skill["id"] for skill in ada["skills"]] == ["arithmetic"]
+    assert [skill["id"] for skill in ada["skills"]] == [arithmetic_id]
+    assert [skill["name"] for skill in ada["skills"]] == ["arithmetic"]
     skill = ada["skills"][0]
     assert skill["inputModes"] == skill["outputModes"] == ["application/json"]
     example_input, _ = REGISTRY["arithmetic"].example()
@@ -124,12 +128,12 @@ def test_skills_are_the_typed_capabilities(client: TestClient, world: World) -> 
         for e in ada["capabilities"]["extensions"]
         if e["uri"] == SKILL_SCHEMAS_EXTENSION
     ]
-    assert schemas["arithmetic"]["inputSchema"] == REGISTRY["arithmetic"].input_schema
-    assert schemas["arithmetic"]["outputSchema"] == REGISTRY["arithmetic"].output_schema
+    assert schemas[arithmetic_id]["inputSchema"] == REGISTRY["arithmetic"].input_schema
+    assert schemas[arithmetic_id]["outputSchema"] == REGISTRY["arithmetic"].output_schema
     assert every["carol"]["skills"] == []
     # an empty JSON Schema is written `true` (A2A's canonical form would drop `{}`)
     python = next(
-        e["params"]["skills"]["python"]
+        e["params"]["skills"][service_skills["python"]["id"]]
         for e in every["service"]["capabilities"]["extensions"]
         if e["uri"] == SKILL_SCHEMAS_EXTENSION
     )
@@ -199,7 +203,8 @@ def test_the_sdk_resolver_fetches_and_verifies_every_card(base: str, world: Worl
     service = asyncio.run(resolve(None))
     assert service.supported_interfaces[0].url == base + A2A_PATH
     ada = asyncio.run(resolve(f"/agents/{world.agents['ada'].did}/card"))
-    assert [skill.id for skill in ada.skills] == ["arithmetic"]
+    assert [skill.name for skill in ada.skills] == ["arithmetic"]
+    assert [skill.id for skill in ada.skills] == [builtin_manifests()[0].skill_id]
 
 
 # -- the JWS ------------------------------------------------------------------------------

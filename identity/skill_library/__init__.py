@@ -1,0 +1,1 @@
+"""The skills accord ships as folders (`accord.identity.skill_folders`)."""

@@ -1,0 +1,1 @@
+"""The `json-transform` skill: skill.json and the code it names (run in the box, not imported)."""
