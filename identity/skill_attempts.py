@@ -46,11 +46,11 @@ from accord.identity.exams import (
 from accord.identity.issuance import CredentialIssuer
 from accord.identity.skill_exams import (
     attempt_seed,
-    check_reveal,
     exam_passes,
     generate_exam,
     grade_exam,
     nonce_commitment,
+    regrade,
 )
 from accord.identity.skill_registry import DeclaredSkill, SkillRegistry
 from accord.ledger.events import Entry, Event, format_time, parse_time
@@ -387,17 +387,18 @@ def _regrade_one(
     skill = skills.get(str(committed.body["skill_id"]))
     if skill is None or graded.body["skill_id"] != committed.body["skill_id"]:
         raise SkillError(f"attempt {attempt_id} names no declared skill")
-    service_nonce = bytes.fromhex(str(graded.body["service_nonce"]))
-    check_reveal(str(committed.body["commitment"]), service_nonce)
-    seed = attempt_seed(
-        service_nonce,
+    answers = list(answered.body["answers"])
+    if len(answers) != int(committed.body["items"]):
+        raise SkillError(f"attempt {attempt_id} answered {len(answers)} of its items")
+    grades = regrade(
+        skill.manifest,
+        str(committed.body["commitment"]),
+        bytes.fromhex(str(graded.body["service_nonce"])),
         _nonce(nonce.body["nonce"]),
-        skill.manifest.skill_id,
         int(committed.body["attempt"]),
+        answers,
+        mode=mode,
     )
-    items = generate_exam(skill.manifest, seed, int(committed.body["items"]), mode=mode)
-    answers = answered.body["answers"]
-    grades = grade_exam(skill.manifest, items, list(answers), mode=mode)
     if _grades_json(grades) != graded.body["grades"]:
         raise SkillError(f"attempt {attempt_id}'s logged grades are not the re-grade's")
     earned = sum(g.earned for g in grades)
