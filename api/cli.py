@@ -217,6 +217,37 @@ def devnet_down(as_json: JsonFlag = False) -> None:
         say(shown)
 
 
+def _external_chain_status(rpc_url: str, as_json: bool) -> None:
+    """`devnet status` where ACCORD_RPC_URL names a chain accord does not manage: that chain's
+    id and head, its URL shown as scheme, host and port only (a path or query may hold a
+    provider's key)."""
+    from urllib.parse import urlsplit
+
+    from accord.ledger.devnet import rpc_call
+
+    where = urlsplit(rpc_url)
+    shown = f"{where.scheme}://{where.hostname}" + (f":{where.port}" if where.port else "")
+    answers: dict[str, int | None] = {}
+    for name, method in (("chain_id", "eth_chainId"), ("block_number", "eth_blockNumber")):
+        try:
+            answers[name] = int(str(rpc_call(rpc_url, method)), 16)
+        except (OSError, ValueError):
+            answers[name] = None
+    data = {"managed": False, "rpc_url": shown, "answering": answers["block_number"] is not None}
+    if as_json:
+        emit({**data, **answers})
+    elif data["answering"]:
+        say(
+            f"accord manages no devnet here: ACCORD_RPC_URL names the chain at {shown} "
+            f"(chain id {answers['chain_id']}), block {answers['block_number']}"
+        )
+    else:
+        say(
+            f"accord manages no devnet here: ACCORD_RPC_URL names the chain at {shown}, which "
+            "does not answer; check the URL and the node"
+        )
+
+
 @devnet_app.command("status")
 def devnet_status(as_json: JsonFlag = False) -> None:
     """Whether the devnet runs, where, and at which block."""
@@ -224,11 +255,15 @@ def devnet_status(as_json: JsonFlag = False) -> None:
     from accord.ledger.wiring import devnet_for
 
     settings = _settings()
+    if settings.rpc_url is not None:
+        _external_chain_status(settings.rpc_url, as_json)
+        return
     with _errors():
         status = devnet_for(settings).status()
         record = read_record(settings.devnet_record_file)
     elsewhere = status.elsewhere
     data = {
+        "managed": True,
         "running": status.running,
         "pid": status.pid,
         "port": status.port,

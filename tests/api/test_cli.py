@@ -109,3 +109,23 @@ def test_status_on_another_port_is_not_running_there_and_names_the_port(
     accord.env["ACCORD_DEVNET_PORT"] = str(port)
     here = accord.json("devnet", "status")
     assert (here["running"], here["pid"], here["elsewhere"]) == (True, up["pid"], None)
+
+
+def test_status_with_an_external_chain_names_that_chain_and_hides_its_url_path(
+    accord: AccordCli,
+) -> None:
+    port = int(accord.env["ACCORD_DEVNET_PORT"])
+    accord.json("devnet", "up")
+    assert accord.json("devnet", "status")["managed"] is True
+    accord.env["ACCORD_RPC_URL"] = f"http://127.0.0.1:{port}/?key=secret"
+    status = accord.json("devnet", "status")
+    assert status["managed"] is False and status["answering"] is True
+    assert status["chain_id"] == 31337 and status["block_number"] >= 1
+    assert status["rpc_url"] == f"http://127.0.0.1:{port}"  # no key from the query
+    said = " ".join(accord.run("devnet", "status").stdout.split())
+    assert "accord manages no devnet here" in said and "secret" not in said, said
+
+    accord.env["ACCORD_RPC_URL"] = f"http://127.0.0.1:{find_free_port()}"
+    status = accord.json("devnet", "status")
+    assert (status["answering"], status["block_number"]) == (False, None)
+    del accord.env["ACCORD_RPC_URL"]
