@@ -1,0 +1,94 @@
+"""The skills a kit agent names, as a service publishes them, checked here before anything
+relies on them.
+
+    fetch_skill(client, "sql")          GET /skills/{ref}: the manifest, parsed here and held to
+                                        its id (the hash of the bytes received), remembered so
+                                        that `get_capability(id)` finds it in this process
+    know_capabilities(client, caps)     each capability of a task this process can look up
+                                        (a declared skill it has not met: fetched)
+    check_items(manifest, items)        the items a service hands out for an attempt are the
+                                        skill's: its id, its instructions, inputs that fit its
+                                        input schema
+
+A skill's id is the SHA-256 of its manifest's RFC 8785 form, so a service cannot hand the kit a
+manifest other than the one the id names: `fetch_skill` recomputes it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from urllib.parse import quote
+
+from accord.api.client import AccordClient, ApiError
+from accord.identity.challenges import JSON, get_capability
+from accord.identity.challenges.skills import ExactValidator
+from accord.identity.errors import ExamError, SkillError, UnknownSkill
+from accord.identity.manifests import SKILL_ID_PATTERN, SkillManifest, parse_manifest
+from accord.identity.skill_capability import remember_skill
+
+
+def fetch_skill(client: AccordClient, ref: str) -> SkillManifest:
+    """The skill `ref` names at the service (a skill id, or a name the service resolves: a
+    shipped skill's), its manifest parsed here; a declared one is remembered in this process.
+
+    Raises UnknownSkill when the service has no such skill (404), SkillError when what it
+    sends is not a manifest or not the one its id (or `ref`, when an id) names, ApiError when
+    the service cannot be asked.
+    """
+    try:
+        shown = client.get(f"/skills/{quote(ref, safe='')}")
+    except ApiError as exc:
+        if exc.status == 404:
+            raise UnknownSkill(f"the service has no skill {ref!r}") from exc
+        raise
+    try:
+        manifest = parse_manifest(shown.get("manifest") if isinstance(shown, dict) else None)
+    except SkillError as exc:
+        raise SkillError(f"the service's skill {ref!r} is not a valid manifest: {exc}") from exc
+    named = shown.get("id")
+    if named != manifest.skill_id or (SKILL_ID_PATTERN.match(ref) and ref != manifest.skill_id):
+        raise SkillError(
+            f"the service's manifest for {ref!r} hashes to {manifest.skill_id}, not the id it "
+            f"names ({named}): refused"
+        )
+    remember_skill(manifest)
+    return manifest
+
+
+def know_capabilities(client: AccordClient, capabilities: Iterable[str]) -> None:
+    """Make each of `capabilities` (a task's: built-in names and skill ids) one this process
+    can look up, fetching each declared skill it has not met (`fetch_skill`).
+
+    Raises what `fetch_skill` raises.
+    """
+    for capability in capabilities:
+        try:
+            get_capability(capability)
+        except ExamError:
+            fetch_skill(client, capability)
+
+
+def check_items(manifest: SkillManifest, items: Sequence[object]) -> None:
+    """Hold the items a service handed out for an attempt at `manifest` to the skill: as many
+    as its exam has, each of this skill (its `capability` the id), its `prompt` the manifest's
+    instructions, its `payload` fitting the input schema.
+
+    Raises SkillError naming the first item that is not.
+    """
+    if len(items) != manifest.item_count:
+        raise SkillError(
+            f"the service handed out {len(items)} items for {manifest.name}, whose exam has "
+            f"{manifest.item_count}"
+        )
+    validator = ExactValidator(manifest.input_schema)
+    for at, item in enumerate(items):
+        if not isinstance(item, dict):
+            raise SkillError(f"exam item {at} is not an object")
+        if item.get("capability") != manifest.skill_id:
+            raise SkillError(f"exam item {at} is not an item of skill {manifest.skill_id}")
+        if item.get("prompt") != manifest.instructions:
+            raise SkillError(f"exam item {at}'s prompt is not the skill's instructions")
+        payload: JSON = item.get("payload")
+        error = next(iter(validator.iter_errors(payload)), None)
+        if error is not None:
+            raise SkillError(f"exam item {at}'s input breaks the skill's input schema: {error}")
