@@ -28,18 +28,14 @@ SHOWN = 120
 def _practised(skill: str, server: str | None) -> tuple[str, str]:
     """The capability key `practise` takes for `skill` (made findable by `get_capability`),
     and the name to show. Exits 2 when nothing names it."""
-    from accord.identity.challenges import get_capability
-    from accord.identity.errors import ExamError, SkillError
+    from accord.identity.challenges import REGISTRY
+    from accord.identity.errors import SkillError
     from accord.identity.manifests import builtin_name, parse_manifest
     from accord.identity.skill_capability import remember_skill
     from accord.identity.skill_folders import folder_document, library_manifests
     from accord.kit.skills import fetch_skill
 
-    try:
-        get_capability(builtin_name(skill))
-    except ExamError:
-        pass
-    else:
+    if builtin_name(skill) in REGISTRY:
         return builtin_name(skill), builtin_name(skill)
     for manifest in library_manifests():
         if skill in (manifest.name, manifest.skill_id):
@@ -63,8 +59,8 @@ def _practised(skill: str, server: str | None) -> tuple[str, str]:
     except (SkillError, OSError, ValueError) as exc:
         fail(str(exc), code=2)
     fail(
-        f"no skill {skill!r} here: name a built-in capability or a shipped skill, a manifest "
-        "file or skill folder, or a declared skill's id with --server URL",
+        f"unknown capability or skill {skill!r}: name a built-in capability or a shipped "
+        "skill, a manifest file or skill folder, or a declared skill's id with --server URL",
         code=2,
     )
 

@@ -51,7 +51,7 @@ from accord.kit.assignments import (
 from accord.kit.leader import SEQ_RETRIES, lead, task_from_json
 from accord.kit.practice import preflight
 from accord.kit.server import KitServer, Refused
-from accord.kit.skills import check_items, fetch_skill, know_capabilities
+from accord.kit.skills import check_items, fetch_skill
 from accord.kit.wallet import Wallet, WalletError, read_key_file, write_key_file
 from accord.ledger.errors import AccordError
 from accord.ledger.events import parse_time
@@ -349,7 +349,6 @@ class KitAgent:
             for sha in spec.files
         }
         try:
-            know_capabilities(self.client, spec.capabilities)
             named = [r for p in spec.parts if p.part_id == part for r in part_refs(p.input)]
             outputs = {}
             if named:

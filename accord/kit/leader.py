@@ -34,7 +34,6 @@ from accord.coordinator.service import assemble
 from accord.coordinator.work import AgentAdapter
 from accord.identity.remote_signing import EndpointSigner
 from accord.identity.runtimes import AgentRuntime, HttpRuntime
-from accord.kit.skills import know_capabilities
 from accord.ledger.canonical import JSONValue, canonical_json
 from accord.ledger.errors import SequenceError
 from accord.ledger.events import Entry, make_entry, parse_time
@@ -146,13 +145,11 @@ def lead(
     are, which is what the settlement will log for the same outputs.
 
     Raises TeamError when no team can be formed, CoordinatorError from the conversation,
-    ApiError when the service refuses a step (its reason in the message), SkillError when a
-    declared skill of the task's parts is not the one its id names."""
+    ApiError when the service refuses a step (its reason in the message)."""
     data = client.task(task_id)
     if data.get("winner") != signer.did:
         raise TeamError(f"{signer.did} did not win {task_id}")
     task = task_from_json(data)
-    know_capabilities(client, task.spec.capabilities)  # a declared skill's schema and graders
     run_settings = settings or RunSettings()
     log = RelayLog(client, task_id)
     if data.get("state") == "awarded":

@@ -4,8 +4,6 @@ relies on them.
     fetch_skill(client, "sql")          GET /skills/{ref}: the manifest, parsed here and held to
                                         its id (the hash of the bytes received), remembered so
                                         that `get_capability(id)` finds it in this process
-    know_capabilities(client, caps)     each capability of a task this process can look up
-                                        (a declared skill it has not met: fetched)
     check_items(manifest, items)        the items a service hands out for an attempt are the
                                         skill's: its id, its instructions, inputs that fit its
                                         input schema
@@ -16,13 +14,13 @@ manifest other than the one the id names: `fetch_skill` recomputes it.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from urllib.parse import quote
 
 from accord.api.client import AccordClient, ApiError
-from accord.identity.challenges import JSON, get_capability
+from accord.identity.challenges import JSON
 from accord.identity.challenges.skills import ExactValidator
-from accord.identity.errors import ExamError, SkillError, UnknownSkill
+from accord.identity.errors import SkillError, UnknownSkill
 from accord.identity.manifests import SKILL_ID_PATTERN, SkillManifest, parse_manifest
 from accord.identity.skill_capability import remember_skill
 
@@ -53,19 +51,6 @@ def fetch_skill(client: AccordClient, ref: str) -> SkillManifest:
         )
     remember_skill(manifest)
     return manifest
-
-
-def know_capabilities(client: AccordClient, capabilities: Iterable[str]) -> None:
-    """Make each of `capabilities` (a task's: built-in names and skill ids) one this process
-    can look up, fetching each declared skill it has not met (`fetch_skill`).
-
-    Raises what `fetch_skill` raises.
-    """
-    for capability in capabilities:
-        try:
-            get_capability(capability)
-        except ExamError:
-            fetch_skill(client, capability)
 
 
 def check_items(manifest: SkillManifest, items: Sequence[object]) -> None:
