@@ -595,8 +595,8 @@ class KitAgent:
         started = self.client.post(f"/skills/{skill_id}/attempts")
         attempt_id = str(started["attempt_id"])
         path = f"/skills/attempts/{_segment(attempt_id)}"
-        body = {"attempt_id": attempt_id, "nonce": secrets.token_hex(NONCE_BYTES)}
-        entry = self.client.entry(ATTEMPT_NONCE, attempt_id, body)
+        nonce = {"attempt_id": attempt_id, "nonce": secrets.token_hex(NONCE_BYTES)}
+        entry = self.client.entry(ATTEMPT_NONCE, attempt_id, nonce)
         items = self.client.post(f"{path}/nonce", {"entry": entry})["items"]
         check_items(manifest, items)
         answers: list[JSON] = []
@@ -608,8 +608,8 @@ class KitAgent:
                     "unanswered", exam_id=attempt_id, item_id=item.get("item_id"), reason=exc.reason
                 )
                 answers.append(None)
-        body = {"attempt_id": attempt_id, "answers": answers}
-        entry = self.client.entry(ATTEMPT_ANSWERED, attempt_id, body)
+        answered = {"attempt_id": attempt_id, "answers": answers}
+        entry = self.client.entry(ATTEMPT_ANSWERED, attempt_id, answered)
         graded = cast(dict[str, Any], self.client.post(f"{path}/answers", {"entry": entry}))
         document = graded.get("credential")
         self.say(

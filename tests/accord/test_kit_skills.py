@@ -376,3 +376,15 @@ def test_kit_agents_work_parts_of_a_declared_skill_as_leader_and_member(
     finally:
         for agent in agents.values():
             agent.stop()
+
+
+def test_a_skill_id_that_starts_with_a_digit_names_the_tasks_that_need_it(
+    world: dict[str, Any],
+) -> None:
+    """Ten skill ids in sixteen start with a digit: they name parts and filter tasks as
+    capability names do (the kit asks `GET /tasks?capability=ID` for the tasks it bids on)."""
+    with httpx.Client(base_url=world["url"], timeout=10) as http:
+        listed = http.get("/tasks", params={"state": "bidding", "capability": "0" * 64})
+        assert listed.status_code == 200 and listed.json() == [], listed.text
+        assert http.get("/tasks", params={"capability": "0" * 63}).status_code == 422
+        assert http.get("/tasks", params={"capability": "0abc"}).status_code == 422
