@@ -51,7 +51,7 @@ from accord.kit.assignments import (
 from accord.kit.leader import SEQ_RETRIES, lead, task_from_json
 from accord.kit.practice import preflight
 from accord.kit.server import KitServer, Refused
-from accord.kit.skills import check_items, fetch_skill
+from accord.kit.skills import check_items, fetch_skill, regraded
 from accord.kit.wallet import Wallet, WalletError, read_key_file, write_key_file
 from accord.ledger.errors import AccordError
 from accord.ledger.events import parse_time
@@ -587,7 +587,8 @@ class KitAgent:
         its own signed `skill.attempt.nonce` and gets the items generated from both (held to
         the skill here: `check_items`), its handler answers each (one it cannot answer is
         answered null), and its own signed `skill.attempt.answered` is graded. Told as a
-        `credential` line with the score and each wrong item's reason.
+        `credential` line with the score, each wrong item's reason, and what its own re-grade
+        from the revealed seed found (`regrade`: "agrees", or why not; `regraded`).
 
         Raises ApiError when the service refuses a step, SkillError for items that are not the
         skill's."""
@@ -595,7 +596,8 @@ class KitAgent:
         started = self.client.post(f"/skills/{skill_id}/attempts")
         attempt_id = str(started["attempt_id"])
         path = f"/skills/attempts/{_segment(attempt_id)}"
-        nonce = {"attempt_id": attempt_id, "nonce": secrets.token_hex(NONCE_BYTES)}
+        own_nonce = secrets.token_bytes(NONCE_BYTES)
+        nonce = {"attempt_id": attempt_id, "nonce": own_nonce.hex()}
         entry = self.client.entry(ATTEMPT_NONCE, attempt_id, nonce)
         items = self.client.post(f"{path}/nonce", {"entry": entry})["items"]
         check_items(manifest, items)
@@ -627,6 +629,7 @@ class KitAgent:
                 for grade in graded.get("grades", [])
                 if grade["earned"] < grade["possible"]
             ],
+            regrade=regraded(manifest, started, own_nonce, answers, graded),
         )
         return graded
 

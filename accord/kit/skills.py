@@ -7,6 +7,8 @@ relies on them.
     check_items(manifest, items)        the items a service hands out for an attempt are the
                                         skill's: its id, its instructions, inputs that fit its
                                         input schema
+    regraded(manifest, ...)             the candidate's own re-grade of its attempt once the
+                                        service revealed its nonce: "agrees", or why not
 
 A skill's id is the SHA-256 of its manifest's RFC 8785 form, so a service cannot hand the kit a
 manifest other than the one the id names: `fetch_skill` recomputes it.
@@ -14,15 +16,17 @@ manifest other than the one the id names: `fetch_skill` recomputes it.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 from urllib.parse import quote
 
 from accord.api.client import AccordClient, ApiError
 from accord.identity.challenges import JSON
 from accord.identity.challenges.skills import ExactValidator
-from accord.identity.errors import SkillError, UnknownSkill
+from accord.identity.errors import ExamError, SandboxUnavailable, SkillError, UnknownSkill
 from accord.identity.manifests import SKILL_ID_PATTERN, SkillManifest, parse_manifest
 from accord.identity.skill_capability import remember_skill
+from accord.identity.skill_exams import regrade
 
 
 def fetch_skill(client: AccordClient, ref: str) -> SkillManifest:
@@ -77,3 +81,39 @@ def check_items(manifest: SkillManifest, items: Sequence[object]) -> None:
         error = next(iter(validator.iter_errors(payload)), None)
         if error is not None:
             raise SkillError(f"exam item {at}'s input breaks the skill's input schema: {error}")
+
+
+def regraded(
+    manifest: SkillManifest,
+    started: Mapping[str, Any],
+    candidate_nonce: bytes,
+    answers: Sequence[JSON],
+    graded: Mapping[str, Any],
+) -> str:
+    """The candidate's own re-grade of its attempt (`started`: as `POST /skills/{id}/attempts`
+    answered, with the commitment and attempt number; `graded`: as the answers' POST answered,
+    with the revealed service nonce and the grades): its seed re-derived, the items made again
+    and its `answers` graded in the box here. "agrees" when the service's grades are the
+    re-grade's, "differs: WHY" when they are not (or the reveal does not match the
+    commitment), "not here: WHY" when this machine has no box to re-grade in. Raises nothing.
+    """
+    try:
+        grades = regrade(
+            manifest,
+            str(started["commitment"]),
+            bytes.fromhex(str(graded["service_nonce"])),
+            candidate_nonce,
+            int(started["attempt"]),
+            answers,
+        )
+    except SandboxUnavailable as exc:
+        return f"not here: {exc}"
+    except (ExamError, SkillError, KeyError, TypeError, ValueError) as exc:
+        return f"differs: {exc}"
+    mine = [
+        {"item_id": g.item_id, "earned": g.earned, "possible": g.possible, "reason": g.reason}
+        for g in grades
+    ]
+    if mine != graded.get("grades"):
+        return "differs: the service's grades are not the re-grade's"
+    return "agrees"

@@ -29,11 +29,18 @@ from accord.identity.http_auth import AccordAuth
 from accord.identity.manifests import parse_manifest, resolve_builtin
 from accord.identity.runtimes import AgentRuntime, AgentRuntimeError
 from accord.identity.skill_attempts import ATTEMPT_COMMITTED
+from accord.identity.skill_exams import (
+    attempt_seed,
+    generate_exam,
+    grade_exam,
+    new_nonce,
+    nonce_commitment,
+)
 from accord.identity.skill_folders import library_manifests
 from accord.kit.agent import KitAgent, Strategy, fixed_price, load_eth_key, load_key
 from accord.kit.handlers import CallableRuntime
 from accord.kit.practice import PreflightError, practise
-from accord.kit.skills import check_items, fetch_skill
+from accord.kit.skills import check_items, fetch_skill, regraded
 from accord.ledger.events import Entry
 from accord.ledger.signing import Ed25519Signer
 from accord.market.lifecycle import run_due
@@ -121,6 +128,7 @@ def test_a_kit_agent_sits_a_declared_skills_exam_and_is_not_examined_again_on_re
     assert (line["examined"], line["passed"]) == (True, True)
     assert line["score"] == {"earned": 5, "possible": 5} and line["wrong"] == []
     assert line["valid_until"] > "2026" and line["credential_id"]
+    assert line["regrade"] == "agrees"  # its own re-grade, from the revealed seed
     [attempt] = attempts_of(world, first.did)
     assert attempt.event.body["skill_id"] == skill
     # the candidate's nonce is its own entry, from its own randomness
@@ -152,6 +160,7 @@ def test_wrong_answers_are_told_with_the_graders_reasons_and_earn_no_credential(
     assert (line["passed"], line["credential_id"]) == (False, None)
     assert line["score"] == {"earned": 0, "possible": 5}
     assert len(line["wrong"]) == 5 and all(w["reason"] for w in line["wrong"])
+    assert line["regrade"] == "agrees"
 
 
 class Away:
@@ -246,6 +255,26 @@ def test_items_that_are_not_the_skills_are_refused() -> None:
             check_items(manifest, [item] * 4 + [broken])
     with pytest.raises(SkillError, match="4 items"):
         check_items(manifest, [item] * 4)
+
+
+def test_the_candidate_regrades_its_attempt_and_finds_a_service_that_graded_otherwise() -> None:
+    manifest = parse_manifest(shout_manifest())
+    service, own = new_nonce(), new_nonce()
+    started = {"commitment": nonce_commitment(service), "attempt": 1}
+    items = generate_exam(manifest, attempt_seed(service, own, manifest.skill_id, 1))
+    answers: list[JSON] = [shout(item.for_agent()) for item in items]
+    answers[0] = "wrong"
+    grades = [
+        {"item_id": g.item_id, "earned": g.earned, "possible": g.possible, "reason": g.reason}
+        for g in grade_exam(manifest, items, answers)
+    ]
+    graded = {"service_nonce": service.hex(), "grades": grades}
+    assert regraded(manifest, started, own, answers, graded) == "agrees"
+    kinder = copy.deepcopy(graded)
+    kinder["grades"][0]["earned"] = 1
+    assert regraded(manifest, started, own, answers, kinder).startswith("differs: the service's")
+    other = {**graded, "service_nonce": new_nonce().hex()}
+    assert "does not match its commitment" in regraded(manifest, started, own, answers, other)
 
 
 def test_practice_and_skill_try_run_a_declared_skills_exam_here(

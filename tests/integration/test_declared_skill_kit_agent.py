@@ -110,6 +110,7 @@ def test_a_kit_agent_sits_a_strangers_skill_and_is_paid_for_a_part_of_it_on_chai
                 assert credential["examined"] is True and credential["passed"] is True
                 assert credential["score"] == {"earned": 5, "possible": 5}
                 assert credential["wrong"] == [] and credential["valid_until"]
+                assert credential["regrade"] == "agrees"  # its own re-grade in its own box
                 address = worker.wait_for("payout")["address"]
                 did = worker.wait_for("ready")["did"]
                 assert [a["did"] for a in stranger.get("/agents", {"capability": skill})] == [did]
