@@ -95,8 +95,11 @@ def regraded(
     with the revealed service nonce and the grades): its seed re-derived, the items made again
     and its `answers` graded in the box here. "agrees" when the service's grades are the
     re-grade's, "differs: WHY" when they are not (or the reveal does not match the
-    commitment), "not here: WHY" when this machine has no box to re-grade in. Raises nothing.
+    commitment), "not here: WHY" when this machine has no box to re-grade in, or the skill
+    has a model grader (its judge is the service's). Raises nothing.
     """
+    if any(grader["kind"] == "model" for grader in manifest.graders):
+        return "not here: a model grader's verdicts are its judge's, at the service"
     try:
         grades = regrade(
             manifest,

@@ -275,6 +275,12 @@ def test_the_candidate_regrades_its_attempt_and_finds_a_service_that_graded_othe
     assert regraded(manifest, started, own, answers, kinder).startswith("differs: the service's")
     other = {**graded, "service_nonce": new_nonce().hex()}
     assert "does not match its commitment" in regraded(manifest, started, own, answers, other)
+    judged = parse_manifest(
+        shout_manifest(
+            graders=[{"kind": "model", "prompt": "Capitals?", "choice_scores": {"Y": 1, "N": 0}}]
+        )
+    )
+    assert regraded(judged, started, own, answers, graded).startswith("not here: a model")
 
 
 def test_practice_and_skill_try_run_a_declared_skills_exam_here(
