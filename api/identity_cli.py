@@ -25,6 +25,7 @@ from accord.identity.errors import (
     ProofFormatError,
     RateLimitedError,
     RegistryError,
+    SkillError,
 )
 from accord.ledger.errors import LedgerError, MalformedError
 from accord.ledger.settings import Settings
@@ -326,7 +327,13 @@ def agent_run(
     ],
     name: Annotated[str, typer.Option(help="The agent's name on the service.")],
     capability: Annotated[
-        list[str], typer.Option("--capability", "-c", help="A capability to sit an exam in.")
+        list[str],
+        typer.Option(
+            "--capability",
+            "-c",
+            help="A capability to sit an exam in: a built-in one or a shipped skill by name, "
+            "a declared skill by its id.",
+        ),
     ],
     handler: Annotated[
         str,
@@ -490,6 +497,9 @@ def agent_run(
     except PreflightError as exc:
         agent.stop()
         line("preflight-failed", capability=exc.capability, reason=exc.reason[:300])
+        fail(str(exc))
+    except SkillError as exc:  # a skill the service sent that is not the one its id names
+        agent.stop()
         fail(str(exc))
     except OSError as exc:
         agent.stop()

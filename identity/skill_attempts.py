@@ -97,7 +97,9 @@ def _grades_json(grades: Iterable[Grade]) -> list[dict[str, Any]]:
 
 @dataclass(frozen=True)
 class AttemptOutcome:
-    """A graded attempt and the credential when it passed."""
+    """A graded attempt and the credential when it passed. `service_nonce` is the reveal
+    (hex): with its commitment and the candidate's nonce, the candidate re-derives the seed
+    and re-grades its own answers (`accord.identity.skill_exams.regrade`)."""
 
     attempt_id: str
     skill_id: str
@@ -107,6 +109,7 @@ class AttemptOutcome:
     graded_index: int
     grades: tuple[Grade, ...]
     credential_id: str | None
+    service_nonce: str
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -118,6 +121,7 @@ class AttemptOutcome:
             "graded_index": self.graded_index,
             "grades": _grades_json(self.grades),
             "credential_id": self.credential_id,
+            "service_nonce": self.service_nonce,
         }
 
 
@@ -322,6 +326,7 @@ class SkillAttempts:
             graded_index,
             tuple(grades),
             credential_id,
+            self._service_nonce(attempt_id).hex(),
         )
 
 

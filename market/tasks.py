@@ -109,7 +109,9 @@ SETTLEMENT_GRACE = timedelta(days=2)
 """How long after the last review window can close the service has to settle before the
 requester may refund its escrow on chain by itself (`Task.escrow_deadline`)."""
 DEFAULT_WEIGHTS = ScoringWeights(Fraction(1, 2), Fraction(1, 2))
-CAPABILITY_PATTERN = re.compile(r"^[a-z][a-z0-9_-]{0,63}$")
+CAPABILITY_PATTERN = re.compile(r"^([a-z][a-z0-9_-]{0,63}|[0-9a-f]{64})$")
+"""A capability's name (a built-in's), or a skill's id (64 hex digits, which may start with a
+digit)."""
 
 
 compact_json = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode

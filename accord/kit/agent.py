@@ -34,10 +34,13 @@ from accord.coordinator.errors import CoordinatorError
 from accord.coordinator.policy import Policy
 from accord.coordinator.runner import RunSettings
 from accord.identity.challenges import JSON, JSONObject, validate_output
-from accord.identity.errors import ExamError
+from accord.identity.errors import ExamError, UnknownSkill
+from accord.identity.manifests import SkillManifest
 from accord.identity.payout import bind_payout_address
 from accord.identity.presentations import create_presentation
 from accord.identity.runtimes import INPUTS_KEY, AgentRuntime, AgentRuntimeError
+from accord.identity.skill_attempts import ATTEMPT_ANSWERED, ATTEMPT_NONCE
+from accord.identity.skill_exams import NONCE_BYTES
 from accord.kit.assignments import (
     Assignment,
     assignments_to,
@@ -48,6 +51,7 @@ from accord.kit.assignments import (
 from accord.kit.leader import SEQ_RETRIES, lead, task_from_json
 from accord.kit.practice import preflight
 from accord.kit.server import KitServer, Refused
+from accord.kit.skills import check_items, fetch_skill, regraded
 from accord.kit.wallet import Wallet, WalletError, read_key_file, write_key_file
 from accord.ledger.errors import AccordError
 from accord.ledger.events import parse_time
@@ -236,6 +240,9 @@ class KitAgent:
         self._leaders_at = -LEADERS_TTL
         self._refreshing = threading.Lock()
         self._answered: set[tuple[str, str]] = set()  # (conv_id, sub_id) logged as answered
+        self.skills: dict[str, SkillManifest] = {}
+        """The declared (or library) skills among its capabilities, by id, as fetched and
+        checked on joining (`accord.kit.skills.fetch_skill`)."""
 
     @property
     def did(self) -> str:
@@ -405,10 +412,14 @@ class KitAgent:
         payout address. A capability it holds a credential for is told as a `credential` line
         with `"examined": false`. Before any exam is started the handler answers a practice
         item of each capability it will be examined in (`accord.kit.practice.preflight`).
+        A declared skill (named by its id, or a shipped one by its name) is fetched and held
+        to its id first, and examined from a seed both sides fix (`sit_skill_exam`).
 
         Raises ApiError when the service refuses, and before anything is registered when it
-        has no exam for one of the capabilities; PreflightError, before anything is registered
-        or any attempt spent, when the handler cannot answer a practice item."""
+        has no exam for one of the capabilities; SkillError, before anything is registered,
+        when a skill the service sends is not the one its id names; PreflightError, before
+        anything is registered or any attempt spent, when the handler cannot answer a
+        practice item."""
         self.check_capabilities()
         held = {} if self.reexam else self.held_credentials()
         for capability in self.capabilities:
@@ -423,6 +434,7 @@ class KitAgent:
             self.say(
                 "credential",
                 capability=capability,
+                **self._skill_name(capability),
                 examined=False,
                 passed=True,
                 credential_id=credential["id"],
@@ -457,16 +469,49 @@ class KitAgent:
         return held
 
     def check_capabilities(self) -> None:
-        """Each of the agent's capabilities is one the service has an exam for
-        (`GET /capabilities`). Raises ApiError (422) naming those it has not, and those it has."""
-        offered = [str(row["name"]) for row in self.client.get("/capabilities")]
-        unknown = [c for c in self.capabilities if c not in offered]
+        """Each of the agent's capabilities is one the service has an exam for: a built-in
+        one (`GET /capabilities`, by name or skill id), or a skill (`GET /skills/{id}`: a
+        declared one by its id, a shipped one by its name too), fetched and held to its id
+        here (`fetch_skill`). From then on `capabilities` names each as parts and credentials
+        do: a built-in by its name, any other skill by its id.
+
+        Raises ApiError (422) naming those the service has no exam for, and its built-in
+        ones; SkillError when it sends a manifest that is not the one its id names."""
+        builtin: dict[str, str] = {}
+        for row in self.client.get("/capabilities"):
+            builtin[str(row["name"])] = str(row["name"])
+            if row.get("skill_id"):
+                builtin[str(row["skill_id"])] = str(row["name"])
+        named: list[str] = []
+        unknown: list[str] = []
+        for ref in self.capabilities:
+            if ref in builtin:
+                named.append(builtin[ref])
+                continue
+            try:
+                manifest = fetch_skill(self.client, ref)
+            except UnknownSkill:
+                unknown.append(ref)
+                continue
+            if manifest.builtin is not None:
+                named.append(manifest.builtin)
+                continue
+            self.skills[manifest.skill_id] = manifest
+            named.append(manifest.skill_id)
         if unknown:
+            offered = sorted(set(builtin.values()))
             raise ApiError(
                 f"the service has no exam for {', '.join(map(repr, unknown))}: its capabilities "
-                f"are {', '.join(offered)}; nothing was registered",
+                f"are {', '.join(offered)}, and skills by id (GET /skills); nothing was "
+                "registered",
                 422,
             )
+        self.capabilities = tuple(dict.fromkeys(named))
+
+    def _skill_name(self, capability: str) -> dict[str, str]:
+        """`{"skill": name}` for a skill named by its id, for the agent's lines."""
+        found = self.skills.get(capability)
+        return {} if found is None else {"skill": found.name}
 
     def register(self, endpoint: str) -> dict[str, Any]:
         """DID-auth: a presentation over the service's challenge, and the agent's own
@@ -503,7 +548,12 @@ class KitAgent:
         return record
 
     def sit_exam(self, capability: str) -> dict[str, Any]:
-        """Sit an exam with the agent's own handler, signing each answer. Raises ApiError."""
+        """Sit an exam with the agent's own handler, signing each answer (a declared skill's:
+        `sit_skill_exam`). Raises ApiError, and SkillError for a declared skill's items that
+        are not the skill's."""
+        manifest = self.skills.get(capability)
+        if manifest is not None:
+            return self.sit_skill_exam(manifest)
         exam = self.client.post("/exams", {"capability": capability, "items": self.exam_items})
         exam_id = exam["exam_id"]
         for item in exam["items"]:
@@ -528,6 +578,58 @@ class KitAgent:
             score={"earned": graded["earned"], "possible": graded["possible"]},
             valid_until=graded.get("valid_until"),
             wrong=graded.get("wrong", []),
+        )
+        return graded
+
+    def sit_skill_exam(self, manifest: SkillManifest) -> dict[str, Any]:
+        """Sit the exam of a declared skill: the service commits to its nonce
+        (`POST /skills/{id}/attempts`), the agent sends its own, from its own randomness, in
+        its own signed `skill.attempt.nonce` and gets the items generated from both (held to
+        the skill here: `check_items`), its handler answers each (one it cannot answer is
+        answered null), and its own signed `skill.attempt.answered` is graded. Told as a
+        `credential` line with the score, each wrong item's reason, and what its own re-grade
+        from the revealed seed found (`regrade`: "agrees", or why not; `regraded`).
+
+        Raises ApiError when the service refuses a step, SkillError for items that are not the
+        skill's."""
+        skill_id = manifest.skill_id
+        started = self.client.post(f"/skills/{skill_id}/attempts")
+        attempt_id = str(started["attempt_id"])
+        path = f"/skills/attempts/{_segment(attempt_id)}"
+        own_nonce = secrets.token_bytes(NONCE_BYTES)
+        nonce = {"attempt_id": attempt_id, "nonce": own_nonce.hex()}
+        entry = self.client.entry(ATTEMPT_NONCE, attempt_id, nonce)
+        items = self.client.post(f"{path}/nonce", {"entry": entry})["items"]
+        check_items(manifest, items)
+        answers: list[JSON] = []
+        for item in items:
+            try:
+                answers.append(self.runtime.answer(item))
+            except AgentRuntimeError as exc:
+                self.say(
+                    "unanswered", exam_id=attempt_id, item_id=item.get("item_id"), reason=exc.reason
+                )
+                answers.append(None)
+        answered = {"attempt_id": attempt_id, "answers": answers}
+        entry = self.client.entry(ATTEMPT_ANSWERED, attempt_id, answered)
+        graded = cast(dict[str, Any], self.client.post(f"{path}/answers", {"entry": entry}))
+        document = graded.get("credential")
+        self.say(
+            "credential",
+            capability=skill_id,
+            skill=manifest.name,
+            examined=True,
+            exam_id=attempt_id,
+            passed=graded["passed"],
+            credential_id=graded["credential_id"],
+            score={"earned": graded["earned"], "possible": graded["possible"]},
+            valid_until=document.get("validUntil") if isinstance(document, dict) else None,
+            wrong=[
+                {"item_id": grade["item_id"], "reason": grade["reason"]}
+                for grade in graded.get("grades", [])
+                if grade["earned"] < grade["possible"]
+            ],
+            regrade=regraded(manifest, started, own_nonce, answers, graded),
         )
         return graded
 

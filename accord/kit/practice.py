@@ -10,6 +10,11 @@ service is asked and no exam attempt is spent.
 cannot answer a practice item at all (its model's server unreachable, timing out, failing)
 raises PreflightError saying why, and the exam is never started, so the attempt is not spent.
 A handler that answers, even wrongly, passes the preflight: the exam is what grades it.
+
+A declared skill (one `get_capability` finds by its id: fetched from a service,
+`accord.kit.skills`, or shipped in the skill library) is practised the same way: its generator
+makes the items in the box here and its graders grade them all at once
+(`accord.identity.skill_exams`).
 """
 
 from __future__ import annotations
@@ -18,9 +23,12 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from accord.identity.challenges import JSON, Grade, get_capability, passes, score
-from accord.identity.errors import ExamError, IdentityError
+from accord.identity.challenges import JSON, ExamItem, Grade, get_capability, passes, score
+from accord.identity.challenges.base import Capability
+from accord.identity.errors import ExamError, IdentityError, SkillError
 from accord.identity.runtimes import AgentRuntime, AgentRuntimeError
+from accord.identity.skill_capability import ManifestCapability
+from accord.identity.skill_exams import grade_exam
 
 PREFLIGHT_TRIES = 3
 """Practice items a handler is given, at most, to answer one before an exam is started."""
@@ -84,32 +92,46 @@ def practise(
 ) -> PracticeResult:
     """Generate `items` items (the capability's exam size by default) from `seed` (fresh
     random bytes by default), have `runtime` answer each, grade them as the exam does (an item
-    the handler cannot answer is graded as no answer, its reason kept). Raises ExamError for
-    an unknown capability or a bad item count, SandboxUnavailable (an ExamError) when the
-    capability's grader runs code and the box cannot start."""
+    the handler cannot answer is graded as no answer, its reason kept). `capability` is a
+    name or skill id `get_capability` finds. Raises ExamError for an unknown capability or a
+    bad item count, SandboxUnavailable (an ExamError) when the capability's generator or
+    grader runs code and the box cannot start, SkillError when a declared skill's generator
+    fails or a grader cannot run here (a model grader with no judge)."""
     skill = get_capability(capability)
     count = skill.item_count if items is None else items
     generated = skill.generate(os.urandom(SEED_BYTES) if seed is None else seed, count)
-    grades: list[Grade] = []
-    wrong: list[Wrong] = []
+    answers: list[JSON] = []
+    unanswered: dict[str, str] = {}
     for done, item in enumerate(generated, start=1):
         try:
-            answer: JSON = runtime.answer(item.for_agent())
+            answers.append(runtime.answer(item.for_agent()))
         except AgentRuntimeError as exc:
-            blank = skill.grade(item, None)
-            grade = Grade(item.item_id, 0, blank.possible, f"no answer: {exc.reason}")
-            answer = None
-        else:
-            grade = skill.grade(item, answer)
-        grades.append(grade)
-        if not grade.full_marks:
-            wrong.append(Wrong(item.item_id, grade.reason, answer))
+            answers.append(None)
+            unanswered[item.item_id] = f"no answer: {exc.reason}"
         if progress is not None:
             progress(done, count)
+    grades = [
+        grade
+        if grade.item_id not in unanswered
+        else Grade(grade.item_id, 0, grade.possible, unanswered[grade.item_id])
+        for grade in _graded(skill, generated, answers)
+    ]
+    wrong = tuple(
+        Wrong(grade.item_id, grade.reason, answer)
+        for grade, answer in zip(grades, answers, strict=True)
+        if not grade.full_marks
+    )
     earned, possible = score(grades)
     return PracticeResult(
-        capability, earned, possible, count, passes(skill, earned, possible), tuple(wrong)
+        capability, earned, possible, count, passes(skill, earned, possible), wrong
     )
+
+
+def _graded(skill: Capability, items: list[ExamItem], answers: list[JSON]) -> list[Grade]:
+    """Each answer graded: a declared skill's all at once (its graders' box made once)."""
+    if isinstance(skill, ManifestCapability):
+        return grade_exam(skill.manifest, items, answers)
+    return [skill.grade(item, answer) for item, answer in zip(items, answers, strict=True)]
 
 
 def preflight(
@@ -123,13 +145,15 @@ def preflight(
     stopping at the first it answers (any answer passes) or at the first failure that says
     the handler cannot be reached (a retriable one: a server down, timing out, failing).
     Raises PreflightError with the handler's reason when it answers none. A capability this
-    installation has no generator for is not practised (the service's exam is the test)."""
+    installation has no generator for is not practised (the service's exam is the test), nor
+    is a declared skill whose generator cannot run here (no box on this machine)."""
     try:
         skill = get_capability(capability)
-    except ExamError:
+        practice = skill.generate(os.urandom(SEED_BYTES) if seed is None else seed, tries)
+    except (ExamError, SkillError):  # SandboxUnavailable among them
         return
     reason = "no item tried"
-    for item in skill.generate(os.urandom(SEED_BYTES) if seed is None else seed, tries):
+    for item in practice:
         try:
             runtime.answer(item.for_agent())
         except AgentRuntimeError as exc:

@@ -196,6 +196,7 @@ def test_skill_try_prints_the_score_and_the_wrong_items() -> None:
     assert passing.exit_code == 0, passing.output
     assert json.loads(passing.output) | {"wrong": []} == {
         "capability": "arithmetic",
+        "name": "arithmetic",
         "earned": 3,
         "possible": 3,
         "items": 3,
