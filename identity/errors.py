@@ -155,6 +155,10 @@ class GateFailed(SkillError):
         self.reason = reason
 
 
+class JudgeUnavailable(SkillError):
+    """A model-graded skill's judge could not be asked: nothing was graded."""
+
+
 class UnknownSkill(SkillError):
     """No skill is declared with that id, and no built-in skill has that name."""
 

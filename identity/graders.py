@@ -17,7 +17,9 @@ only if every grader passes it. The kinds:
                  `args`; every result must equal its `want`. The answer never shares a box
                  with the grader, so it cannot speak for it.
     model        a judge picks one of `choice_scores`' choices; only where a judge is given,
-                 and its identity is in each grade's reason
+                 and its identity is in each grade's reason. The prompt's `{input}`,
+                 `{expected}` (the oracle's answer: in real work, none) and `{answer}` are
+                 replaced by those values (text as it is, anything else as JSON)
 
 Everything but `python` and `model` is a pure function of (grader, input, expected, answer);
 `python` runs all of an exam's answers in one box (`accord.identity.challenges.sandbox`), whose
@@ -26,6 +28,7 @@ fixed clock and seeded entropy make its verdicts reproducible by anyone re-runni
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
@@ -253,13 +256,21 @@ def _run_tests(case: Case, tests: list[JSON], mode: SandboxMode | None) -> Verdi
     return CORRECT
 
 
+def _prompt_text(value: JSON) -> str:
+    """Text as it is; anything else as JSON (keys sorted)."""
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, sort_keys=True, ensure_ascii=False)
+
+
 def _model(grader: Mapping[str, Any], case: Case, judge: JudgeSeat | None) -> Verdict:
     if judge is None:
         raise SkillError("a model-graded skill is graded only where a judge is configured")
     prompt = (
         str(grader["prompt"])
-        .replace("{input}", str(case.input))
-        .replace("{answer}", str(case.answer))
+        .replace("{input}", _prompt_text(case.input))
+        .replace("{expected}", _prompt_text(case.expected))
+        .replace("{answer}", _prompt_text(case.answer))
     )
     choice = judge.ask(prompt)
     scores: Mapping[str, int] = grader["choice_scores"]

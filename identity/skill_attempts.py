@@ -52,7 +52,8 @@ from accord.identity.skill_exams import (
     nonce_commitment,
     regrade,
 )
-from accord.identity.skill_registry import DeclaredSkill, SkillRegistry
+from accord.identity.skill_judge import RecordingJudge, ReplayedJudge
+from accord.identity.skill_registry import DeclaredSkill, SkillRegistry, needs_judge
 from accord.ledger.events import Entry, Event, format_time, parse_time
 from accord.ledger.service import Ledger
 
@@ -277,7 +278,12 @@ class SkillAttempts:
             now=self.ledger.clock(),
         )
         items = self._items(committed, skill, _nonce(given[1].body["nonce"]))
-        grades = grade_exam(skill.manifest, items, answers, judge=self.skills.judge, mode=self.mode)
+        seat = self.skills.judge
+        # each choice of the judge is logged with the grades: the audit replays them
+        judged = seat is not None and needs_judge(skill.manifest)
+        recorder = RecordingJudge(seat) if seat is not None and judged else None
+        judge = recorder.seat if recorder is not None else seat
+        grades = grade_exam(skill.manifest, items, answers, judge=judge, mode=self.mode)
         with lock or nullcontext():  # graded in the box above, outside it
             self.ledger.append_entries([entry], once_keys=[attempt_id])
             earned = sum(g.earned for g in grades)
@@ -295,6 +301,7 @@ class SkillAttempts:
                     "earned": earned,
                     "possible": possible,
                     "passed": passed,
+                    **({"judge": recorder.record()} if recorder is not None else {}),
                 },
                 once_key=attempt_id,
             )
@@ -390,6 +397,7 @@ def _regrade_one(
     answers = list(answered.body["answers"])
     if len(answers) != int(committed.body["items"]):
         raise SkillError(f"attempt {attempt_id} answered {len(answers)} of its items")
+    replayed = ReplayedJudge(graded.body.get("judge")) if needs_judge(skill.manifest) else None
     grades = regrade(
         skill.manifest,
         str(committed.body["commitment"]),
@@ -397,8 +405,11 @@ def _regrade_one(
         _nonce(nonce.body["nonce"]),
         int(committed.body["attempt"]),
         answers,
+        judge=replayed.seat if replayed is not None else None,
         mode=mode,
     )
+    if replayed is not None:
+        replayed.check_spent()
     if _grades_json(grades) != graded.body["grades"]:
         raise SkillError(f"attempt {attempt_id}'s logged grades are not the re-grade's")
     earned = sum(g.earned for g in grades)

@@ -78,6 +78,11 @@ def shipped_skills(operator: str) -> list[DeclaredSkill]:
     return [DeclaredSkill(m, operator, None, None) for m in shipped_manifests()]
 
 
+def needs_judge(manifest: SkillManifest) -> bool:
+    """Whether a grader of `manifest` is model-graded (so it is offered only with a judge)."""
+    return any(grader.get("kind") == "model" for grader in manifest.graders)
+
+
 def declaration_body(manifest: SkillManifest) -> dict[str, Any]:
     """The body of the `skill.declared` event that declares `manifest`."""
     return {"skill_id": manifest.skill_id, "manifest": manifest.to_json()}
@@ -173,6 +178,15 @@ class SkillRegistry:
     def operator(self) -> str:
         return self.ledger.operator.did
 
+    def offered(self) -> list[DeclaredSkill]:
+        """The shipped skills this service offers: a model-graded one (`summarise`) only where
+        a judge is configured."""
+        return [
+            skill
+            for skill in shipped_skills(self.operator)
+            if self.judge is not None or not needs_judge(skill.manifest)
+        ]
+
     def _stored(self, skill: str) -> DeclaredSkill | None:
         found = self.ledger.store.find(kind=SKILL_DECLARED_KIND, subject=skill, limit=1)
         if not found:
@@ -195,10 +209,16 @@ class SkillRegistry:
     def get(self, name_or_id: str) -> DeclaredSkill:
         """A shipped skill by id or name, or a declared one by id.
 
-        Raises UnknownSkill when there is none.
+        Raises UnknownSkill when there is none, and for a model-graded shipped skill where no
+        judge is configured.
         """
         for skill in shipped_skills(self.operator):
             if name_or_id in (skill.manifest.skill_id, skill.manifest.name):
+                if self.judge is None and needs_judge(skill.manifest):
+                    raise UnknownSkill(
+                        f"{skill.manifest.name} is model-graded: this service offers it only "
+                        "where a judge is configured (ACCORD_JUDGE_URL), and none is"
+                    )
                 return skill
         found = self._stored(name_or_id) if len(name_or_id) == 64 else None
         if found is None:
@@ -211,7 +231,7 @@ class SkillRegistry:
     def page(self, *, after: int = -1, limit: int = MAX_PAGE) -> list[DeclaredSkill]:
         """The shipped skills (on the first page, `after` < 0) then declared ones in log
         order after entry `after`, at most `limit` declared ones."""
-        shipped = shipped_skills(self.operator) if after < 0 else []
+        shipped = self.offered() if after < 0 else []
         found = self.ledger.store.find(
             kind=SKILL_DECLARED_KIND, after=after, limit=max(1, min(limit, MAX_PAGE))
         )
