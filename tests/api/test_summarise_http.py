@@ -27,7 +27,7 @@ from accord.identity.skill_registry import replay_declarations
 from accord.ledger.events import Entry, Event
 from tests.api.test_skills_http import client_of, problem, register
 from tests.served_world import open_world
-from tests.stand_in import StandIn, summary_judge
+from tests.stand_in import StandIn, free_port, summary_judge
 
 SUMMARISE = next(m for m in library_manifests() if m.name == "summarise")
 
@@ -145,3 +145,40 @@ def test_without_a_judge_summarise_is_not_offered_and_says_why(
     assert shown.status == 404 and "ACCORD_JUDGE_URL" in str(shown)
     started = problem(lambda: candidate.post(f"/skills/{SUMMARISE.skill_id}/attempts"))
     assert started.status == 404 and "model-graded" in str(started)
+
+
+@pytest.fixture
+def downed_judge_world(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[dict[str, Any]]:
+    monkeypatch.setenv("ACCORD_ALLOW_PRIVATE_AGENTS", "1")
+    monkeypatch.setenv("ACCORD_JUDGE_URL", f"http://127.0.0.1:{free_port()}/v1")
+    yield from open_served(tmp_path)
+
+
+def test_a_judge_that_cannot_be_asked_grades_nothing_and_logs_nothing(
+    downed_judge_world: dict[str, Any],
+) -> None:
+    candidate = client_of(downed_judge_world)
+    register(candidate, "candidate")
+    attempt_id = candidate.post(f"/skills/{SUMMARISE.skill_id}/attempts")["attempt_id"]
+    body = {"attempt_id": attempt_id, "nonce": secrets.token_hex(16)}
+    items = candidate.post(
+        f"/skills/attempts/{attempt_id}/nonce",
+        {"entry": candidate.entry(ATTEMPT_NONCE, attempt_id, body)},
+    )["items"]
+    answers = [summary(item["payload"]["document"]) for item in items]
+    refused = problem(
+        lambda: candidate.post(
+            f"/skills/attempts/{attempt_id}/answers",
+            {
+                "entry": candidate.entry(
+                    ATTEMPT_ANSWERED, attempt_id, {"attempt_id": attempt_id, "answers": answers}
+                )
+            },
+        )
+    )
+    assert refused.status == 503 and "could not be asked" in str(refused)
+    store = downed_judge_world["context"].market.ledger.store
+    kinds = {Entry.from_bytes(s.data).event.kind for s in store.entries()}
+    assert ATTEMPT_ANSWERED not in kinds and ATTEMPT_GRADED not in kinds
