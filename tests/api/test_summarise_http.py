@@ -148,9 +148,7 @@ def test_without_a_judge_summarise_is_not_offered_and_says_why(
 
 
 @pytest.fixture
-def downed_judge_world(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[dict[str, Any]]:
+def downed_judge_world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Any]]:
     monkeypatch.setenv("ACCORD_ALLOW_PRIVATE_AGENTS", "1")
     monkeypatch.setenv("ACCORD_JUDGE_URL", f"http://127.0.0.1:{free_port()}/v1")
     yield from open_served(tmp_path)
