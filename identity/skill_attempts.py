@@ -26,6 +26,7 @@ before; an attempt here is for declared and library skills.
 from __future__ import annotations
 
 import hashlib
+from collections import Counter
 from collections.abc import Collection, Iterable, Mapping
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
@@ -33,7 +34,7 @@ from datetime import timedelta
 from fractions import Fraction
 from typing import Any
 
-from accord.identity.challenges.base import JSON, ExamItem, Grade
+from accord.identity.challenges.base import JSON, ExamItem, Grade, JSONObject
 from accord.identity.challenges.sandbox import SandboxMode
 from accord.identity.errors import ExamError, RateLimitedError, SkillError
 from accord.identity.exams import (
@@ -44,8 +45,10 @@ from accord.identity.exams import (
     check_agent_entry,
 )
 from accord.identity.issuance import CredentialIssuer
+from accord.identity.item_banks import available, exposures, reveal
 from accord.identity.skill_exams import (
     attempt_seed,
+    draw_bank_exam,
     exam_passes,
     generate_exam,
     grade_exam,
@@ -155,6 +158,28 @@ class SkillAttempts:
         event = found[1]
         return event, self.skills.get(str(event.body["skill_id"]))
 
+    def _open_indices(self, attempt_id: str, skill: DeclaredSkill) -> list[int]:
+        """The bank indices not retired when the attempt was committed: drawn by fewer than
+        `retire_after` of the skill's graded attempts logged before its commitment."""
+        found = self._event(ATTEMPT_COMMITTED, attempt_id)
+        assert found is not None
+        committed_at = found[0]
+        reveals: list[object] = []
+        after = -1
+        while True:
+            page = self.ledger.store.find(kind=ATTEMPT_GRADED, after=after, limit=500)
+            for stored in page:
+                if stored.index >= committed_at:
+                    break
+                body = Entry.from_bytes(stored.data).event.body
+                if body.get("skill_id") == skill.manifest.skill_id:
+                    reveals.append(body.get("bank"))
+            if len(page) < 500 or page[-1].index >= committed_at:
+                break
+            after = page[-1].index
+        exam = skill.manifest.exam
+        return available(int(exam["size"]), exposures(reveals), int(exam["retire_after"]))
+
     def start(self, candidate: str, skill_ref: str) -> dict[str, Any]:
         """Commit to the service nonce of the candidate's next attempt at a skill and log it.
 
@@ -210,6 +235,13 @@ class SkillAttempts:
     def _items(
         self, committed: Event, skill: DeclaredSkill, candidate_nonce: bytes
     ) -> list[ExamItem]:
+        return self._drawn(committed, skill, candidate_nonce)[1]
+
+    def _drawn(
+        self, committed: Event, skill: DeclaredSkill, candidate_nonce: bytes
+    ) -> tuple[list[JSONObject] | None, list[ExamItem]]:
+        """(a bank exam's reveal of its drawn items, or None; the items). Raises SkillError
+        when this service holds no bank for a bank exam, ExamError when the bank is spent."""
         attempt_id = str(committed.body["attempt_id"])
         seed = attempt_seed(
             self._service_nonce(attempt_id),
@@ -217,7 +249,15 @@ class SkillAttempts:
             skill.manifest.skill_id,
             int(committed.body["attempt"]),
         )
-        return generate_exam(skill.manifest, seed, int(committed.body["items"]), mode=self.mode)
+        if skill.manifest.exam["kind"] != "bank":
+            count = int(committed.body["items"])
+            return None, generate_exam(skill.manifest, seed, count, mode=self.mode)
+        bank = self.skills.banks.get(skill.manifest.skill_id)
+        if bank is None:
+            raise SkillError(f"this service holds no bank for skill {skill.manifest.skill_id}")
+        open_indices = self._open_indices(attempt_id, skill)
+        drawn, items = draw_bank_exam(skill.manifest, seed, bank, open_indices)
+        return reveal(bank, drawn), items
 
     def begin(
         self, entry: Entry, *, lock: AbstractContextManager[object] | None = None
@@ -277,7 +317,7 @@ class SkillAttempts:
             body={"attempt_id": attempt_id, "answers": answers},
             now=self.ledger.clock(),
         )
-        items = self._items(committed, skill, _nonce(given[1].body["nonce"]))
+        revealed, items = self._drawn(committed, skill, _nonce(given[1].body["nonce"]))
         seat = self.skills.judge
         # each choice of the judge is logged with the grades: the audit replays them
         judged = seat is not None and needs_judge(skill.manifest)
@@ -302,6 +342,7 @@ class SkillAttempts:
                     "possible": possible,
                     "passed": passed,
                     **({"judge": recorder.record()} if recorder is not None else {}),
+                    **({"bank": revealed} if revealed is not None else {}),
                 },
                 once_key=attempt_id,
             )
@@ -349,15 +390,32 @@ def replay_attempts(
     from the re-grade; SandboxUnavailable when the box cannot be made.
     """
     by_kind: dict[tuple[str, str], tuple[int, Event]] = {}
+    exposed: dict[str, Counter[int]] = {}  # bank skills: each index's draws so far
+    open_at: dict[str, list[int]] = {}  # bank attempts: the indices open at their commitment
     graded = 0
     for index, event in entries:
         if event.kind not in ATTEMPT_KINDS:
             continue
         by_kind.setdefault((event.kind, event.subject), (index, event))
-        if event.kind != ATTEMPT_GRADED or (only is not None and event.subject not in only):
+        skill = skills.get(str(event.body.get("skill_id")))
+        banked = skill is not None and skill.manifest.exam["kind"] == "bank"
+        if banked and event.kind == ATTEMPT_COMMITTED and skill is not None:
+            exam = skill.manifest.exam
+            counts = exposed.get(skill.manifest.skill_id, Counter())
+            open_at.setdefault(
+                event.subject,
+                available(int(exam["size"]), counts, int(exam["retire_after"])),
+            )
+        if event.kind != ATTEMPT_GRADED:
+            continue
+        if banked and skill is not None:
+            exposed.setdefault(skill.manifest.skill_id, Counter()).update(
+                exposures([event.body.get("bank")])
+            )
+        if only is not None and event.subject not in only:
             continue
         try:
-            _regrade_one(event, by_kind, skills, operator, mode)
+            _regrade_one(event, by_kind, skills, operator, mode, open_at.get(event.subject))
         except (SkillError, ExamError, KeyError, ValueError, TypeError) as exc:
             raise SkillError(
                 f"entry {index}: a skill attempt that does not re-grade: {exc}"
@@ -372,6 +430,7 @@ def _regrade_one(
     skills: Mapping[str, DeclaredSkill],
     operator: str,
     mode: SandboxMode | None,
+    open_indices: list[int] | None = None,
 ) -> None:
     attempt_id = graded.subject
     parts = {
@@ -407,6 +466,9 @@ def _regrade_one(
         answers,
         judge=replayed.seat if replayed is not None else None,
         mode=mode,
+        bank=(open_indices or [], graded.body.get("bank"))
+        if skill.manifest.exam["kind"] == "bank"
+        else None,
     )
     if replayed is not None:
         replayed.check_spent()

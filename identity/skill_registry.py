@@ -26,6 +26,8 @@ from typing import Any
 from accord.identity.errors import SkillError, UnknownSkill
 from accord.identity.exams import check_agent_entry
 from accord.identity.graders import JudgeSeat
+from accord.identity.item_bank_store import BankStore
+from accord.identity.item_banks import check_bank
 from accord.identity.manifests import SkillManifest, builtin_manifests, parse_manifest
 from accord.identity.skill_capability import ManifestCapability
 from accord.identity.skill_exams import GateReport, check_gates
@@ -173,6 +175,8 @@ class SkillRegistry:
         self.ledger = ledger
         self.is_registered = is_registered
         self.judge = judge
+        self.banks = BankStore(ledger.store.engine)
+        """The bank exams' items, kept off the log (`accord.identity.item_banks`)."""
 
     @property
     def operator(self) -> str:
@@ -242,7 +246,12 @@ class SkillRegistry:
             declared.append(DeclaredSkill(manifest, event.actor, stored.index, event.at))
         return shipped + declared
 
-    def _admit(self, manifest: SkillManifest, declarer: str) -> GateReport:
+    def _keep_bank(self, manifest: SkillManifest, bank: object) -> None:
+        """Keep a bank exam's items (checked by its gates) before its declaration is logged."""
+        if manifest.exam["kind"] == "bank":
+            self.banks.put(manifest.skill_id, check_bank(manifest.exam, bank))
+
+    def _admit(self, manifest: SkillManifest, declarer: str, bank: object = None) -> GateReport:
         if declarer != self.operator and not self.is_registered(declarer):
             raise SkillError(f"{declarer} has not registered: register before declaring skills")
         known: dict[str, DeclaredSkill] = {
@@ -253,25 +262,27 @@ class SkillRegistry:
             if stored is not None:
                 known[skill_id] = stored
         check_declaration(manifest, declarer, known, operator=self.operator)
-        return check_gates(manifest, judge=self.judge)
+        return check_gates(manifest, judge=self.judge, bank=bank)
 
     def declare(
         self,
         signer: Signer,
         document: object,
         *,
+        bank: object = None,
         lock: AbstractContextManager[object] | None = None,
     ) -> tuple[DeclaredSkill, GateReport]:
         """Check `document`, run its gates and log its `skill.declared` entry signed by
         `signer` (a key the service holds: the operator's or a hosted agent's). The gates run
-        first, outside `lock`; only the append holds it.
+        first, outside `lock`; only the append holds it. A bank exam's items are `bank`.
 
         Raises ManifestError for a broken manifest rule, GateFailed for a failed gate,
         SkillError for a declarer or supersession the rules refuse, SandboxUnavailable when
         the box cannot be made, AlreadyLoggedError when the id was declared meanwhile.
         """
         manifest = parse_manifest(document)
-        report = self._admit(manifest, signer.did)
+        report = self._admit(manifest, signer.did, bank)
+        self._keep_bank(manifest, bank)
         with lock or nullcontext():
             index, entry = self.ledger.append(
                 signer,
@@ -283,7 +294,11 @@ class SkillRegistry:
         return DeclaredSkill(manifest, signer.did, index, entry.event.at), report
 
     def declare_signed(
-        self, entry: Entry, *, lock: AbstractContextManager[object] | None = None
+        self,
+        entry: Entry,
+        *,
+        bank: object = None,
+        lock: AbstractContextManager[object] | None = None,
     ) -> tuple[DeclaredSkill, GateReport]:
         """Log a `skill.declared` entry its declarer signed itself, after the same checks as
         `declare` and that the entry is exactly the declaration of the manifest it carries,
@@ -300,7 +315,8 @@ class SkillRegistry:
             body=declaration_body(manifest),
             now=self.ledger.clock(),
         )
-        report = self._admit(manifest, entry.event.actor)
+        report = self._admit(manifest, entry.event.actor, bank)
+        self._keep_bank(manifest, bank)
         with lock or nullcontext():
             (index,) = self.ledger.append_entries([entry], once_keys=[manifest.skill_id])
         return DeclaredSkill(manifest, entry.event.actor, index, entry.event.at), report
