@@ -45,7 +45,8 @@ from accord.identity.exams import (
     check_agent_entry,
 )
 from accord.identity.issuance import CredentialIssuer
-from accord.identity.item_banks import available, exposures, reveal
+from accord.identity.item_banks import available, draw, exposures, reveal
+from accord.identity.item_banks import check_reveal as check_bank_reveal
 from accord.identity.skill_exams import (
     attempt_seed,
     draw_bank_exam,
@@ -54,6 +55,9 @@ from accord.identity.skill_exams import (
     grade_exam,
     nonce_commitment,
     regrade,
+)
+from accord.identity.skill_exams import (
+    check_reveal as check_service_reveal,
 )
 from accord.identity.skill_judge import RecordingJudge, ReplayedJudge
 from accord.identity.skill_registry import DeclaredSkill, SkillRegistry, needs_judge
@@ -64,7 +68,12 @@ ATTEMPT_COMMITTED = "skill.attempt.committed"
 ATTEMPT_NONCE = "skill.attempt.nonce"
 ATTEMPT_ANSWERED = "skill.attempt.answered"
 ATTEMPT_GRADED = "skill.attempt.graded"
-ATTEMPT_KINDS = frozenset({ATTEMPT_COMMITTED, ATTEMPT_NONCE, ATTEMPT_ANSWERED, ATTEMPT_GRADED})
+ATTEMPT_EXPIRED = "skill.attempt.expired"
+ATTEMPT_KINDS = frozenset(
+    {ATTEMPT_COMMITTED, ATTEMPT_NONCE, ATTEMPT_ANSWERED, ATTEMPT_GRADED, ATTEMPT_EXPIRED}
+)
+EXPOSING_KINDS = (ATTEMPT_GRADED, ATTEMPT_EXPIRED)
+"""The entries whose `bank` reveal counts as exposures of a bank's items."""
 SERVICE_NONCE_DOMAIN = b"accord/skill/service-nonce/v1"
 ATTEMPT_ID_DOMAIN = b"accord/skill/attempt-id/v1"
 ATTEMPT_PREFIX = "attempt-"
@@ -167,7 +176,7 @@ class SkillAttempts:
         reveals: list[object] = []
         after = -1
         while True:
-            page = self.ledger.store.find(kind=ATTEMPT_GRADED, after=after, limit=500)
+            page = self.ledger.store.find(kinds=EXPOSING_KINDS, after=after, limit=500)
             for stored in page:
                 if stored.index >= committed_at:
                     break
@@ -179,6 +188,44 @@ class SkillAttempts:
             after = page[-1].index
         exam = skill.manifest.exam
         return available(int(exam["size"]), exposures(reveals), int(exam["retire_after"]))
+
+    def _expire_abandoned(self, skill: DeclaredSkill) -> None:
+        """Log `skill.attempt.expired` for each attempt at bank skill `skill` whose items were
+        handed out (its nonce given) and whose deadline passed unanswered: the service's nonce
+        and the drawn items with their proofs, so the items count as exposed (a candidate who
+        looks and never answers cannot read the bank for free)."""
+        if skill.manifest.exam["kind"] != "bank":
+            return
+        now, after = self.ledger.clock(), -1
+        stale: list[Event] = []
+        while page := self.ledger.store.find(kind=ATTEMPT_COMMITTED, after=after, limit=500):
+            for stored in page:
+                event = Entry.from_bytes(stored.data).event
+                if event.body.get("skill_id") == skill.manifest.skill_id and now > parse_time(
+                    str(event.body["deadline"])
+                ):
+                    stale.append(event)
+            after = page[-1].index
+        for committed in stale:
+            attempt_id = committed.subject
+            given = self._event(ATTEMPT_NONCE, attempt_id)
+            if given is None or any(
+                self._event(kind, attempt_id) for kind in (ATTEMPT_ANSWERED, *EXPOSING_KINDS)
+            ):
+                continue
+            revealed, _ = self._drawn(committed, skill, _nonce(given[1].body["nonce"]))
+            self.ledger.append(
+                self.ledger.operator,
+                ATTEMPT_EXPIRED,
+                subject=attempt_id,
+                body={
+                    "attempt_id": attempt_id,
+                    "skill_id": skill.manifest.skill_id,
+                    "service_nonce": self._service_nonce(attempt_id).hex(),
+                    "bank": revealed,
+                },
+                once_key=attempt_id,
+            )
 
     def start(self, candidate: str, skill_ref: str) -> dict[str, Any]:
         """Commit to the service nonce of the candidate's next attempt at a skill and log it.
@@ -210,6 +257,7 @@ class SkillAttempts:
                 f"again in {int(wait) + 1} s",
                 wait,
             )
+        self._expire_abandoned(skill)  # before this commitment: they count for its draw
         attempt_id = attempt_id_for(skill_id, candidate, attempt)
         body = {
             "attempt_id": attempt_id,
@@ -299,6 +347,8 @@ class SkillAttempts:
         committed, skill = self._committed(attempt_id)
         if self._event(ATTEMPT_ANSWERED, attempt_id) is not None:
             raise SkillError(f"attempt {attempt_id} is answered already: start another")
+        if self._event(ATTEMPT_EXPIRED, attempt_id) is not None:
+            raise ExamError(f"attempt {attempt_id} expired: start another")
         given = self._event(ATTEMPT_NONCE, attempt_id)
         if given is None:
             raise ExamError(f"attempt {attempt_id} has no nonce of the candidate's yet")
@@ -406,13 +456,18 @@ def replay_attempts(
                 event.subject,
                 available(int(exam["size"]), counts, int(exam["retire_after"])),
             )
-        if event.kind != ATTEMPT_GRADED:
+        if event.kind == ATTEMPT_EXPIRED and skill is not None:
+            try:
+                _check_expired(event, by_kind, skill, operator, open_at.get(event.subject, []))
+            except (SkillError, ExamError, KeyError, ValueError, TypeError) as exc:
+                raise SkillError(f"entry {index}: an expiry that does not replay: {exc}") from exc
+        if event.kind not in EXPOSING_KINDS:
             continue
         if banked and skill is not None:
             exposed.setdefault(skill.manifest.skill_id, Counter()).update(
                 exposures([event.body.get("bank")])
             )
-        if only is not None and event.subject not in only:
+        if event.kind != ATTEMPT_GRADED or (only is not None and event.subject not in only):
             continue
         try:
             _regrade_one(event, by_kind, skills, operator, mode, open_at.get(event.subject))
@@ -422,6 +477,35 @@ def replay_attempts(
             ) from exc
         graded += 1
     return graded
+
+
+def _check_expired(
+    expired: Event,
+    found: Mapping[tuple[str, str], tuple[int, Event]],
+    skill: DeclaredSkill,
+    operator: str,
+    open_indices: list[int],
+) -> None:
+    """An expiry's reveal: the operator's, of a bank attempt committed and given its nonce,
+    its service nonce the committed one, its items the seed's draw, each proven in the bank."""
+    attempt_id = expired.subject
+    committed = found.get((ATTEMPT_COMMITTED, attempt_id))
+    nonce = found.get((ATTEMPT_NONCE, attempt_id))
+    if expired.actor != operator or committed is None or nonce is None:
+        raise SkillError(f"attempt {attempt_id}'s expiry is not the operator's of a begun attempt")
+    if skill.manifest.exam["kind"] != "bank":
+        raise SkillError(f"attempt {attempt_id} is not an attempt at a bank exam")
+    service_nonce = bytes.fromhex(str(expired.body["service_nonce"]))
+    check_service_reveal(str(committed[1].body["commitment"]), service_nonce)
+    seed = attempt_seed(
+        service_nonce,
+        _nonce(nonce[1].body["nonce"]),
+        skill.manifest.skill_id,
+        int(committed[1].body["attempt"]),
+    )
+    shown = check_bank_reveal(skill.manifest.exam, expired.body.get("bank"))
+    if [i for i, _ in shown] != draw(seed, open_indices, skill.manifest.item_count):
+        raise SkillError(f"attempt {attempt_id}'s expiry reveals items the seed did not draw")
 
 
 def _regrade_one(

@@ -173,3 +173,47 @@ def test_a_bank_exam_spec_is_refused_where_it_breaks_a_rule() -> None:
     assert path_of(retire_after=0) == "$.exam.retire_after"
     assert path_of(size=10_001) == "$.exam.size"
     assert path_of(code="x") == "$.exam.code"
+
+
+def test_items_seen_and_never_answered_count_as_exposed(world: dict[str, Any]) -> None:
+    """A candidate who takes the items and lets the deadline pass has still read them: the
+    next attempt's start logs `skill.attempt.expired` revealing them, and they retire."""
+    from accord.identity.skill_attempts import ATTEMPT_EXPIRED
+
+    author, looker, candidate = client_of(world), client_of(world), client_of(world)
+    for client, name in ((author, "author"), (looker, "looker"), (candidate, "candidate")):
+        register(client, name)
+    skill = declare(author, bank_manifest(), BANK)["id"]
+    attempt_id = looker.post(f"/skills/{skill}/attempts")["attempt_id"]
+    body = {"attempt_id": attempt_id, "nonce": secrets.token_hex(16)}
+    looked = looker.post(
+        f"/skills/attempts/{attempt_id}/nonce",
+        {"entry": looker.entry(ATTEMPT_NONCE, attempt_id, body)},
+    )["items"]
+    world["clock"].advance(3 * 60 + 1)  # past the deadline, unanswered
+
+    items, _ = sit(candidate, skill)
+    assert {(i["payload"]["a"], i["payload"]["b"]) for i in looked + items} == {
+        (i["input"]["a"], i["input"]["b"]) for i in BANK
+    }
+    spent = problem(lambda: sit(candidate, skill))
+    assert spent.status == 400 and "the bank is spent" in str(spent)
+
+    store = world["context"].market.ledger.store
+    entries = [(s.index, Entry.from_bytes(s.data).event) for s in store.entries()]
+    (expired,) = [e for _, e in entries if e.kind == ATTEMPT_EXPIRED]
+    assert expired.subject == attempt_id and len(expired.body["bank"]) == 3
+    operator = world["context"].market.ledger.operator.did
+    registered_at = {e.actor: i for i, e in reversed(entries) if e.kind == REGISTERED_KIND}
+    known = replay_declarations(entries, operator=operator, registered_at=registered_at)
+    assert replay_attempts(entries, known, operator=operator) == 1
+
+    forged = []
+    for index, event in entries:
+        if event.kind == ATTEMPT_EXPIRED:
+            changed = copy.deepcopy(dict(event.body))
+            changed["bank"] = changed["bank"][:2]
+            event = Event(event.kind, event.actor, event.seq, event.at, event.subject, changed)
+        forged.append((index, event))
+    with pytest.raises(SkillError, match="did not draw"):
+        replay_attempts(forged, known, operator=operator)
