@@ -27,6 +27,7 @@ from accord.identity.errors import (
     CredentialError,
     GateFailed,
     IdentityError,
+    JudgeUnavailable,
     KeyStoreError,
     ManifestError,
     NonceError,
@@ -224,6 +225,9 @@ def domain_problem(exc: Exception) -> ProblemError:
             return ProblemError(422, detail, kind="skill-gate", reason=gate)
         case UnknownSkill():
             return ProblemError(404, detail, kind="skill")
+        case JudgeUnavailable():
+            # the judge model is down: nothing was graded, the candidate answers again later
+            return ProblemError(503, detail, kind="judge-unavailable")
         case SkillError():
             return ProblemError(409, detail, kind="skill")
         case RateLimitedError(retry_after=after):

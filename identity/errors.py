@@ -146,13 +146,18 @@ class ManifestError(SkillError):
 
 
 class GateFailed(SkillError):
-    """A validity gate refused a manifest at declaration: `gate` is one of `empty-answer`,
-    `constant-answer`, `oracle`, `pinned-code`, `deterministic`, `judge`; `reason` says how."""
+    """A validity gate refused a manifest at declaration: `gate` is one of `bank`,
+    `empty-answer`, `constant-answer`, `oracle`, `pinned-code`, `deterministic`, `judge`;
+    `reason` says how."""
 
     def __init__(self, gate: str, reason: str) -> None:
         super().__init__(f"gate {gate}: {reason}")
         self.gate = gate
         self.reason = reason
+
+
+class JudgeUnavailable(SkillError):
+    """A model-graded skill's judge could not be asked: nothing was graded."""
 
 
 class UnknownSkill(SkillError):

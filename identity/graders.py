@@ -17,7 +17,9 @@ only if every grader passes it. The kinds:
                  `args`; every result must equal its `want`. The answer never shares a box
                  with the grader, so it cannot speak for it.
     model        a judge picks one of `choice_scores`' choices; only where a judge is given,
-                 and its identity is in each grade's reason
+                 and its identity is in each grade's reason. The prompt's `{input}`,
+                 `{expected}` (the oracle's answer: in real work, none) and `{answer}` are
+                 replaced by those values as JSON, in one pass (`model_prompt`)
 
 Everything but `python` and `model` is a pure function of (grader, input, expected, answer);
 `python` runs all of an exam's answers in one box (`accord.identity.challenges.sandbox`), whose
@@ -26,6 +28,8 @@ fixed clock and seeded entropy make its verdicts reproducible by anyone re-runni
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
@@ -253,14 +257,24 @@ def _run_tests(case: Case, tests: list[JSON], mode: SandboxMode | None) -> Verdi
     return CORRECT
 
 
+PROMPT_FIELDS = re.compile(r"\{(input|expected|answer)\}")
+
+
+def model_prompt(template: str, case: Case) -> str:
+    """`template` with each `{input}`, `{expected}` and `{answer}` replaced, in one pass, by
+    that value as JSON (a text as a quoted JSON string), so a value cannot end its quotes, start
+    a line of its own or put another placeholder in the prompt."""
+    values = {"input": case.input, "expected": case.expected, "answer": case.answer}
+    return PROMPT_FIELDS.sub(
+        lambda match: json.dumps(values[match.group(1)], sort_keys=True, ensure_ascii=False),
+        template,
+    )
+
+
 def _model(grader: Mapping[str, Any], case: Case, judge: JudgeSeat | None) -> Verdict:
     if judge is None:
         raise SkillError("a model-graded skill is graded only where a judge is configured")
-    prompt = (
-        str(grader["prompt"])
-        .replace("{input}", str(case.input))
-        .replace("{answer}", str(case.answer))
-    )
+    prompt = model_prompt(str(grader["prompt"]), case)
     choice = judge.ask(prompt)
     scores: Mapping[str, int] = grader["choice_scores"]
     if choice not in scores:

@@ -77,7 +77,8 @@ MANIFEST_KEYS = frozenset(
     }
 )
 REQUIRED_KEYS = MANIFEST_KEYS - {"supersedes"}
-EXAM_KINDS = ("builtin", "generator")
+EXAM_KINDS = ("builtin", "generator", "bank")
+MAX_BANK_SIZE = 10_000
 GRADER_KINDS = (
     "builtin",
     "exact",
@@ -248,6 +249,19 @@ def _exam(document: Mapping[str, Any]) -> str:
         required = {"code", "sha256", "items", "threshold"}
         _keys(exam, path, required | {"kind"}, required)
         _pinned_code(exam, path)
+    elif kind == "bank":  # accord.identity.item_banks
+        required = {"root", "size", "items", "threshold", "retire_after"}
+        _keys(exam, path, required | {"kind"}, required)
+        root = exam.get("root")
+        if not isinstance(root, str) or not SKILL_ID_PATTERN.match(root):
+            raise ManifestError(f"{path}.root", "must be the bank's hex Merkle root (64 digits)")
+        for key, top in (("size", MAX_BANK_SIZE), ("retire_after", 1000)):
+            value = exam.get(key)
+            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= top:
+                raise ManifestError(f"{path}.{key}", f"must be an integer in 1..{top}")
+        items = exam.get("items")
+        if isinstance(items, int) and not isinstance(items, bool) and items > exam["size"]:
+            raise ManifestError(f"{path}.items", "an exam draws at most the bank's size")
     else:
         raise ManifestError(f"{path}.kind", f"must be one of {list(EXAM_KINDS)}")
     _count(exam, path)
@@ -364,7 +378,7 @@ def parse_manifest(document: object) -> SkillManifest:
     if not isinstance(graders, list) or not 1 <= len(graders) <= MAX_GRADERS:
         raise ManifestError("$.graders", f"must list 1 to {MAX_GRADERS} graders")
     kinds = [_grader(g, f"$.graders[{i}]", exam_kind) for i, g in enumerate(graders)]
-    if exam_kind == "generator" and not set(kinds) & (
+    if exam_kind in ("generator", "bank") and not set(kinds) & (
         NEEDS_EXPECTED | {"python", "python_tests", "model"}
     ):
         raise ManifestError(

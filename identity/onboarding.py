@@ -40,6 +40,7 @@ from accord.identity.registration import REGISTERED_KIND, REGISTRATION_CHALLENGE
 from accord.identity.remote_signing import EndpointSigner, member_signer
 from accord.identity.runtimes import AgentRuntime
 from accord.identity.skill_attempts import SkillAttempts
+from accord.identity.skill_judge import judge_seat_from_env
 from accord.identity.skill_registry import SkillRegistry
 from accord.identity.status_lists import STATUS_LIST_PATH, StatusLists, status_list_url
 from accord.ledger.events import Entry
@@ -119,7 +120,8 @@ class Onboarding:
         self.payouts = PayoutAccounts(ledger, registry)
         self.domain = self.registration.domain
         self.nonces = self.registration.nonces
-        self.skills = SkillRegistry(ledger, self._has_registered)
+        # model-graded skills are offered, examined and declared only with a judge
+        self.skills = SkillRegistry(ledger, self._has_registered, judge=judge_seat_from_env())
         set_capability_loader(self.skills.capability_of)  # parts and checks name skill ids
         self.skill_attempts = SkillAttempts(ledger, self.skills, self.issuer)
 

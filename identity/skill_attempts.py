@@ -26,6 +26,7 @@ before; an attempt here is for declared and library skills.
 from __future__ import annotations
 
 import hashlib
+from collections import Counter
 from collections.abc import Collection, Iterable, Mapping
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
@@ -33,7 +34,7 @@ from datetime import timedelta
 from fractions import Fraction
 from typing import Any
 
-from accord.identity.challenges.base import JSON, ExamItem, Grade
+from accord.identity.challenges.base import JSON, ExamItem, Grade, JSONObject
 from accord.identity.challenges.sandbox import SandboxMode
 from accord.identity.errors import ExamError, RateLimitedError, SkillError
 from accord.identity.exams import (
@@ -44,15 +45,22 @@ from accord.identity.exams import (
     check_agent_entry,
 )
 from accord.identity.issuance import CredentialIssuer
+from accord.identity.item_banks import available, draw, exposures, reveal
+from accord.identity.item_banks import check_reveal as check_bank_reveal
 from accord.identity.skill_exams import (
     attempt_seed,
+    draw_bank_exam,
     exam_passes,
     generate_exam,
     grade_exam,
     nonce_commitment,
     regrade,
 )
-from accord.identity.skill_registry import DeclaredSkill, SkillRegistry
+from accord.identity.skill_exams import (
+    check_reveal as check_service_reveal,
+)
+from accord.identity.skill_judge import RecordingJudge, ReplayedJudge
+from accord.identity.skill_registry import DeclaredSkill, SkillRegistry, needs_judge
 from accord.ledger.events import Entry, Event, format_time, parse_time
 from accord.ledger.service import Ledger
 
@@ -60,7 +68,12 @@ ATTEMPT_COMMITTED = "skill.attempt.committed"
 ATTEMPT_NONCE = "skill.attempt.nonce"
 ATTEMPT_ANSWERED = "skill.attempt.answered"
 ATTEMPT_GRADED = "skill.attempt.graded"
-ATTEMPT_KINDS = frozenset({ATTEMPT_COMMITTED, ATTEMPT_NONCE, ATTEMPT_ANSWERED, ATTEMPT_GRADED})
+ATTEMPT_EXPIRED = "skill.attempt.expired"
+ATTEMPT_KINDS = frozenset(
+    {ATTEMPT_COMMITTED, ATTEMPT_NONCE, ATTEMPT_ANSWERED, ATTEMPT_GRADED, ATTEMPT_EXPIRED}
+)
+EXPOSING_KINDS = (ATTEMPT_GRADED, ATTEMPT_EXPIRED)
+"""The entries whose `bank` reveal counts as exposures of a bank's items."""
 SERVICE_NONCE_DOMAIN = b"accord/skill/service-nonce/v1"
 ATTEMPT_ID_DOMAIN = b"accord/skill/attempt-id/v1"
 ATTEMPT_PREFIX = "attempt-"
@@ -158,6 +171,66 @@ class SkillAttempts:
         event = found[1]
         return event, self.skills.get(str(event.body["skill_id"]))
 
+    def _open_indices(self, attempt_id: str, skill: DeclaredSkill) -> list[int]:
+        """The bank indices not retired when the attempt was committed: drawn by fewer than
+        `retire_after` of the skill's graded attempts logged before its commitment."""
+        found = self._event(ATTEMPT_COMMITTED, attempt_id)
+        assert found is not None
+        committed_at = found[0]
+        reveals: list[object] = []
+        after = -1
+        while True:
+            page = self.ledger.store.find(kinds=EXPOSING_KINDS, after=after, limit=500)
+            for stored in page:
+                if stored.index >= committed_at:
+                    break
+                body = Entry.from_bytes(stored.data).event.body
+                if body.get("skill_id") == skill.manifest.skill_id:
+                    reveals.append(body.get("bank"))
+            if len(page) < 500 or page[-1].index >= committed_at:
+                break
+            after = page[-1].index
+        exam = skill.manifest.exam
+        return available(int(exam["size"]), exposures(reveals), int(exam["retire_after"]))
+
+    def _expire_abandoned(self, skill: DeclaredSkill) -> None:
+        """Log `skill.attempt.expired` for each attempt at bank skill `skill` whose items were
+        handed out (its nonce given) and whose deadline passed unanswered: the service's nonce
+        and the drawn items with their proofs, so the items count as exposed (a candidate who
+        looks and never answers cannot read the bank for free)."""
+        if skill.manifest.exam["kind"] != "bank":
+            return
+        now, after = self.ledger.clock(), -1
+        stale: list[Event] = []
+        while page := self.ledger.store.find(kind=ATTEMPT_COMMITTED, after=after, limit=500):
+            for stored in page:
+                event = Entry.from_bytes(stored.data).event
+                if event.body.get("skill_id") == skill.manifest.skill_id and now > parse_time(
+                    str(event.body["deadline"])
+                ):
+                    stale.append(event)
+            after = page[-1].index
+        for committed in stale:
+            attempt_id = committed.subject
+            given = self._event(ATTEMPT_NONCE, attempt_id)
+            if given is None or any(
+                self._event(kind, attempt_id) for kind in (ATTEMPT_ANSWERED, *EXPOSING_KINDS)
+            ):
+                continue
+            revealed, _ = self._drawn(committed, skill, _nonce(given[1].body["nonce"]))
+            self.ledger.append(
+                self.ledger.operator,
+                ATTEMPT_EXPIRED,
+                subject=attempt_id,
+                body={
+                    "attempt_id": attempt_id,
+                    "skill_id": skill.manifest.skill_id,
+                    "service_nonce": self._service_nonce(attempt_id).hex(),
+                    "bank": revealed,
+                },
+                once_key=attempt_id,
+            )
+
     def start(self, candidate: str, skill_ref: str) -> dict[str, Any]:
         """Commit to the service nonce of the candidate's next attempt at a skill and log it.
 
@@ -188,6 +261,7 @@ class SkillAttempts:
                 f"again in {int(wait) + 1} s",
                 wait,
             )
+        self._expire_abandoned(skill)  # before this commitment: they count for its draw
         attempt_id = attempt_id_for(skill_id, candidate, attempt)
         body = {
             "attempt_id": attempt_id,
@@ -213,6 +287,13 @@ class SkillAttempts:
     def _items(
         self, committed: Event, skill: DeclaredSkill, candidate_nonce: bytes
     ) -> list[ExamItem]:
+        return self._drawn(committed, skill, candidate_nonce)[1]
+
+    def _drawn(
+        self, committed: Event, skill: DeclaredSkill, candidate_nonce: bytes
+    ) -> tuple[list[JSONObject] | None, list[ExamItem]]:
+        """(a bank exam's reveal of its drawn items, or None; the items). Raises SkillError
+        when this service holds no bank for a bank exam, ExamError when the bank is spent."""
         attempt_id = str(committed.body["attempt_id"])
         seed = attempt_seed(
             self._service_nonce(attempt_id),
@@ -220,7 +301,15 @@ class SkillAttempts:
             skill.manifest.skill_id,
             int(committed.body["attempt"]),
         )
-        return generate_exam(skill.manifest, seed, int(committed.body["items"]), mode=self.mode)
+        if skill.manifest.exam["kind"] != "bank":
+            count = int(committed.body["items"])
+            return None, generate_exam(skill.manifest, seed, count, mode=self.mode)
+        bank = self.skills.banks.get(skill.manifest.skill_id)
+        if bank is None:
+            raise SkillError(f"this service holds no bank for skill {skill.manifest.skill_id}")
+        open_indices = self._open_indices(attempt_id, skill)
+        drawn, items = draw_bank_exam(skill.manifest, seed, bank, open_indices)
+        return reveal(bank, drawn), items
 
     def begin(
         self, entry: Entry, *, lock: AbstractContextManager[object] | None = None
@@ -262,6 +351,8 @@ class SkillAttempts:
         committed, skill = self._committed(attempt_id)
         if self._event(ATTEMPT_ANSWERED, attempt_id) is not None:
             raise SkillError(f"attempt {attempt_id} is answered already: start another")
+        if self._event(ATTEMPT_EXPIRED, attempt_id) is not None:
+            raise ExamError(f"attempt {attempt_id} expired: start another")
         given = self._event(ATTEMPT_NONCE, attempt_id)
         if given is None:
             raise ExamError(f"attempt {attempt_id} has no nonce of the candidate's yet")
@@ -280,8 +371,13 @@ class SkillAttempts:
             body={"attempt_id": attempt_id, "answers": answers},
             now=self.ledger.clock(),
         )
-        items = self._items(committed, skill, _nonce(given[1].body["nonce"]))
-        grades = grade_exam(skill.manifest, items, answers, judge=self.skills.judge, mode=self.mode)
+        revealed, items = self._drawn(committed, skill, _nonce(given[1].body["nonce"]))
+        seat = self.skills.judge
+        # each choice of the judge is logged with the grades: the audit replays them
+        judged = seat is not None and needs_judge(skill.manifest)
+        recorder = RecordingJudge(seat) if seat is not None and judged else None
+        judge = recorder.seat if recorder is not None else seat
+        grades = grade_exam(skill.manifest, items, answers, judge=judge, mode=self.mode)
         with lock or nullcontext():  # graded in the box above, outside it
             self.ledger.append_entries([entry], once_keys=[attempt_id])
             earned = sum(g.earned for g in grades)
@@ -299,6 +395,8 @@ class SkillAttempts:
                     "earned": earned,
                     "possible": possible,
                     "passed": passed,
+                    **({"judge": recorder.record()} if recorder is not None else {}),
+                    **({"bank": revealed} if revealed is not None else {}),
                 },
                 once_key=attempt_id,
             )
@@ -347,15 +445,37 @@ def replay_attempts(
     from the re-grade; SandboxUnavailable when the box cannot be made.
     """
     by_kind: dict[tuple[str, str], tuple[int, Event]] = {}
+    exposed: dict[str, Counter[int]] = {}  # bank skills: each index's draws so far
+    open_at: dict[str, list[int]] = {}  # bank attempts: the indices open at their commitment
     graded = 0
     for index, event in entries:
         if event.kind not in ATTEMPT_KINDS:
             continue
         by_kind.setdefault((event.kind, event.subject), (index, event))
+        skill = skills.get(str(event.body.get("skill_id")))
+        banked = skill is not None and skill.manifest.exam["kind"] == "bank"
+        if banked and event.kind == ATTEMPT_COMMITTED and skill is not None:
+            exam = skill.manifest.exam
+            counts = exposed.get(skill.manifest.skill_id, Counter())
+            open_at.setdefault(
+                event.subject,
+                available(int(exam["size"]), counts, int(exam["retire_after"])),
+            )
+        if event.kind == ATTEMPT_EXPIRED and skill is not None:
+            try:
+                _check_expired(event, by_kind, skill, operator, open_at.get(event.subject, []))
+            except (SkillError, ExamError, KeyError, ValueError, TypeError) as exc:
+                raise SkillError(f"entry {index}: an expiry that does not replay: {exc}") from exc
+        if event.kind not in EXPOSING_KINDS:
+            continue
+        if banked and skill is not None:
+            exposed.setdefault(skill.manifest.skill_id, Counter()).update(
+                exposures([event.body.get("bank")])
+            )
         if event.kind != ATTEMPT_GRADED or (only is not None and event.subject not in only):
             continue
         try:
-            _regrade_one(event, by_kind, skills, operator, mode)
+            _regrade_one(event, by_kind, skills, operator, mode, open_at.get(event.subject))
         except (SkillError, ExamError, KeyError, ValueError, TypeError) as exc:
             raise SkillError(
                 f"entry {index}: a skill attempt that does not re-grade: {exc}"
@@ -364,12 +484,42 @@ def replay_attempts(
     return graded
 
 
+def _check_expired(
+    expired: Event,
+    found: Mapping[tuple[str, str], tuple[int, Event]],
+    skill: DeclaredSkill,
+    operator: str,
+    open_indices: list[int],
+) -> None:
+    """An expiry's reveal: the operator's, of a bank attempt committed and given its nonce,
+    its service nonce the committed one, its items the seed's draw, each proven in the bank."""
+    attempt_id = expired.subject
+    committed = found.get((ATTEMPT_COMMITTED, attempt_id))
+    nonce = found.get((ATTEMPT_NONCE, attempt_id))
+    if expired.actor != operator or committed is None or nonce is None:
+        raise SkillError(f"attempt {attempt_id}'s expiry is not the operator's of a begun attempt")
+    if skill.manifest.exam["kind"] != "bank":
+        raise SkillError(f"attempt {attempt_id} is not an attempt at a bank exam")
+    service_nonce = bytes.fromhex(str(expired.body["service_nonce"]))
+    check_service_reveal(str(committed[1].body["commitment"]), service_nonce)
+    seed = attempt_seed(
+        service_nonce,
+        _nonce(nonce[1].body["nonce"]),
+        skill.manifest.skill_id,
+        int(committed[1].body["attempt"]),
+    )
+    shown = check_bank_reveal(skill.manifest.exam, expired.body.get("bank"))
+    if [i for i, _ in shown] != draw(seed, open_indices, skill.manifest.item_count):
+        raise SkillError(f"attempt {attempt_id}'s expiry reveals items the seed did not draw")
+
+
 def _regrade_one(
     graded: Event,
     found: Mapping[tuple[str, str], tuple[int, Event]],
     skills: Mapping[str, DeclaredSkill],
     operator: str,
     mode: SandboxMode | None,
+    open_indices: list[int] | None = None,
 ) -> None:
     attempt_id = graded.subject
     parts = {
@@ -395,6 +545,7 @@ def _regrade_one(
     answers = list(answered.body["answers"])
     if len(answers) != int(committed.body["items"]):
         raise SkillError(f"attempt {attempt_id} answered {len(answers)} of its items")
+    replayed = ReplayedJudge(graded.body.get("judge")) if needs_judge(skill.manifest) else None
     grades = regrade(
         skill.manifest,
         str(committed.body["commitment"]),
@@ -402,8 +553,14 @@ def _regrade_one(
         _nonce(nonce.body["nonce"]),
         int(committed.body["attempt"]),
         answers,
+        judge=replayed.seat if replayed is not None else None,
         mode=mode,
+        bank=(open_indices or [], graded.body.get("bank"))
+        if skill.manifest.exam["kind"] == "bank"
+        else None,
     )
+    if replayed is not None:
+        replayed.check_spent()
     if _grades_json(grades) != graded.body["grades"]:
         raise SkillError(f"attempt {attempt_id}'s logged grades are not the re-grade's")
     earned = sum(g.earned for g in grades)

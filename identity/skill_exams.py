@@ -18,8 +18,13 @@ hex, returning `n` items `{"input": ..., "answer": ...}`; `input` must fit the s
 schema and `answer` (the oracle's) its output schema. The box freezes the clock and seeds all
 entropy, so the same seed gives the same items.
 
+**A bank** (`accord.identity.item_banks`) is written items committed as a Merkle root: each
+attempt draws its items from the seed among those not yet retired (`bank_exam`), and the graded
+entry reveals them with their inclusion proofs, so `regrade` checks the proofs and the draw.
+
 **The gates** (`check_gates`), each run at declaration, each refusal naming its gate:
 
+    bank             a bank exam's items are sent, match its root and size, and fit the schemas
     pinned-code      every generator's and grader's code hashes to the `sha256` pinned beside it
     judge            a model-graded skill is declared only where a judge is configured
     deterministic    the generator, run twice on the same seed, gives the same items
@@ -43,6 +48,8 @@ from accord.identity.challenges.sandbox import SandboxLimits, SandboxMode, run_f
 from accord.identity.challenges.skills import ExactValidator
 from accord.identity.errors import ExamError, GateFailed, SkillError
 from accord.identity.graders import Case, JudgeSeat, grade_cases
+from accord.identity.item_banks import BankItem, check_bank, draw
+from accord.identity.item_banks import check_reveal as check_reveal_bank
 from accord.identity.manifests import SkillManifest, code_sha256
 from accord.ledger.canonical import canonical_json
 
@@ -121,6 +128,8 @@ def generate_exam(
         raise ExamError(f"an exam has 1 to 1000 items: {count!r}")
     if manifest.builtin is not None:
         return get_capability(manifest.builtin).generate(seed, count)
+    if manifest.exam["kind"] == "bank":
+        raise SkillError("a bank exam's items are drawn from its bank (bank_exam), not generated")
     run = run_function_cases(
         str(manifest.exam["code"]),
         GENERATOR_FUNCTION,
@@ -158,6 +167,59 @@ def generate_exam(
                 {"answer": entry["answer"]},
             )
         )
+    return items
+
+
+def bank_exam(
+    manifest: SkillManifest, seed: bytes, drawn: Sequence[tuple[int, BankItem]]
+) -> list[ExamItem]:
+    """The items of an attempt at a bank exam: the `drawn` (index, item) pairs of its bank,
+    each with its answer kept private, ids derived from the seed and the bank index."""
+    items = []
+    for index, entry in drawn:
+        payload = entry["input"]
+        if not isinstance(payload, dict):
+            raise SkillError(f"bank item {index}'s input is not a JSON object")
+        items.append(
+            ExamItem(
+                _item_id(manifest, seed, index),
+                manifest.skill_id,
+                manifest.instructions,
+                payload,
+                {"answer": entry["answer"]},
+            )
+        )
+    return items
+
+
+def draw_bank_exam(
+    manifest: SkillManifest, seed: bytes, bank: Sequence[BankItem], open_indices: Sequence[int]
+) -> tuple[list[int], list[ExamItem]]:
+    """(the drawn indices, their items) of an attempt at a bank exam whose items still open
+    are `open_indices`. Raises ExamError when the bank is spent."""
+    drawn = draw(seed, open_indices, manifest.item_count)
+    return drawn, bank_exam(manifest, seed, [(i, bank[i]) for i in drawn])
+
+
+def check_bank_items(manifest: SkillManifest, bank: object) -> list[BankItem]:
+    """`bank` as the items `manifest`'s bank exam commits to, each fitting the schemas.
+
+    Raises GateFailed (gate `bank`) when it is missing, does not match the root or size, or
+    an item breaks a schema."""
+    if bank is None:
+        raise GateFailed("bank", "a bank exam is declared with its items: send them as `bank`")
+    try:
+        items = check_bank(manifest.exam, bank)
+    except SkillError as exc:
+        raise GateFailed("bank", str(exc)) from exc
+    for index, entry in enumerate(items):
+        for side, schema, value in (
+            ("input", manifest.input_schema, entry["input"]),
+            ("answer", manifest.output_schema, entry["answer"]),
+        ):
+            problem = _fits(schema, value)
+            if problem is not None:
+                raise GateFailed("bank", f"bank item {index}'s {side} breaks its schema: {problem}")
     return items
 
 
@@ -222,16 +284,28 @@ def regrade(
     *,
     judge: JudgeSeat | None = None,
     mode: SandboxMode | None = None,
+    bank: tuple[Sequence[int], object] | None = None,
 ) -> list[Grade]:
     """What an auditor does after the reveal: check the service's nonce against its commitment,
-    recompute the seed, regenerate the items in the box and grade the logged answers.
+    recompute the seed, regenerate the items in the box and grade the logged answers. A bank
+    exam's items are the revealed ones, `bank` = (the indices open when the attempt was
+    committed, the graded entry's reveal): each proven in the bank, and the seed's draw.
 
-    Raises ExamError when the reveal does not match, and what `generate_exam` and
-    `grade_exam` raise.
+    Raises ExamError when the reveal does not match, SkillError when a bank reveal is not
+    proven or not the seed's draw, and what `generate_exam` and `grade_exam` raise.
     """
     check_reveal(commitment, service_nonce)
     seed = attempt_seed(service_nonce, candidate_nonce, manifest.skill_id, attempt)
-    items = generate_exam(manifest, seed, len(answers), mode=mode)
+    if manifest.exam["kind"] != "bank":
+        items = generate_exam(manifest, seed, len(answers), mode=mode)
+        return grade_exam(manifest, items, answers, judge=judge, mode=mode)
+    if bank is None:
+        raise SkillError("a bank attempt is re-graded from the items its grades reveal")
+    open_indices, revealed = bank
+    shown = check_reveal_bank(manifest.exam, revealed)
+    if [index for index, _ in shown] != draw(seed, open_indices, len(answers)):
+        raise SkillError("the revealed items are not the ones the seed draws from the bank")
+    items = bank_exam(manifest, seed, shown)
     return grade_exam(manifest, items, answers, judge=judge, mode=mode)
 
 
@@ -263,14 +337,22 @@ def _score_text(grades: Sequence[Grade]) -> str:
 
 
 def check_gates(
-    manifest: SkillManifest, *, judge: JudgeSeat | None = None, mode: SandboxMode | None = None
+    manifest: SkillManifest,
+    *,
+    judge: JudgeSeat | None = None,
+    mode: SandboxMode | None = None,
+    bank: object = None,
 ) -> GateReport:
-    """Run every validity gate (see the module's docstring) on `manifest`, in that order.
+    """Run every validity gate (see the module's docstring) on `manifest`, in that order; a
+    bank exam's on the items of `bank`, drawn from the gate seed.
 
     Raises GateFailed naming the first gate that fails and why; SandboxUnavailable when the box
     cannot be made (no gate has then run: the manifest is neither refused nor accepted).
     """
     gates: list[str] = []
+    items_of_bank = check_bank_items(manifest, bank) if manifest.exam["kind"] == "bank" else None
+    if items_of_bank is not None:
+        gates.append("bank")
     pinned = [("$.exam", manifest.exam)] if manifest.exam["kind"] == "generator" else []
     pinned += [(f"$.graders[{i}]", g) for i, g in enumerate(manifest.graders) if "code" in g]
     for path, part in pinned:
@@ -282,8 +364,13 @@ def check_gates(
     gates.append("judge")
     seed = gate_seed(manifest)
     try:
-        items = generate_exam(manifest, seed, mode=mode)
-        again = generate_exam(manifest, seed, mode=mode)
+        if items_of_bank is not None:
+            everything = range(len(items_of_bank))
+            items = draw_bank_exam(manifest, seed, items_of_bank, everything)[1]
+            again = draw_bank_exam(manifest, seed, items_of_bank, everything)[1]
+        else:
+            items = generate_exam(manifest, seed, mode=mode)
+            again = generate_exam(manifest, seed, mode=mode)
     except SkillError as exc:
         raise GateFailed("deterministic", f"the exam cannot be generated: {exc}") from exc
     if [canonical_json(_item_json(i)) for i in items] != [

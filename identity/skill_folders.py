@@ -20,7 +20,7 @@ from accord.identity.manifests import SkillManifest, code_sha256, parse_manifest
 
 MANIFEST_FILE = "skill.json"
 LIBRARY_DIR = Path(__file__).with_name("skill_library")
-LIBRARY_FOLDERS = ("json_transform", "python_function", "sql")
+LIBRARY_FOLDERS = ("json_transform", "python_function", "sql", "summarise")
 MAX_FILE_BYTES = 256 * 1024
 
 

@@ -26,6 +26,8 @@ from typing import Any
 from accord.identity.errors import SkillError, UnknownSkill
 from accord.identity.exams import check_agent_entry
 from accord.identity.graders import JudgeSeat
+from accord.identity.item_bank_store import BankStore
+from accord.identity.item_banks import check_bank
 from accord.identity.manifests import SkillManifest, builtin_manifests, parse_manifest
 from accord.identity.skill_capability import ManifestCapability
 from accord.identity.skill_exams import GateReport, check_gates
@@ -76,6 +78,11 @@ def shipped_manifests() -> tuple[SkillManifest, ...]:
 
 def shipped_skills(operator: str) -> list[DeclaredSkill]:
     return [DeclaredSkill(m, operator, None, None) for m in shipped_manifests()]
+
+
+def needs_judge(manifest: SkillManifest) -> bool:
+    """Whether a grader of `manifest` is model-graded (so it is offered only with a judge)."""
+    return any(grader.get("kind") == "model" for grader in manifest.graders)
 
 
 def declaration_body(manifest: SkillManifest) -> dict[str, Any]:
@@ -168,10 +175,21 @@ class SkillRegistry:
         self.ledger = ledger
         self.is_registered = is_registered
         self.judge = judge
+        self.banks = BankStore(ledger.store.engine)
+        """The bank exams' items, kept off the log (`accord.identity.item_banks`)."""
 
     @property
     def operator(self) -> str:
         return self.ledger.operator.did
+
+    def offered(self) -> list[DeclaredSkill]:
+        """The shipped skills this service offers: a model-graded one (`summarise`) only where
+        a judge is configured."""
+        return [
+            skill
+            for skill in shipped_skills(self.operator)
+            if self.judge is not None or not needs_judge(skill.manifest)
+        ]
 
     def _stored(self, skill: str) -> DeclaredSkill | None:
         found = self.ledger.store.find(kind=SKILL_DECLARED_KIND, subject=skill, limit=1)
@@ -195,10 +213,16 @@ class SkillRegistry:
     def get(self, name_or_id: str) -> DeclaredSkill:
         """A shipped skill by id or name, or a declared one by id.
 
-        Raises UnknownSkill when there is none.
+        Raises UnknownSkill when there is none, and for a model-graded shipped skill where no
+        judge is configured.
         """
         for skill in shipped_skills(self.operator):
             if name_or_id in (skill.manifest.skill_id, skill.manifest.name):
+                if self.judge is None and needs_judge(skill.manifest):
+                    raise UnknownSkill(
+                        f"{skill.manifest.name} is model-graded: this service offers it only "
+                        "where a judge is configured (ACCORD_JUDGE_URL), and none is"
+                    )
                 return skill
         found = self._stored(name_or_id) if len(name_or_id) == 64 else None
         if found is None:
@@ -211,7 +235,7 @@ class SkillRegistry:
     def page(self, *, after: int = -1, limit: int = MAX_PAGE) -> list[DeclaredSkill]:
         """The shipped skills (on the first page, `after` < 0) then declared ones in log
         order after entry `after`, at most `limit` declared ones."""
-        shipped = shipped_skills(self.operator) if after < 0 else []
+        shipped = self.offered() if after < 0 else []
         found = self.ledger.store.find(
             kind=SKILL_DECLARED_KIND, after=after, limit=max(1, min(limit, MAX_PAGE))
         )
@@ -222,7 +246,12 @@ class SkillRegistry:
             declared.append(DeclaredSkill(manifest, event.actor, stored.index, event.at))
         return shipped + declared
 
-    def _admit(self, manifest: SkillManifest, declarer: str) -> GateReport:
+    def _keep_bank(self, manifest: SkillManifest, bank: object) -> None:
+        """Keep a bank exam's items (checked by its gates) before its declaration is logged."""
+        if manifest.exam["kind"] == "bank":
+            self.banks.put(manifest.skill_id, check_bank(manifest.exam, bank))
+
+    def _admit(self, manifest: SkillManifest, declarer: str, bank: object = None) -> GateReport:
         if declarer != self.operator and not self.is_registered(declarer):
             raise SkillError(f"{declarer} has not registered: register before declaring skills")
         known: dict[str, DeclaredSkill] = {
@@ -233,25 +262,27 @@ class SkillRegistry:
             if stored is not None:
                 known[skill_id] = stored
         check_declaration(manifest, declarer, known, operator=self.operator)
-        return check_gates(manifest, judge=self.judge)
+        return check_gates(manifest, judge=self.judge, bank=bank)
 
     def declare(
         self,
         signer: Signer,
         document: object,
         *,
+        bank: object = None,
         lock: AbstractContextManager[object] | None = None,
     ) -> tuple[DeclaredSkill, GateReport]:
         """Check `document`, run its gates and log its `skill.declared` entry signed by
         `signer` (a key the service holds: the operator's or a hosted agent's). The gates run
-        first, outside `lock`; only the append holds it.
+        first, outside `lock`; only the append holds it. A bank exam's items are `bank`.
 
         Raises ManifestError for a broken manifest rule, GateFailed for a failed gate,
         SkillError for a declarer or supersession the rules refuse, SandboxUnavailable when
         the box cannot be made, AlreadyLoggedError when the id was declared meanwhile.
         """
         manifest = parse_manifest(document)
-        report = self._admit(manifest, signer.did)
+        report = self._admit(manifest, signer.did, bank)
+        self._keep_bank(manifest, bank)
         with lock or nullcontext():
             index, entry = self.ledger.append(
                 signer,
@@ -263,7 +294,11 @@ class SkillRegistry:
         return DeclaredSkill(manifest, signer.did, index, entry.event.at), report
 
     def declare_signed(
-        self, entry: Entry, *, lock: AbstractContextManager[object] | None = None
+        self,
+        entry: Entry,
+        *,
+        bank: object = None,
+        lock: AbstractContextManager[object] | None = None,
     ) -> tuple[DeclaredSkill, GateReport]:
         """Log a `skill.declared` entry its declarer signed itself, after the same checks as
         `declare` and that the entry is exactly the declaration of the manifest it carries,
@@ -280,7 +315,8 @@ class SkillRegistry:
             body=declaration_body(manifest),
             now=self.ledger.clock(),
         )
-        report = self._admit(manifest, entry.event.actor)
+        report = self._admit(manifest, entry.event.actor, bank)
+        self._keep_bank(manifest, bank)
         with lock or nullcontext():
             (index,) = self.ledger.append_entries([entry], once_keys=[manifest.skill_id])
         return DeclaredSkill(manifest, entry.event.actor, index, entry.event.at), report

@@ -4,6 +4,7 @@ chat server played by a plain function (no mocks: the code under test speaks rea
 from __future__ import annotations
 
 import json
+import re
 import socket
 import threading
 from collections.abc import Callable
@@ -156,5 +157,36 @@ def chat_server(
         return json_reply(
             200, completion(request["model"], content_for(item_from_prompt(user), request))
         )
+
+    return handle
+
+
+# -- a judge of summaries ------------------------------------------------------------------------
+
+
+def summary_judge(invented: str = "resigned") -> Handle:
+    """`POST /v1/chat/completions` as a judge of the `summarise` skill's model grader: reads the
+    key facts and the summary from its prompt and chooses `{"choice": "A"}` when every figure
+    and name of the facts is in the summary, "C" when the summary says `invented` (a claim no
+    document makes), else "B". Anything but a JSON-mode request gets 400."""
+
+    def content(prompt: str) -> str:
+        facts = prompt.partition("key facts a faithful summary states: ")[2].partition("\n")[0]
+        summary = prompt.partition("The summary to grade: ")[2].partition("\nChoose ")[0]
+        said = summary.replace(",", "")
+        wanted = [f.replace(",", "") for f in re.findall(r"\d[\d,]*\d|\d", facts)]
+        wanted += [w for w in re.findall(r"[A-Z][a-z]+", facts) if w not in ("The", "Project")]
+        if invented in summary:
+            return json.dumps({"choice": "C"})
+        return json.dumps({"choice": "A" if all(w in said for w in wanted) else "B"})
+
+    def handle(path: str, headers: dict[str, str], body: bytes) -> Reply:
+        if path != "/v1/chat/completions":
+            return json_reply(404, {"error": {"message": f"no route {path}"}})
+        request = json.loads(body)
+        if request.get("response_format") != {"type": "json_object"}:
+            return json_reply(400, {"error": {"message": "json_object expected"}})
+        user = next(m["content"] for m in request["messages"] if m["role"] == "user")
+        return json_reply(200, completion(request["model"], content(user)))
 
     return handle

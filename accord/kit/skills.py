@@ -96,10 +96,12 @@ def regraded(
     and its `answers` graded in the box here. "agrees" when the service's grades are the
     re-grade's, "differs: WHY" when they are not (or the reveal does not match the
     commitment), "not here: WHY" when this machine has no box to re-grade in, or the skill
-    has a model grader (its judge is the service's). Raises nothing.
+    has a model grader (its judge is the service's) or an item bank. Raises nothing.
     """
     if any(grader["kind"] == "model" for grader in manifest.graders):
         return "not here: a model grader's verdicts are its judge's, at the service"
+    if manifest.exam["kind"] == "bank":
+        return "not here: a bank's items are the service's until it reveals them"
     try:
         grades = regrade(
             manifest,

@@ -57,6 +57,9 @@ class Declaration(BaseModel):
 
     entry: SignedEntry | None = None
     manifest: dict[str, Any] | None = None
+    bank: list[Any] | None = None
+    """A bank exam's items (`{"input", "answer"}` each, in the order its root commits to):
+    checked against the root and kept off the log."""
 
 
 @reads.get("/skills", tags=["skills"], summary="Skills: shipped, then declared in log order")
@@ -153,9 +156,9 @@ def declare_skill(
     skills = context.onboarding.skills
     if body.entry is not None:
         entry = parse_entry(body.entry, caller)
-        return _declared(*skills.declare_signed(entry, lock=state.write_lock))
+        return _declared(*skills.declare_signed(entry, bank=body.bank, lock=state.write_lock))
     signer = _held_signer(context, caller)
-    return _declared(*skills.declare(signer, body.manifest, lock=state.write_lock))
+    return _declared(*skills.declare(signer, body.manifest, bank=body.bank, lock=state.write_lock))
 
 
 @writes.post(

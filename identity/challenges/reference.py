@@ -598,6 +598,8 @@ def solve_retrieval(payload: JSONObject) -> JSON:
         return people[_company(companies, match.group(1))["founder"]]["city"]
     if re.fullmatch(r"Which has more employees, (.+) or (.+)\?", question):
         named = [name for name in companies if name in question]
+        if len(named) < 2:
+            raise ExamError(f"the corpus does not state both headcounts of {question!r}")
         return max(named, key=lambda name: int(companies[name]["staff"].replace(",", "")))
     raise ExamError(f"cannot parse the question {question!r}")
 

@@ -32,6 +32,7 @@ import bench_market
 import bench_proofs
 import bench_scale
 import bench_shapley
+import bench_skills
 import bench_team
 import bench_tiles
 import bench_verify
@@ -60,6 +61,10 @@ BENCHES: dict[str, tuple[str, Callable[[bool, int], Section]]] = {
     "checks": ("checks: v(S) of a six-member team from its checks", bench_checks.run),
     "box": ("box: a boxed run of strangers' code against a bare interpreter", bench_box.run),
     "load": ("load: reads and a benign settlement while a hostile task settles", bench_load.run),
+    "skills": (
+        "skills: exam pass rate vs held-out real-part pass rate of the reference agent",
+        bench_skills.run,
+    ),
     "team": ("team conversations: five agents, three sub-tasks", bench_team.run),
     "audit": ("audit of the demo task and `make demo` wall time", bench_audit.run),
     "api": ("api: signed requests through uvicorn, two workers", bench_api.run),

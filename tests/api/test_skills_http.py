@@ -184,7 +184,7 @@ def test_only_the_declarer_supersedes_its_skill_and_the_log_replays(
     operator = world["context"].market.ledger.operator.did
     known = replay_declarations(entries, operator=operator, registered_at=registered_at)
     assert {old["id"], hosted["id"]} <= set(known)
-    assert len(known) == 7 + 3
+    assert len(known) == 8 + 3  # the shipped skills (summarise too, for the audit) and three
 
     # A declaration logged before its declarer registered does not replay.
     late = {did: index + 10_000 for did, index in registered_at.items()}

@@ -33,7 +33,12 @@ from accord.identity.challenges import (
     score,
     seed_commitment,
 )
-from accord.identity.challenges.reference import evaluate_expression, random_answer, solve
+from accord.identity.challenges.reference import (
+    evaluate_expression,
+    random_answer,
+    solve,
+    solve_retrieval,
+)
 from accord.identity.errors import DeadlineError, ExamError
 from accord.ledger.canonical import canonical_json
 
@@ -521,3 +526,14 @@ def test_module_constants_name_their_capabilities() -> None:
     assert extraction.EXTRACTION.name == "extraction"
     assert retrieval.RETRIEVAL.name == "retrieval"
     assert python_tasks.PYTHON.name == "python"
+
+
+def test_reference_solver_refuses_a_comparison_whose_companies_it_cannot_read() -> None:
+    """A comparison naming companies its patterns do not parse is an ExamError (a 422 from the
+    agent service), never a crash of `max()` on nothing."""
+    payload = {
+        "corpus": ["Orla Systems has its head office in Galway and a workforce of 210."],
+        "question": "Which has more employees, Orla Systems or Bracken Analytics?",
+    }
+    with pytest.raises(ExamError, match="both headcounts"):
+        solve_retrieval(payload)

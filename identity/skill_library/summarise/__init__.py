@@ -1,0 +1,1 @@
+"""The `summarise` skill: a model-graded summary of a business document (see skill.json)."""
