@@ -14,6 +14,7 @@ without reinstalling. Exit status as mypy's: 0 clean, 1 errors, 2 a blocking err
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 import tomllib
@@ -41,12 +42,14 @@ def sources(repo: Path = REPO) -> list[BuildSource]:
         for path in sorted(folder.rglob("*.py")):
             parts = path.relative_to(folder).with_suffix("").parts
             name = ".".join((package, *(parts[:-1] if parts[-1] == "__init__" else parts)))
-            found.append(BuildSource(str(path.relative_to(repo)), name))
+            found.append(BuildSource(path.relative_to(repo).as_posix(), name))
     return found
 
 
 def main(argv: list[str]) -> int:
-    """Run mypy; returns its exit status."""
+    """Run mypy from the repository's root (the files are named from it, and pyproject.toml is
+    read there; a relative path in `argv` is too); returns mypy's exit status."""
+    os.chdir(REPO)
     modules = sources()
     fscache = FileSystemCache()
     # mypy parses its options (pyproject.toml's [tool.mypy] and argv) with the files as targets,

@@ -15,6 +15,7 @@ import no floor and are the floor under them all.
 from __future__ import annotations
 
 import ast
+import importlib.util
 import subprocess
 import tomllib
 from collections import defaultdict
@@ -245,3 +246,17 @@ def test_product_code_imports_no_tests_nor_scripts() -> None:
 )
 def test_a_file_is_named_as_it_imports(path: str, expected: str | None) -> None:
     assert module_name(PurePosixPath(path), package_dirs()) == expected
+
+
+def test_mypy_is_handed_every_module_under_its_import_name() -> None:
+    """scripts/typecheck.py (`make lint`) names each file as the map does: mypy checks
+    `ledger/store.py` as `accord.ledger.store`, not as a top-level `ledger.store`."""
+    spec = importlib.util.spec_from_file_location("typecheck", ROOT / "scripts" / "typecheck.py")
+    assert spec is not None and spec.loader is not None
+    typecheck = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(typecheck)
+    handed = {source.module: source.path for source in typecheck.sources()}
+    modules, _ = import_map()
+    assert {name: handed.get(name) for name in modules} == modules
+    assert handed["accord.ledger.store"] == "ledger/store.py"
+    assert not [name for name in handed if not name.startswith("accord")]
