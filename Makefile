@@ -47,7 +47,7 @@ demo: setup
 lint: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(VENV)/bin/mypy
+	$(PY) scripts/typecheck.py
 	$(VENV)/bin/vulture
 
 test: setup

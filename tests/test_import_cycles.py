@@ -10,13 +10,12 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 SUBPACKAGES = ("ledger", "identity", "market", "coordinator", "audit", "api")
-"""accord's subpackages: each a folder at the repository's root, installed as accord.<name>
-(pyproject.toml maps them; accord/<name> is a symlink to the folder in the checkout)."""
+"""accord's subpackages: each a folder at the repository's root, imported as accord.<name>
+(pyproject.toml's package-dir maps them; tests/test_import_map.py checks the map)."""
 
 
 def modules() -> dict[str, Path]:
-    """Every module of accord by its import name, read from the real folders (`rglob` does not
-    follow accord/'s symlinks, so no file is seen twice)."""
+    """Every module of accord by its import name, read from its folder."""
     found = {}
     for folder, prefix in [("accord", ()), *((name, ("accord",)) for name in SUBPACKAGES)]:
         for path in (ROOT / folder).rglob("*.py"):
