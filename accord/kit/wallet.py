@@ -34,6 +34,7 @@ from accord.market.escrow import (
     EscrowTxRejectedError,
     SignedEscrowTx,
     Web3EscrowChain,
+    answer_intent,
     bond_intent,
     open_calldata,
     open_intent,
@@ -182,6 +183,19 @@ class Wallet:
         refuses (not the requester, the escrow not open), WalletError, ChainError."""
         total = Wei(self.chain.bonded(task_id) + amount)
         return self._send(self.chain.build_tx(self._key, bond_intent(task_id, amount, total)))
+
+    def answer(self, task_id: str, total: Wei) -> Sent:
+        """Bring this account's answer to `task_id`'s disputes to `total` wei
+        (`TaskEscrow.answer`: a team's bond from its own account, any account but the
+        requester's). Idempotent: an account whose answer already reaches `total` sends nothing
+        (`already`), so a retry after a lost reply never answers twice. Raises
+        EscrowRefusedError when the contract refuses (the requester's account, the escrow not
+        open), WalletError, ChainError."""
+        held = self.chain.answered(task_id, self.address)
+        if held >= total:
+            return Sent("", 0, already=True)
+        intent = answer_intent(task_id, Wei(total - held), total)
+        return self._send(self.chain.build_tx(self._key, intent))
 
     def head(self) -> int:
         """The chain's head block: a rejection names it (`after_block`), and its dispute's
