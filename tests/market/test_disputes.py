@@ -15,8 +15,9 @@ import pytest
 
 import accord.market.disputes as disputes
 from accord.ledger.events import Event
-from accord.market.disputes import log_events, panel_relevant_events, team_of
+from accord.market.disputes import DISPUTE_ANSWERED, log_events, panel_relevant_events, team_of
 from accord.market.errors import SettlementWaits, TaskError, WorkError
+from accord.market.escrow import address_of
 from accord.market.panel import (
     COMMIT_WINDOW_S,
     PANEL_DRAWN,
@@ -27,7 +28,7 @@ from accord.market.settlement import SETTLEMENT_COMPUTED, logged_settlement, set
 from accord.market.tasks import spec_from_request
 from accord.market.work import ReviewCheck, amount_paid, dispute_fee
 from tests.audit.conftest import REQUESTER_KEY, rebuild_log, with_body
-from tests.market.panelists import jurors, mine, reveal, vote
+from tests.market.panelists import jurors, mine, reveal, signed, vote
 from tests.market.test_check_io import (
     REVIEW,
     audit,
@@ -239,3 +240,136 @@ def test_a_review_only_task_is_taken_where_a_panel_could_decide_its_rejection(
         world.market.require_checkable(review_only, requester)
     jurors(world, 4)
     world.market.require_checkable(review_only, requester)  # a panel could decide it now
+
+
+# -- the team's answer: a bond of its own ------------------------------------------------
+
+TEAM_KEY = "0x7c852118294e51e653712a81e05800f419141751be58f605c371e15141b007a6"
+
+
+def answer_entry(world, signer, amount: int, account: str, check: str = "looks-right"):  # type: ignore[no-untyped-def]
+    body = {"task_id": world.task_id, "check": check, "account": account, "amount": str(amount)}
+    return signed(world, signer, DISPUTE_ANSWERED, world.task_id, body)
+
+
+def rejected_and_answered(tmp_path: Path):  # type: ignore[no-untyped-def]
+    """A delivered task whose requester rejected correct work and whose team's winner answered
+    with the dispute's fee from its own account (`TaskEscrow.answer`), the panel drawn."""
+    world = delivered_world(tmp_path / "home", invoice_spec_with(REVIEW))
+    market, task_id = world.market, world.task_id
+    task = market.task(task_id)
+    assert task.price is not None and task.winner is not None
+    panelists = jurors(world, 3)
+    fee = dispute_fee(task.price)
+    leader = world.signer(task.winner)
+    account = address_of(TEAM_KEY)
+    with pytest.raises(TaskError, match="not rejected"):
+        market.answer_dispute(answer_entry(world, leader, fee, account), answer_key=TEAM_KEY)
+    market.review(world.requester, task_id, "looks-right", "reject", "wrong totals")
+
+    # the requester, a stranger, too little, a bond the escrow does not hold: refused
+    with pytest.raises(TaskError, match="not on the team"):
+        market.answer_dispute(answer_entry(world, world.requester, fee, account))
+    with pytest.raises(TaskError, match="at least the dispute's fee"):
+        market.answer_dispute(answer_entry(world, leader, fee - 1, account))
+    with pytest.raises(TaskError, match=r"send TaskEscrow\.answer first"):
+        market.answer_dispute(answer_entry(world, leader, fee, account))
+    with pytest.raises(TaskError, match="not the account"):
+        market.answer_dispute(answer_entry(world, leader, fee, account), answer_key=REQUESTER_KEY)
+    assert world.escrow_chain.answers(task_id) == 0
+
+    # the leader's own account bonds the fee, then its answer is logged, once
+    market.answer_dispute(answer_entry(world, leader, fee, account), answer_key=TEAM_KEY)
+    assert world.escrow_chain.answered(task_id, account) == fee
+    with pytest.raises(TaskError, match="answered the dispute over looks-right already"):
+        market.answer_dispute(answer_entry(world, leader, fee, account), answer_key=TEAM_KEY)
+    assert world.escrow_chain.answered(task_id, account) == fee  # nothing bonded twice
+
+    world.clock.advance(3600)
+    mine(world)
+    with pytest.raises(SettlementWaits, match="is voting"):
+        settle_task(market, world.onboarding, task_id)
+    check = next(c for c in task.spec.requester_checks if c.check_id == "looks-right")
+    assert isinstance(check, ReviewCheck)
+    return world, panelists, market.panels.draw(task, check).panel.seats, fee, account
+
+
+def decide(world, panelists, seats, verdicts) -> None:  # type: ignore[no-untyped-def]
+    salts = {did: vote(world, panelists[did], world.task_id, v) for did, v in verdicts.items()}
+    for did, (verdict, salt) in salts.items():
+        reveal(world, panelists[did], world.task_id, verdict, salt)
+
+
+def test_a_team_that_answers_and_wins_gets_its_bond_back_whole(tmp_path: Path) -> None:
+    """The team answers the rejection with a bond of its own and the panel finds for it: the
+    requester's stake pays the coherent panelists (the rest of it to the team, as when the
+    team does not answer) and the team's answer goes back to its account whole."""
+    world, panelists, seats, fee, account = rejected_and_answered(tmp_path)
+    market, task_id = world.market, world.task_id
+    task = market.task(task_id)
+    assert task.price is not None
+    decide(world, panelists, seats, dict(zip(seats, ("team", "team", "requester"), strict=True)))
+    outcome = settle_task(market, world.onboarding, task_id)
+    finish(world)
+    review = logged_checks(world)["looks-right"]
+    assert review["passed"] is True
+    answer = review["record"]["dispute"]["answer"]
+    assert (answer["account"], answer["amount"]) == (account, str(fee))
+    body = logged_settlement(market, task_id)
+    assert body is not None and body["answered"] == {account: str(fee)}
+    assert "answers_taken" not in body
+    shares = panel_pay(fee, seats, seats[:2])
+    assert body["panel_payouts"] == {did: str(w) for did, w in sorted(shares.items())}
+    assert outcome.amount == task.price + (fee - sum(shares.values()))
+    assert outcome.refund == task.spec.budget - task.price - fee
+    assert world.escrow_chain.credit(account) == fee  # the answer back whole
+    assert world.escrow_chain.credit(address_of(REQUESTER_KEY)) == outcome.refund
+    report = audit(world)
+    assert report.ok, [s.to_json() for s in report.steps]
+    assert "answers" in report.steps[6].detail
+
+
+def test_a_team_that_answers_and_loses_pays_the_panel_from_its_bond(tmp_path: Path) -> None:
+    """The team answers and the panel finds for the requester: the check fails (the team is
+    not paid for it), the coherent panelists are paid from the team's answer, not from its
+    pay, the rest of the answer goes back to its account, and the requester's stake comes
+    back whole. An audit of a settlement that hands the answer to the requester fails."""
+    world, panelists, seats, fee, account = rejected_and_answered(tmp_path)
+    market, task_id = world.market, world.task_id
+    task = market.task(task_id)
+    assert task.price is not None
+    decide(
+        world, panelists, seats, dict(zip(seats, ("requester", "requester", "team"), strict=True))
+    )
+    outcome = settle_task(market, world.onboarding, task_id)
+    finish(world)
+    review = logged_checks(world)["looks-right"]
+    assert review["passed"] is False and review["record"]["dispute"]["answer"]
+    body = logged_settlement(market, task_id)
+    assert body is not None
+    shares = panel_pay(fee, seats, seats[:2])
+    owed = sum(shares.values())
+    assert body["answers_taken"] == {account: str(owed)}
+    earned = amount_paid(task.price, Fraction(body["paid_share"]))
+    assert earned < task.price  # the failed check's share is not paid
+    assert outcome.amount == earned  # the panel was paid from the answer, not the pay
+    assert world.escrow_chain.credit(account) == fee - owed
+    requester = world.escrow_chain.credit(address_of(REQUESTER_KEY))
+    assert requester == outcome.refund == task.spec.budget - earned  # its fee back whole
+    report = audit(world)
+    assert report.ok, [s.to_json() for s in report.steps]
+
+    # the operator logs the answer as the requester's: the recomputed panel pay disagrees
+    [computed] = market.ledger.store.find(kind=SETTLEMENT_COMPUTED, subject=task_id, limit=1)
+
+    def no_answer(index: int, event: Event) -> Event:
+        if index != computed.index:
+            return event
+        changed = copy.deepcopy(dict(event.body))
+        changed.pop("answers_taken")
+        return with_body(event, changed)
+
+    store, anchors = rebuild_log(world, tmp_path / "unanswered.db", no_answer)
+    forged = audit(world, store, anchors)
+    assert not forged.ok and forged.first_failure is not None
+    assert "answers pay the panel" in forged.first_failure.detail
