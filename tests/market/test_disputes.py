@@ -14,6 +14,11 @@ from typing import Any
 import pytest
 
 import accord.market.disputes as disputes
+from accord.api.app import create_app
+from accord.api.client import AccordClient, ApiError
+from accord.api.routes.deps import ApiConfig
+from accord.kit.leader import answer_dispute
+from accord.kit.wallet import Wallet
 from accord.ledger.events import Event
 from accord.market.disputes import DISPUTE_ANSWERED, log_events, panel_relevant_events, team_of
 from accord.market.errors import SettlementWaits, TaskError, WorkError
@@ -36,6 +41,7 @@ from tests.market.test_check_io import (
     finish,
     logged_checks,
 )
+from tests.serving import serve
 from tests.specs import invoice_request, invoice_spec_with
 
 
@@ -373,3 +379,42 @@ def test_a_team_that_answers_and_loses_pays_the_panel_from_its_bond(tmp_path: Pa
     forged = audit(world, store, anchors)
     assert not forged.ok and forged.first_failure is not None
     assert "answers pay the panel" in forged.first_failure.detail
+
+
+def test_a_kit_team_member_answers_over_http_from_its_own_wallet(tmp_path: Path) -> None:
+    """A team member in its own process (`accord.kit.leader.answer_dispute`) against a real
+    service on loopback: its wallet bonds from its own account, its own signed answer goes to
+    `POST /tasks/{id}/disputes/answers`; asked again (a retry), nothing is bonded or logged
+    twice; a stranger's signed answer is refused with the reason."""
+    world = delivered_world(tmp_path / "home", invoice_spec_with(REVIEW))
+    market, task_id = world.market, world.task_id
+    task = market.task(task_id)
+    assert task.price is not None and task.winner is not None
+    jurors(world, 3)
+    fee = dispute_fee(task.price)
+    market.review(world.requester, task_id, "looks-right", "reject", "wrong totals")
+    app = create_app(
+        world.settings,
+        config=ApiConfig(rate=1000.0, burst=10_000.0),
+        context=world.context,
+        anchors=world.anchors,
+        escrow_chain=world.escrow_chain,
+    )
+    wallet = Wallet(TEAM_KEY, world.escrow_chain)
+    with (
+        serve(app) as url,
+        AccordClient(url, signer=world.signer(task.winner)) as leader,
+        AccordClient(url, signer=world.requester) as stranger,
+    ):
+        answered = answer_dispute(leader, wallet, task_id, "looks-right", fee)
+        assert answered["amount"] == str(fee) and answered["account"] == wallet.address
+        again = answer_dispute(leader, wallet, task_id, "looks-right", fee)
+        assert again["event"]["body"]["amount"] == str(fee)  # the logged one, as it is
+        assert world.escrow_chain.answered(task_id, wallet.address) == fee
+        logged = market.ledger.store.find(kind=DISPUTE_ANSWERED, subject=task_id, limit=5)
+        assert len(logged) == 1
+
+        body = {"task_id": task_id, "check": "looks-right", "account": wallet.address}
+        entry = stranger.entry(DISPUTE_ANSWERED, task_id, body | {"amount": str(fee)})
+        with pytest.raises(ApiError, match="not on the team"):
+            stranger.request("POST", f"/tasks/{task_id}/disputes/answers", json={"entry": entry})
