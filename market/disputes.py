@@ -555,10 +555,6 @@ class Panels:
             )
         return self._admit(entry, DISPUTE_ANSWERED, expected)
 
-    def current(self, task: Task, check_id: str) -> PanelLog | None:
-        """The dispute's panel as the log holds it now (None before the draw)."""
-        return current_panel(self.ledger, task.task_id, check_id)
-
     def rejected_checks(self, task: Task) -> list[str]:
         return sorted(
             str(Entry.from_bytes(s.data).event.body.get("check", ""))

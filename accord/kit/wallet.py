@@ -38,6 +38,7 @@ from accord.market.escrow import (
     bond_intent,
     open_calldata,
     open_intent,
+    reclaim_intent,
     withdraw_intent,
 )
 from accord.market.money import Wei
@@ -196,6 +197,15 @@ class Wallet:
             return Sent("", 0, already=True)
         intent = answer_intent(task_id, Wei(total - held), total)
         return self._send(self.chain.build_tx(self._key, intent))
+
+    def reclaim(self, task_id: str) -> Sent:
+        """Take this account's answer to refunded `task_id` back into its credit
+        (`TaskEscrow.reclaim`; `withdraw` then pays it out). Idempotent: an account with
+        nothing answered there sends nothing (`already`). Raises EscrowRefusedError when the
+        task is not refunded (a settlement pays answers out itself), WalletError, ChainError."""
+        if self.chain.answered(task_id, self.address) == 0:
+            return Sent("", 0, already=True)
+        return self._send(self.chain.build_tx(self._key, reclaim_intent(task_id)))
 
     def head(self) -> int:
         """The chain's head block: a rejection names it (`after_block`), and its dispute's

@@ -22,7 +22,7 @@ from accord.kit.wallet import Wallet
 from accord.ledger.events import Event
 from accord.market.disputes import DISPUTE_ANSWERED, log_events, panel_relevant_events, team_of
 from accord.market.errors import SettlementWaits, TaskError, WorkError
-from accord.market.escrow import address_of
+from accord.market.escrow import EscrowRefusedError, address_of, refund_intent
 from accord.market.panel import (
     COMMIT_WINDOW_S,
     PANEL_DRAWN,
@@ -418,3 +418,24 @@ def test_a_kit_team_member_answers_over_http_from_its_own_wallet(tmp_path: Path)
         entry = stranger.entry(DISPUTE_ANSWERED, task_id, body | {"amount": str(fee)})
         with pytest.raises(ApiError, match="not on the team"):
             stranger.request("POST", f"/tasks/{task_id}/disputes/answers", json={"entry": entry})
+
+
+def test_a_refunded_tasks_answer_is_reclaimed_by_its_account(tmp_path: Path) -> None:
+    """The requester takes its refund after the escrow's deadline (the task was never
+    settled): the team's answer is not the requester's; the member's wallet reclaims it into
+    its own credit, once, and a settled task's answer cannot be reclaimed."""
+    world, _, _, fee, account = rejected_and_answered(tmp_path)
+    chain, task_id = world.escrow_chain, world.task_id
+    wallet = Wallet(TEAM_KEY, chain)
+    with pytest.raises(EscrowRefusedError, match="NothingToReclaim"):
+        wallet.reclaim(task_id)  # still open: the settlement will pay it out
+    record = chain.escrow(task_id)
+    assert record is not None
+    chain.advance_time(record.deadline - chain.timestamp + 1)
+    chain.broadcast(chain.build_tx(REQUESTER_KEY, refund_intent(task_id)))  # mined at once
+    assert chain.credit(address_of(REQUESTER_KEY)) == record.deposit  # not the answer
+    assert chain.credit(account) == 0
+    assert not wallet.reclaim(task_id).already
+    assert chain.credit(account) == fee
+    assert wallet.reclaim(task_id).already  # nothing twice
+    assert chain.credit(account) == fee
