@@ -285,10 +285,10 @@ def answer_dispute(
         except (AccordError, KeyError, TypeError, ValueError):
             continue
     wallet.answer(task_id, Wei(staked + amount))
-    body = {"task_id": task_id, "check": check, "account": wallet.address, "amount": str(amount)}
-    entry = client.entry(DISPUTE_ANSWERED, task_id, body)
+    answer = {"task_id": task_id, "check": check, "account": wallet.address}
+    signed = client.entry(DISPUTE_ANSWERED, task_id, answer | {"amount": str(amount)})
     path = f"/tasks/{_segment(task_id)}/disputes/answers"
-    return cast(JsonObject, client.request("POST", path, json={"entry": entry}))
+    return cast(JsonObject, client.request("POST", path, json={"entry": signed}))
 
 
 def service_time(client: AccordClient, did: str) -> datetime:
