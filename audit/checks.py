@@ -110,7 +110,7 @@ from accord.market import sealed
 from accord.market.award import BidBook, replay_award
 from accord.market.check_io import LogReviews, check_world, run_python_check
 from accord.market.checks import CheckResult, RecheckEnvironment, Valuation
-from accord.market.disputes import replay_contest, replay_panel
+from accord.market.disputes import answers_by_account, replay_contest, replay_panel
 from accord.market.errors import MarketError, ReputationError, SettlementError
 from accord.market.escrow import EscrowChain, EscrowEvent
 from accord.market.reputation import (
@@ -1187,6 +1187,15 @@ def _settlement(
                 f"({result.detail}), the settlement logged {said}",
                 index,
             )
+        replayed, said = (
+            ((r.record or {}).get("dispute") or {}).get("answer") for r in (result, was)
+        )
+        if replayed != said:
+            raise AuditFailure(
+                f"the team's answer to {check_id} replays from the log as {replayed}, the "
+                f"settlement logged {said}",
+                index,
+            )
     # (6b) v(S), the Shapley values and the wei recompute exactly.
     logged_v = {frozenset(item["coalition"]): Fraction(item["value"]) for item in body["evaluated"]}
     for coalition, value in settlement.evaluated.items():
@@ -1455,14 +1464,20 @@ def _answered(
                 f"the settlement counts {wei} wei answered from {account}; the chain holds "
                 f"{on_chain.get(str(account).lower(), 0)}"
             )
-    for check in body.get("checks") or []:
-        answer = ((check.get("record") or {}).get("dispute") or {}).get("answer")
-        if answer and on_chain.get(str(answer.get("account", "")).lower(), 0) < int(
-            str(answer.get("amount", "0"))
-        ):
+    answers = [
+        answer
+        for check in body.get("checks") or []
+        if (answer := ((check.get("record") or {}).get("dispute") or {}).get("answer"))
+    ]
+    try:
+        staked = answers_by_account(answers)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise AuditFailure(f"a dispute's answer does not parse: {exc!r}") from exc
+    for account, wei in staked.items():
+        if on_chain.get(account, 0) < wei:
             raise AuditFailure(
-                f"the team's answer to {check.get('id')} names {answer.get('amount')} wei from "
-                f"{answer.get('account')}, which the escrow never received"
+                f"the team's answers stake {wei} wei from {account}; the escrow received "
+                f"{on_chain.get(account, 0)}"
             )
     return answered
 

@@ -334,6 +334,19 @@ def test_a_team_that_answers_and_wins_gets_its_bond_back_whole(tmp_path: Path) -
     assert report.ok, [s.to_json() for s in report.steps]
     assert "answers" in report.steps[6].detail
 
+    # the team's signed answer claims twice what its account sent: the audit says so
+    [answered] = market.ledger.store.find(kind=DISPUTE_ANSWERED, subject=task_id, limit=5)
+
+    def doubled(index: int, event: Event) -> Event:
+        if index != answered.index:
+            return event
+        return with_body(event, {**event.body, "amount": str(2 * fee)})
+
+    store, anchors = rebuild_log(world, tmp_path / "doubled.db", doubled)
+    forged = audit(world, store, anchors)
+    assert not forged.ok and forged.first_failure is not None
+    assert "answer to looks-right replays" in forged.first_failure.detail
+
 
 def test_a_team_that_answers_and_loses_pays_the_panel_from_its_bond(tmp_path: Path) -> None:
     """The team answers and the panel finds for the requester: the check fails (the team is
