@@ -1187,13 +1187,13 @@ def _settlement(
                 f"({result.detail}), the settlement logged {said}",
                 index,
             )
-        replayed, said = (
+        replayed, logged_answer = (
             ((r.record or {}).get("dispute") or {}).get("answer") for r in (result, was)
         )
-        if replayed != said:
+        if replayed != logged_answer:
             raise AuditFailure(
                 f"the team's answer to {check_id} replays from the log as {replayed}, the "
-                f"settlement logged {said}",
+                f"settlement logged {logged_answer}",
                 index,
             )
     # (6b) v(S), the Shapley values and the wei recompute exactly.
