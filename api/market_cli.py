@@ -130,7 +130,7 @@ class _ReadOnlyEscrow:
 
     open = refund_to_requester = requester_address = deposit_of = pay_out = chain_id = _refuse
     operator_address = deposit_record = escrow_address = release = deposit_problem = _refuse
-    bond = bonded = block_number = block_hash = _refuse
+    bond = bonded = block_number = block_hash = answer = answered = answers_of = _refuse
 
 
 @contextmanager

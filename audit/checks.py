@@ -110,7 +110,7 @@ from accord.market import sealed
 from accord.market.award import BidBook, replay_award
 from accord.market.check_io import LogReviews, check_world, run_python_check
 from accord.market.checks import CheckResult, RecheckEnvironment, Valuation
-from accord.market.disputes import replay_contest, replay_panel
+from accord.market.disputes import answers_by_account, replay_contest, replay_panel
 from accord.market.errors import MarketError, ReputationError, SettlementError
 from accord.market.escrow import EscrowChain, EscrowEvent
 from accord.market.reputation import (
@@ -1187,6 +1187,15 @@ def _settlement(
                 f"({result.detail}), the settlement logged {said}",
                 index,
             )
+        replayed, logged_answer = (
+            ((r.record or {}).get("dispute") or {}).get("answer") for r in (result, was)
+        )
+        if replayed != logged_answer:
+            raise AuditFailure(
+                f"the team's answer to {check_id} replays from the log as {replayed}, the "
+                f"settlement logged {logged_answer}",
+                index,
+            )
     # (6b) v(S), the Shapley values and the wei recompute exactly.
     logged_v = {frozenset(item["coalition"]): Fraction(item["value"]) for item in body["evaluated"]}
     for coalition, value in settlement.evaluated.items():
@@ -1211,6 +1220,11 @@ def _settlement(
         raise AuditFailure(
             f"the panelists' pay recomputes to {panelists}, not {body.get('panel_payouts')}",
             index,
+        )
+    taken = {a: str(w) for a, w in settlement.answers_taken.items()}
+    if taken != dict(body.get("answers_taken") or {}):
+        raise AuditFailure(
+            f"the team's answers pay the panel {taken}, not {body.get('answers_taken')}", index
         )
     fee = str(settlement.evaluator_fee)
     if fee != str(body.get("evaluator_fee", "0")):
@@ -1390,14 +1404,15 @@ def _escrow_events(scope: _Scope, escrow: EscrowChain) -> str:
             f"{deadline} (its delivery deadline, review window and settlement grace)"
         )
     body = next(e.body for _, e in scope.task_events if e.kind == SETTLEMENT_COMPUTED)
-    try:  # each payee, the escrow for a held payout, the disputes' evaluator
-        expected = sorted((address.lower(), int(wei)) for address, wei in paid_out(body))
-    except SettlementError as exc:
-        raise AuditFailure(str(exc)) from exc
     if len(settled) != 1 or refunded:
         raise AuditFailure(
             f"the chain holds {len(settled)} settlements and {len(refunded)} refunds"
         )
+    answered = _answered(events, body, settled[0].block_number)
+    try:  # each payee, the escrow for a held payout, the disputes' evaluator, the answers
+        expected = sorted((address.lower(), int(wei)) for address, wei in paid_out(body, answered))
+    except SettlementError as exc:
+        raise AuditFailure(str(exc)) from exc
     paid = sorted(
         (a.lower(), int(w)) for a, w in zip(settled[0].payees, settled[0].amounts, strict=True)
     )
@@ -1412,18 +1427,59 @@ def _escrow_events(scope: _Scope, escrow: EscrowChain) -> str:
             f"the chain holds {bonded} wei of bonds, the settlement says {body.get('bonded', '0')}"
         )
     remainder = settled[0].amount
-    if sum(w for _, w in paid) + remainder != opened[0].amount + bonded:
+    answers = sum(answered.values())
+    if sum(w for _, w in paid) + remainder != opened[0].amount + bonded + answers:
         raise AuditFailure(
-            "paid plus remainder does not equal the deposit and the bonds: funds not conserved"
+            "paid plus remainder does not equal the deposit, the bonds and the answers: funds "
+            "not conserved"
         )
+    if remainder > opened[0].amount + bonded:
+        raise AuditFailure("the requester's remainder took part of the team's answers")
     released = _releases(scope, body, events, escrow.chain_id())
     return (
         f"deposit {opened[0].amount} wei"
         + (f" and bonds {bonded} wei" if bonded else "")
+        + (f" and answers {answers} wei" if answers else "")
         + f" = {sum(w for _, w in paid)} paid to "
         f"{len(paid)} payees + {remainder} back to the requester"
         + (f"; {released}" if released else "")
     )
+
+
+def _answered(
+    events: Sequence[EscrowEvent], body: Mapping[str, Any], settled_block: int
+) -> dict[str, int]:
+    """What each account answered for the task's disputes before it was settled, from the
+    escrow's `Answered` events (each names the account's total). Raises AuditFailure where the
+    settlement counts more from an account than the chain held when it was computed, or a
+    dispute's answer names an account that sent nothing."""
+    answered: dict[str, int] = {}
+    for event in events:
+        if event.name == "Answered" and event.account and event.block_number <= settled_block:
+            answered[event.account] = int(event.amounts[0])
+    on_chain = {a.lower(): w for a, w in answered.items()}
+    for account, wei in (body.get("answered") or {}).items():
+        if on_chain.get(str(account).lower(), 0) < int(str(wei)):
+            raise AuditFailure(
+                f"the settlement counts {wei} wei answered from {account}; the chain holds "
+                f"{on_chain.get(str(account).lower(), 0)}"
+            )
+    answers = [
+        answer
+        for check in body.get("checks") or []
+        if (answer := ((check.get("record") or {}).get("dispute") or {}).get("answer"))
+    ]
+    try:
+        staked = answers_by_account(answers)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise AuditFailure(f"a dispute's answer does not parse: {exc!r}") from exc
+    for account, wei in staked.items():
+        if on_chain.get(account, 0) < wei:
+            raise AuditFailure(
+                f"the team's answers stake {wei} wei from {account}; the escrow received "
+                f"{on_chain.get(account, 0)}"
+            )
+    return answered
 
 
 def _releases(

@@ -13,10 +13,15 @@ pragma solidity 0.8.28;
 ///      operator `release`s it to the account its owner binds. While a task is open its
 ///      requester may `bond` more wei from its own account for the disputes its rejections open
 ///      (`bonded`): a settlement may pay out the deposit and the bond together, and a refund
-///      returns both. Every state change
+///      returns both. Anyone else (the task's team) may `answer` a dispute with a bond of its
+///      own (`answered`, by account): a settlement pays the deposit, the requester's bonds and
+///      the answers together but must name payees for at least the answers (the requester's
+///      remainder never exceeds its deposit and bonds), and after a refund each answering
+///      account `reclaim`s its own answer. Every state change
 ///      happens before the one external call (checks-effects-interactions), so the contract's
-///      balance always equals the open deposits and bonds plus the amounts held plus the
-///      credits not yet withdrawn.
+///      balance always equals the open deposits, bonds and answers, plus the answers of
+///      refunded tasks not yet reclaimed, plus the amounts held, plus the credits not yet
+///      withdrawn.
 ///      `taskId` is `keccak256(bytes(taskIdString))` of the UTF-8 task id.
 contract TaskEscrow {
     /// @notice Lifecycle of one task's escrow.
@@ -48,11 +53,24 @@ contract TaskEscrow {
     /// @notice Wei the requester of an open task bonded for its disputes, beyond the deposit.
     mapping(bytes32 taskId => uint256 amount) public bonded;
 
+    /// @notice Wei `account` answered for `taskId`'s disputes (a team's bond); reclaimable by
+    ///         it once the task is refunded, paid out by the settlement otherwise.
+    mapping(bytes32 taskId => mapping(address account => uint256 amount)) public answered;
+
+    /// @notice Wei every account answered for open `taskId`, in all (0 once settled).
+    mapping(bytes32 taskId => uint256 amount) public answers;
+
     /// @notice `requester` deposited `deposit` wei for `taskId`, refundable after `deadline`.
     event Opened(bytes32 indexed taskId, address indexed requester, uint256 deposit, uint64 deadline);
 
     /// @notice `requester` bonded `amount` wei more for `taskId`'s disputes, `total` in all.
     event Bonded(bytes32 indexed taskId, address indexed requester, uint256 amount, uint256 total);
+
+    /// @notice `account` answered `taskId`'s disputes with `amount` wei more, `total` in all.
+    event Answered(bytes32 indexed taskId, address indexed account, uint256 amount, uint256 total);
+
+    /// @notice `account` reclaimed its answer of `amount` wei to refunded `taskId`.
+    event Reclaimed(bytes32 indexed taskId, address indexed account, uint256 amount);
 
     /// @notice `taskId` was settled: `amounts[i]` credited to `payees[i]`, `remainder` to its
     ///         requester.
@@ -100,6 +118,16 @@ contract TaskEscrow {
     /// @notice A bond that would not bring the task's bonds to the `total` it names (`actual`).
     error BondMismatch(uint256 total, uint256 actual);
 
+    /// @notice The requester answered its own task's dispute (it bonds with `bond`).
+    error RequesterAnswer();
+
+    /// @notice A settlement paying `total` to payees, less than the task's `answers`: the
+    ///         requester's remainder would take an answer.
+    error AnswersUnpaid(uint256 total, uint256 answers);
+
+    /// @notice The task is not refunded (`state`), or the caller answered nothing to it.
+    error NothingToReclaim(bytes32 taskId, uint8 state);
+
     /// @notice A release of `amount` wei from a task holding only `held`.
     error OverHeld(uint256 amount, uint256 held);
 
@@ -141,12 +169,42 @@ contract TaskEscrow {
         emit Bonded(taskId, msg.sender, msg.value, after_);
     }
 
+    /// @notice Answer the disputes of open `taskId` with `msg.value` more from the caller's own
+    ///         account (a team's bond), its answers then `total`.
+    /// @dev Anyone but the requester. `total` makes the call idempotent, as `bond`'s. Reverts
+    ///      with `NotOpen`, `RequesterAnswer`, `ZeroDeposit` or `BondMismatch`.
+    function answer(bytes32 taskId, uint256 total) external payable {
+        Escrow storage escrow = _escrows[taskId];
+        if (escrow.state != State.Open) revert NotOpen(taskId, uint8(escrow.state));
+        if (msg.sender == escrow.requester) revert RequesterAnswer();
+        if (msg.value == 0) revert ZeroDeposit();
+        uint256 after_ = answered[taskId][msg.sender] + msg.value;
+        if (after_ != total) revert BondMismatch(total, after_);
+        answered[taskId][msg.sender] = after_;
+        answers[taskId] += msg.value;
+        emit Answered(taskId, msg.sender, msg.value, after_);
+    }
+
+    /// @notice Credit the caller its answer to refunded `taskId`.
+    /// @dev Reverts with `NothingToReclaim`.
+    function reclaim(bytes32 taskId) external {
+        Escrow storage escrow = _escrows[taskId];
+        uint256 amount = answered[taskId][msg.sender];
+        if (escrow.state != State.Refunded || amount == 0) {
+            revert NothingToReclaim(taskId, uint8(escrow.state));
+        }
+        answered[taskId][msg.sender] = 0;
+        credit[msg.sender] += amount;
+        emit Reclaimed(taskId, msg.sender, amount);
+    }
+
     /// @notice Settle `taskId` once: credit `amounts[i]` to `payees[i]`, the rest to the requester.
     ///         An amount whose payee is this contract is held under the task (`release`).
-    ///         The deposit and the requester's bond are paid out together.
-    /// @dev Operator only. Reverts with `NotOperator`, `NotOpen`, `LengthMismatch`, `ZeroPayee`
-    ///      or `OverDeposit` (over the deposit plus the bond). No transfer happens here (pull
-    ///      payments).
+    ///         The deposit, the requester's bond and the answers are paid out together; the
+    ///         payees take at least the answers.
+    /// @dev Operator only. Reverts with `NotOperator`, `NotOpen`, `LengthMismatch`, `ZeroPayee`,
+    ///      `OverDeposit` (over the deposit plus the bond plus the answers) or `AnswersUnpaid`.
+    ///      No transfer happens here (pull payments).
     function settle(bytes32 taskId, address[] calldata payees, uint256[] calldata amounts)
         external
     {
@@ -154,15 +212,18 @@ contract TaskEscrow {
         Escrow storage escrow = _escrows[taskId];
         if (escrow.state != State.Open) revert NotOpen(taskId, uint8(escrow.state));
         if (payees.length != amounts.length) revert LengthMismatch(payees.length, amounts.length);
-        uint256 deposit = escrow.deposit + bonded[taskId];
+        uint256 answering = answers[taskId];
+        uint256 deposit = escrow.deposit + bonded[taskId] + answering;
         uint256 total = 0;
         for (uint256 i = 0; i < payees.length; ++i) {
             if (payees[i] == address(0)) revert ZeroPayee();
             total += amounts[i];
         }
         if (total > deposit) revert OverDeposit(total, deposit);
+        if (total < answering) revert AnswersUnpaid(total, answering);
         escrow.state = State.Settled;
         bonded[taskId] = 0;
+        answers[taskId] = 0;
         for (uint256 i = 0; i < payees.length; ++i) {
             if (payees[i] == address(this)) {
                 held[taskId] += amounts[i];
@@ -188,6 +249,7 @@ contract TaskEscrow {
     }
 
     /// @notice Credit the whole deposit (and bond) of an unsettled `taskId` back to its requester.
+    ///         Each answer stays its account's, to `reclaim`.
     /// @dev Requester only, after the deadline. Reverts with `NotOpen`, `NotRequester` or
     ///      `DeadlineNotReached`.
     function refund(bytes32 taskId) external {
@@ -200,6 +262,7 @@ contract TaskEscrow {
         escrow.state = State.Refunded;
         uint256 amount = escrow.deposit + bonded[taskId];
         bonded[taskId] = 0;
+        answers[taskId] = 0;
         credit[msg.sender] += amount;
         emit Refunded(taskId, msg.sender, amount);
     }

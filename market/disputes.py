@@ -12,6 +12,12 @@ the log and the chain and appends entries.
       -> each panelist that committed signs `panel.revealed` ({"verdict", "salt"})
       -> `decision`: the tally, once every committed seat revealed or the reveal window closed
 
+The team may answer a rejection with a bond of its own (`answer`): a member of the team
+bonds from its own account (`TaskEscrow.answer`), then signs `dispute.answered`
+({"task_id", "check", "account", "amount"}) before the panel's commit window closes (before
+the draw, any time after the rejection); `team_answer` folds it from the log, and the
+dispute's record carries it, so the settlement stakes it (`accord.market.panel`).
+
 `has_evaluator` says whether a dispute over parts of some capabilities could be decided now:
 what a service without a judge model answers before it takes a review-only posting or a
 rejection.
@@ -65,6 +71,9 @@ from accord.market.panel import (
 )
 from accord.market.tasks import CHECKS_PREVIEWED, REVIEW_GIVEN, TASK_DELIVERED, Task
 from accord.market.work import PythonCheck, ReviewCheck
+
+DISPUTE_ANSWERED = "dispute.answered"
+"""A team member's signed answer to a rejection with a bond from its own account."""
 
 
 class BlockSource(Protocol):
@@ -192,6 +201,15 @@ def current_panel(ledger: Ledger, task_id: str, check_id: str) -> PanelLog | Non
     return panel_log(
         task_panel_events(ledger, task_id), operator=ledger.operator.did, check_id=check_id
     )
+
+
+def _rejection_fee(ledger: Ledger, index: int) -> int:
+    """The dispute fee the rejection at `index` names (its `fee`, 0 when it names none)."""
+    stored = list(ledger.store.entries(index, index + 1))
+    try:
+        return int(str(Entry.from_bytes(stored[0].data).event.body.get("fee", "0")))
+    except (IndexError, ValueError):
+        return 0
 
 
 def _delivered_body(ledger: Ledger, task_id: str) -> dict[str, Any] | None:
@@ -369,6 +387,12 @@ class Panels:
         self.ledger.append(self.ledger.operator, PANEL_REVEALED, subject=task.task_id, body=body)
 
     def _admit(self, entry: Entry, kind: str, body: Mapping[str, Any]) -> int:
+        self._verify(entry, kind, body)
+        (index,) = self.ledger.append_entries([entry])
+        return index
+
+    def _verify(self, entry: Entry, kind: str, body: Mapping[str, Any]) -> None:
+        """Raises TaskError for an entry that is not the signer's `kind` with `body`."""
         try:
             check_agent_entry(
                 entry,
@@ -380,8 +404,6 @@ class Panels:
             )
         except ExamError as exc:
             raise TaskError(str(exc)) from exc
-        (index,) = self.ledger.append_entries([entry])
-        return index
 
     def commit(self, entry: Entry) -> int:
         """Log a panelist's own signed `panel.committed` (`{"task_id", "check",
@@ -446,6 +468,98 @@ class Panels:
             raise TaskError("the vote and salt do not open the panelist's commitment")
         expected = {"task_id": event.subject, "check": check_id, "verdict": verdict, "salt": salt}
         return self._admit(entry, PANEL_REVEALED, expected)
+
+    def answer_of(self, task: Task, check_id: str, panel: PanelLog | None) -> dict[str, Any] | None:
+        """The team's answer to the dispute over `check_id` as the log holds it
+        (`team_answer`), or None."""
+        rejection = rejection_of(self.ledger, task, check_id)
+        if rejection is None:
+            return None
+        events = [
+            (stored.index, Entry.from_bytes(stored.data).event)
+            for stored in self.ledger.store.find(
+                kind=DISPUTE_ANSWERED, subject=task.task_id, limit=10_000
+            )
+        ]
+        return team_answer(
+            events,
+            task=task,
+            team=team_of(task, _delivered_body(self.ledger, task.task_id)),
+            check_id=check_id,
+            rejection=rejection.index,
+            fee=_rejection_fee(self.ledger, rejection.index),
+            panel=panel,
+        )
+
+    def answer(
+        self,
+        task: Task,
+        entry: Entry,
+        answered: Callable[[str], int],
+        bond: Callable[[str, int, int], None] | None = None,
+    ) -> int:
+        """Log a team member's own signed `dispute.answered` (`{"task_id", "check",
+        "account", "amount"}`): the team answers the requester's rejection with a bond of
+        `amount` wei that `account` sent (`TaskEscrow.answer`), `answered(account)` being what
+        the escrow holds from it for the task. Raises TaskError for a signer not on the team,
+        no rejection of that check, a panel whose commit window closed, an amount under the
+        dispute's fee, a second answer, an account whose answers on chain do not cover this
+        one beside its earlier ones, or an entry that does not verify. With `bond`, once all
+        else holds, `bond(account, staked, held)` is called to bring the account's answers on
+        chain from `held` to `staked` where they fall short, before the entry is logged."""
+        event = entry.event
+        body = event.body
+        check_id = str(body.get("check", ""))
+        if event.kind != DISPUTE_ANSWERED or event.subject != task.task_id:
+            raise TaskError(f"an answer is a {DISPUTE_ANSWERED} entry about {task.task_id}")
+        if event.actor not in team_of(task, _delivered_body(self.ledger, task.task_id)):
+            raise TaskError(f"{event.actor} is not on the team of {task.task_id}")
+        rejection = rejection_of(self.ledger, task, check_id)
+        if rejection is None:
+            raise TaskError(f"{check_id} of {task.task_id} is not rejected: nothing to answer")
+        panel = current_panel(self.ledger, task.task_id, check_id)
+        if panel is not None and self.ledger.clock() >= panel.commit_ends:
+            raise TaskError(
+                f"the dispute over {check_id} was open to an answer until its panel's commit "
+                f"window closed ({panel.commit_ends.isoformat()})"
+            )
+        if self.answer_of(task, check_id, panel) is not None:
+            raise TaskError(f"the team has answered the dispute over {check_id} already")
+        fee = _rejection_fee(self.ledger, rejection.index)
+        try:
+            amount = int(str(body.get("amount")))
+        except ValueError:
+            raise TaskError("an answer's amount is a whole number of wei") from None
+        account = str(body.get("account", ""))
+        if not _is_address(account):
+            raise TaskError("an answer names the 0x account its bond came from")
+        if amount < max(fee, 1):
+            raise TaskError(f"an answer stakes at least the dispute's fee, {fee} wei")
+        earlier = [
+            a
+            for c in self.rejected_checks(task)
+            if (a := self.answer_of(task, c, current_panel(self.ledger, task.task_id, c)))
+        ]
+        staked = answers_by_account(earlier).get(account.lower(), 0) + amount
+        expected = {"task_id": task.task_id, "check": check_id, "account": account}
+        expected["amount"] = str(amount)
+        self._verify(entry, DISPUTE_ANSWERED, expected)
+        held = answered(account)
+        if held < staked and bond is not None:
+            bond(account, staked, held)
+            held = answered(account)
+        if held < staked:
+            raise TaskError(
+                f"the escrow holds {held} wei answered from {account} for {task.task_id}, not "
+                f"the {staked} its answers stake: send TaskEscrow.answer first"
+            )
+        return self._admit(entry, DISPUTE_ANSWERED, expected)
+
+    def rejected_checks(self, task: Task) -> list[str]:
+        return sorted(
+            str(Entry.from_bytes(s.data).event.body.get("check", ""))
+            for s in self.ledger.store.find(kind=REVIEW_GIVEN, subject=task.task_id, limit=1000)
+        )
 
     def decision(
         self,
@@ -538,7 +652,62 @@ def decide_by_panel(
     decided = panel.tally()
     record = dict(rejected.record or {})
     record["dispute"] = {"panel": panel.to_json(), "winner": decided.winner}
+    answer = panels.answer_of(task, check.check_id, panel)
+    if answer is not None:
+        record["dispute"]["answer"] = answer
     return CheckResult(check.check_id, decided.winner == "team", panel_detail(panel), record)
+
+
+def team_answer(
+    events: Iterable[tuple[int, Event]],
+    *,
+    task: Task,
+    team: Collection[str],
+    check_id: str,
+    rejection: int,
+    fee: int,
+    panel: PanelLog | None,
+) -> dict[str, Any] | None:
+    """Pure: the team's answer to the dispute over `check_id` from the task's verified
+    `events`: the first `dispute.answered` for it signed by a member of `team`, logged after
+    the rejection (index `rejection`) and before the panel's commit window closed, naming a
+    checksummed account other than nothing and an amount of at least the dispute's `fee`
+    (the requester's stake). None when the team did not answer. What the dispute's record
+    keeps: the entry's index, its signer, the account and the amount."""
+    for index, event in sorted(events, key=lambda pair: pair[0]):
+        body = event.body
+        if event.kind != DISPUTE_ANSWERED or body.get("check") != check_id:
+            continue
+        if event.subject != task.task_id or event.actor not in team or index <= rejection:
+            continue
+        if panel is not None and parse_time(event.at) >= panel.commit_ends:
+            continue
+        try:
+            amount = int(str(body.get("amount")))
+            account = str(body.get("account", ""))
+        except ValueError:
+            continue
+        if amount < max(fee, 1) or not _is_address(account):
+            continue
+        return {"entry": index, "by": event.actor, "account": account, "amount": str(amount)}
+    return None
+
+
+def _is_address(text: str) -> bool:
+    return (
+        len(text) == 42
+        and text.startswith("0x")
+        and all(c in "0123456789abcdefABCDEF" for c in text[2:])
+    )
+
+
+def answers_by_account(answers: Iterable[Mapping[str, Any]]) -> dict[str, int]:
+    """Pure: the wei logged answers (`team_answer`'s) stake from each account (lowercase)."""
+    found: dict[str, int] = {}
+    for answer in answers:
+        account = str(answer["account"]).lower()
+        found[account] = found.get(account, 0) + int(str(answer["amount"]))
+    return found
 
 
 def panel_detail(panel: PanelLog) -> str:
@@ -614,6 +783,17 @@ def replay_panel(
     decided = panel.tally()
     record = dict(rejected.record or {})
     record["dispute"] = {"panel": panel.to_json(), "winner": decided.winner}
+    answer = team_answer(
+        [(i, e) for i, e in log if e.subject == task.task_id and i < before],
+        task=task,
+        team=team_of(task, delivered),
+        check_id=check.check_id,
+        rejection=entry,
+        fee=int(str(record.get("fee", "0"))),
+        panel=panel,
+    )
+    if answer is not None:
+        record["dispute"]["answer"] = answer
     return CheckResult(check.check_id, decided.winner == "team", panel_detail(panel), record)
 
 

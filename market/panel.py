@@ -32,6 +32,11 @@ pays the coherent seats: the requester's bond when it loses (the rest of its bon
 team, which won), the team's pay when it loses, as far as that pay goes, and the requester's
 bond for what the team's pay cannot cover (so the panel is paid the same whoever wins, and
 has no reason to favour either side); what the requester bonded beyond that is refunded.
+A team that *answered* the dispute with a bond of its own (`TaskEscrow.answer`, logged as
+`dispute.answered`) stakes that instead of its pay: when it loses, its answer pays the
+coherent seats (its pay, then the requester's bond, only for what the answer cannot cover) and
+the rest of the answer goes back to the account that sent it; when it wins, the answer goes
+back whole and the requester's bond pays as above.
 """
 
 from __future__ import annotations
@@ -355,17 +360,31 @@ class DisputeMoney:
     """Taken from the requester's bond (it lost, or the team's pay fell short)."""
     to_team: int
     """Of the requester's bond, what goes to the team (the requester lost)."""
+    from_answer: int = 0
+    """Taken from the team's answer (the team answered and lost)."""
 
 
-def dispute_money(fee: int, seats: Sequence[str], decided: Tally, team_pay: int) -> DisputeMoney:
+@dataclass(frozen=True)
+class TeamAnswer:
+    """The team's answer to one dispute: `amount` wei the chain account `account` bonded."""
+
+    account: str
+    amount: int
+
+
+def dispute_money(
+    fee: int, seats: Sequence[str], decided: Tally, team_pay: int, answer: int = 0
+) -> DisputeMoney:
     """Pure: the money of one decided dispute whose requester bonded `fee`, the team standing
-    to be paid `team_pay` after the disputes before it (module docstring)."""
+    to be paid `team_pay` after the disputes before it, having answered it with `answer` wei
+    of its own (0: it did not answer; module docstring)."""
     pay = panel_pay(fee, seats, decided.coherent)
     owed = sum(pay.values())
     if decided.winner == "team":
         return DisputeMoney(pay, 0, owed, fee - owed)
-    from_team = min(owed, max(team_pay, 0))
-    return DisputeMoney(pay, from_team, owed - from_team, 0)
+    from_answer = min(owed, max(answer, 0))
+    from_team = min(owed - from_answer, max(team_pay, 0))
+    return DisputeMoney(pay, from_team, owed - from_answer - from_team, 0, from_answer)
 
 
 # -- the panel's log: what was drawn, committed, replaced and revealed -----------------------
@@ -562,30 +581,39 @@ def _with(
     )
 
 
+DecidedDispute = tuple[int, Sequence[str], Tally, TeamAnswer | None]
+"""A decided panel dispute: the requester's fee, the seats, the tally, the team's answer."""
+
+
 def settle_disputes(
-    decided: Iterable[tuple[int, Sequence[str], Tally]], earned: int
-) -> tuple[int, dict[str, int]]:
-    """Pure: the team's pay after its decided panel disputes (`decided`: each dispute's fee,
-    seats and tally, in check order) and each seat's pay, from `earned`, what the passed
-    checks pay the team: a dispute the team lost is paid from what is left of its pay
-    first, one it won adds the rest of the requester's bond (`dispute_money`)."""
+    decided: Iterable[DecidedDispute], earned: int
+) -> tuple[int, dict[str, int], dict[str, int]]:
+    """Pure: the team's pay after its decided panel disputes (`decided`, in check order),
+    each seat's pay, and what was taken from each answering account's answers (by account),
+    from `earned`, what the passed checks pay the team: a dispute the team lost is paid from
+    its answer first, then what is left of its pay; one it won adds the rest of the
+    requester's bond (`dispute_money`)."""
     amount = earned
     pay: dict[str, int] = {}
-    for fee, seats, decision in decided:
-        money = dispute_money(fee, seats, decision, amount)
+    taken: dict[str, int] = {}
+    for fee, seats, decision, answer in decided:
+        staked = 0 if answer is None else answer.amount
+        money = dispute_money(fee, seats, decision, amount, staked)
         amount = amount - money.from_team + money.to_team
         for seat, wei in money.panel.items():
             pay[seat] = pay.get(seat, 0) + wei
-    return amount, pay
+        if answer is not None and money.from_answer:
+            taken[answer.account] = taken.get(answer.account, 0) + money.from_answer
+    return amount, pay, taken
 
 
 def decided_disputes(
     records: Mapping[str, Mapping[str, Any] | None],
-) -> list[tuple[int, Sequence[str], Tally]]:
+) -> list[DecidedDispute]:
     """The panel disputes among checks' records (by check id, in id order): each one's fee,
-    seats and tally as its record logs them. Raises PanelError for a record that does not
-    parse."""
-    found: list[tuple[int, Sequence[str], Tally]] = []
+    seats, tally and the team's answer as its record logs them. Raises PanelError for a record
+    that does not parse."""
+    found: list[DecidedDispute] = []
     for check_id in sorted(records):
         record = records[check_id] or {}
         dispute = record.get("dispute")
@@ -596,7 +624,14 @@ def decided_disputes(
             winner: Side = "team" if dispute["winner"] == "team" else "requester"
             seats = tuple(str(s) for s in panel["seats"])
             coherent = tuple(str(s) for s in panel["coherent"])
-            found.append((int(str(record["fee"])), seats, Tally(winner, {}, coherent)))
+            answered = dispute.get("answer")
+            answer = (
+                None
+                if answered is None
+                else TeamAnswer(str(answered["account"]), int(str(answered["amount"])))
+            )
+            fee = int(str(record["fee"]))
+            found.append((fee, seats, Tally(winner, {}, coherent), answer))
         except (KeyError, TypeError, ValueError) as exc:
             raise PanelError(f"the dispute over {check_id} does not parse: {exc!r}") from exc
     return found

@@ -64,7 +64,12 @@ from accord.market.auction import AuctionOutcome
 from accord.market.award import AdmittedCommitment, AdmittedReveal, BidBook, replay_award
 from accord.market.blobs import BlobError, BlobStore, FileQuota, Upload, sha256_hex
 from accord.market.check_io import judge_from_env
-from accord.market.disputes import Panels, has_evaluator, part_capabilities, team_of
+from accord.market.disputes import (
+    Panels,
+    has_evaluator,
+    part_capabilities,
+    team_of,
+)
 from accord.market.errors import (
     AuctionError,
     BidRejected,
@@ -74,6 +79,7 @@ from accord.market.errors import (
     TransitionError,
     WorkError,
 )
+from accord.market.escrow.values import address_of
 from accord.market.money import Wei, format_eth
 from accord.market.panel import capabilities_read
 from accord.market.projections import read_views
@@ -241,6 +247,19 @@ class EscrowPort(Protocol):
     def bond(self, task_id: str, amount: Wei, total: Wei, requester_key: str) -> EscrowReceipt:
         """Bond `amount` wei more from the requester's account, the task's bonds then
         `total` (`TaskEscrow.bond`). Raises EscrowError when the contract refuses."""
+        ...
+
+    def answer(self, task_id: str, amount: Wei, total: Wei, answer_key: str) -> EscrowReceipt:
+        """Answer `task_id`'s disputes with `amount` wei more from the key's own account, its
+        answers then `total` (`TaskEscrow.answer`). Raises EscrowError when refused."""
+        ...
+
+    def answered(self, task_id: str, account: str) -> Wei:
+        """What `account` answered for `task_id`'s disputes (`TaskEscrow.answered`)."""
+        ...
+
+    def answers_of(self, task_id: str) -> dict[str, Wei]:
+        """What each account answered for `task_id`'s disputes, by address."""
         ...
 
     def block_number(self) -> int:
@@ -1278,6 +1297,39 @@ class Market:
         body = self._review_body(requester.did, task_id, check_id, verdict, reason, None)
         index, _ = self.ledger.append(requester, REVIEW_GIVEN, subject=task_id, body=body)
         return index
+
+    def answer_dispute(self, entry: Entry, *, answer_key: str | None = None) -> int:
+        """A team member answers the requester's rejection of a review check with a bond of
+        its own (`accord.market.disputes`): `entry` is its signed `dispute.answered`
+        (`{"task_id", "check", "account", "amount"}`). With `answer_key` (the member's own
+        account key, a hosted agent's payout key), what the escrow does not hold yet from that
+        account is sent first (`TaskEscrow.answer`); otherwise the member sent it itself.
+        Returns the entry's index.
+
+        Raises TaskError for a task that is not delivered, a signer not on the team, no
+        rejection to answer, a closed window, an amount under the dispute's fee, a second
+        answer, a bond the escrow does not hold, an entry that does not verify, or a key
+        that is not the account's; EscrowError when the escrow refuses the bond.
+        """
+        task_id = entry.event.subject
+        task = self.task(task_id)
+        if task.state != "delivered":
+            raise TaskError(f"{task_id} is {task.state}: only a delivered task's disputes")
+        bond = None
+        if answer_key is not None:
+            key = answer_key
+            account = str(entry.event.body.get("account", ""))
+            try:
+                mine = address_of(key)
+            except ValueError as exc:
+                raise TaskError(f"the answer key is not a hex private key: {exc}") from exc
+            if mine.lower() != account.lower():
+                raise TaskError(f"the answer key is not the account {account}'s")
+
+            def bond(account: str, staked: int, held: int) -> None:
+                self.escrow.answer(task_id, Wei(staked - held), Wei(staked), key)
+
+        return self.panels.answer(task, entry, lambda a: self.escrow.answered(task_id, a), bond)
 
     def review_signed(self, entry: Entry) -> int:
         """`review`, with the `review.given` entry the requester signed itself: its body is

@@ -128,6 +128,9 @@ class Settlement:
     panel_payouts: Mapping[str, Wei] = field(default_factory=dict)
     """Each coherent panelist's pay (DID), from the losing side's stake
     (`accord.market.panel.settle_disputes`); the judge's seat's is in `evaluator_fee`."""
+    answers_taken: Mapping[str, Wei] = field(default_factory=dict)
+    """Of each answering account's answers (by address), what paid the panel of a dispute
+    the team answered and lost; the rest of every answer goes back to its account."""
 
     def to_json(self, payees: Mapping[str, str]) -> dict[str, Any]:
         return {
@@ -157,6 +160,11 @@ class Settlement:
             **(
                 {"panel_payouts": {p: str(w) for p, w in self.panel_payouts.items()}}
                 if self.panel_payouts
+                else {}
+            ),
+            **(
+                {"answers_taken": {a: str(w) for a, w in self.answers_taken.items()}}
+                if self.answers_taken
                 else {}
             ),
             "payees": dict(payees),
@@ -268,7 +276,7 @@ def recompute_settlement(
     team_fees, requester_fees = dispute_costs(results)  # judge-only disputes (before panels)
     borne = min(team_fees, earned)
     try:
-        after, seat_pay = settle_disputes(
+        after, seat_pay, taken = settle_disputes(
             decided_disputes({c: r.record for c, r in results.items()}), earned - borne
         )
     except PanelError as exc:
@@ -294,6 +302,7 @@ def recompute_settlement(
         checks=results,
         shares=shares,
         panel_payouts={seat: Wei(wei) for seat, wei in sorted(seat_pay.items()) if wei > 0},
+        answers_taken={a: Wei(w) for a, w in sorted(taken.items()) if w > 0},
     )
     return settlement, value, result
 
@@ -482,7 +491,8 @@ def _settle_held(
         body = _log_computed(market, onboarding, task, computed)
 
     # (5): pay once. An escrow paid out is not paid out again.
-    paid = paid_out(body)
+    # answers sent since the settlement was computed go back whole: the escrow pays them all
+    paid = paid_out(body, market.escrow.answers_of(task_id))
     tx_hash = _pay(market, task_id, paid, race_wait_s)
     try:
         market.ledger.append(
@@ -538,10 +548,16 @@ def payees_and_held(
     return payees, held
 
 
-def paid_out(computed: Mapping[str, Any]) -> list[tuple[str, Wei]]:
+def paid_out(
+    computed: Mapping[str, Any], answered: Mapping[str, int] | None = None
+) -> list[tuple[str, Wei]]:
     """Pure: the (address, wei) a logged settlement pays through `TaskEscrow.settle`: each
-    payout to its payee's address, or to the escrow itself (`holder`) where it is held, then
-    the evaluator's fee. Raises SettlementError for a settlement that does not parse."""
+    payout to its payee's address, or to the escrow itself (`holder`) where it is held, the
+    evaluator's fee, then each answering account's answers less what they paid the panel
+    (`answers_taken`). `answered` is what each account answered on chain when the escrow is
+    paid (by default what the settlement logged, `answered`): an answer sent after the
+    settlement was computed goes back whole. Raises SettlementError for a settlement that
+    does not parse, or answers taken beyond what an account answered."""
     try:
         payees = dict(computed["payees"])
         held = dict(computed.get("held") or {})
@@ -559,9 +575,29 @@ def paid_out(computed: Mapping[str, Any]) -> list[tuple[str, Wei]]:
         fee = Wei(int(computed.get("evaluator_fee", "0")))
         if fee > 0:
             paid.append((str(computed["evaluator"]), fee))
+        paid.extend(answers_back(computed, answered))
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise SettlementError(f"the logged settlement does not parse: {exc!r}") from exc
     return paid
+
+
+def answers_back(
+    computed: Mapping[str, Any], answered: Mapping[str, int] | None = None
+) -> list[tuple[str, Wei]]:
+    """Pure: what goes back to each account that answered the task's disputes (`paid_out`),
+    by address in address order. Raises ValueError, KeyError, TypeError for a settlement
+    that does not parse or takes more from an account than it answered."""
+    held = dict(computed.get("answered") or {}) if answered is None else dict(answered)
+    by_account = {str(a).lower(): (str(a), int(w)) for a, w in held.items()}
+    taken = {str(a).lower(): int(w) for a, w in (computed.get("answers_taken") or {}).items()}
+    back: list[tuple[str, Wei]] = []
+    for account in sorted(set(by_account) | set(taken)):
+        address, wei = by_account.get(account, (account, 0))
+        if taken.get(account, 0) > wei:
+            raise ValueError(f"{address} answered {wei} wei, less than the {taken[account]} taken")
+        if wei - taken.get(account, 0) > 0:
+            back.append((address, Wei(wei - taken.get(account, 0))))
+    return back
 
 
 @dataclass(frozen=True)
@@ -699,6 +735,13 @@ def _log_computed(
     bonded = market.escrow.bonded(task_id)
     if bonded > 0:  # the requester's dispute bonds, paid out with the deposit
         body["bonded"] = str(bonded)
+    answered = {a: w for a, w in market.escrow.answers_of(task_id).items() if w > 0}
+    if answered:  # the team's answers (and anyone's), paid out with the deposit
+        body["answered"] = {a: str(w) for a, w in answered.items()}
+    try:
+        answers_back(body)
+    except ValueError as exc:
+        raise SettlementError(f"{task_id}'s answers do not cover the settlement: {exc}") from exc
     try:
         market.ledger.append(
             market.ledger.operator, SETTLEMENT_COMPUTED, subject=task_id, body=body
@@ -774,6 +817,7 @@ def _outcome(
     amount = Wei(int(body["amount"]))
     fee = Wei(int(body.get("evaluator_fee", "0")))
     fee = Wei(fee + sum(int(w) for w in (body.get("panel_payouts") or {}).values()))
+    fee = Wei(fee - sum(int(w) for w in (body.get("answers_taken") or {}).values()))
     return SettleOutcome(
         task.task_id,
         payouts,

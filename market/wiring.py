@@ -55,6 +55,20 @@ class ChainEscrow:
     def bonded(self, task_id: str) -> Wei:
         return self.chain.bonded(task_id)
 
+    def answer(self, task_id: str, amount: Wei, total: Wei, answer_key: str) -> EscrowReceipt:
+        return _receipt(self.actions.answer(answer_key, task_id, amount, total))
+
+    def answered(self, task_id: str, account: str) -> Wei:
+        return self.chain.answered(task_id, account)
+
+    def answers_of(self, task_id: str) -> dict[str, Wei]:
+        """What each account answered for the task's disputes, by checksummed address (every
+        account an `Answered` event names; 0 after a reclaim)."""
+        accounts = sorted(
+            {e.account for e in self.chain.events(task_id) if e.name == "Answered" and e.account}
+        )
+        return {a: self.chain.answered(task_id, a) for a in accounts}
+
     def block_number(self) -> int:
         return self.chain.block_number()
 
@@ -62,7 +76,11 @@ class ChainEscrow:
         return self.chain.block_hash(number)
 
     def refund_to_requester(self, task_id: str) -> EscrowReceipt:
-        return _receipt(self.actions.pay_out(self.operator_key, task_id, [], []))
+        """The deposit and bonds back to the requester, each answer back to its account."""
+        answers = {a: w for a, w in self.answers_of(task_id).items() if w > 0}
+        return _receipt(
+            self.actions.pay_out(self.operator_key, task_id, list(answers), list(answers.values()))
+        )
 
     def pay_out(self, task_id: str, payees: Sequence[str], amounts: Sequence[Wei]) -> EscrowReceipt:
         return _receipt(self.actions.pay_out(self.operator_key, task_id, payees, amounts))

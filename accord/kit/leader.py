@@ -23,7 +23,7 @@ from datetime import datetime
 from typing import Any, cast
 from urllib.parse import quote
 
-from accord.api.client import AccordClient, ApiError
+from accord.api.client import AccordClient, ApiError, JsonObject
 from accord.coordinator.adapters import RuntimeAdapter
 from accord.coordinator.conversation import Conversation
 from accord.coordinator.errors import CoordinatorError, TeamError
@@ -34,13 +34,15 @@ from accord.coordinator.service import assemble
 from accord.coordinator.work import AgentAdapter
 from accord.identity.remote_signing import EndpointSigner
 from accord.identity.runtimes import AgentRuntime, HttpRuntime
+from accord.kit.wallet import Wallet
 from accord.ledger.canonical import JSONValue, canonical_json
-from accord.ledger.errors import SequenceError
+from accord.ledger.errors import AccordError, SequenceError
 from accord.ledger.events import Entry, make_entry, parse_time
 from accord.ledger.sealing import Sealed
 from accord.ledger.signing import Signer
 from accord.market.blobs import sha256_hex
 from accord.market.checks import CheckResult
+from accord.market.money import Wei
 from accord.market.precheck import Precheck
 from accord.market.tasks import TASK_DELIVERED, TASK_STARTED, Task, TaskSpec
 from accord.market.work import resolve_files
@@ -246,6 +248,47 @@ def lead(
         },
     )
     return conversation
+
+
+DISPUTE_ANSWERED = "dispute.answered"
+
+
+def answer_dispute(
+    client: AccordClient, wallet: Wallet, task_id: str, check: str, amount: int
+) -> JsonObject:
+    """Answer the requester's rejection of `check` with a bond of `amount` wei from the
+    wallet's own account (at least the dispute's fee): the client's signer (the leader, or a
+    member) is on the team. The wallet brings the account's answers on chain to what its
+    logged answers and this one stake (`Wallet.answer`: a retry sends nothing twice), then
+    the signed `dispute.answered` goes to `POST /tasks/{id}/disputes/answers`. An answer the
+    log already holds for `check` is returned as it is. Raises ApiError (the service's
+    reason: not on the team, the window closed, under the fee), EscrowRefusedError,
+    WalletError, ChainError."""
+    account = wallet.address.lower()
+    logged = client.get(
+        "/ledger/entries",
+        params={"kind": DISPUTE_ANSWERED, "subject": task_id, "limit": 1000},
+    )
+    staked = 0
+    for row in cast(list[JsonObject], logged.get("entries") or []):
+        try:  # only entries that verify count: the service's word is not taken for them
+            entry = Entry.from_bytes(canonical_json({k: row[k] for k in ("event", "kid", "sig")}))
+            entry.verify()
+            body = entry.event.body
+            if entry.event.subject != task_id or entry.event.kind != DISPUTE_ANSWERED:
+                continue
+            if str(body.get("account", "")).lower() != account:
+                continue
+            if body.get("check") == check:
+                return dict(row)
+            staked += int(str(body.get("amount", "0")))
+        except (AccordError, KeyError, TypeError, ValueError):
+            continue
+    wallet.answer(task_id, Wei(staked + amount))
+    answer = {"task_id": task_id, "check": check, "account": wallet.address}
+    signed = client.entry(DISPUTE_ANSWERED, task_id, answer | {"amount": str(amount)})
+    path = f"/tasks/{_segment(task_id)}/disputes/answers"
+    return cast(JsonObject, client.request("POST", path, json={"entry": signed}))
 
 
 def service_time(client: AccordClient, did: str) -> datetime:

@@ -34,9 +34,11 @@ from accord.market.escrow import (
     EscrowTxRejectedError,
     SignedEscrowTx,
     Web3EscrowChain,
+    answer_intent,
     bond_intent,
     open_calldata,
     open_intent,
+    reclaim_intent,
     withdraw_intent,
 )
 from accord.market.money import Wei
@@ -182,6 +184,28 @@ class Wallet:
         refuses (not the requester, the escrow not open), WalletError, ChainError."""
         total = Wei(self.chain.bonded(task_id) + amount)
         return self._send(self.chain.build_tx(self._key, bond_intent(task_id, amount, total)))
+
+    def answer(self, task_id: str, total: Wei) -> Sent:
+        """Bring this account's answer to `task_id`'s disputes to `total` wei
+        (`TaskEscrow.answer`: a team's bond from its own account, any account but the
+        requester's). Idempotent: an account whose answer already reaches `total` sends nothing
+        (`already`), so a retry after a lost reply never answers twice. Raises
+        EscrowRefusedError when the contract refuses (the requester's account, the escrow not
+        open), WalletError, ChainError."""
+        held = self.chain.answered(task_id, self.address)
+        if held >= total:
+            return Sent("", 0, already=True)
+        intent = answer_intent(task_id, Wei(total - held), total)
+        return self._send(self.chain.build_tx(self._key, intent))
+
+    def reclaim(self, task_id: str) -> Sent:
+        """Take this account's answer to refunded `task_id` back into its credit
+        (`TaskEscrow.reclaim`; `withdraw` then pays it out). Idempotent: an account with
+        nothing answered there sends nothing (`already`). Raises EscrowRefusedError when the
+        task is not refunded (a settlement pays answers out itself), WalletError, ChainError."""
+        if self.chain.answered(task_id, self.address) == 0:
+            return Sent("", 0, already=True)
+        return self._send(self.chain.build_tx(self._key, reclaim_intent(task_id)))
 
     def head(self) -> int:
         """The chain's head block: a rejection names it (`after_block`), and its dispute's

@@ -583,6 +583,35 @@ def review(
     return {"task_id": task_id, "check": body.check, "verdict": body.verdict, "index": index}
 
 
+@writes.post(
+    "/tasks/{task_id}/disputes/answers",
+    tags=["market"],
+    summary="A team member answers the requester's rejection with a bond of its own",
+    status_code=201,
+)
+def answer_dispute(
+    task_id: str, body: EntryBody, caller: Caller, context: Context, state: State
+) -> dict[str, Any]:
+    """`{"entry": ...}`: a team member's own signed `dispute.answered` (body `{"task_id",
+    "check", "account", "amount"}`), once `account` has sent `amount` wei to the escrow
+    (`TaskEscrow.answer`, from its own wallet): the team stakes its own bond on the dispute's
+    panel instead of its pay (`accord.market.disputes`). Before the panel's commit window
+    closes; at least the dispute's fee; once per dispute."""
+    entry = parse_entry(body.entry, caller)
+    if entry.event.subject != task_id:
+        raise ProblemError(400, f"the entry answers {entry.event.subject!r}, not {task_id}")
+    with state.write_lock:
+        index = context.market.answer_dispute(entry)
+    answered = entry.event.body
+    return {
+        "task_id": task_id,
+        "check": answered.get("check"),
+        "account": answered.get("account"),
+        "amount": answered.get("amount"),
+        "index": index,
+    }
+
+
 def _own_bid(signed: SignedCaller, bidder: str, what: str) -> str:
     """The did:key that signed a bid's request, its nonce spent (`SignedCaller.confirm`), when
     it is the bidder's. Raises ProblemError 401 (a replay) or 403 (another's bid)."""

@@ -49,9 +49,11 @@ from accord.market.escrow.values import (
     EscrowState,
     EscrowTxKind,
     address_of,
+    answer_intent,
     bond_intent,
     open_intent,
     pay_out_intent,
+    reclaim_intent,
     refund_intent,
     release_intent,
     withdraw_intent,
@@ -84,6 +86,8 @@ _DONE: tuple[JournalStatus, ...] = DONE
 _EVENT_OF: dict[EscrowTxKind, EscrowEventName] = {
     "open": "Opened",
     "bond": "Bonded",
+    "answer": "Answered",
+    "reclaim": "Reclaimed",
     "settle": "Settled",
     "release": "Released",
     "refund": "Refunded",
@@ -143,6 +147,16 @@ class EscrowActions:
         """Bond `amount` wei more from the requester's key for `task_id`'s disputes, the task's
         bonds then `total` (a bond sent twice reverts instead of bonding twice)."""
         return self.perform(key_hex, bond_intent(task_id, amount, total))
+
+    def answer(self, key_hex: str, task_id: str, amount: int, total: int) -> EscrowOutcome:
+        """Answer `task_id`'s disputes with `amount` wei more from the key's own account (a
+        team's bond), its answers then `total` (sent twice, it reverts instead of answering
+        twice)."""
+        return self.perform(key_hex, answer_intent(task_id, amount, total))
+
+    def reclaim(self, key_hex: str, task_id: str) -> EscrowOutcome:
+        """Credit the key's account its answer to refunded `task_id`."""
+        return self.perform(key_hex, reclaim_intent(task_id))
 
     def pay_out(
         self, key_hex: str, task_id: str, payees: Sequence[str], amounts: Sequence[int]
@@ -319,11 +333,13 @@ class EscrowActions:
         escrow = self.chain.escrow(intent.task_id)
         if escrow is None:
             return False
-        if intent.kind == "bond":
-            # Settled or refunded, the bonds were paid out with the deposit: only a Bonded
-            # event that brought them to this total is the bond's effect.
+        if intent.kind in ("bond", "answer", "reclaim"):
+            # Settled or refunded, the bonds and answers were paid out with the deposit: only
+            # the event that brought the sender's to this total is the bond's (the answer's)
+            # effect; a task's answer is reclaimed once, so its Reclaimed event is the reclaim's.
+            name = _EVENT_OF[intent.kind]
             return any(
-                event.name == "Bonded"
+                event.name == name
                 and event.account == record.sender
                 and event.amounts == intent.amounts
                 for event in self.chain.events(intent.task_id)

@@ -41,6 +41,15 @@ class EscrowChain(TxChain, Protocol):
         """What the open task's requester bonded for its disputes (0 once settled)."""
         ...
 
+    def answered(self, task_id: str, account: str) -> Wei:
+        """What `account` answered for the task's disputes (`TaskEscrow.answer`; kept after
+        a settlement as a record, zeroed by a reclaim)."""
+        ...
+
+    def answers(self, task_id: str) -> Wei:
+        """What every account answered for the open task, in all (0 once settled)."""
+        ...
+
     def balance(self) -> Wei:
         """The contract's balance."""
         ...

@@ -34,6 +34,8 @@ MEMORY_ESCROW_ADDRESS = "0x000000000000000000000000000000000000E5C0"
 MEMORY_GAS = {
     "open": 70_000,
     "bond": 50_000,
+    "answer": 75_000,
+    "reclaim": 35_000,
     "settle": 60_000,
     "release": 35_000,
     "refund": 35_000,
@@ -79,6 +81,8 @@ class MemoryEscrowChain(MemoryChainFaults):
         self._credit: dict[str, int] = {}
         self._held: dict[bytes, int] = {}
         self._bonded: dict[bytes, int] = {}
+        self._answered: dict[tuple[bytes, str], int] = {}
+        self._answers: dict[bytes, int] = {}
         self._balance = 0
         self._events: list[EscrowEvent] = []
         self._mempool: dict[bytes, tuple[SignedEscrowTx, EscrowIntent]] = {}
@@ -119,6 +123,14 @@ class MemoryEscrowChain(MemoryChainFaults):
         self._check_available("bonded")
         return Wei(self._bonded.get(task_id_hash(task_id), 0))
 
+    def answered(self, task_id: str, account: str) -> Wei:
+        self._check_available("answered")
+        return Wei(self._answered.get((task_id_hash(task_id), to_checksum_address(account)), 0))
+
+    def answers(self, task_id: str) -> Wei:
+        self._check_available("answers")
+        return Wei(self._answers.get(task_id_hash(task_id), 0))
+
     def balance(self) -> Wei:
         self._check_available("eth_getBalance")
         return Wei(self._balance)
@@ -149,6 +161,21 @@ class MemoryEscrowChain(MemoryChainFaults):
             if after != intent.amounts[0]:
                 return "BondMismatch", (intent.amounts[0], after)
             return None
+        if intent.kind == "answer":
+            if found is None or state != EscrowState.OPEN:
+                return "NotOpen", (key, int(state))
+            if sender == found.requester:
+                return "RequesterAnswer", ()
+            if intent.deposit == 0:
+                return "ZeroDeposit", ()
+            after = self._answered.get((key, sender), 0) + intent.deposit
+            if after != intent.amounts[0]:
+                return "BondMismatch", (intent.amounts[0], after)
+            return None
+        if intent.kind == "reclaim":
+            if state != EscrowState.REFUNDED or self._answered.get((key, sender), 0) == 0:
+                return "NothingToReclaim", (key, int(state))
+            return None
         if intent.kind == "settle":
             if sender != self.operator:
                 return "NotOperator", ()
@@ -159,9 +186,12 @@ class MemoryEscrowChain(MemoryChainFaults):
             if any(int(p, 16) == 0 for p in intent.payees):
                 return "ZeroPayee", ()
             total = sum(intent.amounts)
-            cap = found.deposit + self._bonded.get(key, 0)
+            answering = self._answers.get(key, 0)
+            cap = found.deposit + self._bonded.get(key, 0) + answering
             if total > cap:
                 return "OverDeposit", (total, cap)
+            if total < answering:
+                return "AnswersUnpaid", (total, answering)
             return None
         if intent.kind == "release":
             if sender != self.operator:
@@ -306,10 +336,24 @@ class MemoryEscrowChain(MemoryChainFaults):
                     "Bonded", key, tx.sender, intent.deposit, amounts=(Wei(total),), **where
                 )
             )
+        elif intent.kind == "answer":
+            total = self._answered.get((key, tx.sender), 0) + intent.deposit
+            self._answered[(key, tx.sender)] = total
+            self._answers[key] = self._answers.get(key, 0) + intent.deposit
+            self._balance += intent.deposit
+            self._events.append(
+                EscrowEvent(
+                    "Answered", key, tx.sender, intent.deposit, amounts=(Wei(total),), **where
+                )
+            )
+        elif intent.kind == "reclaim":
+            amount = self._answered.pop((key, tx.sender))
+            self._credit[tx.sender] = self._credit.get(tx.sender, 0) + amount
+            self._events.append(EscrowEvent("Reclaimed", key, tx.sender, Wei(amount), **where))
         elif intent.kind == "settle":
             escrow = self._escrows[key]
             escrow.state = EscrowState.SETTLED
-            bond = self._bonded.pop(key, 0)
+            bond = self._bonded.pop(key, 0) + self._answers.pop(key, 0)
             for payee, amount in zip(intent.payees, intent.amounts, strict=True):
                 if payee.lower() == MEMORY_ESCROW_ADDRESS.lower():  # held until released
                     self._held[key] = self._held.get(key, 0) + amount
@@ -338,6 +382,7 @@ class MemoryEscrowChain(MemoryChainFaults):
             escrow = self._escrows[key]
             escrow.state = EscrowState.REFUNDED
             refund = escrow.deposit + self._bonded.pop(key, 0)
+            self._answers.pop(key, None)  # each answer stays its account's, to reclaim
             self._credit[tx.sender] = self._credit.get(tx.sender, 0) + refund
             self._events.append(EscrowEvent("Refunded", key, tx.sender, Wei(refund), **where))
         else:

@@ -34,7 +34,19 @@ from accord.market.money import Wei
 
 ESCROW_CONTRACT = "TaskEscrow"
 
-EscrowTxKind = Literal["open", "bond", "settle", "release", "refund", "withdraw"]
+EscrowTxKind = Literal[
+    "open", "bond", "answer", "settle", "release", "refund", "reclaim", "withdraw"
+]
+ESCROW_TX_KINDS: tuple[EscrowTxKind, ...] = (
+    "open",
+    "bond",
+    "answer",
+    "settle",
+    "release",
+    "refund",
+    "reclaim",
+    "withdraw",
+)
 _ZERO_WEI = Wei(0)
 # -- errors ------------------------------------------------------------------------------
 
@@ -44,7 +56,8 @@ class EscrowRefusedError(EscrowError):
 
     `reason` is its custom error name (NotOperator, NotRequester, AlreadyOpened, ZeroDeposit,
     DeadlineNotInFuture, NotOpen, BondMismatch, LengthMismatch, ZeroPayee, OverDeposit, OverHeld,
-    DeadlineNotReached, NothingToWithdraw, TransferFailed) or the node's revert message; `args`
+    DeadlineNotReached, NothingToWithdraw, TransferFailed, RequesterAnswer, AnswersUnpaid,
+    NothingToReclaim) or the node's revert message; `args`
     its arguments.
     """
 
@@ -120,7 +133,7 @@ class EscrowIntent:
         try:
             data = json.loads(text)
             kind = data["kind"]
-            if kind not in ("open", "bond", "settle", "release", "refund", "withdraw"):
+            if kind not in ESCROW_TX_KINDS:
                 raise ValueError(f"unknown kind {kind!r}")
             return cls(
                 kind=kind,
@@ -144,6 +157,19 @@ def bond_intent(task_id: str, amount: int, total: int) -> EscrowIntent:
     task's bonds then `total` (`TaskEscrow.bond`: the total makes a bond sent twice revert
     rather than bond twice). The value travels as `deposit`, the total as the one amount."""
     return EscrowIntent("bond", task_id, deposit=Wei(amount), amounts=(Wei(total),))
+
+
+def answer_intent(task_id: str, amount: int, total: int) -> EscrowIntent:
+    """The intent of a team's account to answer `task_id`'s disputes with `amount` wei more of
+    its own, its answers then `total` (`TaskEscrow.answer`; the value travels as `deposit`,
+    the total as the one amount, as a bond's)."""
+    return EscrowIntent("answer", task_id, deposit=Wei(amount), amounts=(Wei(total),))
+
+
+def reclaim_intent(task_id: str) -> EscrowIntent:
+    """The intent of an answering account to take its answer back from refunded `task_id`
+    (`TaskEscrow.reclaim`)."""
+    return EscrowIntent("reclaim", task_id)
 
 
 def pay_out_intent(task_id: str, payees: Sequence[str], amounts: Sequence[int]) -> EscrowIntent:
@@ -195,14 +221,24 @@ EscrowReceipt = TxReceipt
 """A mined escrow transaction (`status_ok` is False when it reverted)."""
 
 
-EscrowEventName = Literal["Opened", "Bonded", "Settled", "Released", "Refunded", "Withdrawn"]
+EscrowEventName = Literal[
+    "Opened",
+    "Bonded",
+    "Answered",
+    "Settled",
+    "Released",
+    "Refunded",
+    "Reclaimed",
+    "Withdrawn",
+]
 
 
 @dataclass(frozen=True)
 class EscrowEvent:
-    """One decoded event. `account` is the requester (Opened, Bonded, Refunded), the payee
-    (Released) or the withdrawer; `amount` the deposit, the wei bonded (Bonded: `amounts` holds
-    the task's bonds in all), the remainder (Settled), the amount released, the refund or the
+    """One decoded event. `account` is the requester (Opened, Bonded, Refunded), the answering
+    account (Answered, Reclaimed), the payee (Released) or the withdrawer; `amount` the
+    deposit, the wei bonded or answered (Bonded, Answered: `amounts` holds the account's total),
+    the remainder (Settled), the amount released, the refund, the answer reclaimed or the
     withdrawal."""
 
     name: EscrowEventName
@@ -257,8 +293,8 @@ def validate_intent(intent: EscrowIntent) -> None:
         raise ValueError(f"a {intent.kind} needs a task id")
     if intent.kind == "release" and (len(intent.payees), len(intent.amounts)) != (1, 1):
         raise ValueError("a release names one payee and one amount")
-    if intent.kind == "bond" and (len(intent.amounts) != 1 or intent.deposit <= 0):
-        raise ValueError("a bond names a positive amount and the bonds' total")
+    if intent.kind in ("bond", "answer") and (len(intent.amounts) != 1 or intent.deposit <= 0):
+        raise ValueError(f"a {intent.kind} names a positive amount and the total it brings")
     if intent.kind == "open" and not (0 <= intent.deadline < 2**64):
         raise ValueError(f"deadline out of uint64 range: {intent.deadline}")
     if any(a < 0 or a >= 2**256 for a in (intent.deposit, *intent.amounts)):

@@ -114,6 +114,16 @@ class Web3EscrowChain(Web3Transactions):
         (bonded,) = self._views.call("bonded", task_id_hash(task_id))
         return Wei(int(bonded))
 
+    def answered(self, task_id: str, account: str) -> Wei:
+        (answered,) = self._views.call(
+            "answered", task_id_hash(task_id), to_checksum_address(account)
+        )
+        return Wei(int(answered))
+
+    def answers(self, task_id: str) -> Wei:
+        (answers,) = self._views.call("answers", task_id_hash(task_id))
+        return Wei(int(answers))
+
     def balance(self) -> Wei:
         with mapped_chain_errors(self._rpc_url, "eth_getBalance"):
             return Wei(int(self._w3.eth.get_balance(self._address)))
@@ -143,6 +153,11 @@ class Web3EscrowChain(Web3Transactions):
         elif intent.kind == "bond":
             call = functions.bond(key, intent.amounts[0])
             value = intent.deposit
+        elif intent.kind == "answer":
+            call = functions.answer(key, intent.amounts[0])
+            value = intent.deposit
+        elif intent.kind == "reclaim":
+            call = functions.reclaim(key)
         elif intent.kind == "settle":
             call = functions.settle(key, list(intent.payees), list(intent.amounts))
         elif intent.kind == "release":
@@ -200,7 +215,15 @@ class Web3EscrowChain(Web3Transactions):
     def events(self, task_id: str | None = None, *, from_block: int = 0) -> list[EscrowEvent]:
         """One `eth_getLogs` for every event kind (topic 0 any of them; topic 1 the task's
         hash when `task_id` is given, which leaves out Withdrawn, a task-less event)."""
-        names: list[EscrowEventName] = ["Opened", "Bonded", "Settled", "Released", "Refunded"]
+        names: list[EscrowEventName] = [
+            "Opened",
+            "Bonded",
+            "Answered",
+            "Settled",
+            "Released",
+            "Refunded",
+            "Reclaimed",
+        ]
         if task_id is None:
             names.append("Withdrawn")
         kinds = {
@@ -250,6 +273,23 @@ def _decode_event(log: Any) -> EscrowEvent:
             to_checksum_address(args["requester"]),
             Wei(int(args["amount"])),
             amounts=(Wei(int(args["total"])),),
+            **common,
+        )
+    if name == "Answered":
+        return EscrowEvent(
+            name,
+            bytes(args["taskId"]),
+            to_checksum_address(args["account"]),
+            Wei(int(args["amount"])),
+            amounts=(Wei(int(args["total"])),),
+            **common,
+        )
+    if name == "Reclaimed":
+        return EscrowEvent(
+            name,
+            bytes(args["taskId"]),
+            to_checksum_address(args["account"]),
+            Wei(int(args["amount"])),
             **common,
         )
     if name == "Settled":

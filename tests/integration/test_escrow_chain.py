@@ -35,11 +35,13 @@ from accord.market.escrow import (
     MemoryEscrowJournal,
     Web3EscrowChain,
     address_of,
+    answer_intent,
     bond_intent,
     deploy_escrow,
     ensure_escrow,
     open_intent,
     pay_out_intent,
+    reclaim_intent,
     refund_intent,
     release_intent,
     task_id_hash,
@@ -336,6 +338,80 @@ def test_a_requester_bonds_from_its_own_account_and_the_bond_is_paid_out_with_th
 
 
 @pytest.mark.devnet
+def test_a_team_answers_a_dispute_from_its_own_account_and_only_payees_take_its_answer(
+    anvil: Anvil, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The team's answer to a dispute is a bond of its own: any account but the requester
+    answers, each answer names the account's total (sent twice, it reverts), a settlement pays
+    deposit, bond and answers together and must name payees for at least the answers (the
+    requester's remainder never takes one), and after a refund each account reclaims its own
+    answer, once; crash-safe through the journal like every other action."""
+    chain = anvil.chain
+    task, refunded = fresh_task(), fresh_task()
+    leader, member = PAYEE_A, PAYEE_B
+    leader_addr, member_addr = ADDR[3], ADDR[4]
+    before = {a: chain.credit(a) for a in ADDR}
+    balance = chain.balance()
+    act(chain, REQUESTER, open_intent(task, 1_000, anvil.now() + DEADLINE_AHEAD))
+    act(chain, REQUESTER, bond_intent(task, 60, 60))
+    assert refused(chain, REQUESTER, answer_intent(task, 60, 60)).reason == "RequesterAnswer"
+    assert refused(chain, leader, answer_intent(fresh_task(), 1, 1)).reason == "NotOpen"
+    gas = act(chain, leader, answer_intent(task, 60, 60))
+    twice = refused(chain, leader, answer_intent(task, 60, 60))
+    assert twice.reason == "BondMismatch" and twice.reason_args == (60, 120)
+    act(chain, member, answer_intent(task, 5, 5))
+    assert (chain.answered(task, leader_addr), chain.answered(task, member_addr)) == (60, 5)
+    assert chain.answers(task) == 65 and chain.balance() == balance + 1_125
+    answered = [
+        (e.account, e.amount, e.amounts) for e in chain.events(task) if e.name == "Answered"
+    ]
+    assert answered == [(leader_addr, 60, (60,)), (member_addr, 5, (5,))]
+    # a settlement paying less than the answers would hand the rest of them to the requester
+    unpaid = refused(chain, OPERATOR, pay_out_intent(task, [ADDR[2]], [64]))
+    assert unpaid.reason == "AnswersUnpaid" and unpaid.reason_args == (64, 65)
+    over = refused(chain, OPERATOR, pay_out_intent(task, [ADDR[2]], [1_126]))
+    assert over.reason == "OverDeposit" and over.reason_args == (1_126, 1_125)
+    # the team lost: the panel (ADDR[2]) paid 40 from the leader's answer, the rest of the
+    # answers back, the team paid 0; the requester's deposit and bond come back whole
+    settle_gas = act(
+        chain, OPERATOR, pay_out_intent(task, [ADDR[2], leader_addr, member_addr], [40, 20, 5])
+    )
+    assert chain.credit(REQUESTER_ADDR) == before[REQUESTER_ADDR] + 1_060
+    assert chain.credit(ADDR[2]) == before[ADDR[2]] + 40
+    assert chain.credit(leader_addr) == before[leader_addr] + 20
+    assert chain.credit(member_addr) == before[member_addr] + 5
+    assert chain.answers(task) == 0 and chain.bonded(task) == 0
+    assert refused(chain, leader, reclaim_intent(task)).reason == "NothingToReclaim"
+    assert refused(chain, leader, answer_intent(task, 1, 61)).reason == "NotOpen"
+
+    # a refunded task: the requester takes its deposit, each answer stays its account's
+    actions = EscrowActions(chain, MemoryEscrowJournal(), receipt_timeout=5)
+    act(chain, REQUESTER, open_intent(refunded, 300, anvil.now() + 5))
+    assert actions.answer(leader, refunded, 30, 30).status == "confirmed"
+    assert actions.answer(leader, refunded, 30, 30).status == "already-done"
+    open_early = refused(chain, leader, reclaim_intent(refunded))
+    assert open_early.reason == "NothingToReclaim"
+    anvil.pass_time(10)
+    requester_credit, leader_credit = chain.credit(REQUESTER_ADDR), chain.credit(leader_addr)
+    act(chain, REQUESTER, refund_intent(refunded))
+    assert chain.credit(REQUESTER_ADDR) == requester_credit + 300
+    assert refused(chain, member, reclaim_intent(refunded)).reason == "NothingToReclaim"
+    record = actions.record(leader, reclaim_intent(refunded))  # then "crash" after sending
+    chain.broadcast(record.signed())
+    restarted = EscrowActions(chain, actions.journal, receipt_timeout=5)
+    [outcome] = restarted.reconcile()
+    assert outcome.status == "confirmed" and outcome.tx_hash == record.tx_hash
+    assert restarted.reclaim(leader, refunded).status == "already-done"
+    assert chain.credit(leader_addr) == leader_credit + 30
+    assert chain.answered(refunded, leader_addr) == 0
+    assert refused(chain, leader, reclaim_intent(refunded)).reason == "NothingToReclaim"
+    assert restarted.find_forgotten() == []
+    with capsys.disabled():
+        print(f"\nTaskEscrow.answer gas used: {gas}; settle with answers, 3 payees: {settle_gas}")
+    assert 21_000 < gas < 100_000
+
+
+@pytest.mark.devnet
 def test_every_revert_has_its_custom_error(anvil: Anvil) -> None:
     chain = anvil.chain
     task = fresh_task()
@@ -464,18 +540,36 @@ class Model:
     tasks: dict[str, ModelEscrow] = field(default_factory=dict)
     credit: dict[str, int] = field(default_factory=dict)
     balance: int = 0
+    #: what each account answered for each task (reclaimable after a refund)
+    answered: dict[tuple[str, str], int] = field(default_factory=dict)
+    #: what every account answered for each open task, in all
+    answers: dict[str, int] = field(default_factory=dict)
 
     def refusal(self, sender: str, intent: EscrowIntent) -> str | None:
         """The custom error the contract must answer with (None: it must accept)."""
         escrow = self.tasks.get(intent.task_id)
         if intent.kind == "open":
             return "AlreadyOpened" if escrow is not None else None
+        if intent.kind == "answer":
+            if escrow is None or escrow.state != EscrowState.OPEN:
+                return "NotOpen"
+            if sender == escrow.requester:
+                return "RequesterAnswer"
+            after = self.answered.get((intent.task_id, sender), 0) + intent.deposit
+            return None if after == intent.amounts[0] else "BondMismatch"
+        if intent.kind == "reclaim":
+            refunded = escrow is not None and escrow.state == EscrowState.REFUNDED
+            held = self.answered.get((intent.task_id, sender), 0)
+            return None if refunded and held > 0 else "NothingToReclaim"
         if intent.kind == "settle":
             if sender != ADDR[0]:
                 return "NotOperator"
             if escrow is None or escrow.state != EscrowState.OPEN:
                 return "NotOpen"
-            return "OverDeposit" if sum(intent.amounts) > escrow.deposit else None
+            answering = self.answers.get(intent.task_id, 0)
+            if sum(intent.amounts) > escrow.deposit + answering:
+                return "OverDeposit"
+            return "AnswersUnpaid" if sum(intent.amounts) < answering else None
         if intent.kind == "refund":
             if escrow is None or escrow.state != EscrowState.OPEN:
                 return "NotOpen"
@@ -488,30 +582,56 @@ class Model:
         if intent.kind == "open":
             self.tasks[intent.task_id] = ModelEscrow(sender, intent.deposit, EscrowState.OPEN)
             self.balance += intent.deposit
+        elif intent.kind == "answer":
+            self.answered[(intent.task_id, sender)] = intent.amounts[0]
+            self.answers[intent.task_id] = self.answers.get(intent.task_id, 0) + intent.deposit
+            self.balance += intent.deposit
+        elif intent.kind == "reclaim":
+            self.credit[sender] += self.answered[(intent.task_id, sender)]
+            self.answered[(intent.task_id, sender)] = 0
         elif intent.kind == "settle":
             escrow = self.tasks[intent.task_id]
             escrow.state = EscrowState.SETTLED
+            pool = escrow.deposit + self.answers.pop(intent.task_id, 0)
             for payee, amount in zip(intent.payees, intent.amounts, strict=True):
                 self.credit[payee] += amount
-            self.credit[escrow.requester] += escrow.deposit - sum(intent.amounts)
+            self.credit[escrow.requester] += pool - sum(intent.amounts)
         elif intent.kind == "refund":
             escrow = self.tasks[intent.task_id]
             escrow.state = EscrowState.REFUNDED
+            self.answers.pop(intent.task_id, None)  # each answer stays its account's
             self.credit[sender] += escrow.deposit
         else:
             self.balance -= self.credit[sender]
             self.credit[sender] = 0
 
 
-def _random_intent(rng: random.Random, tasks: list[str], now: int) -> tuple[str, EscrowIntent]:
-    kind = rng.choice(["open", "open", "settle", "settle", "refund", "withdraw"])
+def _random_intent(
+    rng: random.Random, tasks: list[str], now: int, model: Model
+) -> tuple[str, EscrowIntent]:
+    kinds = ["open", "open", "settle", "settle", "refund", "withdraw", "answer", "reclaim"]
+    kind = rng.choice(kinds)
     task = rng.choice(tasks)
+    if kind == "answer":
+        key = rng.choice(KEYS[1:])
+        amount = rng.randint(1, 200)
+        total = model.answered.get((task, address_of(key)), 0) + amount
+        if rng.random() < 0.15:
+            total += 1  # a stale or wrong total: BondMismatch
+        return key, answer_intent(task, amount, total)
+    if kind == "reclaim":
+        answering = [k for k in KEYS[1:] if model.answered.get((task, address_of(k)), 0) > 0]
+        key = rng.choice(answering) if answering and rng.random() < 0.8 else rng.choice(KEYS[1:])
+        return key, reclaim_intent(task)
     if kind == "open":
         return rng.choice(KEYS[1:3]), open_intent(task, rng.randint(1, 1_000), now + DEADLINE_AHEAD)
     if kind == "settle":
         key = OPERATOR if rng.random() < 0.85 else rng.choice(KEYS[1:])
         payees = rng.sample(ADDR[1:], rng.randint(0, 3))
         amounts = [rng.randint(0, 400) for _ in payees]
+        answering = model.answers.get(task, 0)
+        if payees and answering and rng.random() < 0.7:  # most settlements pay the answers
+            amounts[0] += answering
         return key, pay_out_intent(task, payees, amounts)
     if kind == "refund":
         return rng.choice(KEYS[1:3]), refund_intent(task)
@@ -530,7 +650,7 @@ def _check_invariants(
     `accounts` (after a step, the ones it may have moved; after a run, all of them)."""
     chain = harness.chain
     events = chain.events(from_block=from_block)
-    deposits = sum(e.amount for e in events if e.name == "Opened")
+    deposits = sum(e.amount for e in events if e.name in ("Opened", "Answered"))
     withdrawals = sum(e.amount for e in events if e.name == "Withdrawn")
     balance = chain.balance()
     assert balance == balance0 + deposits - withdrawals == balance0 + model.balance
@@ -550,8 +670,12 @@ def _check_invariants(
         )
     for address in accounts:
         assert chain.credit(address) == model.credit[address], address
+    for (task, account), answered in model.answered.items():
+        assert chain.answered(task, account) == answered, (task, account)
+    for task in model.tasks:
+        assert chain.answers(task) == model.answers.get(task, 0), task
     done = [
-        f"{r.intent.kind}:{r.intent.task_id}"
+        f"{r.intent.kind}:{r.intent.task_id}:{r.sender}:{r.intent.amounts}"
         for r in journal.records()
         if r.intent.kind != "withdraw" and r.status in ("confirmed", "superseded")
     ]
@@ -591,7 +715,7 @@ def run_state_machine(
                     escrow.deadline_passed = True
                 stats["time"] = stats.get("time", 0) + 1
                 continue
-            key, intent = _random_intent(rng, tasks, harness.now())
+            key, intent = _random_intent(rng, tasks, harness.now(), model)
             sender = address_of(key)
             expected = model.refusal(sender, intent)
             crash = rng.choice(["none", "none", "after-record", "after-broadcast", "stolen"])
@@ -628,6 +752,8 @@ def run_state_machine(
                     again = actions.perform(key, intent)
                     _apply_outcome(model, sender, intent, again, "none")
                 stats[outcome.status] = stats.get(outcome.status, 0) + 1
+                by_kind = f"{intent.kind} {outcome.status}"
+                stats[by_kind] = stats.get(by_kind, 0) + 1
             moved = _moved_by(model, sender, intent)
             _check_invariants(harness, model, balance0, from_block, journal, moved)
         _check_invariants(harness, model, balance0, from_block, journal, ADDR)
@@ -671,3 +797,4 @@ def test_state_machine_with_crashes(
     assert stats.get("confirmed", 0) > 100 // STATE_MACHINE_SHARDS
     assert stats.get("dropped", 0) > 10 // STATE_MACHINE_SHARDS
     assert stats.get("refused", 0) > 50 // STATE_MACHINE_SHARDS
+    assert stats.get("answer confirmed", 0) > 0

@@ -14,9 +14,15 @@ from typing import Any
 import pytest
 
 import accord.market.disputes as disputes
+from accord.api.app import create_app
+from accord.api.client import AccordClient, ApiError
+from accord.api.routes.deps import ApiConfig
+from accord.kit.leader import answer_dispute
+from accord.kit.wallet import Wallet
 from accord.ledger.events import Event
-from accord.market.disputes import log_events, panel_relevant_events, team_of
+from accord.market.disputes import DISPUTE_ANSWERED, log_events, panel_relevant_events, team_of
 from accord.market.errors import SettlementWaits, TaskError, WorkError
+from accord.market.escrow import EscrowRefusedError, address_of, refund_intent
 from accord.market.panel import (
     COMMIT_WINDOW_S,
     PANEL_DRAWN,
@@ -27,7 +33,7 @@ from accord.market.settlement import SETTLEMENT_COMPUTED, logged_settlement, set
 from accord.market.tasks import spec_from_request
 from accord.market.work import ReviewCheck, amount_paid, dispute_fee
 from tests.audit.conftest import REQUESTER_KEY, rebuild_log, with_body
-from tests.market.panelists import jurors, mine, reveal, vote
+from tests.market.panelists import jurors, mine, reveal, signed, vote
 from tests.market.test_check_io import (
     REVIEW,
     audit,
@@ -35,6 +41,7 @@ from tests.market.test_check_io import (
     finish,
     logged_checks,
 )
+from tests.serving import serve
 from tests.specs import invoice_request, invoice_spec_with
 
 
@@ -239,3 +246,209 @@ def test_a_review_only_task_is_taken_where_a_panel_could_decide_its_rejection(
         world.market.require_checkable(review_only, requester)
     jurors(world, 4)
     world.market.require_checkable(review_only, requester)  # a panel could decide it now
+
+
+# -- the team's answer: a bond of its own ------------------------------------------------
+
+TEAM_KEY = "0x7c852118294e51e653712a81e05800f419141751be58f605c371e15141b007a6"
+
+
+def answer_entry(world, signer, amount: int, account: str, check: str = "looks-right"):  # type: ignore[no-untyped-def]
+    body = {"task_id": world.task_id, "check": check, "account": account, "amount": str(amount)}
+    return signed(world, signer, DISPUTE_ANSWERED, world.task_id, body)
+
+
+def rejected_and_answered(tmp_path: Path):  # type: ignore[no-untyped-def]
+    """A delivered task whose requester rejected correct work and whose team's winner answered
+    with the dispute's fee from its own account (`TaskEscrow.answer`), the panel drawn."""
+    world = delivered_world(tmp_path / "home", invoice_spec_with(REVIEW))
+    market, task_id = world.market, world.task_id
+    task = market.task(task_id)
+    assert task.price is not None and task.winner is not None
+    panelists = jurors(world, 3)
+    fee = dispute_fee(task.price)
+    leader = world.signer(task.winner)
+    account = address_of(TEAM_KEY)
+    with pytest.raises(TaskError, match="not rejected"):
+        market.answer_dispute(answer_entry(world, leader, fee, account), answer_key=TEAM_KEY)
+    market.review(world.requester, task_id, "looks-right", "reject", "wrong totals")
+
+    # the requester, a stranger, too little, a bond the escrow does not hold: refused
+    with pytest.raises(TaskError, match="not on the team"):
+        market.answer_dispute(answer_entry(world, world.requester, fee, account))
+    with pytest.raises(TaskError, match="at least the dispute's fee"):
+        market.answer_dispute(answer_entry(world, leader, fee - 1, account))
+    with pytest.raises(TaskError, match=r"send TaskEscrow\.answer first"):
+        market.answer_dispute(answer_entry(world, leader, fee, account))
+    with pytest.raises(TaskError, match="not the account"):
+        market.answer_dispute(answer_entry(world, leader, fee, account), answer_key=REQUESTER_KEY)
+    assert world.escrow_chain.answers(task_id) == 0
+
+    # the leader's own account bonds the fee, then its answer is logged, once
+    market.answer_dispute(answer_entry(world, leader, fee, account), answer_key=TEAM_KEY)
+    assert world.escrow_chain.answered(task_id, account) == fee
+    with pytest.raises(TaskError, match="answered the dispute over looks-right already"):
+        market.answer_dispute(answer_entry(world, leader, fee, account), answer_key=TEAM_KEY)
+    assert world.escrow_chain.answered(task_id, account) == fee  # nothing bonded twice
+
+    world.clock.advance(3600)
+    mine(world)
+    with pytest.raises(SettlementWaits, match="is voting"):
+        settle_task(market, world.onboarding, task_id)
+    check = next(c for c in task.spec.requester_checks if c.check_id == "looks-right")
+    assert isinstance(check, ReviewCheck)
+    return world, panelists, market.panels.draw(task, check).panel.seats, fee, account
+
+
+def decide(world, panelists, seats, verdicts) -> None:  # type: ignore[no-untyped-def]
+    salts = {did: vote(world, panelists[did], world.task_id, v) for did, v in verdicts.items()}
+    for did, (verdict, salt) in salts.items():
+        reveal(world, panelists[did], world.task_id, verdict, salt)
+
+
+def test_a_team_that_answers_and_wins_gets_its_bond_back_whole(tmp_path: Path) -> None:
+    """The team answers the rejection with a bond of its own and the panel finds for it: the
+    requester's stake pays the coherent panelists (the rest of it to the team, as when the
+    team does not answer) and the team's answer goes back to its account whole."""
+    world, panelists, seats, fee, account = rejected_and_answered(tmp_path)
+    market, task_id = world.market, world.task_id
+    task = market.task(task_id)
+    assert task.price is not None
+    decide(world, panelists, seats, dict(zip(seats, ("team", "team", "requester"), strict=True)))
+    outcome = settle_task(market, world.onboarding, task_id)
+    finish(world)
+    review = logged_checks(world)["looks-right"]
+    assert review["passed"] is True
+    answer = review["record"]["dispute"]["answer"]
+    assert (answer["account"], answer["amount"]) == (account, str(fee))
+    body = logged_settlement(market, task_id)
+    assert body is not None and body["answered"] == {account: str(fee)}
+    assert "answers_taken" not in body
+    shares = panel_pay(fee, seats, seats[:2])
+    assert body["panel_payouts"] == {did: str(w) for did, w in sorted(shares.items())}
+    assert outcome.amount == task.price + (fee - sum(shares.values()))
+    assert outcome.refund == task.spec.budget - task.price - fee
+    assert world.escrow_chain.credit(account) == fee  # the answer back whole
+    assert world.escrow_chain.credit(address_of(REQUESTER_KEY)) == outcome.refund
+    report = audit(world)
+    assert report.ok, [s.to_json() for s in report.steps]
+    assert "answers" in report.steps[6].detail
+
+    # the team's signed answer claims twice what its account sent: the audit says so
+    [answered] = market.ledger.store.find(kind=DISPUTE_ANSWERED, subject=task_id, limit=5)
+
+    def doubled(index: int, event: Event) -> Event:
+        if index != answered.index:
+            return event
+        return with_body(event, {**event.body, "amount": str(2 * fee)})
+
+    store, anchors = rebuild_log(world, tmp_path / "doubled.db", doubled)
+    forged = audit(world, store, anchors)
+    assert not forged.ok and forged.first_failure is not None
+    assert "answer to looks-right replays" in forged.first_failure.detail
+
+
+def test_a_team_that_answers_and_loses_pays_the_panel_from_its_bond(tmp_path: Path) -> None:
+    """The team answers and the panel finds for the requester: the check fails (the team is
+    not paid for it), the coherent panelists are paid from the team's answer, not from its
+    pay, the rest of the answer goes back to its account, and the requester's stake comes
+    back whole. An audit of a settlement that hands the answer to the requester fails."""
+    world, panelists, seats, fee, account = rejected_and_answered(tmp_path)
+    market, task_id = world.market, world.task_id
+    task = market.task(task_id)
+    assert task.price is not None
+    decide(
+        world, panelists, seats, dict(zip(seats, ("requester", "requester", "team"), strict=True))
+    )
+    outcome = settle_task(market, world.onboarding, task_id)
+    finish(world)
+    review = logged_checks(world)["looks-right"]
+    assert review["passed"] is False and review["record"]["dispute"]["answer"]
+    body = logged_settlement(market, task_id)
+    assert body is not None
+    shares = panel_pay(fee, seats, seats[:2])
+    owed = sum(shares.values())
+    assert body["answers_taken"] == {account: str(owed)}
+    earned = amount_paid(task.price, Fraction(body["paid_share"]))
+    assert earned < task.price  # the failed check's share is not paid
+    assert outcome.amount == earned  # the panel was paid from the answer, not the pay
+    assert world.escrow_chain.credit(account) == fee - owed
+    requester = world.escrow_chain.credit(address_of(REQUESTER_KEY))
+    assert requester == outcome.refund == task.spec.budget - earned  # its fee back whole
+    report = audit(world)
+    assert report.ok, [s.to_json() for s in report.steps]
+
+    # the operator logs the answer as the requester's: the recomputed panel pay disagrees
+    [computed] = market.ledger.store.find(kind=SETTLEMENT_COMPUTED, subject=task_id, limit=1)
+
+    def no_answer(index: int, event: Event) -> Event:
+        if index != computed.index:
+            return event
+        changed = copy.deepcopy(dict(event.body))
+        changed.pop("answers_taken")
+        return with_body(event, changed)
+
+    store, anchors = rebuild_log(world, tmp_path / "unanswered.db", no_answer)
+    forged = audit(world, store, anchors)
+    assert not forged.ok and forged.first_failure is not None
+    assert "answers pay the panel" in forged.first_failure.detail
+
+
+def test_a_kit_team_member_answers_over_http_from_its_own_wallet(tmp_path: Path) -> None:
+    """A team member in its own process (`accord.kit.leader.answer_dispute`) against a real
+    service on loopback: its wallet bonds from its own account, its own signed answer goes to
+    `POST /tasks/{id}/disputes/answers`; asked again (a retry), nothing is bonded or logged
+    twice; a stranger's signed answer is refused with the reason."""
+    world = delivered_world(tmp_path / "home", invoice_spec_with(REVIEW))
+    market, task_id = world.market, world.task_id
+    task = market.task(task_id)
+    assert task.price is not None and task.winner is not None
+    jurors(world, 3)
+    fee = dispute_fee(task.price)
+    market.review(world.requester, task_id, "looks-right", "reject", "wrong totals")
+    app = create_app(
+        world.settings,
+        config=ApiConfig(rate=1000.0, burst=10_000.0),
+        context=world.context,
+        anchors=world.anchors,
+        escrow_chain=world.escrow_chain,
+    )
+    wallet = Wallet(TEAM_KEY, world.escrow_chain)
+    with (
+        serve(app) as url,
+        AccordClient(url, signer=world.signer(task.winner)) as leader,
+        AccordClient(url, signer=world.requester) as stranger,
+    ):
+        answered = answer_dispute(leader, wallet, task_id, "looks-right", fee)
+        assert answered["amount"] == str(fee) and answered["account"] == wallet.address
+        again = answer_dispute(leader, wallet, task_id, "looks-right", fee)
+        assert again["event"]["body"]["amount"] == str(fee)  # the logged one, as it is
+        assert world.escrow_chain.answered(task_id, wallet.address) == fee
+        logged = market.ledger.store.find(kind=DISPUTE_ANSWERED, subject=task_id, limit=5)
+        assert len(logged) == 1
+
+        body = {"task_id": task_id, "check": "looks-right", "account": wallet.address}
+        entry = stranger.entry(DISPUTE_ANSWERED, task_id, body | {"amount": str(fee)})
+        with pytest.raises(ApiError, match="not on the team"):
+            stranger.request("POST", f"/tasks/{task_id}/disputes/answers", json={"entry": entry})
+
+
+def test_a_refunded_tasks_answer_is_reclaimed_by_its_account(tmp_path: Path) -> None:
+    """The requester takes its refund after the escrow's deadline (the task was never
+    settled): the team's answer is not the requester's; the member's wallet reclaims it into
+    its own credit, once, and a settled task's answer cannot be reclaimed."""
+    world, _, _, fee, account = rejected_and_answered(tmp_path)
+    chain, task_id = world.escrow_chain, world.task_id
+    wallet = Wallet(TEAM_KEY, chain)
+    with pytest.raises(EscrowRefusedError, match="NothingToReclaim"):
+        wallet.reclaim(task_id)  # still open: the settlement will pay it out
+    record = chain.escrow(task_id)
+    assert record is not None
+    chain.advance_time(record.deadline - chain.timestamp + 1)
+    chain.broadcast(chain.build_tx(REQUESTER_KEY, refund_intent(task_id)))  # mined at once
+    assert chain.credit(address_of(REQUESTER_KEY)) == record.deposit  # not the answer
+    assert chain.credit(account) == 0
+    assert not wallet.reclaim(task_id).already
+    assert chain.credit(account) == fee
+    assert wallet.reclaim(task_id).already  # nothing twice
+    assert chain.credit(account) == fee

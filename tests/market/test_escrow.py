@@ -195,6 +195,7 @@ def test_state_machine_with_crashes_in_memory(chain: MemoryEscrowChain) -> None:
     harness = Harness(chain, pass_time, steal, now, block_number)
     stats = run_state_machine(harness, runs=300, seed=11)
     assert stats.get("confirmed", 0) > 100 and stats.get("dropped", 0) > 10
+    assert stats.get("answer confirmed", 0) > 10 and stats.get("answer dropped", 0) > 0
 
 
 # -- a public chain's faults (the journal engine over the in-memory chain) ----------------
