@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any, cast
 from urllib.parse import quote
 
-from accord.api.client import AccordClient, ApiError
+from accord.client import AccordClient, ApiError
 from accord.kit.wallet import Sent, Wallet, WalletError
 from accord.ledger.canonical import canonical_json
 from accord.ledger.errors import AccordError

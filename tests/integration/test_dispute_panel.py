@@ -32,8 +32,8 @@ from eth_account import Account
 
 import accord.coordinator.service
 from accord.api.app import create_app
-from accord.api.client import AccordClient
 from accord.api.routes.deps import ApiConfig
+from accord.client import AccordClient
 from accord.coordinator.service import run_awarded_task
 from accord.identity.agents import AgentRecord
 from accord.kit import Requester, Wallet

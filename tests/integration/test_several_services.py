@@ -31,7 +31,7 @@ from typing import Any
 import httpx
 import pytest
 
-from accord.api.client import AccordClient, ApiError
+from accord.client import AccordClient, ApiError
 from accord.identity.presentations import create_presentation
 from accord.ledger.devnet import find_free_port
 from accord.ledger.events import Entry
