@@ -52,12 +52,14 @@ from accord.identity.errors import ExamError, IdentityError, RegistryError
 from accord.identity.exams import check_agent_entry
 from accord.identity.onboarding import Onboarding
 from accord.ledger.canonical import canonical_json
+from accord.ledger.database import db_reason, statement_connection
 from accord.ledger.errors import AlreadyLoggedError, ChainError, LedgerError, StoreError
 from accord.ledger.events import Entry, Event, parse_time
+from accord.ledger.log import StoredEntry
 from accord.ledger.sealing import Sealed
 from accord.ledger.service import Ledger
 from accord.ledger.signing import Signer
-from accord.ledger.store import LogStore, StoredEntry, db_reason, statement_connection
+from accord.ledger.store import LogStore
 from accord.ledger.views import MAX_LIMIT, reading
 from accord.market import sealed
 from accord.market.auction import AuctionOutcome
