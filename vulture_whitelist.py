@@ -3,7 +3,7 @@ file with the product code; see [tool.vulture] in pyproject.toml). The tests are
 name only a test uses is dead product code, unless it is listed below with its reason."""
 
 from accord._home import Home
-from accord.api.client import AccordClient
+from accord.client import AccordClient
 from accord.identity.presentations import InMemoryNonceStore
 from accord.ledger.chain.memory_chain import MemoryAnchorChain
 from accord.ledger.note import parse_checkpoint, verify_note
@@ -29,7 +29,7 @@ reason_args  # an escrow revert's arguments (market/escrow/values.py), in its me
 from_bond  # a dispute's payout record (market/panel.py), logged with the settlement
 
 # -- protocols: names Python calls --------------------------------------------------------
-trace  # __exit__'s third argument (api/client.py): the context-manager protocol
+trace  # __exit__'s third argument (accord/client.py): the context-manager protocol
 frame  # a signal handler's second argument (api/identity_cli.py, coordinator/agent_service.py)
 checker  # a jsonschema type checker's first argument (identity/challenges/skills.py)
 curve_order  # eth_keyfile.keyfile reads it from the placeholder module (accord/_bls.py)

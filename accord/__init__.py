@@ -30,8 +30,8 @@ if TYPE_CHECKING:
     __version__: str
 
     from accord._home import Home, open_home
-    from accord.api.client import AccordClient as Client
     from accord.audit.checks import AuditReport
+    from accord.client import AccordClient as Client
     from accord.coordinator.errors import CoordinatorError
     from accord.identity.errors import IdentityError
     from accord.ledger.errors import AccordError, LedgerError
@@ -45,7 +45,7 @@ if TYPE_CHECKING:
 _EXPORTS = {
     "Home": ("accord._home", "Home"),
     "open_home": ("accord._home", "open_home"),
-    "Client": ("accord.api.client", "AccordClient"),
+    "Client": ("accord.client", "AccordClient"),
     "Settings": ("accord.ledger.settings", "Settings"),
     "TaskSpec": ("accord.market.tasks", "TaskSpec"),
     "Task": ("accord.market.tasks", "Task"),

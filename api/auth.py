@@ -24,7 +24,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlmodel import Field, SQLModel
 
 from accord.identity.http_signatures import DEFAULT_WINDOW
-from accord.ledger.store import create_tables, driver_mark, statement_connection
+from accord.ledger.database import create_tables, driver_mark, statement_connection
 
 
 class ApiRequestNonce(SQLModel, table=True):

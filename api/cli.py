@@ -535,7 +535,8 @@ def ledger_migrate(
     proved equal to the node rows' and to each checkpoint's at every checkpoint's size, the
     current size and sizes spread over the log, and only then are the node rows dropped. A
     root that differs changes nothing. A log already on tiles is left as it is."""
-    from accord.ledger.store import make_engine, migrate_to_tiles
+    from accord.ledger.database import make_engine
+    from accord.ledger.tile_migration import migrate_to_tiles
     from accord.ledger.wiring import prepare_home
 
     settings = _settings()

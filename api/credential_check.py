@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from accord.api.client import RATE_LIMIT_WAIT_S, retry_after
+from accord.client import RATE_LIMIT_WAIT_S, retry_after
 from accord.identity.credentials import (
     STEP_FORMAT,
     STEP_PROOF,
@@ -51,7 +51,7 @@ def fetch_json(url: str) -> Any:
     """The JSON document at `url` (http or https, no redirects followed, at most
     MAX_DOCUMENT_BYTES); an answer 429 (rate-limited) is asked again after the pause its
     Retry-After names, for at most RATE_LIMIT_WAIT_S in all (the client's rule,
-    `accord.api.client.retry_after`). Raises FetchError naming the URL and what went wrong."""
+    `accord.client.retry_after`). Raises FetchError naming the URL and what went wrong."""
     waited = 0.0
     while True:
         try:

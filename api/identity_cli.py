@@ -413,7 +413,7 @@ def agent_run(
     import signal
     import threading
 
-    from accord.api.client import AccordClient, ApiError
+    from accord.client import AccordClient, ApiError
     from accord.coordinator.errors import PolicyError
     from accord.coordinator.llm_policy import leader_policy
     from accord.kit.agent import KitAgent, fixed_price, load_eth_key, load_key
@@ -539,7 +539,7 @@ def agent_withdraw(
     which pays the gas (covered on the devnet the service manages). An agent whose key this
     home holds (`accord agent new`): AGENT, without --server. Exit 1 when there is nothing to
     withdraw."""
-    from accord.api.client import AccordClient, ApiError
+    from accord.client import AccordClient, ApiError
     from accord.kit.wallet import Wallet, WalletError, read_key_file
     from accord.ledger.errors import ChainError
     from accord.market.errors import EscrowError

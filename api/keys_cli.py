@@ -116,7 +116,7 @@ def _devnet_url(server: str | None) -> str:
     """The RPC URL of the service's advertised chain, or of this home's managed devnet (no
     home is made). Exits 2 when there is none to fund on."""
     if server:
-        from accord.api.client import AccordClient, ApiError
+        from accord.client import AccordClient, ApiError
 
         try:
             with AccordClient(server) as client:

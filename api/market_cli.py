@@ -41,7 +41,7 @@ from accord.market.errors import BidRejected, MarketError, WorkError
 from accord.market.money import Wei, parse_amount
 
 if TYPE_CHECKING:
-    from accord.api.client import AccordClient
+    from accord.client import AccordClient
     from accord.identity.onboarding import Onboarding
     from accord.ledger.signing import Signer
     from accord.market.service import Market
@@ -53,7 +53,7 @@ bid_app = typer.Typer(help="Sealed bids by hand: commit, then reveal.", no_args_
 
 SERVER_ENV = "ACCORD_SERVER"
 """The environment variable naming the service `--server` reads from
-(`accord.api.client.SERVER_ENV`, spelled out here so building the command tree does not import the
+(`accord.client.SERVER_ENV`, spelled out here so building the command tree does not import the
 HTTP client)."""
 
 ServerOption = Annotated[
@@ -195,7 +195,7 @@ def remote(server: str, signer: Signer | None = None) -> Iterator[AccordClient]:
     """A client of the service at `server` (signing as `signer` when given); its failures
     become one line (exit 2 when the request was at fault: an unknown object or bad input,
     else 1)."""
-    from accord.api.client import AccordClient, ApiError
+    from accord.client import AccordClient, ApiError
 
     try:
         with AccordClient(server, signer=signer) as client:
@@ -414,7 +414,7 @@ def _post_remote(
     by the did:key in `key`, the escrow deposited from the account in the key file `eth_key`
     (`accord.kit.Requester`). Exits 2 for missing or unreadable keys, 1 when the chain or the
     service fails, with the service's problem as the message."""
-    from accord.api.client import AccordClient, ApiError
+    from accord.client import AccordClient, ApiError
     from accord.kit import Requester, Wallet
     from accord.ledger.errors import AccordError
     from accord.ledger.signing import load_or_create_keyfile
@@ -655,7 +655,7 @@ def task_withdraw(
     """Take back what the escrow holds for your account (refunds of your tasks, the unpaid rest
     of a budget): TaskEscrow.withdraw, sent from --eth-key's account, which pays the gas.
     A requester holding its own keys: --server URL (the escrow's chain is GET /chain's)."""
-    from accord.api.client import ApiError
+    from accord.client import ApiError
     from accord.kit import Wallet
     from accord.ledger.errors import AccordError
 
@@ -1048,7 +1048,7 @@ def _review_remote(
     head block (`after_block`, the seed of its panel) and bonds the dispute fee from the
     requester's own account (--eth-key FILE) where the escrow holds too little. Exits as
     `remote` does."""
-    from accord.api.client import ApiError
+    from accord.client import ApiError
     from accord.kit import Requester, Wallet
     from accord.ledger.errors import AccordError
 

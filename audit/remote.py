@@ -93,7 +93,7 @@ def published_log(server: str) -> Iterator[PublishedLog]:
 
     Raises PublishedLogError when the service cannot be reached or answers in another shape.
     """
-    from accord.api.client import AccordClient, ApiError
+    from accord.client import AccordClient, ApiError
 
     engine = create_engine(
         "sqlite://", poolclass=StaticPool, connect_args={"check_same_thread": False}

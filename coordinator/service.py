@@ -48,8 +48,9 @@ from accord.identity.challenges import validate_output
 from accord.identity.errors import RegistryError
 from accord.ledger.errors import LedgerError
 from accord.ledger.events import Entry
+from accord.ledger.log import StoredEntry
 from accord.ledger.signing import Signer
-from accord.ledger.store import LogStore, StoredEntry
+from accord.ledger.store import LogStore
 from accord.ledger.views import check_limit, encode_cursor, int_key, reading
 from accord.market.discovery import DEPENDS_ON, description, fraction_text, ranked_page
 from accord.market.discovery import VIEW_NAME as DISCOVERY_VIEW

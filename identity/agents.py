@@ -58,10 +58,10 @@ from accord.identity.runtimes import (
     fetch_agent_card,
     openai_runtime,
 )
+from accord.ledger.database import create_tables, db_reason
 from accord.ledger.errors import MalformedError
 from accord.ledger.events import format_time
 from accord.ledger.signing import Ed25519Signer, Signer, read_keyfile, write_keyfile
-from accord.ledger.store import create_tables, db_reason
 
 RUNTIMES = ("reference", "random", "command", "http", "openai", "a2a")
 #: Nullable columns added after the table was first made, added to older tables on open.

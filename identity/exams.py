@@ -50,11 +50,12 @@ from accord.identity.challenges.base import MAX_ITEMS_PER_CALL
 from accord.identity.challenges.sandbox import check_box
 from accord.identity.errors import DeadlineError, ExamError, RateLimitedError, SandboxUnavailable
 from accord.ledger.canonical import JSONValue
+from accord.ledger.database import create_tables, db_reason
 from accord.ledger.errors import LedgerError
 from accord.ledger.events import Entry, Event, format_time, parse_time
 from accord.ledger.service import Ledger
 from accord.ledger.signing import Signer
-from accord.ledger.store import LogStore, create_tables, db_reason
+from accord.ledger.store import LogStore
 from accord.ledger.views import from_micros, micros
 
 COMMITTED = "exam.committed"

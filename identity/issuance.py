@@ -38,10 +38,10 @@ from accord.identity.errors import RegistryError
 from accord.identity.exams import ExamResult
 from accord.identity.status import status_entry
 from accord.identity.status_lists import StatusLists, operator_key, write_document
+from accord.ledger.database import create_tables, db_reason, driver_mark, statement_connection
 from accord.ledger.errors import AlreadyLoggedError
 from accord.ledger.events import format_time
 from accord.ledger.service import Ledger
-from accord.ledger.store import create_tables, db_reason, driver_mark, statement_connection
 
 ISSUED_EVENT_KIND = "credential.issued"
 DEFAULT_VALIDITY = timedelta(days=180)

@@ -14,7 +14,7 @@ from sqlmodel import Field, SQLModel
 from accord.identity.errors import SkillError
 from accord.identity.item_banks import BankItem
 from accord.ledger.canonical import canonical_json
-from accord.ledger.store import create_tables, db_reason
+from accord.ledger.database import create_tables, db_reason
 
 
 class SkillBankItem(SQLModel, table=True):

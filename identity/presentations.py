@@ -39,9 +39,9 @@ from accord.identity.credentials import (
 from accord.identity.dataintegrity import CRYPTOSUITE, PROOF_TYPE, add_proof, verify_proof
 from accord.identity.errors import CredentialError, NonceError, ProofFormatError
 from accord.identity.status import VC_V2_CONTEXT, format_timestamp
+from accord.ledger.database import create_tables, db_reason
 from accord.ledger.errors import MalformedError
 from accord.ledger.signing import Ed25519Signer, b64url, public_key_from_did
-from accord.ledger.store import create_tables, db_reason
 from accord.ledger.views import micros
 
 PRESENTATION_TYPE = "VerifiablePresentation"

@@ -26,10 +26,10 @@ from accord.identity.agents import Agent, AgentRecord, AgentRegistry
 from accord.identity.errors import CredentialError, RegistryError
 from accord.identity.exams import check_agent_entry
 from accord.identity.presentations import SqlNonceStore, create_presentation, verify_presentation
+from accord.ledger.database import db_reason
 from accord.ledger.events import Entry, Event, format_time
 from accord.ledger.service import Ledger
 from accord.ledger.signing import Ed25519Signer
-from accord.ledger.store import db_reason
 
 REGISTERED_KIND = "agent.registered"
 REGISTRATION_CHALLENGE_TTL = timedelta(minutes=5)

@@ -24,9 +24,9 @@ from sqlmodel import Field, SQLModel
 
 from accord.identity.errors import RegistryError
 from accord.identity.status import StatusList, status_list_credential
+from accord.ledger.database import create_tables, db_reason
 from accord.ledger.service import Ledger
 from accord.ledger.signing import Ed25519Signer
-from accord.ledger.store import create_tables, db_reason
 
 STATUS_LIST_FILE = "status-list.json"
 STATUS_LIST_PATH = "/credentials/status/revocation"

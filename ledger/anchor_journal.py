@@ -37,8 +37,8 @@ from sqlalchemy import BigInteger, Engine, LargeBinary, delete, insert, select, 
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlmodel import Column, Field, SQLModel
 
+from accord.ledger.database import create_tables, db_reason, statement_connection
 from accord.ledger.errors import StoreError
-from accord.ledger.store import create_tables, db_reason, statement_connection
 
 AnchorRecordStatus = Literal["pending", "confirmed"]
 """The two `accord.ledger.txjournal.JournalStatus` values an anchor's record takes: "pending"

@@ -11,7 +11,7 @@
     ├── AuditFailure        audit.checks: one audit checklist step does not hold
     ├── AuditUnchecked      audit.checks: a step held as far as it could be re-run here
     ├── AuditPending        audit.checks: a step holds so far; the rest is not due yet
-    ├── ApiError            api.client: a call to an accord service failed
+    ├── ApiError            accord.client: a call to an accord service failed
     ├── FetchError          api.credential_check: a document could not be fetched as JSON
     └── AuthError           identity.http_signatures: a request's signature does not hold
 

@@ -16,6 +16,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from accord.ledger.database import make_engine
 from accord.ledger.devnet import (
     Devnet,
     DevnetInfo,
@@ -28,7 +29,7 @@ from accord.ledger.devnet import (
 from accord.ledger.errors import ChainError, DevnetError, HomeError
 from accord.ledger.settings import Settings
 from accord.ledger.signing import Ed25519Signer, load_or_create_keyfile
-from accord.ledger.store import LogStore, make_engine
+from accord.ledger.store import LogStore
 
 if TYPE_CHECKING:
     from accord.ledger.chain import AnchorChain

@@ -47,7 +47,7 @@ from sqlalchemy import update as sql_update
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlmodel import Column, Field, LargeBinary, SQLModel
 
-from accord.ledger.store import create_tables
+from accord.ledger.database import create_tables
 from accord.market.errors import MarketError, WorkError
 from accord.market.work import MAX_FILE_BYTES
 

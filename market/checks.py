@@ -6,7 +6,7 @@ depend on S beyond that: each check is evaluated exactly once, on the
 outputs of the parts it reads (a judge check calls the model once per (check, part set)).
 The Shapley game's players are the parts (the plan and the assembly among them), not their
 producers: v(S), for a set S of parts, is the sum of the shares
-(`accord.market.work.check_shares`) of the passed checks that read only parts in S, and a
+(`accord.market.payouts.check_shares`) of the passed checks that read only parts in S, and a
 producer is paid the sum of its parts' values (`Valuation.by_producer`), however many
 identities it holds them under. `Valuation.value` memoises by the delivered parts in S.
 

@@ -27,6 +27,32 @@ Each is safe from several service processes at once: a lifecycle event is logged
 process won, not a failure), the escrow pays out once, and a settler that loses the race takes
 what the winner logged (`accord.market.settlement`). What the chain refuses is tried again on the
 next round. `due` is the pure rule; `run_due` does one round.
+
+Every transition of a task, and the shell that makes it (the I/O around the pure rule). The
+one rule that moves a task between states is `accord.market.tasks.step` (the states are
+`accord.market.states`); a shell checks who may act, logs the signed event, and moves money:
+
+    1. post      `Market.post` (the operator signs) / `Market.post_signed` (the requester's
+                 own `task.posted`), market/service.py; its deposit: `Market.escrow_task`,
+                 or the requester's wallet and then `Market.recover` (`escrow.opened`)
+    2. commit    `Market.commit`, market/service.py; the bid's own checks in
+                 `accord.market.sealed` (`commit_bid` makes one)
+    3. reveal    `Market.reveal`, market/service.py; checks in `accord.market.sealed`
+    4. award     `Market.award`, market/service.py (the rule: `accord.market.auction`), run
+                 here when the reveal window closes; the winner told by
+                 `accord.market.notices`
+    5. start     `Market.start` for a winner the service runs (`run_awarded_task`,
+                 coordinator/service.py); the winner's own `task.started` for one that keeps
+                 its key (`admit_work_entry`, coordinator/contract_work.py)
+    6. deliver   `Market.deliver`, through the same two homes as start
+    7. review    `Market.review` / `Market.review_signed`, market/service.py (what a rejection
+                 must hold: `rejection_terms`, and `accord.market.payouts` for the fee); a
+                 rejection's dispute: `accord.market.disputes`, `accord.market.panel`
+    8. settle    `settle_task`, market/settlement.py (checks, Shapley, the pay on chain), run
+                 here when the review window closes or at once (`accord.market.early`)
+    9. expire    `Market.expire_undelivered` and `Market.expire_silent`, market/service.py,
+                 run here; the refund `Market.recover`; before any bid, `Market.cancel`
+                 (its requester) and `Market.close_unfunded` (here)
 """
 
 from __future__ import annotations

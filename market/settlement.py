@@ -6,7 +6,7 @@
        to 16; sampled with a logged seed beyond); each producer's value is the sum of its
        parts' values, so holding parts under one identity or several pays the same
     3. the amount paid, the auction price times the share of the requester's check weight that
-       passed (`accord.market.work.paid_share`, rounded down to the wei), less the fees of the
+       passed (`accord.market.payouts.paid_share`, rounded down to the wei), less the fees of the
        disputes the team lost, split by producer value into integer wei by largest remainder:
        the parts sum exactly to the amount; nothing passed, nothing paid. The fees of every
        decided dispute (the team's, and the requester's from its refund) go to the evaluator
@@ -61,11 +61,13 @@ from accord.market.checks import (
 from accord.market.disputes import JudgeSeat, decide_by_panel, decide_contest
 from accord.market.early import accepted_in_full
 from accord.market.errors import EscrowError, SettlementError, SettlementWaits
+from accord.market.escrow.port import EscrowReceipt
 from accord.market.money import Wei
 from accord.market.panel import JUDGE_SEAT, PanelError, decided_disputes, settle_disputes
 from accord.market.panel_calls import panelist_caller
+from accord.market.payouts import CONTRACTOR_SHARE, amount_paid, check_shares, paid_share
 from accord.market.reputation import SettledWork, scored_parts
-from accord.market.service import MAX_TASK_EVENTS, EscrowReceipt, Market, task_event
+from accord.market.service import MAX_TASK_EVENTS, Market, task_event
 from accord.market.shapley import ShapleyResult, shapley, split_wei
 from accord.market.tasks import (
     CHECKS_PREVIEWED,
@@ -79,14 +81,10 @@ from accord.market.tasks import SETTLEMENT_COMPUTED as SETTLEMENT_COMPUTED  # lo
 from accord.market.tasks import SETTLEMENT_RELEASED as SETTLEMENT_RELEASED  # logged here
 from accord.market.work import (
     ASSEMBLY_PART,
-    CONTRACTOR_SHARE,
     PLAN_PART,
     PythonCheck,
     ReviewCheck,
-    amount_paid,
-    check_shares,
     file_refs,
-    paid_share,
     part_refs,
     resolve_files,
     resolve_parts,

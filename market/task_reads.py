@@ -16,7 +16,8 @@ from accord.market.errors import TaskError
 from accord.market.tasks import BID_COMMITTED, BID_REVEALED, TASK_KINDS, Task, TaskEvent, replay
 
 if TYPE_CHECKING:
-    from accord.ledger.store import LogStore, StoredEntry
+    from accord.ledger.log import StoredEntry
+    from accord.ledger.store import LogStore
     from accord.market.reputation import RequesterRecord
 
 MAX_TASK_EVENTS = 100_000

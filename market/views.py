@@ -45,9 +45,9 @@ from sqlalchemy import (
 )
 from sqlmodel import Column, Field, SQLModel
 
+from accord.ledger.database import driver_mark, upsert_sql
 from accord.ledger.errors import MalformedError, QueryError
 from accord.ledger.events import parse_time
-from accord.ledger.store import driver_mark, upsert_sql
 from accord.ledger.views import (
     ViewEntry,
     check_limit,

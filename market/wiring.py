@@ -25,9 +25,10 @@ from accord.market.escrow import (
     address_of,
     ensure_escrow,
 )
+from accord.market.escrow.port import EscrowDeposit, EscrowReceipt
 from accord.market.escrow.values import open_intent
 from accord.market.money import Wei
-from accord.market.service import EscrowDeposit, EscrowReceipt, Market
+from accord.market.service import Market
 
 ESCROW_DEPLOYMENT_FILE = "escrow-deployment.json"
 

@@ -25,7 +25,8 @@ half each; the requester's checks share the other 4/5 by weight.
     amount = floor(price * passed / weight)
 
 where `weight` is the total weight of the requester's checks and `passed` the weight of those
-that passed (`paid_share`, `amount_paid`); the rest of the deposit goes back to the requester.
+that passed (`accord.market.payouts`: `paid_share`, `amount_paid`, and `check_shares` and the
+dispute fee beside them); the rest of the deposit goes back to the requester.
 The plan and assembly checks earn nothing on their own: they only divide the amount, by
 Shapley value over v(S), so the contract holder's share grows and shrinks with what its team
 delivered, and a deliverable that passes none of the requester's checks pays nobody.
@@ -67,8 +68,6 @@ PLAN_PART = "_plan"
 ASSEMBLY_PART = "_assembly"
 PLAN_CHECK = "_plan-covers-every-part"
 ASSEMBLY_CHECK = "_assembly-holds-every-output"
-CONTRACTOR_SHARE = Fraction(1, 5)
-"""The share of v(N) the contract holder's plan and assembly checks carry together."""
 
 MAX_PARTS = 64
 MAX_CHECKS = 128
@@ -161,8 +160,6 @@ class JudgeCheck:
 
 DEFAULT_REVIEW_CRITERION = "The parts do what their inputs ask, correctly and completely."
 DISPUTE_PASS_SCORE = 6
-DISPUTE_FEE_DIVISOR = 20
-"""A dispute's fee is 1/20 of the price (at least 1 wei)."""
 
 
 @dataclass(frozen=True)
@@ -175,18 +172,6 @@ class ReviewCheck:
     reads: tuple[str, ...]
     criterion: str = DEFAULT_REVIEW_CRITERION
     kind: Literal["review"] = "review"
-
-
-def dispute_fee(price: int) -> int:
-    """Pure: what one dispute costs the side that loses it, in wei."""
-    return max(1, price // DISPUTE_FEE_DIVISOR)
-
-
-def bond_owed(budget: int, price: int, rejected: int, bonded: int) -> int:
-    """Pure: the wei a requester must bond from its own account before one more rejection
-    is taken, when it has `rejected` review checks already and bonded `bonded` wei: the escrow
-    must hold every dispute's fee beyond the price (0 when it does)."""
-    return max(0, (rejected + 1) * dispute_fee(price) - (budget - price + bonded))
 
 
 @dataclass(frozen=True)
@@ -855,38 +840,3 @@ def rubric(parts: Sequence[Part], checks: Sequence[Check]) -> tuple[Check, ...]:
         PlanCheck(PLAN_CHECK, 1, (PLAN_PART,)),
         AssemblyCheck(ASSEMBLY_CHECK, 1, (PLAN_PART, ASSEMBLY_PART, *every_part)),
     )
-
-
-def paid_share(checks: Sequence[Check], passed: Mapping[str, bool]) -> Fraction:
-    """Pure: the share of the price a delivery earns, the weight of the requester's checks
-    that passed over the weight of all of them (plan and assembly checks count for nothing).
-    0 for a rubric with no requester check."""
-    requester = [c for c in checks if c.kind in REQUESTER_KINDS]
-    weight = sum(c.weight for c in requester)
-    if weight == 0:
-        return Fraction(0)
-    return Fraction(sum(c.weight for c in requester if passed.get(c.check_id)), weight)
-
-
-def amount_paid(price: int, share: Fraction) -> int:
-    """Pure: `price * share`, rounded down to the wei (what rounding leaves goes back to the
-    requester). Raises WorkError for a share outside 0..1 or a negative price."""
-    if price < 0 or not 0 <= share <= 1:
-        raise WorkError(f"cannot pay {share} of {price} wei")
-    scaled = price * share
-    return scaled.numerator // scaled.denominator
-
-
-def check_shares(checks: Sequence[Check]) -> dict[str, Fraction]:
-    """Each check's share of v(N): the plan and assembly checks `CONTRACTOR_SHARE / 2` each,
-    the requester's checks the rest in proportion to their weights. Sums to exactly 1."""
-    requester = [c for c in checks if c.kind not in ("plan", "assembly")]
-    contractor = [c for c in checks if c.kind in ("plan", "assembly")]
-    total = sum(c.weight for c in requester)
-    shares: dict[str, Fraction] = {}
-    rest = Fraction(1) - (CONTRACTOR_SHARE if contractor else 0)
-    for check in requester:
-        shares[check.check_id] = rest * Fraction(check.weight, total)
-    for check in contractor:
-        shares[check.check_id] = CONTRACTOR_SHARE / len(contractor)
-    return shares

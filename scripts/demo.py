@@ -43,12 +43,13 @@ from accord.coordinator.service import agent_names, run_awarded_task
 from accord.identity.agents import AgentRecord
 from accord.identity.errors import IdentityError, KeyStoreError, RateLimitedError, RegistryError
 from accord.identity.onboarding import Onboarding, open_onboarding
+from accord.ledger.database import make_engine
 from accord.ledger.errors import LedgerError
 from accord.ledger.sealing import seal
 from accord.ledger.service import Ledger
 from accord.ledger.settings import Settings
 from accord.ledger.signing import Signer, load_or_create_keyfile
-from accord.ledger.store import LogStore, make_engine
+from accord.ledger.store import LogStore
 from accord.ledger.verify import verify_log
 from accord.ledger.wiring import connect_chain, devnet_for, open_ledger
 from accord.market.errors import BidRejected, MarketError

@@ -53,6 +53,8 @@ PURE_CORES = (
     "accord.market.money",
     "accord.market.tasks",
     "accord.market.work",
+    "accord.market.payouts",
+    "accord.market.escrow.port",
     "accord.market.checks",
     "accord.market.states",
     "accord.market.sealed",

@@ -28,7 +28,7 @@ from urllib.parse import quote
 from eth_account import Account
 from eth_account.signers.local import LocalAccount
 
-from accord.api.client import AccordClient, ApiError
+from accord.client import AccordClient, ApiError
 from accord.coordinator.conversation import WORK_ANSWERED
 from accord.coordinator.errors import CoordinatorError
 from accord.coordinator.policy import Policy

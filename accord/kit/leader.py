@@ -23,7 +23,7 @@ from datetime import datetime
 from typing import Any, cast
 from urllib.parse import quote
 
-from accord.api.client import AccordClient, ApiError, JsonObject
+from accord.client import AccordClient, ApiError, JsonObject
 from accord.coordinator.adapters import RuntimeAdapter
 from accord.coordinator.conversation import Conversation
 from accord.coordinator.errors import CoordinatorError, TeamError

@@ -25,14 +25,14 @@ from dataclasses import dataclass
 from typing import Any, cast
 from urllib.parse import quote
 
-from accord.api.client import AccordClient, ApiError
+from accord.client import AccordClient, ApiError
 from accord.kit.wallet import Sent, Wallet, WalletError
 from accord.ledger.canonical import canonical_json
 from accord.ledger.errors import AccordError
 from accord.ledger.events import Entry, make_entry, parse_time
 from accord.market.money import Wei
+from accord.market.payouts import bond_owed, dispute_fee
 from accord.market.tasks import CHECKS_PREVIEWED, REVIEW_GIVEN
-from accord.market.work import bond_owed, dispute_fee
 
 JsonObject = dict[str, Any]
 IDEMPOTENCY_HEADER = "Idempotency-Key"
@@ -157,7 +157,7 @@ class Requester:
     ) -> JsonObject:
         """Accept or reject a review check of the delivered work, with the requester's own
         signed `review.given`; a rejection needs a `reason`, and holds the dispute fee
-        (`accord.market.work.dispute_fee` of the price) that the service checks it names.
+        (`accord.market.payouts.dispute_fee` of the price) that the service checks it names.
         When the escrow does not hold the fee of every rejection beyond the price (a lone
         bidder is paid the whole budget), the wallet bonds what is missing first from the
         requester's own account (`TaskEscrow.bond`), its earlier rejections read from the log

@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import quote
 
-from accord.api.client import AccordClient, ApiError
+from accord.client import AccordClient, ApiError
 from accord.identity.challenges import JSON
 from accord.identity.challenges.skills import ExactValidator
 from accord.identity.errors import ExamError, SandboxUnavailable, SkillError, UnknownSkill

@@ -16,9 +16,9 @@ from starlette.concurrency import run_in_threadpool
 
 from accord.api.audits import AuditCache
 from accord.api.auth import PurgeSchedule, RateLimiter, SqlRequestNonces
-from accord.api.client import NEXT_CURSOR_HEADER
 from accord.api.problems import ProblemError
 from accord.api.streams import StreamSlots
+from accord.client import NEXT_CURSOR_HEADER
 from accord.identity.errors import IdentityError
 from accord.identity.http_signatures import (
     DEFAULT_WINDOW,

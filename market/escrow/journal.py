@@ -29,7 +29,7 @@ from sqlalchemy import (
 from sqlalchemy.exc import SQLAlchemyError
 from sqlmodel import Column, Field, SQLModel
 
-from accord.ledger.store import create_tables, upsert
+from accord.ledger.database import create_tables, upsert
 from accord.ledger.txjournal import DONE, UNRESOLVED, JournalStatus
 from accord.market.errors import EscrowError
 from accord.market.escrow.values import EscrowIntent, SignedEscrowTx

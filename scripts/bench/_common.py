@@ -26,9 +26,10 @@ import httpx
 from rich.console import Console
 from rich.table import Table
 
+from accord.ledger.database import make_engine
 from accord.ledger.events import Entry, make_entry
 from accord.ledger.signing import Ed25519Signer
-from accord.ledger.store import LogStore, make_engine
+from accord.ledger.store import LogStore
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_REPS = 5

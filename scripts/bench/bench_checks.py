@@ -43,6 +43,7 @@ from accord.ledger.sealing import seal
 from accord.market.check_io import Judge, run_python_check
 from accord.market.checks import CheckResult, Delivered, Judged, evaluate_all, valuation
 from accord.market.money import Wei
+from accord.market.payouts import check_shares
 from accord.market.shapley import shapley, split_wei
 from accord.market.work import (
     ASSEMBLY_PART,
@@ -54,7 +55,6 @@ from accord.market.work import (
     PythonCheck,
     ReviewCheck,
     SchemaCheck,
-    check_shares,
     rubric,
 )
 

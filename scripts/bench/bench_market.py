@@ -56,10 +56,10 @@ from _common import TIMES, Goal, Measure, Section, progress, run_alone, side_by_
 from accord.identity.challenges import REGISTRY
 from accord.ledger import signing
 from accord.ledger.chain import DEVNET_OPERATOR_KEY
+from accord.ledger.database import make_engine
 from accord.ledger.devnet import find_free_port
 from accord.ledger.settings import Settings
 from accord.ledger.signing import Ed25519Signer
-from accord.ledger.store import make_engine
 from accord.ledger.wiring import devnet_for
 from accord.market import sealed
 from accord.market.auction import RevealedBid, clear_auction

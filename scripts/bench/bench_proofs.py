@@ -21,7 +21,7 @@ them: `LogStore.inclusion_proof(index, size)` and `SqliteTree.prove_inclusion(in
 size)`. Both first serve the same number of warm-up proofs (the first pass is reported as
 "cold"); then each repetition times fresh random indices, side by side.
 
-The store's read path (ledger/store.py) skips the head-size query when the asked size is one
+The store's read path (ledger/proofs.py) skips the head-size query when the asked size is one
 the log is known to have reached, keeps full tiles of tile level >= 1 (immutable) in memory,
 and reads the rest, one row per tile (the level-0 tile: about three rows at a million
 entries, less the cached ones), with one statement on the raw SQLite cursor of a pooled,
@@ -56,8 +56,9 @@ from _common import (
 from pymerkle import SqliteTree
 
 from accord.ledger import merkle
+from accord.ledger.database import make_engine
 from accord.ledger.merkle import NodeId
-from accord.ledger.store import LogStore, make_engine
+from accord.ledger.store import LogStore
 
 GOAL_PROOFS_PER_S = 10_000
 GOAL_SIZE = 1_000_000

@@ -14,7 +14,7 @@ from eth_account import Account
 from typer.testing import CliRunner
 
 from accord.api.cli import app as cli_app
-from accord.api.client import AccordClient, ApiError
+from accord.client import AccordClient, ApiError
 from accord.identity.challenges import JSON, JSONObject
 from accord.identity.challenges.skills import work_item
 from accord.identity.runtimes import AgentRuntimeError, ReferenceRuntime

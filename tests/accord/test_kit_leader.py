@@ -15,8 +15,8 @@ from typing import Any
 import httpx
 import pytest
 
-from accord.api.client import AccordClient, ApiError
 from accord.audit.checks import audit_task
+from accord.client import AccordClient, ApiError
 from accord.identity.http_auth import AccordAuth
 from accord.identity.runtimes import AgentRuntime, AgentRuntimeError, ReferenceRuntime
 from accord.kit.agent import KitAgent, fixed_price, load_eth_key, load_key

@@ -22,7 +22,7 @@ from eth_account import Account
 from typer.testing import CliRunner
 
 from accord.api.cli import app as cli_app
-from accord.api.client import AccordClient
+from accord.client import AccordClient
 from accord.identity.challenges import JSON, JSONObject
 from accord.identity.runtimes import AgentRuntimeError, ReferenceRuntime
 from accord.kit.agent import KitAgent

@@ -21,8 +21,8 @@ from fastapi import FastAPI
 from typer.testing import CliRunner
 
 from accord.api.cli import app as cli_app
-from accord.api.client import AccordClient, ApiError
 from accord.audit.checks import audit_task
+from accord.client import AccordClient, ApiError
 from accord.identity.challenges import JSON, JSONObject
 from accord.identity.errors import SkillError
 from accord.identity.http_auth import AccordAuth

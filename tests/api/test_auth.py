@@ -485,7 +485,7 @@ def test_a_replayed_bid_is_refused_and_logged_once(
 def test_sql_nonces_refuse_a_replay_across_workers(tmp_path: Any) -> None:
     """Two workers share the service's database: a nonce used at one is refused at the other."""
     from accord.api.auth import SqlRequestNonces
-    from accord.ledger.store import make_engine
+    from accord.ledger.database import make_engine
 
     engine = make_engine(f"sqlite:///{tmp_path / 'shared.db'}")
     worker_a, worker_b = SqlRequestNonces(engine, 300), SqlRequestNonces(engine, 300)

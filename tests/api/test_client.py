@@ -1,4 +1,4 @@
-"""`accord.api.client` and the CLI's `--server URL`: uvicorn on 127.0.0.1 over an in-memory world
+"""`accord.client` and the CLI's `--server URL`: uvicorn on 127.0.0.1 over an in-memory world
 (a posted task with bids, a logged team conversation); each read command run with `--server`
 through typer's CliRunner prints exactly what the same command prints from the local store."""
 
@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from accord.api import coordinator_cli, market_cli
 from accord.api.cli import app
-from accord.api.client import AccordClient, ApiError
+from accord.client import AccordClient, ApiError
 from accord.ledger.devnet import find_free_port
 from accord.ledger.settings import Settings
 from accord.market.wiring import MarketContext
@@ -207,7 +207,7 @@ def test_a_read_still_limited_past_its_wait_is_an_error_naming_the_pause() -> No
 
 
 def test_retry_after_reads_seconds_and_http_dates() -> None:
-    from accord.api.client import retry_after
+    from accord.client import retry_after
 
     assert retry_after({"Retry-After": "7"}) == 7.0
     assert retry_after({}) == 1.0 and retry_after({"Retry-After": "soon"}) == 1.0

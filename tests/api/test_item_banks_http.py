@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from accord.api.client import AccordClient
+from accord.client import AccordClient
 from accord.identity.errors import SkillError
 from accord.identity.item_banks import available, bank_root, check_reveal, draw, reveal
 from accord.identity.manifests import skill_id

@@ -38,8 +38,8 @@ from typer.testing import CliRunner
 
 from accord.api.app import create_app
 from accord.api.cli import app as cli_app
-from accord.api.client import AccordClient, ApiError
 from accord.api.routes.deps import ApiConfig
+from accord.client import AccordClient, ApiError
 from accord.coordinator.service import run_awarded_task
 from accord.identity.http_auth import AccordAuth
 from accord.kit import Requester, Wallet

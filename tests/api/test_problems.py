@@ -13,8 +13,8 @@ from httpx import Response
 from sqlalchemy import create_engine, text
 
 from accord.api.problems import PROBLEM_MEDIA_TYPE, install_problem_handlers
+from accord.ledger.database import make_engine
 from accord.ledger.devnet import find_free_port
-from accord.ledger.store import make_engine
 from tests.ledger.conftest import PG_ENV, PG_SKIP_REASON
 
 

@@ -27,11 +27,12 @@ from accord.audit.checks import audit_task
 from accord.audit.forgery import change_output, forge_copy
 from accord.identity.http_auth import AccordAuth
 from accord.ledger.chain import AnchorChain
+from accord.ledger.database import make_engine
 from accord.ledger.devnet import find_free_port
 from accord.ledger.sealing import seal
 from accord.ledger.settings import Settings
 from accord.ledger.signing import Signer
-from accord.ledger.store import LogStore, make_engine
+from accord.ledger.store import LogStore
 from accord.ledger.wiring import devnet_for
 from accord.market.money import Wei
 from accord.market.sealed import commit_bid, reveal_bid

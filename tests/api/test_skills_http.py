@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from accord.api.client import AccordClient, ApiError
 from accord.api.routes.deps import ApiConfig
+from accord.client import AccordClient, ApiError
 from accord.identity.errors import SkillError
 from accord.identity.http_auth import AccordAuth
 from accord.identity.manifests import (

@@ -15,7 +15,7 @@ from fastapi.testclient import TestClient
 from typer.testing import CliRunner
 
 from accord.api.cli import app as cli_app
-from accord.api.client import AccordClient
+from accord.client import AccordClient
 from accord.coordinator.service import directory_for, directory_of, discover
 from accord.coordinator.team import form_team, rank_candidates
 from accord.identity.credential_views import VIEW_NAME as CREDENTIAL_VIEW

@@ -29,11 +29,12 @@ from accord.identity.onboarding import Onboarding, open_onboarding
 from accord.ledger.anchoring import Anchorer
 from accord.ledger.chain import DEVNET_OPERATOR_KEY, MemoryAnchorChain
 from accord.ledger.checkpoint import take_checkpoint
+from accord.ledger.database import make_engine
 from accord.ledger.events import Entry, Event, sign_event
 from accord.ledger.service import Ledger
 from accord.ledger.settings import Settings
 from accord.ledger.signing import Ed25519Signer, Signer, load_or_create_keyfile
-from accord.ledger.store import LogStore, make_engine
+from accord.ledger.store import LogStore
 from accord.ledger.wiring import open_store, operator_signer
 from accord.market.escrow import EscrowActions, MemoryEscrowChain, MemoryEscrowJournal, address_of
 from accord.market.money import Wei, parse_amount

@@ -2,7 +2,7 @@
 tree nodes and the anchors untouched.
 
 The audit must not trust what the operator can edit: the indexed copies of each entry
-(`ledger_entries.actor`, `seq`, `kind`, `subject`, `at`; see ledger/store.py) and the rows
+(`ledger_entries.actor`, `seq`, `kind`, `subject`, `at`; see ledger/database.py) and the rows
 themselves. One case per (entry kind of the log, column) and one deletion per entry kind;
 `tests/audit/test_hostile_operator.py` runs every case through both `accord audit` and
 `ledger verify` and checks that each fails at the step that names it:

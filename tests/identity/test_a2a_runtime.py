@@ -49,9 +49,9 @@ from accord.identity.runtimes import (
     read_send_message_reply,
     whole_numbers,
 )
+from accord.ledger.database import make_engine
 from accord.ledger.devnet import find_free_port
 from accord.ledger.signing import Ed25519Signer, b64url
-from accord.ledger.store import make_engine
 from accord.market.sealed import commit_bid, reveal_bid
 from accord.market.settlement import settle_task
 from tests.audit.conftest import open_world, post_task

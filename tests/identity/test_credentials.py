@@ -44,10 +44,11 @@ from accord.identity.status import (
     status_list_credential,
     verify_issuer_proof,
 )
+from accord.ledger.database import make_engine
 from accord.ledger.events import Entry
 from accord.ledger.service import Ledger
 from accord.ledger.signing import Ed25519Signer
-from accord.ledger.store import LogStore, make_engine
+from accord.ledger.store import LogStore
 
 NOW = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
 VALID_FOR = timedelta(days=180)

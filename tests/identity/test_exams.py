@@ -19,10 +19,11 @@ from accord.identity.exams import (
     regrade_from_ledger,
 )
 from accord.identity.runtimes import ReferenceRuntime
+from accord.ledger.database import make_engine
 from accord.ledger.events import Entry
 from accord.ledger.service import Ledger
 from accord.ledger.signing import Ed25519Signer
-from accord.ledger.store import LogStore, make_engine
+from accord.ledger.store import LogStore
 from tests.clocks import Clock
 
 START = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)

@@ -19,8 +19,8 @@ from accord.identity.presentations import (
     create_presentation,
     verify_presentation,
 )
+from accord.ledger.database import make_engine
 from accord.ledger.signing import from_b64url
-from accord.ledger.store import make_engine
 from tests.identity.test_credentials import AGENT, NOW, OPERATOR, STRANGER, World
 
 DOMAIN = "accord.example"

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from accord.api.client import AccordClient
+from accord.client import AccordClient
 from accord.identity.address_guard import agent_client
 from accord.identity.chat import OpenAIChat
 from accord.identity.tls import tls_context

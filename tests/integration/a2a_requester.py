@@ -35,7 +35,7 @@ from a2a.types.a2a_pb2 import (
 from google.protobuf import struct_pb2
 from google.protobuf.json_format import MessageToDict, ParseDict
 
-from accord.api.client import AccordClient
+from accord.client import AccordClient
 from accord.kit.requester import Requester
 from accord.kit.wallet import Wallet
 from accord.ledger.signing import read_keyfile

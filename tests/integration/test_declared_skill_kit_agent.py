@@ -25,8 +25,8 @@ import httpx
 import pytest
 
 from accord.api.app import create_app
-from accord.api.client import AccordClient
 from accord.api.routes.deps import ApiConfig
+from accord.client import AccordClient
 from accord.identity.manifests import skill_id
 from accord.ledger.devnet import find_free_port
 from accord.ledger.signing import Ed25519Signer

@@ -16,8 +16,8 @@ import httpx
 import pytest
 
 from accord.api.app import create_app
-from accord.api.client import AccordClient
 from accord.api.routes.deps import ApiConfig
+from accord.client import AccordClient
 from accord.coordinator.service import run_awarded_task
 from accord.identity.skill_attempts import ATTEMPT_ANSWERED, ATTEMPT_NONCE
 from accord.ledger.devnet import find_free_port

@@ -32,8 +32,8 @@ from eth_account import Account
 
 import accord.coordinator.service
 from accord.api.app import create_app
-from accord.api.client import AccordClient
 from accord.api.routes.deps import ApiConfig
+from accord.client import AccordClient
 from accord.coordinator.service import run_awarded_task
 from accord.identity.agents import AgentRecord
 from accord.kit import Requester, Wallet
@@ -45,9 +45,10 @@ from accord.ledger.wiring import devnet_for
 from accord.market.lifecycle import run_due
 from accord.market.money import Wei
 from accord.market.panel import COMMIT_WINDOW_S, panel_pay
+from accord.market.payouts import dispute_fee
 from accord.market.sealed import commit_bid, reveal_bid
 from accord.market.settlement import logged_settlement
-from accord.market.work import ReviewCheck, dispute_fee
+from accord.market.work import ReviewCheck
 from tests.api.test_app import FIGURES, PART, SALT, SUM_RIGHT
 from tests.api.test_outside_requester import fund, hex_key
 from tests.audit.conftest import World

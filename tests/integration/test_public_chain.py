@@ -21,12 +21,13 @@ import pytest
 
 from accord.ledger.anchoring import Anchorer
 from accord.ledger.chain import DEVNET_OPERATOR_KEY, Web3AnchorChain, ensure_registry
+from accord.ledger.database import make_engine
 from accord.ledger.devnet import Devnet, DevnetInfo, find_free_port, rpc_call
 from accord.ledger.errors import FeesAboveCeilingError
 from accord.ledger.events import make_entry
 from accord.ledger.fees import FeePolicy
 from accord.ledger.signing import Ed25519Signer
-from accord.ledger.store import LogStore, make_engine
+from accord.ledger.store import LogStore
 from accord.market.escrow import (
     EscrowActions,
     EscrowRefusedError,

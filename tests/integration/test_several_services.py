@@ -31,13 +31,14 @@ from typing import Any
 import httpx
 import pytest
 
-from accord.api.client import AccordClient, ApiError
+from accord.client import AccordClient, ApiError
 from accord.identity.presentations import create_presentation
+from accord.ledger.database import make_engine
 from accord.ledger.devnet import find_free_port
 from accord.ledger.events import Entry
 from accord.ledger.settings import Settings
 from accord.ledger.signing import Signer
-from accord.ledger.store import LogStore, make_engine
+from accord.ledger.store import LogStore
 from accord.ledger.wiring import devnet_for, prepare_home, utc_now
 from accord.market.money import parse_amount
 from accord.market.sealed import commit_bid

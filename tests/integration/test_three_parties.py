@@ -31,7 +31,7 @@ from typing import Any
 import httpx
 import pytest
 
-from accord.api.client import AccordClient
+from accord.client import AccordClient
 from accord.kit.wallet import write_key_file
 from accord.ledger.devnet import find_free_port
 from accord.ledger.events import Entry

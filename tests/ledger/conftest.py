@@ -24,9 +24,10 @@ from urllib.parse import quote
 import pytest
 from sqlalchemy import Engine, create_engine, text
 
+from accord.ledger.database import make_engine
 from accord.ledger.events import Entry, make_entry
 from accord.ledger.signing import Ed25519Signer
-from accord.ledger.store import LogStore, make_engine
+from accord.ledger.store import LogStore
 
 if TYPE_CHECKING:  # tamper.py imports this module; the fixtures below import it when run
     from tests.ledger.tamper import Corpus, Lab, Pristine

@@ -1,6 +1,6 @@
 """A log as accord stored it before tiles: its tree as one row per perfect subtree in
 `ledger_nodes` (keyed by `level << 48 | position`, pairs of leaves not stored), written here
-straight through SQL so tests can migrate it (`accord.ledger.store.migrate_to_tiles`)."""
+straight through SQL so tests can migrate it (`accord.ledger.tile_migration.migrate_to_tiles`)."""
 
 from __future__ import annotations
 
@@ -10,14 +10,8 @@ from sqlalchemy import Engine, insert
 from sqlmodel import SQLModel
 
 from accord.ledger import merkle
+from accord.ledger.database import LedgerCheckpoint, LedgerEntry, LedgerHead, LedgerNode, LedgerOnce
 from accord.ledger.events import Entry
-from accord.ledger.store import (
-    LedgerCheckpoint,
-    LedgerEntry,
-    LedgerHead,
-    LedgerNode,
-    LedgerOnce,
-)
 
 OLD_NODE_INDEX_BITS = 48
 

@@ -76,9 +76,10 @@ from datetime import timedelta
 from pathlib import Path
 
 from accord.ledger.checkpoint import take_checkpoint
+from accord.ledger.database import make_engine
 from accord.ledger.events import Entry, make_entry
 from accord.ledger.signing import Ed25519Signer
-from accord.ledger.store import LogStore, make_engine
+from accord.ledger.store import LogStore
 from accord.ledger.tiles import key_tile, row_node
 from accord.ledger.verify import VerificationReport, verify_log
 from tests.ledger.conftest import LOG_ID, START, EntryMaker, signer_from

@@ -15,9 +15,10 @@ import pytest
 
 from accord.ledger.anchoring import Anchorer
 from accord.ledger.chain import MemoryAnchorChain
+from accord.ledger.database import make_engine
 from accord.ledger.service import MAX_ANCHOR_TICK_S, AnchorTimer, Ledger, anchor_tick
 from accord.ledger.signing import Ed25519Signer
-from accord.ledger.store import LogStore, make_engine
+from accord.ledger.store import LogStore
 from tests.clocks import Clock
 
 START = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)

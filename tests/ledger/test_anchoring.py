@@ -10,11 +10,12 @@ import pytest
 from accord.ledger.anchor_journal import AnchorJournal
 from accord.ledger.anchoring import Anchorer
 from accord.ledger.chain import MemoryAnchorChain
+from accord.ledger.database import make_engine
 from accord.ledger.errors import ChainUnavailableError
 from accord.ledger.events import make_entry
 from accord.ledger.service import Ledger
 from accord.ledger.signing import Ed25519Signer
-from accord.ledger.store import LogStore, make_engine
+from accord.ledger.store import LogStore
 from accord.ledger.verify import verify_log
 
 START = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)

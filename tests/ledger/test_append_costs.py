@@ -15,15 +15,15 @@ import pytest
 from sqlalchemy import Engine, create_engine, event, text
 from sqlalchemy.exc import OperationalError
 
-from accord.ledger import merkle
-from accord.ledger import store as store_module
+from accord.ledger import database, merkle
 from accord.ledger.anchoring import Anchorer
 from accord.ledger.chain import MemoryAnchorChain
+from accord.ledger.database import make_engine
 from accord.ledger.errors import AlreadyLoggedError, SequenceError
 from accord.ledger.events import Entry, make_entry
 from accord.ledger.service import Ledger
 from accord.ledger.signing import Ed25519Signer
-from accord.ledger.store import LogStore, make_engine
+from accord.ledger.store import LogStore
 from tests.ledger.conftest import LOG_ID, START, postgres_schema_url
 from tests.ledger.test_anchoring import Clock
 
@@ -176,7 +176,7 @@ def _kill_connections_under_a_store(db_url: str, monkeypatch: pytest.MonkeyPatch
         assert store.size() == 0  # ...so the next read connects anew
         # One that sat idle (here: any, with the threshold at 0) is pinged first, found
         # dead, and replaced before the read uses it: no failure at all.
-        monkeypatch.setattr(store_module, "IDLE_PING_S", 0.0)
+        monkeypatch.setattr(database, "IDLE_PING_S", 0.0)
         _kill_the_connection_of(store, db_url)
         assert store.size() == 0
     finally:

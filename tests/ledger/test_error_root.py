@@ -149,7 +149,7 @@ def test_every_accord_error_is_drawn_under_its_parent_in_its_packages_tree() -> 
     ("module_name", "root"),
     [
         ("accord.audit.checks", "AuditFailure"),
-        ("accord.api.client", "ApiError"),
+        ("accord.client", "ApiError"),
         ("accord.identity.http_signatures", "AuthError"),
     ],
 )

@@ -24,10 +24,11 @@ from typing import Any
 
 from sqlalchemy import delete, event, insert, select
 
+from accord.ledger.database import LedgerEntry, LedgerHead, LedgerTile
 from accord.ledger.errors import AlreadyLoggedError, SequenceError, StoreError
 from accord.ledger.events import Entry, make_entry
 from accord.ledger.signing import Ed25519Signer
-from accord.ledger.store import LedgerEntry, LedgerHead, LedgerTile, LogStore
+from accord.ledger.store import LogStore
 from accord.ledger.tiles import tile_key
 from accord.ledger.verify import verify_log
 from tests.ledger.conftest import START

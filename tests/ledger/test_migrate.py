@@ -13,8 +13,9 @@ from typer.testing import CliRunner
 
 from accord.api.cli import app as cli_app
 from accord.ledger import merkle
+from accord.ledger.database import make_engine
 from accord.ledger.errors import StoreError
-from accord.ledger.store import LogStore, make_engine
+from accord.ledger.store import LogStore
 from tests.ledger.conftest import LOG_ID
 from tests.ledger.old_layout import write_old_log
 

@@ -25,16 +25,11 @@ from sqlalchemy import Engine, delete, insert, inspect, update
 
 from accord.ledger import merkle
 from accord.ledger.checkpoint import SignedCheckpoint, take_checkpoint
+from accord.ledger.database import LedgerTile, driver_mark, make_engine, upsert_sql
 from accord.ledger.errors import SequenceError, StoreError
 from accord.ledger.signing import Ed25519Signer
-from accord.ledger.store import (
-    LedgerTile,
-    LogStore,
-    driver_mark,
-    make_engine,
-    migrate_to_tiles,
-    upsert_sql,
-)
+from accord.ledger.store import LogStore
+from accord.ledger.tile_migration import migrate_to_tiles
 from accord.ledger.tiles import row_offset, tile_key
 from accord.ledger.verify import verify_log
 from tests.ledger.conftest import LOG_ID, START, EntryMaker, append_signed
@@ -252,9 +247,9 @@ def test_seq_check_notices_many_appends_by_another_store(
 ) -> None:
     """More entries appended elsewhere than an append reads back: its cached seqs start over
     (read again from the log) instead of being brought level entry by entry."""
-    import accord.ledger.store
+    import accord.ledger.log
 
-    monkeypatch.setattr(accord.ledger.store, "_SEQ_CATCH_UP", 2)
+    monkeypatch.setattr(accord.ledger.log, "_SEQ_CATCH_UP", 2)
     one, two = open_store(), open_store()
     alice, bob = actors[0], actors[1]
     assert two.append(maker.one(alice, seq=1)) == 0

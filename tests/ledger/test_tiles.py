@@ -9,10 +9,11 @@ from datetime import UTC, datetime
 import pytest
 
 from accord.ledger import merkle
+from accord.ledger.database import make_engine
 from accord.ledger.errors import MalformedError, StoreError
 from accord.ledger.events import make_entry
 from accord.ledger.signing import Ed25519Signer
-from accord.ledger.store import LogStore, make_engine
+from accord.ledger.store import LogStore
 from accord.ledger.tiles import (
     Tile,
     encode_index,

@@ -30,16 +30,16 @@ from accord.ledger.anchor_journal import LedgerAnchor
 from accord.ledger.anchoring import Anchorer
 from accord.ledger.chain import MemoryAnchorChain
 from accord.ledger.checkpoint import Checkpoint, sign_checkpoint, take_checkpoint
-from accord.ledger.events import Entry, Event, format_time, sign_event
-from accord.ledger.signing import Ed25519Signer
-from accord.ledger.store import (
+from accord.ledger.database import (
     LedgerCheckpoint,
     LedgerEntry,
     LedgerHead,
     LedgerTile,
-    LogStore,
     make_engine,
 )
+from accord.ledger.events import Entry, Event, format_time, sign_event
+from accord.ledger.signing import Ed25519Signer
+from accord.ledger.store import LogStore
 from accord.ledger.verify import STEP_TITLES, VerificationReport, verify_log
 from tests.ledger.conftest import LOG_ID, START, EntryMaker, append_signed, signer_from
 
@@ -340,8 +340,9 @@ def test_a_long_log_is_checked_in_worker_processes_with_the_same_verdicts(
     from typing import Any
 
     from accord.ledger import verify as verify_module
+    from accord.ledger.database import make_engine
     from accord.ledger.events import make_entry
-    from accord.ledger.store import LogStore, make_engine
+    from accord.ledger.store import LogStore
 
     submitted: list[int] = []
 

@@ -27,8 +27,9 @@ from sqlalchemy import (
 )
 from sqlmodel import Field, SQLModel
 
+from accord.ledger.database import make_engine
 from accord.ledger.errors import QueryError, SequenceError
-from accord.ledger.store import LogStore, make_engine
+from accord.ledger.store import LogStore
 from accord.ledger.views import (
     MAX_LIMIT,
     ViewEntry,

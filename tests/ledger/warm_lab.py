@@ -25,7 +25,8 @@ from pathlib import Path
 import pytest
 
 from accord.ledger import signing
-from accord.ledger.store import LogStore, make_engine
+from accord.ledger.database import make_engine
+from accord.ledger.store import LogStore
 from accord.ledger.verify import VerificationReport, verify_log
 from tests.ledger.conftest import LOG_ID
 from tests.ledger.tamper import Apply, Lab, Pristine

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import insert, update
 
-from accord.ledger.store import create_tables, make_engine
+from accord.ledger.database import create_tables, make_engine
 from accord.market.blobs import (
     _BLOBS,
     SERVICE,

@@ -43,6 +43,7 @@ from accord.market.checks import (
 )
 from accord.market.errors import SettlementWaits, TaskError
 from accord.market.panel import PANEL_COMMITTED, panel_pay
+from accord.market.payouts import amount_paid, dispute_fee
 from accord.market.service import rejection_terms
 from accord.market.settlement import (
     SETTLEMENT_COMPUTED,
@@ -51,14 +52,7 @@ from accord.market.settlement import (
     settle_task,
 )
 from accord.market.tasks import REVIEW_GIVEN, TaskEvent, TaskSpec
-from accord.market.work import (
-    JudgeCheck,
-    Part,
-    PythonCheck,
-    ReviewCheck,
-    amount_paid,
-    dispute_fee,
-)
+from accord.market.work import JudgeCheck, Part, PythonCheck, ReviewCheck
 from tests.audit.conftest import (
     REQUESTER_KEY,
     World,

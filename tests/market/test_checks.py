@@ -36,6 +36,7 @@ from accord.market.checks import (
 )
 from accord.market.errors import SettlementWaits
 from accord.market.money import Wei
+from accord.market.payouts import check_shares
 from accord.market.shapley import shapley, split_wei
 from accord.market.work import (
     ASSEMBLY_CHECK,
@@ -51,7 +52,6 @@ from accord.market.work import (
     PythonCheck,
     ReviewCheck,
     SchemaCheck,
-    check_shares,
     rubric,
 )
 

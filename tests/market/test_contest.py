@@ -22,9 +22,10 @@ from accord.market.disputes import contest_check, contest_request
 from accord.market.early import settle_early
 from accord.market.errors import SettlementWaits, TaskError
 from accord.market.panel import PANEL_DRAWN, panel_pay
+from accord.market.payouts import dispute_fee
 from accord.market.settlement import SETTLEMENT_COMPUTED, logged_settlement, settle_task
 from accord.market.tasks import CHECKS_PREVIEWED
-from accord.market.work import PythonCheck, ReviewCheck, dispute_fee
+from accord.market.work import PythonCheck, ReviewCheck
 from tests.audit.conftest import rebuild_log, with_body
 from tests.market.panelists import jurors, mine, reveal, vote
 from tests.market.test_check_io import REVIEW, audit, delivered_world, finish, logged_checks

@@ -25,9 +25,10 @@ from accord.identity.credential_views import CredentialView
 from accord.identity.credentials import REVOCATION_EVENT_KIND
 from accord.identity.registration import REGISTERED_KIND
 from accord.identity.status import format_timestamp
+from accord.ledger.database import make_engine
 from accord.ledger.events import Entry, make_entry
 from accord.ledger.signing import Ed25519Signer
-from accord.ledger.store import LogStore, make_engine
+from accord.ledger.store import LogStore
 from accord.market.discovery import DiscoveryView, description, ranked_page, relevance
 from accord.market.money import Wei
 from accord.market.reputation import (

@@ -29,9 +29,10 @@ from accord.market.panel import (
     panel_pay,
     pool_at,
 )
+from accord.market.payouts import amount_paid, dispute_fee
 from accord.market.settlement import SETTLEMENT_COMPUTED, logged_settlement, settle_task
 from accord.market.tasks import spec_from_request
-from accord.market.work import ReviewCheck, amount_paid, dispute_fee
+from accord.market.work import ReviewCheck
 from tests.audit.conftest import REQUESTER_KEY, rebuild_log, with_body
 from tests.market.panelists import jurors, mine, reveal, signed, vote
 from tests.market.test_check_io import (

@@ -282,7 +282,7 @@ def test_an_old_journal_table_gains_sent_at_and_keeps_its_records(
 
     from sqlalchemy import text
 
-    from accord.ledger.store import make_engine
+    from accord.ledger.database import make_engine
     from tests.ledger.conftest import postgres_schema_url
 
     where = (

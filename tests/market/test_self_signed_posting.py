@@ -12,8 +12,9 @@ import pytest
 
 from accord.market.errors import TaskError
 from accord.market.escrow import open_calldata, task_id_hash
+from accord.market.escrow.port import EscrowDeposit
 from accord.market.money import Wei
-from accord.market.service import EscrowDeposit, deposit_mismatch, escrow_account, escrow_deadline
+from accord.market.service import deposit_mismatch, escrow_account, escrow_deadline
 from accord.market.tasks import Task, request_of, spec_from_request
 from tests.specs import invoice_request
 

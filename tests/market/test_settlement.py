@@ -22,10 +22,11 @@ from accord.coordinator.service import run_awarded_task
 from accord.identity.agents import AgentRecord
 from accord.identity.onboarding import open_onboarding
 from accord.ledger.anchoring import Anchorer
+from accord.ledger.database import make_engine
 from accord.ledger.errors import ChainUnavailableError
 from accord.ledger.events import Entry, Event
 from accord.ledger.service import Ledger
-from accord.ledger.store import LogStore, make_engine
+from accord.ledger.store import LogStore
 from accord.ledger.wiring import operator_signer
 from accord.market.errors import EscrowError, SettlementError
 from accord.market.escrow import EscrowActions, address_of

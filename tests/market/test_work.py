@@ -16,11 +16,11 @@ from hypothesis import strategies as st
 from accord.identity.challenges import REGISTRY
 from accord.market.errors import LimitError, MarketError, TaskError, WorkError
 from accord.market.money import MAX_WEI
+from accord.market.payouts import CONTRACTOR_SHARE, check_shares, dispute_fee
 from accord.market.tasks import TaskSpec, parse_window, spec_from_request
 from accord.market.work import (
     ASSEMBLY_CHECK,
     ASSEMBLY_PART,
-    CONTRACTOR_SHARE,
     DEFAULT_REVIEW_CRITERION,
     MAX_SPEC_PYTHON_CPU_SECONDS,
     MISSING,
@@ -34,10 +34,8 @@ from accord.market.work import (
     PythonCheck,
     ReviewCheck,
     SchemaCheck,
-    check_shares,
     check_to_json,
     default_checks,
-    dispute_fee,
     exact_number,
     parse_check,
     parse_checks,
