@@ -22,6 +22,7 @@ AccordError
     ├── SkillError              a skill manifest cannot be declared, found or examined
     │   ├── ManifestError       a manifest breaks the manifest rules (`path`, `reason`)
     │   ├── GateFailed          a manifest's exam measures nothing (`gate` names the gate)
+    │   ├── JudgeUnavailable    a model-graded skill's judge could not be asked
     │   └── UnknownSkill        no skill has that id (or built-in name)
     └── RegistryError           an agent or credential name/id is invalid, taken or unknown
         ├── PrivateEndpointError  an agent endpoint at a loopback, link-local or private address

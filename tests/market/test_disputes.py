@@ -15,8 +15,8 @@ import pytest
 
 import accord.market.disputes as disputes
 from accord.api.app import create_app
-from accord.api.client import AccordClient, ApiError
 from accord.api.routes.deps import ApiConfig
+from accord.client import AccordClient, ApiError
 from accord.kit.leader import answer_dispute
 from accord.kit.wallet import Wallet
 from accord.ledger.events import Event
