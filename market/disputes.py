@@ -31,8 +31,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
 
-from accord.identity.errors import ExamError
+from accord.identity.errors import BindingError, ExamError
 from accord.identity.exams import check_agent_entry
+from accord.identity.payout import verify_binding
+from accord.identity.payout_accounts import PAYOUT_BOUND_KIND
 from accord.ledger.canonical import canonical_json
 from accord.ledger.errors import AlreadyLoggedError, LedgerError
 from accord.ledger.events import Entry, Event, parse_time
@@ -481,14 +483,24 @@ class Panels:
                 kind=DISPUTE_ANSWERED, subject=task.task_id, limit=10_000
             )
         ]
+        team = team_of(task, _delivered_body(self.ledger, task.task_id))
         return team_answer(
             events,
             task=task,
-            team=team_of(task, _delivered_body(self.ledger, task.task_id)),
+            team=team,
             check_id=check_id,
             rejection=rejection.index,
             fee=_rejection_fee(self.ledger, rejection.index),
             panel=panel,
+            bound=self._bound(team),
+        )
+
+    def _bound(self, dids: Iterable[str]) -> dict[str, dict[str, int]]:
+        """`bound_accounts` of the payout bindings `dids` logged."""
+        return bound_accounts(
+            (stored.index, Entry.from_bytes(stored.data).event)
+            for did in dids
+            for stored in self.ledger.store.find(kind=PAYOUT_BOUND_KIND, actor=did, limit=1000)
         )
 
     def answer(
@@ -535,6 +547,11 @@ class Panels:
             raise TaskError("an answer names the 0x account its bond came from")
         if amount < max(fee, 1):
             raise TaskError(f"an answer stakes at least the dispute's fee, {fee} wei")
+        if account.lower() not in self._bound([event.actor]).get(event.actor, {}):
+            raise TaskError(
+                f"an answer's bond comes from an account its signer bound for payouts "
+                f"(payout.bound, signed by both keys): {event.actor} bound no {account}"
+            )
         earlier = [
             a
             for c in self.rejected_checks(task)
@@ -667,13 +684,15 @@ def team_answer(
     rejection: int,
     fee: int,
     panel: PanelLog | None,
+    bound: Mapping[str, Mapping[str, int]],
 ) -> dict[str, Any] | None:
     """Pure: the team's answer to the dispute over `check_id` from the task's verified
     `events`: the first `dispute.answered` for it signed by a member of `team`, logged after
-    the rejection (index `rejection`) and before the panel's commit window closed, naming a
-    checksummed account other than nothing and an amount of at least the dispute's `fee`
-    (the requester's stake). None when the team did not answer. What the dispute's record
-    keeps: the entry's index, its signer, the account and the amount."""
+    the rejection (index `rejection`) and before the panel's commit window closed, naming an
+    account its signer had bound for payouts before it (`bound`: `bound_accounts`, so no
+    member stakes another's money) and an amount of at least the dispute's `fee` (the
+    requester's stake). None when the team did not answer. What the dispute's record keeps:
+    the entry's index, its signer, the account and the amount."""
     for index, event in sorted(events, key=lambda pair: pair[0]):
         body = event.body
         if event.kind != DISPUTE_ANSWERED or body.get("check") != check_id:
@@ -689,8 +708,27 @@ def team_answer(
             continue
         if amount < max(fee, 1) or not _is_address(account):
             continue
+        if bound.get(event.actor, {}).get(account.lower(), index) >= index:
+            continue
         return {"entry": index, "by": event.actor, "account": account, "amount": str(amount)}
     return None
+
+
+def bound_accounts(events: Iterable[tuple[int, Event]]) -> dict[str, dict[str, int]]:
+    """Pure: for each DID, the accounts (lowercase) its verified `payout.bound` entries name,
+    each with the index of its first binding. A binding on any chain counts: signed by the
+    DID's key and the account's, it shows the DID holds that account."""
+    found: dict[str, dict[str, int]] = {}
+    for index, event in sorted(events, key=lambda pair: pair[0]):
+        if event.kind != PAYOUT_BOUND_KIND:
+            continue
+        try:
+            did, address = verify_binding(event.body.get("binding") or {})
+        except BindingError:
+            continue
+        if did == event.actor:
+            found.setdefault(did, {}).setdefault(address.lower(), index)
+    return found
 
 
 def _is_address(text: str) -> bool:
@@ -791,6 +829,7 @@ def replay_panel(
         rejection=entry,
         fee=int(str(record.get("fee", "0"))),
         panel=panel,
+        bound=bound_accounts((i, e) for i, e in log if e.kind == PAYOUT_BOUND_KIND and i < before),
     )
     if answer is not None:
         record["dispute"]["answer"] = answer

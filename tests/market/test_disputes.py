@@ -12,11 +12,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from eth_account import Account
 
 import accord.market.disputes as disputes
 from accord.api.app import create_app
 from accord.api.routes.deps import ApiConfig
 from accord.client import AccordClient, ApiError
+from accord.identity.payout import bind_payout_address
+from accord.identity.payout_accounts import PAYOUT_BOUND_KIND
 from accord.kit.leader import answer_dispute
 from accord.kit.wallet import Wallet
 from accord.ledger.events import Event
@@ -254,6 +257,16 @@ def test_a_review_only_task_is_taken_where_a_panel_could_decide_its_rejection(
 TEAM_KEY = "0x7c852118294e51e653712a81e05800f419141751be58f605c371e15141b007a6"
 
 
+def bind_team_account(world, signer) -> None:  # type: ignore[no-untyped-def]
+    """`signer` logs a payout binding of TEAM_KEY's account (signed by both keys) for another
+    chain than the escrow's: it shows the member holds the account its answers bond from,
+    while its pay still goes to the payout account it bound on the escrow's chain."""
+    binding = bind_payout_address(signer, Account.from_key(TEAM_KEY), 1, "team", world.clock())
+    world.ledger.append_entries(
+        [signed(world, signer, PAYOUT_BOUND_KIND, signer.did, {"binding": binding})]
+    )
+
+
 def answer_entry(world, signer, amount: int, account: str, check: str = "looks-right"):  # type: ignore[no-untyped-def]
     body = {"task_id": world.task_id, "check": check, "account": account, "amount": str(amount)}
     return signed(world, signer, DISPUTE_ANSWERED, world.task_id, body)
@@ -279,6 +292,10 @@ def rejected_and_answered(tmp_path: Path):  # type: ignore[no-untyped-def]
         market.answer_dispute(answer_entry(world, world.requester, fee, account))
     with pytest.raises(TaskError, match="at least the dispute's fee"):
         market.answer_dispute(answer_entry(world, leader, fee - 1, account))
+    # an account the member never bound, though it holds the key: no member stakes another's
+    with pytest.raises(TaskError, match="bound no"):
+        market.answer_dispute(answer_entry(world, leader, fee, account), answer_key=TEAM_KEY)
+    bind_team_account(world, leader)
     with pytest.raises(TaskError, match=r"send TaskEscrow\.answer first"):
         market.answer_dispute(answer_entry(world, leader, fee, account))
     with pytest.raises(TaskError, match="not the account"):
@@ -344,6 +361,19 @@ def test_a_team_that_answers_and_wins_gets_its_bond_back_whole(tmp_path: Path) -
         return with_body(event, {**event.body, "amount": str(2 * fee)})
 
     store, anchors = rebuild_log(world, tmp_path / "doubled.db", doubled)
+    forged = audit(world, store, anchors)
+    assert not forged.ok and forged.first_failure is not None
+    assert "answer to looks-right replays" in forged.first_failure.detail
+
+    # the member's binding of the account gone (an answer staking money it never showed it
+    # holds, which the service refuses): the audit does not take the logged answer either
+    def unbound(index: int, event: Event) -> Event:
+        binding = event.body.get("binding") or {}
+        if event.kind != PAYOUT_BOUND_KIND or binding.get("statement", {}).get("chainId") != 1:
+            return event
+        return with_body(event, {"binding": {**binding, "addressSignature": ""}})
+
+    store, anchors = rebuild_log(world, tmp_path / "unbound.db", unbound)
     forged = audit(world, store, anchors)
     assert not forged.ok and forged.first_failure is not None
     assert "answer to looks-right replays" in forged.first_failure.detail
@@ -415,6 +445,7 @@ def test_a_kit_team_member_answers_over_http_from_its_own_wallet(tmp_path: Path)
         escrow_chain=world.escrow_chain,
     )
     wallet = Wallet(TEAM_KEY, world.escrow_chain)
+    bind_team_account(world, world.signer(task.winner))
     with (
         serve(app) as url,
         AccordClient(url, signer=world.signer(task.winner)) as leader,
