@@ -11,6 +11,10 @@ filters the timeline by conversation):
                                         and every ledger entry the task touched
     GET /explorer/entries/{i}/proof     an entry, its RFC 9162 inclusion proof, and the
                                         on-chain anchor (block, root) that covers it
+    GET /explorer/skills/{id}           a skill (a shipped one by its name too): its manifest's
+                                        name, version and description, its declarer, and its
+                                        exam→field agreement (`accord.market.agreement`); a
+                                        task page's parts link to their skill's page
 
 Everything shown is read from the ledger and the chain (as `accord audit` does); every value
 is escaped. `context_provider` is called once per request and returns the store, the anchor
@@ -29,6 +33,7 @@ from starlette.concurrency import run_in_threadpool
 
 from accord.api.audits import AuditCache, AuditKey, audit_key
 from accord.api.routes.deps import address_of
+from accord.api.routes.skills import logged_agreement
 from accord.audit.checks import AuditReport, audit_task
 from accord.audit.html import (
     agent_names,
@@ -48,11 +53,15 @@ from accord.audit.html_kit import (
     fraction_text,
     json_text,
     page,
+    percent,
     prose,
     table,
 )
 from accord.coordinator.conversation import CONVERSATION_MESSAGE, message_from_json
 from accord.coordinator.errors import CoordinatorError
+from accord.identity.errors import ManifestError
+from accord.identity.manifests import SKILL_ID_PATTERN, parse_manifest
+from accord.identity.skill_registry import SKILL_DECLARED_KIND, DeclaredSkill, shipped_manifests
 from accord.ledger import merkle
 from accord.ledger.chain import AnchorChain, OnChainAnchor
 from accord.ledger.errors import LedgerError, MalformedError, ProofError
@@ -141,6 +150,22 @@ def explorer_router(
         except IndexError:
             return _not_found(f"The log has no entry {index}.")
         return HTMLResponse(render_proof(sources.store, sources.anchors, index, stored.data))
+
+    @router.get(
+        "/explorer/skills/{skill}",
+        response_class=HTMLResponse,
+        summary="A skill: its manifest, its declarer, and its exam→field agreement",
+        responses={404: {"description": "No such skill, shipped or declared in the log"}},
+    )
+    def explorer_skill(skill: Annotated[str, Path(min_length=1, max_length=64)]) -> HTMLResponse:
+        store = context_provider().store
+        found = find_skill(store, skill)
+        if found is None:
+            return _not_found(
+                f"No skill {skill!r}: a shipped skill is named by its name or id, a declared "
+                "one by its id."
+            )
+        return HTMLResponse(render_skill(store, found))
 
     return router
 
@@ -497,7 +522,7 @@ def render_task(store: LogStore, report: AuditReport) -> str:
         for k, v in fact_cells
     )
     settled = settlement_entry(store, report.task_id)
-    deliverable = deliverable_html(facts.get("deliverable"), names)
+    deliverable = deliverable_html(facts.get("deliverable"), names, skill=skill_link)
     checks = checks_html(
         facts.get("checks") or [], None if settled is None else settled[1], entry=_entry_link
     )
@@ -528,6 +553,103 @@ def render_task(store: LogStore, report: AuditReport) -> str:
 <div class="entries" id="entries">{entries}</div></section>
 """
     return _page(f"audit of {report.task_id}", body, script=True)
+
+
+# -- the skill page --------------------------------------------------------------------------
+
+
+def find_skill(store: LogStore, skill: str) -> DeclaredSkill | None:
+    """The shipped skill named or identified by `skill`, or the skill `skill` declared in the
+    log (its first `skill.declared`), or None. A shipped skill's declarer is the operator."""
+    for manifest in shipped_manifests():
+        if skill in (manifest.name, manifest.skill_id):
+            return DeclaredSkill(manifest, OPERATOR, None, None)
+    if not SKILL_ID_PATTERN.match(skill):
+        return None
+    for index, entry in _events(store, kind=SKILL_DECLARED_KIND, subject=skill, limit=1):
+        try:
+            manifest = parse_manifest(entry.event.body.get("manifest"))
+        except ManifestError:
+            return None  # the audit names it
+        if manifest.skill_id == skill:
+            return DeclaredSkill(manifest, entry.event.actor, index, entry.event.at)
+    return None
+
+
+OPERATOR = "the operator"
+"""The declarer shown for a shipped skill (it ships with the service, no entry declares it)."""
+
+
+def skill_link(capability: str) -> str:
+    """A part's capability (a built-in's name or a declared skill's id) as a link to its page."""
+    label = capability if len(capability) < 64 else f"{capability[:12]}…"
+    return (
+        f'<a class="skill" href="/explorer/skills/{escaped(capability)}" '
+        f'title="{escaped(capability)}">{escaped(label)}</a>'
+    )
+
+
+def _agreement(agreement: Mapping[str, Any], names: Mapping[str, str]) -> str:
+    holders = agreement.get("holders") or []
+    if not holders:
+        return '<p class="muted" id="agreement">No agent holds a credential in this skill yet.</p>'
+    rows = (
+        f'<tr class="holder" data-agent="{escaped(h["agent"])}">'
+        f"<td>{agent(h['agent'], names)}</td>"
+        f'<td class="num">{escaped(percent(h["exam"]))}</td>'
+        f'<td class="num">{int(h["parts"])}</td>'
+        f'<td class="num">{escaped(percent(h["field"])) if h["field"] is not None else "-"}</td>'
+        "</tr>"
+        for h in holders
+    )
+    means = agreement.get("exam_mean"), agreement.get("field_mean")
+    summary = (
+        f"<p>Over the {int(agreement.get('holders_with_real_parts') or 0)} holders with real "
+        f"parts: exam mean <b>{escaped(percent(means[0]))}</b>, real parts passed "
+        f"<b>{escaped(percent(means[1]))}</b>.</p>"
+        if means[0] is not None
+        else '<p class="muted">No holder has done a real part a requester\'s check reads yet.</p>'
+    )
+    columns = ["agent", "exam score", "real parts", "real parts passed"]
+    numeric = {"exam score", "real parts", "real parts passed"}
+    return summary + table(columns, rows, numeric=numeric, element_id="agreement")
+
+
+def render_skill(store: LogStore, skill: DeclaredSkill) -> str:
+    m = skill.manifest
+    names = agent_names(store)
+    declarer = (
+        escaped(OPERATOR) + ' <span class="muted">(shipped with the service)</span>'
+        if skill.index is None
+        else f"{agent(skill.declarer, names)} {_entry_link(skill.index)}"
+    )
+    fact_cells = [
+        ("version", escaped(m.version)),
+        ("declarer", declarer),
+        ("exam", escaped(f"{m.exam['kind']}, {m.item_count} items, pass at {m.threshold}")),
+        ("graders", escaped(", ".join(str(g["kind"]) for g in m.graders))),
+    ]
+    if m.builtin is not None:
+        fact_cells.append(("credentials name it", f"<code>{escaped(m.builtin)}</code>"))
+    if m.supersedes is not None:
+        fact_cells.append(("supersedes", skill_link(m.supersedes)))
+    grid = "".join(
+        f'<div class="fact"><div class="k">{k}</div><div class="v">{v}</div></div>'
+        for k, v in fact_cells
+    )
+    agreement = logged_agreement(store, skill)
+    body = f"""
+<p class="muted"><a href="/explorer">Tasks</a> / skill <code>{escaped(m.name)}</code></p>
+<h1 id="skill-name">{escaped(m.name)} <span class="tag">v{escaped(m.version)}</span></h1>
+<p class="muted">id <code class="hash" id="skill-id">{escaped(m.skill_id)}</code></p>
+<section class="card"><p id="skill-description">{escaped(m.description)}</p>
+<div class="grid">{grid}</div></section>
+<section class="card"><h2>Does its exam predict real work?</h2>
+<p class="muted">Each credentialed agent's best exam score beside the share of its real parts of
+this skill that passed the requesters' checks, from the log (parts no requester check reads are
+left out).</p>{_agreement(agreement, names)}</section>
+"""
+    return _page(f"skill {m.name}", body)
 
 
 # -- the proof page --------------------------------------------------------------------------

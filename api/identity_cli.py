@@ -231,14 +231,19 @@ def agent_show(
     agent: Annotated[str, typer.Argument(help="The agent's name or DID.")],
     as_json: JsonFlag = False,
 ) -> None:
-    """One agent and its credentials."""
+    """One agent and its credentials (a built-in's with its skill id beside its name)."""
+    from accord.identity.manifests import skill_id_of
+
     onboarding = _onboarding(read=True)
     with _errors():
         record = onboarding.registry.get(agent)
         credentials = onboarding.credentials_of(record.did)
         custody = onboarding.registration.custody(record)
     summary = [
-        {key: row[key] for key in ("id", "capability", "issued_at", "revoked_at")}
+        {
+            **{key: row[key] for key in ("id", "capability", "issued_at", "revoked_at")},
+            "skill_id": skill_id_of(row["capability"]),
+        }
         for row in credentials
     ]
     if as_json:
@@ -254,7 +259,11 @@ def agent_show(
     say(f"  custody {custody_text[custody]}")
     for row in summary:
         state = f"revoked {row['revoked_at']}" if row["revoked_at"] else "valid"
-        say(f"  {row['capability']}: {row['id']} ({state})")
+        skill = row["skill_id"]
+        named = (
+            row["capability"] if skill == row["capability"] else f"{row['capability']} [{skill}]"
+        )
+        say(f"  {named}: {row['id']} ({state})")
     if not summary:
         say("  no credentials yet: accord agent onboard " + record.name + " --capability …")
 

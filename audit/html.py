@@ -110,9 +110,21 @@ def _part_output(part: Mapping[str, Any]) -> str:
     )
 
 
-def deliverable_html(deliverable: Mapping[str, Any] | None, names: Mapping[str, str]) -> str:
+def _capability_cell(capability: object, skill: Callable[[str], str] | None) -> str:
+    if not isinstance(capability, str) or not capability:
+        return '<span class="muted">-</span>'
+    return escaped(capability) if skill is None else skill(capability)
+
+
+def deliverable_html(
+    deliverable: Mapping[str, Any] | None,
+    names: Mapping[str, str],
+    *,
+    skill: Callable[[str], str] | None = None,
+) -> str:
     """Each part's id, capability, the member the leader's plan gave it, its producer and its
-    output; the parts the plan gave out that were not delivered; the deliverable's hash."""
+    output; the parts the plan gave out that were not delivered; the deliverable's hash.
+    `skill(capability)` renders a part's capability as HTML (by default: its escaped text)."""
     if not isinstance(deliverable, Mapping):
         return '<p class="muted">Nothing has been delivered yet.</p>'
     plan = deliverable.get("plan")
@@ -127,7 +139,7 @@ def deliverable_html(deliverable: Mapping[str, Any] | None, names: Mapping[str, 
         rows.append(
             f'<tr class="part" data-part="{escaped(part_id)}">'
             f"<td><code>{escaped(part_id)}</code></td>"
-            f"<td>{escaped(part.get('capability', '-'))}</td>"
+            f"<td>{_capability_cell(part.get('capability'), skill)}</td>"
             f"<td>{agent(None if assigned is None else str(assigned), names)}</td>"
             f'<td class="producer">{agent(str(part.get("producer") or "") or None, names)}</td>'
             f"<td>{_part_output(part)}</td></tr>"

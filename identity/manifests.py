@@ -451,6 +451,13 @@ def builtin_name(name_or_id: str) -> str:
     return name_or_id if manifest is None else manifest.name
 
 
+def skill_id_of(capability: str) -> str:
+    """The skill id `capability` names as parts and credentials hold it: a built-in's id for
+    its old name, else `capability` itself (a declared skill is named by its id already)."""
+    manifest = resolve_builtin(capability)
+    return capability if manifest is None else manifest.skill_id
+
+
 def value_at(document: JSON, steps: list[str | int]) -> tuple[bool, JSON]:
     """(found, value) at `steps` of `document` (see `json_path_steps`)."""
     value = document

@@ -50,6 +50,7 @@ from accord.identity.credential_views import VIEW_NAME as CREDENTIAL_VIEW
 from accord.identity.credential_views import credentials_held, holders
 from accord.identity.errors import ExamError, IdentityError, RegistryError
 from accord.identity.exams import check_agent_entry
+from accord.identity.manifests import builtin_name
 from accord.identity.onboarding import Onboarding
 from accord.ledger.canonical import canonical_json
 from accord.ledger.database import db_reason, statement_connection
@@ -299,8 +300,9 @@ class Market:
     ) -> TaskPage:
         """One page of tasks, oldest posting first, from the task view (`accord.market.views`):
         those in `state` now (the clock decides bidding and revealing, as `state` does), needing
-        `capability`, posted by `requester`; `limit` 1..200 (default 50); `cursor` the
-        `next_cursor` of the page before. One indexed query, however long the log.
+        `capability` (a built-in's name or its skill id), posted by `requester`; `limit`
+        1..200 (default 50); `cursor` the `next_cursor` of the page before. One indexed query,
+        however long the log.
 
         The view is brought level first (`LogStore.refresh_view`); the page is then one
         statement, so it runs on a connection without a transaction of its own
@@ -308,6 +310,8 @@ class Market:
 
         Raises QueryError (ledger.errors) naming a bad parameter, StoreError.
         """
+        if capability is not None:
+            capability = builtin_name(capability)  # a built-in skill's id names it too
         query = TaskQuery(state, capability, requester, limit, cursor)
         store = self.ledger.store
         store.refresh_view(TASK_VIEW)
@@ -321,7 +325,9 @@ class Market:
         """The DIDs holding an unrevoked credential for `capability` valid now, by DID, from
         the credential view (`accord.identity.credential_views`; bids still verify the document)."""
         with reading(self.ledger.store, CREDENTIAL_VIEW) as connection:
-            return holders(connection, capability, self.clock(), after=None, limit=None)
+            return holders(
+                connection, builtin_name(capability), self.clock(), after=None, limit=None
+            )
 
     def indexed_track_records(self, dids: Iterable[str]) -> TrackRecords:
         """`track_records` from the reputation view: the same fold, read by agent (with every
@@ -384,14 +390,15 @@ class Market:
     # -- eligibility and quality ---------------------------------------------------------
 
     def eligible(self, did: str, capabilities: Iterable[str]) -> bool:
-        """Whether `did` holds a valid, unrevoked credential for every capability, now."""
+        """Whether `did` holds a valid, unrevoked credential for every capability, now (a
+        built-in's skill id names it as its old name does)."""
         return all(score is not None for score in self._exam_scores(did, capabilities))
 
     def _exam_scores(self, did: str, capabilities: Iterable[str]) -> list[Fraction | None]:
         """The best verified exam score of `did` for each capability (None where it holds no
         valid, unrevoked credential), from one read of its credentials."""
         records = self.onboarding.credentials_of(did)
-        return [self._best_score(did, capability, records) for capability in capabilities]
+        return [self._best_score(did, builtin_name(c), records) for c in capabilities]
 
     def _best_score(
         self, did: str, capability: str, records: Sequence[dict[str, Any]]
@@ -422,7 +429,8 @@ class Market:
     def reputations(self, dids: Iterable[str], capabilities: Sequence[str]) -> dict[str, Fraction]:
         """Each bidder's reputation for a task needing `capabilities`: the mean of its
         reputations in them, from one fold of the log."""
-        return reputations_from_log(self.ledger.store, dids, capabilities)
+        names = [builtin_name(c) for c in capabilities]  # a built-in skill's id names it too
+        return reputations_from_log(self.ledger.store, dids, names)
 
     def revoke_failing(self, task_id: str) -> list[str]:
         """The track-record rule, once a task is settled: each agent with parts in it loses

@@ -22,7 +22,7 @@ from accord.coordinator.service import discover
 from accord.identity.agents import AgentRecord
 from accord.identity.challenges import REGISTRY
 from accord.identity.errors import CredentialError, IdentityError, KeyStoreError, RegistryError
-from accord.identity.manifests import builtin_name, resolve_builtin
+from accord.identity.manifests import builtin_name, resolve_builtin, skill_id_of
 from accord.identity.onboarding import REGISTRATION_CHALLENGE_TTL
 from accord.ledger.signing import Signer
 from accord.ledger.views import DEFAULT_LIMIT, MAX_LIMIT, check_limit, decode_cursor, encode_cursor
@@ -148,6 +148,7 @@ def _credential_row(context: MarketContext, did: str, row: dict[str, Any]) -> di
         valid = False
     return {
         **{key: row[key] for key in ("id", "capability", "issued_at", "revoked_at")},
+        "skill_id": skill_id_of(row["capability"]),
         "valid_until": row["document"].get("validUntil"),
         "score": subject.get("score"),
         "valid": valid,

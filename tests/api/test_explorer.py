@@ -20,10 +20,13 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
 from accord.api.explorer import explorer_router, render_task
+from accord.api.routes.skills import logged_agreement
 from accord.audit.checks import audit_task
 from accord.audit.html_kit import eth, percent
 from accord.coordinator.service import conversation_ids, run_awarded_task
+from accord.identity.manifests import resolve_builtin
 from accord.identity.onboarding import open_onboarding
+from accord.identity.skill_registry import DeclaredSkill
 from accord.ledger import merkle
 from accord.ledger.chain import DEVNET_OPERATOR_KEY, AnchorChain, MemoryAnchorChain
 from accord.ledger.settings import Settings
@@ -44,6 +47,7 @@ from accord.market.strategies import cost_plus_margin
 from accord.market.wiring import DEVNET_REQUESTER_KEY, ChainEscrow, MarketContext
 from tests.audit.conftest import assert_deliverable_section
 from tests.clocks import Clock
+from tests.identity.test_skill_manifests import manifest as skill_manifest
 from tests.serving import serve
 from tests.specs import invoice_spec, single_part_spec
 
@@ -425,3 +429,74 @@ def test_explorer_in_headless_chromium(served: str, world: World, tmp_path: Path
         driver.save_screenshot(str(ARTIFACTS / "explorer-proof.png"))
     finally:
         driver.quit()
+
+
+# -- the skill page ----------------------------------------------------------------------------
+
+
+def test_skill_page_shows_the_manifest_its_declarer_and_the_agreement(
+    client: TestClient, world: World
+) -> None:
+    """A built-in skill by its name and by its id: one page, its manifest's facts, and each
+    credentialed agent's exam score beside its real parts, as `market.agreement` computes."""
+    arithmetic = resolve_builtin("arithmetic")
+    assert arithmetic is not None
+    by_name = client.get("/explorer/skills/arithmetic")
+    assert by_name.status_code == 200, by_name.text
+    assert client.get(f"/explorer/skills/{arithmetic.skill_id}").text == by_name.text
+    html = by_name.text
+    assert f'id="skill-id">{arithmetic.skill_id}<' in html
+    assert escape(arithmetic.description) in html and f"v{arithmetic.version}" in html
+    assert "the operator" in html and "shipped with the service" in html
+    expected = logged_agreement(world.context.store, DeclaredSkill(arithmetic, "", None, None))
+    holders = {h["agent"]: h for h in expected["holders"]}
+    assert {world.names[did] for did in holders} == {"ada", "linus", "hopper"}
+    assert any(h["field"] is not None for h in holders.values())  # the settled invoice
+    table_html = _section(html, "agreement")
+    for did, holder in holders.items():
+        row = re.search(rf'<tr class="holder" data-agent="{re.escape(did)}">(.*?)</tr>', table_html)
+        assert row is not None, did
+        assert world.names[did] in row.group(1) and percent(holder["exam"]) in row.group(1)
+        field = "-" if holder["field"] is None else percent(holder["field"])
+        assert f'<td class="num">{holder["parts"]}</td><td class="num">{field}</td>' in row.group(1)
+
+
+def test_task_page_links_each_part_to_its_skill(client: TestClient, world: World) -> None:
+    deliverable = _section(client.get(f"/explorer/tasks/{world.task_id}").text, "deliverable")
+    assert 'href="/explorer/skills/arithmetic"' in deliverable
+    assert 'href="/explorer/skills/extraction"' in deliverable
+
+
+def test_an_unknown_skill_is_404_and_escaped(client: TestClient) -> None:
+    for skill in ("juggling", "f" * 64, "<script>x</script>"):
+        response = client.get(f"/explorer/skills/{skill}")
+        assert response.status_code == 404
+        assert "<script>x" not in response.text
+    assert client.get(f"/explorer/skills/{'a' * 65}").status_code == 422
+
+
+def test_a_declared_skill_page_names_its_declarer_and_escapes_the_manifest(
+    tmp_path: Path,
+) -> None:
+    """A hosted agent declares a skill whose description is hostile HTML: its page names the
+    agent and its `skill.declared` entry, and shows the text escaped."""
+    settings = Settings.from_env({"ACCORD_HOME": str(tmp_path / "home")})
+    anchors = MemoryAnchorChain()
+    ledger = open_ledger(settings, anchors)
+    onboarding = open_onboarding(settings, ledger)
+    record = onboarding.registry.new_agent("author", now=ledger.clock())
+    onboarding.register(record)
+    document = skill_manifest(description=HOSTILE_TITLE)
+    declared, _ = onboarding.skills.declare(onboarding.registry.signer(record), document)
+    sources = ExplorerContext(
+        ledger.store, anchors, MemoryEscrowChain(address_of(DEVNET_OPERATOR_KEY))
+    )
+    app = FastAPI()
+    app.include_router(explorer_router(lambda: sources))
+    with TestClient(app) as test_client:
+        html = test_client.get(f"/explorer/skills/{declared.manifest.skill_id}").text
+        assert escape(HOSTILE_TITLE) in html and HOSTILE_TITLE not in html
+        assert f'title="{record.did}">author<' in html
+        assert f'href="/explorer/entries/{declared.index}/proof"' in html
+        assert 'id="agreement">No agent holds a credential' in html
+        assert test_client.get("/explorer/skills/add-two").status_code == 404  # by id only
