@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import hashlib
 import secrets
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -155,18 +155,7 @@ def generate_exam(
         problem = _fits(manifest.output_schema, entry["answer"])
         if problem is not None:
             raise SkillError(f"generated item {index}'s answer breaks the output schema: {problem}")
-        payload = entry["input"]
-        if not isinstance(payload, dict):
-            raise SkillError(f"generated item {index}'s input is not a JSON object")
-        items.append(
-            ExamItem(
-                _item_id(manifest, seed, index),
-                manifest.skill_id,
-                manifest.instructions,
-                payload,
-                {"answer": entry["answer"]},
-            )
-        )
+        items.append(_exam_item(manifest, seed, index, entry, "generated item"))
     return items
 
 
@@ -175,21 +164,24 @@ def bank_exam(
 ) -> list[ExamItem]:
     """The items of an attempt at a bank exam: the `drawn` (index, item) pairs of its bank,
     each with its answer kept private, ids derived from the seed and the bank index."""
-    items = []
-    for index, entry in drawn:
-        payload = entry["input"]
-        if not isinstance(payload, dict):
-            raise SkillError(f"bank item {index}'s input is not a JSON object")
-        items.append(
-            ExamItem(
-                _item_id(manifest, seed, index),
-                manifest.skill_id,
-                manifest.instructions,
-                payload,
-                {"answer": entry["answer"]},
-            )
-        )
-    return items
+    return [_exam_item(manifest, seed, index, entry, "bank item") for index, entry in drawn]
+
+
+def _exam_item(
+    manifest: SkillManifest, seed: bytes, index: int, entry: Mapping[str, JSON], what: str
+) -> ExamItem:
+    """Item `index` of an attempt from `seed`: `entry`'s input as its payload (a JSON object,
+    else SkillError naming `what` it is) and its answer kept private."""
+    payload = entry["input"]
+    if not isinstance(payload, dict):
+        raise SkillError(f"{what} {index}'s input is not a JSON object")
+    return ExamItem(
+        _item_id(manifest, seed, index),
+        manifest.skill_id,
+        manifest.instructions,
+        payload,
+        {"answer": entry["answer"]},
+    )
 
 
 def draw_bank_exam(

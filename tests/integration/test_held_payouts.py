@@ -42,10 +42,11 @@ def audited(world: World) -> str:
     return report.steps[6].detail
 
 
-@pytest.mark.devnet
-def test_an_unbound_contributors_payout_is_held_on_chain_and_released_once_it_binds(
+def delivered_with_one_unbound(
     settings: Settings, monkeypatch: pytest.MonkeyPatch
-) -> None:
+) -> tuple[World, str]:
+    """A delivered task on anvil whose team's first contributor to bind a payout account did
+    not (its binding skipped while the team ran): the world and that contributor's DID."""
     world = open_anvil_world(settings)
     onboard_agents(world)
     post_task(world)
@@ -65,6 +66,15 @@ def test_an_unbound_contributors_payout_is_held_on_chain_and_released_once_it_bi
     monkeypatch.undo()
     [unbound] = skipped
     world.clock.advance(1)
+    return world, unbound
+
+
+@pytest.mark.devnet
+def test_an_unbound_contributors_payout_is_held_on_chain_and_released_once_it_binds(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    world, unbound = delivered_with_one_unbound(settings, monkeypatch)
+    onboarding = world.onboarding
     escrow = world.escrow
     credits_before = {
         did: escrow.credit(address)
@@ -103,25 +113,8 @@ class Crash(Exception):
 def test_a_release_made_before_a_crash_is_not_made_again_after_the_owner_binds_elsewhere(
     settings: Settings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    world = open_anvil_world(settings)
-    onboard_agents(world)
-    post_task(world)
-    sealed_auction(world)
+    world, unbound = delivered_with_one_unbound(settings, monkeypatch)
     onboarding = world.onboarding
-    real_bind = onboarding.bind_payout
-    skipped: list[str] = []
-
-    def bind_payout(agent: AgentRecord, chain_id: int) -> str:
-        if not skipped:
-            skipped.append(agent.did)
-            return ""
-        return real_bind(agent, chain_id)
-
-    monkeypatch.setattr(onboarding, "bind_payout", bind_payout)
-    run_awarded_task(world.context, world.task_id)
-    monkeypatch.undo()
-    [unbound] = skipped
-    world.clock.advance(1)
     escrow = world.escrow
     owed = settle_task(world.market, onboarding, world.task_id).payouts[unbound]
     first = onboarding.bind_payout(onboarding.registry.get(unbound), escrow.chain_id())
