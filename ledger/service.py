@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
@@ -153,7 +154,7 @@ def anchor_tick(every_seconds: float) -> float:
     return min(MAX_ANCHOR_TICK_S, max(0.05, every_seconds / 4))
 
 
-class Periodic:
+class Periodic(ABC):
     """Calls `run_once` every `every` seconds in a daemon thread named `name`, from `start`
     until `stop`. An expected failure (AccordError: the database or the chain away) is
     logged and the next period tries again; an unexpected one is logged with its traceback
@@ -167,9 +168,9 @@ class Periodic:
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self.rounds = 0
 
+    @abstractmethod
     def run_once(self) -> object:
-        """One period's work, now. Raises AccordError."""
-        raise NotImplementedError
+        """One period's work, now (each subclass says what). Raises AccordError."""
 
     def start(self) -> None:
         self._thread.start()

@@ -32,7 +32,7 @@ from accord.ledger.store import LogStore
 from accord.ledger.tile_migration import migrate_to_tiles
 from accord.ledger.tiles import row_offset, tile_key
 from accord.ledger.verify import verify_log
-from tests.ledger.conftest import LOG_ID, START, EntryMaker, append_signed
+from tests.ledger.conftest import LOG_ID, START, EntryMaker, append_signed, postgres_schema_url
 from tests.ledger.old_layout import write_old_log
 
 LOG_SIZE = 300
@@ -584,13 +584,18 @@ def test_upsert_sql_writes_rows_in_the_order_it_names(tmp_path: Path) -> None:
         upsert_sql("?", table, ["key", "other"], ["key"], ["other"])
 
 
-def test_tile_rows_are_stored_uncompressed_on_postgresql(store: LogStore, backend: str) -> None:
-    """Hashes do not compress: PostgreSQL keeps a tile row out of line without trying."""
-    if backend != "postgres":
-        pytest.skip("a PostgreSQL storage setting")
-    with store.engine.connect() as connection:
-        storage = connection.exec_driver_sql(
-            "SELECT attstorage FROM pg_attribute WHERE attrelid = 'ledger_tiles'::regclass "
-            "AND attname = 'hashes'"
-        ).scalar_one()
+@pytest.mark.postgres
+def test_tile_rows_are_stored_uncompressed_on_postgresql() -> None:
+    """Hashes do not compress: PostgreSQL keeps a tile row out of line without trying (a
+    PostgreSQL storage setting: there is no SQLite case)."""
+    with postgres_schema_url() as url:
+        store = LogStore(make_engine(url), LOG_ID)
+        try:
+            with store.engine.connect() as connection:
+                storage = connection.exec_driver_sql(
+                    "SELECT attstorage FROM pg_attribute WHERE attrelid = "
+                    "'ledger_tiles'::regclass AND attname = 'hashes'"
+                ).scalar_one()
+        finally:
+            store.engine.dispose()
     assert storage == "e"
