@@ -50,7 +50,7 @@ from accord.api.routes.remote import EntryBody, parse_entry
 from accord.audit.checks import AuditReport, audit_task
 from accord.identity.errors import RegistryError
 from accord.ledger.chain import AnchorChain
-from accord.ledger.events import format_time
+from accord.ledger.events import Entry, format_time
 from accord.ledger.signing import Signer
 from accord.ledger.views import DEFAULT_LIMIT, MAX_LIMIT
 from accord.market import sealed
@@ -443,9 +443,7 @@ def cancel_task(
         if body is None:
             task = context.market.cancel(_signer_of(context, caller), task_id)
         else:
-            entry = parse_entry(body.entry, caller)
-            if entry.event.subject != task_id:
-                raise ProblemError(400, f"the entry cancels {entry.event.subject!r}, not {task_id}")
+            entry = _entry_about(body, caller, task_id, "cancels")
             task = context.market.cancel_signed(entry)
     return task_json(context, task)
 
@@ -564,9 +562,7 @@ def review(
     if caller != task.requester:
         raise ProblemError(403, f"only the requester of {task_id} reviews its work")
     if isinstance(body, EntryBody):
-        entry = parse_entry(body.entry, caller)
-        if entry.event.subject != task_id:
-            raise ProblemError(400, f"the entry reviews {entry.event.subject!r}, not {task_id}")
+        entry = _entry_about(body, caller, task_id, "reviews")
         with state.write_lock:
             index = context.market.review_signed(entry)
         given = entry.event.body
@@ -597,9 +593,7 @@ def answer_dispute(
     (`TaskEscrow.answer`, from its own wallet): the team stakes its own bond on the dispute's
     panel instead of its pay (`accord.market.disputes`). Before the panel's commit window
     closes; at least the dispute's fee; once per dispute."""
-    entry = parse_entry(body.entry, caller)
-    if entry.event.subject != task_id:
-        raise ProblemError(400, f"the entry answers {entry.event.subject!r}, not {task_id}")
+    entry = _entry_about(body, caller, task_id, "answers")
     with state.write_lock:
         index = context.market.answer_dispute(entry)
     answered = entry.event.body
@@ -796,3 +790,12 @@ def settle(task_id: str, caller: Caller, context: Context, state: State) -> dict
         "tx_hash": outcome.tx_hash,
         "already_settled": outcome.already,
     }
+
+
+def _entry_about(body: EntryBody, caller: str, task_id: str, verb: str) -> Entry:
+    """The caller's own signed entry in `body`, about `task_id` (400 naming the task it
+    `verb`s otherwise). Raises ProblemError."""
+    entry = parse_entry(body.entry, caller)
+    if entry.event.subject != task_id:
+        raise ProblemError(400, f"the entry {verb} {entry.event.subject!r}, not {task_id}")
+    return entry
