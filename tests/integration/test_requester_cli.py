@@ -31,8 +31,8 @@ from accord.kit.wallet import Wallet, WalletError, read_key_file
 from accord.ledger.devnet import find_free_port
 from tests.accord_cli import cli_environ, run_accord
 from tests.clocks import advance_clock_file
-from tests.integration.anvil_world import anvil_settings, settings_env
-from tests.integration.test_three_parties import REPO, started, wait_until_up
+from tests.integration.anvil_world import anvil_settings
+from tests.integration.test_three_parties import REPO, service_environ, started, wait_until_up
 from tests.processes import STEP_TIMEOUT
 from tests.specs import INVOICE_PATH, field
 
@@ -92,15 +92,7 @@ def test_a_requester_and_a_kit_agent_do_their_jobs_with_accord_commands(tmp_path
     port = find_free_port()
     url = f"http://127.0.0.1:{port}"
     clock = tmp_path / "service.clock"
-    service_env = {
-        **cli_environ(settings.home),
-        **settings_env(settings),
-        "PYTHONPATH": str(REPO),
-        "ACCORD_TEST_CLOCK": str(clock),
-        "ACCORD_ALLOW_PRIVATE_AGENTS": "1",  # the agent listens on loopback here
-        "ACCORD_LIFECYCLE_INTERVAL": "0.2",
-        "ACCORD_PUBLIC_URL": url,
-    }
+    service_env = service_environ(settings, url, clock)
     up = run_accord(service_env, "devnet", "up", "--json")
     assert up.returncode == 0, up.stderr
     requester = Party(tmp_path / "requester")

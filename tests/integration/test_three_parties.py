@@ -35,6 +35,7 @@ from accord.client import AccordClient
 from accord.kit.wallet import write_key_file
 from accord.ledger.devnet import find_free_port
 from accord.ledger.events import Entry
+from accord.ledger.settings import Settings
 from accord.ledger.signing import Ed25519Signer, write_keyfile
 from accord.ledger.wiring import open_store
 from accord.market.sealed import (
@@ -104,12 +105,10 @@ def wait_until_up(url: str, process: JsonLines, log: Path) -> None:
     pytest.fail(f"the service did not start: {log.read_text()[-3000:]}")
 
 
-def test_a_requester_two_agents_and_a_service_sharing_no_key(tmp_path: Path) -> None:
-    settings = anvil_settings(tmp_path / "service", find_free_port())
-    port = find_free_port()
-    url = f"http://127.0.0.1:{port}"
-    clock = tmp_path / "service.clock"
-    service_env = {
+def service_environ(settings: Settings, url: str, clock: Path) -> dict[str, str]:
+    """The environment of an `accord serve` process on `settings`, public at `url`, its
+    market clock in the file `clock`, agents on loopback allowed, the lifecycle every 0.2 s."""
+    return {
         **cli_environ(settings.home),
         **settings_env(settings),
         "PYTHONPATH": str(REPO),
@@ -118,6 +117,14 @@ def test_a_requester_two_agents_and_a_service_sharing_no_key(tmp_path: Path) -> 
         "ACCORD_LIFECYCLE_INTERVAL": "0.2",
         "ACCORD_PUBLIC_URL": url,
     }
+
+
+def test_a_requester_two_agents_and_a_service_sharing_no_key(tmp_path: Path) -> None:
+    settings = anvil_settings(tmp_path / "service", find_free_port())
+    port = find_free_port()
+    url = f"http://127.0.0.1:{port}"
+    clock = tmp_path / "service.clock"
+    service_env = service_environ(settings, url, clock)
     up = run_accord(service_env, "devnet", "up", "--json")
     assert up.returncode == 0, up.stderr
     rpc_url = json.loads(up.stdout)["rpc_url"]
