@@ -51,35 +51,44 @@ SPEC: dict[str, Any] = {
 }
 
 
-def external_anvil(port: int, log: Path) -> subprocess.Popen[bytes]:
-    """An anvil accord did not start, with another chain id than its devnet's, answering."""
-    with log.open("w") as out:
-        process = subprocess.Popen(
-            [
-                *(str(find_anvil()), "--chain-id", str(SEPOLIA), "--port", str(port)),
-                *("--block-time", "0.5"),  # blocks come on their own, as on a public chain
-            ],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    deadline = time.monotonic() + STEP_TIMEOUT
-    while time.monotonic() < deadline:
-        try:
-            rpc_call(f"http://127.0.0.1:{port}", "eth_chainId")
-            return process
-        except Exception:
-            if process.poll() is not None:
-                pytest.fail(f"anvil exited: {log.read_text()[-2000:]}")
-            time.sleep(0.1)
-    stop_process(process, timeout=10)
-    pytest.fail("anvil did not answer")
+def external_anvil(log: Path) -> tuple[subprocess.Popen[bytes], str]:
+    """An anvil accord did not start, with another chain id than its devnet's, answering:
+    the process and its RPC URL. The port is taken afresh when another process (a parallel
+    test's anvil) took the one chosen first: the answer must come from this anvil, with its
+    chain id, or the test would run against the other's chain."""
+    for _ in range(5):
+        port = find_free_port()
+        with log.open("w") as out:
+            process = subprocess.Popen(
+                [
+                    *(str(find_anvil()), "--chain-id", str(SEPOLIA), "--port", str(port)),
+                    *("--block-time", "0.5"),  # blocks come on their own, as on a public chain
+                ],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+        url = f"http://127.0.0.1:{port}"
+        taken = False  # another process holds the port
+        deadline = time.monotonic() + STEP_TIMEOUT
+        while not taken and time.monotonic() < deadline and process.poll() is None:
+            try:
+                answered = int(str(rpc_call(url, "eth_chainId")), 16)
+            except Exception:
+                time.sleep(0.1)
+                continue
+            if answered == SEPOLIA and process.poll() is None:
+                return process, url
+            taken = True
+        stop_process(process, timeout=10)
+        if not taken and "Address already in use" not in log.read_text():
+            pytest.fail(f"anvil did not answer: {log.read_text()[-2000:]}")
+    pytest.fail(f"anvil did not answer as its own chain: {log.read_text()[-2000:]}")
 
 
 def test_the_testnet_guide_runs_against_a_chain_accord_does_not_manage(tmp_path: Path) -> None:
     guide = GUIDE.read_text()
     for setting in ("ACCORD_RPC_URL", "ACCORD_OPERATOR_ETH_KEY", "ACCORD_PUBLIC_RPC_URL"):
         assert f"export {setting}=" in guide
-    rpc_url = f"http://127.0.0.1:{find_free_port()}"
     port = find_free_port()
     url = f"http://127.0.0.1:{port}"
     clock = tmp_path / "service.clock"
@@ -93,7 +102,7 @@ def test_the_testnet_guide_runs_against_a_chain_accord_does_not_manage(tmp_path:
         assert int(funded["balance"]) > 0
 
     with ExitStack() as stack:
-        chain = external_anvil(int(rpc_url.rsplit(":", 1)[1]), tmp_path / "anvil.log")
+        chain, rpc_url = external_anvil(tmp_path / "anvil.log")
         stack.callback(stop_process, chain, timeout=10)
 
         # 1. The operator's account, funded by the faucet
