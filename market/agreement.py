@@ -10,7 +10,7 @@ exam that measures its own templates, not the work.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
@@ -22,7 +22,7 @@ from accord.market.tasks import TASK_SETTLED
 ISSUED_EVENT_KIND = "credential.issued"
 """`accord.identity.issuance.ISSUED_EVENT_KIND`, named here so this module loads no database."""
 AGREEMENT_KINDS = (ISSUED_EVENT_KIND, TASK_SETTLED)
-"""The kinds of entry `skill_agreement` reads."""
+"""The kinds of entry `AgreementTally` reads."""
 
 
 @dataclass(frozen=True)
@@ -77,32 +77,48 @@ def _exam_score(body: Mapping[str, Any]) -> Fraction | None:
     return Fraction(earned, possible)
 
 
-def skill_agreement(entries: Iterable[tuple[int, Event]], capability: str) -> SkillAgreement:
-    """The agreement of `capability` (a built-in's name or a declared skill's id, as parts
-    and credentials name it) over `entries` (log index and event, in log order), holders by
-    DID. Entries of other kinds, other capabilities or that do not parse are skipped."""
-    exams: dict[str, Fraction] = {}
-    scores: dict[str, list[Fraction]] = {}
-    for index, event in entries:
-        if event.kind == ISSUED_EVENT_KIND and event.body.get("capability") == capability:
-            agent, score = event.body.get("agent"), _exam_score(event.body)
-            if isinstance(agent, str) and score is not None:
+class AgreementTally:
+    """The agreement of every capability at once, folded from the log: entries are added
+    in log order, and any capability's agreement can be read between them (a reader of a growing
+    log adds only what it has not seen; `seen` is the last index added, -1 before any). Pure.
+    Each holder keeps its best exam score and its parts' count and score sum, so the tally
+    grows with holders, not with the log."""
+
+    def __init__(self) -> None:
+        self.seen = -1
+        self._exams: dict[str, dict[str, Fraction]] = {}
+        self._scores: dict[str, dict[str, tuple[int, Fraction]]] = {}
+
+    def add(self, index: int, event: Event) -> None:
+        """Fold in the entry at `index`. Entries of other kinds, or that do not parse, are
+        skipped. Raises ValueError when `index` is not after the last one added."""
+        if index <= self.seen:
+            raise ValueError(f"entry {index} is not after entry {self.seen}, added already")
+        self.seen = index
+        if event.kind == ISSUED_EVENT_KIND:
+            capability, agent = event.body.get("capability"), event.body.get("agent")
+            score = _exam_score(event.body)
+            if isinstance(capability, str) and isinstance(agent, str) and score is not None:
+                exams = self._exams.setdefault(capability, {})
                 exams[agent] = max(score, exams.get(agent, score))
         elif event.kind == TASK_SETTLED:
             work = settled_work(index, event.subject, event.body)
             for part in () if work is None else work.parts:
-                if part.capability == capability and part.score is not None:
-                    scores.setdefault(part.producer, []).append(part.score)
-    holders = tuple(
-        HolderAgreement(
-            agent,
-            exams[agent],
-            len(scores.get(agent, [])),
-            sum(scores[agent], Fraction(0)) / len(scores[agent]) if scores.get(agent) else None,
-        )
-        for agent in sorted(exams)
-    )
-    return SkillAgreement(capability, holders)
+                if part.score is not None:
+                    scores = self._scores.setdefault(part.capability, {})
+                    count, total = scores.get(part.producer, (0, Fraction(0)))
+                    scores[part.producer] = (count + 1, total + part.score)
+
+    def agreement(self, capability: str) -> SkillAgreement:
+        """The agreement of `capability` over the entries added so far, holders by DID."""
+        exams = self._exams.get(capability, {})
+        scores = self._scores.get(capability, {})
+        holders = []
+        for agent in sorted(exams):
+            count, total = scores.get(agent, (0, Fraction(0)))
+            field = total / count if count else None
+            holders.append(HolderAgreement(agent, exams[agent], count, field))
+        return SkillAgreement(capability, tuple(holders))
 
 
 def capability_key(manifest_builtin: str | None, skill_id: str) -> str:

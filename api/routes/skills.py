@@ -28,6 +28,8 @@ being the hex SHA-256 of the manifest's RFC 8785 bytes.
 from __future__ import annotations
 
 import math
+import threading
+import weakref
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Query
@@ -41,10 +43,15 @@ from accord.identity.skill_exams import GateReport
 from accord.identity.skill_exports import a2a_skill, mcp_tool, skill_folder
 from accord.identity.skill_registry import MAX_PAGE, DeclaredSkill
 from accord.ledger.canonical import MAX_SAFE_INTEGER
-from accord.ledger.events import Entry, Event
+from accord.ledger.events import Entry
 from accord.ledger.signing import Signer
 from accord.ledger.store import LogStore
-from accord.market.agreement import AGREEMENT_KINDS, capability_key, skill_agreement
+from accord.market.agreement import (
+    AGREEMENT_KINDS,
+    AgreementTally,
+    SkillAgreement,
+    capability_key,
+)
 from accord.market.wiring import MarketContext
 
 AGREEMENT_PAGE = 1000
@@ -83,17 +90,44 @@ def show_skill(skill: str, context: Context) -> dict[str, Any]:
     return {**found.to_json(), "agreement": logged_agreement(store, found)}
 
 
+class AgreementFeed:
+    """A log's exam→field agreement, kept level with it: each read folds in only the
+    `credential.issued` and `task.settled` entries appended since the one before (the first
+    reads them all), under a lock, so readers at the same moment fold each entry once. An
+    unsigned `GET /skills/{id}` or skill page so costs the log's growth, not the log."""
+
+    def __init__(self) -> None:
+        self._tally = AgreementTally()
+        self._lock = threading.Lock()
+
+    def agreement(self, store: LogStore, capability: str) -> SkillAgreement:
+        """`capability`'s agreement over `store`'s whole log as it is now. Raises StoreError
+        when the log cannot be read, MalformedError when a stored entry does not parse."""
+        with self._lock:
+            while found := store.find(
+                kinds=AGREEMENT_KINDS, after=self._tally.seen, limit=AGREEMENT_PAGE
+            ):
+                for stored in found:
+                    self._tally.add(stored.index, Entry.from_bytes(stored.data).event)
+                if len(found) < AGREEMENT_PAGE:
+                    break
+            return self._tally.agreement(capability)
+
+
+_FEEDS: weakref.WeakKeyDictionary[LogStore, AgreementFeed] = weakref.WeakKeyDictionary()
+_FEEDS_LOCK = threading.Lock()
+
+
 def logged_agreement(store: LogStore, skill: DeclaredSkill) -> dict[str, Any]:
-    """The skill's agreement over the whole log (credentials issued, tasks settled)."""
-    entries: list[tuple[int, Event]] = []
-    after = -1
-    while found := store.find(kinds=AGREEMENT_KINDS, after=after, limit=AGREEMENT_PAGE):
-        entries += [(s.index, Entry.from_bytes(s.data).event) for s in found]
-        after = found[-1].index
-        if len(found) < AGREEMENT_PAGE:
-            break
+    """The skill's agreement over the whole log (credentials issued, tasks settled), from the
+    store's `AgreementFeed` (one per open store, gone with it). Raises as
+    `AgreementFeed.agreement`."""
+    with _FEEDS_LOCK:
+        feed = _FEEDS.get(store)
+        if feed is None:
+            feed = _FEEDS[store] = AgreementFeed()
     key = capability_key(skill.manifest.builtin, skill.manifest.skill_id)
-    return skill_agreement(entries, key).to_json()
+    return feed.agreement(store, key).to_json()
 
 
 @reads.get(

@@ -8,6 +8,7 @@ import copy
 import json
 import secrets
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from accord.api.routes.deps import ApiConfig
+from accord.api.routes.skills import AgreementFeed
 from accord.client import AccordClient, ApiError
 from accord.identity.errors import SkillError
 from accord.identity.http_auth import AccordAuth
@@ -34,8 +36,9 @@ from accord.identity.skill_attempts import (
     replay_attempts,
 )
 from accord.identity.skill_registry import SKILL_DECLARED_KIND, replay_declarations
-from accord.ledger.events import Entry, Event, parse_time
+from accord.ledger.events import Entry, Event, make_entry, parse_time
 from accord.ledger.signing import Ed25519Signer, write_keyfile
+from accord.market.agreement import ISSUED_EVENT_KIND
 from accord.market.work import parse_parts
 from tests.accord_cli import AccordCli
 from tests.api.test_app import build_world
@@ -216,6 +219,7 @@ def test_a_declared_skill_is_examined_from_a_committed_seed_and_credentialed(
     register(author, "author")
     register(candidate, "candidate")
     declared = declare(author, manifest())
+    assert candidate.get(f"/skills/{declared['id']}")["agreement"]["holders"] == []
     started = candidate.post(f"/skills/{declared['id']}/attempts")
     attempt_id = started["attempt_id"]
     assert started["attempt"] == 1 and started["items"] == 6 and len(started["commitment"]) == 64
@@ -254,6 +258,9 @@ def test_a_declared_skill_is_examined_from_a_committed_seed_and_credentialed(
     )
     assert again.status == 409
     assert candidate.post(f"/skills/{declared['id']}/attempts")["attempt"] == 2
+    # The agreement read before the credential was issued sees it now (the feed folds on).
+    holders = candidate.get(f"/skills/{declared['id']}")["agreement"]["holders"]
+    assert holders == [{"agent": candidate.signer.did, "exam": "5/6", "parts": 0, "field": None}]  # type: ignore[union-attr]
     found = candidate.get("/agents", {"capability": declared["id"]})
     assert [agent["did"] for agent in found] == [candidate.signer.did]  # type: ignore[union-attr]
     card = candidate.get(f"/agents/{candidate.signer.did}/card")  # type: ignore[union-attr]
@@ -326,3 +333,49 @@ def test_a_did_key_declares_with_the_cli_at_a_service(
     assert shown["manifest"] == manifest(name="add-by-cli") and shown["agreement"]["holders"] == []
     unsigned = cli.run("skill", "declare", str(path), "--server", world["url"], check=2)
     assert "--key" in unsigned.stderr
+
+
+def test_the_agreement_feed_reads_only_what_was_appended_since(world: dict[str, Any]) -> None:
+    """Each read of a skill's agreement folds the entries appended since the one before,
+    not the whole log again (an unsigned read must not cost the log's size)."""
+    store = world["context"].market.ledger.store
+    operator = world["context"].market.ledger.operator
+    read: list[int] = []
+    find = store.find
+
+    def counting_find(**query: Any) -> Any:
+        found = find(**query)
+        read.extend(s.index for s in found)
+        return found
+
+    store.find = counting_find
+    feed = AgreementFeed()
+
+    def issue(agent: str, earned: int) -> None:
+        score = {"earned": earned, "possible": 8}
+        body = {
+            "agent": agent,
+            "capability": "sql",
+            "credential": {"credentialSubject": {"score": score}},
+        }
+        store.append_next(
+            operator.did,
+            lambda seq: make_entry(
+                operator, kind=ISSUED_EVENT_KIND, seq=seq, at=datetime.now(UTC), body=body
+            ),
+        )
+
+    issue("did:key:a", 6)
+    issue("did:key:b", 7)
+    first = feed.agreement(store, "sql")
+    assert [h.agent for h in first.holders] == ["did:key:a", "did:key:b"]
+    assert read[-2:] == [store.size() - 2, store.size() - 1]  # the whole log, the first time
+    issue("did:key:a", 8)
+    first_reads = len(read)
+    second = feed.agreement(store, "sql")
+    assert read[first_reads:] == [store.size() - 1]  # the one new entry, not the whole log
+    assert [(h.agent, str(h.exam)) for h in second.holders] == [
+        ("did:key:a", "1"),
+        ("did:key:b", "7/8"),
+    ]
+    assert feed.agreement(store, "sql") == second and len(read) == first_reads + 1

@@ -2,15 +2,26 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
+
+import pytest
 
 from accord.ledger.events import Event
 from accord.ledger.signing import Ed25519Signer
-from accord.market.agreement import ISSUED_EVENT_KIND, skill_agreement
+from accord.market.agreement import ISSUED_EVENT_KIND, AgreementTally, SkillAgreement
 from accord.market.tasks import TASK_SETTLED
 
 AT = "2026-03-01T12:00:00.000Z"
 OPERATOR = Ed25519Signer.generate().did
+
+
+def skill_agreement(entries: Iterable[tuple[int, Event]], capability: str) -> SkillAgreement:
+    """`capability`'s agreement over `entries` folded into a fresh tally."""
+    tally = AgreementTally()
+    for index, event in entries:
+        tally.add(index, event)
+    return tally.agreement(capability)
 
 
 def issued(agent: str, capability: str, earned: int, possible: int) -> Event:
@@ -56,3 +67,33 @@ def test_holders_without_real_parts_have_no_field_score() -> None:
         {"agent": "did:key:a", "exam": "3/4", "parts": 0, "field": None}
     ]
     assert agreement["exam_mean"] is None and agreement["holders_with_real_parts"] == 0
+
+
+def test_a_tally_read_between_entries_agrees_with_the_whole_fold() -> None:
+    events = [
+        issued("did:key:a", "sql", 5, 8),
+        settled("t1", [("sql", "did:key:a", "1"), ("other", "did:key:b", "1/2")]),
+        issued("did:key:b", "other", 8, 8),
+        issued("did:key:a", "sql", 7, 8),
+        settled("t2", [("sql", "did:key:a", "0"), ("other", "did:key:b", "1")]),
+        settled("t3", [("sql", "did:key:b", "1")]),  # b holds no sql credential
+    ]  # fmt: skip
+    tally = AgreementTally()
+    for index, event in enumerate(events):
+        tally.add(index, event)
+        for capability in ("sql", "other"):
+            whole = skill_agreement(enumerate(events[: index + 1]), capability)
+            assert tally.agreement(capability) == whole
+    assert tally.seen == len(events) - 1
+    assert tally.agreement("other").to_json()["holders"] == [
+        {"agent": "did:key:b", "exam": "1", "parts": 2, "field": "3/4"}
+    ]
+
+
+def test_a_tally_refuses_an_entry_it_has_passed() -> None:
+    tally = AgreementTally()
+    tally.add(4, issued("did:key:a", "sql", 1, 2))
+    with pytest.raises(ValueError, match="not after entry 4"):
+        tally.add(4, issued("did:key:a", "sql", 2, 2))
+    with pytest.raises(ValueError):
+        skill_agreement([(3, issued("did:key:a", "sql", 1, 2)), (1, settled("t", []))], "sql")
