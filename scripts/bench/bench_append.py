@@ -9,6 +9,9 @@ Side by side in each repetition, on the same canonical bytes:
 - hash-only append: the same leaf data, already signed, through `LogStore.append_batch`
   (leaf hash, the tile rows, entry rows, commit) against pymerkle's `SqliteTree.append_entries`
   with the same 1,000 per transaction;
+- SQL alone: the same entry rows inserted by sqlite3 itself into the store's schema (with its
+  three secondary indexes, and with them dropped), no accord code on the path: what bounds
+  any hash-only append that keeps entries searchable;
 - one entry per transaction: `LogStore.append` against pymerkle's `SqliteTree.append_entry`;
 - the steps of an append alone, in microseconds per event (lower is better), on the same
   events: building and validating the `Event`, JCS(event), the Ed25519 signature
@@ -25,6 +28,7 @@ Run alone: `.venv/bin/python scripts/bench/bench_append.py [--quick] [--reps N]`
 from __future__ import annotations
 
 import shutil
+import sqlite3
 import tempfile
 import time
 from collections.abc import Callable
@@ -119,6 +123,36 @@ def run(quick: bool, reps: int) -> Section:
         store.engine.dispose()
         return rate
 
+    entry_rows = [
+        (i, e.event.actor, e.event.seq, e.event.kind, e.event.subject, e.event.at, e.data)
+        for i, e in enumerate(presigned)
+    ]
+
+    def sql_alone(indexed: bool) -> float:
+        """accord's entry rows written straight through sqlite3 into the store's own schema
+        (made by a LogStore, then closed): no accord Python, no tree; `indexed` False drops
+        the entry table's secondary indexes first."""
+        folder = fresh()
+        new_store(folder).engine.dispose()
+        connection = sqlite3.connect(folder / "log.db", isolation_level=None)
+        connection.execute("PRAGMA synchronous=FULL")
+        if not indexed:
+            for row in connection.execute("PRAGMA index_list(ledger_entries)").fetchall():
+                if row[3] == "c":  # made by CREATE INDEX, not a key's own
+                    connection.execute(f'DROP INDEX "{row[1]}"')
+        columns = "idx, actor, seq, kind, subject, at, data"
+        insert = f"INSERT INTO ledger_entries ({columns}) VALUES (?, ?, ?, ?, ?, ?, ?)"
+
+        def go() -> None:
+            for start in range(0, events, BATCH):
+                connection.execute("BEGIN IMMEDIATE")
+                connection.executemany(insert, entry_rows[start : start + BATCH])
+                connection.execute("COMMIT")
+
+        rate = timed(events, go)
+        connection.close()
+        return rate
+
     def pymerkle_single() -> float:
         tree = SqliteTree(str(fresh() / "pymerkle.db"))
         rate = timed(singles, lambda: [tree.append_entry(d) for d in leaf_data[:singles]])
@@ -160,6 +194,14 @@ def run(quick: bool, reps: int) -> Section:
     ours_bulk = Measure(
         f"hash-only append, accord LogStore ({BATCH:,}/txn)", "leaves/s", baseline=pm_bulk.name
     )
+    floor_indexed = Measure(
+        "SQL alone: accord's entry rows, its schema", "rows/s", baseline=pm_bulk.name
+    )
+    floor_bare = Measure(
+        "SQL alone: accord's entry rows, secondary indexes dropped",
+        "rows/s",
+        baseline=pm_bulk.name,
+    )
     pm_one = Measure("single append, pymerkle append_entry (1/txn)", "leaves/s")
     ours_one = Measure(
         "single append, accord LogStore.append (1/txn)", "leaves/s", baseline=pm_one.name
@@ -171,7 +213,8 @@ def run(quick: bool, reps: int) -> Section:
         (Measure("step: JCS(entry) from JCS(event)", "µs/event"), step_entry_bytes),
         (Measure("step: leaf and node hashes and tile rows", "µs/event"), step_hashes),
     ]
-    section.measures = [limit, made, signed, pm_bulk, ours_bulk, pm_one, ours_one]
+    section.measures = [limit, made, signed, pm_bulk, ours_bulk, floor_indexed, floor_bare]
+    section.measures += [pm_one, ours_one]
     section.measures += [measure for measure, _ in steps]
     try:
         side_by_side(
@@ -182,6 +225,8 @@ def run(quick: bool, reps: int) -> Section:
                 (signed, signed_append),
                 (pm_bulk, pymerkle_hash_only),
                 (ours_bulk, ours_hash_only),
+                (floor_indexed, lambda: sql_alone(indexed=True)),
+                (floor_bare, lambda: sql_alone(indexed=False)),
                 (pm_one, pymerkle_single),
                 (ours_one, ours_single),
                 *steps,
@@ -216,6 +261,11 @@ def run(quick: bool, reps: int) -> Section:
         "Hash-only rows append exactly the same leaf bytes to both stores; accord also writes "
         "the tile rows (each tile touched, once), the indexed entry columns and the head row, "
         "pymerkle one leaf row.",
+        "SQL alone: the same entry rows inserted by sqlite3 itself into the store's schema, "
+        f"{BATCH:,} per transaction, no accord code on the path: the most any accord Python "
+        "could reach with these rows (its schema: the three secondary indexes on kind, subject "
+        "and actor+seq that `LogStore.find` and the seq checks read; dropped: the row alone, "
+        "what pymerkle writes too).",
         "Both on SQLite with their defaults: accord WAL + synchronous=FULL, pymerkle rollback "
         f"journal + synchronous=FULL; single appends: {singles} per repetition, one fsync'd "
         "transaction each.",
