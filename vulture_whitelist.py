@@ -4,6 +4,7 @@ name only a test uses is dead product code, unless it is listed below with its r
 
 from accord._home import Home
 from accord.client import AccordClient
+from accord.identity.exams import regrade_from_ledger
 from accord.identity.presentations import InMemoryNonceStore
 from accord.ledger.chain.memory_chain import MemoryAnchorChain
 from accord.ledger.note import parse_checkpoint, verify_note
@@ -14,6 +15,7 @@ Home.reveal_bids  # README.md's example, accord/__init__.py's docstring
 AccordClient.health  # accord.Client: GET /health, for a caller waiting on a service
 verify_note  # C2SP signed notes (ledger/note.py): what a witness or monitor runs on /checkpoint
 parse_checkpoint  # the same, a checkpoint note's body
+regrade_from_ledger  # docs/agents.md: anyone holding the log re-grades an exam from it
 
 # -- the in-memory doubles DESIGN.md names ("a fast in-memory one for unit tests"): their
 # controls, which stand for what the real chain or store does by itself ----------------------

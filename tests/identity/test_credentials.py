@@ -23,7 +23,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from accord.identity import credentials
+from accord.identity import credentials, status
 from accord.identity.credentials import (
     CREDENTIAL_TYPE,
     REVOCATION_EVENT_KIND,
@@ -520,9 +520,10 @@ def test_bad_credential_is_refused_at_its_step(name: str) -> None:
 
 
 def test_every_step_is_exercised() -> None:
-    """Each step `verify_credential` names (its `STEP_*` constants) has a credential refused
-    at it."""
-    steps = {value for name, value in vars(credentials).items() if name.startswith("STEP_")}
+    """Each step `verify_credential` can fail at (its `STEP_*` constants, and the status
+    list's own, revocation) has a credential refused at it."""
+    own = {value for name, value in vars(credentials).items() if name.startswith("STEP_")}
+    steps = own | {status.STEP}
     assert len(steps) == 7
     assert {step for _, step in BAD_CREDENTIALS.values()} == steps
 
