@@ -4,6 +4,7 @@ name only a test uses is dead product code, unless it is listed below with its r
 
 from accord._home import Home
 from accord.client import AccordClient
+from accord.identity.exams import regrade_from_ledger
 from accord.identity.presentations import InMemoryNonceStore
 from accord.ledger.chain.memory_chain import MemoryAnchorChain
 from accord.ledger.note import parse_checkpoint, verify_note
@@ -14,6 +15,7 @@ Home.reveal_bids  # README.md's example, accord/__init__.py's docstring
 AccordClient.health  # accord.Client: GET /health, for a caller waiting on a service
 verify_note  # C2SP signed notes (ledger/note.py): what a witness or monitor runs on /checkpoint
 parse_checkpoint  # the same, a checkpoint note's body
+regrade_from_ledger  # docs/agents.md: anyone holding the log re-grades an exam from it
 
 # -- the in-memory doubles DESIGN.md names ("a fast in-memory one for unit tests"): their
 # controls, which stand for what the real chain or store does by itself ----------------------
@@ -33,28 +35,3 @@ trace  # __exit__'s third argument (accord/client.py): the context-manager proto
 frame  # a signal handler's second argument (api/identity_cli.py, coordinator/agent_service.py)
 checker  # a jsonschema type checker's first argument (identity/challenges/skills.py)
 curve_order  # eth_keyfile.keyfile reads it from the placeholder module (accord/_bls.py)
-
-# -- used only by tests today: each is to be deleted, or used by the product (issue 46, item 5).
-# Listed so the gate catches any new one; not a reason to keep them.
-from accord.coordinator.agent_service import serve_in_thread  # noqa: E402
-from accord.coordinator.service import directory_of  # noqa: E402
-from accord.identity.challenges.base import Grade  # noqa: E402
-from accord.identity.credentials import CHECKLIST  # noqa: E402
-from accord.identity.dataintegrity import public_key_from_multikey  # noqa: E402
-from accord.identity.exams import ExamService, regrade_from_ledger  # noqa: E402
-from accord.identity.status import StatusList  # noqa: E402
-from accord.market.blobs import BlobStore  # noqa: E402
-from accord.market.service import Market  # noqa: E402
-
-serve_in_thread  # the coordinator tests' agent services
-directory_of  # tests read the whole directory (the product reads `directory_for`)
-Grade.full_marks  # the exam tests' assertion
-CHECKLIST  # tests/identity/test_credentials.py checks the steps' order
-public_key_from_multikey  # tests/identity/test_dataintegrity.py (the product reads did:key)
-regrade_from_ledger  # the exam tests (the audit re-grades from verified events)
-ExamService.attempts  # the exam tests
-StatusList.set_indices  # the status-list tests
-BlobStore.sweep  # the blob tests (every upload sweeps through `_sweep` first)
-BlobStore.usage  # the upload tests
-Market.open_tasks_for  # tests/market/test_service.py
-anchor_timer  # app.state.anchor_timer (api/app.py): tests/api/test_audits.py reads the timer

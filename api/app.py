@@ -143,11 +143,10 @@ def create_app(
         app.state.anchor_timer = timer
         try:
             yield
-        finally:
-            if timer is not None:
-                timer.stop()
-            if worker is not None:
-                worker.stop()
+        finally:  # the app's workers are stopped where it keeps them (and tests watch them)
+            for running in (app.state.anchor_timer, app.state.lifecycle):
+                if running is not None:
+                    running.stop()
 
     app = FastAPI(
         title="accord",

@@ -66,20 +66,14 @@ if TYPE_CHECKING:  # the chain's wiring (web3): a read of conversations never im
 MAX_CONVERSATION_EVENTS = 100_000
 
 
-def directory_of(context: MarketContext) -> list[Member]:
-    """Every registered agent with the capabilities it holds valid credentials for, its
-    reputation, and a self-description."""
-    return _verified_members(context, context.onboarding.registry.list())
-
-
 def directory_for(
     context: MarketContext, capabilities: Iterable[str], *, including: Iterable[str] = ()
 ) -> list[Member]:
     """The directory a team for `capabilities` is formed from: the agents the credential view
-    lists as holding one of them, plus `including` (the leader), each then checked as
-    `directory_of` checks every agent (credential documents verified, not the view trusted).
-    Team formation drops every agent that holds none of the task's capabilities, so the team
-    is the one the whole directory would give, found without a scan of every agent."""
+    lists as holding one of them, plus `including` (the leader), each then verified (its
+    credential documents checked, not the view trusted). Team formation drops every agent that
+    holds none of the task's capabilities, so the team is the one the whole directory would
+    give, found without a scan of every agent."""
     market = context.market
     wanted = set(including)
     for capability in capabilities:

@@ -83,23 +83,14 @@ ACCORD_CONTEXT: dict[str, Any] = {
 
 CONTEXT: list[Any] = [VC_V2_CONTEXT, ACCORD_CONTEXT]
 
+# The steps `verify_credential` can fail at (`CredentialError.step`), in the order it runs them;
+# between validity and capability, `check_status`'s (accord.identity.status.STEP, revocation).
 STEP_FORMAT = "format"
 STEP_PROOF = "proof"
 STEP_ISSUER = "issuer"
 STEP_HOLDER = "holder"
 STEP_VALIDITY = "validity"
-STEP_REVOCATION = "revocation"
 STEP_CAPABILITY = "capability"
-CHECKLIST = (
-    STEP_FORMAT,
-    STEP_PROOF,
-    STEP_ISSUER,
-    STEP_HOLDER,
-    STEP_VALIDITY,
-    STEP_REVOCATION,
-    STEP_CAPABILITY,
-)
-"""Every step `verify_credential` can fail at, in the order it runs them."""
 
 MAX_SAFE_INTEGER = 2**53 - 1
 

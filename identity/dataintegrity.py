@@ -38,7 +38,7 @@ import nacl.signing
 from accord.identity.errors import CredentialError, ProofFormatError
 from accord.ledger.canonical import canonical_json
 from accord.ledger.errors import CanonicalizationError, MalformedError
-from accord.ledger.signing import ED25519_MULTICODEC, base58btc_decode, public_key_from_did
+from accord.ledger.signing import base58btc_decode, public_key_from_did
 
 PROOF_TYPE = "DataIntegrityProof"
 CRYPTOSUITE = "eddsa-jcs-2022"
@@ -61,7 +61,7 @@ _OPTIONAL_STRING_OPTIONS = ("challenge", "nonce", "id")
 _TIMESTAMP_OPTIONS = ("created", "expires")
 
 
-# --- multibase and Multikey --------------------------------------------------------------
+# --- multibase base58btc ------------------------------------------------------------------
 
 
 def multibase_b58(data: bytes) -> str:
@@ -84,17 +84,6 @@ def from_multibase_b58(text: str) -> bytes:
         return base58btc_decode(body)
     except ValueError as exc:
         raise ProofFormatError(f"not base58btc: {exc}") from exc
-
-
-def public_key_from_multikey(text: str) -> bytes:
-    """The 32-byte Ed25519 public key of a Multikey `publicKeyMultibase` (`z6Mk…`).
-
-    A Multikey is base58btc(0xed 0x01 || key). Raises ProofFormatError for anything else.
-    """
-    raw = from_multibase_b58(text)
-    if not raw.startswith(ED25519_MULTICODEC) or len(raw) != len(ED25519_MULTICODEC) + KEY_SIZE:
-        raise ProofFormatError(f"{text!r} is not an Ed25519 Multikey (want 'z6Mk…')")
-    return raw[len(ED25519_MULTICODEC) :]
 
 
 # --- the cryptosuite's transformation, configuration and hashing --------------------------

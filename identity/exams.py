@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import BigInteger, Engine, delete, func, insert, select, update
+from sqlalchemy import BigInteger, Engine, delete, insert, select, update
 from sqlalchemy.exc import SQLAlchemyError
 from sqlmodel import Column, Field, SQLModel
 
@@ -772,17 +772,6 @@ class ExamService:
         with self.engine.begin() as connection:
             connection.execute(
                 update(_ATTEMPTS).where(_ATTEMPTS.c.exam_id == exam_id).values(graded=True)
-            )
-
-    def attempts(self, agent_did: str, capability: str) -> int:
-        """How many attempts `agent_did` has started at `capability`, ever."""
-        with self.engine.begin() as connection:
-            return int(
-                connection.execute(
-                    select(func.count()).where(
-                        _ATTEMPTS.c.agent_did == agent_did, _ATTEMPTS.c.capability == capability
-                    )
-                ).scalar_one()
             )
 
 

@@ -140,16 +140,6 @@ class StatusList:
             changed[index // 8] &= ~mask & 0xFF
         return StatusList(bytes(changed))
 
-    def set_indices(self) -> list[int]:
-        """Every index whose bit is set, ascending."""
-        return [
-            position * 8 + offset
-            for position, byte in enumerate(self.bits)
-            if byte
-            for offset in range(8)
-            if byte & (0x80 >> offset)
-        ]
-
     def encode(self) -> str:
         """The spec's `encodedList`: 'u' + unpadded base64url of GZIP(bits), deterministic."""
         compressed = gzip.compress(self.bits, compresslevel=9, mtime=0)

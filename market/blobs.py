@@ -12,8 +12,8 @@ Who holds a blob (`market_blob_holders`, one row per blob and holder):
   task). Two requesters uploading the same bytes each hold them; the bytes are stored once.
 - what the service stores itself (`put`: deliverables) and every blob stored before holders
   were recorded are held by `SERVICE` for good.
-- an upload no task names expires: `sweep` (run by every upload) deletes the expired holds and
-  the bytes nobody holds any more. An expired hold counts as gone at once, swept or not.
+- an upload no task names expires: every upload first sweeps away the expired holds and the
+  bytes nobody holds any more. An expired hold counts as gone at once, swept or not.
 
 Uploads are bounded by a `FileQuota`: the uploads a caller holds that no task names yet (their
 number and bytes), and the bytes of all such uploads together. Holds are changed one writer at a
@@ -398,46 +398,23 @@ class BlobStore:
             raise BlobError(f"cannot keep the task's files: {exc}") from exc
         return []
 
-    def sweep(self, now: datetime) -> int:
-        """Delete the uploads that expired by `now` unnamed, and the bytes nobody holds any
-        more; returns how many holds were deleted."""
-        try:
-            with self._writing() as connection:
-                return self._sweep(connection, _seconds(now))
-        except SQLAlchemyError as exc:
-            raise BlobError(f"cannot sweep expired files: {exc}") from exc
-
     @staticmethod
-    def _sweep(connection: Connection, now_s: float) -> int:
+    def _sweep(connection: Connection, now_s: float) -> None:
+        """Delete the uploads that expired by `now_s` unnamed, and the bytes nobody holds any
+        more (in the caller's writing transaction)."""
         expired = _HOLDERS.c.expires_at.is_not(None) & (_HOLDERS.c.expires_at <= now_s)
         digests = sorted(
             set(connection.execute(select(_HOLDERS.c.sha256).where(expired)).scalars())
         )
         if not digests:
-            return 0
-        deleted = connection.execute(delete(_HOLDERS).where(expired)).rowcount
+            return
+        connection.execute(delete(_HOLDERS).where(expired))
         for start in range(0, len(digests), 500):
             chunk = digests[start : start + 500]
             still_held = select(_HOLDERS.c.sha256).where(_HOLDERS.c.sha256 == _BLOBS.c.sha256)
             connection.execute(
                 delete(_BLOBS).where(_BLOBS.c.sha256.in_(chunk) & ~still_held.exists())
             )
-        return int(deleted)
-
-    def usage(self, holder: str | None, now: datetime) -> tuple[int, int]:
-        """(files, bytes) of the uploads no task names yet that `holder` (everybody when
-        None) holds at `now`."""
-        where = _HOLDERS.c.expires_at.is_not(None) & (_HOLDERS.c.expires_at > _seconds(now))
-        if holder is not None:
-            where = where & (_HOLDERS.c.holder == holder)
-        try:
-            with self.engine.connect() as connection:
-                count, size = connection.execute(
-                    select(func.count(), func.coalesce(func.sum(_HOLDERS.c.size), 0)).where(where)
-                ).one()
-        except SQLAlchemyError as exc:
-            raise BlobError(f"cannot read the uploads held: {exc}") from exc
-        return int(count), int(size)
 
     def count(self) -> int:
         """How many blobs are stored (each distinct content once)."""

@@ -379,14 +379,6 @@ class Market:
             for row in rows
         ]
 
-    def open_tasks_for(self, did: str) -> list[Task]:
-        """Calls for bids: tasks taking bids now whose every capability `did` holds."""
-        return [
-            task
-            for task in self.iter_tasks(state="bidding")
-            if self.eligible(did, task.spec.capabilities)
-        ]
-
     # -- eligibility and quality ---------------------------------------------------------
 
     def eligible(self, did: str, capabilities: Iterable[str]) -> bool:

@@ -23,6 +23,7 @@ from accord.market.errors import WorkError
 from accord.market.tasks import TASK_POSTED
 from accord.market.wiring import DEVNET_REQUESTER_KEY
 from tests.api.test_app import World, assert_problem, build_world
+from tests.market.blob_holds import unnamed_uploads
 from tests.serving import serve
 
 TTL = 600.0
@@ -80,7 +81,7 @@ def spec(*digests: str) -> dict[str, Any]:
 def stored(world: World) -> tuple[int, tuple[int, int]]:
     """The blobs stored, and (files, bytes) of the uploads no task names yet."""
     blobs = world.context.market.blobs
-    return blobs.count(), blobs.usage(None, world.clock())
+    return blobs.count(), unnamed_uploads(blobs, None, world.clock())
 
 
 # -- who may upload -----------------------------------------------------------------------------
@@ -217,7 +218,7 @@ def test_an_upload_no_task_names_expires_and_a_named_one_stays(world: World) -> 
         # the next upload (anybody's) sweeps it away; the named file stays
         assert upload(url, world.signers["ada"], b"anything").status_code == 201
         assert blobs.count() == count  # one gone, one new
-        assert world.context.market.blobs.usage(req.did, world.clock()) == (0, 0)
+        assert unnamed_uploads(world.context.market.blobs, req.did, world.clock()) == (0, 0)
         with pytest.raises(MissingBlob):
             blobs.get(sha256_hex(unnamed))
         shown = call(url, req, "GET", f"/tasks/{task_id}/files/{sha256_hex(named)}")
@@ -284,4 +285,4 @@ def test_the_market_refuses_a_file_the_requester_does_not_hold(world: World) -> 
     assert market.ledger.store.find(kind=TASK_POSTED) == []
     task = market.post(alice, task_spec, requester_key=DEVNET_REQUESTER_KEY)
     assert task.spec.files.keys() == {digest}
-    assert market.blobs.usage(alice.did, world.clock()) == (0, 0)  # kept for the task
+    assert unnamed_uploads(market.blobs, alice.did, world.clock()) == (0, 0)  # kept for the task

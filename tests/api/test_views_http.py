@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 
 from accord.api.cli import app as cli_app
 from accord.client import AccordClient
-from accord.coordinator.service import directory_for, directory_of, discover
+from accord.coordinator.service import directory_for, discover
 from accord.coordinator.team import form_team, rank_candidates
 from accord.identity.credential_views import VIEW_NAME as CREDENTIAL_VIEW
 from accord.identity.credential_views import capabilities_of
@@ -26,6 +26,7 @@ from accord.market.discovery import fraction_text
 from accord.market.projections import read_views
 from accord.market.service import Market
 from tests.api.test_app import World, assert_problem, build_world, post_task
+from tests.directory import whole_directory
 from tests.view_rows import view_rows
 
 
@@ -135,7 +136,7 @@ def ranked_by_scan(world: World, capability: str, need: str) -> list[dict[str, A
             "relevance": str(c.relevance),
             "description": c.member.description,
         }
-        for c in rank_candidates(need, capability, directory_of(world.context))
+        for c in rank_candidates(need, capability, whole_directory(world.context))
     ]
 
 
@@ -215,8 +216,8 @@ def test_ledger_reindex_rebuilds_every_view_identically(
 
 def test_a_team_is_formed_from_the_holders_as_from_the_whole_directory(world: World) -> None:
     """`directory_for` reads the credential view for the task's capabilities (then verifies
-    each holder as `directory_of` does): the team it gives is the whole directory's team."""
-    whole = directory_of(world.context)
+    each holder as it verifies any agent): the team it gives is the whole directory's team."""
+    whole = whole_directory(world.context)
     ada, carol = world.signers["ada"].did, world.signers["carol"].did
     holders = directory_for(world.context, ["arithmetic"], including=[ada])
     assert {m.did for m in holders} == {m.did for m in whole if "arithmetic" in m.capabilities}

@@ -31,6 +31,7 @@ from accord.market.settlement import deliverable_view
 from accord.market.work import MAX_FILE_BYTES
 from tests.audit.conftest import build_world
 from tests.ledger.conftest import postgres_schema_url
+from tests.market.blob_holds import swept_by_an_upload, unnamed_uploads
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
@@ -115,7 +116,7 @@ def test_what_the_service_stores_outlives_an_expired_upload_of_the_same_bytes(
     digest = blobs.put(b'{"deliverable": 1}')
     upload = blobs.upload(b'{"deliverable": 1}', holder="did:key:z6Mkstranger", now=NOW)
     assert upload.sha256 == digest and upload.expires_at is not None
-    assert blobs.sweep(upload.expires_at) == 1
+    assert swept_by_an_upload(blobs, upload.expires_at) == {(digest, "did:key:z6Mkstranger")}
     assert blobs.get(digest) == b'{"deliverable": 1}'
     assert blobs.held("did:key:z6Mkstranger", [digest], upload.expires_at) == [digest]
 
@@ -128,7 +129,8 @@ def test_blobs_stored_before_holders_were_recorded_are_kept_for_good(db_url: str
     blobs = BlobStore(engine)
     BlobStore(engine)  # a second start finds them recorded already
     blobs.upload(b"old", holder="did:key:z6Mkre", now=NOW)
-    assert blobs.sweep(NOW + timedelta(days=365)) == 1
+    swept = swept_by_an_upload(blobs, NOW + timedelta(days=365))
+    assert swept == {(sha256_hex(b"old"), "did:key:z6Mkre")}
     assert blobs.get(sha256_hex(b"old")) == b"old"
     assert blobs.held(SERVICE, [sha256_hex(b"old")], NOW) == []
     engine.dispose()
@@ -138,10 +140,11 @@ def test_a_claim_keeps_all_of_a_specs_files_or_none(blobs: BlobStore) -> None:
     mine = blobs.upload(b"mine", holder="did:key:z6Mka", now=NOW).sha256
     theirs = blobs.upload(b"theirs", holder="did:key:z6Mkb", now=NOW).sha256
     assert blobs.claim("did:key:z6Mka", [mine, theirs], "task-1", NOW) == [theirs]
-    assert blobs.usage("did:key:z6Mka", NOW) == (1, 4)  # nothing was kept
+    assert unnamed_uploads(blobs, "did:key:z6Mka", NOW) == (1, 4)  # nothing was kept
     assert blobs.claim("did:key:z6Mka", [mine], "task-1", NOW) == []
-    assert blobs.usage("did:key:z6Mka", NOW) == (0, 0)
-    assert blobs.sweep(NOW + timedelta(days=365)) == 1  # theirs expired; mine is kept
+    assert unnamed_uploads(blobs, "did:key:z6Mka", NOW) == (0, 0)
+    swept = swept_by_an_upload(blobs, NOW + timedelta(days=365))
+    assert swept == {(theirs, "did:key:z6Mkb")}  # theirs expired; mine is kept
     assert blobs.get(mine) == b"mine"
     with pytest.raises(MissingBlob):
         blobs.get(theirs)
@@ -166,6 +169,6 @@ def test_a_quota_holds_when_uploads_race_from_several_processes(db_url: str) -> 
     with ThreadPoolExecutor(len(stores)) as pool:
         outcomes = list(pool.map(one, range(len(stores))))
     assert sorted(outcomes) == ["files-per-caller"] * 6 + ["stored"] * 4
-    assert stores[0].usage("did:key:z6Mkrace", NOW)[0] == 4 == stores[0].count()
+    assert unnamed_uploads(stores[0], "did:key:z6Mkrace", NOW)[0] == 4 == stores[0].count()
     for engine in engines:
         engine.dispose()

@@ -32,7 +32,7 @@ from accord.api.app import create_app
 from accord.api.cli import app as cli_app
 from accord.api.routes.deps import ApiConfig
 from accord.audit.checks import audit_task
-from accord.coordinator.service import directory_of, discover, run_awarded_task
+from accord.coordinator.service import discover, run_awarded_task
 from accord.coordinator.team import form_team
 from accord.identity.agents import AgentRecord
 from accord.identity.challenges.registry import REGISTRY
@@ -61,6 +61,7 @@ from tests.audit.conftest import (
     with_body,
 )
 from tests.coordinator.test_llm_policy import ChatServer, _completion
+from tests.directory import whole_directory
 from tests.ledger.conftest import postgres_schema_url
 from tests.market.panelists import jurors, mine, reveal, vote
 from tests.view_rows import view_rows
@@ -347,21 +348,21 @@ def test_an_agent_that_failed_three_tasks_running_is_passed_over_while_another_i
     world.agents["lead"] = lead
     world.clock.advance(1)
     spec = two_capability_spec("arithmetic", "extraction")
-    directory = directory_of(world.context)
+    directory = whole_directory(world.context)
     [leader] = [m for m in directory if m.did == lead.did]
     assert next(m for m in directory if m.did == bad.did).failing == ("extraction",)
     # a leader holding extraction is another agent able to do it: bad is not taken
     assert form_team(leader, spec.capabilities, "", directory) == (leader,)
     # one lacking it still takes bad while nobody else holds extraction: the work must be done
     solo = onboard(world, "solo", "arithmetic")
-    [solo_member] = [m for m in directory_of(world.context) if m.did == solo.did]
-    others = [m for m in directory_of(world.context) if m.did != lead.did]
+    [solo_member] = [m for m in whole_directory(world.context) if m.did == solo.did]
+    others = [m for m in whole_directory(world.context) if m.did != lead.did]
     assert bad.did in {m.did for m in form_team(solo_member, spec.capabilities, "", others)}
 
     good = onboard(world, "good", "extraction")
-    team = form_team(leader, spec.capabilities, "", directory_of(world.context))
+    team = form_team(leader, spec.capabilities, "", whole_directory(world.context))
     assert good.did in {m.did for m in team} and bad.did not in {m.did for m in team}
-    others = [m for m in directory_of(world.context) if m.did != lead.did]
+    others = [m for m in whole_directory(world.context) if m.did != lead.did]
     team = form_team(solo_member, spec.capabilities, "", others)
     assert good.did in {m.did for m in team} and bad.did not in {m.did for m in team}
     app = create_app(
