@@ -269,8 +269,9 @@ def sign_event(signer: Signer, event: Event) -> Entry:
         raise SignatureError(f"{signer.did} cannot sign an event whose actor is {event.actor}")
     event_bytes = event.canonical()
     sig = signer.sign(event_bytes)
-    data = entry_bytes(event_bytes, signer.kid, sig)
-    return Entry(event=event, kid=signer.kid, sig=sig, data=data, event_bytes=event_bytes)
+    kid = signer.kid
+    data = entry_bytes(event_bytes, kid, sig)
+    return Entry(event=event, kid=kid, sig=sig, data=data, event_bytes=event_bytes)
 
 
 def make_entry(
