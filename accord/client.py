@@ -27,7 +27,8 @@ import httpx
 from accord.identity.http_auth import AccordAuth
 from accord.identity.tls import tls_context
 from accord.ledger.errors import AccordError
-from accord.ledger.events import make_entry, parse_time
+from accord.ledger.events import parse_time
+from accord.ledger.fast_entries import make_entry
 from accord.ledger.signing import Signer
 
 SERVER_ENV = "ACCORD_SERVER"

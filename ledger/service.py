@@ -14,7 +14,8 @@ from accord.ledger.anchor_journal import AnchorJournal
 from accord.ledger.canonical import JSONValue
 from accord.ledger.checkpoint import SignedCheckpoint, take_checkpoint
 from accord.ledger.errors import AccordError, ChainError, SequenceError
-from accord.ledger.events import Entry, make_entry
+from accord.ledger.events import Entry
+from accord.ledger.fast_entries import make_entry
 from accord.ledger.signing import Ed25519Signer, Signer
 from accord.ledger.store import LogStore
 

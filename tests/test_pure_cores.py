@@ -27,6 +27,7 @@ PURE_CORES = (
     "accord.ledger.lazy",
     "accord.ledger.canonical",
     "accord.ledger.events",
+    "accord.ledger.fast_entries",
     "accord.ledger.signing",
     "accord.ledger.merkle",
     "accord.ledger.sealing",

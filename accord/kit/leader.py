@@ -37,7 +37,8 @@ from accord.identity.runtimes import AgentRuntime, HttpRuntime
 from accord.kit.wallet import Wallet
 from accord.ledger.canonical import JSONValue, canonical_json
 from accord.ledger.errors import AccordError, SequenceError
-from accord.ledger.events import Entry, make_entry, parse_time
+from accord.ledger.events import Entry, parse_time
+from accord.ledger.fast_entries import make_entry
 from accord.ledger.sealing import Sealed
 from accord.ledger.signing import Signer
 from accord.market.blobs import sha256_hex

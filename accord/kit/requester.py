@@ -29,7 +29,8 @@ from accord.client import AccordClient, ApiError
 from accord.kit.wallet import Sent, Wallet, WalletError
 from accord.ledger.canonical import canonical_json
 from accord.ledger.errors import AccordError
-from accord.ledger.events import Entry, make_entry, parse_time
+from accord.ledger.events import Entry, parse_time
+from accord.ledger.fast_entries import make_entry
 from accord.market.money import Wei
 from accord.market.payouts import bond_owed, dispute_fee
 from accord.market.tasks import CHECKS_PREVIEWED, REVIEW_GIVEN

@@ -27,7 +27,8 @@ from rich.console import Console
 from rich.table import Table
 
 from accord.ledger.database import make_engine
-from accord.ledger.events import Entry, make_entry
+from accord.ledger.events import Entry
+from accord.ledger.fast_entries import make_entry
 from accord.ledger.signing import Ed25519Signer
 from accord.ledger.store import LogStore
 

@@ -61,7 +61,8 @@ from accord.identity.challenges import REGISTRY
 from accord.identity.http_auth import AccordAuth
 from accord.ledger.chain import DEVNET_OPERATOR_KEY
 from accord.ledger.devnet import find_free_port
-from accord.ledger.events import make_entry, parse_time
+from accord.ledger.events import parse_time
+from accord.ledger.fast_entries import make_entry
 from accord.ledger.settings import Settings
 from accord.ledger.signing import Ed25519Signer
 from accord.ledger.wiring import devnet_for

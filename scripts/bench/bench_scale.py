@@ -107,7 +107,8 @@ from accord.identity.status import StatusList, status_entry, status_list_credent
 from accord.identity.status_lists import PublishedStatusList
 from accord.ledger.database import make_engine
 from accord.ledger.devnet import find_free_port
-from accord.ledger.events import Entry, format_time, make_entry
+from accord.ledger.events import Entry, format_time
+from accord.ledger.fast_entries import make_entry
 from accord.ledger.settings import Settings
 from accord.ledger.signing import Ed25519Signer, load_or_create_keyfile
 from accord.ledger.wiring import (
