@@ -8,6 +8,7 @@ bid's `late`, `second-bid`...). Domain errors map to statuses by their place in 
     an invalid task spec (`path` names the JSON path of the problem)     422
     unknown object (task, agent, credential, conversation, entry)        404 (raised by routes)
     conflicts: a lifecycle transition, a refused bid, an auction not due  409
+    (and an exam already graded, or whose answers kept changing)
     exam attempts exhausted                                               429 (Retry-After)
     an upload over its quota (413: a file that can never fit)             429 (Retry-After)
     the chain or the database is away                                     503
@@ -25,6 +26,7 @@ from sqlalchemy.exc import InterfaceError, OperationalError
 from accord.coordinator.errors import CoordinatorError
 from accord.identity.errors import (
     CredentialError,
+    ExamConflict,
     GateFailed,
     IdentityError,
     JudgeUnavailable,
@@ -230,6 +232,8 @@ def domain_problem(exc: Exception) -> ProblemError:
             return ProblemError(503, detail, kind="judge-unavailable")
         case SkillError():
             return ProblemError(409, detail, kind="skill")
+        case ExamConflict():
+            return ProblemError(409, detail, kind="exam-conflict")
         case RateLimitedError(retry_after=after):
             return ProblemError(429, detail, headers={"Retry-After": str(max(1, int(after + 1)))})
         case CredentialError(step=step):

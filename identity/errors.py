@@ -13,6 +13,8 @@ AccordError
     ├── ExamError               an exam cannot be started, answered or graded
     │   ├── RateLimitedError    too many attempts; `retry_after` seconds
     │   ├── DeadlineError       an answer came after its item's deadline
+    │   ├── ExamConflict        the exam is already graded, or its answers kept changing
+    │   │                       while it was graded (409: the state, not the request)
     │   ├── SandboxUnavailable  the box for strangers' code cannot be made here
     │   ├── AgentRuntimeError   an agent's runtime got no usable answer (identity.runtimes;
     │   │                       `retriable`)
@@ -89,6 +91,11 @@ class RateLimitedError(ExamError):
 
 class DeadlineError(ExamError):
     """An answer arrived after its item's deadline."""
+
+
+class ExamConflict(ExamError):
+    """The exam is already graded, or its answers kept changing while it was graded: the
+    request was well formed, but the exam's state refuses it now."""
 
 
 class SandboxUnavailable(ExamError):

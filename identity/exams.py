@@ -48,7 +48,13 @@ from accord.identity.challenges import (
 )
 from accord.identity.challenges.base import MAX_ITEMS_PER_CALL
 from accord.identity.challenges.sandbox import check_box
-from accord.identity.errors import DeadlineError, ExamError, RateLimitedError, SandboxUnavailable
+from accord.identity.errors import (
+    DeadlineError,
+    ExamConflict,
+    ExamError,
+    RateLimitedError,
+    SandboxUnavailable,
+)
 from accord.ledger.canonical import JSONValue
 from accord.ledger.database import create_tables, db_reason
 from accord.ledger.errors import LedgerError
@@ -561,13 +567,13 @@ class ExamService:
     def answer(self, agent: Signer, exam_id: str, item_id: str, answer: JSON) -> int:
         """Log `answer` to `item_id`, signed by the agent; returns its log index.
 
-        Raises ExamError when the exam is unknown or already graded, the signer is not the
-        examined agent, the item is not in this exam or already answered; DeadlineError after
-        the item's deadline; and what `Ledger.append` raises.
+        Raises ExamConflict when the exam is already graded; ExamError when it is unknown, the
+        signer is not the examined agent, the item is not in this exam or already answered;
+        DeadlineError after the item's deadline; and what `Ledger.append` raises.
         """
         row = self._attempt(exam_id)
         if row.graded:
-            raise ExamError(f"exam {exam_id} is already graded")
+            raise ExamConflict(f"exam {exam_id} is already graded")
         plan = read_plan(self.ledger.store, exam_id, self.operator_did)
         answered = (
             list(read_answers(self.ledger.store, plan)) if agent.did == plan.agent_did else []
@@ -598,16 +604,16 @@ class ExamService:
         logged under it only when the exam is still ungraded and no answer was logged
         meanwhile (else they are graded again, at most `GRADE_RECHECKS` times).
 
-        Raises ExamError when the exam is unknown or already graded, an item cannot be graded
-        or the exam's answers kept changing while they were graded; and what `Ledger.append`
-        and `then` raise.
+        Raises ExamConflict when the exam is already graded or its answers kept changing while
+        they were graded; ExamError when it is unknown or an item cannot be graded; and what
+        `Ledger.append` and `then` raise.
         """
         held = contextlib.nullcontext() if lock is None else lock
         for _ in range(GRADE_RECHECKS):
             graded = self._graded(exam_id)  # strangers' code, for python answers: unlocked
             with held:
                 if self._attempt(exam_id).graded:
-                    raise ExamError(f"exam {exam_id} is already graded")
+                    raise ExamConflict(f"exam {exam_id} is already graded")
                 answers = read_answers(self.ledger.store, graded.plan)
                 if sorted(logged.index for logged in answers.values()) != graded.answer_indices:
                     continue  # an answer was logged while they were graded: grade them again
@@ -615,15 +621,17 @@ class ExamService:
                 if then is not None:
                     then(result)
                 return result
-        raise ExamError(f"exam {exam_id}'s answers kept changing while they were graded; ask again")
+        raise ExamConflict(
+            f"exam {exam_id}'s answers kept changing while they were graded; ask again"
+        )
 
     def _graded(self, exam_id: str) -> _Graded:
         """The grades of the answers logged now (no lock is needed: the log is only read).
-        Raises ExamError when the exam is unknown or already graded or an item cannot be
-        graded."""
+        Raises ExamConflict when the exam is already graded, ExamError when it is unknown or
+        an item cannot be graded."""
         row = self._attempt(exam_id)
         if row.graded:
-            raise ExamError(f"exam {exam_id} is already graded")
+            raise ExamConflict(f"exam {exam_id} is already graded")
         store = self.ledger.store
         plan = read_plan(store, exam_id, self.operator_did)
         capability = get_capability(plan.capability)
@@ -694,7 +702,7 @@ class ExamService:
             raise ExamError("an exam.answered body is {exam_id, item_id, answer}")
         row = self._attempt(exam_id)
         if row.graded:
-            raise ExamError(f"exam {exam_id} is already graded")
+            raise ExamConflict(f"exam {exam_id} is already graded")
         plan = read_plan(self.ledger.store, exam_id, self.operator_did)
         now = self.clock()
         check_agent_entry(

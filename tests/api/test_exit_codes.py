@@ -13,7 +13,14 @@ import typer
 from accord.api.market_cli import read_market
 from accord.api.output import BAD_INPUT_STATUSES, exit_code, exit_code_of
 from accord.api.problems import domain_problem
-from accord.identity.errors import CredentialError, KeyStoreError, RateLimitedError, RegistryError
+from accord.identity.errors import (
+    CredentialError,
+    ExamConflict,
+    ExamError,
+    KeyStoreError,
+    RateLimitedError,
+    RegistryError,
+)
 from accord.ledger.errors import (
     AccordError,
     ChainUnavailableError,
@@ -70,6 +77,8 @@ CASES: list[tuple[AccordError, int]] = [
     (ChainUnavailableError("http://127.0.0.1:1", "connection refused"), 1),
     (KeyStoreError("the key file is not private"), 1),
     (RateLimitedError("too many attempts", 30.0), 1),
+    (ExamConflict("exam e-1 is already graded"), 1),
+    (ExamError("an exam.answered body is {exam_id, item_id, answer}"), 2),
 ]
 
 
@@ -111,3 +120,8 @@ def test_a_market_command_exits_by_the_status(
         with pytest.raises(typer.Exit) as caught, read_market():
             raise QuotaExceeded("over the quota", limit="bytes-total", retry_after=retry_after)
         assert caught.value.exit_code == code
+
+
+def test_an_exam_graded_already_is_a_conflict_not_bad_input() -> None:
+    problem = domain_problem(ExamConflict("exam e-1's answers kept changing; ask again"))
+    assert (problem.status, problem.kind) == (409, "exam-conflict")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from accord.identity.errors import DeadlineError, ExamError, RateLimitedError
+from accord.identity.errors import DeadlineError, ExamConflict, ExamError, RateLimitedError
 from accord.identity.exams import (
     ANSWERED,
     GRADED,
@@ -169,7 +169,7 @@ def test_answers_are_refused_twice_after_grading_and_for_unknown_exams(ledger: L
     with pytest.raises(ExamError, match="already answered"):
         exams.answer(agent, session.exam_id, item_id, 2)
     exams.grade(session.exam_id)
-    with pytest.raises(ExamError, match="already graded"):
+    with pytest.raises(ExamConflict, match="already graded"):
         exams.answer(agent, session.exam_id, item_id, 2)
     with pytest.raises(ExamError, match="no exam"):
         exams.answer(agent, "exam-nope", item_id, 2)
