@@ -58,7 +58,7 @@ from accord.identity.runtimes import (
     fetch_agent_card,
     openai_runtime,
 )
-from accord.ledger.database import create_tables, db_reason
+from accord.ledger.database import create_tables, db_reason, statement_connection
 from accord.ledger.errors import MalformedError
 from accord.ledger.events import format_time
 from accord.ledger.signing import Ed25519Signer, Signer, read_keyfile, write_keyfile
@@ -349,7 +349,7 @@ class AgentRegistry:
         return record
 
     def list(self) -> list[AgentRecord]:
-        with self.engine.begin() as connection:
+        with statement_connection(self.engine) as connection:
             rows = connection.execute(select(_AGENTS).order_by(_AGENTS.c.name)).all()
         return [_record(row) for row in rows]
 
@@ -358,14 +358,14 @@ class AgentRegistry:
         query = select(_AGENTS).order_by(_AGENTS.c.name).limit(limit)
         if after is not None:
             query = query.where(_AGENTS.c.name > after)
-        with self.engine.connect() as connection:
+        with statement_connection(self.engine) as connection:
             return tuple(_record(row) for row in connection.execute(query).all())
 
     def records(self, dids: Iterable[str]) -> dict[str, AgentRecord]:
         """The agents among `dids`, by DID (those not registered here are left out)."""
         wanted = sorted(set(dids))
         found: dict[str, AgentRecord] = {}
-        with self.engine.connect() as connection:
+        with statement_connection(self.engine) as connection:
             for start in range(0, len(wanted), 500):
                 chunk = wanted[start : start + 500]
                 rows = connection.execute(select(_AGENTS).where(_AGENTS.c.did.in_(chunk))).all()

@@ -47,7 +47,7 @@ from sqlalchemy import update as sql_update
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlmodel import Column, Field, LargeBinary, SQLModel
 
-from accord.ledger.database import create_tables
+from accord.ledger.database import create_tables, statement_connection
 from accord.market.errors import MarketError, WorkError
 from accord.market.work import MAX_FILE_BYTES
 
@@ -351,7 +351,7 @@ class BlobStore:
         if not wanted:
             return []
         try:
-            with self.engine.connect() as connection:
+            with statement_connection(self.engine) as connection:
                 found = set(
                     connection.execute(
                         select(_HOLDERS.c.sha256).where(
@@ -419,7 +419,7 @@ class BlobStore:
     def count(self) -> int:
         """How many blobs are stored (each distinct content once)."""
         try:
-            with self.engine.connect() as connection:
+            with statement_connection(self.engine) as connection:
                 return int(
                     connection.execute(select(func.count()).select_from(_BLOBS)).scalar_one()
                 )
@@ -429,7 +429,7 @@ class BlobStore:
     def get(self, digest: str) -> bytes:
         """The bytes named `digest`. Raises BlobError when missing or not hashing to it."""
         try:
-            with self.engine.connect() as connection:
+            with statement_connection(self.engine) as connection:
                 row = connection.execute(
                     select(_BLOBS.c.data).where(_BLOBS.c.sha256 == digest)
                 ).first()

@@ -29,7 +29,7 @@ from sqlalchemy import (
 from sqlalchemy.exc import SQLAlchemyError
 from sqlmodel import Column, Field, SQLModel
 
-from accord.ledger.database import create_tables, upsert
+from accord.ledger.database import create_tables, statement_connection, upsert
 from accord.ledger.txjournal import DONE, UNRESOLVED, JournalStatus
 from accord.market.errors import EscrowError
 from accord.market.escrow.values import EscrowIntent, SignedEscrowTx
@@ -260,7 +260,7 @@ class SqlEscrowJournal:
 
     def _select(self, *conditions: Any) -> list[EscrowTxRecord]:
         try:
-            with self.engine.connect() as connection:
+            with statement_connection(self.engine) as connection:
                 rows = connection.execute(select(_TXS).where(*conditions).order_by(_TXS.c.id)).all()
         except SQLAlchemyError as exc:
             raise EscrowError(f"cannot read the escrow journal: {exc}") from exc
@@ -296,7 +296,7 @@ class SqlEscrowJournal:
 
     def intact_through(self) -> tuple[int, bytes] | None:
         try:
-            with self.engine.connect() as connection:
+            with statement_connection(self.engine) as connection:
                 row = connection.execute(
                     select(_INTACT.c.block_number, _INTACT.c.block_hash)
                 ).first()
