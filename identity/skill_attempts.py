@@ -26,6 +26,7 @@ before; an attempt here is for declared and library skills.
 from __future__ import annotations
 
 import hashlib
+import threading
 from collections import Counter
 from collections.abc import Collection, Iterable, Mapping
 from contextlib import AbstractContextManager, nullcontext
@@ -63,6 +64,7 @@ from accord.identity.skill_judge import RecordingJudge, ReplayedJudge
 from accord.identity.skill_registry import DeclaredSkill, SkillRegistry, needs_judge
 from accord.ledger.events import Entry, Event, format_time, parse_time
 from accord.ledger.service import Ledger
+from accord.ledger.store import LogStore
 
 ATTEMPT_COMMITTED = "skill.attempt.committed"
 ATTEMPT_NONCE = "skill.attempt.nonce"
@@ -138,6 +140,36 @@ class AttemptOutcome:
         }
 
 
+class _Exposures:
+    """The bank reveals of every graded or expired attempt, by skill id, in log order, folded
+    from the log as it grows: each read folds only the `EXPOSING_KINDS` entries appended since
+    the one before (the first reads them all), under a lock. A bank attempt's open items so
+    cost its skill's reveals, not every attempt of every skill in the log."""
+
+    PAGE = 500
+
+    def __init__(self) -> None:
+        self._seen = -1
+        self._by_skill: dict[str, list[tuple[int, list[Any]]]] = {}
+        self._lock = threading.Lock()
+
+    def before(self, store: LogStore, skill_id: str, index: int) -> list[object]:
+        """The `bank` reveals of `skill_id`'s graded and expired attempts logged before entry
+        `index`. Raises StoreError when the log cannot be read, MalformedError when a stored
+        entry does not parse."""
+        with self._lock:
+            while page := store.find(kinds=EXPOSING_KINDS, after=self._seen, limit=self.PAGE):
+                for stored in page:
+                    body = Entry.from_bytes(stored.data).event.body
+                    skill, bank = body.get("skill_id"), body.get("bank")
+                    if isinstance(skill, str) and isinstance(bank, list):
+                        self._by_skill.setdefault(skill, []).append((stored.index, bank))
+                    self._seen = stored.index
+                if len(page) < self.PAGE:
+                    break
+            return [bank for at, bank in self._by_skill.get(skill_id, []) if at < index]
+
+
 class SkillAttempts:
     """Exams of declared skills on one ledger; credentials from `issuer`."""
 
@@ -153,6 +185,7 @@ class SkillAttempts:
         self.skills = skills
         self.issuer = issuer
         self.mode = mode
+        self._exposures = _Exposures()
 
     def _service_nonce(self, attempt_id: str) -> bytes:
         signature = self.ledger.operator.sign(SERVICE_NONCE_DOMAIN + attempt_id.encode())
@@ -176,20 +209,7 @@ class SkillAttempts:
         `retire_after` of the skill's graded attempts logged before its commitment."""
         found = self._event(ATTEMPT_COMMITTED, attempt_id)
         assert found is not None
-        committed_at = found[0]
-        reveals: list[object] = []
-        after = -1
-        while True:
-            page = self.ledger.store.find(kinds=EXPOSING_KINDS, after=after, limit=500)
-            for stored in page:
-                if stored.index >= committed_at:
-                    break
-                body = Entry.from_bytes(stored.data).event.body
-                if body.get("skill_id") == skill.manifest.skill_id:
-                    reveals.append(body.get("bank"))
-            if len(page) < 500 or page[-1].index >= committed_at:
-                break
-            after = page[-1].index
+        reveals = self._exposures.before(self.ledger.store, skill.manifest.skill_id, found[0])
         exam = skill.manifest.exam
         return available(int(exam["size"]), exposures(reveals), int(exam["retire_after"]))
 
