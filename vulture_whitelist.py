@@ -15,6 +15,8 @@ Home.reveal_bids  # README.md's example, accord/__init__.py's docstring
 AccordClient.health  # accord.Client: GET /health, for a caller waiting on a service
 verify_note  # C2SP signed notes (ledger/note.py): what a witness or monitor runs on /checkpoint
 parse_checkpoint  # the same, a checkpoint note's body
+anchor_timer  # app.state.anchor_timer (api/app.py): the running app's anchor timer, for who
+# embeds the app (tests/api/test_audits.py watches it), beside app.state.lifecycle
 regrade_from_ledger  # docs/agents.md: anyone holding the log re-grades an exam from it
 
 # -- the in-memory doubles DESIGN.md names ("a fast in-memory one for unit tests"): their

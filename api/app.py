@@ -143,8 +143,8 @@ def create_app(
         app.state.anchor_timer = timer
         try:
             yield
-        finally:  # the app's workers are stopped where it keeps them (and tests watch them)
-            for running in (app.state.anchor_timer, app.state.lifecycle):
+        finally:  # this lifespan's own workers (app.state shows them to who holds the app)
+            for running in (timer, worker):
                 if running is not None:
                     running.stop()
 

@@ -265,7 +265,8 @@ def run(quick: bool, reps: int) -> Section:
         f"{BATCH:,} per transaction, no accord code on the path: the most any accord Python "
         "could reach with these rows (its schema: the three secondary indexes on kind, subject "
         "and actor+seq that `LogStore.find` and the seq checks read; dropped: the row alone, "
-        "what pymerkle writes too).",
+        "as pymerkle writes one, though in accord's WAL journal where pymerkle keeps a "
+        "rollback journal and also stores each leaf's hash).",
         "Both on SQLite with their defaults: accord WAL + synchronous=FULL, pymerkle rollback "
         f"journal + synchronous=FULL; single appends: {singles} per repetition, one fsync'd "
         "transaction each.",
