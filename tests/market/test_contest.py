@@ -176,6 +176,62 @@ def test_an_uncontested_inconclusive_check_counts_as_passed_after_the_window(
     assert report.ok, [s.to_json() for s in report.steps]
 
 
+def test_an_operator_that_withholds_the_preview_fails_the_audit(tmp_path: Path) -> None:
+    """An operator colluding with the team never looks at the task in its review window, so
+    logs no `checks.previewed`, and settles at the window's end: the inconclusive check counts
+    as passed, and its requester never learned it could contest it. The audit FAILs naming
+    the check; the honest flow, previewed in the window, PASSes."""
+    world = delivered_world(tmp_path / "home", invoice_spec_with(REVIEW, DICE, FINE))
+    market, task_id = world.market, world.task_id
+    market.review(world.requester, task_id, "looks-right", "accept")
+    world.clock.advance(3600)  # the window closes, nobody told the requester of the dice
+    settle_task(market, world.onboarding, task_id)
+    finish(world)
+    assert market.previewed(task_id) is None
+    dice = logged_checks(world)["dice"]
+    assert dice["passed"] is True and dice["inconclusive"] is True
+    report = audit(world)
+    assert not report.ok and report.first_failure is not None
+    detail = report.first_failure.detail
+    assert "python checks dice were inconclusive and counted as passed" in detail, detail
+    assert "denied its contest" in detail and "fine" not in detail.split(":")[0]
+
+
+def test_a_preview_removed_or_emptied_is_found(tmp_path: Path) -> None:
+    """The honest flow (previewed in the window, uncontested, settled at its end) PASSes;
+    the same log with its preview taken out FAILs, and with a preview that names no check
+    (decided then, inconclusive at settlement: the check's flakiness or a withheld preview,
+    which the log cannot tell apart) is INCOMPLETE, naming the check."""
+    world = delivered_world(tmp_path / "home", invoice_spec_with(REVIEW, DICE, FINE))
+    market, task_id = world.market, world.task_id
+    with pytest.raises(SettlementWaits, match="inconclusive"):
+        settle_task(market, world.onboarding, task_id)
+    world.clock.advance(3600)
+    settle_task(market, world.onboarding, task_id)
+    finish(world)
+    report = audit(world)
+    assert report.ok, [s.to_json() for s in report.steps]
+    [preview] = market.ledger.store.find(kind=CHECKS_PREVIEWED, subject=task_id, limit=1)
+
+    store, anchors = rebuild_log(
+        world, tmp_path / "taken.db", lambda i, e: None if i == preview.index else e
+    )
+    forged = audit(world, store, anchors)
+    assert not forged.ok and forged.first_failure is not None
+    assert "no `checks.previewed` in the review window" in forged.first_failure.detail
+
+    def named_none(index: int, event: Event) -> Event:
+        if index != preview.index:
+            return event
+        return with_body(event, {**event.body, "inconclusive": {}})
+
+    store, anchors = rebuild_log(world, tmp_path / "emptied.db", named_none)
+    forged = audit(world, store, anchors)
+    assert forged.verdict == "INCOMPLETE", [s.to_json() for s in forged.steps]
+    [unchecked] = [s for s in forged.steps if s.status == "unchecked"]
+    assert "python checks dice were inconclusive at settlement" in unchecked.detail
+
+
 def test_a_task_whose_checks_decide_is_previewed_without_holding_it(tmp_path: Path) -> None:
     """Conclusive python checks: the preview names none, the task is not looked at early
     again, and no python check can be contested."""
@@ -190,6 +246,9 @@ def test_a_task_whose_checks_decide_is_previewed_without_holding_it(tmp_path: Pa
     market.review(world.requester, task_id, "looks-right", "accept")
     assert task_id in settle_early(market, [market.task(task_id)])  # accepted: settles early
     settle_task(market, world.onboarding, task_id)
+    finish(world)
+    report = audit(world)  # nothing inconclusive: no preview had to name anything
+    assert report.ok, [s.to_json() for s in report.steps]
 
 
 def test_the_contest_criterion_and_request_carry_the_check() -> None:
