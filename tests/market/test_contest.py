@@ -9,16 +9,22 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from accord.kit.panel import boxed_check_evaluator
-from accord.ledger.events import Event
+from accord.ledger.events import Event, format_time
 from accord.market.check_io import check_world
-from accord.market.disputes import contest_check, contest_request
+from accord.market.checks import CheckResult
+from accord.market.disputes import (
+    WithheldPreviews,
+    contest_check,
+    contest_request,
+    withheld_previews,
+)
 from accord.market.early import settle_early
 from accord.market.errors import SettlementWaits, TaskError
 from accord.market.panel import PANEL_DRAWN, panel_pay
@@ -195,6 +201,30 @@ def test_an_operator_that_withholds_the_preview_fails_the_audit(tmp_path: Path) 
     detail = report.first_failure.detail
     assert "python checks dice were inconclusive and counted as passed" in detail, detail
     assert "denied its contest" in detail and "fine" not in detail.split(":")[0]
+
+    # the rule, pure: a first preview after the window's end is too late; one in time that
+    # names the check lets it be; one in time that names none leaves it unnamed
+    task = market.task(task_id)
+    assert task.review_ends is not None
+    [computed] = market.ledger.store.find(kind=SETTLEMENT_COMPUTED, subject=task_id, limit=1)
+    checks = {c: CheckResult.from_json(r) for c, r in logged_checks(world).items()}
+    operator = market.ledger.operator.did
+
+    def preview_at(moment: datetime, named: Mapping[str, str]) -> WithheldPreviews:
+        body = {"task_id": task_id, "inconclusive": dict(named)}
+        event = Event(CHECKS_PREVIEWED, operator, 0, format_time(moment), task_id, body)
+        return withheld_previews(
+            [(computed.index - 1, event)],
+            operator=operator,
+            task=task,
+            checks=checks,
+            settled=computed.index,
+        )
+
+    ends = task.review_ends
+    assert preview_at(ends + timedelta(seconds=1), {"dice": "x"}).unpreviewed == ("dice",)
+    assert preview_at(ends, {"dice": "x"}) == WithheldPreviews((), ())
+    assert preview_at(ends - timedelta(seconds=1), {}) == WithheldPreviews((), ("dice",))
 
 
 def test_a_preview_removed_or_emptied_is_found(tmp_path: Path) -> None:
