@@ -23,7 +23,10 @@
         v(S) over the parts, the parts' Shapley values, each producer's sum of them and wei
         for each payee, paid to the address each payee bound to
         its DID, and the same dispute fees; the track record `task.settled` logs is the
-        settlement's, and each credential revoked for it was due (`accord.market.reputation`)
+        settlement's, and each credential revoked for it was due (`accord.market.reputation`);
+        an inconclusive python check counted as passed must have been named by the operator's
+        `checks.previewed` in the review window (else its requester was denied its contest:
+        FAIL with no preview in time, INCOMPLETE when a preview named others only)
     (7) the chain's escrow events equal the deposit, the settlement and the refunds, and funds
         are conserved (a task in progress: one deposit of the budget, and nothing paid out
         that the log holds no settlement for)
@@ -110,7 +113,12 @@ from accord.market import sealed
 from accord.market.award import BidBook, replay_award
 from accord.market.check_io import LogReviews, check_world, run_python_check
 from accord.market.checks import CheckResult, RecheckEnvironment, Valuation
-from accord.market.disputes import answers_by_account, replay_contest, replay_panel
+from accord.market.disputes import (
+    answers_by_account,
+    replay_contest,
+    replay_panel,
+    withheld_previews,
+)
 from accord.market.errors import MarketError, ReputationError, SettlementError
 from accord.market.escrow import EscrowChain, EscrowEvent
 from accord.market.reputation import (
@@ -1196,6 +1204,23 @@ def _settlement(
                 f"settlement logged {logged_answer}",
                 index,
             )
+    # (6a) an inconclusive python check counts as passed only where its requester could
+    # contest it: the operator's preview in the review window named it.
+    withheld = withheld_previews(
+        scope.task_events,
+        operator=scope.operator,
+        task=scope.task,
+        checks=logged,
+        settled=index,
+    )
+    if withheld.unpreviewed:
+        ends = scope.task.review_ends.isoformat() if scope.task.review_ends else "never"
+        raise AuditFailure(
+            f"python checks {', '.join(withheld.unpreviewed)} were inconclusive and counted as "
+            "passed, but the operator logged no `checks.previewed` in the review window (it "
+            f"ended {ends}) before the settlement: the requester was denied its contest of them",
+            index,
+        )
     # (6b) v(S), the Shapley values and the wei recompute exactly.
     logged_v = {frozenset(item["coalition"]): Fraction(item["value"]) for item in body["evaluated"]}
     for coalition, value in settlement.evaluated.items():
@@ -1252,6 +1277,14 @@ def _settlement(
         f"{len(settlement.evaluated)} values of v(S), {settlement.method} Shapley values and "
         f"{len(payouts)} payouts recompute exactly ({settlement.amount} wei)"
     )
+    if withheld.unnamed:
+        raise AuditUnchecked(
+            f"python checks {', '.join(withheld.unnamed)} were inconclusive at settlement and "
+            "counted as passed, but the operator's `checks.previewed` in the review window did "
+            "not name them, so their requester could not contest them: either the check is not "
+            "a function of its outputs in its fixed world (it decided at the preview) or the "
+            f"operator withheld them; otherwise {summary}"
+        )
     if unreproduced:
         said = "; ".join(f"{check_id}: {how}" for check_id, how in sorted(unreproduced.items()))
         raise AuditUnchecked(

@@ -956,6 +956,57 @@ def contestable(events: Iterable[tuple[int, Event]], *, operator: str, before: i
     return set()
 
 
+@dataclass(frozen=True)
+class WithheldPreviews:
+    """The python checks a settlement counted as passed while inconclusive that its
+    requester was never told it could contest (`withheld_previews`)."""
+
+    unpreviewed: tuple[str, ...]
+    """Settled with no operator `checks.previewed` logged in the review window before the
+    settlement: the operator never said, so the requester could contest nothing."""
+    unnamed: tuple[str, ...]
+    """The operator's preview was logged in time but did not name them: found decided then,
+    inconclusive at settlement (in one fixed world; the check's own flakiness or a preview
+    that withheld them, which the log cannot tell apart)."""
+
+
+def withheld_previews(
+    events: Iterable[tuple[int, Event]],
+    *,
+    operator: str,
+    task: Task,
+    checks: Mapping[str, CheckResult],
+    settled: int,
+) -> WithheldPreviews:
+    """Pure: the python checks of `task` whose settlement (logged at index `settled`, its
+    logged results `checks`) counts them as passed while inconclusive, though the operator's
+    first `checks.previewed` among the task's `events`, logged before the settlement and by
+    the review window's end, did not name them: their requester was denied its contest (the
+    service takes a contest only of a check that preview names). A settlement the operator
+    computed while the window was open always previews first, and a task looked at in its
+    window is previewed, so an honest operator leaves none `unpreviewed`. Raises nothing."""
+    python = {c.check_id for c in task.spec.requester_checks if isinstance(c, PythonCheck)}
+    counted = sorted(
+        check_id
+        for check_id, result in checks.items()
+        if check_id in python and result.inconclusive and result.passed
+    )
+    if not counted:
+        return WithheldPreviews((), ())
+    ends = task.review_ends
+    for index, event in sorted(events, key=lambda pair: pair[0]):
+        if index >= settled:
+            break
+        if event.kind != CHECKS_PREVIEWED or event.actor != operator:
+            continue
+        if ends is None or parse_time(event.at) > ends:
+            break  # the first preview came after the window: too late to contest anything
+        named = event.body.get("inconclusive")
+        told = {str(c) for c in named} if isinstance(named, Mapping) else set()
+        return WithheldPreviews((), tuple(c for c in counted if c not in told))
+    return WithheldPreviews(tuple(counted), ())
+
+
 def replay_contest(
     log: Sequence[tuple[int, Event]],
     *,

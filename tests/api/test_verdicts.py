@@ -193,6 +193,11 @@ def test_checks_decide_from_their_outputs_at_settlement_and_in_the_audit(
     price = int(awarded.json()["price"])
     ran = _call(url, signers["operator"], "POST", f"/tasks/{task_id}/run")
     assert ran.status_code == 200, ran.text
+    # looked at in its review window (as the lifecycle's first round would): the dice and the
+    # sleeper are inconclusive, `checks.previewed` names them, and the settlement waits
+    held = _call(url, req, "POST", f"/tasks/{task_id}/settle")
+    assert held.status_code == 409, held.text
+    assert "python checks dice, sleepy" in held.json()["detail"], held.text
 
     # settled hours after the posting (the review window over): the clock-reading check still
     # reads the posting time, and neither the dice nor the sleeper costs the team anything

@@ -9,16 +9,22 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from accord.kit.panel import boxed_check_evaluator
-from accord.ledger.events import Event
+from accord.ledger.events import Event, format_time
 from accord.market.check_io import check_world
-from accord.market.disputes import contest_check, contest_request
+from accord.market.checks import CheckResult
+from accord.market.disputes import (
+    WithheldPreviews,
+    contest_check,
+    contest_request,
+    withheld_previews,
+)
 from accord.market.early import settle_early
 from accord.market.errors import SettlementWaits, TaskError
 from accord.market.panel import PANEL_DRAWN, panel_pay
@@ -176,6 +182,86 @@ def test_an_uncontested_inconclusive_check_counts_as_passed_after_the_window(
     assert report.ok, [s.to_json() for s in report.steps]
 
 
+def test_an_operator_that_withholds_the_preview_fails_the_audit(tmp_path: Path) -> None:
+    """An operator colluding with the team never looks at the task in its review window, so
+    logs no `checks.previewed`, and settles at the window's end: the inconclusive check counts
+    as passed, and its requester never learned it could contest it. The audit FAILs naming
+    the check; the honest flow, previewed in the window, PASSes."""
+    world = delivered_world(tmp_path / "home", invoice_spec_with(REVIEW, DICE, FINE))
+    market, task_id = world.market, world.task_id
+    market.review(world.requester, task_id, "looks-right", "accept")
+    world.clock.advance(3600)  # the window closes, nobody told the requester of the dice
+    settle_task(market, world.onboarding, task_id)
+    finish(world)
+    assert market.previewed(task_id) is None
+    dice = logged_checks(world)["dice"]
+    assert dice["passed"] is True and dice["inconclusive"] is True
+    report = audit(world)
+    assert not report.ok and report.first_failure is not None
+    detail = report.first_failure.detail
+    assert "python checks dice were inconclusive and counted as passed" in detail, detail
+    assert "denied its contest" in detail and "fine" not in detail.split(":")[0]
+
+    # the rule, pure: a first preview after the window's end is too late; one in time that
+    # names the check lets it be; one in time that names none leaves it unnamed
+    task = market.task(task_id)
+    assert task.review_ends is not None
+    [computed] = market.ledger.store.find(kind=SETTLEMENT_COMPUTED, subject=task_id, limit=1)
+    checks = {c: CheckResult.from_json(r) for c, r in logged_checks(world).items()}
+    operator = market.ledger.operator.did
+
+    def preview_at(moment: datetime, named: Mapping[str, str]) -> WithheldPreviews:
+        body = {"task_id": task_id, "inconclusive": dict(named)}
+        event = Event(CHECKS_PREVIEWED, operator, 0, format_time(moment), task_id, body)
+        return withheld_previews(
+            [(computed.index - 1, event)],
+            operator=operator,
+            task=task,
+            checks=checks,
+            settled=computed.index,
+        )
+
+    ends = task.review_ends
+    assert preview_at(ends + timedelta(seconds=1), {"dice": "x"}).unpreviewed == ("dice",)
+    assert preview_at(ends, {"dice": "x"}) == WithheldPreviews((), ())
+    assert preview_at(ends - timedelta(seconds=1), {}) == WithheldPreviews((), ("dice",))
+
+
+def test_a_preview_removed_or_emptied_is_found(tmp_path: Path) -> None:
+    """The honest flow (previewed in the window, uncontested, settled at its end) PASSes;
+    the same log with its preview taken out FAILs, and with a preview that names no check
+    (decided then, inconclusive at settlement: the check's flakiness or a withheld preview,
+    which the log cannot tell apart) is INCOMPLETE, naming the check."""
+    world = delivered_world(tmp_path / "home", invoice_spec_with(REVIEW, DICE, FINE))
+    market, task_id = world.market, world.task_id
+    with pytest.raises(SettlementWaits, match="inconclusive"):
+        settle_task(market, world.onboarding, task_id)
+    world.clock.advance(3600)
+    settle_task(market, world.onboarding, task_id)
+    finish(world)
+    report = audit(world)
+    assert report.ok, [s.to_json() for s in report.steps]
+    [preview] = market.ledger.store.find(kind=CHECKS_PREVIEWED, subject=task_id, limit=1)
+
+    store, anchors = rebuild_log(
+        world, tmp_path / "taken.db", lambda i, e: None if i == preview.index else e
+    )
+    forged = audit(world, store, anchors)
+    assert not forged.ok and forged.first_failure is not None
+    assert "no `checks.previewed` in the review window" in forged.first_failure.detail
+
+    def named_none(index: int, event: Event) -> Event:
+        if index != preview.index:
+            return event
+        return with_body(event, {**event.body, "inconclusive": {}})
+
+    store, anchors = rebuild_log(world, tmp_path / "emptied.db", named_none)
+    forged = audit(world, store, anchors)
+    assert forged.verdict == "INCOMPLETE", [s.to_json() for s in forged.steps]
+    [unchecked] = [s for s in forged.steps if s.status == "unchecked"]
+    assert "python checks dice were inconclusive at settlement" in unchecked.detail
+
+
 def test_a_task_whose_checks_decide_is_previewed_without_holding_it(tmp_path: Path) -> None:
     """Conclusive python checks: the preview names none, the task is not looked at early
     again, and no python check can be contested."""
@@ -190,6 +276,9 @@ def test_a_task_whose_checks_decide_is_previewed_without_holding_it(tmp_path: Pa
     market.review(world.requester, task_id, "looks-right", "accept")
     assert task_id in settle_early(market, [market.task(task_id)])  # accepted: settles early
     settle_task(market, world.onboarding, task_id)
+    finish(world)
+    report = audit(world)  # nothing inconclusive: no preview had to name anything
+    assert report.ok, [s.to_json() for s in report.steps]
 
 
 def test_the_contest_criterion_and_request_carry_the_check() -> None:
