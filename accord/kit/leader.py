@@ -261,10 +261,11 @@ def answer_dispute(
     wallet's own account (at least the dispute's fee): the client's signer (the leader, or a
     member) is on the team. The wallet brings the account's answers on chain to what its
     logged answers and this one stake (`Wallet.answer`: a retry sends nothing twice), then
-    the signed `dispute.answered` goes to `POST /tasks/{id}/disputes/answers`. An answer the
-    log already holds for `check` is returned as it is. Raises ApiError (the service's
-    reason: not on the team, the window closed, under the fee), EscrowRefusedError,
-    WalletError, ChainError."""
+    the signed `dispute.answered` goes to `POST /tasks/{id}/disputes/answers`. Returns the
+    answer as logged, `{"task_id", "check", "account", "amount", "index", "already"}`:
+    `already` when the log held this account's answer for `check` before (a retry; nothing
+    was sent). Raises ApiError (the service's reason: not on the team, the window closed,
+    under the fee), EscrowRefusedError, WalletError, ChainError."""
     account = wallet.address.lower()
     logged = client.get(
         "/ledger/entries",
@@ -281,7 +282,7 @@ def answer_dispute(
             if str(body.get("account", "")).lower() != account:
                 continue
             if body.get("check") == check:
-                return dict(row)
+                return _answered(body, int(str(row["index"])), already=True)
             staked += int(str(body.get("amount", "0")))
         except (AccordError, KeyError, TypeError, ValueError):
             continue
@@ -289,7 +290,13 @@ def answer_dispute(
     answer = {"task_id": task_id, "check": check, "account": wallet.address}
     signed = client.entry(DISPUTE_ANSWERED, task_id, answer | {"amount": str(amount)})
     path = f"/tasks/{_segment(task_id)}/disputes/answers"
-    return cast(JsonObject, client.request("POST", path, json={"entry": signed}))
+    logged = cast(JsonObject, client.request("POST", path, json={"entry": signed}))
+    return _answered(answer | {"amount": str(amount)}, int(str(logged["index"])), already=False)
+
+
+def _answered(body: Mapping[str, Any], index: int, *, already: bool) -> JsonObject:
+    fields = ("task_id", "check", "account", "amount")
+    return {key: str(body.get(key, "")) for key in fields} | {"index": index, "already": already}
 
 
 def service_time(client: AccordClient, did: str) -> datetime:
