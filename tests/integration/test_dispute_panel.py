@@ -15,7 +15,7 @@ handler, commits, then reveals. The audit replays the draw, the votes and the mo
   nothing.
 - A kit leader (`accord agent run --price`, its own keys and funded payout account) wins,
   leads and delivers; the requester rejects a part and the leader answers the dispute with a
-  bond of its own from another process of its own (`accord.kit.leader.answer_dispute`):
+  bond of its own from another process of its own (`accord agent answer`):
   winning, the answer comes back whole; losing (garbage delivered), it pays the coherent
   seats and the rest comes back.
 """
@@ -107,23 +107,6 @@ def kit_environment() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("ACCORD_")}
     env["PYTHONPATH"] = str(REPO)
     return env
-
-
-ANSWER = """
-import json, sys
-from pathlib import Path
-from accord.client import AccordClient
-from accord.kit.agent import load_key
-from accord.kit.leader import answer_dispute
-from accord.kit.wallet import Wallet, read_key_file
-
-url, key, eth, task_id, check, amount = sys.argv[1:]
-with AccordClient(url, signer=load_key(Path(key))) as client:
-    wallet = Wallet.connect(read_key_file(Path(eth)), client.get("/chain"))
-    print(json.dumps(answer_dispute(client, wallet, task_id, check, int(amount))))
-"""
-"""A kit leader's answer to a dispute, run in a process of its own with the leader's key
-files: argv url, did:key file, payout account file, task id, check, wei."""
 
 
 @dataclass(frozen=True)
@@ -245,16 +228,23 @@ class Disputes:
 
     def answer(self, leader: KitLeader, task_id: str, check: str, amount: int) -> dict[str, Any]:
         """`leader`'s answer to the rejection of `check`, bonding `amount` wei from its own
-        account, sent from a process of its own (`accord.kit.leader.answer_dispute` with the
-        leader's key files): the logged entry it printed."""
-        argv = [sys.executable, "-c", ANSWER, self.url, str(leader.folder / "key.json")]
-        argv += [str(leader.folder / "eth.json"), task_id, check, str(amount)]
-        done = subprocess.run(
-            argv, capture_output=True, text=True, env=kit_environment(), cwd=REPO, timeout=120
-        )
+        account (`answering`), as it printed it."""
+        done = self.answering(leader.folder, task_id, check, amount)
         assert done.returncode == 0, done.stderr
         answered: dict[str, Any] = json.loads(done.stdout)
         return answered
+
+    def answering(
+        self, keys: Path, task_id: str, check: str, amount: int
+    ) -> subprocess.CompletedProcess[str]:
+        """`accord agent answer` in a process of its own with the key files in `keys` (a kit
+        agent's folder: `key.json`, its did:key, and `eth.json`, the account it bonds from)."""
+        argv = [sys.executable, "-m", "accord.api.cli", "agent", "answer", task_id, check]
+        argv += ["--amount", str(amount), "--server", self.url, "--json"]
+        argv += ["--key", str(keys / "key.json"), "--eth-key", str(keys / "eth.json")]
+        return subprocess.run(
+            argv, capture_output=True, text=True, env=kit_environment(), cwd=REPO, timeout=120
+        )
 
     def rebind_pay(self, leader: KitLeader) -> str:
         """`leader` binds a fresh account for its pay (its own `payout.bound` over HTTP,
@@ -508,22 +498,33 @@ def test_a_kit_leader_answers_a_rejection_of_right_work_and_gets_its_bond_back_w
 ) -> None:
     """A kit leader (its own process, keys and funded account) wins alone and delivers a right
     sum; the requester rejects it, bonding the fee; the leader answers from another process of
-    its own with a bond from its account (`answer_dispute`). The panel finds for the team: on
-    chain, the leader is credited the whole price and its whole answer, the requester's bond
-    pays the three coherent panelists and the requester gets nothing back. The audit, holding
-    the answer to the chain's `Answered` events, passes."""
+    its own with a bond from its account (`accord agent answer`; a panelist's answer is
+    refused), then binds another account for its pay. The panel finds for the team: on chain,
+    the answer comes back whole to its account, the whole price goes to the pay account, the
+    requester's bond pays the three coherent panelists and the requester gets nothing back.
+    The audit, holding the answer to the chain's `Answered` events, passes."""
     with disputes(tmp_path) as market:
         world, requester, chain = market.world, market.requester, market.world.escrow_chain
         leader = market.kit_leader()
         task_id = market.led_bid(REVIEWED, leader)
         market.seat_jurors(3)  # after the team was formed: none of them is on it
         given = market.reject(task_id, "sum-review", "the sum is wrong")
+        # a panelist is not on the team: its answer is refused (after its bond was sent:
+        # the settlement gives back every answer it does not stake)
+        [juror0, *_] = market.jurors
+        juror0_account = payout_account(market.jurors[juror0])
+        fund(market.rpc_url, juror0_account)
+        stranger = market.answering(market.folder / "juror0", task_id, "sum-review", FEE)
+        assert stranger.returncode == 2, stranger
+        assert "not on the team" in json.loads(stranger.stdout)["error"]
+        assert chain.answered(task_id, juror0_account) == FEE
         answered = market.answer(leader, task_id, "sum-review", ANSWER_BOND)
         assert answered["amount"] == str(ANSWER_BOND) and answered["account"] == leader.account
+        assert answered["already"] is False
         assert chain.answered(task_id, leader.account) == ANSWER_BOND
         assert chain.credit(leader.account) == 0
         again = market.answer(leader, task_id, "sum-review", ANSWER_BOND)  # a retry: the same
-        assert again["event"]["body"]["amount"] == str(ANSWER_BOND)
+        assert again == answered | {"already": True}
         assert chain.answered(task_id, leader.account) == ANSWER_BOND  # nothing sent twice
         pay = market.rebind_pay(leader)  # its pay apart from its answer, to tell them apart
 
@@ -550,8 +551,10 @@ def test_a_kit_leader_answers_a_rejection_of_right_work_and_gets_its_bond_back_w
         assert sorted(panel["coherent"]) == sorted(panel["seats"]) == sorted(market.jurors)
         shares = panel_pay(FEE, panel["seats"], panel["coherent"])
         assert sum(shares.values()) == FEE
+        assert chain.credit(juror0_account) == shares[juror0] + FEE  # its answer back whole
         for did, wei in shares.items():
-            assert chain.credit(payout_account(market.jurors[did])) == wei
+            if did != juror0:
+                assert chain.credit(payout_account(market.jurors[did])) == wei
 
         report = market.audit(task_id)
         assert report["verdict"] == "PASS", report["steps"]
