@@ -548,11 +548,12 @@ def agent_answer(
     (one the agent bound, as `agent run` binds its payout account; it pays the gas), then the
     agent's signed dispute.answered, before the panel's commit window closes. Losing, the
     answer pays the panel's coherent seats and the rest comes back to the account; winning,
-    it comes back whole. Run again after a lost reply, it sends and logs nothing twice. Exit 2
-    when the service refuses the answer (not on the team, no such rejection, the window
-    closed, under the fee) or the contract does (the requester's account)."""
+    it comes back whole. Run again after a lost reply, it sends and logs nothing twice. Exit 2,
+    with nothing sent, when the log shows the service would refuse it (not on the team, no
+    such rejection, under its fee); exit 2 too when the service refuses it (the panel's commit
+    window closed) or the contract does (the requester's account)."""
     from accord.client import AccordClient, ApiError
-    from accord.kit.leader import answer_dispute
+    from accord.kit.leader import AnswerError, answer_dispute
     from accord.kit.wallet import Wallet, WalletError, read_key_file
     from accord.ledger.errors import ChainError
     from accord.ledger.signing import read_keyfile
@@ -573,7 +574,7 @@ def agent_answer(
             answered = answer_dispute(client, wallet, task_id, check, wei)
     except ApiError as exc:
         fail(str(exc), code=2 if exc.status is not None and 400 <= exc.status < 500 else 1)
-    except EscrowRefusedError as exc:
+    except (AnswerError, EscrowRefusedError) as exc:
         fail(str(exc), code=2)
     except (WalletError, EscrowError, ChainError) as exc:
         fail(str(exc))

@@ -498,26 +498,32 @@ def test_a_kit_leader_answers_a_rejection_of_right_work_and_gets_its_bond_back_w
 ) -> None:
     """A kit leader (its own process, keys and funded account) wins alone and delivers a right
     sum; the requester rejects it, bonding the fee; the leader answers from another process of
-    its own with a bond from its account (`accord agent answer`; a panelist's answer is
-    refused), then binds another account for its pay. The panel finds for the team: on chain,
-    the answer comes back whole to its account, the whole price goes to the pay account, the
-    requester's bond pays the three coherent panelists and the requester gets nothing back.
-    The audit, holding the answer to the chain's `Answered` events, passes."""
+    its own with a bond from its account (`accord agent answer`; a panelist's answer and one
+    under the fee are refused, nothing sent), then binds another account for its pay. The
+    panel finds for the team: on chain, the answer comes back whole to its account, the whole
+    price goes to the pay account, the requester's bond pays the three coherent panelists and
+    the requester gets nothing back. The audit, holding the answer to the chain's `Answered`
+    events, passes."""
     with disputes(tmp_path) as market:
         world, requester, chain = market.world, market.requester, market.world.escrow_chain
         leader = market.kit_leader()
         task_id = market.led_bid(REVIEWED, leader)
         market.seat_jurors(3)  # after the team was formed: none of them is on it
         given = market.reject(task_id, "sum-review", "the sum is wrong")
-        # a panelist is not on the team: its answer is refused (after its bond was sent:
-        # the settlement gives back every answer it does not stake)
+        # a panelist is not on the team: its answer is refused before anything is sent;
+        # so is the leader's under the dispute's fee
+        accounts = {did: payout_account(lines) for did, lines in market.jurors.items()}
         [juror0, *_] = market.jurors
-        juror0_account = payout_account(market.jurors[juror0])
+        juror0_account = accounts[juror0]
         fund(market.rpc_url, juror0_account)
         stranger = market.answering(market.folder / "juror0", task_id, "sum-review", FEE)
         assert stranger.returncode == 2, stranger
         assert "not on the team" in json.loads(stranger.stdout)["error"]
-        assert chain.answered(task_id, juror0_account) == FEE
+        assert chain.answered(task_id, juror0_account) == 0
+        short = market.answering(leader.folder, task_id, "sum-review", FEE - 1)
+        assert short.returncode == 2, short
+        assert f"at least the dispute's fee, {FEE} wei" in json.loads(short.stdout)["error"]
+        assert chain.answered(task_id, leader.account) == 0
         answered = market.answer(leader, task_id, "sum-review", ANSWER_BOND)
         assert answered["amount"] == str(ANSWER_BOND) and answered["account"] == leader.account
         assert answered["already"] is False
@@ -551,10 +557,8 @@ def test_a_kit_leader_answers_a_rejection_of_right_work_and_gets_its_bond_back_w
         assert sorted(panel["coherent"]) == sorted(panel["seats"]) == sorted(market.jurors)
         shares = panel_pay(FEE, panel["seats"], panel["coherent"])
         assert sum(shares.values()) == FEE
-        assert chain.credit(juror0_account) == shares[juror0] + FEE  # its answer back whole
         for did, wei in shares.items():
-            if did != juror0:
-                assert chain.credit(payout_account(market.jurors[did])) == wei
+            assert chain.credit(accounts[did]) == wei
 
         report = market.audit(task_id)
         assert report["verdict"] == "PASS", report["steps"]
