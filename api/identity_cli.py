@@ -520,6 +520,75 @@ def agent_run(
         agent.stop()
 
 
+@agent_app.command("answer")
+def agent_answer(
+    task_id: Annotated[str, typer.Argument(help="The task whose part the requester rejected.")],
+    check: Annotated[str, typer.Argument(help="The rejected review check to answer.")],
+    amount: Annotated[
+        str,
+        typer.Option(help="The bond (0.01eth, 20gwei, wei): at least the dispute's fee."),
+    ],
+    server: Annotated[
+        str,
+        typer.Option("--server", envvar="ACCORD_SERVER", help="The accord service's base URL."),
+    ],
+    key: Annotated[Path, typer.Option(help="The agent's did:key file (as `agent run` took).")],
+    eth_key: Annotated[
+        Path | None,
+        typer.Option(help="The account the bond comes from (default: KEY with .eth.json)."),
+    ] = None,
+    rpc_url: Annotated[
+        str | None,
+        typer.Option(help="The chain's RPC URL (default: the one the service advertises)."),
+    ] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Answer the requester's rejection of CHECK with a bond of the team's own, as a member of
+    TASK_ID's team (its leader or a producer): TaskEscrow.answer from the account of --eth-key
+    (one the agent bound, as `agent run` binds its payout account; it pays the gas), then the
+    agent's signed dispute.answered, before the panel's commit window closes. Losing, the
+    answer pays the panel's coherent seats and the rest comes back to the account; winning,
+    it comes back whole. Run again after a lost reply, it sends and logs nothing twice. Exit 2,
+    with nothing sent, when the log shows the service would refuse it (not on the team, no
+    such rejection, under its fee); exit 2 too when the service refuses it (the panel's commit
+    window closed) or the contract does (the requester's account)."""
+    from accord.client import AccordClient, ApiError
+    from accord.kit.leader import AnswerError, answer_dispute
+    from accord.kit.wallet import Wallet, WalletError, read_key_file
+    from accord.ledger.errors import ChainError
+    from accord.ledger.signing import read_keyfile
+    from accord.market.errors import AmountError, EscrowError, LimitError
+    from accord.market.escrow import EscrowRefusedError
+    from accord.market.money import format_eth, parse_amount
+
+    account_file = eth_key or key.with_suffix(".eth.json")
+    try:
+        wei = parse_amount(amount)
+        signer = read_keyfile(key)
+        key_hex = read_key_file(account_file)
+    except (AmountError, LimitError, MalformedError, WalletError) as exc:
+        fail(str(exc), code=2)
+    try:
+        with AccordClient(server, signer=signer) as client:
+            wallet = Wallet.connect(key_hex, client.get("/chain"), rpc_url)
+            answered = answer_dispute(client, wallet, task_id, check, wei)
+    except ApiError as exc:
+        fail(str(exc), code=2 if exc.status is not None and 400 <= exc.status < 500 else 1)
+    except (AnswerError, EscrowRefusedError) as exc:
+        fail(str(exc), code=2)
+    except (WalletError, EscrowError, ChainError) as exc:
+        fail(str(exc))
+    if as_json:
+        emit(answered)
+    else:
+        told = "answered already" if answered["already"] else "answered"
+        say(
+            f"{told} the rejection of {check} of {task_id} with "
+            f"{format_eth(int(str(answered['amount'])))} from {answered['account']} "
+            f"(entry {answered['index']})"
+        )
+
+
 @agent_app.command("withdraw")
 def agent_withdraw(
     agent: Annotated[

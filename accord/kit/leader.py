@@ -34,18 +34,19 @@ from accord.coordinator.service import assemble
 from accord.coordinator.work import AgentAdapter
 from accord.identity.remote_signing import EndpointSigner
 from accord.identity.runtimes import AgentRuntime, HttpRuntime
-from accord.kit.wallet import Wallet
+from accord.kit.wallet import Wallet, WalletError
 from accord.ledger.canonical import JSONValue, canonical_json
 from accord.ledger.errors import AccordError, SequenceError
-from accord.ledger.events import Entry, parse_time
+from accord.ledger.events import Entry, Event, parse_time
 from accord.ledger.fast_entries import make_entry
 from accord.ledger.sealing import Sealed
 from accord.ledger.signing import Signer
 from accord.market.blobs import sha256_hex
 from accord.market.checks import CheckResult
+from accord.market.disputes import team_of
 from accord.market.money import Wei
 from accord.market.precheck import Precheck
-from accord.market.tasks import TASK_DELIVERED, TASK_STARTED, Task, TaskSpec
+from accord.market.tasks import REVIEW_GIVEN, TASK_DELIVERED, TASK_STARTED, Task, TaskSpec
 from accord.market.work import resolve_files
 
 SEQ_RETRIES = 5
@@ -261,35 +262,89 @@ def answer_dispute(
     wallet's own account (at least the dispute's fee): the client's signer (the leader, or a
     member) is on the team. The wallet brings the account's answers on chain to what its
     logged answers and this one stake (`Wallet.answer`: a retry sends nothing twice), then
-    the signed `dispute.answered` goes to `POST /tasks/{id}/disputes/answers`. An answer the
-    log already holds for `check` is returned as it is. Raises ApiError (the service's
-    reason: not on the team, the window closed, under the fee), EscrowRefusedError,
-    WalletError, ChainError."""
+    the signed `dispute.answered` goes to `POST /tasks/{id}/disputes/answers`. Returns the
+    answer as logged, `{"task_id", "check", "account", "amount", "index", "already"}`:
+    `already` when the log held this account's answer for `check` before (a retry; nothing
+    was sent). Raises AnswerError, before anything is sent, for an answer the log shows the
+    service would refuse (the signer not on the team, no rejection of `check` to answer, an
+    amount under its fee); ApiError (the service's reason: the panel's commit window closed
+    ...), EscrowRefusedError, WalletError, ChainError."""
     account = wallet.address.lower()
-    logged = client.get(
-        "/ledger/entries",
-        params={"kind": DISPUTE_ANSWERED, "subject": task_id, "limit": 1000},
-    )
     staked = 0
-    for row in cast(list[JsonObject], logged.get("entries") or []):
-        try:  # only entries that verify count: the service's word is not taken for them
-            entry = Entry.from_bytes(canonical_json({k: row[k] for k in ("event", "kid", "sig")}))
-            entry.verify()
-            body = entry.event.body
-            if entry.event.subject != task_id or entry.event.kind != DISPUTE_ANSWERED:
-                continue
-            if str(body.get("account", "")).lower() != account:
-                continue
-            if body.get("check") == check:
-                return dict(row)
-            staked += int(str(body.get("amount", "0")))
-        except (AccordError, KeyError, TypeError, ValueError):
+    for index, event in _signed_entries(client, DISPUTE_ANSWERED, task_id):
+        body = event.body
+        if str(body.get("account", "")).lower() != account:
             continue
+        try:
+            if body.get("check") == check:
+                return _answered(body, index, already=True)
+            staked += int(str(body.get("amount", "0")))
+        except ValueError:
+            continue
+    _check_answerable(client, task_id, check, amount)
     wallet.answer(task_id, Wei(staked + amount))
     answer = {"task_id": task_id, "check": check, "account": wallet.address}
     signed = client.entry(DISPUTE_ANSWERED, task_id, answer | {"amount": str(amount)})
     path = f"/tasks/{_segment(task_id)}/disputes/answers"
-    return cast(JsonObject, client.request("POST", path, json={"entry": signed}))
+    logged = cast(JsonObject, client.request("POST", path, json={"entry": signed}))
+    return _answered(answer | {"amount": str(amount)}, int(str(logged["index"])), already=False)
+
+
+class AnswerError(WalletError):
+    """An answer to a dispute the log shows the service would refuse: nothing was sent."""
+
+
+def _signed_entries(client: AccordClient, kind: str, subject: str) -> list[tuple[int, Event]]:
+    """The log's `kind` entries about `subject` whose signatures verify, with their indexes
+    (the service's word is not taken for them)."""
+    logged = client.get("/ledger/entries", params={"kind": kind, "subject": subject, "limit": 1000})
+    found = []
+    for row in cast(list[JsonObject], logged.get("entries") or []):
+        try:
+            entry = Entry.from_bytes(canonical_json({k: row[k] for k in ("event", "kid", "sig")}))
+            entry.verify()
+            if entry.event.kind == kind and entry.event.subject == subject:
+                found.append((int(str(row["index"])), entry.event))
+        except (AccordError, KeyError, TypeError, ValueError):
+            continue
+    return found
+
+
+def _check_answerable(client: AccordClient, task_id: str, check: str, amount: int) -> None:
+    """Raises AnswerError when the log shows the service would refuse the client's signer's
+    answer to the rejection of `check` with `amount` wei: the signer not on the task's team
+    (its winner and the producers its delivery names), no rejection of `check` signed by the
+    task's requester, or an amount under the fee that rejection names. ApiError when the
+    service cannot be read."""
+    if client.signer is None:
+        raise AnswerError("an answer is signed by a member of the team: give the client its key")
+    did = client.signer.did
+    task = task_from_json(client.task(task_id))
+    delivered = [
+        event.body
+        for _, event in _signed_entries(client, TASK_DELIVERED, task_id)
+        if event.actor == task.winner
+    ]
+    if did not in team_of(task, delivered[0] if delivered else None):
+        raise AnswerError(f"{did} is not on the team of {task_id}: only its members answer")
+    fees = [
+        int(str(event.body.get("fee", "0")))
+        for _, event in _signed_entries(client, REVIEW_GIVEN, task_id)
+        if event.actor == task.requester
+        and event.body.get("check") == check
+        and event.body.get("verdict") == "reject"
+    ]
+    if not fees:
+        raise AnswerError(f"the requester of {task_id} has not rejected {check}: nothing to answer")
+    if amount < max(fees[0], 1):
+        raise AnswerError(
+            f"an answer stakes at least the dispute's fee, {fees[0]} wei; {amount} was not sent"
+        )
+
+
+def _answered(body: Mapping[str, Any], index: int, *, already: bool) -> JsonObject:
+    fields = ("task_id", "check", "account", "amount")
+    return {key: str(body.get(key, "")) for key in fields} | {"index": index, "already": already}
 
 
 def service_time(client: AccordClient, did: str) -> datetime:

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from accord.ledger.devnet import find_free_port
+from accord.ledger.signing import Ed25519Signer, write_keyfile
 from tests.accord_cli import cli_environ, run_accord
 
 
@@ -132,3 +133,23 @@ def test_a_rejection_without_a_reason_is_bad_input_and_logs_nothing(home: Path) 
     line = one_line(accord(home, "task", "review", "task-any", "--check", "c", "--reject"), 2)
     assert "--reason" in line
     assert accord(home, "ledger", "show", "--json").stdout == before.stdout
+
+
+@pytest.mark.parametrize(
+    ("amount", "key", "named"),
+    [
+        ("lots", "key.json", "lots"),  # not an amount
+        ("1000", "missing.json", "missing.json"),  # no such did:key file: none is made
+    ],
+)
+def test_a_dispute_answer_with_bad_input_sends_nothing(
+    home: Path, tmp_path: Path, amount: str, key: str, named: str
+) -> None:
+    """`accord agent answer` reads the amount and the key files before it reaches the service
+    or the chain (port 9 answers nothing)."""
+    write_keyfile(tmp_path / "key.json", Ed25519Signer.generate())
+    args = ("agent", "answer", "task-x", "sum-review", "--amount", amount)
+    args += ("--server", "http://127.0.0.1:9", "--key", str(tmp_path / key))
+    line = one_line(accord(home, *args), 2)
+    assert named in line
+    assert not (tmp_path / "missing.json").exists()

@@ -13,18 +13,25 @@ handler, commits, then reveals. The audit replays the draw, the votes and the mo
   panel is paid from the team's pay and the requester's bond comes back.
 - A drawn panelist that went away: its seat is replaced once, in rank order, and it is paid
   nothing.
+- A kit leader (`accord agent run --price`, its own keys and funded payout account) wins,
+  leads and delivers; the requester rejects a part and the leader answers the dispute with a
+  bond of its own from another process of its own (`accord agent answer`):
+  winning, the answer comes back whole; losing (garbage delivered), it pays the coherent
+  seats and the rest comes back.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 import pytest
@@ -36,10 +43,14 @@ from accord.api.routes.deps import ApiConfig
 from accord.client import AccordClient
 from accord.coordinator.service import run_awarded_task
 from accord.identity.agents import AgentRecord
+from accord.identity.payout import bind_payout_address
+from accord.identity.payout_accounts import PAYOUT_BOUND_KIND
 from accord.kit import Requester, Wallet
+from accord.kit.agent import load_key
 from accord.kit.wallet import write_key_file
 from accord.ledger.chain import make_web3
 from accord.ledger.devnet import find_free_port
+from accord.ledger.events import parse_time
 from accord.ledger.signing import Ed25519Signer, write_keyfile
 from accord.ledger.wiring import devnet_for
 from accord.market.lifecycle import run_due
@@ -91,10 +102,30 @@ REVIEWED = {**SPEC, "checks": [SUM_RIGHT, {"id": "sum-review", "kind": "review",
 """One part, its sum checked and reviewed (taken before any panelist is there)."""
 
 
+def kit_environment() -> dict[str, str]:
+    """A kit process's environment: this one's, without the service's settings."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ACCORD_")}
+    env["PYTHONPATH"] = str(REPO)
+    return env
+
+
+@dataclass(frozen=True)
+class KitLeader:
+    """A self-custody leader: `accord agent run` with its keys in `folder`."""
+
+    did: str
+    lines: JsonLines
+    folder: Path
+    account: str
+    """Its payout account (bound on the escrow's chain, funded on anvil): its pay is credited
+    there, and its answers bond from it."""
+
+
 @contextmanager
-def panelist(url: str, folder: Path, name: str) -> Iterator[JsonLines]:
+def panelist(url: str, folder: Path, name: str, options: Sequence[str] = ()) -> Iterator[JsonLines]:
     """`accord agent run` in its own process, its keys in `folder`, credentialed in
-    arithmetic, bidding on nothing: it only sits on panels (or is hired onto a team)."""
+    arithmetic, bidding on nothing: it only sits on panels (or is hired onto a team). With
+    `options` (`--price`, `--no-panel`, `--handler` ...), it bids and leads as they say."""
     folder.mkdir()
     signer = Ed25519Signer.generate()
     write_keyfile(folder / "key.json", signer)
@@ -104,12 +135,11 @@ def panelist(url: str, folder: Path, name: str) -> Iterator[JsonLines]:
         *("--key", str(folder / "key.json"), "--eth-key", str(folder / "eth.json")),
         *("--name", name, "-c", "arithmetic", "--items", "5", "--poll", "0.2"),
         "--allow-private",
+        *options,
     ]
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ACCORD_")}
-    env["PYTHONPATH"] = str(REPO)
     with (folder / "stderr.log").open("w") as errors:
         process = subprocess.Popen(
-            argv, stdout=subprocess.PIPE, stderr=errors, text=True, env=env, cwd=REPO
+            argv, stdout=subprocess.PIPE, stderr=errors, text=True, env=kit_environment(), cwd=REPO
         )
     try:
         yield JsonLines(process, name)
@@ -165,6 +195,71 @@ class Disputes:
         assert world.market.task(task_id).price == BUDGET  # a lone bidder is paid it all
         run_awarded_task(world.context, task_id)
         return task_id
+
+    def kit_leader(self, handler: str = "reference") -> KitLeader:
+        """`accord agent run` bidding the whole budget on every arithmetic task and leading
+        the teams of those it wins, sitting on no panel, once ready; its payout account funded
+        on anvil (the answers' bonds come from it)."""
+        options = ("--price", str(BUDGET), "--no-panel", "--handler", handler)
+        folder = self.folder / "leader"
+        lines = self.stack.enter_context(panelist(self.url, folder, "kai", options))
+        account = str(lines.wait_for("payout")["address"])
+        did = str(lines.wait_for("ready")["did"])
+        fund(self.rpc_url, account)
+        return KitLeader(did, lines, folder, account)
+
+    def led_bid(self, spec: dict[str, Any], leader: KitLeader) -> str:
+        """`spec` posted and funded by the requester, won by `leader` alone at the whole
+        budget, and led and delivered by it in its own process: the task's id."""
+        world, requester = self.world, self.requester
+        posted = requester.post(spec)
+        requester.deposit(posted)
+        requester.wait_until_bidding(posted, timeout=30)
+        task_id = posted.task_id
+        leader.lines.wait_for("committed", task_id=task_id)
+        world.clock.set(world.market.task(task_id).bidding_ends)
+        leader.lines.wait_for("revealed", task_id=task_id)
+        world.clock.set(world.market.task(task_id).reveal_ends)
+        run_due(world.context)
+        task = world.market.task(task_id)
+        assert task.winner == leader.did and task.price == BUDGET  # alone: the whole budget
+        leader.lines.wait_for("delivered", task_id=task_id)
+        return task_id
+
+    def answer(self, leader: KitLeader, task_id: str, check: str, amount: int) -> dict[str, Any]:
+        """`leader`'s answer to the rejection of `check`, bonding `amount` wei from its own
+        account (`answering`), as it printed it."""
+        done = self.answering(leader.folder, task_id, check, amount)
+        assert done.returncode == 0, done.stderr
+        answered: dict[str, Any] = json.loads(done.stdout)
+        return answered
+
+    def answering(
+        self, keys: Path, task_id: str, check: str, amount: int
+    ) -> subprocess.CompletedProcess[str]:
+        """`accord agent answer` in a process of its own with the key files in `keys` (a kit
+        agent's folder: `key.json`, its did:key, and `eth.json`, the account it bonds from)."""
+        argv = [sys.executable, "-m", "accord.api.cli", "agent", "answer", task_id, check]
+        argv += ["--amount", str(amount), "--server", self.url, "--json"]
+        argv += ["--key", str(keys / "key.json"), "--eth-key", str(keys / "eth.json")]
+        return subprocess.run(
+            argv, capture_output=True, text=True, env=kit_environment(), cwd=REPO, timeout=120
+        )
+
+    def rebind_pay(self, leader: KitLeader) -> str:
+        """`leader` binds a fresh account for its pay (its own `payout.bound` over HTTP,
+        signed by its DID key and the account's, as the kit binds its first): the answers it
+        sent stay its old account's. The new account's address."""
+        account = Account.create()
+        with AccordClient(self.url, signer=load_key(leader.folder / "key.json")) as client:
+            path = f"/agents/{quote(leader.did, safe='')}"
+            info = client.get(f"{path}/next-seq")
+            now = parse_time(str(info["server_time"]))
+            binding = bind_payout_address(client.signer, account, int(info["chain_id"]), "pay", now)
+            entry = client.entry(PAYOUT_BOUND_KIND, leader.did, {"binding": binding})
+            bound = client.post(f"{path}/payout", {"entry": entry})
+        assert bound["address"] == account.address
+        return str(account.address)
 
     def reject(self, task_id: str, check: str, reason: str) -> dict[str, Any]:
         """The requester's rejection (bonding the fee), and the block its panel's seed is."""
@@ -386,3 +481,134 @@ def test_a_restarted_requester_bonds_for_the_rejections_the_log_holds(tmp_path: 
         with AccordClient(market.url, signer=Ed25519Signer.generate()) as client:
             other = Requester(client, Wallet.connect(market.account_key, chain))
             assert other.rejections(task_id) == []
+
+
+ANSWER_BOND = Wei(2 * FEE + 7)
+"""The team's answer: more than the dispute's fee (and odd), so what comes back of it is told
+apart from the fee's shares and the pay."""
+
+
+def payout_account(lines: JsonLines) -> str:
+    """The payout account a kit process bound, as its own `payout` line says."""
+    return str(lines.wait_for("payout")["address"])
+
+
+def test_a_kit_leader_answers_a_rejection_of_right_work_and_gets_its_bond_back_whole(
+    tmp_path: Path,
+) -> None:
+    """A kit leader (its own process, keys and funded account) wins alone and delivers a right
+    sum; the requester rejects it, bonding the fee; the leader answers from another process of
+    its own with a bond from its account (`accord agent answer`; a panelist's answer and one
+    under the fee are refused, nothing sent), then binds another account for its pay. The
+    panel finds for the team: on chain, the answer comes back whole to its account, the whole
+    price goes to the pay account, the requester's bond pays the three coherent panelists and
+    the requester gets nothing back. The audit, holding the answer to the chain's `Answered`
+    events, passes."""
+    with disputes(tmp_path) as market:
+        world, requester, chain = market.world, market.requester, market.world.escrow_chain
+        leader = market.kit_leader()
+        task_id = market.led_bid(REVIEWED, leader)
+        market.seat_jurors(3)  # after the team was formed: none of them is on it
+        given = market.reject(task_id, "sum-review", "the sum is wrong")
+        # a panelist is not on the team: its answer is refused before anything is sent;
+        # so is the leader's under the dispute's fee
+        accounts = {did: payout_account(lines) for did, lines in market.jurors.items()}
+        [juror0, *_] = market.jurors
+        juror0_account = accounts[juror0]
+        fund(market.rpc_url, juror0_account)
+        stranger = market.answering(market.folder / "juror0", task_id, "sum-review", FEE)
+        assert stranger.returncode == 2, stranger
+        assert "not on the team" in json.loads(stranger.stdout)["error"]
+        assert chain.answered(task_id, juror0_account) == 0
+        short = market.answering(leader.folder, task_id, "sum-review", FEE - 1)
+        assert short.returncode == 2, short
+        assert f"at least the dispute's fee, {FEE} wei" in json.loads(short.stdout)["error"]
+        assert chain.answered(task_id, leader.account) == 0
+        answered = market.answer(leader, task_id, "sum-review", ANSWER_BOND)
+        assert answered["amount"] == str(ANSWER_BOND) and answered["account"] == leader.account
+        assert answered["already"] is False
+        assert chain.answered(task_id, leader.account) == ANSWER_BOND
+        assert chain.credit(leader.account) == 0
+        again = market.answer(leader, task_id, "sum-review", ANSWER_BOND)  # a retry: the same
+        assert again == answered | {"already": True}
+        assert chain.answered(task_id, leader.account) == ANSWER_BOND  # nothing sent twice
+        pay = market.rebind_pay(leader)  # its pay apart from its answer, to tell them apart
+
+        world.clock.advance(3601)  # the review window closes: the service settles
+        done = market.settle()
+        assert done[task_id] == "done", run_due(world.context)
+        assert requester.task(task_id)["state"] == "settled"
+
+        # the chain: the answer whole to its account, the price to the leader's pay account,
+        # the requester's bond to the panel
+        assert chain.credit(leader.account) == ANSWER_BOND
+        assert chain.credit(pay) == BUDGET
+        assert requester.credit() == 0
+        body = logged_settlement(world.market, task_id)
+        assert body is not None
+        [review] = [c for c in body["checks"] if c["id"] == "sum-review"]
+        assert review["passed"] is True, review
+        dispute = review["record"]["dispute"]
+        assert dispute["winner"] == "team" and review["record"]["entry"] == given["index"]
+        assert dispute["answer"]["by"] == leader.did
+        assert dispute["answer"]["amount"] == str(ANSWER_BOND)
+        assert set(body["producers"].values()) == {leader.did}
+        panel = dispute["panel"]
+        assert sorted(panel["coherent"]) == sorted(panel["seats"]) == sorted(market.jurors)
+        shares = panel_pay(FEE, panel["seats"], panel["coherent"])
+        assert sum(shares.values()) == FEE
+        for did, wei in shares.items():
+            assert chain.credit(accounts[did]) == wei
+
+        report = market.audit(task_id)
+        assert report["verdict"] == "PASS", report["steps"]
+
+
+def test_a_kit_leader_that_answers_a_rejection_of_garbage_pays_the_panel_from_its_answer(
+    tmp_path: Path,
+) -> None:
+    """The kit leader delivers a wrong sum (its handler) and a right tip; the requester
+    rejects the sum, bonding the fee, and the leader answers with a bond of its own. The panel
+    finds for the requester: on chain, the leader is credited the tip's half of the price
+    whole (the panel is paid from its answer, not its pay) and what is left of its answer; the
+    requester gets the sum's half and its whole bond back; the coherent panelists are paid
+    their shares. The audit passes."""
+    with disputes(tmp_path) as market:
+        world, requester, chain = market.world, market.requester, market.world.escrow_chain
+        leader = market.kit_leader("python:tests.integration.dispute_handlers:sum_answered_wrong")
+        task_id = market.led_bid(TWO_PARTS, leader)
+        market.seat_jurors(3)
+        [delivered] = [p for p in requester.deliverable(task_id)["parts"] if p["part"] == "sum"]
+        assert delivered["output"] != "163.69", delivered
+        market.reject(task_id, "sum-review", "the figures add up to 163.69")
+        market.answer(leader, task_id, "sum-review", ANSWER_BOND)
+        assert chain.answered(task_id, leader.account) == ANSWER_BOND
+        pay = market.rebind_pay(leader)  # its pay apart from its answer, to tell them apart
+
+        world.clock.advance(3601)  # the review window closes (the tip's review is silent)
+        done = market.settle()
+        assert done[task_id] == "done", run_due(world.context)
+
+        body = logged_settlement(world.market, task_id)
+        assert body is not None
+        results = {c["id"]: c for c in body["checks"]}
+        assert results["sum-review"]["passed"] is False and results["tip-review"]["passed"] is True
+        dispute = results["sum-review"]["record"]["dispute"]
+        assert dispute["winner"] == "requester" and dispute["answer"]["by"] == leader.did
+        assert set(body["producers"].values()) == {leader.did}
+        panel = dispute["panel"]
+        assert sorted(panel["coherent"]) == sorted(panel["seats"]) == sorted(market.jurors)
+        assert all(vote == "requester" for vote in panel["votes"].values())
+        shares = panel_pay(FEE, panel["seats"], panel["coherent"])
+        assert sum(shares.values()) == FEE
+
+        # the chain: the tip's half whole to the leader's pay account, the panel's pay from
+        # the answer, the rest of the answer back to its account
+        assert chain.credit(pay) == BUDGET // 2
+        assert chain.credit(leader.account) == ANSWER_BOND - FEE
+        assert requester.credit() == BUDGET // 2 + FEE  # the sum's half, the bond whole
+        for did, wei in shares.items():
+            assert chain.credit(payout_account(market.jurors[did])) == wei
+
+        report = market.audit(task_id)
+        assert report["verdict"] == "PASS", report["steps"]

@@ -20,7 +20,7 @@ from accord.api.routes.deps import ApiConfig
 from accord.client import AccordClient, ApiError
 from accord.identity.payout import bind_payout_address
 from accord.identity.payout_accounts import PAYOUT_BOUND_KIND
-from accord.kit.leader import answer_dispute
+from accord.kit.leader import AnswerError, answer_dispute
 from accord.kit.wallet import Wallet
 from accord.ledger.events import Event
 from accord.market.disputes import DISPUTE_ANSWERED, log_events, panel_relevant_events, team_of
@@ -453,11 +453,20 @@ def test_a_kit_team_member_answers_over_http_from_its_own_wallet(tmp_path: Path)
     ):
         answered = answer_dispute(leader, wallet, task_id, "looks-right", fee)
         assert answered["amount"] == str(fee) and answered["account"] == wallet.address
+        assert answered["already"] is False
         again = answer_dispute(leader, wallet, task_id, "looks-right", fee)
-        assert again["event"]["body"]["amount"] == str(fee)  # the logged one, as it is
+        assert again == answered | {"already": True}  # the logged one, read back
         assert world.escrow_chain.answered(task_id, wallet.address) == fee
         logged = market.ledger.store.find(kind=DISPUTE_ANSWERED, subject=task_id, limit=5)
         assert len(logged) == 1
+        # what the log shows the service would refuse is refused before anything is sent
+        with pytest.raises(AnswerError, match="has not rejected other"):
+            answer_dispute(leader, wallet, task_id, "other", fee)
+        assert world.escrow_chain.answered(task_id, wallet.address) == fee
+        own = Wallet("0x" + bytes(Account.create().key).hex(), world.escrow_chain)
+        with pytest.raises(AnswerError, match="not on the team"):
+            answer_dispute(stranger, own, task_id, "looks-right", fee)
+        assert world.escrow_chain.answered(task_id, own.address) == 0
 
         body = {"task_id": task_id, "check": "looks-right", "account": wallet.address}
         entry = stranger.entry(DISPUTE_ANSWERED, task_id, body | {"amount": str(fee)})
