@@ -23,7 +23,9 @@ IdentityError
 └── PreflightError the handler answered no practice item: no exam is started (practice)
 MarketError
 └── WalletError    the wallet refuses to sign, cannot read its key, or its transaction
-                   was not mined or reverted (wallet)
+    │              was not mined or reverted (wallet)
+    └── AnswerError  an answer to a dispute the log shows the service would refuse: not
+                     on the team, no such rejection, under its fee; nothing sent (leader)
 
 `Requester`, `Posted`, `Wallet`, `Sent` and `WalletError` are importable from here; nothing
 is imported until it is used (the wallet brings web3).
