@@ -115,6 +115,7 @@ from accord.market.check_io import LogReviews, check_world, run_python_check
 from accord.market.checks import CheckResult, RecheckEnvironment, Valuation
 from accord.market.disputes import (
     answers_by_account,
+    logged_in_window,
     replay_contest,
     replay_panel,
     withheld_previews,
@@ -1213,14 +1214,29 @@ def _settlement(
         checks=logged,
         settled=index,
     )
+    unpreviewed_while_down: tuple[str, ...] = ()
     if withheld.unpreviewed:
-        ends = scope.task.review_ends.isoformat() if scope.task.review_ends else "never"
-        raise AuditFailure(
-            f"python checks {', '.join(withheld.unpreviewed)} were inconclusive and counted as "
-            "passed, but the operator logged no `checks.previewed` in the review window (it "
-            f"ended {ends}) before the settlement: the requester was denied its contest of them",
-            index,
+        task = scope.task
+        ends = task.review_ends
+        up = (
+            task.delivered_at is not None
+            and ends is not None
+            and logged_in_window(
+                ((i, e.event) for i, e in scope.log.items()),
+                after=task.delivered_index if task.delivered_index is not None else -1,
+                start=task.delivered_at,
+                end=ends,
+            )
         )
+        if up:
+            raise AuditFailure(
+                f"python checks {', '.join(withheld.unpreviewed)} were inconclusive and counted "
+                "as passed, but the operator logged no `checks.previewed` in the review window "
+                f"(it ended {ends.isoformat() if ends else 'never'}) before the settlement, "
+                "though the service was logging then: the requester was denied its contest",
+                index,
+            )
+        unpreviewed_while_down = withheld.unpreviewed
     # (6b) v(S), the Shapley values and the wei recompute exactly.
     logged_v = {frozenset(item["coalition"]): Fraction(item["value"]) for item in body["evaluated"]}
     for coalition, value in settlement.evaluated.items():
@@ -1277,6 +1293,14 @@ def _settlement(
         f"{len(settlement.evaluated)} values of v(S), {settlement.method} Shapley values and "
         f"{len(payouts)} payouts recompute exactly ({settlement.amount} wei)"
     )
+    if unpreviewed_while_down:
+        raise AuditUnchecked(
+            f"python checks {', '.join(unpreviewed_while_down)} were inconclusive and counted "
+            "as passed with no `checks.previewed` in the review window, so their requester "
+            "could not contest them; but the log took no entry at all in that window (the "
+            "service may have been down, unable to preview): withheld or away, the log "
+            f"cannot tell; otherwise {summary}"
+        )
     if withheld.unnamed:
         raise AuditUnchecked(
             f"python checks {', '.join(withheld.unnamed)} were inconclusive at settlement and "

@@ -36,7 +36,7 @@ from accord.identity.exams import check_agent_entry
 from accord.identity.payout import verify_binding
 from accord.identity.payout_accounts import PAYOUT_BOUND_KIND
 from accord.ledger.canonical import canonical_json
-from accord.ledger.errors import AlreadyLoggedError, LedgerError
+from accord.ledger.errors import AlreadyLoggedError, LedgerError, MalformedError
 from accord.ledger.events import Entry, Event, parse_time
 from accord.ledger.service import Ledger
 from accord.market.check_io import check_world
@@ -1005,6 +1005,26 @@ def withheld_previews(
         told = {str(c) for c in named} if isinstance(named, Mapping) else set()
         return WithheldPreviews((), tuple(c for c in counted if c not in told))
     return WithheldPreviews(tuple(counted), ())
+
+
+def logged_in_window(
+    events: Iterable[tuple[int, Event]], *, after: int, start: datetime, end: datetime
+) -> bool:
+    """Pure: whether the log took an entry after index `after` stamped from `start` to `end`
+    (whoever signed it): the service was up and writing then. A service down for a task's
+    whole review window could not preview it, which the audit tells apart from one that was
+    up and did not (`withheld_previews`). Raises nothing; an entry whose time does not parse
+    does not count."""
+    for index, event in events:
+        if index <= after:
+            continue
+        try:
+            moment = parse_time(event.at)
+        except (MalformedError, ValueError):
+            continue
+        if start <= moment <= end:
+            return True
+    return False
 
 
 def replay_contest(

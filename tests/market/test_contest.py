@@ -17,12 +17,14 @@ import pytest
 
 from accord.kit.panel import boxed_check_evaluator
 from accord.ledger.events import Event, format_time
+from accord.ledger.signing import Ed25519Signer
 from accord.market.check_io import check_world
 from accord.market.checks import CheckResult
 from accord.market.disputes import (
     WithheldPreviews,
     contest_check,
     contest_request,
+    logged_in_window,
     withheld_previews,
 )
 from accord.market.early import settle_early
@@ -229,7 +231,8 @@ def test_an_operator_that_withholds_the_preview_fails_the_audit(tmp_path: Path) 
 
 def test_a_preview_removed_or_emptied_is_found(tmp_path: Path) -> None:
     """The honest flow (previewed in the window, uncontested, settled at its end) PASSes;
-    the same log with its preview taken out FAILs, and with a preview that names no check
+    the same log with its preview taken out, and nothing else logged in the window, is
+    INCOMPLETE (down or withheld, the log cannot tell), and with a preview that names no check
     (decided then, inconclusive at settlement: the check's flakiness or a withheld preview,
     which the log cannot tell apart) is INCOMPLETE, naming the check."""
     world = delivered_world(tmp_path / "home", invoice_spec_with(REVIEW, DICE, FINE))
@@ -247,8 +250,13 @@ def test_a_preview_removed_or_emptied_is_found(tmp_path: Path) -> None:
         world, tmp_path / "taken.db", lambda i, e: None if i == preview.index else e
     )
     forged = audit(world, store, anchors)
-    assert not forged.ok and forged.first_failure is not None
-    assert "no `checks.previewed` in the review window" in forged.first_failure.detail
+    # Nothing else was logged in that window: a service down for all of it could not have
+    # previewed, which the log cannot tell from one withholding (the test above, where the
+    # requester's review shows the service up in the window, FAILs).
+    assert forged.verdict == "INCOMPLETE", [s.to_json() for s in forged.steps]
+    [away] = [s for s in forged.steps if s.status == "unchecked"]
+    assert "python checks dice were inconclusive and counted as passed" in away.detail
+    assert "the log took no entry at all in that window" in away.detail
 
     def named_none(index: int, event: Event) -> Event:
         if index != preview.index:
@@ -318,3 +326,22 @@ def test_a_panelist_reruns_a_contested_check_in_its_own_box() -> None:
 class _Task:
     task_id = "task-1"
     posted_at = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def test_the_service_was_up_in_a_window_when_it_logged_anything_then() -> None:
+    """`logged_in_window`, pure: an entry after the delivery stamped inside the window, by
+    anyone, shows the service up; the delivery itself, entries before it or outside the
+    window do not."""
+    start = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+    end = start + timedelta(hours=1)
+    actor = Ed25519Signer.generate().did
+
+    def at(index: int, moment: datetime) -> tuple[int, Event]:
+        return index, Event("x.y", actor, index, format_time(moment), "t", {})
+
+    inside, outside = start + timedelta(minutes=5), end + timedelta(seconds=1)
+    assert logged_in_window([at(8, inside)], after=7, start=start, end=end)
+    assert logged_in_window([at(8, end)], after=7, start=start, end=end)
+    assert not logged_in_window([at(7, inside)], after=7, start=start, end=end)  # the delivery
+    assert not logged_in_window([at(8, outside)], after=7, start=start, end=end)
+    assert not logged_in_window([], after=7, start=start, end=end)
