@@ -25,7 +25,8 @@ MarketError
 └── WalletError    the wallet refuses to sign, cannot read its key, or its transaction
     │              was not mined or reverted (wallet)
     └── AnswerError  an answer to a dispute the log shows the service would refuse: not
-                     on the team, no such rejection, under its fee; nothing sent (leader)
+                     on the team, no such rejection, under its fee, an unbound account;
+                     nothing sent (leader)
 
 `Requester`, `Posted`, `Wallet`, `Sent` and `WalletError` are importable from here; nothing
 is imported until it is used (the wallet brings web3).

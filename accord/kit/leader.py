@@ -32,6 +32,7 @@ from accord.coordinator.policy import Member, Policy, RulePolicy
 from accord.coordinator.runner import RunSettings, SealedOutputs, TeamRunner
 from accord.coordinator.service import assemble
 from accord.coordinator.work import AgentAdapter
+from accord.identity.payout_accounts import PAYOUT_BOUND_KIND
 from accord.identity.remote_signing import EndpointSigner
 from accord.identity.runtimes import AgentRuntime, HttpRuntime
 from accord.kit.wallet import Wallet, WalletError
@@ -43,7 +44,7 @@ from accord.ledger.sealing import Sealed
 from accord.ledger.signing import Signer
 from accord.market.blobs import sha256_hex
 from accord.market.checks import CheckResult
-from accord.market.disputes import team_of
+from accord.market.disputes import bound_accounts, team_of
 from accord.market.money import Wei
 from accord.market.precheck import Precheck
 from accord.market.tasks import REVIEW_GIVEN, TASK_DELIVERED, TASK_STARTED, Task, TaskSpec
@@ -267,7 +268,7 @@ def answer_dispute(
     `already` when the log held this account's answer for `check` before (a retry; nothing
     was sent). Raises AnswerError, before anything is sent, for an answer the log shows the
     service would refuse (the signer not on the team, no rejection of `check` to answer, an
-    amount under its fee); ApiError (the service's reason: the panel's commit window closed
+    amount under its fee, a wallet account the signer did not bind); ApiError (the service's reason: the panel's commit window closed
     ...), EscrowRefusedError, WalletError, ChainError."""
     account = wallet.address.lower()
     staked = 0
@@ -281,7 +282,7 @@ def answer_dispute(
             staked += int(str(body.get("amount", "0")))
         except ValueError:
             continue
-    _check_answerable(client, task_id, check, amount)
+    _check_answerable(client, task_id, check, amount, wallet.address)
     wallet.answer(task_id, Wei(staked + amount))
     answer = {"task_id": task_id, "check": check, "account": wallet.address}
     signed = client.entry(DISPUTE_ANSWERED, task_id, answer | {"amount": str(amount)})
@@ -310,12 +311,15 @@ def _signed_entries(client: AccordClient, kind: str, subject: str) -> list[tuple
     return found
 
 
-def _check_answerable(client: AccordClient, task_id: str, check: str, amount: int) -> None:
+def _check_answerable(
+    client: AccordClient, task_id: str, check: str, amount: int, account: str
+) -> None:
     """Raises AnswerError when the log shows the service would refuse the client's signer's
-    answer to the rejection of `check` with `amount` wei: the signer not on the task's team
-    (its winner and the producers its delivery names), no rejection of `check` signed by the
-    task's requester, or an amount under the fee that rejection names. ApiError when the
-    service cannot be read."""
+    answer to the rejection of `check` with `amount` wei from `account`: the signer not on
+    the task's team (its winner and the producers its delivery names), no rejection of
+    `check` signed by the task's requester, an amount under the fee that rejection names, or
+    an account the signer bound for payouts in no `payout.bound` of its own. ApiError when
+    the service cannot be read."""
     if client.signer is None:
         raise AnswerError("an answer is signed by a member of the team: give the client its key")
     did = client.signer.did
@@ -339,6 +343,13 @@ def _check_answerable(client: AccordClient, task_id: str, check: str, amount: in
     if amount < max(fees[0], 1):
         raise AnswerError(
             f"an answer stakes at least the dispute's fee, {fees[0]} wei; {amount} was not sent"
+        )
+    bound = bound_accounts(_signed_entries(client, PAYOUT_BOUND_KIND, did)).get(did, {})
+    if account.lower() not in bound:
+        raise AnswerError(
+            f"an answer's bond comes from an account {did} bound for payouts (payout.bound, "
+            f"signed by both keys), and it bound no {account}: bind it first, as `accord agent "
+            "run` binds its payout account; nothing was sent"
         )
 
 

@@ -467,6 +467,9 @@ def test_a_kit_team_member_answers_over_http_from_its_own_wallet(tmp_path: Path)
         with pytest.raises(AnswerError, match="not on the team"):
             answer_dispute(stranger, own, task_id, "looks-right", fee)
         assert world.escrow_chain.answered(task_id, own.address) == 0
+        with pytest.raises(AnswerError, match=f"bound no {own.address}"):
+            answer_dispute(leader, own, task_id, "looks-right", fee)  # a member, unbound account
+        assert world.escrow_chain.answered(task_id, own.address) == 0
 
         body = {"task_id": task_id, "check": "looks-right", "account": wallet.address}
         entry = stranger.entry(DISPUTE_ANSWERED, task_id, body | {"amount": str(fee)})
