@@ -550,8 +550,9 @@ def agent_answer(
     answer pays the panel's coherent seats and the rest comes back to the account; winning,
     it comes back whole. Run again after a lost reply, it sends and logs nothing twice. Exit 2,
     with nothing sent, when the log shows the service would refuse it (not on the team, no
-    such rejection, under its fee, an account the agent did not bind); exit 2 too when the service refuses it (the panel's commit
-    window closed) or the contract does (the requester's account)."""
+    such rejection, under its fee, an account the agent did not bind); exit 2 too when the
+    service refuses it (the panel's commit window closed) or the contract does (the
+    requester's account)."""
     from accord.client import AccordClient, ApiError
     from accord.kit.leader import AnswerError, answer_dispute
     from accord.kit.wallet import Wallet, WalletError, read_key_file

@@ -268,8 +268,9 @@ def answer_dispute(
     `already` when the log held this account's answer for `check` before (a retry; nothing
     was sent). Raises AnswerError, before anything is sent, for an answer the log shows the
     service would refuse (the signer not on the team, no rejection of `check` to answer, an
-    amount under its fee, a wallet account the signer did not bind); ApiError (the service's reason: the panel's commit window closed
-    ...), EscrowRefusedError, WalletError, ChainError."""
+    amount under its fee, a wallet account the signer did not bind); ApiError (the service's
+    reason: the panel's commit window closed ...), EscrowRefusedError, WalletError,
+    ChainError."""
     account = wallet.address.lower()
     staked = 0
     for index, event in _signed_entries(client, DISPUTE_ANSWERED, task_id):
