@@ -146,8 +146,6 @@ class _Exposures:
     the one before (the first reads them all), under a lock. A bank attempt's open items so
     cost its skill's reveals, not every attempt of every skill in the log."""
 
-    PAGE = 500
-
     def __init__(self) -> None:
         self._seen = -1
         self._by_skill: dict[str, list[tuple[int, list[Any]]]] = {}
@@ -158,15 +156,12 @@ class _Exposures:
         `index`. Raises StoreError when the log cannot be read, MalformedError when a stored
         entry does not parse."""
         with self._lock:
-            while page := store.find(kinds=EXPOSING_KINDS, after=self._seen, limit=self.PAGE):
-                for stored in page:
-                    body = Entry.from_bytes(stored.data).event.body
-                    skill, bank = body.get("skill_id"), body.get("bank")
-                    if isinstance(skill, str) and isinstance(bank, list):
-                        self._by_skill.setdefault(skill, []).append((stored.index, bank))
-                    self._seen = stored.index
-                if len(page) < self.PAGE:
-                    break
+            for stored in store.find_each(kinds=EXPOSING_KINDS, after=self._seen):
+                body = Entry.from_bytes(stored.data).event.body
+                skill, bank = body.get("skill_id"), body.get("bank")
+                if isinstance(skill, str) and isinstance(bank, list):
+                    self._by_skill.setdefault(skill, []).append((stored.index, bank))
+                self._seen = stored.index
             return [bank for at, bank in self._by_skill.get(skill_id, []) if at < index]
 
 
@@ -220,16 +215,14 @@ class SkillAttempts:
         looks and never answers cannot read the bank for free)."""
         if skill.manifest.exam["kind"] != "bank":
             return
-        now, after = self.ledger.clock(), -1
+        now = self.ledger.clock()
         stale: list[Event] = []
-        while page := self.ledger.store.find(kind=ATTEMPT_COMMITTED, after=after, limit=500):
-            for stored in page:
-                event = Entry.from_bytes(stored.data).event
-                if event.body.get("skill_id") == skill.manifest.skill_id and now > parse_time(
-                    str(event.body["deadline"])
-                ):
-                    stale.append(event)
-            after = page[-1].index
+        for stored in self.ledger.store.find_each(kind=ATTEMPT_COMMITTED):
+            event = Entry.from_bytes(stored.data).event
+            if event.body.get("skill_id") == skill.manifest.skill_id and now > parse_time(
+                str(event.body["deadline"])
+            ):
+                stale.append(event)
         for committed in stale:
             attempt_id = committed.subject
             given = self._event(ATTEMPT_NONCE, attempt_id)

@@ -239,6 +239,24 @@ class AppendOnlyLog:
                 raise StoreError(f"cannot read the log database: {db_reason(exc)}") from exc
         return [StoredEntry(int(idx), as_bytes(data)) for idx, data in rows]
 
+    def find_each(
+        self,
+        *,
+        kind: str | None = None,
+        kinds: Collection[str] | None = None,
+        after: int = -1,
+        chunk: int = 500,
+    ) -> Iterator[StoredEntry]:
+        """Every entry of `kind` (or any of `kinds`) after index `after`, oldest first, read
+        `chunk` at a time through `find`: what a reader folding the log as it grows reads
+        since its last index. Raises StoreError when the database cannot be read."""
+        while True:
+            found = self.find(kind=kind, kinds=kinds, after=after, limit=chunk)
+            yield from found
+            if len(found) < chunk:
+                return
+            after = found[-1].index
+
     def _find_sql(self, shape: tuple[bool, int, bool, bool, bool]) -> str:
         """The SQL text of `find` for a shape (kind given, how many kinds or -1, subject
         given, actor given, newest first), in the driver's parameter style."""

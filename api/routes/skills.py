@@ -104,13 +104,11 @@ class AgreementFeed:
         """`capability`'s agreement over `store`'s whole log as it is now. Raises StoreError
         when the log cannot be read, MalformedError when a stored entry does not parse."""
         with self._lock:
-            while found := store.find(
-                kinds=AGREEMENT_KINDS, after=self._tally.seen, limit=AGREEMENT_PAGE
-            ):
-                for stored in found:
-                    self._tally.add(stored.index, Entry.from_bytes(stored.data).event)
-                if len(found) < AGREEMENT_PAGE:
-                    break
+            new = store.find_each(
+                kinds=AGREEMENT_KINDS, after=self._tally.seen, chunk=AGREEMENT_PAGE
+            )
+            for stored in new:
+                self._tally.add(stored.index, Entry.from_bytes(stored.data).event)
             return self._tally.agreement(capability)
 
 

@@ -548,6 +548,24 @@ def test_find_answers_every_shape_of_question_as_a_filter_of_the_log_would(
         assert [stored.data for stored in found] == [appended[i].data for i in expected]
 
 
+def test_find_each_reads_every_match_after_an_index_a_chunk_at_a_time(
+    store: LogStore, maker: EntryMaker
+) -> None:
+    """`find_each` gives what one unbounded `find` would, whatever the chunk (one that
+    divides the matches exactly ends with one empty read), and nothing past the log's end."""
+    appended = maker.many(30)
+    store.append_batch(appended)
+    kinds = sorted({entry.event.kind for entry in appended})
+    for kind in kinds:
+        for after in (-1, 7, 29):
+            expected = [s.index for s in store.find(kind=kind, after=after, limit=100)]
+            for chunk in (1, 2, 3, 5, 100):
+                found = [s.index for s in store.find_each(kind=kind, after=after, chunk=chunk)]
+                assert found == expected, (kind, after, chunk)
+    everything = [s.index for s in store.find_each(kinds=kinds, chunk=4)]
+    assert everything == list(range(30))
+
+
 def test_find_on_a_database_that_fails_raises_store_error(
     store: LogStore, maker: EntryMaker
 ) -> None:
